@@ -1,0 +1,57 @@
+# sluice -- top-level driver.  CMake builds, CTest runs the tests; this file
+# only chains the steps so that each of these is one command on a fresh
+# Debian 12 machine:
+#
+#   make          build/libsluice.{a,so}, build/sluice.pc, build/sluice,
+#                 build/sluice-redis.so (optimised)
+#   make run      install what is missing, build, start `sluice serve`
+#   make test     install what is missing, build with ASan+UBSan, run every test
+#   make bench    benchmarks -> build/bench/results.json, docs/BENCHMARKS.md
+#   make fuzz     libFuzzer harnesses, each for FUZZ_SECONDS
+#   make format   clang-format every C file
+
+BUILD      ?= build
+TEST_BUILD ?= build-test
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 30
+ONLY       ?=
+
+C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src include tests bench -name '*.[ch]')
+
+.PHONY: all build run test bench fuzz format deps clean
+
+all: build
+
+deps:
+	@./scripts/deps
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSLUICE_TESTS=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: deps build
+	@echo "sluice serve on http://127.0.0.1:8080 (classic policy: 100 burst, 2/s, key x-user-id or client IP)"
+	@echo "try:  curl -i -H 'x-user-id: alice' http://127.0.0.1:8080/v1/check"
+	@exec ./$(BUILD)/sluice serve
+
+test: deps
+	@cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
+	@cmake --build $(TEST_BUILD) -j $(JOBS)
+	@cd $(TEST_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		ctest --output-on-failure -j $(JOBS)
+
+bench: deps build
+	@./bench/run $(if $(ONLY),--only $(ONLY))
+
+fuzz: deps
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TESTS=OFF -DSLUICE_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@./scripts/fuzz $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+format:
+	@clang-format -i $(C_FILES)
+
+clean:
+	rm -rf $(BUILD) $(TEST_BUILD) $(FUZZ_BUILD)

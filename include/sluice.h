@@ -1,0 +1,223 @@
+/*
+ * sluice.h -- distributed token-bucket rate limiting.
+ *
+ * The library has three layers:
+ *
+ *   1. Policies: a limit is a capacity (the burst) and a refill rate, parsed
+ *      from text such as "2/s", "50/min", "0.5/s" or "1/3s" and kept as an
+ *      exact rational (no floating point anywhere).
+ *
+ *   2. The decision function sluice_eval(): pure, no I/O, no allocation, the
+ *      caller passes the time.  It is GCRA (the "theoretical arrival time"
+ *      form of the token bucket): the whole state of a bucket is one 64-bit
+ *      integer, a full bucket needs no state at all, and a state expires
+ *      exactly when its bucket becomes full again.  Every store (memory,
+ *      Redis script, Redis module) keeps this same integer, so they can serve
+ *      the same keys.
+ *
+ *   3. Stores: the embedded memory store (sluice_memstore_*) here; the Redis
+ *      store has its own header.
+ *
+ * Conventions: every exported name starts with sluice_, functions that can
+ * fail return 0 or a negative SLUICE_E* code, and sluice_strerror() explains
+ * the code.  Functions that parse text also write a human-readable message
+ * into a caller-supplied buffer.
+ *
+ * Time is measured in microseconds (int64, e.g. since the Unix epoch).  A
+ * rate's emission interval (time per token) is kept as interval/per
+ * microseconds with per <= SLUICE_RATE_PER_MAX, so all bucket arithmetic is
+ * exact integer arithmetic, and every relative quantity stays below 2^53 so
+ * that the Redis Lua script (whose numbers are doubles) computes exactly the
+ * same decisions.
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- errors */
+
+#define SLUICE_OK 0
+#define SLUICE_EINVAL (-1)    /* malformed argument or policy text */
+#define SLUICE_ERANGE (-2)    /* a number is out of the supported range */
+#define SLUICE_ENOMEM (-3)    /* allocation failed */
+#define SLUICE_ESTORE (-4)    /* the store failed (connection, protocol) */
+#define SLUICE_ETIMEDOUT (-5) /* the store did not answer in time */
+
+/* A short static description of a SLUICE_E* code. */
+const char *sluice_strerror(int err);
+
+/* ----------------------------------------------------------------- rates */
+
+/* The largest denominator of an emission interval.  The fractional part of
+ * a state is kept in 1/per microsecond steps in the last three decimal digits
+ * of the state (see sluice_state_t), so per must stay <= 1000. */
+#define SLUICE_RATE_PER_MAX 1000u
+
+/* Relative bucket quantities (in 1/per microsecond units) stay below this
+ * bound, which keeps them exact in an IEEE double (Redis Lua). */
+#define SLUICE_UNITS_MAX (UINT64_C(1) << 52)
+
+/*
+ * A refill rate as an exact emission interval: one token every
+ * interval/per microseconds, reduced to lowest terms.
+ * "2/s" is {500000, 1}; "7/day" is {86400000000, 7}; "3/s" is {1000000, 3}.
+ */
+typedef struct sluice_rate_s {
+	uint64_t interval; /* numerator, >= 1 */
+	uint32_t per;      /* denominator, 1 .. SLUICE_RATE_PER_MAX */
+} sluice_rate_t;
+
+/*
+ * Parses a rate: NUMBER ["/" [MULTIPLIER] UNIT].  NUMBER is a positive
+ * decimal ("2", "0.5"); MULTIPLIER a positive integer ("1/3s" is one token
+ * every three seconds); UNIT one of ms, s, sec, second, m, min, minute, h,
+ * hour, d, day (plural forms too).  A bare NUMBER means per second.
+ * Returns 0, or SLUICE_EINVAL / SLUICE_ERANGE with a message in err (which
+ * may be NULL) saying what was expected.
+ */
+int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
+		      size_t errlen);
+
+/* Writes the rate in canonical text ("2/s", "7/day") and returns the length
+ * snprintf() would have written. */
+int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len);
+
+/* ---------------------------------------------------------------- limits */
+
+/* One capacity + rate pair, with the derived constants the math needs. */
+typedef struct sluice_limit_s {
+	uint64_t capacity;  /* burst, >= 1 */
+	sluice_rate_t rate; /* refill */
+	uint64_t tau;       /* capacity * rate.interval: time from empty to
+			       full, in 1/rate.per microsecond units */
+} sluice_limit_t;
+
+/*
+ * Builds a limit.  Fails with SLUICE_ERANGE when capacity is 0 or when the
+ * time to refill an empty bucket does not fit the exact range
+ * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX).
+ */
+int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
+		      const sluice_rate_t *rate, char *err, size_t errlen);
+
+/* Parses a capacity ("100") and a rate ("2/s") into a limit. */
+int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
+		       const char *rate, char *err, size_t errlen);
+
+/* ------------------------------------------------------------- decisions */
+
+/*
+ * The state of one bucket: its theoretical arrival time (TAT), encoded as
+ *   whole_microseconds * 1000 + fraction
+ * where fraction (< rate.per) counts 1/rate.per microsecond steps.  0, or
+ * any TAT in the past, means "full".  Stores keep this value verbatim and
+ * may drop it once it lies in the past (see sluice_state_expiry_us()).
+ */
+typedef int64_t sluice_state_t;
+
+/* What one decision tells the caller.  Times are microseconds, rounded up
+ * to the next whole microsecond (the earliest instant the statement holds). */
+typedef struct sluice_decision_s {
+	int allowed;             /* 1: the cost was taken; 0: rejected */
+	int never;               /* 1: cost > capacity, can never pass */
+	uint64_t limit;          /* the capacity */
+	uint64_t remaining;      /* whole tokens left after this decision */
+	uint64_t retry_after_us; /* 0 when allowed; else time until this
+				    cost could pass (UINT64_MAX if never) */
+	uint64_t reset_after_us; /* time until the bucket is full again */
+} sluice_decision_t;
+
+/*
+ * Decides whether `cost` tokens can be taken from a bucket in `state` at
+ * time `now_us`.  Pure: it writes the would-be new state to *next and the
+ * answer to *d, and changes nothing else; the caller commits *next (which
+ * equals state when nothing was taken).  cost 0 peeks.  A clock that steps
+ * backwards never grants tokens; any elapsed time, even years, is safe.
+ */
+void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
+		 int64_t now_us, uint64_t cost, sluice_state_t *next,
+		 sluice_decision_t *d);
+
+/*
+ * Several limits on one request, all-or-nothing: evaluates every limit;
+ * when all allow, next[i] holds the charged states; when any rejects, every
+ * next[i] equals states[i] (nothing is charged) and the decisions report the
+ * state as it is.  *summary (may be NULL) is the most restrictive decision,
+ * see sluice_decision_merge().  Returns 1 if allowed, 0 if not.
+ */
+int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
+		    size_t n, int64_t now_us, uint64_t cost,
+		    sluice_state_t *next, sluice_decision_t *decisions,
+		    sluice_decision_t *summary);
+
+/*
+ * Folds decision b into *a so that *a is the most restrictive of the two:
+ * rejected beats allowed; among rejections the longest retry_after wins;
+ * among allowed ones the fewest remaining tokens wins.  Returns 1 when b
+ * replaced a (so the caller can remember which limit it was).
+ */
+int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
+
+/* The first microsecond at which `state` describes a full bucket: a store
+ * may forget the state from then on.  0 for the empty state. */
+int64_t sluice_state_expiry_us(sluice_state_t state);
+
+/* ---------------------------------------------------------- memory store */
+
+typedef struct sluice_memstore_s sluice_memstore_t;
+
+/* Counters a caller can read at any time (see sluice_memstore_stats()). */
+typedef struct sluice_memstore_stats_s {
+	uint64_t keys;            /* resident keys now */
+	uint64_t max_keys;        /* the bound */
+	uint64_t expired;         /* states reclaimed because they were full */
+	uint64_t evicted_full;    /* evicted to make room, losing nothing */
+	uint64_t evicted_lossy;   /* evicted while not full (least recently
+				     used): that bucket restarts full */
+} sluice_memstore_stats_t;
+
+/*
+ * Creates an in-memory store holding at most max_keys keys (>= 1).  It is
+ * safe for concurrent callers (the table is split into shards, each with
+ * its own lock).  Returns NULL when out of memory.
+ */
+sluice_memstore_t *sluice_memstore_new(size_t max_keys);
+void sluice_memstore_free(sluice_memstore_t *store);
+
+/*
+ * Takes `cost` from every limit of `key` atomically, all-or-nothing (see
+ * sluice_eval_all()).  The key's entry keeps one state per limit, so the
+ * same key must always come with the same limits (a different count starts
+ * the key afresh).  Writes one decision per limit into decisions (may be
+ * NULL) and the most restrictive one into *summary.  Returns 1 if allowed,
+ * 0 if rejected, or a negative SLUICE_E* code (the key is longer than
+ * 65535 bytes, nlimits is 0 or above 64).
+ */
+int sluice_memstore_take(sluice_memstore_t *store, const void *key,
+			 size_t keylen, const sluice_limit_t *limits,
+			 size_t nlimits, uint64_t cost, int64_t now_us,
+			 sluice_decision_t *decisions,
+			 sluice_decision_t *summary);
+
+/* Copies the store's counters. */
+void sluice_memstore_stats(sluice_memstore_t *store,
+			   sluice_memstore_stats_t *out);
+
+/* ------------------------------------------------------------------ time */
+
+/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch. */
+int64_t sluice_now_us(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_H */

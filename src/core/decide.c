@@ -1,0 +1,152 @@
+/*
+ * decide.c -- the bucket math: GCRA with an exact rational emission interval.
+ *
+ * A bucket of capacity C refilled every T = interval/per microseconds is
+ * described by its theoretical arrival time TAT: the instant at which it will
+ * be full again.  At time `now` the bucket is short of full by
+ * D = max(TAT - now, 0) (measured in time), so it holds C - D/T tokens.
+ * Taking `cost` tokens moves TAT to max(TAT, now) + cost*T, and is allowed
+ * iff the new shortfall does not exceed the time from empty to full,
+ * tau = C*T.  That is the token bucket of the ATM Forum TM 4.0, with one
+ * integer of state instead of two numbers (tokens, last update).
+ *
+ * All arithmetic is done in "units" of 1/per microsecond, in which T is the
+ * integer `interval` and tau the integer `limit->tau`.  sluice_limit_init()
+ * guarantees tau <= SLUICE_UNITS_MAX (2^52), so D, D + cost*T and every
+ * product below fit in 53 bits: the Redis Lua script, whose numbers are
+ * doubles, repeats this file's computation exactly.  Keep the two in step
+ * (src/store/redis_script.lua; a test replays both).
+ */
+#include "sluice.h"
+
+#include <limits.h>
+
+/* ceil(u / per) for the unit -> microsecond conversion. */
+static uint64_t units_to_us_ceil(uint64_t u, uint32_t per)
+{
+	return u / per + (u % per != 0);
+}
+
+/*
+ * The shortfall D of `state` at `now`, in units, saturated at
+ * SLUICE_UNITS_MAX * 2 (still "more than tau", and far from overflow).  A
+ * fraction written by a policy with a larger `per` is clamped into range.
+ */
+static uint64_t shortfall(sluice_state_t state, int64_t now_us, uint32_t per)
+{
+	const uint64_t cap = SLUICE_UNITS_MAX * 2;
+	int64_t tat_us;
+	uint64_t frac, delta;
+
+	if (state <= 0)
+		return 0;
+	tat_us = state / 1000;
+	frac = (uint64_t)(state % 1000);
+	if (frac >= per)
+		frac = per - 1;
+	if (tat_us < now_us)
+		return 0;
+	delta = (uint64_t)tat_us - (uint64_t)now_us;
+	if (delta >= cap / per)
+		return cap;
+	return delta * per + frac;
+}
+
+/* The state whose shortfall at now_us is d units (d > 0). */
+static sluice_state_t encode(int64_t now_us, uint64_t d, uint32_t per)
+{
+	return (now_us + (int64_t)(d / per)) * 1000 + (int64_t)(d % per);
+}
+
+void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
+		 int64_t now_us, uint64_t cost, sluice_state_t *next,
+		 sluice_decision_t *d)
+{
+	const uint64_t t = limit->rate.interval;
+	const uint32_t per = limit->rate.per;
+	const uint64_t tau = limit->tau;
+	uint64_t D = shortfall(state, now_us, per);
+
+	*next = state;
+	d->limit = limit->capacity;
+	d->never = 0;
+	d->reset_after_us = units_to_us_ceil(D, per);
+	d->remaining = D >= tau ? 0 : (tau - D) / t;
+
+	if (cost > limit->capacity) {
+		/* More than a full bucket: waiting cannot help. */
+		d->allowed = 0;
+		d->never = 1;
+		d->retry_after_us = UINT64_MAX;
+		return;
+	}
+	/* cost <= capacity, so cost * t <= tau <= 2^52: no overflow. */
+	if (D + cost * t <= tau) {
+		uint64_t nd = D + cost * t;
+
+		d->allowed = 1;
+		d->retry_after_us = 0;
+		if (cost > 0) {
+			*next = encode(now_us, nd, per);
+			d->remaining = (tau - nd) / t;
+			d->reset_after_us = units_to_us_ceil(nd, per);
+		}
+	} else {
+		d->allowed = 0;
+		d->retry_after_us = units_to_us_ceil(D + cost * t - tau, per);
+	}
+}
+
+int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b)
+{
+	int replace;
+
+	if (a->allowed != b->allowed)
+		replace = !b->allowed;
+	else if (!b->allowed)
+		replace = b->retry_after_us > a->retry_after_us;
+	else
+		replace = b->remaining < a->remaining;
+	if (replace)
+		*a = *b;
+	return replace;
+}
+
+int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
+		    size_t n, int64_t now_us, uint64_t cost,
+		    sluice_state_t *next, sluice_decision_t *decisions,
+		    sluice_decision_t *summary)
+{
+	int allowed = 1;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		sluice_eval(&limits[i], states[i], now_us, cost, &next[i],
+			    &decisions[i]);
+		allowed &= decisions[i].allowed;
+	}
+	if (!allowed) {
+		/* All-or-nothing: report every bucket as it stands. */
+		for (i = 0; i < n; i++) {
+			if (decisions[i].allowed) {
+				sluice_eval(&limits[i], states[i], now_us, 0,
+					    &next[i], &decisions[i]);
+				decisions[i].allowed = 0;
+			}
+			next[i] = states[i];
+		}
+	}
+	if (summary && n > 0) {
+		*summary = decisions[0];
+		for (i = 1; i < n; i++)
+			sluice_decision_merge(summary, &decisions[i]);
+	}
+	return allowed;
+}
+
+int64_t sluice_state_expiry_us(sluice_state_t state)
+{
+	if (state <= 0)
+		return 0;
+	return state / 1000 + (state % 1000 != 0);
+}

@@ -1,0 +1,294 @@
+/*
+ * rate.c -- policy text: rates ("2/s", "0.5/s", "1/3s", "7/day") and
+ * capacities ("100"), parsed into exact rationals with messages that say
+ * what was expected.
+ */
+#include "sluice.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define US_PER_S UINT64_C(1000000)
+
+static const struct {
+	const char *name;
+	uint64_t us;
+} units[] = {
+	{"ms", 1000},
+	{"s", US_PER_S},
+	{"sec", US_PER_S},
+	{"second", US_PER_S},
+	{"m", 60 * US_PER_S},
+	{"min", 60 * US_PER_S},
+	{"minute", 60 * US_PER_S},
+	{"h", 3600 * US_PER_S},
+	{"hour", 3600 * US_PER_S},
+	{"d", 86400 * US_PER_S},
+	{"day", 86400 * US_PER_S},
+};
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* Parses [0-9]+ into *v, advancing *p; 0 on success, -1 no digits, -2 on
+ * overflow past `max`. */
+static int parse_uint(const char **p, uint64_t max, uint64_t *v, int *ndigits)
+{
+	const char *s = *p;
+	uint64_t x = 0;
+	int n = 0;
+
+	while (isdigit((unsigned char)*s)) {
+		unsigned dgt = (unsigned)(*s - '0');
+		if (x > (max - dgt) / 10)
+			return -2;
+		x = x * 10 + dgt;
+		s++;
+		n++;
+	}
+	if (n == 0)
+		return -1;
+	*p = s;
+	*v = x;
+	if (ndigits)
+		*ndigits = n;
+	return 0;
+}
+
+static int unit_us(const char *s, size_t len, uint64_t *us)
+{
+	size_t i;
+
+	/* Accept plurals: "minutes", "days", "secs". */
+	if (len > 1 && s[len - 1] == 's' && !(len == 2 && s[0] == 'm'))
+		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+			if (strlen(units[i].name) == len - 1 &&
+			    strncmp(units[i].name, s, len - 1) == 0 &&
+			    len - 1 > 1) {
+				*us = units[i].us;
+				return 0;
+			}
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (strlen(units[i].name) == len &&
+		    strncmp(units[i].name, s, len) == 0) {
+			*us = units[i].us;
+			return 0;
+		}
+	return -1;
+}
+
+#define RATE_FORMS                                                            \
+	"a rate like \"2/s\", \"50/min\", \"2000/h\", \"10000/day\", "       \
+	"\"0.5/s\" or \"1/3s\""
+
+int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
+		      size_t errlen)
+{
+	const char *p = text;
+	uint64_t whole, frac = 0, scale = 1, mult = 1, unit = US_PER_S;
+	uint64_t num, den, g;
+	unsigned __int128 period;
+	int fdigits = 0, rc;
+
+	if (!text)
+		return fail(SLUICE_EINVAL, err, errlen, "missing rate: expected %s",
+			    RATE_FORMS);
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '-')
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "rate \"%s\" is negative: expected %s", text,
+			    RATE_FORMS);
+	rc = parse_uint(&p, UINT64_C(1000000000000), &whole, NULL);
+	if (rc == -2)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "rate \"%s\" is too large: at most 10^12 tokens per "
+			    "period",
+			    text);
+	if (rc == -1)
+		return fail(SLUICE_EINVAL, err, errlen,
+			    "rate \"%s\" is not a number: expected %s", text,
+			    RATE_FORMS);
+	if (*p == '.') {
+		p++;
+		rc = parse_uint(&p, UINT64_C(999999), &frac, &fdigits);
+		if (rc != 0)
+			return fail(SLUICE_EINVAL, err, errlen,
+				    "rate \"%s\": expected 1 to 6 digits after "
+				    "the decimal point",
+				    text);
+		while (fdigits-- > 0)
+			scale *= 10;
+	}
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '/') {
+		const char *u;
+		p++;
+		while (isspace((unsigned char)*p))
+			p++;
+		if (isdigit((unsigned char)*p)) {
+			rc = parse_uint(&p, UINT64_C(1000000), &mult, NULL);
+			if (rc != 0 || mult == 0)
+				return fail(SLUICE_ERANGE, err, errlen,
+					    "rate \"%s\": the period multiplier "
+					    "must be 1 to 1000000",
+					    text);
+			while (isspace((unsigned char)*p))
+				p++;
+		}
+		u = p;
+		while (isalpha((unsigned char)*p))
+			p++;
+		if (p == u || unit_us(u, (size_t)(p - u), &unit) != 0)
+			return fail(SLUICE_EINVAL, err, errlen,
+				    "rate \"%s\": unknown time unit \"%.*s\": "
+				    "expected ms, s, min, h or day",
+				    text, (int)(p - u), u);
+	}
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p != '\0')
+		return fail(SLUICE_EINVAL, err, errlen,
+			    "rate \"%s\": unexpected \"%s\": expected %s", text,
+			    p, RATE_FORMS);
+
+	/* tokens = (whole*scale + frac) / scale per (mult*unit) us, so the
+	 * interval is mult*unit*scale / (whole*scale + frac) us per token. */
+	num = whole * scale + frac;
+	if (num == 0)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "rate \"%s\" is zero: a bucket must refill; expected "
+			    "%s",
+			    text, RATE_FORMS);
+	period = (unsigned __int128)mult * unit * scale;
+	den = num;
+	g = gcd((uint64_t)(period % den), den);
+	g = g ? g : den;
+	period /= g;
+	den /= g;
+	if (den > SLUICE_RATE_PER_MAX)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "rate \"%s\" is too fine to keep exact: one token "
+			    "every %llu/%llu us needs steps below 1/%u us; "
+			    "choose a nearby rate (e.g. a round number per "
+			    "second or minute)",
+			    text, (unsigned long long)period,
+			    (unsigned long long)den, SLUICE_RATE_PER_MAX);
+	if (period > SLUICE_UNITS_MAX)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "rate \"%s\" is too slow: at most one token per "
+			    "%llu days",
+			    text,
+			    (unsigned long long)(SLUICE_UNITS_MAX / 86400000000ull));
+	out->interval = (uint64_t)period;
+	out->per = (uint32_t)den;
+	return SLUICE_OK;
+}
+
+int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len)
+{
+	static const struct {
+		const char *name;
+		uint64_t us;
+	} fmt[] = {{"s", US_PER_S},
+		   {"min", 60 * US_PER_S},
+		   {"h", 3600 * US_PER_S},
+		   {"day", 86400 * US_PER_S}};
+	size_t i;
+
+	/* per tokens every interval us: the smallest unit with a whole count */
+	for (i = 0; i < sizeof(fmt) / sizeof(fmt[0]); i++) {
+		unsigned __int128 tok = (unsigned __int128)fmt[i].us * rate->per;
+		if (tok % rate->interval == 0)
+			return snprintf(buf, len, "%llu/%s",
+					(unsigned long long)(tok /
+							     rate->interval),
+					fmt[i].name);
+	}
+	/* e.g. one token every 3 s: "1/3s"; else per tokens per interval us */
+	if (rate->interval % (US_PER_S) == 0 && rate->per == 1)
+		return snprintf(buf, len, "1/%llus",
+				(unsigned long long)(rate->interval / US_PER_S));
+	return snprintf(buf, len, "%u/%lluus", rate->per,
+			(unsigned long long)rate->interval);
+}
+
+int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
+		      const sluice_rate_t *rate, char *err, size_t errlen)
+{
+	if (capacity == 0)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "capacity must be at least 1");
+	if (rate->interval == 0 || rate->per == 0 ||
+	    rate->per > SLUICE_RATE_PER_MAX)
+		return fail(SLUICE_EINVAL, err, errlen, "invalid rate");
+	if (capacity > SLUICE_UNITS_MAX / rate->interval)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "capacity %llu is too large for this rate: an empty "
+			    "bucket would take longer than %llu us to refill "
+			    "(at most %llu tokens)",
+			    (unsigned long long)capacity,
+			    (unsigned long long)(SLUICE_UNITS_MAX / rate->per),
+			    (unsigned long long)(SLUICE_UNITS_MAX /
+						 rate->interval));
+	limit->capacity = capacity;
+	limit->rate = *rate;
+	limit->tau = capacity * rate->interval;
+	return SLUICE_OK;
+}
+
+int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
+		       const char *rate, char *err, size_t errlen)
+{
+	const char *p = capacity;
+	sluice_rate_t r;
+	uint64_t cap;
+	int rc;
+
+	if (!p)
+		return fail(SLUICE_EINVAL, err, errlen,
+			    "missing capacity: expected a whole number >= 1");
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '-')
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "capacity \"%s\" is negative: expected a whole "
+			    "number >= 1",
+			    capacity);
+	rc = parse_uint(&p, SLUICE_UNITS_MAX, &cap, NULL);
+	while (rc == 0 && isspace((unsigned char)*p))
+		p++;
+	if (rc == -2)
+		return fail(SLUICE_ERANGE, err, errlen,
+			    "capacity \"%s\" is too large", capacity);
+	if (rc != 0 || *p != '\0')
+		return fail(SLUICE_EINVAL, err, errlen,
+			    "capacity \"%s\" is not a whole number: expected "
+			    "e.g. 100",
+			    capacity);
+	if ((rc = sluice_rate_parse(rate, &r, err, errlen)) != 0)
+		return rc;
+	return sluice_limit_init(limit, cap, &r, err, errlen);
+}

@@ -1,0 +1,78 @@
+/*
+ * sluice_redis.h -- the Redis store: bucket state shared by every instance.
+ *
+ * One client per event loop (libuv), non-blocking (hiredis), with every
+ * decision in flight pipelined onto its connections.  Each decision is one
+ * atomic server-side call (the SLUICE.TAKE module command when the server
+ * has it, else a Lua script loaded once and run by EVALSHA), timed by the
+ * Redis server's clock, never the caller's.  State is the same integer as
+ * sluice_state_t, stored with PX = its exact time to full.
+ *
+ * Keys: the bucket of limit i of `key` is stored at
+ *   <key_prefix>{<key>}:<i>
+ * so all limits of one key share a hash tag (one slot in Redis Cluster) and
+ * can be charged all-or-nothing in one call.
+ */
+#ifndef SLUICE_REDIS_H
+#define SLUICE_REDIS_H
+
+#include "sluice.h"
+
+#include <uv.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sluice_redis_s sluice_redis_t;
+
+typedef struct sluice_redis_opts_s {
+	/* "redis://[user:pass@]host:port[/db]" or "unix:///path/to/sock";
+	 * NULL when cluster seeds are given. */
+	const char *url;
+	/* Redis Cluster: "host:port" seeds (nseeds > 0 selects cluster mode) */
+	const char *const *seeds;
+	size_t nseeds;
+	const char *key_prefix;   /* NULL: "sluice:" */
+	unsigned timeout_ms;      /* per call; 0: 50 */
+	unsigned connections;     /* per client; 0: 1 */
+} sluice_redis_opts_t;
+
+/*
+ * Called once per sluice_redis_take(), on the loop's thread.  status is 0
+ * or a negative SLUICE_E* code (SLUICE_ETIMEDOUT, SLUICE_ESTORE); on
+ * failure the decision is not set and the caller applies its fail mode.
+ * summary is the most restrictive decision (sluice_decision_merge()) and
+ * `which` the index of the limit it came from.
+ */
+typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
+				const sluice_decision_t *summary, size_t which);
+
+/* Creates a client on `loop`; connects in the background.  Returns 0 or a
+ * negative code with a message in err. */
+int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
+		     sluice_redis_t **out, char *err, size_t errlen);
+
+/*
+ * Charges `cost` against every limit of `key`, all-or-nothing.  The
+ * callback may run before this returns (for example when the circuit
+ * breaker is open and the call fails fast).  Returns 0, or a negative code
+ * when the call could not be queued (the callback is then not called).
+ */
+int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
+		      const sluice_limit_t *limits, size_t nlimits,
+		      uint64_t cost, sluice_redis_cb cb, void *arg);
+
+/* 1 when the client believes the store can answer (connected, breaker
+ * closed), for /readyz. */
+int sluice_redis_healthy(const sluice_redis_t *r);
+
+/* Closes the connections; calls that are still pending fail with
+ * SLUICE_ESTORE.  Safe to call from the loop's thread only. */
+void sluice_redis_free(sluice_redis_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_REDIS_H */

@@ -1,0 +1,186 @@
+/*
+ * config.h -- the `sluice serve` configuration (YAML) and the rules it holds.
+ *
+ * config.c parses and validates a file into a sluice_config_t; rules.c
+ * answers "which buckets does this request touch?" for the HTTP layer.  The
+ * HTTP layer never looks inside YAML, and this layer never does I/O beyond
+ * reading the file.
+ *
+ * A config is immutable once loaded: SIGHUP builds a new one and swaps the
+ * pointer, so a request in flight keeps using the config it started with.
+ */
+#ifndef SLUICE_SERVE_CONFIG_H
+#define SLUICE_SERVE_CONFIG_H
+
+#include "sluice.h"
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define SLUICE_MAX_LIMITS 8  /* limits in one rule or tier */
+#define SLUICE_MAX_SOURCES 8 /* key sources in one rule */
+#define SLUICE_MAX_PARTS 4   /* parts of one composite key source */
+
+/* What to do when the store fails (Redis down or slow). */
+typedef enum {
+	SLUICE_FAIL_OPEN = 0, /* allow, and count it */
+	SLUICE_FAIL_CLOSED,   /* answer 503 with Retry-After */
+	SLUICE_FAIL_LOCAL,    /* decide on this instance's memory store */
+} sluice_fail_mode_t;
+
+/* One part of a key source. */
+typedef enum {
+	SLUICE_KEY_HEADER = 0, /* the value of a request header */
+	SLUICE_KEY_IP,         /* the client IP (after trusted proxies, with
+				  IPv6 grouped by ipv6_prefix) */
+} sluice_key_kind_t;
+
+typedef struct sluice_key_part_s {
+	sluice_key_kind_t kind;
+	char *header; /* lower-case header name, for SLUICE_KEY_HEADER */
+} sluice_key_part_t;
+
+/* A key source: one part ("header:x-user-id", "ip") or a composite of
+ * several ("header:x-api-key+ip"); a composite is non-empty only when every
+ * part is. */
+typedef struct sluice_key_source_s {
+	sluice_key_part_t parts[SLUICE_MAX_PARTS];
+	size_t nparts;
+} sluice_key_source_t;
+
+/* A named set of limits, all of which must pass. */
+typedef struct sluice_limit_set_s {
+	char *name; /* tier name, or the rule name for plain limits */
+	sluice_limit_t limits[SLUICE_MAX_LIMITS];
+	size_t nlimits;
+} sluice_limit_set_t;
+
+typedef struct sluice_rule_s {
+	char *name;
+	int line; /* where the rule starts in the file, for messages */
+
+	/* match: every method when nmethods is 0; every path when path is
+	 * NULL.  path is a glob ('*' any run of characters, '?' one). */
+	char **methods;
+	size_t nmethods;
+	char *path;
+
+	sluice_key_source_t sources[SLUICE_MAX_SOURCES];
+	size_t nsources;
+
+	/* Either plain limits (ntiers == 0: limits is used) or tiers chosen by
+	 * the value of tier_header, default_tier when absent or unknown. */
+	sluice_limit_set_t limits;
+	sluice_limit_set_t *tiers;
+	size_t ntiers;
+	char *tier_header;  /* lower-case */
+	size_t default_tier; /* index into tiers */
+
+	uint64_t cost; /* tokens per request, default 1 */
+	sluice_fail_mode_t on_store_error;
+	int shadow; /* decide and count, never reject */
+} sluice_rule_t;
+
+/* A CIDR block of trusted proxies. */
+typedef struct sluice_cidr_s {
+	int family; /* AF_INET or AF_INET6 */
+	uint8_t addr[16];
+	unsigned prefix;
+} sluice_cidr_t;
+
+typedef enum {
+	SLUICE_STORE_MEMORY = 0,
+	SLUICE_STORE_REDIS,
+	SLUICE_STORE_REDIS_CLUSTER,
+} sluice_store_kind_t;
+
+typedef struct sluice_store_config_s {
+	sluice_store_kind_t kind;
+	size_t max_keys; /* memory store bound (default 1,000,000) */
+	/* redis / redis_cluster */
+	char *url;          /* redis://[user:pass@]host:port/db, unix:///path */
+	char **seeds;       /* cluster seeds, "host:port" */
+	size_t nseeds;
+	char *key_prefix;   /* default "sluice:" */
+	unsigned timeout_ms;  /* default 50 */
+	unsigned connections; /* per thread, default 1 */
+} sluice_store_config_t;
+
+typedef struct sluice_config_s {
+	char *path; /* the file, or NULL for the built-in default */
+	char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:8080 */
+	unsigned threads; /* default 1 */
+	sluice_store_config_t store;
+	sluice_cidr_t *trusted_proxies;
+	size_t ntrusted;
+	unsigned ipv6_prefix; /* default 64 */
+	/* limits on what clients send (defaults in config.c) */
+	size_t max_header_bytes;  /* 431 beyond */
+	size_t max_body_bytes;    /* 413 beyond */
+	unsigned idle_timeout_ms; /* close idle keep-alive connections */
+	sluice_rule_t *rules;
+	size_t nrules;
+} sluice_config_t;
+
+/*
+ * Loads and validates a YAML file.  On error returns NULL and writes
+ * "FILE:LINE: what is wrong; what was expected" into err.
+ */
+sluice_config_t *sluice_config_load(const char *path, char *err,
+				    size_t errlen);
+
+/* The same from a buffer; `name` stands for the file in messages. */
+sluice_config_t *sluice_config_parse(const char *name, const char *text,
+				     size_t len, char *err, size_t errlen);
+
+/* The built-in default: the classic policy on the memory store (capacity
+ * 100, refill 2/s, key = x-user-id header, else the client IP). */
+sluice_config_t *sluice_config_default(void);
+
+void sluice_config_free(sluice_config_t *cfg);
+
+/* ------------------------------------------------------------ requests */
+
+/* What the rules need to know about one request. */
+typedef struct sluice_request_s {
+	const char *method;
+	size_t method_len;
+	const char *path; /* without the query string */
+	size_t path_len;
+	/* Looks up a header by lower-case name; returns NULL when absent. */
+	const char *(*header)(void *ctx, const char *name, size_t *len);
+	void *header_ctx;
+	/* The TCP peer. */
+	const struct sockaddr *peer;
+} sluice_request_t;
+
+/* One bucket set a request must be charged against. */
+typedef struct sluice_match_s {
+	const sluice_rule_t *rule;
+	const sluice_limit_set_t *set; /* the rule's limits or chosen tier */
+	char key[512]; /* "<rule>\x1f<identity>", the store key */
+	size_t keylen;
+} sluice_match_t;
+
+/*
+ * Fills out[] with the rules that apply to the request (up to max), each
+ * with its store key and limit set.  A rule whose key sources are all empty
+ * is skipped (there is nobody to charge).  Returns the number of matches.
+ */
+size_t sluice_rules_match(const sluice_config_t *cfg,
+			  const sluice_request_t *req, sluice_match_t *out,
+			  size_t max);
+
+/*
+ * The client address: the TCP peer, unless the peer is a trusted proxy, in
+ * which case X-Real-IP, else the right-most untrusted X-Forwarded-For
+ * entry.  IPv4-mapped IPv6 counts as IPv4; IPv6 is truncated to
+ * ipv6_prefix bits.  Writes text ("203.0.113.7", "2001:db8:1:2::/64") into
+ * buf and returns its length (0 when unknown).
+ */
+size_t sluice_client_ip(const sluice_config_t *cfg,
+			const sluice_request_t *req, char *buf, size_t len);
+
+#endif /* SLUICE_SERVE_CONFIG_H */

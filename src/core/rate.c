@@ -16,6 +16,7 @@ static const struct {
 	const char *name;
 	uint64_t us;
 } units[] = {
+	{"us", 1},
 	{"ms", 1000},
 	{"s", US_PER_S},
 	{"sec", US_PER_S},
@@ -149,11 +150,12 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 		while (isspace((unsigned char)*p))
 			p++;
 		if (isdigit((unsigned char)*p)) {
-			rc = parse_uint(&p, UINT64_C(1000000), &mult, NULL);
+			rc = parse_uint(&p, UINT64_C(1000000000000), &mult,
+					NULL);
 			if (rc != 0 || mult == 0)
 				return fail(SLUICE_ERANGE, err, errlen,
 					    "rate \"%s\": the period multiplier "
-					    "must be 1 to 1000000",
+					    "must be 1 to 10^12",
 					    text);
 			while (isspace((unsigned char)*p))
 				p++;
@@ -164,7 +166,7 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 		if (p == u || unit_us(u, (size_t)(p - u), &unit) != 0)
 			return fail(SLUICE_EINVAL, err, errlen,
 				    "rate \"%s\": unknown time unit \"%.*s\": "
-				    "expected ms, s, min, h or day",
+				    "expected us, ms, s, min, h or day",
 				    text, (int)(p - u), u);
 	}
 	while (isspace((unsigned char)*p))
@@ -227,7 +229,8 @@ int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len)
 							     rate->interval),
 					fmt[i].name);
 	}
-	/* e.g. one token every 3 s: "1/3s"; else per tokens per interval us */
+	/* e.g. one token every 3 days: "1/259200s"; else exact in us.  Both
+	 * forms parse back to the same rate. */
 	if (rate->interval % (US_PER_S) == 0 && rate->per == 1)
 		return snprintf(buf, len, "1/%llus",
 				(unsigned long long)(rate->interval / US_PER_S));

@@ -4,6 +4,9 @@
  * ends (PR_SET_PDEATHSIG in the child, atexit in the parent), plus a small
  * delaying TCP proxy that makes a healthy Redis look slow.
  *
+ * PR_SET_PDEATHSIG follows the thread that forked: a server started from
+ * a helper thread dies when that thread ends.
+ *
  * Header-only (static inline) so each test stays one source file.
  */
 #ifndef SLUICE_REDIS_HARNESS_H
@@ -11,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -158,9 +162,10 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (!freopen("/dev/null", "w", stdout) ||
-		    !freopen("/dev/null", "w", stderr))
+		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
 			_exit(127);
 		if (cluster)
 			execlp("redis-server", "redis-server", "--port",

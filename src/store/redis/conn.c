@@ -6,7 +6,6 @@
  */
 #include "store/redis/redis_int.h"
 
-#include <hiredis/adapters/libuv.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,7 +94,7 @@ void sluice_redis__conn_start(sluice_redis_conn_t *k)
 		conn_schedule(k);
 		return;
 	}
-	if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
+	if (sluice_redis__attach(ac, r->loop) < 0) {
 		redisAsyncFree(ac);
 		k->state = CONN_DOWN;
 		conn_schedule(k);

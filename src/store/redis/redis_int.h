@@ -8,6 +8,7 @@
  *   module.c   the SLUICE.TAKE module path
  *   url.c      redis:// and unix:// URLs
  *   sha1.c     the script's name
+ *   uv_adapter.c  hiredis on libuv
  *
  * Ownership of a call: the user callback runs exactly once (call_finish);
  * hiredis holds a reference for each command sent with the call as its
@@ -35,7 +36,7 @@
  * reached again within MAX ms (well inside the 1 s promise). */
 #define SLUICE_REDIS_BACKOFF_MIN_MS	10
 #define SLUICE_REDIS_BACKOFF_MAX_MS	200
-#define SLUICE_REDIS_CONNECT_TIMEOUT_MS 1000
+#define SLUICE_REDIS_CONNECT_TIMEOUT_MS 500
 /* Timed-out calls with no reply in between after which a connection is
  * declared stuck, dropped and reopened. */
 #define SLUICE_REDIS_STUCK_TIMEOUTS 8
@@ -189,6 +190,9 @@ int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,
 			    size_t errlen);
 void sluice_redis__url_free(sluice_redis_url_t *u);
+
+/* uv_adapter.c: attaches a hiredis context to the loop; 0 or -1. */
+int sluice_redis__attach(redisAsyncContext *ac, uv_loop_t *loop);
 
 /* sha1.c */
 void sluice_redis__sha1_hex(const void *data, size_t len, char out[41]);

@@ -115,6 +115,36 @@ static inline int rh_free_port(void)
 	return port;
 }
 
+static inline int rh_port_free(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A cluster node also listens on port + 10000 (its bus): both free, and
+ * below the ephemeral range so the kernel hands neither out meanwhile. */
+static inline int rh_free_cluster_port(void)
+{
+	int i;
+
+	srand((unsigned)getpid() ^ (unsigned)rh_ms());
+	for (i = 0; i < 1000; i++) {
+		int p = 20000 + rand() % 10000;
+
+		if (rh_port_free(p) && rh_port_free(p + 10000))
+			return p;
+	}
+	fprintf(stderr, "harness: no free cluster port\n");
+	exit(1);
+}
+
 /* A redis-server process. */
 typedef struct rh_redis_s {
 	pid_t pid;
@@ -152,7 +182,9 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 	int64_t until;
 	pid_t pid;
 
-	s->port = port ? port : rh_free_port();
+	s->port = port	    ? port
+		  : cluster ? rh_free_cluster_port()
+			    : rh_free_port();
 	s->cluster = cluster;
 	if (!s->dir[0]) {
 		strcpy(s->dir, "/tmp/sluice-redis-XXXXXX");

@@ -198,6 +198,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 	if (is_error(rep, "NOSCRIPT") && k && k->ac == ac &&
 	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
 		/* Reload, then the same call behind it on the same pipe. */
+		c->r->noscript++;
 		sluice_redis__load_script(k);
 		if (sluice_redis__send_script(k, c) == 0)
 			return;

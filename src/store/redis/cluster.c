@@ -183,10 +183,12 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply)
 	if (!n || ++c->redirects > SLUICE_REDIS_MAX_REDIRECTS)
 		return 0;
 	if (moved) {
+		r->moved++;
 		r->slots[slot] = (int16_t)idx;
 		r->refreshed_ms = 0;
 		sluice_redis__refresh_slots(r);
 	} else {
+		r->asked++;
 		c->ask = n;
 	}
 	sluice_redis__send(c);

@@ -183,4 +183,11 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 size_t sluice_client_ip(const sluice_config_t *cfg,
 			const sluice_request_t *req, char *buf, size_t len);
 
+/*
+ * The path glob of a rule: '*' matches any run of characters (slashes
+ * included), '?' exactly one character, anything else itself.  Matches
+ * the whole of s[0..len).  Returns 1 on a match.
+ */
+int sluice_glob_match(const char *pattern, const char *s, size_t len);
+
 #endif /* SLUICE_SERVE_CONFIG_H */

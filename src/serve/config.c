@@ -285,12 +285,13 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 	static const char *const cluster_keys[] = {"seeds",	 "key_prefix",
 						   "timeout_ms", "connections",
 						   "max_keys",	 NULL};
-	char what[64];
+	char what[64], field[96];
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
 
 	snprintf(what, sizeof(what), "store.%s", kind);
+#define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
 	if (sluice_yaml_is_null(body) && strcmp(kind, "redis_cluster") != 0)
 		return 0; /* "memory:" or "redis:" alone: all defaults */
 	if (sluice_yaml_expect_map(y, body, what) < 0)
@@ -302,8 +303,8 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 					   : cluster_keys) < 0)
 		return -1;
 	if ((v = sluice_yaml_get(y, body, "max_keys"))) {
-		if (sluice_yaml_uint(y, v, "max_keys", 1, UINT64_C(1) << 32,
-				     &u) < 0)
+		if (sluice_yaml_uint(y, v, FIELD("max_keys"), 1,
+				     UINT64_C(1) << 32, &u) < 0)
 			return -1;
 		st->max_keys = (size_t)u;
 	}
@@ -319,7 +320,7 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			"store.redis_cluster has no seeds; "
 			"expected seeds: [\"host:port\", ...]");
 	if ((v = sluice_yaml_get(y, body, "key_prefix"))) {
-		if (sluice_yaml_string(y, v, "key_prefix", &s) < 0)
+		if (sluice_yaml_string(y, v, FIELD("key_prefix"), &s) < 0)
 			return -1;
 		if (strlen(s) > 64)
 			return sluice_yaml_error(
@@ -331,16 +332,18 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			return nomem(y, v);
 	}
 	if ((v = sluice_yaml_get(y, body, "timeout_ms"))) {
-		if (sluice_yaml_uint(y, v, "timeout_ms", 1, 60000, &u) < 0)
+		if (sluice_yaml_uint(y, v, FIELD("timeout_ms"), 1, 60000, &u) <
+		    0)
 			return -1;
 		st->timeout_ms = (unsigned)u;
 	}
 	if ((v = sluice_yaml_get(y, body, "connections"))) {
-		if (sluice_yaml_uint(y, v, "connections", 1, 64, &u) < 0)
+		if (sluice_yaml_uint(y, v, FIELD("connections"), 1, 64, &u) < 0)
 			return -1;
 		st->connections = (unsigned)u;
 	}
 	return 0;
+#undef FIELD
 }
 
 static int parse_store(sluice_yaml_t *y, yaml_node_t *node,
@@ -554,7 +557,7 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	char msg[256];
 	struct sockaddr_storage ss;
 
-	if (sluice_yaml_check_keys(y, root, "the file", keys) < 0)
+	if (sluice_yaml_check_keys(y, root, "top level", keys) < 0)
 		return -1;
 	if ((v = sluice_yaml_get(y, root, "listen"))) {
 		if (sluice_yaml_string(y, v, "listen", &s) < 0)

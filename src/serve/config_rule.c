@@ -240,7 +240,7 @@ static int parse_limit(sluice_yaml_t *y, yaml_node_t *node,
 	uint64_t capacity;
 	sluice_rate_t r;
 	const char *text;
-	char msg[384];
+	char msg[384], field[200];
 
 	if (sluice_yaml_expect_map(y, node, what) < 0 ||
 	    sluice_yaml_check_keys(y, node, what, keys) < 0)
@@ -252,10 +252,11 @@ static int parse_limit(sluice_yaml_t *y, yaml_node_t *node,
 					 "%s has no %s; expected {capacity: "
 					 "100, rate: 2/s}",
 					 what, cap ? "rate" : "capacity");
-	if (sluice_yaml_uint(y, cap, "capacity", 1, SLUICE_UNITS_MAX,
-			     &capacity) < 0)
+	snprintf(field, sizeof(field), "%s.capacity", what);
+	if (sluice_yaml_uint(y, cap, field, 1, SLUICE_UNITS_MAX, &capacity) < 0)
 		return -1;
-	if (sluice_yaml_string(y, rate, "rate", &text) < 0)
+	snprintf(field, sizeof(field), "%s.rate", what);
+	if (sluice_yaml_string(y, rate, field, &text) < 0)
 		return -1;
 	if (sluice_rate_parse(text, &r, msg, sizeof(msg)) < 0) {
 		semicolon(msg);
@@ -280,7 +281,7 @@ static int parse_limit_list(sluice_yaml_t *y, yaml_node_t *node,
 	n = sluice_yaml_seq_len(node);
 	if (n == 0 || n > SLUICE_MAX_LIMITS)
 		return sluice_yaml_error(y, node,
-					 "%s has %zu limits; expected 1 to %d "
+					 "%s has %zu entries; expected 1 to %d "
 					 "entries like {capacity: 100, rate: "
 					 "2/s}",
 					 what, n, SLUICE_MAX_LIMITS);
@@ -415,14 +416,15 @@ static int check_cost(sluice_yaml_t *y, yaml_node_t *node,
 				return sluice_yaml_error(
 					y, node,
 					"%s: cost %llu exceeds the capacity "
-					"%llu of %s limit %zu, so no request "
+					"%llu of %s%s[%zu], so no request "
 					"could ever pass; expected a cost of "
 					"at most every capacity",
 					rule, (unsigned long long)r->cost,
 					(unsigned long long)sets[i]
 						.limits[j]
 						.capacity,
-					r->ntiers ? sets[i].name : "the", j);
+					r->ntiers ? "tiers.limits." : "limits",
+					r->ntiers ? sets[i].name : "", j);
 	return 0;
 }
 

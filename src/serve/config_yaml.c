@@ -132,7 +132,7 @@ const char *sluice_yaml_kind(const yaml_node_t *node)
 	case YAML_SEQUENCE_NODE:
 		return "a list";
 	default:
-		return "a value";
+		return "a single value";
 	}
 }
 

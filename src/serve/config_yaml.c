@@ -60,14 +60,17 @@ int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len)
 			 "%s:1: the file is empty; expected a mapping of "
 			 "settings such as \"rules:\"",
 			 y->name);
+		yaml_document_delete(&y->doc);
 		return -1;
 	}
-	if (root->type != YAML_MAPPING_NODE)
-		return sluice_yaml_error(y, root,
-					 "the file holds %s; expected a "
-					 "mapping of settings (listen, store, "
-					 "rules, ...)",
-					 sluice_yaml_kind(root));
+	if (root->type != YAML_MAPPING_NODE) {
+		sluice_yaml_error(y, root,
+				  "the file holds %s; expected a mapping of "
+				  "settings (listen, store, rules, ...)",
+				  sluice_yaml_kind(root));
+		yaml_document_delete(&y->doc);
+		return -1;
+	}
 	return 0;
 }
 

@@ -61,6 +61,15 @@ const char *sluice_strerror(int err);
  * of the state (see sluice_state_t), so per must stay <= 1000. */
 #define SLUICE_RATE_PER_MAX 1000u
 
+/* The longest time an empty bucket may take to refill: 2^48 us, about 8.9
+ * years. */
+#define SLUICE_REFILL_MAX_US (UINT64_C(1) << 48)
+
+/* The latest time the state encoding can hold (about the year 2242): a
+ * state (now + up to twice SLUICE_REFILL_MAX_US) * 1000 fits in int64.
+ * sluice_eval() clamps `now` into [0, SLUICE_TIME_MAX_US]. */
+#define SLUICE_TIME_MAX_US INT64_C(8600000000000000)
+
 /* Relative bucket quantities (in 1/per microsecond units) stay below this
  * bound, which keeps them exact in an IEEE double (Redis Lua). */
 #define SLUICE_UNITS_MAX (UINT64_C(1) << 52)
@@ -103,7 +112,8 @@ typedef struct sluice_limit_s {
 /*
  * Builds a limit.  Fails with SLUICE_ERANGE when capacity is 0 or when the
  * time to refill an empty bucket does not fit the exact range
- * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX).
+ * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX, and the time
+ * itself must not exceed SLUICE_REFILL_MAX_US).
  */
 int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 		      const sluice_rate_t *rate, char *err, size_t errlen);

@@ -198,12 +198,13 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 			    "second or minute)",
 			    text, (unsigned long long)period,
 			    (unsigned long long)den, SLUICE_RATE_PER_MAX);
-	if (period > SLUICE_UNITS_MAX)
+	if (period > SLUICE_UNITS_MAX || period / den > SLUICE_REFILL_MAX_US)
 		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is too slow: at most one token per "
+			    "rate \"%s\" is too slow: at least one token per "
 			    "%llu days",
 			    text,
-			    (unsigned long long)(SLUICE_UNITS_MAX / 86400000000ull));
+			    (unsigned long long)(SLUICE_REFILL_MAX_US /
+						 86400000000ull));
 	out->interval = (uint64_t)period;
 	out->per = (uint32_t)den;
 	return SLUICE_OK;
@@ -247,15 +248,22 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	if (rate->interval == 0 || rate->per == 0 ||
 	    rate->per > SLUICE_RATE_PER_MAX)
 		return fail(SLUICE_EINVAL, err, errlen, "invalid rate");
-	if (capacity > SLUICE_UNITS_MAX / rate->interval)
+	if (capacity > SLUICE_UNITS_MAX / rate->interval ||
+	    capacity * rate->interval / rate->per > SLUICE_REFILL_MAX_US) {
+		uint64_t most = SLUICE_UNITS_MAX / rate->interval;
+		uint64_t by_time = (uint64_t)((unsigned __int128)
+						      SLUICE_REFILL_MAX_US *
+					      rate->per / rate->interval);
 		return fail(SLUICE_ERANGE, err, errlen,
 			    "capacity %llu is too large for this rate: an empty "
-			    "bucket would take longer than %llu us to refill "
-			    "(at most %llu tokens)",
+			    "bucket may take at most %llu days to refill (at "
+			    "most %llu tokens)",
 			    (unsigned long long)capacity,
-			    (unsigned long long)(SLUICE_UNITS_MAX / rate->per),
-			    (unsigned long long)(SLUICE_UNITS_MAX /
-						 rate->interval));
+			    (unsigned long long)(SLUICE_REFILL_MAX_US /
+						 86400000000ULL),
+			    (unsigned long long)(most < by_time ? most
+								: by_time));
+	}
 	limit->capacity = capacity;
 	limit->rate = *rate;
 	limit->tau = capacity * rate->interval;

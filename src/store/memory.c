@@ -20,8 +20,10 @@
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no
  * background thread and no stop-the-world scan: every call also examines
- * RECLAIM_STEP slots at a per-shard cursor and frees dead entries there, so
- * the cost of reclaiming is spread evenly over the traffic.
+ * RECLAIM_STEP slots at its shard's cursor, and every RECLAIM_EVERY-th call
+ * of a thread sweeps RECLAIM_AWAY slots of another shard (if its lock is
+ * free), so shards that traffic no longer reaches are emptied too.  The
+ * cost of reclaiming is spread evenly over the traffic.
  */
 #include "sluice.h"
 #include "util/siphash.h"
@@ -30,12 +32,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SHARDS 64
-#define MAX_STATES 64
-#define MAX_KEYLEN 65535
-#define MIN_SLOTS 16
-#define EVICT_WINDOW 32
-#define RECLAIM_STEP 2
+#define MAX_SHARDS    64
+#define MAX_STATES    64
+#define MAX_KEYLEN    65535
+#define MIN_SLOTS     16
+#define EVICT_WINDOW  32
+#define RECLAIM_STEP  2
+#define RECLAIM_EVERY 16
+#define RECLAIM_AWAY  32
 
 typedef struct entry_s {
 	uint32_t hash; /* low 32 bits of the key's hash, to skip memcmp */
@@ -52,8 +56,8 @@ typedef struct shard_s {
 	size_t mask; /* slots - 1 (a power of two minus one) */
 	size_t count;
 	size_t max;
-	size_t hand;    /* CLOCK hand for eviction */
-	size_t cursor;  /* incremental reclaim position */
+	size_t hand;   /* CLOCK hand for eviction */
+	size_t cursor; /* incremental reclaim position */
 	uint64_t expired, evicted_full, evicted_lossy;
 	char pad[64]; /* keep neighbouring locks off one cache line */
 } shard_t;
@@ -165,11 +169,11 @@ static long find(const shard_t *s, uint64_t hash, const void *key,
 
 /* --------------------------------------------------- expiry and eviction */
 
-static void reclaim_step(shard_t *s, int64_t now_us)
+static void reclaim_step(shard_t *s, int64_t now_us, int steps)
 {
 	int n;
 
-	for (n = 0; n < RECLAIM_STEP && s->count > 0; n++) {
+	for (n = 0; n < steps && s->count > 0; n++) {
 		size_t i = s->cursor;
 		entry_t *e = s->slots[i];
 
@@ -269,6 +273,22 @@ void sluice_memstore_free(sluice_memstore_t *m)
 	free(m);
 }
 
+/* Every RECLAIM_EVERY-th call of a thread sweeps a little of another shard,
+ * chosen round-robin; a busy shard is simply skipped this time. */
+static void reclaim_elsewhere(sluice_memstore_t *m, int64_t now_us)
+{
+	static __thread unsigned tick;
+	shard_t *s;
+
+	if (m->nshards < 2 || ++tick % RECLAIM_EVERY != 0)
+		return;
+	s = &m->shards[(tick / RECLAIM_EVERY) & (m->nshards - 1)];
+	if (pthread_mutex_trylock(&s->lock) != 0)
+		return;
+	reclaim_step(s, now_us, RECLAIM_AWAY);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* Stores states for a key that has none yet; on allocation failure the
  * decision stands but the state is not kept (fails open, never crashes). */
 static void insert(shard_t *s, uint64_t hash, const void *key, size_t keylen,
@@ -335,8 +355,9 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 	} else if (allowed && cost > 0) {
 		insert(s, hash, key, keylen, next, nlimits, now_us);
 	}
-	reclaim_step(s, now_us);
+	reclaim_step(s, now_us, RECLAIM_STEP);
 	pthread_mutex_unlock(&s->lock);
+	reclaim_elsewhere(m, now_us);
 
 	if (summary)
 		*summary = sum;

@@ -10,7 +10,7 @@
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
-#define SIPROUND                                                              \
+#define SIPROUND                                                               \
 	do {                                                                   \
 		v0 += v1;                                                      \
 		v1 = ROTL(v1, 13);                                             \

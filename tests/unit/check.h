@@ -13,7 +13,7 @@
 
 static int check_failed_now, check_passed, check_failed;
 
-#define CHECK(cond)                                                           \
+#define CHECK(cond)                                                            \
 	do {                                                                   \
 		if (!(cond)) {                                                 \
 			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
@@ -23,7 +23,7 @@ static int check_failed_now, check_passed, check_failed;
 		}                                                              \
 	} while (0)
 
-#define CHECK_EQ_U64(a, b)                                                    \
+#define CHECK_EQ_U64(a, b)                                                     \
 	do {                                                                   \
 		uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);               \
 		if (a_ != b_) {                                                \
@@ -36,7 +36,7 @@ static int check_failed_now, check_passed, check_failed;
 		}                                                              \
 	} while (0)
 
-#define RUN(test)                                                             \
+#define RUN(test)                                                              \
 	do {                                                                   \
 		check_failed_now = 0;                                          \
 		test();                                                        \
@@ -49,7 +49,7 @@ static int check_failed_now, check_passed, check_failed;
 		}                                                              \
 	} while (0)
 
-#define TESTS_DONE()                                                          \
+#define TESTS_DONE()                                                           \
 	do {                                                                   \
 		printf("%d passed, %d failed\n", check_passed, check_failed);  \
 		return check_failed ? 1 : 0;                                   \

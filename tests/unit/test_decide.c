@@ -60,9 +60,10 @@ static answer_t model_take(model_t *m, int64_t now, uint64_t cost)
 	a.remaining = (uint64_t)(m->level / m->period);
 	/* Waiting time for (need - level)/period tokens at tokens/period per
 	 * microsecond is (need - level)/tokens microseconds. */
-	a.retry_after_us = a.allowed      ? 0
-			   : cost > m->capacity ? UINT64_MAX
-						: div_ceil(need - m->level, m->tokens);
+	a.retry_after_us = a.allowed ? 0
+			   : cost > m->capacity
+				   ? UINT64_MAX
+				   : div_ceil(need - m->level, m->tokens);
 	a.reset_after_us = div_ceil(full - m->level, m->tokens);
 	return a;
 }
@@ -76,12 +77,9 @@ typedef struct policy_s {
 } policy_t;
 
 static const policy_t policies[] = {
-	{"2/s", 2, 1000000, 100},
-	{"1/3s", 1, 3000000, 5},
-	{"7/day", 7, 86400000000ULL, 7},
-	{"1000000/s", 1000000, 1000000, 1000},
-	{"0.5/s", 1, 2000000, 10},
-	{"50/min", 50, 60000000, 50},
+	{"2/s", 2, 1000000, 100},	 {"1/3s", 1, 3000000, 5},
+	{"7/day", 7, 86400000000ULL, 7}, {"1000000/s", 1000000, 1000000, 1000},
+	{"0.5/s", 1, 2000000, 10},	 {"50/min", 50, 60000000, 50},
 	{"3/s", 3, 1000000, 4},
 };
 
@@ -129,22 +127,26 @@ static void test_matches_exact_model(void)
 				break;
 			case 1:
 			case 2:
-				now += (int64_t)(test_rand(&seed) % (interval * 2));
+				now += (int64_t)(test_rand(&seed) %
+						 (interval * 2));
 				break;
 			default:
-				now += (int64_t)(test_rand(&seed) % (interval / 4 + 2));
+				now += (int64_t)(test_rand(&seed) %
+						 (interval / 4 + 2));
 				break;
 			}
-			cost = (r >> 8) % 16 == 0 ? p->capacity + 1
+			cost = (r >> 8) % 16 == 0   ? p->capacity + 1
 			       : (r >> 8) % 16 == 1 ? 0
 						    : 1 + (r >> 16) % 3;
 			sluice_eval(&l, s, now, cost, &next, &d);
 			a = model_take(&m, now, cost);
-			if (d.allowed != a.allowed || d.remaining != a.remaining ||
+			if (d.allowed != a.allowed ||
+			    d.remaining != a.remaining ||
 			    d.retry_after_us != a.retry_after_us ||
 			    d.reset_after_us != a.reset_after_us) {
 				fprintf(stderr,
-					"%s step %zu cost %llu: got %d/%llu/%llu/"
+					"%s step %zu cost %llu: got "
+					"%d/%llu/%llu/"
 					"%llu want %d/%llu/%llu/%llu\n",
 					p->rate, step, (unsigned long long)cost,
 					d.allowed,

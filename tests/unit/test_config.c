@@ -2,6 +2,7 @@
  * test_config.c -- the YAML config: every field is read, every kind of bad
  * file is refused with "FILE:LINE: what is wrong; what was expected".
  */
+#include "check.h"
 #include "serve/config.h"
 
 #include <arpa/inet.h>
@@ -9,17 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
 
 static sluice_config_t *parse(const char *text, char *err, size_t errlen)
 {
@@ -376,7 +366,7 @@ static void test_bad_files_name_file_and_line(void)
 			fprintf(stderr,
 				"bad file #%zu: want \"%s...%s\", got \"%s\"\n",
 				i, prefix, b->what, c ? "(accepted)" : err);
-			failures++;
+			check_failed_now = 1;
 		}
 		sluice_config_free(c);
 	}
@@ -431,18 +421,14 @@ static void test_listen_parse(void)
 
 int main(void)
 {
-	test_default_is_the_classic_policy();
-	test_file_without_rules_gets_the_classic_rule();
-	test_issue_example_parses();
-	test_every_top_level_field();
-	test_redis_stores();
-	test_empty_trusted_proxies_trusts_nobody();
-	test_bad_files_name_file_and_line();
-	test_load_reads_a_file_and_names_it();
-	test_listen_parse();
-	if (failures)
-		fprintf(stderr, "test_config: %d failure(s)\n", failures);
-	else
-		printf("test_config: ok\n");
-	return failures ? 1 : 0;
+	RUN(test_default_is_the_classic_policy);
+	RUN(test_file_without_rules_gets_the_classic_rule);
+	RUN(test_issue_example_parses);
+	RUN(test_every_top_level_field);
+	RUN(test_redis_stores);
+	RUN(test_empty_trusted_proxies_trusts_nobody);
+	RUN(test_bad_files_name_file_and_line);
+	RUN(test_load_reads_a_file_and_names_it);
+	RUN(test_listen_parse);
+	TESTS_DONE();
 }

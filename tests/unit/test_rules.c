@@ -4,6 +4,7 @@
  * client address behind trusted proxies (X-Forwarded-For spoofing, IPv6
  * grouping, IPv4-mapped peers).
  */
+#include "check.h"
 #include "serve/config.h"
 #include "serve/sha256.h"
 
@@ -13,17 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
 
 /* ------------------------------------------------------------ requests */
 
@@ -550,20 +540,16 @@ static void test_sha256_vectors(void)
 
 int main(void)
 {
-	test_glob();
-	test_default_rule_keys_user_then_ip();
-	test_methods_paths_and_query_strings();
-	test_composite_keys_need_every_part();
-	test_long_or_binary_values_are_hashed();
-	test_tiers_follow_the_header();
-	test_untrusted_peer_cannot_spoof();
-	test_trusted_proxy_headers();
-	test_ipv6_grouping_and_mapped_ipv4();
-	test_no_peer_means_no_ip();
-	test_sha256_vectors();
-	if (failures)
-		fprintf(stderr, "test_rules: %d failure(s)\n", failures);
-	else
-		printf("test_rules: ok\n");
-	return failures ? 1 : 0;
+	RUN(test_glob);
+	RUN(test_default_rule_keys_user_then_ip);
+	RUN(test_methods_paths_and_query_strings);
+	RUN(test_composite_keys_need_every_part);
+	RUN(test_long_or_binary_values_are_hashed);
+	RUN(test_tiers_follow_the_header);
+	RUN(test_untrusted_peer_cannot_spoof);
+	RUN(test_trusted_proxy_headers);
+	RUN(test_ipv6_grouping_and_mapped_ipv4);
+	RUN(test_no_peer_means_no_ip);
+	RUN(test_sha256_vectors);
+	TESTS_DONE();
 }

@@ -401,6 +401,24 @@ static void test_load_reads_a_file_and_names_it(void)
 	CHECK(c == NULL && strstr(err, "cannot open") != NULL);
 }
 
+/* examples/sluice.yaml, found next to this source file */
+static void test_example_file_is_valid(void)
+{
+	char path[1024], err[512];
+	const char *slash = strrchr(__FILE__, '/');
+	sluice_config_t *c;
+
+	snprintf(path, sizeof(path), "%.*s/../../examples/sluice.yaml",
+		 slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+	c = sluice_config_load(path, err, sizeof(err));
+	if (!c)
+		fprintf(stderr, "%s\n", err);
+	CHECK(c != NULL);
+	CHECK(c->nrules == 2);
+	CHECK(c->rules[1].ntiers == 3 && c->rules[1].cost == 10);
+	sluice_config_free(c);
+}
+
 static void test_listen_parse(void)
 {
 	struct sockaddr_storage ss;
@@ -429,6 +447,7 @@ int main(void)
 	RUN(test_empty_trusted_proxies_trusts_nobody);
 	RUN(test_bad_files_name_file_and_line);
 	RUN(test_load_reads_a_file_and_names_it);
+	RUN(test_example_file_is_valid);
 	RUN(test_listen_parse);
 	TESTS_DONE();
 }

@@ -15,12 +15,51 @@
  */
 #include "serve/handlers.h"
 #include "serve/headers.h"
+#include "serve/sha256.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #define KEY_MAX 400 /* bytes of a caller's key; the store key adds a prefix */
+#define IDENTITY_MAX 200 /* as in rules.c: longer identities are hashed */
+
+/* Writes a configured rule's store key for `identity` exactly as rules.c
+ * does for /v1/check, so both endpoints charge the same bucket: the
+ * identity verbatim, or "~" and its SHA-256 in hex when it is long or holds
+ * control characters (\x1f, the composite separator, excepted). */
+static void rule_key(sluice_match_t *m, const char *name, const char *id,
+		     size_t idlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t nlen = strlen(name), i, off;
+	int hash = idlen > IDENTITY_MAX || nlen + 1 + idlen >= sizeof(m->key);
+
+	for (i = 0; i < idlen && !hash; i++)
+		hash = ((unsigned char)id[i] < 0x20 && id[i] != 0x1f) ||
+		       id[i] == 0x7f;
+	if (nlen + 1 + 65 >= sizeof(m->key))
+		nlen = sizeof(m->key) - 67;
+	memcpy(m->key, name, nlen);
+	m->key[nlen] = '\x1f';
+	off = nlen + 1;
+	if (hash) {
+		const void *bufs[1] = {id};
+		uint8_t d[32];
+
+		sluice_sha256(bufs, &idlen, 1, d);
+		m->key[off++] = '~';
+		for (i = 0; i < 32; i++) {
+			m->key[off++] = hex[d[i] >> 4];
+			m->key[off++] = hex[d[i] & 15];
+		}
+	} else {
+		memcpy(m->key + off, id, idlen);
+		off += idlen;
+	}
+	m->key[off] = '\0';
+	m->keylen = off;
+}
 
 static void bad(sluice_conn_t *c, const char *field, const char *message)
 {
@@ -166,7 +205,7 @@ static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 	const sluice_rule_t *rule = NULL;
 	sluice_match_t *m = &t->matches[0];
 	json_t *tier = json_object_get(obj, "tier");
-	size_t i, nlen = strlen(name);
+	size_t i;
 	char msg[160];
 
 	for (i = 0; i < cfg->nrules && !rule; i++)
@@ -193,14 +232,7 @@ static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 		bad(c, "tier", "this rule has no tiers");
 		return -1;
 	}
-	if (nlen + 1 + keylen > sizeof(m->key)) {
-		bad(c, "key", "too long for this rule name");
-		return -1;
-	}
-	memcpy(m->key, name, nlen);
-	m->key[nlen] = '\x1f';
-	memcpy(m->key + nlen + 1, key, keylen);
-	m->keylen = nlen + 1 + keylen;
+	rule_key(m, rule->name, key, keylen);
 	t->costs[0] = has_cost ? cost : rule->cost;
 	return 0;
 }

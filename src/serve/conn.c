@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <limits.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define DEFAULT_MAX_HEADER_BYTES 8192
@@ -139,6 +140,20 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 	return 0;
 }
 
+/* A client that sent "Expect: 100-continue" waits for a go-ahead before
+ * sending the body (curl does for bodies over 1 KiB). */
+static void expect_continue(sluice_conn_t *c, http_parser *p)
+{
+	size_t len;
+	const char *v = sluice_conn_header(c, "expect", &len);
+
+	if (v && len == 12 && strncasecmp(v, "100-continue", 12) == 0 &&
+	    p->http_minor >= 1 &&
+	    ((p->content_length > 0 && p->content_length != ULLONG_MAX) ||
+	     (p->flags & F_CHUNKED)))
+		sluice_buf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
 static int on_headers_complete(http_parser *p)
 {
 	sluice_conn_t *c = conn_of(p);
@@ -156,6 +171,7 @@ static int on_headers_complete(http_parser *p)
 		c->err_status = 413;
 		return -1;
 	}
+	expect_continue(c, p);
 	return 0;
 }
 

@@ -15,52 +15,12 @@
  */
 #include "serve/handlers.h"
 #include "serve/headers.h"
-#include "serve/sha256.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #define KEY_MAX 400 /* bytes of a caller's key; the store key adds a prefix */
-#define IDENTITY_MAX 200 /* as in rules.c: longer identities are hashed */
-
-/* Writes a configured rule's store key for `identity` exactly as rules.c
- * does for /v1/check, so both endpoints charge the same bucket: the
- * identity verbatim, or "~" and its SHA-256 in hex when it is long or holds
- * control characters (\x1f, the composite separator, excepted). */
-static void rule_key(sluice_match_t *m, const char *name, const char *id,
-		     size_t idlen)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t nlen = strlen(name), i, off;
-	int hash = idlen > IDENTITY_MAX || nlen + 1 + idlen >= sizeof(m->key);
-
-	for (i = 0; i < idlen && !hash; i++)
-		hash = ((unsigned char)id[i] < 0x20 && id[i] != 0x1f) ||
-		       id[i] == 0x7f;
-	if (nlen + 1 + 65 >= sizeof(m->key))
-		nlen = sizeof(m->key) - 67;
-	memcpy(m->key, name, nlen);
-	m->key[nlen] = '\x1f';
-	off = nlen + 1;
-	if (hash) {
-		const void *bufs[1] = {id};
-		uint8_t d[32];
-
-		sluice_sha256(bufs, &idlen, 1, d);
-		m->key[off++] = '~';
-		for (i = 0; i < 32; i++) {
-			m->key[off++] = hex[d[i] >> 4];
-			m->key[off++] = hex[d[i] & 15];
-		}
-	} else {
-		memcpy(m->key + off, id, idlen);
-		off += idlen;
-	}
-	m->key[off] = '\0';
-	m->keylen = off;
-}
-
 static void bad(sluice_conn_t *c, const char *field, const char *message)
 {
 	sluice_resp_error(c, 400, "bad_request", field, message);
@@ -216,23 +176,19 @@ static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 		bad(c, "rule", msg);
 		return -1;
 	}
-	m->rule = rule;
-	m->set = &rule->limits;
-	if (rule->ntiers > 0) {
-		m->set = &rule->tiers[rule->default_tier];
-		if (tier && !json_is_string(tier)) {
-			bad(c, "tier", "expected a string");
-			return -1;
-		}
-		for (i = 0; tier && i < rule->ntiers; i++)
-			if (strcmp(rule->tiers[i].name,
-				   json_string_value(tier)) == 0)
-				m->set = &rule->tiers[i];
-	} else if (tier) {
+	if (tier && !json_is_string(tier)) {
+		bad(c, "tier", "expected a tier name");
+		return -1;
+	}
+	if (tier && rule->ntiers == 0) {
 		bad(c, "tier", "this rule has no tiers");
 		return -1;
 	}
-	rule_key(m, rule->name, key, keylen);
+	m->rule = rule;
+	m->set = sluice_rule_tier(rule, tier ? json_string_value(tier) : NULL,
+				  tier ? json_string_length(tier) : 0);
+	/* The same store key /v1/check builds for this identity. */
+	sluice_rule_key(rule, key, keylen, m);
 	t->costs[0] = has_cost ? cost : rule->cost;
 	return 0;
 }

@@ -129,7 +129,7 @@ void sluice_backend_close(sluice_backend_t *be)
 
 int sluice_backend_healthy(sluice_backend_t *be)
 {
-	return be->ops && be->ops->healthy(be->impl);
+	return be->ops && (!be->ops->healthy || be->ops->healthy(be->impl));
 }
 
 /* ------------------------------------------------------------- deciding */

@@ -51,7 +51,7 @@ typedef struct sluice_store_ops_s {
 	int (*take)(void *impl, const void *key, size_t keylen,
 		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
 		    sluice_store_cb cb, void *arg);
-	/* 1 when the store can answer (for /readyz). */
+	/* 1 when the store can answer (for /readyz); NULL: always. */
 	int (*healthy)(void *impl);
 	/* Store-specific counters for /metrics, may be NULL. */
 	void (*stats)(void *impl, sluice_memstore_stats_t *out);

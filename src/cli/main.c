@@ -66,9 +66,10 @@ static void serve_usage(FILE *f)
 		"refill 2/s, key =\n"
 		"                        x-user-id header, else the client "
 		"IP).\n"
-		"  -l, --listen ADDR     HOST:PORT or [IPV6]:PORT to listen "
-		"on; overrides\n"
-		"                        the file's `listen`.\n"
+		"  -l, --listen ADDR     ADDRESS:PORT or [IPV6]:PORT to listen "
+		"on (numeric\n"
+		"                        address); overrides the file's "
+		"`listen`.\n"
 		"  -t, --threads N       event-loop threads (1..%d); overrides "
 		"the file's\n"
 		"                        `threads`.  Each thread has its own "
@@ -102,9 +103,19 @@ static int cmd_serve(int argc, char **argv)
 		case 'c':
 			opts.config_path = optarg;
 			break;
-		case 'l':
+		case 'l': {
+			struct sockaddr_storage ss;
+			char err[256];
+
+			if (sluice_listen_parse(optarg, &ss, err,
+						sizeof(err))) {
+				fprintf(stderr, "sluice serve: --listen: %s\n",
+					err);
+				return 2;
+			}
 			opts.listen = optarg;
 			break;
+		}
 		case 't':
 			n = strtol(optarg, &end, 10);
 			if (*end || n < 1 || n > SLUICE_MAX_THREADS) {

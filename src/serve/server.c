@@ -279,7 +279,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	sluice_config_t *cfg;
 	char err[512];
 	unsigned i, started = 0;
-	int port = 0, status = 0;
+	int status = 0;
 
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
@@ -308,7 +308,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		goto out;
 	}
 	for (i = 0; i < s.nworkers; i++) {
-		int fd = sluice_listen_socket(cfg->listen, &port, err,
+		int fd = sluice_listen_socket(cfg->listen, i == 0, err,
 					      sizeof(err));
 
 		if (fd < 0 ||
@@ -341,9 +341,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		started++;
 	}
 	if (status == 0) {
-		sluice_log_info("sluice %s listening on %s (port %d, %u "
-				"thread%s, %s store, %zu rule%s, config %s)",
-				SLUICE_VERSION, cfg->listen, port, s.nworkers,
+		sluice_log_info("sluice %s listening on %s (%u thread%s, %s "
+				"store, %zu rule%s, config %s)",
+				SLUICE_VERSION, cfg->listen, s.nworkers,
 				s.nworkers == 1 ? "" : "s", store_name(cfg),
 				cfg->nrules, cfg->nrules == 1 ? "" : "s",
 				cfg->path ? cfg->path : "built-in default");

@@ -73,11 +73,11 @@ void sluice_tcp_sweep(sluice_worker_t *w);
 void sluice_tcp_drain(sluice_worker_t *w);
 void sluice_tcp_close_all(sluice_worker_t *w);
 
-/* listen.c: a non-blocking listening socket on HOST:PORT with
- * SO_REUSEPORT.  *port (in/out): 0 takes the port from addr (or lets the
- * kernel pick one when that is 0 too) and returns the port bound, so
- * every thread can bind the same one. */
-int sluice_listen_socket(const char *addr, int *port, char *err, size_t errlen);
+/* listen.c: a non-blocking listening socket on "ADDRESS:PORT" or
+ * "[IPV6]:PORT" with SO_REUSEPORT, so that every thread can bind one;
+ * `first` also checks that no other process holds the address.  Returns
+ * the descriptor, or -1 with a message. */
+int sluice_listen_socket(const char *addr, int first, char *err, size_t errlen);
 
 /* Runs the service until SIGTERM; returns the exit status. */
 int sluice_serve(const sluice_serve_opts_t *opts);

@@ -11,7 +11,10 @@ import math
 import os
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import unittest
 
@@ -491,6 +494,85 @@ class Operations(unittest.TestCase):
             finally:
                 for x in socks:
                     x.close()
+
+    def test_threads_share_one_bucket(self):
+        with Sluice(threads=2) as s:
+            results = []
+
+            def burst():
+                c = s.client()
+                got = [c.request("GET", "/v1/check", {"x-user-id": "mt"})
+                       for _ in range(60)]
+                c.close()
+                results.extend(r.status for r in got)
+
+            t0 = time.monotonic()
+            workers = [threading.Thread(target=burst) for _ in range(4)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            elapsed = time.monotonic() - t0
+            allowed = results.count(200)
+            self.assertEqual(len(results), 240)
+            self.assertGreaterEqual(allowed, 100)
+            self.assertLessEqual(allowed, 100 + math.floor(elapsed * 2) + 1)
+            self.assertEqual(results.count(429), 240 - allowed)
+
+    def test_port_in_use_fails_with_status_1(self):
+        with Sluice() as s:
+            p = subprocess.run([harness.SLUICE, "serve", "--listen",
+                                "127.0.0.1:%d" % s.port, "--threads", "1"],
+                               capture_output=True, text=True, timeout=30)
+            # SO_REUSEPORT must not let a second instance share the port.
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("Address already in use", p.stderr)
+
+
+class Cli(unittest.TestCase):
+
+    def run_sluice(self, *args):
+        return subprocess.run([harness.SLUICE] + list(args),
+                              capture_output=True, text=True, timeout=30)
+
+    def test_check_config_ok_and_error_with_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(RELOAD_A)
+            f.flush()
+            p = self.run_sluice("check-config", f.name)
+            self.assertEqual((p.returncode, p.stdout), (0, f.name + ": ok\n"))
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("rules:\n  - name: x\n    limits: nope\n")
+            f.flush()
+            p = self.run_sluice("check-config", f.name)
+            self.assertEqual(p.returncode, 2)
+            self.assertRegex(p.stderr, "^" + f.name + r":\d+: ")
+
+    def test_serve_refuses_a_bad_config(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("listen: [1\n")
+            f.flush()
+            p = self.run_sluice("serve", "-c", f.name)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn(f.name + ":", p.stderr)
+
+    def test_usage_version_and_help(self):
+        p = self.run_sluice("version")
+        self.assertEqual(p.returncode, 0)
+        self.assertRegex(p.stdout, r"^sluice \d+\.\d+\.\d+")
+        p = self.run_sluice("--help")
+        self.assertEqual(p.returncode, 0)
+        for cmd in ("serve", "check-config", "version"):
+            self.assertIn(cmd, p.stdout)
+        p = self.run_sluice("serve", "--help")
+        self.assertEqual(p.returncode, 0)
+        for opt in ("--config", "--listen", "--threads", "--help"):
+            self.assertIn(opt, p.stdout)
+        self.assertEqual(self.run_sluice("nope").returncode, 2)
+        self.assertEqual(self.run_sluice("serve", "--threads", "0")
+                         .returncode, 2)
+        self.assertEqual(self.run_sluice("serve", "--listen", "nowhere")
+                         .returncode, 2)
 
 
 if __name__ == "__main__":

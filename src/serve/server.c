@@ -128,6 +128,17 @@ static void reload(sluice_server_t *s)
 
 /* ------------------------------------------------------------- workers */
 
+/* The drain is over: close what keeps the loop alive, the store client
+ * included (a network store must be closed on its loop's thread). */
+static void worker_finish(sluice_worker_t *w)
+{
+	if (uv_is_closing((uv_handle_t *)&w->wakeup))
+		return;
+	uv_close((uv_handle_t *)&w->sweep, NULL);
+	uv_close((uv_handle_t *)&w->wakeup, NULL);
+	sluice_backend_close(&w->svc.backend);
+}
+
 static void on_wakeup(uv_async_t *a)
 {
 	sluice_worker_t *w = a->data;
@@ -144,10 +155,8 @@ static void on_wakeup(uv_async_t *a)
 		}
 		sluice_tcp_drain(w);
 	}
-	if (w->svc.draining && w->nconns == 0) {
-		uv_close((uv_handle_t *)&w->sweep, NULL);
-		uv_close((uv_handle_t *)&w->wakeup, NULL);
-	}
+	if (w->svc.draining && w->nconns == 0)
+		worker_finish(w);
 }
 
 static void on_sweep(uv_timer_t *timer)
@@ -155,11 +164,8 @@ static void on_sweep(uv_timer_t *timer)
 	sluice_worker_t *w = timer->data;
 
 	sluice_tcp_sweep(w);
-	if (w->svc.draining && w->nconns == 0 &&
-	    !uv_is_closing((uv_handle_t *)&w->wakeup)) {
-		uv_close((uv_handle_t *)&w->sweep, NULL);
-		uv_close((uv_handle_t *)&w->wakeup, NULL);
-	}
+	if (w->svc.draining && w->nconns == 0)
+		worker_finish(w);
 }
 
 static void worker_main(void *arg)
@@ -167,8 +173,9 @@ static void worker_main(void *arg)
 	sluice_worker_t *w = arg;
 
 	uv_run(&w->loop, UV_RUN_DEFAULT);
-	/* Handles closed above; connections closed by the drain. */
+	/* Normally nothing is left: the drain closed every handle. */
 	sluice_tcp_close_all(w);
+	sluice_backend_close(&w->svc.backend);
 	uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 

@@ -6,13 +6,13 @@
  * allocation, no I/O, so the HTTP layer can call it on every request from
  * any thread.
  *
- * Store keys are "<rule>\x1f<identity>".  The identity is the value of the
- * first key source that is non-empty; a composite source joins its parts
- * with \x1f.  An identity longer than SLUICE_IDENTITY_MAX bytes, or one
- * holding control characters, is replaced by "~" and the hex SHA-256 of
- * the raw identity: fixed-size, and a client cannot make two different
- * values share a bucket (plain truncation would let "AAAA...x" and
- * "AAAA...y" collide).
+ * Store keys are "<rule>\x1f<identity>" (see sluice_rule_key()).  The
+ * identity is the value of the first key source that is non-empty; a composite
+ * source joins its parts with \x1f.  An identity longer than
+ * SLUICE_IDENTITY_MAX bytes, or one holding control characters, is replaced by
+ * "~" and the hex SHA-256 of the raw identity: fixed-size, and a client cannot
+ * make two different values share a bucket (plain truncation would let
+ * "AAAA...x" and "AAAA...y" collide).
  */
 #include "serve/config.h"
 #include "serve/sha256.h"
@@ -22,8 +22,8 @@
 #include <string.h>
 #include <strings.h>
 
-/* Identities longer than this are hashed (see above). */
-#define SLUICE_IDENTITY_MAX 200
+/* Longest rule name a key carries: 64 + 1 + 200 < sizeof(key). */
+#define SLUICE_KEY_NAME_MAX 64
 
 /* ------------------------------------------------------------- helpers */
 
@@ -141,67 +141,35 @@ static const char *part_value(const sluice_config_t *cfg,
 	return ip->len ? ip->buf : NULL;
 }
 
-/* Writes "<rule>\x1f<identity>" into m->key; returns 0, or -1 when every
- * key source of the rule is empty. */
-static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
-		     const sluice_rule_t *r, ipcache_t *ip, sluice_match_t *m)
+/* Writes "<rule>\x1f<identity>" into m->key, the identity being the
+ * concatenation of bufs[0..nb). */
+static void make_key(const char *name, const void *const *bufs,
+		     const size_t *lens, size_t nb, sluice_match_t *m)
 {
-	const void *bufs[2 * SLUICE_MAX_PARTS];
-	size_t lens[2 * SLUICE_MAX_PARTS];
-	size_t s, i, nb = 0, total = 0, namelen = strlen(r->name), off;
+	size_t i, j, total = 0, namelen = strlen(name), off;
 	int hash = 0;
 
-	for (s = 0; s < r->nsources; s++) {
-		const sluice_key_source_t *src = &r->sources[s];
-
-		nb = 0;
-		total = 0;
-		for (i = 0; i < src->nparts; i++) {
-			size_t len;
-			const char *v =
-				part_value(cfg, req, &src->parts[i], ip, &len);
-
-			if (!v || len == 0)
-				break;
-			if (i > 0) {
-				bufs[nb] = "\x1f";
-				lens[nb++] = 1;
-				total++;
-			}
-			bufs[nb] = v;
-			lens[nb++] = len;
-			total += len;
-		}
-		if (src->nparts > 0 && i == src->nparts)
-			break;
-	}
-	if (s == r->nsources)
-		return -1;
-
-	for (i = 0; i < nb && !hash; i++) {
+	for (i = 0; i < nb; i++) {
 		const unsigned char *p = bufs[i];
-		size_t j;
 
-		if (lens[i] == 1 && p[0] == 0x1f)
-			continue;
-		for (j = 0; j < lens[i]; j++)
-			if (p[j] < 0x20 || p[j] == 0x7f) {
+		total += lens[i];
+		if (lens[i] == 1 && p[0] == 0x1f && nb > 1)
+			continue; /* our own composite separator */
+		for (j = 0; j < lens[i] && !hash; j++)
+			if (p[j] < 0x20 || p[j] == 0x7f)
 				hash = 1;
-				break;
-			}
 	}
-	if (total > SLUICE_IDENTITY_MAX ||
-	    namelen + 1 + total >= sizeof(m->key))
+	if (total > SLUICE_IDENTITY_MAX)
 		hash = 1;
-	if (namelen + 1 + 65 >= sizeof(m->key)) /* config caps names */
-		namelen = sizeof(m->key) - 67;
+	if (namelen > SLUICE_KEY_NAME_MAX) /* the config caps names at 64 */
+		namelen = SLUICE_KEY_NAME_MAX;
 
-	memcpy(m->key, r->name, namelen);
+	memcpy(m->key, name, namelen);
 	m->key[namelen] = '\x1f';
 	off = namelen + 1;
 	if (hash) {
-		uint8_t d[32];
 		static const char hex[] = "0123456789abcdef";
+		uint8_t d[32];
 
 		sluice_sha256(bufs, lens, nb, d);
 		m->key[off++] = '~';
@@ -217,26 +185,79 @@ static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
 	}
 	m->key[off] = '\0';
 	m->keylen = off;
+}
+
+void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
+		     size_t len, sluice_match_t *m)
+{
+	const void *bufs[1] = {identity};
+	size_t lens[1] = {len};
+
+	make_key(rule->name, bufs, lens, 1, m);
+}
+
+/* Fills m->key from the first non-empty key source of the rule; returns
+ * 0, or -1 when every source is empty. */
+static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
+		     const sluice_rule_t *r, ipcache_t *ip, sluice_match_t *m)
+{
+	const void *bufs[2 * SLUICE_MAX_PARTS];
+	size_t lens[2 * SLUICE_MAX_PARTS];
+	size_t s, i, nb = 0;
+
+	for (s = 0; s < r->nsources; s++) {
+		const sluice_key_source_t *src = &r->sources[s];
+
+		nb = 0;
+		for (i = 0; i < src->nparts; i++) {
+			size_t len;
+			const char *v =
+				part_value(cfg, req, &src->parts[i], ip, &len);
+
+			if (!v || len == 0)
+				break;
+			if (i > 0) {
+				bufs[nb] = "\x1f";
+				lens[nb++] = 1;
+			}
+			bufs[nb] = v;
+			lens[nb++] = len;
+		}
+		if (src->nparts > 0 && i == src->nparts)
+			break;
+	}
+	if (s == r->nsources)
+		return -1;
+	make_key(r->name, bufs, lens, nb, m);
 	return 0;
 }
 
 /* -------------------------------------------------------------- tiers */
 
-static const sluice_limit_set_t *pick_set(const sluice_rule_t *r,
-					  const sluice_request_t *req)
+const sluice_limit_set_t *sluice_rule_tier(const sluice_rule_t *r,
+					   const char *tier, size_t len)
 {
-	const char *v;
-	size_t len, i;
+	size_t i;
 
 	if (r->ntiers == 0)
 		return &r->limits;
-	v = get_header(req, r->tier_header, &len);
-	if (v && len > 0)
+	if (tier && len > 0)
 		for (i = 0; i < r->ntiers; i++)
 			if (strlen(r->tiers[i].name) == len &&
-			    strncasecmp(r->tiers[i].name, v, len) == 0)
+			    strncasecmp(r->tiers[i].name, tier, len) == 0)
 				return &r->tiers[i];
 	return &r->tiers[r->default_tier];
+}
+
+static const sluice_limit_set_t *pick_set(const sluice_rule_t *r,
+					  const sluice_request_t *req)
+{
+	const char *v = NULL;
+	size_t len = 0;
+
+	if (r->ntiers > 0)
+		v = get_header(req, r->tier_header, &len);
+	return sluice_rule_tier(r, v, len);
 }
 
 size_t sluice_rules_match(const sluice_config_t *cfg,

@@ -321,6 +321,32 @@ static void test_long_or_binary_values_are_hashed(void)
 	sluice_config_free(c);
 }
 
+static void test_rule_key_matches_request_keys(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	sluice_match_t m1[1], m2[1];
+	char v[300];
+	req_t q;
+
+	/* /v1/take builds its keys with sluice_rule_key(): same bucket */
+	sluice_rules_match(
+		c,
+		&mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", "ann", NULL)->r,
+		m1, 1);
+	sluice_rule_key(&c->rules[0], "ann", 3, m2);
+	CHECK(m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) == 0);
+	memset(v, 'z', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v, NULL)->r,
+		m1, 1);
+	sluice_rule_key(&c->rules[0], v, strlen(v), m2);
+	CHECK(m1[0].keylen == 8 + 65 && m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) == 0);
+	sluice_config_free(c);
+}
+
 /* --------------------------------------------------------------- tiers */
 
 static void test_tiers_follow_the_header(void)
@@ -365,6 +391,11 @@ static void test_tiers_follow_the_header(void)
 		m, 1);
 	CHECK(strcmp(m[0].set->name, "anonymous") == 0);
 	CHECK(m[0].set->limits[0].capacity == 50);
+	/* the same choice by name, for /v1/take */
+	CHECK(strcmp(sluice_rule_tier(&c->rules[0], "PAID", 4)->name, "paid") ==
+	      0);
+	CHECK(strcmp(sluice_rule_tier(&c->rules[0], NULL, 0)->name,
+		     "anonymous") == 0);
 	sluice_config_free(c);
 }
 
@@ -545,6 +576,7 @@ int main(void)
 	RUN(test_methods_paths_and_query_strings);
 	RUN(test_composite_keys_need_every_part);
 	RUN(test_long_or_binary_values_are_hashed);
+	RUN(test_rule_key_matches_request_keys);
 	RUN(test_tiers_follow_the_header);
 	RUN(test_untrusted_peer_cannot_spoof);
 	RUN(test_trusted_proxy_headers);

@@ -3,8 +3,8 @@
  * tier selection and the client address behind trusted proxies.
  *
  * Everything here is a pure function of the config and the request: no
- * allocation, no I/O, so the HTTP layer can call it on every request from
- * any thread.
+ * I/O and no allocation (except for paths over 4 KiB), so the HTTP layer
+ * can call it on every request from any thread.
  *
  * Store keys are "<rule>\x1f<identity>" (see sluice_rule_key()).  The
  * identity is the value of the first key source that is non-empty; a composite
@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -91,7 +92,125 @@ int sluice_glob_match(const char *pat, const char *s, size_t n)
 	return glob_match(pat, s, n);
 }
 
-static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req)
+/*
+ * Path normalisation, so that a client cannot step around a path rule by
+ * spelling the path differently from how the application will route it:
+ * percent-escapes are decoded (except %2F and %00, which would change the
+ * segments or end the string), runs of '/' collapse to one, and "." and
+ * ".." segments are resolved ("/x/../api//%75pload" is "/api/upload").
+ * nginx does the same to $uri; X-Original-URI carries the raw form.
+ * Works in place: the result is never longer than the input.
+ */
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static size_t decode_escapes(const char *in, size_t n, char *out)
+{
+	size_t i = 0, o = 0;
+
+	while (i < n) {
+		int hi, lo;
+
+		if (in[i] == '%' && i + 2 < n &&
+		    (hi = hexval(in[i + 1])) >= 0 &&
+		    (lo = hexval(in[i + 2])) >= 0) {
+			int v = hi * 16 + lo;
+
+			if (v == '/' || v == 0) { /* keep, in one spelling */
+				out[o++] = '%';
+				out[o++] = v ? '2' : '0';
+				out[o++] = v ? 'F' : '0';
+			} else {
+				out[o++] = (char)v;
+			}
+			i += 3;
+		} else {
+			out[o++] = in[i++];
+		}
+	}
+	return o;
+}
+
+static size_t resolve_segments(char *buf, size_t m)
+{
+	size_t r = 0, w = 0, s, seglen;
+
+	while (r < m) {
+		if (buf[r] != '/') {
+			buf[w++] = buf[r++];
+			continue;
+		}
+		while (r < m && buf[r] == '/')
+			r++;
+		s = r;
+		while (r < m && buf[r] != '/')
+			r++;
+		seglen = r - s;
+		if (seglen == 2 && buf[s] == '.' && buf[s + 1] == '.') {
+			while (w > 0 && buf[w - 1] != '/')
+				w--;
+			if (w > 0)
+				w--;
+			seglen = 0;
+		} else if (seglen == 1 && buf[s] == '.') {
+			seglen = 0;
+		}
+		if (seglen == 0) {
+			if (r == m) /* a trailing slash stays */
+				buf[w++] = '/';
+			continue;
+		}
+		buf[w++] = '/';
+		memmove(buf + w, buf + s, seglen);
+		w += seglen;
+	}
+	return w;
+}
+
+/* Paths up to this size are normalised on the stack; longer ones (rare:
+ * only with a large http.max_header_bytes) on the heap. */
+#define PATH_STACK 4096
+
+typedef struct npath_s {
+	const char *p;
+	size_t len;
+	char *heap;
+	char stack[PATH_STACK];
+} npath_t;
+
+static void normalize_path(const sluice_request_t *req, npath_t *np)
+{
+	const char *in = req->path ? req->path : "";
+	size_t n = req->path ? req->path_len : 0;
+	const char *q = memchr(in, '?', n);
+	char *buf = np->stack;
+
+	if (q) /* the query string is never part of the path */
+		n = (size_t)(q - in);
+	np->heap = NULL;
+	if (n > sizeof(np->stack)) {
+		np->heap = malloc(n);
+		if (!np->heap) { /* match the raw path rather than fail */
+			np->p = in;
+			np->len = n;
+			return;
+		}
+		buf = np->heap;
+	}
+	np->len = resolve_segments(buf, decode_escapes(in, n, buf));
+	np->p = buf;
+}
+
+static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req,
+			const npath_t *np)
 {
 	size_t i;
 
@@ -105,16 +224,7 @@ static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req)
 		if (i == r->nmethods)
 			return 0;
 	}
-	if (r->path) {
-		size_t n = req->path ? req->path_len : 0;
-		const char *q = req->path ? memchr(req->path, '?', n) : NULL;
-
-		if (q) /* the query string is never part of the path */
-			n = (size_t)(q - req->path);
-		if (!glob_match(r->path, req->path ? req->path : "", n))
-			return 0;
-	}
-	return 1;
+	return !r->path || glob_match(r->path, np->p, np->len);
 }
 
 /* --------------------------------------------------------------- keys */
@@ -265,12 +375,15 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 			  size_t max)
 {
 	ipcache_t ip = {0};
+	npath_t np;
 	size_t i, n = 0;
+
+	normalize_path(req, &np);
 
 	for (i = 0; i < cfg->nrules && n < max; i++) {
 		const sluice_rule_t *r = &cfg->rules[i];
 
-		if (!rule_applies(r, req))
+		if (!rule_applies(r, req, &np))
 			continue;
 		if (build_key(cfg, req, r, &ip, &out[n]) < 0)
 			continue;
@@ -278,6 +391,7 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 		out[n].set = pick_set(r, req);
 		n++;
 	}
+	free(np.heap);
 	return n;
 }
 

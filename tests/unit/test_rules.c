@@ -232,6 +232,53 @@ static void test_methods_paths_and_query_strings(void)
 	sluice_config_free(c);
 }
 
+static void test_paths_are_normalised_before_matching(void)
+{
+	sluice_config_t *c = load("rules:\n"
+				  "  - name: up\n"
+				  "    match: {path: \"/api/upload\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n");
+	static const char *const same[] = {
+		"/api/upload",	     "/api//upload",	     "//api/upload",
+		"/api/./upload",     "/x/../api/upload",     "/api/%75pload",
+		"/api/%75pload?a=b", "/x/%2e%2e/api/upload", "/../api/upload"};
+	/* dot segments resolve as in RFC 3986: "/api/upload/." is
+	 * "/api/upload/", another path */
+	static const char *const other[] = {
+		"/api%2Fupload",  "/api/upload/",    "/api/uploads",
+		"/api/upload%00", "/API/upload",     "/api/upload%2",
+		"/api/upload/.",  "/api/upload/x/.."};
+	sluice_match_t m[1];
+	req_t q;
+	size_t i;
+	char big[6000];
+
+	for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+		size_t n = sluice_rules_match(
+			c, &mkreq(&q, "GET", same[i], "10.0.0.1", NULL)->r, m,
+			1);
+		if (n != 1)
+			fprintf(stderr, "%s should match\n", same[i]);
+		CHECK(n == 1);
+	}
+	for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		size_t n = sluice_rules_match(
+			c, &mkreq(&q, "GET", other[i], "10.0.0.1", NULL)->r, m,
+			1);
+		if (n != 0)
+			fprintf(stderr, "%s should not match\n", other[i]);
+		CHECK(n == 0);
+	}
+	/* a long path is normalised too (on the heap) */
+	memset(big, 0, sizeof(big));
+	for (i = 0; i + 2 < 5000; i += 2)
+		memcpy(big + i, "/.", 2);
+	strcat(big, "/api/upload");
+	CHECK(sluice_rules_match(c, &mkreq(&q, "GET", big, "10.0.0.1", NULL)->r,
+				 m, 1) == 1);
+	sluice_config_free(c);
+}
+
 static void test_composite_keys_need_every_part(void)
 {
 	sluice_config_t *c = load(two_rules);
@@ -574,6 +621,7 @@ int main(void)
 	RUN(test_glob);
 	RUN(test_default_rule_keys_user_then_ip);
 	RUN(test_methods_paths_and_query_strings);
+	RUN(test_paths_are_normalised_before_matching);
 	RUN(test_composite_keys_need_every_part);
 	RUN(test_long_or_binary_values_are_hashed);
 	RUN(test_rule_key_matches_request_keys);

@@ -44,6 +44,7 @@ UPSTREAM = """
         listen 127.0.0.1:%d;
         access_log off;
         location / { return 200 "app\\n"; }
+        location /forbidden { return 403 "app says no\\n"; }
     }
 }
 """
@@ -213,6 +214,10 @@ rules:
             self.assertEqual(n.request("GET", "/", {"x-user-id": "bob"})
                              .status, 200)
             # an app answering 403 itself is passed through untouched
+            r = n.request("GET", "/forbidden", {"x-user-id": "carol"})
+            self.assertEqual(r.status, 403)
+            self.assertEqual(r.body, b"app says no\n")
+            self.assertEqual(r.header("x-ratelimit-remaining"), "1")
             self.assertNotIn("[error]", n.error_log())
 
     def test_tiers_and_costs(self):

@@ -397,6 +397,20 @@ class ModuleTest(unittest.TestCase):
 
     # -- replication and persistence ------------------------------------
 
+    def test_callable_from_multi_and_scripts(self):
+        srv = self.redis()
+        c = self.connect(srv)
+        self.assertEqual(c.call("EVAL", "return redis.call('SLUICE.TAKE', "
+                                "KEYS[1], 5, '1/day', 'COST', 2)", 1, "lua"),
+                         [1, 5, 3, 0, 172800000])
+        self.assertEqual(c.call("MULTI"), "OK")
+        self.assertEqual(c.call("SLUICE.TAKE", "lua", 5, "1/day"), "QUEUED")
+        self.assertEqual(c.call("SLUICE.TAKEMULTI", 2, "lua", "x", 5,
+                                "1/day", 1, "1/day"), "QUEUED")
+        one, two = c.call("EXEC")
+        self.assertEqual(one[:3], [1, 5, 2])
+        self.assertEqual(two[:3] + two[5:], [1, 1, 0, 1])
+
     def test_replica_holds_the_same_state(self):
         master = self.redis()
         # The replica does not even load the module: it receives effects.
@@ -437,6 +451,17 @@ class ModuleTest(unittest.TestCase):
                "1/day")
         snap = self._snapshot(c, keys)
         self.assertTrue(all(v[0] for v in snap.values()))
+
+        # The AOF holds the effects, never the clock-dependent command.
+        aof = b""
+        adir = os.path.join(srv.dir, "appendonlydir")
+        for name in sorted(os.listdir(adir)):
+            if name.endswith(".aof"):
+                with open(os.path.join(adir, name), "rb") as f:
+                    aof += f.read()
+        self.assertNotIn(b"SLUICE", aof.upper())
+        self.assertIn(b"$4\r\nPXAT\r\n", aof)
+        self.assertIn(b"MULTI", aof)  # TAKEMULTI's two SETs, atomically
 
         self.assertEqual(c.call("DEBUG", "RELOAD"), "OK")
         self.assertEqual(self._snapshot(c, keys), snap)

@@ -24,7 +24,6 @@ RedisModuleCallReply *(*RedisModule_Call)(RedisModuleCtx *, const char *,
 void (*RedisModule_FreeCallReply)(RedisModuleCallReply *);
 int (*RedisModule_CallReplyType)(RedisModuleCallReply *);
 const char *(*RedisModule_CallReplyStringPtr)(RedisModuleCallReply *, size_t *);
-long long (*RedisModule_Milliseconds)(void);
 long long (*RedisModule_CachedMicroseconds)(void);
 
 /* Looks up RedisModule_<name>; on failure the pointer stays NULL. */
@@ -53,7 +52,6 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(FreeCallReply);
 	missing |= GET_API(CallReplyType);
 	missing |= GET_API(CallReplyStringPtr);
-	missing |= GET_API(Milliseconds);
 	/* Optional: newer servers only. */
 	if (GET_API(CachedMicroseconds) != REDISMODULE_OK)
 		RedisModule_CachedMicroseconds = 0;

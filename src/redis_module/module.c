@@ -9,8 +9,13 @@
  *
  * The clock is the server's, never the client's: RedisModule_CachedMicroseconds
  * (Redis 7.2+: the time cached before the command ran) where the server has
- * it, else RedisModule_Milliseconds() * 1000 (Redis 7.0; whole milliseconds,
- * which only ever makes the module see a bucket a little less refilled).
+ * it.  Redis 7.0 offers modules only RedisModule_Milliseconds(), whole
+ * milliseconds, while the script path reads TIME in microseconds: a bucket
+ * handed from script to module within one millisecond would look up to
+ * 1 ms less refilled, one token short right after a take.  So on 7.0 the
+ * module reads the same clock in microseconds itself: it runs inside the
+ * server process, and CLOCK_REALTIME there is exactly the clock behind
+ * TIME, mstime() and RedisModule_Milliseconds().
  *
  * Test only: loading with the argument TESTCLOCK
  *
@@ -43,7 +48,7 @@ int64_t sluice_rm_now_us(void)
 		return test_clock_us;
 	if (RedisModule_CachedMicroseconds)
 		return RedisModule_CachedMicroseconds();
-	return RedisModule_Milliseconds() * 1000;
+	return sluice_now_us(); /* the server's clock: we are in its process */
 }
 
 static int testclock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv,
@@ -133,6 +138,7 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			SLUICE_VERSION,
 			RedisModule_CachedMicroseconds
 				? "RedisModule_CachedMicroseconds"
-				: "RedisModule_Milliseconds");
+				: "CLOCK_REALTIME in microseconds (the clock "
+				  "behind TIME)");
 	return REDISMODULE_OK;
 }

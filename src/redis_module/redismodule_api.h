@@ -5,8 +5,8 @@
  * Supported servers: Redis 7.0 and later (Debian 12 has 7.0.15).  Every
  * function below is documented in the Redis modules API reference and
  * exists in 7.0.0, except RedisModule_CachedMicroseconds (7.2.0), which is
- * optional: when the server does not export it the module falls back to
- * RedisModule_Milliseconds() * 1000.
+ * optional: when the server does not export it the module reads the server
+ * process's clock in microseconds (see module.c).
  *
  * The mechanism is the one the official header uses: the first word of the
  * RedisModuleCtx handed to RedisModule_OnLoad() is a pointer to the server's
@@ -88,9 +88,9 @@ extern int (*RedisModule_CallReplyType)(RedisModuleCallReply *reply);
 extern const char *(*RedisModule_CallReplyStringPtr)(
 	RedisModuleCallReply *reply, size_t *len);
 
-/* The server clock (UNIX time). */
-extern long long (*RedisModule_Milliseconds)(void);
-extern long long (*RedisModule_CachedMicroseconds)(void); /* 7.2+, or NULL */
+/* The server clock: UNIX time in microseconds, cached when the command
+ * started.  Redis 7.2+; NULL on older servers. */
+extern long long (*RedisModule_CachedMicroseconds)(void);
 
 /*
  * Resolves every pointer above from the server behind ctx and registers the

@@ -342,40 +342,45 @@ class ModuleTest(unittest.TestCase):
                 self.assertEqual(reply, want, (limits, lines))
                 self.assertEqual(sts, states)
 
+    def checked_at_server_time(self, c, key, cmd, cap, rate, cost, lo=0):
+        """Runs cmd (a decision on key under one limit) between two reads
+        of the server's TIME and of the key, in one transaction so that no
+        key expires in between however this process is scheduled, and
+        asserts that the reply and the stored state are the core's at one
+        instant of that bracket (widened by lo us before it).  Returns the
+        reply."""
+        self.assertEqual(c.call("MULTI"), "OK")
+        for part in (["GET", key], ["TIME"], cmd, ["TIME"], ["GET", key]):
+            self.assertEqual(c.call(*part), "QUEUED")
+        before, (s0, u0), reply, (s1, u1), after = c.call("EXEC")
+        before, after = int(before or 0), int(after or 0)
+        t0 = int(s0) * 1000000 + int(u0)
+        t1 = int(s1) * 1000000 + int(u1)
+        lines = ["L 1 %s %s" % (cap, rate)]
+        for now in range(t0 - lo, t1 + 1):
+            lines += ["S 0 %d" % before, "T %d %d" % (now, cost)]
+        ok = any(want[:5] == reply[:5] and states[0] == after
+                 for want, states in replay(lines))
+        self.assertTrue(ok, (cmd, before, t0, t1, reply, after))
+        return reply
+
     def test_server_clock_decisions_are_the_core_at_the_server_time(self):
         srv = self.redis()  # no TESTCLOCK: the production configuration
         c = self.connect(srv)
-        # Milliseconds on Redis 7.0, microseconds where the server has
-        # RedisModule_CachedMicroseconds (7.2+).
+        # Redis 7.2+ caches the command time when EXEC starts, a little
+        # before the first TIME of the bracket.
         ver = tuple(int(x) for x in
                     c.info("server")["redis_version"].split(".")[:2])
-        grain = 1 if ver >= (7, 2) else 1000
+        lo = 2000 if ver >= (7, 2) else 0
         rng = random.Random(11)
         for cap, rate in [("5", "1/day"), ("10", "2/s"), ("3", "1/min"),
-                          ("100", "1000/s")]:
+                          ("100", "1000/s"), ("7", "3/s")]:
             key = "clock:%s:%s" % (cap, rate)
             for _ in range(30):
                 cost = rng.choice([0, 1, 1, 2, int(cap) + 1])
-                # One transaction, so no key expires between the reads
-                # and the call, however this process is scheduled.
-                self.assertEqual(c.call("MULTI"), "OK")
-                for cmd in (["GET", key], ["TIME"],
-                            ["SLUICE.TAKE", key, cap, rate, "COST", cost],
-                            ["TIME"], ["GET", key]):
-                    self.assertEqual(c.call(*cmd), "QUEUED")
-                before, (s0, u0), reply, (s1, u1), after = c.call("EXEC")
-                before, after = int(before or 0), int(after or 0)
-                t0 = int(s0) * 1000000 + int(u0)
-                t1 = int(s1) * 1000000 + int(u1)
-                lines = ["L 1 %s %s" % (cap, rate)]
-                cands = range(t0 - t0 % grain, t1 + 1, grain)
-                for now in cands:
-                    lines += ["S 0 %d" % before, "T %d %d" % (now, cost)]
-                rows = replay(lines)
-                ok = any(want[:5] == reply and states[0] == after
-                         for want, states in rows)
-                self.assertTrue(ok, (key, cost, before, t0, t1, reply,
-                                     after, rows))
+                self.checked_at_server_time(
+                    c, key, ["SLUICE.TAKE", key, cap, rate, "COST", cost],
+                    cap, rate, cost, lo)
 
     def test_peek_and_rejection_write_nothing(self):
         srv = self.redis(module_args=["TESTCLOCK"])
@@ -511,6 +516,39 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(replay(["L 1 %s %s" % (cap, rate),
                                  "S 0 %d" % state_of(c, "sw"),
                                  "T %d 2" % now])[0][1], [st3])
+
+    def test_module_and_script_alternate_on_one_key_exactly(self):
+        """The real Redis script (src/store/redis/script.lua) and the module
+        take turns on the same keys: every decision of either is the core's
+        at the server time, so no token appears or vanishes at a switch."""
+        path = os.environ.get("SLUICE_SCRIPT",
+                              os.path.join(SRC, "src/store/redis/script.lua"))
+        if not os.path.exists(path):
+            self.skipTest("no Redis script at %s" % path)
+        with open(path) as f:
+            script = f.read()
+        srv = self.redis()
+        c = self.connect(srv)
+        sha = c.call("SCRIPT", "LOAD", script).decode()
+        rng = random.Random(13)
+        served = {"module": 0, "script": 0}
+        for cap, rate in [("5", "1/day"), ("10", "2/s"), ("20", "1000/s"),
+                          ("7", "3/s"), ("4", "7/86400000000us")]:
+            interval, per, _ = (int(x) for x in subprocess.run(
+                [REPLAY], input="P %s %s\n" % (cap, rate),
+                capture_output=True, text=True, check=True).stdout.split())
+            key = "alt:%s:%s" % (cap, rate)
+            for i in range(40):
+                cost = rng.choice([0, 1, 1, 2, 3, int(cap) + 1])
+                if i % 2 == 0:
+                    cmd = ["SLUICE.TAKE", key, cap, rate, "COST", cost]
+                else:
+                    cmd = ["EVALSHA", sha, 1, key, cost, interval, per, cap]
+                reply = self.checked_at_server_time(c, key, cmd, cap, rate,
+                                                    cost)
+                served["module" if i % 2 == 0 else "script"] += reply[0]
+        self.assertGreater(served["module"], 0)
+        self.assertGreater(served["script"], 0)
 
     # -- cluster ------------------------------------------------------------
 

@@ -8,6 +8,8 @@
  *
  *   L n cap1 rate1 [cap2 rate2 ...]   set n limits; every state becomes 0
  *   S i state                         set the state of limit i
+ *   P cap rate                        print "interval per capacity" (the
+ *                                     limit as the Redis script takes it)
  *   T now_us cost                     decide and commit, print one line:
  *
  *   allowed limit remaining retry_after_ms reset_ms which state0 [state1 ...]
@@ -67,6 +69,16 @@ int main(void)
 					return die(line, err);
 				states[i] = 0;
 			}
+		} else if (strcmp(tok, "P") == 0) {
+			char *cap = strtok_r(NULL, " \t\r\n", &save);
+			char *rate = strtok_r(NULL, " \t\r\n", &save);
+			sluice_limit_t l;
+
+			if (sluice_limit_parse(&l, cap, rate, err, sizeof(err)))
+				return die(line, err);
+			printf("%llu %u %llu\n",
+			       (unsigned long long)l.rate.interval, l.rate.per,
+			       (unsigned long long)l.capacity);
 		} else if (strcmp(tok, "S") == 0) {
 			char *idx = strtok_r(NULL, " \t\r\n", &save);
 			char *val = strtok_r(NULL, " \t\r\n", &save);
@@ -100,7 +112,7 @@ int main(void)
 			}
 			printf("\n");
 		} else {
-			return die(line, "unknown command (L, S or T)");
+			return die(line, "unknown command (L, P, S or T)");
 		}
 	}
 	return 0;

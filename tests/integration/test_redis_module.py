@@ -613,6 +613,8 @@ class ModuleTest(unittest.TestCase):
         c.call("LPUSH", "alist", "x")
         c.call("SET", "text", "hello")
         c.call("SET", "float", "1.5")
+        c.call("SET", "huge", "99999999999999999999")
+        c.call("SET", "spaced", " 5")
         bad = [
             (["SLUICE.TAKE"], "ERR wrong number of arguments"),
             (["SLUICE.TAKE", "k"], "ERR wrong number of arguments"),
@@ -647,6 +649,8 @@ class ModuleTest(unittest.TestCase):
             (["SLUICE.TAKE", "text", "10", "2/s"],
              "ERR key \"text\" does not hold a sluice state"),
             (["SLUICE.TAKE", "float", "10", "2/s"], "ERR key \"float\""),
+            (["SLUICE.TAKE", "huge", "10", "2/s"], "ERR key \"huge\""),
+            (["SLUICE.TAKE", "spaced", "10", "2/s"], "ERR key \"spaced\""),
             (["SLUICE.TAKEMULTI"], "ERR wrong number of arguments"),
             (["SLUICE.TAKEMULTI", "0", "10", "2/s"], "ERR numkeys"),
             (["SLUICE.TAKEMULTI", "x", "k", "10", "2/s"], "ERR numkeys"),

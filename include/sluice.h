@@ -44,11 +44,11 @@ extern "C" {
 
 /* ---------------------------------------------------------------- errors */
 
-#define SLUICE_OK 0
-#define SLUICE_EINVAL (-1)    /* malformed argument or policy text */
-#define SLUICE_ERANGE (-2)    /* a number is out of the supported range */
-#define SLUICE_ENOMEM (-3)    /* allocation failed */
-#define SLUICE_ESTORE (-4)    /* the store failed (connection, protocol) */
+#define SLUICE_OK	 0
+#define SLUICE_EINVAL	 (-1) /* malformed argument or policy text */
+#define SLUICE_ERANGE	 (-2) /* a number is out of the supported range */
+#define SLUICE_ENOMEM	 (-3) /* allocation failed */
+#define SLUICE_ESTORE	 (-4) /* the store failed (connection, protocol) */
 #define SLUICE_ETIMEDOUT (-5) /* the store did not answer in time */
 
 /* A short static description of a SLUICE_E* code. */
@@ -61,6 +61,15 @@ const char *sluice_strerror(int err);
  * of the state (see sluice_state_t), so per must stay <= 1000. */
 #define SLUICE_RATE_PER_MAX 1000u
 
+/* The longest time an empty bucket may take to refill: 2^48 us, about 8.9
+ * years. */
+#define SLUICE_REFILL_MAX_US (UINT64_C(1) << 48)
+
+/* The latest time the state encoding can hold (about the year 2242): a
+ * state (now + up to twice SLUICE_REFILL_MAX_US) * 1000 fits in int64.
+ * sluice_eval() clamps `now` into [0, SLUICE_TIME_MAX_US]. */
+#define SLUICE_TIME_MAX_US INT64_C(8600000000000000)
+
 /* Relative bucket quantities (in 1/per microsecond units) stay below this
  * bound, which keeps them exact in an IEEE double (Redis Lua). */
 #define SLUICE_UNITS_MAX (UINT64_C(1) << 52)
@@ -72,7 +81,7 @@ const char *sluice_strerror(int err);
  */
 typedef struct sluice_rate_s {
 	uint64_t interval; /* numerator, >= 1 */
-	uint32_t per;      /* denominator, 1 .. SLUICE_RATE_PER_MAX */
+	uint32_t per;	   /* denominator, 1 .. SLUICE_RATE_PER_MAX */
 } sluice_rate_t;
 
 /*
@@ -96,14 +105,15 @@ int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len);
 typedef struct sluice_limit_s {
 	uint64_t capacity;  /* burst, >= 1 */
 	sluice_rate_t rate; /* refill */
-	uint64_t tau;       /* capacity * rate.interval: time from empty to
+	uint64_t tau;	    /* capacity * rate.interval: time from empty to
 			       full, in 1/rate.per microsecond units */
 } sluice_limit_t;
 
 /*
  * Builds a limit.  Fails with SLUICE_ERANGE when capacity is 0 or when the
  * time to refill an empty bucket does not fit the exact range
- * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX).
+ * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX, and the time
+ * itself must not exceed SLUICE_REFILL_MAX_US).
  */
 int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 		      const sluice_rate_t *rate, char *err, size_t errlen);
@@ -126,10 +136,10 @@ typedef int64_t sluice_state_t;
 /* What one decision tells the caller.  Times are microseconds, rounded up
  * to the next whole microsecond (the earliest instant the statement holds). */
 typedef struct sluice_decision_s {
-	int allowed;             /* 1: the cost was taken; 0: rejected */
-	int never;               /* 1: cost > capacity, can never pass */
-	uint64_t limit;          /* the capacity */
-	uint64_t remaining;      /* whole tokens left after this decision */
+	int allowed;		 /* 1: the cost was taken; 0: rejected */
+	int never;		 /* 1: cost > capacity, can never pass */
+	uint64_t limit;		 /* the capacity */
+	uint64_t remaining;	 /* whole tokens left after this decision */
 	uint64_t retry_after_us; /* 0 when allowed; else time until this
 				    cost could pass (UINT64_MAX if never) */
 	uint64_t reset_after_us; /* time until the bucket is full again */
@@ -176,12 +186,12 @@ typedef struct sluice_memstore_s sluice_memstore_t;
 
 /* Counters a caller can read at any time (see sluice_memstore_stats()). */
 typedef struct sluice_memstore_stats_s {
-	uint64_t keys;            /* resident keys now */
-	uint64_t max_keys;        /* the bound */
-	uint64_t expired;         /* states reclaimed because they were full */
-	uint64_t evicted_full;    /* evicted to make room, losing nothing */
-	uint64_t evicted_lossy;   /* evicted while not full (least recently
-				     used): that bucket restarts full */
+	uint64_t keys;		/* resident keys now */
+	uint64_t max_keys;	/* the bound */
+	uint64_t expired;	/* states reclaimed because they were full */
+	uint64_t evicted_full;	/* evicted to make room, losing nothing */
+	uint64_t evicted_lossy; /* evicted while not full (least recently
+				   used): that bucket restarts full */
 } sluice_memstore_stats_t;
 
 /*

@@ -33,9 +33,9 @@ typedef struct sluice_redis_opts_s {
 	/* Redis Cluster: "host:port" seeds (nseeds > 0 selects cluster mode) */
 	const char *const *seeds;
 	size_t nseeds;
-	const char *key_prefix;   /* NULL: "sluice:" */
-	unsigned timeout_ms;      /* per call; 0: 50 */
-	unsigned connections;     /* per client; 0: 1 */
+	const char *key_prefix; /* NULL: "sluice:" */
+	unsigned timeout_ms;	/* per call; 0: 50 */
+	unsigned connections;	/* per client; 0: 1 */
 } sluice_redis_opts_t;
 
 /*

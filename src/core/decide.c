@@ -65,7 +65,14 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
 	const uint64_t t = limit->rate.interval;
 	const uint32_t per = limit->rate.per;
 	const uint64_t tau = limit->tau;
-	uint64_t D = shortfall(state, now_us, per);
+	uint64_t D;
+
+	/* Keep (now + tau) * 1000 inside int64 whatever the caller's clock. */
+	if (now_us < 0)
+		now_us = 0;
+	else if (now_us > SLUICE_TIME_MAX_US)
+		now_us = SLUICE_TIME_MAX_US;
+	D = shortfall(state, now_us, per);
 
 	*next = state;
 	d->limit = limit->capacity;

@@ -99,8 +99,8 @@ static int unit_us(const char *s, size_t len, uint64_t *us)
 	return -1;
 }
 
-#define RATE_FORMS                                                            \
-	"a rate like \"2/s\", \"50/min\", \"2000/h\", \"10000/day\", "       \
+#define RATE_FORMS                                                             \
+	"a rate like \"2/s\", \"50/min\", \"2000/h\", \"10000/day\", "         \
 	"\"0.5/s\" or \"1/3s\""
 
 int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
@@ -113,8 +113,8 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 	int fdigits = 0, rc;
 
 	if (!text)
-		return fail(SLUICE_EINVAL, err, errlen, "missing rate: expected %s",
-			    RATE_FORMS);
+		return fail(SLUICE_EINVAL, err, errlen,
+			    "missing rate: expected %s", RATE_FORMS);
 	while (isspace((unsigned char)*p))
 		p++;
 	if (*p == '-')
@@ -123,10 +123,11 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 			    RATE_FORMS);
 	rc = parse_uint(&p, UINT64_C(1000000000000), &whole, NULL);
 	if (rc == -2)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is too large: at most 10^12 tokens per "
-			    "period",
-			    text);
+		return fail(
+			SLUICE_ERANGE, err, errlen,
+			"rate \"%s\" is too large: at most 10^12 tokens per "
+			"period",
+			text);
 	if (rc == -1)
 		return fail(SLUICE_EINVAL, err, errlen,
 			    "rate \"%s\" is not a number: expected %s", text,
@@ -153,10 +154,11 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 			rc = parse_uint(&p, UINT64_C(1000000000000), &mult,
 					NULL);
 			if (rc != 0 || mult == 0)
-				return fail(SLUICE_ERANGE, err, errlen,
-					    "rate \"%s\": the period multiplier "
-					    "must be 1 to 10^12",
-					    text);
+				return fail(
+					SLUICE_ERANGE, err, errlen,
+					"rate \"%s\": the period multiplier "
+					"must be 1 to 10^12",
+					text);
 			while (isspace((unsigned char)*p))
 				p++;
 		}
@@ -180,10 +182,11 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 	 * interval is mult*unit*scale / (whole*scale + frac) us per token. */
 	num = whole * scale + frac;
 	if (num == 0)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is zero: a bucket must refill; expected "
-			    "%s",
-			    text, RATE_FORMS);
+		return fail(
+			SLUICE_ERANGE, err, errlen,
+			"rate \"%s\" is zero: a bucket must refill; expected "
+			"%s",
+			text, RATE_FORMS);
 	period = (unsigned __int128)mult * unit * scale;
 	den = num;
 	g = gcd((uint64_t)(period % den), den);
@@ -198,12 +201,13 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 			    "second or minute)",
 			    text, (unsigned long long)period,
 			    (unsigned long long)den, SLUICE_RATE_PER_MAX);
-	if (period > SLUICE_UNITS_MAX)
+	if (period > SLUICE_UNITS_MAX || period / den > SLUICE_REFILL_MAX_US)
 		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is too slow: at most one token per "
+			    "rate \"%s\" is too slow: at least one token per "
 			    "%llu days",
 			    text,
-			    (unsigned long long)(SLUICE_UNITS_MAX / 86400000000ull));
+			    (unsigned long long)(SLUICE_REFILL_MAX_US /
+						 86400000000ull));
 	out->interval = (uint64_t)period;
 	out->per = (uint32_t)den;
 	return SLUICE_OK;
@@ -222,18 +226,20 @@ int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len)
 
 	/* per tokens every interval us: the smallest unit with a whole count */
 	for (i = 0; i < sizeof(fmt) / sizeof(fmt[0]); i++) {
-		unsigned __int128 tok = (unsigned __int128)fmt[i].us * rate->per;
+		unsigned __int128 tok =
+			(unsigned __int128)fmt[i].us * rate->per;
 		if (tok % rate->interval == 0)
-			return snprintf(buf, len, "%llu/%s",
-					(unsigned long long)(tok /
-							     rate->interval),
-					fmt[i].name);
+			return snprintf(
+				buf, len, "%llu/%s",
+				(unsigned long long)(tok / rate->interval),
+				fmt[i].name);
 	}
 	/* e.g. one token every 3 days: "1/259200s"; else exact in us.  Both
 	 * forms parse back to the same rate. */
 	if (rate->interval % (US_PER_S) == 0 && rate->per == 1)
-		return snprintf(buf, len, "1/%llus",
-				(unsigned long long)(rate->interval / US_PER_S));
+		return snprintf(
+			buf, len, "1/%llus",
+			(unsigned long long)(rate->interval / US_PER_S));
 	return snprintf(buf, len, "%u/%lluus", rate->per,
 			(unsigned long long)rate->interval);
 }
@@ -247,15 +253,22 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	if (rate->interval == 0 || rate->per == 0 ||
 	    rate->per > SLUICE_RATE_PER_MAX)
 		return fail(SLUICE_EINVAL, err, errlen, "invalid rate");
-	if (capacity > SLUICE_UNITS_MAX / rate->interval)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "capacity %llu is too large for this rate: an empty "
-			    "bucket would take longer than %llu us to refill "
-			    "(at most %llu tokens)",
-			    (unsigned long long)capacity,
-			    (unsigned long long)(SLUICE_UNITS_MAX / rate->per),
-			    (unsigned long long)(SLUICE_UNITS_MAX /
-						 rate->interval));
+	if (capacity > SLUICE_UNITS_MAX / rate->interval ||
+	    capacity * rate->interval / rate->per > SLUICE_REFILL_MAX_US) {
+		uint64_t most = SLUICE_UNITS_MAX / rate->interval;
+		uint64_t by_time =
+			(uint64_t)((unsigned __int128)SLUICE_REFILL_MAX_US *
+				   rate->per / rate->interval);
+		return fail(
+			SLUICE_ERANGE, err, errlen,
+			"capacity %llu is too large for this rate: an empty "
+			"bucket may take at most %llu days to refill (at "
+			"most %llu tokens)",
+			(unsigned long long)capacity,
+			(unsigned long long)(SLUICE_REFILL_MAX_US /
+					     86400000000ULL),
+			(unsigned long long)(most < by_time ? most : by_time));
+	}
 	limit->capacity = capacity;
 	limit->rate = *rate;
 	limit->tau = capacity * rate->interval;

@@ -1,0 +1,418 @@
+/*
+ * test_decide.c -- the decision function against an independent model.
+ *
+ * The model below is the token bucket as textbooks state it: a token level
+ * and a last-update time, refilled by elapsed x rate and capped at capacity.
+ * It keeps the level exactly as a rational with denominator `period` (so
+ * level*period is an integer) and shares no code with src/core/decide.c,
+ * which stores a theoretical arrival time instead.
+ */
+#include "check.h"
+#include "sluice.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct model_s {
+	uint64_t capacity;
+	uint64_t tokens; /* refill: `tokens` every `period` microseconds */
+	uint64_t period;
+	unsigned __int128 level; /* tokens x period */
+	int64_t last;
+} model_t;
+
+typedef struct answer_s {
+	int allowed;
+	uint64_t remaining, retry_after_us, reset_after_us;
+} answer_t;
+
+static uint64_t div_ceil(unsigned __int128 a, uint64_t b)
+{
+	return (uint64_t)((a + b - 1) / b);
+}
+
+static void model_init(model_t *m, uint64_t capacity, uint64_t tokens,
+		       uint64_t period, int64_t now)
+{
+	m->capacity = capacity;
+	m->tokens = tokens;
+	m->period = period;
+	m->level = (unsigned __int128)capacity * period;
+	m->last = now;
+}
+
+static answer_t model_take(model_t *m, int64_t now, uint64_t cost)
+{
+	unsigned __int128 full = (unsigned __int128)m->capacity * m->period;
+	unsigned __int128 need = (unsigned __int128)cost * m->period;
+	answer_t a;
+
+	if (now > m->last) {
+		m->level += (unsigned __int128)(now - m->last) * m->tokens;
+		if (m->level > full)
+			m->level = full;
+		m->last = now;
+	}
+	a.allowed = cost <= m->capacity && m->level >= need;
+	if (a.allowed)
+		m->level -= need;
+	a.remaining = (uint64_t)(m->level / m->period);
+	/* Waiting time for (need - level)/period tokens at tokens/period per
+	 * microsecond is (need - level)/tokens microseconds. */
+	a.retry_after_us = a.allowed ? 0
+			   : cost > m->capacity
+				   ? UINT64_MAX
+				   : div_ceil(need - m->level, m->tokens);
+	a.reset_after_us = div_ceil(full - m->level, m->tokens);
+	return a;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+typedef struct policy_s {
+	const char *rate;
+	uint64_t tokens, period; /* the same rate, written by hand */
+	uint64_t capacity;
+} policy_t;
+
+static const policy_t policies[] = {
+	{"2/s", 2, 1000000, 100},	 {"1/3s", 1, 3000000, 5},
+	{"7/day", 7, 86400000000ULL, 7}, {"1000000/s", 1000000, 1000000, 1000},
+	{"0.5/s", 1, 2000000, 10},	 {"50/min", 50, 60000000, 50},
+	{"3/s", 3, 1000000, 4},
+};
+
+static void limit_of(const policy_t *p, sluice_limit_t *l)
+{
+	char err[256];
+	char cap[32];
+
+	snprintf(cap, sizeof(cap), "%llu", (unsigned long long)p->capacity);
+	if (sluice_limit_parse(l, cap, p->rate, err, sizeof(err)) != 0) {
+		fprintf(stderr, "bad policy %s: %s\n", p->rate, err);
+		abort();
+	}
+}
+
+/* >= 1,000,000 random (advance, cost) steps across rates: identical
+ * allowed / remaining / retry_after / reset_after. */
+static void test_matches_exact_model(void)
+{
+	uint64_t seed = 42;
+	size_t pi, step, steps = 0;
+
+	for (pi = 0; pi < sizeof(policies) / sizeof(policies[0]); pi++) {
+		const policy_t *p = &policies[pi];
+		uint64_t interval = p->period / p->tokens + 1;
+		sluice_limit_t l;
+		sluice_state_t s = 0;
+		model_t m;
+		int64_t now = 1764500000000000LL + (int64_t)pi;
+
+		limit_of(p, &l);
+		model_init(&m, p->capacity, p->tokens, p->period, now);
+		for (step = 0; step < 150000; step++, steps++) {
+			uint64_t r = test_rand(&seed);
+			uint64_t cost;
+			sluice_state_t next;
+			sluice_decision_t d;
+			answer_t a;
+
+			/* Mostly short gaps (bursts), sometimes long ones. */
+			switch (r % 8) {
+			case 0:
+				now += (int64_t)(test_rand(&seed) %
+						 (interval * p->capacity * 2));
+				break;
+			case 1:
+			case 2:
+				now += (int64_t)(test_rand(&seed) %
+						 (interval * 2));
+				break;
+			default:
+				now += (int64_t)(test_rand(&seed) %
+						 (interval / 4 + 2));
+				break;
+			}
+			cost = (r >> 8) % 16 == 0   ? p->capacity + 1
+			       : (r >> 8) % 16 == 1 ? 0
+						    : 1 + (r >> 16) % 3;
+			sluice_eval(&l, s, now, cost, &next, &d);
+			a = model_take(&m, now, cost);
+			if (d.allowed != a.allowed ||
+			    d.remaining != a.remaining ||
+			    d.retry_after_us != a.retry_after_us ||
+			    d.reset_after_us != a.reset_after_us) {
+				fprintf(stderr,
+					"%s step %zu cost %llu: got "
+					"%d/%llu/%llu/"
+					"%llu want %d/%llu/%llu/%llu\n",
+					p->rate, step, (unsigned long long)cost,
+					d.allowed,
+					(unsigned long long)d.remaining,
+					(unsigned long long)d.retry_after_us,
+					(unsigned long long)d.reset_after_us,
+					a.allowed,
+					(unsigned long long)a.remaining,
+					(unsigned long long)a.retry_after_us,
+					(unsigned long long)a.reset_after_us);
+				CHECK(0);
+			}
+			CHECK(d.never == (cost > p->capacity));
+			s = next;
+		}
+	}
+	CHECK(steps >= 1000000);
+}
+
+/* For every interval [t0, t1] of a random trace, the accepted cost is at
+ * most capacity + rate x (t1 - t0). */
+static void test_never_more_than_capacity_plus_rate(void)
+{
+	enum { N = 3000 };
+	static int64_t t[N];
+	static uint64_t accepted[N + 1]; /* prefix sums */
+	uint64_t seed = 7;
+	size_t pi, i, j;
+
+	for (pi = 0; pi < sizeof(policies) / sizeof(policies[0]); pi++) {
+		const policy_t *p = &policies[pi];
+		sluice_limit_t l;
+		sluice_state_t s = 0;
+		int64_t now = 1000000000;
+		uint64_t gap = p->period / p->tokens / 2 + 1;
+
+		limit_of(p, &l);
+		accepted[0] = 0;
+		for (i = 0; i < N; i++) {
+			uint64_t cost = 1 + test_rand(&seed) % 3;
+			sluice_state_t next;
+			sluice_decision_t d;
+
+			now += (int64_t)(test_rand(&seed) % gap);
+			sluice_eval(&l, s, now, cost, &next, &d);
+			s = next;
+			t[i] = now;
+			accepted[i + 1] = accepted[i] + (d.allowed ? cost : 0);
+		}
+		for (i = 0; i < N; i++)
+			for (j = i; j < N; j++) {
+				/* (sum - C) * period <= (t_j - t_i) * tokens */
+				__int128 sum = (__int128)(accepted[j + 1] -
+							  accepted[i]);
+				__int128 lhs = (sum - (__int128)p->capacity) *
+					       (__int128)p->period;
+				__int128 rhs = (__int128)(t[j] - t[i]) *
+					       (__int128)p->tokens;
+				CHECK(lhs <= rhs);
+			}
+	}
+}
+
+/* 30 simulated days at one token per 3 s, a request every second: the
+ * bucket starts full (10) and every refilled token is taken by the next
+ * request, so allowed = 10 + floor(2591999 / 3) = 864009.  No drift. */
+static void test_thirty_days_no_drift(void)
+{
+	sluice_limit_t l;
+	sluice_state_t s = 0, next;
+	sluice_decision_t d;
+	char err[128];
+	int64_t t0 = 1764500000000000LL, sec;
+	uint64_t allowed = 0;
+
+	CHECK(sluice_limit_parse(&l, "10", "1/3s", err, sizeof(err)) == 0);
+	for (sec = 0; sec < 30 * 86400; sec++) {
+		sluice_eval(&l, s, t0 + sec * 1000000, 1, &next, &d);
+		s = next;
+		allowed += (uint64_t)d.allowed;
+	}
+	CHECK_EQ_U64(allowed, 864009);
+}
+
+/* The classic scenario: capacity 100, 2/s, 1000 requests evenly over one
+ * second from a full bucket (one every millisecond, at t = 0 .. 999 ms).
+ * The first 100 drain the burst; the refill adds a token at 500 ms (and the
+ * next only at 1000 ms, after the last request): 101 allowed. */
+static void test_classic_thousand_in_one_second(void)
+{
+	sluice_limit_t l;
+	sluice_state_t s = 0, next;
+	sluice_decision_t d;
+	char err[128];
+	int64_t t0 = 1764500000000000LL;
+	int i, allowed = 0;
+
+	CHECK(sluice_limit_parse(&l, "100", "2/s", err, sizeof(err)) == 0);
+	for (i = 0; i < 1000; i++) {
+		sluice_eval(&l, s, t0 + i * 1000, 1, &next, &d);
+		s = next;
+		allowed += d.allowed;
+	}
+	CHECK(allowed == 101);
+	/* The last answer: empty, next token at 1000 ms, i.e. 1 ms later. */
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.retry_after_us, 1000);
+	CHECK_EQ_U64(d.remaining, 0);
+}
+
+static void test_clock_backwards_never_grants(void)
+{
+	sluice_limit_t l;
+	sluice_state_t s = 0, next;
+	sluice_decision_t d;
+	char err[128];
+	int64_t t0 = 1764500000000000LL;
+	int i;
+
+	CHECK(sluice_limit_parse(&l, "10", "1/s", err, sizeof(err)) == 0);
+	for (i = 0; i < 10; i++) {
+		sluice_eval(&l, s, t0, 1, &next, &d);
+		CHECK(d.allowed);
+		s = next;
+	}
+	/* Empty at t0; the clock now steps back by up to a day. */
+	for (i = 1; i < 100; i++) {
+		sluice_eval(&l, s, t0 - (int64_t)i * 864000000LL, 1, &next, &d);
+		CHECK(!d.allowed);
+		CHECK_EQ_U64(d.remaining, 0);
+		CHECK(next == s);
+	}
+	/* Back at t0 + 1 s exactly one token has refilled. */
+	sluice_eval(&l, s, t0 + 1000000, 1, &next, &d);
+	CHECK(d.allowed);
+	sluice_eval(&l, next, t0 + 1000000, 1, &next, &d);
+	CHECK(!d.allowed);
+}
+
+static void test_years_elapsed_and_extreme_rates(void)
+{
+	sluice_limit_t fast, slow;
+	sluice_state_t s = 0, next;
+	sluice_decision_t d;
+	char err[128];
+	int64_t t0 = 1764500000000000LL;
+	int i;
+
+	CHECK(sluice_limit_parse(&fast, "1000", "1000000/s", err,
+				 sizeof(err)) == 0);
+	CHECK(sluice_limit_parse(&slow, "1", "1/day", err, sizeof(err)) == 0);
+
+	/* 1,000,000/s: draining 1000 takes 1000 us to refill. */
+	for (i = 0; i < 1000; i++) {
+		sluice_eval(&fast, s, t0, 1, &next, &d);
+		CHECK(d.allowed);
+		s = next;
+	}
+	sluice_eval(&fast, s, t0, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.retry_after_us, 1);
+	CHECK_EQ_U64(d.reset_after_us, 1000);
+
+	/* 1/day. */
+	s = 0;
+	sluice_eval(&slow, s, t0, 1, &next, &d);
+	CHECK(d.allowed);
+	s = next;
+	sluice_eval(&slow, s, t0 + 1000000, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.retry_after_us, 86400000000ULL - 1000000);
+
+	/* 200 years later: full, no overflow. */
+	sluice_eval(&slow, s, t0 + 200LL * 365 * 86400000000LL, 1, &next, &d);
+	CHECK(d.allowed);
+	CHECK_EQ_U64(d.remaining, 0);
+	sluice_eval(&fast, s, INT64_MAX / 2, 1000, &next, &d);
+	CHECK(d.allowed);
+}
+
+static void test_cost_above_capacity_is_never(void)
+{
+	sluice_limit_t l;
+	sluice_state_t next;
+	sluice_decision_t d;
+	char err[128];
+
+	CHECK(sluice_limit_parse(&l, "5", "1/s", err, sizeof(err)) == 0);
+	sluice_eval(&l, 0, 1000, 6, &next, &d);
+	CHECK(!d.allowed);
+	CHECK(d.never);
+	CHECK(d.retry_after_us == UINT64_MAX);
+	CHECK_EQ_U64(d.remaining, 5);
+	CHECK(next == 0);
+}
+
+static void test_peek_changes_nothing(void)
+{
+	sluice_limit_t l;
+	sluice_state_t s = 0, next;
+	sluice_decision_t d;
+	char err[128];
+
+	CHECK(sluice_limit_parse(&l, "5", "1/s", err, sizeof(err)) == 0);
+	sluice_eval(&l, s, 5000000, 2, &next, &d);
+	s = next;
+	sluice_eval(&l, s, 5000000, 0, &next, &d);
+	CHECK(d.allowed);
+	CHECK(next == s);
+	CHECK_EQ_U64(d.remaining, 3);
+	CHECK_EQ_U64(d.reset_after_us, 2000000);
+}
+
+/* The state is the TAT and expires exactly when the bucket is full. */
+static void test_state_expires_when_full(void)
+{
+	sluice_limit_t l;
+	sluice_state_t next;
+	sluice_decision_t d;
+	char err[128];
+	int64_t t0 = 1764500000000000LL;
+
+	CHECK(sluice_limit_parse(&l, "7", "7/day", err, sizeof(err)) == 0);
+	sluice_eval(&l, 0, t0, 3, &next, &d);
+	/* 3 tokens at 7/day: 3 * 86400e6 / 7 us = 37028571428.57 us */
+	CHECK(sluice_state_expiry_us(next) == t0 + 37028571429LL);
+	CHECK_EQ_U64(d.reset_after_us, 37028571429ULL);
+	CHECK(next == (t0 + 37028571428LL) * 1000 + 4); /* 4/7 us */
+}
+
+static void test_all_or_nothing(void)
+{
+	sluice_limit_t l[2];
+	sluice_state_t s[2] = {0, 0}, next[2];
+	sluice_decision_t d[2], sum;
+	char err[128];
+	int64_t now = 1764500000000000LL;
+	int i;
+
+	CHECK(sluice_limit_parse(&l[0], "10", "1/s", err, sizeof(err)) == 0);
+	CHECK(sluice_limit_parse(&l[1], "3", "3/day", err, sizeof(err)) == 0);
+	for (i = 0; i < 3; i++) {
+		CHECK(sluice_eval_all(l, s, 2, now, 1, next, d, &sum) == 1);
+		memcpy(s, next, sizeof(s));
+	}
+	CHECK_EQ_U64(sum.remaining, 0);
+	/* The daily limit rejects: the burst limit is not charged. */
+	CHECK(sluice_eval_all(l, s, 2, now, 1, next, d, &sum) == 0);
+	CHECK(next[0] == s[0] && next[1] == s[1]);
+	CHECK(!sum.allowed);
+	CHECK_EQ_U64(sum.limit, 3);
+	CHECK_EQ_U64(d[0].remaining, 7);
+	CHECK_EQ_U64(sum.retry_after_us, 86400000000ULL / 3);
+}
+
+int main(void)
+{
+	RUN(test_matches_exact_model);
+	RUN(test_never_more_than_capacity_plus_rate);
+	RUN(test_thirty_days_no_drift);
+	RUN(test_classic_thousand_in_one_second);
+	RUN(test_clock_backwards_never_grants);
+	RUN(test_years_elapsed_and_extreme_rates);
+	RUN(test_cost_above_capacity_is_never);
+	RUN(test_peek_changes_nothing);
+	RUN(test_state_expires_when_full);
+	RUN(test_all_or_nothing);
+	TESTS_DONE();
+}

@@ -1,0 +1,225 @@
+/*
+ * test_memstore.c -- the embedded store: exact under concurrency, bounded
+ * under a flood of keys, and lossless when it evicts full buckets.
+ */
+#include "check.h"
+#include "sluice.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static const int64_t T0 = 1764500000000000LL;
+
+static sluice_limit_t limit(const char *cap, const char *rate)
+{
+	sluice_limit_t l;
+	char err[256];
+
+	if (sluice_limit_parse(&l, cap, rate, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s\n", err);
+		abort();
+	}
+	return l;
+}
+
+/* ------------------------------------------------------- concurrency */
+
+typedef struct worker_s {
+	sluice_memstore_t *store;
+	const sluice_limit_t *limit;
+	int id;
+	uint64_t allowed;
+} worker_t;
+
+static void *hammer(void *arg)
+{
+	worker_t *w = arg;
+	sluice_decision_t sum;
+	int i;
+
+	for (i = 0; i < 20000; i++) {
+		/* Time moves forward 1 us per call within each thread; the
+		 * threads interleave so the store also sees it go back. */
+		int rc = sluice_memstore_take(w->store, "one-key", 7, w->limit,
+					      1, 1, T0 + i, NULL, &sum);
+		if (rc == 1)
+			w->allowed++;
+	}
+	return NULL;
+}
+
+/* 8 threads, one key, capacity 1000 at 1/day: 160,000 attempts within 20
+ * ms of simulated time can take exactly the 1000 tokens of the burst. */
+static void test_eight_threads_one_key_exact(void)
+{
+	sluice_limit_t l = limit("1000", "1/day");
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	pthread_t th[8];
+	worker_t w[8];
+	uint64_t total = 0;
+	int i;
+
+	CHECK(m);
+	for (i = 0; i < 8; i++) {
+		w[i] = (worker_t){m, &l, i, 0};
+		CHECK(pthread_create(&th[i], NULL, hammer, &w[i]) == 0);
+	}
+	for (i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		total += w[i].allowed;
+	}
+	sluice_memstore_free(m);
+	CHECK_EQ_U64(total, 1000);
+}
+
+/* 10,000,000 distinct keys through a store bounded at 100,000: never more
+ * than 100,000 resident, and every decision for a new key is "allowed". */
+static void test_flood_of_keys_stays_bounded(void)
+{
+	sluice_limit_t l = limit("10", "1/min");
+	sluice_memstore_t *m = sluice_memstore_new(100000);
+	sluice_memstore_stats_t st;
+	sluice_decision_t sum;
+	uint64_t i, refused = 0;
+
+	CHECK(m);
+	for (i = 0; i < 10000000; i++) {
+		char key[16];
+
+		memcpy(key, &i, sizeof(i));
+		memcpy(key + 8, "flooding", 8);
+		if (sluice_memstore_take(m, key, sizeof(key), &l, 1, 1,
+					 T0 + (int64_t)(i / 100), NULL,
+					 &sum) != 1)
+			refused++;
+		if (i % 100000 == 0) {
+			sluice_memstore_stats(m, &st);
+			CHECK(st.keys <= 100000);
+		}
+	}
+	sluice_memstore_stats(m, &st);
+	sluice_memstore_free(m);
+	CHECK_EQ_U64(refused, 0);
+	CHECK(st.keys <= 100000);
+	CHECK(st.keys >= 99000); /* the bound is used, not wasted */
+	/* Within 0.1 s of simulated time nothing is full again (1/min, 9
+	 * tokens short): every eviction lost a bucket and was counted. */
+	CHECK(st.evicted_lossy + st.evicted_full >= 10000000 - 100000);
+}
+
+/* Keys that come back only after their bucket refilled: evicting them
+ * loses nothing, so a small store decides exactly like an unbounded map. */
+static void test_full_bucket_eviction_loses_nothing(void)
+{
+	enum { KEYS = 3000 };
+	sluice_limit_t l = limit("5", "1/s");
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	static sluice_state_t ref[KEYS];
+	sluice_memstore_stats_t st;
+	uint64_t seed = 99, step;
+	int64_t now = T0;
+
+	CHECK(m);
+	memset(ref, 0, sizeof(ref));
+	for (step = 0; step < 300000; step++) {
+		/* Recent keys are hot; cold keys return after > 5 s. */
+		uint64_t r = test_rand(&seed);
+		uint32_t k =
+			(uint32_t)(r % 50 != 0 ? (step / 20) % KEYS : r % KEYS);
+		uint64_t cost = 1 + (r >> 20) % 2;
+		sluice_state_t next;
+		sluice_decision_t want, got;
+		char key[16];
+
+		now += 50000; /* 50 ms per request */
+		snprintf(key, sizeof(key), "user-%08u", k);
+		sluice_eval(&l, ref[k], now, cost, &next, &want);
+		ref[k] = next;
+		CHECK(sluice_memstore_take(m, key, strlen(key), &l, 1, cost,
+					   now, NULL, &got) == want.allowed);
+		CHECK_EQ_U64(got.remaining, want.remaining);
+		CHECK_EQ_U64(got.retry_after_us, want.retry_after_us);
+	}
+	sluice_memstore_stats(m, &st);
+	sluice_memstore_free(m);
+	CHECK(st.keys <= 1000);
+	CHECK(st.evicted_full + st.expired > 0);
+	CHECK_EQ_U64(st.evicted_lossy, 0);
+}
+
+/* Expired states are reclaimed by the traffic itself: after every bucket
+ * has refilled, a stream of requests to one key frees the rest. */
+static void test_expired_states_are_reclaimed_incrementally(void)
+{
+	sluice_limit_t l = limit("3", "1/s");
+	sluice_memstore_t *m = sluice_memstore_new(100000);
+	sluice_memstore_stats_t st;
+	sluice_decision_t sum;
+	int i;
+
+	CHECK(m);
+	for (i = 0; i < 5000; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "k%d", i);
+		CHECK(sluice_memstore_take(m, key, strlen(key), &l, 1, 1, T0,
+					   NULL, &sum) == 1);
+	}
+	sluice_memstore_stats(m, &st);
+	CHECK_EQ_U64(st.keys, 5000);
+	for (i = 0; i < 200000; i++)
+		sluice_memstore_take(m, "hot", 3, &l, 1, 0, T0 + 2000000 + i,
+				     NULL, &sum);
+	sluice_memstore_stats(m, &st);
+	sluice_memstore_free(m);
+	CHECK(st.keys <= 1);
+	CHECK(st.expired >= 5000);
+}
+
+/* Several limits on one key are charged all-or-nothing. */
+static void test_multi_limit_all_or_nothing(void)
+{
+	sluice_limit_t l[2] = {limit("10", "1/s"), limit("3", "3/day")};
+	sluice_memstore_t *m = sluice_memstore_new(10);
+	sluice_decision_t d[2], sum;
+	int i;
+
+	CHECK(m);
+	for (i = 0; i < 3; i++)
+		CHECK(sluice_memstore_take(m, "u", 1, l, 2, 1, T0, d, &sum) ==
+		      1);
+	CHECK(sluice_memstore_take(m, "u", 1, l, 2, 1, T0, d, &sum) == 0);
+	CHECK_EQ_U64(sum.limit, 3);
+	/* Peek (cost 0 always passes): the burst limit still has 7, not 6. */
+	CHECK(sluice_memstore_take(m, "u", 1, l, 2, 0, T0, d, &sum) == 1);
+	CHECK_EQ_U64(d[0].remaining, 7);
+	sluice_memstore_free(m);
+}
+
+static void test_bad_arguments(void)
+{
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_memstore_t *m = sluice_memstore_new(10);
+	static char big[70000];
+	sluice_decision_t sum;
+
+	CHECK(m);
+	CHECK(sluice_memstore_new(0) == NULL);
+	CHECK(sluice_memstore_take(m, "k", 1, &l, 0, 1, T0, NULL, &sum) ==
+	      SLUICE_EINVAL);
+	CHECK(sluice_memstore_take(m, big, sizeof(big), &l, 1, 1, T0, NULL,
+				   &sum) == SLUICE_EINVAL);
+	/* The empty key is a key like any other. */
+	CHECK(sluice_memstore_take(m, "", 0, &l, 1, 1, T0, NULL, &sum) == 1);
+	sluice_memstore_free(m);
+}
+
+int main(void)
+{
+	RUN(test_eight_threads_one_key_exact);
+	RUN(test_flood_of_keys_stays_bounded);
+	RUN(test_full_bucket_eviction_loses_nothing);
+	RUN(test_expired_states_are_reclaimed_incrementally);
+	RUN(test_multi_limit_all_or_nothing);
+	RUN(test_bad_arguments);
+	TESTS_DONE();
+}

@@ -3,6 +3,7 @@
  * the textbook says, the token bucket is the real sluice_eval(), and a seed
  * always gives the same trace and the same report.
  */
+#include "check.h"
 #include "sim/prng.h"
 #include "sim/sim.h"
 
@@ -12,28 +13,6 @@
 
 #define SEC INT64_C(1000000)
 #define MS  INT64_C(1000)
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: %s: check failed: %s\n",       \
-				__FILE__, __LINE__, __func__, #cond);          \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
-
-#define CHECK_EQ(a, b)                                                         \
-	do {                                                                   \
-		long long a_ = (long long)(a), b_ = (long long)(b);            \
-		if (a_ != b_) {                                                \
-			fprintf(stderr,                                        \
-				"%s:%d: %s: %s == %lld, expected %lld\n",      \
-				__FILE__, __LINE__, __func__, #a, a_, b_);     \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
 
 /* ------------------------------------------------------------- helpers */
 
@@ -74,9 +53,9 @@ static void boundary_trace(sluice_sim_trace_t *tr)
 {
 	memset(tr, 0, sizeof(*tr));
 	tr->duration_us = 120 * SEC;
-	CHECK_EQ(sluice_sim_add_client(tr, SLUICE_SIM_ABUSER, "eve",
-				       "192.0.2.1"),
-		 0);
+	CHECK_EQ_U64(sluice_sim_add_client(tr, SLUICE_SIM_ABUSER, "eve",
+					   "192.0.2.1"),
+		     0);
 	series(tr, 0, 59 * SEC, 5 * MS, 100);
 	series(tr, 0, 60 * SEC, 5 * MS, 100);
 }
@@ -88,10 +67,10 @@ static void test_max_in_span_counts_a_half_open_span(void)
 	const int64_t t[] = {0, 1, 2, 2 * SEC, 2 * SEC + 1};
 	int64_t at = -1;
 
-	CHECK_EQ(sluice_sim_max_in_span(t, 5, 2 * SEC, &at), 3);
-	CHECK_EQ(at, 0);
-	CHECK_EQ(sluice_sim_max_in_span(t, 5, 1, &at), 1);
-	CHECK_EQ(sluice_sim_max_in_span(t, 0, 2 * SEC, NULL), 0);
+	CHECK_EQ_U64(sluice_sim_max_in_span(t, 5, 2 * SEC, &at), 3);
+	CHECK_EQ_U64(at, 0);
+	CHECK_EQ_U64(sluice_sim_max_in_span(t, 5, 1, &at), 1);
+	CHECK_EQ_U64(sluice_sim_max_in_span(t, 0, 2 * SEC, NULL), 0);
 }
 
 static void test_fixed_window_passes_twice_its_limit_across_a_boundary(void)
@@ -104,18 +83,18 @@ static void test_fixed_window_passes_twice_its_limit_across_a_boundary(void)
 	boundary_trace(&tr);
 	series(&tr, 0, 60 * SEC + 500 * MS, 5 * MS, 100); /* over the limit */
 	p = sluice_sim_fixed_window(100, 60 * SEC, tr.nkeys);
-	CHECK_EQ(passes(p, &tr, times), 200);
+	CHECK_EQ_U64(passes(p, &tr, times), 200);
 	/* All 200 lie within 1.5 s. */
-	CHECK_EQ(times[199] - times[0], 1495 * MS);
+	CHECK_EQ_U64(times[199] - times[0], 1495 * MS);
 	sluice_sim_policy_free(p);
 
 	p = sluice_sim_fixed_window(100, 60 * SEC, tr.nkeys);
-	CHECK_EQ(sluice_sim_run(&tr, &p, 1, &r), 0);
-	CHECK_EQ(r.spike, 200);
-	CHECK_EQ(r.spike_start_us, 59 * SEC);
-	CHECK_EQ(r.abuse, 300);
-	CHECK_EQ(r.abuse_rejected, 100);
-	CHECK_EQ(r.legit, 0);
+	CHECK_EQ_U64(sluice_sim_run(&tr, &p, 1, &r), 0);
+	CHECK_EQ_U64(r.spike, 200);
+	CHECK_EQ_U64(r.spike_start_us, 59 * SEC);
+	CHECK_EQ_U64(r.abuse, 300);
+	CHECK_EQ_U64(r.abuse_rejected, 100);
+	CHECK_EQ_U64(r.legit, 0);
 	sluice_sim_result_free(&r);
 	sluice_sim_policy_free(p);
 	sluice_sim_trace_free(&tr);
@@ -132,9 +111,9 @@ static void test_token_bucket_passes_capacity_plus_refill(void)
 	 * tokens, taken at 60.000 and 60.005; nothing else until 60.5 s. */
 	boundary_trace(&tr);
 	p = sluice_sim_token_bucket(&l, tr.nkeys);
-	CHECK_EQ(sluice_sim_run(&tr, &p, 1, &r), 0);
-	CHECK_EQ(r.abuse - r.abuse_rejected, 102);
-	CHECK_EQ(r.spike, 102);
+	CHECK_EQ_U64(sluice_sim_run(&tr, &p, 1, &r), 0);
+	CHECK_EQ_U64(r.abuse - r.abuse_rejected, 102);
+	CHECK_EQ_U64(r.spike, 102);
 	CHECK(r.spike <= 100 + 2 * 2);
 	sluice_sim_result_free(&r);
 	sluice_sim_policy_free(p);
@@ -160,8 +139,9 @@ test_token_bucket_never_passes_more_than_capacity_plus_rate_x_span(void)
 		char ip[32];
 
 		snprintf(ip, sizeof(ip), "10.0.0.%u", c + 1);
-		CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_ABUSER, "", ip),
-			 c);
+		CHECK_EQ_U64(
+			sluice_sim_add_client(&tr, SLUICE_SIM_ABUSER, "", ip),
+			c);
 		for (b = 0; b < 200; b++)
 			series(&tr, c, sluice_prng_range(&r, 0, 590 * SEC),
 			       sluice_prng_range(&r, 0, 50 * MS),
@@ -206,8 +186,8 @@ static void test_sliding_log_never_passes_more_than_limit_per_window(void)
 	n = passes(p, &tr, times);
 	/* 100 pass from 59 s; everything else comes before the first pass
 	 * ages out at 119 s. */
-	CHECK_EQ(sluice_sim_max_in_span(times, n, 60 * SEC, NULL), 100);
-	CHECK_EQ(n, 100);
+	CHECK_EQ_U64(sluice_sim_max_in_span(times, n, 60 * SEC, NULL), 100);
+	CHECK_EQ_U64(n, 100);
 	sluice_sim_policy_free(p);
 	sluice_sim_trace_free(&tr);
 }
@@ -222,13 +202,13 @@ static void test_sliding_counter_weights_the_previous_window(void)
 	 * estimate is 100 x 0.5 + current, so 50 more pass. */
 	memset(&tr, 0, sizeof(tr));
 	tr.duration_us = 120 * SEC;
-	CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_MOBILE, "ann",
-				       "10.1.1.1"),
-		 0);
+	CHECK_EQ_U64(sluice_sim_add_client(&tr, SLUICE_SIM_MOBILE, "ann",
+					   "10.1.1.1"),
+		     0);
 	series(&tr, 0, 10 * SEC, 1 * MS, 100);
 	series(&tr, 0, 90 * SEC, 0, 100);
 	p = sluice_sim_sliding_counter(100, 60 * SEC, tr.nkeys);
-	CHECK_EQ(passes(p, &tr, times), 150);
+	CHECK_EQ_U64(passes(p, &tr, times), 150);
 	sluice_sim_policy_free(p);
 	sluice_sim_trace_free(&tr);
 }
@@ -238,22 +218,24 @@ static void test_classic_key_is_user_id_else_ip(void)
 	sluice_sim_trace_t tr;
 
 	memset(&tr, 0, sizeof(tr));
-	CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_MULTI, "p1", "10.0.0.1"),
-		 0);
-	CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_MULTI, "p1", "10.0.0.1"),
-		 1);
-	CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_NAT_ANON, "",
-				       "198.51.100.7"),
-		 2);
-	CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_NAT_ANON, "",
-				       "198.51.100.7"),
-		 3);
-	CHECK_EQ(sluice_sim_add_client(&tr, SLUICE_SIM_NAT_USER, "u1",
-				       "198.51.100.7"),
-		 4);
-	CHECK_EQ(tr.nkeys, 3);
-	CHECK_EQ(tr.clients[0].key, tr.clients[1].key);
-	CHECK_EQ(tr.clients[2].key, tr.clients[3].key);
+	CHECK_EQ_U64(
+		sluice_sim_add_client(&tr, SLUICE_SIM_MULTI, "p1", "10.0.0.1"),
+		0);
+	CHECK_EQ_U64(
+		sluice_sim_add_client(&tr, SLUICE_SIM_MULTI, "p1", "10.0.0.1"),
+		1);
+	CHECK_EQ_U64(sluice_sim_add_client(&tr, SLUICE_SIM_NAT_ANON, "",
+					   "198.51.100.7"),
+		     2);
+	CHECK_EQ_U64(sluice_sim_add_client(&tr, SLUICE_SIM_NAT_ANON, "",
+					   "198.51.100.7"),
+		     3);
+	CHECK_EQ_U64(sluice_sim_add_client(&tr, SLUICE_SIM_NAT_USER, "u1",
+					   "198.51.100.7"),
+		     4);
+	CHECK_EQ_U64(tr.nkeys, 3);
+	CHECK_EQ_U64(tr.clients[0].key, tr.clients[1].key);
+	CHECK_EQ_U64(tr.clients[2].key, tr.clients[3].key);
 	CHECK(tr.clients[4].key != tr.clients[2].key);
 	CHECK(strcmp(tr.keys[tr.clients[2].key], "198.51.100.7") == 0);
 	CHECK(sluice_sim_add_client(&tr, SLUICE_SIM_MOBILE, "x", "not-an-ip") <
@@ -286,7 +268,7 @@ static void run_all(const sluice_sim_trace_t *tr, sluice_sim_result_t *res)
 	p[1] = sluice_sim_sliding_log(100, 60 * SEC, tr->nkeys);
 	p[2] = sluice_sim_sliding_counter(100, 60 * SEC, tr->nkeys);
 	p[3] = sluice_sim_token_bucket(&l, tr->nkeys);
-	CHECK_EQ(sluice_sim_run(tr, p, 4, res), 0);
+	CHECK_EQ_U64(sluice_sim_run(tr, p, 4, res), 0);
 	for (i = 0; i < 4; i++)
 		sluice_sim_policy_free(p[i]);
 }
@@ -300,24 +282,24 @@ static void test_same_seed_same_trace_and_report(void)
 
 	sluice_sim_params_default(&pa);
 	pa.duration_us = 300 * SEC;
-	CHECK_EQ(sluice_sim_generate(&pa, 7, &a), 0);
-	CHECK_EQ(sluice_sim_generate(&pa, 7, &b), 0);
-	CHECK_EQ(sluice_sim_generate(&pa, 8, &c), 0);
+	CHECK_EQ_U64(sluice_sim_generate(&pa, 7, &a), 0);
+	CHECK_EQ_U64(sluice_sim_generate(&pa, 7, &b), 0);
+	CHECK_EQ_U64(sluice_sim_generate(&pa, 8, &c), 0);
 	CHECK(a.nevents > 1000);
 	CHECK(same_trace(&a, &b));
 	CHECK(!same_trace(&a, &c));
 	for (i = 1; i < a.nevents; i++)
 		if (a.events[i - 1].t_us > a.events[i].t_us)
 			break;
-	CHECK_EQ(i, a.nevents); /* sorted */
+	CHECK_EQ_U64(i, a.nevents); /* sorted */
 	CHECK(a.events[a.nevents - 1].t_us < pa.duration_us);
 
 	run_all(&a, ra);
 	run_all(&b, rb);
 	for (i = 0; i < 4; i++) {
-		CHECK_EQ(ra[i].legit_rejected, rb[i].legit_rejected);
-		CHECK_EQ(ra[i].abuse_rejected, rb[i].abuse_rejected);
-		CHECK_EQ(ra[i].spike, rb[i].spike);
+		CHECK_EQ_U64(ra[i].legit_rejected, rb[i].legit_rejected);
+		CHECK_EQ_U64(ra[i].abuse_rejected, rb[i].abuse_rejected);
+		CHECK_EQ_U64(ra[i].spike, rb[i].spike);
 		CHECK(memcmp(ra[i].abuse_passed, rb[i].abuse_passed,
 			     ra[i].nseconds * sizeof(uint32_t)) == 0);
 		sluice_sim_result_free(&ra[i]);
@@ -339,12 +321,12 @@ static void test_standard_mix_shows_the_boundary_spike_and_the_bound(void)
 	 * the bucket stays within 100 + 2/s x 2 s; no mobile user is ever
 	 * rejected by the bucket; abusers get almost nothing through. */
 	sluice_sim_params_default(&pa);
-	CHECK_EQ(sluice_sim_generate(&pa, 1, &tr), 0);
+	CHECK_EQ_U64(sluice_sim_generate(&pa, 1, &tr), 0);
 	run_all(&tr, r);
-	CHECK_EQ(r[0].spike, 200);
+	CHECK_EQ_U64(r[0].spike, 200);
 	CHECK(r[1].spike <= 100);
 	CHECK(r[3].spike <= 104);
-	CHECK_EQ(r[3].rejected[SLUICE_SIM_MOBILE], 0);
+	CHECK_EQ_U64(r[3].rejected[SLUICE_SIM_MOBILE], 0);
 	CHECK(r[3].requests[SLUICE_SIM_ABUSER] > 100000);
 	for (i = 0; i < 4; i++) {
 		CHECK(r[i].abuse_rejected * 10 > r[i].abuse * 9);
@@ -356,19 +338,14 @@ static void test_standard_mix_shows_the_boundary_spike_and_the_bound(void)
 
 int main(void)
 {
-	test_max_in_span_counts_a_half_open_span();
-	test_fixed_window_passes_twice_its_limit_across_a_boundary();
-	test_token_bucket_passes_capacity_plus_refill();
-	test_token_bucket_never_passes_more_than_capacity_plus_rate_x_span();
-	test_sliding_log_never_passes_more_than_limit_per_window();
-	test_sliding_counter_weights_the_previous_window();
-	test_classic_key_is_user_id_else_ip();
-	test_same_seed_same_trace_and_report();
-	test_standard_mix_shows_the_boundary_spike_and_the_bound();
-	if (failures) {
-		fprintf(stderr, "test_sim: %d failure(s)\n", failures);
-		return 1;
-	}
-	printf("test_sim: ok\n");
-	return 0;
+	RUN(test_max_in_span_counts_a_half_open_span);
+	RUN(test_fixed_window_passes_twice_its_limit_across_a_boundary);
+	RUN(test_token_bucket_passes_capacity_plus_refill);
+	RUN(test_token_bucket_never_passes_more_than_capacity_plus_rate_x_span);
+	RUN(test_sliding_log_never_passes_more_than_limit_per_window);
+	RUN(test_sliding_counter_weights_the_previous_window);
+	RUN(test_classic_key_is_user_id_else_ip);
+	RUN(test_same_seed_same_trace_and_report);
+	RUN(test_standard_mix_shows_the_boundary_spike_and_the_bound);
+	TESTS_DONE();
 }

@@ -72,6 +72,18 @@ static void sources_text(const sluice_rule_t *rule, char *buf, size_t len)
 		}
 }
 
+/* A key for display: composite parts are joined with \x1f in the store
+ * key, shown as '+'. */
+static const char *key_text(const sluice_replay_key_t *k, char *buf, size_t len)
+{
+	size_t i, n = k->namelen < len - 1 ? k->namelen : len - 1;
+
+	for (i = 0; i < n; i++)
+		buf[i] = k->name[i] == '\x1f' ? '+' : k->name[i];
+	buf[n] = '\0';
+	return buf;
+}
+
 static void iso_time(int64_t us, char *buf, size_t len)
 {
 	time_t t = (time_t)(us / SEC);
@@ -84,7 +96,7 @@ static void iso_time(int64_t us, char *buf, size_t len)
 static void print_text(const char *logname, const char *cfgname,
 		       const sluice_replay_report_t *r, int64_t window_us)
 {
-	char a[32], b[32], lim[256], src[256];
+	char a[32], b[32], lim[256], src[256], key[512];
 	size_t i, k;
 
 	printf("sluice replay: %s against %s\n", logname, cfgname);
@@ -133,10 +145,10 @@ static void print_text(const char *logname, const char *cfgname,
 		printf("  top limited keys:\n  %9s %9s  %s\n", "limited",
 		       "requests", "key");
 		for (k = 0; k < rr->ntop; k++)
-			printf("  %9llu %9llu  %.*s%s\n",
+			printf("  %9llu %9llu  %s%s\n",
 			       (unsigned long long)rr->top[k].limited,
 			       (unsigned long long)rr->top[k].requests,
-			       (int)rr->top[k].namelen, rr->top[k].name,
+			       key_text(&rr->top[k], key, sizeof(key)),
 			       rr->top[k].exceeded ? ""
 						   : "  (never over rate)");
 	}
@@ -146,7 +158,7 @@ static void print_json(const char *logname, const char *cfgname,
 		       const sluice_replay_report_t *r, int64_t window_us)
 {
 	json_t *root = json_object(), *rules = json_array();
-	char lim[256], src[256];
+	char lim[256], src[256], key[512];
 	size_t i, k;
 
 	json_object_set_new(root, "log", json_string(logname));
@@ -191,9 +203,10 @@ static void print_json(const char *logname, const char *cfgname,
 		for (k = 0; k < rr->ntop; k++) {
 			json_t *t = json_object();
 
-			json_object_set_new(t, "key",
-					    json_stringn(rr->top[k].name,
-							 rr->top[k].namelen));
+			json_object_set_new(
+				t, "key",
+				json_string(key_text(&rr->top[k], key,
+						     sizeof(key))));
 			json_object_set_new(
 				t, "limited",
 				json_integer((json_int_t)rr->top[k].limited));

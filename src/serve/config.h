@@ -19,9 +19,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define SLUICE_MAX_LIMITS 8  /* limits in one rule or tier */
+#define SLUICE_MAX_LIMITS  8 /* limits in one rule or tier */
 #define SLUICE_MAX_SOURCES 8 /* key sources in one rule */
-#define SLUICE_MAX_PARTS 4   /* parts of one composite key source */
+#define SLUICE_MAX_PARTS   4 /* parts of one composite key source */
 
 /* What to do when the store fails (Redis down or slow). */
 typedef enum {
@@ -33,7 +33,7 @@ typedef enum {
 /* One part of a key source. */
 typedef enum {
 	SLUICE_KEY_HEADER = 0, /* the value of a request header */
-	SLUICE_KEY_IP,         /* the client IP (after trusted proxies, with
+	SLUICE_KEY_IP,	       /* the client IP (after trusted proxies, with
 				  IPv6 grouped by ipv6_prefix) */
 } sluice_key_kind_t;
 
@@ -75,7 +75,7 @@ typedef struct sluice_rule_s {
 	sluice_limit_set_t limits;
 	sluice_limit_set_t *tiers;
 	size_t ntiers;
-	char *tier_header;  /* lower-case */
+	char *tier_header;   /* lower-case */
 	size_t default_tier; /* index into tiers */
 
 	uint64_t cost; /* tokens per request, default 1 */
@@ -100,17 +100,17 @@ typedef struct sluice_store_config_s {
 	sluice_store_kind_t kind;
 	size_t max_keys; /* memory store bound (default 1,000,000) */
 	/* redis / redis_cluster */
-	char *url;          /* redis://[user:pass@]host:port/db, unix:///path */
-	char **seeds;       /* cluster seeds, "host:port" */
+	char *url;    /* redis://[user:pass@]host:port/db, unix:///path */
+	char **seeds; /* cluster seeds, "host:port" */
 	size_t nseeds;
-	char *key_prefix;   /* default "sluice:" */
+	char *key_prefix;     /* default "sluice:" */
 	unsigned timeout_ms;  /* default 50 */
 	unsigned connections; /* per thread, default 1 */
 } sluice_store_config_t;
 
 typedef struct sluice_config_s {
-	char *path; /* the file, or NULL for the built-in default */
-	char *listen; /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:8080 */
+	char *path;	  /* the file, or NULL for the built-in default */
+	char *listen;	  /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:8080 */
 	unsigned threads; /* default 1 */
 	sluice_store_config_t store;
 	sluice_cidr_t *trusted_proxies;
@@ -118,7 +118,7 @@ typedef struct sluice_config_s {
 	unsigned ipv6_prefix; /* default 64 */
 	/* limits on what clients send (defaults in config.c) */
 	size_t max_header_bytes;  /* 431 beyond */
-	size_t max_body_bytes;    /* 413 beyond */
+	size_t max_body_bytes;	  /* 413 beyond */
 	unsigned idle_timeout_ms; /* close idle keep-alive connections */
 	sluice_rule_t *rules;
 	size_t nrules;
@@ -128,8 +128,7 @@ typedef struct sluice_config_s {
  * Loads and validates a YAML file.  On error returns NULL and writes
  * "FILE:LINE: what is wrong; what was expected" into err.
  */
-sluice_config_t *sluice_config_load(const char *path, char *err,
-				    size_t errlen);
+sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen);
 
 /* The same from a buffer; `name` stands for the file in messages. */
 sluice_config_t *sluice_config_parse(const char *name, const char *text,
@@ -140,6 +139,14 @@ sluice_config_t *sluice_config_parse(const char *name, const char *text,
 sluice_config_t *sluice_config_default(void);
 
 void sluice_config_free(sluice_config_t *cfg);
+
+/*
+ * Parses a listen address, "ADDRESS:PORT" or "[IPV6]:PORT" with a numeric
+ * address (the form of `listen:` and `--listen`).  Returns 0, or
+ * SLUICE_EINVAL with a message saying what was expected.
+ */
+int sluice_listen_parse(const char *text, struct sockaddr_storage *ss,
+			char *err, size_t errlen);
 
 /* ------------------------------------------------------------ requests */
 
@@ -180,7 +187,14 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
  * ipv6_prefix bits.  Writes text ("203.0.113.7", "2001:db8:1:2::/64") into
  * buf and returns its length (0 when unknown).
  */
-size_t sluice_client_ip(const sluice_config_t *cfg,
-			const sluice_request_t *req, char *buf, size_t len);
+size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
+			char *buf, size_t len);
+
+/*
+ * The path glob of a rule: '*' matches any run of characters (slashes
+ * included), '?' exactly one character, anything else itself.  Matches
+ * the whole of s[0..len).  Returns 1 on a match.
+ */
+int sluice_glob_match(const char *pattern, const char *s, size_t len);
 
 #endif /* SLUICE_SERVE_CONFIG_H */

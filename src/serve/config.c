@@ -1,0 +1,686 @@
+/*
+ * config.c -- the configuration: its defaults, its lifetime, reading the
+ * file and its top-level settings (listen, threads, store, trusted
+ * proxies, http limits).  Rules are read by config_rule.c; the YAML
+ * walking helpers live in config_yaml.c.  docs/CONFIG.md documents every
+ * field; keep it in step.
+ */
+#include "serve/config_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- defaults */
+
+/* Fills the fields every config starts with (before the file overrides
+ * them).  Allocates nothing. */
+static void init_defaults(sluice_config_t *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->threads = 1;
+	cfg->store.kind = SLUICE_STORE_MEMORY;
+	cfg->store.max_keys = 1000000;
+	cfg->store.timeout_ms = 50;
+	cfg->store.connections = 1;
+	cfg->ipv6_prefix = 64;
+	cfg->max_header_bytes = 8 * 1024;
+	cfg->max_body_bytes = 16 * 1024;
+	cfg->idle_timeout_ms = 30000;
+}
+
+static int default_trusted(sluice_config_t *cfg)
+{
+	cfg->trusted_proxies = calloc(2, sizeof(*cfg->trusted_proxies));
+	if (!cfg->trusted_proxies)
+		return -1;
+	cfg->trusted_proxies[0].family = AF_INET;
+	inet_pton(AF_INET, "127.0.0.1", cfg->trusted_proxies[0].addr);
+	cfg->trusted_proxies[0].prefix = 32;
+	cfg->trusted_proxies[1].family = AF_INET6;
+	inet_pton(AF_INET6, "::1", cfg->trusted_proxies[1].addr);
+	cfg->trusted_proxies[1].prefix = 128;
+	cfg->ntrusted = 2;
+	return 0;
+}
+
+/* The classic rule: 100 burst, 2/s, key x-user-id else the client IP. */
+static int default_rule(sluice_config_t *cfg)
+{
+	sluice_rule_t *r;
+	sluice_rate_t rate;
+
+	cfg->rules = calloc(1, sizeof(*cfg->rules));
+	if (!cfg->rules)
+		return -1;
+	cfg->nrules = 1;
+	r = &cfg->rules[0];
+	r->name = strdup("default");
+	r->limits.name = strdup("default");
+	if (!r->name || !r->limits.name)
+		return -1;
+	r->cost = 1;
+	r->on_store_error = SLUICE_FAIL_OPEN;
+	r->sources[0].parts[0].kind = SLUICE_KEY_HEADER;
+	r->sources[0].parts[0].header = strdup("x-user-id");
+	r->sources[0].nparts = 1;
+	r->sources[1].parts[0].kind = SLUICE_KEY_IP;
+	r->sources[1].nparts = 1;
+	r->nsources = 2;
+	if (!r->sources[0].parts[0].header)
+		return -1;
+	if (sluice_rate_parse("2/s", &rate, NULL, 0) < 0 ||
+	    sluice_limit_init(&r->limits.limits[0], 100, &rate, NULL, 0) < 0)
+		return -1;
+	r->limits.nlimits = 1;
+	return 0;
+}
+
+sluice_config_t *sluice_config_default(void)
+{
+	sluice_config_t *cfg = malloc(sizeof(*cfg));
+
+	if (!cfg)
+		return NULL;
+	init_defaults(cfg);
+	cfg->listen = strdup("127.0.0.1:8080");
+	cfg->store.key_prefix = strdup("sluice:");
+	if (!cfg->listen || !cfg->store.key_prefix ||
+	    default_trusted(cfg) < 0 || default_rule(cfg) < 0) {
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
+}
+
+/* ------------------------------------------------------------- freeing */
+
+static void free_rule(sluice_rule_t *r)
+{
+	size_t i, j;
+
+	free(r->name);
+	for (i = 0; i < r->nmethods; i++)
+		free(r->methods[i]);
+	free(r->methods);
+	free(r->path);
+	for (i = 0; i < r->nsources; i++)
+		for (j = 0; j < r->sources[i].nparts; j++)
+			free(r->sources[i].parts[j].header);
+	free(r->limits.name);
+	for (i = 0; i < r->ntiers; i++)
+		free(r->tiers[i].name);
+	free(r->tiers);
+	free(r->tier_header);
+}
+
+static void free_rules(sluice_config_t *cfg)
+{
+	size_t i;
+
+	for (i = 0; i < cfg->nrules; i++)
+		free_rule(&cfg->rules[i]);
+	free(cfg->rules);
+	cfg->rules = NULL;
+	cfg->nrules = 0;
+}
+
+void sluice_config_free(sluice_config_t *cfg)
+{
+	size_t i;
+
+	if (!cfg)
+		return;
+	free(cfg->path);
+	free(cfg->listen);
+	free(cfg->store.url);
+	for (i = 0; i < cfg->store.nseeds; i++)
+		free(cfg->store.seeds[i]);
+	free(cfg->store.seeds);
+	free(cfg->store.key_prefix);
+	free(cfg->trusted_proxies);
+	free_rules(cfg);
+	free(cfg);
+}
+
+/* ------------------------------------------------------------- listen */
+
+int sluice_listen_parse(const char *text, struct sockaddr_storage *ss,
+			char *err, size_t errlen)
+{
+	char host[INET6_ADDRSTRLEN + 1];
+	const char *port, *end;
+	unsigned long p;
+	size_t hlen;
+
+	memset(ss, 0, sizeof(*ss));
+	if (text[0] == '[') {
+		end = strchr(text, ']');
+		if (!end || end[1] != ':')
+			goto bad;
+		hlen = (size_t)(end - text - 1);
+		text++;
+		port = end + 2;
+	} else {
+		end = strrchr(text, ':');
+		if (!end || memchr(text, ':', (size_t)(end - text)))
+			goto bad;
+		hlen = (size_t)(end - text);
+		port = end + 1;
+	}
+	if (hlen == 0 || hlen >= sizeof(host) || !*port ||
+	    strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
+		goto bad;
+	p = strtoul(port, NULL, 10);
+	if (p == 0 || p > 65535)
+		goto bad;
+	memcpy(host, text, hlen);
+	host[hlen] = '\0';
+	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr)) {
+		ss->ss_family = AF_INET;
+		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host,
+		      &((struct sockaddr_in6 *)ss)->sin6_addr)) {
+		ss->ss_family = AF_INET6;
+		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)p);
+		return 0;
+	}
+bad:
+	if (err && errlen)
+		snprintf(err, errlen,
+			 "listen address \"%.80s\" is not valid; expected "
+			 "ADDRESS:PORT with a numeric address and a port from "
+			 "1 to 65535, e.g. 127.0.0.1:8080 or [::1]:8080",
+			 text);
+	return SLUICE_EINVAL;
+}
+
+/* --------------------------------------------------------------- store */
+
+static int set_string(char **dst, const char *src)
+{
+	char *s = strdup(src);
+
+	if (!s)
+		return -1;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+static int nomem(sluice_yaml_t *y, yaml_node_t *node)
+{
+	return sluice_yaml_error(y, node, "out of memory");
+}
+
+static int parse_redis_url(sluice_yaml_t *y, yaml_node_t *node,
+			   sluice_store_config_t *st)
+{
+	const char *url;
+
+	if (sluice_yaml_string(y, node, "store.redis.url", &url) < 0)
+		return -1;
+	if (strncmp(url, "redis://", 8) != 0 && strncmp(url, "unix://", 7) != 0)
+		return sluice_yaml_error(
+			y, node,
+			"store.redis.url \"%.100s\" is not "
+			"supported; expected "
+			"redis://[user:password@]host:port[/db]"
+			" or unix:///path/to/redis.sock",
+			url);
+	return set_string(&st->url, url) < 0 ? nomem(y, node) : 0;
+}
+
+static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
+		       sluice_store_config_t *st)
+{
+	size_t i, n;
+
+	if (sluice_yaml_expect_seq(y, node, "store.redis_cluster.seeds") < 0)
+		return -1;
+	n = sluice_yaml_seq_len(node);
+	if (n == 0)
+		return sluice_yaml_error(y, node,
+					 "store.redis_cluster.seeds is empty; "
+					 "expected at least one \"host:port\"");
+	st->seeds = calloc(n, sizeof(*st->seeds));
+	if (!st->seeds)
+		return nomem(y, node);
+	for (i = 0; i < n; i++) {
+		yaml_node_t *it = sluice_yaml_seq_at(y, node, i);
+		const char *s, *colon;
+
+		if (sluice_yaml_string(y, it, "store.redis_cluster.seeds[]",
+				       &s) < 0)
+			return -1;
+		colon = strrchr(s, ':');
+		if (!colon || colon == s || !colon[1] ||
+		    strspn(colon + 1, "0123456789") != strlen(colon + 1))
+			return sluice_yaml_error(y, it,
+						 "cluster seed \"%.100s\" has "
+						 "no port; expected "
+						 "\"host:port\", e.g. "
+						 "\"10.0.0.1:7000\"",
+						 s);
+		st->seeds[i] = strdup(s);
+		if (!st->seeds[i])
+			return nomem(y, it);
+		st->nseeds = i + 1;
+	}
+	return 0;
+}
+
+/* memory: {max_keys}, redis: {url, ...}, redis_cluster: {seeds, ...} */
+static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
+			    const char *kind, sluice_store_config_t *st)
+{
+	static const char *const mem_keys[] = {"max_keys", NULL};
+	static const char *const redis_keys[] = {"url",	       "key_prefix",
+						 "timeout_ms", "connections",
+						 "max_keys",   NULL};
+	static const char *const cluster_keys[] = {"seeds",	 "key_prefix",
+						   "timeout_ms", "connections",
+						   "max_keys",	 NULL};
+	char what[64], field[96];
+	yaml_node_t *v;
+	uint64_t u;
+	const char *s;
+
+	snprintf(what, sizeof(what), "store.%s", kind);
+#define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
+	if (sluice_yaml_is_null(body) && strcmp(kind, "redis_cluster") != 0)
+		return 0; /* "memory:" or "redis:" alone: all defaults */
+	if (sluice_yaml_expect_map(y, body, what) < 0)
+		return -1;
+	if (sluice_yaml_check_keys(y, body, what,
+				   st->kind == SLUICE_STORE_MEMORY ? mem_keys
+				   : st->kind == SLUICE_STORE_REDIS
+					   ? redis_keys
+					   : cluster_keys) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, body, "max_keys"))) {
+		if (sluice_yaml_uint(y, v, FIELD("max_keys"), 1,
+				     UINT64_C(1) << 32, &u) < 0)
+			return -1;
+		st->max_keys = (size_t)u;
+	}
+	if ((v = sluice_yaml_get(y, body, "url")) &&
+	    parse_redis_url(y, v, st) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, body, "seeds")) &&
+	    parse_seeds(y, v, st) < 0)
+		return -1;
+	if (st->kind == SLUICE_STORE_REDIS_CLUSTER && st->nseeds == 0)
+		return sluice_yaml_error(
+			y, body,
+			"store.redis_cluster has no seeds; "
+			"expected seeds: [\"host:port\", ...]");
+	if ((v = sluice_yaml_get(y, body, "key_prefix"))) {
+		if (sluice_yaml_string(y, v, FIELD("key_prefix"), &s) < 0)
+			return -1;
+		if (strlen(s) > 64)
+			return sluice_yaml_error(
+				y, v,
+				"key_prefix is %zu bytes long; "
+				"expected at most 64",
+				strlen(s));
+		if (set_string(&st->key_prefix, s) < 0)
+			return nomem(y, v);
+	}
+	if ((v = sluice_yaml_get(y, body, "timeout_ms"))) {
+		if (sluice_yaml_uint(y, v, FIELD("timeout_ms"), 1, 60000, &u) <
+		    0)
+			return -1;
+		st->timeout_ms = (unsigned)u;
+	}
+	if ((v = sluice_yaml_get(y, body, "connections"))) {
+		if (sluice_yaml_uint(y, v, FIELD("connections"), 1, 64, &u) < 0)
+			return -1;
+		st->connections = (unsigned)u;
+	}
+	return 0;
+#undef FIELD
+}
+
+static int parse_store(sluice_yaml_t *y, yaml_node_t *node,
+		       sluice_store_config_t *st)
+{
+	static const char *const kinds[] = {"memory", "redis", "redis_cluster",
+					    NULL};
+	yaml_node_t *k;
+	const char *kind;
+
+	if (node->type == YAML_SCALAR_NODE && !sluice_yaml_is_null(node)) {
+		kind = (const char *)node->data.scalar.value;
+		if (strcmp(kind, "memory") == 0)
+			return 0;
+		if (strcmp(kind, "redis") == 0) {
+			st->kind = SLUICE_STORE_REDIS;
+			return 0;
+		}
+		return sluice_yaml_error(y, node,
+					 "store \"%.60s\" is unknown; expected "
+					 "memory, redis, {memory: {max_keys: "
+					 "N}}, {redis: {url: ...}} or "
+					 "{redis_cluster: {seeds: [...]}}",
+					 kind);
+	}
+	if (node->type != YAML_MAPPING_NODE)
+		return sluice_yaml_error(y, node,
+					 "store is %s; expected memory or a "
+					 "mapping such as {redis: {url: "
+					 "\"redis://127.0.0.1:6379\"}}",
+					 sluice_yaml_kind(node));
+	if (sluice_yaml_check_keys(y, node, "store", kinds) < 0)
+		return -1;
+	if (node->data.mapping.pairs.top - node->data.mapping.pairs.start != 1)
+		return sluice_yaml_error(
+			y, node,
+			"store names %s kinds; expected "
+			"exactly one of memory, redis, "
+			"redis_cluster",
+			node->data.mapping.pairs.top ==
+					node->data.mapping.pairs.start
+				? "no"
+				: "several");
+	k = sluice_yaml_node(y, node->data.mapping.pairs.start->key);
+	kind = (const char *)k->data.scalar.value;
+	if (strcmp(kind, "redis") == 0)
+		st->kind = SLUICE_STORE_REDIS;
+	else if (strcmp(kind, "redis_cluster") == 0)
+		st->kind = SLUICE_STORE_REDIS_CLUSTER;
+	return parse_store_body(
+		y, sluice_yaml_node(y, node->data.mapping.pairs.start->value),
+		kind, st);
+}
+
+/* --------------------------------------------------------- trusted IPs */
+
+/* "10.0.0.0/8", "::1/128", "192.0.2.7" (a single address). */
+static int parse_cidr(sluice_yaml_t *y, yaml_node_t *node, sluice_cidr_t *c)
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
+					   0, 0, 0, 0, 0xff, 0xff};
+	char buf[INET6_ADDRSTRLEN + 8], *slash;
+	const char *s;
+	unsigned long prefix;
+	unsigned i, max;
+
+	if (sluice_yaml_string(y, node, "trusted_proxies[]", &s) < 0)
+		return -1;
+	if (strlen(s) >= sizeof(buf))
+		goto bad;
+	strcpy(buf, s);
+	slash = strchr(buf, '/');
+	if (slash)
+		*slash = '\0';
+	memset(c, 0, sizeof(*c));
+	if (inet_pton(AF_INET, buf, c->addr) == 1)
+		c->family = AF_INET;
+	else if (inet_pton(AF_INET6, buf, c->addr) == 1)
+		c->family = AF_INET6;
+	else
+		goto bad;
+	max = c->family == AF_INET ? 32 : 128;
+	prefix = max;
+	if (slash) {
+		char *end;
+
+		if (!slash[1] ||
+		    strspn(slash + 1, "0123456789") != strlen(slash + 1))
+			goto bad;
+		errno = 0;
+		prefix = strtoul(slash + 1, &end, 10);
+		if (errno || prefix > max)
+			return sluice_yaml_error(y, node,
+						 "trusted proxy \"%s\": prefix "
+						 "/%s is too long; expected /0 "
+						 "to /%u",
+						 s, slash + 1, max);
+	}
+	c->prefix = (unsigned)prefix;
+	for (i = 0; i < max / 8; i++) {
+		unsigned keep = c->prefix > 8 * i ? c->prefix - 8 * i : 0;
+		uint8_t mask = keep >= 8 ? 0xff : (uint8_t)(0xff00 >> keep);
+
+		if (c->addr[i] & ~mask) {
+			char net[INET6_ADDRSTRLEN];
+
+			for (; i < max / 8; i++) {
+				keep = c->prefix > 8 * i ? c->prefix - 8 * i
+							 : 0;
+				c->addr[i] &=
+					keep >= 8 ? 0xff
+						  : (uint8_t)(0xff00 >> keep);
+			}
+			inet_ntop(c->family, c->addr, net, sizeof(net));
+			return sluice_yaml_error(
+				y, node,
+				"trusted proxy \"%s\" has host bits set; "
+				"expected the network address, e.g. %s/%u",
+				s, net, c->prefix);
+		}
+	}
+	/* ::ffff:a.b.c.d/N is the IPv4 block a.b.c.d/(N-96): peers are
+	 * compared as IPv4 once unmapped. */
+	if (c->family == AF_INET6 && c->prefix >= 96 &&
+	    memcmp(c->addr, mapped, 12) == 0) {
+		memmove(c->addr, c->addr + 12, 4);
+		memset(c->addr + 4, 0, 12);
+		c->family = AF_INET;
+		c->prefix -= 96;
+	}
+	return 0;
+bad:
+	return sluice_yaml_error(y, node,
+				 "trusted proxy \"%.80s\" is not an address "
+				 "or CIDR block; expected e.g. 10.0.0.0/8, "
+				 "127.0.0.1 or \"::1/128\"",
+				 s);
+}
+
+static int parse_trusted(sluice_yaml_t *y, yaml_node_t *node,
+			 sluice_config_t *cfg)
+{
+	size_t i, n;
+
+	if (sluice_yaml_is_null(node))
+		n = 0;
+	else if (sluice_yaml_expect_seq(y, node, "trusted_proxies") < 0)
+		return -1;
+	else
+		n = sluice_yaml_seq_len(node);
+	free(cfg->trusted_proxies);
+	cfg->trusted_proxies = NULL;
+	cfg->ntrusted = 0;
+	if (n == 0)
+		return 0; /* trust nobody: the TCP peer is the client */
+	cfg->trusted_proxies = calloc(n, sizeof(*cfg->trusted_proxies));
+	if (!cfg->trusted_proxies)
+		return nomem(y, node);
+	for (i = 0; i < n; i++) {
+		if (parse_cidr(y, sluice_yaml_seq_at(y, node, i),
+			       &cfg->trusted_proxies[i]) < 0)
+			return -1;
+		cfg->ntrusted = i + 1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- http */
+
+static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
+{
+	static const char *const keys[] = {"max_header_bytes", "max_body_bytes",
+					   "idle_timeout_ms", NULL};
+	yaml_node_t *v;
+	uint64_t u;
+
+	if (sluice_yaml_expect_map(y, node, "http") < 0 ||
+	    sluice_yaml_check_keys(y, node, "http", keys) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, node, "max_header_bytes"))) {
+		if (sluice_yaml_uint(y, v, "http.max_header_bytes", 1024,
+				     1024 * 1024, &u) < 0)
+			return -1;
+		cfg->max_header_bytes = (size_t)u;
+	}
+	if ((v = sluice_yaml_get(y, node, "max_body_bytes"))) {
+		if (sluice_yaml_uint(y, v, "http.max_body_bytes", 64,
+				     16 * 1024 * 1024, &u) < 0)
+			return -1;
+		cfg->max_body_bytes = (size_t)u;
+	}
+	if ((v = sluice_yaml_get(y, node, "idle_timeout_ms"))) {
+		if (sluice_yaml_uint(y, v, "http.idle_timeout_ms", 100,
+				     3600 * 1000, &u) < 0)
+			return -1;
+		cfg->idle_timeout_ms = (unsigned)u;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ the file */
+
+static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
+{
+	static const char *const keys[] = {
+		"listen",      "threads", "store", "trusted_proxies",
+		"ipv6_prefix", "http",	  "rules", NULL};
+	yaml_node_t *v;
+	uint64_t u;
+	const char *s;
+	char msg[256];
+	struct sockaddr_storage ss;
+
+	if (sluice_yaml_check_keys(y, root, "top level", keys) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, root, "listen"))) {
+		if (sluice_yaml_string(y, v, "listen", &s) < 0)
+			return -1;
+		if (sluice_listen_parse(s, &ss, msg, sizeof(msg)) < 0)
+			return sluice_yaml_error(y, v, "%s", msg);
+		if (set_string(&cfg->listen, s) < 0)
+			return nomem(y, v);
+	}
+	if ((v = sluice_yaml_get(y, root, "threads"))) {
+		if (sluice_yaml_uint(y, v, "threads", 1, 256, &u) < 0)
+			return -1;
+		cfg->threads = (unsigned)u;
+	}
+	if ((v = sluice_yaml_get(y, root, "store")) &&
+	    parse_store(y, v, &cfg->store) < 0)
+		return -1;
+	if (cfg->store.kind == SLUICE_STORE_REDIS && !cfg->store.url &&
+	    set_string(&cfg->store.url, "redis://127.0.0.1:6379") < 0)
+		return nomem(y, v);
+	if ((v = sluice_yaml_get(y, root, "trusted_proxies")) &&
+	    parse_trusted(y, v, cfg) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, root, "ipv6_prefix"))) {
+		if (sluice_yaml_uint(y, v, "ipv6_prefix", 1, 128, &u) < 0)
+			return -1;
+		cfg->ipv6_prefix = (unsigned)u;
+	}
+	if ((v = sluice_yaml_get(y, root, "http")) && parse_http(y, v, cfg) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, root, "rules")))
+		return sluice_config_parse_rules(y, v, cfg);
+	return default_rule(cfg) < 0 ? nomem(y, root) : 0;
+}
+
+sluice_config_t *sluice_config_parse(const char *name, const char *text,
+				     size_t len, char *err, size_t errlen)
+{
+	char dummy[1];
+	sluice_yaml_t y = {.name = name ? name : "<config>",
+			   .err = err ? err : dummy,
+			   .errlen = err ? errlen : sizeof(dummy)};
+	sluice_config_t *cfg;
+	int rc;
+
+	if (y.errlen)
+		y.err[0] = '\0';
+	cfg = sluice_config_default();
+	if (!cfg) {
+		snprintf(y.err, y.errlen, "%s:1: out of memory", y.name);
+		return NULL;
+	}
+	/* Start from the defaults minus the classic rule, which applies only
+	 * when the file has no rules of its own. */
+	free_rules(cfg);
+	cfg->path = strdup(y.name);
+	if (!cfg->path || sluice_yaml_load(&y, text, len) < 0) {
+		if (!cfg->path)
+			snprintf(y.err, y.errlen, "%s:1: out of memory",
+				 y.name);
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	rc = parse_root(&y, sluice_yaml_root(&y), cfg);
+	sluice_yaml_free(&y);
+	if (rc < 0) {
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
+}
+
+sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
+{
+	sluice_config_t *cfg;
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+
+	if (!f) {
+		snprintf(err, errlen,
+			 "%s:1: cannot open: %s; expected a "
+			 "readable YAML file",
+			 path, strerror(errno));
+		return NULL;
+	}
+	for (;;) {
+		if (len == cap) {
+			char *nb;
+
+			if (cap >= SLUICE_CONFIG_MAX_BYTES) {
+				snprintf(err, errlen,
+					 "%s:1: the file is larger than %d "
+					 "bytes; expected a config file",
+					 path, SLUICE_CONFIG_MAX_BYTES);
+				goto fail;
+			}
+			cap = cap ? cap * 2 : 16384;
+			nb = realloc(buf, cap + 1);
+			if (!nb) {
+				snprintf(err, errlen, "%s:1: out of memory",
+					 path);
+				goto fail;
+			}
+			buf = nb;
+		}
+		n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		snprintf(err, errlen, "%s:1: read error: %s", path,
+			 strerror(errno));
+		goto fail;
+	}
+	fclose(f);
+	buf[len] = '\0';
+	cfg = sluice_config_parse(path, buf, len, err, errlen);
+	free(buf);
+	return cfg;
+fail:
+	fclose(f);
+	free(buf);
+	return NULL;
+}

@@ -1,0 +1,22 @@
+/*
+ * config_internal.h -- shared between the parts of the config reader
+ * (config.c: the file and its top-level settings; config_rule.c: rules).
+ */
+#ifndef SLUICE_SERVE_CONFIG_INTERNAL_H
+#define SLUICE_SERVE_CONFIG_INTERNAL_H
+
+#include "serve/config.h"
+#include "serve/config_yaml.h"
+
+/* Longest rule or tier name: keeps store keys well inside
+ * sluice_match_t.key. */
+#define SLUICE_NAME_MAX 64
+
+/* A config file larger than this is refused (it is surely not one). */
+#define SLUICE_CONFIG_MAX_BYTES (4 * 1024 * 1024)
+
+/* Parses the `rules:` list into cfg->rules. */
+int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
+			      sluice_config_t *cfg);
+
+#endif /* SLUICE_SERVE_CONFIG_INTERNAL_H */

@@ -1,0 +1,566 @@
+/*
+ * config_rule.c -- reading the `rules:` list of the config file.
+ *
+ * Each rule says which requests it applies to (match), whose bucket they
+ * go to (key), which limits apply (limits, or tiers chosen by a header),
+ * what a request costs, and what to do when the store fails.  Every
+ * field is checked here, so the HTTP layer can trust a loaded config
+ * completely.  docs/CONFIG.md documents each field; keep it in step.
+ */
+#include "serve/config_internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RULES_MAX    1024
+#define PATH_MAX_LEN 1024
+
+static int nomem(sluice_yaml_t *y, yaml_node_t *node)
+{
+	return sluice_yaml_error(y, node, "out of memory");
+}
+
+/* The library's messages read "what: expected ..."; ours separate the
+ * expectation with a semicolon. */
+static void semicolon(char *msg)
+{
+	char *p = strstr(msg, ": expected");
+
+	if (p)
+		*p = ';';
+}
+
+/* Rule and tier names end up in store keys and in quoted header fields
+ * (RateLimit-Policy: "name";q=100), so they stay plain. */
+static int valid_name(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n == 0 || n > SLUICE_NAME_MAX)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
+			return 0;
+	return 1;
+}
+
+/* An HTTP token (RFC 9110 tchar), e.g. a header name or a method. */
+static int valid_token(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n == 0 || n > 64)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) &&
+		    !strchr("!#$%&'*+-.^_`|~", s[i]))
+			return 0;
+	return 1;
+}
+
+static char *dup_lower(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	size_t i;
+
+	if (!d)
+		return NULL;
+	for (i = 0; i < n; i++)
+		d[i] = (char)tolower((unsigned char)s[i]);
+	d[n] = '\0';
+	return d;
+}
+
+/* A field that may be one string or a list of strings: calls fn on each. */
+typedef int (*item_fn)(sluice_yaml_t *y, yaml_node_t *item, void *arg,
+		       const char *what);
+
+static int each_string(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+		       item_fn fn, void *arg)
+{
+	size_t i, n;
+
+	if (node->type == YAML_SCALAR_NODE && !sluice_yaml_is_null(node))
+		return fn(y, node, arg, what);
+	if (node->type != YAML_SEQUENCE_NODE)
+		return sluice_yaml_error(y, node,
+					 "%s is %s; expected a string or a "
+					 "list of strings",
+					 what, sluice_yaml_kind(node));
+	n = sluice_yaml_seq_len(node);
+	if (n == 0)
+		return sluice_yaml_error(y, node,
+					 "%s is an empty list; expected at "
+					 "least one entry (or leave it out)",
+					 what);
+	for (i = 0; i < n; i++)
+		if (fn(y, sluice_yaml_seq_at(y, node, i), arg, what) < 0)
+			return -1;
+	return 0;
+}
+
+/* --------------------------------------------------------------- match */
+
+static int add_method(sluice_yaml_t *y, yaml_node_t *item, void *arg,
+		      const char *what)
+{
+	sluice_rule_t *r = arg;
+	const char *s;
+	char **m;
+	size_t i, n;
+
+	if (sluice_yaml_string(y, item, what, &s) < 0)
+		return -1;
+	n = strlen(s);
+	for (i = 0; i < n; i++)
+		if (!isalpha((unsigned char)s[i]))
+			break;
+	if (n == 0 || n > 32 || i < n)
+		return sluice_yaml_error(y, item,
+					 "%s: \"%.60s\" is not an HTTP method; "
+					 "expected e.g. GET, POST, PUT, DELETE",
+					 what, s);
+	m = realloc(r->methods, (r->nmethods + 1) * sizeof(*m));
+	if (!m)
+		return nomem(y, item);
+	r->methods = m;
+	m[r->nmethods] = malloc(n + 1);
+	if (!m[r->nmethods])
+		return nomem(y, item);
+	for (i = 0; i <= n; i++)
+		m[r->nmethods][i] = (char)toupper((unsigned char)s[i]);
+	r->nmethods++;
+	return 0;
+}
+
+static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
+		       const char *rule)
+{
+	static const char *const keys[] = {"methods", "path", NULL};
+	char what[128];
+	yaml_node_t *v;
+	const char *s;
+
+	if (sluice_yaml_is_null(node))
+		return 0; /* "match:" with nothing: every request */
+	snprintf(what, sizeof(what), "%s: match", rule);
+	if (sluice_yaml_expect_map(y, node, what) < 0 ||
+	    sluice_yaml_check_keys(y, node, what, keys) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, node, "methods"))) {
+		snprintf(what, sizeof(what), "%s: match.methods", rule);
+		if (each_string(y, v, what, add_method, r) < 0)
+			return -1;
+	}
+	if ((v = sluice_yaml_get(y, node, "path"))) {
+		snprintf(what, sizeof(what), "%s: match.path", rule);
+		if (sluice_yaml_string(y, v, what, &s) < 0)
+			return -1;
+		if ((s[0] != '/' && s[0] != '*') || strlen(s) > PATH_MAX_LEN)
+			return sluice_yaml_error(y, v,
+						 "%s \"%.60s\" is not a path "
+						 "glob; expected a path such "
+						 "as \"/api/upload\" or "
+						 "\"/api/*\" (at most %d "
+						 "characters)",
+						 what, s, PATH_MAX_LEN);
+		r->path = strdup(s);
+		if (!r->path)
+			return nomem(y, v);
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------------- key */
+
+/* "ip", "header:x-user-id", or parts joined by '+' ("header:x-api-key+ip") */
+static int add_source(sluice_yaml_t *y, yaml_node_t *item, void *arg,
+		      const char *what)
+{
+	sluice_rule_t *r = arg;
+	sluice_key_source_t *src;
+	const char *s, *p, *end;
+
+	if (sluice_yaml_string(y, item, what, &s) < 0)
+		return -1;
+	if (r->nsources == SLUICE_MAX_SOURCES)
+		return sluice_yaml_error(
+			y, item,
+			"%s has more than %d sources; expected "
+			"at most %d",
+			what, SLUICE_MAX_SOURCES, SLUICE_MAX_SOURCES);
+	src = &r->sources[r->nsources++];
+	for (p = s;; p = end + 1) {
+		sluice_key_part_t *part;
+		size_t n;
+
+		end = strchr(p, '+');
+		if (!end)
+			end = p + strlen(p);
+		n = (size_t)(end - p);
+		if (src->nparts == SLUICE_MAX_PARTS)
+			return sluice_yaml_error(
+				y, item,
+				"%s: \"%.80s\" joins more than "
+				"%d parts; expected at most %d",
+				what, s, SLUICE_MAX_PARTS, SLUICE_MAX_PARTS);
+		part = &src->parts[src->nparts];
+		if (n == 2 && strncmp(p, "ip", 2) == 0) {
+			part->kind = SLUICE_KEY_IP;
+		} else if (n > 7 && strncmp(p, "header:", 7) == 0 &&
+			   valid_token(p + 7, n - 7)) {
+			part->kind = SLUICE_KEY_HEADER;
+			part->header = dup_lower(p + 7, n - 7);
+			if (!part->header)
+				return nomem(y, item);
+		} else {
+			return sluice_yaml_error(
+				y, item,
+				"%s: \"%.80s\" is not a key source; expected "
+				"\"ip\", \"header:NAME\" or parts joined by "
+				"'+' such as \"header:x-api-key+ip\"",
+				what, s);
+		}
+		src->nparts++;
+		if (!*end)
+			break;
+	}
+	return 0;
+}
+
+/* -------------------------------------------------------------- limits */
+
+static int parse_limit(sluice_yaml_t *y, yaml_node_t *node,
+		       sluice_limit_t *limit, const char *what)
+{
+	static const char *const keys[] = {"capacity", "rate", NULL};
+	yaml_node_t *cap, *rate;
+	uint64_t capacity;
+	sluice_rate_t r;
+	const char *text;
+	char msg[384], field[200];
+
+	if (sluice_yaml_expect_map(y, node, what) < 0 ||
+	    sluice_yaml_check_keys(y, node, what, keys) < 0)
+		return -1;
+	cap = sluice_yaml_get(y, node, "capacity");
+	rate = sluice_yaml_get(y, node, "rate");
+	if (!cap || !rate)
+		return sluice_yaml_error(y, node,
+					 "%s has no %s; expected {capacity: "
+					 "100, rate: 2/s}",
+					 what, cap ? "rate" : "capacity");
+	snprintf(field, sizeof(field), "%s.capacity", what);
+	if (sluice_yaml_uint(y, cap, field, 1, SLUICE_UNITS_MAX, &capacity) < 0)
+		return -1;
+	snprintf(field, sizeof(field), "%s.rate", what);
+	if (sluice_yaml_string(y, rate, field, &text) < 0)
+		return -1;
+	if (sluice_rate_parse(text, &r, msg, sizeof(msg)) < 0) {
+		semicolon(msg);
+		return sluice_yaml_error(y, rate, "%s: %s", what, msg);
+	}
+	if (sluice_limit_init(limit, capacity, &r, msg, sizeof(msg)) < 0)
+		return sluice_yaml_error(y, cap,
+					 "%s: %s; expected a smaller capacity "
+					 "or a faster rate",
+					 what, msg);
+	return 0;
+}
+
+static int parse_limit_list(sluice_yaml_t *y, yaml_node_t *node,
+			    sluice_limit_set_t *set, const char *what)
+{
+	char item[160];
+	size_t i, n;
+
+	if (sluice_yaml_expect_seq(y, node, what) < 0)
+		return -1;
+	n = sluice_yaml_seq_len(node);
+	if (n == 0 || n > SLUICE_MAX_LIMITS)
+		return sluice_yaml_error(y, node,
+					 "%s has %zu entries; expected 1 to %d "
+					 "entries like {capacity: 100, rate: "
+					 "2/s}",
+					 what, n, SLUICE_MAX_LIMITS);
+	for (i = 0; i < n; i++) {
+		snprintf(item, sizeof(item), "%s[%zu]", what, i);
+		if (parse_limit(y, sluice_yaml_seq_at(y, node, i),
+				&set->limits[i], item) < 0)
+			return -1;
+		set->nlimits = i + 1;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------------------- tiers */
+
+static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
+		       const char *rule)
+{
+	static const char *const keys[] = {"header", "default", "limits", NULL};
+	yaml_node_t *hdr, *def, *lim;
+	yaml_node_pair_t *p;
+	const char *s, *dname = NULL;
+	char what[160];
+	size_t i, n;
+
+	snprintf(what, sizeof(what), "%s: tiers", rule);
+	if (sluice_yaml_expect_map(y, node, what) < 0 ||
+	    sluice_yaml_check_keys(y, node, what, keys) < 0)
+		return -1;
+	hdr = sluice_yaml_get(y, node, "header");
+	def = sluice_yaml_get(y, node, "default");
+	lim = sluice_yaml_get(y, node, "limits");
+	if (!hdr || !def || !lim)
+		return sluice_yaml_error(
+			y, node,
+			"%s has no %s; expected header, default and limits, "
+			"e.g. {header: x-user-tier, default: anonymous, "
+			"limits: {anonymous: [{capacity: 50, rate: 50/min}]}}",
+			what,
+			!hdr   ? "header"
+			: !def ? "default"
+			       : "limits");
+	snprintf(what, sizeof(what), "%s: tiers.header", rule);
+	if (sluice_yaml_string(y, hdr, what, &s) < 0)
+		return -1;
+	if (!valid_token(s, strlen(s)))
+		return sluice_yaml_error(y, hdr,
+					 "%s \"%.60s\" is not a header name; "
+					 "expected e.g. x-user-tier",
+					 what, s);
+	r->tier_header = dup_lower(s, strlen(s));
+	if (!r->tier_header)
+		return nomem(y, hdr);
+	snprintf(what, sizeof(what), "%s: tiers.default", rule);
+	if (sluice_yaml_string(y, def, what, &dname) < 0)
+		return -1;
+	snprintf(what, sizeof(what), "%s: tiers.limits", rule);
+	if (sluice_yaml_expect_map(y, lim, what) < 0)
+		return -1;
+	n = (size_t)(lim->data.mapping.pairs.top -
+		     lim->data.mapping.pairs.start);
+	if (n == 0 || n > 64)
+		return sluice_yaml_error(y, lim,
+					 "%s has %zu tiers; expected 1 to 64 "
+					 "tiers, each a list of limits",
+					 what, n);
+	r->tiers = calloc(n, sizeof(*r->tiers));
+	if (!r->tiers)
+		return nomem(y, lim);
+	for (i = 0, p = lim->data.mapping.pairs.start; i < n; i++, p++) {
+		yaml_node_t *k = sluice_yaml_node(y, p->key);
+		size_t j;
+
+		if (sluice_yaml_string(y, k, "tier name", &s) < 0)
+			return -1;
+		if (!valid_name(s))
+			return sluice_yaml_error(y, k,
+						 "tier name \"%.60s\" is not "
+						 "valid; expected 1 to %d "
+						 "letters, digits, '_', '.' or "
+						 "'-'",
+						 s, SLUICE_NAME_MAX);
+		for (j = 0; j < i; j++)
+			if (strcmp(r->tiers[j].name, s) == 0)
+				return sluice_yaml_error(
+					y, k,
+					"%s: tier \"%s\" appears twice; "
+					"expected each tier once",
+					what, s);
+		r->tiers[i].name = strdup(s);
+		r->ntiers = i + 1;
+		if (!r->tiers[i].name)
+			return nomem(y, k);
+		snprintf(what, sizeof(what), "%s: tiers.limits.%s", rule, s);
+		if (parse_limit_list(y, sluice_yaml_node(y, p->value),
+				     &r->tiers[i], what) < 0)
+			return -1;
+		if (strcmp(s, dname) == 0)
+			r->default_tier = i;
+	}
+	for (i = 0; i < n; i++)
+		if (strcmp(r->tiers[i].name, dname) == 0)
+			break;
+	if (i == n) {
+		char list[256];
+		size_t off = 0;
+
+		list[0] = '\0';
+		for (i = 0; i < n && off < sizeof(list); i++)
+			off += (size_t)snprintf(list + off, sizeof(list) - off,
+						"%s%s", i ? ", " : "",
+						r->tiers[i].name);
+		return sluice_yaml_error(y, def,
+					 "%s: tiers.default \"%.60s\" is not a "
+					 "tier; expected one of: %s",
+					 rule, dname, list);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- rule */
+
+static int check_cost(sluice_yaml_t *y, yaml_node_t *node,
+		      const sluice_rule_t *r, const char *rule)
+{
+	const sluice_limit_set_t *sets = r->ntiers ? r->tiers : &r->limits;
+	size_t nsets = r->ntiers ? r->ntiers : 1, i, j;
+
+	for (i = 0; i < nsets; i++)
+		for (j = 0; j < sets[i].nlimits; j++)
+			if (r->cost > sets[i].limits[j].capacity)
+				return sluice_yaml_error(
+					y, node,
+					"%s: cost %llu exceeds the capacity "
+					"%llu of %s%s[%zu], so no request "
+					"could ever pass; expected a cost of "
+					"at most every capacity",
+					rule, (unsigned long long)r->cost,
+					(unsigned long long)sets[i]
+						.limits[j]
+						.capacity,
+					r->ntiers ? "tiers.limits." : "limits",
+					r->ntiers ? sets[i].name : "", j);
+	return 0;
+}
+
+static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
+		      size_t idx)
+{
+	static const char *const keys[] = {"name",	     "match",  "key",
+					   "limits",	     "tiers",  "cost",
+					   "on_store_error", "shadow", NULL};
+	char rule[128], what[160];
+	yaml_node_t *v, *lim, *tiers;
+	const char *s;
+	uint64_t u;
+
+	snprintf(rule, sizeof(rule), "rules[%zu]", idx);
+	if (sluice_yaml_expect_map(y, node, rule) < 0 ||
+	    sluice_yaml_check_keys(y, node, rule, keys) < 0)
+		return -1;
+	r->line = sluice_yaml_line(node);
+	r->cost = 1;
+	if (!(v = sluice_yaml_get(y, node, "name")))
+		return sluice_yaml_error(y, node,
+					 "%s has no name; expected name: "
+					 "followed by a unique name",
+					 rule);
+	snprintf(what, sizeof(what), "%s.name", rule);
+	if (sluice_yaml_string(y, v, what, &s) < 0)
+		return -1;
+	if (!valid_name(s))
+		return sluice_yaml_error(
+			y, v,
+			"%s \"%.60s\" is not valid; expected 1 "
+			"to %d letters, digits, '_', '.' or "
+			"'-'",
+			what, s, SLUICE_NAME_MAX);
+	r->name = strdup(s);
+	r->limits.name = strdup(s);
+	if (!r->name || !r->limits.name)
+		return nomem(y, v);
+	snprintf(rule, sizeof(rule), "rule \"%s\"", s);
+
+	if ((v = sluice_yaml_get(y, node, "match")) &&
+	    parse_match(y, v, r, rule) < 0)
+		return -1;
+
+	snprintf(what, sizeof(what), "%s: key", rule);
+	if ((v = sluice_yaml_get(y, node, "key"))) {
+		if (each_string(y, v, what, add_source, r) < 0)
+			return -1;
+	} else { /* default: the client IP */
+		r->sources[0].parts[0].kind = SLUICE_KEY_IP;
+		r->sources[0].nparts = 1;
+		r->nsources = 1;
+	}
+
+	lim = sluice_yaml_get(y, node, "limits");
+	tiers = sluice_yaml_get(y, node, "tiers");
+	if (lim && tiers)
+		return sluice_yaml_error(y, tiers,
+					 "%s has both limits and tiers; "
+					 "expected one of them",
+					 rule);
+	if (!lim && !tiers)
+		return sluice_yaml_error(y, node,
+					 "%s has no limits; expected limits: "
+					 "[{capacity: 100, rate: 2/s}] or "
+					 "tiers: {...}",
+					 rule);
+	snprintf(what, sizeof(what), "%s: limits", rule);
+	if (lim && parse_limit_list(y, lim, &r->limits, what) < 0)
+		return -1;
+	if (tiers && parse_tiers(y, tiers, r, rule) < 0)
+		return -1;
+
+	if ((v = sluice_yaml_get(y, node, "cost"))) {
+		snprintf(what, sizeof(what), "%s: cost", rule);
+		if (sluice_yaml_uint(y, v, what, 1, 1000000000, &u) < 0)
+			return -1;
+		r->cost = u;
+		if (check_cost(y, v, r, rule) < 0)
+			return -1;
+	}
+	if ((v = sluice_yaml_get(y, node, "on_store_error"))) {
+		snprintf(what, sizeof(what), "%s: on_store_error", rule);
+		if (sluice_yaml_string(y, v, what, &s) < 0)
+			return -1;
+		if (strcmp(s, "open") == 0)
+			r->on_store_error = SLUICE_FAIL_OPEN;
+		else if (strcmp(s, "closed") == 0)
+			r->on_store_error = SLUICE_FAIL_CLOSED;
+		else if (strcmp(s, "local") == 0)
+			r->on_store_error = SLUICE_FAIL_LOCAL;
+		else
+			return sluice_yaml_error(y, v,
+						 "%s is \"%.60s\"; expected "
+						 "open, closed or local",
+						 what, s);
+	}
+	if ((v = sluice_yaml_get(y, node, "shadow"))) {
+		snprintf(what, sizeof(what), "%s: shadow", rule);
+		if (sluice_yaml_bool(y, v, what, &r->shadow) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
+			      sluice_config_t *cfg)
+{
+	size_t i, j, n;
+
+	if (sluice_yaml_expect_seq(y, node, "rules") < 0)
+		return -1;
+	n = sluice_yaml_seq_len(node);
+	if (n == 0 || n > RULES_MAX)
+		return sluice_yaml_error(y, node,
+					 "rules has %zu entries; expected 1 to "
+					 "%d rules",
+					 n, RULES_MAX);
+	cfg->rules = calloc(n, sizeof(*cfg->rules));
+	if (!cfg->rules)
+		return nomem(y, node);
+	for (i = 0; i < n; i++) {
+		yaml_node_t *it = sluice_yaml_seq_at(y, node, i);
+
+		cfg->nrules = i + 1;
+		if (parse_rule(y, it, &cfg->rules[i], i) < 0)
+			return -1;
+		for (j = 0; j < i; j++)
+			if (strcmp(cfg->rules[j].name, cfg->rules[i].name) == 0)
+				return sluice_yaml_error(
+					y, sluice_yaml_get(y, it, "name"),
+					"rule name \"%s\" is used twice (first "
+					"on line %d); expected unique rule "
+					"names",
+					cfg->rules[i].name, cfg->rules[j].line);
+	}
+	return 0;
+}

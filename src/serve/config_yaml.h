@@ -1,0 +1,78 @@
+/*
+ * config_yaml.h -- small helpers for walking a libyaml document with
+ * precise error messages ("FILE:LINE: what is wrong; what was expected").
+ *
+ * Internal to the config reader (config.c); nothing here is exported from
+ * the program.
+ */
+#ifndef SLUICE_SERVE_CONFIG_YAML_H
+#define SLUICE_SERVE_CONFIG_YAML_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <yaml.h>
+
+typedef struct sluice_yaml_s {
+	yaml_document_t doc;
+	const char *name; /* the file, for messages */
+	char *err;
+	size_t errlen;
+} sluice_yaml_t;
+
+/* Parses text into y->doc.  Returns 0, or -1 with a message (syntax
+ * errors, an empty file, a root that is not a mapping). */
+int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len);
+void sluice_yaml_free(sluice_yaml_t *y);
+
+yaml_node_t *sluice_yaml_root(sluice_yaml_t *y);
+yaml_node_t *sluice_yaml_node(sluice_yaml_t *y, int id);
+
+/* 1-based line of a node. */
+int sluice_yaml_line(const yaml_node_t *node);
+
+/* Writes "NAME:LINE: " and the formatted text into y->err; returns -1. */
+int sluice_yaml_error(sluice_yaml_t *y, const yaml_node_t *node,
+		      const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* "a mapping", "a list", "a string", "nothing" (for messages). */
+const char *sluice_yaml_kind(const yaml_node_t *node);
+
+/* 1 when the node is a YAML null (empty, "~", "null"). */
+int sluice_yaml_is_null(const yaml_node_t *node);
+
+/* Each checks the node's type and writes a message naming `what` (the
+ * path of the field, e.g. "rules[0].cost") when it does not fit. */
+int sluice_yaml_expect_map(sluice_yaml_t *y, yaml_node_t *node,
+			   const char *what);
+int sluice_yaml_expect_seq(sluice_yaml_t *y, yaml_node_t *node,
+			   const char *what);
+int sluice_yaml_string(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+		       const char **out);
+int sluice_yaml_uint(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+		     uint64_t min, uint64_t max, uint64_t *out);
+int sluice_yaml_bool(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+		     int *out);
+
+/*
+ * Checks every key of a mapping: it must be a string, appear once, and be
+ * one of allowed[] (NULL-terminated).  An unknown key is an error that
+ * lists the allowed ones (and suggests the closest), so a typo never goes
+ * unnoticed.
+ */
+int sluice_yaml_check_keys(sluice_yaml_t *y, yaml_node_t *map, const char *what,
+			   const char *const allowed[]);
+
+/* The value of `key` in a mapping, or NULL when absent. */
+yaml_node_t *sluice_yaml_get(sluice_yaml_t *y, yaml_node_t *map,
+			     const char *key);
+
+/* The key node of `key` (for messages about the key itself). */
+yaml_node_t *sluice_yaml_get_key(sluice_yaml_t *y, yaml_node_t *map,
+				 const char *key);
+
+/* Items of a sequence: count and the i-th node. */
+size_t sluice_yaml_seq_len(const yaml_node_t *seq);
+yaml_node_t *sluice_yaml_seq_at(sluice_yaml_t *y, yaml_node_t *seq, size_t i);
+
+#endif /* SLUICE_SERVE_CONFIG_YAML_H */

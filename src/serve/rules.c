@@ -1,0 +1,461 @@
+/*
+ * rules.c -- which buckets a request touches: rule matching, key building,
+ * tier selection and the client address behind trusted proxies.
+ *
+ * Everything here is a pure function of the config and the request: no
+ * allocation, no I/O, so the HTTP layer can call it on every request from
+ * any thread.
+ *
+ * Store keys are "<rule>\x1f<identity>".  The identity is the value of the
+ * first key source that is non-empty; a composite source joins its parts
+ * with \x1f.  An identity longer than SLUICE_IDENTITY_MAX bytes, or one
+ * holding control characters, is replaced by "~" and the hex SHA-256 of
+ * the raw identity: fixed-size, and a client cannot make two different
+ * values share a bucket (plain truncation would let "AAAA...x" and
+ * "AAAA...y" collide).
+ */
+#include "serve/config.h"
+#include "serve/sha256.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* Identities longer than this are hashed (see above). */
+#define SLUICE_IDENTITY_MAX 200
+
+/* ------------------------------------------------------------- helpers */
+
+/* Trims HTTP optional whitespace (SP, HTAB) from both ends. */
+static const char *trim(const char *s, size_t *len)
+{
+	size_t n = *len;
+
+	while (n > 0 && (*s == ' ' || *s == '\t'))
+		s++, n--;
+	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+		n--;
+	*len = n;
+	return s;
+}
+
+static const char *get_header(const sluice_request_t *req, const char *name,
+			      size_t *len)
+{
+	const char *v;
+
+	*len = 0;
+	if (!req->header)
+		return NULL;
+	v = req->header(req->header_ctx, name, len);
+	if (!v)
+		return NULL;
+	return trim(v, len);
+}
+
+/* ------------------------------------------------------------ matching */
+
+/*
+ * Glob match: '*' matches any run of characters (including '/'), '?'
+ * exactly one; everything else matches itself.  Iterative with one
+ * backtrack point, so it is linear-ish and cannot blow the stack on
+ * hostile paths.
+ */
+static int glob_match(const char *pat, const char *s, size_t n)
+{
+	const char *star = NULL;
+	size_t i = 0, star_i = 0;
+
+	while (i < n) {
+		if (*pat == '*') {
+			star = ++pat;
+			star_i = i;
+		} else if (*pat && (*pat == '?' || *pat == s[i])) {
+			pat++;
+			i++;
+		} else if (star) {
+			pat = star;
+			i = ++star_i;
+		} else {
+			return 0;
+		}
+	}
+	while (*pat == '*')
+		pat++;
+	return *pat == '\0';
+}
+
+int sluice_glob_match(const char *pat, const char *s, size_t n)
+{
+	return glob_match(pat, s, n);
+}
+
+static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req)
+{
+	size_t i;
+
+	if (r->nmethods > 0) {
+		for (i = 0; i < r->nmethods; i++)
+			if (req->method &&
+			    strlen(r->methods[i]) == req->method_len &&
+			    strncasecmp(r->methods[i], req->method,
+					req->method_len) == 0)
+				break;
+		if (i == r->nmethods)
+			return 0;
+	}
+	if (r->path) {
+		size_t n = req->path ? req->path_len : 0;
+		const char *q = req->path ? memchr(req->path, '?', n) : NULL;
+
+		if (q) /* the query string is never part of the path */
+			n = (size_t)(q - req->path);
+		if (!glob_match(r->path, req->path ? req->path : "", n))
+			return 0;
+	}
+	return 1;
+}
+
+/* --------------------------------------------------------------- keys */
+
+/* The client IP, computed at most once per request. */
+typedef struct ipcache_s {
+	int done;
+	char buf[INET6_ADDRSTRLEN + 8];
+	size_t len;
+} ipcache_t;
+
+static const char *part_value(const sluice_config_t *cfg,
+			      const sluice_request_t *req,
+			      const sluice_key_part_t *p, ipcache_t *ip,
+			      size_t *len)
+{
+	if (p->kind == SLUICE_KEY_HEADER)
+		return get_header(req, p->header, len);
+	if (!ip->done) {
+		ip->len = sluice_client_ip(cfg, req, ip->buf, sizeof(ip->buf));
+		ip->done = 1;
+	}
+	*len = ip->len;
+	return ip->len ? ip->buf : NULL;
+}
+
+/* Writes "<rule>\x1f<identity>" into m->key; returns 0, or -1 when every
+ * key source of the rule is empty. */
+static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
+		     const sluice_rule_t *r, ipcache_t *ip, sluice_match_t *m)
+{
+	const void *bufs[2 * SLUICE_MAX_PARTS];
+	size_t lens[2 * SLUICE_MAX_PARTS];
+	size_t s, i, nb = 0, total = 0, namelen = strlen(r->name), off;
+	int hash = 0;
+
+	for (s = 0; s < r->nsources; s++) {
+		const sluice_key_source_t *src = &r->sources[s];
+
+		nb = 0;
+		total = 0;
+		for (i = 0; i < src->nparts; i++) {
+			size_t len;
+			const char *v =
+				part_value(cfg, req, &src->parts[i], ip, &len);
+
+			if (!v || len == 0)
+				break;
+			if (i > 0) {
+				bufs[nb] = "\x1f";
+				lens[nb++] = 1;
+				total++;
+			}
+			bufs[nb] = v;
+			lens[nb++] = len;
+			total += len;
+		}
+		if (src->nparts > 0 && i == src->nparts)
+			break;
+	}
+	if (s == r->nsources)
+		return -1;
+
+	for (i = 0; i < nb && !hash; i++) {
+		const unsigned char *p = bufs[i];
+		size_t j;
+
+		if (lens[i] == 1 && p[0] == 0x1f)
+			continue;
+		for (j = 0; j < lens[i]; j++)
+			if (p[j] < 0x20 || p[j] == 0x7f) {
+				hash = 1;
+				break;
+			}
+	}
+	if (total > SLUICE_IDENTITY_MAX ||
+	    namelen + 1 + total >= sizeof(m->key))
+		hash = 1;
+	if (namelen + 1 + 65 >= sizeof(m->key)) /* config caps names */
+		namelen = sizeof(m->key) - 67;
+
+	memcpy(m->key, r->name, namelen);
+	m->key[namelen] = '\x1f';
+	off = namelen + 1;
+	if (hash) {
+		uint8_t d[32];
+		static const char hex[] = "0123456789abcdef";
+
+		sluice_sha256(bufs, lens, nb, d);
+		m->key[off++] = '~';
+		for (i = 0; i < 32; i++) {
+			m->key[off++] = hex[d[i] >> 4];
+			m->key[off++] = hex[d[i] & 15];
+		}
+	} else {
+		for (i = 0; i < nb; i++) {
+			memcpy(m->key + off, bufs[i], lens[i]);
+			off += lens[i];
+		}
+	}
+	m->key[off] = '\0';
+	m->keylen = off;
+	return 0;
+}
+
+/* -------------------------------------------------------------- tiers */
+
+static const sluice_limit_set_t *pick_set(const sluice_rule_t *r,
+					  const sluice_request_t *req)
+{
+	const char *v;
+	size_t len, i;
+
+	if (r->ntiers == 0)
+		return &r->limits;
+	v = get_header(req, r->tier_header, &len);
+	if (v && len > 0)
+		for (i = 0; i < r->ntiers; i++)
+			if (strlen(r->tiers[i].name) == len &&
+			    strncasecmp(r->tiers[i].name, v, len) == 0)
+				return &r->tiers[i];
+	return &r->tiers[r->default_tier];
+}
+
+size_t sluice_rules_match(const sluice_config_t *cfg,
+			  const sluice_request_t *req, sluice_match_t *out,
+			  size_t max)
+{
+	ipcache_t ip = {0};
+	size_t i, n = 0;
+
+	for (i = 0; i < cfg->nrules && n < max; i++) {
+		const sluice_rule_t *r = &cfg->rules[i];
+
+		if (!rule_applies(r, req))
+			continue;
+		if (build_key(cfg, req, r, &ip, &out[n]) < 0)
+			continue;
+		out[n].rule = r;
+		out[n].set = pick_set(r, req);
+		n++;
+	}
+	return n;
+}
+
+/* ---------------------------------------------------------- client IP */
+
+/* An address in network byte order; IPv4-mapped IPv6 is folded to IPv4. */
+typedef struct addr_s {
+	int family;
+	uint8_t a[16];
+} addr_t;
+
+static void fold_mapped(addr_t *ad)
+{
+	static const uint8_t prefix[12] = {0, 0, 0, 0, 0,    0,
+					   0, 0, 0, 0, 0xff, 0xff};
+
+	if (ad->family == AF_INET6 && memcmp(ad->a, prefix, 12) == 0) {
+		memmove(ad->a, ad->a + 12, 4);
+		memset(ad->a + 4, 0, 12);
+		ad->family = AF_INET;
+	}
+}
+
+/* Parses "1.2.3.4", "1.2.3.4:80", "2001:db8::1", "[2001:db8::1]:80". */
+static int parse_addr(const char *s, size_t n, addr_t *ad)
+{
+	char buf[INET6_ADDRSTRLEN + 8];
+	const char *colon;
+
+	s = trim(s, &n);
+	if (n == 0 || n >= sizeof(buf))
+		return -1;
+	if (s[0] == '[') {
+		const char *end = memchr(s, ']', n);
+
+		if (!end)
+			return -1;
+		n = (size_t)(end - s - 1);
+		s++;
+	} else if ((colon = memchr(s, ':', n)) &&
+		   !memchr(colon + 1, ':', n - (size_t)(colon - s) - 1)) {
+		n = (size_t)(colon - s); /* IPv4 with a port */
+	}
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	memset(ad, 0, sizeof(*ad));
+	if (inet_pton(AF_INET, buf, ad->a) == 1) {
+		ad->family = AF_INET;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, buf, ad->a) == 1) {
+		ad->family = AF_INET6;
+		fold_mapped(ad);
+		return 0;
+	}
+	return -1;
+}
+
+static int from_sockaddr(const struct sockaddr *sa, addr_t *ad)
+{
+	memset(ad, 0, sizeof(*ad));
+	if (!sa)
+		return -1;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		ad->family = AF_INET;
+		memcpy(ad->a, &in->sin_addr, 4);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 =
+			(const struct sockaddr_in6 *)sa;
+
+		ad->family = AF_INET6;
+		memcpy(ad->a, &in6->sin6_addr, 16);
+		fold_mapped(ad);
+		return 0;
+	}
+	return -1;
+}
+
+static int cidr_contains(const sluice_cidr_t *c, const addr_t *ad)
+{
+	unsigned full = c->prefix / 8, rest = c->prefix % 8;
+
+	if (c->family != ad->family)
+		return 0;
+	if (memcmp(c->addr, ad->a, full) != 0)
+		return 0;
+	if (rest) {
+		uint8_t mask = (uint8_t)(0xff << (8 - rest));
+
+		if ((c->addr[full] & mask) != (ad->a[full] & mask))
+			return 0;
+	}
+	return 1;
+}
+
+static int trusted(const sluice_config_t *cfg, const addr_t *ad)
+{
+	size_t i;
+
+	for (i = 0; i < cfg->ntrusted; i++)
+		if (cidr_contains(&cfg->trusted_proxies[i], ad))
+			return 1;
+	return 0;
+}
+
+/*
+ * Walks X-Forwarded-For from the right (the entry our trusted peer added)
+ * to the left, skipping entries that are themselves trusted proxies; the
+ * first untrusted one is the client.  An entry that does not parse stops
+ * the walk: everything left of it may be forged.  When every entry is a
+ * trusted proxy, the left-most one is the client.
+ */
+static int from_xff(const sluice_config_t *cfg, const char *v, size_t n,
+		    addr_t *out)
+{
+	int found = 0;
+
+	while (n > 0) {
+		const char *comma = NULL, *p;
+		addr_t ad;
+
+		for (p = v + n; p > v; p--)
+			if (p[-1] == ',') {
+				comma = p - 1;
+				break;
+			}
+		p = comma ? comma + 1 : v;
+		if (parse_addr(p, (size_t)(v + n - p), &ad) < 0) {
+			size_t len = (size_t)(v + n - p);
+
+			trim(p, &len);
+			if (len == 0 && comma) { /* tolerate "a, , b" */
+				n = (size_t)(comma - v);
+				continue;
+			}
+			break;
+		}
+		*out = ad;
+		found = 1;
+		if (!trusted(cfg, &ad))
+			break;
+		n = comma ? (size_t)(comma - v) : 0;
+	}
+	return found ? 0 : -1;
+}
+
+static size_t format_addr(const sluice_config_t *cfg, addr_t *ad, char *buf,
+			  size_t len)
+{
+	char text[INET6_ADDRSTRLEN];
+	unsigned prefix = cfg->ipv6_prefix, i;
+	int n;
+
+	if (ad->family == AF_INET6 && prefix < 128) {
+		for (i = 0; i < 16; i++) {
+			unsigned keep = prefix > 8 * i ? prefix - 8 * i : 0;
+
+			if (keep < 8)
+				ad->a[i] &= (uint8_t)(0xff00 >> keep);
+		}
+	}
+	if (!inet_ntop(ad->family, ad->a, text, sizeof(text)))
+		return 0;
+	if (ad->family == AF_INET6 && prefix < 128)
+		n = snprintf(buf, len, "%s/%u", text, prefix);
+	else
+		n = snprintf(buf, len, "%s", text);
+	if (n < 0 || (size_t)n >= len) {
+		if (len)
+			buf[0] = '\0';
+		return 0;
+	}
+	return (size_t)n;
+}
+
+size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
+			char *buf, size_t len)
+{
+	addr_t peer, ad;
+	const char *v;
+	size_t n;
+
+	if (len)
+		buf[0] = '\0';
+	if (from_sockaddr(req->peer, &peer) < 0)
+		return 0;
+	ad = peer;
+	if (trusted(cfg, &peer)) {
+		v = get_header(req, "x-real-ip", &n);
+		if (!v || parse_addr(v, n, &ad) < 0) {
+			ad = peer;
+			v = get_header(req, "x-forwarded-for", &n);
+			if (v && from_xff(cfg, v, n, &ad) < 0)
+				ad = peer;
+		}
+	}
+	return format_addr(cfg, &ad, buf, len);
+}

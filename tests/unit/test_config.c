@@ -1,0 +1,453 @@
+/*
+ * test_config.c -- the YAML config: every field is read, every kind of bad
+ * file is refused with "FILE:LINE: what is wrong; what was expected".
+ */
+#include "check.h"
+#include "serve/config.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static sluice_config_t *parse(const char *text, char *err, size_t errlen)
+{
+	return sluice_config_parse("t.yaml", text, strlen(text), err, errlen);
+}
+
+/* ------------------------------------------------------------ defaults */
+
+static void test_default_is_the_classic_policy(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	const sluice_rule_t *r;
+
+	CHECK(c != NULL);
+	CHECK(strcmp(c->listen, "127.0.0.1:8080") == 0);
+	CHECK(c->threads == 1);
+	CHECK(c->store.kind == SLUICE_STORE_MEMORY);
+	CHECK(c->store.max_keys == 1000000);
+	CHECK(c->ipv6_prefix == 64);
+	CHECK(c->ntrusted == 2);
+	CHECK(c->max_header_bytes == 8192 && c->max_body_bytes == 16384);
+	CHECK(c->idle_timeout_ms == 30000);
+	CHECK(c->nrules == 1);
+	r = &c->rules[0];
+	CHECK(strcmp(r->name, "default") == 0);
+	CHECK(r->nmethods == 0 && r->path == NULL);
+	CHECK(r->nsources == 2);
+	CHECK(r->sources[0].parts[0].kind == SLUICE_KEY_HEADER);
+	CHECK(strcmp(r->sources[0].parts[0].header, "x-user-id") == 0);
+	CHECK(r->sources[1].parts[0].kind == SLUICE_KEY_IP);
+	CHECK(r->limits.nlimits == 1);
+	CHECK(r->limits.limits[0].capacity == 100);
+	CHECK(r->limits.limits[0].rate.interval == 500000);
+	CHECK(r->limits.limits[0].rate.per == 1);
+	CHECK(r->cost == 1 && r->shadow == 0);
+	CHECK(r->on_store_error == SLUICE_FAIL_OPEN);
+	sluice_config_free(c);
+}
+
+static void test_file_without_rules_gets_the_classic_rule(void)
+{
+	char err[512];
+	sluice_config_t *c = parse("listen: 0.0.0.0:9000\n", err, sizeof(err));
+
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(strcmp(c->listen, "0.0.0.0:9000") == 0);
+	CHECK(strcmp(c->path, "t.yaml") == 0);
+	CHECK(c->nrules == 1 && strcmp(c->rules[0].name, "default") == 0);
+	CHECK(c->rules[0].limits.limits[0].capacity == 100);
+	sluice_config_free(c);
+}
+
+/* -------------------------------------------------------- every field */
+
+static const char issue_example[] =
+	"listen: 127.0.0.1:8080\n"
+	"store: memory                      # later: {redis: ...}\n"
+	"trusted_proxies: [127.0.0.1/32, \"::1/128\"]\n"
+	"rules:\n"
+	"  - name: api\n"
+	"    key: [\"header:x-user-id\", \"ip\"]\n"
+	"    limits:\n"
+	"      - {capacity: 100, rate: 2/s}\n"
+	"      - {capacity: 10000, rate: 10000/day}\n"
+	"  - name: upload\n"
+	"    match: {methods: [POST], path: \"/api/upload\"}\n"
+	"    cost: 10\n"
+	"    on_store_error: closed\n"
+	"    tiers:\n"
+	"      header: x-user-tier\n"
+	"      default: anonymous\n"
+	"      limits:\n"
+	"        anonymous: [{capacity: 50, rate: 50/min}]\n"
+	"        paid: [{capacity: 2000, rate: 2000/min}]\n";
+
+static void test_issue_example_parses(void)
+{
+	char err[512];
+	sluice_config_t *c = parse(issue_example, err, sizeof(err));
+	const sluice_rule_t *api, *up;
+
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	CHECK(c->nrules == 2);
+	api = &c->rules[0];
+	up = &c->rules[1];
+	CHECK(strcmp(api->name, "api") == 0 && api->line == 5);
+	CHECK(api->nsources == 2);
+	CHECK(api->limits.nlimits == 2);
+	CHECK(api->limits.limits[1].capacity == 10000);
+	CHECK(api->limits.limits[1].rate.interval == 8640000);
+	CHECK(strcmp(up->name, "upload") == 0 && up->line == 10);
+	CHECK(up->nmethods == 1 && strcmp(up->methods[0], "POST") == 0);
+	CHECK(strcmp(up->path, "/api/upload") == 0);
+	CHECK(up->cost == 10);
+	CHECK(up->on_store_error == SLUICE_FAIL_CLOSED);
+	CHECK(up->ntiers == 2);
+	CHECK(strcmp(up->tier_header, "x-user-tier") == 0);
+	CHECK(strcmp(up->tiers[up->default_tier].name, "anonymous") == 0);
+	CHECK(strcmp(up->tiers[1].name, "paid") == 0);
+	CHECK(up->tiers[1].limits[0].capacity == 2000);
+	CHECK(up->nsources == 1 &&
+	      up->sources[0].parts[0].kind == SLUICE_KEY_IP); /* default key */
+	sluice_config_free(c);
+}
+
+static void test_every_top_level_field(void)
+{
+	static const char text[] =
+		"listen: \"[::1]:9090\"\n"
+		"threads: 4\n"
+		"store: {memory: {max_keys: 1_000}}\n"
+		"trusted_proxies: [10.0.0.0/8, 192.0.2.7, \"fd00::/8\",\n"
+		"                  \"::ffff:172.16.0.0/108\"]\n"
+		"ipv6_prefix: 56\n"
+		"http: {max_header_bytes: 4096, max_body_bytes: 1024,\n"
+		"       idle_timeout_ms: 5000}\n"
+		"rules:\n"
+		"  - name: all\n"
+		"    match: {methods: get, path: \"/v?/*\"}\n"
+		"    key: \"header:X-Api-Key+ip\"\n"
+		"    limits: [{capacity: 5, rate: \"0.5/s\"}]\n"
+		"    on_store_error: local\n"
+		"    shadow: true\n";
+	char err[512];
+	sluice_config_t *c = parse(text, err, sizeof(err));
+	const sluice_rule_t *r;
+	uint8_t a[16];
+
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	CHECK(strcmp(c->listen, "[::1]:9090") == 0);
+	CHECK(c->threads == 4);
+	CHECK(c->store.kind == SLUICE_STORE_MEMORY &&
+	      c->store.max_keys == 1000);
+	CHECK(c->ntrusted == 4);
+	CHECK(c->trusted_proxies[0].family == AF_INET);
+	CHECK(c->trusted_proxies[0].prefix == 8);
+	CHECK(c->trusted_proxies[1].prefix == 32);
+	inet_pton(AF_INET, "192.0.2.7", a);
+	CHECK(memcmp(c->trusted_proxies[1].addr, a, 4) == 0);
+	CHECK(c->trusted_proxies[2].family == AF_INET6);
+	CHECK(c->trusted_proxies[2].prefix == 8);
+	/* an IPv4-mapped block is an IPv4 block */
+	CHECK(c->trusted_proxies[3].family == AF_INET);
+	CHECK(c->trusted_proxies[3].prefix == 12);
+	CHECK(c->ipv6_prefix == 56);
+	CHECK(c->max_header_bytes == 4096 && c->max_body_bytes == 1024);
+	CHECK(c->idle_timeout_ms == 5000);
+	r = &c->rules[0];
+	CHECK(r->nmethods == 1 && strcmp(r->methods[0], "GET") == 0);
+	CHECK(strcmp(r->path, "/v?/*") == 0);
+	CHECK(r->nsources == 1 && r->sources[0].nparts == 2);
+	CHECK(strcmp(r->sources[0].parts[0].header, "x-api-key") == 0);
+	CHECK(r->sources[0].parts[1].kind == SLUICE_KEY_IP);
+	CHECK(r->limits.limits[0].rate.interval == 2000000);
+	CHECK(r->on_store_error == SLUICE_FAIL_LOCAL);
+	CHECK(r->shadow == 1);
+	sluice_config_free(c);
+}
+
+static void test_redis_stores(void)
+{
+	char err[512];
+	sluice_config_t *c;
+
+	c = parse("store:\n  redis:\n    url: redis://10.0.0.5:6380/2\n"
+		  "    key_prefix: \"rl:\"\n    timeout_ms: 20\n"
+		  "    connections: 4\n    max_keys: 500\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(c->store.kind == SLUICE_STORE_REDIS);
+		CHECK(strcmp(c->store.url, "redis://10.0.0.5:6380/2") == 0);
+		CHECK(strcmp(c->store.key_prefix, "rl:") == 0);
+		CHECK(c->store.timeout_ms == 20);
+		CHECK(c->store.connections == 4);
+		CHECK(c->store.max_keys == 500);
+		sluice_config_free(c);
+	}
+	c = parse("store: redis\n", err, sizeof(err));
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(c->store.kind == SLUICE_STORE_REDIS);
+		CHECK(strcmp(c->store.url, "redis://127.0.0.1:6379") == 0);
+		CHECK(strcmp(c->store.key_prefix, "sluice:") == 0);
+		CHECK(c->store.timeout_ms == 50 && c->store.connections == 1);
+		sluice_config_free(c);
+	}
+	c = parse("store: {redis_cluster: {seeds: [\"10.0.0.1:7000\", "
+		  "\"10.0.0.2:7001\"], timeout_ms: 30}}\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(c->store.kind == SLUICE_STORE_REDIS_CLUSTER);
+		CHECK(c->store.nseeds == 2);
+		CHECK(strcmp(c->store.seeds[1], "10.0.0.2:7001") == 0);
+		CHECK(c->store.timeout_ms == 30);
+		sluice_config_free(c);
+	}
+}
+
+static void test_empty_trusted_proxies_trusts_nobody(void)
+{
+	char err[512];
+	sluice_config_t *c = parse("trusted_proxies: []\n", err, sizeof(err));
+
+	CHECK(c != NULL && c->ntrusted == 0);
+	sluice_config_free(c);
+}
+
+/* ------------------------------------------------------------ bad files */
+
+struct bad {
+	const char *text;
+	int line;
+	const char *what; /* a piece of the message */
+};
+
+static const struct bad bad_files[] = {
+	/* YAML syntax */
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}\n", 4,
+	 "YAML syntax error"},
+	{"listen: 1.2.3.4:80\n  threads: 2\n", 2, "YAML syntax error"},
+	{"", 1, "the file is empty"},
+	{"- a\n- b\n", 1, "expected a mapping"},
+	/* unknown and duplicate keys */
+	{"listen: 127.0.0.1:80\nthreds: 2\n", 2,
+	 "unknown key \"threds\" (did you mean \"threads\"?)"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n"
+	 "    cots: 3\n",
+	 4, "unknown key \"cots\""},
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s, "
+	 "burst: 3}]\n",
+	 3, "unknown key \"burst\""},
+	{"threads: 1\nthreads: 2\n", 2, "duplicate key \"threads\""},
+	{"store: {memory: {maxkeys: 5}}\n", 1, "unknown key \"maxkeys\""},
+	{"http: {max_headers: 5}\n", 1, "unknown key \"max_headers\""},
+	/* wrong types and ranges */
+	{"threads: many\n", 1, "expected a whole number from 1 to 256"},
+	{"threads: 0\n", 1, "out of range"},
+	{"threads: [1]\n", 1, "threads is a list; expected a whole number"},
+	{"ipv6_prefix: 129\n", 1, "ipv6_prefix"},
+	{"rules: {name: a}\n", 1, "rules is a mapping; expected a list"},
+	{"rules: []\n", 1, "expected 1 to 1024 rules"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n"
+	 "    shadow: maybe\n",
+	 4, "expected true or false"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n"
+	 "    on_store_error: retry\n",
+	 4, "expected open, closed or local"},
+	{"listen: localhost\n", 1, "listen address \"localhost\""},
+	{"listen: 127.0.0.1:70000\n", 1, "port from 1 to 65535"},
+	{"http:\n  max_body_bytes: -5\n", 2, "expected a whole number"},
+	/* rates and limits */
+	{"rules:\n  - name: a\n    limits:\n"
+	 "      - {capacity: 100, rate: 2/fortnight}\n",
+	 4, "unknown time unit \"fortnight\"; expected"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 100, rate: 0/s}]\n", 3,
+	 "is zero"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 0, rate: 1/s}]\n", 3,
+	 "capacity is 0, out of range"},
+	{"rules:\n  - name: a\n    limits: [{rate: 1/s}]\n", 3,
+	 "has no capacity"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 5}]\n", 3,
+	 "has no rate"},
+	{"rules:\n  - name: a\n    key: ip\n", 2, "rule \"a\" has no limits"},
+	{"rules:\n  - name: a\n    limits: []\n", 3, "has 0 entries"},
+	{"rules:\n  - name: a\n    limits:\n"
+	 "      - {capacity: 4503599627370496, rate: 1/day}\n",
+	 4, "too large for this rate"},
+	{"rules:\n  - name: a\n    cost: 10\n"
+	 "    limits: [{capacity: 5, rate: 1/s}]\n",
+	 3, "cost 10 exceeds the capacity 5"},
+	/* names, keys, matches */
+	{"rules:\n  - limits: [{capacity: 1, rate: 1/s}]\n", 2,
+	 "rules[0] has no name"},
+	{"rules:\n  - name: \"a b\"\n    limits: [{capacity: 1, rate: 1/s}]\n",
+	 2, "is not valid"},
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n"
+	 "  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n",
+	 4, "rule name \"a\" is used twice (first on line 2)"},
+	{"rules:\n  - name: a\n    key: [\"cookie:sid\"]\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "is not a key source"},
+	{"rules:\n  - name: a\n    key: [\"header:x+\"]\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "is not a key source"},
+	{"rules:\n  - name: a\n    key: \"ip+ip+ip+ip+ip\"\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "joins more than 4 parts"},
+	{"rules:\n  - name: a\n    match: {path: api/*}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "is not a path glob"},
+	{"rules:\n  - name: a\n    match: {methods: [\"GET /\"]}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "is not an HTTP method"},
+	{"rules:\n  - name: a\n    match: {verbs: [GET]}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "unknown key \"verbs\""},
+	/* tiers */
+	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n"
+	 "    tiers: {header: t, default: x, limits: {x: [{capacity: 1, "
+	 "rate: 1/s}]}}\n",
+	 4, "has both limits and tiers"},
+	{"rules:\n  - name: a\n    tiers:\n      header: x-tier\n"
+	 "      default: gold\n      limits:\n"
+	 "        free: [{capacity: 1, rate: 1/s}]\n",
+	 5, "tiers.default \"gold\" is not a tier; expected one of: free"},
+	{"rules:\n  - name: a\n    tiers:\n      default: free\n"
+	 "      limits:\n        free: [{capacity: 1, rate: 1/s}]\n",
+	 4, "has no header"},
+	{"rules:\n  - name: a\n    tiers:\n      header: x-tier\n"
+	 "      default: free\n      limits:\n"
+	 "        free: [{capacity: 1, rate: 1/x}]\n",
+	 7, "tiers.limits.free[0]: rate \"1/x\""},
+	/* trusted proxies */
+	{"trusted_proxies: [10.0.0.300/8]\n", 1,
+	 "is not an address or CIDR block"},
+	{"trusted_proxies: [10.0.0.0/33]\n", 1, "prefix /33 is too long"},
+	{"trusted_proxies: [10.1.2.3/8]\n", 1,
+	 "host bits set; expected the network address, e.g. 10.0.0.0/8"},
+	{"trusted_proxies:\n  - \"fe80::/abc\"\n", 2, "is not an address"},
+	{"trusted_proxies: 10.0.0.0/8\n", 1, "expected a list"},
+	/* stores */
+	{"store: mongo\n", 1, "store \"mongo\" is unknown"},
+	{"store: {memory: {}, redis: {}}\n", 1, "expected exactly one"},
+	{"store:\n  redis:\n    url: http://x\n", 3, "is not supported"},
+	{"store: {redis_cluster: {key_prefix: x}}\n", 1, "has no seeds"},
+	{"store: {redis_cluster: {seeds: [\"10.0.0.1\"]}}\n", 1, "has no port"},
+	{"store: {redis: {timeout_ms: 0}}\n", 1, "timeout_ms is 0"},
+};
+
+static void test_bad_files_name_file_and_line(void)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(bad_files) / sizeof(bad_files[0]); i++) {
+		const struct bad *b = &bad_files[i];
+		char err[512], prefix[32];
+		sluice_config_t *c = parse(b->text, err, sizeof(err));
+
+		snprintf(prefix, sizeof(prefix), "t.yaml:%d: ", b->line);
+		if (c || strncmp(err, prefix, strlen(prefix)) != 0 ||
+		    !strstr(err, b->what) || !strstr(err, "; expected")) {
+			fprintf(stderr,
+				"bad file #%zu: want \"%s...%s\", got \"%s\"\n",
+				i, prefix, b->what, c ? "(accepted)" : err);
+			check_failed_now = 1;
+		}
+		sluice_config_free(c);
+	}
+}
+
+static void test_load_reads_a_file_and_names_it(void)
+{
+	char path[] = "/tmp/sluice-test-config-XXXXXX";
+	char err[512];
+	int fd = mkstemp(path);
+	sluice_config_t *c;
+	FILE *f;
+
+	CHECK(fd >= 0);
+	f = fdopen(fd, "w");
+	fputs("rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/x}]\n",
+	      f);
+	fclose(f);
+	c = sluice_config_load(path, err, sizeof(err));
+	CHECK(c == NULL);
+	CHECK(strncmp(err, path, strlen(path)) == 0);
+	CHECK(strstr(err, ":3: ") != NULL);
+	f = fopen(path, "w");
+	fputs(issue_example, f);
+	fclose(f);
+	c = sluice_config_load(path, err, sizeof(err));
+	CHECK(c != NULL && c->nrules == 2);
+	CHECK(c && strcmp(c->path, path) == 0);
+	sluice_config_free(c);
+	unlink(path);
+	c = sluice_config_load(path, err, sizeof(err));
+	CHECK(c == NULL && strstr(err, "cannot open") != NULL);
+}
+
+/* examples/sluice.yaml, found next to this source file */
+static void test_example_file_is_valid(void)
+{
+	char path[1024], err[512];
+	const char *slash = strrchr(__FILE__, '/');
+	sluice_config_t *c;
+
+	snprintf(path, sizeof(path), "%.*s/../../examples/sluice.yaml",
+		 slash ? (int)(slash - __FILE__) : 1, slash ? __FILE__ : ".");
+	c = sluice_config_load(path, err, sizeof(err));
+	if (!c)
+		fprintf(stderr, "%s\n", err);
+	CHECK(c != NULL);
+	CHECK(c->nrules == 2);
+	CHECK(c->rules[1].ntiers == 3 && c->rules[1].cost == 10);
+	sluice_config_free(c);
+}
+
+static void test_listen_parse(void)
+{
+	struct sockaddr_storage ss;
+	char err[256];
+
+	CHECK(sluice_listen_parse("127.0.0.1:8080", &ss, err, sizeof(err)) ==
+	      0);
+	CHECK(ss.ss_family == AF_INET);
+	CHECK(ntohs(((struct sockaddr_in *)&ss)->sin_port) == 8080);
+	CHECK(sluice_listen_parse("[::1]:1", &ss, err, sizeof(err)) == 0);
+	CHECK(ss.ss_family == AF_INET6);
+	CHECK(sluice_listen_parse("::1:80", &ss, err, sizeof(err)) < 0);
+	CHECK(sluice_listen_parse("1.2.3.4:", &ss, err, sizeof(err)) < 0);
+	CHECK(sluice_listen_parse("1.2.3.4:0", &ss, err, sizeof(err)) < 0);
+	CHECK(sluice_listen_parse(":80", &ss, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "expected") != NULL);
+}
+
+int main(void)
+{
+	RUN(test_default_is_the_classic_policy);
+	RUN(test_file_without_rules_gets_the_classic_rule);
+	RUN(test_issue_example_parses);
+	RUN(test_every_top_level_field);
+	RUN(test_redis_stores);
+	RUN(test_empty_trusted_proxies_trusts_nobody);
+	RUN(test_bad_files_name_file_and_line);
+	RUN(test_load_reads_a_file_and_names_it);
+	RUN(test_example_file_is_valid);
+	RUN(test_listen_parse);
+	TESTS_DONE();
+}

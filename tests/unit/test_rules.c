@@ -1,0 +1,555 @@
+/*
+ * test_rules.c -- which buckets a request touches: matching, path globs,
+ * store keys (composites, fallbacks, over-long values), tiers, and the
+ * client address behind trusted proxies (X-Forwarded-For spoofing, IPv6
+ * grouping, IPv4-mapped peers).
+ */
+#include "check.h"
+#include "serve/config.h"
+#include "serve/sha256.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ------------------------------------------------------------ requests */
+
+typedef struct hdr_s {
+	const char *name, *value;
+} hdr_t;
+
+typedef struct req_s {
+	sluice_request_t r;
+	hdr_t hdrs[8];
+	struct sockaddr_storage peer;
+} req_t;
+
+static const char *lookup(void *ctx, const char *name, size_t *len)
+{
+	hdr_t *h = ctx;
+
+	for (; h->name; h++)
+		if (strcasecmp(h->name, name) == 0) {
+			*len = strlen(h->value);
+			return h->value;
+		}
+	return NULL;
+}
+
+/* A request from `peer` ("1.2.3.4" or an IPv6 address) with headers given
+ * as name, value pairs ending with NULL. */
+static req_t *mkreq(req_t *q, const char *method, const char *path,
+		    const char *peer, ...)
+{
+	va_list ap;
+	size_t n = 0;
+	const char *name;
+
+	memset(q, 0, sizeof(*q));
+	va_start(ap, peer);
+	while ((name = va_arg(ap, const char *)) && n < 7) {
+		q->hdrs[n].name = name;
+		q->hdrs[n].value = va_arg(ap, const char *);
+		n++;
+	}
+	va_end(ap);
+	if (strchr(peer, ':')) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&q->peer;
+
+		s6->sin6_family = AF_INET6;
+		inet_pton(AF_INET6, peer, &s6->sin6_addr);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&q->peer;
+
+		s4->sin_family = AF_INET;
+		inet_pton(AF_INET, peer, &s4->sin_addr);
+	}
+	q->r.method = method;
+	q->r.method_len = strlen(method);
+	q->r.path = path;
+	q->r.path_len = strlen(path);
+	q->r.header = lookup;
+	q->r.header_ctx = q->hdrs;
+	q->r.peer = (struct sockaddr *)&q->peer;
+	return q;
+}
+
+static sluice_config_t *load(const char *text)
+{
+	char err[512];
+	sluice_config_t *c = sluice_config_parse("t.yaml", text, strlen(text),
+						 err, sizeof(err));
+
+	if (!c) {
+		fprintf(stderr, "config: %s\n", err);
+		exit(1);
+	}
+	return c;
+}
+
+static int key_is(const sluice_match_t *m, const char *rule, const char *id)
+{
+	char want[600];
+	int n = snprintf(want, sizeof(want), "%s\x1f%s", rule, id);
+
+	return m->keylen == (size_t)n && memcmp(m->key, want, (size_t)n) == 0 &&
+	       m->key[n] == '\0';
+}
+
+static const char *client_ip(const sluice_config_t *c, req_t *q)
+{
+	static char buf[64];
+
+	sluice_client_ip(c, &q->r, buf, sizeof(buf));
+	return buf;
+}
+
+/* --------------------------------------------------------------- globs */
+
+static void test_glob(void)
+{
+	char long_a[4096];
+
+	CHECK(sluice_glob_match("/api/*", "/api/a/b", 8));
+	CHECK(sluice_glob_match("/api/*", "/api/", 5));
+	CHECK(!sluice_glob_match("/api/*", "/apix", 5));
+	CHECK(!sluice_glob_match("/api/*", "/api", 4));
+	CHECK(sluice_glob_match("*", "", 0));
+	CHECK(sluice_glob_match("*", "/anything", 9));
+	CHECK(sluice_glob_match("/v?/x", "/v1/x", 5));
+	CHECK(!sluice_glob_match("/v?/x", "/v12/x", 6));
+	CHECK(sluice_glob_match("/a*b*c", "/aXXbYYc", 8));
+	CHECK(!sluice_glob_match("/a*b*c", "/aXXbYYcd", 9));
+	CHECK(sluice_glob_match("/exact", "/exact", 6));
+	CHECK(!sluice_glob_match("/exact", "/exac", 5));
+	/* only len bytes count, no NUL needed */
+	CHECK(sluice_glob_match("/ab", "/abc", 3));
+	/* hostile pattern/path pairs finish quickly */
+	memset(long_a, 'a', sizeof(long_a));
+	CHECK(!sluice_glob_match("*a*a*a*a*a*a*a*b", long_a, sizeof(long_a)));
+}
+
+/* ------------------------------------------------------------ matching */
+
+static void test_default_rule_keys_user_then_ip(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	sluice_match_t m[4];
+	req_t q;
+
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "203.0.113.9",
+					"X-User-Id", "alice", NULL)
+					  ->r,
+				 m, 4) == 1);
+	CHECK(key_is(&m[0], "default", "alice"));
+	CHECK(m[0].rule == &c->rules[0] && m[0].set == &c->rules[0].limits);
+	/* no user: the client IP */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "203.0.113.9", NULL)->r,
+				 m, 4) == 1);
+	CHECK(key_is(&m[0], "default", "203.0.113.9"));
+	/* a blank header counts as absent */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "203.0.113.9",
+					"x-user-id", "  \t ", NULL)
+					  ->r,
+				 m, 4) == 1);
+	CHECK(key_is(&m[0], "default", "203.0.113.9"));
+	/* surrounding whitespace is not part of the identity */
+	sluice_rules_match(c,
+			   &mkreq(&q, "GET", "/", "203.0.113.9", "x-user-id",
+				  " bob ", NULL)
+				    ->r,
+			   m, 4);
+	CHECK(key_is(&m[0], "default", "bob"));
+	sluice_config_free(c);
+}
+
+static const char two_rules[] =
+	"rules:\n"
+	"  - name: api\n"
+	"    key: [\"header:x-user-id\", ip]\n"
+	"    limits: [{capacity: 100, rate: 2/s}, {capacity: 10000, rate: "
+	"10000/day}]\n"
+	"  - name: upload\n"
+	"    match: {methods: [POST, put], path: \"/api/upload*\"}\n"
+	"    key: \"header:x-api-key+ip\"\n"
+	"    cost: 10\n"
+	"    limits: [{capacity: 50, rate: 50/min}]\n"
+	"  - name: partner\n"
+	"    match: {path: \"/partner/*\"}\n"
+	"    key: \"header:x-partner\"\n"
+	"    limits: [{capacity: 5, rate: 1/s}]\n";
+
+static void test_methods_paths_and_query_strings(void)
+{
+	sluice_config_t *c = load(two_rules);
+	sluice_match_t m[4];
+	req_t q;
+
+	/* every rule that matches is reported, in file order */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "POST", "/api/upload", "10.1.1.1",
+					"x-api-key", "k1", NULL)
+					  ->r,
+				 m, 4) == 2);
+	CHECK(strcmp(m[0].rule->name, "api") == 0);
+	CHECK(strcmp(m[1].rule->name, "upload") == 0);
+	CHECK(m[1].rule->cost == 10);
+	/* methods compare case-insensitively; PUT was written "put" */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "PUT", "/api/upload/2", "10.1.1.1",
+					"x-api-key", "k1", NULL)
+					  ->r,
+				 m, 4) == 2);
+	/* other methods do not match */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/api/upload", "10.1.1.1",
+					"x-api-key", "k1", NULL)
+					  ->r,
+				 m, 4) == 1);
+	/* the query string is not part of the path */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "POST", "/api/upload?x=/y",
+					"10.1.1.1", "x-api-key", "k1", NULL)
+					  ->r,
+				 m, 4) == 2);
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "POST", "/api/x?/api/upload",
+					"10.1.1.1", "x-api-key", "k1", NULL)
+					  ->r,
+				 m, 4) == 1);
+	/* max caps the answer */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "POST", "/api/upload", "10.1.1.1",
+					"x-api-key", "k1", NULL)
+					  ->r,
+				 m, 1) == 1);
+	sluice_config_free(c);
+}
+
+static void test_composite_keys_need_every_part(void)
+{
+	sluice_config_t *c = load(two_rules);
+	sluice_match_t m[4];
+	req_t q;
+
+	sluice_rules_match(c,
+			   &mkreq(&q, "POST", "/api/upload", "10.1.1.1",
+				  "x-api-key", "k1", NULL)
+				    ->r,
+			   m, 4);
+	CHECK(key_is(&m[1], "upload",
+		     "k1\x1f"
+		     "10.1.1.1"));
+	/* same key from another address: another bucket */
+	sluice_rules_match(c,
+			   &mkreq(&q, "POST", "/api/upload", "10.1.1.2",
+				  "x-api-key", "k1", NULL)
+				    ->r,
+			   m, 4);
+	CHECK(key_is(&m[1], "upload",
+		     "k1\x1f"
+		     "10.1.1.2"));
+	/* no API key: the composite is empty, nobody to charge for upload */
+	CHECK(sluice_rules_match(
+		      c, &mkreq(&q, "POST", "/api/upload", "10.1.1.1", NULL)->r,
+		      m, 4) == 1);
+	CHECK(strcmp(m[0].rule->name, "api") == 0);
+	/* a rule whose only source is missing is skipped */
+	CHECK(sluice_rules_match(
+		      c, &mkreq(&q, "GET", "/partner/x", "10.1.1.1", NULL)->r,
+		      m, 4) == 1);
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/partner/x", "10.1.1.1",
+					"x-partner", "acme", NULL)
+					  ->r,
+				 m, 4) == 2);
+	CHECK(key_is(&m[1], "partner", "acme"));
+	sluice_config_free(c);
+}
+
+static void test_long_or_binary_values_are_hashed(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	sluice_match_t m1[1], m2[1];
+	char v1[1000], v2[1000];
+	req_t q;
+	size_t i;
+
+	memset(v1, 'A', sizeof(v1) - 1);
+	v1[sizeof(v1) - 1] = '\0';
+	memcpy(v2, v1, sizeof(v1));
+	v2[sizeof(v2) - 2] = 'B'; /* differs only at the end */
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v1, NULL)->r,
+		m1, 1);
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v2, NULL)->r,
+		m2, 1);
+	CHECK(m1[0].keylen == strlen("default") + 1 + 1 + 64);
+	CHECK(memcmp(m1[0].key, "default\x1f~", 9) == 0);
+	for (i = 9; i < m1[0].keylen; i++)
+		CHECK(strchr("0123456789abcdef", m1[0].key[i]) != NULL);
+	CHECK(m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) != 0);
+	/* 200 bytes is kept verbatim, 201 is hashed */
+	v1[200] = '\0';
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v1, NULL)->r,
+		m1, 1);
+	CHECK(key_is(&m1[0], "default", v1));
+	v1[200] = 'A';
+	v1[201] = '\0';
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v1, NULL)->r,
+		m1, 1);
+	CHECK(m1[0].key[8] == '~');
+	/* a control character cannot forge the composite separator */
+	sluice_rules_match(c,
+			   &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id",
+				  "a\x1f"
+				  "b",
+				  NULL)
+				    ->r,
+			   m1, 1);
+	CHECK(m1[0].key[8] == '~' && m1[0].keylen == 8 + 65);
+	sluice_config_free(c);
+}
+
+/* --------------------------------------------------------------- tiers */
+
+static void test_tiers_follow_the_header(void)
+{
+	sluice_config_t *c =
+		load("rules:\n"
+		     "  - name: plan\n"
+		     "    key: [\"header:x-user-id\"]\n"
+		     "    tiers:\n"
+		     "      header: X-User-Tier\n"
+		     "      default: anonymous\n"
+		     "      limits:\n"
+		     "        authenticated: [{capacity: 200, rate: 200/min}]\n"
+		     "        anonymous: [{capacity: 50, rate: 50/min}]\n"
+		     "        paid: [{capacity: 2000, rate: 2000/min}]\n");
+	sluice_match_t m[1];
+	req_t q;
+
+	sluice_rules_match(c,
+			   &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", "u",
+				  "x-user-tier", "paid", NULL)
+				    ->r,
+			   m, 1);
+	CHECK(strcmp(m[0].set->name, "paid") == 0);
+	CHECK(m[0].set->limits[0].capacity == 2000);
+	sluice_rules_match(c,
+			   &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", "u",
+				  "x-user-tier", "Authenticated", NULL)
+				    ->r,
+			   m, 1);
+	CHECK(strcmp(m[0].set->name, "authenticated") == 0);
+	/* unknown or absent: the default tier */
+	sluice_rules_match(c,
+			   &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", "u",
+				  "x-user-tier", "platinum", NULL)
+				    ->r,
+			   m, 1);
+	CHECK(strcmp(m[0].set->name, "anonymous") == 0);
+	sluice_rules_match(
+		c,
+		&mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", "u", NULL)->r,
+		m, 1);
+	CHECK(strcmp(m[0].set->name, "anonymous") == 0);
+	CHECK(m[0].set->limits[0].capacity == 50);
+	sluice_config_free(c);
+}
+
+/* ----------------------------------------------------------- client IP */
+
+static void test_untrusted_peer_cannot_spoof(void)
+{
+	sluice_config_t *c = sluice_config_default(); /* trusts loopback */
+	req_t q;
+
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "198.51.100.7",
+					"X-Forwarded-For", "1.2.3.4",
+					"X-Real-IP", "5.6.7.8", NULL)),
+		     "198.51.100.7") == 0);
+	sluice_config_free(c);
+}
+
+static void test_trusted_proxy_headers(void)
+{
+	sluice_config_t *c = load("trusted_proxies: [127.0.0.1/32, "
+				  "10.0.0.0/8, \"::1/128\"]\n");
+	req_t q;
+
+	/* X-Real-IP first */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Real-IP", "203.0.113.5",
+					"X-Forwarded-For", "1.1.1.1", NULL)),
+		     "203.0.113.5") == 0);
+	/* else the right-most X-Forwarded-For entry that is not a proxy:
+	 * the client prepended a fake 6.6.6.6, our proxies appended the
+	 * rest */
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "127.0.0.1",
+				     "X-Forwarded-For",
+				     "6.6.6.6, 203.0.113.5, 10.0.0.2", NULL)),
+		     "203.0.113.5") == 0);
+	/* all proxies: the left-most */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Forwarded-For", "10.0.0.9,10.0.0.2",
+					NULL)),
+		     "10.0.0.9") == 0);
+	/* a malformed entry stops the walk at the last good hop */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Forwarded-For",
+					"1.1.1.1, junk, "
+					"10.0.0.3",
+					NULL)),
+		     "10.0.0.3") == 0);
+	/* garbage everywhere: the peer */
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "127.0.0.1", "X-Real-IP",
+				     "nope", "X-Forwarded-For", "junk", NULL)),
+		     "127.0.0.1") == 0);
+	/* ports and brackets are tolerated */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Forwarded-For", "203.0.113.5:4711",
+					NULL)),
+		     "203.0.113.5") == 0);
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "::1", "X-Forwarded-For",
+				     "[2001:db8:aa:bb::1]:443", NULL)),
+		     "2001:db8:aa:bb::/64") == 0);
+	/* no headers: the proxy itself */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "10.2.3.4", NULL)),
+		     "10.2.3.4") == 0);
+	sluice_config_free(c);
+}
+
+static void test_ipv6_grouping_and_mapped_ipv4(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	sluice_config_t *c56 = load("ipv6_prefix: 56\n");
+	sluice_config_t *c128 = load("ipv6_prefix: 128\n");
+	sluice_match_t m1[1], m2[1];
+	req_t q;
+
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "2001:db8:1:2:a:b:c:d",
+					NULL)),
+		     "2001:db8:1:2::/64") == 0);
+	CHECK(strcmp(client_ip(c56, mkreq(&q, "GET", "/",
+					  "2001:db8:1:2ff:a:b:c:d", NULL)),
+		     "2001:db8:1:200::/56") == 0);
+	CHECK(strcmp(client_ip(c128, mkreq(&q, "GET", "/",
+					   "2001:db8:1:2:a:b:c:d", NULL)),
+		     "2001:db8:1:2:a:b:c:d") == 0);
+	/* two addresses of one /64 share a bucket; the next /64 does not */
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "2001:db8:1:2::1", NULL)->r, m1, 1);
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "2001:db8:1:2:ffff::9", NULL)->r, m2,
+		1);
+	CHECK(m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) == 0);
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "2001:db8:1:3::1", NULL)->r, m2, 1);
+	CHECK(memcmp(m1[0].key, m2[0].key, m1[0].keylen) != 0);
+	/* an IPv4-mapped peer is an IPv4 client, and a trusted one */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "::ffff:198.51.100.7",
+					NULL)),
+		     "198.51.100.7") == 0);
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "::ffff:127.0.0.1",
+				     "X-Real-IP", "::ffff:203.0.113.1", NULL)),
+		     "203.0.113.1") == 0);
+	/* ::1 is trusted by default */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "::1", "X-Real-IP",
+					"2001:db8::7", NULL)),
+		     "2001:db8::/64") == 0);
+	sluice_config_free(c);
+	sluice_config_free(c56);
+	sluice_config_free(c128);
+}
+
+static void test_no_peer_means_no_ip(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	sluice_match_t m[1];
+	req_t q;
+	char buf[64];
+
+	mkreq(&q, "GET", "/", "10.0.0.1", NULL);
+	q.r.peer = NULL;
+	CHECK(sluice_client_ip(c, &q.r, buf, sizeof(buf)) == 0);
+	CHECK(sluice_rules_match(c, &q.r, m, 1) == 0);
+	/* a buffer too small gives 0, not a truncated address */
+	mkreq(&q, "GET", "/", "2001:db8:1:2::1", NULL);
+	CHECK(sluice_client_ip(c, &q.r, buf, 8) == 0);
+	sluice_config_free(c);
+}
+
+/* -------------------------------------------------------------- sha256 */
+
+static void hex(const uint8_t d[32], char out[65])
+{
+	int i;
+
+	for (i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void test_sha256_vectors(void)
+{
+	static const char
+		*abc = "abc",
+		*two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmno"
+		       "mnopnopq";
+	const void *bufs[2];
+	size_t lens[2];
+	uint8_t d[32];
+	char h[65];
+
+	bufs[0] = abc;
+	lens[0] = 3;
+	sluice_sha256(bufs, lens, 1, d);
+	hex(d, h);
+	CHECK(strcmp(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410f"
+			"f61f20015ad") == 0);
+	sluice_sha256(bufs, lens, 0, d);
+	hex(d, h);
+	CHECK(strcmp(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca4959"
+			"91b7852b855") == 0);
+	/* split across buffers: same digest as one buffer */
+	bufs[0] = two;
+	lens[0] = 10;
+	bufs[1] = two + 10;
+	lens[1] = strlen(two) - 10;
+	sluice_sha256(bufs, lens, 2, d);
+	hex(d, h);
+	CHECK(strcmp(h,
+		     "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd"
+		     "419db06c1") == 0);
+}
+
+int main(void)
+{
+	RUN(test_glob);
+	RUN(test_default_rule_keys_user_then_ip);
+	RUN(test_methods_paths_and_query_strings);
+	RUN(test_composite_keys_need_every_part);
+	RUN(test_long_or_binary_values_are_hashed);
+	RUN(test_tiers_follow_the_header);
+	RUN(test_untrusted_peer_cannot_spoof);
+	RUN(test_trusted_proxy_headers);
+	RUN(test_ipv6_grouping_and_mapped_ipv4);
+	RUN(test_no_peer_means_no_ip);
+	RUN(test_sha256_vectors);
+	TESTS_DONE();
+}

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SEC	     INT64_C(1000000)
 #define MAX_POLICIES 5
@@ -35,7 +36,11 @@ static const char *const usage =
 	"log and\n"
 	"counter (100/min), the sluice token bucket (100 burst, 2/s) and the "
 	"rules\n"
-	"of FILE.  The same seed always prints the same report.\n";
+	"of FILE.  The same seed always prints the same report.  --access-log "
+	"also\n"
+	"writes the traffic as an nginx access log (combined format, from "
+	"2026-01-01\n"
+	"00:00:00 UTC) for `sluice replay`.\n";
 
 /* Human descriptions of the built-in policies, by name. */
 static const char *describe(const char *name)
@@ -182,6 +187,44 @@ static void print_json(const sluice_sim_trace_t *tr, uint64_t seed,
 	json_decref(root);
 }
 
+/* ------------------------------------------------------ access log */
+
+/* Where the written log's time starts: 2026-01-01T00:00:00Z. */
+#define LOG_EPOCH INT64_C(1767225600)
+
+/* The trace as nginx would have logged it (combined format), so that
+ * `sluice replay` can be tried on it.  Whole seconds only, like nginx. */
+static int write_access_log(const sluice_sim_trace_t *tr, const char *path)
+{
+	static const char *const mon[] = {"Jan", "Feb", "Mar", "Apr",
+					  "May", "Jun", "Jul", "Aug",
+					  "Sep", "Oct", "Nov", "Dec"};
+	FILE *f = fopen(path, "w");
+	size_t i;
+
+	if (!f)
+		return -1;
+	for (i = 0; i < tr->nevents; i++) {
+		const sluice_sim_event_t *ev = &tr->events[i];
+		const sluice_sim_client_t *c = &tr->clients[ev->client];
+		const sluice_sim_route_t *rt = &sluice_sim_routes[ev->route];
+		time_t t = (time_t)(LOG_EPOCH + ev->t_us / SEC);
+		struct tm tm;
+
+		gmtime_r(&t, &tm);
+		fprintf(f,
+			"%s - %s [%02d/%s/%04d:%02d:%02d:%02d +0000] \"%s %s "
+			"HTTP/1.1\" 200 0 \"-\" \"%s\"\n",
+			c->ip, c->user_id[0] ? c->user_id : "-", tm.tm_mday,
+			mon[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
+			tm.tm_min, tm.tm_sec, rt->method, rt->path, c->agent);
+	}
+	i = (size_t)ferror(f);
+	if (fclose(f) != 0)
+		i = 1;
+	return i ? -1 : 0;
+}
+
 /* ------------------------------------------------------------- command */
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -206,6 +249,7 @@ int sluice_cmd_simulate(int argc, char **argv)
 		{"duration", required_argument, NULL, 'd'},
 		{"config", required_argument, NULL, 'c'},
 		{"json", no_argument, NULL, 'j'},
+		{"access-log", required_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -215,7 +259,7 @@ int sluice_cmd_simulate(int argc, char **argv)
 	sluice_sim_result_t res[MAX_POLICIES];
 	sluice_config_t *cfg = NULL;
 	sluice_limit_t bucket;
-	const char *config = NULL;
+	const char *config = NULL, *access_log = NULL;
 	uint64_t seed = 1, secs = 600;
 	size_t npol = 0, i;
 	int json = 0, opt, rc = 1;
@@ -223,7 +267,8 @@ int sluice_cmd_simulate(int argc, char **argv)
 
 	sluice_sim_params_default(&params);
 	optind = 0;
-	while ((opt = getopt_long(argc, argv, "s:d:c:jh", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:d:c:ja:h", opts, NULL)) !=
+	       -1) {
 		switch (opt) {
 		case 's':
 			if (parse_u64(optarg, &seed) < 0) {
@@ -252,6 +297,9 @@ int sluice_cmd_simulate(int argc, char **argv)
 		case 'j':
 			json = 1;
 			break;
+		case 'a':
+			access_log = optarg;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -278,6 +326,12 @@ int sluice_cmd_simulate(int argc, char **argv)
 		if (cfg)
 			sluice_config_free(cfg);
 		return 1;
+	}
+	if (access_log && write_access_log(&tr, access_log) < 0) {
+		fprintf(stderr, "sluice simulate: %s: %s\n", access_log,
+			strerror(errno));
+		rc = 2;
+		goto done;
 	}
 	if (sluice_limit_parse(&bucket, "100", "2/s", err, sizeof(err)) < 0)
 		goto out;

@@ -25,8 +25,8 @@
 
 static const char *const usage =
 	"usage: sluice simulate [--seed N] [--duration SECONDS] [--config "
-	"FILE] "
-	"[--json]\n"
+	"FILE]\n"
+	"                       [--json] [--access-log FILE]\n"
 	"\n"
 	"Generates API traffic (mobile apps, a web+mobile user on one IP, a "
 	"campus\n"

@@ -84,8 +84,11 @@ int sluice_rulestate_decide(sluice_rulestate_t *rs, const sluice_request_t *req,
 		if (hits[i].rejected && !m->rule->shadow)
 			pass = 0;
 	}
-	if (pass)
-		for (i = 0; i < n; i++)
+	/* Shadow rules are charged on their own; enforcing ones only when
+	 * every enforcing rule passes.  A rejected set's next[] equals its
+	 * state, so copying it is harmless. */
+	for (i = 0; i < n; i++)
+		if (pass || hits[i].match.rule->shadow)
 			memcpy(rs->states + hits[i].key * SLUICE_MAX_LIMITS,
 			       next[i],
 			       hits[i].match.set->nlimits * sizeof(**next));

@@ -6,9 +6,10 @@
  * limit sets, sluice_eval_all() decides each bucket.  The states live here,
  * one per store key and limit, indexed through a keymap.
  *
- * Several matching rules are all-or-nothing: the request passes when no
- * enforcing rule rejects it, and only then is any bucket charged.  A shadow
- * rule is decided and charged like the others but never rejects.
+ * As in `sluice serve`, several matching rules are all-or-nothing: the
+ * request passes when no enforcing rule rejects it, and only then are the
+ * enforcing rules' buckets charged.  A shadow rule is decided and charged
+ * on its own and never rejects.
  */
 #ifndef SLUICE_SIM_RULESTATE_H
 #define SLUICE_SIM_RULESTATE_H

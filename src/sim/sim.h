@@ -130,9 +130,8 @@ sluice_sim_policy_t *sluice_sim_token_bucket(const sluice_limit_t *limit,
 
 struct sluice_config_s;
 /* Every rule of a loaded config, through sluice_rules_match() (the same
- * code `sluice serve` runs).  A request passes when no enforcing rule
- * rejects it; nothing is charged when one does (all-or-nothing).  The
- * policy borrows cfg. */
+ * code `sluice serve` runs), all-or-nothing across enforcing rules as in
+ * `sluice serve` (see rulestate.h).  The policy borrows cfg. */
 sluice_sim_policy_t *sluice_sim_config_policy(const struct sluice_config_s *cfg,
 					      const char *name);
 

@@ -221,6 +221,42 @@ static void test_top_limits_the_list(void)
 	sluice_config_free(cfg);
 }
 
+static void test_shadow_rules_are_charged_on_their_own(void)
+{
+	static const char text[] = "rules:\n"
+				   "  - name: strict\n"
+				   "    key: ip\n"
+				   "    limits: [{capacity: 1, rate: 1/min}]\n"
+				   "  - name: trial\n"
+				   "    key: ip\n"
+				   "    shadow: true\n"
+				   "    limits: [{capacity: 2, rate: 1/min}]\n";
+	char err[512];
+	sluice_config_t *cfg = sluice_config_parse("t.yaml", text, strlen(text),
+						   err, sizeof(err));
+	sluice_replay_opts_t o;
+	sluice_replay_report_t r;
+	FILE *f = tmpfile();
+	int i;
+
+	/* Three requests: the enforcing rule passes only the first; the
+	 * shadow rule, charged even when the request is rejected, passes two
+	 * and would limit the third.  Only the enforcing rule rejects. */
+	CHECK(cfg != NULL && f != NULL);
+	for (i = 0; i < 3; i++)
+		line(f, "10.9.9.9", 0, i, "GET /");
+	rewind(f);
+	sluice_replay_opts_default(&o);
+	CHECK(sluice_replay_run(cfg, f, &o, &r, err, sizeof(err)) == 0);
+	fclose(f);
+	CHECK_EQ_U64(r.replayed, 3);
+	CHECK_EQ_U64(r.rejected, 2);
+	CHECK_EQ_U64(r.rules[0].limited, 2);
+	CHECK_EQ_U64(r.rules[1].limited, 1);
+	sluice_replay_report_free(&r);
+	sluice_config_free(cfg);
+}
+
 int main(void)
 {
 	RUN(test_parses_a_combined_line);
@@ -228,5 +264,6 @@ int main(void)
 	RUN(test_rejects_malformed_lines_with_a_reason);
 	RUN(test_replays_a_small_log_with_exact_counts);
 	RUN(test_top_limits_the_list);
+	RUN(test_shadow_rules_are_charged_on_their_own);
 	TESTS_DONE();
 }

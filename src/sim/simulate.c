@@ -79,7 +79,7 @@ static void print_text(const sluice_sim_trace_t *tr, uint64_t seed,
 	for (i = 0; i < n; i++) {
 		const sluice_sim_result_t *r = &res[i];
 
-		printf("%-34s %9.2f%% %12llu %15.2f%% %14llu\n",
+		printf("%-34.34s %9.2f%% %12llu %15.2f%% %14llu\n",
 		       describe(r->policy), pct(r->legit_rejected, r->legit),
 		       (unsigned long long)r->legit_rejected,
 		       pct(r->abuse_rejected, r->abuse),
@@ -93,7 +93,7 @@ static void print_text(const sluice_sim_trace_t *tr, uint64_t seed,
 		printf(" %11llu", (unsigned long long)r0->requests[c]);
 	printf("\n");
 	for (i = 0; i < n; i++) {
-		printf("%-34s", describe(res[i].policy));
+		printf("%-34.34s", describe(res[i].policy));
 		for (c = 0; c < SLUICE_SIM_NCLASSES; c++)
 			printf(" %10.2f%%",
 			       pct(res[i].rejected[c], res[i].requests[c]));
@@ -102,7 +102,7 @@ static void print_text(const sluice_sim_trace_t *tr, uint64_t seed,
 	printf("\nboundary spike: the most requests one key got through in "
 	       "any 2 s span\n");
 	for (i = 0; i < n; i++)
-		printf("  %-32s %4llu  key %s at t=%.3f s\n",
+		printf("  %-32.32s %4llu  key %s at t=%.3f s\n",
 		       describe(res[i].policy),
 		       (unsigned long long)res[i].spike,
 		       res[i].spike ? tr->keys[res[i].spike_key] : "-",

@@ -289,9 +289,11 @@ def write(results, outdir, docs):
     ab = results.get("article_ab")
     if ab:
         w("\n## article_ab: the classic `ab` check\n")
-        w("`ab -n 1000 -c 200 -H \"x-user-id: test-user\"` against nginx, "
-          "which asks `sluice serve` through `auth_request` "
-          "(`/v1/check?deny_status=403`, mapped to 429 by `error_page`). "
+        w("`ab -n 1000 -c 200 -H \"x-user-id: test-user\"` against nginx "
+          "configured as in `examples/nginx/nginx.conf.in`: it asks "
+          "`sluice serve` through `auth_request` "
+          "(`/v1/check?deny_status=403`, mapped to 429 by `error_page`) and "
+          "proxies allowed requests to an app (here a static nginx). "
           "One user's bucket starts full (100) and refills 2/s while ab "
           "runs, so between %s and %s requests may pass.\n"
           % (fmt(ab.get("expected_allowed_min")),

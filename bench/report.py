@@ -226,7 +226,8 @@ def write(results, outdir, docs):
           "that sends one of 100,000 random `x-user-id` keys per request. "
           "sluice: `sluice serve` with the default config (memory store, "
           "capacity 100, 2/s, key `x-user-id`). nginx: one process, "
-          "`%s`. nginx's `rate` is an integer per second (2r/s is the "
+          "`%s`, answering with `empty_gif` (its cheapest content handler "
+          "that runs after `limit_req`). nginx's `rate` is an integer per second (2r/s is the "
           "same refill) and it admits `burst + 1` requests at once, so "
           "`burst=99` is the bucket of 100.\n"
           % http.get("nginx_limit_req", "limit_req"))

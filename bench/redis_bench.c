@@ -159,8 +159,8 @@ static void classic_issue(classic_conn_t *c)
 		return;
 	}
 	gettimeofday(&tv, NULL);
-	snprintf(now, sizeof(now), "%ld.%06ld", (long)tv.tv_sec,
-		 (long)tv.tv_usec);
+	snprintf(now, sizeof(now), "%lld",
+		 (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000);
 	c->t0 = uv_hrtime();
 	inflight++;
 	redisAsyncCommand(c->ac, on_classic, c, "EVALSHA %s 1 %s 100 2 %s 1",

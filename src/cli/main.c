@@ -1,0 +1,213 @@
+/*
+ * main.c -- the `sluice` program: a table of subcommands.
+ *
+ * To add a subcommand, write `static int cmd_NAME(int argc, char **argv)`
+ * (argv[0] is the subcommand's name) and add a line to `commands`.  Exit
+ * statuses: 0 success, 1 runtime failure, 2 bad usage or bad config.
+ */
+#include "serve/config.h"
+#include "serve/server.h"
+#include "sim/sim.h"
+#include "sluice.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct command_s {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv);
+} command_t;
+
+static int cmd_serve(int argc, char **argv);
+static int cmd_check_config(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
+
+static const command_t commands[] = {
+	{"serve", "run the HTTP rate-limit decision service", cmd_serve},
+	{"check-config", "validate a config file", cmd_check_config},
+	{"simulate", "compare limiters on generated traffic",
+	 sluice_cmd_simulate},
+	{"replay", "replay an nginx access log against a config",
+	 sluice_cmd_replay},
+	{"version", "print the version", cmd_version},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+	size_t i;
+
+	fprintf(f, "usage: sluice COMMAND [OPTIONS]\n\n"
+		   "Distributed token-bucket rate limiting for HTTP APIs.\n\n"
+		   "Commands:\n");
+	for (i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-14s %s\n", commands[i].name,
+			commands[i].summary);
+	fprintf(f, "\nRun `sluice COMMAND --help` for a command's options.\n");
+}
+
+/* --------------------------------------------------------------- serve */
+
+static void serve_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: sluice serve [-c FILE] [--listen HOST:PORT] "
+		"[--threads N]\n\n"
+		"Runs the HTTP decision service:\n"
+		"  /v1/check   for nginx auth_request, Traefik ForwardAuth, "
+		"Envoy ext_authz\n"
+		"  /v1/take    JSON API for application middleware\n"
+		"  /metrics    Prometheus metrics; /healthz, /readyz\n\n"
+		"Options:\n"
+		"  -c, --config FILE     YAML config (rules, store, limits). "
+		"Without it:\n"
+		"                        listen 127.0.0.1:8080, memory store, "
+		"one rule with\n"
+		"                        the classic policy (capacity 100, "
+		"refill 2/s, key =\n"
+		"                        x-user-id header, else the client "
+		"IP).\n"
+		"  -l, --listen ADDR     ADDRESS:PORT or [IPV6]:PORT to listen "
+		"on (numeric\n"
+		"                        address); overrides the file's "
+		"`listen`.\n"
+		"  -t, --threads N       event-loop threads (1..%d); overrides "
+		"the file's\n"
+		"                        `threads`.  Each thread has its own "
+		"socket\n"
+		"                        (SO_REUSEPORT).\n"
+		"  -h, --help            this text.\n\n"
+		"Signals: SIGHUP reloads the config file (a bad file is "
+		"rejected and\n"
+		"the running config kept; bucket state is kept); SIGTERM or "
+		"SIGINT\n"
+		"finishes requests in progress and exits 0.\n",
+		SLUICE_MAX_THREADS);
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"listen", required_argument, NULL, 'l'},
+		{"threads", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	sluice_serve_opts_t opts = {0};
+	char *end;
+	long n;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "c:l:t:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			opts.config_path = optarg;
+			break;
+		case 'l': {
+			struct sockaddr_storage ss;
+			char err[256];
+
+			if (sluice_listen_parse(optarg, &ss, err,
+						sizeof(err))) {
+				fprintf(stderr, "sluice serve: --listen: %s\n",
+					err);
+				return 2;
+			}
+			opts.listen = optarg;
+			break;
+		}
+		case 't':
+			n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > SLUICE_MAX_THREADS) {
+				fprintf(stderr,
+					"sluice serve: --threads: expected "
+					"1..%d, got \"%s\"\n",
+					SLUICE_MAX_THREADS, optarg);
+				return 2;
+			}
+			opts.threads = (unsigned)n;
+			break;
+		case 'h':
+			serve_usage(stdout);
+			return 0;
+		default:
+			serve_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "sluice serve: unexpected argument \"%s\"\n",
+			argv[optind]);
+		serve_usage(stderr);
+		return 2;
+	}
+	return sluice_serve(&opts);
+}
+
+/* -------------------------------------------------------- check-config */
+
+static int cmd_check_config(int argc, char **argv)
+{
+	sluice_config_t *cfg;
+	char err[1024];
+
+	if (argc == 2 &&
+	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+		printf("usage: sluice check-config FILE\n\n"
+		       "Validates FILE as `sluice serve` would load it.  "
+		       "Prints \"FILE: ok\" and\n"
+		       "exits 0, or prints FILE:LINE: what is wrong and "
+		       "exits 2.\n");
+		return 0;
+	}
+	if (argc != 2) {
+		fprintf(stderr, "usage: sluice check-config FILE\n");
+		return 2;
+	}
+	cfg = sluice_config_load(argv[1], err, sizeof(err));
+	if (!cfg) {
+		fprintf(stderr, "%s\n", err);
+		return 2;
+	}
+	printf("%s: ok\n", argv[1]);
+	sluice_config_free(cfg);
+	return 0;
+}
+
+/* ------------------------------------------------------------- version */
+
+static int cmd_version(int argc, char **argv)
+{
+	printf("sluice %s\n", SLUICE_VERSION);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+	size_t i;
+
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0)
+		return cmd_version(argc - 1, argv + 1);
+	for (i = 0; i < NCOMMANDS; i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "sluice: unknown command \"%s\"\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,475 @@
+/*
+ * conn.c -- http-parser glue: bytes in, requests to the handlers, answers out.
+ *
+ * The parser pauses itself at the end of every request (on_message_complete)
+ * so that requests are handled one at a time, in order, however many arrive
+ * in one read: that is what makes pipelining and asynchronous decisions
+ * simple.  Request bytes are copied into `head` as they arrive (the read
+ * buffer is shared by every connection of the thread), each URL, name and
+ * value NUL-terminated, so handlers see plain C strings.
+ */
+#include "serve/conn.h"
+#include "serve/handlers.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define DEFAULT_MAX_HEADER_BYTES 8192
+#define DEFAULT_MAX_BODY_BYTES	 65536
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static sluice_conn_t *conn_of(http_parser *p)
+{
+	return p->data;
+}
+
+static size_t max_header_bytes(const sluice_conn_t *c)
+{
+	size_t m = c->svc->live->cfg->max_header_bytes;
+
+	return m ? m : DEFAULT_MAX_HEADER_BYTES;
+}
+
+static size_t max_body_bytes(const sluice_conn_t *c)
+{
+	size_t m = c->svc->live->cfg->max_body_bytes;
+
+	return m ? m : DEFAULT_MAX_BODY_BYTES;
+}
+
+/* ---------------------------------------------------- parser callbacks */
+
+static int on_message_begin(http_parser *p)
+{
+	sluice_conn_t *c = conn_of(p);
+
+	c->head.len = 0;
+	c->body.len = 0;
+	c->nhdrs = 0;
+	c->url_len = 0;
+	c->hstate = 0;
+	c->err_status = 0;
+	c->in_message = 1;
+	c->t_start_ns = now_ns();
+	if (c->io && c->io->begin)
+		c->io->begin(c);
+	return 0;
+}
+
+/* Appends request-head bytes within max_header_bytes (431 beyond). */
+static int head_append(sluice_conn_t *c, const char *at, size_t n)
+{
+	if (c->head.len + n + 1 > max_header_bytes(c)) {
+		c->err_status = 431;
+		return -1;
+	}
+	sluice_buf_append(&c->head, at, n);
+	return c->head.oom ? -1 : 0;
+}
+
+/* Ends the URL, a name or a value with a NUL. */
+static int head_terminate(sluice_conn_t *c)
+{
+	return head_append(c, "", 1);
+}
+
+static int on_url(http_parser *p, const char *at, size_t n)
+{
+	sluice_conn_t *c = conn_of(p);
+
+	if (head_append(c, at, n) < 0)
+		return -1;
+	c->url_len += (uint32_t)n;
+	return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n)
+{
+	sluice_conn_t *c = conn_of(p);
+	sluice_hdr_t *h;
+	size_t i, start;
+
+	if (c->hstate != 1) {
+		if (head_terminate(c) < 0) /* ends the URL or last value */
+			return -1;
+		if (c->nhdrs == SLUICE_MAX_HEADERS) {
+			c->err_status = 431;
+			return -1;
+		}
+		h = &c->hdrs[c->nhdrs++];
+		h->name_off = (uint32_t)c->head.len;
+		h->name_len = 0;
+		h->value_off = 0;
+		h->value_len = 0;
+		c->hstate = 1;
+	}
+	h = &c->hdrs[c->nhdrs - 1];
+	start = c->head.len;
+	if (head_append(c, at, n) < 0)
+		return -1;
+	for (i = start; i < c->head.len; i++)
+		c->head.data[i] = (char)tolower((unsigned char)c->head.data[i]);
+	h->name_len += (uint32_t)n;
+	return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n)
+{
+	sluice_conn_t *c = conn_of(p);
+	sluice_hdr_t *h = &c->hdrs[c->nhdrs - 1];
+
+	if (c->hstate != 2) {
+		if (head_terminate(c) < 0) /* ends the name */
+			return -1;
+		h->value_off = (uint32_t)c->head.len;
+		c->hstate = 2;
+	}
+	if (head_append(c, at, n) < 0)
+		return -1;
+	h->value_len += (uint32_t)n;
+	return 0;
+}
+
+/* A client that sent "Expect: 100-continue" waits for a go-ahead before
+ * sending the body (curl does for bodies over 1 KiB). */
+static void expect_continue(sluice_conn_t *c, http_parser *p)
+{
+	size_t len;
+	const char *v = sluice_conn_header(c, "expect", &len);
+
+	if (v && len == 12 && strncasecmp(v, "100-continue", 12) == 0 &&
+	    p->http_minor >= 1 &&
+	    ((p->content_length > 0 && p->content_length != ULLONG_MAX) ||
+	     (p->flags & F_CHUNKED)))
+		sluice_buf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+static int on_headers_complete(http_parser *p)
+{
+	sluice_conn_t *c = conn_of(p);
+	size_t i;
+
+	if (c->hstate == 1 || head_terminate(c) < 0)
+		return -1;
+	/* A header without a value (only possible when the name was the
+	 * last thing received) points at the terminating NUL. */
+	for (i = 0; i < c->nhdrs; i++)
+		if (c->hdrs[i].value_off == 0)
+			c->hdrs[i].value_off = (uint32_t)c->head.len - 1;
+	if (p->content_length != ULLONG_MAX &&
+	    p->content_length > max_body_bytes(c)) {
+		c->err_status = 413;
+		return -1;
+	}
+	expect_continue(c, p);
+	return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t n)
+{
+	sluice_conn_t *c = conn_of(p);
+
+	if (c->body.len + n > max_body_bytes(c)) {
+		c->err_status = 413;
+		return -1;
+	}
+	sluice_buf_append(&c->body, at, n);
+	return c->body.oom ? -1 : 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+	sluice_conn_t *c = conn_of(p);
+
+	c->in_message = 0;
+	c->ready = 1;
+	c->method = (int)p->method;
+	c->keep_alive = http_should_keep_alive(p);
+	/* One request at a time: execute() returns here. */
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+static const http_parser_settings settings = {
+	.on_message_begin = on_message_begin,
+	.on_url = on_url,
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+/* -------------------------------------------------------------- driving */
+
+void sluice_conn_init(sluice_conn_t *c, sluice_svc_t *svc,
+		      const sluice_conn_io_t *io, const struct sockaddr *peer)
+{
+	memset(c, 0, sizeof(*c));
+	c->svc = svc;
+	c->io = io;
+	if (peer) {
+		size_t len = peer->sa_family == AF_INET6
+				     ? sizeof(struct sockaddr_in6)
+				     : sizeof(struct sockaddr_in);
+		memcpy(&c->peer, peer, len);
+	}
+	http_parser_init(&c->parser, HTTP_REQUEST);
+	c->parser.data = c;
+}
+
+int sluice_conn_idle(const sluice_conn_t *c)
+{
+	return !c->in_message && !c->waiting && !c->ready;
+}
+
+/* A request the parser refused: answer and close. */
+static void reject(sluice_conn_t *c, enum http_errno err)
+{
+	int status = c->err_status;
+
+	if (!status)
+		status = err == HPE_HEADER_OVERFLOW ? 431 : 400;
+	c->keep_alive = 0;
+	c->method = HTTP_GET;
+	c->in_message = 0;
+	if (!c->t_start_ns)
+		c->t_start_ns = now_ns();
+	switch (status) {
+	case 413:
+		sluice_resp_error(c, 413, "body_too_large", NULL,
+				  "the request body exceeds max_body_bytes");
+		break;
+	case 431:
+		sluice_resp_error(c, 431, "headers_too_large", NULL,
+				  "the request head exceeds max_header_bytes");
+		break;
+	default:
+		sluice_resp_error(c, 400, "bad_request", NULL,
+				  http_errno_description(err));
+	}
+	c->want_close = 1;
+}
+
+static void dispatch(sluice_conn_t *c)
+{
+	c->req_live = c->svc->live;
+	c->dispatching = 1;
+	sluice_handle(c);
+	c->dispatching = 0;
+	if (c->waiting) /* spans loop iterations: keep the config alive */
+		sluice_live_ref(c->req_live);
+	if (c->parser.upgrade) /* we speak no other protocol */
+		c->want_close = 1;
+}
+
+static void process(sluice_conn_t *c, const char *data, size_t len)
+{
+	while (len > 0 && !c->want_close) {
+		size_t n =
+			http_parser_execute(&c->parser, &settings, data, len);
+		enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+
+		if (err == HPE_PAUSED) {
+			http_parser_pause(&c->parser, 0);
+		} else if (err != HPE_OK) {
+			reject(c, err);
+			return;
+		}
+		data += n;
+		len -= n;
+		if (!c->ready) {
+			if (n == 0 || c->parser.upgrade)
+				c->want_close = 1; /* cannot progress */
+			continue;
+		}
+		c->ready = 0;
+		dispatch(c);
+		if (c->waiting) {
+			sluice_buf_append(&c->in, data, len);
+			return;
+		}
+	}
+}
+
+void sluice_conn_feed(sluice_conn_t *c, const char *data, size_t len)
+{
+	if (c->waiting) {
+		sluice_buf_append(&c->in, data, len);
+		return;
+	}
+	process(c, data, len);
+	if (c->in.oom || c->out.oom || c->head.oom || c->body.oom)
+		c->want_close = 1;
+}
+
+void sluice_conn_resume(sluice_conn_t *c)
+{
+	sluice_buf_t pending = c->in;
+
+	if (c->waiting)
+		return;
+	memset(&c->in, 0, sizeof(c->in));
+	process(c, pending.data, pending.len);
+	sluice_buf_free(&pending);
+}
+
+void sluice_conn_eof(sluice_conn_t *c)
+{
+	if (!c->waiting)
+		c->want_close = 1;
+}
+
+static void conn_free_bufs(sluice_conn_t *c)
+{
+	sluice_buf_free(&c->head);
+	sluice_buf_free(&c->body);
+	sluice_buf_free(&c->in);
+	sluice_buf_free(&c->out);
+}
+
+int sluice_conn_release(sluice_conn_t *c)
+{
+	c->released = 1;
+	if (c->waiting)
+		return 0;
+	conn_free_bufs(c);
+	return 1;
+}
+
+void sluice_conn_wait(sluice_conn_t *c)
+{
+	c->waiting = 1;
+}
+
+/* ------------------------------------------------------------ answers */
+
+const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
+			       size_t *len)
+{
+	size_t i, n = strlen(lname);
+
+	for (i = 0; i < c->nhdrs; i++) {
+		const sluice_hdr_t *h = &c->hdrs[i];
+
+		if (h->name_len == n &&
+		    memcmp(c->head.data + h->name_off, lname, n) == 0) {
+			if (len)
+				*len = h->value_len;
+			return c->head.data + h->value_off;
+		}
+	}
+	return NULL;
+}
+
+const char *sluice_status_text(int status)
+{
+	switch (status) {
+	case 100:
+		return "Continue";
+	case 200:
+		return "OK";
+	case 400:
+		return "Bad Request";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 408:
+		return "Request Timeout";
+	case 413:
+		return "Content Too Large";
+	case 429:
+		return "Too Many Requests";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 500:
+		return "Internal Server Error";
+	case 503:
+		return "Service Unavailable";
+	default:
+		return "Unknown";
+	}
+}
+
+void sluice_resp_begin(sluice_conn_t *c, int status)
+{
+	sluice_buf_puts(&c->out, "HTTP/1.1 ");
+	sluice_buf_u64(&c->out, (uint64_t)status);
+	sluice_buf_append(&c->out, " ", 1);
+	sluice_buf_puts(&c->out, sluice_status_text(status));
+	sluice_buf_append(&c->out, "\r\n", 2);
+	c->status = status;
+}
+
+void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
+		     size_t len)
+{
+	sluice_buf_t *o = &c->out;
+	int close = !c->keep_alive || c->want_close || c->svc->draining;
+
+	if (ctype) {
+		sluice_buf_puts(o, "Content-Type: ");
+		sluice_buf_puts(o, ctype);
+		sluice_buf_append(o, "\r\n", 2);
+	}
+	sluice_buf_puts(o, "Content-Length: ");
+	sluice_buf_u64(o, len);
+	if (close) {
+		sluice_buf_puts(o, "\r\nConnection: close\r\n\r\n");
+		c->want_close = 1;
+	} else if (c->parser.http_minor == 0) {
+		sluice_buf_puts(o, "\r\nConnection: keep-alive\r\n\r\n");
+	} else {
+		sluice_buf_append(o, "\r\n\r\n", 4);
+	}
+	if (c->method != HTTP_HEAD)
+		sluice_buf_append(o, body, len);
+
+	sluice_metrics_response(c->svc->metrics, c->status,
+				now_ns() - c->t_start_ns);
+	if (c->waiting) {
+		c->waiting = 0;
+		if (!c->dispatching) {
+			sluice_live_unref(c->req_live);
+			if (c->released) {
+				conn_free_bufs(c);
+				if (c->io && c->io->release)
+					c->io->release(c);
+			} else if (c->io && c->io->wake) {
+				c->io->wake(c);
+			}
+		}
+	}
+}
+
+void sluice_resp_error(sluice_conn_t *c, int status, const char *code,
+		       const char *field, const char *message)
+{
+	sluice_buf_t body = {0};
+
+	sluice_buf_puts(&body, "{\"error\":\"");
+	sluice_buf_json_str(&body, code, strlen(code));
+	if (field) {
+		sluice_buf_puts(&body, "\",\"field\":\"");
+		sluice_buf_json_str(&body, field, strlen(field));
+	}
+	sluice_buf_puts(&body, "\",\"message\":\"");
+	sluice_buf_json_str(&body, message, strlen(message));
+	sluice_buf_puts(&body, "\"}");
+	sluice_resp_begin(c, status);
+	sluice_resp_end(c, "application/json", body.data, body.len);
+	sluice_buf_free(&body);
+}

@@ -1,0 +1,138 @@
+/*
+ * conn.h -- one HTTP/1.1 connection as a byte-processing state machine.
+ *
+ * conn.c turns bytes into requests (http-parser), enforces the limits on
+ * what a client may send (431, 413, 400), calls the handlers, and appends
+ * answers to `out`.  It never touches a socket: the transport (socket.c,
+ * or a fuzzer) feeds bytes in with sluice_conn_feed(), writes out `out`,
+ * and closes when `want_close` is set and `out` is empty.
+ *
+ * Pipelining: bytes for several requests may arrive at once.  Requests are
+ * answered strictly in order; while a decision is pending (an asynchronous
+ * store) parsing stops and the unparsed bytes wait in `in`, and the
+ * transport should stop reading (sluice_conn_waiting()).  When the answer
+ * arrives, io->wake() tells the transport to write and call
+ * sluice_conn_resume().
+ */
+#ifndef SLUICE_SERVE_CONN_H
+#define SLUICE_SERVE_CONN_H
+
+#include "serve/buf.h"
+#include "serve/svc.h"
+
+#include <http_parser.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define SLUICE_MAX_HEADERS 64
+
+typedef struct sluice_conn_s sluice_conn_t;
+
+typedef struct sluice_conn_io_s {
+	/* A request started (the transport restarts its timeout). */
+	void (*begin)(sluice_conn_t *c);
+	/* An asynchronous answer was appended to out. */
+	void (*wake)(sluice_conn_t *c);
+	/* The connection was released while a decision was pending and
+	 * can now be freed (the transport had closed it). */
+	void (*release)(sluice_conn_t *c);
+} sluice_conn_io_t;
+
+typedef struct sluice_hdr_s {
+	uint32_t name_off, name_len; /* names are stored lower-case */
+	uint32_t value_off, value_len;
+} sluice_hdr_t;
+
+struct sluice_conn_s {
+	sluice_svc_t *svc;
+	const sluice_conn_io_t *io;
+	struct sockaddr_storage peer;
+
+	http_parser parser;
+	/* the request being received */
+	sluice_buf_t head; /* URL, then header names and values */
+	sluice_buf_t body;
+	sluice_hdr_t hdrs[SLUICE_MAX_HEADERS];
+	size_t nhdrs;
+	uint32_t url_len;
+	int hstate;	/* 0 none, 1 in a name, 2 in a value */
+	int err_status; /* 413/431 found inside a parser callback */
+	uint64_t t_start_ns;
+
+	/* the request being answered */
+	int method; /* enum http_method */
+	int keep_alive;
+	int status;		 /* of the answer being written */
+	int deny_status;	 /* /v1/check: the status of a limited answer */
+	sluice_live_t *req_live; /* config the request was decided with */
+	sluice_take_t *take;	 /* decision in flight */
+
+	unsigned in_message : 1; /* between first byte and last of a request */
+	unsigned ready : 1;	 /* a complete request awaits dispatch */
+	unsigned waiting : 1;	 /* a decision is pending */
+	unsigned dispatching : 1;
+	unsigned want_close : 1; /* close once out is written */
+	unsigned released : 1;	 /* the transport is gone */
+
+	sluice_buf_t in;  /* received, not yet parsed (while waiting) */
+	sluice_buf_t out; /* answers not yet written */
+};
+
+void sluice_conn_init(sluice_conn_t *c, sluice_svc_t *svc,
+		      const sluice_conn_io_t *io, const struct sockaddr *peer);
+
+/* Processes received bytes (answers go to c->out). */
+void sluice_conn_feed(sluice_conn_t *c, const char *data, size_t len);
+
+/* Continues with bytes held back while a decision was pending. */
+void sluice_conn_resume(sluice_conn_t *c);
+
+/* The peer closed its side: a partial request is dropped. */
+void sluice_conn_eof(sluice_conn_t *c);
+
+/* 1 while a decision is pending: the transport should not read. */
+static inline int sluice_conn_waiting(const sluice_conn_t *c)
+{
+	return c->waiting;
+}
+
+/* 1 when no request is partly received or pending (safe to close). */
+int sluice_conn_idle(const sluice_conn_t *c);
+
+/*
+ * The transport is done with the connection.  Returns 1 when it may free
+ * it now; 0 when a decision is pending (io->release() runs later).
+ */
+int sluice_conn_release(sluice_conn_t *c);
+
+/* ------------------------------------------------ for the handlers */
+
+/* The request's header `lname` (lower-case), or NULL. */
+const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
+			       size_t *len);
+
+/* The request target (path and query) as received. */
+static inline const char *sluice_conn_url(const sluice_conn_t *c)
+{
+	return c->head.data;
+}
+
+/* Starts an answer: status line; header lines may follow in c->out. */
+void sluice_resp_begin(sluice_conn_t *c, int status);
+
+/* Ends it: Content-Type (when ctype), Content-Length, Connection, the
+ * blank line and the body (not for HEAD).  This completes the request. */
+void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
+		     size_t len);
+
+/* A whole JSON error answer: {"error":code[,"field":f],"message":m}. */
+void sluice_resp_error(sluice_conn_t *c, int status, const char *code,
+		       const char *field, const char *message);
+
+/* Marks the request as waiting for an asynchronous decision; the handler
+ * answers later with sluice_resp_begin()/sluice_resp_end(). */
+void sluice_conn_wait(sluice_conn_t *c);
+
+const char *sluice_status_text(int status);
+
+#endif /* SLUICE_SERVE_CONN_H */

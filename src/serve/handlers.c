@@ -1,0 +1,335 @@
+/*
+ * handlers.c -- routing, /v1/check, health and metrics endpoints.
+ */
+#include "serve/handlers.h"
+#include "serve/headers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- helpers */
+
+sluice_take_t *sluice_take_get(sluice_svc_t *svc)
+{
+	sluice_take_t *t = svc->spare;
+
+	if (t) {
+		svc->spare = NULL;
+		return t;
+	}
+	return malloc(sizeof(*t));
+}
+
+void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
+{
+	if (!svc->spare)
+		svc->spare = t;
+	else
+		free(t);
+}
+
+void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
+{
+	if (m->rule->ntiers > 0)
+		snprintf(buf, len, "%s/%s", m->rule->name, m->set->name);
+	else
+		snprintf(buf, len, "%s", m->rule->name);
+}
+
+void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)
+{
+	sluice_metrics_t *m = c->svc->metrics;
+	size_t i;
+
+	for (i = 0; i < t->nmatches; i++) {
+		const sluice_match_result_t *r = &t->results[i];
+		const sluice_rule_t *rule = t->matches[i].rule;
+		size_t slot =
+			rule == &t->scratch_rule
+				? SLUICE_METRIC_ADHOC
+				: c->req_live->slots[sluice_live_rule_index(
+					  c->req_live, rule)];
+
+		if (r->store_err)
+			sluice_count(&m->store_errors[slot], 1);
+		switch (r->outcome) {
+		case SLUICE_OUT_ALLOWED:
+			sluice_count(&m->decisions[slot][SLUICE_RESULT_ALLOWED],
+				     1);
+			break;
+		case SLUICE_OUT_LIMITED:
+			sluice_count(&m->decisions[slot][SLUICE_RESULT_LIMITED],
+				     1);
+			if (rule->shadow)
+				sluice_count(&m->shadow_rejections[slot], 1);
+			break;
+		case SLUICE_OUT_ERROR_OPEN:
+		case SLUICE_OUT_ERROR_CLOSED:
+			sluice_count(&m->decisions[slot][SLUICE_RESULT_ERROR],
+				     1);
+			break;
+		case SLUICE_OUT_SKIPPED:
+			break;
+		}
+	}
+}
+
+void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
+			    const sluice_verdict_t *v)
+{
+	const sluice_match_t *m;
+	char name[256];
+
+	if (v->report < 0)
+		return;
+	m = &t->matches[v->report];
+	sluice_policy_name(m, name, sizeof(name));
+	sluice_ratelimit_headers(&c->out, name, &m->set->limits[v->which],
+				 &v->summary, !v->allowed);
+}
+
+void sluice_resp_store_error(sluice_conn_t *c)
+{
+	static const char body[] =
+		"{\"error\":\"store_unavailable\",\"message\":\"the rate-limit "
+		"store failed and the rule fails closed\"}";
+
+	sluice_resp_begin(c, 503);
+	sluice_buf_puts(&c->out, "Retry-After: 1\r\n");
+	sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
+}
+
+static void method_not_allowed(sluice_conn_t *c, const char *allow)
+{
+	static const char body[] =
+		"{\"error\":\"method_not_allowed\",\"message\":\"see the Allow "
+		"header\"}";
+
+	sluice_resp_begin(c, 405);
+	sluice_buf_puts(&c->out, "Allow: ");
+	sluice_buf_puts(&c->out, allow);
+	sluice_buf_append(&c->out, "\r\n", 2);
+	sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
+}
+
+static void json_status(sluice_conn_t *c, int status, const char *text)
+{
+	sluice_resp_begin(c, status);
+	sluice_resp_end(c, "application/json", text, strlen(text));
+}
+
+/* ------------------------------------------------------------ /v1/check */
+
+static const char *conn_header(void *ctx, const char *name, size_t *len)
+{
+	return sluice_conn_header(ctx, name, len);
+}
+
+/* The value of query parameter `name` (not decoded), or NULL. */
+static const char *query_param(const char *query, const char *name, size_t *len)
+{
+	size_t n = strlen(name);
+	const char *p = query;
+
+	while (p && *p) {
+		const char *end = strchr(p, '&');
+		size_t plen = end ? (size_t)(end - p) : strlen(p);
+
+		if (plen >= n && memcmp(p, name, n) == 0 &&
+		    (plen == n || p[n] == '=')) {
+			*len = plen > n ? plen - n - 1 : 0;
+			return plen > n ? p + n + 1 : p + n;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return NULL;
+}
+
+static void check_done(void *arg, const sluice_verdict_t *v)
+{
+	sluice_conn_t *c = arg;
+	sluice_take_t *t = c->take;
+
+	sluice_count_verdict(c, t);
+	if (v->status) {
+		sluice_resp_store_error(c);
+	} else if (v->allowed) {
+		sluice_resp_begin(c, 200);
+		sluice_verdict_headers(c, t, v);
+		sluice_resp_end(c, NULL, "", 0);
+	} else {
+		const sluice_match_t *m = &t->matches[v->report];
+		sluice_buf_t body = {0};
+		char name[256];
+
+		sluice_policy_name(m, name, sizeof(name));
+		sluice_limited_body(&body, name,
+				    sluice_retry_us(&m->set->limits[v->which],
+						    &v->summary));
+		sluice_resp_begin(c, c->deny_status);
+		sluice_verdict_headers(c, t, v);
+		sluice_resp_end(c, "application/json", body.data, body.len);
+		sluice_buf_free(&body);
+	}
+	c->take = NULL;
+	sluice_take_put(c->svc, t);
+}
+
+static void handle_check(sluice_conn_t *c, const char *path, const char *query)
+{
+	const sluice_config_t *cfg = c->req_live->cfg;
+	sluice_request_t req;
+	const char *method, *uri, *v;
+	size_t len, qlen;
+	sluice_take_t *t;
+	size_t i;
+
+	c->deny_status = 429;
+	v = query ? query_param(query, "deny_status", &qlen) : NULL;
+	if (v) {
+		if (qlen == 3 && memcmp(v, "403", 3) == 0) {
+			c->deny_status = 403;
+		} else if (!(qlen == 3 && memcmp(v, "429", 3) == 0)) {
+			sluice_resp_error(c, 400, "bad_parameter",
+					  "deny_status", "expected 403 or 429");
+			return;
+		}
+	}
+
+	/* The original request: from the proxy's headers, else (Envoy
+	 * ext_authz with a path prefix) the rest of our path, else this
+	 * request itself. */
+	method = sluice_conn_header(c, "x-original-method", &len);
+	if (!method || !len)
+		method = sluice_conn_header(c, "x-forwarded-method", &len);
+	if (!method || !len) {
+		method = http_method_str(c->method);
+		len = strlen(method);
+	}
+	req.method = method;
+	req.method_len = len;
+	uri = sluice_conn_header(c, "x-original-uri", &len);
+	if (!uri || !len)
+		uri = sluice_conn_header(c, "x-forwarded-uri", &len);
+	if (!uri || !len) {
+		uri = path[9] == '/' ? path + 9 : path;
+		len = strlen(uri);
+	}
+	req.path = uri;
+	req.path_len = len;
+	for (i = 0; i < len; i++)
+		if (uri[i] == '?' || uri[i] == '#')
+			req.path_len = i, i = len;
+	req.header = conn_header;
+	req.header_ctx = c;
+	req.peer = (const struct sockaddr *)&c->peer;
+
+	t = sluice_take_get(c->svc);
+	if (!t) {
+		json_status(c, 500, "{\"error\":\"out_of_memory\"}");
+		return;
+	}
+	t->nmatches =
+		sluice_rules_match(cfg, &req, t->matches, SLUICE_MAX_MATCHES);
+	if (t->nmatches == 0) {
+		/* No rule applies: nothing to limit. */
+		sluice_take_put(c->svc, t);
+		sluice_resp_begin(c, 200);
+		sluice_resp_end(c, NULL, "", 0);
+		return;
+	}
+	for (i = 0; i < t->nmatches; i++)
+		t->costs[i] = t->matches[i].rule->cost;
+	c->take = t;
+	sluice_conn_wait(c);
+	sluice_backend_take(&c->svc->backend, t, check_done, c);
+}
+
+/* ------------------------------------------------------ health, metrics */
+
+static void handle_metrics(sluice_conn_t *c)
+{
+	sluice_memstore_stats_t st;
+	sluice_buf_t body = {0};
+	sluice_backend_t *be = &c->svc->backend;
+
+	if (be->ops && be->ops->stats) {
+		be->ops->stats(be->impl, &st);
+		sluice_metrics_render(&body, &st);
+	} else if (c->svc->store) {
+		sluice_memstore_stats(c->svc->store, &st);
+		sluice_metrics_render(&body, &st);
+	} else {
+		sluice_metrics_render(&body, NULL);
+	}
+	sluice_resp_begin(c, 200);
+	sluice_resp_end(c, "text/plain; version=0.0.4; charset=utf-8",
+			body.data, body.len);
+	sluice_buf_free(&body);
+}
+
+static void handle_readyz(sluice_conn_t *c)
+{
+	if (c->svc->draining)
+		json_status(c, 503, "{\"status\":\"draining\"}");
+	else if (!sluice_backend_healthy(&c->svc->backend))
+		json_status(c, 503, "{\"status\":\"store_unavailable\"}");
+	else
+		json_status(c, 200, "{\"status\":\"ready\"}");
+}
+
+/* -------------------------------------------------------------- routing */
+
+static int is_get(const sluice_conn_t *c)
+{
+	return c->method == HTTP_GET || c->method == HTTP_HEAD;
+}
+
+void sluice_handle(sluice_conn_t *c)
+{
+	char path[2048];
+	const char *url = sluice_conn_url(c), *query = NULL, *q;
+	size_t plen;
+
+	q = strchr(url, '?');
+	plen = q ? (size_t)(q - url) : strlen(url);
+	if (q)
+		query = q + 1;
+	if (plen >= sizeof(path)) {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "no such endpoint");
+		return;
+	}
+	memcpy(path, url, plen);
+	path[plen] = '\0';
+
+	if (strcmp(path, "/v1/check") == 0 ||
+	    strncmp(path, "/v1/check/", 10) == 0) {
+		handle_check(c, path, query);
+	} else if (strcmp(path, "/v1/take") == 0) {
+		if (c->method == HTTP_POST)
+			sluice_api_take(c);
+		else
+			method_not_allowed(c, "POST");
+	} else if (strcmp(path, "/metrics") == 0) {
+		if (is_get(c))
+			handle_metrics(c);
+		else
+			method_not_allowed(c, "GET, HEAD");
+	} else if (strcmp(path, "/healthz") == 0) {
+		if (is_get(c))
+			json_status(c, 200, "{\"status\":\"ok\"}");
+		else
+			method_not_allowed(c, "GET, HEAD");
+	} else if (strcmp(path, "/readyz") == 0) {
+		if (is_get(c))
+			handle_readyz(c);
+		else
+			method_not_allowed(c, "GET, HEAD");
+	} else {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "no such endpoint; see /v1/check, /v1/take, "
+				  "/metrics, /healthz, /readyz");
+	}
+}

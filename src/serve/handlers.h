@@ -1,0 +1,43 @@
+/*
+ * handlers.h -- the endpoints of `sluice serve`.
+ *
+ *   /v1/check          any method: decide the original request (nginx
+ *                      auth_request, Traefik ForwardAuth, Envoy ext_authz)
+ *   POST /v1/take      JSON decision API (json_api.c)
+ *   GET /metrics       Prometheus text
+ *   GET /healthz       the process is up
+ *   GET /readyz        the process accepts traffic (not draining, store ok)
+ */
+#ifndef SLUICE_SERVE_HANDLERS_H
+#define SLUICE_SERVE_HANDLERS_H
+
+#include "serve/conn.h"
+
+/* Answers the request just received on c (now, or later through the
+ * backend's callback). */
+void sluice_handle(sluice_conn_t *c);
+
+/* POST /v1/take (json_api.c). */
+void sluice_api_take(sluice_conn_t *c);
+
+/* ------------------------------------------- shared by the endpoints */
+
+/* A sluice_take_t for one request (cached per thread). */
+sluice_take_t *sluice_take_get(sluice_svc_t *svc);
+void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t);
+
+/* Counts the outcome of every matched rule in the thread's metrics. */
+void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t);
+
+/* The policy name of a match: the rule name, or "rule/tier". */
+void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len);
+
+/* Appends the rate-limit header lines for a verdict (nothing when no rule
+ * produced a decision). */
+void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
+			    const sluice_verdict_t *v);
+
+/* The 503 answer when a fail-closed rule's store failed. */
+void sluice_resp_store_error(sluice_conn_t *c);
+
+#endif /* SLUICE_SERVE_HANDLERS_H */

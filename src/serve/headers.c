@@ -1,0 +1,108 @@
+/*
+ * headers.c -- formatting of the rate-limit header fields and 429 body.
+ */
+#include "serve/headers.h"
+
+#include <string.h>
+
+uint64_t sluice_us_to_s_ceil(uint64_t us)
+{
+	return us / 1000000 + (us % 1000000 != 0);
+}
+
+uint64_t sluice_us_to_ms_ceil(uint64_t us)
+{
+	return us / 1000 + (us % 1000 != 0);
+}
+
+uint64_t sluice_limit_window_s(const sluice_limit_t *limit)
+{
+	uint32_t per = limit->rate.per ? limit->rate.per : 1;
+	uint64_t us = limit->tau / per + (limit->tau % per != 0);
+
+	return sluice_us_to_s_ceil(us);
+}
+
+uint64_t sluice_retry_us(const sluice_limit_t *limit,
+			 const sluice_decision_t *d)
+{
+	if (d->never || d->retry_after_us == UINT64_MAX)
+		return sluice_limit_window_s(limit) * 1000000;
+	return d->retry_after_us;
+}
+
+uint64_t sluice_retry_after_s(uint64_t retry_us)
+{
+	uint64_t s = sluice_us_to_s_ceil(retry_us);
+
+	return s ? s : 1;
+}
+
+void sluice_sf_string(sluice_buf_t *out, const char *name)
+{
+	const char *p;
+
+	sluice_buf_append(out, "\"", 1);
+	for (p = name; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		if (c < 0x20 || c > 0x7e)
+			continue; /* sf-string is printable ASCII only */
+		if (c == '"' || c == '\\')
+			sluice_buf_append(out, "\\", 1);
+		sluice_buf_append(out, p, 1);
+	}
+	sluice_buf_append(out, "\"", 1);
+}
+
+static void header_u64(sluice_buf_t *out, const char *name, uint64_t v)
+{
+	sluice_buf_puts(out, name);
+	sluice_buf_u64(out, v);
+	sluice_buf_append(out, "\r\n", 2);
+}
+
+void sluice_ratelimit_headers(sluice_buf_t *out, const char *name,
+			      const sluice_limit_t *limit,
+			      const sluice_decision_t *d, int limited)
+{
+	uint64_t reset_s = sluice_us_to_s_ceil(d->reset_after_us);
+
+	header_u64(out, "X-RateLimit-Limit: ", d->limit);
+	header_u64(out, "X-RateLimit-Remaining: ", d->remaining);
+	header_u64(out, "X-RateLimit-Reset: ", reset_s);
+
+	sluice_buf_puts(out, "RateLimit-Policy: ");
+	sluice_sf_string(out, name);
+	sluice_buf_puts(out, ";q=");
+	sluice_buf_u64(out, limit->capacity);
+	sluice_buf_puts(out, ";w=");
+	sluice_buf_u64(out, sluice_limit_window_s(limit));
+	sluice_buf_append(out, "\r\n", 2);
+
+	sluice_buf_puts(out, "RateLimit: ");
+	sluice_sf_string(out, name);
+	sluice_buf_puts(out, ";r=");
+	sluice_buf_u64(out, d->remaining);
+	sluice_buf_puts(out, ";t=");
+	sluice_buf_u64(out, reset_s);
+	sluice_buf_append(out, "\r\n", 2);
+
+	if (limited) {
+		uint64_t retry_us = sluice_retry_us(limit, d);
+
+		header_u64(out,
+			   "Retry-After: ", sluice_retry_after_s(retry_us));
+		header_u64(out, "X-RateLimit-Retry-After-Ms: ",
+			   sluice_us_to_ms_ceil(retry_us));
+	}
+}
+
+void sluice_limited_body(sluice_buf_t *out, const char *name, uint64_t retry_us)
+{
+	sluice_buf_puts(out, "{\"error\":\"rate_limited\",\"retry_after_ms\":");
+	sluice_buf_u64(out, sluice_us_to_ms_ceil(retry_us));
+	sluice_buf_puts(out, ",\"policy\":\"");
+	sluice_buf_json_str(out, name, strlen(name));
+	sluice_buf_puts(out, "\"}");
+}

@@ -1,0 +1,259 @@
+/*
+ * json_api.c -- POST /v1/take: a decision for application middleware.
+ *
+ * Two forms:
+ *   {"key":"alice","capacity":100,"rate":"2/s","cost":1}   ad-hoc limit
+ *   {"rule":"api","key":"alice","cost":1,"tier":"paid"}    configured rule
+ * (cost is optional, default 1 or the rule's cost; tier is optional and
+ * only for rules with tiers).  The answer:
+ *   {"allowed":true,"limit":100,"remaining":99,"retry_after_ms":0,
+ *    "reset_ms":500}
+ * with the same rate-limit headers as /v1/check; status 429 when not
+ * allowed.  A configured rule shares its buckets with /v1/check (the store
+ * key is the same "<rule>\x1f<identity>"); ad-hoc keys live in their own
+ * namespace.  Bad input gets 400 with the offending field named.
+ */
+#include "serve/handlers.h"
+#include "serve/headers.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KEY_MAX 400 /* bytes of a caller's key; the store key adds a prefix */
+static void bad(sluice_conn_t *c, const char *field, const char *message)
+{
+	sluice_resp_error(c, 400, "bad_request", field, message);
+}
+
+/* An optional non-negative integer field; returns 0, 1 (absent) or -1
+ * (after answering 400). */
+static int get_uint(sluice_conn_t *c, json_t *obj, const char *field,
+		    uint64_t min, uint64_t max, uint64_t *out)
+{
+	json_t *v = json_object_get(obj, field);
+	char msg[128];
+
+	if (!v || json_is_null(v))
+		return 1;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    (uint64_t)json_integer_value(v) < min ||
+	    (uint64_t)json_integer_value(v) > max) {
+		snprintf(msg, sizeof(msg),
+			 "expected an integer from %llu to %llu",
+			 (unsigned long long)min, (unsigned long long)max);
+		bad(c, field, msg);
+		return -1;
+	}
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+static void take_done(void *arg, const sluice_verdict_t *v)
+{
+	sluice_conn_t *c = arg;
+	sluice_take_t *t = c->take;
+	sluice_buf_t body = {0};
+	const sluice_decision_t *d = &v->summary;
+	uint64_t retry_us = 0;
+
+	sluice_count_verdict(c, t);
+	if (v->status) {
+		sluice_resp_store_error(c);
+	} else {
+		if (v->report >= 0 && !v->allowed)
+			retry_us = sluice_retry_us(
+				&t->matches[v->report].set->limits[v->which],
+				d);
+		sluice_buf_printf(&body, "{\"allowed\":%s,\"limit\":",
+				  v->allowed ? "true" : "false");
+		sluice_buf_u64(&body, v->report >= 0 ? d->limit : 0);
+		sluice_buf_puts(&body, ",\"remaining\":");
+		sluice_buf_u64(&body, v->report >= 0 ? d->remaining : 0);
+		sluice_buf_puts(&body, ",\"retry_after_ms\":");
+		sluice_buf_u64(&body, sluice_us_to_ms_ceil(retry_us));
+		sluice_buf_puts(&body, ",\"reset_ms\":");
+		sluice_buf_u64(&body,
+			       v->report >= 0
+				       ? sluice_us_to_ms_ceil(d->reset_after_us)
+				       : 0);
+		sluice_buf_puts(&body, "}");
+		sluice_resp_begin(c, v->allowed ? 200 : 429);
+		sluice_verdict_headers(c, t, v);
+		sluice_resp_end(c, "application/json", body.data, body.len);
+		sluice_buf_free(&body);
+	}
+	c->take = NULL;
+	sluice_take_put(c->svc, t);
+}
+
+/* Reads "rate": a string ("2/s", "50/min") or a number (per second). */
+static int get_rate(sluice_conn_t *c, json_t *obj, sluice_rate_t *rate)
+{
+	json_t *v = json_object_get(obj, "rate");
+	char text[64], err[160];
+
+	if (json_is_string(v))
+		snprintf(text, sizeof(text), "%s", json_string_value(v));
+	else if (json_is_integer(v))
+		snprintf(text, sizeof(text), "%lld",
+			 (long long)json_integer_value(v));
+	else if (json_is_real(v))
+		snprintf(text, sizeof(text), "%.15g", json_real_value(v));
+	else {
+		bad(c, "rate",
+		    v ? "expected a rate such as \"2/s\" or 2"
+		      : "required for an ad-hoc limit");
+		return -1;
+	}
+	if (sluice_rate_parse(text, rate, err, sizeof(err)) < 0) {
+		bad(c, "rate", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* Fills matches[0] for the ad-hoc form. */
+static int adhoc(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
+		 const char *key, size_t keylen, uint64_t cost)
+{
+	sluice_rule_t *rule = &t->scratch_rule;
+	sluice_match_t *m = &t->matches[0];
+	uint64_t capacity = 0;
+	sluice_rate_t rate;
+	char err[160];
+	int r;
+
+	r = get_uint(c, obj, "capacity", 1, SLUICE_UNITS_MAX, &capacity);
+	if (r == 1)
+		bad(c, "capacity",
+		    "required for an ad-hoc limit (or give "
+		    "\"rule\")");
+	if (r != 0 || get_rate(c, obj, &rate) < 0)
+		return -1;
+	memset(rule, 0, sizeof(*rule));
+	rule->name = "adhoc";
+	rule->cost = cost;
+	rule->on_store_error = SLUICE_FAIL_OPEN;
+	rule->limits.name = rule->name;
+	rule->limits.nlimits = 1;
+	if (sluice_limit_init(&rule->limits.limits[0], capacity, &rate, err,
+			      sizeof(err)) < 0) {
+		bad(c, "capacity", err);
+		return -1;
+	}
+	if (cost > capacity) {
+		bad(c, "cost", "exceeds capacity: it could never pass");
+		return -1;
+	}
+	m->rule = rule;
+	m->set = &rule->limits;
+	/* \x1e cannot start a rule name, so ad-hoc keys never meet rule
+	 * keys ("<rule>\x1f<identity>"). */
+	m->key[0] = '\x1e';
+	memcpy(m->key + 1, key, keylen);
+	m->keylen = keylen + 1;
+	return 0;
+}
+
+/* Fills matches[0] for the configured-rule form. */
+static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
+		      const char *name, const char *key, size_t keylen,
+		      int has_cost, uint64_t cost)
+{
+	const sluice_config_t *cfg = c->req_live->cfg;
+	const sluice_rule_t *rule = NULL;
+	sluice_match_t *m = &t->matches[0];
+	json_t *tier = json_object_get(obj, "tier");
+	size_t i;
+	char msg[160];
+
+	for (i = 0; i < cfg->nrules && !rule; i++)
+		if (strcmp(cfg->rules[i].name, name) == 0)
+			rule = &cfg->rules[i];
+	if (!rule) {
+		snprintf(msg, sizeof(msg), "no rule named \"%.100s\"", name);
+		bad(c, "rule", msg);
+		return -1;
+	}
+	if (tier && !json_is_string(tier)) {
+		bad(c, "tier", "expected a tier name");
+		return -1;
+	}
+	if (tier && rule->ntiers == 0) {
+		bad(c, "tier", "this rule has no tiers");
+		return -1;
+	}
+	m->rule = rule;
+	m->set = sluice_rule_tier(rule, tier ? json_string_value(tier) : NULL,
+				  tier ? json_string_length(tier) : 0);
+	/* The same store key /v1/check builds for this identity. */
+	sluice_rule_key(rule, key, keylen, m);
+	t->costs[0] = has_cost ? cost : rule->cost;
+	return 0;
+}
+
+void sluice_api_take(sluice_conn_t *c)
+{
+	json_error_t jerr;
+	json_t *obj, *jkey, *jrule;
+	sluice_take_t *t = NULL;
+	uint64_t cost = 1;
+	const char *key;
+	size_t keylen;
+	char msg[256];
+	int r;
+
+	obj = json_loadb(c->body.data ? c->body.data : "", c->body.len,
+			 JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj) {
+		snprintf(msg, sizeof(msg),
+			 "invalid JSON at line %d column %d: %s", jerr.line,
+			 jerr.column, jerr.text);
+		bad(c, "body", msg);
+		return;
+	}
+	if (!json_is_object(obj)) {
+		bad(c, "body", "expected a JSON object");
+		goto out;
+	}
+	jkey = json_object_get(obj, "key");
+	if (!json_is_string(jkey)) {
+		bad(c, "key", jkey ? "expected a string" : "required");
+		goto out;
+	}
+	key = json_string_value(jkey);
+	keylen = json_string_length(jkey);
+	if (keylen == 0 || keylen > KEY_MAX) {
+		bad(c, "key", "expected 1 to 400 bytes");
+		goto out;
+	}
+	r = get_uint(c, obj, "cost", 0, UINT32_MAX, &cost);
+	if (r < 0)
+		goto out;
+	jrule = json_object_get(obj, "rule");
+	if (jrule && !json_is_string(jrule)) {
+		bad(c, "rule", "expected a rule name");
+		goto out;
+	}
+	t = sluice_take_get(c->svc);
+	if (!t) {
+		sluice_resp_error(c, 500, "out_of_memory", NULL, "try again");
+		goto out;
+	}
+	t->nmatches = 1;
+	t->costs[0] = cost;
+	if (jrule ? configured(c, obj, t, json_string_value(jrule), key, keylen,
+			       r == 0, cost)
+		  : adhoc(c, obj, t, key, keylen, cost)) {
+		sluice_take_put(c->svc, t);
+		goto out;
+	}
+	json_decref(obj);
+	c->take = t;
+	sluice_conn_wait(c);
+	sluice_backend_take(&c->svc->backend, t, take_done, c);
+	return;
+out:
+	json_decref(obj);
+}

@@ -1,0 +1,251 @@
+/*
+ * metrics.c -- registry of per-thread counters and the Prometheus text.
+ */
+#include "serve/metrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bounds of the latency histogram, in nanoseconds and as printed. */
+static const uint64_t bucket_ns[SLUICE_LATENCY_BUCKETS] = {
+	25000,	 50000,	   100000,   250000,   500000,	  1000000,   2500000,
+	5000000, 10000000, 25000000, 50000000, 100000000, 1000000000};
+static const char *const bucket_le[SLUICE_LATENCY_BUCKETS] = {
+	"0.000025", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025",
+	"0.005",    "0.01",    "0.025",	 "0.05",    "0.1",    "1"};
+
+/* Status codes with their own series; everything else is counted as 0. */
+static const int codes[16] = {200, 400, 403, 404, 405, 408,
+			      413, 429, 431, 500, 503, 0};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static sluice_metrics_t *all;
+static char *slot_names[SLUICE_METRIC_SLOTS];
+static atomic_size_t nslots;
+static sluice_counter_t reloads_ok, reloads_failed;
+
+sluice_metrics_t *sluice_metrics_new(void)
+{
+	sluice_metrics_t *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	pthread_mutex_lock(&lock);
+	m->next = all;
+	all = m;
+	pthread_mutex_unlock(&lock);
+	return m;
+}
+
+uint16_t sluice_metrics_slot(const char *name)
+{
+	size_t i, n;
+	uint16_t slot;
+
+	pthread_mutex_lock(&lock);
+	if (!slot_names[SLUICE_METRIC_ADHOC]) {
+		slot_names[SLUICE_METRIC_ADHOC] = strdup("adhoc");
+		atomic_store(&nslots, 1);
+	}
+	n = atomic_load(&nslots);
+	for (i = 0; i < n; i++)
+		if (slot_names[i] && strcmp(slot_names[i], name) == 0)
+			break;
+	if (i == n && n < SLUICE_METRIC_SLOTS) {
+		slot_names[n] = strdup(name);
+		atomic_store(&nslots, n + 1);
+	}
+	slot = (uint16_t)(i < SLUICE_METRIC_SLOTS ? i
+						  : SLUICE_METRIC_SLOTS - 1);
+	pthread_mutex_unlock(&lock);
+	return slot;
+}
+
+void sluice_metrics_response(sluice_metrics_t *m, int status,
+			     uint64_t elapsed_ns)
+{
+	size_t i;
+
+	for (i = 0; codes[i] && codes[i] != status; i++)
+		;
+	sluice_count(&m->responses[i], 1);
+	for (i = 0; i < SLUICE_LATENCY_BUCKETS && elapsed_ns > bucket_ns[i];
+	     i++)
+		;
+	sluice_count(&m->latency[i], 1);
+	sluice_count(&m->latency_sum_ns, elapsed_ns);
+}
+
+void sluice_metrics_reload(int ok)
+{
+	atomic_fetch_add(ok ? &reloads_ok : &reloads_failed, 1);
+}
+
+/* ------------------------------------------------------------- rendering */
+
+static uint64_t ld(const sluice_counter_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* Sums one counter over every thread, by its offset in the block. */
+static uint64_t sum(size_t offset)
+{
+	const sluice_metrics_t *m;
+	uint64_t total = 0;
+
+	for (m = all; m; m = m->next)
+		total += ld(
+			(const sluice_counter_t *)((const char *)m + offset));
+	return total;
+}
+
+#define SUM(field) sum(offsetof(sluice_metrics_t, field))
+
+static void help(sluice_buf_t *out, const char *name, const char *type,
+		 const char *text)
+{
+	sluice_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, text, name,
+			  type);
+}
+
+static void label(sluice_buf_t *out, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			sluice_buf_append(out, "\\", 1);
+		if (*v == '\n')
+			sluice_buf_puts(out, "\\n");
+		else
+			sluice_buf_append(out, v, 1);
+	}
+}
+
+static void series(sluice_buf_t *out, const char *name, const char *k1,
+		   const char *v1, const char *k2, const char *v2, uint64_t v)
+{
+	sluice_buf_puts(out, name);
+	if (k1) {
+		sluice_buf_printf(out, "{%s=\"", k1);
+		label(out, v1);
+		sluice_buf_append(out, "\"", 1);
+		if (k2) {
+			sluice_buf_printf(out, ",%s=\"", k2);
+			label(out, v2);
+			sluice_buf_append(out, "\"", 1);
+		}
+		sluice_buf_append(out, "}", 1);
+	}
+	sluice_buf_append(out, " ", 1);
+	sluice_buf_u64(out, v);
+	sluice_buf_append(out, "\n", 1);
+}
+
+static void render_rules(sluice_buf_t *out, size_t n)
+{
+	static const char *const results[SLUICE_RESULTS] = {"allowed",
+							    "limited", "error"};
+	size_t s, r;
+
+	help(out, "sluice_decisions_total", "counter",
+	     "Rate-limit decisions by rule and result (error: the store "
+	     "failed).");
+	for (s = 0; s < n; s++)
+		for (r = 0; r < SLUICE_RESULTS; r++)
+			series(out, "sluice_decisions_total", "rule",
+			       slot_names[s], "result", results[r],
+			       SUM(decisions[s][r]));
+	help(out, "sluice_shadow_rejections_total", "counter",
+	     "Requests a shadow rule would have rejected.");
+	for (s = 0; s < n; s++)
+		series(out, "sluice_shadow_rejections_total", "rule",
+		       slot_names[s], NULL, NULL, SUM(shadow_rejections[s]));
+	help(out, "sluice_store_errors_total", "counter",
+	     "Store failures, by rule (the rule's on_store_error applied).");
+	for (s = 0; s < n; s++)
+		series(out, "sluice_store_errors_total", "rule", slot_names[s],
+		       NULL, NULL, SUM(store_errors[s]));
+}
+
+static void render_http(sluice_buf_t *out)
+{
+	char code[8];
+	uint64_t cum = 0;
+	size_t i;
+
+	help(out, "sluice_http_responses_total", "counter",
+	     "HTTP responses by status code (0: any other).");
+	for (i = 0; i == 0 || codes[i - 1]; i++) {
+		snprintf(code, sizeof(code), "%d", codes[i]);
+		series(out, "sluice_http_responses_total", "code", code, NULL,
+		       NULL, SUM(responses[i]));
+	}
+	help(out, "sluice_request_duration_seconds", "histogram",
+	     "Time from the first byte of a request to its answer.");
+	for (i = 0; i < SLUICE_LATENCY_BUCKETS; i++) {
+		cum += SUM(latency[i]);
+		series(out, "sluice_request_duration_seconds_bucket", "le",
+		       bucket_le[i], NULL, NULL, cum);
+	}
+	cum += SUM(latency[SLUICE_LATENCY_BUCKETS]);
+	series(out, "sluice_request_duration_seconds_bucket", "le", "+Inf",
+	       NULL, NULL, cum);
+	sluice_buf_printf(out, "sluice_request_duration_seconds_sum %.9f\n",
+			  (double)SUM(latency_sum_ns) / 1e9);
+	series(out, "sluice_request_duration_seconds_count", NULL, NULL, NULL,
+	       NULL, cum);
+	help(out, "sluice_connections", "gauge", "Open client connections.");
+	series(out, "sluice_connections", NULL, NULL, NULL, NULL,
+	       SUM(connections));
+	help(out, "sluice_connections_accepted_total", "counter",
+	     "Client connections accepted.");
+	series(out, "sluice_connections_accepted_total", NULL, NULL, NULL, NULL,
+	       SUM(accepted));
+	help(out, "sluice_connection_timeouts_total", "counter",
+	     "Connections closed for idleness or slowness.");
+	series(out, "sluice_connection_timeouts_total", NULL, NULL, NULL, NULL,
+	       SUM(timeouts));
+}
+
+static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
+{
+	help(out, "sluice_memstore_keys", "gauge",
+	     "Keys resident in the memory store.");
+	series(out, "sluice_memstore_keys", NULL, NULL, NULL, NULL, st->keys);
+	help(out, "sluice_memstore_max_keys", "gauge",
+	     "The memory store's bound on keys (store.max_keys).");
+	series(out, "sluice_memstore_max_keys", NULL, NULL, NULL, NULL,
+	       st->max_keys);
+	help(out, "sluice_memstore_expired_total", "counter",
+	     "States reclaimed because their bucket was full again.");
+	series(out, "sluice_memstore_expired_total", NULL, NULL, NULL, NULL,
+	       st->expired);
+	help(out, "sluice_memstore_evictions_total", "counter",
+	     "Keys evicted to make room (lossy: the bucket was not full).");
+	series(out, "sluice_memstore_evictions_total", "kind", "full", NULL,
+	       NULL, st->evicted_full);
+	series(out, "sluice_memstore_evictions_total", "kind", "lossy", NULL,
+	       NULL, st->evicted_lossy);
+}
+
+void sluice_metrics_render(sluice_buf_t *out,
+			   const sluice_memstore_stats_t *stats)
+{
+	size_t n;
+
+	pthread_mutex_lock(&lock);
+	n = atomic_load(&nslots);
+	render_rules(out, n);
+	render_http(out);
+	pthread_mutex_unlock(&lock);
+	if (stats)
+		render_store(out, stats);
+	help(out, "sluice_config_reloads_total", "counter",
+	     "SIGHUP reloads by result.");
+	series(out, "sluice_config_reloads_total", "result", "ok", NULL, NULL,
+	       ld(&reloads_ok));
+	series(out, "sluice_config_reloads_total", "result", "error", NULL,
+	       NULL, ld(&reloads_failed));
+}

@@ -1,0 +1,387 @@
+/*
+ * server.c -- threads, listeners, signals, reload and drain.
+ */
+#include "serve/server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define DEFAULT_MAX_KEYS 1000000
+
+typedef struct sluice_server_s {
+	const sluice_serve_opts_t *opts;
+	uv_loop_t *main_loop;
+	uv_signal_t sighup, sigterm, sigint;
+	sluice_memstore_t *store;
+	sluice_live_t *live; /* current config (main thread's reference) */
+	sluice_worker_t *workers;
+	unsigned nworkers;
+	int stopping;
+} sluice_server_t;
+
+/* ------------------------------------------------------------- configs */
+
+/* Applies the command-line overrides to a freshly loaded config. */
+static int apply_overrides(const sluice_serve_opts_t *opts,
+			   sluice_config_t *cfg)
+{
+	if (opts->listen) {
+		char *l = strdup(opts->listen);
+
+		if (!l)
+			return -1;
+		free(cfg->listen);
+		cfg->listen = l;
+	}
+	if (opts->threads)
+		cfg->threads = opts->threads;
+	if (cfg->threads == 0)
+		cfg->threads = 1;
+	if (cfg->threads > SLUICE_MAX_THREADS)
+		cfg->threads = SLUICE_MAX_THREADS;
+	return 0;
+}
+
+static sluice_config_t *load_config(const sluice_serve_opts_t *opts, char *err,
+				    size_t errlen)
+{
+	sluice_config_t *cfg;
+
+	if (opts->config_path)
+		cfg = sluice_config_load(opts->config_path, err, errlen);
+	else if (!(cfg = sluice_config_default()))
+		snprintf(err, errlen, "out of memory");
+	if (cfg && apply_overrides(opts, cfg) < 0) {
+		sluice_config_free(cfg);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	return cfg;
+}
+
+static const char *store_name(const sluice_config_t *cfg)
+{
+	switch (cfg->store.kind) {
+	case SLUICE_STORE_MEMORY:
+		return "memory";
+	case SLUICE_STORE_REDIS:
+		return "redis";
+	default:
+		return "redis cluster";
+	}
+}
+
+static void reload(sluice_server_t *s)
+{
+	const sluice_config_t *old = s->live->cfg;
+	sluice_config_t *cfg;
+	sluice_live_t *live;
+	char err[512];
+	unsigned i;
+
+	if (!s->opts->config_path) {
+		sluice_log_warn("SIGHUP: running the built-in default config; "
+				"nothing to reload");
+		return;
+	}
+	cfg = load_config(s->opts, err, sizeof(err));
+	if (!cfg) {
+		sluice_metrics_reload(0);
+		sluice_log_error("SIGHUP: reload rejected, keeping the "
+				 "running config: %s",
+				 err);
+		return;
+	}
+	/* Sockets, threads and the store are set up once. */
+	if (strcmp(cfg->listen, old->listen) || cfg->threads != old->threads)
+		sluice_log_warn("SIGHUP: listen/threads changes take effect "
+				"on restart only");
+	if (cfg->store.kind != old->store.kind ||
+	    cfg->store.max_keys != old->store.max_keys)
+		sluice_log_warn("SIGHUP: store changes take effect on "
+				"restart only");
+	live = sluice_live_new(cfg);
+	if (!live) {
+		sluice_metrics_reload(0);
+		sluice_log_error("SIGHUP: out of memory, keeping the config");
+		return;
+	}
+	for (i = 0; i < s->nworkers; i++) {
+		sluice_worker_t *w = &s->workers[i];
+		sluice_live_t *prev;
+
+		sluice_live_ref(live);
+		prev = atomic_exchange(&w->next_live, live);
+		sluice_live_unref(prev); /* never picked up */
+		uv_async_send(&w->wakeup);
+	}
+	sluice_live_unref(s->live);
+	s->live = live;
+	sluice_metrics_reload(1);
+	sluice_log_info("SIGHUP: reloaded %s (%zu rules)", cfg->path,
+			cfg->nrules);
+}
+
+/* ------------------------------------------------------------- workers */
+
+/* The drain is over: close what keeps the loop alive, the store client
+ * included (a network store must be closed on its loop's thread). */
+static void worker_finish(sluice_worker_t *w)
+{
+	if (uv_is_closing((uv_handle_t *)&w->wakeup))
+		return;
+	uv_close((uv_handle_t *)&w->sweep, NULL);
+	uv_close((uv_handle_t *)&w->wakeup, NULL);
+	sluice_backend_close(&w->svc.backend);
+}
+
+static void on_wakeup(uv_async_t *a)
+{
+	sluice_worker_t *w = a->data;
+	sluice_live_t *live = atomic_exchange(&w->next_live, NULL);
+
+	if (live) {
+		sluice_live_unref(w->svc.live);
+		w->svc.live = live;
+	}
+	if (atomic_load(&w->drain) && !w->svc.draining) {
+		if (w->listening) {
+			uv_close((uv_handle_t *)&w->listener, NULL);
+			w->listening = 0;
+		}
+		sluice_tcp_drain(w);
+	}
+	if (w->svc.draining && w->nconns == 0)
+		worker_finish(w);
+}
+
+static void on_sweep(uv_timer_t *timer)
+{
+	sluice_worker_t *w = timer->data;
+
+	sluice_tcp_sweep(w);
+	if (w->svc.draining && w->nconns == 0)
+		worker_finish(w);
+}
+
+static void worker_main(void *arg)
+{
+	sluice_worker_t *w = arg;
+
+	uv_run(&w->loop, UV_RUN_DEFAULT);
+	/* Normally nothing is left: the drain closed every handle. */
+	sluice_tcp_close_all(w);
+	sluice_backend_close(&w->svc.backend);
+	uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
+		       int fd, char *err, size_t errlen)
+{
+	unsigned timeout = s->live->cfg->idle_timeout_ms;
+	uint64_t period;
+	int r;
+
+	w->server = s;
+	w->id = id;
+	w->fd = fd;
+	w->conns.prev = w->conns.next = &w->conns;
+	atomic_init(&w->next_live, NULL);
+	atomic_init(&w->drain, 0);
+	w->svc.store = s->store;
+	w->svc.live = s->live;
+	sluice_live_ref(s->live);
+	w->svc.metrics = sluice_metrics_new();
+	if (!w->svc.metrics) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if ((r = uv_loop_init(&w->loop)) < 0) {
+		snprintf(err, errlen, "uv_loop_init: %s", uv_strerror(r));
+		return -1;
+	}
+	if (sluice_backend_open(&w->svc.backend, &s->live->cfg->store, &w->loop,
+				s->store, err, errlen) < 0)
+		return -1;
+	uv_tcp_init(&w->loop, &w->listener);
+	w->listener.data = w;
+	if ((r = uv_tcp_open(&w->listener, fd)) < 0 ||
+	    (r = uv_listen((uv_stream_t *)&w->listener, SOMAXCONN,
+			   sluice_tcp_on_connection)) < 0) {
+		snprintf(err, errlen, "listen: %s", uv_strerror(r));
+		return -1;
+	}
+	w->listening = 1;
+	uv_timer_init(&w->loop, &w->sweep);
+	w->sweep.data = w;
+	period = timeout ? timeout / 4 : 1000;
+	if (period < 20)
+		period = 20;
+	if (period > 1000)
+		period = 1000;
+	uv_timer_start(&w->sweep, on_sweep, period, period);
+	uv_async_init(&w->loop, &w->wakeup, on_wakeup);
+	w->wakeup.data = w;
+	return 0;
+}
+
+static void worker_fini(sluice_worker_t *w)
+{
+	sluice_backend_close(&w->svc.backend);
+	sluice_live_unref(w->svc.live);
+	sluice_live_unref(atomic_exchange(&w->next_live, NULL));
+	free(w->svc.spare);
+	w->svc.spare = NULL;
+	if (uv_loop_close(&w->loop) < 0)
+		sluice_log_warn("thread %u: handles left open at exit", w->id);
+}
+
+/* ------------------------------------------------------------- signals */
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+	sluice_server_t *s = sig->data;
+	unsigned i;
+
+	if (signum == SIGHUP) {
+		reload(s);
+		return;
+	}
+	if (s->stopping)
+		return;
+	s->stopping = 1;
+	sluice_log_info("%s: draining connections, then exiting",
+			signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	for (i = 0; i < s->nworkers; i++) {
+		atomic_store(&s->workers[i].drain, 1);
+		uv_async_send(&s->workers[i].wakeup);
+	}
+	uv_close((uv_handle_t *)&s->sighup, NULL);
+	uv_close((uv_handle_t *)&s->sigterm, NULL);
+	uv_close((uv_handle_t *)&s->sigint, NULL);
+}
+
+/* ------------------------------------------------------------- startup */
+
+/* 10,000 idle connections need 10,000 descriptors: take what we may. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			sluice_log_warn("cannot raise the open-file limit: %s",
+					strerror(errno));
+	}
+}
+
+int sluice_serve(const sluice_serve_opts_t *opts)
+{
+	sluice_server_t s;
+	sluice_config_t *cfg;
+	char err[512];
+	unsigned i, started = 0;
+	int status = 0;
+
+	memset(&s, 0, sizeof(s));
+	s.opts = opts;
+	cfg = load_config(opts, err, sizeof(err));
+	if (!cfg) {
+		sluice_log_error("%s", err);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
+	s.store = sluice_memstore_new(cfg->store.max_keys ? cfg->store.max_keys
+							  : DEFAULT_MAX_KEYS);
+	s.live = s.store ? sluice_live_new(cfg) : NULL;
+	if (!s.live) {
+		if (!s.store)
+			sluice_config_free(cfg);
+		sluice_log_error("out of memory");
+		sluice_memstore_free(s.store);
+		return 1;
+	}
+	s.nworkers = cfg->threads;
+	s.workers = calloc(s.nworkers, sizeof(*s.workers));
+	if (!s.workers) {
+		sluice_log_error("out of memory");
+		status = 1;
+		goto out;
+	}
+	for (i = 0; i < s.nworkers; i++) {
+		int fd = sluice_listen_socket(cfg->listen, i == 0, err,
+					      sizeof(err));
+
+		if (fd < 0 ||
+		    worker_init(&s, &s.workers[i], i, fd, err, sizeof(err))) {
+			sluice_log_error("%s", err);
+			if (fd >= 0 && !s.workers[i].listening)
+				close(fd);
+			status = 1;
+			s.nworkers = i + (fd >= 0);
+			goto out;
+		}
+	}
+
+	s.main_loop = uv_default_loop();
+	uv_signal_init(s.main_loop, &s.sighup);
+	uv_signal_init(s.main_loop, &s.sigterm);
+	uv_signal_init(s.main_loop, &s.sigint);
+	s.sighup.data = s.sigterm.data = s.sigint.data = &s;
+	uv_signal_start(&s.sighup, on_signal, SIGHUP);
+	uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&s.sigint, on_signal, SIGINT);
+
+	for (i = 0; i < s.nworkers; i++) {
+		if (uv_thread_create(&s.workers[i].thread, worker_main,
+				     &s.workers[i]) < 0) {
+			sluice_log_error("cannot start thread %u", i);
+			status = 1;
+			break;
+		}
+		started++;
+	}
+	if (status == 0) {
+		sluice_log_info("sluice %s listening on %s (%u thread%s, %s "
+				"store, %zu rule%s, config %s)",
+				SLUICE_VERSION, cfg->listen, s.nworkers,
+				s.nworkers == 1 ? "" : "s", store_name(cfg),
+				cfg->nrules, cfg->nrules == 1 ? "" : "s",
+				cfg->path ? cfg->path : "built-in default");
+		uv_run(s.main_loop, UV_RUN_DEFAULT);
+	} else {
+		on_signal(&s.sigterm, SIGTERM);
+		uv_run(s.main_loop, UV_RUN_DEFAULT);
+	}
+	for (i = 0; i < started; i++)
+		uv_thread_join(&s.workers[i].thread);
+	uv_loop_close(s.main_loop);
+	if (status == 0)
+		sluice_log_info("stopped");
+out:
+	for (i = 0; i < s.nworkers; i++) {
+		sluice_worker_t *w = &s.workers[i];
+
+		if (i >= started && w->listening) {
+			/* never ran: close its handles here */
+			uv_close((uv_handle_t *)&w->listener, NULL);
+			if (w->sweep.data)
+				uv_close((uv_handle_t *)&w->sweep, NULL);
+			if (w->wakeup.data)
+				uv_close((uv_handle_t *)&w->wakeup, NULL);
+			uv_run(&w->loop, UV_RUN_DEFAULT);
+		}
+		if (w->svc.metrics)
+			worker_fini(w);
+	}
+	free(s.workers);
+	sluice_live_unref(s.live);
+	sluice_memstore_free(s.store);
+	return status;
+}

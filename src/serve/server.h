@@ -1,0 +1,85 @@
+/*
+ * server.h -- `sluice serve`: loop threads, listeners, signals, reloads.
+ *
+ * One libuv loop per thread, each with its own listening socket bound to
+ * the same address with SO_REUSEPORT (the kernel spreads connections), so
+ * threads share nothing but the memory store and the metrics registry.
+ * The main thread runs a loop of its own for signals only:
+ *
+ *   SIGHUP          reload the config file; a bad file is logged and the
+ *                   old config kept; bucket state is kept (the store
+ *                   outlives configs); connections stay open
+ *   SIGTERM/SIGINT  stop accepting, answer what is in progress, close
+ *                   idle connections, exit 0 (forced after drain_ms)
+ */
+#ifndef SLUICE_SERVE_SERVER_H
+#define SLUICE_SERVE_SERVER_H
+
+#include "serve/conn.h"
+#include "serve/svc.h"
+
+#include <stdatomic.h>
+#include <uv.h>
+
+#define SLUICE_MAX_THREADS 64
+
+typedef struct sluice_serve_opts_s {
+	const char *config_path; /* NULL: the built-in classic policy */
+	const char *listen;	 /* overrides the file's listen */
+	unsigned threads;	 /* overrides the file's threads when > 0 */
+} sluice_serve_opts_t;
+
+struct sluice_server_s;
+
+/* A connection on a socket (tcp.c). */
+typedef struct sluice_tcp_s {
+	sluice_conn_t conn;
+	uv_tcp_t handle;
+	uv_write_t wreq;
+	uv_shutdown_t sreq;
+	sluice_buf_t wbuf; /* bytes handed to uv_write */
+	struct sluice_worker_s *w;
+	struct sluice_tcp_s *prev, *next;
+	uint64_t touch_ms; /* last request start or answer */
+	unsigned writing : 1;
+	unsigned reading : 1;
+	unsigned lingering : 1; /* our side is shut; draining the peer's */
+	unsigned closing : 1;
+} sluice_tcp_t;
+
+/* One loop thread. */
+typedef struct sluice_worker_s {
+	struct sluice_server_s *server;
+	unsigned id;
+	uv_loop_t loop;
+	uv_tcp_t listener;
+	uv_timer_t sweep;
+	uv_async_t wakeup;
+	uv_thread_t thread;
+	int fd; /* the listening socket */
+	int listening;
+	sluice_svc_t svc;
+	_Atomic(sluice_live_t *) next_live; /* handed over by SIGHUP */
+	atomic_int drain;		    /* set by SIGTERM */
+	uint64_t drain_deadline_ms;
+	sluice_tcp_t conns; /* list head (sentinel) */
+	size_t nconns;
+	char rbuf[64 * 1024]; /* read buffer shared by this loop's conns */
+} sluice_worker_t;
+
+/* tcp.c */
+void sluice_tcp_on_connection(uv_stream_t *listener, int status);
+void sluice_tcp_sweep(sluice_worker_t *w);
+void sluice_tcp_drain(sluice_worker_t *w);
+void sluice_tcp_close_all(sluice_worker_t *w);
+
+/* listen.c: a non-blocking listening socket on "ADDRESS:PORT" or
+ * "[IPV6]:PORT" with SO_REUSEPORT, so that every thread can bind one;
+ * `first` also checks that no other process holds the address.  Returns
+ * the descriptor, or -1 with a message. */
+int sluice_listen_socket(const char *addr, int first, char *err, size_t errlen);
+
+/* Runs the service until SIGTERM; returns the exit status. */
+int sluice_serve(const sluice_serve_opts_t *opts);
+
+#endif /* SLUICE_SERVE_SERVER_H */

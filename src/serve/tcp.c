@@ -1,0 +1,362 @@
+/*
+ * tcp.c -- connections on sockets: reads, writes, timeouts, closing.
+ *
+ * Writes try uv_try_write() first (one syscall, no request object); only
+ * what the kernel did not take goes through uv_write().  While a write or
+ * a decision is pending the connection stops reading, which bounds what a
+ * pipelining client can make us buffer.
+ *
+ * Closing after an error answer (400, 413, 431) shuts our side down and
+ * keeps reading for a moment (lingering close): closing at once while the
+ * client is still sending would make the kernel send RST and the client
+ * could lose the answer.
+ */
+#include "serve/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LINGER_MS 2000
+#define DRAIN_MS  10000
+
+static const sluice_conn_io_t tcp_io;
+
+static sluice_tcp_t *tcp_of(sluice_conn_t *c)
+{
+	return (sluice_tcp_t *)((char *)c - offsetof(sluice_tcp_t, conn));
+}
+
+static unsigned idle_timeout_ms(sluice_worker_t *w)
+{
+	unsigned t = w->svc.live->cfg->idle_timeout_ms;
+
+	return t ? t : 60000;
+}
+
+static void list_remove(sluice_tcp_t *t)
+{
+	t->prev->next = t->next;
+	t->next->prev = t->prev;
+	t->prev = t->next = t;
+}
+
+static void list_append(sluice_worker_t *w, sluice_tcp_t *t)
+{
+	t->prev = w->conns.prev;
+	t->next = &w->conns;
+	w->conns.prev->next = t;
+	w->conns.prev = t;
+}
+
+/* ------------------------------------------------------------- closing */
+
+static void on_close(uv_handle_t *h)
+{
+	sluice_tcp_t *t = h->data;
+
+	sluice_count(&t->w->svc.metrics->connections, (uint64_t)-1);
+	sluice_buf_free(&t->wbuf);
+	if (sluice_conn_release(&t->conn))
+		free(t);
+	/* else: a decision is pending; tcp_release() frees it later */
+}
+
+static void tcp_close(sluice_tcp_t *t)
+{
+	if (t->closing)
+		return;
+	t->closing = 1;
+	list_remove(t);
+	t->w->nconns--;
+	uv_close((uv_handle_t *)&t->handle, on_close);
+}
+
+static void tcp_release(sluice_conn_t *c)
+{
+	free(tcp_of(c));
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	sluice_tcp_t *t = req->data;
+
+	if (status < 0)
+		tcp_close(t);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void start_reading(sluice_tcp_t *t);
+
+/* Our answers are all written and we want to close: shut our side, read
+ * and discard until the peer closes or LINGER_MS pass. */
+static void linger(sluice_tcp_t *t)
+{
+	if (t->lingering || t->closing)
+		return;
+	t->lingering = 1;
+	t->touch_ms = uv_now(&t->w->loop);
+	t->sreq.data = t;
+	if (uv_shutdown(&t->sreq, (uv_stream_t *)&t->handle, on_shutdown) < 0) {
+		tcp_close(t);
+		return;
+	}
+	start_reading(t);
+}
+
+/* ------------------------------------------------------------- writing */
+
+static void after_io(sluice_tcp_t *t);
+
+static void on_write(uv_write_t *req, int status)
+{
+	sluice_tcp_t *t = req->data;
+
+	t->writing = 0;
+	t->wbuf.len = 0;
+	if (t->closing)
+		return;
+	if (status < 0) {
+		tcp_close(t);
+		return;
+	}
+	after_io(t);
+}
+
+static void flush(sluice_tcp_t *t)
+{
+	sluice_buf_t *out = &t->conn.out;
+	uv_buf_t b;
+	int r;
+
+	if (t->writing || out->len == 0)
+		return;
+	b = uv_buf_init(out->data, (unsigned)out->len);
+	r = uv_try_write((uv_stream_t *)&t->handle, &b, 1);
+	if (r == (int)out->len) {
+		out->len = 0;
+		return;
+	}
+	if (r < 0 && r != UV_EAGAIN) {
+		tcp_close(t);
+		return;
+	}
+	if (r > 0)
+		sluice_buf_consume(out, (size_t)r);
+	/* The rest goes through uv_write from wbuf, which stays untouched
+	 * until on_write; new answers keep accumulating in out. */
+	{
+		sluice_buf_t tmp = t->wbuf;
+
+		t->wbuf = *out;
+		*out = tmp;
+		out->len = 0;
+	}
+	b = uv_buf_init(t->wbuf.data, (unsigned)t->wbuf.len);
+	t->wreq.data = t;
+	if (uv_write(&t->wreq, (uv_stream_t *)&t->handle, &b, 1, on_write) <
+	    0) {
+		tcp_close(t);
+		return;
+	}
+	t->writing = 1;
+}
+
+/* ------------------------------------------------------------- reading */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	sluice_tcp_t *t = h->data;
+
+	*buf = uv_buf_init(t->w->rbuf, sizeof(t->w->rbuf));
+}
+
+static void start_reading(sluice_tcp_t *t)
+{
+	if (t->reading || t->closing)
+		return;
+	if (uv_read_start((uv_stream_t *)&t->handle, on_alloc, on_read) < 0) {
+		tcp_close(t);
+		return;
+	}
+	t->reading = 1;
+}
+
+static void stop_reading(sluice_tcp_t *t)
+{
+	if (!t->reading)
+		return;
+	uv_read_stop((uv_stream_t *)&t->handle);
+	t->reading = 0;
+}
+
+/* After bytes came in or went out: write what is ready, then decide
+ * whether to read on, wait, or close. */
+static void after_io(sluice_tcp_t *t)
+{
+	if (t->closing)
+		return;
+	flush(t);
+	if (t->closing)
+		return;
+	if (t->writing || sluice_conn_waiting(&t->conn)) {
+		stop_reading(t);
+		return;
+	}
+	if (t->conn.want_close) {
+		linger(t);
+		return;
+	}
+	/* A write just finished: requests held back meanwhile? */
+	if (t->conn.in.len) {
+		sluice_conn_resume(&t->conn);
+		after_io(t);
+		return;
+	}
+	start_reading(t);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	sluice_tcp_t *t = s->data;
+
+	if (t->lingering) {
+		if (n < 0)
+			tcp_close(t);
+		return;
+	}
+	if (n < 0) {
+		if (n != UV_EOF || t->conn.out.len == 0) {
+			tcp_close(t);
+			return;
+		}
+		sluice_conn_eof(&t->conn);
+		after_io(t);
+		return;
+	}
+	if (n == 0)
+		return;
+	sluice_conn_feed(&t->conn, buf->base, (size_t)n);
+	after_io(t);
+}
+
+/* --------------------------------------------------- conn io callbacks */
+
+static void tcp_begin(sluice_conn_t *c)
+{
+	sluice_tcp_t *t = tcp_of(c);
+
+	t->touch_ms = uv_now(&t->w->loop);
+}
+
+static void tcp_wake(sluice_conn_t *c)
+{
+	sluice_tcp_t *t = tcp_of(c);
+
+	t->touch_ms = uv_now(&t->w->loop);
+	after_io(t);
+}
+
+static const sluice_conn_io_t tcp_io = {
+	.begin = tcp_begin,
+	.wake = tcp_wake,
+	.release = tcp_release,
+};
+
+/* ------------------------------------------------------------ accepting */
+
+void sluice_tcp_on_connection(uv_stream_t *listener, int status)
+{
+	sluice_worker_t *w = listener->data;
+	struct sockaddr_storage peer;
+	int plen = sizeof(peer);
+	sluice_tcp_t *t;
+
+	if (status < 0)
+		return;
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		sluice_log_error("out of memory accepting a connection");
+		return;
+	}
+	uv_tcp_init(&w->loop, &t->handle);
+	t->handle.data = t;
+	t->w = w;
+	t->prev = t->next = t;
+	if (uv_accept(listener, (uv_stream_t *)&t->handle) < 0) {
+		uv_close((uv_handle_t *)&t->handle, (uv_close_cb)free);
+		return;
+	}
+	memset(&peer, 0, sizeof(peer));
+	uv_tcp_getpeername(&t->handle, (struct sockaddr *)&peer, &plen);
+	uv_tcp_nodelay(&t->handle, 1);
+	sluice_conn_init(&t->conn, &w->svc, &tcp_io,
+			 (const struct sockaddr *)&peer);
+	t->touch_ms = uv_now(&w->loop);
+	list_append(w, t);
+	w->nconns++;
+	sluice_count(&w->svc.metrics->accepted, 1);
+	sluice_count(&w->svc.metrics->connections, 1);
+	start_reading(t);
+}
+
+/* ------------------------------------------------------------- timeouts */
+
+static void timed_out(sluice_tcp_t *t)
+{
+	sluice_count(&t->w->svc.metrics->timeouts, 1);
+	if (!t->conn.in_message || t->writing) {
+		tcp_close(t);
+		return;
+	}
+	/* A request that started but did not arrive in time. */
+	t->conn.keep_alive = 0;
+	t->conn.want_close = 1;
+	t->conn.in_message = 0;
+	sluice_resp_error(&t->conn, 408, "request_timeout", NULL,
+			  "the request did not arrive within idle_timeout_ms");
+	after_io(t);
+}
+
+void sluice_tcp_sweep(sluice_worker_t *w)
+{
+	uint64_t now = uv_now(&w->loop), timeout = idle_timeout_ms(w);
+	int forced = w->drain_deadline_ms && now >= w->drain_deadline_ms;
+	sluice_tcp_t *t, *next;
+
+	for (t = w->conns.next; t != &w->conns; t = next) {
+		next = t->next;
+		if (forced) {
+			tcp_close(t);
+		} else if (t->lingering) {
+			if (now - t->touch_ms >= LINGER_MS)
+				tcp_close(t);
+		} else if (sluice_conn_waiting(&t->conn)) {
+			continue; /* the store has its own timeout */
+		} else if (now - t->touch_ms >= timeout) {
+			timed_out(t);
+		}
+	}
+}
+
+void sluice_tcp_drain(sluice_worker_t *w)
+{
+	sluice_tcp_t *t, *next;
+
+	w->svc.draining = 1;
+	w->drain_deadline_ms = uv_now(&w->loop) + DRAIN_MS;
+	for (t = w->conns.next; t != &w->conns; t = next) {
+		next = t->next;
+		/* Busy connections close after their answer (resp_end sees
+		 * svc.draining and sends Connection: close). */
+		if (sluice_conn_idle(&t->conn) && !t->writing &&
+		    t->conn.out.len == 0)
+			tcp_close(t);
+	}
+}
+
+void sluice_tcp_close_all(sluice_worker_t *w)
+{
+	while (w->conns.next != &w->conns)
+		tcp_close(w->conns.next);
+}

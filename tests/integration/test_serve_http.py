@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""`sluice serve` over real sockets: endpoints, headers, bad input,
+keep-alive and pipelining, reload, drain, idle connections, metrics.
+
+Every test starts its own `sluice serve` on a free loopback port (see
+harness.py) and stops it.  Bounds on counts are exact given the elapsed
+time measured around the requests; nothing asserts on speed.
+"""
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Sluice  # noqa: E402
+
+RATE_LIMIT_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining",
+                      "x-ratelimit-reset", "ratelimit-policy", "ratelimit")
+
+TWO_RULES = """
+rules:
+  - name: tight
+    key: ["header:x-user-id"]
+    limits: [{capacity: 2, rate: 1/min}]
+  - name: loose
+    key: ["header:x-user-id"]
+    limits: [{capacity: 5, rate: 1/min}]
+"""
+
+SHADOW = """
+rules:
+  - name: enforced
+    key: ["header:x-user-id"]
+    limits: [{capacity: 100, rate: 1/min}]
+  - name: trial
+    shadow: true
+    key: ["header:x-user-id"]
+    limits: [{capacity: 1, rate: 1/min}]
+"""
+
+UPLOAD = """
+rules:
+  - name: upload
+    match: {methods: [POST], path: "/api/upload"}
+    key: ["header:x-user-id"]
+    cost: 10
+    tiers:
+      header: x-user-tier
+      default: anonymous
+      limits:
+        anonymous: [{capacity: 20, rate: 20/min}]
+        paid: [{capacity: 2000, rate: 2000/min}]
+"""
+
+RELOAD_A = """
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    limits: [{capacity: 5, rate: 1/min}]
+"""
+
+RELOAD_B = RELOAD_A + """
+  - name: extra
+    match: {path: "/extra/*"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: 7, rate: 1/min}]
+"""
+
+SHORT_IDLE = """
+http: {idle_timeout_ms: 300}
+"""
+
+
+def check(s, user, **kw):
+    headers = {"x-user-id": user}
+    headers.update(kw.pop("headers", {}))
+    return s.request(kw.pop("method", "GET"), kw.pop("path", "/v1/check"),
+                     headers)
+
+
+class ClassicPolicy(unittest.TestCase):
+    """No config: capacity 100, refill 2/s, key x-user-id else client IP."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Sluice()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.stop()
+
+    def test_burst_allows_capacity_plus_refill_then_429(self):
+        c = self.s.client()
+        t0 = time.monotonic()
+        statuses = [c.request("GET", "/v1/check",
+                              {"x-user-id": "burst-user"})
+                    for _ in range(150)]
+        elapsed = time.monotonic() - t0
+        c.close()
+        allowed = sum(1 for r in statuses if r.status == 200)
+        # 100 at once, plus 2/s refilled while the burst lasted.
+        self.assertGreaterEqual(allowed, 100)
+        self.assertLessEqual(allowed, 100 + math.floor(elapsed * 2) + 1)
+        for r in statuses:
+            self.assertIn(r.status, (200, 429))
+            for h in RATE_LIMIT_HEADERS:
+                self.assertIsNotNone(r.header(h), h)
+            if r.status == 429:
+                self.assertGreaterEqual(int(r.header("retry-after")), 1)
+                self.assertEqual(r.header("content-type"),
+                                 "application/json")
+
+    def test_first_answer_headers_exact(self):
+        r = check(self.s, "fresh-user")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("x-ratelimit-limit"), "100")
+        self.assertEqual(r.header("x-ratelimit-remaining"), "99")
+        self.assertEqual(r.header("x-ratelimit-reset"), "1")
+        self.assertEqual(r.header("ratelimit-policy"),
+                         '"default";q=100;w=50')
+        self.assertEqual(r.header("ratelimit"), '"default";r=99;t=1')
+        self.assertIsNone(r.header("retry-after"))
+        self.assertEqual(r.body, b"")
+
+    def test_limited_answer_headers_and_body(self):
+        c = self.s.client()
+        for _ in range(100):
+            c.request("GET", "/v1/check", {"x-user-id": "limited-user"})
+        r = c.request("GET", "/v1/check", {"x-user-id": "limited-user"})
+        c.close()
+        if r.status == 200:  # a token refilled meanwhile; spend it
+            r = check(self.s, "limited-user")
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.header("x-ratelimit-remaining"), "0")
+        self.assertEqual(r.header("retry-after"), "1")
+        ms = int(r.header("x-ratelimit-retry-after-ms"))
+        self.assertTrue(1 <= ms <= 500, ms)
+        body = r.json()
+        self.assertEqual(body, {"error": "rate_limited",
+                                "retry_after_ms": ms, "policy": "default"})
+        self.assertEqual(r.header("ratelimit"),
+                         '"default";r=0;t=%s' % r.header("x-ratelimit-reset"))
+
+    def test_deny_status_403_for_auth_request(self):
+        c = self.s.client()
+        for _ in range(101):
+            r = c.request("GET", "/v1/check?deny_status=403",
+                          {"x-user-id": "nginx-user"})
+        c.close()
+        if r.status == 200:
+            r = self.s.request("GET", "/v1/check?deny_status=403",
+                               {"x-user-id": "nginx-user"})
+        self.assertEqual(r.status, 403)
+        self.assertEqual(r.json()["error"], "rate_limited")
+        self.assertIsNotNone(r.header("retry-after"))
+        r = self.s.request("GET", "/v1/check?deny_status=429",
+                           {"x-user-id": "nginx-user"})
+        self.assertEqual(r.status, 429)
+
+    def test_deny_status_other_values_are_400_naming_it(self):
+        r = self.s.request("GET", "/v1/check?deny_status=500")
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["field"], "deny_status")
+
+    def test_head_and_any_method_are_checked(self):
+        r = check(self.s, "head-user", method="HEAD")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("x-ratelimit-remaining"), "99")
+        r = check(self.s, "head-user", method="DELETE")
+        self.assertEqual(r.header("x-ratelimit-remaining"), "98")
+
+    def test_client_ip_is_the_key_without_user_header(self):
+        # The test's peer is 127.0.0.1, trusted by default, so X-Real-IP
+        # picks the bucket.
+        a = self.s.request("GET", "/v1/check", {"x-real-ip": "192.0.2.1"})
+        b = self.s.request("GET", "/v1/check", {"x-real-ip": "192.0.2.1"})
+        c = self.s.request("GET", "/v1/check", {"x-real-ip": "192.0.2.2"})
+        self.assertEqual(int(a.header("x-ratelimit-remaining")) - 1,
+                         int(b.header("x-ratelimit-remaining")))
+        self.assertEqual(c.header("x-ratelimit-remaining"), "99")
+
+    def test_take_adhoc_limit(self):
+        body = {"key": "adhoc-1", "capacity": 3, "rate": "1/min"}
+        answers = [self.s.request("POST", "/v1/take", {}, json.dumps(body))
+                   for _ in range(4)]
+        self.assertEqual([a.status for a in answers], [200, 200, 200, 429])
+        first = answers[0].json()
+        self.assertEqual(first["allowed"], True)
+        self.assertEqual(first["limit"], 3)
+        self.assertEqual(first["remaining"], 2)
+        self.assertEqual(first["retry_after_ms"], 0)
+        self.assertTrue(59000 < first["reset_ms"] <= 60000)
+        last = answers[3].json()
+        self.assertEqual(last["allowed"], False)
+        self.assertEqual(last["remaining"], 0)
+        self.assertTrue(50000 < last["retry_after_ms"] <= 60000)
+        self.assertTrue(170000 < last["reset_ms"] <= 180000)
+        self.assertEqual(answers[3].header("ratelimit-policy"),
+                         '"adhoc";q=3;w=180')
+        self.assertEqual(answers[3].header("retry-after"),
+                         str(math.ceil(last["retry_after_ms"] / 1000)))
+
+    def test_take_numeric_rate_and_cost(self):
+        r = self.s.request("POST", "/v1/take", {}, json.dumps(
+            {"key": "adhoc-2", "capacity": 10, "rate": 2, "cost": 4}))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["remaining"], 6)
+
+    def test_take_rule_shares_the_bucket_with_check(self):
+        r = self.s.request("POST", "/v1/take", {}, json.dumps(
+            {"rule": "default", "key": "shared-user", "cost": 5}))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["remaining"], 95)
+        r = check(self.s, "shared-user")
+        self.assertEqual(r.header("x-ratelimit-remaining"), "94")
+
+    def test_take_bad_input_names_the_field(self):
+        cases = [
+            ("{", "body"),
+            ("[1]", "body"),
+            ('{"capacity": 3, "rate": "1/s"}', "key"),
+            ('{"key": 7, "capacity": 3, "rate": "1/s"}', "key"),
+            ('{"key": "", "capacity": 3, "rate": "1/s"}', "key"),
+            ('{"key": "k", "rate": "1/s"}', "capacity"),
+            ('{"key": "k", "capacity": "x", "rate": "1/s"}', "capacity"),
+            ('{"key": "k", "capacity": 0, "rate": "1/s"}', "capacity"),
+            ('{"key": "k", "capacity": 3}', "rate"),
+            ('{"key": "k", "capacity": 3, "rate": "fast"}', "rate"),
+            ('{"key": "k", "capacity": 3, "rate": "1/s", "cost": -1}',
+             "cost"),
+            ('{"key": "k", "capacity": 3, "rate": "1/s", "cost": 4}',
+             "cost"),
+            ('{"rule": "nope", "key": "k"}', "rule"),
+            ('{"rule": 5, "key": "k"}', "rule"),
+        ]
+        for body, field in cases:
+            r = self.s.request("POST", "/v1/take", {}, body)
+            self.assertEqual(r.status, 400, body)
+            self.assertEqual(r.header("content-type"), "application/json")
+            self.assertEqual(r.json()["field"], field, body)
+
+    def test_unknown_path_is_404(self):
+        r = self.s.request("GET", "/nope")
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.json()["error"], "not_found")
+
+    def test_wrong_method_is_405_with_allow(self):
+        r = self.s.request("GET", "/v1/take")
+        self.assertEqual(r.status, 405)
+        self.assertEqual(r.header("allow"), "POST")
+        r = self.s.request("POST", "/metrics", {}, "")
+        self.assertEqual(r.status, 405)
+        self.assertEqual(r.header("allow"), "GET, HEAD")
+
+    def test_malformed_request_is_400(self):
+        out = harness.raw(self.s.port, b"GARBAGE / HTTP/1.1\r\n\r\n")
+        self.assertEqual([r.status for r in out], [400])
+        out = harness.raw(self.s.port, b"GET / HTTP/1.1\r\nbad header\r\n\r\n")
+        self.assertEqual([r.status for r in out], [400])
+        out = harness.raw(self.s.port,
+                          b"POST /v1/take HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+        self.assertEqual([r.status for r in out], [400])
+
+    def test_headers_too_large_is_431(self):
+        big = b"x-filler: " + b"a" * 9000 + b"\r\n"
+        out = harness.raw(self.s.port,
+                          b"GET /v1/check HTTP/1.1\r\n" + big + b"\r\n")
+        self.assertEqual([r.status for r in out], [431])
+        many = b"".join(b"x-h%d: v\r\n" % i for i in range(100))
+        out = harness.raw(self.s.port,
+                          b"GET /v1/check HTTP/1.1\r\n" + many + b"\r\n")
+        self.assertEqual([r.status for r in out], [431])
+
+    def test_body_too_large_is_413(self):
+        body = b"{" + b" " * 20000 + b"}"
+        out = harness.raw(self.s.port,
+                          b"POST /v1/take HTTP/1.1\r\nContent-Length: %d\r\n"
+                          b"\r\n" % len(body) + body)
+        self.assertEqual([r.status for r in out], [413])
+        chunk = b"%x\r\n%s\r\n" % (len(body), body)
+        out = harness.raw(self.s.port,
+                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
+                          b"chunked\r\n\r\n" + chunk + b"0\r\n\r\n")
+        self.assertEqual([r.status for r in out], [413])
+
+    def test_pipelined_requests_answer_in_order(self):
+        reqs = b"".join(
+            b"GET /v1/check HTTP/1.1\r\nHost: x\r\nx-user-id: pipe\r\n\r\n"
+            for _ in range(3))
+        reqs += b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        reqs += (b"POST /v1/take HTTP/1.1\r\nHost: x\r\nContent-Length: 47\r\n"
+                 b"Connection: close\r\n\r\n"
+                 b'{"rule":"default","key":"pipe","cost":0}       ')
+        out = harness.raw(self.s.port, reqs)
+        self.assertEqual([r.status for r in out], [200, 200, 200, 200, 200])
+        self.assertEqual([r.header("x-ratelimit-remaining") for r in out[:3]],
+                         ["99", "98", "97"])
+        self.assertEqual(out[3].json(), {"status": "ok"})
+        self.assertEqual(out[4].json()["remaining"], 97)
+
+    def test_keep_alive_serves_many_requests_on_one_connection(self):
+        s = socket.create_connection(("127.0.0.1", self.s.port), 10)
+        f = s.makefile("rb")
+        for i in range(20):
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            r = harness.read_response(f)
+            self.assertEqual(r.status, 200)
+            self.assertIsNone(r.header("connection"))
+        s.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        r = harness.read_response(f)
+        self.assertEqual(r.header("connection"), "keep-alive")
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        r = harness.read_response(f)
+        self.assertEqual(r.header("connection"), "close")
+        self.assertEqual(f.read(), b"")  # closed after a 1.0 request
+        s.close()
+
+    def test_health_and_readiness(self):
+        self.assertEqual(self.s.request("GET", "/healthz").status, 200)
+        r = self.s.request("GET", "/readyz")
+        self.assertEqual((r.status, r.json()), (200, {"status": "ready"}))
+
+    def test_metrics_content(self):
+        check(self.s, "metrics-user")
+        m = self.s.metrics()
+        self.assertGreaterEqual(
+            m['sluice_decisions_total{rule="default",result="allowed"}'], 1)
+        self.assertIn('sluice_decisions_total{rule="default",result='
+                      '"limited"}', m)
+        self.assertIn('sluice_shadow_rejections_total{rule="default"}', m)
+        self.assertIn('sluice_store_errors_total{rule="default"}', m)
+        self.assertGreaterEqual(m["sluice_memstore_keys"], 1)
+        self.assertEqual(m["sluice_memstore_max_keys"], 1000000)
+        self.assertIn('sluice_memstore_evictions_total{kind="lossy"}', m)
+        self.assertGreaterEqual(m['sluice_request_duration_seconds_bucket'
+                                  '{le="+Inf"}'], 1)
+        self.assertEqual(m['sluice_request_duration_seconds_bucket'
+                           '{le="+Inf"}'],
+                         m["sluice_request_duration_seconds_count"])
+        self.assertGreaterEqual(m['sluice_http_responses_total{code="200"}'],
+                                1)
+        r = self.s.request("GET", "/metrics")
+        self.assertTrue(r.header("content-type").startswith("text/plain"))
+
+
+class Rules(unittest.TestCase):
+
+    def test_charged_only_when_every_rule_passes(self):
+        with Sluice(TWO_RULES) as s:
+            got = [check(s, "u").status for _ in range(3)]
+            self.assertEqual(got, [200, 200, 429])
+            # The rejected third request charged neither rule: `loose`
+            # still has 5 - 2 = 3 tokens.
+            r = s.request("POST", "/v1/take", {}, json.dumps(
+                {"rule": "loose", "key": "u", "cost": 0}))
+            self.assertEqual(r.json()["remaining"], 3)
+            # The answer names the most restrictive rule.
+            r = check(s, "v")
+            self.assertEqual(r.header("ratelimit-policy"),
+                             '"tight";q=2;w=120')
+            self.assertEqual(r.header("x-ratelimit-remaining"), "1")
+
+    def test_shadow_rule_counts_but_never_rejects(self):
+        with Sluice(SHADOW) as s:
+            got = [check(s, "sh").status for _ in range(3)]
+            self.assertEqual(got, [200, 200, 200])
+            m = s.metrics()
+            self.assertEqual(m['sluice_shadow_rejections_total'
+                               '{rule="trial"}'], 2)
+            self.assertEqual(m['sluice_decisions_total{rule="trial",'
+                               'result="limited"}'], 2)
+            self.assertEqual(m['sluice_decisions_total{rule="enforced",'
+                               'result="allowed"}'], 3)
+
+    def test_original_method_uri_cost_and_tier(self):
+        with Sluice(UPLOAD) as s:
+            hdr = {"x-original-method": "POST",
+                   "x-original-uri": "/api/upload?part=1"}
+            r = check(s, "up", headers=hdr)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "10")
+            self.assertEqual(r.header("ratelimit-policy"),
+                             '"upload/anonymous";q=20;w=60')
+            # Traefik's names work too.
+            r = check(s, "up", headers={"x-forwarded-method": "POST",
+                                        "x-forwarded-uri": "/api/upload"})
+            self.assertEqual(r.header("x-ratelimit-remaining"), "0")
+            r = check(s, "up", headers=hdr)
+            self.assertEqual(r.status, 429)
+            # A GET of the same URI matches no rule: allowed, no headers.
+            r = check(s, "up", headers={"x-original-method": "GET",
+                                        "x-original-uri": "/api/upload"})
+            self.assertEqual(r.status, 200)
+            self.assertIsNone(r.header("x-ratelimit-limit"))
+            # Envoy ext_authz: the original path after /v1/check.
+            r = check(s, "up2", method="POST", path="/v1/check/api/upload")
+            self.assertEqual(r.header("x-ratelimit-remaining"), "10")
+            # Paid tier.
+            hdr["x-user-tier"] = "paid"
+            r = check(s, "up3", headers=hdr)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "1990")
+
+
+class Operations(unittest.TestCase):
+
+    def test_sighup_reload_keeps_state_and_connections(self):
+        with Sluice(RELOAD_A) as s:
+            c = s.client()
+            for _ in range(3):
+                r = c.request("GET", "/v1/check", {"x-user-id": "r"})
+            self.assertEqual(r.header("x-ratelimit-remaining"), "2")
+            s.write_config(RELOAD_B)
+            s.signal(signal.SIGHUP)
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(
+                    'sluice_config_reloads_total{result="ok"}') == 1))
+            # The open connection survived, the bucket too.
+            r = c.request("GET", "/v1/check", {"x-user-id": "r"})
+            self.assertEqual(r.header("x-ratelimit-remaining"), "1")
+            # The new rule is live (wait for every thread to switch).
+            self.assertTrue(harness.wait_until(
+                lambda: s.request("POST", "/v1/take", {}, json.dumps(
+                    {"rule": "extra", "key": "r2"})).status == 200))
+            c.close()
+            self.assertIn("reloaded", s.log())
+
+    def test_sighup_with_bad_file_keeps_running_config(self):
+        with Sluice(RELOAD_A) as s:
+            check(s, "b")
+            s.write_config("rules:\n  - name: x\n    limits: nope\n")
+            s.signal(signal.SIGHUP)
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(
+                    'sluice_config_reloads_total{result="error"}') == 1))
+            r = check(s, "b")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "3")
+            self.assertIn("reload rejected", s.log())
+            self.assertIn(s.config_path + ":", s.log())
+
+    def test_sigterm_drains_and_exits_0(self):
+        s = Sluice(threads=2)
+        try:
+            idle = socket.create_connection(("127.0.0.1", s.port), 10)
+            self.assertEqual(s.request("GET", "/healthz").status, 200)
+            s.signal(signal.SIGTERM)
+            self.assertEqual(s.wait(30), 0)
+            self.assertEqual(idle.recv(1), b"")  # closed, not reset
+            idle.close()
+            self.assertIn("stopped", s.log())
+        finally:
+            s.stop()
+
+    def test_idle_connections_time_out(self):
+        with Sluice(SHORT_IDLE) as s:
+            a = socket.create_connection(("127.0.0.1", s.port), 10)
+            b = socket.create_connection(("127.0.0.1", s.port), 10)
+            b.sendall(b"GET /v1/check HTTP/1.1\r\nHost: x\r\n")  # slow
+            self.assertEqual(a.recv(1), b"")
+            r = harness.read_response(b.makefile("rb"))
+            self.assertEqual(r.status, 408)
+            a.close()
+            b.close()
+            self.assertGreaterEqual(
+                s.metrics()["sluice_connection_timeouts_total"], 2)
+
+    def test_ten_thousand_idle_connections_do_not_stop_service(self):
+        n = 10000
+        if harness.raise_nofile(n + 200) < n + 100:
+            self.skipTest("open-file limit too low for %d sockets" % n)
+        with Sluice() as s:
+            socks = []
+            try:
+                for _ in range(n):
+                    socks.append(socket.create_connection(
+                        ("127.0.0.1", s.port), 10))
+                r = check(s, "busy")
+                self.assertEqual(r.status, 200)
+                self.assertTrue(harness.wait_until(
+                    lambda: s.metrics()["sluice_connections"] >= n,
+                    timeout=30))
+                # Still answering on one of the idle ones.
+                socks[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                r = harness.read_response(socks[0].makefile("rb"))
+                self.assertEqual(r.status, 200)
+            finally:
+                for x in socks:
+                    x.close()
+
+    def test_threads_share_one_bucket(self):
+        with Sluice(threads=2) as s:
+            results = []
+
+            def burst():
+                c = s.client()
+                got = [c.request("GET", "/v1/check", {"x-user-id": "mt"})
+                       for _ in range(60)]
+                c.close()
+                results.extend(r.status for r in got)
+
+            t0 = time.monotonic()
+            workers = [threading.Thread(target=burst) for _ in range(4)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            elapsed = time.monotonic() - t0
+            allowed = results.count(200)
+            self.assertEqual(len(results), 240)
+            self.assertGreaterEqual(allowed, 100)
+            self.assertLessEqual(allowed, 100 + math.floor(elapsed * 2) + 1)
+            self.assertEqual(results.count(429), 240 - allowed)
+
+    def test_port_in_use_fails_with_status_1(self):
+        with Sluice() as s:
+            p = subprocess.run([harness.SLUICE, "serve", "--listen",
+                                "127.0.0.1:%d" % s.port, "--threads", "1"],
+                               capture_output=True, text=True, timeout=30)
+            # SO_REUSEPORT must not let a second instance share the port.
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("Address already in use", p.stderr)
+
+
+class Cli(unittest.TestCase):
+
+    def run_sluice(self, *args):
+        return subprocess.run([harness.SLUICE] + list(args),
+                              capture_output=True, text=True, timeout=30)
+
+    def test_check_config_ok_and_error_with_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(RELOAD_A)
+            f.flush()
+            p = self.run_sluice("check-config", f.name)
+            self.assertEqual((p.returncode, p.stdout), (0, f.name + ": ok\n"))
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("rules:\n  - name: x\n    limits: nope\n")
+            f.flush()
+            p = self.run_sluice("check-config", f.name)
+            self.assertEqual(p.returncode, 2)
+            self.assertRegex(p.stderr, "^" + f.name + r":\d+: ")
+
+    def test_serve_refuses_a_bad_config(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("listen: [1\n")
+            f.flush()
+            p = self.run_sluice("serve", "-c", f.name)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn(f.name + ":", p.stderr)
+
+    def test_usage_version_and_help(self):
+        p = self.run_sluice("version")
+        self.assertEqual(p.returncode, 0)
+        self.assertRegex(p.stdout, r"^sluice \d+\.\d+\.\d+")
+        p = self.run_sluice("--help")
+        self.assertEqual(p.returncode, 0)
+        for cmd in ("serve", "check-config", "version"):
+            self.assertIn(cmd, p.stdout)
+        p = self.run_sluice("serve", "--help")
+        self.assertEqual(p.returncode, 0)
+        for opt in ("--config", "--listen", "--threads", "--help"):
+            self.assertIn(opt, p.stdout)
+        self.assertEqual(self.run_sluice("nope").returncode, 2)
+        self.assertEqual(self.run_sluice("serve", "--threads", "0")
+                         .returncode, 2)
+        self.assertEqual(self.run_sluice("serve", "--listen", "nowhere")
+                         .returncode, 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -223,7 +223,9 @@ void sluice_memstore_stats(sluice_memstore_t *store,
 
 /* ------------------------------------------------------------------ time */
 
-/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch. */
+/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch,
+ * plus SLUICE_TEST_CLOCK_OFFSET_US from the environment when set (a test
+ * hook for clock-skew tests; read once). */
 int64_t sluice_now_us(void);
 
 #ifdef __cplusplus

@@ -58,6 +58,14 @@ int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
 	return 0;
 }
 
+/* The clock for deadlines: the real monotonic time, not the loop's cached
+ * uv_now(), which lags behind on a busy loop and would make calls time out
+ * early. */
+static uint64_t clock_ms(void)
+{
+	return uv_hrtime() / 1000000;
+}
+
 /* ------------------------------------------------------------ breaker */
 
 static void breaker_success(sluice_redis_t *r)
@@ -297,7 +305,7 @@ static void arm_sweep(sluice_redis_t *r);
 static void on_sweep(uv_timer_t *t)
 {
 	sluice_redis_t *r = t->data;
-	uint64_t now = uv_now(r->loop);
+	uint64_t now = clock_ms();
 	sluice_redis_call_t *c;
 	size_t i;
 	unsigned j;
@@ -331,6 +339,8 @@ static void arm_sweep(sluice_redis_t *r)
 {
 	uint64_t now = uv_now(r->loop);
 
+	/* Armed on the loop's clock, which is at most behind clock_ms(): the
+	 * timer fires at or after the deadline, and on_sweep checks it. */
 	if (!r->head || r->closing)
 		return;
 	uv_timer_start(
@@ -369,7 +379,7 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	c->keybaselen = plen + keylen + 3;
 	c->slot = r->cluster ? sluice_redis__key_slot(c->keybase, c->keybaselen)
 			     : 0;
-	c->deadline_ms = uv_now(r->loop) + r->timeout_ms;
+	c->deadline_ms = clock_ms() + r->timeout_ms;
 
 	/* Pending list, oldest first. */
 	c->prev = r->tail;

@@ -151,6 +151,7 @@ typedef struct rh_redis_s {
 	int port;
 	char dir[64];
 	int cluster;
+	const char *module; /* --loadmodule this, or NULL */
 } rh_redis_t;
 
 static inline int rh_ping(int port)
@@ -175,7 +176,8 @@ static inline int rh_ping(int port)
 }
 
 /* Starts redis-server on s->port (0: pick one) and waits until it answers.
- * cluster: --cluster-enabled yes with its own config file. */
+ * cluster: --cluster-enabled yes with its own config file; s->module (if
+ * set): a module to load. */
 static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 {
 	char portbuf[16];
@@ -206,6 +208,11 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			       "--cluster-enabled", "yes",
 			       "--cluster-config-file", "nodes.conf",
 			       "--cluster-node-timeout", "5000", (char *)NULL);
+		else if (s->module)
+			execlp("redis-server", "redis-server", "--port",
+			       portbuf, "--bind", "127.0.0.1", "--save", "",
+			       "--appendonly", "no", "--dir", s->dir,
+			       "--loadmodule", s->module, (char *)NULL);
 		else
 			execlp("redis-server", "redis-server", "--port",
 			       portbuf, "--bind", "127.0.0.1", "--save", "",

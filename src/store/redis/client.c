@@ -360,6 +360,11 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	if (!cb || nlimits == 0 || nlimits > SLUICE_REDIS_MAX_LIMITS ||
 	    keylen > 65535 || (keylen && !key) || r->closing)
 		return SLUICE_EINVAL;
+	/* "{}" is no hash tag: the limits of an empty key (or one starting
+	 * with '}') would land on different cluster slots. */
+	if (r->cluster && nlimits > 1 &&
+	    (keylen == 0 || ((const char *)key)[0] == '}'))
+		return SLUICE_EINVAL;
 	c = calloc(1,
 		   sizeof(*c) + nlimits * sizeof(*limits) + plen + keylen + 3);
 	if (!c)
@@ -491,6 +496,16 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return SLUICE_ENOMEM;
+	if (opts->key_prefix && strpbrk(opts->key_prefix, "{}")) {
+		if (err && errlen)
+			snprintf(err, errlen,
+				 "redis store: key_prefix \"%s\" must not "
+				 "contain "
+				 "'{' or '}' (the key's hash tag follows it)",
+				 opts->key_prefix);
+		free(r);
+		return SLUICE_EINVAL;
+	}
 	r->loop = loop;
 	r->prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
 	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 50;

@@ -23,24 +23,23 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local cost = tonumber(ARGV[1])
 local n = #KEYS
 
--- The shortfall of state s (in 1/p us units) at `now`, as decide.c.
-local function shortfall(s, p)
-	if not s or #s < 4 then return 0 end
-	local tat = tonumber(sub(s, 1, -4))
-	if not tat or tat < now then return 0 end
-	local frac = tonumber(sub(s, -3)) or 0
-	if frac >= p then frac = p - 1 end
-	-- delta*p > 2^53 - p  <=>  delta >= floor(2^53 / p)
-	local dp = (tat - now) * p
-	if dp > X - p then return X end
-	return dp + frac
-end
-
 if n == 1 then
 	local T, p, C = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 	local tau = C * T
 	local key = KEYS[1]
-	local D = shortfall(redis.call('GET', key), p)
+	-- The shortfall D (in 1/p us units) of the stored state at `now`.
+	local D = 0
+	local s = redis.call('GET', key)
+	if s and #s > 3 then
+		local tat = tonumber(sub(s, 1, -4))
+		if tat and tat >= now then
+			local frac = tonumber(sub(s, -3)) or 0
+			if frac >= p then frac = p - 1 end
+			-- delta*p > 2^53 - p  <=>  delta >= floor(2^53 / p)
+			D = (tat - now) * p
+			if D > X - p then D = X else D = D + frac end
+		end
+	end
 	if cost <= C and D + cost * T <= tau then
 		if cost == 0 then
 			local r, u = fmod(tau - D, T), fmod(D, p)
@@ -86,6 +85,19 @@ if n == 1 then
 end
 
 -- Several limits: evaluate all, charge all or none (sluice_eval_all).
+-- The shortfall of state s (in 1/p us units) at `now`, as above.
+local function shortfall(s, p)
+	if not s or #s < 4 then return 0 end
+	local tat = tonumber(sub(s, 1, -4))
+	if not tat or tat < now then return 0 end
+	local frac = tonumber(sub(s, -3)) or 0
+	if frac >= p then frac = p - 1 end
+	-- delta*p > 2^53 - p  <=>  delta >= floor(2^53 / p)
+	local dp = (tat - now) * p
+	if dp > X - p then return X end
+	return dp + frac
+end
+
 local function ceil_div(a, b)
 	local r = fmod(a, b)
 	if r > 0 then return (a - r) / b + 1 end

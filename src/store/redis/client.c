@@ -478,33 +478,65 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 	return 0;
 }
 
+/* Checks the options before anything is allocated on the loop, so a bad
+ * configuration costs the caller nothing to clean up. */
+static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
+{
+	sluice_redis_url_t u;
+	size_t i;
+	int rc;
+
+	if (!o->url && !o->nseeds) {
+		snprintf(err, errlen,
+			 "redis store: a url or cluster seeds needed");
+		return SLUICE_EINVAL;
+	}
+	if (o->key_prefix && strpbrk(o->key_prefix, "{}")) {
+		snprintf(err, errlen,
+			 "redis store: key_prefix \"%s\" must not contain '{' "
+			 "or '}' (the key's hash tag follows it)",
+			 o->key_prefix);
+		return SLUICE_EINVAL;
+	}
+	for (i = 0; i < o->nseeds; i++) {
+		rc = sluice_redis__parse_url(o->seeds[i], &u, err, errlen);
+		if (rc == 0 && !u.host) {
+			snprintf(err, errlen,
+				 "cluster seed \"%s\": expected host:port",
+				 o->seeds[i]);
+			rc = SLUICE_EINVAL;
+		}
+		sluice_redis__url_free(&u);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 		     sluice_redis_t **out, char *err, size_t errlen)
 {
+	char scratch[256];
 	sluice_redis_t *r;
 	int rc;
 
 	*out = NULL;
-	if (err && errlen)
-		err[0] = '\0';
-	if (!loop || !opts || (!opts->url && !opts->nseeds)) {
-		if (err && errlen)
-			snprintf(err, errlen,
-				 "redis store: a url or cluster seeds needed");
-		return SLUICE_EINVAL;
+	if (!err || !errlen) {
+		err = scratch;
+		errlen = sizeof(scratch);
 	}
+	err[0] = '\0';
+	if (!loop || !opts)
+		return SLUICE_EINVAL;
+	if ((rc = check_opts(opts, err, errlen)) < 0)
+		return rc;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return SLUICE_ENOMEM;
-	if (opts->key_prefix && strpbrk(opts->key_prefix, "{}")) {
-		if (err && errlen)
-			snprintf(err, errlen,
-				 "redis store: key_prefix \"%s\" must not "
-				 "contain "
-				 "'{' or '}' (the key's hash tag follows it)",
-				 opts->key_prefix);
+	if (!opts->nseeds && (rc = sluice_redis__parse_url(opts->url, &r->url,
+							   err, errlen)) < 0) {
 		free(r);
-		return SLUICE_EINVAL;
+		return rc;
 	}
 	r->loop = loop;
 	r->prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
@@ -517,14 +549,10 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	uv_timer_init(loop, &r->retry);
 	r->sweep.data = r->retry.data = r;
 	r->open_handles = 2;
-	rc = r->prefix ? 0 : SLUICE_ENOMEM;
-	if (rc == 0 && !opts->nseeds)
-		rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen);
-	if (rc == 0)
-		rc = setup_nodes(r, opts, err, errlen);
+	rc = r->prefix ? setup_nodes(r, opts, err, errlen) : SLUICE_ENOMEM;
 	if (rc < 0) {
-		if (rc == SLUICE_ENOMEM && err && errlen)
-			snprintf(err, errlen, "redis store: out of memory");
+		/* Only allocation can fail here; the loop frees the rest. */
+		snprintf(err, errlen, "redis store: out of memory");
 		sluice_redis_free(r);
 		return rc;
 	}

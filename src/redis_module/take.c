@@ -22,10 +22,11 @@
  * other path.  The state of a key is the bucket's sluice_state_t stored as a
  * plain string holding the decimal integer, with an expiry at the instant
  * the bucket is full again (sluice_state_expiry_us(), rounded up to a whole
- * millisecond): exactly what the Redis script path writes, so the module
- * and the script can serve the same keys.  Reading and writing go through
- * the server's own GET and SET, so the value is int-encoded like any SET of
- * a number, and the write is replicated as its effect,
+ * millisecond): the value the Redis script path writes, with an expiry
+ * that, like the script's, never comes before the bucket is full, so the
+ * module and the script can serve the same keys.  Writing goes through the
+ * server's own SET, so the value is int-encoded like any SET of a number,
+ * and the write is replicated as its effect,
  * `SET key state PXAT ms` (several keys: inside MULTI/EXEC), never as the
  * clock-dependent command itself.  A rejected request or a peek writes
  * nothing.

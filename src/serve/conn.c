@@ -11,7 +11,6 @@
 #include "serve/conn.h"
 #include "serve/handlers.h"
 
-#include <ctype.h>
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
@@ -117,8 +116,12 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
 	start = c->head.len;
 	if (head_append(c, at, n) < 0)
 		return -1;
-	for (i = start; i < c->head.len; i++)
-		c->head.data[i] = (char)tolower((unsigned char)c->head.data[i]);
+	for (i = start; i < c->head.len; i++) {
+		char ch = c->head.data[i];
+
+		if (ch >= 'A' && ch <= 'Z')
+			c->head.data[i] = (char)(ch + ('a' - 'A'));
+	}
 	h->name_len += (uint32_t)n;
 	return 0;
 }
@@ -406,6 +409,7 @@ const char *sluice_status_text(int status)
 
 void sluice_resp_begin(sluice_conn_t *c, int status)
 {
+	sluice_buf_reserve(&c->out, 512); /* one answer, usually */
 	sluice_buf_puts(&c->out, "HTTP/1.1 ");
 	sluice_buf_u64(&c->out, (uint64_t)status);
 	sluice_buf_append(&c->out, " ", 1);

@@ -31,10 +31,20 @@ void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
 
 void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
 {
-	if (m->rule->ntiers > 0)
-		snprintf(buf, len, "%s/%s", m->rule->name, m->set->name);
-	else
-		snprintf(buf, len, "%s", m->rule->name);
+	size_t n = strlen(m->rule->name), t;
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, m->rule->name, n);
+	if (m->rule->ntiers > 0 && n + 1 < len) {
+		buf[n++] = '/';
+		t = strlen(m->set->name);
+		if (t >= len - n)
+			t = len - n - 1;
+		memcpy(buf + n, m->set->name, t);
+		n += t;
+	}
+	buf[n] = '\0';
 }
 
 void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)

@@ -35,8 +35,13 @@ typedef struct sluice_redis_opts_s {
 	size_t nseeds;
 	const char *key_prefix; /* NULL: "sluice:" */
 	unsigned timeout_ms;	/* per call; 0: 50 */
-	unsigned connections;	/* per client; 0: 1 */
+	unsigned connections;	/* per client (per node in a cluster); 0: 1 */
+	unsigned flags;		/* SLUICE_REDIS_* below */
 } sluice_redis_opts_t;
+
+/* Always use the Lua script, even where the SLUICE.TAKE module is loaded
+ * (for comparisons; by default the module is used when present). */
+#define SLUICE_REDIS_SCRIPT_ONLY 1u
 
 /*
  * Called once per sluice_redis_take(), on the loop's thread.  status is 0
@@ -68,7 +73,9 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 int sluice_redis_healthy(const sluice_redis_t *r);
 
 /* Closes the connections; calls that are still pending fail with
- * SLUICE_ESTORE.  Safe to call from the loop's thread only. */
+ * SLUICE_ESTORE.  Call it from the loop's thread, outside the client's
+ * callbacks; the memory is released once the loop has run again (it
+ * closes the client's timers). */
 void sluice_redis_free(sluice_redis_t *r);
 
 #ifdef __cplusplus

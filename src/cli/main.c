@@ -7,6 +7,7 @@
  */
 #include "serve/config.h"
 #include "serve/server.h"
+#include "sim/sim.h"
 #include "sluice.h"
 
 #include <getopt.h>
@@ -27,6 +28,10 @@ static int cmd_version(int argc, char **argv);
 static const command_t commands[] = {
 	{"serve", "run the HTTP rate-limit decision service", cmd_serve},
 	{"check-config", "validate a config file", cmd_check_config},
+	{"simulate", "compare limiters on generated traffic",
+	 sluice_cmd_simulate},
+	{"replay", "replay an nginx access log against a config",
+	 sluice_cmd_replay},
 	{"version", "print the version", cmd_version},
 };
 

@@ -190,6 +190,28 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 			char *buf, size_t len);
 
+/* Identities longer than this many bytes are hashed in store keys. */
+#define SLUICE_IDENTITY_MAX 200
+
+/*
+ * Writes the store key of `rule` for one identity into m->key and
+ * m->keylen: "<rule>\x1f<identity>", where an identity longer than
+ * SLUICE_IDENTITY_MAX bytes or holding control characters is replaced by
+ * "~" and its hex SHA-256 (bounded, and no client can make two values
+ * share a bucket).  sluice_rules_match() builds keys this way; /v1/take
+ * calls it so that the same identity reaches the same bucket.
+ */
+void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
+		     size_t len, sluice_match_t *m);
+
+/*
+ * The limit set of a rule for a tier name (compared without regard to
+ * case): the rule's limits when it has no tiers, the default tier when
+ * the name is NULL, empty or unknown.
+ */
+const sluice_limit_set_t *sluice_rule_tier(const sluice_rule_t *rule,
+					   const char *tier, size_t len);
+
 /*
  * The path glob of a rule: '*' matches any run of characters (slashes
  * included), '?' exactly one character, anything else itself.  Matches

@@ -139,7 +139,7 @@ static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		       const char *rule)
 {
 	static const char *const keys[] = {"methods", "path", NULL};
-	char what[128];
+	char what[256];
 	yaml_node_t *v;
 	const char *s;
 
@@ -240,7 +240,7 @@ static int parse_limit(sluice_yaml_t *y, yaml_node_t *node,
 	uint64_t capacity;
 	sluice_rate_t r;
 	const char *text;
-	char msg[384], field[200];
+	char msg[384], field[320];
 
 	if (sluice_yaml_expect_map(y, node, what) < 0 ||
 	    sluice_yaml_check_keys(y, node, what, keys) < 0)
@@ -273,7 +273,7 @@ static int parse_limit(sluice_yaml_t *y, yaml_node_t *node,
 static int parse_limit_list(sluice_yaml_t *y, yaml_node_t *node,
 			    sluice_limit_set_t *set, const char *what)
 {
-	char item[160];
+	char item[256];
 	size_t i, n;
 
 	if (sluice_yaml_expect_seq(y, node, what) < 0)
@@ -304,7 +304,7 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	yaml_node_t *hdr, *def, *lim;
 	yaml_node_pair_t *p;
 	const char *s, *dname = NULL;
-	char what[160];
+	char what[256];
 	size_t i, n;
 
 	snprintf(what, sizeof(what), "%s: tiers", rule);
@@ -434,7 +434,7 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	static const char *const keys[] = {"name",	     "match",  "key",
 					   "limits",	     "tiers",  "cost",
 					   "on_store_error", "shadow", NULL};
-	char rule[128], what[160];
+	char rule[128], what[256];
 	yaml_node_t *v, *lim, *tiers;
 	const char *s;
 	uint64_t u;

@@ -16,11 +16,34 @@
 
 /* ------------------------------------------------------------- loading */
 
+/* "FILE:LINE: YAML syntax error: ..." from the parser's state. */
+static int syntax_error(sluice_yaml_t *y, const yaml_parser_t *parser)
+{
+	const yaml_mark_t *m =
+		parser->problem_mark.line || parser->problem_mark.column
+			? &parser->problem_mark
+			: &parser->context_mark;
+	char started[48] = "";
+
+	if (parser->context && m != &parser->context_mark &&
+	    parser->context_mark.line != m->line)
+		snprintf(started, sizeof(started), " (started on line %zu)",
+			 parser->context_mark.line + 1);
+	snprintf(y->err, y->errlen,
+		 "%s:%zu: YAML syntax error: %s%s%s%s; expected valid YAML "
+		 "(check indentation, quotes and colons)",
+		 y->name, m->line + 1,
+		 parser->problem ? parser->problem : "malformed",
+		 parser->context ? " " : "",
+		 parser->context ? parser->context : "", started);
+	return -1;
+}
+
 int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len)
 {
 	yaml_parser_t parser;
+	yaml_document_t more;
 	yaml_node_t *root;
-	int ok;
 
 	memset(&y->doc, 0, sizeof(y->doc));
 	if (!yaml_parser_initialize(&parser)) {
@@ -28,31 +51,32 @@ int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len)
 		return -1;
 	}
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-	ok = yaml_parser_load(&parser, &y->doc);
-	if (!ok) {
-		const yaml_mark_t *m =
-			parser.problem_mark.line || parser.problem_mark.column
-				? &parser.problem_mark
-				: &parser.context_mark;
-
-		char started[48] = "";
-
-		if (parser.context && m != &parser.context_mark &&
-		    parser.context_mark.line != m->line)
-			snprintf(started, sizeof(started),
-				 " (started on line %zu)",
-				 parser.context_mark.line + 1);
-		snprintf(y->err, y->errlen,
-			 "%s:%zu: YAML syntax error: %s%s%s%s; expected valid "
-			 "YAML (check indentation, quotes and colons)",
-			 y->name, m->line + 1,
-			 parser.problem ? parser.problem : "malformed",
-			 parser.context ? " " : "",
-			 parser.context ? parser.context : "", started);
+	if (!yaml_parser_load(&parser, &y->doc)) {
+		syntax_error(y, &parser);
 		yaml_parser_delete(&parser);
 		memset(&y->doc, 0, sizeof(y->doc));
 		return -1;
 	}
+	/* A second document ("---") would be silently ignored: refuse it,
+	 * and read it to the end so a syntax error there is reported too. */
+	if (!yaml_parser_load(&parser, &more)) {
+		syntax_error(y, &parser);
+		yaml_parser_delete(&parser);
+		yaml_document_delete(&y->doc);
+		return -1;
+	}
+	root = yaml_document_get_root_node(&more);
+	if (root) {
+		snprintf(y->err, y->errlen,
+			 "%s:%zu: a second YAML document; expected one "
+			 "document per file",
+			 y->name, root->start_mark.line + 1);
+		yaml_document_delete(&more);
+		yaml_parser_delete(&parser);
+		yaml_document_delete(&y->doc);
+		return -1;
+	}
+	yaml_document_delete(&more);
 	yaml_parser_delete(&parser);
 	root = yaml_document_get_root_node(&y->doc);
 	if (!root || sluice_yaml_is_null(root)) {

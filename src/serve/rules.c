@@ -3,27 +3,28 @@
  * tier selection and the client address behind trusted proxies.
  *
  * Everything here is a pure function of the config and the request: no
- * allocation, no I/O, so the HTTP layer can call it on every request from
- * any thread.
+ * I/O and no allocation (except for paths over 4 KiB), so the HTTP layer
+ * can call it on every request from any thread.
  *
- * Store keys are "<rule>\x1f<identity>".  The identity is the value of the
- * first key source that is non-empty; a composite source joins its parts
- * with \x1f.  An identity longer than SLUICE_IDENTITY_MAX bytes, or one
- * holding control characters, is replaced by "~" and the hex SHA-256 of
- * the raw identity: fixed-size, and a client cannot make two different
- * values share a bucket (plain truncation would let "AAAA...x" and
- * "AAAA...y" collide).
+ * Store keys are "<rule>\x1f<identity>" (see sluice_rule_key()).  The
+ * identity is the value of the first key source that is non-empty; a composite
+ * source joins its parts with \x1f.  An identity longer than
+ * SLUICE_IDENTITY_MAX bytes, or one holding control characters, is replaced by
+ * "~" and the hex SHA-256 of the raw identity: fixed-size, and a client cannot
+ * make two different values share a bucket (plain truncation would let
+ * "AAAA...x" and "AAAA...y" collide).
  */
 #include "serve/config.h"
 #include "serve/sha256.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-/* Identities longer than this are hashed (see above). */
-#define SLUICE_IDENTITY_MAX 200
+/* Longest rule name a key carries: 64 + 1 + 200 < sizeof(key). */
+#define SLUICE_KEY_NAME_MAX 64
 
 /* ------------------------------------------------------------- helpers */
 
@@ -91,7 +92,125 @@ int sluice_glob_match(const char *pat, const char *s, size_t n)
 	return glob_match(pat, s, n);
 }
 
-static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req)
+/*
+ * Path normalisation, so that a client cannot step around a path rule by
+ * spelling the path differently from how the application will route it:
+ * percent-escapes are decoded (except %2F and %00, which would change the
+ * segments or end the string), runs of '/' collapse to one, and "." and
+ * ".." segments are resolved ("/x/../api//%75pload" is "/api/upload").
+ * nginx does the same to $uri; X-Original-URI carries the raw form.
+ * Works in place: the result is never longer than the input.
+ */
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static size_t decode_escapes(const char *in, size_t n, char *out)
+{
+	size_t i = 0, o = 0;
+
+	while (i < n) {
+		int hi, lo;
+
+		if (in[i] == '%' && i + 2 < n &&
+		    (hi = hexval(in[i + 1])) >= 0 &&
+		    (lo = hexval(in[i + 2])) >= 0) {
+			int v = hi * 16 + lo;
+
+			if (v == '/' || v == 0) { /* keep, in one spelling */
+				out[o++] = '%';
+				out[o++] = v ? '2' : '0';
+				out[o++] = v ? 'F' : '0';
+			} else {
+				out[o++] = (char)v;
+			}
+			i += 3;
+		} else {
+			out[o++] = in[i++];
+		}
+	}
+	return o;
+}
+
+static size_t resolve_segments(char *buf, size_t m)
+{
+	size_t r = 0, w = 0, s, seglen;
+
+	while (r < m) {
+		if (buf[r] != '/') {
+			buf[w++] = buf[r++];
+			continue;
+		}
+		while (r < m && buf[r] == '/')
+			r++;
+		s = r;
+		while (r < m && buf[r] != '/')
+			r++;
+		seglen = r - s;
+		if (seglen == 2 && buf[s] == '.' && buf[s + 1] == '.') {
+			while (w > 0 && buf[w - 1] != '/')
+				w--;
+			if (w > 0)
+				w--;
+			seglen = 0;
+		} else if (seglen == 1 && buf[s] == '.') {
+			seglen = 0;
+		}
+		if (seglen == 0) {
+			if (r == m) /* a trailing slash stays */
+				buf[w++] = '/';
+			continue;
+		}
+		buf[w++] = '/';
+		memmove(buf + w, buf + s, seglen);
+		w += seglen;
+	}
+	return w;
+}
+
+/* Paths up to this size are normalised on the stack; longer ones (rare:
+ * only with a large http.max_header_bytes) on the heap. */
+#define PATH_STACK 4096
+
+typedef struct npath_s {
+	const char *p;
+	size_t len;
+	char *heap;
+	char stack[PATH_STACK];
+} npath_t;
+
+static void normalize_path(const sluice_request_t *req, npath_t *np)
+{
+	const char *in = req->path ? req->path : "";
+	size_t n = req->path ? req->path_len : 0;
+	const char *q = memchr(in, '?', n);
+	char *buf = np->stack;
+
+	if (q) /* the query string is never part of the path */
+		n = (size_t)(q - in);
+	np->heap = NULL;
+	if (n > sizeof(np->stack)) {
+		np->heap = malloc(n);
+		if (!np->heap) { /* match the raw path rather than fail */
+			np->p = in;
+			np->len = n;
+			return;
+		}
+		buf = np->heap;
+	}
+	np->len = resolve_segments(buf, decode_escapes(in, n, buf));
+	np->p = buf;
+}
+
+static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req,
+			const npath_t *np)
 {
 	size_t i;
 
@@ -105,16 +224,7 @@ static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req)
 		if (i == r->nmethods)
 			return 0;
 	}
-	if (r->path) {
-		size_t n = req->path ? req->path_len : 0;
-		const char *q = req->path ? memchr(req->path, '?', n) : NULL;
-
-		if (q) /* the query string is never part of the path */
-			n = (size_t)(q - req->path);
-		if (!glob_match(r->path, req->path ? req->path : "", n))
-			return 0;
-	}
-	return 1;
+	return !r->path || glob_match(r->path, np->p, np->len);
 }
 
 /* --------------------------------------------------------------- keys */
@@ -141,67 +251,35 @@ static const char *part_value(const sluice_config_t *cfg,
 	return ip->len ? ip->buf : NULL;
 }
 
-/* Writes "<rule>\x1f<identity>" into m->key; returns 0, or -1 when every
- * key source of the rule is empty. */
-static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
-		     const sluice_rule_t *r, ipcache_t *ip, sluice_match_t *m)
+/* Writes "<rule>\x1f<identity>" into m->key, the identity being the
+ * concatenation of bufs[0..nb). */
+static void make_key(const char *name, const void *const *bufs,
+		     const size_t *lens, size_t nb, sluice_match_t *m)
 {
-	const void *bufs[2 * SLUICE_MAX_PARTS];
-	size_t lens[2 * SLUICE_MAX_PARTS];
-	size_t s, i, nb = 0, total = 0, namelen = strlen(r->name), off;
+	size_t i, j, total = 0, namelen = strlen(name), off;
 	int hash = 0;
 
-	for (s = 0; s < r->nsources; s++) {
-		const sluice_key_source_t *src = &r->sources[s];
-
-		nb = 0;
-		total = 0;
-		for (i = 0; i < src->nparts; i++) {
-			size_t len;
-			const char *v =
-				part_value(cfg, req, &src->parts[i], ip, &len);
-
-			if (!v || len == 0)
-				break;
-			if (i > 0) {
-				bufs[nb] = "\x1f";
-				lens[nb++] = 1;
-				total++;
-			}
-			bufs[nb] = v;
-			lens[nb++] = len;
-			total += len;
-		}
-		if (src->nparts > 0 && i == src->nparts)
-			break;
-	}
-	if (s == r->nsources)
-		return -1;
-
-	for (i = 0; i < nb && !hash; i++) {
+	for (i = 0; i < nb; i++) {
 		const unsigned char *p = bufs[i];
-		size_t j;
 
-		if (lens[i] == 1 && p[0] == 0x1f)
-			continue;
-		for (j = 0; j < lens[i]; j++)
-			if (p[j] < 0x20 || p[j] == 0x7f) {
+		total += lens[i];
+		if (lens[i] == 1 && p[0] == 0x1f && nb > 1)
+			continue; /* our own composite separator */
+		for (j = 0; j < lens[i] && !hash; j++)
+			if (p[j] < 0x20 || p[j] == 0x7f)
 				hash = 1;
-				break;
-			}
 	}
-	if (total > SLUICE_IDENTITY_MAX ||
-	    namelen + 1 + total >= sizeof(m->key))
+	if (total > SLUICE_IDENTITY_MAX)
 		hash = 1;
-	if (namelen + 1 + 65 >= sizeof(m->key)) /* config caps names */
-		namelen = sizeof(m->key) - 67;
+	if (namelen > SLUICE_KEY_NAME_MAX) /* the config caps names at 64 */
+		namelen = SLUICE_KEY_NAME_MAX;
 
-	memcpy(m->key, r->name, namelen);
+	memcpy(m->key, name, namelen);
 	m->key[namelen] = '\x1f';
 	off = namelen + 1;
 	if (hash) {
-		uint8_t d[32];
 		static const char hex[] = "0123456789abcdef";
+		uint8_t d[32];
 
 		sluice_sha256(bufs, lens, nb, d);
 		m->key[off++] = '~';
@@ -217,26 +295,79 @@ static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
 	}
 	m->key[off] = '\0';
 	m->keylen = off;
+}
+
+void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
+		     size_t len, sluice_match_t *m)
+{
+	const void *bufs[1] = {identity};
+	size_t lens[1] = {len};
+
+	make_key(rule->name, bufs, lens, 1, m);
+}
+
+/* Fills m->key from the first non-empty key source of the rule; returns
+ * 0, or -1 when every source is empty. */
+static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
+		     const sluice_rule_t *r, ipcache_t *ip, sluice_match_t *m)
+{
+	const void *bufs[2 * SLUICE_MAX_PARTS];
+	size_t lens[2 * SLUICE_MAX_PARTS];
+	size_t s, i, nb = 0;
+
+	for (s = 0; s < r->nsources; s++) {
+		const sluice_key_source_t *src = &r->sources[s];
+
+		nb = 0;
+		for (i = 0; i < src->nparts; i++) {
+			size_t len;
+			const char *v =
+				part_value(cfg, req, &src->parts[i], ip, &len);
+
+			if (!v || len == 0)
+				break;
+			if (i > 0) {
+				bufs[nb] = "\x1f";
+				lens[nb++] = 1;
+			}
+			bufs[nb] = v;
+			lens[nb++] = len;
+		}
+		if (src->nparts > 0 && i == src->nparts)
+			break;
+	}
+	if (s == r->nsources)
+		return -1;
+	make_key(r->name, bufs, lens, nb, m);
 	return 0;
 }
 
 /* -------------------------------------------------------------- tiers */
 
-static const sluice_limit_set_t *pick_set(const sluice_rule_t *r,
-					  const sluice_request_t *req)
+const sluice_limit_set_t *sluice_rule_tier(const sluice_rule_t *r,
+					   const char *tier, size_t len)
 {
-	const char *v;
-	size_t len, i;
+	size_t i;
 
 	if (r->ntiers == 0)
 		return &r->limits;
-	v = get_header(req, r->tier_header, &len);
-	if (v && len > 0)
+	if (tier && len > 0)
 		for (i = 0; i < r->ntiers; i++)
 			if (strlen(r->tiers[i].name) == len &&
-			    strncasecmp(r->tiers[i].name, v, len) == 0)
+			    strncasecmp(r->tiers[i].name, tier, len) == 0)
 				return &r->tiers[i];
 	return &r->tiers[r->default_tier];
+}
+
+static const sluice_limit_set_t *pick_set(const sluice_rule_t *r,
+					  const sluice_request_t *req)
+{
+	const char *v = NULL;
+	size_t len = 0;
+
+	if (r->ntiers > 0)
+		v = get_header(req, r->tier_header, &len);
+	return sluice_rule_tier(r, v, len);
 }
 
 size_t sluice_rules_match(const sluice_config_t *cfg,
@@ -244,12 +375,15 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 			  size_t max)
 {
 	ipcache_t ip = {0};
+	npath_t np;
 	size_t i, n = 0;
+
+	normalize_path(req, &np);
 
 	for (i = 0; i < cfg->nrules && n < max; i++) {
 		const sluice_rule_t *r = &cfg->rules[i];
 
-		if (!rule_applies(r, req))
+		if (!rule_applies(r, req, &np))
 			continue;
 		if (build_key(cfg, req, r, &ip, &out[n]) < 0)
 			continue;
@@ -257,6 +391,7 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 		out[n].set = pick_set(r, req);
 		n++;
 	}
+	free(np.heap);
 	return n;
 }
 

@@ -19,11 +19,14 @@
  * cleared as the hand passes).  Lossy evictions are counted.
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no
- * background thread and no stop-the-world scan: every call also examines
- * RECLAIM_STEP slots at its shard's cursor, and every RECLAIM_EVERY-th call
- * of a thread sweeps RECLAIM_AWAY slots of another shard (if its lock is
- * free), so shards that traffic no longer reaches are emptied too.  The
- * cost of reclaiming is spread evenly over the traffic.
+ * background thread and no stop-the-world scan: every RECLAIM_EVERY-th
+ * call of a thread examines one slot at its shard's cursor, and every
+ * RECLAIM_AWAY_EVERY-th call sweeps RECLAIM_AWAY slots of another shard (if
+ * its lock is free), so shards that traffic no longer reaches are emptied
+ * too.  Looking at a slot costs a cache miss on its entry, so the sweep is
+ * kept to about half a slot per call: the cost of reclaiming is small and
+ * spread evenly over the traffic, and the bound holds regardless through
+ * eviction.
  */
 #include "sluice.h"
 #include "util/siphash.h"
@@ -32,14 +35,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SHARDS    64
-#define MAX_STATES    64
-#define MAX_KEYLEN    65535
-#define MIN_SLOTS     16
-#define EVICT_WINDOW  32
-#define RECLAIM_STEP  2
-#define RECLAIM_EVERY 16
-#define RECLAIM_AWAY  32
+#define MAX_SHARDS	   64
+#define MAX_STATES	   64
+#define MAX_KEYLEN	   65535
+#define MIN_SLOTS	   16
+#define EVICT_WINDOW	   32
+#define RECLAIM_EVERY	   4
+#define RECLAIM_AWAY_EVERY 64
+#define RECLAIM_AWAY	   16
 
 typedef struct entry_s {
 	uint32_t hash; /* low 32 bits of the key's hash, to skip memcmp */
@@ -52,8 +55,8 @@ typedef struct entry_s {
 
 typedef struct shard_s {
 	pthread_mutex_t lock;
-	entry_t **slots;
-	size_t mask; /* slots - 1 (a power of two minus one) */
+	uintptr_t *slots; /* tagged entry pointers, see slot_of_entry() */
+	size_t mask;	  /* slots - 1 (a power of two minus one) */
 	size_t count;
 	size_t max;
 	size_t hand;   /* CLOCK hand for eviction */
@@ -88,9 +91,32 @@ static int entry_dead(const entry_t *e, int64_t now_us)
 
 /* ------------------------------------------------------------- the table */
 
-static size_t slot_of(const shard_t *s, uint64_t hash)
+/*
+ * A slot holds an entry pointer with 16 bits of the key's hash in its top
+ * bits, which user-space pointers on x86-64 and arm64 (48-bit addresses)
+ * leave at zero.  A probe compares tags first, so it touches (and misses
+ * the cache on) an entry only when it is almost surely the one sought.
+ */
+#define TAG_SHIFT 48
+
+static uintptr_t tag_of(uint32_t hash)
 {
-	return (size_t)hash & s->mask;
+	return (uintptr_t)(hash >> 16) << TAG_SHIFT;
+}
+
+static entry_t *untag(uintptr_t slot)
+{
+	return (entry_t *)(slot & (((uintptr_t)1 << TAG_SHIFT) - 1));
+}
+
+static entry_t *entry_at(const shard_t *s, size_t i)
+{
+	return untag(s->slots[i]);
+}
+
+static uintptr_t slot_of_entry(entry_t *e)
+{
+	return (uintptr_t)e | tag_of(e->hash);
 }
 
 /* Removes the entry at slot i and shifts the following run back so that
@@ -99,24 +125,24 @@ static void remove_at(shard_t *s, size_t i)
 {
 	size_t j = i;
 
-	free(s->slots[i]);
-	s->slots[i] = NULL;
+	free(entry_at(s, i));
+	s->slots[i] = 0;
 	s->count--;
 	for (;;) {
 		size_t home;
 		entry_t *e;
 
 		j = (j + 1) & s->mask;
-		e = s->slots[j];
-		if (!e)
+		if (!s->slots[j])
 			return;
+		e = entry_at(s, j);
 		home = e->hash & s->mask;
 		/* Move e into the hole unless its home lies cyclically in
 		 * (i, j], where it can still be found without passing i. */
 		if ((j > i && (home <= i || home > j)) ||
 		    (j < i && (home <= i && home > j))) {
-			s->slots[i] = e;
-			s->slots[j] = NULL;
+			s->slots[i] = s->slots[j];
+			s->slots[j] = 0;
 			i = j;
 		}
 	}
@@ -128,7 +154,7 @@ static void place(shard_t *s, entry_t *e)
 
 	while (s->slots[i])
 		i = (i + 1) & s->mask;
-	s->slots[i] = e;
+	s->slots[i] = slot_of_entry(e);
 }
 
 /* Doubles the slot array; returns -1 (leaving the table as it was) when out
@@ -136,8 +162,8 @@ static void place(shard_t *s, entry_t *e)
 static int grow(shard_t *s)
 {
 	size_t old = s->mask + 1, i;
-	entry_t **prev = s->slots;
-	entry_t **next = calloc(old * 2, sizeof(*next));
+	uintptr_t *prev = s->slots;
+	uintptr_t *next = calloc(old * 2, sizeof(*next));
 
 	if (!next)
 		return -1;
@@ -145,7 +171,7 @@ static int grow(shard_t *s)
 	s->mask = old * 2 - 1;
 	for (i = 0; i < old; i++)
 		if (prev[i])
-			place(s, prev[i]);
+			place(s, untag(prev[i]));
 	free(prev);
 	s->hand &= s->mask;
 	s->cursor &= s->mask;
@@ -155,13 +181,17 @@ static int grow(shard_t *s)
 static long find(const shard_t *s, uint64_t hash, const void *key,
 		 size_t keylen)
 {
-	size_t i = slot_of(s, hash);
-	entry_t *e;
+	size_t i = (size_t)hash & s->mask;
+	uintptr_t tag = tag_of((uint32_t)hash), v;
 
-	while ((e = s->slots[i]) != NULL) {
-		if (e->hash == (uint32_t)hash && e->keylen == keylen &&
-		    memcmp(entry_key(e), key, keylen) == 0)
-			return (long)i;
+	while ((v = s->slots[i]) != 0) {
+		if ((v & ~(((uintptr_t)1 << TAG_SHIFT) - 1)) == tag) {
+			entry_t *e = untag(v);
+
+			if (e->hash == (uint32_t)hash && e->keylen == keylen &&
+			    memcmp(entry_key(e), key, keylen) == 0)
+				return (long)i;
+		}
 		i = (i + 1) & s->mask;
 	}
 	return -1;
@@ -175,7 +205,7 @@ static void reclaim_step(shard_t *s, int64_t now_us, int steps)
 
 	for (n = 0; n < steps && s->count > 0; n++) {
 		size_t i = s->cursor;
-		entry_t *e = s->slots[i];
+		entry_t *e = s->slots[i] ? entry_at(s, i) : NULL;
 
 		if (e && entry_dead(e, now_us)) {
 			/* remove_at may shift a live entry into slot i: look
@@ -195,7 +225,7 @@ static void evict_one(shard_t *s, int64_t now_us)
 	long victim = -1;
 
 	for (;; i = (i + 1) & s->mask) {
-		entry_t *e = s->slots[i];
+		entry_t *e = s->slots[i] ? entry_at(s, i) : NULL;
 
 		if (!e)
 			continue;
@@ -266,23 +296,25 @@ void sluice_memstore_free(sluice_memstore_t *m)
 
 		if (s->slots)
 			for (j = 0; j <= s->mask; j++)
-				free(s->slots[j]);
+				free(entry_at(s, j));
 		free(s->slots);
 		pthread_mutex_destroy(&s->lock);
 	}
 	free(m);
 }
 
-/* Every RECLAIM_EVERY-th call of a thread sweeps a little of another shard,
- * chosen round-robin; a busy shard is simply skipped this time. */
+/* Reclaiming is shared out by a per-thread call counter. */
+static __thread unsigned reclaim_tick;
+
+/* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
+ * sweeps part of another shard (round-robin; skipped when busy). */
 static void reclaim_elsewhere(sluice_memstore_t *m, int64_t now_us)
 {
-	static __thread unsigned tick;
 	shard_t *s;
 
-	if (m->nshards < 2 || ++tick % RECLAIM_EVERY != 0)
+	if (m->nshards < 2 || reclaim_tick % RECLAIM_AWAY_EVERY != 0)
 		return;
-	s = &m->shards[(tick / RECLAIM_EVERY) & (m->nshards - 1)];
+	s = &m->shards[(reclaim_tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
 	if (pthread_mutex_trylock(&s->lock) != 0)
 		return;
 	reclaim_step(s, now_us, RECLAIM_AWAY);
@@ -301,8 +333,10 @@ static void insert(shard_t *s, uint64_t hash, const void *key, size_t keylen,
 	if ((s->count + 1) * 4 > (s->mask + 1) * 3 && grow(s) != 0)
 		return;
 	e = malloc(sizeof(*e) + n * sizeof(sluice_state_t) + keylen);
-	if (!e)
+	if (!e || ((uintptr_t)e >> TAG_SHIFT) != 0) {
+		free(e); /* no room for a tag: decide, but keep no state */
 		return;
+	}
 	e->hash = (uint32_t)hash;
 	e->keylen = (uint16_t)keylen;
 	e->nstates = (uint8_t)n;
@@ -335,27 +369,29 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 
 	pthread_mutex_lock(&s->lock);
 	at = find(s, hash, key, keylen);
-	if (at >= 0 && s->slots[at]->nstates != nlimits) {
+	if (at >= 0 && entry_at(s, (size_t)at)->nstates != nlimits) {
 		/* The key's limits changed (a new config): start afresh. */
 		remove_at(s, (size_t)at);
 		at = -1;
 	}
 	if (at >= 0)
-		memcpy(cur, s->slots[at]->states, nlimits * sizeof(cur[0]));
+		memcpy(cur, entry_at(s, (size_t)at)->states,
+		       nlimits * sizeof(cur[0]));
 	else
 		memset(cur, 0, nlimits * sizeof(cur[0]));
 
 	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
 				  decisions, &sum);
 	if (at >= 0) {
-		entry_t *e = s->slots[at];
+		entry_t *e = entry_at(s, (size_t)at);
 
 		memcpy(e->states, next, nlimits * sizeof(next[0]));
 		e->ref = 1;
 	} else if (allowed && cost > 0) {
 		insert(s, hash, key, keylen, next, nlimits, now_us);
 	}
-	reclaim_step(s, now_us, RECLAIM_STEP);
+	if (++reclaim_tick % RECLAIM_EVERY == 0)
+		reclaim_step(s, now_us, 1);
 	pthread_mutex_unlock(&s->lock);
 	reclaim_elsewhere(m, now_us);
 

@@ -243,6 +243,8 @@ static const struct bad bad_files[] = {
 	 "YAML syntax error"},
 	{"listen: 1.2.3.4:80\n  threads: 2\n", 2, "YAML syntax error"},
 	{"", 1, "the file is empty"},
+	{"threads: 1\n---\nthreads: 2\n", 3, "a second YAML document"},
+	{"threads: 1\n---\nthreads: [\n", 4, "YAML syntax error"},
 	{"- a\n- b\n", 1, "expected a mapping"},
 	/* unknown and duplicate keys */
 	{"listen: 127.0.0.1:80\nthreds: 2\n", 2,

@@ -232,6 +232,53 @@ static void test_methods_paths_and_query_strings(void)
 	sluice_config_free(c);
 }
 
+static void test_paths_are_normalised_before_matching(void)
+{
+	sluice_config_t *c = load("rules:\n"
+				  "  - name: up\n"
+				  "    match: {path: \"/api/upload\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n");
+	static const char *const same[] = {
+		"/api/upload",	     "/api//upload",	     "//api/upload",
+		"/api/./upload",     "/x/../api/upload",     "/api/%75pload",
+		"/api/%75pload?a=b", "/x/%2e%2e/api/upload", "/../api/upload"};
+	/* dot segments resolve as in RFC 3986: "/api/upload/." is
+	 * "/api/upload/", another path */
+	static const char *const other[] = {
+		"/api%2Fupload",  "/api/upload/",    "/api/uploads",
+		"/api/upload%00", "/API/upload",     "/api/upload%2",
+		"/api/upload/.",  "/api/upload/x/.."};
+	sluice_match_t m[1];
+	req_t q;
+	size_t i;
+	char big[6000];
+
+	for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+		size_t n = sluice_rules_match(
+			c, &mkreq(&q, "GET", same[i], "10.0.0.1", NULL)->r, m,
+			1);
+		if (n != 1)
+			fprintf(stderr, "%s should match\n", same[i]);
+		CHECK(n == 1);
+	}
+	for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		size_t n = sluice_rules_match(
+			c, &mkreq(&q, "GET", other[i], "10.0.0.1", NULL)->r, m,
+			1);
+		if (n != 0)
+			fprintf(stderr, "%s should not match\n", other[i]);
+		CHECK(n == 0);
+	}
+	/* a long path is normalised too (on the heap) */
+	memset(big, 0, sizeof(big));
+	for (i = 0; i + 2 < 5000; i += 2)
+		memcpy(big + i, "/.", 2);
+	strcat(big, "/api/upload");
+	CHECK(sluice_rules_match(c, &mkreq(&q, "GET", big, "10.0.0.1", NULL)->r,
+				 m, 1) == 1);
+	sluice_config_free(c);
+}
+
 static void test_composite_keys_need_every_part(void)
 {
 	sluice_config_t *c = load(two_rules);
@@ -321,6 +368,32 @@ static void test_long_or_binary_values_are_hashed(void)
 	sluice_config_free(c);
 }
 
+static void test_rule_key_matches_request_keys(void)
+{
+	sluice_config_t *c = sluice_config_default();
+	sluice_match_t m1[1], m2[1];
+	char v[300];
+	req_t q;
+
+	/* /v1/take builds its keys with sluice_rule_key(): same bucket */
+	sluice_rules_match(
+		c,
+		&mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", "ann", NULL)->r,
+		m1, 1);
+	sluice_rule_key(&c->rules[0], "ann", 3, m2);
+	CHECK(m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) == 0);
+	memset(v, 'z', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	sluice_rules_match(
+		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v, NULL)->r,
+		m1, 1);
+	sluice_rule_key(&c->rules[0], v, strlen(v), m2);
+	CHECK(m1[0].keylen == 8 + 65 && m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) == 0);
+	sluice_config_free(c);
+}
+
 /* --------------------------------------------------------------- tiers */
 
 static void test_tiers_follow_the_header(void)
@@ -365,6 +438,11 @@ static void test_tiers_follow_the_header(void)
 		m, 1);
 	CHECK(strcmp(m[0].set->name, "anonymous") == 0);
 	CHECK(m[0].set->limits[0].capacity == 50);
+	/* the same choice by name, for /v1/take */
+	CHECK(strcmp(sluice_rule_tier(&c->rules[0], "PAID", 4)->name, "paid") ==
+	      0);
+	CHECK(strcmp(sluice_rule_tier(&c->rules[0], NULL, 0)->name,
+		     "anonymous") == 0);
 	sluice_config_free(c);
 }
 
@@ -543,8 +621,10 @@ int main(void)
 	RUN(test_glob);
 	RUN(test_default_rule_keys_user_then_ip);
 	RUN(test_methods_paths_and_query_strings);
+	RUN(test_paths_are_normalised_before_matching);
 	RUN(test_composite_keys_need_every_part);
 	RUN(test_long_or_binary_values_are_hashed);
+	RUN(test_rule_key_matches_request_keys);
 	RUN(test_tiers_follow_the_header);
 	RUN(test_untrusted_peer_cannot_spoof);
 	RUN(test_trusted_proxy_headers);

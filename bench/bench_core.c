@@ -1,0 +1,503 @@
+/*
+ * bench_core.c -- `sluice_bench`: the in-process numbers of `make bench`.
+ *
+ *   sluice_bench core   [--seconds S]
+ *       pure sluice_eval() decisions per second, one thread
+ *   sluice_bench store  --keys N [--threads T] [--seconds S]
+ *       memory store decisions per second over N resident 16-byte keys
+ *   sluice_bench memory --keys N
+ *       resident bytes per key of the memory store (RSS growth / N)
+ *   sluice_bench redis  --url URL --keys N [--seconds S] [--inflight K]
+ *                       [--connections C] [--fill]
+ *       decisions per second through the Redis store client (script path,
+ *       or the module when the server has it), K decisions in flight;
+ *       --fill takes once from each of N keys and stops (for memory)
+ *
+ * Each prints one JSON object on stdout.  Not a test: the figures depend
+ * on the machine and go to docs/BENCHMARKS.md through bench/run.
+ */
+#include "sluice.h"
+#ifdef SLUICE_BENCH_REDIS
+#include "sluice_redis.h"
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SEC INT64_C(1000000)
+
+/* Tokens each key takes when the stores are filled: 90 of 100 at 2/s is
+ * 45 s until full, so keys stay resident for a whole run. */
+#define FILL_COST 90
+
+typedef struct {
+	const char *mode;
+	double seconds;
+	uint64_t keys;
+	unsigned threads;
+	const char *url;
+	unsigned inflight;
+	unsigned connections;
+	int fill;
+} opts_t;
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+/* Key i as 16 bytes: a fixed tag and the index (what a hashed API key or
+ * a user id of that length costs). */
+static void key16(uint64_t i, unsigned char out[16])
+{
+	memcpy(out, "sluice-k", 8);
+	memcpy(out + 8, &i, 8);
+}
+
+static sluice_limit_t classic_limit(void)
+{
+	sluice_limit_t l;
+	char err[128];
+
+	if (sluice_limit_parse(&l, "100", "2/s", err, sizeof(err)) != 0) {
+		fprintf(stderr, "sluice_bench: %s\n", err);
+		exit(1);
+	}
+	return l;
+}
+
+/* ----------------------------------------------------------------- core */
+
+static int bench_core(const opts_t *o)
+{
+	sluice_limit_t l = classic_limit();
+	sluice_state_t states[1024] = {0};
+	sluice_decision_t d;
+	uint64_t n = 0, allowed = 0, seed = 1;
+	int64_t now = sluice_now_us();
+	double t0 = mono_s(), el;
+
+	/* 1024 buckets, each asked about 4 times a second of simulated time
+	 * (250 us per decision) while it refills 2/s: about half the decisions
+	 * allow, as in a busy service with some abuse. */
+	do {
+		int i;
+
+		for (i = 0; i < 4096; i++) {
+			sluice_state_t *s = &states[splitmix(&seed) & 1023];
+
+			sluice_eval(&l, *s, now, 1, s, &d);
+			now += 250;
+			allowed += (uint64_t)d.allowed;
+		}
+		n += 4096;
+		el = mono_s() - t0;
+	} while (el < o->seconds);
+	printf("{\"mode\": \"core\", \"decisions\": %llu, \"seconds\": %.3f, "
+	       "\"dps\": %.0f, \"allowed_share\": %.3f}\n",
+	       (unsigned long long)n, el, (double)n / el,
+	       (double)allowed / (double)n);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- store */
+
+typedef struct {
+	sluice_memstore_t *store;
+	const opts_t *o;
+	uint64_t seed;
+	uint64_t n;
+	double seconds;
+} worker_t;
+
+static void *store_worker(void *arg)
+{
+	worker_t *w = arg;
+	sluice_limit_t l = classic_limit();
+	sluice_decision_t sum;
+	unsigned char k[16];
+	double t0 = mono_s(), el;
+	int64_t now = sluice_now_us();
+
+	do {
+		int i;
+
+		for (i = 0; i < 1024; i++) {
+			key16(splitmix(&w->seed) % w->o->keys, k);
+			sluice_memstore_take(w->store, k, sizeof(k), &l, 1, 1,
+					     now, NULL, &sum);
+		}
+		w->n += 1024;
+		now = sluice_now_us();
+		el = mono_s() - t0;
+	} while (el < w->o->seconds);
+	w->seconds = el;
+	return NULL;
+}
+
+static int bench_store(const opts_t *o)
+{
+	sluice_memstore_t *st =
+		sluice_memstore_new((size_t)(o->keys + o->keys / 4 + 16));
+	sluice_limit_t l = classic_limit();
+	sluice_decision_t sum;
+	sluice_memstore_stats_t stats;
+	worker_t w[64];
+	pthread_t th[64];
+	unsigned char k[16];
+	uint64_t i, total = 0;
+	double secs = 0;
+	unsigned t;
+
+	if (!st || o->threads < 1 || o->threads > 64) {
+		fprintf(stderr, "sluice_bench: store: out of memory or bad "
+				"--threads\n");
+		return 1;
+	}
+	/* Every key resident before timing starts.  Taking FILL_COST tokens
+	 * keeps a key's state (not full) for 45 s, longer than the fill and
+	 * the run: a full bucket would be forgotten. */
+	for (i = 0; i < o->keys; i++) {
+		key16(i, k);
+		sluice_memstore_take(st, k, sizeof(k), &l, 1, FILL_COST,
+				     sluice_now_us(), NULL, &sum);
+	}
+	for (t = 0; t < o->threads; t++) {
+		memset(&w[t], 0, sizeof(w[t]));
+		w[t].store = st;
+		w[t].o = o;
+		w[t].seed = 1000 + t;
+		if (pthread_create(&th[t], NULL, store_worker, &w[t]) != 0) {
+			fprintf(stderr,
+				"sluice_bench: pthread_create failed\n");
+			return 1;
+		}
+	}
+	for (t = 0; t < o->threads; t++) {
+		pthread_join(th[t], NULL);
+		total += w[t].n;
+		if (w[t].seconds > secs)
+			secs = w[t].seconds;
+	}
+	sluice_memstore_stats(st, &stats);
+	printf("{\"mode\": \"store\", \"keys\": %llu, \"threads\": %u, "
+	       "\"resident_keys\": %llu, \"decisions\": %llu, "
+	       "\"seconds\": %.3f, \"dps\": %.0f}\n",
+	       (unsigned long long)o->keys, o->threads,
+	       (unsigned long long)stats.keys, (unsigned long long)total, secs,
+	       (double)total / secs);
+	sluice_memstore_free(st);
+	return 0;
+}
+
+/* --------------------------------------------------------------- memory */
+
+static long rss_bytes(void)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+		resident = -1;
+	fclose(f);
+	return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
+}
+
+static int bench_memory(const opts_t *o)
+{
+	sluice_limit_t l = classic_limit();
+	sluice_decision_t sum;
+	sluice_memstore_stats_t stats;
+	sluice_memstore_t *st;
+	unsigned char k[16];
+	long before, after;
+	uint64_t i;
+	int64_t now = sluice_now_us();
+
+	/* Room for a quarter more than N, so that no shard evicts. */
+	before = rss_bytes();
+	st = sluice_memstore_new((size_t)(o->keys + o->keys / 4 + 16));
+	if (!st) {
+		fprintf(stderr, "sluice_bench: memory: out of memory\n");
+		return 1;
+	}
+	/* Each key takes FILL_COST tokens, so every state is "not full" and
+	 * stays resident (a full bucket would be forgotten). */
+	for (i = 0; i < o->keys; i++) {
+		key16(i, k);
+		sluice_memstore_take(st, k, sizeof(k), &l, 1, FILL_COST, now,
+				     NULL, &sum);
+	}
+	after = rss_bytes();
+	sluice_memstore_stats(st, &stats);
+	printf("{\"mode\": \"memory\", \"keys\": %llu, \"resident_keys\": "
+	       "%llu, \"rss_before\": %ld, \"rss_after\": %ld, "
+	       "\"bytes_per_key\": %.1f}\n",
+	       (unsigned long long)o->keys, (unsigned long long)stats.keys,
+	       before, after,
+	       (double)(after - before) /
+		       (double)(stats.keys ? stats.keys : 1));
+	sluice_memstore_free(st);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- redis */
+
+#ifdef SLUICE_BENCH_REDIS
+typedef struct {
+	uv_loop_t *loop;
+	sluice_redis_t *r;
+	const opts_t *o;
+	sluice_limit_t limit;
+	uint64_t seed, issued, done, failed, allowed;
+	uint64_t next_key; /* --fill: keys 0..N-1 in order */
+	double t0, t_end;
+	int stopping;
+	uint32_t *lat_us; /* latency samples */
+	size_t nlat, caplat;
+} rb_t;
+
+typedef struct {
+	rb_t *b;
+	double start;
+} rcall_t;
+
+static void issue(rb_t *b);
+
+static void on_take(void *arg, int status, int allowed,
+		    const sluice_decision_t *summary, size_t which)
+{
+	rcall_t *c = arg;
+	rb_t *b = c->b;
+	double now = mono_s();
+
+	(void)summary;
+	(void)which;
+	b->done++;
+	if (status < 0)
+		b->failed++;
+	else
+		b->allowed += (uint64_t)allowed;
+	if (b->nlat < b->caplat)
+		b->lat_us[b->nlat++] = (uint32_t)((now - c->start) * 1e6);
+	free(c);
+	if (!b->stopping)
+		issue(b);
+}
+
+static void issue(rb_t *b)
+{
+	char key[32];
+	int len;
+	rcall_t *c;
+
+	if (b->o->fill ? b->next_key >= b->o->keys : mono_s() >= b->t_end) {
+		b->stopping = 1;
+		return;
+	}
+	c = malloc(sizeof(*c));
+	if (!c) {
+		b->stopping = 1;
+		return;
+	}
+	c->b = b;
+	c->start = mono_s();
+	len = snprintf(key, sizeof(key), "k%llu",
+		       (unsigned long long)(b->o->fill ? b->next_key++
+						       : splitmix(&b->seed) %
+								 b->o->keys));
+	b->issued++;
+	/* --fill keeps every key for 45 s (see FILL_COST), past the
+	 * measurement of Redis's memory. */
+	if (sluice_redis_take(b->r, key, (size_t)len, &b->limit, 1,
+			      b->o->fill ? FILL_COST : 1, on_take, c) != 0) {
+		b->failed++;
+		b->done++;
+		free(c);
+		b->stopping = 1;
+	}
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	rb_t *b = t->data;
+
+	if (b->stopping && b->done == b->issued) {
+		uv_timer_stop(t);
+		uv_stop(b->loop);
+	}
+}
+
+static int bench_redis(const opts_t *o)
+{
+	uv_loop_t loop;
+	uv_timer_t tick;
+	sluice_redis_opts_t ro;
+	rb_t b;
+	char err[256];
+	double t_ready, el;
+	unsigned i;
+
+	memset(&b, 0, sizeof(b));
+	memset(&ro, 0, sizeof(ro));
+	ro.url = o->url;
+	ro.timeout_ms = 1000;
+	ro.connections = o->connections;
+	uv_loop_init(&loop);
+	b.loop = &loop;
+	b.o = o;
+	b.seed = 7;
+	b.limit = classic_limit();
+	b.caplat = 4000000;
+	b.lat_us = malloc(b.caplat * sizeof(*b.lat_us));
+	if (!b.lat_us ||
+	    sluice_redis_new(&loop, &ro, &b.r, err, sizeof(err)) != 0) {
+		fprintf(stderr, "sluice_bench: redis: %s\n", err);
+		return 1;
+	}
+	/* Wait (up to 5 s) for the connections. */
+	t_ready = mono_s() + 5;
+	while (!sluice_redis_healthy(b.r) && mono_s() < t_ready)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	if (!sluice_redis_healthy(b.r)) {
+		fprintf(stderr, "sluice_bench: redis: %s: not reachable\n",
+			o->url);
+		return 1;
+	}
+	uv_timer_init(&loop, &tick);
+	tick.data = &b;
+	uv_timer_start(&tick, on_tick, 10, 10);
+	b.t0 = mono_s();
+	b.t_end = b.t0 + o->seconds;
+	for (i = 0; i < o->inflight && !b.stopping; i++)
+		issue(&b);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	el = mono_s() - b.t0;
+	qsort(b.lat_us, b.nlat, sizeof(*b.lat_us), cmp_u32);
+	printf("{\"mode\": \"redis\", \"keys\": %llu, \"decisions\": %llu, "
+	       "\"failed\": %llu, \"allowed\": %llu, \"seconds\": %.3f, "
+	       "\"dps\": %.0f, \"p50_ms\": %.3f, \"p99_ms\": %.3f}\n",
+	       (unsigned long long)o->keys, (unsigned long long)b.done,
+	       (unsigned long long)b.failed, (unsigned long long)b.allowed, el,
+	       (double)(b.done - b.failed) / el,
+	       b.nlat ? b.lat_us[b.nlat / 2] / 1000.0 : 0.0,
+	       b.nlat ? b.lat_us[b.nlat * 99 / 100] / 1000.0 : 0.0);
+	sluice_redis_free(b.r);
+	uv_close((uv_handle_t *)&tick, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+	free(b.lat_us);
+	return b.failed == b.done ? 1 : 0;
+}
+#else
+static int bench_redis(const opts_t *o)
+{
+	(void)o;
+	printf("{\"mode\": \"redis\", \"error\": \"this build has no Redis "
+	       "store (src/store/redis)\"}\n");
+	return 3;
+}
+#endif
+
+/* ----------------------------------------------------------------- main */
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: sluice_bench core [--seconds S]\n"
+		"       sluice_bench store --keys N [--threads T] [--seconds "
+		"S]\n"
+		"       sluice_bench memory --keys N\n"
+		"       sluice_bench redis --url URL --keys N [--seconds S] "
+		"[--inflight K] [--connections C] [--fill]\n");
+	return 2;
+}
+
+static int number(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = s ? strtod(s, &end) : 0;
+	return s && !errno && *end == '\0' && *out > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	opts_t o = {0};
+	double v;
+	int i;
+
+	if (argc < 2)
+		return usage();
+	o.mode = argv[1];
+	o.seconds = 3;
+	o.keys = 1000;
+	o.threads = 1;
+	o.inflight = 256;
+	o.connections = 1;
+	for (i = 2; i < argc; i++) {
+		const char *a = argv[i],
+			   *val = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--fill") == 0) {
+			o.fill = 1;
+			continue;
+		}
+		if (strcmp(a, "--url") == 0 && val) {
+			o.url = val;
+			i++;
+			continue;
+		}
+		if (number(val, &v) < 0)
+			return usage();
+		i++;
+		if (strcmp(a, "--seconds") == 0)
+			o.seconds = v;
+		else if (strcmp(a, "--keys") == 0)
+			o.keys = (uint64_t)v;
+		else if (strcmp(a, "--threads") == 0)
+			o.threads = (unsigned)v;
+		else if (strcmp(a, "--inflight") == 0)
+			o.inflight = (unsigned)v;
+		else if (strcmp(a, "--connections") == 0)
+			o.connections = (unsigned)v;
+		else
+			return usage();
+	}
+	if (strcmp(o.mode, "core") == 0)
+		return bench_core(&o);
+	if (strcmp(o.mode, "store") == 0)
+		return bench_store(&o);
+	if (strcmp(o.mode, "memory") == 0)
+		return bench_memory(&o);
+	if (strcmp(o.mode, "redis") == 0)
+		return o.url ? bench_redis(&o) : usage();
+	return usage();
+}

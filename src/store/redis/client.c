@@ -1,0 +1,558 @@
+/*
+ * client.c -- the Redis store's public face: a call per decision, each
+ * bounded by timeout_ms, and a circuit breaker in front of them.
+ *
+ * Deadlines: every call gets the same timeout, so the pending list in
+ * arrival order is also in deadline order, and one uv timer armed for the
+ * oldest deadline expires them all (no timer per call).  A call that times
+ * out is answered SLUICE_ETIMEDOUT at once; its command may still be in the
+ * connection's pipeline, so it keeps counting against the connection's
+ * in-flight cap until Redis answers or the connection is dropped.  A
+ * connection that keeps timing out is declared stuck and reopened.
+ *
+ * The breaker: SLUICE_REDIS_BREAKER_FAILURES consecutive failures open it;
+ * while open, calls fail fast (SLUICE_ESTORE) without touching Redis; after
+ * SLUICE_REDIS_BREAKER_OPEN_MS one probe call goes through (half-open) and
+ * its outcome closes or reopens it.  Any success closes it.
+ */
+#include "store/redis/redis_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ arguments */
+
+void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len)
+{
+	a->argv[a->argc] = s;
+	a->len[a->argc++] = len;
+}
+
+void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v)
+{
+	char *buf = a->nums[a->argc];
+	int n = snprintf(buf, sizeof(a->nums[0]), "%llu",
+			 (unsigned long long)v);
+
+	sluice_redis__arg(a, buf, (size_t)n);
+}
+
+/* "<prefix>{<key>}:<i>" for every limit i. */
+int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
+{
+	size_t i, each = c->keybaselen + 3, off = 0;
+
+	a->keys = malloc(each * c->nlimits);
+	if (!a->keys)
+		return -1;
+	for (i = 0; i < c->nlimits; i++) {
+		char *k = a->keys + off;
+		int n;
+
+		memcpy(k, c->keybase, c->keybaselen);
+		n = snprintf(k + c->keybaselen, 3, "%zu", i);
+		sluice_redis__arg(a, k, c->keybaselen + (size_t)n);
+		off += each;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ breaker */
+
+static void breaker_success(sluice_redis_t *r)
+{
+	r->failures = 0;
+	r->breaker = BREAKER_CLOSED;
+	r->probing = 0;
+}
+
+static void breaker_failure(sluice_redis_t *r, int probe)
+{
+	uint64_t now = uv_now(r->loop);
+
+	if (probe)
+		r->probing = 0;
+	if (r->breaker == BREAKER_OPEN && !probe)
+		return;
+	if (probe || ++r->failures >= SLUICE_REDIS_BREAKER_FAILURES) {
+		r->breaker = BREAKER_OPEN;
+		r->open_until_ms = now + SLUICE_REDIS_BREAKER_OPEN_MS;
+	}
+}
+
+/* 1 when a new call may go to Redis; marks the half-open probe. */
+static int breaker_admit(sluice_redis_t *r, sluice_redis_call_t *c)
+{
+	if (r->breaker == BREAKER_CLOSED)
+		return 1;
+	if (r->breaker == BREAKER_OPEN && uv_now(r->loop) >= r->open_until_ms) {
+		r->breaker = BREAKER_HALF_OPEN;
+		r->probing = 0;
+	}
+	if (r->breaker == BREAKER_HALF_OPEN && !r->probing) {
+		r->probing = 1;
+		c->probe = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+static void call_unlink(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (r->head == c)
+		r->head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else if (r->tail == c)
+		r->tail = c->prev;
+	c->prev = c->next = NULL;
+}
+
+static void call_maybe_free(sluice_redis_call_t *c)
+{
+	if (c->done && !c->refs && !c->waiting)
+		free(c);
+}
+
+/* Answers the caller (once).  reply is the decision when status is 0. */
+void sluice_redis__finish(sluice_redis_call_t *c, int status,
+			  const redisReply *reply)
+{
+	sluice_redis_t *r = c->r;
+	sluice_decision_t d;
+	size_t which = 0;
+	int allowed = 0;
+
+	if (c->done)
+		return;
+	if (status == 0 && sluice_redis__parse_reply(reply, c->nlimits,
+						     &allowed, &d, &which) < 0)
+		status = SLUICE_ESTORE;
+	c->done = 1;
+	call_unlink(c);
+	if (status == 0)
+		breaker_success(r);
+	else if (status != SLUICE_ENOMEM)
+		breaker_failure(r, c->probe);
+	else if (c->probe)
+		r->probing = 0;
+	c->cb(c->arg, status, allowed, status == 0 ? &d : NULL, which);
+	call_maybe_free(c);
+}
+
+/* Fails a call that never reached Redis; does not count against the
+ * breaker when the breaker itself refused it. */
+static void call_fail_fast(sluice_redis_call_t *c, int count)
+{
+	c->done = 1;
+	call_unlink(c);
+	if (count)
+		breaker_failure(c->r, c->probe);
+	else if (c->probe)
+		c->r->probing = 0;
+	c->cb(c->arg, SLUICE_ESTORE, 0, NULL, 0);
+	call_maybe_free(c);
+}
+
+static int is_error(const redisReply *rep, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	return rep->len >= n && memcmp(rep->str, prefix, n) == 0;
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_call_t *c = priv;
+	redisReply *rep = reply;
+
+	if (k && k->ac == ac) {
+		if (k->inflight)
+			k->inflight--;
+		if (rep)
+			k->stuck = 0;
+	}
+	c->refs--;
+	if (c->done || c->r->closing) {
+		if (!c->done)
+			sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		call_maybe_free(c);
+		return;
+	}
+	if (!rep) {
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		return;
+	}
+	if (rep->type != REDIS_REPLY_ERROR) {
+		sluice_redis__finish(c, 0, rep);
+		return;
+	}
+	if (is_error(rep, "NOSCRIPT") && k && k->ac == ac &&
+	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
+		/* Reload, then the same call behind it on the same pipe. */
+		c->r->noscript++;
+		sluice_redis__load_script(k);
+		if (sluice_redis__send_script(k, c) == 0)
+			return;
+	} else if (is_error(rep, "MOVED ") || is_error(rep, "ASK ")) {
+		if (sluice_redis__redirect(c, rep))
+			return;
+	} else if (is_error(rep, "TRYAGAIN") || is_error(rep, "CLUSTERDOWN") ||
+		   is_error(rep, "LOADING")) {
+		/* Slot mid-migration or server warming up: retry shortly,
+		 * still within this call's deadline. */
+		if (++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+			sluice_redis__retry_later(c);
+			return;
+		}
+	} else if (k && k->module == 1 &&
+		   is_error(rep, "ERR unknown command")) {
+		/* The module was unloaded: back to the script. */
+		k->module = 0;
+		sluice_redis__send(c);
+		return;
+	}
+	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+}
+
+int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
+			sluice_redis_args_t *a)
+{
+	if (c->ask &&
+	    redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
+	if (redisAsyncCommandArgv(k->ac, on_reply, c, a->argc, a->argv,
+				  a->len) != REDIS_OK)
+		return -1;
+	c->ask = NULL;
+	c->conn = k;
+	c->refs++;
+	k->inflight++;
+	return 0;
+}
+
+/* Routes the call and puts it on a connection's pipeline. */
+void sluice_redis__send(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+	sluice_redis_node_t *n =
+		c->ask ? c->ask : sluice_redis__route(r, c->slot);
+	sluice_redis_conn_t *k = sluice_redis__pick(n);
+	int rc;
+
+	if (!k) {
+		/* Down or saturated: fail now rather than queue. */
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		return;
+	}
+	rc = k->module == 1 ? sluice_redis__send_module(k, c)
+			    : sluice_redis__send_script(k, c);
+	if (rc < 0)
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+}
+
+/* ------------------------------------------------------ timers, retries */
+
+static void on_retry(uv_timer_t *t)
+{
+	sluice_redis_t *r = t->data;
+	sluice_redis_call_t *c = r->retry_head, *next;
+
+	r->retry_head = NULL;
+	for (; c; c = next) {
+		next = c->retry_next;
+		c->retry_next = NULL;
+		c->waiting = 0;
+		if (c->done)
+			call_maybe_free(c);
+		else
+			sluice_redis__send(c);
+	}
+}
+
+void sluice_redis__retry_later(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+
+	c->waiting = 1;
+	c->retry_next = r->retry_head;
+	r->retry_head = c;
+	if (!uv_is_active((uv_handle_t *)&r->retry))
+		uv_timer_start(&r->retry, on_retry, SLUICE_REDIS_RETRY_MS, 0);
+}
+
+static void arm_sweep(sluice_redis_t *r);
+
+/* Expires every call past its deadline; connections that only time out
+ * are dropped afterwards (dropping fails their other calls too, which
+ * must not happen while walking the list). */
+static void on_sweep(uv_timer_t *t)
+{
+	sluice_redis_t *r = t->data;
+	uint64_t now = uv_now(r->loop);
+	sluice_redis_call_t *c;
+	size_t i;
+	unsigned j;
+	int drops = 0;
+
+	while ((c = r->head) && c->deadline_ms <= now) {
+		if (c->refs && c->conn)
+			c->conn->stuck++;
+		sluice_redis__finish(c, SLUICE_ETIMEDOUT, NULL);
+	}
+	for (i = 0; i < r->nnodes; i++)
+		for (j = 0; j < r->nconns; j++) {
+			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
+
+			if (k->ac && k->inflight &&
+			    k->stuck >= SLUICE_REDIS_STUCK_TIMEOUTS) {
+				k->drop = 1;
+				drops = 1;
+			}
+		}
+	if (drops)
+		for (i = 0; i < r->nnodes; i++)
+			for (j = 0; j < r->nconns; j++)
+				if (r->nodes[i]->conns[j].drop)
+					sluice_redis__conn_drop(
+						&r->nodes[i]->conns[j]);
+	arm_sweep(r);
+}
+
+static void arm_sweep(sluice_redis_t *r)
+{
+	uint64_t now = uv_now(r->loop);
+
+	if (!r->head || r->closing)
+		return;
+	uv_timer_start(
+		&r->sweep, on_sweep,
+		r->head->deadline_ms > now ? r->head->deadline_ms - now : 0, 0);
+}
+
+/* ------------------------------------------------------------- the API */
+
+int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
+		      const sluice_limit_t *limits, size_t nlimits,
+		      uint64_t cost, sluice_redis_cb cb, void *arg)
+{
+	size_t plen = strlen(r->prefix);
+	sluice_redis_call_t *c;
+
+	if (!cb || nlimits == 0 || nlimits > SLUICE_REDIS_MAX_LIMITS ||
+	    keylen > 65535 || (keylen && !key) || r->closing)
+		return SLUICE_EINVAL;
+	c = calloc(1,
+		   sizeof(*c) + nlimits * sizeof(*limits) + plen + keylen + 3);
+	if (!c)
+		return SLUICE_ENOMEM;
+	c->r = r;
+	c->cb = cb;
+	c->arg = arg;
+	c->cost = cost;
+	c->nlimits = nlimits;
+	memcpy(c->limits, limits, nlimits * sizeof(*limits));
+	c->keybase = (char *)(c->limits + nlimits);
+	memcpy(c->keybase, r->prefix, plen);
+	c->keybase[plen] = '{';
+	if (keylen)
+		memcpy(c->keybase + plen + 1, key, keylen);
+	memcpy(c->keybase + plen + 1 + keylen, "}:", 2);
+	c->keybaselen = plen + keylen + 3;
+	c->slot = r->cluster ? sluice_redis__key_slot(c->keybase, c->keybaselen)
+			     : 0;
+	c->deadline_ms = uv_now(r->loop) + r->timeout_ms;
+
+	/* Pending list, oldest first. */
+	c->prev = r->tail;
+	if (r->tail)
+		r->tail->next = c;
+	else
+		r->head = c;
+	r->tail = c;
+	if (!uv_is_active((uv_handle_t *)&r->sweep))
+		arm_sweep(r);
+
+	if (!breaker_admit(r, c)) {
+		call_fail_fast(c, 0);
+		return 0;
+	}
+	sluice_redis__send(c);
+	return 0;
+}
+
+int sluice_redis_healthy(const sluice_redis_t *r)
+{
+	size_t i;
+	unsigned j;
+
+	if (r->breaker == BREAKER_OPEN)
+		return 0;
+	if (r->cluster) {
+		for (i = 0; i < SLUICE_REDIS_NSLOTS; i++)
+			if (r->slots[i] < 0)
+				return 0;
+	}
+	for (i = 0; i < r->nnodes; i++)
+		for (j = 0; j < r->nconns; j++)
+			if (r->nodes[i]->conns[j].state == CONN_UP)
+				return 1;
+	return 0;
+}
+
+/* --------------------------------------------------------- new and free */
+
+static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
+		       char *err, size_t errlen)
+{
+	size_t i;
+
+	if (o->nseeds) {
+		r->cluster = 1;
+		r->slots = malloc(SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
+		r->nodes = calloc(o->nseeds, sizeof(*r->nodes));
+		if (!r->slots || !r->nodes)
+			return SLUICE_ENOMEM;
+		memset(r->slots, 0xff, SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
+		for (i = 0; i < o->nseeds; i++) {
+			sluice_redis_url_t u;
+			int rc = sluice_redis__parse_url(o->seeds[i], &u, err,
+							 errlen);
+
+			if (rc == 0 && !u.host) {
+				sluice_redis__url_free(&u);
+				snprintf(err, errlen,
+					 "cluster seed \"%s\": expected "
+					 "host:port",
+					 o->seeds[i]);
+				rc = SLUICE_EINVAL;
+			}
+			if (rc < 0)
+				return rc;
+			if (i == 0 && (u.user || u.pass)) {
+				r->url.user = u.user;
+				r->url.pass = u.pass;
+				u.user = u.pass = NULL;
+			}
+			r->nodes[r->nnodes] =
+				sluice_redis__node_new(r, u.host, u.port, NULL);
+			sluice_redis__url_free(&u);
+			if (!r->nodes[r->nnodes])
+				return SLUICE_ENOMEM;
+			r->nnodes++;
+		}
+		sluice_redis__refresh_slots(r);
+		return 0;
+	}
+	r->nodes = calloc(1, sizeof(*r->nodes));
+	if (!r->nodes)
+		return SLUICE_ENOMEM;
+	r->nodes[0] = sluice_redis__node_new(r, r->url.host, r->url.port,
+					     r->url.path);
+	if (!r->nodes[0])
+		return SLUICE_ENOMEM;
+	r->nnodes = 1;
+	return 0;
+}
+
+int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
+		     sluice_redis_t **out, char *err, size_t errlen)
+{
+	sluice_redis_t *r;
+	int rc;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = '\0';
+	if (!loop || !opts || (!opts->url && !opts->nseeds)) {
+		if (err && errlen)
+			snprintf(err, errlen,
+				 "redis store: a url or cluster seeds needed");
+		return SLUICE_EINVAL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return SLUICE_ENOMEM;
+	r->loop = loop;
+	r->prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
+	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 50;
+	r->nconns = opts->connections ? opts->connections : 1;
+	r->flags = opts->flags;
+	sluice_redis__sha1_hex(sluice_redis__script,
+			       strlen(sluice_redis__script), r->sha);
+	uv_timer_init(loop, &r->sweep);
+	uv_timer_init(loop, &r->retry);
+	r->sweep.data = r->retry.data = r;
+	r->open_handles = 2;
+	rc = r->prefix ? 0 : SLUICE_ENOMEM;
+	if (rc == 0 && !opts->nseeds)
+		rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen);
+	if (rc == 0)
+		rc = setup_nodes(r, opts, err, errlen);
+	if (rc < 0) {
+		if (rc == SLUICE_ENOMEM && err && errlen)
+			snprintf(err, errlen, "redis store: out of memory");
+		sluice_redis_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+/* Frees the client once the loop has closed its last timer. */
+static void release(sluice_redis_t *r)
+{
+	size_t i;
+
+	if (--r->open_handles)
+		return;
+	for (i = 0; i < r->nnodes; i++) {
+		free(r->nodes[i]->conns);
+		free(r->nodes[i]->host);
+		free(r->nodes[i]->path);
+		free(r->nodes[i]);
+	}
+	free(r->nodes);
+	free(r->slots);
+	free(r->prefix);
+	sluice_redis__url_free(&r->url);
+	free(r);
+}
+
+void sluice_redis__handle_closed(uv_handle_t *h)
+{
+	release(((sluice_redis_conn_t *)h->data)->r);
+}
+
+static void client_timer_closed(uv_handle_t *h)
+{
+	release(h->data);
+}
+
+void sluice_redis_free(sluice_redis_t *r)
+{
+	sluice_redis_call_t *c;
+	size_t i;
+
+	if (!r)
+		return;
+	r->closing = 1;
+	while ((c = r->head))
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+	on_retry(&r->retry);
+	for (i = 0; i < r->nnodes; i++)
+		if (r->nodes[i])
+			sluice_redis__node_free(r->nodes[i]);
+	uv_timer_stop(&r->sweep);
+	uv_timer_stop(&r->retry);
+	uv_close((uv_handle_t *)&r->sweep, client_timer_closed);
+	uv_close((uv_handle_t *)&r->retry, client_timer_closed);
+}

@@ -1,0 +1,203 @@
+/*
+ * redis_int.h -- internals of the Redis store shared by its files:
+ *
+ *   client.c   the public API: calls, deadlines, circuit breaker
+ *   conn.c     connections: connect, handshake, reconnect with backoff
+ *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
+ *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing
+ *   module.c   the SLUICE.TAKE module path
+ *   url.c      redis:// and unix:// URLs
+ *   sha1.c     the script's name
+ *   uv_adapter.c  hiredis on libuv
+ *
+ * Ownership of a call: the user callback runs exactly once (call_finish);
+ * hiredis holds a reference for each command sent with the call as its
+ * privdata, and runs that command's callback exactly once (with a NULL
+ * reply when the connection goes away).  The call is freed when it is
+ * finished and no command references it.
+ */
+#ifndef SLUICE_REDIS_INT_H
+#define SLUICE_REDIS_INT_H
+
+#include "sluice_redis.h"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+/* Replies outstanding per connection, including those whose caller already
+ * timed out; beyond it calls fail fast instead of piling up on a slow Redis. */
+#define SLUICE_REDIS_MAX_INFLIGHT 2048
+#define SLUICE_REDIS_MAX_LIMITS	  64
+/* Consecutive failures that open the circuit breaker, and how long it stays
+ * open before one probe call is let through. */
+#define SLUICE_REDIS_BREAKER_FAILURES 5
+#define SLUICE_REDIS_BREAKER_OPEN_MS  100
+/* Reconnect backoff: doubles from MIN to MAX, so a Redis that comes back is
+ * reached again within MAX ms (well inside the 1 s promise). */
+#define SLUICE_REDIS_BACKOFF_MIN_MS	10
+#define SLUICE_REDIS_BACKOFF_MAX_MS	200
+#define SLUICE_REDIS_CONNECT_TIMEOUT_MS 500
+/* Timed-out calls with no reply in between after which a connection is
+ * declared stuck, dropped and reopened. */
+#define SLUICE_REDIS_STUCK_TIMEOUTS 8
+/* Redirections / retries one call may follow before it fails. */
+#define SLUICE_REDIS_MAX_REDIRECTS 5
+#define SLUICE_REDIS_RETRY_MS	   5
+#define SLUICE_REDIS_NSLOTS	   16384
+
+typedef struct sluice_redis_node_s sluice_redis_node_t;
+typedef struct sluice_redis_conn_s sluice_redis_conn_t;
+typedef struct sluice_redis_call_s sluice_redis_call_t;
+
+/* A parsed redis:// or unix:// URL. */
+typedef struct sluice_redis_url_s {
+	char *host; /* NULL for unix sockets */
+	int port;
+	char *path; /* unix socket path or NULL */
+	char *user; /* NULL: none */
+	char *pass; /* NULL: no AUTH */
+	int db;	    /* 0: no SELECT */
+} sluice_redis_url_t;
+
+enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
+
+struct sluice_redis_conn_s {
+	sluice_redis_t *r;
+	sluice_redis_node_t *node;
+	redisAsyncContext *ac;
+	int state;
+	unsigned inflight; /* commands sent with a reply callback */
+	unsigned stuck;	   /* timeouts since the last reply */
+	unsigned backoff_ms;
+	int module;	  /* SLUICE.TAKE present: -1 unknown, 0, 1 */
+	int drop;	  /* drop at the end of the current sweep */
+	uv_timer_t timer; /* connect timeout / reconnect backoff */
+};
+
+struct sluice_redis_node_s {
+	char *host; /* NULL with a unix socket */
+	int port;
+	char *path;
+	unsigned rr; /* round robin over conns */
+	sluice_redis_conn_t *conns;
+};
+
+struct sluice_redis_call_s {
+	sluice_redis_call_t *prev, *next; /* pending list, by deadline */
+	sluice_redis_call_t *retry_next;  /* waiting for a resend */
+	sluice_redis_t *r;
+	uint64_t deadline_ms;
+	sluice_redis_cb cb;
+	void *arg;
+	int done;      /* user callback ran */
+	int waiting;   /* on the retry list */
+	int probe;     /* the half-open breaker probe */
+	unsigned refs; /* commands in flight that carry this call */
+	unsigned redirects;
+	sluice_redis_node_t *ask;  /* send ASKING + the call to this node */
+	sluice_redis_conn_t *conn; /* where it was last sent */
+	int slot;
+	uint64_t cost;
+	size_t nlimits;
+	char *keybase; /* "<prefix>{<key>}:" */
+	size_t keybaselen;
+	sluice_limit_t limits[];
+};
+
+enum { BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN };
+
+struct sluice_redis_s {
+	uv_loop_t *loop;
+	char *prefix;
+	unsigned timeout_ms;
+	unsigned nconns;
+	unsigned flags;
+	sluice_redis_url_t url; /* auth/db (and the node when not a cluster) */
+	int cluster;
+	sluice_redis_node_t **nodes;
+	size_t nnodes;
+	int16_t *slots; /* cluster: slot -> node index, -1 unknown */
+	int refreshing; /* a CLUSTER SLOTS is in flight */
+	uint64_t refreshed_ms;
+	char sha[41];
+
+	int breaker;
+	unsigned failures;
+	uint64_t open_until_ms;
+	int probing;
+
+	sluice_redis_call_t *head, *tail; /* pending, oldest first */
+	sluice_redis_call_t *retry_head;
+	uv_timer_t sweep;
+	uv_timer_t retry;
+	int closing;
+	unsigned open_handles;
+	uint64_t moved, asked, noscript;
+		/* redirections followed (tests) */ /* uv handles still to close
+						       on free */
+};
+
+/* The arguments of one command, built on the stack at send time. */
+#define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_REDIS_MAX_LIMITS)
+typedef struct sluice_redis_args_s {
+	int argc;
+	const char *argv[SLUICE_REDIS_MAX_ARGS];
+	size_t len[SLUICE_REDIS_MAX_ARGS];
+	char nums[SLUICE_REDIS_MAX_ARGS][32];
+	char *keys; /* all key names of the call, one allocation */
+} sluice_redis_args_t;
+
+/* client.c */
+void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len);
+void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v);
+int sluice_redis__arg_keys(sluice_redis_args_t *a,
+			   const sluice_redis_call_t *c);
+/* Sends the command with the call as its privdata; 0 or -1. */
+int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
+			sluice_redis_args_t *a);
+
+void sluice_redis__send(sluice_redis_call_t *c);
+void sluice_redis__finish(sluice_redis_call_t *c, int status,
+			  const redisReply *reply);
+void sluice_redis__retry_later(sluice_redis_call_t *c);
+void sluice_redis__handle_closed(uv_handle_t *h);
+
+/* conn.c */
+sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
+					    int port, const char *path);
+void sluice_redis__node_free(sluice_redis_node_t *n);
+void sluice_redis__conn_start(sluice_redis_conn_t *k);
+void sluice_redis__conn_drop(sluice_redis_conn_t *k);
+sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
+
+/* cluster.c */
+int sluice_redis__key_slot(const char *key, size_t len);
+void sluice_redis__refresh_slots(sluice_redis_t *r);
+sluice_redis_node_t *sluice_redis__route(sluice_redis_t *r, int slot);
+/* Handles a MOVED/ASK error: 1 when the call was redirected (resent). */
+int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
+
+/* script.c */
+extern const char sluice_redis__script[];
+int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
+void sluice_redis__load_script(sluice_redis_conn_t *k);
+int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
+			      int *allowed, sluice_decision_t *d,
+			      size_t *which);
+
+/* module.c */
+void sluice_redis__detect_module(sluice_redis_conn_t *k);
+int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c);
+
+/* url.c */
+int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,
+			    size_t errlen);
+void sluice_redis__url_free(sluice_redis_url_t *u);
+
+/* uv_adapter.c: attaches a hiredis context to the loop; 0 or -1. */
+int sluice_redis__attach(redisAsyncContext *ac, uv_loop_t *loop);
+
+/* sha1.c */
+void sluice_redis__sha1_hex(const void *data, size_t len, char out[41]);
+
+#endif /* SLUICE_REDIS_INT_H */

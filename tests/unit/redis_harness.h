@@ -1,0 +1,370 @@
+/*
+ * redis_harness.h -- real redis-server processes for the Redis store tests:
+ * started on free loopback ports, killed when the test ends however it
+ * ends (PR_SET_PDEATHSIG in the child, atexit in the parent), plus a small
+ * delaying TCP proxy that makes a healthy Redis look slow.
+ *
+ * PR_SET_PDEATHSIG follows the thread that forked: a server started from
+ * a helper thread dies when that thread ends.
+ *
+ * Header-only (static inline) so each test stays one source file.
+ */
+#ifndef SLUICE_REDIS_HARNESS_H
+#define SLUICE_REDIS_HARNESS_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(cond)                                                            \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
+				__LINE__, #cond);                              \
+			exit(1);                                               \
+		}                                                              \
+	} while (0)
+
+#define RH_MAX_PROCS 16
+
+static pid_t rh_procs[RH_MAX_PROCS];
+
+static inline void rh_forget(pid_t pid)
+{
+	int i;
+
+	for (i = 0; i < RH_MAX_PROCS; i++)
+		if (rh_procs[i] == pid)
+			rh_procs[i] = 0;
+}
+
+static inline void rh_cleanup(void)
+{
+	int i;
+
+	for (i = 0; i < RH_MAX_PROCS; i++)
+		if (rh_procs[i] > 0) {
+			kill(rh_procs[i], SIGKILL);
+			waitpid(rh_procs[i], NULL, 0);
+			rh_procs[i] = 0;
+		}
+}
+
+static inline void rh_remember(pid_t pid)
+{
+	static int registered;
+	int i;
+
+	if (!registered) {
+		atexit(rh_cleanup);
+		registered = 1;
+	}
+	for (i = 0; i < RH_MAX_PROCS; i++)
+		if (!rh_procs[i]) {
+			rh_procs[i] = pid;
+			return;
+		}
+	fprintf(stderr, "harness: too many processes\n");
+	exit(1);
+}
+
+static inline int64_t rh_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline void rh_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* A port nobody listens on right now (the kernel's pick). */
+static inline int rh_free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static inline int rh_port_free(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A cluster node also listens on port + 10000 (its bus): both free, and
+ * below the ephemeral range so the kernel hands neither out meanwhile. */
+static inline int rh_free_cluster_port(void)
+{
+	int i;
+
+	srand((unsigned)getpid() ^ (unsigned)rh_ms());
+	for (i = 0; i < 1000; i++) {
+		int p = 20000 + rand() % 10000;
+
+		if (rh_port_free(p) && rh_port_free(p + 10000))
+			return p;
+	}
+	fprintf(stderr, "harness: no free cluster port\n");
+	exit(1);
+}
+
+/* A redis-server process. */
+typedef struct rh_redis_s {
+	pid_t pid;
+	int port;
+	char dir[64];
+	int cluster;
+} rh_redis_t;
+
+static inline int rh_ping(int port)
+{
+	struct timeval tv = {0, 200000};
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+	redisReply *rep;
+	int ok = 0;
+
+	if (!c || c->err) {
+		if (c)
+			redisFree(c);
+		return 0;
+	}
+	redisSetTimeout(c, tv);
+	rep = redisCommand(c, "PING");
+	ok = rep && rep->type == REDIS_REPLY_STATUS;
+	if (rep)
+		freeReplyObject(rep);
+	redisFree(c);
+	return ok;
+}
+
+/* Starts redis-server on s->port (0: pick one) and waits until it answers.
+ * cluster: --cluster-enabled yes with its own config file. */
+static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
+{
+	char portbuf[16];
+	int64_t until;
+	pid_t pid;
+
+	s->port = port	    ? port
+		  : cluster ? rh_free_cluster_port()
+			    : rh_free_port();
+	s->cluster = cluster;
+	if (!s->dir[0]) {
+		strcpy(s->dir, "/tmp/sluice-redis-XXXXXX");
+		CHECK(mkdtemp(s->dir) != NULL);
+	}
+	snprintf(portbuf, sizeof(portbuf), "%d", s->port);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+			_exit(127);
+		if (cluster)
+			execlp("redis-server", "redis-server", "--port",
+			       portbuf, "--bind", "127.0.0.1", "--save", "",
+			       "--appendonly", "no", "--dir", s->dir,
+			       "--cluster-enabled", "yes",
+			       "--cluster-config-file", "nodes.conf",
+			       "--cluster-node-timeout", "5000", (char *)NULL);
+		else
+			execlp("redis-server", "redis-server", "--port",
+			       portbuf, "--bind", "127.0.0.1", "--save", "",
+			       "--appendonly", "no", "--dir", s->dir,
+			       (char *)NULL);
+		_exit(127);
+	}
+	s->pid = pid;
+	rh_remember(pid);
+	until = rh_ms() + 10000;
+	while (!rh_ping(s->port)) {
+		CHECK(rh_ms() < until);
+		CHECK(waitpid(pid, NULL, WNOHANG) == 0);
+		rh_sleep_ms(10);
+	}
+}
+
+static inline void rh_redis_kill(rh_redis_t *s, int sig)
+{
+	if (s->pid > 0) {
+		kill(s->pid, sig);
+		waitpid(s->pid, NULL, 0);
+		rh_forget(s->pid);
+		s->pid = 0;
+	}
+}
+
+/* Stops the server and removes its directory. */
+static inline void rh_redis_stop(rh_redis_t *s)
+{
+	char cmd[128];
+
+	rh_redis_kill(s, SIGKILL);
+	if (s->dir[0]) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "harness: could not remove %s\n",
+				s->dir);
+		s->dir[0] = '\0';
+	}
+}
+
+/* A synchronous connection for setting up and inspecting. */
+static inline redisContext *rh_connect(int port)
+{
+	redisContext *c = redisConnect("127.0.0.1", port);
+
+	CHECK(c && !c->err);
+	return c;
+}
+
+/* Runs a command that must not fail; returns the reply (caller frees). */
+static inline redisReply *rh_cmd(redisContext *c, const char *fmt, ...)
+{
+	redisReply *rep;
+	va_list ap;
+
+	va_start(ap, fmt);
+	rep = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	if (!rep || rep->type == REDIS_REPLY_ERROR) {
+		fprintf(stderr, "harness: %s: %s\n", fmt,
+			rep ? rep->str : c->errstr);
+		exit(1);
+	}
+	return rep;
+}
+
+static inline long long rh_info_int(redisContext *c, const char *section,
+				    const char *field)
+{
+	redisReply *rep = rh_cmd(c, "INFO %s", section);
+	char *p = strstr(rep->str, field);
+	long long v = -1;
+
+	if (p && p[strlen(field)] == ':')
+		v = atoll(p + strlen(field) + 1);
+	freeReplyObject(rep);
+	return v;
+}
+
+/* ------------------------------------------------ a delaying TCP proxy */
+
+/* A child process accepting on `port` and forwarding to `to_port`, every
+ * chunk held back `delay_ms` in each direction: a slow Redis. */
+typedef struct rh_pipe_s {
+	int from, to, delay_ms;
+} rh_pipe_t;
+
+static inline void *rh_pump(void *arg)
+{
+	rh_pipe_t *p = arg;
+	char buf[65536];
+	ssize_t n;
+
+	while ((n = read(p->from, buf, sizeof(buf))) > 0) {
+		rh_sleep_ms(p->delay_ms);
+		if (write(p->to, buf, (size_t)n) != n)
+			break;
+	}
+	shutdown(p->to, SHUT_WR);
+	return NULL;
+}
+
+static inline pid_t rh_proxy_start(int port, int to_port, int delay_ms)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	int lfd, one = 1;
+	pid_t pid;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(lfd >= 0);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(lfd, 64) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid > 0) {
+		close(lfd);
+		rh_remember(pid);
+		return pid;
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (;;) {
+		int cfd = accept(lfd, NULL, NULL), ufd;
+		struct sockaddr_in u = a;
+		rh_pipe_t *p;
+		pthread_t t;
+
+		if (cfd < 0)
+			continue;
+		u.sin_port = htons((uint16_t)to_port);
+		ufd = socket(AF_INET, SOCK_STREAM, 0);
+		if (ufd < 0 ||
+		    connect(ufd, (struct sockaddr *)&u, sizeof(u)) != 0) {
+			close(cfd);
+			if (ufd >= 0)
+				close(ufd);
+			continue;
+		}
+		setsockopt(ufd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		p = malloc(2 * sizeof(*p));
+		p[0] = (rh_pipe_t){cfd, ufd, delay_ms};
+		p[1] = (rh_pipe_t){ufd, cfd, delay_ms};
+		pthread_create(&t, NULL, rh_pump, &p[0]);
+		pthread_detach(t);
+		pthread_create(&t, NULL, rh_pump, &p[1]);
+		pthread_detach(t);
+	}
+}
+
+static inline void rh_proc_kill(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	rh_forget(pid);
+}
+
+#endif /* SLUICE_REDIS_HARNESS_H */

@@ -1,0 +1,330 @@
+/*
+ * test_redis_cluster.c -- the Redis store on a three-master Redis Cluster
+ * (three redis-server --cluster-enabled yes on loopback, joined with
+ * redis-cli --cluster create): keys spread over the masters decide
+ * correctly, and a slot migrated while decisions are in flight (ASK during
+ * the move, MOVED after it) fails no decision and loses no charge.
+ */
+#include "redis_harness.h"
+#include "sluice_redis.h"
+#include "store/redis/redis_int.h"
+
+#define NODES 3
+
+static rh_redis_t servers[NODES];
+static char seeds_buf[NODES][32];
+
+static void cluster_start(void)
+{
+	char *argv[16];
+	int i, argc = 0, status;
+	int64_t until;
+	pid_t pid;
+
+	for (i = 0; i < NODES; i++) {
+		rh_redis_start(&servers[i], 0, 1);
+		snprintf(seeds_buf[i], sizeof(seeds_buf[i]), "127.0.0.1:%d",
+			 servers[i].port);
+	}
+	argv[argc++] = "redis-cli";
+	argv[argc++] = "--cluster";
+	argv[argc++] = "create";
+	for (i = 0; i < NODES; i++)
+		argv[argc++] = seeds_buf[i];
+	argv[argc++] = "--cluster-yes";
+	argv[argc] = NULL;
+	fflush(stdout);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		if (null < 0 || dup2(null, 1) < 0)
+			_exit(127);
+		execvp("redis-cli", argv);
+		_exit(127);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Every node must agree the cluster is up. */
+	until = rh_ms() + 15000;
+	for (i = 0; i < NODES; i++) {
+		for (;;) {
+			redisContext *c = rh_connect(servers[i].port);
+			redisReply *rep = rh_cmd(c, "CLUSTER INFO");
+			int ok = strstr(rep->str, "cluster_state:ok") != NULL;
+
+			freeReplyObject(rep);
+			redisFree(c);
+			if (ok)
+				break;
+			CHECK(rh_ms() < until);
+			rh_sleep_ms(50);
+		}
+	}
+}
+
+static void cluster_stop(void)
+{
+	int i;
+
+	for (i = 0; i < NODES; i++)
+		rh_redis_stop(&servers[i]);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+typedef struct tally_s {
+	int done, allowed, failed;
+} tally_t;
+
+static void on_tally(void *arg, int status, int allowed,
+		     const sluice_decision_t *d, size_t which)
+{
+	tally_t *t = arg;
+
+	t->done++;
+	if (status)
+		t->failed++;
+	else if (allowed)
+		t->allowed++;
+}
+
+static sluice_redis_t *client(uv_loop_t *loop)
+{
+	const char *seeds[1] = {seeds_buf[0]};
+	sluice_redis_opts_t o = {0};
+	sluice_redis_t *r;
+	char err[256];
+
+	o.seeds = seeds;
+	o.nseeds = 1;
+	o.timeout_ms = 2000;
+	o.connections = 2;
+	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	return r;
+}
+
+static void limit(sluice_limit_t *l, uint64_t cap, const char *rate)
+{
+	CHECK(sluice_limit_parse(l, "1", rate, NULL, 0) == 0);
+	CHECK(sluice_limit_init(l, cap, &l->rate, NULL, 0) == 0);
+}
+
+/* The hash-tag rule of Redis Cluster (checked against CLUSTER KEYSLOT). */
+static void test_key_slots_match_redis(void)
+{
+	static const char *keys[] = {"sluice:{alice}:0",
+				     "sluice:{alice}:1",
+				     "plain",
+				     "{}x",
+				     "a{b}c{d}",
+				     "{",
+				     "x{}{y}",
+				     ""};
+	redisContext *c = rh_connect(servers[0].port);
+	size_t i;
+
+	for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		redisReply *rep = rh_cmd(c, "CLUSTER KEYSLOT %s", keys[i]);
+
+		CHECK(rep->integer ==
+		      sluice_redis__key_slot(keys[i], strlen(keys[i])));
+		freeReplyObject(rep);
+	}
+	redisFree(c);
+	printf("key slots match CLUSTER KEYSLOT\n");
+}
+
+/* 300 keys over all masters: each allows exactly its capacity. */
+static void test_keys_over_three_masters(void)
+{
+	uv_loop_t loop;
+	sluice_redis_t *r;
+	sluice_limit_t l[2];
+	tally_t t = {0};
+	int i, j, used[NODES] = {0};
+
+	uv_loop_init(&loop);
+	r = client(&loop);
+	limit(&l[0], 5, "1/h");
+	limit(&l[1], 100, "100/day");
+	for (i = 0; i < 300; i++) {
+		char key[16];
+		int n = snprintf(key, sizeof(key), "user%d", i);
+
+		for (j = 0; j < 7; j++)
+			CHECK(sluice_redis_take(r, key, (size_t)n, l, 2, 1,
+						on_tally, &t) == 0);
+	}
+	while (t.done < 300 * 7)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(t.failed == 0 && t.allowed == 300 * 5);
+	/* Every master holds some of them. */
+	for (i = 0; i < NODES; i++) {
+		redisContext *c = rh_connect(servers[i].port);
+		redisReply *rep = rh_cmd(c, "DBSIZE");
+
+		used[i] = (int)rep->integer;
+		freeReplyObject(rep);
+		redisFree(c);
+		CHECK(used[i] > 0);
+	}
+	CHECK(used[0] + used[1] + used[2] == 300 * 2);
+	CHECK(sluice_redis_healthy(r));
+	sluice_redis_free(r);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+	printf("300 keys on three masters (%d/%d/%d states): each allowed "
+	       "exactly its capacity\n",
+	       used[0], used[1], used[2]);
+}
+
+/* ---------------------------------------------------- slot migration */
+
+typedef struct migration_s {
+	int slot;
+	volatile int phase; /* 1 moving (ASK), 2 done (MOVED), 3 ended */
+} migration_t;
+
+static int owner_of(int slot, char ids[NODES][48])
+{
+	redisContext *c = rh_connect(servers[0].port);
+	redisReply *rep = rh_cmd(c, "CLUSTER SLOTS");
+	size_t i;
+	int j, owner = -1;
+
+	for (i = 0; i < rep->elements; i++) {
+		redisReply *e = rep->element[i];
+
+		if (slot >= e->element[0]->integer &&
+		    slot <= e->element[1]->integer)
+			for (j = 0; j < NODES; j++)
+				if (e->element[2]->element[1]->integer ==
+				    servers[j].port)
+					owner = j;
+	}
+	freeReplyObject(rep);
+	for (j = 0; j < NODES; j++) {
+		redisContext *k = rh_connect(servers[j].port);
+		redisReply *id = rh_cmd(k, "CLUSTER MYID");
+
+		snprintf(ids[j], 48, "%s", id->str);
+		freeReplyObject(id);
+		redisFree(k);
+	}
+	redisFree(c);
+	return owner;
+}
+
+/* Moves m->slot to the next master the way redis-cli does, pausing while
+ * the keys sit on the target but the slot still belongs to the source
+ * (the source answers ASK). */
+static void *migrate(void *arg)
+{
+	migration_t *m = arg;
+	char ids[NODES][48];
+	int from = owner_of(m->slot, ids), to = (from + 1) % NODES, i;
+	redisContext *src = rh_connect(servers[from].port);
+	redisContext *dst = rh_connect(servers[to].port);
+	redisReply *keys;
+	size_t k;
+
+	rh_sleep_ms(300);
+	freeReplyObject(rh_cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", m->slot,
+			       ids[from]));
+	freeReplyObject(rh_cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", m->slot,
+			       ids[to]));
+	keys = rh_cmd(src, "CLUSTER GETKEYSINSLOT %d 100", m->slot);
+	for (k = 0; k < keys->elements; k++)
+		freeReplyObject(rh_cmd(src, "MIGRATE 127.0.0.1 %d %s 0 5000",
+				       servers[to].port,
+				       keys->element[k]->str));
+	freeReplyObject(keys);
+	m->phase = 1;
+	rh_sleep_ms(400);
+	for (i = 0; i < NODES; i++) {
+		redisContext *c = rh_connect(servers[i].port);
+
+		freeReplyObject(rh_cmd(c, "CLUSTER SETSLOT %d NODE %s", m->slot,
+				       ids[to]));
+		redisFree(c);
+	}
+	m->phase = 2;
+	rh_sleep_ms(400);
+	m->phase = 3;
+	redisFree(src);
+	redisFree(dst);
+	return NULL;
+}
+
+typedef struct hot_s {
+	uv_loop_t *loop;
+	sluice_redis_t *r;
+	sluice_limit_t l[2];
+	migration_t *m;
+	uv_timer_t tick;
+	tally_t t;
+	int sent;
+} hot_t;
+
+static void on_hot_tick(uv_timer_t *tm)
+{
+	hot_t *h = tm->data;
+	int i;
+
+	if (h->m->phase == 3) {
+		uv_timer_stop(tm);
+		return;
+	}
+	for (i = 0; i < 4; i++) {
+		h->sent++;
+		CHECK(sluice_redis_take(h->r, "hot", 3, h->l, 2, 1, on_tally,
+					&h->t) == 0);
+	}
+}
+
+static void test_slot_migration_mid_run(void)
+{
+	static hot_t h;
+	migration_t m = {0, 0};
+	uv_loop_t loop;
+	pthread_t th;
+
+	uv_loop_init(&loop);
+	h.loop = &loop;
+	h.r = client(&loop);
+	h.m = &m;
+	limit(&h.l[0], 600, "1/h");
+	limit(&h.l[1], 100000, "10000/day");
+	m.slot = sluice_redis__key_slot("sluice:{hot}:0", 14);
+	uv_timer_init(&loop, &h.tick);
+	h.tick.data = &h;
+	uv_timer_start(&h.tick, on_hot_tick, 0, 5);
+	CHECK(pthread_create(&th, NULL, migrate, &m) == 0);
+	while (uv_is_active((uv_handle_t *)&h.tick) || h.t.done < h.sent)
+		uv_run(&loop, UV_RUN_ONCE);
+	pthread_join(th, NULL);
+	printf("slot %d migrated mid-run: %d decisions, %d allowed, %d "
+	       "failed; %llu ASK and %llu MOVED redirections followed\n",
+	       m.slot, h.sent, h.t.allowed, h.t.failed,
+	       (unsigned long long)h.r->asked, (unsigned long long)h.r->moved);
+	CHECK(h.t.failed == 0);
+	CHECK(h.sent > 600 && h.t.allowed == 600);
+	CHECK(h.r->asked > 0 && h.r->moved > 0);
+	uv_close((uv_handle_t *)&h.tick, NULL);
+	sluice_redis_free(h.r);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	cluster_start();
+	test_key_slots_match_redis();
+	test_keys_over_three_masters();
+	test_slot_migration_mid_run();
+	cluster_stop();
+	return 0;
+}

@@ -160,7 +160,11 @@ static void check_done(void *arg, const sluice_verdict_t *v)
 {
 	sluice_conn_t *c = arg;
 	sluice_take_t *t = c->take;
+	sluice_svc_t *svc = c->svc;
 
+	/* sluice_resp_end() may free c (its transport is gone): detach the
+	 * take first and touch nothing of c afterwards. */
+	c->take = NULL;
 	sluice_count_verdict(c, t);
 	if (v->status) {
 		sluice_resp_store_error(c);
@@ -182,8 +186,7 @@ static void check_done(void *arg, const sluice_verdict_t *v)
 		sluice_resp_end(c, "application/json", body.data, body.len);
 		sluice_buf_free(&body);
 	}
-	c->take = NULL;
-	sluice_take_put(c->svc, t);
+	sluice_take_put(svc, t);
 }
 
 static void handle_check(sluice_conn_t *c, const char *path, const char *query)

@@ -335,6 +335,27 @@ class ClassicPolicy(unittest.TestCase):
         self.assertEqual(f.read(), b"")  # closed after a 1.0 request
         s.close()
 
+    def test_head_limited_answer_has_no_body(self):
+        c = self.s.client()
+        for _ in range(101):
+            r = c.request("HEAD", "/v1/check", {"x-user-id": "head-429"})
+        c.close()
+        if r.status == 200:
+            r = self.s.request("HEAD", "/v1/check", {"x-user-id": "head-429"})
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.body, b"")
+        self.assertGreater(int(r.header("content-length")), 0)
+
+    def test_take_with_chunked_body_and_expect_continue(self):
+        body = b'{"key":"chunky","capacity":2,"rate":"1/min"}'
+        out = harness.raw(self.s.port,
+                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
+                          b"chunked\r\nExpect: 100-continue\r\n"
+                          b"Connection: close\r\n\r\n" +
+                          b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        self.assertEqual([r.status for r in out], [100, 200])
+        self.assertEqual(out[1].json()["remaining"], 1)
+
     def test_health_and_readiness(self):
         self.assertEqual(self.s.request("GET", "/healthz").status, 200)
         r = self.s.request("GET", "/readyz")
@@ -466,6 +487,19 @@ class Operations(unittest.TestCase):
                     {"rule": "extra", "key": "r2"})).status == 200))
             c.close()
             self.assertIn("reloaded", s.log())
+
+    def test_sighup_reaches_every_thread(self):
+        with Sluice(RELOAD_A, threads=2) as s:
+            s.write_config(RELOAD_B)
+            s.signal(signal.SIGHUP)
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(
+                    'sluice_config_reloads_total{result="ok"}') == 1))
+            # Fresh connections land on either thread; all see "extra".
+            self.assertTrue(harness.wait_until(lambda: all(
+                s.request("POST", "/v1/take", {}, json.dumps(
+                    {"rule": "extra", "key": "t%d" % i})).status == 200
+                for i in range(20))))
 
     def test_sighup_with_bad_file_keeps_running_config(self):
         with Sluice(RELOAD_A) as s:

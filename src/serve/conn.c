@@ -245,9 +245,9 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 		status = err == HPE_HEADER_OVERFLOW ? 431 : 400;
 	c->keep_alive = 0;
 	c->method = HTTP_GET;
-	c->in_message = 0;
-	if (!c->t_start_ns)
+	if (!c->in_message)
 		c->t_start_ns = now_ns();
+	c->in_message = 0;
 	switch (status) {
 	case 413:
 		sluice_resp_error(c, 413, "body_too_large", NULL,
@@ -264,6 +264,16 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 	c->want_close = 1;
 }
 
+/* A connection keeps its buffers between requests, but not big ones: a
+ * single large request must not pin memory for the connection's life. */
+static void trim(sluice_conn_t *c)
+{
+	if (c->head.cap > 4096)
+		sluice_buf_free(&c->head);
+	if (c->body.cap > 4096)
+		sluice_buf_free(&c->body);
+}
+
 static void dispatch(sluice_conn_t *c)
 {
 	c->req_live = c->svc->live;
@@ -272,6 +282,8 @@ static void dispatch(sluice_conn_t *c)
 	c->dispatching = 0;
 	if (c->waiting) /* spans loop iterations: keep the config alive */
 		sluice_live_ref(c->req_live);
+	else
+		trim(c);
 	if (c->parser.upgrade) /* we speak no other protocol */
 		c->want_close = 1;
 }
@@ -452,8 +464,10 @@ void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
 				conn_free_bufs(c);
 				if (c->io && c->io->release)
 					c->io->release(c);
-			} else if (c->io && c->io->wake) {
-				c->io->wake(c);
+			} else {
+				trim(c);
+				if (c->io && c->io->wake)
+					c->io->wake(c);
 			}
 		}
 	}

@@ -35,7 +35,7 @@ int sluice_buf_reserve(sluice_buf_t *b, size_t n)
 	return 0;
 }
 
-void sluice_buf_append(sluice_buf_t *b, const void *p, size_t n)
+void sluice_buf_append_slow(sluice_buf_t *b, const void *p, size_t n)
 {
 	if (n == 0 || sluice_buf_reserve(b, n) < 0)
 		return;
@@ -43,23 +43,16 @@ void sluice_buf_append(sluice_buf_t *b, const void *p, size_t n)
 	b->len += n;
 }
 
-void sluice_buf_puts(sluice_buf_t *b, const char *s)
-{
-	sluice_buf_append(b, s, strlen(s));
-}
-
 size_t sluice_u64_to_str(char *p, uint64_t v)
 {
-	char tmp[20];
-	size_t n = 0, i;
+	char tmp[20], *end = tmp + sizeof(tmp), *q = end;
 
 	do {
-		tmp[n++] = (char)('0' + v % 10);
+		*--q = (char)('0' + v % 10);
 		v /= 10;
 	} while (v);
-	for (i = 0; i < n; i++)
-		p[i] = tmp[n - 1 - i];
-	return n;
+	memcpy(p, q, (size_t)(end - q));
+	return (size_t)(end - q);
 }
 
 void sluice_buf_u64(sluice_buf_t *b, uint64_t v)

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "serve/log.h"
 
@@ -22,8 +23,24 @@ typedef struct sluice_buf_s {
 
 /* Makes room for n more bytes; returns 0 or -1 (and sets oom). */
 int sluice_buf_reserve(sluice_buf_t *b, size_t n);
-void sluice_buf_append(sluice_buf_t *b, const void *p, size_t n);
-void sluice_buf_puts(sluice_buf_t *b, const char *s);
+void sluice_buf_append_slow(sluice_buf_t *b, const void *p, size_t n);
+
+/* Answers are built from many small pieces: keep the common case (room
+ * left) inline. */
+static inline void sluice_buf_append(sluice_buf_t *b, const void *p, size_t n)
+{
+	if (b->cap - b->len >= n && n) {
+		memcpy(b->data + b->len, p, n);
+		b->len += n;
+	} else {
+		sluice_buf_append_slow(b, p, n);
+	}
+}
+
+static inline void sluice_buf_puts(sluice_buf_t *b, const char *s)
+{
+	sluice_buf_append(b, s, strlen(s));
+}
 void sluice_buf_u64(sluice_buf_t *b, uint64_t v);
 void sluice_buf_printf(sluice_buf_t *b, const char *fmt, ...)
 	SLUICE_PRINTF(2, 3);

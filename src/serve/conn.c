@@ -11,7 +11,6 @@
 #include "serve/conn.h"
 #include "serve/handlers.h"
 
-#include <ctype.h>
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
@@ -117,8 +116,12 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
 	start = c->head.len;
 	if (head_append(c, at, n) < 0)
 		return -1;
-	for (i = start; i < c->head.len; i++)
-		c->head.data[i] = (char)tolower((unsigned char)c->head.data[i]);
+	for (i = start; i < c->head.len; i++) {
+		char ch = c->head.data[i];
+
+		if (ch >= 'A' && ch <= 'Z')
+			c->head.data[i] = (char)(ch + ('a' - 'A'));
+	}
 	h->name_len += (uint32_t)n;
 	return 0;
 }
@@ -242,9 +245,9 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 		status = err == HPE_HEADER_OVERFLOW ? 431 : 400;
 	c->keep_alive = 0;
 	c->method = HTTP_GET;
-	c->in_message = 0;
-	if (!c->t_start_ns)
+	if (!c->in_message)
 		c->t_start_ns = now_ns();
+	c->in_message = 0;
 	switch (status) {
 	case 413:
 		sluice_resp_error(c, 413, "body_too_large", NULL,
@@ -261,6 +264,16 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 	c->want_close = 1;
 }
 
+/* A connection keeps its buffers between requests, but not big ones: a
+ * single large request must not pin memory for the connection's life. */
+static void trim(sluice_conn_t *c)
+{
+	if (c->head.cap > 4096)
+		sluice_buf_free(&c->head);
+	if (c->body.cap > 4096)
+		sluice_buf_free(&c->body);
+}
+
 static void dispatch(sluice_conn_t *c)
 {
 	c->req_live = c->svc->live;
@@ -269,6 +282,8 @@ static void dispatch(sluice_conn_t *c)
 	c->dispatching = 0;
 	if (c->waiting) /* spans loop iterations: keep the config alive */
 		sluice_live_ref(c->req_live);
+	else
+		trim(c);
 	if (c->parser.upgrade) /* we speak no other protocol */
 		c->want_close = 1;
 }
@@ -406,6 +421,7 @@ const char *sluice_status_text(int status)
 
 void sluice_resp_begin(sluice_conn_t *c, int status)
 {
+	sluice_buf_reserve(&c->out, 512); /* one answer, usually */
 	sluice_buf_puts(&c->out, "HTTP/1.1 ");
 	sluice_buf_u64(&c->out, (uint64_t)status);
 	sluice_buf_append(&c->out, " ", 1);
@@ -448,8 +464,10 @@ void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
 				conn_free_bufs(c);
 				if (c->io && c->io->release)
 					c->io->release(c);
-			} else if (c->io && c->io->wake) {
-				c->io->wake(c);
+			} else {
+				trim(c);
+				if (c->io && c->io->wake)
+					c->io->wake(c);
 			}
 		}
 	}

@@ -121,7 +121,9 @@ static inline const char *sluice_conn_url(const sluice_conn_t *c)
 void sluice_resp_begin(sluice_conn_t *c, int status);
 
 /* Ends it: Content-Type (when ctype), Content-Length, Connection, the
- * blank line and the body (not for HEAD).  This completes the request. */
+ * blank line and the body (not for HEAD).  This completes the request.
+ * After an asynchronous decision this may free c (when the transport has
+ * released it meanwhile): the caller must not touch c afterwards. */
 void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
 		     size_t len);
 

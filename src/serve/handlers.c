@@ -31,10 +31,20 @@ void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
 
 void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
 {
-	if (m->rule->ntiers > 0)
-		snprintf(buf, len, "%s/%s", m->rule->name, m->set->name);
-	else
-		snprintf(buf, len, "%s", m->rule->name);
+	size_t n = strlen(m->rule->name), t;
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, m->rule->name, n);
+	if (m->rule->ntiers > 0 && n + 1 < len) {
+		buf[n++] = '/';
+		t = strlen(m->set->name);
+		if (t >= len - n)
+			t = len - n - 1;
+		memcpy(buf + n, m->set->name, t);
+		n += t;
+	}
+	buf[n] = '\0';
 }
 
 void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)
@@ -150,7 +160,11 @@ static void check_done(void *arg, const sluice_verdict_t *v)
 {
 	sluice_conn_t *c = arg;
 	sluice_take_t *t = c->take;
+	sluice_svc_t *svc = c->svc;
 
+	/* sluice_resp_end() may free c (its transport is gone): detach the
+	 * take first and touch nothing of c afterwards. */
+	c->take = NULL;
 	sluice_count_verdict(c, t);
 	if (v->status) {
 		sluice_resp_store_error(c);
@@ -172,8 +186,7 @@ static void check_done(void *arg, const sluice_verdict_t *v)
 		sluice_resp_end(c, "application/json", body.data, body.len);
 		sluice_buf_free(&body);
 	}
-	c->take = NULL;
-	sluice_take_put(c->svc, t);
+	sluice_take_put(svc, t);
 }
 
 static void handle_check(sluice_conn_t *c, const char *path, const char *query)

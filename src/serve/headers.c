@@ -40,18 +40,25 @@ uint64_t sluice_retry_after_s(uint64_t retry_us)
 
 void sluice_sf_string(sluice_buf_t *out, const char *name)
 {
-	const char *p;
+	const char *p, *run = name;
 
 	sluice_buf_append(out, "\"", 1);
 	for (p = name; *p; p++) {
 		unsigned char c = (unsigned char)*p;
 
-		if (c < 0x20 || c > 0x7e)
-			continue; /* sf-string is printable ASCII only */
-		if (c == '"' || c == '\\')
-			sluice_buf_append(out, "\\", 1);
-		sluice_buf_append(out, p, 1);
+		if (c >= 0x20 && c <= 0x7e && c != '"' && c != '\\')
+			continue;
+		/* Flush the plain run, then escape or drop this byte (an
+		 * sf-string is printable ASCII only). */
+		sluice_buf_append(out, run, (size_t)(p - run));
+		run = p + 1;
+		if (c == '"' || c == '\\') {
+			char esc[2] = {'\\', (char)c};
+
+			sluice_buf_append(out, esc, 2);
+		}
 	}
+	sluice_buf_append(out, run, (size_t)(p - run));
 	sluice_buf_append(out, "\"", 1);
 }
 

@@ -53,10 +53,13 @@ static void take_done(void *arg, const sluice_verdict_t *v)
 {
 	sluice_conn_t *c = arg;
 	sluice_take_t *t = c->take;
+	sluice_svc_t *svc = c->svc;
 	sluice_buf_t body = {0};
 	const sluice_decision_t *d = &v->summary;
 	uint64_t retry_us = 0;
 
+	/* sluice_resp_end() may free c: nothing of c after it. */
+	c->take = NULL;
 	sluice_count_verdict(c, t);
 	if (v->status) {
 		sluice_resp_store_error(c);
@@ -83,8 +86,7 @@ static void take_done(void *arg, const sluice_verdict_t *v)
 		sluice_resp_end(c, "application/json", body.data, body.len);
 		sluice_buf_free(&body);
 	}
-	c->take = NULL;
-	sluice_take_put(c->svc, t);
+	sluice_take_put(svc, t);
 }
 
 /* Reads "rate": a string ("2/s", "50/min") or a number (per second). */

@@ -128,6 +128,17 @@ static void reload(sluice_server_t *s)
 
 /* ------------------------------------------------------------- workers */
 
+/* How often to look for idle connections: a quarter of the timeout, so a
+ * connection is closed at most 25% late. */
+static uint64_t sweep_period(unsigned idle_timeout_ms)
+{
+	uint64_t period = idle_timeout_ms ? idle_timeout_ms / 4 : 1000;
+
+	if (period < 20)
+		period = 20;
+	return period > 1000 ? 1000 : period;
+}
+
 /* The drain is over: close what keeps the loop alive, the store client
  * included (a network store must be closed on its loop's thread). */
 static void worker_finish(sluice_worker_t *w)
@@ -139,6 +150,8 @@ static void worker_finish(sluice_worker_t *w)
 	sluice_backend_close(&w->svc.backend);
 }
 
+static void on_sweep(uv_timer_t *timer);
+
 static void on_wakeup(uv_async_t *a)
 {
 	sluice_worker_t *w = a->data;
@@ -147,6 +160,11 @@ static void on_wakeup(uv_async_t *a)
 	if (live) {
 		sluice_live_unref(w->svc.live);
 		w->svc.live = live;
+		if (!uv_is_closing((uv_handle_t *)&w->sweep)) {
+			uint64_t p = sweep_period(live->cfg->idle_timeout_ms);
+
+			uv_timer_start(&w->sweep, on_sweep, p, p);
+		}
 	}
 	if (atomic_load(&w->drain) && !w->svc.draining) {
 		if (w->listening) {
@@ -218,11 +236,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	w->listening = 1;
 	uv_timer_init(&w->loop, &w->sweep);
 	w->sweep.data = w;
-	period = timeout ? timeout / 4 : 1000;
-	if (period < 20)
-		period = 20;
-	if (period > 1000)
-		period = 1000;
+	period = sweep_period(timeout);
 	uv_timer_start(&w->sweep, on_sweep, period, period);
 	uv_async_init(&w->loop, &w->wakeup, on_wakeup);
 	w->wakeup.data = w;

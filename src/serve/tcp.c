@@ -114,6 +114,8 @@ static void on_write(uv_write_t *req, int status)
 
 	t->writing = 0;
 	t->wbuf.len = 0;
+	if (t->wbuf.cap > 65536) /* a burst of pipelined answers: let go */
+		sluice_buf_free(&t->wbuf);
 	if (t->closing)
 		return;
 	if (status < 0) {

@@ -80,8 +80,8 @@ static void init(void)
 /* Every answer written must start with a status line. */
 static void check_output(sluice_conn_t *c)
 {
-	if (c->out.len && (c->out.len < 12 ||
-			   memcmp(c->out.data, "HTTP/1.1 ", 9) != 0))
+	if (c->out.len &&
+	    (c->out.len < 12 || memcmp(c->out.data, "HTTP/1.1 ", 9) != 0))
 		__builtin_trap();
 	c->out.len = 0;
 }

@@ -74,6 +74,18 @@ RELOAD_B = RELOAD_A + """
     limits: [{capacity: 7, rate: 1/min}]
 """
 
+FLOOD = """
+store: {memory: {max_keys: 500}}
+rules:
+  - name: per-user
+    key: ["header:x-user-id"]
+    limits: [{capacity: 10, rate: 1/min}]
+"""
+
+UNTRUSTED = """
+trusted_proxies: []
+"""
+
 SHORT_IDLE = """
 http: {idle_timeout_ms: 300}
 """
@@ -323,6 +335,27 @@ class ClassicPolicy(unittest.TestCase):
         self.assertEqual(f.read(), b"")  # closed after a 1.0 request
         s.close()
 
+    def test_head_limited_answer_has_no_body(self):
+        c = self.s.client()
+        for _ in range(101):
+            r = c.request("HEAD", "/v1/check", {"x-user-id": "head-429"})
+        c.close()
+        if r.status == 200:
+            r = self.s.request("HEAD", "/v1/check", {"x-user-id": "head-429"})
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.body, b"")
+        self.assertGreater(int(r.header("content-length")), 0)
+
+    def test_take_with_chunked_body_and_expect_continue(self):
+        body = b'{"key":"chunky","capacity":2,"rate":"1/min"}'
+        out = harness.raw(self.s.port,
+                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
+                          b"chunked\r\nExpect: 100-continue\r\n"
+                          b"Connection: close\r\n\r\n" +
+                          b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        self.assertEqual([r.status for r in out], [100, 200])
+        self.assertEqual(out[1].json()["remaining"], 1)
+
     def test_health_and_readiness(self):
         self.assertEqual(self.s.request("GET", "/healthz").status, 200)
         r = self.s.request("GET", "/readyz")
@@ -408,6 +441,29 @@ class Rules(unittest.TestCase):
             r = check(s, "up3", headers=hdr)
             self.assertEqual(r.header("x-ratelimit-remaining"), "1990")
 
+    def test_spoofed_forwarding_headers_from_untrusted_peer_ignored(self):
+        with Sluice(UNTRUSTED) as s:
+            a = s.request("GET", "/v1/check", {"x-real-ip": "192.0.2.1"})
+            b = s.request("GET", "/v1/check",
+                          {"x-forwarded-for": "192.0.2.2"})
+            # Both were charged to the TCP peer, 127.0.0.1.
+            self.assertEqual(a.header("x-ratelimit-remaining"), "99")
+            self.assertEqual(b.header("x-ratelimit-remaining"), "98")
+
+    def test_flood_of_random_keys_stays_within_max_keys(self):
+        with Sluice(FLOOD) as s:
+            c = s.client()
+            for i in range(2000):
+                r = c.request("GET", "/v1/check", {"x-user-id": "k%d" % i})
+                self.assertEqual(r.status, 200)
+            c.close()
+            m = s.metrics()
+            self.assertLessEqual(m["sluice_memstore_keys"], 500)
+            self.assertEqual(m["sluice_memstore_max_keys"], 500)
+            self.assertGreaterEqual(
+                m['sluice_memstore_evictions_total{kind="lossy"}'] +
+                m['sluice_memstore_evictions_total{kind="full"}'], 1500)
+
 
 class Operations(unittest.TestCase):
 
@@ -431,6 +487,19 @@ class Operations(unittest.TestCase):
                     {"rule": "extra", "key": "r2"})).status == 200))
             c.close()
             self.assertIn("reloaded", s.log())
+
+    def test_sighup_reaches_every_thread(self):
+        with Sluice(RELOAD_A, threads=2) as s:
+            s.write_config(RELOAD_B)
+            s.signal(signal.SIGHUP)
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(
+                    'sluice_config_reloads_total{result="ok"}') == 1))
+            # Fresh connections land on either thread; all see "extra".
+            self.assertTrue(harness.wait_until(lambda: all(
+                s.request("POST", "/v1/take", {}, json.dumps(
+                    {"rule": "extra", "key": "t%d" % i})).status == 200
+                for i in range(20))))
 
     def test_sighup_with_bad_file_keeps_running_config(self):
         with Sluice(RELOAD_A) as s:
@@ -456,6 +525,23 @@ class Operations(unittest.TestCase):
             self.assertEqual(idle.recv(1), b"")  # closed, not reset
             idle.close()
             self.assertIn("stopped", s.log())
+        finally:
+            s.stop()
+
+    def test_sigterm_finishes_a_request_in_progress(self):
+        s = Sluice()
+        try:
+            busy = socket.create_connection(("127.0.0.1", s.port), 10)
+            busy.sendall(b"GET /v1/check HTTP/1.1\r\nx-user-id: d\r\n")
+            time.sleep(0.2)  # the server has read the first half
+            s.signal(signal.SIGTERM)
+            self.assertTrue(harness.wait_until(lambda: "draining" in s.log()))
+            busy.sendall(b"\r\n")
+            r = harness.read_response(busy.makefile("rb"))
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("connection"), "close")
+            self.assertEqual(s.wait(30), 0)
+            busy.close()
         finally:
             s.stop()
 
@@ -518,6 +604,32 @@ class Operations(unittest.TestCase):
             self.assertGreaterEqual(allowed, 100)
             self.assertLessEqual(allowed, 100 + math.floor(elapsed * 2) + 1)
             self.assertEqual(results.count(429), 240 - allowed)
+
+    def test_ipv6_listen(self):
+        port = harness.free_port()
+        try:
+            p = harness.Proc([harness.SLUICE, "serve", "--listen",
+                              "[::1]:%d" % port])
+        except OSError:
+            self.skipTest("no IPv6")
+        try:
+            s6 = None
+            for _ in range(500):
+                try:
+                    s6 = socket.create_connection(("::1", port), 5)
+                    break
+                except OSError:
+                    if p.poll() is not None:
+                        self.skipTest("no IPv6 loopback: " + p.log())
+                    time.sleep(0.02)
+            self.assertIsNotNone(s6)
+            s6.sendall(b"GET /v1/check HTTP/1.1\r\nHost: x\r\n\r\n")
+            r = harness.read_response(s6.makefile("rb"))
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "99")
+            s6.close()
+        finally:
+            self.assertEqual(p.stop(), 0)
 
     def test_port_in_use_fails_with_status_1(self):
         with Sluice() as s:

@@ -151,7 +151,7 @@ typedef struct rh_redis_s {
 	int port;
 	char dir[64];
 	int cluster;
-	const char *module; /* --loadmodule this, or NULL */
+	const char *module; /* a module to --loadmodule, or NULL */
 } rh_redis_t;
 
 static inline int rh_ping(int port)
@@ -176,8 +176,7 @@ static inline int rh_ping(int port)
 }
 
 /* Starts redis-server on s->port (0: pick one) and waits until it answers.
- * cluster: --cluster-enabled yes with its own config file; s->module (if
- * set): a module to load. */
+ * cluster: --cluster-enabled yes with its own config file. */
 static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 {
 	char portbuf[16];

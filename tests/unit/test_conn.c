@@ -23,6 +23,7 @@ static void on_wake(sluice_conn_t *c)
 static void on_release(sluice_conn_t *c)
 {
 	releases++;
+	free(c); /* as the transport does: ASan sees any later use */
 }
 
 static const sluice_conn_io_t io = {.wake = on_wake, .release = on_release};
@@ -113,16 +114,25 @@ static void test_bytes_arriving_while_waiting_are_kept(void)
 
 static void test_released_while_waiting_is_freed_by_the_answer(void)
 {
-	static sluice_conn_t c;
+	static const char take_req[] =
+		"POST /v1/take HTTP/1.1\r\nContent-Length: 37\r\n\r\n"
+		"{\"key\":\"r\",\"capacity\":1,\"rate\":\"1/s\"}";
+	const char *reqs[2] = {check_req, take_req};
+	int i;
 
-	conn_init(&c);
-	feed(&c, check_req);
-	CHECK(sluice_conn_waiting(&c));
-	CHECK(!sluice_conn_release(&c)); /* transport gone, decision pending */
-	CHECK_EQ_U64(releases, 0);
-	CHECK_EQ_U64(deferred_run(&store), 1);
-	CHECK_EQ_U64(releases, 1);
-	CHECK_EQ_U64(wakes, 0);
+	for (i = 0; i < 2; i++) {
+		sluice_conn_t *c = malloc(sizeof(*c));
+
+		conn_init(c);
+		feed(c, reqs[i]);
+		CHECK(sluice_conn_waiting(c));
+		/* The transport is gone while the decision is pending. */
+		CHECK(!sluice_conn_release(c));
+		CHECK_EQ_U64(releases, 0);
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		CHECK_EQ_U64(releases, 1);
+		CHECK_EQ_U64(wakes, 0);
+	}
 }
 
 static void test_limits_and_errors_close(void)

@@ -509,108 +509,6 @@ static void test_memory_per_key(int port)
 	CHECK(b131 <= 128);
 }
 
-/* ------------------------------------------------------- the module */
-
-static sluice_redis_t *client_flags(uv_loop_t *loop, int port, unsigned flags)
-{
-	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r;
-	char url[64], err[256];
-
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-	o.url = url;
-	o.timeout_ms = 2000;
-	o.flags = flags;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
-	return r;
-}
-
-static long long cmd_calls(redisContext *c, const char *cmd)
-{
-	char field[64];
-
-	snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
-	{
-		redisReply *rep = rh_cmd(c, "INFO commandstats");
-		char *p = strstr(rep->str, field);
-		long long v = p ? atoll(p + strlen(field)) : 0;
-
-		freeReplyObject(rep);
-		return v;
-	}
-}
-
-/*
- * With the sluice module loaded the store uses SLUICE.TAKE/TAKEMULTI; the
- * module and the script keep the same state, so clients on either path
- * share one bucket.
- */
-static void test_module_and_script_share_keys(void)
-{
-	char path[512];
-	rh_redis_t s = {0};
-	redisContext *c;
-	uv_loop_t loop;
-	sluice_redis_t *mod, *lua;
-	sluice_limit_t l, two[2];
-	redisReply *before, *after;
-	result_t res;
-	int i, allowed = 0;
-
-	snprintf(path, sizeof(path), "%s/sluice-redis.so", SLUICE_BUILD_DIR);
-	if (access(path, R_OK) != 0) {
-		printf("module path: %s not built, skipped\n", path);
-		return;
-	}
-	s.module = path;
-	rh_redis_start(&s, 0, 0);
-	c = rh_connect(s.port);
-	uv_loop_init(&loop);
-	mod = client_flags(&loop, s.port, 0);
-	lua = client_flags(&loop, s.port, SLUICE_REDIS_SCRIPT_ONLY);
-	limit(&l, 10, "1/h");
-	/* The handshake detects the module before the first decision. */
-	res = take(&loop, mod, "warm", &l, 1, 1);
-	CHECK(res.status == 0 && mod->nodes[0]->conns[0].module == 1);
-	for (i = 0; i < 14; i++) {
-		res = take(&loop, i % 2 ? lua : mod, "frank", &l, 1, 1);
-		CHECK(res.status == 0);
-		if (res.allowed) {
-			CHECK(res.d.remaining == (uint64_t)(9 - allowed));
-			allowed++;
-		} else {
-			CHECK(res.d.retry_after_us > 3590000000ull);
-		}
-	}
-	CHECK(allowed == 10);
-	/* (The very first call went out before the detection answered.) */
-	CHECK(cmd_calls(c, "sluice.take") >= 7 && cmd_calls(c, "evalsha") >= 7);
-
-	/* Several limits through SLUICE.TAKEMULTI, all-or-nothing. */
-	limit(&two[0], 10, "1/s");
-	limit(&two[1], 3, "3/day");
-	for (i = 0; i < 3; i++)
-		CHECK(take(&loop, mod, "gina", two, 2, 1).allowed);
-	before = rh_cmd(c, "GET sluice:{gina}:0");
-	res = take(&loop, mod, "gina", two, 2, 1);
-	CHECK(res.status == 0 && !res.allowed && res.which == 1);
-	res = take(&loop, lua, "gina", two, 2, 1);
-	CHECK(res.status == 0 && !res.allowed && res.which == 1);
-	after = rh_cmd(c, "GET sluice:{gina}:0");
-	CHECK(strcmp(before->str, after->str) == 0);
-	CHECK(cmd_calls(c, "sluice.takemulti") >= 4);
-	freeReplyObject(before);
-	freeReplyObject(after);
-
-	sluice_redis_free(mod);
-	sluice_redis_free(lua);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	uv_loop_close(&loop);
-	redisFree(c);
-	rh_redis_stop(&s);
-	printf("module path: SLUICE.TAKE and the script share one bucket\n");
-}
-
 int main(void)
 {
 	rh_redis_t s = {0};
@@ -623,7 +521,6 @@ int main(void)
 	test_noscript_is_recovered(s.port);
 	test_memory_per_key(s.port);
 	test_slow_redis(s.port);
-	test_module_and_script_share_keys();
 	test_sigkill_and_restart(&s); /* stops the server */
 	return 0;
 }

@@ -186,7 +186,12 @@ class RedisServeTest(unittest.TestCase):
         time.sleep(1.5)
         killed = time.monotonic()
         self.redis.kill()
-        time.sleep(1.5)
+        # /readyz says so while Redis is away.
+        for s in instances:
+            self.assertTrue(harness.wait_until(
+                lambda: s.request("GET", "/readyz").status == 503, 1.0,
+                0.01))
+        time.sleep(max(0.0, killed + 1.5 - time.monotonic()))
         self.redis.start()
         back = time.monotonic()
         # Redis decides again: the restarted server gets the key, and

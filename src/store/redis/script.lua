@@ -33,11 +33,16 @@ if n == 1 then
 	if s and #s > 3 then
 		local tat = tonumber(sub(s, 1, -4))
 		if tat and tat >= now then
-			local frac = tonumber(sub(s, -3)) or 0
-			if frac >= p then frac = p - 1 end
 			-- delta*p > 2^53 - p  <=>  delta >= floor(2^53 / p)
 			D = (tat - now) * p
-			if D > X - p then D = X else D = D + frac end
+			if D > X - p then
+				D = X
+			elseif p > 1 then
+				-- (per 1, the usual case, has no fraction)
+				local frac = tonumber(sub(s, -3)) or 0
+				if frac >= p then frac = p - 1 end
+				D = D + frac
+			end
 		end
 	end
 	if cost <= C and D + cost * T <= tau then
@@ -51,10 +56,14 @@ if n == 1 then
 		end
 		-- Allowed: the new shortfall nd <= tau, written back exactly.
 		local nd = D + cost * T
-		local r, u = fmod(tau - nd, T), fmod(nd, p)
-		local whole = (nd - u) / p
-		local us = whole
-		if u > 0 then us = us + 1 end
+		local r, u, whole = fmod(tau - nd, T), 0, nd
+		local us = nd
+		if p > 1 then
+			u = fmod(nd, p)
+			whole = (nd - u) / p
+			us = whole
+			if u > 0 then us = us + 1 end
+		end
 		local m = fmod(us, 1000)
 		local ms = (us - m) / 1000
 		if m > 0 then ms = ms + 1 end

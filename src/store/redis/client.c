@@ -257,7 +257,9 @@ void sluice_redis__send(sluice_redis_call_t *c)
 	int rc;
 
 	if (!k) {
-		/* Down or saturated: fail now rather than queue. */
+		/* Down or saturated: fail now rather than queue.  In a
+		 * cluster the slot may have a new master (failover): ask. */
+		sluice_redis__refresh_slots(r);
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}

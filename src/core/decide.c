@@ -15,7 +15,8 @@
  * guarantees tau <= SLUICE_UNITS_MAX (2^52), so D, D + cost*T and every
  * product below fit in 53 bits: the Redis Lua script, whose numbers are
  * doubles, repeats this file's computation exactly.  Keep the two in step
- * (src/store/redis_script.lua; a test replays both).
+ * (src/store/redis/script.lua and script_multi.lua; a test replays
+ * both).
  */
 #include "sluice.h"
 

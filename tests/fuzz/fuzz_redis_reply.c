@@ -1,9 +1,9 @@
 /*
  * fuzz_redis_reply.c -- libFuzzer harness for what the Redis store reads
  * from the network and from its configuration: arbitrary bytes parsed as
- * RESP (hiredis' reader) and handed to the store's reply decoder, which
- * must reject anything that is not a well-formed decision; and the same
- * bytes as a redis:// URL.
+ * RESP (hiredis' reader) and handed to the store's reply decoders (the
+ * module's and the scripts'), which must reject anything that is not a
+ * well-formed decision; and the same bytes as a redis:// URL.
  */
 #include "store/redis/redis_int.h"
 
@@ -15,22 +15,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	static sluice_limit_t limits[3];
+	static int init;
 	redisReader *rd = redisReaderCreate();
 	sluice_redis_url_t u;
 	void *reply = NULL;
 	char *text;
 
+	if (!init) {
+		/* the scripts' replies are decoded against the call's limits */
+		sluice_limit_parse(&limits[0], "100", "2/s", NULL, 0);
+		sluice_limit_parse(&limits[1], "7", "3/s", NULL, 0);
+		sluice_limit_parse(&limits[2], "5", "1/day", NULL, 0);
+		init = 1;
+	}
 	redisReaderFeed(rd, (const char *)data, size);
 	while (redisReaderGetReply(rd, &reply) == REDIS_OK && reply) {
 		sluice_decision_t d;
 		size_t which, n;
 		int allowed;
 
-		for (n = 1; n <= 3; n++)
+		for (n = 1; n <= 3; n++) {
 			if (sluice_redis__parse_reply(reply, n, &allowed, &d,
 						      &which) == 0 &&
 			    (which >= n || d.allowed != allowed))
 				abort();
+			if (sluice_redis__parse_script_reply(reply, limits, n,
+							     n - 1, &allowed,
+							     &d, &which) == 0 &&
+			    (which >= n || d.allowed != allowed))
+				abort();
+		}
 		freeReplyObject(reply);
 		reply = NULL;
 	}

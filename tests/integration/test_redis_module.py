@@ -239,6 +239,15 @@ def state_of(c, key):
     return 0 if v is None else int(v)
 
 
+def shortfall(state, now, per):
+    """decide.c's shortfall of a state at now (units of 1/per us), which
+    the Lua script answers."""
+    if state <= 0 or state // 1000 < now:
+        return 0
+    delta, frac = state // 1000 - now, min(state % 1000, per - 1)
+    return 2 ** 53 if delta >= 2 ** 53 // per else delta * per + frac
+
+
 def expiry_ms(state):
     """The PXAT a stored state must carry: its expiry rounded up to ms."""
     exp_us = state // 1000 + (state % 1000 != 0)
@@ -342,13 +351,16 @@ class ModuleTest(unittest.TestCase):
                 self.assertEqual(reply, want, (limits, lines))
                 self.assertEqual(sts, states)
 
-    def checked_at_server_time(self, c, key, cmd, cap, rate, cost, lo=0):
+    def checked_at_server_time(self, c, key, cmd, cap, rate, cost, lo=0,
+                               per=None):
         """Runs cmd (a decision on key under one limit) between two reads
         of the server's TIME and of the key, in one transaction so that no
         key expires in between however this process is scheduled, and
         asserts that the reply and the stored state are the core's at one
         instant of that bracket (widened by lo us before it).  Returns the
-        reply."""
+        reply.  With per, cmd is the Lua script, whose reply is the
+        bucket's shortfall before the call (the client derives the
+        decision from it with the core's code)."""
         self.assertEqual(c.call("MULTI"), "OK")
         for part in (["GET", key], ["TIME"], cmd, ["TIME"], ["GET", key]):
             self.assertEqual(c.call(*part), "QUEUED")
@@ -359,8 +371,14 @@ class ModuleTest(unittest.TestCase):
         lines = ["L 1 %s %s" % (cap, rate)]
         for now in range(t0 - lo, t1 + 1):
             lines += ["S 0 %d" % before, "T %d %d" % (now, cost)]
-        ok = any(want[:5] == reply[:5] and states[0] == after
-                 for want, states in replay(lines))
+        if per is None:
+            ok = any(want[:5] == reply[:5] and states[0] == after
+                     for want, states in replay(lines))
+        else:
+            ok = any(shortfall(before, now, per) == reply and
+                     states[0] == after
+                     for now, (want, states) in
+                     zip(range(t0 - lo, t1 + 1), replay(lines)))
         self.assertTrue(ok, (cmd, before, t0, t1, reply, after))
         return reply
 
@@ -542,13 +560,20 @@ class ModuleTest(unittest.TestCase):
             key = "alt:%s:%s" % (cap, rate)
             for i in range(40):
                 cost = rng.choice([0, 1, 1, 2, 3, int(cap) + 1])
+                # The script's arguments as the store sends them.
+                tau = int(cap) * interval
+                need = tau + 1 if cost > int(cap) else cost * interval
                 if i % 2 == 0:
                     cmd = ["SLUICE.TAKE", key, cap, rate, "COST", cost]
+                    reply = self.checked_at_server_time(c, key, cmd, cap,
+                                                        rate, cost)
+                    served["module"] += reply[0]
                 else:
-                    cmd = ["EVALSHA", sha, 1, key, cost, interval, per, cap]
-                reply = self.checked_at_server_time(c, key, cmd, cap, rate,
-                                                    cost)
-                served["module" if i % 2 == 0 else "script"] += reply[0]
+                    cmd = ["EVALSHA", sha, 1, key, need, tau] + (
+                        [per] if per > 1 else [])
+                    reply = self.checked_at_server_time(c, key, cmd, cap,
+                                                        rate, cost, per=per)
+                    served["script"] += reply + need <= tau
         self.assertGreater(served["module"], 0)
         self.assertGreater(served["script"], 0)
 

@@ -140,8 +140,12 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 
 	if (c->done)
 		return;
-	if (status == 0 && sluice_redis__parse_reply(reply, c->nlimits,
-						     &allowed, &d, &which) < 0)
+	if (status == 0 &&
+	    (c->script ? sluice_redis__parse_script_reply(reply, c->limits,
+							  c->nlimits, c->cost,
+							  &allowed, &d, &which)
+		       : sluice_redis__parse_reply(reply, c->nlimits, &allowed,
+						   &d, &which)) < 0)
 		status = SLUICE_ESTORE;
 	c->done = 1;
 	call_unlink(c);
@@ -547,6 +551,9 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	r->flags = opts->flags;
 	sluice_redis__sha1_hex(sluice_redis__script,
 			       strlen(sluice_redis__script), r->sha);
+	sluice_redis__sha1_hex(sluice_redis__script_multi,
+			       strlen(sluice_redis__script_multi),
+			       r->sha_multi);
 	uv_timer_init(loop, &r->sweep);
 	uv_timer_init(loop, &r->retry);
 	r->sweep.data = r->retry.data = r;

@@ -43,6 +43,7 @@ int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 	size_t i;
 	int rc;
 
+	c->script = 0;
 	a.argc = 0;
 	if (c->nlimits == 1) {
 		sluice_redis__arg(&a, "SLUICE.TAKE", 11);

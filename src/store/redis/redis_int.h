@@ -96,6 +96,7 @@ struct sluice_redis_call_s {
 	unsigned redirects;
 	sluice_redis_node_t *ask;  /* send ASKING + the call to this node */
 	sluice_redis_conn_t *conn; /* where it was last sent */
+	int script; /* last sent as EVALSHA (else to the module) */
 	int slot;
 	uint64_t cost;
 	size_t nlimits;
@@ -119,7 +120,8 @@ struct sluice_redis_s {
 	int16_t *slots; /* cluster: slot -> node index, -1 unknown */
 	int refreshing; /* a CLUSTER SLOTS is in flight */
 	uint64_t refreshed_ms;
-	char sha[41];
+	char sha[41];	    /* script.lua (one limit) */
+	char sha_multi[41]; /* script_multi.lua */
 
 	int breaker;
 	unsigned failures;
@@ -133,8 +135,8 @@ struct sluice_redis_s {
 	int closing;
 	unsigned open_handles;
 	uint64_t moved, asked, noscript;
-		/* redirections followed (tests) */ /* uv handles still to close
-						       on free */
+	/* redirections followed (tests) */ /* uv handles still to close
+					       on free */
 };
 
 /* The arguments of one command, built on the stack at send time. */
@@ -179,8 +181,15 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 
 /* script.c */
 extern const char sluice_redis__script[];
+extern const char sluice_redis__script_multi[];
 int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 void sluice_redis__load_script(sluice_redis_conn_t *k);
+/* The scripts' shortfalls -> the decision (the core's); 0 or -1. */
+int sluice_redis__parse_script_reply(const redisReply *reply,
+				     const sluice_limit_t *limits, size_t n,
+				     uint64_t cost, int *allowed,
+				     sluice_decision_t *d, size_t *which);
+/* The module's reply -> the decision; 0 or -1. */
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,
 			      size_t *which);

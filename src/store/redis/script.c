@@ -1,19 +1,29 @@
 /*
- * script.c -- the Lua script path: one EVALSHA per decision, the script
+ * script.c -- the Lua script path: one EVALSHA per decision, the scripts
  * loaded once per connection (SCRIPT LOAD is the first command of every
  * handshake, so decisions can be pipelined right behind it).  A NOSCRIPT
  * reply (Redis restarted, failed over, or SCRIPT FLUSH) is recovered on the
  * spot: SCRIPT LOAD, then the same call again on the same connection,
  * which Redis answers in order.  The caller never sees it.
+ *
+ * Two scripts: script.lua for one limit (the common case: straight-line
+ * code, no tables) and script_multi.lua for several.  Both answer only the
+ * shortfall of each bucket at the server's time; the decision is derived
+ * here, by the core itself, which is cheaper for Redis than building the
+ * reply in Lua and exact by construction.
  */
 #include "store/redis/redis_int.h"
 
-#include "script_lua.h" /* generated from script.lua by CMake */
+#include "script_lua.h" /* generated from the .lua files by CMake */
 
 #include <stdlib.h>
 #include <string.h>
 
 const char sluice_redis__script[] = SLUICE_SCRIPT_LUA;
+const char sluice_redis__script_multi[] = SLUICE_SCRIPT_MULTI_LUA;
+
+/* The largest shortfall a script answers: decide.c saturates there. */
+#define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
 
 static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -23,38 +33,106 @@ static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
 	(void)priv;
 }
 
+/* Both scripts, always: whatever lost one (SCRIPT FLUSH, a restart, a
+ * failover to a fresh master) lost the other too. */
 void sluice_redis__load_script(sluice_redis_conn_t *k)
 {
 	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script, strlen(sluice_redis__script));
+	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+			  sluice_redis__script_multi,
+			  strlen(sluice_redis__script_multi));
 }
 
-/* EVALSHA sha n key... cost (interval per capacity)... */
+/* cost * interval, or tau + 1 (more than a full bucket) when cost exceeds
+ * the capacity: every argument stays below 2^53, exact in Lua. */
+static uint64_t need(const sluice_limit_t *l, uint64_t cost)
+{
+	return cost > l->capacity ? l->tau + 1 : cost * l->rate.interval;
+}
+
+/* EVALSHA sha 1 key need tau [per]  or
+ * EVALSHA sha_multi n key... (need tau per)... */
 int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 {
 	sluice_redis_args_t a;
 	size_t i;
 	int rc;
 
+	c->script = 1;
 	a.argc = 0;
 	sluice_redis__arg(&a, "EVALSHA", 7);
-	sluice_redis__arg(&a, k->r->sha, 40);
+	sluice_redis__arg(&a, c->nlimits == 1 ? k->r->sha : k->r->sha_multi,
+			  40);
 	sluice_redis__arg_u64(&a, c->nlimits);
 	if (sluice_redis__arg_keys(&a, c) < 0)
 		return -1;
-	sluice_redis__arg_u64(&a, c->cost);
 	for (i = 0; i < c->nlimits; i++) {
-		sluice_redis__arg_u64(&a, c->limits[i].rate.interval);
-		sluice_redis__arg_u64(&a, c->limits[i].rate.per);
-		sluice_redis__arg_u64(&a, c->limits[i].capacity);
+		const sluice_limit_t *l = &c->limits[i];
+
+		sluice_redis__arg_u64(&a, need(l, c->cost));
+		sluice_redis__arg_u64(&a, l->tau);
+		if (c->nlimits > 1 || l->rate.per > 1)
+			sluice_redis__arg_u64(&a, l->rate.per);
 	}
 	rc = sluice_redis__issue(k, c, &a);
 	free(a.keys);
 	return rc;
 }
 
+static uint64_t ceil_ms(uint64_t us)
+{
+	return us / 1000 + (us % 1000 != 0);
+}
+
 /*
- * Both paths answer [allowed, limit, remaining, retry_after_ms (-1: never),
+ * The scripts answer the shortfall D of each bucket (an integer, or an
+ * array of n for several limits).  The decision is the core's for a state
+ * whose shortfall at time 0 is D: (D / per) * 1000 + D % per, which
+ * decide.c decodes back to exactly D (D <= 2^53, so no overflow; the
+ * scripts saturate where decide.c does, so a D just below 2^53 that
+ * decide.c would saturate never arrives).
+ */
+int sluice_redis__parse_script_reply(const redisReply *reply,
+				     const sluice_limit_t *limits, size_t n,
+				     uint64_t cost, int *allowed,
+				     sluice_decision_t *d, size_t *which)
+{
+	sluice_state_t states[SLUICE_REDIS_MAX_LIMITS],
+		next[SLUICE_REDIS_MAX_LIMITS];
+	sluice_decision_t ds[SLUICE_REDIS_MAX_LIMITS];
+	size_t i;
+
+	if (n < 1 || n > SLUICE_REDIS_MAX_LIMITS)
+		return -1;
+	if (n == 1 ? reply->type != REDIS_REPLY_INTEGER
+		   : reply->type != REDIS_REPLY_ARRAY || reply->elements != n)
+		return -1;
+	for (i = 0; i < n; i++) {
+		const redisReply *e = n == 1 ? reply : reply->element[i];
+		uint64_t D, per = limits[i].rate.per;
+
+		if (e->type != REDIS_REPLY_INTEGER || e->integer < 0 ||
+		    (uint64_t)e->integer > SHORTFALL_MAX)
+			return -1;
+		D = (uint64_t)e->integer;
+		states[i] = (sluice_state_t)((D / per) * 1000 + D % per);
+	}
+	*allowed = sluice_eval_all(limits, states, n, 0, cost, next, ds, NULL);
+	*which = 0;
+	*d = ds[0];
+	for (i = 1; i < n; i++)
+		if (sluice_decision_merge(d, &ds[i]))
+			*which = i;
+	/* Whole ms, rounded up, as the module answers them. */
+	if (!d->never)
+		d->retry_after_us = ceil_ms(d->retry_after_us) * 1000;
+	d->reset_after_us = ceil_ms(d->reset_after_us) * 1000;
+	return 0;
+}
+
+/*
+ * The module answers [allowed, limit, remaining, retry_after_ms (-1: never),
  * reset_ms] plus `which` for several limits.  Times are whole ms (rounded
  * up); the decision carries them as microseconds (ms * 1000).
  */

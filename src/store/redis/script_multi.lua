@@ -1,0 +1,54 @@
+-- sluice: take tokens from several limits of one key, all-or-nothing
+-- (sluice_eval_all).  One limit goes through script.lua, which this
+-- repeats per limit; read it first.
+--
+-- KEYS[i]     state of limit i (one hash tag: one Cluster slot)
+-- ARGV[3i-2]  need_i = cost * interval_i, or tau_i + 1 when cost > capacity_i
+-- ARGV[3i-1]  tau_i
+-- ARGV[3i]    per_i
+-- Reply: {D_1, ..., D_n}, the shortfalls before this call.  The call is
+-- allowed iff D_i + need_i <= tau_i for every i; only then is any state
+-- written.  The client derives the decision of each limit and the most
+-- restrictive one with the core's code.
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local n = #KEYS
+local vals = redis.call('MGET', unpack(KEYS))
+local Ds, ok = {}, true
+for i = 1, n do
+	local need, tau, p = ARGV[3 * i - 2] + 0, ARGV[3 * i - 1] + 0,
+		ARGV[3 * i] + 0
+	local D = 0
+	local s = vals[i]
+	if s then
+		local tat = tonumber(string.sub(s, 1, -4))
+		if tat and tat >= now then
+			D = (tat - now) * p
+			if D > 9007199254740992 - p then
+				D = 9007199254740992
+			else
+				local frac = tonumber(string.sub(s, -3)) or 0
+				if frac >= p then frac = p - 1 end
+				D = D + frac
+			end
+		end
+	end
+	Ds[i] = D
+	if D + need > tau then ok = false end
+end
+if ok then
+	for i = 1, n do
+		local need, p = ARGV[3 * i - 2] + 0, ARGV[3 * i] + 0
+		if need > 0 then
+			local nd = Ds[i] + need
+			local u, P = math.fmod(nd, p), p * 1000
+			local m = math.fmod(nd, P)
+			local ms = (nd - m) / P
+			if m > 0 then ms = ms + 1 end
+			redis.call('SET', KEYS[i],
+				string.format('%d%03d', now + (nd - u) / p, u),
+				'PX', ms)
+		end
+	end
+end
+return Ds

@@ -41,8 +41,8 @@ if ok then
 		local need, p = ARGV[3 * i - 2] + 0, ARGV[3 * i] + 0
 		if need > 0 then
 			local nd = Ds[i] + need
-			local u, P = math.fmod(nd, p), p * 1000
-			local m = math.fmod(nd, P)
+			local u, P = nd % p, p * 1000
+			local m = nd % P
 			local ms = (nd - m) / P
 			if m > 0 then ms = ms + 1 end
 			redis.call('SET', KEYS[i],

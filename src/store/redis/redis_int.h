@@ -133,10 +133,8 @@ struct sluice_redis_s {
 	uv_timer_t sweep;
 	uv_timer_t retry;
 	int closing;
-	unsigned open_handles;
-	uint64_t moved, asked, noscript;
-	/* redirections followed (tests) */ /* uv handles still to close
-					       on free */
+	unsigned open_handles;		 /* uv handles still to close on free */
+	uint64_t moved, asked, noscript; /* redirections followed (tests) */
 };
 
 /* The arguments of one command, built on the stack at send time. */

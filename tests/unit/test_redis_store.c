@@ -198,7 +198,7 @@ static void test_noscript_is_recovered(int port)
 	redisContext *c = rh_connect(port);
 	uv_loop_t loop;
 	sluice_redis_t *r;
-	sluice_limit_t l;
+	sluice_limit_t l, two[2];
 	many_t m = {0};
 	result_t res;
 	int i;
@@ -211,6 +211,13 @@ static void test_noscript_is_recovered(int port)
 	freeReplyObject(rh_cmd(c, "SCRIPT FLUSH"));
 	res = take(&loop, r, "erin", &l, 1, 1);
 	CHECK(res.status == 0 && res.allowed && res.d.remaining == 998);
+	/* Several limits: the other script, flushed as well. */
+	two[0] = l;
+	limit(&two[1], 5, "3/s");
+	freeReplyObject(rh_cmd(c, "SCRIPT FLUSH"));
+	res = take(&loop, r, "erin", two, 2, 1);
+	CHECK(res.status == 0 && res.allowed && res.d.remaining == 4 &&
+	      res.which == 1);
 	/* Many in flight when the script disappears. */
 	freeReplyObject(rh_cmd(c, "SCRIPT FLUSH"));
 	for (i = 0; i < 200; i++)

@@ -204,12 +204,12 @@ void sluice_memstore_free(sluice_memstore_t *store);
 
 /*
  * Takes `cost` from every limit of `key` atomically, all-or-nothing (see
- * sluice_eval_all()).  The key's entry keeps one state per limit, so the
- * same key must always come with the same limits (a different count starts
- * the key afresh).  Writes one decision per limit into decisions (may be
- * NULL) and the most restrictive one into *summary.  Returns 1 if allowed,
- * 0 if rejected, or a negative SLUICE_E* code (the key is longer than
- * 65535 bytes, nlimits is 0 or above 64).
+ * sluice_eval_all()).  Keys are bytes of any length.  The key's entry keeps
+ * one state per limit, so the same key must always come with the same
+ * limits (a different count starts the key afresh).  Writes one decision
+ * per limit into decisions (may be NULL) and the most restrictive one into
+ * *summary (may be NULL).  Returns 1 if allowed, 0 if rejected, or
+ * SLUICE_EINVAL when nlimits is 0 or above 64.
  */
 int sluice_memstore_take(sluice_memstore_t *store, const void *key,
 			 size_t keylen, const sluice_limit_t *limits,
@@ -223,7 +223,9 @@ void sluice_memstore_stats(sluice_memstore_t *store,
 
 /* ------------------------------------------------------------------ time */
 
-/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch. */
+/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch,
+ * plus SLUICE_TEST_CLOCK_OFFSET_US from the environment when set (a test
+ * hook for clock-skew tests; read once). */
 int64_t sluice_now_us(void);
 
 #ifdef __cplusplus

@@ -12,6 +12,15 @@
  *   <key_prefix>{<key>}:<i>
  * so all limits of one key share a hash tag (one slot in Redis Cluster) and
  * can be charged all-or-nothing in one call.
+ *
+ * Failures cost at most timeout_ms per call: a call that Redis does not
+ * answer in time ends with SLUICE_ETIMEDOUT; a connection with too many
+ * unanswered commands, a lost connection, or an open circuit breaker (five
+ * consecutive failures; one probe call after 100 ms) fail calls at once
+ * with SLUICE_ESTORE.  Lost connections are retried with a backoff capped
+ * at 200 ms.  NOSCRIPT (a restarted or flushed Redis) and Cluster
+ * redirections (MOVED, ASK) are handled inside the call.  See
+ * docs/REDIS.md.
  */
 #ifndef SLUICE_REDIS_H
 #define SLUICE_REDIS_H
@@ -33,7 +42,7 @@ typedef struct sluice_redis_opts_s {
 	/* Redis Cluster: "host:port" seeds (nseeds > 0 selects cluster mode) */
 	const char *const *seeds;
 	size_t nseeds;
-	const char *key_prefix; /* NULL: "sluice:" */
+	const char *key_prefix; /* NULL: "sluice:"; no '{' or '}' */
 	unsigned timeout_ms;	/* per call; 0: 50 */
 	unsigned connections;	/* per client (per node in a cluster); 0: 1 */
 	unsigned flags;		/* SLUICE_REDIS_* below */
@@ -53,16 +62,20 @@ typedef struct sluice_redis_opts_s {
 typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 				const sluice_decision_t *summary, size_t which);
 
-/* Creates a client on `loop`; connects in the background.  Returns 0 or a
- * negative code with a message in err. */
+/* Creates a client on `loop`; connects in the background.  Returns 0, or
+ * SLUICE_EINVAL (a bad URL, seed or prefix) / SLUICE_ENOMEM with a message
+ * in err; on failure nothing is left on the loop. */
 int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 		     sluice_redis_t **out, char *err, size_t errlen);
 
 /*
- * Charges `cost` against every limit of `key`, all-or-nothing.  The
- * callback may run before this returns (for example when the circuit
- * breaker is open and the call fails fast).  Returns 0, or a negative code
- * when the call could not be queued (the callback is then not called).
+ * Charges `cost` against every limit of `key`, all-or-nothing (cost 0
+ * peeks).  The callback may run before this returns (for example when the
+ * circuit breaker is open and the call fails fast).  Returns 0, or
+ * SLUICE_EINVAL when the call is malformed (nlimits 0 or above 64, a key
+ * longer than 65535 bytes, or, in a cluster, several limits on a key that
+ * is empty or starts with '}', which has no hash tag) or SLUICE_ENOMEM;
+ * the callback is then not called.
  */
 int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,

@@ -19,6 +19,10 @@ int (*RedisModule_ReplyWithCallReply)(RedisModuleCtx *, RedisModuleCallReply *);
 const char *(*RedisModule_StringPtrLen)(const RedisModuleString *, size_t *);
 int (*RedisModule_IsKeysPositionRequest)(RedisModuleCtx *);
 void (*RedisModule_KeyAtPos)(RedisModuleCtx *, int);
+RedisModuleKey *(*RedisModule_OpenKey)(RedisModuleCtx *, RedisModuleString *,
+				       int);
+void (*RedisModule_CloseKey)(RedisModuleKey *);
+int (*RedisModule_KeyType)(RedisModuleKey *);
 RedisModuleCallReply *(*RedisModule_Call)(RedisModuleCtx *, const char *,
 					  const char *, ...);
 void (*RedisModule_FreeCallReply)(RedisModuleCallReply *);
@@ -48,6 +52,9 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(StringPtrLen);
 	missing |= GET_API(IsKeysPositionRequest);
 	missing |= GET_API(KeyAtPos);
+	missing |= GET_API(OpenKey);
+	missing |= GET_API(CloseKey);
+	missing |= GET_API(KeyType);
 	missing |= GET_API(Call);
 	missing |= GET_API(FreeCallReply);
 	missing |= GET_API(CallReplyType);

@@ -24,6 +24,13 @@
 #define REDISMODULE_ERR	     1
 #define REDISMODULE_APIVER_1 1
 
+/* RedisModule_OpenKey() modes */
+#define REDISMODULE_READ (1 << 0)
+
+/* RedisModule_KeyType() */
+#define REDISMODULE_KEYTYPE_EMPTY  0
+#define REDISMODULE_KEYTYPE_STRING 1
+
 /* RedisModule_CallReplyType() */
 #define REDISMODULE_REPLY_UNKNOWN (-1)
 #define REDISMODULE_REPLY_STRING  0
@@ -39,6 +46,7 @@
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
+typedef struct RedisModuleKey RedisModuleKey;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
 				  int argc);
@@ -77,6 +85,14 @@ extern const char *(*RedisModule_StringPtrLen)(const RedisModuleString *str,
 /* Keys for Redis Cluster routing of commands flagged "getkeys-api". */
 extern int (*RedisModule_IsKeysPositionRequest)(RedisModuleCtx *ctx);
 extern void (*RedisModule_KeyAtPos)(RedisModuleCtx *ctx, int pos);
+
+/* Key type checks.  OpenKey() in READ mode returns NULL for a missing
+ * key; KeyType() and CloseKey() accept NULL. */
+extern RedisModuleKey *(*RedisModule_OpenKey)(RedisModuleCtx *ctx,
+					      RedisModuleString *keyname,
+					      int mode);
+extern void (*RedisModule_CloseKey)(RedisModuleKey *key);
+extern int (*RedisModule_KeyType)(RedisModuleKey *key);
 
 /* Running a server command (GET, SET) from inside the module.  The "!"
  * format flag replicates the command to replicas and the AOF. */

@@ -22,10 +22,11 @@
  * other path.  The state of a key is the bucket's sluice_state_t stored as a
  * plain string holding the decimal integer, with an expiry at the instant
  * the bucket is full again (sluice_state_expiry_us(), rounded up to a whole
- * millisecond): exactly what the Redis script path writes, so the module
- * and the script can serve the same keys.  Reading and writing go through
- * the server's own GET and SET, so the value is int-encoded like any SET of
- * a number, and the write is replicated as its effect,
+ * millisecond): the value the Redis script path writes, with an expiry
+ * that, like the script's, never comes before the bucket is full, so the
+ * module and the script can serve the same keys.  Writing goes through the
+ * server's own SET, so the value is int-encoded like any SET of a number,
+ * and the write is replicated as its effect,
  * `SET key state PXAT ms` (several keys: inside MULTI/EXEC), never as the
  * clock-dependent command itself.  A rejected request or a peek writes
  * nothing.
@@ -193,11 +194,28 @@ static int parse_state(const char *s, size_t len, sluice_state_t *out)
 static int read_state(RedisModuleCtx *ctx, RedisModuleString *key,
 		      sluice_state_t *state)
 {
-	RedisModuleCallReply *r = RedisModule_Call(ctx, "GET", "s", key);
+	RedisModuleKey *k = RedisModule_OpenKey(ctx, key, REDISMODULE_READ);
+	int type = RedisModule_KeyType(k);
+	RedisModuleCallReply *r;
 	const char *s;
 	size_t len, klen;
 	int rc = 0;
 
+	/* The usual case for a limiter: the bucket is full, so there is no
+	 * key (an expired one is deleted by the lookup) and nothing to GET. */
+	RedisModule_CloseKey(k);
+	if (type == REDISMODULE_KEYTYPE_EMPTY) {
+		*state = 0;
+		return 0;
+	}
+	if (type != REDISMODULE_KEYTYPE_STRING) {
+		RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+		return -1;
+	}
+	/* GET, not the key API: reading an int-encoded string through
+	 * RedisModule_StringDMA() would convert the stored value to a raw
+	 * string (more memory) even when nothing is written. */
+	r = RedisModule_Call(ctx, "GET", "s", key);
 	if (!r) {
 		RedisModule_ReplyWithError(ctx, "ERR sluice: GET failed");
 		return -1;

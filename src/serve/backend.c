@@ -109,12 +109,16 @@ int sluice_backend_open(sluice_backend_t *be,
 		be->ops = &sluice_memory_store_ops;
 		be->impl = shared;
 		return 0;
+	case SLUICE_STORE_REDIS:
+	case SLUICE_STORE_REDIS_CLUSTER:
+		if (sluice_redis_store_open(&be->impl, store, loop, err,
+					    errlen) < 0)
+			return SLUICE_EINVAL;
+		be->ops = &sluice_redis_store_ops;
+		return 0;
 	default:
-		/* The Redis driver plugs in here: open one client on `loop`
-		 * with sluice_redis_new() and wrap it in a store_ops. */
-		snprintf(err, errlen,
-			 "store: the redis store is not available in this "
-			 "build; use store: memory");
+		snprintf(err, errlen, "store: unknown kind %d",
+			 (int)store->kind);
 		return SLUICE_EINVAL;
 	}
 }

@@ -141,6 +141,12 @@ int sluice_backend_healthy(sluice_backend_t *be);
 /* The memory driver (backend_memory.c). */
 extern const sluice_store_ops_t sluice_memory_store_ops;
 
+/* The Redis driver (backend_redis.c): opens one Redis client for `loop`
+ * (a uv_loop_t) into *impl. */
+extern const sluice_store_ops_t sluice_redis_store_ops;
+int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
+			    void *loop, char *err, size_t errlen);
+
 /*
  * Decides the request described by t->matches[0..nmatches).  cb runs
  * exactly once, possibly before this returns (always, with the memory

@@ -1,32 +1,36 @@
 /*
  * memory.c -- the embedded store: bucket states in this process's memory.
  *
+ * Identity.  A key is known by a 126-bit keyed hash (two SipHash-1-3 values
+ * under a secret drawn at creation) instead of its bytes.  Without the
+ * secret nobody can find two keys with the same identity, and by chance two
+ * of a billion keys share one with probability below 2^-66; in exchange the
+ * table needs no key bytes, and a decision touches one table slot and
+ * nothing else: one cache miss where a table of pointers to entries costs
+ * two or three.  Keys may be of any length.
+ *
  * Layout.  The table is split into shards (a power of two, up to 64), each
  * with its own mutex, so concurrent callers on different keys rarely meet.
- * A key's shard comes from the top bits of a keyed SipHash (clients choose
- * keys, so the hash must not be predictable), its slot from the low bits.
- * Each shard is an open-addressing table (linear probing, backward-shift
- * deletion) of pointers to entries; an entry is one allocation holding a
- * small header, one sluice_state_t per limit, and the key bytes.  With one
- * limit and a 16-byte key that is a 32-byte allocation plus about 11-21
- * bytes of table slot: well under 64 bytes per key beyond the key itself.
+ * A key's shard comes from the top bits of its first hash, its home slot
+ * from the low bits.  A shard is an open-addressing table (linear probing,
+ * backward-shift deletion, at most 3/4 full) of 24-byte slots: both hashes
+ * and the state.  A key with several limits keeps its states in a small
+ * array the slot points to.  That is 32 to 64 bytes per key, whatever the
+ * key's length.
  *
  * Bound.  Each shard holds at most its share of max_keys (the shares add up
  * to max_keys exactly).  A full shard evicts before inserting: it prefers a
  * full bucket (its state expired: forgetting it loses nothing) found within
- * a window of EVICT_WINDOW entries from the clock hand, else the least
- * recently used entry as approximated by CLOCK (a reference bit per entry,
- * cleared as the hand passes).  Lossy evictions are counted.
+ * a window of EVICT_WINDOW keys from the clock hand, else the least recently
+ * used key as approximated by CLOCK (a reference bit per slot, cleared as
+ * the hand passes).  Lossy evictions are counted.
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no
- * background thread and no stop-the-world scan: every RECLAIM_EVERY-th
- * call of a thread examines one slot at its shard's cursor, and every
- * RECLAIM_AWAY_EVERY-th call sweeps RECLAIM_AWAY slots of another shard (if
- * its lock is free), so shards that traffic no longer reaches are emptied
- * too.  Looking at a slot costs a cache miss on its entry, so the sweep is
- * kept to about half a slot per call: the cost of reclaiming is small and
- * spread evenly over the traffic, and the bound holds regardless through
- * eviction.
+ * background thread and no stop-the-world scan: every call also examines
+ * RECLAIM_STEP slots at its shard's cursor, and every RECLAIM_AWAY_EVERY-th
+ * call of a thread sweeps RECLAIM_AWAY slots of another shard (if its lock
+ * is free), so shards that traffic no longer reaches are emptied too.  The
+ * cost of reclaiming is spread evenly over the traffic.
  */
 #include "sluice.h"
 #include "util/siphash.h"
@@ -37,26 +41,36 @@
 
 #define MAX_SHARDS	   64
 #define MAX_STATES	   64
-#define MAX_KEYLEN	   65535
 #define MIN_SLOTS	   16
 #define EVICT_WINDOW	   32
-#define RECLAIM_EVERY	   4
-#define RECLAIM_AWAY_EVERY 64
-#define RECLAIM_AWAY	   16
+#define RECLAIM_STEP	   2
+#define RECLAIM_AWAY_EVERY 16
+#define RECLAIM_AWAY	   32
 
-typedef struct entry_s {
-	uint32_t hash; /* low 32 bits of the key's hash, to skip memcmp */
-	uint16_t keylen;
-	uint8_t nstates;
-	uint8_t ref; /* CLOCK reference bit */
+/* Flag bits in slot_t.h2; the rest of h2 is identity. */
+#define H2_REF	 UINT64_C(1) /* CLOCK reference bit */
+#define H2_MULTI UINT64_C(2) /* `state` points to a multi_t */
+#define H2_ID	 (~UINT64_C(3))
+
+/* Several limits: the slot's state field holds a pointer to this. */
+typedef struct multi_s {
+	size_t n;
 	sluice_state_t states[];
-	/* followed by keylen key bytes */
-} entry_t;
+} multi_t;
+
+typedef struct slot_s {
+	uint64_t h1; /* first hash; 0 marks an empty slot */
+	uint64_t h2; /* second hash, with the H2_* flags in its low bits */
+	union {
+		sluice_state_t state; /* one limit */
+		multi_t *multi;	      /* several (H2_MULTI) */
+	} u;
+} slot_t;
 
 typedef struct shard_s {
 	pthread_mutex_t lock;
-	uintptr_t *slots; /* tagged entry pointers, see slot_of_entry() */
-	size_t mask;	  /* slots - 1 (a power of two minus one) */
+	slot_t *slots;
+	size_t mask; /* number of slots - 1 (a power of two minus one) */
 	size_t count;
 	size_t max;
 	size_t hand;   /* CLOCK hand for eviction */
@@ -66,95 +80,69 @@ typedef struct shard_s {
 } shard_t;
 
 struct sluice_memstore_s {
-	uint8_t seed[16];
+	uint8_t seed1[16], seed2[16];
 	unsigned shift; /* 64 - log2(nshards) */
 	size_t nshards;
 	size_t max_keys;
 	shard_t shards[];
 };
 
-static uint8_t *entry_key(entry_t *e)
+/* 1 when every state of the slot describes a full bucket at now_us. */
+static int slot_dead(const slot_t *sl, int64_t now_us)
 {
-	return (uint8_t *)&e->states[e->nstates];
-}
+	size_t i;
 
-/* 1 when every state of e describes a full bucket at now_us. */
-static int entry_dead(const entry_t *e, int64_t now_us)
-{
-	uint8_t i;
-
-	for (i = 0; i < e->nstates; i++)
-		if (sluice_state_expiry_us(e->states[i]) > now_us)
+	if (!(sl->h2 & H2_MULTI))
+		return sluice_state_expiry_us(sl->u.state) <= now_us;
+	for (i = 0; i < sl->u.multi->n; i++)
+		if (sluice_state_expiry_us(sl->u.multi->states[i]) > now_us)
 			return 0;
 	return 1;
 }
 
 /* ------------------------------------------------------------- the table */
 
-/*
- * A slot holds an entry pointer with 16 bits of the key's hash in its top
- * bits, which user-space pointers on x86-64 and arm64 (48-bit addresses)
- * leave at zero.  A probe compares tags first, so it touches (and misses
- * the cache on) an entry only when it is almost surely the one sought.
- */
-#define TAG_SHIFT 48
-
-static uintptr_t tag_of(uint32_t hash)
+static void slot_clear(slot_t *sl)
 {
-	return (uintptr_t)(hash >> 16) << TAG_SHIFT;
+	if (sl->h2 & H2_MULTI)
+		free(sl->u.multi);
+	memset(sl, 0, sizeof(*sl));
 }
 
-static entry_t *untag(uintptr_t slot)
-{
-	return (entry_t *)(slot & (((uintptr_t)1 << TAG_SHIFT) - 1));
-}
-
-static entry_t *entry_at(const shard_t *s, size_t i)
-{
-	return untag(s->slots[i]);
-}
-
-static uintptr_t slot_of_entry(entry_t *e)
-{
-	return (uintptr_t)e | tag_of(e->hash);
-}
-
-/* Removes the entry at slot i and shifts the following run back so that
+/* Removes the key at slot i and shifts the following run back so that
  * linear probing still finds every key (no tombstones). */
 static void remove_at(shard_t *s, size_t i)
 {
 	size_t j = i;
 
-	free(entry_at(s, i));
-	s->slots[i] = 0;
+	slot_clear(&s->slots[i]);
 	s->count--;
 	for (;;) {
 		size_t home;
-		entry_t *e;
 
 		j = (j + 1) & s->mask;
-		if (!s->slots[j])
+		if (!s->slots[j].h1)
 			return;
-		e = entry_at(s, j);
-		home = e->hash & s->mask;
-		/* Move e into the hole unless its home lies cyclically in
-		 * (i, j], where it can still be found without passing i. */
+		home = s->slots[j].h1 & s->mask;
+		/* Move slot j into the hole unless its home lies cyclically
+		 * in (i, j], where it can still be found without passing i. */
 		if ((j > i && (home <= i || home > j)) ||
 		    (j < i && (home <= i && home > j))) {
 			s->slots[i] = s->slots[j];
-			s->slots[j] = 0;
+			memset(&s->slots[j], 0, sizeof(slot_t));
 			i = j;
 		}
 	}
 }
 
-static void place(shard_t *s, entry_t *e)
+static slot_t *place(slot_t *slots, size_t mask, const slot_t *sl)
 {
-	size_t i = e->hash & s->mask;
+	size_t i = sl->h1 & mask;
 
-	while (s->slots[i])
-		i = (i + 1) & s->mask;
-	s->slots[i] = slot_of_entry(e);
+	while (slots[i].h1)
+		i = (i + 1) & mask;
+	slots[i] = *sl;
+	return &slots[i];
 }
 
 /* Doubles the slot array; returns -1 (leaving the table as it was) when out
@@ -162,39 +150,32 @@ static void place(shard_t *s, entry_t *e)
 static int grow(shard_t *s)
 {
 	size_t old = s->mask + 1, i;
-	uintptr_t *prev = s->slots;
-	uintptr_t *next = calloc(old * 2, sizeof(*next));
+	slot_t *next = calloc(old * 2, sizeof(*next));
 
 	if (!next)
 		return -1;
+	for (i = 0; i < old; i++)
+		if (s->slots[i].h1)
+			place(next, old * 2 - 1, &s->slots[i]);
+	free(s->slots);
 	s->slots = next;
 	s->mask = old * 2 - 1;
-	for (i = 0; i < old; i++)
-		if (prev[i])
-			place(s, untag(prev[i]));
-	free(prev);
 	s->hand &= s->mask;
 	s->cursor &= s->mask;
 	return 0;
 }
 
-static long find(const shard_t *s, uint64_t hash, const void *key,
-		 size_t keylen)
+static slot_t *find(const shard_t *s, uint64_t h1, uint64_t h2)
 {
-	size_t i = (size_t)hash & s->mask;
-	uintptr_t tag = tag_of((uint32_t)hash), v;
+	size_t i = h1 & s->mask;
+	slot_t *sl;
 
-	while ((v = s->slots[i]) != 0) {
-		if ((v & ~(((uintptr_t)1 << TAG_SHIFT) - 1)) == tag) {
-			entry_t *e = untag(v);
-
-			if (e->hash == (uint32_t)hash && e->keylen == keylen &&
-			    memcmp(entry_key(e), key, keylen) == 0)
-				return (long)i;
-		}
+	while ((sl = &s->slots[i])->h1 != 0) {
+		if (sl->h1 == h1 && (sl->h2 & H2_ID) == (h2 & H2_ID))
+			return sl;
 		i = (i + 1) & s->mask;
 	}
-	return -1;
+	return NULL;
 }
 
 /* --------------------------------------------------- expiry and eviction */
@@ -205,10 +186,9 @@ static void reclaim_step(shard_t *s, int64_t now_us, int steps)
 
 	for (n = 0; n < steps && s->count > 0; n++) {
 		size_t i = s->cursor;
-		entry_t *e = s->slots[i] ? entry_at(s, i) : NULL;
 
-		if (e && entry_dead(e, now_us)) {
-			/* remove_at may shift a live entry into slot i: look
+		if (s->slots[i].h1 && slot_dead(&s->slots[i], now_us)) {
+			/* remove_at may shift a live key into slot i: look
 			 * at the same slot again next time. */
 			remove_at(s, i);
 			s->expired++;
@@ -218,26 +198,26 @@ static void reclaim_step(shard_t *s, int64_t now_us, int steps)
 	}
 }
 
-/* Frees one entry to make room (the shard is at its bound, so not empty). */
+/* Frees one slot to make room (the shard is at its bound, so not empty). */
 static void evict_one(shard_t *s, int64_t now_us)
 {
 	size_t i = s->hand, seen = 0;
 	long victim = -1;
 
 	for (;; i = (i + 1) & s->mask) {
-		entry_t *e = s->slots[i] ? entry_at(s, i) : NULL;
+		slot_t *sl = &s->slots[i];
 
-		if (!e)
+		if (!sl->h1)
 			continue;
-		if (entry_dead(e, now_us)) {
+		if (slot_dead(sl, now_us)) {
 			remove_at(s, i);
 			s->evicted_full++;
 			s->hand = i;
 			return;
 		}
 		if (victim < 0) {
-			if (e->ref)
-				e->ref = 0; /* second chance */
+			if (sl->h2 & H2_REF)
+				sl->h2 &= ~H2_REF; /* second chance */
 			else
 				victim = (long)i;
 		}
@@ -247,6 +227,24 @@ static void evict_one(shard_t *s, int64_t now_us)
 	remove_at(s, (size_t)victim);
 	s->evicted_lossy++;
 	s->hand = ((size_t)victim + 1) & s->mask;
+}
+
+/* Reclaiming elsewhere is shared out by a per-thread call counter. */
+static __thread unsigned reclaim_tick;
+
+/* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
+ * sweeps part of another shard (round-robin; skipped when busy). */
+static void reclaim_elsewhere(sluice_memstore_t *m, int64_t now_us)
+{
+	shard_t *s;
+
+	if (m->nshards < 2 || ++reclaim_tick % RECLAIM_AWAY_EVERY != 0)
+		return;
+	s = &m->shards[(reclaim_tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
+	if (pthread_mutex_trylock(&s->lock) != 0)
+		return;
+	reclaim_step(s, now_us, RECLAIM_AWAY);
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -266,7 +264,8 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 	m = calloc(1, sizeof(*m) + n * sizeof(shard_t));
 	if (!m)
 		return NULL;
-	sluice_random_bytes(m->seed, sizeof(m->seed));
+	sluice_random_bytes(m->seed1, sizeof(m->seed1));
+	sluice_random_bytes(m->seed2, sizeof(m->seed2));
 	m->nshards = n;
 	m->shift = 64 - bits;
 	m->max_keys = max_keys;
@@ -296,55 +295,48 @@ void sluice_memstore_free(sluice_memstore_t *m)
 
 		if (s->slots)
 			for (j = 0; j <= s->mask; j++)
-				free(entry_at(s, j));
+				if (s->slots[j].h1)
+					slot_clear(&s->slots[j]);
 		free(s->slots);
 		pthread_mutex_destroy(&s->lock);
 	}
 	free(m);
 }
 
-/* Reclaiming is shared out by a per-thread call counter. */
-static __thread unsigned reclaim_tick;
-
-/* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
- * sweeps part of another shard (round-robin; skipped when busy). */
-static void reclaim_elsewhere(sluice_memstore_t *m, int64_t now_us)
-{
-	shard_t *s;
-
-	if (m->nshards < 2 || reclaim_tick % RECLAIM_AWAY_EVERY != 0)
-		return;
-	s = &m->shards[(reclaim_tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
-	if (pthread_mutex_trylock(&s->lock) != 0)
-		return;
-	reclaim_step(s, now_us, RECLAIM_AWAY);
-	pthread_mutex_unlock(&s->lock);
-}
-
-/* Stores states for a key that has none yet; on allocation failure the
+/* Stores states for a key that has none yet.  On allocation failure the
  * decision stands but the state is not kept (fails open, never crashes). */
-static void insert(shard_t *s, uint64_t hash, const void *key, size_t keylen,
+static void insert(shard_t *s, uint64_t h1, uint64_t h2,
 		   const sluice_state_t *states, size_t n, int64_t now_us)
 {
-	entry_t *e;
+	slot_t sl;
 
 	if (s->count >= s->max)
 		evict_one(s, now_us);
 	if ((s->count + 1) * 4 > (s->mask + 1) * 3 && grow(s) != 0)
 		return;
-	e = malloc(sizeof(*e) + n * sizeof(sluice_state_t) + keylen);
-	if (!e || ((uintptr_t)e >> TAG_SHIFT) != 0) {
-		free(e); /* no room for a tag: decide, but keep no state */
-		return;
+	sl.h1 = h1;
+	sl.h2 = (h2 & H2_ID) | H2_REF;
+	if (n == 1) {
+		sl.u.state = states[0];
+	} else {
+		sl.u.multi = malloc(sizeof(multi_t) + n * sizeof(states[0]));
+		if (!sl.u.multi)
+			return;
+		sl.u.multi->n = n;
+		memcpy(sl.u.multi->states, states, n * sizeof(states[0]));
+		sl.h2 |= H2_MULTI;
 	}
-	e->hash = (uint32_t)hash;
-	e->keylen = (uint16_t)keylen;
-	e->nstates = (uint8_t)n;
-	e->ref = 1;
-	memcpy(e->states, states, n * sizeof(sluice_state_t));
-	memcpy(entry_key(e), key, keylen);
-	place(s, e);
+	place(s->slots, s->mask, &sl);
 	s->count++;
+}
+
+/* The states a slot holds for nlimits limits, or NULL when it holds a
+ * different number (the key's limits changed with a new config). */
+static sluice_state_t *slot_states(slot_t *sl, size_t nlimits)
+{
+	if (!(sl->h2 & H2_MULTI))
+		return nlimits == 1 ? &sl->u.state : NULL;
+	return sl->u.multi->n == nlimits ? sl->u.multi->states : NULL;
 }
 
 int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
@@ -353,45 +345,43 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 			 sluice_decision_t *decisions,
 			 sluice_decision_t *summary)
 {
-	sluice_state_t cur[MAX_STATES], next[MAX_STATES];
+	sluice_state_t cur[MAX_STATES], next[MAX_STATES], *have = NULL;
 	sluice_decision_t local[MAX_STATES], sum;
-	uint64_t hash;
+	uint64_t h1, h2;
 	shard_t *s;
-	long at;
+	slot_t *sl;
 	int allowed;
 
-	if (nlimits == 0 || nlimits > MAX_STATES || keylen > MAX_KEYLEN)
+	if (nlimits == 0 || nlimits > MAX_STATES || (!key && keylen))
 		return SLUICE_EINVAL;
 	if (!decisions)
 		decisions = local;
-	hash = sluice_siphash13(m->seed, key, keylen);
-	s = &m->shards[m->nshards > 1 ? hash >> m->shift : 0];
+	h1 = sluice_siphash13(m->seed1, key, keylen);
+	h2 = sluice_siphash13(m->seed2, key, keylen);
+	h1 += !h1; /* 0 marks an empty slot */
+	s = &m->shards[m->nshards > 1 ? h1 >> m->shift : 0];
 
 	pthread_mutex_lock(&s->lock);
-	at = find(s, hash, key, keylen);
-	if (at >= 0 && entry_at(s, (size_t)at)->nstates != nlimits) {
+	sl = find(s, h1, h2);
+	if (sl && !(have = slot_states(sl, nlimits))) {
 		/* The key's limits changed (a new config): start afresh. */
-		remove_at(s, (size_t)at);
-		at = -1;
+		remove_at(s, (size_t)(sl - s->slots));
+		sl = NULL;
 	}
-	if (at >= 0)
-		memcpy(cur, entry_at(s, (size_t)at)->states,
-		       nlimits * sizeof(cur[0]));
+	if (have)
+		memcpy(cur, have, nlimits * sizeof(cur[0]));
 	else
 		memset(cur, 0, nlimits * sizeof(cur[0]));
 
 	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
 				  decisions, &sum);
-	if (at >= 0) {
-		entry_t *e = entry_at(s, (size_t)at);
-
-		memcpy(e->states, next, nlimits * sizeof(next[0]));
-		e->ref = 1;
+	if (have) {
+		memcpy(have, next, nlimits * sizeof(next[0]));
+		sl->h2 |= H2_REF;
 	} else if (allowed && cost > 0) {
-		insert(s, hash, key, keylen, next, nlimits, now_us);
+		insert(s, h1, h2, next, nlimits, now_us);
 	}
-	if (++reclaim_tick % RECLAIM_EVERY == 0)
-		reclaim_step(s, now_us, 1);
+	reclaim_step(s, now_us, RECLAIM_STEP);
 	pthread_mutex_unlock(&s->lock);
 	reclaim_elsewhere(m, now_us);
 

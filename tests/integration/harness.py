@@ -140,7 +140,7 @@ def _cleanup():
 class Sluice(Proc):
     """`sluice serve` on a free port, with an optional YAML config text."""
 
-    def __init__(self, config=None, threads=None, extra=()):
+    def __init__(self, config=None, threads=None, extra=(), env=None):
         self.port = free_port()
         self.config_path = None
         argv = [SLUICE, "serve", "--listen", "127.0.0.1:%d" % self.port]
@@ -153,7 +153,9 @@ class Sluice(Proc):
         if threads:
             argv += ["--threads", str(threads)]
         argv += list(extra)
-        super().__init__(argv)
+        if env is not None:
+            env = dict(os.environ, **env)
+        super().__init__(argv, env=env)
         wait_for_port(self.port, proc=self)
 
     def write_config(self, text):
@@ -285,3 +287,45 @@ def parse_metrics(text):
         k, v = line.rsplit(" ", 1)
         out[k] = float(v)
     return out
+
+
+# -------------------------------------------------------------- redis
+
+
+class RedisServer(Proc):
+    """redis-server on a free loopback port (no persistence).  kill() is
+    SIGKILL; start() again brings it back on the same port, empty."""
+
+    def __init__(self, port=None):
+        self.port = port or free_port()
+        self._start()
+
+    def _start(self):
+        super().__init__(["redis-server", "--port", str(self.port),
+                          "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no"])
+        wait_until(lambda: self.ping(), timeout=20)
+
+    def start(self):
+        self._start()
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+        self.wait()
+        if self in _procs:
+            _procs.remove(self)
+
+    def cli(self, *args):
+        p = subprocess.run(["redis-cli", "-p", str(self.port)] +
+                           [str(a) for a in args], capture_output=True,
+                           text=True, timeout=10)
+        return p.stdout.strip()
+
+    def ping(self):
+        try:
+            return self.cli("PING") == "PONG"
+        except subprocess.TimeoutExpired:
+            return False
+
+    def url(self):
+        return "redis://127.0.0.1:%d" % self.port

@@ -442,6 +442,8 @@ class ModuleTest(unittest.TestCase):
             self.assertEqual(r.call("GET", k), m.call("GET", k), k)
             self.assertEqual(r.call("PEXPIRETIME", k),
                              m.call("PEXPIRETIME", k), k)
+            if m.call("EXISTS", k):
+                self.assertEqual(r.call("OBJECT", "ENCODING", k), b"int")
 
     def _snapshot(self, c, keys):
         return {k: (c.call("GET", k), c.call("PEXPIRETIME", k)) for k in keys}

@@ -151,6 +151,7 @@ typedef struct rh_redis_s {
 	int port;
 	char dir[64];
 	int cluster;
+	const char *module; /* a module to --loadmodule, or NULL */
 } rh_redis_t;
 
 static inline int rh_ping(int port)
@@ -206,6 +207,11 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			       "--cluster-enabled", "yes",
 			       "--cluster-config-file", "nodes.conf",
 			       "--cluster-node-timeout", "5000", (char *)NULL);
+		else if (s->module)
+			execlp("redis-server", "redis-server", "--port",
+			       portbuf, "--bind", "127.0.0.1", "--save", "",
+			       "--appendonly", "no", "--dir", s->dir,
+			       "--loadmodule", s->module, (char *)NULL);
 		else
 			execlp("redis-server", "redis-server", "--port",
 			       portbuf, "--bind", "127.0.0.1", "--save", "",

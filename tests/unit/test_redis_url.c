@@ -1,6 +1,7 @@
 /*
- * test_redis_url.c -- where the Redis store connects, from its URL, and
- * the errors a wrong URL gets.
+ * test_redis_url.c -- where the Redis store connects, from its URL, the
+ * errors a wrong URL or option gets, and what a call to an unreachable
+ * Redis answers.
  */
 #include "store/redis/redis_int.h"
 
@@ -48,6 +49,67 @@ static void bad(const char *text, const char *needle)
 	}
 }
 
+static void opts_bad(const char *url, const char *prefix, const char *seed,
+		     const char *needle)
+{
+	const char *seeds[1] = {seed};
+	sluice_redis_opts_t o = {0};
+	sluice_redis_t *r = (sluice_redis_t *)1;
+	char err[256] = "";
+	uv_loop_t loop;
+
+	uv_loop_init(&loop);
+	o.url = url;
+	o.key_prefix = prefix;
+	if (seed) {
+		o.seeds = seeds;
+		o.nseeds = 1;
+	}
+	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	CHECK(r == NULL);
+	if (!strstr(err, needle)) {
+		fprintf(stderr, "message \"%s\" lacks \"%s\"\n", err, needle);
+		exit(1);
+	}
+	/* Nothing was left on the loop. */
+	CHECK(uv_loop_close(&loop) == 0);
+}
+
+static int answered, answer;
+
+static void on_answer(void *arg, int status, int allowed,
+		      const sluice_decision_t *d, size_t which)
+{
+	answered++;
+	answer = status;
+}
+
+/* Nothing listens: the call fails with a store error, nothing crashes. */
+static void test_unreachable_redis(void)
+{
+	sluice_redis_opts_t o = {0};
+	sluice_limit_t l;
+	sluice_redis_t *r;
+	char err[256];
+	uv_loop_t loop;
+
+	uv_loop_init(&loop);
+	o.url = "redis://127.0.0.1:1";
+	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(!sluice_redis_healthy(r));
+	CHECK(sluice_limit_parse(&l, "10", "1/s", NULL, 0) == 0);
+	CHECK(sluice_redis_take(r, "k", 1, &l, 1, 1, on_answer, NULL) == 0);
+	while (!answered)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(answer == SLUICE_ESTORE || answer == SLUICE_ETIMEDOUT);
+	CHECK(sluice_redis_take(r, "k", 1, &l, 0, 1, on_answer, NULL) ==
+	      SLUICE_EINVAL);
+	sluice_redis_free(r);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	CHECK(uv_loop_close(&loop) == 0);
+}
+
 int main(void)
 {
 	ok("redis://localhost", "localhost", 6379, NULL, NULL, NULL, 0);
@@ -68,6 +130,11 @@ int main(void)
 	bad("redis://:1", "no host");
 	bad("redis://h:1/abc", "db number");
 	bad("unix://relative", "absolute");
+	opts_bad(NULL, NULL, NULL, "a url or cluster seeds");
+	opts_bad("redis://h:0", NULL, NULL, "port must be 1..65535");
+	opts_bad("redis://h", "a{b", NULL, "must not contain");
+	opts_bad(NULL, NULL, "unix:///tmp/x", "expected host:port");
+	test_unreachable_redis();
 	printf("redis URLs parsed, bad ones explained\n");
 	return 0;
 }

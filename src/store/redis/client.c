@@ -58,6 +58,14 @@ int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
 	return 0;
 }
 
+/* The clock for deadlines: the real monotonic time, not the loop's cached
+ * uv_now(), which lags behind on a busy loop and would make calls time out
+ * early. */
+static uint64_t clock_ms(void)
+{
+	return uv_hrtime() / 1000000;
+}
+
 /* ------------------------------------------------------------ breaker */
 
 static void breaker_success(sluice_redis_t *r)
@@ -249,7 +257,9 @@ void sluice_redis__send(sluice_redis_call_t *c)
 	int rc;
 
 	if (!k) {
-		/* Down or saturated: fail now rather than queue. */
+		/* Down or saturated: fail now rather than queue.  In a
+		 * cluster the slot may have a new master (failover): ask. */
+		sluice_redis__refresh_slots(r);
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}
@@ -297,7 +307,7 @@ static void arm_sweep(sluice_redis_t *r);
 static void on_sweep(uv_timer_t *t)
 {
 	sluice_redis_t *r = t->data;
-	uint64_t now = uv_now(r->loop);
+	uint64_t now = clock_ms();
 	sluice_redis_call_t *c;
 	size_t i;
 	unsigned j;
@@ -331,6 +341,8 @@ static void arm_sweep(sluice_redis_t *r)
 {
 	uint64_t now = uv_now(r->loop);
 
+	/* Armed on the loop's clock, which is at most behind clock_ms(): the
+	 * timer fires at or after the deadline, and on_sweep checks it. */
 	if (!r->head || r->closing)
 		return;
 	uv_timer_start(
@@ -349,6 +361,11 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 
 	if (!cb || nlimits == 0 || nlimits > SLUICE_REDIS_MAX_LIMITS ||
 	    keylen > 65535 || (keylen && !key) || r->closing)
+		return SLUICE_EINVAL;
+	/* "{}" is no hash tag: the limits of an empty key (or one starting
+	 * with '}') would land on different cluster slots. */
+	if (r->cluster && nlimits > 1 &&
+	    (keylen == 0 || ((const char *)key)[0] == '}'))
 		return SLUICE_EINVAL;
 	c = calloc(1,
 		   sizeof(*c) + nlimits * sizeof(*limits) + plen + keylen + 3);
@@ -369,7 +386,7 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	c->keybaselen = plen + keylen + 3;
 	c->slot = r->cluster ? sluice_redis__key_slot(c->keybase, c->keybaselen)
 			     : 0;
-	c->deadline_ms = uv_now(r->loop) + r->timeout_ms;
+	c->deadline_ms = clock_ms() + r->timeout_ms;
 
 	/* Pending list, oldest first. */
 	c->prev = r->tail;
@@ -463,24 +480,66 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 	return 0;
 }
 
+/* Checks the options before anything is allocated on the loop, so a bad
+ * configuration costs the caller nothing to clean up. */
+static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
+{
+	sluice_redis_url_t u;
+	size_t i;
+	int rc;
+
+	if (!o->url && !o->nseeds) {
+		snprintf(err, errlen,
+			 "redis store: a url or cluster seeds needed");
+		return SLUICE_EINVAL;
+	}
+	if (o->key_prefix && strpbrk(o->key_prefix, "{}")) {
+		snprintf(err, errlen,
+			 "redis store: key_prefix \"%s\" must not contain '{' "
+			 "or '}' (the key's hash tag follows it)",
+			 o->key_prefix);
+		return SLUICE_EINVAL;
+	}
+	for (i = 0; i < o->nseeds; i++) {
+		rc = sluice_redis__parse_url(o->seeds[i], &u, err, errlen);
+		if (rc == 0 && !u.host) {
+			snprintf(err, errlen,
+				 "cluster seed \"%s\": expected host:port",
+				 o->seeds[i]);
+			rc = SLUICE_EINVAL;
+		}
+		sluice_redis__url_free(&u);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 		     sluice_redis_t **out, char *err, size_t errlen)
 {
+	char scratch[256];
 	sluice_redis_t *r;
 	int rc;
 
 	*out = NULL;
-	if (err && errlen)
-		err[0] = '\0';
-	if (!loop || !opts || (!opts->url && !opts->nseeds)) {
-		if (err && errlen)
-			snprintf(err, errlen,
-				 "redis store: a url or cluster seeds needed");
-		return SLUICE_EINVAL;
+	if (!err || !errlen) {
+		err = scratch;
+		errlen = sizeof(scratch);
 	}
+	err[0] = '\0';
+	if (!loop || !opts)
+		return SLUICE_EINVAL;
+	if ((rc = check_opts(opts, err, errlen)) < 0)
+		return rc;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return SLUICE_ENOMEM;
+	if (!opts->nseeds && (rc = sluice_redis__parse_url(opts->url, &r->url,
+							   err, errlen)) < 0) {
+		free(r);
+		return rc;
+	}
 	r->loop = loop;
 	r->prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
 	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 50;
@@ -492,14 +551,10 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	uv_timer_init(loop, &r->retry);
 	r->sweep.data = r->retry.data = r;
 	r->open_handles = 2;
-	rc = r->prefix ? 0 : SLUICE_ENOMEM;
-	if (rc == 0 && !opts->nseeds)
-		rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen);
-	if (rc == 0)
-		rc = setup_nodes(r, opts, err, errlen);
+	rc = r->prefix ? setup_nodes(r, opts, err, errlen) : SLUICE_ENOMEM;
 	if (rc < 0) {
-		if (rc == SLUICE_ENOMEM && err && errlen)
-			snprintf(err, errlen, "redis store: out of memory");
+		/* Only allocation can fail here; the loop frees the rest. */
+		snprintf(err, errlen, "redis store: out of memory");
 		sluice_redis_free(r);
 		return rc;
 	}

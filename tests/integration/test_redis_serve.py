@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""`sluice serve` on the Redis store: several instances share one bucket.
+
+- Four instances on one Redis, 200 concurrent clients on one key spread
+  over all four: the total allowed is capacity + rate x duration (within
+  +-2), as if there were one instance.  The same run on the memory store
+  shows the overrun that the Redis store exists to prevent.
+- Instances whose clocks are shifted by +-30 s decide the same (Redis's
+  clock is the only one used).
+- Redis killed with SIGKILL mid-load and restarted: no crash, no request
+  waits much longer than timeout_ms, each on_store_error mode does what it
+  says while Redis is away, and Redis decides again within 1 s of its
+  return.
+
+Counts are exact given the elapsed time measured around the requests;
+nothing asserts on speed.
+"""
+import os
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import RedisServer, Sluice  # noqa: E402
+
+CAPACITY = 50
+RATE = 5  # tokens per second
+
+CONFIG = """
+store: %(store)s
+rules:
+  - name: shared
+    key: ["header:x-user-id"]
+    limits: [{capacity: %(capacity)d, rate: %(rate)s}]
+    on_store_error: %(mode)s
+"""
+
+
+def config(store, capacity=CAPACITY, rate="%d/s" % RATE, mode="open"):
+    return CONFIG % {"store": store, "capacity": capacity, "rate": rate,
+                     "mode": mode}
+
+
+def redis_store(redis, timeout_ms=50):
+    return '{redis: {url: "%s", timeout_ms: %d}}' % (redis.url(),
+                                                      timeout_ms)
+
+
+class Load:
+    """`clients` threads, each with a keep-alive connection to one of the
+    instances (round robin), sending requests for one key until stopped.
+    Every answer is recorded as (sent, latency, status)."""
+
+    def __init__(self, ports, clients, key="k"):
+        self.ports = ports
+        self.clients = clients
+        self.key = key
+        self.stop_at = None
+        self.records = [[] for _ in range(clients)]
+        self.errors = []
+        self.threads = [threading.Thread(target=self.run, args=(i,))
+                        for i in range(clients)]
+
+    def run(self, i):
+        port = self.ports[i % len(self.ports)]
+        client = None
+        out = self.records[i]
+        headers = {"x-user-id": self.key}
+        while time.monotonic() < self.stop_at:
+            try:
+                if client is None:
+                    client = harness.Client(port, timeout=10)
+                t0 = time.monotonic()
+                r = client.request("GET", "/v1/check", headers)
+                out.append((t0, time.monotonic() - t0, r.status))
+            except Exception as e:  # a dead connection: count, reconnect
+                self.errors.append(repr(e))
+                if client:
+                    client.close()
+                client = None
+        if client:
+            client.close()
+
+    def start(self, seconds):
+        self.stop_at = time.monotonic() + seconds
+        for t in self.threads:
+            t.start()
+
+    def join(self):
+        for t in self.threads:
+            t.join()
+        self.all = sorted(r for rs in self.records for r in rs)
+        return self.all
+
+    def window(self):
+        """First send to last answer."""
+        return self.all[0][0], max(t + d for t, d, _ in self.all)
+
+    def count(self, status, t0=None, t1=None):
+        return sum(1 for t, d, s in self.all if s == status and
+                   (t0 is None or t >= t0) and (t1 is None or t < t1))
+
+
+def run_load(ports, seconds, clients=200):
+    load = Load(ports, clients)
+    load.start(seconds)
+    load.join()
+    return load
+
+
+class RedisServeTest(unittest.TestCase):
+    def setUp(self):
+        harness.raise_nofile(4096)
+        self.redis = RedisServer()
+        self.procs = [self.redis]
+
+    def tearDown(self):
+        for p in self.procs:
+            p.stop()
+
+    def serve(self, text, env=None, n=1):
+        out = []
+        for _ in range(n):
+            s = Sluice(text, env=env)
+            self.procs.append(s)
+            out.append(s)
+        return out
+
+    def exact(self, load, label):
+        t0, t1 = load.window()
+        expected = CAPACITY + RATE * (t1 - t0)
+        allowed = load.count(200)
+        print("%s: %d requests in %.2f s, %d allowed, expected %.1f "
+              "(capacity %d + %d/s x duration)" %
+              (label, len(load.all), t1 - t0, allowed, expected, CAPACITY,
+               RATE), flush=True)
+        self.assertEqual(load.errors, [])
+        self.assertEqual(len(load.all), allowed + load.count(429))
+        self.assertLessEqual(abs(allowed - expected), 2)
+
+    def test_four_instances_share_one_bucket(self):
+        # Fail closed with a generous timeout: a store failure would show
+        # as a 503 here, never as an extra allowed request.
+        instances = self.serve(config(redis_store(self.redis, 1000),
+                                      mode="closed"), n=4)
+        load = run_load([s.port for s in instances], 10)
+        self.exact(load, "4 instances on one Redis, 200 clients")
+        for s in instances:
+            self.assertIsNone(s.poll())
+
+    def test_memory_store_overruns(self):
+        """Why the Redis store exists: four instances with their own
+        memory stores grant about four times the limit."""
+        instances = self.serve(config("memory"), n=4)
+        load = run_load([s.port for s in instances], 10)
+        t0, t1 = load.window()
+        one = CAPACITY + RATE * (t1 - t0)
+        allowed = load.count(200)
+        print("4 instances on memory stores: %d allowed where one bucket "
+              "allows %.1f (%.1fx)" % (allowed, one, allowed / one),
+              flush=True)
+        self.assertGreater(allowed, 3 * one)
+
+    def test_clock_skew_changes_nothing(self):
+        text = config(redis_store(self.redis, 1000), mode="closed")
+        instances = []
+        for off in (30000000, -30000000, 30000000, -30000000):
+            instances += self.serve(text, env={
+                "SLUICE_TEST_CLOCK_OFFSET_US": str(off)})
+        load = run_load([s.port for s in instances], 5)
+        self.exact(load, "clocks shifted +-30 s")
+
+    # ------------------------------------------------ Redis killed -9
+
+    def kill_and_restart(self, mode):
+        """20 clients on one over-limit key (capacity 5, 1/s) on two
+        instances; Redis is SIGKILLed at 1.5 s and restarted at 3 s."""
+        timeout_ms = 50
+        text = config(redis_store(self.redis, timeout_ms), capacity=5,
+                      rate="1/s", mode=mode)
+        instances = self.serve(text, n=2)
+        load = Load([s.port for s in instances], 20)
+        load.start(5.5)
+        time.sleep(1.5)
+        killed = time.monotonic()
+        self.redis.kill()
+        # /readyz says so while Redis is away.
+        for s in instances:
+            self.assertTrue(harness.wait_until(
+                lambda: s.request("GET", "/readyz").status == 503, 1.0,
+                0.01))
+        time.sleep(max(0.0, killed + 1.5 - time.monotonic()))
+        self.redis.start()
+        back = time.monotonic()
+        # Redis decides again: the restarted server gets the key, and
+        # every instance is ready.
+        self.assertTrue(harness.wait_until(
+            lambda: self.redis.cli("DBSIZE") not in ("", "0"), 5, 0.005))
+        stored = time.monotonic()
+        for s in instances:
+            self.assertTrue(harness.wait_until(
+                lambda: s.request("GET", "/readyz").status == 200, 5, 0.01))
+        ready = time.monotonic()
+        load.join()
+        worst = max(d for _, d, _ in load.all)
+        outage = (killed + 0.1, back)
+        during = {st: load.count(st, *outage) for st in (200, 429, 503)}
+        after = {st: load.count(st, back + 1.0) for st in (200, 429, 503)}
+        print("on_store_error %s: %d requests, slowest %.0f ms (timeout "
+              "%d ms); while Redis was down %s; Redis deciding again "
+              "%.0f ms and every instance ready %.0f ms after its "
+              "restart; afterwards %s" %
+              (mode, len(load.all), worst * 1000, timeout_ms, during,
+               (stored - back) * 1000, (ready - back) * 1000, after),
+              flush=True)
+        for s in instances:
+            self.assertIsNone(s.poll(), "an instance died")
+        self.assertEqual(load.errors, [])
+        self.assertLess(worst, (timeout_ms + 500) / 1000.0)
+        self.assertLessEqual(stored - back, 1.0)
+        self.assertLessEqual(ready - back, 1.0)
+        # Back on Redis: one shared bucket again, never 503.
+        self.assertEqual(after[503], 0)
+        self.assertGreater(after[429], 0)
+        return during
+
+    def test_kill9_fail_open(self):
+        during = self.kill_and_restart("open")
+        self.assertEqual(during[503], 0)
+        self.assertEqual(during[429], 0)  # everything allowed
+        self.assertGreater(during[200], 0)
+
+    def test_kill9_fail_closed(self):
+        during = self.kill_and_restart("closed")
+        self.assertEqual(during[200], 0)
+        self.assertEqual(during[429], 0)
+        self.assertGreater(during[503], 0)
+
+    def test_kill9_fail_local(self):
+        during = self.kill_and_restart("local")
+        self.assertEqual(during[503], 0)
+        self.assertGreater(during[429], 0)
+        # Each of the two instances enforces the policy on its own:
+        # capacity 5 + 1/s over the 1.5 s outage, and a little slack for
+        # the requests straddling its edges.
+        self.assertLessEqual(during[200], 2 * (5 + 2) + 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

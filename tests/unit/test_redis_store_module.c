@@ -1,0 +1,217 @@
+/*
+ * test_redis_store_module.c -- the Redis store and the module together:
+ * the store finds SLUICE.TAKE on a server that has the module and sends
+ * every decision to it (no script call); on a server without the module it
+ * uses the script; and store clients on either path serve the same keys
+ * without losing or inventing a token.
+ *
+ * Needs SLUICE_MODULE_PATH (the built sluice-redis.so), set by CMake.
+ */
+#include "sluice.h"
+#include "sluice_redis.h"
+
+#include "redis_harness.h"
+
+#include <uv.h>
+
+#ifndef SLUICE_MODULE_PATH
+#error "SLUICE_MODULE_PATH must name the built sluice-redis.so"
+#endif
+
+typedef struct result_s {
+	int done, status, allowed;
+	sluice_decision_t d;
+	size_t which;
+} result_t;
+
+static void on_result(void *arg, int status, int allowed,
+		      const sluice_decision_t *d, size_t which)
+{
+	result_t *res = arg;
+
+	res->done = 1;
+	res->status = status;
+	res->allowed = allowed;
+	if (d)
+		res->d = *d;
+	res->which = which;
+}
+
+static void limit(sluice_limit_t *l, const char *cap, const char *rate)
+{
+	CHECK(sluice_limit_parse(l, cap, rate, NULL, 0) == 0);
+}
+
+/* A client that has finished its handshake (module detection included). */
+static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned flags)
+{
+	sluice_redis_opts_t o = {0};
+	sluice_redis_t *r;
+	char url[64], err[256];
+	int64_t until = rh_ms() + 5000;
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	o.url = url;
+	o.timeout_ms = 2000;
+	o.flags = flags;
+	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	while (!sluice_redis_healthy(r) && rh_ms() < until)
+		uv_run(loop, UV_RUN_NOWAIT);
+	/* Let the COMMAND INFO answer of the handshake arrive. */
+	until = rh_ms() + 200;
+	while (rh_ms() < until)
+		uv_run(loop, UV_RUN_NOWAIT);
+	return r;
+}
+
+static result_t take(uv_loop_t *loop, sluice_redis_t *r, const char *key,
+		     const sluice_limit_t *l, size_t n, uint64_t cost)
+{
+	result_t res = {0};
+
+	CHECK(sluice_redis_take(r, key, strlen(key), l, n, cost, on_result,
+				&res) == 0);
+	while (!res.done)
+		uv_run(loop, UV_RUN_ONCE);
+	CHECK(res.status == 0);
+	return res;
+}
+
+static void close_client(uv_loop_t *loop, sluice_redis_t *r)
+{
+	sluice_redis_free(r);
+	uv_run(loop, UV_RUN_DEFAULT);
+}
+
+/* The calls of one command so far ("sluice.take", "evalsha"), from INFO
+ * commandstats; 0 when it never ran. */
+static long long calls(redisContext *c, const char *cmd)
+{
+	redisReply *rep = rh_cmd(c, "INFO commandstats");
+	char field[64];
+	const char *p;
+	long long v = 0;
+
+	snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
+	p = strstr(rep->str, field);
+	if (p)
+		v = atoll(p + strlen(field));
+	freeReplyObject(rep);
+	return v;
+}
+
+/* --------------------------------------------------------------- tests */
+
+static void test_store_uses_the_module_when_loaded(int port)
+{
+	redisContext *c = rh_connect(port);
+	sluice_limit_t l[2];
+	sluice_redis_t *r;
+	uv_loop_t loop;
+	result_t res;
+	int i;
+
+	uv_loop_init(&loop);
+	r = client(&loop, port, 0);
+	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
+	limit(&l[0], "5", "1/h");
+	for (i = 0; i < 5; i++) {
+		res = take(&loop, r, "alice", l, 1, 1);
+		CHECK(res.allowed && res.d.remaining == (uint64_t)(4 - i));
+	}
+	res = take(&loop, r, "alice", l, 1, 1);
+	CHECK(!res.allowed && res.d.retry_after_us > 3590000000ull &&
+	      res.d.retry_after_us <= 3600000000ull);
+	/* The module reports milliseconds; the store passes them on. */
+	CHECK(res.d.retry_after_us % 1000 == 0);
+	res = take(&loop, r, "alice", l, 1, 6);
+	CHECK(!res.allowed && res.d.never &&
+	      res.d.retry_after_us == UINT64_MAX);
+	/* Several limits: SLUICE.TAKEMULTI, all-or-nothing. */
+	limit(&l[0], "10", "1/s");
+	limit(&l[1], "2", "2/day");
+	CHECK(take(&loop, r, "bob", l, 2, 1).allowed);
+	CHECK(take(&loop, r, "bob", l, 2, 1).allowed);
+	res = take(&loop, r, "bob", l, 2, 1);
+	CHECK(!res.allowed && res.which == 1 && res.d.limit == 2);
+
+	CHECK(calls(c, "sluice.take") == 7);
+	CHECK(calls(c, "sluice.takemulti") == 3);
+	CHECK(calls(c, "evalsha") == 0 && calls(c, "eval") == 0);
+	close_client(&loop, r);
+	uv_loop_close(&loop);
+	redisFree(c);
+	printf("the store sends every decision to the module when it is "
+	       "loaded\n");
+}
+
+static void test_module_and_script_clients_share_buckets(int port)
+{
+	redisContext *c = rh_connect(port);
+	sluice_redis_t *mod, *script;
+	sluice_limit_t l;
+	uv_loop_t loop;
+	result_t res;
+	int i;
+
+	uv_loop_init(&loop);
+	mod = client(&loop, port, 0);
+	script = client(&loop, port, SLUICE_REDIS_SCRIPT_ONLY);
+	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
+	limit(&l, "8", "1/day");
+	/* Alternating paths on one key: each take costs exactly one token. */
+	for (i = 0; i < 8; i++) {
+		res = take(&loop, i % 2 ? script : mod, "carol", &l, 1, 1);
+		CHECK(res.allowed && res.d.remaining == (uint64_t)(7 - i));
+	}
+	CHECK(!take(&loop, mod, "carol", &l, 1, 1).allowed);
+	CHECK(!take(&loop, script, "carol", &l, 1, 1).allowed);
+	CHECK(calls(c, "sluice.take") == 5);
+	CHECK(calls(c, "evalsha") + calls(c, "eval") >= 5);
+	/* Both first: the loop runs until every client handle is closed. */
+	sluice_redis_free(mod);
+	sluice_redis_free(script);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+	redisFree(c);
+	printf("module and script clients share buckets token for token\n");
+}
+
+static void test_store_uses_the_script_without_the_module(int port)
+{
+	redisContext *c = rh_connect(port);
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	uv_loop_t loop;
+	int i;
+
+	uv_loop_init(&loop);
+	r = client(&loop, port, 0);
+	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
+	limit(&l, "3", "1/h");
+	for (i = 0; i < 3; i++)
+		CHECK(take(&loop, r, "dave", &l, 1, 1).allowed);
+	CHECK(!take(&loop, r, "dave", &l, 1, 1).allowed);
+	CHECK(calls(c, "evalsha") + calls(c, "eval") >= 4);
+	CHECK(calls(c, "sluice.take") == 0);
+	close_client(&loop, r);
+	uv_loop_close(&loop);
+	redisFree(c);
+	printf("without the module the store uses the script\n");
+}
+
+int main(void)
+{
+	rh_redis_t with = {0}, without = {0};
+
+	signal(SIGPIPE, SIG_IGN);
+	with.module = SLUICE_MODULE_PATH;
+	rh_redis_start(&with, 0, 0);
+	rh_redis_start(&without, 0, 0);
+	test_store_uses_the_module_when_loaded(with.port);
+	test_module_and_script_clients_share_buckets(with.port);
+	test_store_uses_the_script_without_the_module(without.port);
+	rh_redis_stop(&with);
+	rh_redis_stop(&without);
+	return 0;
+}

@@ -419,14 +419,40 @@ const char *sluice_status_text(int status)
 	}
 }
 
+/* "Date: <IMF-fixdate>\r\n" (RFC 9110 asks an origin server with a clock
+ * to send it), formatted once a second per thread. */
+static const char *date_line(size_t *len)
+{
+	static _Thread_local char line[64];
+	static _Thread_local size_t n;
+	static _Thread_local time_t cached = -1;
+	time_t now = time(NULL);
+
+	if (now != cached) {
+		struct tm tm;
+
+		gmtime_r(&now, &tm);
+		n = strftime(line, sizeof(line),
+			     "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+		cached = now;
+	}
+	*len = n;
+	return line;
+}
+
 void sluice_resp_begin(sluice_conn_t *c, int status)
 {
+	const char *date;
+	size_t dlen;
+
 	sluice_buf_reserve(&c->out, 512); /* one answer, usually */
 	sluice_buf_puts(&c->out, "HTTP/1.1 ");
 	sluice_buf_u64(&c->out, (uint64_t)status);
 	sluice_buf_append(&c->out, " ", 1);
 	sluice_buf_puts(&c->out, sluice_status_text(status));
 	sluice_buf_append(&c->out, "\r\n", 2);
+	date = date_line(&dlen);
+	sluice_buf_append(&c->out, date, dlen);
 	c->status = status;
 }
 

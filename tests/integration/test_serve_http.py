@@ -141,6 +141,9 @@ class ClassicPolicy(unittest.TestCase):
         self.assertEqual(r.header("ratelimit"), '"default";r=99;t=1')
         self.assertIsNone(r.header("retry-after"))
         self.assertEqual(r.body, b"")
+        self.assertRegex(r.header("date"),
+                         r"^[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} "
+                         r"\d\d:\d\d:\d\d GMT$")
 
     def test_limited_answer_headers_and_body(self):
         c = self.s.client()

@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define MAX_SHARDS	   64
 #define MAX_STATES	   64
@@ -102,6 +103,36 @@ static int slot_dead(const slot_t *sl, int64_t now_us)
 
 /* ------------------------------------------------------------- the table */
 
+/*
+ * Slot arrays of 2 MiB and more are mapped directly and offered huge pages:
+ * a random probe into a large table otherwise costs a TLB miss (a page walk
+ * through memory) on top of the cache miss on the slot itself.
+ */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+static slot_t *slots_alloc(size_t n)
+{
+	size_t bytes = n * sizeof(slot_t);
+	void *p;
+
+	if (bytes < HUGE_BYTES)
+		return calloc(n, sizeof(slot_t));
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, bytes, MADV_HUGEPAGE); /* a hint; fine if refused */
+	return p;
+}
+
+static void slots_free(slot_t *slots, size_t n)
+{
+	if (n * sizeof(slot_t) < HUGE_BYTES)
+		free(slots);
+	else if (slots)
+		munmap(slots, n * sizeof(slot_t));
+}
+
 static void slot_clear(slot_t *sl)
 {
 	if (sl->h2 & H2_MULTI)
@@ -150,14 +181,14 @@ static slot_t *place(slot_t *slots, size_t mask, const slot_t *sl)
 static int grow(shard_t *s)
 {
 	size_t old = s->mask + 1, i;
-	slot_t *next = calloc(old * 2, sizeof(*next));
+	slot_t *next = slots_alloc(old * 2);
 
 	if (!next)
 		return -1;
 	for (i = 0; i < old; i++)
 		if (s->slots[i].h1)
 			place(next, old * 2 - 1, &s->slots[i]);
-	free(s->slots);
+	slots_free(s->slots, old);
 	s->slots = next;
 	s->mask = old * 2 - 1;
 	s->hand &= s->mask;
@@ -274,7 +305,7 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 
 		pthread_mutex_init(&s->lock, NULL);
 		s->max = max_keys / n + (i < max_keys % n);
-		s->slots = calloc(MIN_SLOTS, sizeof(*s->slots));
+		s->slots = slots_alloc(MIN_SLOTS);
 		s->mask = MIN_SLOTS - 1;
 		if (!s->slots) {
 			sluice_memstore_free(m);
@@ -297,7 +328,7 @@ void sluice_memstore_free(sluice_memstore_t *m)
 			for (j = 0; j <= s->mask; j++)
 				if (s->slots[j].h1)
 					slot_clear(&s->slots[j]);
-		free(s->slots);
+		slots_free(s->slots, s->mask + 1);
 		pthread_mutex_destroy(&s->lock);
 	}
 	free(m);

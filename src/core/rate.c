@@ -151,13 +151,12 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 		while (isspace((unsigned char)*p))
 			p++;
 		if (isdigit((unsigned char)*p)) {
-			rc = parse_uint(&p, UINT64_C(1000000000000), &mult,
-					NULL);
+			rc = parse_uint(&p, SLUICE_UNITS_MAX, &mult, NULL);
 			if (rc != 0 || mult == 0)
 				return fail(
 					SLUICE_ERANGE, err, errlen,
 					"rate \"%s\": the period multiplier "
-					"must be 1 to 10^12",
+					"must be 1 to 2^52",
 					text);
 			while (isspace((unsigned char)*p))
 				p++;

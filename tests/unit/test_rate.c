@@ -110,11 +110,32 @@ static void test_format_round_trips(void)
 	}
 }
 
+/* The exact form the Redis store sends the module, "<per>/<interval>us",
+ * parses back to the same rate for every rate, down to the slowest. */
+static void test_exact_us_form_round_trips(void)
+{
+	const char *texts[] = {"2/s", "7/day", "1/3s", "3/s", "1000000000/s",
+			       "999/s", "1/3000day", "13/17min"};
+	size_t i;
+
+	for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		sluice_rate_t a, b;
+		char buf[64];
+
+		CHECK(sluice_rate_parse(texts[i], &a, NULL, 0) == 0);
+		snprintf(buf, sizeof(buf), "%u/%lluus", a.per,
+			 (unsigned long long)a.interval);
+		CHECK(sluice_rate_parse(buf, &b, NULL, 0) == 0);
+		CHECK(a.interval == b.interval && a.per == b.per);
+	}
+}
+
 int main(void)
 {
 	RUN(test_accepted_forms);
 	RUN(test_bad_rates_say_what_was_expected);
 	RUN(test_capacity_errors);
 	RUN(test_format_round_trips);
+	RUN(test_exact_us_form_round_trips);
 	TESTS_DONE();
 }

@@ -54,17 +54,18 @@ int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 	if (sluice_redis__arg_keys(&a, c) < 0)
 		return -1;
 	for (i = 0; i < c->nlimits; i++) {
+		const sluice_rate_t *rate = &c->limits[i].rate;
 		char *buf = a.nums[a.argc + 1];
-		int n;
+		size_t n;
 
+		/* The exact form "<per>/<interval>us", which the module's
+		 * parser reads back to the same rate, without printf. */
 		sluice_redis__arg_u64(&a, c->limits[i].capacity);
-		n = sluice_rate_format(&c->limits[i].rate, buf,
-				       sizeof(a.nums[0]));
-		if (n < 0 || (size_t)n >= sizeof(a.nums[0])) {
-			free(a.keys);
-			return -1;
-		}
-		sluice_redis__arg(&a, buf, (size_t)n);
+		n = sluice_redis__u64_dec(buf, rate->per);
+		buf[n++] = '/';
+		n += sluice_redis__u64_dec(buf + n, rate->interval);
+		memcpy(buf + n, "us", 2);
+		sluice_redis__arg(&a, buf, n + 2);
 	}
 	sluice_redis__arg(&a, "COST", 4);
 	sluice_redis__arg_u64(&a, c->cost);

@@ -31,7 +31,13 @@ static void on_poll(uv_poll_t *h, int status, int events)
 
 static void update(uv_events_t *p, int add, int del)
 {
-	p->events = (p->events | add) & ~del;
+	int events = (p->events | add) & ~del;
+
+	/* hiredis asks for write interest on every command it queues; only
+	 * a change of interest needs the kernel (epoll_ctl). */
+	if (events == p->events)
+		return;
+	p->events = events;
 	if (p->events)
 		uv_poll_start(&p->handle, p->events, on_poll);
 	else

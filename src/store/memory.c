@@ -1,8 +1,8 @@
 /*
  * memory.c -- the embedded store: bucket states in this process's memory.
  *
- * Identity.  A key is known by a 126-bit keyed hash (two SipHash-1-3 values
- * under a secret drawn at creation) instead of its bytes.  Without the
+ * Identity.  A key is known by a 126-bit keyed hash (SipHash-1-3-128 under
+ * a secret drawn at creation) instead of its bytes.  Without the
  * secret nobody can find two keys with the same identity, and by chance two
  * of a billion keys share one with probability below 2^-66; in exchange the
  * table needs no key bytes, and a decision touches one table slot and
@@ -81,7 +81,7 @@ typedef struct shard_s {
 } shard_t;
 
 struct sluice_memstore_s {
-	uint8_t seed1[16], seed2[16];
+	uint8_t seed[16];
 	unsigned shift; /* 64 - log2(nshards) */
 	size_t nshards;
 	size_t max_keys;
@@ -295,8 +295,7 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 	m = calloc(1, sizeof(*m) + n * sizeof(shard_t));
 	if (!m)
 		return NULL;
-	sluice_random_bytes(m->seed1, sizeof(m->seed1));
-	sluice_random_bytes(m->seed2, sizeof(m->seed2));
+	sluice_random_bytes(m->seed, sizeof(m->seed));
 	m->nshards = n;
 	m->shift = 64 - bits;
 	m->max_keys = max_keys;
@@ -378,7 +377,7 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 {
 	sluice_state_t cur[MAX_STATES], next[MAX_STATES], *have = NULL;
 	sluice_decision_t local[MAX_STATES], sum;
-	uint64_t h1, h2;
+	uint64_t h[2], h1, h2;
 	shard_t *s;
 	slot_t *sl;
 	int allowed;
@@ -387,8 +386,9 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 		return SLUICE_EINVAL;
 	if (!decisions)
 		decisions = local;
-	h1 = sluice_siphash13(m->seed1, key, keylen);
-	h2 = sluice_siphash13(m->seed2, key, keylen);
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	h1 = h[0];
+	h2 = h[1];
 	h1 += !h1; /* 0 marks an empty slot */
 	s = &m->shards[m->nshards > 1 ? h1 >> m->shift : 0];
 

@@ -1,6 +1,7 @@
 /*
  * siphash.c -- SipHash-1-3 (Aumasson & Bernstein), one compression round
- * and three finalisation rounds: the variant hash tables use for speed.
+ * and three finalisation rounds: the variant hash tables use for speed, in
+ * its 128-bit output form.
  */
 #include "util/siphash.h"
 
@@ -36,12 +37,13 @@ static uint64_t load64(const uint8_t *p)
 	return v;
 }
 
-uint64_t sluice_siphash13(const uint8_t key[16], const void *data, size_t len)
+void sluice_siphash13_128(const uint8_t key[16], const void *data, size_t len,
+			  uint64_t out[2])
 {
 	const uint8_t *in = data;
 	uint64_t k0 = load64(key), k1 = load64(key + 8);
 	uint64_t v0 = 0x736f6d6570736575ULL ^ k0;
-	uint64_t v1 = 0x646f72616e646f6dULL ^ k1;
+	uint64_t v1 = 0x646f72616e646f6dULL ^ k1 ^ 0xee; /* 128-bit output */
 	uint64_t v2 = 0x6c7967656e657261ULL ^ k0;
 	uint64_t v3 = 0x7465646279746573ULL ^ k1;
 	uint64_t b = (uint64_t)len << 56, m;
@@ -54,16 +56,22 @@ uint64_t sluice_siphash13(const uint8_t key[16], const void *data, size_t len)
 		v0 ^= m;
 	}
 	m = 0;
-	memcpy(&m, in + i, tail);
+	if (tail)
+		memcpy(&m, in + i, tail);
 	b |= m;
 	v3 ^= b;
 	SIPROUND;
 	v0 ^= b;
-	v2 ^= 0xff;
+	v2 ^= 0xee;
 	SIPROUND;
 	SIPROUND;
 	SIPROUND;
-	return v0 ^ v1 ^ v2 ^ v3;
+	out[0] = v0 ^ v1 ^ v2 ^ v3;
+	v1 ^= 0xdd;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	out[1] = v0 ^ v1 ^ v2 ^ v3;
 }
 
 void sluice_random_bytes(void *buf, size_t len)

@@ -373,4 +373,28 @@ static inline void rh_proc_kill(pid_t pid)
 	rh_forget(pid);
 }
 
+/* ------------------------------------------- one asynchronous decision */
+
+#include "sluice.h"
+
+/* What a sluice_redis_cb delivered, for tests that wait on the loop. */
+typedef struct result_s {
+	int done, status, allowed;
+	sluice_decision_t d;
+	size_t which;
+} result_t;
+
+static inline void on_result(void *arg, int status, int allowed,
+			     const sluice_decision_t *d, size_t which)
+{
+	result_t *res = arg;
+
+	res->done = 1;
+	res->status = status;
+	res->allowed = allowed;
+	if (d)
+		res->d = *d;
+	res->which = which;
+}
+
 #endif /* SLUICE_REDIS_HARNESS_H */

@@ -18,25 +18,6 @@
 #error "SLUICE_MODULE_PATH must name the built sluice-redis.so"
 #endif
 
-typedef struct result_s {
-	int done, status, allowed;
-	sluice_decision_t d;
-	size_t which;
-} result_t;
-
-static void on_result(void *arg, int status, int allowed,
-		      const sluice_decision_t *d, size_t which)
-{
-	result_t *res = arg;
-
-	res->done = 1;
-	res->status = status;
-	res->allowed = allowed;
-	if (d)
-		res->d = *d;
-	res->which = which;
-}
-
 static void limit(sluice_limit_t *l, const char *cap, const char *rate)
 {
 	CHECK(sluice_limit_parse(l, cap, rate, NULL, 0) == 0);

@@ -137,6 +137,51 @@ plot %s
 
 # ----------------------------------------------------------------- report
 
+# The project's performance targets, each checked against this run:
+# (what, section, how the figure is computed, comparison, bound, unit).
+TARGETS = [
+    ("pure decision function", "core", lambda r: r["core"]["dps"],
+     ">=", 50e6, "decisions/s"),
+    ("memory store, 1M keys, per thread", "scaling",
+     lambda r: r["scaling"]["dps_1m"], ">=", 5e6, "decisions/s"),
+    ("memory store, bytes per key (no key bytes are stored)", "memory",
+     lambda r: r["memory"]["memory_store"], "<=", 64, "B"),
+    ("/v1/check req/s vs nginx limit_req", "http",
+     lambda r: r["http"]["ratio"], ">=", 1.0, "x"),
+    ("/v1/check p99", "http", lambda r: r["http"]["sluice_p99_ms"], "<=",
+     1.0, "ms"),
+    ("Redis script decisions/s vs classic script", "redis",
+     lambda r: r["redis"]["ratio"], ">=", 1.8, "x"),
+    ("Redis script CPU per decision vs classic script", "redis",
+     lambda r: r["redis"]["usec_per_call_sluice_script"] /
+     r["redis"]["usec_per_call_classic"], "<=", 0.7, "x"),
+    ("Redis bytes per key, script path (key with prefix and hash tag)",
+     "memory", lambda r: r["memory"]["redis_script"], "<=", 128, "B"),
+    ("module Redis CPU per call", "redis",
+     lambda r: r["redis"]["usec_per_call_module"], "<=", 3.0, "us"),
+    ("module decisions/s vs script path", "redis",
+     lambda r: r["redis"]["module_dps"] / r["redis"]["sluice_dps"], ">=",
+     3.0, "x"),
+    ("module decisions/s vs classic script", "redis",
+     lambda r: r["redis"]["module_ratio"], ">=", 5.0, "x"),
+]
+
+
+def targets_table(results):
+    rows = []
+    for what, section, get, op, bound, unit in TARGETS:
+        try:
+            v = float(get(results))
+        except (KeyError, TypeError, ZeroDivisionError):
+            rows.append([what, "%s %s %s" % (op, fmt(bound), unit),
+                         "not measured", ""])
+            continue
+        ok = v >= bound if op == ">=" else v <= bound
+        rows.append([what, "%s %s %s" % (op, fmt(bound), unit),
+                     "%s %s" % (fmt(v), unit), "met" if ok else "**not met**"])
+    return table(["target", "goal", "this run", ""], rows)
+
+
 def img(path, alt):
     return "\n![%s](%s)\n" % (alt, path) if path else ""
 
@@ -160,7 +205,12 @@ def write(results, outdir, docs):
           "down to check the harness. These figures are not "
           "representative; run `make bench` for the real ones.\n")
 
-    w("## Machine\n")
+    w("## Targets\n")
+    w("Each project target against this run's figure (sections below "
+      "give the method and the context of each):\n")
+    w(targets_table(results))
+
+    w("\n## Machine\n")
     w(table(["", ""], [
         ["cores (nproc)", fmt(m.get("nproc"))],
         ["CPU", fmt(m.get("cpu_model"))],

@@ -11,7 +11,9 @@ import atexit
 import http.client
 import json
 import os
+import random
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -292,19 +294,62 @@ def parse_metrics(text):
 # -------------------------------------------------------------- redis
 
 
+def free_cluster_port():
+    """A port free together with port + 10000 (a cluster node's bus),
+    both below the ephemeral range so the kernel hands neither out to
+    someone else meanwhile."""
+    rnd = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(1000):
+        port = rnd.randrange(20000, 30000)
+        if _port_free(port) and _port_free(port + 10000):
+            return port
+    raise RuntimeError("no free cluster port")
+
+
+def _port_free(port):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 class RedisServer(Proc):
     """redis-server on a free loopback port (no persistence).  kill() is
-    SIGKILL; start() again brings it back on the same port, empty."""
+    SIGKILL; start() again brings it back on the same port, empty.
+    cluster=True: --cluster-enabled yes, its nodes.conf in a temporary
+    directory removed by stop()."""
 
-    def __init__(self, port=None):
-        self.port = port or free_port()
+    def __init__(self, port=None, cluster=False):
+        self.cluster = cluster
+        self.dir = tempfile.mkdtemp(prefix="sluice-redis-") if cluster \
+            else None
+        self.port = port or (free_cluster_port() if cluster
+                             else free_port())
         self._start()
 
     def _start(self):
-        super().__init__(["redis-server", "--port", str(self.port),
-                          "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no"])
+        argv = ["redis-server", "--port", str(self.port), "--bind",
+                "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.cluster:
+            argv += ["--dir", self.dir, "--cluster-enabled", "yes",
+                     "--cluster-config-file", "nodes.conf",
+                     "--cluster-node-timeout", "5000"]
+        super().__init__(argv)
         wait_until(lambda: self.ping(), timeout=20)
+
+    def stop(self, timeout=15):
+        rc = super().stop(timeout)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        return rc
+
+    def seed(self):
+        return "127.0.0.1:%d" % self.port
 
     def start(self):
         self._start()

@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""`sluice serve` on a Redis Cluster (`store: {redis_cluster: {seeds}}`).
+
+One cluster for the whole file: three masters on loopback (redis-server
+--cluster-enabled yes, joined by redis-cli --cluster create) and a replica
+of the first master.  The tests run in the order of their names: the
+second one kills that master.
+
+- Two instances, many keys spread over all three masters, a rule with two
+  limits (both of a key's buckets in one slot, charged in one call): each
+  key allows exactly its capacity across both instances, and /readyz is
+  200.
+- Failover: under load, the master holding the test keys is SIGKILLed and
+  its replica promoted with CLUSTER FAILOVER TAKEOVER (no wait for the
+  node timeout).  No instance crashes; while the slot has no live master
+  its requests fail the way the rule's on_store_error says (closed: 503
+  with Retry-After); once the replica is master the instances find it
+  (slot map refreshed after the dead connection) and decide again; a key
+  drained and replicated before the kill stays drained after it; keys on
+  the other masters are decided throughout.
+
+No assertion on speed beyond a generous bound on recovery.
+"""
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import RedisServer, Sluice  # noqa: E402
+
+TIGHT = 3  # capacity of the "tight" rule (and 1/h: nothing refills)
+
+CONFIG = """
+store: {redis_cluster: {seeds: [%(seeds)s], timeout_ms: %(timeout)d}}
+rules:
+  - name: tight
+    match: {path: "/tight"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: %(tight)d, rate: 1/h}, {capacity: 100, rate: 100/day}]
+    on_store_error: closed
+  - name: wide
+    match: {path: "/wide"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: 1000000, rate: 1000/s},
+             {capacity: 100000000, rate: 100000000/day}]
+    on_store_error: closed
+"""
+
+
+def crc16(data):
+    """CRC16-CCITT (XMODEM), Redis Cluster's key checksum."""
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) \
+                & 0xFFFF
+    return crc
+
+
+def slot_of(rule, identity):
+    """The slot of the buckets of `identity` under `rule`: sluice stores
+    them as sluice:{<rule>\\x1f<identity>}:<i>, hashed on the tag."""
+    return crc16(("%s\x1f%s" % (rule, identity)).encode()) & 16383
+
+
+def check(port, rule, identity):
+    return harness.request(port, "GET", "/v1/check",
+                           {"x-user-id": identity, "x-original-uri":
+                            "/" + rule, "x-original-method": "GET"})
+
+
+class Cluster:
+    """Three masters and one replica of masters[0]."""
+
+    def __init__(self):
+        self.nodes = []
+        try:
+            self.nodes = [RedisServer(cluster=True) for _ in range(4)]
+            self.masters = self.nodes[:3]
+            self.replica = self.nodes[3]
+            self._create()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _create(self):
+        p = subprocess.run(["redis-cli", "--cluster", "create"] +
+                           [n.seed() for n in self.masters] +
+                           ["--cluster-yes"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError("cluster create: %s%s" % (p.stdout,
+                                                         p.stderr))
+        for n in self.masters:
+            if not harness.wait_until(
+                    lambda: "cluster_state:ok" in n.cli("CLUSTER", "INFO"),
+                    15, 0.05):
+                raise RuntimeError("cluster not ok on %d" % n.port)
+        # The replica joins, then follows masters[0]; every node must
+        # know it as that master's replica before a takeover can count.
+        a = self.masters[0]
+        a_id = a.cli("CLUSTER", "MYID")
+        r_id = self.replica.cli("CLUSTER", "MYID")
+        self.replica.cli("CLUSTER", "MEET", "127.0.0.1", a.port)
+        if not harness.wait_until(
+                lambda: a_id in self.replica.cli("CLUSTER", "NODES"),
+                15, 0.05):
+            raise RuntimeError("replica never met the cluster")
+        self.replica.cli("CLUSTER", "REPLICATE", a_id)
+        if not harness.wait_until(
+                lambda: "master_link_status:up" in self.replica.cli(
+                    "INFO", "replication"), 15, 0.05):
+            raise RuntimeError("replica never synced")
+        for n in self.masters:
+            if not harness.wait_until(
+                    lambda: any(line.startswith(r_id) and "slave" in line
+                                for line in n.cli("CLUSTER",
+                                                  "NODES").splitlines()),
+                    15, 0.05):
+                raise RuntimeError("master %d does not know the replica"
+                                   % n.port)
+
+    def owners(self):
+        """slot -> the master (a RedisServer) serving it, as the first
+        live node sees it."""
+        live = next(n for n in self.nodes if n.poll() is None)
+        out = {}
+        for line in live.cli("CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if "master" not in f[2] or "fail" in f[2]:
+                continue
+            port = int(f[1].split("@")[0].rsplit(":", 1)[1])
+            node = next(m for m in self.nodes if m.port == port)
+            for rng in f[8:]:
+                if rng.startswith("["):
+                    continue  # a slot being migrated
+                lo, _, hi = rng.partition("-")
+                for slot in range(int(lo), int(hi or lo) + 1):
+                    out[slot] = node
+        return out
+
+    def seeds(self):
+        return ", ".join('"%s"' % n.seed() for n in self.masters)
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+
+
+class Load:
+    """One thread per (instance, rule, identity), each on a keep-alive
+    connection, recording (sent, answered, status, has Retry-After)."""
+
+    def __init__(self, ports, targets, seconds):
+        self.stop_at = time.monotonic() + seconds
+        self.records = {}
+        self.errors = []
+        self.threads = []
+        for port in ports:
+            for rule, ident in targets:
+                out = self.records.setdefault((port, rule, ident), [])
+                self.threads.append(threading.Thread(
+                    target=self.run, args=(port, rule, ident, out)))
+        for t in self.threads:
+            t.start()
+
+    def run(self, port, rule, ident, out):
+        client = None
+        headers = {"x-user-id": ident, "x-original-uri": "/" + rule,
+                   "x-original-method": "GET"}
+        while time.monotonic() < self.stop_at:
+            try:
+                if client is None:
+                    client = harness.Client(port, timeout=10)
+                t0 = time.monotonic()
+                r = client.request("GET", "/v1/check", headers)
+                out.append((t0, time.monotonic(), r.status,
+                            r.header("retry-after") is not None))
+            except Exception as e:
+                self.errors.append(repr(e))
+                if client:
+                    client.close()
+                client = None
+            time.sleep(0.002)
+        if client:
+            client.close()
+
+    def join(self):
+        for t in self.threads:
+            t.join()
+
+
+class RedisClusterServeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        harness.raise_nofile(4096)
+        t0 = time.monotonic()
+        cls.cluster = Cluster()
+        print("cluster of 3 masters + 1 replica up in %.1f s"
+              % (time.monotonic() - t0), flush=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def setUp(self):
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.stop()
+
+    def serve(self, n=2, timeout_ms=100):
+        text = CONFIG % {"seeds": self.cluster.seeds(),
+                         "timeout": timeout_ms, "tight": TIGHT}
+        out = []
+        for _ in range(n):
+            s = Sluice(text)
+            self.procs.append(s)
+            out.append(s)
+        for s in out:
+            self.assertTrue(harness.wait_until(
+                lambda: s.request("GET", "/readyz").status == 200, 10),
+                "not ready: %s" % s.log())
+        return out
+
+    # ------------------------------------------------- keys everywhere
+
+    def test_1_keys_over_all_masters(self):
+        a, b = self.serve(timeout_ms=1000)
+        nkeys, per_key = 240, TIGHT + 2
+        keys = ["user%d" % i for i in range(nkeys)]
+        allowed = {k: 0 for k in keys}
+        other = []
+        lock = threading.Lock()
+
+        def worker(part):
+            ca, cb = a.client(), b.client()
+            try:
+                for k in part:
+                    h = {"x-user-id": k, "x-original-uri": "/tight",
+                         "x-original-method": "GET"}
+                    for j in range(per_key):
+                        c = ca if j % 2 == 0 else cb
+                        st = c.request("GET", "/v1/check", h).status
+                        with lock:
+                            if st == 200:
+                                allowed[k] += 1
+                            elif st != 429:
+                                other.append((k, st))
+            finally:
+                ca.close()
+                cb.close()
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=worker, args=(keys[i::6],))
+                   for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        took = time.monotonic() - t0
+        states = [int(m.cli("DBSIZE")) for m in self.cluster.masters]
+        print("%d keys x %d requests over 2 instances in %.1f s: %d "
+              "allowed (capacity %d each), states per master %s"
+              % (nkeys, per_key, took, sum(allowed.values()), TIGHT,
+                 states), flush=True)
+        self.assertEqual(other, [])
+        self.assertEqual({k for k, v in allowed.items() if v != TIGHT},
+                         set())
+        # Both limits of every key stored, on every master.
+        self.assertEqual(sum(states), 2 * nkeys)
+        for n in states:
+            self.assertGreater(n, 0)
+        for s in (a, b):
+            self.assertEqual(s.request("GET", "/readyz").status, 200)
+            self.assertIsNone(s.poll())
+
+    # ------------------------------------------------------- failover
+
+    def pick(self, owners, rule, prefix, want):
+        """The first identity prefix<i> whose slot's master passes
+        want(master)."""
+        for i in range(10000):
+            ident = "%s%d" % (prefix, i)
+            if want(owners[slot_of(rule, ident)]):
+                return ident
+        raise AssertionError("no key found")
+
+    def test_2_failover_to_replica(self):
+        cl = self.cluster
+        victim, replica = cl.masters[0], cl.replica
+        owners = cl.owners()
+        drained = self.pick(owners, "tight", "drained",
+                            lambda m: m is victim)
+        live = self.pick(owners, "wide", "live", lambda m: m is victim)
+        elsewhere = self.pick(owners, "wide", "other",
+                              lambda m: m is not victim)
+        instances = self.serve(timeout_ms=100)
+        ports = [s.port for s in instances]
+
+        # Drain a key on the doomed master and make sure the replica has
+        # it before the kill (replication is asynchronous; WAIT says when
+        # the replica acknowledged every write so far).
+        got = [check(ports[i % 2], "tight", drained).status
+               for i in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(victim.cli("WAIT", 1, 2000), "1")
+
+        targets = [("tight", drained), ("wide", live), ("wide", elsewhere)]
+        load = Load(ports, targets, 4.5)
+        time.sleep(1.0)
+        victim.kill()
+        killed = time.monotonic()
+        time.sleep(0.5)  # the slot has no live master meanwhile
+        self.assertEqual(replica.cli("CLUSTER", "FAILOVER", "TAKEOVER"),
+                         "OK")
+        self.assertTrue(harness.wait_until(
+            lambda: "role:master" in replica.cli("INFO", "replication"),
+            5, 0.01))
+        promoted = time.monotonic()
+        load.join()
+
+        recs = load.records
+        # When each instance decided the live key again after promotion.
+        resumed = []
+        for port in ports:
+            after = [t for t, _, st, _ in recs[(port, "wide", live)]
+                     if t >= promoted and st == 200]
+            resumed.append(after[0] - promoted if after else None)
+
+        def count(rule, ident, t0, t1):
+            out = {}
+            for port in ports:
+                for t, _, st, _ in recs[(port, rule, ident)]:
+                    if t0 <= t < t1:
+                        out[st] = out.get(st, 0) + 1
+            return out
+
+        gap = (killed, promoted)
+        settled = (promoted + 2.0, float("inf"))
+        print("failover: master SIGKILLed, replica promoted %.0f ms later;"
+              " live key decided again %s ms after the promotion; during "
+              "the gap: live key %s, drained key %s, key on another master"
+              " %s; 2 s after promotion: live %s, drained %s, other %s"
+              % ((promoted - killed) * 1000,
+                 ["%.0f" % (r * 1000) if r is not None else "never"
+                  for r in resumed],
+                 count("wide", live, *gap),
+                 count("tight", drained, *gap),
+                 count("wide", elsewhere, *gap),
+                 count("wide", live, *settled),
+                 count("tight", drained, *settled),
+                 count("wide", elsewhere, *settled)), flush=True)
+
+        for s in instances:
+            self.assertIsNone(s.poll(), "an instance died:\n" + s.log())
+        self.assertEqual(load.errors, [])
+        every = [r for rs in recs.values() for r in rs]
+        # on_store_error: closed -- a failed call is a 503 with
+        # Retry-After, never an allowed request or a false 429.
+        self.assertTrue(all(ra for _, _, st, ra in every if st == 503))
+        self.assertEqual({st for _, _, st, _ in every} - {200, 429, 503},
+                         set())
+        self.assertEqual(count("wide", live, *gap).get(429, 0), 0)
+        self.assertGreater(count("wide", live, *gap).get(503, 0), 0)
+        # The drained key stays drained: its state survived on the
+        # replica, so no request for it is ever allowed again.
+        self.assertEqual(count("tight", drained, 0, float("inf")).get(200),
+                         None)
+        self.assertGreater(count("tight", drained, *settled).get(429, 0),
+                           0)
+        # Decisions resume on the new master within a bounded time.
+        for r in resumed:
+            self.assertIsNotNone(r)
+            self.assertLess(r, 2.0)
+        for key in (("wide", live), ("tight", drained),
+                    ("wide", elsewhere)):
+            self.assertEqual(count(*key, *settled).get(503, 0), 0, key)
+        for s in instances:
+            self.assertEqual(s.request("GET", "/readyz").status, 200)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -299,6 +299,10 @@ class RedisClusterServeTest(unittest.TestCase):
         drained = self.pick(owners, "tight", "drained",
                             lambda m: m is victim)
         live = self.pick(owners, "wide", "live", lambda m: m is victim)
+        # More keys on the doomed master than elsewhere, so that its
+        # failures come several in a row between other keys' successes.
+        crowd = [self.pick(owners, "wide", "crowd%d-" % i,
+                           lambda m: m is victim) for i in range(4)]
         elsewhere = self.pick(owners, "wide", "other",
                               lambda m: m is not victim)
         instances = self.serve(timeout_ms=100)
@@ -313,6 +317,7 @@ class RedisClusterServeTest(unittest.TestCase):
         self.assertEqual(victim.cli("WAIT", 1, 2000), "1")
 
         targets = [("tight", drained), ("wide", live), ("wide", elsewhere)]
+        targets += [("wide", c) for c in crowd]
         load = Load(ports, targets, 4.5)
         time.sleep(1.0)
         victim.kill()
@@ -368,6 +373,11 @@ class RedisClusterServeTest(unittest.TestCase):
         self.assertEqual({st for _, _, st, _ in every} - {200, 429, 503},
                          set())
         self.assertEqual(count("wide", live, *gap).get(429, 0), 0)
+        # A dead master fails its own slots only: the other masters'
+        # keys are decided all along (one breaker per node).
+        self.assertEqual(count("wide", elsewhere, 0, float("inf"))
+                         .get(503, 0), 0)
+        self.assertGreater(count("wide", elsewhere, *gap).get(200, 0), 0)
         self.assertGreater(count("wide", live, *gap).get(503, 0), 0)
         # The drained key stays drained: its state survived on the
         # replica, so no request for it is ever allowed again.

@@ -13,7 +13,10 @@
  * The breaker: SLUICE_REDIS_BREAKER_FAILURES consecutive failures open it;
  * while open, calls fail fast (SLUICE_ESTORE) without touching Redis; after
  * SLUICE_REDIS_BREAKER_OPEN_MS one probe call goes through (half-open) and
- * its outcome closes or reopens it.  Any success closes it.
+ * its outcome closes or reopens it.  Any success closes it.  There is one
+ * breaker per node, guarding the calls routed to it: in a cluster, a dead
+ * master opens its own breaker and fails its own slots' calls, while the
+ * other masters' keys are decided as usual.
  */
 #include "store/redis/redis_int.h"
 
@@ -82,38 +85,42 @@ static uint64_t clock_ms(void)
 
 /* ------------------------------------------------------------ breaker */
 
-static void breaker_success(sluice_redis_t *r)
+static void breaker_success(sluice_redis_node_t *n)
 {
-	r->failures = 0;
-	r->breaker = BREAKER_CLOSED;
-	r->probing = 0;
+	n->failures = 0;
+	n->breaker = BREAKER_CLOSED;
+	n->probing = 0;
 }
 
-static void breaker_failure(sluice_redis_t *r, int probe)
+static void breaker_failure(sluice_redis_t *r, sluice_redis_node_t *n,
+			    int probe)
 {
 	uint64_t now = uv_now(r->loop);
 
 	if (probe)
-		r->probing = 0;
-	if (r->breaker == BREAKER_OPEN && !probe)
+		n->probing = 0;
+	if (n->breaker == BREAKER_OPEN && !probe)
 		return;
-	if (probe || ++r->failures >= SLUICE_REDIS_BREAKER_FAILURES) {
-		r->breaker = BREAKER_OPEN;
-		r->open_until_ms = now + SLUICE_REDIS_BREAKER_OPEN_MS;
+	if (probe || ++n->failures >= SLUICE_REDIS_BREAKER_FAILURES) {
+		n->breaker = BREAKER_OPEN;
+		n->open_until_ms = now + SLUICE_REDIS_BREAKER_OPEN_MS;
 	}
 }
 
-/* 1 when a new call may go to Redis; marks the half-open probe. */
+/* 1 when a new call may go to the node it is routed to; marks the
+ * half-open probe. */
 static int breaker_admit(sluice_redis_t *r, sluice_redis_call_t *c)
 {
-	if (r->breaker == BREAKER_CLOSED)
+	sluice_redis_node_t *n = c->guard;
+
+	if (n->breaker == BREAKER_CLOSED)
 		return 1;
-	if (r->breaker == BREAKER_OPEN && uv_now(r->loop) >= r->open_until_ms) {
-		r->breaker = BREAKER_HALF_OPEN;
-		r->probing = 0;
+	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) >= n->open_until_ms) {
+		n->breaker = BREAKER_HALF_OPEN;
+		n->probing = 0;
 	}
-	if (r->breaker == BREAKER_HALF_OPEN && !r->probing) {
-		r->probing = 1;
+	if (n->breaker == BREAKER_HALF_OPEN && !n->probing) {
+		n->probing = 1;
 		c->probe = 1;
 		return 1;
 	}
@@ -164,11 +171,11 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 	c->done = 1;
 	call_unlink(c);
 	if (status == 0)
-		breaker_success(r);
+		breaker_success(c->guard);
 	else if (status != SLUICE_ENOMEM)
-		breaker_failure(r, c->probe);
+		breaker_failure(r, c->guard, c->probe);
 	else if (c->probe)
-		r->probing = 0;
+		c->guard->probing = 0;
 	c->cb(c->arg, status, allowed, status == 0 ? &d : NULL, which);
 	call_maybe_free(c);
 }
@@ -180,9 +187,9 @@ static void call_fail_fast(sluice_redis_call_t *c, int count)
 	c->done = 1;
 	call_unlink(c);
 	if (count)
-		breaker_failure(c->r, c->probe);
+		breaker_failure(c->r, c->guard, c->probe);
 	else if (c->probe)
-		c->r->probing = 0;
+		c->guard->probing = 0;
 	c->cb(c->arg, SLUICE_ESTORE, 0, NULL, 0);
 	call_maybe_free(c);
 }
@@ -442,6 +449,7 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	c->slot = r->cluster ? sluice_redis__key_slot(c->keybase, c->keybaselen)
 			     : 0;
 	c->deadline_ms = clock_ms() + r->timeout_ms;
+	c->guard = sluice_redis__route(r, c->slot);
 
 	/* Pending list, oldest first. */
 	c->prev = r->tail;
@@ -454,6 +462,9 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		arm_sweep(r);
 
 	if (!breaker_admit(r, c)) {
+		/* In a cluster the slot may have found a new master (a
+		 * replica promoted) while its old one's breaker is open. */
+		sluice_redis__refresh_slots(r);
 		call_fail_fast(c, 0);
 		return 0;
 	}
@@ -466,12 +477,15 @@ int sluice_redis_healthy(const sluice_redis_t *r)
 	size_t i;
 	unsigned j;
 
-	if (r->breaker == BREAKER_OPEN)
-		return 0;
+	/* Every slot needs a master whose breaker is not open; a single
+	 * Redis is its one node. */
 	if (r->cluster) {
 		for (i = 0; i < SLUICE_REDIS_NSLOTS; i++)
-			if (r->slots[i] < 0)
+			if (r->slots[i] < 0 ||
+			    r->nodes[r->slots[i]]->breaker == BREAKER_OPEN)
 				return 0;
+	} else if (r->nodes[0]->breaker == BREAKER_OPEN) {
+		return 0;
 	}
 	for (i = 0; i < r->nnodes; i++)
 		for (j = 0; j < r->nconns; j++)

@@ -124,20 +124,28 @@ void sluice_redis__refresh_slots(sluice_redis_t *r)
 {
 	uint64_t now = uv_now(r->loop);
 	size_t i;
+	int pass;
 
 	if (!r->cluster || r->refreshing || r->closing ||
 	    (r->refreshed_ms && now - r->refreshed_ms < 100))
 		return;
-	for (i = 0; i < r->nnodes; i++) {
-		sluice_redis_conn_t *k = sluice_redis__pick(r->nodes[i]);
+	/* A node we are connected to first: a connection still connecting
+	 * may be to a dead master, and its refused connect would cost the
+	 * refresh a 100 ms turn. */
+	for (pass = 0; pass < 2; pass++)
+		for (i = 0; i < r->nnodes; i++) {
+			sluice_redis_conn_t *k =
+				sluice_redis__pick(r->nodes[i]);
 
-		if (k && redisAsyncCommand(k->ac, on_slots, r,
-					   "CLUSTER SLOTS") == REDIS_OK) {
-			r->refreshing = 1;
-			r->refreshed_ms = now;
-			return;
+			if (!k || (pass == 0 && k->state != CONN_UP))
+				continue;
+			if (redisAsyncCommand(k->ac, on_slots, r,
+					      "CLUSTER SLOTS") == REDIS_OK) {
+				r->refreshing = 1;
+				r->refreshed_ms = now;
+				return;
+			}
 		}
-	}
 }
 
 /* The node serving `slot`; any node when the map does not know yet (it

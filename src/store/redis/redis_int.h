@@ -80,6 +80,13 @@ struct sluice_redis_node_s {
 	char *path;
 	unsigned rr; /* round robin over conns */
 	sluice_redis_conn_t *conns;
+
+	/* The circuit breaker of the calls routed here: one per node, so a
+	 * dead cluster master fails only its own slots' calls. */
+	int breaker;
+	unsigned failures;
+	uint64_t open_until_ms;
+	int probing;
 };
 
 struct sluice_redis_call_s {
@@ -89,9 +96,10 @@ struct sluice_redis_call_s {
 	uint64_t deadline_ms;
 	sluice_redis_cb cb;
 	void *arg;
-	int done;      /* user callback ran */
-	int waiting;   /* on the retry list */
-	int probe;     /* the half-open breaker probe */
+	int done;		    /* user callback ran */
+	int waiting;		    /* on the retry list */
+	int probe;		    /* the half-open breaker probe */
+	sluice_redis_node_t *guard; /* whose breaker admitted it */
 	unsigned refs; /* commands in flight that carry this call */
 	unsigned redirects;
 	sluice_redis_node_t *ask;  /* send ASKING + the call to this node */
@@ -122,11 +130,6 @@ struct sluice_redis_s {
 	uint64_t refreshed_ms;
 	char sha[41];	    /* script.lua (one limit) */
 	char sha_multi[41]; /* script_multi.lua */
-
-	int breaker;
-	unsigned failures;
-	uint64_t open_until_ms;
-	int probing;
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;

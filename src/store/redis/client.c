@@ -339,6 +339,8 @@ static void on_retry(uv_timer_t *t)
 	sluice_redis_call_t *c = r->retry_head, *next;
 
 	r->retry_head = NULL;
+	if (r->refresh_lost)
+		sluice_redis__refresh_slots(r);
 	for (; c; c = next) {
 		next = c->retry_next;
 		c->retry_next = NULL;
@@ -350,6 +352,12 @@ static void on_retry(uv_timer_t *t)
 	}
 }
 
+void sluice_redis__wake_retry(sluice_redis_t *r)
+{
+	if (!r->closing && !uv_is_active((uv_handle_t *)&r->retry))
+		uv_timer_start(&r->retry, on_retry, SLUICE_REDIS_RETRY_MS, 0);
+}
+
 void sluice_redis__retry_later(sluice_redis_call_t *c)
 {
 	sluice_redis_t *r = c->r;
@@ -357,8 +365,7 @@ void sluice_redis__retry_later(sluice_redis_call_t *c)
 	c->waiting = 1;
 	c->retry_next = r->retry_head;
 	r->retry_head = c;
-	if (!uv_is_active((uv_handle_t *)&r->retry))
-		uv_timer_start(&r->retry, on_retry, SLUICE_REDIS_RETRY_MS, 0);
+	sluice_redis__wake_retry(r);
 }
 
 static void arm_sweep(sluice_redis_t *r);

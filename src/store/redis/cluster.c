@@ -86,7 +86,21 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 	size_t i;
 
 	r->refreshing = 0;
-	if (r->closing || !rep || rep->type != REDIS_REPLY_ARRAY)
+	if (r->closing)
+		return;
+	if (!rep) {
+		/* Its connection died (often the first seed, down at start,
+		 * or a master just killed).  No call may come to ask again,
+		 * and /readyz waits for a map: ask another node shortly,
+		 * from the retry timer rather than from inside hiredis'
+		 * teardown of this connection. */
+		r->refresh_lost = 1;
+		r->refreshed_ms = 0;
+		sluice_redis__wake_retry(r);
+		return;
+	}
+	r->refresh_lost = 0;
+	if (rep->type != REDIS_REPLY_ARRAY)
 		return;
 	for (i = 0; i < rep->elements; i++) {
 		redisReply *e = rep->element[i], *m;
@@ -118,34 +132,59 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 	}
 }
 
-/* Asks any reachable node for the slot map (one request at a time, at
- * most every 100 ms unless nothing is known yet). */
+/* Asks a node for the slot map: one request at a time, at most every
+ * 100 ms (any time once a MOVED or a lost refresh cleared refreshed_ms).
+ * A request unanswered for timeout_ms (at least 100 ms) stops holding the
+ * next one back: it may sit on a hung master's connection, which is open
+ * but answers nothing, until that connection is dropped.  Nodes are asked
+ * in turn, those with a connection up and their breaker not open first:
+ * a connection still connecting may be to a dead master, and an open
+ * breaker says the node is failing. */
 void sluice_redis__refresh_slots(sluice_redis_t *r)
 {
 	uint64_t now = uv_now(r->loop);
-	size_t i;
+	uint64_t wait = r->timeout_ms > 100 ? r->timeout_ms : 100;
+	size_t i, j;
 	int pass;
 
-	if (!r->cluster || r->refreshing || r->closing ||
-	    (r->refreshed_ms && now - r->refreshed_ms < 100))
+	if (!r->cluster || r->closing)
 		return;
-	/* A node we are connected to first: a connection still connecting
-	 * may be to a dead master, and its refused connect would cost the
-	 * refresh a 100 ms turn. */
+	if (r->refreshing ? now - r->refresh_sent_ms < wait
+			  : r->refreshed_ms && now - r->refreshed_ms < 100)
+		return;
 	for (pass = 0; pass < 2; pass++)
-		for (i = 0; i < r->nnodes; i++) {
-			sluice_redis_conn_t *k =
-				sluice_redis__pick(r->nodes[i]);
+		for (j = 0; j < r->nnodes; j++) {
+			sluice_redis_node_t *n =
+				r->nodes[(r->refresh_rr + j) % r->nnodes];
+			sluice_redis_conn_t *k = sluice_redis__pick(n);
 
-			if (!k || (pass == 0 && k->state != CONN_UP))
+			if (!k || (pass == 0 && (k->state != CONN_UP ||
+						 n->breaker == BREAKER_OPEN)))
 				continue;
 			if (redisAsyncCommand(k->ac, on_slots, r,
 					      "CLUSTER SLOTS") == REDIS_OK) {
+				i = (r->refresh_rr + j) % r->nnodes;
+				r->refresh_rr = i + 1;
 				r->refreshing = 1;
-				r->refreshed_ms = now;
+				r->refreshed_ms = r->refresh_sent_ms = now;
 				return;
 			}
 		}
+}
+
+void sluice_redis__slots_check(sluice_redis_t *r)
+{
+	size_t i;
+
+	if (!r->cluster || r->closing)
+		return;
+	for (i = 0; i < SLUICE_REDIS_NSLOTS && !r->refresh_lost; i++)
+		if (r->slots[i] < 0)
+			break;
+	if (r->refresh_lost || i < SLUICE_REDIS_NSLOTS) {
+		r->refreshed_ms = 0;
+		sluice_redis__refresh_slots(r);
+	}
 }
 
 /* The node serving `slot`; any node when the map does not know yet (it

@@ -43,6 +43,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	k->state = CONN_UP;
 	k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
 	uv_timer_stop(&k->timer);
+	sluice_redis__slots_check(k->r);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)

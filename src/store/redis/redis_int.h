@@ -125,11 +125,14 @@ struct sluice_redis_s {
 	int cluster;
 	sluice_redis_node_t **nodes;
 	size_t nnodes;
-	int16_t *slots; /* cluster: slot -> node index, -1 unknown */
-	int refreshing; /* a CLUSTER SLOTS is in flight */
-	uint64_t refreshed_ms;
-	char sha[41];	    /* script.lua (one limit) */
-	char sha_multi[41]; /* script_multi.lua */
+	int16_t *slots;		  /* cluster: slot -> node index, -1 unknown */
+	int refreshing;		  /* a CLUSTER SLOTS is in flight */
+	int refresh_lost;	  /* the last one died with its connection */
+	uint64_t refreshed_ms;	  /* last asked; 0: ask at the next chance */
+	uint64_t refresh_sent_ms; /* when the one in flight was sent */
+	size_t refresh_rr;	  /* the node to ask first next time */
+	char sha[41];		  /* script.lua (one limit) */
+	char sha_multi[41];	  /* script_multi.lua */
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;
@@ -164,6 +167,9 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* Runs the retry timer soon even with no call waiting (it also retries a
+ * lost slot map refresh). */
+void sluice_redis__wake_retry(sluice_redis_t *r);
 void sluice_redis__handle_closed(uv_handle_t *h);
 
 /* conn.c */
@@ -177,6 +183,9 @@ sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
 /* cluster.c */
 int sluice_redis__key_slot(const char *key, size_t len);
 void sluice_redis__refresh_slots(sluice_redis_t *r);
+/* A connection came up: refresh now if the map has holes or the last
+ * refresh was lost. */
+void sluice_redis__slots_check(sluice_redis_t *r);
 sluice_redis_node_t *sluice_redis__route(sluice_redis_t *r, int slot);
 /* Handles a MOVED/ASK error: 1 when the call was redirected (resent). */
 int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);

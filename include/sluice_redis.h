@@ -16,8 +16,9 @@
  * Failures cost at most timeout_ms per call: a call that Redis does not
  * answer in time ends with SLUICE_ETIMEDOUT; a connection with too many
  * unanswered commands, a lost connection, or an open circuit breaker (five
- * consecutive failures; one probe call after 100 ms) fail calls at once
- * with SLUICE_ESTORE.  Lost connections are retried with a backoff capped
+ * consecutive failures; one probe call after 100 ms; one breaker per
+ * Redis node, so in a cluster a failing master fails only its own slots)
+ * fail calls at once with SLUICE_ESTORE.  Lost connections are retried with a backoff capped
  * at 200 ms.  NOSCRIPT (a restarted or flushed Redis) and Cluster
  * redirections (MOVED, ASK) are handled inside the call.  See
  * docs/REDIS.md.
@@ -82,7 +83,8 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		      uint64_t cost, sluice_redis_cb cb, void *arg);
 
 /* 1 when the client believes the store can answer (connected, breaker
- * closed), for /readyz. */
+ * closed; in a cluster, every slot has a master whose breaker is not
+ * open), for /readyz. */
 int sluice_redis_healthy(const sluice_redis_t *r);
 
 /* Closes the connections; calls that are still pending fail with

@@ -134,6 +134,8 @@ def _cleanup():
             p.p.wait(5)
         except Exception:
             pass
+        if getattr(p, "dir", None):  # a cluster node's nodes.conf
+            shutil.rmtree(p.dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------- sluice

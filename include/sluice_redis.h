@@ -18,9 +18,9 @@
  * unanswered commands, a lost connection, or an open circuit breaker (five
  * consecutive failures; one probe call after 100 ms; one breaker per
  * Redis node, so in a cluster a failing master fails only its own slots)
- * fail calls at once with SLUICE_ESTORE.  Lost connections are retried with a backoff capped
- * at 200 ms.  NOSCRIPT (a restarted or flushed Redis) and Cluster
- * redirections (MOVED, ASK) are handled inside the call.  See
+ * fail calls at once with SLUICE_ESTORE.  Lost connections are retried with a
+ * backoff capped at 200 ms.  NOSCRIPT (a restarted or flushed Redis) and
+ * Cluster redirections (MOVED, ASK) are handled inside the call.  See
  * docs/REDIS.md.
  */
 #ifndef SLUICE_REDIS_H

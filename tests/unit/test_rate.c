@@ -114,8 +114,9 @@ static void test_format_round_trips(void)
  * parses back to the same rate for every rate, down to the slowest. */
 static void test_exact_us_form_round_trips(void)
 {
-	const char *texts[] = {"2/s", "7/day", "1/3s", "3/s", "1000000000/s",
-			       "999/s", "1/3000day", "13/17min"};
+	const char *texts[] = {"2/s",	    "7/day",	    "1/3s",
+			       "3/s",	    "1000000000/s", "999/s",
+			       "1/3000day", "13/17min"};
 	size_t i;
 
 	for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {

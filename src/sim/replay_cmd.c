@@ -226,18 +226,6 @@ static void print_json(const char *logname, const char *cfgname,
 	json_decref(root);
 }
 
-static int parse_count(const char *s, unsigned long long max,
-		       unsigned long long *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno || *end || *out < 1 || *out > max ? -1 : 0;
-}
-
 int sluice_cmd_replay(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -252,7 +240,7 @@ int sluice_cmd_replay(int argc, char **argv)
 	sluice_replay_report_t rep;
 	sluice_config_t *cfg;
 	const char *config = NULL, *logname;
-	unsigned long long v;
+	uint64_t v;
 	FILE *log;
 	int json = 0, opt, rc;
 	char err[512];
@@ -268,7 +256,7 @@ int sluice_cmd_replay(int argc, char **argv)
 			json = 1;
 			break;
 		case 't':
-			if (parse_count(optarg, 100000, &v) < 0) {
+			if (sluice_sim_parse_u64(optarg, 1, 100000, &v) < 0) {
 				fprintf(stderr,
 					"sluice replay: --top wants a "
 					"count from 1 to 100000, not "
@@ -279,7 +267,7 @@ int sluice_cmd_replay(int argc, char **argv)
 			ro.top = (size_t)v;
 			break;
 		case 'w':
-			if (parse_count(optarg, 86400, &v) < 0) {
+			if (sluice_sim_parse_u64(optarg, 1, 86400, &v) < 0) {
 				fprintf(stderr,
 					"sluice replay: --window wants "
 					"seconds from 1 to 86400, not "

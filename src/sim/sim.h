@@ -29,6 +29,10 @@ int sluice_cmd_simulate(int argc, char **argv);
 /* `sluice replay --config FILE [--json] [--top N] ACCESS_LOG` */
 int sluice_cmd_replay(int argc, char **argv);
 
+/* A command-line count: decimal digits only, within [min, max]; 0 or -1. */
+int sluice_sim_parse_u64(const char *s, uint64_t min, uint64_t max,
+			 uint64_t *out);
+
 /* ---------------------------------------------------------------- traces */
 
 /* Who sends a request.  Every class but SLUICE_SIM_ABUSER is legitimate. */

@@ -227,7 +227,8 @@ static int write_access_log(const sluice_sim_trace_t *tr, const char *path)
 
 /* ------------------------------------------------------------- command */
 
-static int parse_u64(const char *s, uint64_t *out)
+int sluice_sim_parse_u64(const char *s, uint64_t min, uint64_t max,
+			 uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
@@ -236,7 +237,7 @@ static int parse_u64(const char *s, uint64_t *out)
 		return -1;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || *end)
+	if (errno || *end || v < min || v > max)
 		return -1;
 	*out = v;
 	return 0;
@@ -271,7 +272,8 @@ int sluice_cmd_simulate(int argc, char **argv)
 	       -1) {
 		switch (opt) {
 		case 's':
-			if (parse_u64(optarg, &seed) < 0) {
+			if (sluice_sim_parse_u64(optarg, 0, UINT64_MAX, &seed) <
+			    0) {
 				fprintf(stderr,
 					"sluice simulate: --seed wants "
 					"a non-negative integer, not "
@@ -283,8 +285,7 @@ int sluice_cmd_simulate(int argc, char **argv)
 		case 'd':
 			/* A day of the standard mix is about 25 million
 			 * events (400 MB); longer runs say nothing new. */
-			if (parse_u64(optarg, &secs) < 0 || secs < 1 ||
-			    secs > 86400) {
+			if (sluice_sim_parse_u64(optarg, 1, 86400, &secs) < 0) {
 				fprintf(stderr,
 					"sluice simulate: --duration "
 					"wants whole seconds from 1 to "

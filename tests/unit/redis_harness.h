@@ -375,7 +375,9 @@ static inline void rh_proc_kill(pid_t pid)
 
 /* ------------------------------------------- one asynchronous decision */
 
-#include "sluice.h"
+#include "sluice_redis.h"
+
+#include <uv.h>
 
 /* What a sluice_redis_cb delivered, for tests that wait on the loop. */
 typedef struct result_s {
@@ -395,6 +397,26 @@ static inline void on_result(void *arg, int status, int allowed,
 	if (d)
 		res->d = *d;
 	res->which = which;
+}
+
+/* One decision on the client, waiting on the loop until it is answered. */
+static inline result_t rh_take(uv_loop_t *loop, sluice_redis_t *r,
+			       const char *key, const sluice_limit_t *l,
+			       size_t n, uint64_t cost)
+{
+	result_t res = {0};
+
+	CHECK(sluice_redis_take(r, key, strlen(key), l, n, cost, on_result,
+				&res) == 0);
+	while (!res.done)
+		uv_run(loop, UV_RUN_ONCE);
+	return res;
+}
+
+static inline void rh_close_client(uv_loop_t *loop, sluice_redis_t *r)
+{
+	sluice_redis_free(r);
+	uv_run(loop, UV_RUN_DEFAULT);
 }
 
 #endif /* SLUICE_REDIS_HARNESS_H */

@@ -34,24 +34,6 @@ static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned timeout,
 	return r;
 }
 
-static result_t take(uv_loop_t *loop, sluice_redis_t *r, const char *key,
-		     const sluice_limit_t *l, size_t n, uint64_t cost)
-{
-	result_t res = {0};
-
-	CHECK(sluice_redis_take(r, key, strlen(key), l, n, cost, on_result,
-				&res) == 0);
-	while (!res.done)
-		uv_run(loop, UV_RUN_ONCE);
-	return res;
-}
-
-static void close_client(uv_loop_t *loop, sluice_redis_t *r)
-{
-	sluice_redis_free(r);
-	uv_run(loop, UV_RUN_DEFAULT);
-}
-
 static int64_t now_ms(uv_loop_t *loop)
 {
 	return (int64_t)(uv_hrtime() / 1000000);
@@ -72,12 +54,12 @@ static void test_decisions_follow_the_bucket(int port)
 	r = client(&loop, port, 2000, 1, NULL);
 	limit(&l, 5, "1/h");
 	for (i = 0; i < 5; i++) {
-		res = take(&loop, r, "alice", &l, 1, 1);
+		res = rh_take(&loop, r, "alice", &l, 1, 1);
 		CHECK(res.status == 0 && res.allowed);
 		CHECK(res.d.remaining == (uint64_t)(4 - i));
 		CHECK(res.d.limit == 5 && res.d.retry_after_us == 0);
 	}
-	res = take(&loop, r, "alice", &l, 1, 1);
+	res = rh_take(&loop, r, "alice", &l, 1, 1);
 	CHECK(res.status == 0 && !res.allowed && res.d.remaining == 0);
 	/* One token an hour: the next one is at most an hour away. */
 	CHECK(res.d.retry_after_us > 3590000000ull &&
@@ -85,14 +67,14 @@ static void test_decisions_follow_the_bucket(int port)
 	CHECK(res.d.reset_after_us > 5 * 3590000000ull &&
 	      res.d.reset_after_us <= 5 * 3600000000ull);
 	/* More than the capacity can never pass. */
-	res = take(&loop, r, "bob", &l, 1, 6);
+	res = rh_take(&loop, r, "bob", &l, 1, 6);
 	CHECK(res.status == 0 && !res.allowed && res.d.never &&
 	      res.d.retry_after_us == UINT64_MAX);
 	/* cost 0 peeks. */
-	res = take(&loop, r, "alice", &l, 1, 0);
+	res = rh_take(&loop, r, "alice", &l, 1, 0);
 	CHECK(res.status == 0 && res.allowed && res.d.remaining == 0);
 	CHECK(sluice_redis_healthy(r));
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	printf("decisions follow the bucket\n");
 }
@@ -113,13 +95,13 @@ static void test_multi_limit_all_or_nothing(int port)
 	limit(&l[0], 10, "1/s");  /* burst */
 	limit(&l[1], 3, "3/day"); /* daily */
 	for (i = 0; i < 3; i++) {
-		res = take(&loop, r, "carol", l, 2, 1);
+		res = rh_take(&loop, r, "carol", l, 2, 1);
 		CHECK(res.status == 0 && res.allowed);
 	}
 	before = rh_cmd(c, "GET m:{carol}:0");
 	CHECK(before->type == REDIS_REPLY_STRING);
 	for (i = 0; i < 5; i++) {
-		res = take(&loop, r, "carol", l, 2, 1);
+		res = rh_take(&loop, r, "carol", l, 2, 1);
 		CHECK(res.status == 0 && !res.allowed);
 		CHECK(res.which == 1 && res.d.limit == 3);
 		CHECK(res.d.retry_after_us > 28000000000ull);
@@ -128,7 +110,7 @@ static void test_multi_limit_all_or_nothing(int port)
 	CHECK(strcmp(before->str, after->str) == 0);
 	freeReplyObject(before);
 	freeReplyObject(after);
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	redisFree(c);
 	printf("multi-limit: a daily rejection charges nothing to the burst\n");
@@ -168,7 +150,7 @@ static void test_pipelined_calls_share_one_bucket(int port)
 	while (m.done < 1000)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(m.failed == 0 && m.allowed == 100);
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	printf("1000 pipelined calls, capacity 100: 100 allowed\n");
 }
@@ -187,16 +169,16 @@ static void test_noscript_is_recovered(int port)
 	uv_loop_init(&loop);
 	r = client(&loop, port, 2000, 1, "ns:");
 	limit(&l, 1000, "1/h");
-	res = take(&loop, r, "erin", &l, 1, 1);
+	res = rh_take(&loop, r, "erin", &l, 1, 1);
 	CHECK(res.status == 0 && res.allowed);
 	freeReplyObject(rh_cmd(c, "SCRIPT FLUSH"));
-	res = take(&loop, r, "erin", &l, 1, 1);
+	res = rh_take(&loop, r, "erin", &l, 1, 1);
 	CHECK(res.status == 0 && res.allowed && res.d.remaining == 998);
 	/* Several limits: the other script, flushed as well. */
 	two[0] = l;
 	limit(&two[1], 5, "3/s");
 	freeReplyObject(rh_cmd(c, "SCRIPT FLUSH"));
-	res = take(&loop, r, "erin", two, 2, 1);
+	res = rh_take(&loop, r, "erin", two, 2, 1);
 	CHECK(res.status == 0 && res.allowed && res.d.remaining == 4 &&
 	      res.which == 1);
 	/* Many in flight when the script disappears. */
@@ -207,7 +189,7 @@ static void test_noscript_is_recovered(int port)
 	while (m.done < 200)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(m.failed == 0 && m.allowed == 200);
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	redisFree(c);
 	printf("NOSCRIPT after SCRIPT FLUSH recovered\n");
@@ -366,7 +348,7 @@ static void test_sigkill_and_restart(rh_redis_t *s)
 	CHECK(l.first_ok_after_ms &&
 	      l.first_ok_after_ms - l.back_at_ms <= 1000);
 	CHECK(sluice_redis_healthy(r));
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	rh_redis_stop(s);
 	ch.finished = 1;
@@ -397,7 +379,7 @@ static void test_slow_redis(int redis_port)
 	CHECK(l.max_wait_ms <= timeout + 250);
 	CHECK(l.max_inflight <= SLUICE_REDIS_MAX_INFLIGHT);
 	CHECK(l.unhealthy_seen);
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	rh_proc_kill(proxy);
 }
@@ -453,7 +435,7 @@ static double bytes_per_key(int port, const char *prefix, int keylen, int n)
 	limit(&f.limit, 100, "1/h");
 	/* Connections and script first, so they are in the baseline. */
 	{
-		result_t res = take(&loop, f.r, "warmup", &f.limit, 1, 1);
+		result_t res = rh_take(&loop, f.r, "warmup", &f.limit, 1, 1);
 
 		CHECK(res.status == 0);
 		freeReplyObject(rh_cmd(c, "DEL %s{warmup}:0", prefix));
@@ -470,7 +452,7 @@ static double bytes_per_key(int port, const char *prefix, int keylen, int n)
 		CHECK(sz->integer == n);
 		freeReplyObject(sz);
 	}
-	close_client(&loop, f.r);
+	rh_close_client(&loop, f.r);
 	uv_loop_close(&loop);
 	redisFree(c);
 	return (double)(m1 - m0) / n;

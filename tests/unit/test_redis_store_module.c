@@ -45,23 +45,14 @@ static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned flags)
 	return r;
 }
 
+/* A decision that must reach Redis. */
 static result_t take(uv_loop_t *loop, sluice_redis_t *r, const char *key,
 		     const sluice_limit_t *l, size_t n, uint64_t cost)
 {
-	result_t res = {0};
+	result_t res = rh_take(loop, r, key, l, n, cost);
 
-	CHECK(sluice_redis_take(r, key, strlen(key), l, n, cost, on_result,
-				&res) == 0);
-	while (!res.done)
-		uv_run(loop, UV_RUN_ONCE);
 	CHECK(res.status == 0);
 	return res;
-}
-
-static void close_client(uv_loop_t *loop, sluice_redis_t *r)
-{
-	sluice_redis_free(r);
-	uv_run(loop, UV_RUN_DEFAULT);
 }
 
 /* The calls of one command so far ("sluice.take", "evalsha"), from INFO
@@ -119,7 +110,7 @@ static void test_store_uses_the_module_when_loaded(int port)
 	CHECK(calls(c, "sluice.take") == 7);
 	CHECK(calls(c, "sluice.takemulti") == 3);
 	CHECK(calls(c, "evalsha") == 0 && calls(c, "eval") == 0);
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	redisFree(c);
 	printf("the store sends every decision to the module when it is "
@@ -175,7 +166,7 @@ static void test_store_uses_the_script_without_the_module(int port)
 	CHECK(!take(&loop, r, "dave", &l, 1, 1).allowed);
 	CHECK(calls(c, "evalsha") + calls(c, "eval") >= 4);
 	CHECK(calls(c, "sluice.take") == 0);
-	close_client(&loop, r);
+	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	redisFree(c);
 	printf("without the module the store uses the script\n");

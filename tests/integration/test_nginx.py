@@ -133,8 +133,8 @@ class ThroughNginx(unittest.TestCase):
 
     def test_classic_ab_run(self):
         """ab -n 1000 -c 200: 100 + what refilled pass, the rest get 429."""
-        if not AB:
-            self.skipTest("ab (apache2-utils) is not installed")
+        self.assertTrue(AB, "ab (apache2-utils) is not installed: run "
+                        "scripts/deps")
         with Sluice() as s, Nginx(s.port) as n:
             t0 = time.time()
             out = subprocess.run(

@@ -114,8 +114,8 @@ static void limit(sluice_limit_t *l, uint64_t cap, const char *rate)
 /* The hash-tag rule of Redis Cluster (checked against CLUSTER KEYSLOT). */
 static void test_key_slots_match_redis(void)
 {
-	static const char *keys[] = {"sluice:{alice}:0",
-				     "sluice:{alice}:1",
+	static const char *keys[] = {"sluice:{alice}:100@2/s",
+				     "sluice:{alice}:1000@1000/h",
 				     "plain",
 				     "{}x",
 				     "a{b}c{d}",

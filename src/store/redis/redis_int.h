@@ -27,7 +27,6 @@
 /* Replies outstanding per connection, including those whose caller already
  * timed out; beyond it calls fail fast instead of piling up on a slow Redis. */
 #define SLUICE_REDIS_MAX_INFLIGHT 2048
-#define SLUICE_REDIS_MAX_LIMITS	  64
 /* Consecutive failures that open the circuit breaker, and how long it stays
  * open before one probe call is let through. */
 #define SLUICE_REDIS_BREAKER_FAILURES 5
@@ -107,8 +106,9 @@ struct sluice_redis_call_s {
 	int script; /* last sent as EVALSHA (else to the module) */
 	int slot;
 	uint64_t cost;
-	size_t nlimits;
-	char *keybase; /* "<prefix>{<key>}:" */
+	size_t nlimits; /* distinct limits (duplicates dropped) */
+	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
+	char *keybase;			       /* "<prefix>{<key>}:" */
 	size_t keybaselen;
 	sluice_limit_t limits[];
 };
@@ -144,7 +144,7 @@ struct sluice_redis_s {
 };
 
 /* The arguments of one command, built on the stack at send time. */
-#define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_REDIS_MAX_LIMITS)
+#define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_MAX_LIMITS)
 typedef struct sluice_redis_args_s {
 	int argc;
 	const char *argv[SLUICE_REDIS_MAX_ARGS];

@@ -168,6 +168,9 @@ typedef struct sluice_decision_s {
 	uint64_t retry_after_us; /* 0 when allowed; else time until this
 				    cost could pass (UINT64_MAX if never) */
 	uint64_t reset_after_us; /* time until the bucket is full again */
+	size_t which;		 /* the index of the limit this decision is
+				    about, among the call's limits (0 for
+				    sluice_eval()) */
 } sluice_decision_t;
 
 /*
@@ -185,8 +188,9 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
  * Several limits on one request, all-or-nothing: evaluates every limit;
  * when all allow, next[i] holds the charged states; when any rejects, every
  * next[i] equals states[i] (nothing is charged) and the decisions report the
- * state as it is.  *summary (may be NULL) is the most restrictive decision,
- * see sluice_decision_merge().  Returns 1 if allowed, 0 if not.
+ * state as it is.  decisions[i].which is i.  *summary (may be NULL) is the
+ * most restrictive decision (sluice_decision_merge()), and summary->which
+ * the index of the limit it came from.  Returns 1 if allowed, 0 if not.
  */
 int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
 		    size_t n, int64_t now_us, uint64_t cost,
@@ -196,8 +200,8 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
 /*
  * Folds decision b into *a so that *a is the most restrictive of the two:
  * rejected beats allowed; among rejections the longest retry_after wins;
- * among allowed ones the fewest remaining tokens wins.  Returns 1 when b
- * replaced a (so the caller can remember which limit it was).
+ * among allowed ones the fewest remaining tokens wins; on a tie a stays.
+ * Returns 1 when b replaced a (a->which then names b's limit).
  */
 int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
 

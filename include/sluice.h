@@ -215,30 +215,38 @@ typedef struct sluice_memstore_s sluice_memstore_t;
 
 /* Counters a caller can read at any time (see sluice_memstore_stats()). */
 typedef struct sluice_memstore_stats_s {
-	uint64_t keys;		/* resident keys now */
-	uint64_t max_keys;	/* the bound */
-	uint64_t expired;	/* states reclaimed because they were full */
-	uint64_t evicted_full;	/* evicted to make room, losing nothing */
-	uint64_t evicted_lossy; /* evicted while not full (least recently
-				   used): that bucket restarts full */
+	uint64_t keys;		  /* resident buckets now (key + limit) */
+	uint64_t max_keys;	  /* the bound on them */
+	uint64_t expired;	  /* states reclaimed because they were full */
+	uint64_t evicted_full;	  /* evicted to make room, losing nothing */
+	uint64_t evicted_lossy;	  /* evicted while not full (the nearest to
+				     full found): that bucket restarts full */
+	uint64_t evicted_debt_us; /* what lossy evictions forgave: the sum of
+				     their buckets' times to full */
 } sluice_memstore_stats_t;
 
 /*
- * Creates an in-memory store holding at most max_keys keys (>= 1).  It is
- * safe for concurrent callers (the table is split into shards, each with
- * its own lock).  Returns NULL when out of memory.
+ * Creates an in-memory store holding at most max_keys buckets (>= 1; a key
+ * with n limits has n buckets).  It is safe for concurrent callers (the
+ * table is split into shards, each with its own lock).  When full it
+ * evicts what loses least: a full bucket, else the one nearest to full,
+ * so a flood of fresh keys does not reset drained buckets.  Returns NULL
+ * when out of memory.
  */
 sluice_memstore_t *sluice_memstore_new(size_t max_keys);
 void sluice_memstore_free(sluice_memstore_t *store);
 
 /*
  * Takes `cost` from every limit of `key` atomically, all-or-nothing (see
- * sluice_eval_all()).  Keys are bytes of any length.  The key's entry keeps
- * one state per limit, so the same key must always come with the same
- * limits (a different count starts the key afresh).  Writes one decision
- * per limit into decisions (may be NULL) and the most restrictive one into
- * *summary (may be NULL).  Returns 1 if allowed, 0 if rejected, or
- * SLUICE_EINVAL when nlimits is 0 or above 64.
+ * sluice_eval_all()).  Keys are bytes of any length.  A key's state is kept
+ * per limit, identified by the limit itself (as sluice_limit_id()), not by
+ * its position: the same key may come with other limits (another tier, a
+ * reloaded rule) and every limit it had before keeps its state; the same
+ * limit twice is one bucket, charged once.  Writes one decision per limit
+ * into decisions (may be NULL) and the most restrictive one into *summary
+ * (may be NULL; summary->which is its limit's index).  Returns 1 if
+ * allowed, 0 if rejected, or SLUICE_EINVAL when nlimits is 0 or above
+ * SLUICE_MAX_LIMITS.
  */
 int sluice_memstore_take(sluice_memstore_t *store, const void *key,
 			 size_t keylen, const sluice_limit_t *limits,

@@ -39,7 +39,8 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 	}
 	n = snprintf(buf, SLUICE_LIMIT_ID_MAX, "%llu@",
 		     (unsigned long long)limit->capacity);
-	n += sluice_rate_format(&rate, buf + n, SLUICE_LIMIT_ID_MAX - (size_t)n);
+	n += sluice_rate_format(&rate, buf + n,
+				SLUICE_LIMIT_ID_MAX - (size_t)n);
 	return (size_t)n;
 }
 

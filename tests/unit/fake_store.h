@@ -45,19 +45,15 @@ static int deferred_take(void *impl, const void *key, size_t keylen,
 /* Answers the calls queued so far (new ones wait for the next round). */
 __attribute__((unused)) static size_t deferred_run(deferred_t *d)
 {
-	size_t n = d->n, i, j, which = 0;
+	size_t n = d->n, i;
 
 	for (i = 0; i < n; i++) {
-		sluice_decision_t dec[8], sum;
+		sluice_decision_t sum;
 		int r = sluice_memstore_take(d->store, d->q[i].key,
 					     d->q[i].keylen, d->q[i].limits,
 					     d->q[i].nlimits, d->q[i].cost,
-					     sluice_now_us(), dec, &sum);
-		sum = dec[0];
-		for (j = 1; j < d->q[i].nlimits; j++)
-			if (sluice_decision_merge(&sum, &dec[j]))
-				which = j;
-		d->q[i].cb(d->q[i].arg, 0, r, &sum, which);
+					     sluice_now_us(), NULL, &sum);
+		d->q[i].cb(d->q[i].arg, 0, r, &sum, sum.which);
 	}
 	memmove(d->q, d->q + n, (d->n - n) * sizeof(d->q[0]));
 	d->n -= n;

@@ -422,6 +422,9 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 
 	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
 		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return SLUICE_EINVAL;
 	if (!decisions)
 		decisions = local;
 	sluice_siphash13_128(m->seed, key, keylen, h);

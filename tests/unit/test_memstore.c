@@ -322,6 +322,18 @@ static void test_bad_arguments(void)
 	      SLUICE_EINVAL);
 	CHECK(sluice_memstore_take(m, "k", 1, &l, SLUICE_MAX_LIMITS + 1, 1, T0,
 				   NULL, &sum) == SLUICE_EINVAL);
+	/* A limit not built by sluice_limit_init(): refused, not divided by. */
+	{
+		sluice_limit_t bad = l;
+
+		bad.rate.interval = 0;
+		CHECK(sluice_memstore_take(m, "k", 1, &bad, 1, 1, T0, NULL,
+					   &sum) == SLUICE_EINVAL);
+		bad = l;
+		bad.tau = 1;
+		CHECK(sluice_memstore_take(m, "k", 1, &bad, 1, 1, T0, NULL,
+					   &sum) == SLUICE_EINVAL);
+	}
 	/* Keys of any length, told apart by every byte. */
 	memset(big, 'x', sizeof(big));
 	CHECK(sluice_memstore_take(m, big, sizeof(big), &l, 1, 10, T0, NULL,

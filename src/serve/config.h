@@ -236,4 +236,13 @@ int sluice_glob_match(const char *pattern, const char *s, size_t len);
 /* The same, comparing letters without regard to (ASCII) case. */
 int sluice_glob_match_nocase(const char *pattern, const char *s, size_t len);
 
+/*
+ * The normalisation a request path gets before matching: percent-escapes
+ * decoded (but %2F and %00), runs of '/' collapsed, "." and ".." segments
+ * resolved.  Writes at most n bytes into out (which may be in) and returns
+ * the length.  The config refuses a path pattern that it would change,
+ * since such a pattern could never match.
+ */
+size_t sluice_path_normalize(const char *in, size_t n, char *out);
+
 #endif /* SLUICE_SERVE_CONFIG_H */

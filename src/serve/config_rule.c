@@ -143,7 +143,7 @@ static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	char what[256];
 	yaml_node_t *v;
 	const char *s;
-	size_t n;
+	size_t n, m;
 
 	if (sluice_yaml_is_null(node))
 		return 0; /* "match:" with nothing: every request */
@@ -191,6 +191,20 @@ static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	r->path = strdup(s);
 	if (!r->path)
 		return nomem(y, v);
+	/* Requests are matched after normalisation, so a pattern that
+	 * normalisation changes ("/api//upload", "/api/%75pload") would
+	 * silently never match. */
+	m = sluice_path_normalize(s, n, r->path);
+	if (m != n || memcmp(s, r->path, n) != 0) {
+		r->path[m] = '\0';
+		return sluice_yaml_error(y, v,
+					 "%s \"%.60s\" never matches: request "
+					 "paths are matched after decoding "
+					 "escapes, merging slashes and "
+					 "resolving dot segments; expected "
+					 "\"%.60s\"",
+					 what, s, r->path);
+	}
 	/* "/api/upload/" also matches "/api/upload" unless strict_slash: a
 	 * request's one trailing slash is optional at match time, so the
 	 * pattern's is dropped here. */

@@ -212,6 +212,11 @@ static size_t resolve_segments(char *buf, size_t m)
 	return w;
 }
 
+size_t sluice_path_normalize(const char *in, size_t n, char *out)
+{
+	return resolve_segments(out, decode_escapes(in, n, out));
+}
+
 /* Paths up to this size are normalised on the stack; longer ones (rare:
  * only with a large http.max_header_bytes) on the heap. */
 #define PATH_STACK 4096

@@ -331,6 +331,14 @@ static const struct bad bad_files[] = {
 	{"rules:\n  - name: a\n    match: {verbs: [GET]}\n"
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3, "unknown key \"verbs\""},
+	{"rules:\n  - name: a\n    match: {path: \"/api//up/./x\"}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3,
+	 "never matches: request paths are matched after decoding escapes, "
+	 "merging slashes and resolving dot segments; expected \"/api/up/x\""},
+	{"rules:\n  - name: a\n    match: {path: \"/%7Euser/*\"}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "expected \"/~user/*\""},
 	{"rules:\n  - name: a\n    match: {case_sensitive: true}\n"
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3, "has case_sensitive or strict_slash but no path"},

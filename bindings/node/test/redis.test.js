@@ -6,7 +6,8 @@ const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 const sluice = require('..');
-const { Redis, startSluice, request, sleep, track } = require('./helpers');
+const fs = require('node:fs');
+const { BUILD, Redis, startSluice, request, sleep, track } = require('./helpers');
 
 let redis;
 test.before(async () => { redis = await Redis.start(); });
@@ -141,4 +142,26 @@ test('a Redis that is down: takes reject within the timeout, and succeed once it
   assert.ok(ok, 'decisions resume after Redis returns');
   await limiter.close();
   await r2.stop();
+});
+
+test('with the sluice Redis module loaded, the client uses SLUICE.TAKE, on the same state as the script', async () => {
+  const module = path.join(BUILD, 'sluice-redis.so');
+  assert.ok(fs.existsSync(module), `${module} is built with sluice`);
+  const r2 = await Redis.start(['--loadmodule', module]);
+  const viaModule = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 1000 } } });
+  const viaScript = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 1000, scriptOnly: true } } });
+  try {
+    const pol = sluice.policy([{ capacity: 4, rate: '1/h' }], { name: 'mod' });
+    const got = [];
+    for (let i = 0; i < 5; i++) got.push(await (i % 2 ? viaScript : viaModule).take('frank', pol));
+    assert.deepEqual(got.map((d) => d.allowed), [true, true, true, true, false]);
+    assert.deepEqual(got.map((d) => d.remaining), [3, 2, 1, 0, 0]);
+    const stats = r2.cli('INFO', 'commandstats');
+    assert.match(stats, /cmdstat_sluice\.take[^:]*:calls=[1-9]/i, stats);
+    assert.match(stats, /cmdstat_evalsha:calls=[1-9]/, stats);
+  } finally {
+    await viaModule.close();
+    await viaScript.close();
+    await r2.stop();
+  }
 });

@@ -297,13 +297,13 @@ class ClassicPolicy(unittest.TestCase):
     def test_body_too_large_is_413(self):
         body = b"{" + b" " * 20000 + b"}"
         out = harness.raw(self.s.port,
-                          b"POST /v1/take HTTP/1.1\r\nContent-Length: %d\r\n"
-                          b"\r\n" % len(body) + body)
+                          b"POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.assertEqual([r.status for r in out], [413])
         chunk = b"%x\r\n%s\r\n" % (len(body), body)
         out = harness.raw(self.s.port,
-                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
-                          b"chunked\r\n\r\n" + chunk + b"0\r\n\r\n")
+                          b"POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n" + chunk + b"0\r\n\r\n")
         self.assertEqual([r.status for r in out], [413])
 
     def test_pipelined_requests_answer_in_order(self):
@@ -352,8 +352,9 @@ class ClassicPolicy(unittest.TestCase):
     def test_take_with_chunked_body_and_expect_continue(self):
         body = b'{"key":"chunky","capacity":2,"rate":"1/min"}'
         out = harness.raw(self.s.port,
-                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
-                          b"chunked\r\nExpect: 100-continue\r\n"
+                          b"POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: chunked\r\n"
+                          b"Expect: 100-continue\r\n"
                           b"Connection: close\r\n\r\n" +
                           b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         self.assertEqual([r.status for r in out], [100, 200])
@@ -535,7 +536,8 @@ class Operations(unittest.TestCase):
         s = Sluice()
         try:
             busy = socket.create_connection(("127.0.0.1", s.port), 10)
-            busy.sendall(b"GET /v1/check HTTP/1.1\r\nx-user-id: d\r\n")
+            busy.sendall(b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+                        b"x-user-id: d\r\n")
             time.sleep(0.2)  # the server has read the first half
             s.signal(signal.SIGTERM)
             self.assertTrue(harness.wait_until(lambda: "draining" in s.log()))

@@ -646,6 +646,67 @@ class Operations(unittest.TestCase):
             self.assertIn("Address already in use", p.stderr)
 
 
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class Misbehaviour(unittest.TestCase):
+    """Clients that try to make `sluice serve` misbehave rather than pass."""
+
+    def test_pipelining_without_reading_keeps_memory_bounded(self):
+        # 1,000 connections each pipeline 65 KB of checks and never read
+        # an answer.  Unsent answers must not pile up in the process: the
+        # attack may add at most 64 MB (it added 421 MB when every answer
+        # was buffered).  ASan keeps freed memory in a quarantine, which
+        # is not what the server holds: make it small for this process.
+        n, per_conn, bound = 1000, 65 * 1024, 64 << 20
+        if harness.raise_nofile(n + 200) < n + 100:
+            self.fail("open-file limit too low for %d sockets" % n)
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        env = {"ASAN_OPTIONS": asan + ":quarantine_size_mb=1"
+               ":thread_local_quarantine_size_kb=64"}
+        req = (b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+               b"x-user-id: flood\r\n\r\n")
+        payload = req * (per_conn // len(req))
+        socks = []
+        with Sluice(env=env) as s:
+            try:
+                self.assertEqual(s.request("GET", "/healthz").status, 200)
+                base = rss_bytes(s.pid)
+                deadline = time.monotonic() + 120
+                for _ in range(n):
+                    c = socket.socket()
+                    socks.append(c)
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    c.settimeout(10)
+                    c.connect(("127.0.0.1", s.port))
+                    c.sendall(payload)
+                    self.assertLess(time.monotonic(), deadline)
+                # A well-behaved client is answered meanwhile.
+                ok = harness.Client(s.port, timeout=120)
+                self.assertEqual(ok.request("GET", "/healthz").status, 200)
+                ok.close()
+                # Until the server is done with what it was sent.
+                peak, last, still = base, None, 0
+                while still < 20 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    cur = rss_bytes(s.pid)
+                    peak = max(peak, cur)
+                    still = still + 1 if cur == last else 0
+                    last = cur
+                self.assertLessEqual(peak - base, bound,
+                                     "RSS grew by %d MB" % ((peak - base) >> 20))
+                r = check(s, "after-flood")
+                self.assertEqual(r.status, 200)
+            finally:
+                for c in socks:
+                    c.close()
+
+
 class Cli(unittest.TestCase):
 
     def run_sluice(self, *args):

@@ -399,6 +399,43 @@ static void test_every_400_closes(void)
 	CHECK(sluice_conn_release(&c));
 }
 
+/* A client that pipelines requests and never reads: parsing stops once
+ * out_high bytes of answers are unsent, the rest waits in `in`, and all
+ * are answered, in order, as the transport writes out. */
+static void test_unsent_answers_stop_parsing(void)
+{
+	static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+	static sluice_conn_t c;
+	static char many[65536];
+	size_t n = sizeof(many) / (sizeof(req) - 1), i, answers = 0, rounds = 0;
+	int st[256];
+
+	for (i = 0; i < n; i++)
+		memcpy(many + i * (sizeof(req) - 1), req, sizeof(req) - 1);
+	conn_init(&c);
+	c.out_high = 4096;
+	sluice_conn_feed(&c, many, n * (sizeof(req) - 1));
+	CHECK(c.out.len >= 4096 && c.out.len < 4096 + 512);
+	CHECK(sluice_conn_backlogged(&c));
+	/* More bytes while backlogged queue up behind, in order. */
+	feed(&c, "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n");
+	while (c.out.len) {
+		int k = count_answers(&c, st, 256);
+
+		CHECK(c.out.len < 4096 + 512);
+		CHECK(k > 0 && k < 256);
+		CHECK(st[0] == 200 && st[k - 1] == (c.in.len ? 200 : 404));
+		answers += (size_t)k;
+		c.out.len = 0; /* written */
+		sluice_conn_resume(&c);
+		rounds++;
+	}
+	CHECK_EQ_U64(answers, n + 1);
+	CHECK(rounds > 10);
+	CHECK(!sluice_conn_backlogged(&c) && !c.want_close);
+	CHECK(sluice_conn_release(&c));
+}
+
 int main(void)
 {
 	store.store = sluice_memstore_new(1000);
@@ -419,6 +456,7 @@ int main(void)
 	RUN(test_unsupported_version_is_505);
 	RUN(test_ambiguous_framing_is_400);
 	RUN(test_every_400_closes);
+	RUN(test_unsent_answers_stop_parsing);
 	free(svc.spare);
 	sluice_live_unref(svc.live);
 	sluice_memstore_free(store.store);

@@ -19,8 +19,13 @@ typedef struct sluice_yaml_s {
 	size_t errlen;
 } sluice_yaml_t;
 
+/* Lists and mappings nested deeper than this are refused (the deepest
+ * setting, a tier's limit, sits at 7). */
+#define SLUICE_YAML_MAX_DEPTH 32
+
 /* Parses text into y->doc.  Returns 0, or -1 with a message (syntax
- * errors, an empty file, a root that is not a mapping). */
+ * errors, nesting deeper than SLUICE_YAML_MAX_DEPTH, an empty file, a
+ * root that is not a mapping). */
 int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len);
 void sluice_yaml_free(sluice_yaml_t *y);
 

@@ -274,6 +274,13 @@ static const struct bad bad_files[] = {
 	{"listen: localhost\n", 1, "listen address \"localhost\""},
 	{"listen: 127.0.0.1:70000\n", 1, "port from 1 to 65535"},
 	{"http:\n  max_body_bytes: -5\n", 2, "expected a whole number"},
+	/* http-parser's own 80 KiB head limit would apply first */
+	{"threads: 1\nhttp:\n  max_header_bytes: 1048576\n", 3,
+	 "expected a whole number from 1024 to 65536"},
+	/* a body is parsed in one go on the event loop */
+	{"http:\n  max_body_bytes: 16777216\n", 2,
+	 "expected a whole number from 64 to 65536"},
+	{"http: {max_body_bytes: 65537}\n", 1, "from 64 to 65536"},
 	/* rates and limits */
 	{"rules:\n  - name: a\n    limits:\n"
 	 "      - {capacity: 100, rate: 2/fortnight}\n",

@@ -436,6 +436,60 @@ static void test_unsent_answers_stop_parsing(void)
 	CHECK(sluice_conn_release(&c));
 }
 
+/* The largest http.max_header_bytes and max_body_bytes the config
+ * accepts are the ones that apply (not http-parser's own limits). */
+static void test_largest_limits_apply(void)
+{
+	static const char yaml[] = "http: {max_header_bytes: 65536, "
+				   "max_body_bytes: 65536}\n";
+	static const char json[] = "{\"key\":\"big\",\"capacity\":1,"
+				   "\"rate\":\"1/s\"}";
+	static sluice_conn_t c;
+	static char req[70000 + 65536 + 256];
+	sluice_live_t *old = svc.live;
+	sluice_config_t *cfg;
+	char err[256];
+	int n, i, st[4];
+
+	cfg = sluice_config_parse("t.yaml", yaml, sizeof(yaml) - 1, err,
+				  sizeof(err));
+	CHECK(cfg != NULL);
+	svc.live = sluice_live_new(cfg);
+	for (i = 0; i < 2; i++) {
+		size_t fill = i == 0 ? 65000 : 65600;
+
+		n = snprintf(req, sizeof(req),
+			     "GET /healthz HTTP/1.1\r\nHost: x\r\nx-f: ");
+		memset(req + n, 'a', fill);
+		n += (int)fill;
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\n\r\n");
+		conn_init(&c);
+		sluice_conn_feed(&c, req, (size_t)n);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
+		CHECK_EQ_U64(st[0], i == 0 ? 200 : 431);
+		CHECK(sluice_conn_release(&c));
+	}
+	for (i = 0; i < 2; i++) {
+		size_t len = i == 0 ? 65536 : 65537;
+
+		n = snprintf(req, sizeof(req),
+			     "POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+			     "Content-Length: %zu\r\n\r\n%s",
+			     len, json);
+		memset(req + n, ' ', len - (sizeof(json) - 1));
+		n += (int)(len - (sizeof(json) - 1));
+		conn_init(&c);
+		sluice_conn_feed(&c, req, (size_t)n);
+		if (sluice_conn_waiting(&c))
+			deferred_run(&store);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
+		CHECK_EQ_U64(st[0], i == 0 ? 200 : 413);
+		CHECK(sluice_conn_release(&c));
+	}
+	sluice_live_unref(svc.live);
+	svc.live = old;
+}
+
 int main(void)
 {
 	store.store = sluice_memstore_new(1000);
@@ -457,6 +511,7 @@ int main(void)
 	RUN(test_ambiguous_framing_is_400);
 	RUN(test_every_400_closes);
 	RUN(test_unsent_answers_stop_parsing);
+	RUN(test_largest_limits_apply);
 	free(svc.spare);
 	sluice_live_unref(svc.live);
 	sluice_memstore_free(store.store);

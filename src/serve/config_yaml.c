@@ -186,6 +186,11 @@ int sluice_yaml_error(sluice_yaml_t *y, const yaml_node_t *node,
 	return -1;
 }
 
+int sluice_yaml_nomem(sluice_yaml_t *y, const yaml_node_t *node)
+{
+	return sluice_yaml_error(y, node, "out of memory");
+}
+
 /* --------------------------------------------------------------- types */
 
 int sluice_yaml_is_null(const yaml_node_t *node)

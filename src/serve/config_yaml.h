@@ -32,6 +32,9 @@ void sluice_yaml_free(sluice_yaml_t *y);
 yaml_node_t *sluice_yaml_root(sluice_yaml_t *y);
 yaml_node_t *sluice_yaml_node(sluice_yaml_t *y, int id);
 
+/* "FILE:LINE: out of memory" for the node being read; returns -1. */
+int sluice_yaml_nomem(sluice_yaml_t *y, const yaml_node_t *node);
+
 /* 1-based line of a node. */
 int sluice_yaml_line(const yaml_node_t *node);
 

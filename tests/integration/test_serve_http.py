@@ -284,6 +284,46 @@ class ClassicPolicy(unittest.TestCase):
                           b"POST /v1/take HTTP/1.1\r\nContent-Length: x\r\n\r\n")
         self.assertEqual([r.status for r in out], [400])
 
+    def test_what_http11_forbids_is_refused_and_closes(self):
+        # Each would be followed by another request on the connection if
+        # the server kept it open: one answer means it closed.
+        after = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        cases = [
+            (b"GET /v1/check HTTP/1.1\r\nx-user-id: nohost\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+             b"x-user-id : space\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/1.1\r\nHost: x\r\nx-user-id: a\r\n"
+             b" b\r\n\r\n", 400),
+            (b"POST /v1/take HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+            (b"GET /v1/check HTTP/1.2\r\nHost: x\r\n\r\n", 505),
+            (b"GET /v1/check HTTP/0.9\r\n\r\n", 505),
+            (b"GET /v1/check?deny_status=500 HTTP/1.1\r\nHost: x\r\n\r\n",
+             400),
+            (b"POST /v1/take HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+             b"\r\n{x}", 400),
+        ]
+        for req, status in cases:
+            out = harness.raw(self.s.port, req + after)
+            self.assertEqual([r.status for r in out], [status], req)
+            self.assertEqual(out[0].header("connection"), "close", req)
+        # "x-user-id : v" never became anyone's key.
+        self.assertEqual(check(self.s, "space").header(
+            "x-ratelimit-remaining"), "99")
+
+    def test_absolute_form_target_is_routed_by_its_path(self):
+        out = harness.raw(
+            self.s.port,
+            b"GET http://127.0.0.1/v1/check?deny_status=403 HTTP/1.1\r\n"
+            b"Host: elsewhere\r\nx-user-id: absolute\r\n\r\n"
+            b"GET https://h:1/v1/check HTTP/1.1\r\nHost: h\r\n"
+            b"x-user-id: absolute\r\nConnection: close\r\n\r\n")
+        self.assertEqual([r.status for r in out], [200, 200])
+        self.assertEqual([r.header("x-ratelimit-remaining") for r in out],
+                         ["99", "98"])
+
     def test_headers_too_large_is_431(self):
         big = b"x-filler: " + b"a" * 9000 + b"\r\n"
         out = harness.raw(self.s.port,

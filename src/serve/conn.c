@@ -236,8 +236,26 @@ static int origin_form(sluice_conn_t *c, const http_parser *p)
 	return 0;
 }
 
+/* uri-host [":" port] (RFC 3986 characters, "[v6]" included); may be
+ * empty. */
+static int is_authority(const char *v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)v[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') ||
+		      (ch && strchr("-._~%!$&'()*+,;=:[]", ch) != NULL)))
+			return 0;
+	}
+	return 1;
+}
+
 /* What http-parser accepts but RFC 9112 does not: another version than
- * 1.0 or 1.1 (505), an HTTP/1.1 request without exactly one Host (400),
+ * 1.0 or 1.1 (505), an HTTP/1.1 request without exactly one valid Host
+ * (400),
  * a target in absolute form (reduced to its path). */
 static int check_request(sluice_conn_t *c, const http_parser *p)
 {
@@ -247,10 +265,17 @@ static int check_request(sluice_conn_t *c, const http_parser *p)
 		c->err_status = 505;
 		return -1;
 	}
-	for (i = 0; i < c->nhdrs; i++)
-		if (c->hdrs[i].name_len == 4 &&
-		    memcmp(c->head.data + c->hdrs[i].name_off, "host", 4) == 0)
-			hosts++;
+	for (i = 0; i < c->nhdrs; i++) {
+		const sluice_hdr_t *h = &c->hdrs[i];
+
+		if (h->name_len != 4 ||
+		    memcmp(c->head.data + h->name_off, "host", 4) != 0)
+			continue;
+		hosts++;
+		if (!is_authority(c->head.data + h->value_off, h->value_len))
+			return bad_request(c, "the Host header is not a host "
+					      "and port");
+	}
 	if (hosts > 1)
 		return bad_request(c, "more than one Host header");
 	if (hosts == 0 && p->http_minor == 1)
@@ -265,13 +290,13 @@ static int on_headers_complete(http_parser *p)
 
 	if (c->hstate == 1 || head_terminate(c) < 0)
 		return -1;
-	if (check_request(c, p) < 0)
-		return -1;
 	/* A header without a value (only possible when the name was the
 	 * last thing received) points at the terminating NUL. */
 	for (i = 0; i < c->nhdrs; i++)
 		if (c->hdrs[i].value_off == 0)
 			c->hdrs[i].value_off = (uint32_t)c->head.len - 1;
+	if (check_request(c, p) < 0)
+		return -1;
 	if (p->content_length != ULLONG_MAX &&
 	    p->content_length > max_body_bytes(c)) {
 		c->err_status = 413;

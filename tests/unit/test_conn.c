@@ -224,6 +224,19 @@ static void test_http11_needs_exactly_one_host(void)
 				&closed),
 		     400);
 	CHECK(closed);
+	CHECK_EQ_U64(status_str("GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n",
+				&closed),
+		     400);
+	CHECK(closed);
+	CHECK_EQ_U64(
+		status_str("GET /healthz HTTP/1.1\r\nHost: a/b\r\n\r\n", NULL),
+		400);
+	CHECK_EQ_U64(status_str("GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n"
+				"\r\n",
+				NULL),
+		     200);
+	CHECK_EQ_U64(status_str("GET /healthz HTTP/1.1\r\nHost:\r\n\r\n", NULL),
+		     200);
 	CHECK_EQ_U64(status_str("GET /healthz HTTP/1.0\r\n\r\n", NULL), 200);
 	CHECK_EQ_U64(
 		status_str("GET /healthz HTTP/1.1\r\nhOsT: a\r\n\r\n", &closed),
@@ -266,22 +279,32 @@ static void test_obs_fold_is_400_however_the_bytes_arrive(void)
 	size_t cut;
 	int st[4];
 
-	for (cut = 0; cut <= sizeof(fold) - 1; cut++) {
-		conn_init(&c);
-		sluice_conn_feed(&c, fold, cut);
-		sluice_conn_feed(&c, fold + cut, sizeof(fold) - 1 - cut);
+	for (cut = 0; cut < (sizeof(fold) - 1) * (sizeof(fold) - 1); cut++) {
+		size_t a = cut / (sizeof(fold) - 1),
+		       b = cut % (sizeof(fold) - 1);
+
+		if (b < a)
+			continue;
+		conn_init(&c); /* in three reads, cut at a and b */
+		sluice_conn_feed(&c, fold, a);
+		sluice_conn_feed(&c, fold + a, b - a);
+		sluice_conn_feed(&c, fold + b, sizeof(fold) - 1 - b);
 		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
 		CHECK_EQ_U64(st[0], 400);
 		CHECK(c.want_close);
 		CHECK(sluice_conn_release(&c));
 	}
-	for (cut = 0; cut <= sizeof(plain) - 1; cut++) {
-		size_t len = 0;
+	for (cut = 0; cut < (sizeof(plain) - 1) * (sizeof(plain) - 1); cut++) {
+		size_t a = cut / (sizeof(plain) - 1),
+		       b = cut % (sizeof(plain) - 1), len = 0;
 		const char *v;
 
+		if (b < a)
+			continue;
 		conn_init(&c);
-		sluice_conn_feed(&c, plain, cut);
-		sluice_conn_feed(&c, plain + cut, sizeof(plain) - 1 - cut);
+		sluice_conn_feed(&c, plain, a);
+		sluice_conn_feed(&c, plain + a, b - a);
+		sluice_conn_feed(&c, plain + b, sizeof(plain) - 1 - b);
 		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
 		CHECK_EQ_U64(st[0], 200);
 		v = sluice_conn_header(&c, "x-a", &len);
@@ -292,6 +315,18 @@ static void test_obs_fold_is_400_however_the_bytes_arrive(void)
 				"x-a: v1\r\n\tv2\r\n\r\n",
 				NULL),
 		     400);
+	/* One byte a read. */
+	for (cut = 0; cut < 2; cut++) {
+		const char *req = cut ? plain : fold;
+		size_t i, len = strlen(req);
+
+		conn_init(&c);
+		for (i = 0; i < len && !c.want_close; i++)
+			sluice_conn_feed(&c, req + i, 1);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
+		CHECK_EQ_U64(st[0], cut ? 200 : 400);
+		CHECK(sluice_conn_release(&c));
+	}
 }
 
 static void test_absolute_form_is_routed_by_its_path(void)

@@ -372,13 +372,14 @@ static void rclient_close(rclient_t *c)
 	if (c->closed)
 		return;
 	c->closed = 1;
+	/* Pending calls are answered SLUICE_ESTORE from inside this, through
+	 * the async context: release that only afterwards. */
+	sluice_redis_free_then(c->r, on_released, c);
+	c->r = NULL;
 	if (!c->teardown) {
 		napi_async_destroy(c->env, c->actx);
 		napi_delete_reference(c->env, c->owner);
 	}
-	/* Pending calls are answered SLUICE_ESTORE from inside this. */
-	sluice_redis_free_then(c->r, on_released, c);
-	c->r = NULL;
 }
 
 /* The environment is going away with the client open (a worker ends, the

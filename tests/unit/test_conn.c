@@ -213,6 +213,18 @@ static int status_str(const char *req, int *closed)
 	return status_of(req, strlen(req), closed);
 }
 
+/* Each request of the table gets `status` and the connection closes. */
+#define EXPECT_EACH(table, status)                                             \
+	do {                                                                   \
+		size_t i_;                                                     \
+		int closed_;                                                   \
+                                                                               \
+		for (i_ = 0; i_ < sizeof(table) / sizeof(table[0]); i_++) {    \
+			CHECK_EQ_U64(status_str(table[i_], &closed_), status); \
+			CHECK(closed_);                                        \
+		}                                                              \
+	} while (0)
+
 static void test_http11_needs_exactly_one_host(void)
 {
 	int closed;
@@ -254,13 +266,7 @@ static void test_space_before_colon_is_400(void)
 		"GET /v1/check HTTP/1.1\r\nHost: x\r\nx/id: v\r\n\r\n",
 		"GET /v1/check HTTP/1.1\r\nHost: x\r\nx\"id: v\r\n\r\n",
 	};
-	size_t i;
-	int closed;
-
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		CHECK_EQ_U64(status_str(bad[i], &closed), 400);
-		CHECK(closed);
-	}
+	EXPECT_EACH(bad, 400);
 	CHECK_EQ_U64(status_str("GET /healthz HTTP/1.1\r\nHost: x\r\n"
 				"x-A_b.c~!#$%&'*+^`|9: v\r\n\r\n",
 				NULL),
@@ -372,13 +378,7 @@ static void test_unsupported_version_is_505(void)
 		"GET /healthz HTTP/3.1\r\nHost: x\r\n\r\n",
 		"GET /healthz\r\n\r\n",
 	};
-	size_t i;
-	int closed;
-
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		CHECK_EQ_U64(status_str(bad[i], &closed), 505);
-		CHECK(closed);
-	}
+	EXPECT_EACH(bad, 505);
 }
 
 /* Shapes that let a proxy and us disagree on where a request ends. */
@@ -398,13 +398,9 @@ static void test_ambiguous_framing_is_400(void)
 	};
 	static const char nul[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n"
 				  "x-a: v\0w\r\n\r\n";
-	size_t i;
 	int closed;
 
-	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		CHECK_EQ_U64(status_str(bad[i], &closed), 400);
-		CHECK(closed);
-	}
+	EXPECT_EACH(bad, 400);
 	CHECK_EQ_U64(status_of(nul, sizeof(nul) - 1, &closed), 400);
 	CHECK(closed);
 }

@@ -235,6 +235,28 @@ static int make_key(napi_env env, napi_value key, const policy_t *p,
 	return 0;
 }
 
+/*
+ * The arguments every take shares: (store, key, policy, cost, ...).
+ * Returns the store's pointer with the key built and the cost read, or
+ * NULL with an exception pending.
+ */
+static void *take_args(napi_env env, napi_value *argv, policy_t **p,
+		       char key[SLUICE_KEY_MAX], size_t *keylen, uint64_t *cost)
+{
+	void *store = get_external(env, argv[0]);
+	double c;
+
+	*p = get_external(env, argv[2]);
+	if (!store || !*p ||
+	    napi_get_value_double(env, argv[3], &c) != napi_ok ||
+	    make_key(env, argv[1], *p, key, keylen) < 0) {
+		throw_last(env);
+		return NULL;
+	}
+	*cost = (uint64_t)c;
+	return store;
+}
+
 /* -------------------------------------------------------- memory store */
 
 static void free_memstore(napi_env env, void *data, void *hint)
@@ -279,7 +301,7 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	sluice_memstore_t *s;
 	int64_t now;
 	policy_t *p;
-	double cost, *out;
+	uint64_t cost;
 	void *data;
 	size_t outlen = 0;
 	napi_typedarray_type tt;
@@ -289,11 +311,9 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	int allowed;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	s = get_external(env, argv[0]);
-	p = get_external(env, argv[2]);
-	if (!s || !p)
-		return throw_last(env);
-	CHECK(env, napi_get_value_double(env, argv[3], &cost));
+	s = take_args(env, argv, &p, key, &keylen, &cost);
+	if (!s)
+		return NULL;
 	CHECK(env, napi_get_typedarray_info(env, argv[4], &tt, &outlen, &data,
 					    NULL, NULL));
 	if (tt != napi_float64_array || outlen < DECISION_FIELDS) {
@@ -302,16 +322,13 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	}
 	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
 		now = sluice_now_us();
-	if (make_key(env, argv[1], p, key, &keylen) < 0)
-		return throw_last(env);
 	allowed = sluice_memstore_take(s, key, keylen, p->limits, p->nlimits,
-				       (uint64_t)cost, now, NULL, &sum);
+				       cost, now, NULL, &sum);
 	if (allowed < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(allowed));
 		return NULL;
 	}
-	out = data;
-	decision_numbers(&sum, sum.which, out);
+	decision_numbers(&sum, sum.which, data);
 	CHECK(env, napi_get_boolean(env, allowed == 1, &res));
 	return res;
 }
@@ -580,24 +597,20 @@ static napi_value redis_take(napi_env env, napi_callback_info info)
 	napi_value argv[5];
 	rclient_t *c;
 	policy_t *p;
-	double cost;
+	uint64_t cost;
 	char key[SLUICE_KEY_MAX];
 	rcall_t *call;
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	c = get_external(env, argv[0]);
-	p = get_external(env, argv[2]);
-	if (!c || !p)
-		return throw_last(env);
+	c = take_args(env, argv, &p, key, &keylen, &cost);
+	if (!c)
+		return NULL;
 	if (c->closed) {
 		napi_throw_error(env, "ERR_SLUICE_CLOSED",
 				 "the limiter is closed");
 		return NULL;
 	}
-	CHECK(env, napi_get_value_double(env, argv[3], &cost));
-	if (make_key(env, argv[1], p, key, &keylen) < 0)
-		return throw_last(env);
 	call = malloc(sizeof(*call));
 	if (!call) {
 		napi_throw_error(env, "ERR_SLUICE_NOMEM", "out of memory");
@@ -608,8 +621,8 @@ static napi_value redis_take(napi_env env, napi_callback_info info)
 		free(call);
 		return throw_last(env);
 	}
-	rc = sluice_redis_take(c->r, key, keylen, p->limits, p->nlimits,
-			       (uint64_t)cost, on_redis, call);
+	rc = sluice_redis_take(c->r, key, keylen, p->limits, p->nlimits, cost,
+			       on_redis, call);
 	if (rc < 0) {
 		napi_delete_reference(env, call->cb);
 		free(call);

@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const sluice = require('..');
-const { startCluster } = require('./helpers');
+const { startCluster, storeReady } = require('./helpers');
 
 test('a Redis Cluster: keys on every master, each bucket exact', async () => {
   const cluster = await startCluster(3);
@@ -12,16 +12,7 @@ test('a Redis Cluster: keys on every master, each bucket exact', async () => {
   try {
     const pol = sluice.policy([{ capacity: 3, rate: '1/h' }, { capacity: 5, rate: '5/day' }], { name: 'cl' });
     const users = Array.from({ length: 30 }, (_, i) => `user-${i}`);
-    // Retry the first call while the client learns the slot map.
-    for (let i = 0; ; i++) {
-      try {
-        await limiter.take('probe', pol, { cost: 0 });
-        break;
-      } catch (e) {
-        if (i > 100) throw e;
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    }
+    await storeReady(limiter, pol); // the client learns the slot map
     for (const u of users) {
       const got = [];
       for (let i = 0; i < 4; i++) got.push((await limiter.take(u, pol)).allowed);

@@ -154,6 +154,21 @@ async function startSluice(config) {
   };
 }
 
+// Resolves once the limiter's store answers (connected, script loaded):
+// on a busy machine the first calls may outlast a short timeout.
+async function storeReady(limiter, policy, timeoutMs = 20000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      await limiter.take('ready', policy, { cost: 0 });
+      return;
+    } catch (e) {
+      if (Date.now() > end) throw e;
+      await sleep(25);
+    }
+  }
+}
+
 // One HTTP request; resolves { status, headers, body, ms }.
 function request(port, urlPath, headers = {}, agent = undefined) {
   const http = require('node:http');
@@ -171,4 +186,4 @@ function request(port, urlPath, headers = {}, agent = undefined) {
   });
 }
 
-module.exports = { ROOT, BUILD, freePort, startCluster, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+module.exports = { ROOT, BUILD, freePort, startCluster, storeReady, sleep, waitFor, Redis, startSluice, request, track, stopChild };

@@ -45,6 +45,7 @@ class Policy {
     this.limits = limits;
     this._h = handle;
     // RateLimit-Policy for each limit, as sluice serve writes it.
+    this._quotedName = `"${name}"`;
     this._policyHeaders = limits.map((l, i) => `"${name}";q=${l.capacity};w=${windows[i]}`);
     this._windowsMs = windows.map((w) => w * 1000);
     Object.freeze(this);
@@ -302,38 +303,50 @@ function express(opts) {
       next(err);
       return;
     }
-    limiter._decide(k, p, c, (status, allowed, limit, remaining, retryMs, resetMs, which) => {
-      if (status !== 0) {
-        if (!closed) {
-          next();
-          return;
-        }
-        res.statusCode = 503;
-        res.setHeader('Retry-After', '1');
-        res.setHeader('Content-Type', 'application/json');
-        res.end(STORE_DOWN);
-        return;
-      }
-      const resetS = Math.ceil(resetMs / 1000);
-      res.setHeader('X-RateLimit-Limit', limit);
-      res.setHeader('X-RateLimit-Remaining', remaining);
-      res.setHeader('X-RateLimit-Reset', resetS);
-      res.setHeader('RateLimit-Policy', p._policyHeaders[which]);
-      res.setHeader('RateLimit', `"${p.name}";r=${remaining};t=${resetS}`);
-      if (allowed) {
-        next();
-        return;
-      }
-      // A cost that can never pass waits for a whole window, as sluice
-      // serve says it.
-      const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
-      res.statusCode = 429;
-      res.setHeader('Retry-After', Math.max(1, Math.ceil(retry / 1000)));
-      res.setHeader('X-RateLimit-Retry-After-Ms', retry);
-      res.setHeader('Content-Type', 'application/json');
-      res.end(LIMITED(retry, p.name));
-    });
+    // The memory store answers at once: no closure on that path.
+    if (limiter._mem !== null && limiter._clock === null && !limiter._closed) {
+      const d = limiter._buf;
+      const allowed = native.memoryTake(limiter._mem, k, p._h, c, d);
+      answer(res, next, p, closed, 0, allowed, d[0], d[1], d[2], d[3], d[4]);
+      return;
+    }
+    limiter._decide(k, p, c, (status, allowed, limit, remaining, retryMs, resetMs, which) =>
+      answer(res, next, p, closed, status, allowed, limit, remaining, retryMs, resetMs, which));
   };
+}
+
+// Writes the middleware's answer for one decision (status: 0 or the
+// store's error code).
+function answer(res, next, p, failClosed, status, allowed, limit, remaining, retryMs, resetMs, which) {
+  if (status !== 0) {
+    if (!failClosed) {
+      next();
+      return;
+    }
+    res.statusCode = 503;
+    res.setHeader('Retry-After', '1');
+    res.setHeader('Content-Type', 'application/json');
+    res.end(STORE_DOWN);
+    return;
+  }
+  const resetS = Math.ceil(resetMs / 1000);
+  res.setHeader('X-RateLimit-Limit', limit);
+  res.setHeader('X-RateLimit-Remaining', remaining);
+  res.setHeader('X-RateLimit-Reset', resetS);
+  res.setHeader('RateLimit-Policy', p._policyHeaders[which]);
+  res.setHeader('RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
+  if (allowed) {
+    next();
+    return;
+  }
+  // A cost that can never pass waits for a whole window, as sluice serve
+  // says it.
+  const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
+  res.statusCode = 429;
+  res.setHeader('Retry-After', Math.max(1, Math.ceil(retry / 1000)));
+  res.setHeader('X-RateLimit-Retry-After-Ms', retry);
+  res.setHeader('Content-Type', 'application/json');
+  res.end(LIMITED(retry, p.name));
 }
 
 module.exports = { Limiter, Policy, policy, express, version: native.version };

@@ -438,3 +438,170 @@ void sluice_memstore_stats(sluice_memstore_t *m, sluice_memstore_stats_t *out)
 		pthread_mutex_unlock(&s->lock);
 	}
 }
+
+/* ------------------------------------------------- several keys at once */
+
+/*
+ * sluice_memstore_take_many(): the shards of every item are locked
+ * together, in ascending order (so two takes over overlapping shards can
+ * never wait on each other in a cycle), the items are decided on the
+ * states as they are, and only when every one passes are their new states
+ * written.  Between the first lock and the last unlock no other take sees
+ * any of these keys, which is what makes the verdict all-or-nothing under
+ * any number of threads.
+ */
+
+#define MANY_STACK 16
+
+typedef struct many_s {
+	uint64_t h1, h2;
+	size_t shard;
+	long prev;	      /* an earlier item with the same key, or -1 */
+	sluice_state_t *next; /* its would-be states */
+} many_t;
+
+static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
+{
+	size_t i;
+
+	*total = 0;
+	for (i = 0; i < n; i++) {
+		const sluice_take_item_t *it = &items[i];
+
+		if (it->nlimits == 0 || it->nlimits > MAX_STATES ||
+		    !it->limits || (!it->key && it->keylen))
+			return SLUICE_EINVAL;
+		*total += it->nlimits;
+	}
+	return 0;
+}
+
+/* Hashes every item, links repeated keys; returns the shards to lock. */
+static int many_prepare(sluice_memstore_t *m, const sluice_take_item_t *items,
+			size_t n, many_t *k, sluice_state_t *states,
+			uint64_t *shards)
+{
+	size_t i, j, off = 0;
+
+	*shards = 0;
+	for (i = 0; i < n; i++) {
+		uint64_t h[2];
+
+		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen, h);
+		k[i].h1 = h[0] + !h[0]; /* 0 marks an empty slot */
+		k[i].h2 = h[1];
+		k[i].shard = m->nshards > 1 ? k[i].h1 >> m->shift : 0;
+		k[i].next = states + off;
+		off += items[i].nlimits;
+		k[i].prev = -1;
+		for (j = i; j-- > 0;)
+			if (k[j].h1 == k[i].h1 &&
+			    ((k[j].h2 ^ k[i].h2) & H2_ID) == 0) {
+				if (items[j].nlimits != items[i].nlimits)
+					return SLUICE_EINVAL;
+				k[i].prev = (long)j;
+				break;
+			}
+		*shards |= UINT64_C(1) << k[i].shard;
+	}
+	return 0;
+}
+
+/* Decides item i on its key's current state (or the state an earlier item
+ * of the same key left); returns 1 when its limits allow. */
+static int many_decide(sluice_memstore_t *m, sluice_take_item_t *it,
+		       const many_t *k, const many_t *all, int64_t now_us)
+{
+	sluice_state_t cur[MAX_STATES], *have = NULL;
+	sluice_decision_t dec[MAX_STATES];
+	size_t j;
+	slot_t *sl;
+
+	if (k->prev >= 0) {
+		have = all[k->prev].next;
+	} else if ((sl = find(&m->shards[k->shard], k->h1, k->h2))) {
+		have = slot_states(sl, it->nlimits);
+	}
+	if (have)
+		memcpy(cur, have, it->nlimits * sizeof(cur[0]));
+	else
+		memset(cur, 0, it->nlimits * sizeof(cur[0]));
+	it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, now_us,
+				      it->cost, k->next, dec, NULL);
+	it->summary = dec[0];
+	it->which = 0;
+	for (j = 1; j < it->nlimits; j++)
+		if (sluice_decision_merge(&it->summary, &dec[j]))
+			it->which = j;
+	return it->allowed;
+}
+
+/* Writes item i's new states (looked up again: an insert for an earlier
+ * item may have moved or evicted slots of this shard). */
+static void many_commit(sluice_memstore_t *m, const sluice_take_item_t *it,
+			const many_t *k, int64_t now_us)
+{
+	shard_t *s = &m->shards[k->shard];
+	sluice_state_t *have = NULL;
+	slot_t *sl = find(s, k->h1, k->h2);
+
+	if (sl && !(have = slot_states(sl, it->nlimits))) {
+		/* The key's limits changed (a new config): start afresh. */
+		remove_at(s, (size_t)(sl - s->slots));
+		sl = NULL;
+	}
+	if (have) {
+		memcpy(have, k->next, it->nlimits * sizeof(k->next[0]));
+		sl->h2 |= H2_REF;
+	} else if (it->cost > 0) {
+		insert(s, k->h1, k->h2, k->next, it->nlimits, now_us);
+	}
+}
+
+int sluice_memstore_take_many(sluice_memstore_t *m, sluice_take_item_t *items,
+			      size_t n, int64_t now_us)
+{
+	many_t stack_k[MANY_STACK], *k = stack_k;
+	sluice_state_t stack_s[MANY_STACK * 4], *states = stack_s;
+	uint64_t shards;
+	size_t i, total;
+	int all = 1, rc;
+
+	if ((rc = many_check(items, n, &total)) < 0)
+		return rc;
+	if (n == 0)
+		return 1;
+	if (n > MANY_STACK)
+		k = malloc(n * sizeof(*k));
+	if (total > MANY_STACK * 4)
+		states = malloc(total * sizeof(*states));
+	if (!k || !states) {
+		rc = SLUICE_ENOMEM;
+		goto out;
+	}
+	if ((rc = many_prepare(m, items, n, k, states, &shards)) < 0)
+		goto out;
+
+	for (i = 0; i < m->nshards; i++)
+		if (shards >> i & 1)
+			pthread_mutex_lock(&m->shards[i].lock);
+	for (i = 0; i < n; i++)
+		if (!many_decide(m, &items[i], &k[i], k, now_us))
+			all = 0;
+	if (all)
+		for (i = 0; i < n; i++)
+			many_commit(m, &items[i], &k[i], now_us);
+	for (i = m->nshards; i-- > 0;)
+		if (shards >> i & 1) {
+			reclaim_step(&m->shards[i], now_us, RECLAIM_STEP);
+			pthread_mutex_unlock(&m->shards[i].lock);
+		}
+	reclaim_elsewhere(m, now_us);
+	rc = all;
+out:
+	if (k != stack_k)
+		free(k);
+	if (states != stack_s)
+		free(states);
+	return rc;
+}

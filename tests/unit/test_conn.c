@@ -197,7 +197,7 @@ int main(void)
 	RUN(test_released_while_waiting_is_freed_by_the_answer);
 	RUN(test_limits_and_errors_close);
 	RUN(test_expect_continue_gets_a_go_ahead);
-	free(svc.spare);
+	sluice_take_free(svc.spare);
 	sluice_live_unref(svc.live);
 	sluice_memstore_free(store.store);
 	TESTS_DONE();

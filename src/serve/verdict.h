@@ -83,7 +83,7 @@ typedef struct sluice_take_s {
 	struct sluice_take_call_s {
 		struct sluice_take_s *t;
 		size_t first, n; /* items[first .. first + n) */
-	} *calls;
+	} * calls;
 	sluice_backend_t *be;
 	int64_t now_us;
 	sluice_verdict_cb cb;

@@ -19,7 +19,7 @@ typedef struct deferred_s {
 		int64_t now_us;
 		sluice_store_cb cb;
 		void *arg;
-	} q[32];
+	} q[256];
 	size_t n;
 } deferred_t;
 

@@ -28,10 +28,10 @@ typedef struct sluice_redis_many_s {
 	size_t n;
 	sluice_redis_many_cb cb;
 	void *arg;
-	size_t *group;	   /* group of each item */
-	size_t *order;	   /* items sorted by group */
-	size_t *first;	   /* each group's start in order[], ngroups + 1 */
-	int *ok;	   /* each group: answered and allowed (charged) */
+	size_t *group; /* group of each item */
+	size_t *order; /* items sorted by group */
+	size_t *first; /* each group's start in order[], ngroups + 1 */
+	int *ok;       /* each group: answered and allowed (charged) */
 	size_t ngroups;
 	size_t pending; /* calls in flight, plus one while issuing */
 	int status;	/* the first failure, or 0 */
@@ -128,9 +128,9 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 			name += n;
 		}
 	}
-	c->slot = r->cluster ? sluice_redis__key_slot(c->mk[0].name,
-						      c->mk[0].len)
-			     : 0;
+	c->slot = r->cluster
+			  ? sluice_redis__key_slot(c->mk[0].name, c->mk[0].len)
+			  : 0;
 	return c;
 }
 
@@ -166,8 +166,7 @@ static char *put_u64(char *p, uint64_t v)
  * request matching hundreds of rules): it is written straight to RESP. */
 int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 {
-	size_t n = c->nlimits, argc = 3 + n + n * (c->refund ? 2 : 3), bytes,
-	       i;
+	size_t n = c->nlimits, argc = 3 + n + n * (c->refund ? 2 : 3), bytes, i;
 	char *buf, *p;
 	int rc;
 
@@ -219,8 +218,8 @@ int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 			;
 		if (sluice_redis__decide_shortfalls(
 			    (const redisReply *const *)reply->element + off,
-			    c->limits + off, run, c->mk[off].cost,
-			    &it->allowed, &it->summary, &it->which) < 0)
+			    c->limits + off, run, c->mk[off].cost, &it->allowed,
+			    &it->summary, &it->which) < 0)
 			return -1;
 		if (!it->allowed)
 			*allowed = 0;

@@ -60,9 +60,8 @@ static sluice_request_t *mkreq(req_t *q, const char *path, const char *user,
 static sluice_config_t *parse(const char *yaml)
 {
 	char err[512];
-	sluice_config_t *c =
-		sluice_config_parse("test.yaml", yaml, strlen(yaml), err,
-				    sizeof(err));
+	sluice_config_t *c = sluice_config_parse(
+		"test.yaml", yaml, strlen(yaml), err, sizeof(err));
 
 	if (!c) {
 		fprintf(stderr, "%s\n", err);
@@ -125,7 +124,7 @@ static void test_a_rule_after_sixteen_matching_ones_still_counts(void)
 				      "  - name: h%d\n"
 				      "    key: [\"header:x-h%d\"]\n"
 				      "    limits: [{capacity: 1000, rate: "
-				      "1000/h}]\n",
+				      "1000/day}]\n",
 				      i, i);
 	snprintf(yaml + n, sizeof(yaml) - n,
 		 "  - name: upload\n"
@@ -137,8 +136,8 @@ static void test_a_rule_after_sixteen_matching_ones_still_counts(void)
 	CHECK(t != NULL);
 	nallowed = 0;
 	for (i = 0; i < 10; i++) {
-		CHECK(sluice_take_match(t, cfg, mkreq(&q, "/api/upload", NULL,
-						      16)) == 0);
+		CHECK(sluice_take_match(
+			      t, cfg, mkreq(&q, "/api/upload", NULL, 16)) == 0);
 		CHECK_EQ_U64(t->nmatches, 17);
 		sluice_verdict_decide(&be, t, sluice_now_us(), on_verdict,
 				      NULL);
@@ -197,10 +196,10 @@ static const char wide_narrow[] =
 	"rules:\n"
 	"  - name: wide\n"
 	"    key: [ip]\n"
-	"    limits: [{capacity: 1000, rate: 1000/h}]\n"
+	"    limits: [{capacity: 1000, rate: 1000/day}]\n"
 	"  - name: narrow\n"
 	"    key: [\"header:x-user-id\"]\n"
-	"    limits: [{capacity: 20, rate: 20/h}]\n";
+	"    limits: [{capacity: 20, rate: 20/day}]\n";
 
 #define RACERS 200
 
@@ -296,7 +295,7 @@ static void test_threads_charge_wide_only_for_the_allowed(void)
 			allowed += r[i].allowed;
 		}
 	}
-	/* 5 rounds of 200 from one user: 20 pass in all (20/h refills
+	/* 5 rounds of 200 from one user: 20 pass in all (20/day refills
 	 * nothing meanwhile), and `wide` paid for those 20 alone. */
 	CHECK_EQ_U64(allowed, 20);
 	CHECK_EQ_U64(remaining(&be, cfg, mkreq(&q, "/", "mallory", 0), "wide"),

@@ -658,6 +658,9 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	sluice_redis__sha1_hex(sluice_redis__script_multi,
 			       strlen(sluice_redis__script_multi),
 			       r->sha_multi);
+	sluice_redis__sha1_hex(sluice_redis__script_refund,
+			       strlen(sluice_redis__script_refund),
+			       r->sha_refund);
 	uv_timer_init(loop, &r->sweep);
 	uv_timer_init(loop, &r->retry);
 	r->sweep.data = r->retry.data = r;

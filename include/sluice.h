@@ -104,7 +104,7 @@ int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len);
 /* One capacity + rate pair, with the derived constants the math needs. */
 typedef struct sluice_limit_s {
 	uint64_t capacity;  /* burst, >= 1 */
-	sluice_rate_t rate; /* refill */
+	sluice_rate_t rate; /* refill, in lowest terms */
 	uint64_t tau;	    /* capacity * rate.interval: time from empty to
 			       full, in 1/rate.per microsecond units */
 } sluice_limit_t;
@@ -121,6 +121,31 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 /* Parses a capacity ("100") and a rate ("2/s") into a limit. */
 int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
 		       const char *rate, char *err, size_t errlen);
+
+/*
+ * The most limits one call may charge at once (a rule's or tier's limits;
+ * every store and `sluice serve` use this bound).
+ */
+#define SLUICE_MAX_LIMITS 16
+
+/*
+ * A limit's identity, which names its bucket in every store:
+ * "<capacity>@<rate>" with the rate's canonical text (sluice_rate_format()
+ * of the rate in lowest terms): "100@2/s", "1000@1000/h", "5@1/259200s",
+ * "10@3/1000000us".  One spelling per limit, and different limits never
+ * share one.  A key's state for a limit is found by key + this id, never
+ * by the limit's position: switching tiers, a rule gaining or losing a
+ * limit on reload, or two callers with different limits on one key never
+ * read or reset each other's state.  Writes the NUL-terminated id into buf
+ * (at least SLUICE_LIMIT_ID_MAX bytes) and returns its length.
+ */
+#define SLUICE_LIMIT_ID_MAX 48
+size_t sluice_limit_id(const sluice_limit_t *limit,
+		       char buf[SLUICE_LIMIT_ID_MAX]);
+
+/* 1 when a and b are the same limit (same capacity, same rate in any
+ * terms), so they share one bucket. */
+int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b);
 
 /* ------------------------------------------------------------- decisions */
 

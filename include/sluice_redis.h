@@ -8,10 +8,14 @@
  * Redis server's clock, never the caller's.  State is the same integer as
  * sluice_state_t, stored with PX = its exact time to full.
  *
- * Keys: the bucket of limit i of `key` is stored at
- *   <key_prefix>{<key>}:<i>
- * so all limits of one key share a hash tag (one slot in Redis Cluster) and
- * can be charged all-or-nothing in one call.
+ * Keys: the bucket of one limit of `key` is stored at
+ *   <key_prefix>{<key>}:<limit id>
+ * where the limit id is sluice_limit_id() ("100@2/s" for 100 at 2/s):
+ * a bucket is named by its limit, never by the limit's position, so
+ * switching tiers or a rule gaining or losing a limit keeps the state of
+ * every limit that remains, and the script path and the SLUICE.TAKE module
+ * serve the same buckets.  All limits of one key share a hash tag (one slot
+ * in Redis Cluster) and are charged all-or-nothing in one call.
  *
  * Failures cost at most timeout_ms per call: a call that Redis does not
  * answer in time ends with SLUICE_ETIMEDOUT; a connection with too many
@@ -71,9 +75,11 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 
 /*
  * Charges `cost` against every limit of `key`, all-or-nothing (cost 0
- * peeks).  The callback may run before this returns (for example when the
+ * peeks).  The same limit given twice is one bucket, charged once.  The
+ * callback may run before this returns (for example when the
  * circuit breaker is open and the call fails fast).  Returns 0, or
- * SLUICE_EINVAL when the call is malformed (nlimits 0 or above 64, a key
+ * SLUICE_EINVAL when the call is malformed (nlimits 0 or above
+ * SLUICE_MAX_LIMITS, a key
  * longer than 65535 bytes, or, in a cluster, several limits on a key that
  * is empty or starts with '}', which has no hash tag) or SLUICE_ENOMEM;
  * the callback is then not called.

@@ -246,6 +246,8 @@ int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len)
 int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 		      const sluice_rate_t *rate, char *err, size_t errlen)
 {
+	uint64_t g;
+
 	if (capacity == 0)
 		return fail(SLUICE_ERANGE, err, errlen,
 			    "capacity must be at least 1");
@@ -270,7 +272,12 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	}
 	limit->capacity = capacity;
 	limit->rate = *rate;
-	limit->tau = capacity * rate->interval;
+	/* Lowest terms: a limit has one spelling, so its identity
+	 * (sluice_limit_id()) is the same however the rate was written. */
+	g = gcd(rate->interval, rate->per);
+	limit->rate.interval /= g;
+	limit->rate.per /= (uint32_t)g;
+	limit->tau = capacity * limit->rate.interval;
 	return SLUICE_OK;
 }
 

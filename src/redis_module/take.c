@@ -40,8 +40,8 @@
 
 #include "sluice.h"
 
-/* The most keys one TAKEMULTI accepts (as the memory store's limits). */
-#define MAX_KEYS 64
+/* The most keys one TAKEMULTI accepts: one per limit of a call. */
+#define MAX_KEYS SLUICE_MAX_LIMITS
 
 #define TAKE_USAGE "SLUICE.TAKE key capacity rate [COST n]"
 #define MULTI_USAGE                                                            \

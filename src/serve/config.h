@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define SLUICE_MAX_LIMITS  8 /* limits in one rule or tier */
 #define SLUICE_MAX_SOURCES 8 /* key sources in one rule */
 #define SLUICE_MAX_PARTS   4 /* parts of one composite key source */
 

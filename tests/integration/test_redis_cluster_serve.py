@@ -66,7 +66,7 @@ def crc16(data):
 
 def slot_of(rule, identity):
     """The slot of the buckets of `identity` under `rule`: sluice stores
-    them as sluice:{<rule>\\x1f<identity>}:<i>, hashed on the tag."""
+    them as sluice:{<rule>\\x1f<identity>}:<limit id>, hashed on the tag."""
     return crc16(("%s\x1f%s" % (rule, identity)).encode()) & 16383
 
 

@@ -71,8 +71,14 @@ static void test_racing_requests_charge_wide_only_for_the_allowed(int port)
 	limit(&wide, 1000, "1000/day");
 	limit(&narrow, 20, "20/day");
 	for (i = 0; i < RACERS; i++) {
-		item(&it[i][0], "wide\x1f" "192.0.2.7", &wide, 1, 1);
-		item(&it[i][1], "narrow\x1f" "mallory", &narrow, 1, 1);
+		item(&it[i][0],
+		     "wide\x1f"
+		     "192.0.2.7",
+		     &wide, 1, 1);
+		item(&it[i][1],
+		     "narrow\x1f"
+		     "mallory",
+		     &narrow, 1, 1);
 		CHECK(sluice_redis_take_many(r, it[i], 2, on_many, &t) == 0);
 	}
 	while (t.done < RACERS)
@@ -82,7 +88,10 @@ static void test_racing_requests_charge_wide_only_for_the_allowed(int port)
 	/* The rejected ones say which key rejected them. */
 	CHECK(it[RACERS - 1][0].allowed && !it[RACERS - 1][1].allowed);
 	CHECK(it[RACERS - 1][1].summary.retry_after_us > 0);
-	res = rh_take(&loop, r, "wide\x1f" "192.0.2.7", &wide, 1, 0);
+	res = rh_take(&loop, r,
+		      "wide\x1f"
+		      "192.0.2.7",
+		      &wide, 1, 0);
 	CHECK(res.status == 0 && res.d.remaining == 980);
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
@@ -134,43 +143,71 @@ static void test_refund_is_the_inverse_of_a_charge(int port)
 	sluice_take_item_t it[2];
 	tally_t t = {0};
 	redisReply *before, *after, *rep;
-	char sha[41], need[32];
+	char need[32], id[SLUICE_LIMIT_ID_MAX + 1], rf[96], rf2[96];
 
 	uv_loop_init(&loop);
 	r = client(&loop, port);
 	limit(&l, 10, "3/s"); /* per = 3: fractional states */
+	id[sluice_limit_id(&l, id)] = '\0';
+	snprintf(rf, sizeof(rf), "sluice:{rf}:%s", id);
+	snprintf(rf2, sizeof(rf2), "sluice:{rf2}:%s", id);
 	item(&it[0], "rf", &l, 1, 4);
 	item(&it[1], "rf2", &l, 1, 1);
 	CHECK(sluice_redis_take_many(r, it, 2, on_many, &t) == 0);
 	while (t.done < 1)
 		uv_run(&loop, UV_RUN_ONCE);
-	before = rh_cmd(c, "GET sluice:{rf}:0");
+	before = rh_cmd(c, "GET %s", rf);
 	CHECK(before->type == REDIS_REPLY_STRING);
 	CHECK(sluice_redis_take_many(r, it, 2, on_many, &t) == 0);
 	while (t.done < 2)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(t.allowed == 2);
-	sluice_redis__sha1_hex(sluice_redis__script_refund,
-			       strlen(sluice_redis__script_refund), sha);
 	snprintf(need, sizeof(need), "%llu",
 		 (unsigned long long)(4 * l.rate.interval));
-	rep = rh_cmd(c, "EVAL %s 1 sluice:{rf}:0 %s %u",
-		     sluice_redis__script_refund, need, l.rate.per);
+	rep = rh_cmd(c, "EVAL %s 1 %s %s %u", sluice_redis__script_refund, rf,
+		     need, l.rate.per);
 	freeReplyObject(rep);
-	after = rh_cmd(c, "GET sluice:{rf}:0");
+	after = rh_cmd(c, "GET %s", rf);
 	CHECK(after->type == REDIS_REPLY_STRING);
 	CHECK(strcmp(before->str, after->str) == 0);
 	freeReplyObject(before);
 	freeReplyObject(after);
 	/* A refund of a bucket's only charge empties the key. */
-	rep = rh_cmd(c, "EVAL %s 1 sluice:{rf2}:0 %llu %u",
-		     sluice_redis__script_refund,
-		     (unsigned long long)(2 * l.rate.interval), l.rate.per);
+	rep = rh_cmd(c, "EVAL %s 1 %s %llu %u", sluice_redis__script_refund,
+		     rf2, (unsigned long long)(2 * l.rate.interval),
+		     l.rate.per);
 	freeReplyObject(rep);
-	rep = rh_cmd(c, "EXISTS sluice:{rf2}:0");
+	rep = rh_cmd(c, "EXISTS %s", rf2);
 	CHECK(rep->integer == 0);
 	freeReplyObject(rep);
 	redisFree(c);
+	rh_close_client(&loop, r);
+	uv_loop_close(&loop);
+}
+
+/* The same limit twice in one item is one bucket, charged once; `which`
+ * is the caller's first index for it. */
+static void test_a_limit_given_twice_is_one_bucket(int port)
+{
+	sluice_limit_t l[3];
+	uv_loop_t loop;
+	sluice_redis_t *r;
+	sluice_take_item_t it[2];
+	tally_t t = {0};
+
+	uv_loop_init(&loop);
+	r = client(&loop, port);
+	limit(&l[0], 100, "1/h");
+	limit(&l[1], 4, "1/h");
+	l[2] = l[1];
+	item(&it[0], "dup", l, 3, 1);
+	item(&it[1], "other", l, 1, 1);
+	CHECK(sluice_redis_take_many(r, it, 2, on_many, &t) == 0);
+	while (!t.done)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(t.allowed == 1);
+	CHECK(it[0].summary.remaining == 3); /* not 2 */
+	CHECK(it[0].which == 1);
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 }
@@ -184,6 +221,7 @@ int main(void)
 	test_racing_requests_charge_wide_only_for_the_allowed(s.port);
 	test_a_thousand_keys_in_one_take(s.port);
 	test_refund_is_the_inverse_of_a_charge(s.port);
+	test_a_limit_given_twice_is_one_bucket(s.port);
 	rh_redis_stop(&s);
 	printf("ok\n");
 	return 0;

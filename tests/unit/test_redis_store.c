@@ -98,7 +98,7 @@ static void test_multi_limit_all_or_nothing(int port)
 		res = rh_take(&loop, r, "carol", l, 2, 1);
 		CHECK(res.status == 0 && res.allowed);
 	}
-	before = rh_cmd(c, "GET m:{carol}:0");
+	before = rh_cmd(c, "GET m:{carol}:10@1/s");
 	CHECK(before->type == REDIS_REPLY_STRING);
 	for (i = 0; i < 5; i++) {
 		res = rh_take(&loop, r, "carol", l, 2, 1);
@@ -106,7 +106,7 @@ static void test_multi_limit_all_or_nothing(int port)
 		CHECK(res.which == 1 && res.d.limit == 3);
 		CHECK(res.d.retry_after_us > 28000000000ull);
 	}
-	after = rh_cmd(c, "GET m:{carol}:0");
+	after = rh_cmd(c, "GET m:{carol}:10@1/s");
 	CHECK(strcmp(before->str, after->str) == 0);
 	freeReplyObject(before);
 	freeReplyObject(after);
@@ -418,7 +418,7 @@ static void fill_more(fill_t *f)
 }
 
 /* used_memory growth per key for `n` fresh keys named
- * <prefix>{<keylen digits>}:0 */
+ * <prefix>{<keylen digits>}:100@1/h */
 static double bytes_per_key(int port, const char *prefix, int keylen, int n)
 {
 	redisContext *c = rh_connect(port);
@@ -438,7 +438,7 @@ static double bytes_per_key(int port, const char *prefix, int keylen, int n)
 		result_t res = rh_take(&loop, f.r, "warmup", &f.limit, 1, 1);
 
 		CHECK(res.status == 0);
-		freeReplyObject(rh_cmd(c, "DEL %s{warmup}:0", prefix));
+		freeReplyObject(rh_cmd(c, "DEL %s{warmup}:100@1/h", prefix));
 	}
 	m0 = rh_info_int(c, "memory", "used_memory");
 	fill_more(&f);
@@ -467,14 +467,14 @@ static double bytes_per_key(int port, const char *prefix, int keylen, int n)
  */
 static void test_memory_per_key(int port)
 {
-	/* "{" + 12 + "}:0": 16-byte Redis keys. */
-	double b100 = bytes_per_key(port, "", 12, 100000);
-	double b131 = bytes_per_key(port, "", 12, 131000);
+	/* "{" + 6 + "}:100@1/h": 16-byte Redis keys. */
+	double b100 = bytes_per_key(port, "", 6, 100000);
+	double b131 = bytes_per_key(port, "", 6, 131000);
 	double b27 = bytes_per_key(port, "sluice:", 16, 100000);
 
-	printf("Redis memory per key (value + TTL, 16-byte keys): %.1f B at "
-	       "100k keys, %.1f B at 131k keys (full hash tables); %.1f B at "
-	       "100k keys named \"sluice:{<16 bytes>}:0\"\n",
+	printf("Redis memory per key (value + TTL, 16-byte key names): %.1f B "
+	       "at 100k keys, %.1f B at 131k keys (full hash tables); %.1f B "
+	       "at 100k keys named \"sluice:{<16 bytes>}:100@1/h\"\n",
 	       b100, b131, b27);
 	CHECK(b131 <= 128);
 }

@@ -149,6 +149,83 @@ static void test_module_and_script_clients_share_buckets(int port)
 	printf("module and script clients share buckets token for token\n");
 }
 
+/*
+ * A bucket is named by its limit, not by its position among the key's
+ * limits, on both paths: a user drained on tier "free" (one limit) stays
+ * drained when one request comes as tier "paid" (another limit first, then
+ * free's); a rule that loses or gains a limit keeps the state of the limits
+ * it still has; the same limit twice is one bucket, charged once.  The
+ * drain goes through one path and the rest through the other.
+ */
+static void tier_switch(uv_loop_t *loop, sluice_redis_t *one,
+			sluice_redis_t *other, const char *user,
+			const char *fresh)
+{
+	sluice_limit_t free_[1], paid[2], grown[2], dup[2];
+	result_t res;
+	int i;
+
+	limit(&free_[0], "5", "1/h");
+	limit(&paid[0], "100", "100/h");
+	paid[1] = free_[0];
+	for (i = 0; i < 5; i++)
+		CHECK(take(loop, one, user, free_, 1, 1).allowed);
+	CHECK(!take(loop, one, user, free_, 1, 1).allowed);
+	res = take(loop, other, user, paid, 2, 1);
+	CHECK(!res.allowed && res.which == 1 && res.d.limit == 5);
+	res = take(loop, one, user, free_, 1, 1);
+	CHECK(!res.allowed && res.d.remaining == 0);
+
+	/* "paid" loses its second limit, then gains another in front. */
+	for (i = 0; i < 3; i++)
+		CHECK(take(loop, one, fresh, paid, 2, 1).allowed);
+	res = take(loop, other, fresh, paid, 1, 1);
+	CHECK(res.allowed && res.d.limit == 100 && res.d.remaining == 96);
+	limit(&grown[0], "1000", "1000/day");
+	grown[1] = paid[0];
+	res = take(loop, one, fresh, grown, 2, 1);
+	CHECK(res.allowed && res.which == 1 && res.d.remaining == 95);
+	res = take(loop, other, fresh, free_, 1, 0);
+	CHECK(res.allowed && res.d.remaining == 2);
+
+	/* The same limit twice: one bucket, charged once per request. */
+	dup[0] = free_[0];
+	dup[1] = free_[0];
+	res = take(loop, other, "dup", dup, 2, 1);
+	CHECK(res.allowed && res.d.remaining == 4 && res.which == 0);
+	res = take(loop, one, "dup", free_, 1, 0);
+	CHECK(res.allowed && res.d.remaining == 4);
+}
+
+static void test_switching_tiers_keeps_every_limit_state(int port)
+{
+	redisContext *c = rh_connect(port);
+	sluice_redis_t *mod, *script;
+	uv_loop_t loop;
+
+	uv_loop_init(&loop);
+	mod = client(&loop, port, 0);
+	script = client(&loop, port, SLUICE_REDIS_SCRIPT_ONLY);
+	freeReplyObject(rh_cmd(c, "FLUSHALL"));
+	tier_switch(&loop, mod, script, "tier-a", "reload-a");
+	freeReplyObject(rh_cmd(c, "FLUSHALL"));
+	tier_switch(&loop, script, mod, "tier-b", "reload-b");
+	/* The key names every path uses. */
+	{
+		redisReply *rep = rh_cmd(c, "EXISTS sluice:{dup}:5@1/h");
+
+		CHECK(rep->integer == 1);
+		freeReplyObject(rep);
+	}
+	sluice_redis_free(mod);
+	sluice_redis_free(script);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+	redisFree(c);
+	printf("switching tiers or limits keeps every limit's state, on both "
+	       "paths\n");
+}
+
 static void test_store_uses_the_script_without_the_module(int port)
 {
 	redisContext *c = rh_connect(port);
@@ -182,6 +259,7 @@ int main(void)
 	rh_redis_start(&without, 0, 0);
 	test_store_uses_the_module_when_loaded(with.port);
 	test_module_and_script_clients_share_buckets(with.port);
+	test_switching_tiers_keeps_every_limit_state(with.port);
 	test_store_uses_the_script_without_the_module(without.port);
 	rh_redis_stop(&with);
 	rh_redis_stop(&without);

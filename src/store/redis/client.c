@@ -55,10 +55,11 @@ void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v)
 	sluice_redis__arg(a, buf, sluice_redis__u64_dec(buf, v));
 }
 
-/* "<prefix>{<key>}:<i>" for every limit i. */
+/* "<prefix>{<key>}:<limit id>" for every limit (see sluice_limit_id()):
+ * a bucket is named by its limit, never by the limit's position. */
 int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
 {
-	size_t i, each = c->keybaselen + 3, off = 0;
+	size_t i, each = c->keybaselen + SLUICE_LIMIT_ID_MAX, off = 0;
 
 	a->keys = malloc(each * c->nlimits);
 	if (!a->keys)
@@ -68,7 +69,7 @@ int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
 		size_t n;
 
 		memcpy(k, c->keybase, c->keybaselen);
-		n = sluice_redis__u64_dec(k + c->keybaselen, i);
+		n = sluice_limit_id(&c->limits[i], k + c->keybaselen);
 		sluice_redis__arg(a, k, c->keybaselen + n);
 		off += each;
 	}
@@ -180,7 +181,8 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 	if (c->mk)
 		sluice_redis__many_done(c, status, allowed);
 	else
-		c->cb(c->arg, status, allowed, status == 0 ? &d : NULL, which);
+		c->cb(c->arg, status, allowed, status == 0 ? &d : NULL,
+		      c->orig[which]);
 	call_maybe_free(c);
 }
 
@@ -448,10 +450,10 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, sluice_redis_cb cb, void *arg)
 {
-	size_t plen = strlen(r->prefix);
+	size_t plen = strlen(r->prefix), i, j;
 	sluice_redis_call_t *c;
 
-	if (!cb || nlimits == 0 || nlimits > SLUICE_REDIS_MAX_LIMITS ||
+	if (!cb || nlimits == 0 || nlimits > SLUICE_MAX_LIMITS ||
 	    keylen > 65535 || (keylen && !key) || r->closing)
 		return SLUICE_EINVAL;
 	/* "{}" is no hash tag: the limits of an empty key (or one starting
@@ -467,8 +469,17 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	c->cb = cb;
 	c->arg = arg;
 	c->cost = cost;
-	c->nlimits = nlimits;
-	memcpy(c->limits, limits, nlimits * sizeof(*limits));
+	/* The same limit twice is one bucket (one key name): charge it once
+	 * and report the caller's first index for it. */
+	for (i = 0; i < nlimits; i++) {
+		for (j = 0; j < c->nlimits; j++)
+			if (sluice_limit_same(&c->limits[j], &limits[i]))
+				break;
+		if (j == c->nlimits) {
+			c->orig[c->nlimits] = (unsigned char)i;
+			c->limits[c->nlimits++] = limits[i];
+		}
+	}
 	c->keybase = (char *)(c->limits + nlimits);
 	memcpy(c->keybase, r->prefix, plen);
 	c->keybase[plen] = '{';

@@ -80,12 +80,31 @@ static int take_one(sluice_redis_t *r, sluice_take_item_t *it,
 
 /* ---------------------------------------------------------- the calls */
 
-/* A call over the items order[0..cnt): every limit of each, flattened. */
+/* Appends "<prefix>{<key>}:<limit id>", the name sluice_redis_take()
+ * gives the same bucket; returns its length. */
+static size_t key_name(const sluice_redis_t *r, size_t plen,
+		       const sluice_take_item_t *it, const sluice_limit_t *l,
+		       char *name)
+{
+	size_t n = plen;
+
+	memcpy(name, r->prefix, plen);
+	name[n++] = '{';
+	if (it->keylen)
+		memcpy(name + n, it->key, it->keylen);
+	n += it->keylen;
+	name[n++] = '}';
+	name[n++] = ':';
+	return n + sluice_limit_id(l, name + n);
+}
+
+/* A call over the items order[0..cnt): every limit of each, flattened
+ * (the same limit twice in one item is one bucket, charged once). */
 static sluice_redis_call_t *new_call(sluice_redis_t *r,
 				     const sluice_take_item_t *items,
 				     const size_t *order, size_t cnt)
 {
-	size_t plen = strlen(r->prefix), keys = 0, bytes = 0, i, j, k = 0;
+	size_t plen = strlen(r->prefix), keys = 0, bytes = 0, i, j, d, k = 0;
 	sluice_redis_call_t *c;
 	char *name;
 
@@ -93,41 +112,39 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 		const sluice_take_item_t *it = &items[order[i]];
 
 		keys += it->nlimits;
-		bytes += it->nlimits * (plen + it->keylen + 3 + 20);
+		bytes += it->nlimits *
+			 (plen + it->keylen + 3 + SLUICE_LIMIT_ID_MAX);
 	}
 	c = calloc(1, sizeof(*c) + keys * sizeof(sluice_limit_t) +
 			      keys * sizeof(sluice_redis_mkey_t) + bytes);
 	if (!c)
 		return NULL;
 	c->r = r;
-	c->nlimits = keys;
 	c->mk = (sluice_redis_mkey_t *)(c->limits + keys);
 	name = (char *)(c->mk + keys);
 	for (i = 0; i < cnt; i++) {
 		const sluice_take_item_t *it = &items[order[i]];
+		size_t first = k;
 
-		for (j = 0; j < it->nlimits; j++, k++) {
-			size_t n = 0;
-
-			/* "<prefix>{<key>}:<i>", as sluice_redis_take()
-			 * names the same bucket. */
+		for (j = 0; j < it->nlimits; j++) {
+			for (d = first; d < k; d++)
+				if (sluice_limit_same(&c->limits[d],
+						      &it->limits[j]))
+					break;
+			if (d < k)
+				continue;
 			c->limits[k] = it->limits[j];
 			c->mk[k].cost = it->cost;
 			c->mk[k].item = order[i];
+			c->mk[k].orig = j;
 			c->mk[k].name = name;
-			memcpy(name, r->prefix, plen);
-			n = plen;
-			name[n++] = '{';
-			if (it->keylen)
-				memcpy(name + n, it->key, it->keylen);
-			n += it->keylen;
-			name[n++] = '}';
-			name[n++] = ':';
-			n += sluice_redis__u64_dec(name + n, j);
-			c->mk[k].len = n;
-			name += n;
+			c->mk[k].len =
+				key_name(r, plen, it, &it->limits[j], name);
+			name += c->mk[k].len;
+			k++;
 		}
 	}
+	c->nlimits = k;
 	c->slot = r->cluster
 			  ? sluice_redis__key_slot(c->mk[0].name, c->mk[0].len)
 			  : 0;
@@ -221,6 +238,7 @@ int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 			    c->limits + off, run, c->mk[off].cost, &it->allowed,
 			    &it->summary, &it->which) < 0)
 			return -1;
+		it->which = c->mk[off + it->which].orig;
 		if (!it->allowed)
 			*allowed = 0;
 	}
@@ -293,7 +311,7 @@ static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 	for (i = 0; i < n; i++) {
 		const sluice_take_item_t *it = &items[i];
 
-		if (it->nlimits == 0 || it->nlimits > SLUICE_REDIS_MAX_LIMITS ||
+		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
 		    !it->limits || it->keylen > 65535 ||
 		    (it->keylen && !it->key))
 			return SLUICE_EINVAL;

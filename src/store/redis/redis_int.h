@@ -28,7 +28,6 @@
 /* Replies outstanding per connection, including those whose caller already
  * timed out; beyond it calls fail fast instead of piling up on a slow Redis. */
 #define SLUICE_REDIS_MAX_INFLIGHT 2048
-#define SLUICE_REDIS_MAX_LIMITS	  64
 /* Consecutive failures that open the circuit breaker, and how long it stays
  * open before one probe call is let through. */
 #define SLUICE_REDIS_BREAKER_FAILURES 5
@@ -108,7 +107,8 @@ struct sluice_redis_call_s {
 	int script; /* last sent as EVALSHA (else to the module) */
 	int slot;
 	uint64_t cost;
-	size_t nlimits;
+	size_t nlimits; /* distinct limits (duplicates dropped) */
+	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
 	/* take_many: one entry per key (nlimits of them, limits[] flat),
 	 * NULL for a one-key call; `many` is the take it belongs to. */
 	struct sluice_redis_mkey_s *mk;
@@ -152,7 +152,7 @@ struct sluice_redis_s {
 };
 
 /* The arguments of one command, built on the stack at send time. */
-#define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_REDIS_MAX_LIMITS)
+#define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_MAX_LIMITS)
 typedef struct sluice_redis_args_s {
 	int argc;
 	const char *argv[SLUICE_REDIS_MAX_ARGS];
@@ -230,6 +230,7 @@ typedef struct sluice_redis_mkey_s {
 	size_t len;
 	uint64_t cost;
 	size_t item; /* index into the take's items */
+	size_t orig; /* the limit's index in that item */
 } sluice_redis_mkey_t;
 int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,

@@ -104,7 +104,7 @@ int sluice_redis__parse_script_reply(const redisReply *reply,
 				     uint64_t cost, int *allowed,
 				     sluice_decision_t *d, size_t *which)
 {
-	if (n < 1 || n > SLUICE_REDIS_MAX_LIMITS)
+	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
 	if (n == 1 ? reply->type != REDIS_REPLY_INTEGER
 		   : reply->type != REDIS_REPLY_ARRAY || reply->elements != n)
@@ -119,12 +119,11 @@ int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    uint64_t cost, int *allowed,
 				    sluice_decision_t *d, size_t *which)
 {
-	sluice_state_t states[SLUICE_REDIS_MAX_LIMITS],
-		next[SLUICE_REDIS_MAX_LIMITS];
-	sluice_decision_t ds[SLUICE_REDIS_MAX_LIMITS];
+	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	sluice_decision_t ds[SLUICE_MAX_LIMITS];
 	size_t i;
 
-	if (n < 1 || n > SLUICE_REDIS_MAX_LIMITS)
+	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
 	for (i = 0; i < n; i++) {
 		const redisReply *e = el[i];

@@ -78,9 +78,13 @@ int sluice_take_match(sluice_take_t *t, const sluice_config_t *cfg,
 	size_t n, i;
 
 	n = sluice_rules_match(cfg, req, t->matches, t->cap);
-	if (n == t->cap && t->cap < cfg->nrules) {
-		/* Maybe more: room for every rule, and match again. */
-		if (sluice_take_reserve(t, cfg->nrules) < 0)
+	while (n == t->cap && t->cap < cfg->nrules) {
+		/* Maybe more: twice the room (a take grows with what its
+		 * requests match, not with the config), and match again. */
+		size_t want =
+			t->cap * 2 < cfg->nrules ? t->cap * 2 : cfg->nrules;
+
+		if (sluice_take_reserve(t, want) < 0)
 			return SLUICE_ENOMEM;
 		n = sluice_rules_match(cfg, req, t->matches, t->cap);
 	}

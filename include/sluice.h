@@ -168,6 +168,9 @@ typedef struct sluice_decision_s {
 	uint64_t retry_after_us; /* 0 when allowed; else time until this
 				    cost could pass (UINT64_MAX if never) */
 	uint64_t reset_after_us; /* time until the bucket is full again */
+	size_t which;		 /* the index of the limit this decision is
+				    about, among the call's limits (0 for
+				    sluice_eval()) */
 } sluice_decision_t;
 
 /*
@@ -185,8 +188,9 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
  * Several limits on one request, all-or-nothing: evaluates every limit;
  * when all allow, next[i] holds the charged states; when any rejects, every
  * next[i] equals states[i] (nothing is charged) and the decisions report the
- * state as it is.  *summary (may be NULL) is the most restrictive decision,
- * see sluice_decision_merge().  Returns 1 if allowed, 0 if not.
+ * state as it is.  decisions[i].which is i.  *summary (may be NULL) is the
+ * most restrictive decision (sluice_decision_merge()), and summary->which
+ * the index of the limit it came from.  Returns 1 if allowed, 0 if not.
  */
 int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
 		    size_t n, int64_t now_us, uint64_t cost,
@@ -196,8 +200,8 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
 /*
  * Folds decision b into *a so that *a is the most restrictive of the two:
  * rejected beats allowed; among rejections the longest retry_after wins;
- * among allowed ones the fewest remaining tokens wins.  Returns 1 when b
- * replaced a (so the caller can remember which limit it was).
+ * among allowed ones the fewest remaining tokens wins; on a tie a stays.
+ * Returns 1 when b replaced a (a->which then names b's limit).
  */
 int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
 
@@ -234,30 +238,38 @@ typedef struct sluice_memstore_s sluice_memstore_t;
 
 /* Counters a caller can read at any time (see sluice_memstore_stats()). */
 typedef struct sluice_memstore_stats_s {
-	uint64_t keys;		/* resident keys now */
-	uint64_t max_keys;	/* the bound */
-	uint64_t expired;	/* states reclaimed because they were full */
-	uint64_t evicted_full;	/* evicted to make room, losing nothing */
-	uint64_t evicted_lossy; /* evicted while not full (least recently
-				   used): that bucket restarts full */
+	uint64_t keys;		  /* resident buckets now (key + limit) */
+	uint64_t max_keys;	  /* the bound on them */
+	uint64_t expired;	  /* states reclaimed because they were full */
+	uint64_t evicted_full;	  /* evicted to make room, losing nothing */
+	uint64_t evicted_lossy;	  /* evicted while not full (the nearest to
+				     full found): that bucket restarts full */
+	uint64_t evicted_debt_us; /* what lossy evictions forgave: the sum of
+				     their buckets' times to full */
 } sluice_memstore_stats_t;
 
 /*
- * Creates an in-memory store holding at most max_keys keys (>= 1).  It is
- * safe for concurrent callers (the table is split into shards, each with
- * its own lock).  Returns NULL when out of memory.
+ * Creates an in-memory store holding at most max_keys buckets (>= 1; a key
+ * with n limits has n buckets).  It is safe for concurrent callers (the
+ * table is split into shards, each with its own lock).  When full it
+ * evicts what loses least: a full bucket, else the one nearest to full,
+ * so a flood of fresh keys does not reset drained buckets.  Returns NULL
+ * when out of memory.
  */
 sluice_memstore_t *sluice_memstore_new(size_t max_keys);
 void sluice_memstore_free(sluice_memstore_t *store);
 
 /*
  * Takes `cost` from every limit of `key` atomically, all-or-nothing (see
- * sluice_eval_all()).  Keys are bytes of any length.  The key's entry keeps
- * one state per limit, so the same key must always come with the same
- * limits (a different count starts the key afresh).  Writes one decision
- * per limit into decisions (may be NULL) and the most restrictive one into
- * *summary (may be NULL).  Returns 1 if allowed, 0 if rejected, or
- * SLUICE_EINVAL when nlimits is 0 or above 64.
+ * sluice_eval_all()).  Keys are bytes of any length.  A key's state is kept
+ * per limit, identified by the limit itself (as sluice_limit_id()), not by
+ * its position: the same key may come with other limits (another tier, a
+ * reloaded rule) and every limit it had before keeps its state; the same
+ * limit twice is one bucket, charged once.  Writes one decision per limit
+ * into decisions (may be NULL) and the most restrictive one into *summary
+ * (may be NULL; summary->which is its limit's index).  Returns 1 if
+ * allowed, 0 if rejected, or SLUICE_EINVAL when nlimits is 0 or above
+ * SLUICE_MAX_LIMITS.
  */
 int sluice_memstore_take(sluice_memstore_t *store, const void *key,
 			 size_t keylen, const sluice_limit_t *limits,
@@ -273,12 +285,13 @@ typedef struct sluice_take_item_s {
 	const void *key; /* bytes of any length */
 	size_t keylen;
 	const sluice_limit_t *limits;
-	size_t nlimits; /* 1 .. 64 */
+	size_t nlimits; /* 1 .. SLUICE_MAX_LIMITS */
 	uint64_t cost;
 	/* outputs */
 	int allowed;		   /* this key's limits alone would pass */
 	sluice_decision_t summary; /* its most restrictive decision */
-	size_t which;		   /* the limit summary comes from */
+	size_t which;		   /* the limit summary comes from (as
+				      summary.which) */
 } sluice_take_item_t;
 
 /*
@@ -287,8 +300,9 @@ typedef struct sluice_take_item_s {
  * same store from any thread: either every item is charged or none is.
  * Each item's outputs say what its own limits decided (an item that would
  * pass reports allowed = 1 even when another item rejected the take, and
- * then was not charged).  The same key may appear in several items: they
- * are decided in order, each on the state the previous one left.  Returns
+ * then was not charged).  A bucket (a key and a limit, as in
+ * sluice_memstore_take()) may appear in several items: they are decided in
+ * order, each on the state the previous one left.  Returns
  * 1 when every item was allowed and charged, 0 when nothing was charged,
  * SLUICE_EINVAL for a malformed item, or SLUICE_ENOMEM.
  */

@@ -76,6 +76,7 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
 	D = shortfall(state, now_us, per);
 
 	*next = state;
+	d->which = 0;
 	d->limit = limit->capacity;
 	d->never = 0;
 	d->reset_after_us = units_to_us_ceil(D, per);
@@ -131,6 +132,7 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
 	for (i = 0; i < n; i++) {
 		sluice_eval(&limits[i], states[i], now_us, cost, &next[i],
 			    &decisions[i]);
+		decisions[i].which = i;
 		allowed &= decisions[i].allowed;
 	}
 	if (!allowed) {
@@ -139,6 +141,7 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
 			if (decisions[i].allowed) {
 				sluice_eval(&limits[i], states[i], now_us, 0,
 					    &next[i], &decisions[i]);
+				decisions[i].which = i;
 				decisions[i].allowed = 0;
 			}
 			next[i] = states[i];

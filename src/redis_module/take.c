@@ -285,19 +285,14 @@ static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 {
 	sluice_state_t states[MAX_KEYS], next[MAX_KEYS];
 	sluice_decision_t d[MAX_KEYS], summary;
-	size_t i, w = 0;
+	size_t i;
 	int allowed;
 
 	for (i = 0; i < n; i++)
 		if (read_state(ctx, keys[i], &states[i]) != 0)
 			return REDISMODULE_OK;
 	allowed = sluice_eval_all(limits, states, n, sluice_rm_now_us(), cost,
-				  next, d, NULL);
-	/* The same fold sluice_eval_all() does, remembering the index. */
-	summary = d[0];
-	for (i = 1; i < n; i++)
-		if (sluice_decision_merge(&summary, &d[i]))
-			w = i;
+				  next, d, &summary);
 	if (allowed)
 		for (i = 0; i < n; i++)
 			if (next[i] != states[i] &&
@@ -314,7 +309,7 @@ static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 	RedisModule_ReplyWithLongLong(ctx,
 				      us_to_ms_ceil(summary.reset_after_us));
 	if (which)
-		RedisModule_ReplyWithLongLong(ctx, (long long)w);
+		RedisModule_ReplyWithLongLong(ctx, (long long)summary.which);
 	return REDISMODULE_OK;
 }
 

@@ -11,7 +11,10 @@
  * with the same rate-limit headers as /v1/check; status 429 when not
  * allowed.  A configured rule shares its buckets with /v1/check (the store
  * key is the same "<rule>\x1f<identity>"); ad-hoc keys live in their own
- * namespace.  Bad input gets 400 with the offending field named.
+ * namespace.  An ad-hoc bucket is its key and its limit (every store names
+ * a bucket by key + sluice_limit_id()), so a caller that gives another
+ * capacity or rate for the same key gets another bucket and cannot drain
+ * or poison this one.  Bad input gets 400 with the offending field named.
  */
 #include "serve/handlers.h"
 #include "serve/headers.h"

@@ -212,7 +212,7 @@ static void render_http(sluice_buf_t *out)
 static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
 {
 	help(out, "sluice_memstore_keys", "gauge",
-	     "Keys resident in the memory store.");
+	     "Buckets (key + limit) resident in the memory store.");
 	series(out, "sluice_memstore_keys", NULL, NULL, NULL, NULL, st->keys);
 	help(out, "sluice_memstore_max_keys", "gauge",
 	     "The memory store's bound on keys (store.max_keys).");
@@ -223,11 +223,16 @@ static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
 	series(out, "sluice_memstore_expired_total", NULL, NULL, NULL, NULL,
 	       st->expired);
 	help(out, "sluice_memstore_evictions_total", "counter",
-	     "Keys evicted to make room (lossy: the bucket was not full).");
+	     "Buckets evicted to make room (lossy: the bucket was not full).");
 	series(out, "sluice_memstore_evictions_total", "kind", "full", NULL,
 	       NULL, st->evicted_full);
 	series(out, "sluice_memstore_evictions_total", "kind", "lossy", NULL,
 	       NULL, st->evicted_lossy);
+	help(out, "sluice_memstore_evicted_debt_seconds_total", "counter",
+	     "What lossy evictions forgave: the sum of their buckets' times "
+	     "to full.");
+	series(out, "sluice_memstore_evicted_debt_seconds_total", NULL, NULL,
+	       NULL, NULL, st->evicted_debt_us / 1000000);
 }
 
 void sluice_metrics_render(sluice_buf_t *out,

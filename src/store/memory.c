@@ -1,29 +1,38 @@
 /*
  * memory.c -- the embedded store: bucket states in this process's memory.
  *
- * Identity.  A key is known by a 126-bit keyed hash (SipHash-1-3-128 under
- * a secret drawn at creation) instead of its bytes.  Without the
- * secret nobody can find two keys with the same identity, and by chance two
- * of a billion keys share one with probability below 2^-66; in exchange the
- * table needs no key bytes, and a decision touches one table slot and
- * nothing else: one cache miss where a table of pointers to entries costs
- * two or three.  Keys may be of any length.
+ * Identity.  A bucket is a key and one of its limits.  The key is known by
+ * a 126-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation)
+ * instead of its bytes, and the bucket by that hash XORed with the limit's
+ * exact value (capacity, interval, per: they pack into 127 bits, so two
+ * limits of one key never share a bucket).  A bucket is never identified
+ * by the limit's position among the key's limits: a client that switches
+ * tiers, or a rule that gains or loses a limit, finds every remaining
+ * limit's state where it was.  Without the secret nobody can find two keys
+ * with the same identity, and by chance two of a billion buckets share one
+ * with probability below 2^-66; in exchange the table needs no key bytes,
+ * and a decision touches one table slot per limit and nothing else.
  *
  * Layout.  The table is split into shards (a power of two, up to 64), each
  * with its own mutex, so concurrent callers on different keys rarely meet.
- * A key's shard comes from the top bits of its first hash, its home slot
- * from the low bits.  A shard is an open-addressing table (linear probing,
- * backward-shift deletion, at most 3/4 full) of 24-byte slots: both hashes
- * and the state.  A key with several limits keeps its states in a small
- * array the slot points to.  That is 32 to 64 bytes per key, whatever the
- * key's length.
+ * A key's shard comes from the top bits of its hash (before the limit is
+ * mixed in: every limit of a key lives in one shard, charged under one
+ * lock), a bucket's home slot from the low bits.  A shard is an
+ * open-addressing table (linear probing, backward-shift deletion, at most
+ * 3/4 full) of 24-byte slots: the identity and the state.  That is 32 to 64
+ * bytes per bucket (a key with n limits has n buckets), whatever the key's
+ * length.
  *
- * Bound.  Each shard holds at most its share of max_keys (the shares add up
- * to max_keys exactly).  A full shard evicts before inserting: it prefers a
- * full bucket (its state expired: forgetting it loses nothing) found within
- * a window of EVICT_WINDOW keys from the clock hand, else the least recently
- * used key as approximated by CLOCK (a reference bit per slot, cleared as
- * the hand passes).  Lossy evictions are counted.
+ * Bound.  Each shard holds at most its share of max_keys buckets (the
+ * shares add up to max_keys exactly).  A full shard evicts before
+ * inserting, what loses least: a full bucket (its state expired: forgetting
+ * it loses nothing), else the bucket nearest to full, the one whose state
+ * expires first (the smallest debt, in time to full), among EVICT_WINDOW
+ * buckets from a hand that moves on with each eviction (the whole shard
+ * when it holds no more).  So a flood of fresh keys, each in debt by one
+ * request, evicts other fresh keys and never a drained bucket while any
+ * fresh one remains: eviction is no reset button.  Lossy evictions are
+ * counted, with the debt they forgave.
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no
  * background thread and no stop-the-world scan: every call also examines
@@ -41,31 +50,16 @@
 #include <sys/mman.h>
 
 #define MAX_SHARDS	   64
-#define MAX_STATES	   64
 #define MIN_SLOTS	   16
 #define EVICT_WINDOW	   32
 #define RECLAIM_STEP	   2
 #define RECLAIM_AWAY_EVERY 16
 #define RECLAIM_AWAY	   32
 
-/* Flag bits in slot_t.h2; the rest of h2 is identity. */
-#define H2_REF	 UINT64_C(1) /* CLOCK reference bit */
-#define H2_MULTI UINT64_C(2) /* `state` points to a multi_t */
-#define H2_ID	 (~UINT64_C(3))
-
-/* Several limits: the slot's state field holds a pointer to this. */
-typedef struct multi_s {
-	size_t n;
-	sluice_state_t states[];
-} multi_t;
-
 typedef struct slot_s {
-	uint64_t h1; /* first hash; 0 marks an empty slot */
-	uint64_t h2; /* second hash, with the H2_* flags in its low bits */
-	union {
-		sluice_state_t state; /* one limit */
-		multi_t *multi;	      /* several (H2_MULTI) */
-	} u;
+	uint64_t h1; /* first half of the identity; 0 marks an empty slot */
+	uint64_t h2; /* second half */
+	sluice_state_t state;
 } slot_t;
 
 typedef struct shard_s {
@@ -74,9 +68,9 @@ typedef struct shard_s {
 	size_t mask; /* number of slots - 1 (a power of two minus one) */
 	size_t count;
 	size_t max;
-	size_t hand;   /* CLOCK hand for eviction */
+	size_t hand;   /* where the next eviction starts looking */
 	size_t cursor; /* incremental reclaim position */
-	uint64_t expired, evicted_full, evicted_lossy;
+	uint64_t expired, evicted_full, evicted_lossy, evicted_debt_us;
 	char pad[64]; /* keep neighbouring locks off one cache line */
 } shard_t;
 
@@ -88,17 +82,10 @@ struct sluice_memstore_s {
 	shard_t shards[];
 };
 
-/* 1 when every state of the slot describes a full bucket at now_us. */
+/* 1 when the slot's bucket is full at now_us. */
 static int slot_dead(const slot_t *sl, int64_t now_us)
 {
-	size_t i;
-
-	if (!(sl->h2 & H2_MULTI))
-		return sluice_state_expiry_us(sl->u.state) <= now_us;
-	for (i = 0; i < sl->u.multi->n; i++)
-		if (sluice_state_expiry_us(sl->u.multi->states[i]) > now_us)
-			return 0;
-	return 1;
+	return sluice_state_expiry_us(sl->state) <= now_us;
 }
 
 /* ------------------------------------------------------------- the table */
@@ -135,8 +122,6 @@ static void slots_free(slot_t *slots, size_t n)
 
 static void slot_clear(slot_t *sl)
 {
-	if (sl->h2 & H2_MULTI)
-		free(sl->u.multi);
 	memset(sl, 0, sizeof(*sl));
 }
 
@@ -202,7 +187,7 @@ static slot_t *find(const shard_t *s, uint64_t h1, uint64_t h2)
 	slot_t *sl;
 
 	while ((sl = &s->slots[i])->h1 != 0) {
-		if (sl->h1 == h1 && (sl->h2 & H2_ID) == (h2 & H2_ID))
+		if (sl->h1 == h1 && sl->h2 == h2)
 			return sl;
 		i = (i + 1) & s->mask;
 	}
@@ -229,35 +214,63 @@ static void reclaim_step(shard_t *s, int64_t now_us, int steps)
 	}
 }
 
-/* Frees one slot to make room (the shard is at its bound, so not empty). */
-static void evict_one(shard_t *s, int64_t now_us)
+/* 1 when h1 is one of the buckets the current call is writing. */
+static int busy(uint64_t h1, const uint64_t *keep, size_t nkeep)
 {
-	size_t i = s->hand, seen = 0;
+	size_t i;
+
+	for (i = 0; i < nkeep; i++)
+		if (keep[i] == h1)
+			return 1;
+	return 0;
+}
+
+/*
+ * Frees one slot to make room (the shard is at its bound, so not empty):
+ * the first full bucket found, else the bucket nearest to full (earliest
+ * expiry: the least debt) among EVICT_WINDOW buckets from the hand.  The
+ * buckets of the current call (keep) are never chosen.  Debt is compared
+ * in time to full, which orders buckets the same way at any instant.
+ */
+static void evict_one(shard_t *s, int64_t now_us, const uint64_t *keep,
+		      size_t nkeep)
+{
+	/* States order as their expiries do, and a state is full at now_us
+	 * iff it is <= now_us * 1000: compare states, no division. */
+	const sluice_state_t full =
+		(now_us < 0		       ? 0
+		 : now_us > SLUICE_TIME_MAX_US ? SLUICE_TIME_MAX_US
+					       : now_us) *
+		1000;
+	size_t i = s->hand, seen = 0, scanned = 0;
+	sluice_state_t best = INT64_MAX;
 	long victim = -1;
 
-	for (;; i = (i + 1) & s->mask) {
+	for (; scanned <= s->mask && seen < EVICT_WINDOW;
+	     i = (i + 1) & s->mask, scanned++) {
 		slot_t *sl = &s->slots[i];
 
-		if (!sl->h1)
+		if (!sl->h1 || (nkeep > 1 && busy(sl->h1, keep, nkeep)))
 			continue;
-		if (slot_dead(sl, now_us)) {
+		seen++;
+		if (sl->state <= full) {
 			remove_at(s, i);
 			s->evicted_full++;
 			s->hand = i;
 			return;
 		}
-		if (victim < 0) {
-			if (sl->h2 & H2_REF)
-				sl->h2 &= ~H2_REF; /* second chance */
-			else
-				victim = (long)i;
+		if (sl->state < best) {
+			best = sl->state;
+			victim = (long)i;
 		}
-		if (++seen >= EVICT_WINDOW && victim >= 0)
-			break;
 	}
+	if (victim < 0)
+		return; /* only this call's buckets: the shard grows by one */
 	remove_at(s, (size_t)victim);
 	s->evicted_lossy++;
-	s->hand = ((size_t)victim + 1) & s->mask;
+	s->evicted_debt_us +=
+		(uint64_t)(sluice_state_expiry_us(best) - full / 1000);
+	s->hand = i;
 }
 
 /* Reclaiming elsewhere is shared out by a per-thread call counter. */
@@ -316,57 +329,62 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 
 void sluice_memstore_free(sluice_memstore_t *m)
 {
-	size_t i, j;
+	size_t i;
 
 	if (!m)
 		return;
 	for (i = 0; i < m->nshards; i++) {
 		shard_t *s = &m->shards[i];
 
-		if (s->slots)
-			for (j = 0; j <= s->mask; j++)
-				if (s->slots[j].h1)
-					slot_clear(&s->slots[j]);
 		slots_free(s->slots, s->mask + 1);
 		pthread_mutex_destroy(&s->lock);
 	}
 	free(m);
 }
 
-/* Stores states for a key that has none yet.  On allocation failure the
- * decision stands but the state is not kept (fails open, never crashes). */
-static void insert(shard_t *s, uint64_t h1, uint64_t h2,
-		   const sluice_state_t *states, size_t n, int64_t now_us)
+/* Stores the state of a bucket that has none yet.  On allocation failure
+ * the decision stands but the state is not kept (fails open, never
+ * crashes). */
+static void insert(shard_t *s, uint64_t h1, uint64_t h2, sluice_state_t state,
+		   int64_t now_us, const uint64_t *keep, size_t nkeep)
 {
 	slot_t sl;
 
 	if (s->count >= s->max)
-		evict_one(s, now_us);
+		evict_one(s, now_us, keep, nkeep);
 	if ((s->count + 1) * 4 > (s->mask + 1) * 3 && grow(s) != 0)
 		return;
 	sl.h1 = h1;
-	sl.h2 = (h2 & H2_ID) | H2_REF;
-	if (n == 1) {
-		sl.u.state = states[0];
-	} else {
-		sl.u.multi = malloc(sizeof(multi_t) + n * sizeof(states[0]));
-		if (!sl.u.multi)
-			return;
-		sl.u.multi->n = n;
-		memcpy(sl.u.multi->states, states, n * sizeof(states[0]));
-		sl.h2 |= H2_MULTI;
-	}
+	sl.h2 = h2;
+	sl.state = state;
 	place(s->slots, s->mask, &sl);
 	s->count++;
 }
 
-/* The states a slot holds for nlimits limits, or NULL when it holds a
- * different number (the key's limits changed with a new config). */
-static sluice_state_t *slot_states(slot_t *sl, size_t nlimits)
+/*
+ * A bucket's identity: the key's hash XORed with the limit's exact value.
+ * capacity <= 2^52 and per < 2^10 fill 63 bits of the first word, interval
+ * <= 2^52 the second: distinct limits (in lowest terms, as
+ * sluice_limit_init() keeps them) give distinct identities for one key.
+ */
+static void bucket_id(const uint64_t h[2], const sluice_limit_t *l,
+		      uint64_t *h1, uint64_t *h2)
 {
-	if (!(sl->h2 & H2_MULTI))
-		return nlimits == 1 ? &sl->u.state : NULL;
-	return sl->u.multi->n == nlimits ? sl->u.multi->states : NULL;
+	*h1 = h[0] ^ (l->capacity | (uint64_t)l->rate.per << 53);
+	*h1 += !*h1; /* 0 marks an empty slot */
+	*h2 = h[1] ^ l->rate.interval;
+}
+
+/* 1 when bucket i of a call repeats an earlier one (the same limit given
+ * twice is one bucket, charged once). */
+static int seen_before(const uint64_t *h1, const uint64_t *h2, size_t i)
+{
+	size_t j;
+
+	for (j = 0; j < i; j++)
+		if (h1[j] == h1[i] && h2[j] == h2[i])
+			return 1;
+	return 0;
 }
 
 int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
@@ -375,43 +393,37 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 			 sluice_decision_t *decisions,
 			 sluice_decision_t *summary)
 {
-	sluice_state_t cur[MAX_STATES], next[MAX_STATES], *have = NULL;
-	sluice_decision_t local[MAX_STATES], sum;
-	uint64_t h[2], h1, h2;
+	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	sluice_decision_t local[SLUICE_MAX_LIMITS], sum;
+	uint64_t h[2], h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	slot_t *at[SLUICE_MAX_LIMITS];
 	shard_t *s;
-	slot_t *sl;
+	size_t i;
 	int allowed;
 
-	if (nlimits == 0 || nlimits > MAX_STATES || (!key && keylen))
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
 		return SLUICE_EINVAL;
 	if (!decisions)
 		decisions = local;
 	sluice_siphash13_128(m->seed, key, keylen, h);
-	h1 = h[0];
-	h2 = h[1];
-	h1 += !h1; /* 0 marks an empty slot */
-	s = &m->shards[m->nshards > 1 ? h1 >> m->shift : 0];
+	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
+	for (i = 0; i < nlimits; i++)
+		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 
 	pthread_mutex_lock(&s->lock);
-	sl = find(s, h1, h2);
-	if (sl && !(have = slot_states(sl, nlimits))) {
-		/* The key's limits changed (a new config): start afresh. */
-		remove_at(s, (size_t)(sl - s->slots));
-		sl = NULL;
+	for (i = 0; i < nlimits; i++) {
+		at[i] = find(s, h1[i], h2[i]);
+		cur[i] = at[i] ? at[i]->state : 0;
 	}
-	if (have)
-		memcpy(cur, have, nlimits * sizeof(cur[0]));
-	else
-		memset(cur, 0, nlimits * sizeof(cur[0]));
-
 	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
 				  decisions, &sum);
-	if (have) {
-		memcpy(have, next, nlimits * sizeof(next[0]));
-		sl->h2 |= H2_REF;
-	} else if (allowed && cost > 0) {
-		insert(s, h1, h2, next, nlimits, now_us);
-	}
+	/* Update in place first: inserting may move slots. */
+	for (i = 0; i < nlimits; i++)
+		if (at[i] && next[i] != cur[i])
+			at[i]->state = next[i];
+	for (i = 0; i < nlimits; i++)
+		if (!at[i] && next[i] != cur[i] && !seen_before(h1, h2, i))
+			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
 	reclaim_step(s, now_us, RECLAIM_STEP);
 	pthread_mutex_unlock(&s->lock);
 	reclaim_elsewhere(m, now_us);
@@ -435,6 +447,7 @@ void sluice_memstore_stats(sluice_memstore_t *m, sluice_memstore_stats_t *out)
 		out->expired += s->expired;
 		out->evicted_full += s->evicted_full;
 		out->evicted_lossy += s->evicted_lossy;
+		out->evicted_debt_us += s->evicted_debt_us;
 		pthread_mutex_unlock(&s->lock);
 	}
 }
@@ -447,18 +460,23 @@ void sluice_memstore_stats(sluice_memstore_t *m, sluice_memstore_stats_t *out)
  * never wait on each other in a cycle), the items are decided on the
  * states as they are, and only when every one passes are their new states
  * written.  Between the first lock and the last unlock no other take sees
- * any of these keys, which is what makes the verdict all-or-nothing under
- * any number of threads.
+ * any of these buckets, which is what makes the verdict all-or-nothing
+ * under any number of threads.  A bucket that several items share (the
+ * same key and limit) is decided for each on the state the previous one
+ * left; within one item the same limit twice is one bucket, as in
+ * sluice_memstore_take().
  */
 
-#define MANY_STACK 16
+/* Up to this many buckets a call protects all of its buckets from its own
+ * evictions; beyond, each item protects its own (bounded eviction cost). */
+#define MANY_KEEP_ALL 256
 
-typedef struct many_s {
+typedef struct bucket_s {
 	uint64_t h1, h2;
-	size_t shard;
-	long prev;	      /* an earlier item with the same key, or -1 */
-	sluice_state_t *next; /* its would-be states */
-} many_t;
+	size_t item, shard;
+	sluice_state_t cur, next;
+	int found; /* it had a state when the call began */
+} bucket_t;
 
 static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
 {
@@ -468,7 +486,7 @@ static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
 	for (i = 0; i < n; i++) {
 		const sluice_take_item_t *it = &items[i];
 
-		if (it->nlimits == 0 || it->nlimits > MAX_STATES ||
+		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
 		    !it->limits || (!it->key && it->keylen))
 			return SLUICE_EINVAL;
 		*total += it->nlimits;
@@ -476,121 +494,123 @@ static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
 	return 0;
 }
 
-/* Hashes every item, links repeated keys; returns the shards to lock. */
-static int many_prepare(sluice_memstore_t *m, const sluice_take_item_t *items,
-			size_t n, many_t *k, sluice_state_t *states,
-			uint64_t *shards)
+/* Every item's buckets, flat, in order; the shards to lock. */
+static void many_buckets(sluice_memstore_t *m, const sluice_take_item_t *items,
+			 size_t n, bucket_t *b, uint64_t *shards)
 {
-	size_t i, j, off = 0;
+	size_t i, j, k = 0;
 
 	*shards = 0;
 	for (i = 0; i < n; i++) {
 		uint64_t h[2];
+		size_t shard;
 
 		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen, h);
-		k[i].h1 = h[0] + !h[0]; /* 0 marks an empty slot */
-		k[i].h2 = h[1];
-		k[i].shard = m->nshards > 1 ? k[i].h1 >> m->shift : 0;
-		k[i].next = states + off;
-		off += items[i].nlimits;
-		k[i].prev = -1;
-		for (j = i; j-- > 0;)
-			if (k[j].h1 == k[i].h1 &&
-			    ((k[j].h2 ^ k[i].h2) & H2_ID) == 0) {
-				if (items[j].nlimits != items[i].nlimits)
-					return SLUICE_EINVAL;
-				k[i].prev = (long)j;
-				break;
-			}
-		*shards |= UINT64_C(1) << k[i].shard;
+		shard = m->nshards > 1 ? h[0] >> m->shift : 0;
+		*shards |= UINT64_C(1) << shard;
+		for (j = 0; j < items[i].nlimits; j++, k++) {
+			bucket_id(h, &items[i].limits[j], &b[k].h1, &b[k].h2);
+			b[k].item = i;
+			b[k].shard = shard;
+		}
 	}
-	return 0;
 }
 
-/* Decides item i on its key's current state (or the state an earlier item
- * of the same key left); returns 1 when its limits allow. */
-static int many_decide(sluice_memstore_t *m, sluice_take_item_t *it,
-		       const many_t *k, const many_t *all, int64_t now_us)
+/* The state bucket k starts from: the table's, or what the latest earlier
+ * occurrence of the same bucket left (its starting state when that is in
+ * the same item: one limit given twice is one bucket). */
+static void many_start(sluice_memstore_t *m, bucket_t *b, size_t k)
 {
-	sluice_state_t cur[MAX_STATES], *have = NULL;
-	sluice_decision_t dec[MAX_STATES];
 	size_t j;
 	slot_t *sl;
 
-	if (k->prev >= 0) {
-		have = all[k->prev].next;
-	} else if ((sl = find(&m->shards[k->shard], k->h1, k->h2))) {
-		have = slot_states(sl, it->nlimits);
+	for (j = k; j-- > 0;)
+		if (b[j].h1 == b[k].h1 && b[j].h2 == b[k].h2) {
+			b[k].cur =
+				b[j].item == b[k].item ? b[j].cur : b[j].next;
+			b[k].found = 1;
+			return;
+		}
+	sl = find(&m->shards[b[k].shard], b[k].h1, b[k].h2);
+	b[k].found = sl != NULL;
+	b[k].cur = sl ? sl->state : 0;
+}
+
+/* Decides item it over its buckets b[0..nlimits); 1 when it passes. */
+static int many_decide(sluice_memstore_t *m, sluice_take_item_t *it,
+		       bucket_t *b, bucket_t *all, int64_t now_us)
+{
+	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	sluice_decision_t dec[SLUICE_MAX_LIMITS];
+	size_t j;
+
+	for (j = 0; j < it->nlimits; j++) {
+		many_start(m, all, (size_t)(b - all) + j);
+		cur[j] = b[j].cur;
 	}
-	if (have)
-		memcpy(cur, have, it->nlimits * sizeof(cur[0]));
-	else
-		memset(cur, 0, it->nlimits * sizeof(cur[0]));
 	it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, now_us,
-				      it->cost, k->next, dec, NULL);
-	it->summary = dec[0];
-	it->which = 0;
-	for (j = 1; j < it->nlimits; j++)
-		if (sluice_decision_merge(&it->summary, &dec[j]))
-			it->which = j;
+				      it->cost, next, dec, &it->summary);
+	it->which = it->summary.which;
+	for (j = 0; j < it->nlimits; j++)
+		b[j].next = next[j];
 	return it->allowed;
 }
 
-/* Writes item i's new states (looked up again: an insert for an earlier
- * item may have moved or evicted slots of this shard). */
-static void many_commit(sluice_memstore_t *m, const sluice_take_item_t *it,
-			const many_t *k, int64_t now_us)
+/* Writes bucket k's new state (looked up again: an insert for an earlier
+ * bucket may have moved slots of this shard).  Later occurrences of the
+ * same bucket write after it, so the last state stands. */
+static void many_commit(sluice_memstore_t *m, const bucket_t *b, size_t k,
+			int64_t now_us, const uint64_t *keep, size_t nkeep)
 {
-	shard_t *s = &m->shards[k->shard];
-	sluice_state_t *have = NULL;
-	slot_t *sl = find(s, k->h1, k->h2);
+	shard_t *s = &m->shards[b[k].shard];
+	slot_t *sl = find(s, b[k].h1, b[k].h2);
 
-	if (sl && !(have = slot_states(sl, it->nlimits))) {
-		/* The key's limits changed (a new config): start afresh. */
-		remove_at(s, (size_t)(sl - s->slots));
-		sl = NULL;
-	}
-	if (have) {
-		memcpy(have, k->next, it->nlimits * sizeof(k->next[0]));
-		sl->h2 |= H2_REF;
-	} else if (it->cost > 0) {
-		insert(s, k->h1, k->h2, k->next, it->nlimits, now_us);
-	}
+	if (sl)
+		sl->state = b[k].next;
+	else if (b[k].next != b[k].cur || b[k].found)
+		insert(s, b[k].h1, b[k].h2, b[k].next, now_us, keep, nkeep);
 }
 
 int sluice_memstore_take_many(sluice_memstore_t *m, sluice_take_item_t *items,
 			      size_t n, int64_t now_us)
 {
-	many_t stack_k[MANY_STACK], *k = stack_k;
-	sluice_state_t stack_s[MANY_STACK * 4], *states = stack_s;
-	uint64_t shards;
-	size_t i, total;
+	bucket_t stack_b[SLUICE_MAX_LIMITS], *b = stack_b;
+	uint64_t stack_keep[SLUICE_MAX_LIMITS], *keep = stack_keep, shards;
+	size_t i, k, total, first;
 	int all = 1, rc;
 
 	if ((rc = many_check(items, n, &total)) < 0)
 		return rc;
 	if (n == 0)
 		return 1;
-	if (n > MANY_STACK)
-		k = malloc(n * sizeof(*k));
-	if (total > MANY_STACK * 4)
-		states = malloc(total * sizeof(*states));
-	if (!k || !states) {
-		rc = SLUICE_ENOMEM;
-		goto out;
+	if (total > SLUICE_MAX_LIMITS) {
+		b = malloc(total * sizeof(*b));
+		keep = malloc(total * sizeof(*keep));
+		if (!b || !keep) {
+			rc = SLUICE_ENOMEM;
+			goto out;
+		}
 	}
-	if ((rc = many_prepare(m, items, n, k, states, &shards)) < 0)
-		goto out;
+	many_buckets(m, items, n, b, &shards);
+	for (k = 0; k < total; k++)
+		keep[k] = b[k].h1;
 
 	for (i = 0; i < m->nshards; i++)
 		if (shards >> i & 1)
 			pthread_mutex_lock(&m->shards[i].lock);
-	for (i = 0; i < n; i++)
-		if (!many_decide(m, &items[i], &k[i], k, now_us))
+	for (i = 0, k = 0; i < n; k += items[i++].nlimits)
+		if (!many_decide(m, &items[i], &b[k], b, now_us))
 			all = 0;
 	if (all)
-		for (i = 0; i < n; i++)
-			many_commit(m, &items[i], &k[i], now_us);
+		for (i = 0, first = 0; i < n; first += items[i++].nlimits)
+			for (k = first; k < first + items[i].nlimits; k++)
+				many_commit(m, b, k, now_us,
+					    total <= MANY_KEEP_ALL
+						    ? keep
+						    : keep + first,
+					    total <= MANY_KEEP_ALL
+						    ? total
+						    : items[i].nlimits);
 	for (i = m->nshards; i-- > 0;)
 		if (shards >> i & 1) {
 			reclaim_step(&m->shards[i], now_us, RECLAIM_STEP);
@@ -599,9 +619,9 @@ int sluice_memstore_take_many(sluice_memstore_t *m, sluice_take_item_t *items,
 	reclaim_elsewhere(m, now_us);
 	rc = all;
 out:
-	if (k != stack_k)
-		free(k);
-	if (states != stack_s)
-		free(states);
+	if (b != stack_b)
+		free(b);
+	if (keep != stack_keep)
+		free(keep);
 	return rc;
 }

@@ -679,7 +679,7 @@ class ModuleTest(unittest.TestCase):
             (["SLUICE.TAKEMULTI"], "ERR wrong number of arguments"),
             (["SLUICE.TAKEMULTI", "0", "10", "2/s"], "ERR numkeys"),
             (["SLUICE.TAKEMULTI", "x", "k", "10", "2/s"], "ERR numkeys"),
-            (["SLUICE.TAKEMULTI", "65"] + ["k"] * 195, "ERR numkeys"),
+            (["SLUICE.TAKEMULTI", "17"] + ["k"] * 51, "ERR numkeys"),
             (["SLUICE.TAKEMULTI", "2", "a", "b", "10", "2/s"],
              "ERR numkeys is 2"),
             (["SLUICE.TAKEMULTI", "1", "a", "10", "2/s", "5"],

@@ -26,7 +26,7 @@
 
 #include "sluice.h"
 
-#define MAX_LIMITS 64
+#define MAX_LIMITS SLUICE_MAX_LIMITS
 
 static long long ms_ceil(uint64_t us)
 {
@@ -95,11 +95,8 @@ int main(void)
 						 "after L");
 			sluice_eval_all(
 				limits, states, n, strtoll(now, NULL, 10),
-				strtoull(cost, NULL, 10), next, d, NULL);
-			summary = d[0];
-			for (i = 1, w = 0; i < n; i++)
-				if (sluice_decision_merge(&summary, &d[i]))
-					w = i;
+				strtoull(cost, NULL, 10), next, d, &summary);
+			w = summary.which;
 			printf("%d %llu %llu %lld %lld %zu", summary.allowed,
 			       (unsigned long long)summary.limit,
 			       (unsigned long long)summary.remaining,

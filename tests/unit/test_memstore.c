@@ -195,6 +195,95 @@ static void test_multi_limit_all_or_nothing(void)
 	sluice_memstore_free(m);
 }
 
+/*
+ * A bucket is the key and its limit, not the limit's position: a user
+ * drained on tier "free" (one limit) who sends one request as tier "paid"
+ * (another limit first, then free's) is still drained on free; a rule
+ * that loses or gains a limit keeps every remaining limit's state; the
+ * same limit twice is one bucket, charged once.
+ */
+static void test_switching_tiers_keeps_every_limit_state(void)
+{
+	sluice_limit_t free_[1] = {limit("5", "1/h")};
+	sluice_limit_t paid[2] = {limit("100", "100/h"), limit("5", "1/h")};
+	sluice_limit_t grown[2] = {limit("1000", "1000/day"),
+				   limit("100", "100/h")};
+	sluice_limit_t dup[2] = {limit("5", "1/h"), limit("5", "1/h")};
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_decision_t d[2], sum;
+	int i;
+
+	CHECK(m);
+	for (i = 0; i < 5; i++)
+		CHECK(sluice_memstore_take(m, "u", 1, free_, 1, 1, T0, d,
+					   &sum) == 1);
+	CHECK(sluice_memstore_take(m, "u", 1, free_, 1, 1, T0, d, &sum) == 0);
+	CHECK(sluice_memstore_take(m, "u", 1, paid, 2, 1, T0, d, &sum) == 0);
+	CHECK(sum.which == 1 && sum.limit == 5);
+	CHECK(sluice_memstore_take(m, "u", 1, free_, 1, 1, T0, d, &sum) == 0);
+
+	for (i = 0; i < 3; i++)
+		CHECK(sluice_memstore_take(m, "r", 1, paid, 2, 1, T0, d,
+					   &sum) == 1);
+	CHECK(sluice_memstore_take(m, "r", 1, paid, 1, 1, T0, d, &sum) == 1);
+	CHECK_EQ_U64(sum.remaining, 96);
+	CHECK(sluice_memstore_take(m, "r", 1, grown, 2, 1, T0, d, &sum) == 1);
+	CHECK(sum.which == 1);
+	CHECK_EQ_U64(sum.remaining, 95);
+	CHECK(sluice_memstore_take(m, "r", 1, free_, 1, 0, T0, d, &sum) == 1);
+	CHECK_EQ_U64(sum.remaining, 2);
+
+	CHECK(sluice_memstore_take(m, "d", 1, dup, 2, 1, T0, d, &sum) == 1);
+	CHECK(sum.which == 0);
+	CHECK_EQ_U64(sum.remaining, 4);
+	CHECK(sluice_memstore_take(m, "d", 1, free_, 1, 0, T0, d, &sum) == 1);
+	CHECK_EQ_U64(sum.remaining, 4);
+	sluice_memstore_free(m);
+}
+
+/*
+ * Eviction is no reset button: with max_keys 1,000, 20 users drain their
+ * buckets, then a flood of 3,000 fresh keys (one request each, so in debt
+ * by one token) fills the store twice over.  Eviction takes what loses
+ * least, the fresh keys, and none of the 20 comes back full; what the
+ * evictions forgave is counted.
+ */
+static void test_flood_of_fresh_keys_resets_no_drained_bucket(void)
+{
+	sluice_limit_t l = limit("10", "1/min");
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_stats_t st;
+	sluice_decision_t sum;
+	int64_t now = T0;
+	char key[32];
+	int u, i;
+
+	CHECK(m);
+	for (u = 0; u < 20; u++) {
+		snprintf(key, sizeof(key), "user-%d", u);
+		for (i = 0; i < 10; i++)
+			CHECK(sluice_memstore_take(m, key, strlen(key), &l, 1,
+						   1, now++, NULL, &sum) == 1);
+	}
+	for (i = 0; i < 3000; i++) {
+		snprintf(key, sizeof(key), "fresh-%d", i);
+		CHECK(sluice_memstore_take(m, key, strlen(key), &l, 1, 1, now++,
+					   NULL, &sum) == 1);
+	}
+	for (u = 0; u < 20; u++) {
+		snprintf(key, sizeof(key), "user-%d", u);
+		CHECK(sluice_memstore_take(m, key, strlen(key), &l, 1, 1, now,
+					   NULL, &sum) == 0);
+	}
+	sluice_memstore_stats(m, &st);
+	sluice_memstore_free(m);
+	CHECK(st.keys <= 1000);
+	CHECK(st.evicted_lossy >= 2000);
+	/* Each eviction forgave one fresh key's token: at most 60 s. */
+	CHECK(st.evicted_debt_us > 0);
+	CHECK(st.evicted_debt_us <= st.evicted_lossy * 60000000ull);
+}
+
 static void test_bad_arguments(void)
 {
 	sluice_limit_t l = limit("10", "1/s");
@@ -206,8 +295,8 @@ static void test_bad_arguments(void)
 	CHECK(sluice_memstore_new(0) == NULL);
 	CHECK(sluice_memstore_take(m, "k", 1, &l, 0, 1, T0, NULL, &sum) ==
 	      SLUICE_EINVAL);
-	CHECK(sluice_memstore_take(m, "k", 1, &l, 65, 1, T0, NULL, &sum) ==
-	      SLUICE_EINVAL);
+	CHECK(sluice_memstore_take(m, "k", 1, &l, SLUICE_MAX_LIMITS + 1, 1, T0,
+				   NULL, &sum) == SLUICE_EINVAL);
 	/* Keys of any length, told apart by every byte. */
 	memset(big, 'x', sizeof(big));
 	CHECK(sluice_memstore_take(m, big, sizeof(big), &l, 1, 10, T0, NULL,
@@ -229,6 +318,8 @@ int main(void)
 	RUN(test_full_bucket_eviction_loses_nothing);
 	RUN(test_expired_states_are_reclaimed_incrementally);
 	RUN(test_multi_limit_all_or_nothing);
+	RUN(test_switching_tiers_keeps_every_limit_state);
+	RUN(test_flood_of_fresh_keys_resets_no_drained_bucket);
 	RUN(test_bad_arguments);
 	TESTS_DONE();
 }

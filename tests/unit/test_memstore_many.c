@@ -95,15 +95,36 @@ static void test_a_repeated_key_is_charged_for_each_item(void)
 static void test_malformed_items_are_refused(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
-	sluice_limit_t two[2] = {lim(3, "1/h"), lim(3, "1/h")};
-	sluice_take_item_t it[2];
+	sluice_limit_t two[SLUICE_MAX_LIMITS + 1];
+	sluice_take_item_t it[1];
 
+	two[0] = lim(3, "1/h");
 	item(&it[0], "k", two, 0, 1);
 	CHECK(sluice_memstore_take_many(m, it, 1, T0) == SLUICE_EINVAL);
+	item(&it[0], "k", two, SLUICE_MAX_LIMITS + 1, 1);
+	CHECK(sluice_memstore_take_many(m, it, 1, T0) == SLUICE_EINVAL);
 	item(&it[0], "k", two, 1, 1);
-	item(&it[1], "k", two, 2, 1); /* same key, other limits */
-	CHECK(sluice_memstore_take_many(m, it, 2, T0) == SLUICE_EINVAL);
+	it[0].key = NULL; /* 1 byte from nowhere */
+	CHECK(sluice_memstore_take_many(m, it, 1, T0) == SLUICE_EINVAL);
 	CHECK(sluice_memstore_take_many(m, it, 0, T0) == 1);
+	sluice_memstore_free(m);
+}
+
+/* A bucket is its key and its limit: the same key with a limit it had
+ * before (another tier, another rule's set) meets that limit's state. */
+static void test_a_shared_limit_keeps_its_state_across_items(void)
+{
+	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_limit_t a = lim(5, "1/h"), both[2] = {lim(100, "1/h"), a};
+	sluice_take_item_t it[2];
+
+	item(&it[0], "k", &a, 1, 3);
+	item(&it[1], "k", both, 2, 2);
+	CHECK(sluice_memstore_take_many(m, it, 2, T0) == 1);
+	CHECK_EQ_U64(it[1].summary.remaining, 0); /* 5 - 3 - 2 */
+	CHECK_EQ_U64(it[1].which, 1);
+	CHECK_EQ_U64(left(m, "k", &a, 1, T0), 0);
+	CHECK(sluice_memstore_take_many(m, it, 1, T0) == 0);
 	sluice_memstore_free(m);
 }
 
@@ -178,6 +199,7 @@ int main(void)
 	RUN(test_which_names_the_most_restrictive_limit);
 	RUN(test_a_repeated_key_is_charged_for_each_item);
 	RUN(test_malformed_items_are_refused);
+	RUN(test_a_shared_limit_keeps_its_state_across_items);
 	RUN(test_threads_charge_exactly_the_allowed);
 	TESTS_DONE();
 }

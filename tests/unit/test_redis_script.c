@@ -185,14 +185,7 @@ static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
 		}
 
 		sluice_eval_all(limits, states, n, now, cost, next, ds, &sum);
-		w = 0;
-		{
-			sluice_decision_t m = ds[0];
-
-			for (i = 1; i < n; i++)
-				if (sluice_decision_merge(&m, &ds[i]))
-					w = i;
-		}
+		w = sum.which;
 
 #define NUM(v)                                                                 \
 	(snprintf(nums[nn], 32, "%" PRIu64, (uint64_t)(v)),                    \

@@ -54,6 +54,7 @@ static void one_done(void *arg, int status, int allowed,
 	if (status == 0) {
 		o->it->allowed = allowed;
 		o->it->summary = *summary;
+		o->it->summary.which = which;
 		o->it->which = which;
 	}
 	o->cb(o->arg, status, allowed);
@@ -239,6 +240,7 @@ int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 			    &it->summary, &it->which) < 0)
 			return -1;
 		it->which = c->mk[off + it->which].orig;
+		it->summary.which = it->which;
 		if (!it->allowed)
 			*allowed = 0;
 	}

@@ -135,12 +135,8 @@ int sluice_redis__decide_shortfalls(const redisReply *const *el,
 		D = (uint64_t)e->integer;
 		states[i] = (sluice_state_t)((D / per) * 1000 + D % per);
 	}
-	*allowed = sluice_eval_all(limits, states, n, 0, cost, next, ds, NULL);
-	*which = 0;
-	*d = ds[0];
-	for (i = 1; i < n; i++)
-		if (sluice_decision_merge(d, &ds[i]))
-			*which = i;
+	*allowed = sluice_eval_all(limits, states, n, 0, cost, next, ds, d);
+	*which = d->which;
 	/* Whole ms, rounded up, as the module answers them. */
 	if (!d->never)
 		d->retry_after_us = ceil_ms(d->retry_after_us) * 1000;
@@ -176,5 +172,6 @@ int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 	d->never = v[3] < 0;
 	d->retry_after_us = v[3] < 0 ? UINT64_MAX : (uint64_t)v[3] * 1000;
 	d->reset_after_us = (uint64_t)v[4] * 1000;
+	d->which = *which;
 	return 0;
 }

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""`sluice serve`: nothing a client sends resets or poisons another bucket.
+
+On the memory store and on the Redis store alike:
+- a user drained on tier `free` who sends one request as tier `paid` is
+  still drained on `free` (a bucket is its key and its limit, not the
+  limit's position or the number of limits);
+- a user of `paid` who switches to `free` meets a fresh `free` bucket, not
+  one re-measured from `paid`'s state;
+- a reload that gives a rule one more limit keeps the state of the limit
+  it already had;
+- an ad-hoc `POST /v1/take` with other limits on the same key never
+  touches the bucket of a caller with different limits (an attacker's
+  capacity 2 at one token per 4.46 years once made a victim with capacity
+  10 at 1/s wait 4.46 years).
+
+Every count is exact: the limits refill at most one token an hour, far
+slower than the test runs.
+"""
+import json
+import os
+import signal
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import RedisServer, Sluice  # noqa: E402
+
+TIERS = """
+store: %(store)s
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    tiers:
+      header: x-user-tier
+      default: free
+      limits:
+        free: [{capacity: 5, rate: 1/h}]
+        paid: [{capacity: 100, rate: 100/h}, {capacity: 1000, rate: 1000/day}]
+"""
+
+ONE_LIMIT = """
+store: %(store)s
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    limits: [{capacity: 5, rate: 1/h}]
+"""
+
+TWO_LIMITS = """
+store: %(store)s
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    limits: [{capacity: 1000, rate: 1000/day}, {capacity: 5, rate: 1/h}]
+"""
+
+
+def check(s, user, tier=None):
+    headers = {"x-user-id": user}
+    if tier:
+        headers["x-user-tier"] = tier
+    return s.request("GET", "/v1/check", headers)
+
+
+def take(s, body):
+    return s.request("POST", "/v1/take", {}, json.dumps(body))
+
+
+class Buckets:
+    """The scenarios, run by a subclass for each store."""
+
+    def store(self):
+        raise NotImplementedError
+
+    def config(self, text):
+        return text % {"store": self.store()}
+
+    def test_switching_tier_does_not_refill_the_drained_one(self):
+        with Sluice(self.config(TIERS)) as s:
+            for _ in range(5):
+                self.assertEqual(check(s, "drained", "free").status, 200)
+            self.assertEqual(check(s, "drained", "free").status, 429)
+            r = check(s, "drained", "paid")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "99")
+            r = check(s, "drained", "free")
+            self.assertEqual(r.status, 429)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "0")
+
+    def test_switching_tier_starts_from_that_tiers_own_bucket(self):
+        with Sluice(self.config(TIERS)) as s:
+            for _ in range(10):
+                self.assertEqual(check(s, "upgraded", "paid").status, 200)
+            r = check(s, "upgraded", "free")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "4")
+
+    def test_reload_adding_a_limit_keeps_the_other(self):
+        with Sluice(self.config(ONE_LIMIT), threads=1) as s:
+            for _ in range(5):
+                self.assertEqual(check(s, "kept").status, 200)
+            self.assertEqual(check(s, "kept").status, 429)
+            s.write_config(self.config(TWO_LIMITS))
+            s.signal(signal.SIGHUP)
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(
+                    'sluice_config_reloads_total{result="ok"}') == 1))
+            r = check(s, "kept")
+            self.assertEqual(r.status, 429)
+            self.assertEqual(r.header("x-ratelimit-remaining"), "0")
+
+    def test_adhoc_limits_of_another_caller_never_poison_a_bucket(self):
+        with Sluice(self.config(ONE_LIMIT)) as s:
+            attacker = {"key": "alice", "capacity": 2,
+                        "rate": "1/140737488355328us"}
+            victim = {"key": "alice", "capacity": 10, "rate": "1/s"}
+            self.assertEqual(take(s, attacker).status, 200)
+            self.assertEqual(take(s, attacker).status, 200)
+            self.assertEqual(take(s, attacker).status, 429)
+            r = take(s, victim)
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.json()["remaining"], 9)
+            self.assertEqual(r.json()["retry_after_ms"], 0)
+            # And the other way round: the victim's use leaves the
+            # attacker's bucket as it was.
+            self.assertEqual(take(s, attacker).status, 429)
+
+
+class MemoryStore(Buckets, unittest.TestCase):
+    def store(self):
+        return "memory"
+
+
+class RedisStore(Buckets, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = RedisServer()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.redis.stop()
+
+    def setUp(self):
+        self.redis.cli("FLUSHALL")
+
+    def store(self):
+        return '{redis: {url: "%s", timeout_ms: 1000}}' % self.redis.url()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

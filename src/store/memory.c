@@ -575,7 +575,8 @@ int sluice_memstore_take_many(sluice_memstore_t *m, sluice_take_item_t *items,
 			      size_t n, int64_t now_us)
 {
 	bucket_t stack_b[SLUICE_MAX_LIMITS], *b = stack_b;
-	uint64_t stack_keep[SLUICE_MAX_LIMITS], *keep = stack_keep, shards;
+	uint64_t stack_keep[SLUICE_MAX_LIMITS], *keep = stack_keep, shards,
+						rest;
 	size_t i, k, total, first;
 	int all = 1, rc;
 
@@ -595,9 +596,8 @@ int sluice_memstore_take_many(sluice_memstore_t *m, sluice_take_item_t *items,
 	for (k = 0; k < total; k++)
 		keep[k] = b[k].h1;
 
-	for (i = 0; i < m->nshards; i++)
-		if (shards >> i & 1)
-			pthread_mutex_lock(&m->shards[i].lock);
+	for (rest = shards; rest; rest &= rest - 1)
+		pthread_mutex_lock(&m->shards[__builtin_ctzll(rest)].lock);
 	for (i = 0, k = 0; i < n; k += items[i++].nlimits)
 		if (!many_decide(m, &items[i], &b[k], b, now_us))
 			all = 0;

@@ -289,9 +289,8 @@ typedef struct sluice_take_item_s {
 	uint64_t cost;
 	/* outputs */
 	int allowed;		   /* this key's limits alone would pass */
-	sluice_decision_t summary; /* its most restrictive decision */
-	size_t which;		   /* the limit summary comes from (as
-				      summary.which) */
+	sluice_decision_t summary; /* its most restrictive decision;
+				      summary.which is that limit's index */
 } sluice_take_item_t;
 
 /*

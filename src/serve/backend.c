@@ -20,14 +20,11 @@ static int memory_take(void *impl, sluice_take_item_t *items, size_t n,
 					 items->limits, items->nlimits,
 					 items->cost, now_us, NULL,
 					 &items->summary);
-		if (r >= 0) {
+		if (r >= 0)
 			items->allowed = r;
-			items->which = items->summary.which;
-		}
 	} else {
 		r = sluice_memstore_take_many(impl, items, n, now_us);
 	}
-
 	if (r == SLUICE_EINVAL)
 		return r;
 	cb(arg, r < 0 ? r : 0, r > 0);

@@ -117,7 +117,7 @@ static void record(sluice_take_t *t, size_t first, size_t n, int allowed,
 		r->decided = 1;
 		r->local = local;
 		r->d = it->summary;
-		r->which = it->which;
+		r->which = it->summary.which;
 		if (allowed)
 			r->outcome = SLUICE_OUT_ALLOWED;
 		else if (!it->allowed)

@@ -550,7 +550,6 @@ static int many_decide(sluice_memstore_t *m, sluice_take_item_t *it,
 	}
 	it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, now_us,
 				      it->cost, next, dec, &it->summary);
-	it->which = it->summary.which;
 	for (j = 0; j < it->nlimits; j++)
 		b[j].next = next[j];
 	return it->allowed;

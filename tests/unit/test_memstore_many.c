@@ -70,7 +70,7 @@ static void test_which_names_the_most_restrictive_limit(void)
 
 	item(&it, "k", two, 2, 1);
 	CHECK(sluice_memstore_take_many(m, &it, 1, T0) == 1);
-	CHECK_EQ_U64(it.which, 1);
+	CHECK_EQ_U64(it.summary.which, 1);
 	CHECK_EQ_U64(it.summary.remaining, 2);
 	sluice_memstore_free(m);
 }
@@ -122,7 +122,7 @@ static void test_a_shared_limit_keeps_its_state_across_items(void)
 	item(&it[1], "k", both, 2, 2);
 	CHECK(sluice_memstore_take_many(m, it, 2, T0) == 1);
 	CHECK_EQ_U64(it[1].summary.remaining, 0); /* 5 - 3 - 2 */
-	CHECK_EQ_U64(it[1].which, 1);
+	CHECK_EQ_U64(it[1].summary.which, 1);
 	CHECK_EQ_U64(left(m, "k", &a, 1, T0), 0);
 	CHECK(sluice_memstore_take_many(m, it, 1, T0) == 0);
 	sluice_memstore_free(m);

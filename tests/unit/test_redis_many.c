@@ -126,7 +126,7 @@ static void test_a_thousand_keys_in_one_take(int port)
 	while (t.done < 3)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(t.failed == 0 && t.allowed == 1);
-	CHECK(it[0].which == 1); /* 50/day is the tighter one */
+	CHECK(it[0].summary.which == 1); /* 50/day is the tighter one */
 	res = rh_take(&loop, r, "k0", l, 2, 0);
 	CHECK(res.status == 0 && res.d.remaining == 49);
 	rh_close_client(&loop, r);
@@ -207,7 +207,7 @@ static void test_a_limit_given_twice_is_one_bucket(int port)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(t.allowed == 1);
 	CHECK(it[0].summary.remaining == 3); /* not 2 */
-	CHECK(it[0].which == 1);
+	CHECK(it[0].summary.which == 1);
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 }

@@ -55,7 +55,6 @@ static void one_done(void *arg, int status, int allowed,
 		o->it->allowed = allowed;
 		o->it->summary = *summary;
 		o->it->summary.which = which;
-		o->it->which = which;
 	}
 	o->cb(o->arg, status, allowed);
 	free(o);
@@ -219,7 +218,7 @@ int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 			     int *allowed)
 {
-	size_t off = 0, run;
+	size_t off = 0, run, which;
 
 	*allowed = 0;
 	if (c->refund)
@@ -237,10 +236,9 @@ int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 		if (sluice_redis__decide_shortfalls(
 			    (const redisReply *const *)reply->element + off,
 			    c->limits + off, run, c->mk[off].cost, &it->allowed,
-			    &it->summary, &it->which) < 0)
+			    &it->summary, &which) < 0)
 			return -1;
-		it->which = c->mk[off + it->which].orig;
-		it->summary.which = it->which;
+		it->summary.which = c->mk[off + which].orig;
 		if (!it->allowed)
 			*allowed = 0;
 	}

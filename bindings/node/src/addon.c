@@ -337,8 +337,14 @@ typedef struct rclient_s {
 	napi_env env;
 	napi_async_context actx;
 	napi_ref owner;
-	int closed;   /* close() ran: later calls are refused */
-	int teardown; /* the environment is going away: no JS */
+	/* Until the client has released its handles, the environment must
+	 * not go away (a worker's loop stops, the addon may be unloaded):
+	 * an async cleanup hook holds it. */
+	napi_async_cleanup_hook_handle hook;
+	int closed;    /* close() ran: later calls are refused */
+	int teardown;  /* the environment is going away: no JS */
+	int released;  /* the client's memory is released */
+	int finalized; /* the JS external is gone */
 } rclient_t;
 
 typedef struct rcall_s {
@@ -346,13 +352,29 @@ typedef struct rcall_s {
 	napi_ref cb;
 } rcall_t;
 
+/* The struct lives until both the client is released and the external
+ * is collected, whichever comes last. */
+static void on_released(void *arg)
+{
+	rclient_t *c = arg;
+
+	c->released = 1;
+	if (c->hook) {
+		napi_remove_async_cleanup_hook(c->hook);
+		c->hook = NULL;
+	}
+	if (c->finalized)
+		free(c);
+}
+
 static void rclient_close(rclient_t *c)
 {
 	if (c->closed)
 		return;
 	c->closed = 1;
-	/* Pending calls are answered SLUICE_ESTORE from inside this. */
-	sluice_redis_free(c->r);
+	/* Pending calls are answered SLUICE_ESTORE from inside this, through
+	 * the async context: release that only afterwards. */
+	sluice_redis_free_then(c->r, on_released, c);
 	c->r = NULL;
 	if (!c->teardown) {
 		napi_async_destroy(c->env, c->actx);
@@ -360,7 +382,9 @@ static void rclient_close(rclient_t *c)
 	}
 }
 
-static void rclient_cleanup_hook(void *arg)
+/* The environment is going away with the client open (a worker ends, the
+ * process exits): close it; on_released() then lets teardown go on. */
+static void on_env_teardown(napi_async_cleanup_hook_handle handle, void *arg)
 {
 	rclient_t *c = arg;
 
@@ -372,9 +396,9 @@ static void free_rclient(napi_env env, void *data, void *hint)
 {
 	rclient_t *c = data;
 
-	/* Only reachable once closed (open clients are referenced). */
-	napi_remove_env_cleanup_hook(env, rclient_cleanup_hook, c);
-	free(c);
+	c->finalized = 1;
+	if (c->released)
+		free(c);
 }
 
 static int get_string_prop(napi_env env, napi_value obj, const char *name,
@@ -476,16 +500,18 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 	}
 	if (napi_create_string_utf8(env, "sluice:redis", NAPI_AUTO_LENGTH,
 				    &name) != napi_ok ||
-	    napi_async_init(env, argv[0], name, &c->actx) != napi_ok ||
-	    napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
-	    napi_add_env_cleanup_hook(env, rclient_cleanup_hook, c) !=
-		    napi_ok) {
+	    napi_async_init(env, argv[0], name, &c->actx) != napi_ok) {
 		sluice_redis_free(c->r);
 		goto napi_fail;
 	}
-	if (napi_create_external(env, c, free_rclient, NULL, &ext) != napi_ok) {
+	if (napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
+	    napi_add_async_cleanup_hook(env, on_env_teardown, c, &c->hook) !=
+		    napi_ok ||
+	    napi_create_external(env, c, free_rclient, NULL, &ext) != napi_ok) {
+		/* The struct is freed once released, like a closed one. */
+		c->finalized = 1;
 		rclient_close(c);
-		napi_remove_env_cleanup_hook(env, rclient_cleanup_hook, c);
+		c = NULL;
 		goto napi_fail;
 	}
 	c = NULL;

@@ -114,6 +114,18 @@ test('close() with 1,000 calls in flight settles every one and lets the process 
   assert.equal(r.healthy, false);
 });
 
+test('worker threads and process.exit() with open limiters and calls in flight end cleanly', async () => {
+  for (let run = 0; run < 3; run++) {
+    const child = track(spawn(process.execPath, [path.join(__dirname, 'fixtures', 'workers.js'), redis.url],
+      { stdio: ['ignore', 'pipe', 'pipe'] }), 'workers');
+    const code = await new Promise((resolve) => {
+      const t = setTimeout(() => child.kill('SIGKILL'), 60000);
+      child.on('exit', (c, sig) => { clearTimeout(t); resolve(sig || c); });
+    });
+    assert.equal(code, 0, child.log());
+  }
+});
+
 test('bad Redis options throw at once with the reason', () => {
   assert.throws(() => new sluice.Limiter({ store: { redis: { url: 'http://x' } } }), /redis/i);
   assert.throws(() => new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 0 } } }), RangeError);

@@ -132,7 +132,7 @@ int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
  * A limit's identity, which names its bucket in every store:
  * "<capacity>@<rate>" with the rate's canonical text (sluice_rate_format()
  * of the rate in lowest terms): "100@2/s", "1000@1000/h", "5@1/259200s",
- * "10@3/1000000us".  One spelling per limit, and different limits never
+ * "10@3/7000000us".  One spelling per limit, and different limits never
  * share one.  A key's state for a limit is found by key + this id, never
  * by the limit's position: switching tiers, a rule gaining or losing a
  * limit on reload, or two callers with different limits on one key never
@@ -142,6 +142,10 @@ int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
 #define SLUICE_LIMIT_ID_MAX 48
 size_t sluice_limit_id(const sluice_limit_t *limit,
 		       char buf[SLUICE_LIMIT_ID_MAX]);
+
+/* 1 when the limit is one sluice_limit_init() could have built (the stores
+ * refuse others with SLUICE_EINVAL rather than divide by zero). */
+int sluice_limit_valid(const sluice_limit_t *limit);
 
 /* 1 when a and b are the same limit (same capacity, same rate in any
  * terms), so they share one bucket. */
@@ -269,7 +273,7 @@ void sluice_memstore_free(sluice_memstore_t *store);
  * into decisions (may be NULL) and the most restrictive one into *summary
  * (may be NULL; summary->which is its limit's index).  Returns 1 if
  * allowed, 0 if rejected, or SLUICE_EINVAL when nlimits is 0 or above
- * SLUICE_MAX_LIMITS.
+ * SLUICE_MAX_LIMITS or a limit is not valid (sluice_limit_valid()).
  */
 int sluice_memstore_take(sluice_memstore_t *store, const void *key,
 			 size_t keylen, const sluice_limit_t *limits,

@@ -79,7 +79,7 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
  * callback may run before this returns (for example when the
  * circuit breaker is open and the call fails fast).  Returns 0, or
  * SLUICE_EINVAL when the call is malformed (nlimits 0 or above
- * SLUICE_MAX_LIMITS, a key
+ * SLUICE_MAX_LIMITS, a limit that is not valid, a key
  * longer than 65535 bytes, or, in a cluster, several limits on a key that
  * is empty or starts with '}', which has no hash tag) or SLUICE_ENOMEM;
  * the callback is then not called.

@@ -26,8 +26,14 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 		       char buf[SLUICE_LIMIT_ID_MAX])
 {
 	sluice_rate_t rate = limit->rate;
-	uint64_t g = gcd(rate.interval, rate.per);
+	uint64_t g;
 	int n;
+
+	if (rate.interval == 0 || rate.per == 0) {
+		buf[0] = '\0'; /* not a limit: no id */
+		return 0;
+	}
+	g = gcd(rate.interval, rate.per);
 
 	/* A hand-built limit may not be in lowest terms: reduce, so that
 	 * equal limits always get equal ids.  The rate's canonical text is
@@ -41,7 +47,19 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 		     (unsigned long long)limit->capacity);
 	n += sluice_rate_format(&rate, buf + n,
 				SLUICE_LIMIT_ID_MAX - (size_t)n);
+	/* A valid limit needs at most 40 bytes; one out of range is cut
+	 * short rather than overrun the buffer. */
+	if (n >= SLUICE_LIMIT_ID_MAX)
+		n = SLUICE_LIMIT_ID_MAX - 1;
 	return (size_t)n;
+}
+
+int sluice_limit_valid(const sluice_limit_t *l)
+{
+	return l->capacity >= 1 && l->rate.interval >= 1 && l->rate.per >= 1 &&
+	       l->rate.per <= SLUICE_RATE_PER_MAX &&
+	       l->capacity <= SLUICE_UNITS_MAX / l->rate.interval &&
+	       l->tau == l->capacity * l->rate.interval;
 }
 
 int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b)

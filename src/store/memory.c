@@ -13,8 +13,10 @@
  * with probability below 2^-66; in exchange the table needs no key bytes,
  * and a decision touches one table slot per limit and nothing else.
  *
- * Layout.  The table is split into shards (a power of two, up to 64), each
- * with its own mutex, so concurrent callers on different keys rarely meet.
+ * Layout.  The table is split into shards (a power of two, up to 64; fewer
+ * for a small max_keys, so that each has room for 2 * SLUICE_MAX_LIMITS
+ * buckets), each with its own mutex, so concurrent callers on different
+ * keys rarely meet.
  * A key's shard comes from the top bits of its hash (before the limit is
  * mixed in: every limit of a key lives in one shard, charged under one
  * lock), a bucket's home slot from the low bits.  A shard is an
@@ -30,9 +32,11 @@
  * expires first (the smallest debt, in time to full), among EVICT_WINDOW
  * buckets from a hand that moves on with each eviction (the whole shard
  * when it holds no more).  So a flood of fresh keys, each in debt by one
- * request, evicts other fresh keys and never a drained bucket while any
- * fresh one remains: eviction is no reset button.  Lossy evictions are
- * counted, with the debt they forgave.
+ * request, evicts other fresh keys, and a drained bucket goes only when
+ * every bucket examined is in deeper debt (in a shard of fresh keys and a
+ * few drained ones, never): eviction is no reset button.  A bounded window
+ * keeps an eviction O(1).  Lossy evictions are counted, with the debt they
+ * forgave.
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no
  * background thread and no stop-the-world scan: every call also examines
@@ -214,6 +218,14 @@ static void reclaim_step(shard_t *s, int64_t now_us, int steps)
 	}
 }
 
+/* now_us as sluice_eval() sees it. */
+static int64_t clamp_now(int64_t now_us)
+{
+	return now_us < 0		     ? 0
+	       : now_us > SLUICE_TIME_MAX_US ? SLUICE_TIME_MAX_US
+					     : now_us;
+}
+
 /* 1 when h1 is one of the buckets the current call is writing. */
 static int busy(uint64_t h1, const uint64_t *keep, size_t nkeep)
 {
@@ -231,17 +243,15 @@ static int busy(uint64_t h1, const uint64_t *keep, size_t nkeep)
  * expiry: the least debt) among EVICT_WINDOW buckets from the hand.  The
  * buckets of the current call (keep) are never chosen.  Debt is compared
  * in time to full, which orders buckets the same way at any instant.
+ * Returns -1 when the shard holds nothing else (a shard smaller than one
+ * call's limits).
  */
-static void evict_one(shard_t *s, int64_t now_us, const uint64_t *keep,
-		      size_t nkeep)
+static int evict_one(shard_t *s, int64_t now_us, const uint64_t *keep,
+		     size_t nkeep)
 {
 	/* States order as their expiries do, and a state is full at now_us
 	 * iff it is <= now_us * 1000: compare states, no division. */
-	const sluice_state_t full =
-		(now_us < 0		       ? 0
-		 : now_us > SLUICE_TIME_MAX_US ? SLUICE_TIME_MAX_US
-					       : now_us) *
-		1000;
+	const sluice_state_t full = clamp_now(now_us) * 1000;
 	size_t i = s->hand, seen = 0, scanned = 0;
 	sluice_state_t best = INT64_MAX;
 	long victim = -1;
@@ -257,7 +267,7 @@ static void evict_one(shard_t *s, int64_t now_us, const uint64_t *keep,
 			remove_at(s, i);
 			s->evicted_full++;
 			s->hand = i;
-			return;
+			return 0;
 		}
 		if (sl->state < best) {
 			best = sl->state;
@@ -265,12 +275,13 @@ static void evict_one(shard_t *s, int64_t now_us, const uint64_t *keep,
 		}
 	}
 	if (victim < 0)
-		return; /* only this call's buckets: the shard grows by one */
+		return -1; /* only this call's buckets */
 	remove_at(s, (size_t)victim);
 	s->evicted_lossy++;
 	s->evicted_debt_us +=
 		(uint64_t)(sluice_state_expiry_us(best) - full / 1000);
 	s->hand = i;
+	return 0;
 }
 
 /* Reclaiming elsewhere is shared out by a per-thread call counter. */
@@ -301,7 +312,9 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 
 	if (max_keys == 0)
 		return NULL;
-	while (n < MAX_SHARDS && n * 2 <= max_keys) {
+	/* Every shard holds at least two calls' worth of buckets (a call's
+	 * buckets share its key's shard), when max_keys allows. */
+	while (n < MAX_SHARDS && n * 2 * 2 * SLUICE_MAX_LIMITS <= max_keys) {
 		n *= 2;
 		bits++;
 	}
@@ -350,8 +363,14 @@ static void insert(shard_t *s, uint64_t h1, uint64_t h2, sluice_state_t state,
 {
 	slot_t sl;
 
-	if (s->count >= s->max)
-		evict_one(s, now_us, keep, nkeep);
+	if (s->count >= s->max && evict_one(s, now_us, keep, nkeep) != 0) {
+		/* No room but this call's own buckets: drop this state (the
+		 * bound holds; the bucket restarts full, counted as lost). */
+		s->evicted_lossy++;
+		s->evicted_debt_us += (uint64_t)(sluice_state_expiry_us(state) -
+						 clamp_now(now_us));
+		return;
+	}
 	if ((s->count + 1) * 4 > (s->mask + 1) * 3 && grow(s) != 0)
 		return;
 	sl.h1 = h1;
@@ -403,6 +422,9 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 
 	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
 		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return SLUICE_EINVAL;
 	if (!decisions)
 		decisions = local;
 	sluice_siphash13_128(m->seed, key, keylen, h);

@@ -400,6 +400,68 @@ static void test_all_or_nothing(void)
 	CHECK_EQ_U64(sum.limit, 3);
 	CHECK_EQ_U64(d[0].remaining, 7);
 	CHECK_EQ_U64(sum.retry_after_us, 86400000000ULL / 3);
+	/* The summary names the limit it came from; so does each decision. */
+	CHECK(sum.which == 1 && d[0].which == 0 && d[1].which == 1);
+	CHECK(sluice_eval_all(l + 1, s + 1, 1, now, 1, next, d, &sum) == 0);
+	CHECK(sum.which == 0);
+}
+
+static void expect_id(const char *cap, const char *rate, const char *want)
+{
+	sluice_limit_t l;
+	char id[SLUICE_LIMIT_ID_MAX], err[128];
+	size_t n;
+
+	CHECK(sluice_limit_parse(&l, cap, rate, err, sizeof(err)) == 0);
+	n = sluice_limit_id(&l, id);
+	if (strcmp(id, want) != 0)
+		fprintf(stderr, "limit %s %s: id %s, want %s\n", cap, rate, id,
+			want);
+	CHECK(strcmp(id, want) == 0 && n == strlen(want));
+}
+
+/* A limit's id names its bucket in every store: one spelling per limit
+ * (however the rate was written, in any terms), distinct for distinct
+ * limits, within SLUICE_LIMIT_ID_MAX. */
+static void test_limit_id_is_canonical(void)
+{
+	sluice_limit_t a, b;
+	sluice_rate_t r = {3000000, 6}; /* 2/s, not in lowest terms */
+	char ia[SLUICE_LIMIT_ID_MAX], ib[SLUICE_LIMIT_ID_MAX];
+
+	expect_id("100", "2/s", "100@2/s");
+	expect_id("100", "120/min", "100@2/s");
+	expect_id("100", "0.5/s", "100@30/min");
+	expect_id("1000", "1000/hour", "1000@1000/h");
+	expect_id("7", "7/86400000000us", "7@7/day");
+	expect_id("5", "1/3d", "5@1/259200s");
+	expect_id("10", "3/7000000us", "10@3/7000000us");
+	expect_id("2", "1/140737488355328us", "2@1/140737488355328us");
+	/* The longest id: capacity and interval near 2^52, per 999. */
+	{
+		sluice_limit_t l = {UINT64_C(4503599627370495),
+				    {UINT64_C(4503599627370495), 999},
+				    0};
+		char id[SLUICE_LIMIT_ID_MAX];
+
+		CHECK(sluice_limit_id(&l, id) < SLUICE_LIMIT_ID_MAX);
+	}
+	/* Hand-built in other terms: the same limit, the same id. */
+	CHECK(sluice_limit_parse(&a, "100", "2/s", NULL, 0) == 0);
+	b = a;
+	b.rate = r;
+	CHECK(sluice_limit_same(&a, &b));
+	sluice_limit_id(&a, ia);
+	sluice_limit_id(&b, ib);
+	CHECK(strcmp(ia, ib) == 0);
+	/* sluice_limit_init() keeps the rate in lowest terms. */
+	CHECK(sluice_limit_init(&b, 100, &r, NULL, 0) == 0);
+	CHECK(b.rate.interval == 500000 && b.rate.per == 1);
+	/* Another capacity or rate: another limit. */
+	CHECK(sluice_limit_parse(&b, "101", "2/s", NULL, 0) == 0);
+	CHECK(!sluice_limit_same(&a, &b));
+	CHECK(sluice_limit_parse(&b, "100", "3/s", NULL, 0) == 0);
+	CHECK(!sluice_limit_same(&a, &b));
 }
 
 int main(void)
@@ -414,5 +476,6 @@ int main(void)
 	RUN(test_peek_changes_nothing);
 	RUN(test_state_expires_when_full);
 	RUN(test_all_or_nothing);
+	RUN(test_limit_id_is_canonical);
 	TESTS_DONE();
 }

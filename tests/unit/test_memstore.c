@@ -284,6 +284,31 @@ static void test_flood_of_fresh_keys_resets_no_drained_bucket(void)
 	CHECK(st.evicted_debt_us <= st.evicted_lossy * 60000000ull);
 }
 
+/* A store smaller than one call's limits still holds its bound: what
+ * does not fit is dropped (and counted), never kept beyond max_keys. */
+static void test_bound_holds_below_one_calls_limits(void)
+{
+	sluice_limit_t l[3] = {limit("5", "1/s"), limit("50", "1/min"),
+			       limit("500", "1/h")};
+	sluice_memstore_t *m = sluice_memstore_new(2);
+	sluice_memstore_stats_t st;
+	sluice_decision_t sum;
+	int i;
+
+	CHECK(m);
+	for (i = 0; i < 10; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		CHECK(sluice_memstore_take(m, key, strlen(key), l, 3, 1, T0,
+					   NULL, &sum) == 1);
+		sluice_memstore_stats(m, &st);
+		CHECK(st.keys <= 2);
+	}
+	CHECK(st.evicted_lossy >= 10);
+	sluice_memstore_free(m);
+}
+
 static void test_bad_arguments(void)
 {
 	sluice_limit_t l = limit("10", "1/s");
@@ -297,6 +322,18 @@ static void test_bad_arguments(void)
 	      SLUICE_EINVAL);
 	CHECK(sluice_memstore_take(m, "k", 1, &l, SLUICE_MAX_LIMITS + 1, 1, T0,
 				   NULL, &sum) == SLUICE_EINVAL);
+	/* A limit not built by sluice_limit_init(): refused, not divided by. */
+	{
+		sluice_limit_t bad = l;
+
+		bad.rate.interval = 0;
+		CHECK(sluice_memstore_take(m, "k", 1, &bad, 1, 1, T0, NULL,
+					   &sum) == SLUICE_EINVAL);
+		bad = l;
+		bad.tau = 1;
+		CHECK(sluice_memstore_take(m, "k", 1, &bad, 1, 1, T0, NULL,
+					   &sum) == SLUICE_EINVAL);
+	}
 	/* Keys of any length, told apart by every byte. */
 	memset(big, 'x', sizeof(big));
 	CHECK(sluice_memstore_take(m, big, sizeof(big), &l, 1, 10, T0, NULL,
@@ -320,6 +357,7 @@ int main(void)
 	RUN(test_multi_limit_all_or_nothing);
 	RUN(test_switching_tiers_keeps_every_limit_state);
 	RUN(test_flood_of_fresh_keys_resets_no_drained_bucket);
+	RUN(test_bound_holds_below_one_calls_limits);
 	RUN(test_bad_arguments);
 	TESTS_DONE();
 }

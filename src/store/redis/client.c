@@ -456,6 +456,9 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	if (!cb || nlimits == 0 || nlimits > SLUICE_MAX_LIMITS ||
 	    keylen > 65535 || (keylen && !key) || r->closing)
 		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return SLUICE_EINVAL;
 	/* "{}" is no hash tag: the limits of an empty key (or one starting
 	 * with '}') would land on different cluster slots. */
 	if (r->cluster && nlimits > 1 &&

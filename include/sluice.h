@@ -307,7 +307,8 @@ typedef struct sluice_take_item_s {
  * sluice_memstore_take()) may appear in several items: they are decided in
  * order, each on the state the previous one left.  Returns
  * 1 when every item was allowed and charged, 0 when nothing was charged,
- * SLUICE_EINVAL for a malformed item, or SLUICE_ENOMEM.
+ * SLUICE_EINVAL for a malformed item (as for sluice_memstore_take()), or
+ * SLUICE_ENOMEM.
  */
 int sluice_memstore_take_many(sluice_memstore_t *store,
 			      sluice_take_item_t *items, size_t n,

@@ -502,7 +502,7 @@ typedef struct bucket_s {
 
 static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
 {
-	size_t i;
+	size_t i, j;
 
 	*total = 0;
 	for (i = 0; i < n; i++) {
@@ -511,6 +511,9 @@ static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
 		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
 		    !it->limits || (!it->key && it->keylen))
 			return SLUICE_EINVAL;
+		for (j = 0; j < it->nlimits; j++)
+			if (!sluice_limit_valid(&it->limits[j]))
+				return SLUICE_EINVAL;
 		*total += it->nlimits;
 	}
 	return 0;

@@ -106,6 +106,10 @@ static void test_malformed_items_are_refused(void)
 	item(&it[0], "k", two, 1, 1);
 	it[0].key = NULL; /* 1 byte from nowhere */
 	CHECK(sluice_memstore_take_many(m, it, 1, T0) == SLUICE_EINVAL);
+	two[1] = two[0];
+	two[1].tau = 1; /* hand-built, inconsistent */
+	item(&it[0], "k", two, 2, 1);
+	CHECK(sluice_memstore_take_many(m, it, 1, T0) == SLUICE_EINVAL);
 	CHECK(sluice_memstore_take_many(m, it, 0, T0) == 1);
 	sluice_memstore_free(m);
 }

@@ -306,7 +306,7 @@ void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed)
 static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		       size_t n)
 {
-	size_t i;
+	size_t i, j;
 
 	for (i = 0; i < n; i++) {
 		const sluice_take_item_t *it = &items[i];
@@ -315,6 +315,9 @@ static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		    !it->limits || it->keylen > 65535 ||
 		    (it->keylen && !it->key))
 			return SLUICE_EINVAL;
+		for (j = 0; j < it->nlimits; j++)
+			if (!sluice_limit_valid(&it->limits[j]))
+				return SLUICE_EINVAL;
 		if (r->cluster && it->nlimits > 1 &&
 		    (it->keylen == 0 || ((const char *)it->key)[0] == '}'))
 			return SLUICE_EINVAL;

@@ -108,8 +108,10 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
  * they would have passed, never the reverse, and a refund that fails
  * leaves the charge in place (see docs/REDIS.md).
  *
- * Returns 0, or SLUICE_EINVAL (n 0, or an item malformed as for
- * sluice_redis_take()) / SLUICE_ENOMEM; the callback is then not called.
+ * Returns 0, or SLUICE_EINVAL (n 0, an item malformed as for
+ * sluice_redis_take(), or one key in two items: unlike the memory store,
+ * one server-side call cannot chain two charges of one key) /
+ * SLUICE_ENOMEM; the callback is then not called.
  */
 int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
 			   size_t n, sluice_redis_many_cb cb, void *arg);

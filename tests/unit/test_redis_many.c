@@ -207,6 +207,9 @@ static void test_a_limit_given_twice_is_one_bucket(int port)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(t.allowed == 1);
 	CHECK(it[0].summary.remaining == 3); /* not 2 */
+	/* One key in two items is refused, never charged once for two. */
+	item(&it[1], "dup", l, 1, 1);
+	CHECK(sluice_redis_take_many(r, it, 2, on_many, &t) == SLUICE_EINVAL);
 	CHECK(it[0].summary.which == 1);
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);

@@ -321,6 +321,13 @@ static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		if (r->cluster && it->nlimits > 1 &&
 		    (it->keylen == 0 || ((const char *)it->key)[0] == '}'))
 			return SLUICE_EINVAL;
+		/* One script call charges each key once: a key in two items
+		 * would be charged for one of them only. */
+		for (j = 0; j < i; j++)
+			if (items[j].keylen == it->keylen &&
+			    (!it->keylen ||
+			     memcmp(items[j].key, it->key, it->keylen) == 0))
+				return SLUICE_EINVAL;
 	}
 	return 0;
 }

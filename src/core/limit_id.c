@@ -56,10 +56,12 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 
 int sluice_limit_valid(const sluice_limit_t *l)
 {
-	return l->capacity >= 1 && l->rate.interval >= 1 && l->rate.per >= 1 &&
-	       l->rate.per <= SLUICE_RATE_PER_MAX &&
-	       l->capacity <= SLUICE_UNITS_MAX / l->rate.interval &&
-	       l->tau == l->capacity * l->rate.interval;
+	/* tau = capacity * interval <= 2^52, with capacity and interval >= 1
+	 * (so nothing downstream divides by zero); no division here. */
+	return l->capacity >= 1 && l->rate.interval >= 1 &&
+	       l->rate.per - 1u < SLUICE_RATE_PER_MAX &&
+	       l->tau <= SLUICE_UNITS_MAX &&
+	       (unsigned __int128)l->capacity * l->rate.interval == l->tau;
 }
 
 int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b)

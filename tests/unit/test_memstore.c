@@ -72,6 +72,54 @@ static void test_eight_threads_one_key_exact(void)
 	CHECK_EQ_U64(total, 1000);
 }
 
+/* Several limits under concurrency: 8 threads on one key with a wide
+ * (1000) and a narrow (20) limit.  Exactly 20 pass, and the wide limit is
+ * charged for exactly those 20: every limit of a key is charged under one
+ * lock, all or nothing. */
+typedef struct multi_worker_s {
+	sluice_memstore_t *store;
+	const sluice_limit_t *limits;
+	uint64_t allowed;
+} multi_worker_t;
+
+static void *hammer_multi(void *arg)
+{
+	multi_worker_t *w = arg;
+	sluice_decision_t sum;
+	int i;
+
+	for (i = 0; i < 5000; i++)
+		if (sluice_memstore_take(w->store, "user", 4, w->limits, 2, 1,
+					 T0, NULL, &sum) == 1)
+			w->allowed++;
+	return NULL;
+}
+
+static void test_eight_threads_several_limits_all_or_nothing(void)
+{
+	sluice_limit_t l[2] = {limit("1000", "1000/h"), limit("20", "20/h")};
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_decision_t sum;
+	pthread_t th[8];
+	multi_worker_t w[8];
+	uint64_t total = 0;
+	int i;
+
+	CHECK(m);
+	for (i = 0; i < 8; i++) {
+		w[i] = (multi_worker_t){m, l, 0};
+		CHECK(pthread_create(&th[i], NULL, hammer_multi, &w[i]) == 0);
+	}
+	for (i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		total += w[i].allowed;
+	}
+	CHECK_EQ_U64(total, 20);
+	CHECK(sluice_memstore_take(m, "user", 4, l, 1, 0, T0, NULL, &sum) == 1);
+	CHECK_EQ_U64(sum.remaining, 980);
+	sluice_memstore_free(m);
+}
+
 /* 10,000,000 distinct keys through a store bounded at 100,000: never more
  * than 100,000 resident, and every decision for a new key is "allowed". */
 static void test_flood_of_keys_stays_bounded(void)
@@ -351,6 +399,7 @@ static void test_bad_arguments(void)
 int main(void)
 {
 	RUN(test_eight_threads_one_key_exact);
+	RUN(test_eight_threads_several_limits_all_or_nothing);
 	RUN(test_flood_of_keys_stays_bounded);
 	RUN(test_full_bucket_eviction_loses_nothing);
 	RUN(test_expired_states_are_reclaimed_incrementally);

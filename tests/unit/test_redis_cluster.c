@@ -301,7 +301,7 @@ static void test_slot_migration_mid_run(void)
 	h.m = &m;
 	limit(&h.l[0], 600, "1/h");
 	limit(&h.l[1], 100000, "10000/day");
-	m.slot = sluice_redis__key_slot("sluice:{hot}:0", 14);
+	m.slot = sluice_redis__key_slot("sluice:{hot}:600@1/h", 20);
 	uv_timer_init(&loop, &h.tick);
 	h.tick.data = &h;
 	uv_timer_start(&h.tick, on_hot_tick, 0, 5);

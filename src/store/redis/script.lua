@@ -17,7 +17,8 @@
 -- sequences through this script and the core and requires identical
 -- shortfalls, decisions, states and TTLs.
 --
--- KEYS[1]  state: "<tat_us><frac:3 digits>" (sluice_state_t)
+-- KEYS[1]  <prefix>{<key>}:<limit id>, holding the state
+--          "<tat_us><frac:3 digits>" (sluice_state_t)
 -- ARGV[1]  need = cost * interval, or tau + 1 when cost > capacity
 -- ARGV[2]  tau = capacity * interval (time from empty to full, in units)
 -- ARGV[3]  per, left out when 1 (one argument fewer to convert)

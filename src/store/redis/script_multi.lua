@@ -2,7 +2,8 @@
 -- (sluice_eval_all).  One limit goes through script.lua, which this
 -- repeats per limit; read it first.
 --
--- KEYS[i]     state of limit i (one hash tag: one Cluster slot)
+-- KEYS[i]     state of limit i, <prefix>{<key>}:<limit id> (one hash tag:
+--             one Cluster slot; each limit once)
 -- ARGV[3i-2]  need_i = cost * interval_i, or tau_i + 1 when cost > capacity_i
 -- ARGV[3i-1]  tau_i
 -- ARGV[3i]    per_i

@@ -26,7 +26,7 @@ function loadAddon() {
 const native = loadAddon();
 
 const NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
-const MAX_LIMITS = 8;
+const MAX_LIMITS = native.MAX_LIMITS;
 const DEFAULT_MAX_KEYS = 1000000;
 const SLUICE_ETIMEDOUT = native.ETIMEDOUT;
 

@@ -19,13 +19,14 @@
  * both).
  */
 #include "sluice.h"
+#include "util/num.h"
 
 #include <limits.h>
 
 /* ceil(u / per) for the unit -> microsecond conversion. */
 static uint64_t units_to_us_ceil(uint64_t u, uint32_t per)
 {
-	return u / per + (u % per != 0);
+	return sluice_div_ceil(u, per);
 }
 
 /*

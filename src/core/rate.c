@@ -4,9 +4,9 @@
  * what was expected.
  */
 #include "sluice.h"
+#include "util/errmsg.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,18 +29,6 @@ static const struct {
 	{"d", 86400 * US_PER_S},
 	{"day", 86400 * US_PER_S},
 };
-
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 static uint64_t gcd(uint64_t a, uint64_t b)
 {
@@ -113,33 +101,34 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 	int fdigits = 0, rc;
 
 	if (!text)
-		return fail(SLUICE_EINVAL, err, errlen,
-			    "missing rate: expected %s", RATE_FORMS);
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "missing rate: expected %s", RATE_FORMS);
 	while (isspace((unsigned char)*p))
 		p++;
 	if (*p == '-')
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is negative: expected %s", text,
-			    RATE_FORMS);
+		return sluice_fail(SLUICE_ERANGE, err, errlen,
+				   "rate \"%s\" is negative: expected %s", text,
+				   RATE_FORMS);
 	rc = parse_uint(&p, UINT64_C(1000000000000), &whole, NULL);
 	if (rc == -2)
-		return fail(
+		return sluice_fail(
 			SLUICE_ERANGE, err, errlen,
 			"rate \"%s\" is too large: at most 10^12 tokens per "
 			"period",
 			text);
 	if (rc == -1)
-		return fail(SLUICE_EINVAL, err, errlen,
-			    "rate \"%s\" is not a number: expected %s", text,
-			    RATE_FORMS);
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "rate \"%s\" is not a number: expected %s",
+				   text, RATE_FORMS);
 	if (*p == '.') {
 		p++;
 		rc = parse_uint(&p, UINT64_C(999999), &frac, &fdigits);
 		if (rc != 0)
-			return fail(SLUICE_EINVAL, err, errlen,
-				    "rate \"%s\": expected 1 to 6 digits after "
-				    "the decimal point",
-				    text);
+			return sluice_fail(
+				SLUICE_EINVAL, err, errlen,
+				"rate \"%s\": expected 1 to 6 digits after "
+				"the decimal point",
+				text);
 		while (fdigits-- > 0)
 			scale *= 10;
 	}
@@ -153,7 +142,7 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 		if (isdigit((unsigned char)*p)) {
 			rc = parse_uint(&p, SLUICE_UNITS_MAX, &mult, NULL);
 			if (rc != 0 || mult == 0)
-				return fail(
+				return sluice_fail(
 					SLUICE_ERANGE, err, errlen,
 					"rate \"%s\": the period multiplier "
 					"must be 1 to 2^52",
@@ -165,23 +154,25 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 		while (isalpha((unsigned char)*p))
 			p++;
 		if (p == u || unit_us(u, (size_t)(p - u), &unit) != 0)
-			return fail(SLUICE_EINVAL, err, errlen,
-				    "rate \"%s\": unknown time unit \"%.*s\": "
-				    "expected us, ms, s, min, h or day",
-				    text, (int)(p - u), u);
+			return sluice_fail(
+				SLUICE_EINVAL, err, errlen,
+				"rate \"%s\": unknown time unit \"%.*s\": "
+				"expected us, ms, s, min, h or day",
+				text, (int)(p - u), u);
 	}
 	while (isspace((unsigned char)*p))
 		p++;
 	if (*p != '\0')
-		return fail(SLUICE_EINVAL, err, errlen,
-			    "rate \"%s\": unexpected \"%s\": expected %s", text,
-			    p, RATE_FORMS);
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"rate \"%s\": unexpected \"%s\": expected %s", text, p,
+			RATE_FORMS);
 
 	/* tokens = (whole*scale + frac) / scale per (mult*unit) us, so the
 	 * interval is mult*unit*scale / (whole*scale + frac) us per token. */
 	num = whole * scale + frac;
 	if (num == 0)
-		return fail(
+		return sluice_fail(
 			SLUICE_ERANGE, err, errlen,
 			"rate \"%s\" is zero: a bucket must refill; expected "
 			"%s",
@@ -193,20 +184,22 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 	period /= g;
 	den /= g;
 	if (den > SLUICE_RATE_PER_MAX)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is too fine to keep exact: one token "
-			    "every %llu/%llu us needs steps below 1/%u us; "
-			    "choose a nearby rate (e.g. a round number per "
-			    "second or minute)",
-			    text, (unsigned long long)period,
-			    (unsigned long long)den, SLUICE_RATE_PER_MAX);
+		return sluice_fail(
+			SLUICE_ERANGE, err, errlen,
+			"rate \"%s\" is too fine to keep exact: one token "
+			"every %llu/%llu us needs steps below 1/%u us; "
+			"choose a nearby rate (e.g. a round number per "
+			"second or minute)",
+			text, (unsigned long long)period,
+			(unsigned long long)den, SLUICE_RATE_PER_MAX);
 	if (period > SLUICE_UNITS_MAX || period / den > SLUICE_REFILL_MAX_US)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "rate \"%s\" is too slow: at least one token per "
-			    "%llu days",
-			    text,
-			    (unsigned long long)(SLUICE_REFILL_MAX_US /
-						 86400000000ull));
+		return sluice_fail(
+			SLUICE_ERANGE, err, errlen,
+			"rate \"%s\" is too slow: at least one token per "
+			"%llu days",
+			text,
+			(unsigned long long)(SLUICE_REFILL_MAX_US /
+					     86400000000ull));
 	out->interval = (uint64_t)period;
 	out->per = (uint32_t)den;
 	return SLUICE_OK;
@@ -249,18 +242,18 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	uint64_t g;
 
 	if (capacity == 0)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "capacity must be at least 1");
+		return sluice_fail(SLUICE_ERANGE, err, errlen,
+				   "capacity must be at least 1");
 	if (rate->interval == 0 || rate->per == 0 ||
 	    rate->per > SLUICE_RATE_PER_MAX)
-		return fail(SLUICE_EINVAL, err, errlen, "invalid rate");
+		return sluice_fail(SLUICE_EINVAL, err, errlen, "invalid rate");
 	if (capacity > SLUICE_UNITS_MAX / rate->interval ||
 	    capacity * rate->interval / rate->per > SLUICE_REFILL_MAX_US) {
 		uint64_t most = SLUICE_UNITS_MAX / rate->interval;
 		uint64_t by_time =
 			(uint64_t)((unsigned __int128)SLUICE_REFILL_MAX_US *
 				   rate->per / rate->interval);
-		return fail(
+		return sluice_fail(
 			SLUICE_ERANGE, err, errlen,
 			"capacity %llu is too large for this rate: an empty "
 			"bucket may take at most %llu days to refill (at "
@@ -290,26 +283,29 @@ int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
 	int rc;
 
 	if (!p)
-		return fail(SLUICE_EINVAL, err, errlen,
-			    "missing capacity: expected a whole number >= 1");
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"missing capacity: expected a whole number >= 1");
 	while (isspace((unsigned char)*p))
 		p++;
 	if (*p == '-')
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "capacity \"%s\" is negative: expected a whole "
-			    "number >= 1",
-			    capacity);
+		return sluice_fail(
+			SLUICE_ERANGE, err, errlen,
+			"capacity \"%s\" is negative: expected a whole "
+			"number >= 1",
+			capacity);
 	rc = parse_uint(&p, SLUICE_UNITS_MAX, &cap, NULL);
 	while (rc == 0 && isspace((unsigned char)*p))
 		p++;
 	if (rc == -2)
-		return fail(SLUICE_ERANGE, err, errlen,
-			    "capacity \"%s\" is too large", capacity);
+		return sluice_fail(SLUICE_ERANGE, err, errlen,
+				   "capacity \"%s\" is too large", capacity);
 	if (rc != 0 || *p != '\0')
-		return fail(SLUICE_EINVAL, err, errlen,
-			    "capacity \"%s\" is not a whole number: expected "
-			    "e.g. 100",
-			    capacity);
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"capacity \"%s\" is not a whole number: expected "
+			"e.g. 100",
+			capacity);
 	if ((rc = sluice_rate_parse(rate, &r, err, errlen)) != 0)
 		return rc;
 	return sluice_limit_init(limit, cap, &r, err, errlen);

@@ -82,7 +82,7 @@ static int testclock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv,
 
 /* --------------------------------------------------------------- loading */
 
-static int arg_is(RedisModuleString *arg, const char *word)
+int sluice_rm_arg_is(RedisModuleString *arg, const char *word)
 {
 	size_t len;
 	const char *s = RedisModule_StringPtrLen(arg, &len);
@@ -99,7 +99,7 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	    REDISMODULE_OK)
 		return REDISMODULE_ERR;
 	for (i = 0; i < argc; i++) {
-		if (arg_is(argv[i], "TESTCLOCK")) {
+		if (sluice_rm_arg_is(argv[i], "TESTCLOCK")) {
 			testclock = 1;
 		} else {
 			size_t len;

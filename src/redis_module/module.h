@@ -13,6 +13,9 @@
  * UNIX epoch, or the test clock when it is set (see SLUICE.TESTCLOCK). */
 int64_t sluice_rm_now_us(void);
 
+/* 1 when the argument is `word`, in any letter case (COST, cost). */
+int sluice_rm_arg_is(RedisModuleString *arg, const char *word);
+
 /* SLUICE.TAKE key capacity rate [COST n] */
 int sluice_rm_take(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 

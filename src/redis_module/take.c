@@ -39,6 +39,7 @@
 #include <strings.h>
 
 #include "sluice.h"
+#include "util/num.h"
 
 /* The most keys one TAKEMULTI accepts: one per limit of a call. */
 #define MAX_KEYS SLUICE_MAX_LIMITS
@@ -77,14 +78,6 @@ static const char *arg_cstr(RedisModuleString *arg)
 	return strlen(s) == len ? s : NULL;
 }
 
-static int arg_is(RedisModuleString *arg, const char *word)
-{
-	size_t len;
-	const char *s = RedisModule_StringPtrLen(arg, &len);
-
-	return len == strlen(word) && strncasecmp(s, word, len) == 0;
-}
-
 /* A whole number 0 .. max in plain decimal digits; -1 when the text is
  * not one, -2 when it is larger than max. */
 static int parse_count(RedisModuleString *arg, uint64_t max, uint64_t *out)
@@ -119,7 +112,7 @@ static int parse_cost(RedisModuleCtx *ctx, RedisModuleString **argv, int i,
 	const char *s;
 	int rc;
 
-	if (!arg_is(argv[i], "COST")) {
+	if (!sluice_rm_arg_is(argv[i], "COST")) {
 		s = RedisModule_StringPtrLen(argv[i], &len);
 		reply_errorf(ctx,
 			     "ERR unknown option \"%.*s\": the only option is "
@@ -251,7 +244,7 @@ static int write_state(RedisModuleCtx *ctx, RedisModuleString *key,
 		       sluice_state_t state)
 {
 	int64_t exp_us = sluice_state_expiry_us(state);
-	long long exp_ms = exp_us / 1000 + (exp_us % 1000 != 0);
+	long long exp_ms = (long long)sluice_div_ceil((uint64_t)exp_us, 1000);
 	RedisModuleCallReply *r = RedisModule_Call(
 		ctx, "SET", "!slcl", key, (long long)state, "PXAT", exp_ms);
 	int rc = 0;
@@ -272,7 +265,7 @@ static int write_state(RedisModuleCtx *ctx, RedisModuleString *key,
 
 static long long us_to_ms_ceil(uint64_t us)
 {
-	return (long long)(us / 1000 + (us % 1000 != 0));
+	return (long long)sluice_div_ceil(us, 1000);
 }
 
 /*

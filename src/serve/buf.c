@@ -2,6 +2,7 @@
  * buf.c -- growable byte buffers.
  */
 #include "serve/buf.h"
+#include "util/num.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,23 +44,11 @@ void sluice_buf_append_slow(sluice_buf_t *b, const void *p, size_t n)
 	b->len += n;
 }
 
-size_t sluice_u64_to_str(char *p, uint64_t v)
-{
-	char tmp[20], *end = tmp + sizeof(tmp), *q = end;
-
-	do {
-		*--q = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	memcpy(p, q, (size_t)(end - q));
-	return (size_t)(end - q);
-}
-
 void sluice_buf_u64(sluice_buf_t *b, uint64_t v)
 {
 	char tmp[20];
 
-	sluice_buf_append(b, tmp, sluice_u64_to_str(tmp, v));
+	sluice_buf_append(b, tmp, sluice_u64_dec(tmp, v));
 }
 
 void sluice_buf_printf(sluice_buf_t *b, const char *fmt, ...)

@@ -50,7 +50,4 @@ void sluice_buf_json_str(sluice_buf_t *b, const char *s, size_t n);
 void sluice_buf_consume(sluice_buf_t *b, size_t n);
 void sluice_buf_free(sluice_buf_t *b);
 
-/* Writes v in decimal into p (at least 20 bytes); returns the length. */
-size_t sluice_u64_to_str(char *p, uint64_t v);
-
 #endif /* SLUICE_SERVE_BUF_H */

@@ -113,6 +113,11 @@ typedef struct sluice_store_config_s {
 	unsigned connections; /* per thread, default 1 */
 } sluice_store_config_t;
 
+/* Upper ends of http.max_header_bytes and http.max_body_bytes (config.c
+ * says why). */
+#define SLUICE_MAX_HEADER_BYTES_CAP (64 * 1024)
+#define SLUICE_MAX_BODY_BYTES_CAP   (64 * 1024)
+
 typedef struct sluice_config_s {
 	char *path;	  /* the file, or NULL for the built-in default */
 	char *listen;	  /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:8080 */

@@ -17,11 +17,6 @@
 #define RULES_MAX    1024
 #define PATH_MAX_LEN 1024
 
-static int nomem(sluice_yaml_t *y, yaml_node_t *node)
-{
-	return sluice_yaml_error(y, node, "out of memory");
-}
-
 /* The library's messages read "what: expected ..."; ours separate the
  * expectation with a semicolon. */
 static void semicolon(char *msg)
@@ -124,11 +119,11 @@ static int add_method(sluice_yaml_t *y, yaml_node_t *item, void *arg,
 					 what, s);
 	m = realloc(r->methods, (r->nmethods + 1) * sizeof(*m));
 	if (!m)
-		return nomem(y, item);
+		return sluice_yaml_nomem(y, item);
 	r->methods = m;
 	m[r->nmethods] = malloc(n + 1);
 	if (!m[r->nmethods])
-		return nomem(y, item);
+		return sluice_yaml_nomem(y, item);
 	for (i = 0; i <= n; i++)
 		m[r->nmethods][i] = (char)toupper((unsigned char)s[i]);
 	r->nmethods++;
@@ -190,7 +185,7 @@ static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 					 what, s, PATH_MAX_LEN);
 	r->path = strdup(s);
 	if (!r->path)
-		return nomem(y, v);
+		return sluice_yaml_nomem(y, v);
 	/* Requests are matched after normalisation, so a pattern that
 	 * normalisation changes ("/api//upload", "/api/%75pload") would
 	 * silently never match. */
@@ -254,7 +249,7 @@ static int add_source(sluice_yaml_t *y, yaml_node_t *item, void *arg,
 			part->kind = SLUICE_KEY_HEADER;
 			part->header = dup_lower(p + 7, n - 7);
 			if (!part->header)
-				return nomem(y, item);
+				return sluice_yaml_nomem(y, item);
 		} else {
 			return sluice_yaml_error(
 				y, item,
@@ -374,7 +369,7 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 					 what, s);
 	r->tier_header = dup_lower(s, strlen(s));
 	if (!r->tier_header)
-		return nomem(y, hdr);
+		return sluice_yaml_nomem(y, hdr);
 	snprintf(what, sizeof(what), "%s: tiers.default", rule);
 	if (sluice_yaml_string(y, def, what, &dname) < 0)
 		return -1;
@@ -390,7 +385,7 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 					 what, n);
 	r->tiers = calloc(n, sizeof(*r->tiers));
 	if (!r->tiers)
-		return nomem(y, lim);
+		return sluice_yaml_nomem(y, lim);
 	for (i = 0, p = lim->data.mapping.pairs.start; i < n; i++, p++) {
 		yaml_node_t *k = sluice_yaml_node(y, p->key);
 		size_t j;
@@ -414,7 +409,7 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		r->tiers[i].name = strdup(s);
 		r->ntiers = i + 1;
 		if (!r->tiers[i].name)
-			return nomem(y, k);
+			return sluice_yaml_nomem(y, k);
 		snprintf(what, sizeof(what), "%s: tiers.limits.%s", rule, s);
 		if (parse_limit_list(y, sluice_yaml_node(y, p->value),
 				     &r->tiers[i], what) < 0)
@@ -503,7 +498,7 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	r->name = strdup(s);
 	r->limits.name = strdup(s);
 	if (!r->name || !r->limits.name)
-		return nomem(y, v);
+		return sluice_yaml_nomem(y, v);
 	snprintf(rule, sizeof(rule), "rule \"%s\"", s);
 
 	if ((v = sluice_yaml_get(y, node, "match")) &&
@@ -586,7 +581,7 @@ int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
 					 n, RULES_MAX);
 	cfg->rules = calloc(n, sizeof(*cfg->rules));
 	if (!cfg->rules)
-		return nomem(y, node);
+		return sluice_yaml_nomem(y, node);
 	for (i = 0; i < n; i++) {
 		yaml_node_t *it = sluice_yaml_seq_at(y, node, i);
 

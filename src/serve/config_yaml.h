@@ -19,13 +19,21 @@ typedef struct sluice_yaml_s {
 	size_t errlen;
 } sluice_yaml_t;
 
+/* Lists and mappings nested deeper than this are refused (the deepest
+ * setting, a tier's limit, sits at 7). */
+#define SLUICE_YAML_MAX_DEPTH 32
+
 /* Parses text into y->doc.  Returns 0, or -1 with a message (syntax
- * errors, an empty file, a root that is not a mapping). */
+ * errors, nesting deeper than SLUICE_YAML_MAX_DEPTH, an empty file, a
+ * root that is not a mapping). */
 int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len);
 void sluice_yaml_free(sluice_yaml_t *y);
 
 yaml_node_t *sluice_yaml_root(sluice_yaml_t *y);
 yaml_node_t *sluice_yaml_node(sluice_yaml_t *y, int id);
+
+/* "FILE:LINE: out of memory" for the node being read; returns -1. */
+int sluice_yaml_nomem(sluice_yaml_t *y, const yaml_node_t *node);
 
 /* 1-based line of a node. */
 int sluice_yaml_line(const yaml_node_t *node);

@@ -58,6 +58,7 @@ static int on_message_begin(http_parser *p)
 	c->url_len = 0;
 	c->hstate = 0;
 	c->err_status = 0;
+	c->err_msg = NULL;
 	c->in_message = 1;
 	c->t_start_ns = now_ns();
 	if (c->io && c->io->begin)
@@ -92,6 +93,25 @@ static int on_url(http_parser *p, const char *at, size_t n)
 	return 0;
 }
 
+/* A request http-parser accepted but HTTP/1.1 forbids: 400, close. */
+static int bad_request(sluice_conn_t *c, const char *msg)
+{
+	c->err_status = 400;
+	c->err_msg = msg;
+	return -1;
+}
+
+/* RFC 9110 tchar.  http-parser, built lenient, lets spaces into names:
+ * "x-user-id : v" would arrive as a header named "x-user-id ", which a
+ * proxy in front may treat differently from us (RFC 9112 section 5.1
+ * says reject it). */
+static int is_tchar(unsigned char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch >= '0' && ch <= '9') ||
+	       (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
 	sluice_conn_t *c = conn_of(p);
@@ -113,6 +133,11 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
 		c->hstate = 1;
 	}
 	h = &c->hdrs[c->nhdrs - 1];
+	for (i = 0; i < n; i++)
+		if (!is_tchar((unsigned char)at[i]))
+			return bad_request(c,
+					   "invalid character in a header "
+					   "name (no space before the colon)");
 	start = c->head.len;
 	if (head_append(c, at, n) < 0)
 		return -1;
@@ -136,7 +161,14 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 			return -1;
 		h->value_off = (uint32_t)c->head.len;
 		c->hstate = 2;
+	} else if (!c->value_at_end) {
+		/* A value arrives in pieces only when a read ended inside
+		 * it; another piece after one that did not reach the end
+		 * of the bytes is an obs-fold continuation line, which
+		 * http-parser glues on (RFC 9112 section 5.2: reject). */
+		return bad_request(c, "obsolete line folding in a header");
 	}
+	c->value_at_end = at + n == c->chunk_end;
 	if (head_append(c, at, n) < 0)
 		return -1;
 	h->value_len += (uint32_t)n;
@@ -157,6 +189,100 @@ static void expect_continue(sluice_conn_t *c, http_parser *p)
 		sluice_buf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
 }
 
+/* Reduces an absolute-form target ("http://host/v1/check?x") to its
+ * path and query in place, so that it is routed like "/v1/check?x"
+ * (RFC 9112 section 3.2.2: a server must accept the absolute form). */
+static int origin_form(sluice_conn_t *c, const http_parser *p)
+{
+	char *url = c->head.data;
+	struct http_parser_url u;
+	size_t n = 0, off, len;
+
+	if (c->url_len > 0 && url[0] == '/')
+		return 0;
+	if (p->method == HTTP_CONNECT || (c->url_len == 1 && url[0] == '*'))
+		return 0; /* authority and asterisk forms: no such path */
+	http_parser_url_init(&u);
+	if (http_parser_parse_url(url, c->url_len, 0, &u) != 0 ||
+	    !(u.field_set & (1 << UF_SCHEMA)) ||
+	    !(u.field_set & (1 << UF_HOST)))
+		return bad_request(c, "the request target is neither a path "
+				      "nor an absolute http URL");
+	off = u.field_data[UF_SCHEMA].off;
+	len = u.field_data[UF_SCHEMA].len;
+	if (!((len == 4 && strncasecmp(url + off, "http", 4) == 0) ||
+	      (len == 5 && strncasecmp(url + off, "https", 5) == 0)))
+		return bad_request(c, "the request target's scheme is not "
+				      "http or https");
+	/* The result is shorter than the URL and built left to right
+	 * from later bytes: memmove in place is safe. */
+	if (u.field_set & (1 << UF_PATH)) {
+		off = u.field_data[UF_PATH].off;
+		len = u.field_data[UF_PATH].len;
+		memmove(url, url + off, len);
+		n = len;
+	} else {
+		url[n++] = '/';
+	}
+	if (u.field_set & (1 << UF_QUERY)) {
+		off = u.field_data[UF_QUERY].off;
+		len = u.field_data[UF_QUERY].len;
+		url[n++] = '?';
+		memmove(url + n, url + off, len);
+		n += len;
+	}
+	url[n] = '\0';
+	c->url_len = (uint32_t)n;
+	return 0;
+}
+
+/* uri-host [":" port] (RFC 3986 characters, "[v6]" included); may be
+ * empty. */
+static int is_authority(const char *v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)v[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') ||
+		      (ch && strchr("-._~%!$&'()*+,;=:[]", ch) != NULL)))
+			return 0;
+	}
+	return 1;
+}
+
+/* What http-parser accepts but RFC 9112 does not: another version than
+ * 1.0 or 1.1 (505), an HTTP/1.1 request without exactly one valid Host
+ * (400),
+ * a target in absolute form (reduced to its path). */
+static int check_request(sluice_conn_t *c, const http_parser *p)
+{
+	size_t i, hosts = 0;
+
+	if (p->http_major != 1 || p->http_minor > 1) {
+		c->err_status = 505;
+		return -1;
+	}
+	for (i = 0; i < c->nhdrs; i++) {
+		const sluice_hdr_t *h = &c->hdrs[i];
+
+		if (h->name_len != 4 ||
+		    memcmp(c->head.data + h->name_off, "host", 4) != 0)
+			continue;
+		hosts++;
+		if (!is_authority(c->head.data + h->value_off, h->value_len))
+			return bad_request(c, "the Host header is not a host "
+					      "and port");
+	}
+	if (hosts > 1)
+		return bad_request(c, "more than one Host header");
+	if (hosts == 0 && p->http_minor == 1)
+		return bad_request(c, "Host is required in HTTP/1.1");
+	return origin_form(c, p);
+}
+
 static int on_headers_complete(http_parser *p)
 {
 	sluice_conn_t *c = conn_of(p);
@@ -169,6 +295,8 @@ static int on_headers_complete(http_parser *p)
 	for (i = 0; i < c->nhdrs; i++)
 		if (c->hdrs[i].value_off == 0)
 			c->hdrs[i].value_off = (uint32_t)c->head.len - 1;
+	if (check_request(c, p) < 0)
+		return -1;
 	if (p->content_length != ULLONG_MAX &&
 	    p->content_length > max_body_bytes(c)) {
 		c->err_status = 413;
@@ -257,9 +385,15 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 		sluice_resp_error(c, 431, "headers_too_large", NULL,
 				  "the request head exceeds max_header_bytes");
 		break;
+	case 505:
+		sluice_resp_error(
+			c, 505, "http_version_not_supported", NULL,
+			"only versions 1.0 and 1.1 of HTTP are served");
+		break;
 	default:
 		sluice_resp_error(c, 400, "bad_request", NULL,
-				  http_errno_description(err));
+				  c->err_msg ? c->err_msg
+					     : http_errno_description(err));
 	}
 	c->want_close = 1;
 }
@@ -291,9 +425,18 @@ static void dispatch(sluice_conn_t *c)
 static void process(sluice_conn_t *c, const char *data, size_t len)
 {
 	while (len > 0 && !c->want_close) {
-		size_t n =
-			http_parser_execute(&c->parser, &settings, data, len);
-		enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
+		size_t n;
+		enum http_errno err;
+
+		if (c->out_high && c->out.len >= c->out_high) {
+			/* Answers pile up unread: hold the rest until out
+			 * is written (the transport stops reading). */
+			sluice_buf_append(&c->in, data, len);
+			return;
+		}
+		c->chunk_end = data + len;
+		n = http_parser_execute(&c->parser, &settings, data, len);
+		err = HTTP_PARSER_ERRNO(&c->parser);
 
 		if (err == HPE_PAUSED) {
 			http_parser_pause(&c->parser, 0);
@@ -319,7 +462,7 @@ static void process(sluice_conn_t *c, const char *data, size_t len)
 
 void sluice_conn_feed(sluice_conn_t *c, const char *data, size_t len)
 {
-	if (c->waiting) {
+	if (c->waiting || c->in.len) {
 		sluice_buf_append(&c->in, data, len);
 		return;
 	}
@@ -414,6 +557,8 @@ const char *sluice_status_text(int status)
 		return "Internal Server Error";
 	case 503:
 		return "Service Unavailable";
+	case 505:
+		return "HTTP Version Not Supported";
 	default:
 		return "Unknown";
 	}
@@ -460,7 +605,10 @@ void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
 		     size_t len)
 {
 	sluice_buf_t *o = &c->out;
-	int close = !c->keep_alive || c->want_close || c->svc->draining;
+	/* After a 400 the client and we may disagree on where the next
+	 * request starts (docs/HTTP.md): close. */
+	int close = !c->keep_alive || c->want_close || c->svc->draining ||
+		    c->status == 400;
 
 	if (ctype) {
 		sluice_buf_puts(o, "Content-Type: ");

@@ -55,8 +55,11 @@ struct sluice_conn_s {
 	sluice_hdr_t hdrs[SLUICE_MAX_HEADERS];
 	size_t nhdrs;
 	uint32_t url_len;
-	int hstate;	/* 0 none, 1 in a name, 2 in a value */
-	int err_status; /* 413/431 found inside a parser callback */
+	int hstate;		   /* 0 none, 1 in a name, 2 in a value */
+	int err_status;		   /* 400/413/431/505 found in a callback */
+	const char *err_msg;	   /* its message (400) */
+	const char *chunk_end;	   /* end of the bytes being parsed */
+	unsigned value_at_end : 1; /* last value piece ended the chunk */
 	uint64_t t_start_ns;
 
 	/* the request being answered */
@@ -76,6 +79,11 @@ struct sluice_conn_s {
 
 	sluice_buf_t in;  /* received, not yet parsed (while waiting) */
 	sluice_buf_t out; /* answers not yet written */
+	/* Parsing stops while out holds this many bytes (0: no bound), and
+	 * the rest waits in `in`: a client that sends requests but never
+	 * reads the answers cannot make us buffer them without end.  The
+	 * transport sets it and resumes once out is written. */
+	size_t out_high;
 };
 
 void sluice_conn_init(sluice_conn_t *c, sluice_svc_t *svc,
@@ -96,6 +104,12 @@ static inline int sluice_conn_waiting(const sluice_conn_t *c)
 	return c->waiting;
 }
 
+/* 1 while received requests wait for out to be written (out_high). */
+static inline int sluice_conn_backlogged(const sluice_conn_t *c)
+{
+	return !c->waiting && c->in.len > 0;
+}
+
 /* 1 when no request is partly received or pending (safe to close). */
 int sluice_conn_idle(const sluice_conn_t *c);
 
@@ -111,7 +125,8 @@ int sluice_conn_release(sluice_conn_t *c);
 const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
 			       size_t *len);
 
-/* The request target (path and query) as received. */
+/* The request target: path and query (an absolute-form target,
+ * "http://host/path?q", is reduced to its path and query). */
 static inline const char *sluice_conn_url(const sluice_conn_t *c)
 {
 	return c->head.data;

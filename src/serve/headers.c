@@ -2,23 +2,24 @@
  * headers.c -- formatting of the rate-limit header fields and 429 body.
  */
 #include "serve/headers.h"
+#include "util/num.h"
 
 #include <string.h>
 
 uint64_t sluice_us_to_s_ceil(uint64_t us)
 {
-	return us / 1000000 + (us % 1000000 != 0);
+	return sluice_div_ceil(us, 1000000);
 }
 
 uint64_t sluice_us_to_ms_ceil(uint64_t us)
 {
-	return us / 1000 + (us % 1000 != 0);
+	return sluice_div_ceil(us, 1000);
 }
 
 uint64_t sluice_limit_window_s(const sluice_limit_t *limit)
 {
 	uint32_t per = limit->rate.per ? limit->rate.per : 1;
-	uint64_t us = limit->tau / per + (limit->tau % per != 0);
+	uint64_t us = sluice_div_ceil(limit->tau, per);
 
 	return sluice_us_to_s_ceil(us);
 }

@@ -208,6 +208,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	w->id = id;
 	w->fd = fd;
 	w->conns.prev = w->conns.next = &w->conns;
+	w->held_budget = SLUICE_HELD_BUDGET / s->nworkers;
 	atomic_init(&w->next_live, NULL);
 	atomic_init(&w->drain, 0);
 	w->svc.store = s->store;

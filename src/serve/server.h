@@ -23,6 +23,13 @@
 
 #define SLUICE_MAX_THREADS 64
 
+/* Answers one connection may have unsent before it parses no further
+ * requests: a few socket buffers (tcp.c). */
+#define SLUICE_OUT_HIGH (32 * 1024)
+/* Request and answer bytes all connections together may buffer before
+ * those with unsent answers parse no further, split over the threads. */
+#define SLUICE_HELD_BUDGET (16u * 1024 * 1024)
+
 typedef struct sluice_serve_opts_s {
 	const char *config_path; /* NULL: the built-in classic policy */
 	const char *listen;	 /* overrides the file's listen */
@@ -38,6 +45,7 @@ typedef struct sluice_tcp_s {
 	uv_write_t wreq;
 	uv_shutdown_t sreq;
 	sluice_buf_t wbuf; /* bytes handed to uv_write */
+	size_t held;	   /* bytes of in, out and wbuf counted in w->held */
 	struct sluice_worker_s *w;
 	struct sluice_tcp_s *prev, *next;
 	uint64_t touch_ms; /* last request start or answer */
@@ -64,7 +72,14 @@ typedef struct sluice_worker_s {
 	uint64_t drain_deadline_ms;
 	sluice_tcp_t conns; /* list head (sentinel) */
 	size_t nconns;
-	char rbuf[64 * 1024]; /* read buffer shared by this loop's conns */
+	/* Request and answer bytes buffered by this loop's connections,
+	 * and the bound past which a connection with unsent answers parses
+	 * no further (tcp.c). */
+	size_t held, held_budget;
+	/* Read buffer shared by this loop's conns.  Its size is also what
+	 * one connection may have read and not yet parsed (conn.in), so it
+	 * is kept small: requests are small. */
+	char rbuf[8 * 1024];
 } sluice_worker_t;
 
 /* tcp.c */

@@ -3,8 +3,13 @@
  *
  * Writes try uv_try_write() first (one syscall, no request object); only
  * what the kernel did not take goes through uv_write().  While a write or
- * a decision is pending the connection stops reading, which bounds what a
- * pipelining client can make us buffer.
+ * a decision is pending the connection stops reading.  A client that
+ * pipelines requests and never reads the answers is bounded twice: a
+ * connection parses no further while SLUICE_OUT_HIGH bytes of answers
+ * are unsent, and, once the loop's connections together hold
+ * held_budget bytes, a connection with any unsent answer parses no
+ * further.  What such a client costs is then one read buffer of
+ * requests plus SLUICE_OUT_HIGH of answers, and the total is bounded.
  *
  * Closing after an error answer (400, 413, 431) shuts our side down and
  * keeps reading for a moment (lingering close): closing at once while the
@@ -50,11 +55,28 @@ static void list_append(sluice_worker_t *w, sluice_tcp_t *t)
 
 /* ------------------------------------------------------------- closing */
 
+/* Keeps w->held equal to the bytes the connections buffer. */
+static void account(sluice_tcp_t *t)
+{
+	size_t held = t->conn.in.len + t->conn.out.len + t->wbuf.len;
+
+	t->w->held = t->w->held - t->held + held;
+	t->held = held;
+}
+
+/* How many unsent answer bytes stop this connection's parsing. */
+static void set_out_high(sluice_tcp_t *t)
+{
+	t->conn.out_high = t->w->held > t->w->held_budget ? 1 : SLUICE_OUT_HIGH;
+}
+
 static void on_close(uv_handle_t *h)
 {
 	sluice_tcp_t *t = h->data;
 
 	sluice_count(&t->w->svc.metrics->connections, (uint64_t)-1);
+	t->w->held -= t->held;
+	t->held = 0;
 	sluice_buf_free(&t->wbuf);
 	if (sluice_conn_release(&t->conn))
 		free(t);
@@ -114,8 +136,10 @@ static void on_write(uv_write_t *req, int status)
 
 	t->writing = 0;
 	t->wbuf.len = 0;
-	if (t->wbuf.cap > 65536) /* a burst of pipelined answers: let go */
+	if (t->wbuf.cap > 16384) /* a burst of pipelined answers: let go */
 		sluice_buf_free(&t->wbuf);
+	if (t->conn.out.cap > 16384 && t->conn.out.len == 0)
+		sluice_buf_free(&t->conn.out);
 	if (t->closing)
 		return;
 	if (status < 0) {
@@ -137,6 +161,10 @@ static void flush(sluice_tcp_t *t)
 	r = uv_try_write((uv_stream_t *)&t->handle, &b, 1);
 	if (r == (int)out->len) {
 		out->len = 0;
+		/* The kernel took a burst of pipelined answers: do not keep
+		 * its buffer for the connection's life. */
+		if (out->cap > 4096)
+			sluice_buf_free(out);
 		return;
 	}
 	if (r < 0 && r != UV_EAGAIN) {
@@ -196,24 +224,27 @@ static void stop_reading(sluice_tcp_t *t)
  * whether to read on, wait, or close. */
 static void after_io(sluice_tcp_t *t)
 {
-	if (t->closing)
-		return;
-	flush(t);
-	if (t->closing)
-		return;
-	if (t->writing || sluice_conn_waiting(&t->conn)) {
-		stop_reading(t);
-		return;
-	}
-	if (t->conn.want_close) {
-		linger(t);
-		return;
-	}
-	/* A write just finished: requests held back meanwhile? */
-	if (t->conn.in.len) {
+	for (;;) {
+		if (t->closing)
+			return;
+		flush(t);
+		if (t->closing)
+			return;
+		account(t);
+		if (t->writing || sluice_conn_waiting(&t->conn)) {
+			stop_reading(t);
+			return;
+		}
+		if (t->conn.want_close) {
+			linger(t);
+			return;
+		}
+		if (!t->conn.in.len)
+			break;
+		/* Requests held back while a write or a decision was
+		 * pending: each round answers at least one. */
+		set_out_high(t);
 		sluice_conn_resume(&t->conn);
-		after_io(t);
-		return;
 	}
 	start_reading(t);
 }
@@ -238,6 +269,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 	if (n == 0)
 		return;
+	set_out_high(t);
 	sluice_conn_feed(&t->conn, buf->base, (size_t)n);
 	after_io(t);
 }

@@ -2,7 +2,7 @@
  * memory.c -- the embedded store: bucket states in this process's memory.
  *
  * Identity.  A bucket is a key and one of its limits.  The key is known by
- * a 126-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation)
+ * a 128-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation)
  * instead of its bytes, and the bucket by that hash XORed with the limit's
  * exact value (capacity, interval, per: they pack into 127 bits, so two
  * limits of one key never share a bucket).  A bucket is never identified

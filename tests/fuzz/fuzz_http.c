@@ -7,7 +7,9 @@
  * memory store.  The first input byte picks the config (the classic
  * default, or one with several rules, tiers, costs and a shadow rule),
  * whether the service is draining, and how the rest is cut into reads,
- * so request boundaries land anywhere.  Any input must end in answers
+ * so request boundaries land anywhere; the second, the bound on unsent
+ * answers (out_high) past which the connection holds requests back, as
+ * for a client that does not read (0: none).  Any input must end in answers
  * that are well-formed status lines, never a crash, leak or undefined
  * behaviour.
  */
@@ -93,13 +95,20 @@ static void init(void)
 		 store);
 }
 
-/* Every answer written must start with a status line. */
+/* Every answer written must start with a status line.  Then, as the
+ * transport does once out is written, requests held back are resumed. */
 static void check_output(sluice_conn_t *c)
 {
-	if (c->out.len &&
-	    (c->out.len < 12 || memcmp(c->out.data, "HTTP/1.1 ", 9) != 0))
-		__builtin_trap();
-	c->out.len = 0;
+	do {
+		if (c->out.len && (c->out.len < 12 ||
+				   memcmp(c->out.data, "HTTP/1.1 ", 9) != 0))
+			__builtin_trap();
+		c->out.len = 0;
+		if (sluice_conn_backlogged(c))
+			sluice_conn_resume(c);
+	} while (c->out.len);
+	if (sluice_conn_backlogged(c))
+		__builtin_trap(); /* held back with nothing to write */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -108,19 +117,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct sockaddr_in peer;
 	sluice_conn_t *c;
 	sluice_svc_t *svc;
-	size_t chunk, off, n;
+	size_t chunk, off, n, out_high;
 
 	if (!ready) {
 		init();
 		ready = 1;
 	}
-	if (size < 1)
+	if (size < 2)
 		return 0;
 	svc = &svcs[data[0] & 1];
 	svc->draining = (data[0] >> 1) & 1;
 	chunk = (size_t)(data[0] >> 2) * 4 + 1; /* 1 .. 253 bytes a read */
-	data++;
-	size--;
+	out_high = (size_t)data[1] * 8;		/* 0 .. 2040 bytes */
+	data += 2;
+	size -= 2;
 
 	memset(&peer, 0, sizeof(peer));
 	peer.sin_family = AF_INET;
@@ -130,6 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!c)
 		return 0;
 	sluice_conn_init(c, svc, NULL, (const struct sockaddr *)&peer);
+	c->out_high = out_high;
 	for (off = 0; off < size && !c->want_close; off += n) {
 		n = size - off < chunk ? size - off : chunk;
 		sluice_conn_feed(c, (const char *)data + off, n);

@@ -296,6 +296,46 @@ class ClassicPolicy(unittest.TestCase):
                           b"POST /v1/take HTTP/1.1\r\nContent-Length: x\r\n\r\n")
         self.assertEqual([r.status for r in out], [400])
 
+    def test_what_http11_forbids_is_refused_and_closes(self):
+        # Each would be followed by another request on the connection if
+        # the server kept it open: one answer means it closed.
+        after = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        cases = [
+            (b"GET /v1/check HTTP/1.1\r\nx-user-id: nohost\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+             b"x-user-id : space\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/1.1\r\nHost: x\r\nx-user-id: a\r\n"
+             b" b\r\n\r\n", 400),
+            (b"POST /v1/take HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+            (b"GET /v1/check HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+            (b"GET /v1/check HTTP/1.2\r\nHost: x\r\n\r\n", 505),
+            (b"GET /v1/check HTTP/0.9\r\n\r\n", 505),
+            (b"GET /v1/check?deny_status=500 HTTP/1.1\r\nHost: x\r\n\r\n",
+             400),
+            (b"POST /v1/take HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+             b"\r\n{x}", 400),
+        ]
+        for req, status in cases:
+            out = harness.raw(self.s.port, req + after)
+            self.assertEqual([r.status for r in out], [status], req)
+            self.assertEqual(out[0].header("connection"), "close", req)
+        # "x-user-id : v" never became anyone's key.
+        self.assertEqual(check(self.s, "space").header(
+            "x-ratelimit-remaining"), "99")
+
+    def test_absolute_form_target_is_routed_by_its_path(self):
+        out = harness.raw(
+            self.s.port,
+            b"GET http://127.0.0.1/v1/check?deny_status=403 HTTP/1.1\r\n"
+            b"Host: elsewhere\r\nx-user-id: absolute\r\n\r\n"
+            b"GET https://h:1/v1/check HTTP/1.1\r\nHost: h\r\n"
+            b"x-user-id: absolute\r\nConnection: close\r\n\r\n")
+        self.assertEqual([r.status for r in out], [200, 200])
+        self.assertEqual([r.header("x-ratelimit-remaining") for r in out],
+                         ["99", "98"])
+
     def test_headers_too_large_is_431(self):
         big = b"x-filler: " + b"a" * 9000 + b"\r\n"
         out = harness.raw(self.s.port,
@@ -309,13 +349,13 @@ class ClassicPolicy(unittest.TestCase):
     def test_body_too_large_is_413(self):
         body = b"{" + b" " * 20000 + b"}"
         out = harness.raw(self.s.port,
-                          b"POST /v1/take HTTP/1.1\r\nContent-Length: %d\r\n"
-                          b"\r\n" % len(body) + body)
+                          b"POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.assertEqual([r.status for r in out], [413])
         chunk = b"%x\r\n%s\r\n" % (len(body), body)
         out = harness.raw(self.s.port,
-                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
-                          b"chunked\r\n\r\n" + chunk + b"0\r\n\r\n")
+                          b"POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n" + chunk + b"0\r\n\r\n")
         self.assertEqual([r.status for r in out], [413])
 
     def test_pipelined_requests_answer_in_order(self):
@@ -365,8 +405,9 @@ class ClassicPolicy(unittest.TestCase):
     def test_take_with_chunked_body_and_expect_continue(self):
         body = b'{"key":"chunky","capacity":2,"rate":"1/min"}'
         out = harness.raw(self.s.port,
-                          b"POST /v1/take HTTP/1.1\r\nTransfer-Encoding: "
-                          b"chunked\r\nExpect: 100-continue\r\n"
+                          b"POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+                          b"Transfer-Encoding: chunked\r\n"
+                          b"Expect: 100-continue\r\n"
                           b"Connection: close\r\n\r\n" +
                           b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         self.assertEqual([r.status for r in out], [100, 200])
@@ -548,7 +589,8 @@ class Operations(unittest.TestCase):
         s = Sluice()
         try:
             busy = socket.create_connection(("127.0.0.1", s.port), 10)
-            busy.sendall(b"GET /v1/check HTTP/1.1\r\nx-user-id: d\r\n")
+            busy.sendall(b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+                        b"x-user-id: d\r\n")
             time.sleep(0.2)  # the server has read the first half
             s.signal(signal.SIGTERM)
             self.assertTrue(harness.wait_until(lambda: "draining" in s.log()))
@@ -655,6 +697,67 @@ class Operations(unittest.TestCase):
             # SO_REUSEPORT must not let a second instance share the port.
             self.assertEqual(p.returncode, 1)
             self.assertIn("Address already in use", p.stderr)
+
+
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class Misbehaviour(unittest.TestCase):
+    """Clients that try to make `sluice serve` misbehave rather than pass."""
+
+    def test_pipelining_without_reading_keeps_memory_bounded(self):
+        # 1,000 connections each pipeline 65 KB of checks and never read
+        # an answer.  Unsent answers must not pile up in the process: the
+        # attack may add at most 64 MB (it added 421 MB when every answer
+        # was buffered).  ASan keeps freed memory in a quarantine, which
+        # is not what the server holds: make it small for this process.
+        n, per_conn, bound = 1000, 65 * 1024, 64 << 20
+        if harness.raise_nofile(n + 200) < n + 100:
+            self.fail("open-file limit too low for %d sockets" % n)
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        env = {"ASAN_OPTIONS": asan + ":quarantine_size_mb=1"
+               ":thread_local_quarantine_size_kb=64"}
+        req = (b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+               b"x-user-id: flood\r\n\r\n")
+        payload = req * (per_conn // len(req))
+        socks = []
+        with Sluice(env=env) as s:
+            try:
+                self.assertEqual(s.request("GET", "/healthz").status, 200)
+                base = rss_bytes(s.pid)
+                deadline = time.monotonic() + 120
+                for _ in range(n):
+                    c = socket.socket()
+                    socks.append(c)
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    c.settimeout(10)
+                    c.connect(("127.0.0.1", s.port))
+                    c.sendall(payload)
+                    self.assertLess(time.monotonic(), deadline)
+                # A well-behaved client is answered meanwhile.
+                ok = harness.Client(s.port, timeout=120)
+                self.assertEqual(ok.request("GET", "/healthz").status, 200)
+                ok.close()
+                # Until the server is done with what it was sent.
+                peak, last, still = base, None, 0
+                while still < 20 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    cur = rss_bytes(s.pid)
+                    peak = max(peak, cur)
+                    still = still + 1 if cur == last else 0
+                    last = cur
+                self.assertLessEqual(peak - base, bound,
+                                     "RSS grew by %d MB" % ((peak - base) >> 20))
+                r = check(s, "after-flood")
+                self.assertEqual(r.status, 200)
+            finally:
+                for c in socks:
+                    c.close()
 
 
 class Cli(unittest.TestCase):

@@ -285,6 +285,13 @@ static const struct bad bad_files[] = {
 	{"listen: localhost\n", 1, "listen address \"localhost\""},
 	{"listen: 127.0.0.1:70000\n", 1, "port from 1 to 65535"},
 	{"http:\n  max_body_bytes: -5\n", 2, "expected a whole number"},
+	/* http-parser's own 80 KiB head limit would apply first */
+	{"threads: 1\nhttp:\n  max_header_bytes: 1048576\n", 3,
+	 "expected a whole number from 1024 to 65536"},
+	/* a body is parsed in one go on the event loop */
+	{"http:\n  max_body_bytes: 16777216\n", 2,
+	 "expected a whole number from 64 to 65536"},
+	{"http: {max_body_bytes: 65537}\n", 1, "from 64 to 65536"},
 	/* rates and limits */
 	{"rules:\n  - name: a\n    limits:\n"
 	 "      - {capacity: 100, rate: 2/fortnight}\n",
@@ -399,6 +406,71 @@ static void test_bad_files_name_file_and_line(void)
 	}
 }
 
+/* libyaml takes time quadratic in the nesting depth (80,000 levels took
+ * 33 s): deep nesting is refused as soon as the parser passes the bound,
+ * naming the line where the level too many starts. */
+static void expect_too_deep(const char *head, const char *open, size_t n,
+			    const char *close, const char *tail, int line)
+{
+	size_t hl = strlen(head), ol = strlen(open), cl = strlen(close),
+	       tl = strlen(tail), i;
+	char *text = malloc(hl + (ol + cl) * n + tl + 1), *p, err[512],
+	     prefix[32];
+	sluice_config_t *c;
+
+	CHECK(text != NULL);
+	memcpy(text, head, hl);
+	p = text + hl;
+	for (i = 0; i < n; i++, p += ol)
+		memcpy(p, open, ol);
+	for (i = 0; i < n; i++, p += cl)
+		memcpy(p, close, cl);
+	memcpy(p, tail, tl + 1);
+	c = parse(text, err, sizeof(err));
+	free(text);
+	snprintf(prefix, sizeof(prefix), "t.yaml:%d: ", line);
+	if (c || strncmp(err, prefix, strlen(prefix)) != 0 ||
+	    !strstr(err, "nesting deeper than 32 levels"))
+		fprintf(stderr, "deep %s: got \"%s\"\n", open,
+			c ? "(accepted)" : err);
+	CHECK(c == NULL);
+	CHECK(strncmp(err, prefix, strlen(prefix)) == 0);
+	CHECK(strstr(err, "nesting deeper than 32 levels") != NULL);
+}
+
+static void test_deep_nesting_is_refused_early(void)
+{
+	char text[8192];
+	size_t i, n = 0;
+
+	expect_too_deep("listen: 127.0.0.1:9000\nrules: ", "[", 100000, "]",
+			"\n", 2);
+	expect_too_deep("listen: 127.0.0.1:9000\nrules:\n", "- ", 100000, "",
+			"x\n", 3);
+	expect_too_deep("rules: ", "{a: ", 100000, "}", "\n", 1);
+	expect_too_deep("rules: ", "[{a: ", 100000, "}]", "\n", 1);
+	/* Block mappings, one level per line: level d starts on line d. */
+	for (i = 0; i < 40; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "%*sk%zu:\n",
+				      (int)(2 * i), "", i);
+	expect_too_deep(text, "", 0, "", "", 33);
+	/* 32 levels are still read (and refused for what they hold). */
+	n = 0;
+	for (i = 0; i < 31; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, "%*sk%zu:\n",
+				      (int)(2 * i), "", i);
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "%*s[1]\n",
+			      (int)(2 * i), "");
+	{
+		char err[512];
+		sluice_config_t *c = parse(text, err, sizeof(err));
+
+		CHECK(c == NULL);
+		CHECK(strstr(err, "nesting deeper") == NULL);
+		CHECK(strncmp(err, "t.yaml:1: ", 10) == 0);
+	}
+}
+
 static void test_load_reads_a_file_and_names_it(void)
 {
 	char path[] = "/tmp/sluice-test-config-XXXXXX";
@@ -473,6 +545,7 @@ int main(void)
 	RUN(test_redis_stores);
 	RUN(test_empty_trusted_proxies_trusts_nobody);
 	RUN(test_bad_files_name_file_and_line);
+	RUN(test_deep_nesting_is_refused_early);
 	RUN(test_load_reads_a_file_and_names_it);
 	RUN(test_example_file_is_valid);
 	RUN(test_listen_parse);

@@ -30,9 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Limits in one policy (one Redis call charges them all at once). */
-#define POLICY_MAX_LIMITS 8
-
 /* Keys up to this many bytes are copied on the stack. */
 #define KEY_STACK_MAX 1024
 
@@ -93,7 +90,7 @@ static void decision_numbers(const sluice_decision_t *d, size_t which,
 typedef struct policy_s {
 	char name[SLUICE_KEY_NAME_MAX + 1];
 	size_t nlimits;
-	sluice_limit_t limits[POLICY_MAX_LIMITS];
+	sluice_limit_t limits[SLUICE_MAX_LIMITS];
 } policy_t;
 
 static void free_ptr(napi_env env, void *data, void *hint)
@@ -118,10 +115,10 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_array_length(env, argv[1], &n));
 	CHECK(env, napi_get_array_length(env, argv[2], &n2));
-	if (n == 0 || n != n2 || n > POLICY_MAX_LIMITS) {
+	if (n == 0 || n != n2 || n > SLUICE_MAX_LIMITS) {
 		snprintf(err, sizeof(err),
 			 "a policy needs 1 to %d limits, got %u",
-			 POLICY_MAX_LIMITS, n);
+			 SLUICE_MAX_LIMITS, n);
 		napi_throw_range_error(env, "ERR_SLUICE_POLICY", err);
 		return NULL;
 	}
@@ -277,7 +274,7 @@ static napi_value memory_new(napi_env env, napi_callback_info info)
  */
 static napi_value memory_take(napi_env env, napi_callback_info info)
 {
-	size_t argc = 6, k;
+	size_t argc = 6;
 	napi_value argv[6], res;
 	sluice_memstore_t *s;
 	int64_t now;
@@ -287,8 +284,8 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	size_t outlen = 0;
 	napi_typedarray_type tt;
 	char key[SLUICE_KEY_MAX];
-	size_t keylen, which = 0;
-	sluice_decision_t ds[POLICY_MAX_LIMITS], sum;
+	size_t keylen;
+	sluice_decision_t sum;
 	int allowed;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
@@ -308,18 +305,13 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	if (make_key(env, argv[1], p, key, &keylen) < 0)
 		return throw_last(env);
 	allowed = sluice_memstore_take(s, key, keylen, p->limits, p->nlimits,
-				       (uint64_t)cost, now, ds, &sum);
+				       (uint64_t)cost, now, NULL, &sum);
 	if (allowed < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(allowed));
 		return NULL;
 	}
-	/* Which limit the summary came from (the same fold as the core's). */
-	sum = ds[0];
-	for (k = 1; k < p->nlimits; k++)
-		if (sluice_decision_merge(&sum, &ds[k]))
-			which = k;
 	out = data;
-	decision_numbers(&sum, which, out);
+	decision_numbers(&sum, sum.which, out);
 	CHECK(env, napi_get_boolean(env, allowed == 1, &res));
 	return res;
 }
@@ -700,6 +692,8 @@ static napi_value init(napi_env env, napi_value exports)
 	CHECK(env, napi_create_string_utf8(env, SLUICE_VERSION,
 					   NAPI_AUTO_LENGTH, &v));
 	CHECK(env, napi_set_named_property(env, exports, "version", v));
+	CHECK(env, napi_create_int32(env, SLUICE_MAX_LIMITS, &v));
+	CHECK(env, napi_set_named_property(env, exports, "MAX_LIMITS", v));
 	CHECK(env, napi_create_int32(env, SLUICE_ETIMEDOUT, &v));
 	CHECK(env, napi_set_named_property(env, exports, "ETIMEDOUT", v));
 	return exports;

@@ -32,27 +32,11 @@ void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len)
 	a->len[a->argc++] = len;
 }
 
-/* Decimal digits of v into out (at least 20 bytes); returns the length.
- * The hot path formats a handful of numbers per decision: no printf. */
-size_t sluice_redis__u64_dec(char *out, uint64_t v)
-{
-	char tmp[20];
-	size_t n = 0, i;
-
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	for (i = 0; i < n; i++)
-		out[i] = tmp[n - 1 - i];
-	return n;
-}
-
 void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v)
 {
 	char *buf = a->nums[a->argc];
 
-	sluice_redis__arg(a, buf, sluice_redis__u64_dec(buf, v));
+	sluice_redis__arg(a, buf, sluice_u64_dec(buf, v));
 }
 
 /* "<prefix>{<key>}:<limit id>" for every limit (see sluice_limit_id()):
@@ -281,12 +265,12 @@ static int send_resp(redisAsyncContext *ac, sluice_redis_call_t *c,
 		return -1;
 	p = buf;
 	*p++ = '*';
-	p += sluice_redis__u64_dec(p, (uint64_t)a->argc);
+	p += sluice_u64_dec(p, (uint64_t)a->argc);
 	*p++ = '\r';
 	*p++ = '\n';
 	for (i = 0; i < (size_t)a->argc; i++) {
 		*p++ = '$';
-		p += sluice_redis__u64_dec(p, a->len[i]);
+		p += sluice_u64_dec(p, a->len[i]);
 		*p++ = '\r';
 		*p++ = '\n';
 		memcpy(p, a->argv[i], a->len[i]);

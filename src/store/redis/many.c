@@ -161,7 +161,7 @@ static uint64_t need(const sluice_limit_t *l, uint64_t cost)
 static char *put_arg(char *p, const char *s, size_t len)
 {
 	*p++ = '$';
-	p += sluice_redis__u64_dec(p, len);
+	p += sluice_u64_dec(p, len);
 	*p++ = '\r';
 	*p++ = '\n';
 	memcpy(p, s, len);
@@ -175,7 +175,7 @@ static char *put_u64(char *p, uint64_t v)
 {
 	char num[24];
 
-	return put_arg(p, num, sluice_redis__u64_dec(num, v));
+	return put_arg(p, num, sluice_u64_dec(num, v));
 }
 
 /* EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
@@ -194,7 +194,7 @@ int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 		return -1;
 	p = buf;
 	*p++ = '*';
-	p += sluice_redis__u64_dec(p, argc);
+	p += sluice_u64_dec(p, argc);
 	*p++ = '\r';
 	*p++ = '\n';
 	p = put_arg(p, "EVALSHA", 7);

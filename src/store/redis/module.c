@@ -61,9 +61,9 @@ int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 		/* The exact form "<per>/<interval>us", which the module's
 		 * parser reads back to the same rate, without printf. */
 		sluice_redis__arg_u64(&a, c->limits[i].capacity);
-		n = sluice_redis__u64_dec(buf, rate->per);
+		n = sluice_u64_dec(buf, rate->per);
 		buf[n++] = '/';
-		n += sluice_redis__u64_dec(buf + n, rate->interval);
+		n += sluice_u64_dec(buf + n, rate->interval);
 		memcpy(buf + n, "us", 2);
 		sluice_redis__arg(&a, buf, n + 2);
 	}

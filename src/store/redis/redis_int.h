@@ -21,6 +21,7 @@
 #define SLUICE_REDIS_INT_H
 
 #include "sluice_redis.h"
+#include "util/num.h"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -167,7 +168,6 @@ typedef struct sluice_redis_args_s {
 /* client.c */
 void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len);
 void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v);
-size_t sluice_redis__u64_dec(char *out, uint64_t v);
 int sluice_redis__arg_keys(sluice_redis_args_t *a,
 			   const sluice_redis_call_t *c);
 /* The same with the command already in RESP. */

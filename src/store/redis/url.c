@@ -6,23 +6,11 @@
  * bare host:port as well).
  */
 #include "store/redis/redis_int.h"
+#include "util/errmsg.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return SLUICE_EINVAL;
-}
 
 static char *dupn(const char *s, size_t n)
 {
@@ -60,12 +48,14 @@ static int parse_unix(const char *p, sluice_redis_url_t *u, const char *text,
 	long db = 0;
 
 	if (*p != '/')
-		return fail(err, errlen,
-			    "redis url \"%s\": expected unix:///absolute/path",
-			    text);
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"redis url \"%s\": expected unix:///absolute/path",
+			text);
 	if (q && number(q + 4, q + strlen(q), 0, 1 << 20, &db) < 0)
-		return fail(err, errlen,
-			    "redis url \"%s\": db must be a number", text);
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis url \"%s\": db must be a number",
+				   text);
 	u->path = dupn(p, q ? (size_t)(q - p) : strlen(p));
 	u->db = (int)db;
 	return u->path ? 0 : SLUICE_ENOMEM;
@@ -79,16 +69,18 @@ int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,
 
 	memset(u, 0, sizeof(*u));
 	if (!text || !*text)
-		return fail(err, errlen, "redis url is empty");
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis url is empty");
 	if (strncmp(p, "unix://", 7) == 0)
 		return parse_unix(p + 7, u, text, err, errlen);
 	if (strncmp(p, "redis://", 8) == 0)
 		p += 8;
 	else if (strstr(p, "://"))
-		return fail(err, errlen,
-			    "redis url \"%s\": expected redis://host:port[/db] "
-			    "or unix:///path",
-			    text);
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"redis url \"%s\": expected redis://host:port[/db] "
+			"or unix:///path",
+			text);
 
 	slash = strchr(p, '/');
 	at = memchr(p, '@', slash ? (size_t)(slash - p) : strlen(p));
@@ -110,22 +102,24 @@ int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,
 	if (colon) {
 		if (number(colon + 1, he, 1, 65535, &port) < 0) {
 			sluice_redis__url_free(u);
-			return fail(err, errlen,
-				    "redis url \"%s\": port must be 1..65535",
-				    text);
+			return sluice_fail(
+				SLUICE_EINVAL, err, errlen,
+				"redis url \"%s\": port must be 1..65535",
+				text);
 		}
 		he = colon;
 	}
 	if (he == hs) {
 		sluice_redis__url_free(u);
-		return fail(err, errlen, "redis url \"%s\": no host", text);
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis url \"%s\": no host", text);
 	}
 	if (slash && slash[1] &&
 	    number(slash + 1, slash + strlen(slash), 0, 1 << 20, &db) < 0) {
 		sluice_redis__url_free(u);
-		return fail(err, errlen,
-			    "redis url \"%s\": the path must be a db number",
-			    text);
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"redis url \"%s\": the path must be a db number", text);
 	}
 	u->host = dupn(hs, (size_t)(he - hs));
 	u->port = (int)port;

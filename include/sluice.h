@@ -281,6 +281,39 @@ int sluice_memstore_take(sluice_memstore_t *store, const void *key,
 			 sluice_decision_t *decisions,
 			 sluice_decision_t *summary);
 
+/*
+ * One key of a take over several keys: the caller fills the inputs; the
+ * take fills the outputs.
+ */
+typedef struct sluice_take_item_s {
+	const void *key; /* bytes of any length */
+	size_t keylen;
+	const sluice_limit_t *limits;
+	size_t nlimits; /* 1 .. SLUICE_MAX_LIMITS */
+	uint64_t cost;
+	/* outputs */
+	int allowed;		   /* this key's limits alone would pass */
+	sluice_decision_t summary; /* its most restrictive decision;
+				      summary.which is that limit's index */
+} sluice_take_item_t;
+
+/*
+ * Takes each item's cost from every limit of its key, all-or-nothing
+ * across all of them, atomically with respect to every other take on the
+ * same store from any thread: either every item is charged or none is.
+ * Each item's outputs say what its own limits decided (an item that would
+ * pass reports allowed = 1 even when another item rejected the take, and
+ * then was not charged).  A bucket (a key and a limit, as in
+ * sluice_memstore_take()) may appear in several items: they are decided in
+ * order, each on the state the previous one left.  Returns
+ * 1 when every item was allowed and charged, 0 when nothing was charged,
+ * SLUICE_EINVAL for a malformed item (as for sluice_memstore_take()), or
+ * SLUICE_ENOMEM.
+ */
+int sluice_memstore_take_many(sluice_memstore_t *store,
+			      sluice_take_item_t *items, size_t n,
+			      int64_t now_us);
+
 /* Copies the store's counters. */
 void sluice_memstore_stats(sluice_memstore_t *store,
 			   sluice_memstore_stats_t *out);

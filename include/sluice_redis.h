@@ -88,6 +88,34 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, sluice_redis_cb cb, void *arg);
 
+/* Called once per sluice_redis_take_many(); on status 0 the items'
+ * outputs are set and allowed is 1 when every item was charged. */
+typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
+
+/*
+ * Charges items[0..n) all-or-nothing (the shape of
+ * sluice_memstore_take_many(); items stay valid and untouched until the
+ * callback, which writes their outputs).  Each item is a key with its
+ * limits and cost, named in Redis as sluice_redis_take() names it.
+ *
+ * On one Redis server every key is charged by one atomic server-side
+ * call: either all are charged or none, whatever runs concurrently.  In
+ * Redis Cluster, where one call cannot span slots, the items are grouped
+ * by slot and each group is charged atomically on its own master; when a
+ * group rejects (or fails), every group that allowed is given back
+ * exactly what it was charged.  Until that refund lands (one round trip),
+ * concurrent requests see those keys charged: they may be rejected where
+ * they would have passed, never the reverse, and a refund that fails
+ * leaves the charge in place (see docs/REDIS.md).
+ *
+ * Returns 0, or SLUICE_EINVAL (n 0, an item malformed as for
+ * sluice_redis_take(), or one key in two items: unlike the memory store,
+ * one server-side call cannot chain two charges of one key) /
+ * SLUICE_ENOMEM; the callback is then not called.
+ */
+int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
+			   size_t n, sluice_redis_many_cb cb, void *arg);
+
 /* 1 when the client believes the store can answer (connected, breaker
  * closed; in a cluster, every slot has a master whose breaker is not
  * open), for /readyz. */

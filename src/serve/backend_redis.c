@@ -2,19 +2,18 @@
  * backend_redis.c -- the Redis store as a serve store driver: one client
  * (include/sluice_redis.h) per event-loop thread, opened on that thread's
  * loop, so threads share nothing but the Redis server.  Its calls already
- * have the driver's shape; on_store_error is applied by backend.c.
+ * have the driver's shape; on_store_error is applied by verdict.c.
  */
 #include "serve/backend.h"
 #include "sluice_redis.h"
 
 #include <stdio.h>
 
-static int redis_take(void *impl, const void *key, size_t keylen,
-		      const sluice_limit_t *limits, size_t nlimits,
-		      uint64_t cost, sluice_store_cb cb, void *arg)
+static int redis_take(void *impl, sluice_take_item_t *items, size_t n,
+		      int64_t now_us, sluice_store_cb cb, void *arg)
 {
-	return sluice_redis_take(impl, key, keylen, limits, nlimits, cost, cb,
-				 arg);
+	/* Redis decides on its own clock: now_us is not needed. */
+	return sluice_redis_take_many(impl, items, n, cb, arg);
 }
 
 static int redis_healthy(void *impl)

@@ -18,7 +18,7 @@ sluice_take_t *sluice_take_get(sluice_svc_t *svc)
 		svc->spare = NULL;
 		return t;
 	}
-	return malloc(sizeof(*t));
+	return sluice_take_new();
 }
 
 void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
@@ -26,7 +26,7 @@ void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
 	if (!svc->spare)
 		svc->spare = t;
 	else
-		free(t);
+		sluice_take_free(t);
 }
 
 void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
@@ -265,8 +265,11 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 		json_status(c, 500, "{\"error\":\"out_of_memory\"}");
 		return;
 	}
-	t->nmatches =
-		sluice_rules_match(cfg, &req, t->matches, SLUICE_MAX_MATCHES);
+	if (sluice_take_match(t, cfg, &req) < 0) {
+		sluice_take_put(c->svc, t);
+		json_status(c, 500, "{\"error\":\"out_of_memory\"}");
+		return;
+	}
 	if (t->nmatches == 0) {
 		/* No rule applies: nothing to limit. */
 		sluice_take_put(c->svc, t);
@@ -274,11 +277,10 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 		sluice_resp_end(c, NULL, "", 0);
 		return;
 	}
-	for (i = 0; i < t->nmatches; i++)
-		t->costs[i] = t->matches[i].rule->cost;
 	c->take = t;
 	sluice_conn_wait(c);
-	sluice_backend_take(&c->svc->backend, t, check_done, c);
+	sluice_verdict_decide(&c->svc->backend, t, sluice_now_us(), check_done,
+			      c);
 }
 
 /* ------------------------------------------------------ health, metrics */

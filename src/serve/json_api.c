@@ -257,7 +257,8 @@ void sluice_api_take(sluice_conn_t *c)
 	json_decref(obj);
 	c->take = t;
 	sluice_conn_wait(c);
-	sluice_backend_take(&c->svc->backend, t, take_done, c);
+	sluice_verdict_decide(&c->svc->backend, t, sluice_now_us(), take_done,
+			      c);
 	return;
 out:
 	json_decref(obj);

@@ -249,7 +249,7 @@ static void worker_fini(sluice_worker_t *w)
 	sluice_backend_close(&w->svc.backend);
 	sluice_live_unref(w->svc.live);
 	sluice_live_unref(atomic_exchange(&w->next_live, NULL));
-	free(w->svc.spare);
+	sluice_take_free(w->svc.spare);
 	w->svc.spare = NULL;
 	if (uv_loop_close(&w->loop) < 0)
 		sluice_log_warn("thread %u: handles left open at exit", w->id);

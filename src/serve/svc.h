@@ -8,9 +8,9 @@
 #ifndef SLUICE_SERVE_SVC_H
 #define SLUICE_SERVE_SVC_H
 
-#include "serve/backend.h"
 #include "serve/live.h"
 #include "serve/metrics.h"
+#include "serve/verdict.h"
 
 typedef struct sluice_svc_s {
 	sluice_live_t *live; /* this thread's current config (one ref) */

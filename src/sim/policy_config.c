@@ -31,7 +31,7 @@ static int cfg_take(sluice_sim_policy_t *p, const sluice_sim_trace_t *tr,
 {
 	const sluice_sim_client_t *cl = &tr->clients[ev->client];
 	const sluice_sim_route_t *rt = &sluice_sim_routes[ev->route];
-	sluice_rule_hit_t hits[SLUICE_RULESTATE_MAX_HITS];
+	const sluice_rule_hit_t *hits;
 	sluice_request_t req;
 	size_t n;
 
@@ -44,7 +44,7 @@ static int cfg_take(sluice_sim_policy_t *p, const sluice_sim_trace_t *tr,
 	req.header_ctx = (void *)cl;
 	req.peer = (const struct sockaddr *)&cl->addr;
 	/* Out of memory fails open, as a store error would by default. */
-	return sluice_rulestate_decide(p->impl, &req, ev->t_us, hits, &n) != 0;
+	return sluice_rulestate_decide(p->impl, &req, ev->t_us, &hits, &n) != 0;
 }
 
 static void cfg_destroy(sluice_sim_policy_t *p)

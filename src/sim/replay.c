@@ -100,7 +100,7 @@ static keystat_t *keystat(replay_t *rp, size_t k)
 
 static int decide(replay_t *rp, const sluice_logline_t *ll, int64_t t)
 {
-	sluice_rule_hit_t hits[SLUICE_RULESTATE_MAX_HITS];
+	const sluice_rule_hit_t *hits;
 	sluice_replay_report_t *rep = rp->rep;
 	hdr_ctx_t hc = {ll};
 	sluice_request_t req;
@@ -115,7 +115,7 @@ static int decide(replay_t *rp, const sluice_logline_t *ll, int64_t t)
 	req.header = log_header;
 	req.header_ctx = &hc;
 	req.peer = (const struct sockaddr *)&ll->peer;
-	pass = sluice_rulestate_decide(&rp->rs, &req, t, hits, &n);
+	pass = sluice_rulestate_decide(&rp->rs, &req, t, &hits, &n);
 	if (pass < 0)
 		return pass;
 	if (rep->replayed == 0 || t < rep->first_us)

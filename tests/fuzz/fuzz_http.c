@@ -58,7 +58,7 @@ static void fini(void)
 	for (i = 0; i < 2; i++) {
 		sluice_backend_close(&svcs[i].backend);
 		sluice_live_unref(svcs[i].live);
-		free(svcs[i].spare);
+		sluice_take_free(svcs[i].spare);
 	}
 	sluice_memstore_free(store);
 }

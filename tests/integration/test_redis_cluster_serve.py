@@ -10,6 +10,10 @@ the second and third take those masters down.
   limits (both of a key's buckets in one slot, charged in one call): each
   key allows exactly its capacity across both instances, and /readyz is
   200.
+- Two rules on one request, their keys on two masters: 200 concurrent
+  requests from one user pass `narrow` (20/day) 20 times, and `wide`,
+  charged per master and refunded where `narrow` rejected, holds the
+  charges of those 20 alone.
 - Failover: under load, the master holding the test keys is SIGKILLed
   (or SIGSTOPped: hung, connections open, no answers) and its replica
   promoted with CLUSTER FAILOVER TAKEOVER (no wait for the
@@ -200,6 +204,18 @@ class Load:
             t.join()
 
 
+WIDE_NARROW = """
+store: {redis_cluster: {seeds: [%(seeds)s], timeout_ms: 2000}}
+rules:
+  - name: wide
+    key: [ip]
+    limits: [{capacity: 1000, rate: 1000/day}]
+  - name: narrow
+    key: ["header:x-user-id"]
+    limits: [{capacity: 20, rate: 20/day}]
+"""
+
+
 class RedisClusterServeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -287,6 +303,53 @@ class RedisClusterServeTest(unittest.TestCase):
         for s in (a, b):
             self.assertEqual(s.request("GET", "/readyz").status, 200)
             self.assertIsNone(s.poll())
+
+    # ---------------------------------------- two rules, two masters
+
+    def test_1b_rules_on_two_masters_are_all_or_nothing(self):
+        owners = self.cluster.owners()
+        wide_master = owners[slot_of("wide", "127.0.0.1")]
+        user = self.pick(owners, "narrow", "mallory",
+                         lambda m: m is not wide_master)
+        s = Sluice(WIDE_NARROW % {"seeds": self.cluster.seeds()},
+                   threads=2)
+        self.procs.append(s)
+        self.assertTrue(harness.wait_until(
+            lambda: s.request("GET", "/readyz").status == 200, 10))
+        racers = 200
+        gate = threading.Barrier(racers, timeout=60)
+        statuses = []
+        lock = threading.Lock()
+
+        def one():
+            try:
+                gate.wait()
+            except threading.BrokenBarrierError:
+                pass
+            st = s.request("GET", "/v1/check", {"x-user-id": user}).status
+            with lock:
+                statuses.append(st)
+
+        threads = [threading.Thread(target=one) for _ in range(racers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+
+        def wide_remaining():
+            r = s.request("POST", "/v1/take",
+                          body='{"key":"127.0.0.1","rule":"wide","cost":0}')
+            return r.json()["remaining"]
+        # The refunds leave with the answers; wait for the last to land.
+        harness.wait_until(lambda: wide_remaining() == 980, 10, 0.05)
+        remaining = wide_remaining()
+        print("%d concurrent requests over two masters: %d allowed, wide "
+              "charged %d after refunds" % (racers, statuses.count(200),
+                                            1000 - remaining), flush=True)
+        self.assertEqual(len(statuses), racers)
+        self.assertEqual(statuses.count(200), 20)
+        self.assertEqual(statuses.count(429), racers - 20)
+        self.assertEqual(remaining, 980)
 
     # ------------------------------------------------------- failover
 

@@ -14,28 +14,23 @@
 typedef struct deferred_s {
 	sluice_memstore_t *store;
 	struct {
-		char key[512];
-		size_t keylen;
-		const sluice_limit_t *limits;
-		size_t nlimits;
-		uint64_t cost;
+		sluice_take_item_t *items;
+		size_t n;
+		int64_t now_us;
 		sluice_store_cb cb;
 		void *arg;
-	} q[32];
+	} q[256];
 	size_t n;
 } deferred_t;
 
-static int deferred_take(void *impl, const void *key, size_t keylen,
-			 const sluice_limit_t *limits, size_t nlimits,
-			 uint64_t cost, sluice_store_cb cb, void *arg)
+static int deferred_take(void *impl, sluice_take_item_t *items, size_t n,
+			 int64_t now_us, sluice_store_cb cb, void *arg)
 {
 	deferred_t *d = impl;
 
-	memcpy(d->q[d->n].key, key, keylen);
-	d->q[d->n].keylen = keylen;
-	d->q[d->n].limits = limits;
-	d->q[d->n].nlimits = nlimits;
-	d->q[d->n].cost = cost;
+	d->q[d->n].items = items;
+	d->q[d->n].n = n;
+	d->q[d->n].now_us = now_us;
 	d->q[d->n].cb = cb;
 	d->q[d->n].arg = arg;
 	d->n++;
@@ -48,12 +43,10 @@ __attribute__((unused)) static size_t deferred_run(deferred_t *d)
 	size_t n = d->n, i;
 
 	for (i = 0; i < n; i++) {
-		sluice_decision_t sum;
-		int r = sluice_memstore_take(d->store, d->q[i].key,
-					     d->q[i].keylen, d->q[i].limits,
-					     d->q[i].nlimits, d->q[i].cost,
-					     sluice_now_us(), NULL, &sum);
-		d->q[i].cb(d->q[i].arg, 0, r, &sum, sum.which);
+		int r = sluice_memstore_take_many(d->store, d->q[i].items,
+						  d->q[i].n, d->q[i].now_us);
+
+		d->q[i].cb(d->q[i].arg, r < 0 ? r : 0, r > 0);
 	}
 	memmove(d->q, d->q + n, (d->n - n) * sizeof(d->q[0]));
 	d->n -= n;

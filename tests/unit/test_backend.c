@@ -1,11 +1,14 @@
 /*
- * test_backend.c -- deciding a request over a store driver: all-or-nothing
- * across rules, shadow rules, on_store_error (open, closed, local), and
- * drivers that answer later (as the Redis store does).
+ * test_backend.c -- the verdict engine over a store driver: every matching
+ * rule however many, all-or-nothing across rules (also under threads),
+ * shadow rules, on_store_error (open, closed, local), and drivers that
+ * answer later (as the Redis store does).
  */
 #include "check.h"
 #include "fake_store.h"
-#include "serve/backend.h"
+#include "serve/verdict.h"
+
+#include <pthread.h>
 
 #include <string.h>
 
@@ -57,11 +60,10 @@ static void add(sluice_take_t *t, const char *name, const char *id)
 /* ------------------------------------------------------- fake drivers */
 
 /* Fails every call. */
-static int failing_take(void *impl, const void *key, size_t keylen,
-			const sluice_limit_t *limits, size_t nlimits,
-			uint64_t cost, sluice_store_cb cb, void *arg)
+static int failing_take(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg)
 {
-	cb(arg, SLUICE_ETIMEDOUT, 0, NULL, 0);
+	cb(arg, SLUICE_ETIMEDOUT, 0);
 	return 0;
 }
 
@@ -87,14 +89,31 @@ static void on_verdict(void *arg, const sluice_verdict_t *v)
 static void decide(sluice_backend_t *be, sluice_take_t *t)
 {
 	calls = 0;
-	sluice_backend_take(be, t, on_verdict, NULL);
+	sluice_verdict_decide(be, t, sluice_now_us(), on_verdict, NULL);
 }
 
 static sluice_backend_t memory_backend(sluice_memstore_t *m)
 {
-	sluice_backend_t be = {&sluice_memory_store_ops, m, m};
+	sluice_backend_t be;
 
+	sluice_backend_memory(&be, m);
 	return be;
+}
+
+/* Takes live until the end of main (freed there). */
+static sluice_take_t *takes[64];
+static size_t ntakes;
+
+static sluice_take_t *fresh(sluice_take_t **t)
+{
+	if (!*t) {
+		*t = sluice_take_new();
+		if (!*t || ntakes == 64)
+			abort();
+		takes[ntakes++] = *t;
+	}
+	(*t)->nmatches = 0;
+	return *t;
 }
 
 /* --------------------------------------------------------------- tests */
@@ -103,18 +122,18 @@ static void test_one_rule_charges_and_reports(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
 	sluice_backend_t be = memory_backend(m);
-	static sluice_take_t t;
+	static sluice_take_t *t;
 
-	t.nmatches = 0;
-	add(&t, "tight", "a");
-	decide(&be, &t);
+	fresh(&t);
+	add(t, "tight", "a");
+	decide(&be, t);
 	CHECK(calls == 1);
 	CHECK(got.allowed && got.status == 0 && got.report == 0);
 	CHECK_EQ_U64(got.summary.remaining, 1);
-	decide(&be, &t);
-	decide(&be, &t);
+	decide(&be, t);
+	decide(&be, t);
 	CHECK(!got.allowed);
-	CHECK(t.results[0].outcome == SLUICE_OUT_LIMITED);
+	CHECK(t->results[0].outcome == SLUICE_OUT_LIMITED);
 	sluice_memstore_free(m);
 }
 
@@ -122,27 +141,27 @@ static void test_rejected_request_charges_no_rule(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
 	sluice_backend_t be = memory_backend(m);
-	static sluice_take_t t, peek;
+	static sluice_take_t *t, *peek;
 	int i;
 
 	for (i = 0; i < 3; i++) {
-		t.nmatches = 0;
-		add(&t, "loose", "u");
-		add(&t, "tight", "u");
-		decide(&be, &t);
+		fresh(&t);
+		add(t, "loose", "u");
+		add(t, "tight", "u");
+		decide(&be, t);
 		CHECK(calls == 1);
 	}
 	CHECK(!got.allowed);
 	CHECK(got.report == 1); /* tight rejected */
-	CHECK(t.results[0].outcome == SLUICE_OUT_SKIPPED);
-	CHECK(t.results[1].outcome == SLUICE_OUT_LIMITED);
+	CHECK(t->results[0].outcome == SLUICE_OUT_SKIPPED);
+	CHECK(t->results[1].outcome == SLUICE_OUT_LIMITED);
 	CHECK(got.summary.retry_after_us > 0);
 	/* loose was charged twice, not three times; its second limit (3 at
 	 * 1/h) is the one reported. */
-	peek.nmatches = 0;
-	add(&peek, "loose", "u");
-	peek.costs[0] = 0;
-	decide(&be, &peek);
+	fresh(&peek);
+	add(peek, "loose", "u");
+	peek->costs[0] = 0;
+	decide(&be, peek);
 	CHECK_EQ_U64(got.summary.remaining, 1);
 	CHECK_EQ_U64(got.which, 1);
 	sluice_memstore_free(m);
@@ -152,15 +171,15 @@ static void test_fail_open_allows_without_decision(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
 	sluice_backend_t be = {&failing_ops, NULL, m};
-	static sluice_take_t t;
+	static sluice_take_t *t;
 
-	t.nmatches = 0;
-	add(&t, "open", "x");
-	decide(&be, &t);
+	fresh(&t);
+	add(t, "open", "x");
+	decide(&be, t);
 	CHECK(calls == 1);
 	CHECK(got.allowed && got.status == 0 && got.report < 0);
-	CHECK(t.results[0].store_err);
-	CHECK(t.results[0].outcome == SLUICE_OUT_ERROR_OPEN);
+	CHECK(t->results[0].store_err);
+	CHECK(t->results[0].outcome == SLUICE_OUT_ERROR_OPEN);
 	CHECK(!sluice_backend_healthy(&be));
 	sluice_memstore_free(m);
 }
@@ -169,15 +188,15 @@ static void test_fail_closed_is_a_store_error(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
 	sluice_backend_t be = {&failing_ops, NULL, m};
-	static sluice_take_t t;
+	static sluice_take_t *t;
 
-	t.nmatches = 0;
-	add(&t, "open", "x");
-	add(&t, "closed", "x");
-	decide(&be, &t);
+	fresh(&t);
+	add(t, "open", "x");
+	add(t, "closed", "x");
+	decide(&be, t);
 	CHECK(calls == 1);
 	CHECK(!got.allowed && got.status == SLUICE_ESTORE);
-	CHECK(t.results[1].outcome == SLUICE_OUT_ERROR_CLOSED);
+	CHECK(t->results[1].outcome == SLUICE_OUT_ERROR_CLOSED);
 	sluice_memstore_free(m);
 }
 
@@ -185,15 +204,15 @@ static void test_fail_local_decides_on_the_local_store(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
 	sluice_backend_t be = {&failing_ops, NULL, m};
-	static sluice_take_t t;
+	static sluice_take_t *t;
 	int i;
 
 	for (i = 0; i < 6; i++) {
-		t.nmatches = 0;
-		add(&t, "local", "x");
-		decide(&be, &t);
+		fresh(&t);
+		add(t, "local", "x");
+		decide(&be, t);
 		CHECK(calls == 1);
-		CHECK(t.results[0].local && t.results[0].store_err);
+		CHECK(t->results[0].local && t->results[0].store_err);
 		CHECK(got.allowed == (i < 5));
 	}
 	CHECK(got.report == 0);
@@ -204,47 +223,46 @@ static void test_shadow_never_rejects_nor_fails_closed(void)
 {
 	sluice_memstore_t *m = sluice_memstore_new(100);
 	sluice_backend_t be = memory_backend(m), bad = {&failing_ops, NULL, m};
-	static sluice_take_t t;
+	static sluice_take_t *t;
 	int i;
 
 	for (i = 0; i < 3; i++) {
-		t.nmatches = 0;
-		add(&t, "shadow", "s");
-		decide(&be, &t);
+		fresh(&t);
+		add(t, "shadow", "s");
+		decide(&be, t);
 		CHECK(got.allowed);
 	}
-	CHECK(t.results[0].outcome == SLUICE_OUT_LIMITED);
+	CHECK(t->results[0].outcome == SLUICE_OUT_LIMITED);
 	CHECK(got.report == 0 && !got.summary.allowed); /* reported */
-	t.nmatches = 0;
-	add(&t, "shadow", "s");
-	decide(&bad, &t);
+	fresh(&t);
+	add(t, "shadow", "s");
+	decide(&bad, t);
 	CHECK(got.allowed && got.status == 0);
 	sluice_memstore_free(m);
 }
 
-static void test_deferred_driver_answers_once_after_every_phase(void)
+static void test_deferred_driver_answers_once_after_every_take(void)
 {
 	static deferred_t d;
 	sluice_backend_t be = {&deferred_ops, &d, NULL};
-	static sluice_take_t t;
+	static sluice_take_t *t;
 	int i;
 
 	d.store = sluice_memstore_new(100);
 	for (i = 0; i < 3; i++) {
-		t.nmatches = 0;
-		add(&t, "tight", "d");
-		add(&t, "loose", "d");
-		add(&t, "shadow", "d");
-		decide(&be, &t);
+		fresh(&t);
+		add(t, "tight", "d");
+		add(t, "loose", "d");
+		add(t, "shadow", "d");
+		decide(&be, t);
 		CHECK(calls == 0);
-		CHECK_EQ_U64(deferred_run(&d), 3); /* peek x2 + shadow */
-		CHECK(calls == 0);
-		CHECK_EQ_U64(deferred_run(&d), i < 2 ? 2 : 1);
+		/* One take for both enforcing rules, one for the shadow. */
+		CHECK_EQ_U64(deferred_run(&d), 2);
 		CHECK(calls == 1);
 		CHECK_EQ_U64(d.n, 0);
 		CHECK(got.allowed == (i < 2));
 	}
-	CHECK(t.results[1].outcome == SLUICE_OUT_SKIPPED);
+	CHECK(t->results[1].outcome == SLUICE_OUT_SKIPPED);
 	sluice_memstore_free(d.store);
 }
 
@@ -264,7 +282,9 @@ int main(void)
 	RUN(test_fail_closed_is_a_store_error);
 	RUN(test_fail_local_decides_on_the_local_store);
 	RUN(test_shadow_never_rejects_nor_fails_closed);
-	RUN(test_deferred_driver_answers_once_after_every_phase);
+	RUN(test_deferred_driver_answers_once_after_every_take);
+	while (ntakes)
+		sluice_take_free(takes[--ntakes]);
 	sluice_config_free(cfg);
 	TESTS_DONE();
 }

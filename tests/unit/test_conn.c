@@ -550,7 +550,7 @@ int main(void)
 	RUN(test_every_400_closes);
 	RUN(test_unsent_answers_stop_parsing);
 	RUN(test_largest_limits_apply);
-	free(svc.spare);
+	sluice_take_free(svc.spare);
 	sluice_live_unref(svc.live);
 	sluice_memstore_free(store.store);
 	TESTS_DONE();

@@ -257,6 +257,45 @@ static void test_shadow_rules_are_charged_on_their_own(void)
 	sluice_config_free(cfg);
 }
 
+/* Replay decides every matching rule, as serve does: a rule after
+ * sixteen that match the same request still limits it. */
+static void test_a_rule_after_sixteen_matching_ones_counts(void)
+{
+	char text[4096], err[512];
+	size_t n = 0;
+	sluice_config_t *cfg;
+	sluice_replay_opts_t o;
+	sluice_replay_report_t r;
+	FILE *f = tmpfile();
+	int i;
+
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "rules:\n");
+	for (i = 0; i < 16; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      "  - name: r%d\n    key: ip\n"
+				      "    limits: [{capacity: 100, rate: "
+				      "1/min}]\n",
+				      i);
+	snprintf(text + n, sizeof(text) - n,
+		 "  - name: upload\n    match: {path: \"/api/upload\"}\n"
+		 "    key: ip\n    limits: [{capacity: 2, rate: 2/min}]\n");
+	cfg = sluice_config_parse("t.yaml", text, strlen(text), err,
+				  sizeof(err));
+	CHECK(cfg != NULL && f != NULL);
+	for (i = 0; i < 10; i++)
+		line(f, "10.7.7.7", 0, 0, "POST /api/upload");
+	rewind(f);
+	sluice_replay_opts_default(&o);
+	CHECK(sluice_replay_run(cfg, f, &o, &r, err, sizeof(err)) == 0);
+	fclose(f);
+	CHECK_EQ_U64(r.replayed, 10);
+	CHECK_EQ_U64(r.rejected, 8);
+	CHECK_EQ_U64(r.rules[16].limited, 8);
+	CHECK_EQ_U64(r.rules[0].limited, 0);
+	sluice_replay_report_free(&r);
+	sluice_config_free(cfg);
+}
+
 int main(void)
 {
 	RUN(test_parses_a_combined_line);
@@ -265,5 +304,6 @@ int main(void)
 	RUN(test_replays_a_small_log_with_exact_counts);
 	RUN(test_top_limits_the_list);
 	RUN(test_shadow_rules_are_charged_on_their_own);
+	RUN(test_a_rule_after_sixteen_matching_ones_counts);
 	TESTS_DONE();
 }

@@ -147,11 +147,12 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 	if (c->done)
 		return;
 	if (status == 0 &&
-	    (c->script ? sluice_redis__parse_script_reply(reply, c->limits,
-							  c->nlimits, c->cost,
-							  &allowed, &d, &which)
-		       : sluice_redis__parse_reply(reply, c->nlimits, &allowed,
-						   &d, &which)) < 0)
+	    (c->mk	 ? sluice_redis__many_parse(c, reply, &allowed)
+	     : c->script ? sluice_redis__parse_script_reply(
+				   reply, c->limits, c->nlimits, c->cost,
+				   &allowed, &d, &which)
+			 : sluice_redis__parse_reply(reply, c->nlimits,
+						     &allowed, &d, &which)) < 0)
 		status = SLUICE_ESTORE;
 	c->done = 1;
 	call_unlink(c);
@@ -161,7 +162,11 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 		breaker_failure(r, c->guard, c->probe);
 	else if (c->probe)
 		c->guard->probing = 0;
-	c->cb(c->arg, status, allowed, status == 0 ? &d : NULL, c->orig[which]);
+	if (c->mk)
+		sluice_redis__many_done(c, status, allowed);
+	else
+		c->cb(c->arg, status, allowed, status == 0 ? &d : NULL,
+		      c->orig[which]);
 	call_maybe_free(c);
 }
 
@@ -175,7 +180,10 @@ static void call_fail_fast(sluice_redis_call_t *c, int count)
 		breaker_failure(c->r, c->guard, c->probe);
 	else if (c->probe)
 		c->guard->probing = 0;
-	c->cb(c->arg, SLUICE_ESTORE, 0, NULL, 0);
+	if (c->mk)
+		sluice_redis__many_done(c, SLUICE_ESTORE, 0);
+	else
+		c->cb(c->arg, SLUICE_ESTORE, 0, NULL, 0);
 	call_maybe_free(c);
 }
 
@@ -279,6 +287,22 @@ static int send_resp(redisAsyncContext *ac, sluice_redis_call_t *c,
 	return rc;
 }
 
+int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
+			     const char *resp, size_t len)
+{
+	if (c->ask &&
+	    redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
+	if (redisAsyncFormattedCommand(k->ac, on_reply, c, resp, len) !=
+	    REDIS_OK)
+		return -1;
+	c->ask = NULL;
+	c->conn = k;
+	c->refs++;
+	k->inflight++;
+	return 0;
+}
+
 int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
 			sluice_redis_args_t *a)
 {
@@ -310,8 +334,8 @@ void sluice_redis__send(sluice_redis_call_t *c)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}
-	rc = k->module == 1 ? sluice_redis__send_module(k, c)
-			    : sluice_redis__send_script(k, c);
+	rc = k->module == 1 && !c->mk ? sluice_redis__send_module(k, c)
+				      : sluice_redis__send_script(k, c);
 	if (rc < 0)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
@@ -452,6 +476,16 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	c->keybaselen = plen + keylen + 3;
 	c->slot = r->cluster ? sluice_redis__key_slot(c->keybase, c->keybaselen)
 			     : 0;
+	sluice_redis__start(c);
+	return 0;
+}
+
+/* Puts a new call (r, cb/arg or many, slot set) on the pending list and
+ * sends it, or fails it fast when its node's breaker is open. */
+void sluice_redis__start(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+
 	c->deadline_ms = clock_ms() + r->timeout_ms;
 	c->guard = sluice_redis__route(r, c->slot);
 
@@ -470,10 +504,9 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		 * replica promoted) while its old one's breaker is open. */
 		sluice_redis__refresh_slots(r);
 		call_fail_fast(c, 0);
-		return 0;
+		return;
 	}
 	sluice_redis__send(c);
-	return 0;
 }
 
 int sluice_redis_healthy(const sluice_redis_t *r)
@@ -623,6 +656,9 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	sluice_redis__sha1_hex(sluice_redis__script_multi,
 			       strlen(sluice_redis__script_multi),
 			       r->sha_multi);
+	sluice_redis__sha1_hex(sluice_redis__script_refund,
+			       strlen(sluice_redis__script_refund),
+			       r->sha_refund);
 	uv_timer_init(loop, &r->sweep);
 	uv_timer_init(loop, &r->retry);
 	r->sweep.data = r->retry.data = r;

@@ -6,6 +6,7 @@
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
  *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing
  *   module.c   the SLUICE.TAKE module path
+ *   many.c     takes over several keys: one call per slot, refunds
  *   url.c      redis:// and unix:// URLs
  *   sha1.c     the script's name
  *   uv_adapter.c  hiredis on libuv
@@ -109,7 +110,13 @@ struct sluice_redis_call_s {
 	uint64_t cost;
 	size_t nlimits; /* distinct limits (duplicates dropped) */
 	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
-	char *keybase;			       /* "<prefix>{<key>}:" */
+	/* take_many: one entry per key (nlimits of them, limits[] flat),
+	 * NULL for a one-key call; `many` is the take it belongs to. */
+	struct sluice_redis_mkey_s *mk;
+	struct sluice_redis_many_s *many;
+	int refund;    /* gives back what a take of the same keys charged */
+	size_t group;  /* which of the take's calls this is */
+	char *keybase; /* "<prefix>{<key>}:" */
 	size_t keybaselen;
 	sluice_limit_t limits[];
 };
@@ -134,6 +141,7 @@ struct sluice_redis_s {
 	size_t refresh_rr;	  /* the node to ask first next time */
 	char sha[41];		  /* script.lua (one limit) */
 	char sha_multi[41];	  /* script_multi.lua */
+	char sha_refund[41];	  /* refund.lua */
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;
@@ -162,6 +170,11 @@ void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len);
 void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v);
 int sluice_redis__arg_keys(sluice_redis_args_t *a,
 			   const sluice_redis_call_t *c);
+/* The same with the command already in RESP. */
+int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
+			     const char *resp, size_t len);
+/* Enqueues and sends a new call (see sluice_redis_take()). */
+void sluice_redis__start(sluice_redis_call_t *c);
 /* Sends the command with the call as its privdata; 0 or -1. */
 int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
 			sluice_redis_args_t *a);
@@ -196,9 +209,15 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 /* script.c */
 extern const char sluice_redis__script[];
 extern const char sluice_redis__script_multi[];
+extern const char sluice_redis__script_refund[];
 int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 void sluice_redis__load_script(sluice_redis_conn_t *k);
 /* The scripts' shortfalls -> the decision (the core's); 0 or -1. */
+/* The same for n shortfalls el[0..n) of one key's limits. */
+int sluice_redis__decide_shortfalls(const redisReply *const *el,
+				    const sluice_limit_t *limits, size_t n,
+				    uint64_t cost, int *allowed,
+				    sluice_decision_t *d, size_t *which);
 int sluice_redis__parse_script_reply(const redisReply *reply,
 				     const sluice_limit_t *limits, size_t n,
 				     uint64_t cost, int *allowed,
@@ -207,6 +226,19 @@ int sluice_redis__parse_script_reply(const redisReply *reply,
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,
 			      size_t *which);
+
+/* many.c: calls over several keys (sluice_redis_take_many()) */
+typedef struct sluice_redis_mkey_s {
+	const char *name; /* the full Redis key */
+	size_t len;
+	uint64_t cost;
+	size_t item; /* index into the take's items */
+	size_t orig; /* the limit's index in that item */
+} sluice_redis_mkey_t;
+int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c);
+int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
+			     int *allowed);
+void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed);
 
 /* module.c */
 void sluice_redis__detect_module(sluice_redis_conn_t *k);

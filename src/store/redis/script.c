@@ -21,6 +21,7 @@
 
 const char sluice_redis__script[] = SLUICE_SCRIPT_LUA;
 const char sluice_redis__script_multi[] = SLUICE_SCRIPT_MULTI_LUA;
+const char sluice_redis__script_refund[] = SLUICE_REFUND_LUA;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -33,8 +34,8 @@ static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
 	(void)priv;
 }
 
-/* Both scripts, always: whatever lost one (SCRIPT FLUSH, a restart, a
- * failover to a fresh master) lost the other too. */
+/* Every script, always: whatever lost one (SCRIPT FLUSH, a restart, a
+ * failover to a fresh master) lost the others too. */
 void sluice_redis__load_script(sluice_redis_conn_t *k)
 {
 	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
@@ -42,6 +43,9 @@ void sluice_redis__load_script(sluice_redis_conn_t *k)
 	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script_multi,
 			  strlen(sluice_redis__script_multi));
+	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+			  sluice_redis__script_refund,
+			  strlen(sluice_redis__script_refund));
 }
 
 /* cost * interval, or tau + 1 (more than a full bucket) when cost exceeds
@@ -60,6 +64,8 @@ int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 	int rc;
 
 	c->script = 1;
+	if (c->mk)
+		return sluice_redis__send_many(k, c);
 	a.argc = 0;
 	sluice_redis__arg(&a, "EVALSHA", 7);
 	sluice_redis__arg(&a, c->nlimits == 1 ? k->r->sha : k->r->sha_multi,
@@ -98,17 +104,29 @@ int sluice_redis__parse_script_reply(const redisReply *reply,
 				     uint64_t cost, int *allowed,
 				     sluice_decision_t *d, size_t *which)
 {
+	if (n < 1 || n > SLUICE_MAX_LIMITS)
+		return -1;
+	if (n == 1 ? reply->type != REDIS_REPLY_INTEGER
+		   : reply->type != REDIS_REPLY_ARRAY || reply->elements != n)
+		return -1;
+	return sluice_redis__decide_shortfalls(
+		n == 1 ? &reply : (const redisReply *const *)reply->element,
+		limits, n, cost, allowed, d, which);
+}
+
+int sluice_redis__decide_shortfalls(const redisReply *const *el,
+				    const sluice_limit_t *limits, size_t n,
+				    uint64_t cost, int *allowed,
+				    sluice_decision_t *d, size_t *which)
+{
 	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 	sluice_decision_t ds[SLUICE_MAX_LIMITS];
 	size_t i;
 
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
-	if (n == 1 ? reply->type != REDIS_REPLY_INTEGER
-		   : reply->type != REDIS_REPLY_ARRAY || reply->elements != n)
-		return -1;
 	for (i = 0; i < n; i++) {
-		const redisReply *e = n == 1 ? reply : reply->element[i];
+		const redisReply *e = el[i];
 		uint64_t D, per = limits[i].rate.per;
 
 		if (e->type != REDIS_REPLY_INTEGER || e->integer < 0 ||

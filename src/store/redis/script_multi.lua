@@ -3,7 +3,9 @@
 -- repeats per limit; read it first.
 --
 -- KEYS[i]     state of limit i, <prefix>{<key>}:<limit id> (one hash tag:
---             one Cluster slot; each limit once)
+--             one Cluster slot; each limit once).  sluice_redis_take_many()
+--             passes the buckets of several keys, each with its own need
+--             (on one server, or one slot of a cluster), each bucket once
 -- ARGV[3i-2]  need_i = cost * interval_i, or tau_i + 1 when cost > capacity_i
 -- ARGV[3i-1]  tau_i
 -- ARGV[3i]    per_i

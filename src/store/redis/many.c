@@ -1,0 +1,444 @@
+/*
+ * many.c -- sluice_redis_take_many(): several keys, each with its limits
+ * and cost, charged all or nothing.
+ *
+ * On one Redis server every key goes into ONE script_multi.lua call, which
+ * Redis runs atomically: either every key is charged or none is, whatever
+ * else runs concurrently.  Redis Cluster cannot run one script over keys of
+ * different slots, so there the keys are grouped by slot (the limits of one
+ * key share its hash tag, hence its slot) and each group is charged by its
+ * own atomic call, all in parallel.  When every group allowed, that is the
+ * answer; when one rejected or failed, each group that allowed is given
+ * back exactly what it was charged (refund.lua, the inverse of the charge
+ * on the GCRA state).  docs/REDIS.md states the bound that remains.
+ *
+ * A take over one key goes through sluice_redis_take() (and so the
+ * SLUICE.TAKE module when loaded); several keys always go through the
+ * scripts, whose per-key cost the module commands do not have.
+ */
+#include "store/redis/redis_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One take over several keys: its calls, one per slot. */
+typedef struct sluice_redis_many_s {
+	sluice_redis_t *r;
+	sluice_take_item_t *items;
+	size_t n;
+	sluice_redis_many_cb cb;
+	void *arg;
+	size_t *group; /* group of each item */
+	size_t *order; /* items sorted by group */
+	size_t *first; /* each group's start in order[], ngroups + 1 */
+	int *ok;       /* each group: answered and allowed (charged) */
+	size_t ngroups;
+	size_t pending; /* calls in flight, plus one while issuing */
+	int status;	/* the first failure, or 0 */
+	int rejected;
+} many_t;
+
+/* ------------------------------------------------------------ one key */
+
+typedef struct one_s {
+	sluice_take_item_t *it;
+	sluice_redis_many_cb cb;
+	void *arg;
+} one_t;
+
+static void one_done(void *arg, int status, int allowed,
+		     const sluice_decision_t *summary, size_t which)
+{
+	one_t *o = arg;
+
+	if (status == 0) {
+		o->it->allowed = allowed;
+		o->it->summary = *summary;
+		o->it->summary.which = which;
+	}
+	o->cb(o->arg, status, allowed);
+	free(o);
+}
+
+static int take_one(sluice_redis_t *r, sluice_take_item_t *it,
+		    sluice_redis_many_cb cb, void *arg)
+{
+	one_t *o = malloc(sizeof(*o));
+	int rc;
+
+	if (!o)
+		return SLUICE_ENOMEM;
+	o->it = it;
+	o->cb = cb;
+	o->arg = arg;
+	rc = sluice_redis_take(r, it->key, it->keylen, it->limits, it->nlimits,
+			       it->cost, one_done, o);
+	if (rc < 0)
+		free(o);
+	return rc;
+}
+
+/* ---------------------------------------------------------- the calls */
+
+/* Appends "<prefix>{<key>}:<limit id>", the name sluice_redis_take()
+ * gives the same bucket; returns its length. */
+static size_t key_name(const sluice_redis_t *r, size_t plen,
+		       const sluice_take_item_t *it, const sluice_limit_t *l,
+		       char *name)
+{
+	size_t n = plen;
+
+	memcpy(name, r->prefix, plen);
+	name[n++] = '{';
+	if (it->keylen)
+		memcpy(name + n, it->key, it->keylen);
+	n += it->keylen;
+	name[n++] = '}';
+	name[n++] = ':';
+	return n + sluice_limit_id(l, name + n);
+}
+
+/* A call over the items order[0..cnt): every limit of each, flattened
+ * (the same limit twice in one item is one bucket, charged once). */
+static sluice_redis_call_t *new_call(sluice_redis_t *r,
+				     const sluice_take_item_t *items,
+				     const size_t *order, size_t cnt)
+{
+	size_t plen = strlen(r->prefix), keys = 0, bytes = 0, i, j, d, k = 0;
+	sluice_redis_call_t *c;
+	char *name;
+
+	for (i = 0; i < cnt; i++) {
+		const sluice_take_item_t *it = &items[order[i]];
+
+		keys += it->nlimits;
+		bytes += it->nlimits *
+			 (plen + it->keylen + 3 + SLUICE_LIMIT_ID_MAX);
+	}
+	c = calloc(1, sizeof(*c) + keys * sizeof(sluice_limit_t) +
+			      keys * sizeof(sluice_redis_mkey_t) + bytes);
+	if (!c)
+		return NULL;
+	c->r = r;
+	c->mk = (sluice_redis_mkey_t *)(c->limits + keys);
+	name = (char *)(c->mk + keys);
+	for (i = 0; i < cnt; i++) {
+		const sluice_take_item_t *it = &items[order[i]];
+		size_t first = k;
+
+		for (j = 0; j < it->nlimits; j++) {
+			for (d = first; d < k; d++)
+				if (sluice_limit_same(&c->limits[d],
+						      &it->limits[j]))
+					break;
+			if (d < k)
+				continue;
+			c->limits[k] = it->limits[j];
+			c->mk[k].cost = it->cost;
+			c->mk[k].item = order[i];
+			c->mk[k].orig = j;
+			c->mk[k].name = name;
+			c->mk[k].len =
+				key_name(r, plen, it, &it->limits[j], name);
+			name += c->mk[k].len;
+			k++;
+		}
+	}
+	c->nlimits = k;
+	c->slot = r->cluster
+			  ? sluice_redis__key_slot(c->mk[0].name, c->mk[0].len)
+			  : 0;
+	return c;
+}
+
+/* need = cost * interval, or tau + 1 when cost exceeds the capacity (as
+ * script.c sends it). */
+static uint64_t need(const sluice_limit_t *l, uint64_t cost)
+{
+	return cost > l->capacity ? l->tau + 1 : cost * l->rate.interval;
+}
+
+static char *put_arg(char *p, const char *s, size_t len)
+{
+	*p++ = '$';
+	p += sluice_u64_dec(p, len);
+	*p++ = '\r';
+	*p++ = '\n';
+	memcpy(p, s, len);
+	p += len;
+	*p++ = '\r';
+	*p++ = '\n';
+	return p;
+}
+
+static char *put_u64(char *p, uint64_t v)
+{
+	char num[24];
+
+	return put_arg(p, num, sluice_u64_dec(num, v));
+}
+
+/* EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
+ * EVALSHA sha_refund n key... (need per)...  The command may be large (a
+ * request matching hundreds of rules): it is written straight to RESP. */
+int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c)
+{
+	size_t n = c->nlimits, argc = 3 + n + n * (c->refund ? 2 : 3), bytes, i;
+	char *buf, *p;
+	int rc;
+
+	bytes = 64 + argc * 32;
+	for (i = 0; i < n; i++)
+		bytes += c->mk[i].len;
+	if (!(buf = malloc(bytes)))
+		return -1;
+	p = buf;
+	*p++ = '*';
+	p += sluice_u64_dec(p, argc);
+	*p++ = '\r';
+	*p++ = '\n';
+	p = put_arg(p, "EVALSHA", 7);
+	p = put_arg(p, c->refund ? k->r->sha_refund : k->r->sha_multi, 40);
+	p = put_u64(p, n);
+	for (i = 0; i < n; i++)
+		p = put_arg(p, c->mk[i].name, c->mk[i].len);
+	for (i = 0; i < n; i++) {
+		p = put_u64(p, need(&c->limits[i], c->mk[i].cost));
+		if (!c->refund)
+			p = put_u64(p, c->limits[i].tau);
+		p = put_u64(p, c->limits[i].rate.per);
+	}
+	rc = sluice_redis__issue_resp(k, c, buf, (size_t)(p - buf));
+	free(buf);
+	return rc;
+}
+
+/* The shortfalls of every key -> each item's decision (the core's, as
+ * for one key); *allowed is 1 when every item passed. */
+int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
+			     int *allowed)
+{
+	size_t off = 0, run, which;
+
+	*allowed = 0;
+	if (c->refund)
+		return 0;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->nlimits)
+		return -1;
+	*allowed = 1;
+	for (off = 0; off < c->nlimits; off += run) {
+		sluice_take_item_t *it = &c->many->items[c->mk[off].item];
+
+		for (run = 1; off + run < c->nlimits &&
+			      c->mk[off + run].item == c->mk[off].item;
+		     run++)
+			;
+		if (sluice_redis__decide_shortfalls(
+			    (const redisReply *const *)reply->element + off,
+			    c->limits + off, run, c->mk[off].cost, &it->allowed,
+			    &it->summary, &which) < 0)
+			return -1;
+		it->summary.which = c->mk[off + which].orig;
+		if (!it->allowed)
+			*allowed = 0;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------- the take as a whole */
+
+static void many_free(many_t *m)
+{
+	free(m->group);
+	free(m->order);
+	free(m->first);
+	free(m->ok);
+	free(m);
+}
+
+/* Gives group g back what it was charged (best effort: a refund that
+ * fails leaves the charge, which over-limits, never under-limits). */
+static void refund(many_t *m, size_t g)
+{
+	sluice_redis_call_t *c;
+
+	if (m->r->closing)
+		return;
+	c = new_call(m->r, m->items, m->order + m->first[g],
+		     m->first[g + 1] - m->first[g]);
+	if (!c)
+		return;
+	c->refund = 1;
+	c->done = 0;
+	sluice_redis__start(c);
+}
+
+static void many_unref(many_t *m)
+{
+	size_t g;
+
+	if (--m->pending)
+		return;
+	if (m->status || m->rejected)
+		for (g = 0; g < m->ngroups; g++)
+			if (m->ok[g])
+				refund(m, g);
+	m->cb(m->arg, m->status, !m->status && !m->rejected);
+	many_free(m);
+}
+
+void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed)
+{
+	many_t *m = c->many;
+
+	if (c->refund || !m)
+		return;
+	if (status == 0) {
+		m->ok[c->group] = allowed;
+		if (!allowed)
+			m->rejected = 1;
+	} else if (!m->status) {
+		m->status = status;
+	}
+	many_unref(m);
+}
+
+static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
+		       size_t n)
+{
+	size_t i, j;
+
+	for (i = 0; i < n; i++) {
+		const sluice_take_item_t *it = &items[i];
+
+		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
+		    !it->limits || it->keylen > 65535 ||
+		    (it->keylen && !it->key))
+			return SLUICE_EINVAL;
+		for (j = 0; j < it->nlimits; j++)
+			if (!sluice_limit_valid(&it->limits[j]))
+				return SLUICE_EINVAL;
+		if (r->cluster && it->nlimits > 1 &&
+		    (it->keylen == 0 || ((const char *)it->key)[0] == '}'))
+			return SLUICE_EINVAL;
+		/* One script call charges each key once: a key in two items
+		 * would be charged for one of them only. */
+		for (j = 0; j < i; j++)
+			if (items[j].keylen == it->keylen &&
+			    (!it->keylen ||
+			     memcmp(items[j].key, it->key, it->keylen) == 0))
+				return SLUICE_EINVAL;
+	}
+	return 0;
+}
+
+/* Groups the items by slot (one group on a single server). */
+static int group_items(many_t *m)
+{
+	sluice_redis_t *r = m->r;
+	size_t plen = strlen(r->prefix), i, g;
+	int *slot = calloc(m->n, sizeof(*slot));
+	size_t *count;
+
+	m->group = calloc(m->n, sizeof(*m->group));
+	m->order = calloc(m->n, sizeof(*m->order));
+	m->first = calloc(m->n + 1, sizeof(*m->first));
+	m->ok = calloc(m->n, sizeof(*m->ok));
+	if (!slot || !m->group || !m->order || !m->first || !m->ok) {
+		free(slot);
+		return SLUICE_ENOMEM;
+	}
+	for (i = 0; i < m->n && r->cluster; i++) {
+		const sluice_take_item_t *it = &m->items[i];
+		char stack[256], *kb = stack;
+		size_t len = plen + it->keylen + 3;
+
+		if (len > sizeof(stack) && !(kb = malloc(len))) {
+			free(slot);
+			return SLUICE_ENOMEM;
+		}
+		memcpy(kb, r->prefix, plen);
+		kb[plen] = '{';
+		if (it->keylen)
+			memcpy(kb + plen + 1, it->key, it->keylen);
+		memcpy(kb + plen + 1 + it->keylen, "}:", 2);
+		slot[i] = sluice_redis__key_slot(kb, len);
+		if (kb != stack)
+			free(kb);
+	}
+	m->ngroups = 0;
+	for (i = 0; i < m->n; i++) {
+		for (g = 0; g < i; g++)
+			if (slot[g] == slot[i])
+				break;
+		m->group[i] = g < i ? m->group[g] : m->ngroups++;
+	}
+	free(slot);
+	/* Counting sort of the items by group. */
+	count = m->first;
+	for (i = 0; i < m->n; i++)
+		count[m->group[i] + 1]++;
+	for (g = 0; g < m->ngroups; g++)
+		count[g + 1] += count[g];
+	{
+		size_t *fill = calloc(m->ngroups, sizeof(*fill));
+
+		if (!fill)
+			return SLUICE_ENOMEM;
+		for (i = 0; i < m->n; i++)
+			m->order[m->first[m->group[i]] + fill[m->group[i]]++] =
+				i;
+		free(fill);
+	}
+	return 0;
+}
+
+int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
+			   size_t n, sluice_redis_many_cb cb, void *arg)
+{
+	sluice_redis_call_t **calls;
+	many_t *m;
+	size_t g;
+	int rc;
+
+	if (!cb || n == 0 || !items || r->closing)
+		return SLUICE_EINVAL;
+	if ((rc = check_items(r, items, n)) < 0)
+		return rc;
+	if (n == 1)
+		return take_one(r, items, cb, arg);
+	if (!(m = calloc(1, sizeof(*m))))
+		return SLUICE_ENOMEM;
+	m->r = r;
+	m->items = items;
+	m->n = n;
+	m->cb = cb;
+	m->arg = arg;
+	if ((rc = group_items(m)) < 0) {
+		many_free(m);
+		return rc;
+	}
+	/* Every call is built before any is sent, so that running out of
+	 * memory fails the take before anything is charged. */
+	calls = calloc(m->ngroups, sizeof(*calls));
+	for (g = 0; calls && g < m->ngroups; g++)
+		if (!(calls[g] = new_call(r, items, m->order + m->first[g],
+					  m->first[g + 1] - m->first[g])))
+			break;
+	if (!calls || g < m->ngroups) {
+		while (calls && g-- > 0)
+			free(calls[g]);
+		free(calls);
+		many_free(m);
+		return SLUICE_ENOMEM;
+	}
+	m->pending = 1 + m->ngroups;
+	for (g = 0; g < m->ngroups; g++) {
+		calls[g]->many = m;
+		calls[g]->group = g;
+		sluice_redis__start(calls[g]);
+	}
+	free(calls);
+	many_unref(m);
+	return 0;
+}

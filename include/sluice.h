@@ -180,6 +180,29 @@ int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
  * may forget the state from then on.  0 for the empty state. */
 int64_t sluice_state_expiry_us(sluice_state_t state);
 
+/* ------------------------------------------------------------------ keys */
+
+/* Longest bucket name a key carries (longer names are cut). */
+#define SLUICE_KEY_NAME_MAX 64
+/* Identities longer than this many bytes are hashed in keys. */
+#define SLUICE_IDENTITY_MAX 200
+/* Room for any key sluice_key_make() writes, with its terminating NUL. */
+#define SLUICE_KEY_MAX (SLUICE_KEY_NAME_MAX + 1 + SLUICE_IDENTITY_MAX + 1)
+
+/*
+ * Writes the store key of the bucket `name` for one identity into out:
+ * "<name>\x1f<identity>", the identity being parts[0..nparts) joined
+ * (a part that is the single byte 0x1f between others separates the parts
+ * of a composite identity).  An identity longer than SLUICE_IDENTITY_MAX
+ * bytes or holding control characters is replaced by "~" and its hex
+ * SHA-256, so keys are bounded and no client can make two identities share
+ * a bucket.  sluice serve's rules and the language bindings all build keys
+ * here, so they share buckets.  Returns the key's length (NUL-terminated).
+ */
+size_t sluice_key_make(const char *name, const void *const *parts,
+		       const size_t *lens, size_t nparts,
+		       char out[SLUICE_KEY_MAX]);
+
 /* ---------------------------------------------------------- memory store */
 
 typedef struct sluice_memstore_s sluice_memstore_t;

@@ -167,7 +167,8 @@ typedef struct sluice_request_s {
 typedef struct sluice_match_s {
 	const sluice_rule_t *rule;
 	const sluice_limit_set_t *set; /* the rule's limits or chosen tier */
-	char key[512]; /* "<rule>\x1f<identity>", the store key */
+	char key[SLUICE_KEY_MAX];      /* "<rule>\x1f<identity>", see
+					  sluice_key_make() */
 	size_t keylen;
 } sluice_match_t;
 
@@ -189,9 +190,6 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
  */
 size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 			char *buf, size_t len);
-
-/* Identities longer than this many bytes are hashed in store keys. */
-#define SLUICE_IDENTITY_MAX 200
 
 /*
  * Writes the store key of `rule` for one identity into m->key and

@@ -6,25 +6,18 @@
  * I/O and no allocation (except for paths over 4 KiB), so the HTTP layer
  * can call it on every request from any thread.
  *
- * Store keys are "<rule>\x1f<identity>" (see sluice_rule_key()).  The
- * identity is the value of the first key source that is non-empty; a composite
- * source joins its parts with \x1f.  An identity longer than
- * SLUICE_IDENTITY_MAX bytes, or one holding control characters, is replaced by
- * "~" and the hex SHA-256 of the raw identity: fixed-size, and a client cannot
- * make two different values share a bucket (plain truncation would let
- * "AAAA...x" and "AAAA...y" collide).
+ * Store keys are "<rule>\x1f<identity>" (sluice_key_make() in libsluice,
+ * shared with the language bindings).  The identity is the value of the
+ * first key source that is non-empty; a composite source joins its parts
+ * with \x1f.
  */
 #include "serve/config.h"
-#include "serve/sha256.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* Longest rule name a key carries: 64 + 1 + 200 < sizeof(key). */
-#define SLUICE_KEY_NAME_MAX 64
 
 /* ------------------------------------------------------------- helpers */
 
@@ -256,45 +249,7 @@ static const char *part_value(const sluice_config_t *cfg,
 static void make_key(const char *name, const void *const *bufs,
 		     const size_t *lens, size_t nb, sluice_match_t *m)
 {
-	size_t i, j, total = 0, namelen = strlen(name), off;
-	int hash = 0;
-
-	for (i = 0; i < nb; i++) {
-		const unsigned char *p = bufs[i];
-
-		total += lens[i];
-		if (lens[i] == 1 && p[0] == 0x1f && nb > 1)
-			continue; /* our own composite separator */
-		for (j = 0; j < lens[i] && !hash; j++)
-			if (p[j] < 0x20 || p[j] == 0x7f)
-				hash = 1;
-	}
-	if (total > SLUICE_IDENTITY_MAX)
-		hash = 1;
-	if (namelen > SLUICE_KEY_NAME_MAX) /* the config caps names at 64 */
-		namelen = SLUICE_KEY_NAME_MAX;
-
-	memcpy(m->key, name, namelen);
-	m->key[namelen] = '\x1f';
-	off = namelen + 1;
-	if (hash) {
-		static const char hex[] = "0123456789abcdef";
-		uint8_t d[32];
-
-		sluice_sha256(bufs, lens, nb, d);
-		m->key[off++] = '~';
-		for (i = 0; i < 32; i++) {
-			m->key[off++] = hex[d[i] >> 4];
-			m->key[off++] = hex[d[i] & 15];
-		}
-	} else {
-		for (i = 0; i < nb; i++) {
-			memcpy(m->key + off, bufs[i], lens[i]);
-			off += lens[i];
-		}
-	}
-	m->key[off] = '\0';
-	m->keylen = off;
+	m->keylen = sluice_key_make(name, bufs, lens, nb, m->key);
 }
 
 void sluice_rule_key(const sluice_rule_t *rule, const char *identity,

@@ -6,7 +6,7 @@
  */
 #include "check.h"
 #include "serve/config.h"
-#include "serve/sha256.h"
+#include "util/sha256.h"
 
 #include <arpa/inet.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * Only used on the rare over-long key value, so it favours clarity over
  * speed.  Checked against the FIPS test vectors in tests/unit/test_rules.c.
  */
-#include "serve/sha256.h"
+#include "util/sha256.h"
 
 #include <string.h>
 

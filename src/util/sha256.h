@@ -2,8 +2,8 @@
  * sha256.h -- SHA-256 (FIPS 180-4), used to shorten over-long key values
  * into fixed-size identities that a client cannot make collide.
  */
-#ifndef SLUICE_SERVE_SHA256_H
-#define SLUICE_SERVE_SHA256_H
+#ifndef SLUICE_UTIL_SHA256_H
+#define SLUICE_UTIL_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,4 +12,4 @@
 void sluice_sha256(const void *const *bufs, const size_t *lens, size_t n,
 		   uint8_t out[32]);
 
-#endif /* SLUICE_SERVE_SHA256_H */
+#endif /* SLUICE_UTIL_SHA256_H */

@@ -1,0 +1,132 @@
+// helpers.js -- real servers for the tests: redis-server and `sluice serve`
+// on free loopback ports, stopped when the test process ends (even when a
+// test fails).
+'use strict';
+const { spawn, spawnSync } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+
+const ROOT = path.resolve(__dirname, '..', '..', '..');
+const BUILD = process.env.SLUICE_BUILD || path.join(ROOT, 'build');
+const children = new Set();
+
+process.on('exit', () => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+});
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function waitFor(pred, what, timeoutMs = 20000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    if (await pred()) return;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    s.on('connect', () => { s.destroy(); resolve(true); });
+    s.on('error', () => resolve(false));
+  });
+}
+
+function track(child, name) {
+  children.add(child);
+  child.on('exit', () => children.delete(child));
+  let log = '';
+  child.stdout && child.stdout.on('data', (d) => { log += d; });
+  child.stderr && child.stderr.on('data', (d) => { log += d; });
+  child.log = () => `${name}:\n${log}`;
+  return child;
+}
+
+function stopChild(child, sig = 'SIGTERM') {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill(sig);
+  });
+}
+
+// redis-server on a free port, no persistence.  kill() ends it at once;
+// start() brings it back on the same port.
+class Redis {
+  static async start(extra = []) {
+    const r = new Redis(await freePort(), extra);
+    await r.start();
+    return r;
+  }
+
+  constructor(port, extra) {
+    this.port = port;
+    this.extra = extra;
+    this.url = `redis://127.0.0.1:${port}`;
+  }
+
+  async start() {
+    this.proc = track(spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1',
+      '--save', '', '--appendonly', 'no', ...this.extra], { stdio: ['ignore', 'pipe', 'pipe'] }), 'redis-server');
+    await waitFor(() => this.cli('PING').trim() === 'PONG', `redis-server on ${this.port}`);
+  }
+
+  cli(...args) {
+    const r = spawnSync('redis-cli', ['-p', String(this.port), ...args], { encoding: 'utf8' });
+    return r.stdout || '';
+  }
+
+  kill() { return stopChild(this.proc, 'SIGKILL'); }
+
+  stop() { return stopChild(this.proc); }
+}
+
+// `sluice serve` (the build's binary) with a YAML config.
+async function startSluice(config) {
+  const bin = path.join(BUILD, 'sluice');
+  if (!fs.existsSync(bin)) throw new Error(`${bin} not found: build sluice first (make)`);
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-'));
+  const file = path.join(dir, 'sluice.yaml');
+  fs.writeFileSync(file, `listen: 127.0.0.1:${port}\n${config}`);
+  const proc = track(spawn(bin, ['serve', '-c', file], { stdio: ['ignore', 'pipe', 'pipe'] }), 'sluice');
+  await waitFor(() => canConnect(port), `sluice serve on ${port}`);
+  return {
+    port,
+    proc,
+    stop: async () => { await stopChild(proc); fs.rmSync(dir, { recursive: true, force: true }); },
+  };
+}
+
+// One HTTP request; resolves { status, headers, body, ms }.
+function request(port, urlPath, headers = {}, agent = undefined) {
+  const http = require('node:http');
+  const t0 = process.hrtime.bigint();
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: urlPath, headers, agent }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body,
+        ms: Number(process.hrtime.bigint() - t0) / 1e6 }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+module.exports = { ROOT, BUILD, freePort, sleep, waitFor, Redis, startSluice, request, track, stopChild };

@@ -230,8 +230,15 @@ def node_section(w, plots, nd):
       "equivalent. \"one key\" is how many of 105 back-to-back requests for "
       "a single user passed before the load (the bucket of 100 plus any "
       "token refilled meanwhile: the limit is really on).\n"
+      "\nThe limiter's own cost is a difference of two figures of ~100 µs "
+      "that each move with the machine's load, so it is also measured "
+      "in-process (`bench/node/overhead.js`): each app's middleware called "
+      "directly on Express request/response objects, 50 calls in flight "
+      "against the same Redis, its node CPU per call beyond a no-op "
+      "middleware's (%s µs) driven the same way (median of 3 rounds).\n"
       % (fmt(nd.get("node_version")), fmt(nd.get("policy")),
-         fmt(nd.get("wrk")), fmt(nd.get("users"))))
+         fmt(nd.get("wrk")), fmt(nd.get("users")),
+         fmt(nd.get("inproc_noop_cpu_us_per_call"))))
     rows = []
     for app, label, _ in NODE_APPS:
         rows.append([label, fmt(nd.get(app + "_rps")),
@@ -240,19 +247,31 @@ def node_section(w, plots, nd):
                      fmt(nd.get(app + "_node_cpu_us_per_req")),
                      "—" if app == "bare" else
                      fmt(nd.get(app + "_limiter_cpu_us_per_req")),
+                     "—" if app == "bare" else
+                     fmt(nd.get(app + "_inproc_cpu_us_per_call")),
                      fmt(nd.get(app + "_redis_cpu_us_per_req")),
                      fmt(nd.get(app + "_one_key_allowed_of_105"))])
     w(table(["app", "req/s", "p50 ms", "p99 ms", "node CPU µs/request",
-             "limiter's own node CPU µs/request", "Redis CPU µs/request",
+             "limiter's own node CPU µs/request",
+             "limiter's own node CPU µs/call, in-process",
+             "Redis CPU µs/request",
              "one key: passed of 105"], rows))
+    loads = [nd[a + "_loadavg_1m"] for a, _, _ in NODE_APPS
+             if nd.get(a + "_loadavg_1m") is not None]
+    if loads:
+        w("\nThe machine's 1-minute load average after each app's run: "
+          "%s to %s (%s cores; wrk, node and Redis alone make about 2).\n"
+          % (fmt(min(loads)), fmt(max(loads)), fmt(os.cpu_count())))
     w("\nsluice memory: limiter CPU **%s** of the classic's, req/s **%s** "
       "of bare Express's, p99 **%s** of the classic's. sluice Redis: "
       "limiter CPU **%s** of the classic's, req/s **%s** of the classic's, "
-      "p99 **%s** of the classic's.\n"
+      "p99 **%s** of the classic's. In-process, the limiter's own CPU is "
+      "**%s** (memory) and **%s** (Redis) of the classic's.\n"
       % tuple(fmt(nd.get(k)) for k in (
           "memory_limiter_cpu_vs_classic", "memory_rps_vs_bare",
           "memory_p99_vs_classic", "redis_limiter_cpu_vs_classic",
-          "redis_rps_vs_classic", "redis_p99_vs_classic")))
+          "redis_rps_vs_classic", "redis_p99_vs_classic",
+          "memory_inproc_cpu_vs_classic", "redis_inproc_cpu_vs_classic")))
     w(img(plots.grouped(
         "node_cpu", "node and Redis CPU time per request", "µs per request",
         ["node", "Redis"],

@@ -1,5 +1,5 @@
 // bare.js -- Express with no limiter: the floor every limited app is
 // measured against.
-const { serve } = require('./common');
+const { main } = require('./common');
 
-serve(null);
+main(module, () => null);

@@ -6,33 +6,34 @@
 const fs = require('fs');
 const path = require('path');
 const Redis = require('ioredis');
-const { serve, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
+const { main, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
 
-const redis = new Redis(redisUrl());
 const script = fs.readFileSync(path.join(__dirname, '..', 'redis_classic.lua'),
   'utf8');
 
-function tokenBucket(sha) {
+function tokenBucket(redis, sha) {
   return async (req, res, next) => {
     const key = `rate:${userKey(req)}`;
+    let allowed, tokens;
     try {
-      const [allowed, tokens] = await redis.evalsha(sha, 1, key, CAPACITY,
+      [allowed, tokens] = await redis.evalsha(sha, 1, key, CAPACITY,
         RATE_PER_S, Date.now(), 1);
-      res.set('X-RateLimit-Limit', String(CAPACITY));
-      res.set('X-RateLimit-Remaining', String(tokens));
-      if (!allowed) {
-        return res.status(429).json({ error: 'Too Many Requests' });
-      }
-      return next();
     } catch (err) {
       // Fail open: a Redis problem must not take the API down.
       console.error('rate limiter:', err.message);
       return next();
     }
+    res.set('X-RateLimit-Limit', String(CAPACITY));
+    res.set('X-RateLimit-Remaining', String(tokens));
+    if (!allowed) {
+      return res.status(429).json({ error: 'Too Many Requests' });
+    }
+    return next();
   };
 }
 
-redis.script('load', script).then((sha) => serve(tokenBucket(sha)), (err) => {
-  console.error('SCRIPT LOAD failed:', err.message);
-  process.exit(1);
+main(module, async () => {
+  const redis = new Redis(redisUrl());
+  const sha = await redis.script('load', script);
+  return tokenBucket(redis, sha);
 });

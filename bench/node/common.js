@@ -14,10 +14,13 @@ function userKey(req) {
 const CAPACITY = 100;
 const RATE_PER_S = 2;
 
-function serve(middleware) {
+// Runs the app with `middleware` (or a promise of it, or null for none)
+// in front of the route.
+async function serve(middleware) {
+  const mw = await middleware;
   const app = express();
   app.disable('x-powered-by');
-  if (middleware) app.use(middleware);
+  if (mw) app.use(mw);
   app.get('/', (req, res) => res.json({ ok: true }));
   const port = Number(process.env.PORT);
   if (!Number.isInteger(port) || port <= 0) {
@@ -34,4 +37,17 @@ function redisUrl() {
   return url;
 }
 
-module.exports = { serve, userKey, redisUrl, CAPACITY, RATE_PER_S };
+// Each variant file exports middleware() -> its middleware (or a promise
+// of it) and serves the app when run as `node <file>`: overhead.js drives
+// the very same middlewares without HTTP.
+function main(mod, middleware) {
+  mod.exports = { middleware };
+  if (require.main === mod) {
+    serve(middleware()).catch((err) => {
+      console.error(err.message);
+      process.exit(1);
+    });
+  }
+}
+
+module.exports = { main, serve, userKey, redisUrl, CAPACITY, RATE_PER_S };

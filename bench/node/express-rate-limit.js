@@ -4,17 +4,18 @@
 const Redis = require('ioredis');
 const { rateLimit } = require('express-rate-limit');
 const { RedisStore } = require('rate-limit-redis');
-const { serve, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
+const { main, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
 
-const client = new Redis(redisUrl());
-
-serve(rateLimit({
-  windowMs: (CAPACITY / RATE_PER_S) * 1000,
-  limit: CAPACITY,
-  standardHeaders: 'draft-7',
-  legacyHeaders: false,
-  keyGenerator: userKey,
-  store: new RedisStore({
-    sendCommand: (command, ...args) => client.call(command, ...args),
-  }),
-}));
+main(module, () => {
+  const client = new Redis(redisUrl());
+  return rateLimit({
+    windowMs: (CAPACITY / RATE_PER_S) * 1000,
+    limit: CAPACITY,
+    standardHeaders: 'draft-7',
+    legacyHeaders: false,
+    keyGenerator: userKey,
+    store: new RedisStore({
+      sendCommand: (command, ...args) => client.call(command, ...args),
+    }),
+  });
+});

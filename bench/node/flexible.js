@@ -3,19 +3,17 @@
 // closest to a bucket of 100 refilled 2/s is 100 points per 50 s.
 const Redis = require('ioredis');
 const { RateLimiterRedis } = require('rate-limiter-flexible');
-const { serve, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
+const { main, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
 
-const limiter = new RateLimiterRedis({
-  storeClient: new Redis(redisUrl()),
-  keyPrefix: 'rlflx',
-  points: CAPACITY,
-  duration: CAPACITY / RATE_PER_S,
-});
-
-serve((req, res, next) => {
-  limiter.consume(userKey(req))
-    .then(() => next())
-    .catch((rej) => {
+main(module, () => {
+  const limiter = new RateLimiterRedis({
+    storeClient: new Redis(redisUrl()),
+    keyPrefix: 'rlflx',
+    points: CAPACITY,
+    duration: CAPACITY / RATE_PER_S,
+  });
+  return (req, res, next) => limiter.consume(userKey(req)).then(() => next(),
+    (rej) => {
       if (rej instanceof Error) {
         console.error('rate limiter:', rej.message);
         return next(); // fail open on a store error

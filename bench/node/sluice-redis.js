@@ -1,12 +1,13 @@
 // sluice-redis.js -- Express + sluice with its Redis store (libsluice's own
 // client on Node's event loop; no ioredis).
 const sluice = require('sluice');
-const { serve, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
+const { main, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
 
-const limiter = new sluice.Limiter({
-  store: { redis: { url: redisUrl(), timeoutMs: 50 } },
+main(module, () => {
+  const limiter = new sluice.Limiter({
+    store: { redis: { url: redisUrl(), timeoutMs: 50 } },
+  });
+  const policy = sluice.policy([{ capacity: CAPACITY, rate: `${RATE_PER_S}/s` }],
+    { name: 'api' });
+  return sluice.express({ limiter, policy, key: userKey });
 });
-const policy = sluice.policy([{ capacity: CAPACITY, rate: `${RATE_PER_S}/s` }],
-  { name: 'api' });
-
-serve(sluice.express({ limiter, policy, key: userKey }));

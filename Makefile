@@ -31,7 +31,7 @@ build:
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: deps build
-	@echo "sluice serve on http://127.0.0.1:8080 (classic policy: 100 burst, 2/s, key x-user-id or client IP)"
+	@echo "sluice serve on http://127.0.0.1:8080 (classic policy: 100 burst, 2/s, key x-user-id or client IP; at most 200 burst, 4/s per client IP)"
 	@echo "try:  curl -i -H 'x-user-id: alice' http://127.0.0.1:8080/v1/check"
 	@exec ./$(BUILD)/sluice serve
 

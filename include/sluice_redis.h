@@ -93,6 +93,13 @@ int sluice_redis_healthy(const sluice_redis_t *r);
  * closes the client's timers). */
 void sluice_redis_free(sluice_redis_t *r);
 
+/* As sluice_redis_free(), and then calls done(arg) from the loop once the
+ * client has closed its last handle and released its memory: a host that
+ * tears its loop down (a Node.js worker, say) waits for this before it
+ * stops running the loop or unloads the code the close callbacks live in. */
+void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
+			    void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,24 @@
 // libsluice in the native addon (src/addon.c).
 'use strict';
 
-const native = require('./build/sluice.node');
+const fs = require('node:fs');
+const path = require('node:path');
+
+// The addon is built by the install script (scripts/build.js).  npm may
+// hold install scripts back (npm 11's allowScripts): then build it on the
+// first require, once.
+function loadAddon() {
+  const file = path.join(__dirname, 'build', 'sluice.node');
+  if (!fs.existsSync(file)) {
+    const { spawnSync } = require('node:child_process');
+    const r = spawnSync(process.execPath, [path.join(__dirname, 'scripts', 'build.js')], { stdio: ['ignore', 2, 2] });
+    if (r.status !== 0)
+      throw new Error(`sluice: the native addon is not built and building it failed (see above); run \`node scripts/build.js\` in ${__dirname}`);
+  }
+  return require(file);
+}
+
+const native = loadAddon();
 
 const NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 const MAX_LIMITS = 8;

@@ -1,16 +1,22 @@
-// app.js -- a tiny Express app limited by sluice.
-//   SLUICE_URL (default http://127.0.0.1:8080), SLUICE_RULE (default "default"),
-//   PORT (default 3000).  Start sluice first: `sluice serve`.
+// app.js -- an Express app limited by sluice in its own process.
+//   REDIS_URL: share the buckets through Redis (every instance of the app,
+//   and any `sluice serve` on the same Redis); unset: the memory store.
+//   PORT (default 3000).
 const express = require('express');
-const { sluiceLimit } = require('./sluice');
+const sluice = require('sluice');
+
+const limiter = new sluice.Limiter({
+  store: process.env.REDIS_URL ? { redis: { url: process.env.REDIS_URL } } : 'memory',
+});
+const api = sluice.policy([{ capacity: 100, rate: '2/s' }, { capacity: 10000, rate: '10000/day' }], { name: 'api' });
+const upload = sluice.policy([{ capacity: 5, rate: '5/min' }], { name: 'upload' });
 
 const app = express();
-app.use(sluiceLimit({
-  url: process.env.SLUICE_URL || 'http://127.0.0.1:8080',
-  rule: process.env.SLUICE_RULE || 'default',
-}));
+app.use(sluice.express({ limiter, policy: api }));
 app.get('/', (req, res) => res.json({ hello: req.get('x-user-id') || 'anonymous' }));
-app.post('/api/upload', (req, res) => res.status(201).json({ stored: true }));
+app.post('/api/upload', sluice.express({ limiter, policy: upload, onStoreError: 'closed' }),
+  (req, res) => res.status(201).json({ stored: true }));
 
 const port = Number(process.env.PORT || 3000);
-app.listen(port, '127.0.0.1', () => console.log(`app listening on http://127.0.0.1:${port}`));
+const server = app.listen(port, '127.0.0.1', () => console.log(`app listening on http://127.0.0.1:${port}`));
+process.on('SIGTERM', () => server.close(() => limiter.close()));

@@ -46,23 +46,46 @@ static int default_trusted(sluice_config_t *cfg)
 	return 0;
 }
 
-/* The classic rule: 100 burst, 2/s, key x-user-id else the client IP. */
-static int default_rule(sluice_config_t *cfg)
+/* A rule on every request with one limit; the caller sets its key. */
+static int default_one(sluice_rule_t *r, const char *name, uint64_t capacity,
+		       const char *rate_text)
 {
-	sluice_rule_t *r;
 	sluice_rate_t rate;
 
-	cfg->rules = calloc(1, sizeof(*cfg->rules));
-	if (!cfg->rules)
-		return -1;
-	cfg->nrules = 1;
-	r = &cfg->rules[0];
-	r->name = strdup("default");
-	r->limits.name = strdup("default");
+	r->name = strdup(name);
+	r->limits.name = strdup(name);
 	if (!r->name || !r->limits.name)
 		return -1;
 	r->cost = 1;
 	r->on_store_error = SLUICE_FAIL_OPEN;
+	if (sluice_rate_parse(rate_text, &rate, NULL, 0) < 0 ||
+	    sluice_limit_init(&r->limits.limits[0], capacity, &rate, NULL, 0) <
+		    0)
+		return -1;
+	r->limits.nlimits = 1;
+	return 0;
+}
+
+/*
+ * The classic policy: "default", 100 burst and 2/s per user, keyed on
+ * x-user-id else the client IP; and "default-ip", a ceiling of 200 burst
+ * and 4/s per client IP.  The ceiling is there because x-user-id is only
+ * as trustworthy as whoever set it: a client that reaches sluice with a
+ * header of its own choosing (a proxy that passes client headers through)
+ * could otherwise mint a fresh bucket per request.  Twice a user's share
+ * leaves room for a few users behind one address.
+ */
+static int default_rule(sluice_config_t *cfg)
+{
+	sluice_rule_t *r;
+
+	cfg->rules = calloc(2, sizeof(*cfg->rules));
+	if (!cfg->rules)
+		return -1;
+	cfg->nrules = 2;
+	r = &cfg->rules[0];
+	if (default_one(r, "default", 100, "2/s") < 0)
+		return -1;
 	r->sources[0].parts[0].kind = SLUICE_KEY_HEADER;
 	r->sources[0].parts[0].header = strdup("x-user-id");
 	r->sources[0].nparts = 1;
@@ -71,10 +94,12 @@ static int default_rule(sluice_config_t *cfg)
 	r->nsources = 2;
 	if (!r->sources[0].parts[0].header)
 		return -1;
-	if (sluice_rate_parse("2/s", &rate, NULL, 0) < 0 ||
-	    sluice_limit_init(&r->limits.limits[0], 100, &rate, NULL, 0) < 0)
+	r = &cfg->rules[1];
+	if (default_one(r, "default-ip", 200, "4/s") < 0)
 		return -1;
-	r->limits.nlimits = 1;
+	r->sources[0].parts[0].kind = SLUICE_KEY_IP;
+	r->sources[0].nparts = 1;
+	r->nsources = 1;
 	return 0;
 }
 

@@ -61,11 +61,17 @@ typedef struct sluice_rule_s {
 	char *name;
 	int line; /* where the rule starts in the file, for messages */
 
-	/* match: every method when nmethods is 0; every path when path is
-	 * NULL.  path is a glob ('*' any run of characters, '?' one). */
+	/* match: every method when nmethods is 0 (a rule listing GET also
+	 * matches HEAD); every path when path is NULL.  path is a glob ('*'
+	 * any run of characters, '?' one) matched against the normalised
+	 * request path: without case unless path_case_sensitive, and with or
+	 * without one trailing slash unless path_strict_slash (the pattern's
+	 * own trailing slash is then dropped at load). */
 	char **methods;
 	size_t nmethods;
 	char *path;
+	int path_case_sensitive;
+	int path_strict_slash;
 
 	sluice_key_source_t sources[SLUICE_MAX_SOURCES];
 	size_t nsources;
@@ -134,8 +140,10 @@ sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen);
 sluice_config_t *sluice_config_parse(const char *name, const char *text,
 				     size_t len, char *err, size_t errlen);
 
-/* The built-in default: the classic policy on the memory store (capacity
- * 100, refill 2/s, key = x-user-id header, else the client IP). */
+/* The built-in default: the classic policy on the memory store (rule
+ * "default": capacity 100, refill 2/s, key = x-user-id header, else the
+ * client IP) with a per-address ceiling (rule "default-ip": capacity 200,
+ * refill 4/s, key = the client IP). */
 sluice_config_t *sluice_config_default(void);
 
 void sluice_config_free(sluice_config_t *cfg);
@@ -158,6 +166,13 @@ typedef struct sluice_request_s {
 	size_t path_len;
 	/* Looks up a header by lower-case name; returns NULL when absent. */
 	const char *(*header)(void *ctx, const char *name, size_t *len);
+	/* Optional: the index-th line (0 first) of a header sent on several
+	 * lines, NULL past the last.  Without it, `header` is taken as the
+	 * only line.  X-Forwarded-For lines are one list in order; a header
+	 * used as an identity (key, tier, X-Real-IP) that comes on more than
+	 * one line is not used, so no client picks its bucket by adding one. */
+	const char *(*header_line)(void *ctx, const char *name, size_t index,
+				   size_t *len);
 	void *header_ctx;
 	/* The TCP peer. */
 	const struct sockaddr *peer;
@@ -183,10 +198,11 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 
 /*
  * The client address: the TCP peer, unless the peer is a trusted proxy, in
- * which case X-Real-IP, else the right-most untrusted X-Forwarded-For
- * entry.  IPv4-mapped IPv6 counts as IPv4; IPv6 is truncated to
- * ipv6_prefix bits.  Writes text ("203.0.113.7", "2001:db8:1:2::/64") into
- * buf and returns its length (0 when unknown).
+ * which case X-Real-IP (when sent on exactly one line), else the
+ * right-most untrusted entry of X-Forwarded-For (all its lines, in order,
+ * as one list).  Forwarded (RFC 7239) is not read.  IPv4-mapped IPv6 counts as
+ * IPv4; IPv6 is truncated to ipv6_prefix bits.  Writes text ("203.0.113.7",
+ * "2001:db8:1:2::/64") into buf and returns its length (0 when unknown).
  */
 size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 			char *buf, size_t len);
@@ -216,5 +232,17 @@ const sluice_limit_set_t *sluice_rule_tier(const sluice_rule_t *rule,
  * the whole of s[0..len).  Returns 1 on a match.
  */
 int sluice_glob_match(const char *pattern, const char *s, size_t len);
+
+/* The same, comparing letters without regard to (ASCII) case. */
+int sluice_glob_match_nocase(const char *pattern, const char *s, size_t len);
+
+/*
+ * The normalisation a request path gets before matching: percent-escapes
+ * decoded (but %2F and %00), runs of '/' collapsed, "." and ".." segments
+ * resolved.  Writes at most n bytes into out (which may be in) and returns
+ * the length.  The config refuses a path pattern that it would change,
+ * since such a pattern could never match.
+ */
+size_t sluice_path_normalize(const char *in, size_t n, char *out);
 
 #endif /* SLUICE_SERVE_CONFIG_H */

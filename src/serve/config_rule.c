@@ -138,10 +138,12 @@ static int add_method(sluice_yaml_t *y, yaml_node_t *item, void *arg,
 static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		       const char *rule)
 {
-	static const char *const keys[] = {"methods", "path", NULL};
+	static const char *const keys[] = {"methods", "path", "case_sensitive",
+					   "strict_slash", NULL};
 	char what[256];
 	yaml_node_t *v;
 	const char *s;
+	size_t n, m;
 
 	if (sluice_yaml_is_null(node))
 		return 0; /* "match:" with nothing: every request */
@@ -154,22 +156,60 @@ static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		if (each_string(y, v, what, add_method, r) < 0)
 			return -1;
 	}
-	if ((v = sluice_yaml_get(y, node, "path"))) {
-		snprintf(what, sizeof(what), "%s: match.path", rule);
-		if (sluice_yaml_string(y, v, what, &s) < 0)
+	if ((v = sluice_yaml_get(y, node, "case_sensitive"))) {
+		snprintf(what, sizeof(what), "%s: match.case_sensitive", rule);
+		if (sluice_yaml_bool(y, v, what, &r->path_case_sensitive) < 0)
 			return -1;
-		if ((s[0] != '/' && s[0] != '*') || strlen(s) > PATH_MAX_LEN)
-			return sluice_yaml_error(y, v,
-						 "%s \"%.60s\" is not a path "
-						 "glob; expected a path such "
-						 "as \"/api/upload\" or "
-						 "\"/api/*\" (at most %d "
-						 "characters)",
-						 what, s, PATH_MAX_LEN);
-		r->path = strdup(s);
-		if (!r->path)
-			return nomem(y, v);
 	}
+	if ((v = sluice_yaml_get(y, node, "strict_slash"))) {
+		snprintf(what, sizeof(what), "%s: match.strict_slash", rule);
+		if (sluice_yaml_bool(y, v, what, &r->path_strict_slash) < 0)
+			return -1;
+	}
+	if (!(v = sluice_yaml_get(y, node, "path"))) {
+		if (sluice_yaml_get(y, node, "case_sensitive") ||
+		    sluice_yaml_get(y, node, "strict_slash"))
+			return sluice_yaml_error(y, node,
+						 "%s: match has case_sensitive "
+						 "or strict_slash but no path; "
+						 "expected a path such as "
+						 "\"/api/upload\" with them",
+						 rule);
+		return 0;
+	}
+	snprintf(what, sizeof(what), "%s: match.path", rule);
+	if (sluice_yaml_string(y, v, what, &s) < 0)
+		return -1;
+	n = strlen(s);
+	if ((s[0] != '/' && s[0] != '*') || n > PATH_MAX_LEN)
+		return sluice_yaml_error(y, v,
+					 "%s \"%.60s\" is not a path glob; "
+					 "expected a path such as "
+					 "\"/api/upload\" or \"/api/*\" (at "
+					 "most %d characters)",
+					 what, s, PATH_MAX_LEN);
+	r->path = strdup(s);
+	if (!r->path)
+		return nomem(y, v);
+	/* Requests are matched after normalisation, so a pattern that
+	 * normalisation changes ("/api//upload", "/api/%75pload") would
+	 * silently never match. */
+	m = sluice_path_normalize(s, n, r->path);
+	if (m != n || memcmp(s, r->path, n) != 0) {
+		r->path[m] = '\0';
+		return sluice_yaml_error(y, v,
+					 "%s \"%.60s\" never matches: request "
+					 "paths are matched after decoding "
+					 "escapes, merging slashes and "
+					 "resolving dot segments; expected "
+					 "\"%.60s\"",
+					 what, s, r->path);
+	}
+	/* "/api/upload/" also matches "/api/upload" unless strict_slash: a
+	 * request's one trailing slash is optional at match time, so the
+	 * pattern's is dropped here. */
+	if (!r->path_strict_slash && n > 1 && r->path[n - 1] == '/')
+		r->path[n - 1] = '\0';
 	return 0;
 }
 

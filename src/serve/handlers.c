@@ -136,6 +136,27 @@ static const char *conn_header(void *ctx, const char *name, size_t *len)
 	return sluice_conn_header(ctx, name, len);
 }
 
+/* The index-th line of header `name`: the rules need every line of
+ * X-Forwarded-For, and to know when an identity header came twice. */
+static const char *conn_header_line(void *ctx, const char *name, size_t index,
+				    size_t *len)
+{
+	const sluice_conn_t *c = ctx;
+	size_t i, n = strlen(name);
+
+	for (i = 0; i < c->nhdrs; i++) {
+		const sluice_hdr_t *h = &c->hdrs[i];
+
+		if (h->name_len == n &&
+		    memcmp(c->head.data + h->name_off, name, n) == 0 &&
+		    index-- == 0) {
+			*len = h->value_len;
+			return c->head.data + h->value_off;
+		}
+	}
+	return NULL;
+}
+
 /* The value of query parameter `name` (not decoded), or NULL. */
 static const char *query_param(const char *query, const char *name, size_t *len)
 {
@@ -235,6 +256,7 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 		if (uri[i] == '?' || uri[i] == '#')
 			req.path_len = i, i = len;
 	req.header = conn_header;
+	req.header_line = conn_header_line;
 	req.header_ctx = c;
 	req.peer = (const struct sockaddr *)&c->peer;
 

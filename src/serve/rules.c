@@ -10,6 +10,11 @@
  * shared with the language bindings).  The identity is the value of the
  * first key source that is non-empty; a composite source joins its parts
  * with \x1f.
+ *
+ * What a client controls never picks its bucket: a path matches in every
+ * spelling a router would send to the same handler (see path_matches()),
+ * X-Forwarded-For is read from the right across all of its lines, and a
+ * header used as an identity that comes on two lines is not used at all.
  */
 #include "serve/config.h"
 
@@ -34,29 +39,60 @@ static const char *trim(const char *s, size_t *len)
 	return s;
 }
 
-static const char *get_header(const sluice_request_t *req, const char *name,
-			      size_t *len)
+/* The index-th line of header `name` (0 first), trimmed; NULL past the
+ * last.  A request without header_line has at most one line per header. */
+static const char *header_line(const sluice_request_t *req, const char *name,
+			       size_t index, size_t *len)
 {
-	const char *v;
+	const char *v = NULL;
 
 	*len = 0;
-	if (!req->header)
+	if (req->header_line)
+		v = req->header_line(req->header_ctx, name, index, len);
+	else if (req->header && index == 0)
+		v = req->header(req->header_ctx, name, len);
+	if (!v) {
+		*len = 0;
 		return NULL;
-	v = req->header(req->header_ctx, name, len);
-	if (!v)
-		return NULL;
+	}
 	return trim(v, len);
+}
+
+/*
+ * A header that names someone -- a key part, the tier, X-Real-IP: its
+ * value when it came on exactly one line, else NULL (as if absent).  With
+ * two lines, one may be the proxy's and one the client's, and which of
+ * them comes first depends on the proxy (nginx proxy_set_header replaces,
+ * HAProxy add-header appends): taking either would let some client pick
+ * its own bucket, tier or address.
+ */
+static const char *identity_header(const sluice_request_t *req,
+				   const char *name, size_t *len)
+{
+	const char *v = header_line(req, name, 0, len);
+	size_t len2;
+
+	if (v && header_line(req, name, 1, &len2)) {
+		*len = 0;
+		return NULL;
+	}
+	return v;
 }
 
 /* ------------------------------------------------------------ matching */
 
 /*
  * Glob match: '*' matches any run of characters (including '/'), '?'
- * exactly one; everything else matches itself.  Iterative with one
- * backtrack point, so it is linear-ish and cannot blow the stack on
- * hostile paths.
+ * exactly one; everything else matches itself (without regard to ASCII
+ * case when `nocase`).  Iterative with one backtrack point, so it is
+ * linear-ish and cannot blow the stack on hostile paths.
  */
-static int glob_match(const char *pat, const char *s, size_t n)
+static int lower(int c)
+{
+	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+static int glob_match(const char *pat, const char *s, size_t n, int nocase)
 {
 	const char *star = NULL;
 	size_t i = 0, star_i = 0;
@@ -65,7 +101,10 @@ static int glob_match(const char *pat, const char *s, size_t n)
 		if (*pat == '*') {
 			star = ++pat;
 			star_i = i;
-		} else if (*pat && (*pat == '?' || *pat == s[i])) {
+		} else if (*pat &&
+			   (*pat == '?' || *pat == s[i] ||
+			    (nocase && lower((unsigned char)*pat) ==
+					       lower((unsigned char)s[i])))) {
 			pat++;
 			i++;
 		} else if (star) {
@@ -82,7 +121,12 @@ static int glob_match(const char *pat, const char *s, size_t n)
 
 int sluice_glob_match(const char *pat, const char *s, size_t n)
 {
-	return glob_match(pat, s, n);
+	return glob_match(pat, s, n, 0);
+}
+
+int sluice_glob_match_nocase(const char *pat, const char *s, size_t n)
+{
+	return glob_match(pat, s, n, 1);
 }
 
 /*
@@ -168,6 +212,11 @@ static size_t resolve_segments(char *buf, size_t m)
 	return w;
 }
 
+size_t sluice_path_normalize(const char *in, size_t n, char *out)
+{
+	return resolve_segments(out, decode_escapes(in, n, out));
+}
+
 /* Paths up to this size are normalised on the stack; longer ones (rare:
  * only with a large http.max_header_bytes) on the heap. */
 #define PATH_STACK 4096
@@ -179,15 +228,39 @@ typedef struct npath_s {
 	char stack[PATH_STACK];
 } npath_t;
 
+/* "http://host:80/a?b" (an absolute-form target, RFC 9112 3.2.2, which a
+ * proxy may pass on as the original URI) is the path "/a?b". */
+static const char *skip_authority(const char *in, size_t *n)
+{
+	const char *slash = memchr(in, '/', *n), *end = in + *n, *p;
+
+	if (*n == 0 || in[0] == '/' || !slash || slash == in ||
+	    slash[-1] != ':' || slash + 1 >= end || slash[1] != '/')
+		return in;
+	for (p = in; p < slash - 1; p++) /* scheme = ALPHA *( ALPHA / ... ) */
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (p > in && ((*p >= '0' && *p <= '9') || *p == '+' ||
+				  *p == '-' || *p == '.'))))
+			return in;
+	p = memchr(slash + 2, '/', (size_t)(end - slash - 2));
+	if (!p) { /* "http://host" or "http://host?q": the root */
+		*n = 1;
+		return "/";
+	}
+	*n = (size_t)(end - p);
+	return p;
+}
+
 static void normalize_path(const sluice_request_t *req, npath_t *np)
 {
 	const char *in = req->path ? req->path : "";
-	size_t n = req->path ? req->path_len : 0;
-	const char *q = memchr(in, '?', n);
+	size_t n = req->path ? req->path_len : 0, i;
 	char *buf = np->stack;
 
-	if (q) /* the query string is never part of the path */
-		n = (size_t)(q - in);
+	in = skip_authority(in, &n);
+	for (i = 0; i < n; i++) /* the query and fragment are not the path */
+		if (in[i] == '?' || in[i] == '#')
+			n = i;
 	np->heap = NULL;
 	if (n > sizeof(np->stack)) {
 		np->heap = malloc(n);
@@ -202,6 +275,36 @@ static void normalize_path(const sluice_request_t *req, npath_t *np)
 	np->p = buf;
 }
 
+/* GET names HEAD too: Express (and any router following RFC 9110 9.3.2)
+ * answers HEAD with the GET handler, and nginx's limit_except GET allows
+ * HEAD, so a client must not step around a GET rule with HEAD. */
+static int method_matches(const char *rule, const char *m, size_t len)
+{
+	if (strlen(rule) == len && strncasecmp(rule, m, len) == 0)
+		return 1;
+	return len == 4 && strncasecmp(m, "HEAD", 4) == 0 &&
+	       strcmp(rule, "GET") == 0;
+}
+
+/*
+ * By default a path matches the spellings a common router (Express's
+ * defaults) sends to the same handler: letters in any case, and with or
+ * without one trailing slash ("/api/upload/" is "/api/upload"; the
+ * pattern's own trailing slash was dropped at load).  path_case_sensitive
+ * and path_strict_slash turn each off, like Express's "case sensitive
+ * routing" and "strict routing".
+ */
+static int path_matches(const sluice_rule_t *r, const npath_t *np)
+{
+	int nocase = !r->path_case_sensitive;
+
+	if (glob_match(r->path, np->p, np->len, nocase))
+		return 1;
+	return !r->path_strict_slash && np->len > 1 &&
+	       np->p[np->len - 1] == '/' &&
+	       glob_match(r->path, np->p, np->len - 1, nocase);
+}
+
 static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req,
 			const npath_t *np)
 {
@@ -210,14 +313,13 @@ static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req,
 	if (r->nmethods > 0) {
 		for (i = 0; i < r->nmethods; i++)
 			if (req->method &&
-			    strlen(r->methods[i]) == req->method_len &&
-			    strncasecmp(r->methods[i], req->method,
-					req->method_len) == 0)
+			    method_matches(r->methods[i], req->method,
+					   req->method_len))
 				break;
 		if (i == r->nmethods)
 			return 0;
 	}
-	return !r->path || glob_match(r->path, np->p, np->len);
+	return !r->path || path_matches(r, np);
 }
 
 /* --------------------------------------------------------------- keys */
@@ -235,7 +337,7 @@ static const char *part_value(const sluice_config_t *cfg,
 			      size_t *len)
 {
 	if (p->kind == SLUICE_KEY_HEADER)
-		return get_header(req, p->header, len);
+		return identity_header(req, p->header, len);
 	if (!ip->done) {
 		ip->len = sluice_client_ip(cfg, req, ip->buf, sizeof(ip->buf));
 		ip->done = 1;
@@ -321,7 +423,7 @@ static const sluice_limit_set_t *pick_set(const sluice_rule_t *r,
 	size_t len = 0;
 
 	if (r->ntiers > 0)
-		v = get_header(req, r->tier_header, &len);
+		v = identity_header(req, r->tier_header, &len);
 	return sluice_rule_tier(r, v, len);
 }
 
@@ -462,12 +564,19 @@ static int trusted(const sluice_config_t *cfg, const addr_t *ad)
  * first untrusted one is the client.  An entry that does not parse stops
  * the walk: everything left of it may be forged.  When every entry is a
  * trusted proxy, the left-most one is the client.
+ *
+ * Several lines are one list in order (RFC 9110 5.3): a proxy that adds a
+ * line of its own (HAProxy's option forwardfor) puts it after the
+ * client's, so the walk starts at the end of the last line and goes on
+ * into the line before it.
  */
-static int from_xff(const sluice_config_t *cfg, const char *v, size_t n,
-		    addr_t *out)
-{
-	int found = 0;
 
+/* Walks one line from its right end.  Returns 1 when it ran out of
+ * entries (every one a trusted proxy, or none): the walk goes on into the
+ * line before; 0 when it stopped. */
+static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
+		    addr_t *out, int *found)
+{
 	while (n > 0) {
 		const char *comma = NULL, *p;
 		addr_t ad;
@@ -486,13 +595,31 @@ static int from_xff(const sluice_config_t *cfg, const char *v, size_t n,
 				n = (size_t)(comma - v);
 				continue;
 			}
-			break;
+			return 0;
 		}
 		*out = ad;
-		found = 1;
+		*found = 1;
 		if (!trusted(cfg, &ad))
-			break;
+			return 0;
 		n = comma ? (size_t)(comma - v) : 0;
+	}
+	return 1;
+}
+
+static int from_xff(const sluice_config_t *cfg, const sluice_request_t *req,
+		    addr_t *out)
+{
+	static const char name[] = "x-forwarded-for";
+	size_t lines = 0, k, n;
+	int found = 0;
+
+	while (header_line(req, name, lines, &n))
+		lines++;
+	for (k = lines; k-- > 0;) {
+		const char *v = header_line(req, name, k, &n);
+
+		if (!xff_line(cfg, v, n, out, &found))
+			break;
 	}
 	return found ? 0 : -1;
 }
@@ -539,11 +666,12 @@ size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 		return 0;
 	ad = peer;
 	if (trusted(cfg, &peer)) {
-		v = get_header(req, "x-real-ip", &n);
+		/* X-Real-IP is one address: on two lines it is refused
+		 * (see identity_header()) and X-Forwarded-For decides. */
+		v = identity_header(req, "x-real-ip", &n);
 		if (!v || parse_addr(v, n, &ad) < 0) {
 			ad = peer;
-			v = get_header(req, "x-forwarded-for", &n);
-			if (v && from_xff(cfg, v, n, &ad) < 0)
+			if (from_xff(cfg, req, &ad) < 0)
 				ad = peer;
 		}
 	}

@@ -4,7 +4,8 @@
  * behind trusted proxies, over hostile header values.
  *
  * Input: lines "METHOD\nPATH\nX-FORWARDED-FOR\nX-REAL-IP\nX-USER-ID\nTIER";
- * the first byte's low bit picks an IPv4 or IPv6 (trusted) peer.
+ * a '\r' inside a header's field splits it into several header lines; the
+ * first byte's low bit picks an IPv4 or IPv6 (trusted) peer.
  */
 #include "serve/config.h"
 
@@ -30,7 +31,11 @@ static const char config[] =
 	"      default: free\n"
 	"      limits:\n"
 	"        free: [{capacity: 5, rate: 1/s}]\n"
-	"        paid: [{capacity: 50, rate: 10/s}]\n";
+	"        paid: [{capacity: 50, rate: 10/s}]\n"
+	"  - name: exact\n"
+	"    match: {path: \"/X/*/y/\", case_sensitive: true, strict_slash: "
+	"true}\n"
+	"    limits: [{capacity: 5, rate: 1/s}]\n";
 
 static sluice_config_t *cfg;
 
@@ -52,6 +57,27 @@ static const char *header(void *ctx, const char *name, size_t *len)
 			return f->v[i + 2];
 		}
 	return NULL;
+}
+
+/* The index-th '\r'-separated line of a field. */
+static const char *header_line(void *ctx, const char *name, size_t index,
+			       size_t *len)
+{
+	const char *v = header(ctx, name, len), *end, *cr;
+
+	if (!v)
+		return NULL;
+	end = v + *len;
+	for (;;) {
+		cr = memchr(v, '\r', (size_t)(end - v));
+		if (index-- == 0) {
+			*len = (size_t)((cr ? cr : end) - v);
+			return v;
+		}
+		if (!cr)
+			return NULL;
+		v = cr + 1;
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -85,6 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	req.path = f.v[1];
 	req.path_len = f.len[1];
 	req.header = header;
+	req.header_line = header_line;
 	req.header_ctx = &f;
 	memset(&in4, 0, sizeof(in4));
 	memset(&in6, 0, sizeof(in6));

@@ -2,14 +2,17 @@
 """nginx + sluice, and the rules a deployment relies on.
 
 The nginx tests run examples/nginx/nginx.conf.in unchanged except for the
-ports, an access log the assertions read, and a second server block that
-plays the upstream app.  nginx and sluice are real processes on free
+ports, an access log the assertions read, a second server block that
+plays the upstream app and, for tests that need users, the example's own
+recipe for a verified identity: HTTP basic auth, x-user-id from
+$remote_user and a tier mapped from the user.  nginx and sluice are real processes on free
 loopback ports, started and always stopped by harness.py.
 
 Tests that nginx adds nothing to (composite keys, X-Forwarded-For from an
 untrusted peer, IPv6 grouping) talk to sluice directly.
 """
 import http.client
+import base64
 import json
 import math
 import os
@@ -21,6 +24,7 @@ import sys
 import tempfile
 import time
 import unittest
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -44,6 +48,7 @@ UPSTREAM = """
         listen 127.0.0.1:%d;
         access_log off;
         location / { return 200 "app\\n"; }
+        location /whoami { return 200 "[$http_x_user_id|$http_x_user_tier]"; }
         location /forbidden { return 403 "app says no\\n"; }
     }
 }
@@ -53,10 +58,22 @@ RATE_LIMIT_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining",
                       "x-ratelimit-reset", "ratelimit-policy", "ratelimit")
 
 
-class Nginx(harness.Proc):
-    """examples/nginx/nginx.conf.in in front of sluice and a stub app."""
+def as_user(name, headers=None):
+    """Headers of a request authenticated (HTTP basic) as `name`."""
+    h = {"Authorization": "Basic " + base64.b64encode(
+        ("%s:pw-%s" % (name, name)).encode()).decode()}
+    h.update(headers or {})
+    return h
 
-    def __init__(self, sluice_port):
+
+class Nginx(harness.Proc):
+    """examples/nginx/nginx.conf.in in front of sluice and a stub app.
+
+    users: {name: tier or None} turns on the example's identity recipe:
+    basic auth with these users (password "pw-NAME"), x-user-id the
+    verified user name, x-user-tier the tier mapped from it."""
+
+    def __init__(self, sluice_port, users=None):
         if not os.path.exists(NGINX):
             raise unittest.SkipTest("nginx is not installed (scripts/deps)")
         self.dir = tempfile.mkdtemp(prefix="sluice-nginx-")
@@ -72,6 +89,8 @@ class Nginx(harness.Proc):
         assert not re.search(r"@[A-Z_]+@", text), "unfilled placeholder"
         assert "access_log off;" in text
         text = text.replace("access_log off;", LOG_FORMAT)
+        if users is not None:
+            text = self._with_users(text, users)
         end = text.rstrip().rindex("}")
         text = text[:end] + UPSTREAM % self.upstream_port
         self.conf = os.path.join(self.dir, "nginx.conf")
@@ -82,6 +101,28 @@ class Nginx(harness.Proc):
                           "-g", "daemon off;"])
         harness.wait_for_port(self.port, proc=self)
         harness.wait_for_port(self.upstream_port, proc=self)
+
+    def _with_users(self, text, users):
+        path = os.path.join(self.dir, "users")
+        with open(path, "w") as f:
+            for name in users:
+                f.write("%s:{PLAIN}pw-%s\n" % (name, name))
+        # nginx's workers (user nobody when started as root) read it
+        os.chmod(self.dir, 0o755)
+        os.chmod(path, 0o644)
+        tiers = "".join("        %s %s;\n" % (name, tier)
+                        for name, tier in users.items() if tier)
+        for old, new in (
+                ('set $sluice_user_id "";',
+                 'auth_basic "api";\n        auth_basic_user_file %s;\n'
+                 '        set $sluice_user_id $remote_user;' % path),
+                ('set $sluice_user_tier "";',
+                 'set $sluice_user_tier $test_user_tier;'),
+                ("http {\n", "http {\n    map $remote_user $test_user_tier"
+                 " {\n        default \"\";\n%s    }\n" % tiers)):
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        return text
 
     def request(self, method, path, headers=None, body=None):
         return harness.request(self.port, method, path, headers, body)
@@ -195,8 +236,9 @@ rules:
     key: ["header:x-user-id", "ip"]
     limits: [{capacity: 2, rate: 1/min}]
 """
-        with Sluice(config) as s, Nginx(s.port) as n:
-            h = {"x-user-id": "alice"}
+        with Sluice(config) as s, Nginx(s.port, {"alice": None, "bob": None,
+                                                 "carol": None}) as n:
+            h = as_user("alice")
             r = n.request("GET", "/some/page?q=1", h)
             self.assertEqual(r.status, 200)
             self.assertEqual(r.body, b"app\n")
@@ -211,10 +253,10 @@ rules:
             self.assertEqual(r.header("retry-after"), "60")
             self.assertTrue(50000 < r.json()["retry_after_ms"] <= 60000)
             # another user is not affected
-            self.assertEqual(n.request("GET", "/", {"x-user-id": "bob"})
+            self.assertEqual(n.request("GET", "/", as_user("bob"))
                              .status, 200)
             # an app answering 403 itself is passed through untouched
-            r = n.request("GET", "/forbidden", {"x-user-id": "carol"})
+            r = n.request("GET", "/forbidden", as_user("carol"))
             self.assertEqual(r.status, 403)
             self.assertEqual(r.body, b"app says no\n")
             self.assertEqual(r.header("x-ratelimit-remaining"), "1")
@@ -234,8 +276,9 @@ rules:
         anonymous: [{capacity: 20, rate: 20/min}]
         paid: [{capacity: 2000, rate: 2000/min}]
 """
-        with Sluice(config) as s, Nginx(s.port) as n:
-            anon = {"x-user-id": "u1"}
+        users = {"u1": None, "u2": "paid", "u3": "platinum"}
+        with Sluice(config) as s, Nginx(s.port, users) as n:
+            anon = as_user("u1")
             got = [n.request("POST", "/api/upload", anon, "x")
                    for _ in range(3)]
             self.assertEqual([r.status for r in got], [200, 200, 429])
@@ -248,14 +291,14 @@ rules:
                 self.assertEqual(r.status, 200)
                 self.assertIsNone(r.header("x-ratelimit-limit"))
             # the paid tier has its own limits; unknown tiers get default
-            paid = {"x-user-id": "u2", "x-user-tier": "paid"}
+            paid = as_user("u2")
             for i in range(5):
                 r = n.request("POST", "/api/upload", paid, "x")
                 self.assertEqual(r.status, 200)
             self.assertEqual(r.header("x-ratelimit-remaining"), "1950")
             self.assertEqual(r.header("ratelimit-policy"),
                              '"upload/paid";q=2000;w=60')
-            odd = {"x-user-id": "u3", "x-user-tier": "platinum"}
+            odd = as_user("u3")
             r = n.request("POST", "/api/upload", odd, "x")
             self.assertEqual(r.header("x-ratelimit-limit"), "20")
 
@@ -268,8 +311,8 @@ rules:
       - {capacity: 5, rate: 1/min}
       - {capacity: 3, rate: 3/day}
 """
-        with Sluice(config) as s, Nginx(s.port) as n:
-            h = {"x-user-id": "m"}
+        with Sluice(config) as s, Nginx(s.port, {"m": None}) as n:
+            h = as_user("m")
             got = [n.request("GET", "/", h) for _ in range(4)]
             self.assertEqual([r.status for r in got], [200, 200, 200, 429])
             # the answer reports the tighter limit
@@ -293,8 +336,8 @@ rules:
     key: ["header:x-user-id"]
     limits: [{capacity: 1, rate: 1/min}]
 """
-        with Sluice(config) as s, Nginx(s.port) as n:
-            got = [n.request("GET", "/", {"x-user-id": "sh"}).status
+        with Sluice(config) as s, Nginx(s.port, {"sh": None}) as n:
+            got = [n.request("GET", "/", as_user("sh")).status
                    for _ in range(4)]
             self.assertEqual(got, [200] * 4)
             m = s.metrics()
@@ -316,6 +359,95 @@ rules:
                 "X-Forwarded-For": "198.51.100.%d" % i}).status
                 for i in range(3)]
             self.assertEqual(got, [200, 200, 429])
+
+
+    def test_invented_user_ids_get_no_fresh_buckets(self):
+        """The default policy behind the example: one address sending 300
+        requests, each with a fresh x-user-id (and a tier), gets at most
+        200 through -- nginx does not pass the client's headers on, and
+        the policy has a per-address ceiling besides."""
+        with Sluice() as s, Nginx(s.port) as n:
+            c = harness.Client(n.port)
+            t0 = time.monotonic()
+            got = [c.request("GET", "/", {"x-user-id": uuid.uuid4().hex,
+                                          "x-user-tier": "paid"}).status
+                   for _ in range(300)]
+            elapsed = time.monotonic() - t0
+            c.close()
+            allowed = got.count(200)
+            self.assertEqual(allowed + got.count(429), 300)
+            # keyed by address: 100 plus the 2/s refilled meanwhile
+            self.assertGreaterEqual(allowed, 100)
+            self.assertLessEqual(allowed, 100 + math.ceil(2 * elapsed) + 1)
+            self.assertLessEqual(allowed, 200)
+            # and the app behind does not see the invented identity
+            r = n.request("GET", "/whoami", {"x-user-id": "root",
+                                             "x-user-tier": "paid"})
+            self.assertIn(r.status, (200, 429))
+            if r.status == 200:
+                self.assertEqual(r.body, b"[|]")
+            print("\n300 invented user ids through nginx: %d allowed in "
+                  "%.2f s" % (allowed, elapsed), file=sys.stderr)
+
+    def test_verified_user_is_the_only_identity(self):
+        config = """
+rules:
+  - name: api
+    key: ["header:x-user-id", "ip"]
+    limits: [{capacity: 2, rate: 1/min}]
+"""
+        users = {"alice": "paid", "bob": None}
+        with Sluice(config) as s, Nginx(s.port, users) as n:
+            # alice claims to be someone new each time: charged as alice
+            got = [n.request("GET", "/", as_user("alice", {
+                "x-user-id": "not-alice-%d" % i})).status for i in range(3)]
+            self.assertEqual(got, [200, 200, 429])
+            self.assertEqual(n.request("GET", "/whoami", as_user("bob", {
+                "x-user-id": "alice", "x-user-tier": "gold"})).body,
+                b"[bob|]")
+            self.assertEqual(n.request("GET", "/whoami", as_user("alice"))
+                             .status, 429)
+            # no valid credentials: nginx answers 401, sluice is not asked
+            r = n.request("GET", "/", {"x-user-id": "bob"})
+            self.assertEqual(r.status, 401)
+            r = n.request("GET", "/", {"Authorization": "Basic " +
+                                       base64.b64encode(b"bob:wrong")
+                                       .decode()})
+            self.assertEqual(r.status, 401)
+            # 5 requests asked sluice: 3 + whoami bob + whoami alice
+            m = s.metrics()
+            self.assertEqual(m['sluice_decisions_total{rule="api",'
+                               'result="allowed"}'], 3)
+            self.assertEqual(m['sluice_decisions_total{rule="api",'
+                               'result="limited"}'], 2)
+
+    def test_every_spelling_of_a_path_meets_its_rule(self):
+        """Drain /api/upload, then try the spellings that nginx and an
+        Express app (by default) route to the same handler: each is
+        limited too."""
+        config = """
+rules:
+  - name: upload
+    match: {methods: [POST], path: "/api/upload"}
+    limits: [{capacity: 2, rate: 1/min}]
+"""
+        spellings = ["/api/upload/", "/api/upload/?q=1", "/API/upload",
+                     "/Api/Upload/", "/api/%75pload", "/api/./upload",
+                     "/x/../api/upload", "//api//upload", "/api/upload#x"]
+        with Sluice(config) as s, Nginx(s.port) as n:
+            c = harness.Client(n.port)
+            got = [c.request("POST", "/api/upload", {}, "x").status
+                   for _ in range(2)]
+            self.assertEqual(got, [200, 200])
+            for path in spellings:
+                r = c.request("POST", path, {}, "x")
+                self.assertEqual(r.status, 429, path)
+                self.assertEqual(r.json()["policy"], "upload", path)
+            # another path, or another method, is not this rule's
+            self.assertEqual(c.request("POST", "/api/uploads", {}, "x")
+                             .status, 200)
+            self.assertEqual(c.request("GET", "/api/upload").status, 200)
+            c.close()
 
 
 class Direct(unittest.TestCase):

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 import unittest
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -91,8 +92,19 @@ http: {idle_timeout_ms: 300}
 """
 
 
-def check(s, user, **kw):
-    headers = {"x-user-id": user}
+def user(name):
+    """The headers of user `name` behind the trusted proxy (the test's
+    127.0.0.1): its id and an address of its own, so that the default
+    policy's per-address ceiling (default-ip) is not shared by every test
+    user."""
+    h = zlib.crc32(name.encode())
+    return {"x-user-id": name,
+            "x-real-ip": "10.%d.%d.%d" % (h >> 16 & 255, h >> 8 & 255,
+                                          h & 255)}
+
+
+def check(s, name, **kw):
+    headers = user(name)
     headers.update(kw.pop("headers", {}))
     return s.request(kw.pop("method", "GET"), kw.pop("path", "/v1/check"),
                      headers)
@@ -113,7 +125,7 @@ class ClassicPolicy(unittest.TestCase):
         c = self.s.client()
         t0 = time.monotonic()
         statuses = [c.request("GET", "/v1/check",
-                              {"x-user-id": "burst-user"})
+                              user("burst-user"))
                     for _ in range(150)]
         elapsed = time.monotonic() - t0
         c.close()
@@ -148,8 +160,8 @@ class ClassicPolicy(unittest.TestCase):
     def test_limited_answer_headers_and_body(self):
         c = self.s.client()
         for _ in range(100):
-            c.request("GET", "/v1/check", {"x-user-id": "limited-user"})
-        r = c.request("GET", "/v1/check", {"x-user-id": "limited-user"})
+            c.request("GET", "/v1/check", user("limited-user"))
+        r = c.request("GET", "/v1/check", user("limited-user"))
         c.close()
         if r.status == 200:  # a token refilled meanwhile; spend it
             r = check(self.s, "limited-user")
@@ -168,16 +180,16 @@ class ClassicPolicy(unittest.TestCase):
         c = self.s.client()
         for _ in range(101):
             r = c.request("GET", "/v1/check?deny_status=403",
-                          {"x-user-id": "nginx-user"})
+                          user("nginx-user"))
         c.close()
         if r.status == 200:
             r = self.s.request("GET", "/v1/check?deny_status=403",
-                               {"x-user-id": "nginx-user"})
+                               user("nginx-user"))
         self.assertEqual(r.status, 403)
         self.assertEqual(r.json()["error"], "rate_limited")
         self.assertIsNotNone(r.header("retry-after"))
         r = self.s.request("GET", "/v1/check?deny_status=429",
-                           {"x-user-id": "nginx-user"})
+                           user("nginx-user"))
         self.assertEqual(r.status, 429)
 
     def test_deny_status_other_values_are_400_naming_it(self):
@@ -308,7 +320,8 @@ class ClassicPolicy(unittest.TestCase):
 
     def test_pipelined_requests_answer_in_order(self):
         reqs = b"".join(
-            b"GET /v1/check HTTP/1.1\r\nHost: x\r\nx-user-id: pipe\r\n\r\n"
+            b"GET /v1/check HTTP/1.1\r\nHost: x\r\nx-user-id: pipe\r\n"
+            b"x-real-ip: 10.0.0.9\r\n\r\n"
             for _ in range(3))
         reqs += b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
         reqs += (b"POST /v1/take HTTP/1.1\r\nHost: x\r\nContent-Length: 47\r\n"
@@ -341,10 +354,10 @@ class ClassicPolicy(unittest.TestCase):
     def test_head_limited_answer_has_no_body(self):
         c = self.s.client()
         for _ in range(101):
-            r = c.request("HEAD", "/v1/check", {"x-user-id": "head-429"})
+            r = c.request("HEAD", "/v1/check", user("head-429"))
         c.close()
         if r.status == 200:
-            r = self.s.request("HEAD", "/v1/check", {"x-user-id": "head-429"})
+            r = self.s.request("HEAD", "/v1/check", user("head-429"))
         self.assertEqual(r.status, 429)
         self.assertEqual(r.body, b"")
         self.assertGreater(int(r.header("content-length")), 0)

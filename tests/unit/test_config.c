@@ -32,7 +32,7 @@ static void test_default_is_the_classic_policy(void)
 	CHECK(c->ntrusted == 2);
 	CHECK(c->max_header_bytes == 8192 && c->max_body_bytes == 16384);
 	CHECK(c->idle_timeout_ms == 30000);
-	CHECK(c->nrules == 1);
+	CHECK(c->nrules == 2);
 	r = &c->rules[0];
 	CHECK(strcmp(r->name, "default") == 0);
 	CHECK(r->nmethods == 0 && r->path == NULL);
@@ -46,6 +46,16 @@ static void test_default_is_the_classic_policy(void)
 	CHECK(r->limits.limits[0].rate.per == 1);
 	CHECK(r->cost == 1 && r->shadow == 0);
 	CHECK(r->on_store_error == SLUICE_FAIL_OPEN);
+	/* and a ceiling per client address, whatever x-user-id says */
+	r = &c->rules[1];
+	CHECK(strcmp(r->name, "default-ip") == 0);
+	CHECK(r->nmethods == 0 && r->path == NULL);
+	CHECK(r->nsources == 1 && r->sources[0].nparts == 1);
+	CHECK(r->sources[0].parts[0].kind == SLUICE_KEY_IP);
+	CHECK(r->limits.nlimits == 1);
+	CHECK(r->limits.limits[0].capacity == 200);
+	CHECK(r->limits.limits[0].rate.interval == 250000);
+	CHECK(r->cost == 1 && r->shadow == 0);
 	sluice_config_free(c);
 }
 
@@ -59,7 +69,8 @@ static void test_file_without_rules_gets_the_classic_rule(void)
 		return;
 	CHECK(strcmp(c->listen, "0.0.0.0:9000") == 0);
 	CHECK(strcmp(c->path, "t.yaml") == 0);
-	CHECK(c->nrules == 1 && strcmp(c->rules[0].name, "default") == 0);
+	CHECK(c->nrules == 2 && strcmp(c->rules[0].name, "default") == 0 &&
+	      strcmp(c->rules[1].name, "default-ip") == 0);
 	CHECK(c->rules[0].limits.limits[0].capacity == 100);
 	sluice_config_free(c);
 }
@@ -320,6 +331,20 @@ static const struct bad bad_files[] = {
 	{"rules:\n  - name: a\n    match: {verbs: [GET]}\n"
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3, "unknown key \"verbs\""},
+	{"rules:\n  - name: a\n    match: {path: \"/api//up/./x\"}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3,
+	 "never matches: request paths are matched after decoding escapes, "
+	 "merging slashes and resolving dot segments; expected \"/api/up/x\""},
+	{"rules:\n  - name: a\n    match: {path: \"/%7Euser/*\"}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "expected \"/~user/*\""},
+	{"rules:\n  - name: a\n    match: {case_sensitive: true}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "has case_sensitive or strict_slash but no path"},
+	{"rules:\n  - name: a\n    match: {path: /a, strict_slash: maybe}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3, "match.strict_slash"},
 	/* tiers */
 	{"rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/s}]\n"
 	 "    tiers: {header: t, default: x, limits: {x: [{capacity: 1, "

@@ -184,10 +184,17 @@ static void test_expect_continue_gets_a_go_ahead(void)
 	CHECK(sluice_conn_release(&c));
 }
 
+/* One rule, so that each decision is one store call for deferred_run(). */
+static const char one_rule[] = "rules:\n"
+			       "  - name: default\n"
+			       "    key: [\"header:x-user-id\", ip]\n"
+			       "    limits: [{capacity: 100, rate: 2/s}]\n";
+
 int main(void)
 {
 	store.store = sluice_memstore_new(1000);
-	svc.live = sluice_live_new(sluice_config_default());
+	svc.live = sluice_live_new(sluice_config_parse(
+		"t.yaml", one_rule, sizeof(one_rule) - 1, NULL, 0));
 	svc.metrics = sluice_metrics_new();
 	svc.backend.ops = &deferred_ops;
 	svc.backend.impl = &store;

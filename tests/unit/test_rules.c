@@ -39,6 +39,20 @@ static const char *lookup(void *ctx, const char *name, size_t *len)
 	return NULL;
 }
 
+/* Every line of a header, as the HTTP layer offers them. */
+static const char *lookup_line(void *ctx, const char *name, size_t index,
+			       size_t *len)
+{
+	hdr_t *h = ctx;
+
+	for (; h->name; h++)
+		if (strcasecmp(h->name, name) == 0 && index-- == 0) {
+			*len = strlen(h->value);
+			return h->value;
+		}
+	return NULL;
+}
+
 /* A request from `peer` ("1.2.3.4" or an IPv6 address) with headers given
  * as name, value pairs ending with NULL. */
 static req_t *mkreq(req_t *q, const char *method, const char *path,
@@ -72,6 +86,7 @@ static req_t *mkreq(req_t *q, const char *method, const char *path,
 	q->r.path = path;
 	q->r.path_len = strlen(path);
 	q->r.header = lookup;
+	q->r.header_line = lookup_line;
 	q->r.header_ctx = q->hdrs;
 	q->r.peer = (struct sockaddr *)&q->peer;
 	return q;
@@ -144,20 +159,24 @@ static void test_default_rule_keys_user_then_ip(void)
 				 &mkreq(&q, "GET", "/", "203.0.113.9",
 					"X-User-Id", "alice", NULL)
 					  ->r,
-				 m, 4) == 1);
+				 m, 4) == 2);
 	CHECK(key_is(&m[0], "default", "alice"));
 	CHECK(m[0].rule == &c->rules[0] && m[0].set == &c->rules[0].limits);
+	/* whoever the user says it is, its address has a ceiling too */
+	CHECK(key_is(&m[1], "default-ip", "203.0.113.9"));
+	CHECK(m[1].rule == &c->rules[1] && m[1].set == &c->rules[1].limits);
 	/* no user: the client IP */
 	CHECK(sluice_rules_match(c,
 				 &mkreq(&q, "GET", "/", "203.0.113.9", NULL)->r,
-				 m, 4) == 1);
+				 m, 4) == 2);
 	CHECK(key_is(&m[0], "default", "203.0.113.9"));
+	CHECK(key_is(&m[1], "default-ip", "203.0.113.9"));
 	/* a blank header counts as absent */
 	CHECK(sluice_rules_match(c,
 				 &mkreq(&q, "GET", "/", "203.0.113.9",
 					"x-user-id", "  \t ", NULL)
 					  ->r,
-				 m, 4) == 1);
+				 m, 4) == 2);
 	CHECK(key_is(&m[0], "default", "203.0.113.9"));
 	/* surrounding whitespace is not part of the identity */
 	sluice_rules_match(c,
@@ -238,16 +257,36 @@ static void test_paths_are_normalised_before_matching(void)
 				  "  - name: up\n"
 				  "    match: {path: \"/api/upload\"}\n"
 				  "    limits: [{capacity: 1, rate: 1/s}]\n");
+	/* every spelling that nginx or Express (by default) sends to the
+	 * handler of /api/upload: escapes, dot segments, repeated slashes,
+	 * a trailing slash, letter case, an absolute-form target */
 	static const char *const same[] = {
-		"/api/upload",	     "/api//upload",	     "//api/upload",
-		"/api/./upload",     "/x/../api/upload",     "/api/%75pload",
-		"/api/%75pload?a=b", "/x/%2e%2e/api/upload", "/../api/upload"};
-	/* dot segments resolve as in RFC 3986: "/api/upload/." is
-	 * "/api/upload/", another path */
+		"/api/upload",
+		"/api//upload",
+		"//api/upload",
+		"/api/./upload",
+		"/x/../api/upload",
+		"/api/%75pload",
+		"/api/%75pload?a=b",
+		"/x/%2e%2e/api/upload",
+		"/../api/upload",
+		"/api/upload/",
+		"/api/upload/?q=1",
+		"/api/upload//",
+		"/API/upload",
+		"/Api/UPLOAD/",
+		"/api/%55pload",
+		"/api/upload/.",
+		"/api/upload/x/..",
+		"/api/upload#frag",
+		"http://example.com/api/upload",
+		"HTTPS://example.com:8443/API/upload/?x=1"};
 	static const char *const other[] = {
-		"/api%2Fupload",  "/api/upload/",    "/api/uploads",
-		"/api/upload%00", "/API/upload",     "/api/upload%2",
-		"/api/upload/.",  "/api/upload/x/.."};
+		"/api%2Fupload",      "/api/uploads",
+		"/api/upload%00",     "/api/upload%2",
+		"/api/upload/x",      "/api/upload//x",
+		"/api/upl",	      "api/upload",
+		"http://example.com", "/http://example.com/api/upload"};
 	sluice_match_t m[1];
 	req_t q;
 	size_t i;
@@ -273,9 +312,96 @@ static void test_paths_are_normalised_before_matching(void)
 	memset(big, 0, sizeof(big));
 	for (i = 0; i + 2 < 5000; i += 2)
 		memcpy(big + i, "/.", 2);
-	strcat(big, "/api/upload");
+	strcat(big, "/API/upload/");
 	CHECK(sluice_rules_match(c, &mkreq(&q, "GET", big, "10.0.0.1", NULL)->r,
 				 m, 1) == 1);
+	sluice_config_free(c);
+}
+
+static size_t matches(const sluice_config_t *c, const char *method,
+		      const char *path)
+{
+	sluice_match_t m[4];
+	req_t q;
+
+	return sluice_rules_match(
+		c, &mkreq(&q, method, path, "10.0.0.1", NULL)->r, m, 4);
+}
+
+static void test_globs_get_the_same_spellings(void)
+{
+	sluice_config_t *c = load("rules:\n"
+				  "  - name: files\n"
+				  "    match: {path: \"/files/*/meta/\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n"
+				  "  - name: api\n"
+				  "    match: {path: \"/api/*\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n");
+
+	/* the pattern's trailing slash is optional like the request's */
+	CHECK(matches(c, "GET", "/files/a/meta") == 1);
+	CHECK(matches(c, "GET", "/files/a/meta/") == 1);
+	CHECK(matches(c, "GET", "/FILES/a/Meta") == 1);
+	CHECK(matches(c, "GET", "/files/a/metadata") == 0);
+	CHECK(matches(c, "GET", "/API/v1/Users/") == 1);
+	CHECK(matches(c, "GET", "/Api/") == 1);
+	CHECK(matches(c, "GET", "/api") == 0);
+	sluice_config_free(c);
+}
+
+static void test_exact_matching_is_per_rule(void)
+{
+	sluice_config_t *c =
+		load("rules:\n"
+		     "  - name: cs\n"
+		     "    match: {path: \"/Api/Upload\", case_sensitive: "
+		     "true}\n"
+		     "    limits: [{capacity: 1, rate: 1/s}]\n"
+		     "  - name: strict\n"
+		     "    match: {path: \"/dir/\", strict_slash: true}\n"
+		     "    limits: [{capacity: 1, rate: 1/s}]\n"
+		     "  - name: exact\n"
+		     "    match: {path: \"/x/*\", case_sensitive: true,\n"
+		     "            strict_slash: true}\n"
+		     "    limits: [{capacity: 1, rate: 1/s}]\n");
+
+	CHECK(c->rules[0].path_case_sensitive &&
+	      !c->rules[0].path_strict_slash);
+	CHECK(!c->rules[1].path_case_sensitive &&
+	      c->rules[1].path_strict_slash);
+	CHECK(strcmp(c->rules[1].path, "/dir/") == 0);
+	CHECK(matches(c, "GET", "/Api/Upload") == 1);
+	CHECK(matches(c, "GET", "/Api/Upload/") == 1); /* the slash still */
+	CHECK(matches(c, "GET", "/api/upload") == 0);
+	CHECK(matches(c, "GET", "/dir/") == 1);
+	CHECK(matches(c, "GET", "/DIR/") == 1); /* the case still */
+	CHECK(matches(c, "GET", "/dir") == 0);
+	CHECK(matches(c, "GET", "/x/a") == 1);
+	CHECK(matches(c, "GET", "/x/a/") == 1); /* '*' takes the slash */
+	CHECK(matches(c, "GET", "/X/a") == 0);
+	/* normalisation is not optional: no router would tell these apart */
+	CHECK(matches(c, "GET", "/x/../Api/%55pload") == 1);
+	sluice_config_free(c);
+}
+
+static void test_get_rules_cover_head(void)
+{
+	sluice_config_t *c =
+		load("rules:\n"
+		     "  - name: search\n"
+		     "    match: {methods: [get], path: /search}\n"
+		     "    limits: [{capacity: 1, rate: 1/s}]\n"
+		     "  - name: write\n"
+		     "    match: {methods: [POST], path: /search}\n"
+		     "    limits: [{capacity: 1, rate: 1/s}]\n");
+
+	CHECK(matches(c, "GET", "/search") == 1);
+	/* Express answers HEAD with the GET handler */
+	CHECK(matches(c, "HEAD", "/search") == 1);
+	CHECK(matches(c, "head", "/search") == 1);
+	CHECK(matches(c, "POST", "/search") == 1);
+	CHECK(matches(c, "OPTIONS", "/search") == 0);
+	CHECK(matches(c, "HEA", "/search") == 0);
 	sluice_config_free(c);
 }
 
@@ -443,6 +569,109 @@ static void test_tiers_follow_the_header(void)
 	      0);
 	CHECK(strcmp(sluice_rule_tier(&c->rules[0], NULL, 0)->name,
 		     "anonymous") == 0);
+	sluice_config_free(c);
+}
+
+/* ------------------------------------------------- repeated header lines */
+
+static void test_forwarded_for_lines_are_one_list(void)
+{
+	sluice_config_t *c = load("trusted_proxies: [127.0.0.1/32, "
+				  "10.0.0.0/8]\n");
+	req_t q;
+
+	/* a client's own line first, the proxy's (HAProxy option
+	 * forwardfor adds a line) last: the proxy's line names the client */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Forwarded-For", "6.6.6.8",
+					"X-Forwarded-For", "192.0.2.79", NULL)),
+		     "192.0.2.79") == 0);
+	/* the walk goes on into earlier lines past trusted hops */
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "127.0.0.1",
+				     "X-Forwarded-For", "6.6.6.8, 192.0.2.7",
+				     "X-Forwarded-For", "10.0.0.5",
+				     "X-Forwarded-For", " 10.0.0.6 , ", NULL)),
+		     "192.0.2.7") == 0);
+	/* an empty line is no entry */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Forwarded-For", "192.0.2.9",
+					"X-Forwarded-For", "", NULL)),
+		     "192.0.2.9") == 0);
+	/* a bad entry in a later line stops the walk there */
+	CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+					"X-Forwarded-For", "6.6.6.8",
+					"X-Forwarded-For", "junk, 10.0.0.7",
+					NULL)),
+		     "10.0.0.7") == 0);
+	/* two X-Real-IP lines: neither is used, X-Forwarded-For decides */
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "127.0.0.1", "X-Real-IP",
+				     "6.6.6.8", "X-Real-IP", "192.0.2.79",
+				     "X-Forwarded-For", "192.0.2.80", NULL)),
+		     "192.0.2.80") == 0);
+	/* ... or the peer */
+	CHECK(strcmp(client_ip(c,
+			       mkreq(&q, "GET", "/", "127.0.0.1", "X-Real-IP",
+				     "6.6.6.8", "X-Real-IP", "6.6.6.8", NULL)),
+		     "127.0.0.1") == 0);
+	sluice_config_free(c);
+}
+
+static void test_repeated_identity_headers_are_not_used(void)
+{
+	sluice_config_t *c =
+		load("rules:\n"
+		     "  - name: user\n"
+		     "    key: [\"header:x-user-id\", ip]\n"
+		     "    tiers:\n"
+		     "      header: x-user-tier\n"
+		     "      default: free\n"
+		     "      limits:\n"
+		     "        free: [{capacity: 5, rate: 1/min}]\n"
+		     "        paid: [{capacity: 500, rate: 1/s}]\n"
+		     "  - name: partner\n"
+		     "    key: \"header:x-api-key+header:x-user-id\"\n"
+		     "    limits: [{capacity: 5, rate: 1/min}]\n");
+	sluice_match_t m[4];
+	req_t q;
+
+	/* one line: the value */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "192.0.2.1",
+					"x-user-id", "victim", "x-user-tier",
+					"paid", NULL)
+					  ->r,
+				 m, 4) == 1);
+	CHECK(key_is(&m[0], "user", "victim"));
+	CHECK(strcmp(m[0].set->name, "paid") == 0);
+	/* two lines: whichever a proxy put first, the client does not pick
+	 * the bucket (nor the tier): the header counts as absent */
+	CHECK(sluice_rules_match(
+		      c,
+		      &mkreq(&q, "GET", "/", "192.0.2.1", "x-user-id", "victim",
+			     "x-user-id", "me", "x-user-tier", "paid",
+			     "x-user-tier", "free", "x-api-key", "k", NULL)
+			       ->r,
+		      m, 4) == 1);
+	CHECK(key_is(&m[0], "user", "192.0.2.1"));
+	CHECK(strcmp(m[0].set->name, "free") == 0);
+	/* even the same value twice */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "192.0.2.1",
+					"x-user-id", "me", "x-user-id", "me",
+					NULL)
+					  ->r,
+				 m, 4) == 1);
+	CHECK(key_is(&m[0], "user", "192.0.2.1"));
+	/* a composite with a repeated part is empty: not charged by it */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "192.0.2.1",
+					"x-api-key", "k", "x-user-id", "u",
+					NULL)
+					  ->r,
+				 m, 4) == 2);
+	CHECK(key_is(&m[1], "partner", "k\x1fu"));
 	sluice_config_free(c);
 }
 
@@ -622,12 +851,17 @@ int main(void)
 	RUN(test_default_rule_keys_user_then_ip);
 	RUN(test_methods_paths_and_query_strings);
 	RUN(test_paths_are_normalised_before_matching);
+	RUN(test_globs_get_the_same_spellings);
+	RUN(test_exact_matching_is_per_rule);
+	RUN(test_get_rules_cover_head);
 	RUN(test_composite_keys_need_every_part);
 	RUN(test_long_or_binary_values_are_hashed);
 	RUN(test_rule_key_matches_request_keys);
 	RUN(test_tiers_follow_the_header);
 	RUN(test_untrusted_peer_cannot_spoof);
 	RUN(test_trusted_proxy_headers);
+	RUN(test_forwarded_for_lines_are_one_list);
+	RUN(test_repeated_identity_headers_are_not_used);
 	RUN(test_ipv6_grouping_and_mapped_ipv4);
 	RUN(test_no_peer_means_no_ip);
 	RUN(test_sha256_vectors);

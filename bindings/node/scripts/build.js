@@ -47,6 +47,25 @@ function napiHeaders() {
 if (!fs.existsSync(path.join(root, 'include', 'sluice.h')))
   die(`${root} is not a sluice checkout: the addon builds from the checkout's sources`);
 
+// One build at a time (two apps installing, or cluster workers building
+// on first require): a lock directory, taken over when left for 10 minutes.
+const lock = path.join(out, '.lock');
+fs.mkdirSync(out, { recursive: true });
+for (let waited = 0; ; waited += 100) {
+  try {
+    fs.mkdirSync(lock);
+    break;
+  } catch (e) {
+    if (e.code !== 'EEXIST') throw e;
+    let age = 0;
+    try { age = Date.now() - fs.statSync(lock).mtimeMs; } catch { continue; }
+    if (age > 600000) { fs.rmSync(lock, { recursive: true, force: true }); continue; }
+    if (waited % 10000 === 0) console.error(`sluice: waiting for another build (${lock})`);
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+  }
+}
+process.on('exit', () => fs.rmSync(lock, { recursive: true, force: true }));
+
 fs.mkdirSync(libdir, { recursive: true });
 run('cmake', ['-S', root, '-B', libdir, '-DCMAKE_BUILD_TYPE=Release',
   '-DSLUICE_LIBRARY_ONLY=ON', '-DSLUICE_TESTS=OFF'], { stdio: ['ignore', 'ignore', 'inherit'] });

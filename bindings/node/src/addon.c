@@ -142,9 +142,11 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		sluice_limit_t *l = &p->limits[i];
 		int rc;
 
-		if (napi_get_element(env, argv[1], (uint32_t)i, &cv) != napi_ok ||
+		if (napi_get_element(env, argv[1], (uint32_t)i, &cv) !=
+			    napi_ok ||
 		    napi_get_value_double(env, cv, &cap) != napi_ok ||
-		    napi_get_element(env, argv[2], (uint32_t)i, &rv) != napi_ok ||
+		    napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
+			    napi_ok ||
 		    napi_get_value_string_utf8(env, rv, rate, sizeof(rate),
 					       NULL) != napi_ok)
 			goto napi_fail;
@@ -214,9 +216,9 @@ static int make_key(napi_env env, napi_value key, const policy_t *p,
 						       &len) != napi_ok)
 				return -1;
 			heap = malloc(len + 1);
-			if (!heap || napi_get_value_string_utf8(
-					     env, key, heap, len + 1, &len) !=
-					     napi_ok) {
+			if (!heap ||
+			    napi_get_value_string_utf8(env, key, heap, len + 1,
+						       &len) != napi_ok) {
 				free(heap);
 				return -1;
 			}
@@ -259,7 +261,8 @@ static napi_value memory_new(napi_env env, napi_callback_info info)
 				 "out of memory for the memory store");
 		return NULL;
 	}
-	if (napi_create_external(env, s, free_memstore, NULL, &ext) != napi_ok) {
+	if (napi_create_external(env, s, free_memstore, NULL, &ext) !=
+	    napi_ok) {
 		sluice_memstore_free(s);
 		return throw_last(env);
 	}
@@ -334,8 +337,14 @@ typedef struct rclient_s {
 	napi_env env;
 	napi_async_context actx;
 	napi_ref owner;
-	int closed;   /* close() ran: later calls are refused */
-	int teardown; /* the environment is going away: no JS */
+	/* Until the client has released its handles, the environment must
+	 * not go away (a worker's loop stops, the addon may be unloaded):
+	 * an async cleanup hook holds it. */
+	napi_async_cleanup_hook_handle hook;
+	int closed;    /* close() ran: later calls are refused */
+	int teardown;  /* the environment is going away: no JS */
+	int released;  /* the client's memory is released */
+	int finalized; /* the JS external is gone */
 } rclient_t;
 
 typedef struct rcall_s {
@@ -343,13 +352,29 @@ typedef struct rcall_s {
 	napi_ref cb;
 } rcall_t;
 
+/* The struct lives until both the client is released and the external
+ * is collected, whichever comes last. */
+static void on_released(void *arg)
+{
+	rclient_t *c = arg;
+
+	c->released = 1;
+	if (c->hook) {
+		napi_remove_async_cleanup_hook(c->hook);
+		c->hook = NULL;
+	}
+	if (c->finalized)
+		free(c);
+}
+
 static void rclient_close(rclient_t *c)
 {
 	if (c->closed)
 		return;
 	c->closed = 1;
-	/* Pending calls are answered SLUICE_ESTORE from inside this. */
-	sluice_redis_free(c->r);
+	/* Pending calls are answered SLUICE_ESTORE from inside this, through
+	 * the async context: release that only afterwards. */
+	sluice_redis_free_then(c->r, on_released, c);
 	c->r = NULL;
 	if (!c->teardown) {
 		napi_async_destroy(c->env, c->actx);
@@ -357,7 +382,9 @@ static void rclient_close(rclient_t *c)
 	}
 }
 
-static void rclient_cleanup_hook(void *arg)
+/* The environment is going away with the client open (a worker ends, the
+ * process exits): close it; on_released() then lets teardown go on. */
+static void on_env_teardown(napi_async_cleanup_hook_handle handle, void *arg)
 {
 	rclient_t *c = arg;
 
@@ -369,9 +396,9 @@ static void free_rclient(napi_env env, void *data, void *hint)
 {
 	rclient_t *c = data;
 
-	/* Only reachable once closed (open clients are referenced). */
-	napi_remove_env_cleanup_hook(env, rclient_cleanup_hook, c);
-	free(c);
+	c->finalized = 1;
+	if (c->released)
+		free(c);
 }
 
 static int get_string_prop(napi_env env, napi_value obj, const char *name,
@@ -448,8 +475,8 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 				goto napi_fail;
 			seeds[i] = malloc(len + 1);
 			if (!seeds[i] ||
-			    napi_get_value_string_utf8(env, s, seeds[i], len + 1,
-						       &len) != napi_ok)
+			    napi_get_value_string_utf8(
+				    env, s, seeds[i], len + 1, &len) != napi_ok)
 				goto napi_fail;
 		}
 	}
@@ -473,16 +500,18 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 	}
 	if (napi_create_string_utf8(env, "sluice:redis", NAPI_AUTO_LENGTH,
 				    &name) != napi_ok ||
-	    napi_async_init(env, argv[0], name, &c->actx) != napi_ok ||
-	    napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
-	    napi_add_env_cleanup_hook(env, rclient_cleanup_hook, c) !=
-		    napi_ok) {
+	    napi_async_init(env, argv[0], name, &c->actx) != napi_ok) {
 		sluice_redis_free(c->r);
 		goto napi_fail;
 	}
-	if (napi_create_external(env, c, free_rclient, NULL, &ext) != napi_ok) {
+	if (napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
+	    napi_add_async_cleanup_hook(env, on_env_teardown, c, &c->hook) !=
+		    napi_ok ||
+	    napi_create_external(env, c, free_rclient, NULL, &ext) != napi_ok) {
+		/* The struct is freed once released, like a closed one. */
+		c->finalized = 1;
 		rclient_close(c);
-		napi_remove_env_cleanup_hook(env, rclient_cleanup_hook, c);
+		c = NULL;
 		goto napi_fail;
 	}
 	c = NULL;
@@ -525,16 +554,19 @@ static void on_redis(void *arg, int status, int allowed,
 	if (napi_get_reference_value(env, call->cb, &fn) == napi_ok &&
 	    napi_get_global(env, &global) == napi_ok &&
 	    napi_create_int32(env, status, &argv[0]) == napi_ok &&
-	    napi_get_boolean(env, status == 0 && allowed, &argv[1]) == napi_ok) {
+	    napi_get_boolean(env, status == 0 && allowed, &argv[1]) ==
+		    napi_ok) {
 		for (i = 0; i < DECISION_FIELDS; i++)
 			napi_create_double(env, nums[i], &argv[2 + i]);
-		if (napi_make_callback(env, c->actx, global, fn, 2 + DECISION_FIELDS,
-				       argv, NULL) == napi_pending_exception) {
+		if (napi_make_callback(env, c->actx, global, fn,
+				       2 + DECISION_FIELDS, argv,
+				       NULL) == napi_pending_exception) {
 			napi_value e;
 
 			/* An exception thrown by the callback is the app's:
 			 * report it as uncaught, as Node does for I/O. */
-			if (napi_get_and_clear_last_exception(env, &e) == napi_ok)
+			if (napi_get_and_clear_last_exception(env, &e) ==
+			    napi_ok)
 				napi_fatal_exception(env, e);
 		}
 	}
@@ -606,8 +638,9 @@ static napi_value redis_healthy(napi_env env, napi_callback_info info)
 	c = get_external(env, argv[0]);
 	if (!c)
 		return throw_last(env);
-	CHECK(env, napi_get_boolean(env, !c->closed && sluice_redis_healthy(c->r),
-				    &res));
+	CHECK(env,
+	      napi_get_boolean(env, !c->closed && sluice_redis_healthy(c->r),
+			       &res));
 	return res;
 }
 
@@ -649,19 +682,20 @@ static napi_value init(napi_env env, napi_value exports)
 		const char *name;
 		napi_callback fn;
 	} fns[] = {
-		{"policyNew", policy_new},     {"memoryNew", memory_new},
-		{"memoryTake", memory_take},   {"redisNew", redis_new},
-		{"redisTake", redis_take},     {"redisHealthy", redis_healthy},
-		{"redisClose", redis_close},   {"strerror", str_error},
+		{"policyNew", policy_new},   {"memoryNew", memory_new},
+		{"memoryTake", memory_take}, {"redisNew", redis_new},
+		{"redisTake", redis_take},   {"redisHealthy", redis_healthy},
+		{"redisClose", redis_close}, {"strerror", str_error},
 	};
 	size_t i;
 	napi_value v;
 
 	for (i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
-		CHECK(env, napi_create_function(env, fns[i].name,
-						NAPI_AUTO_LENGTH, fns[i].fn,
-						NULL, &v));
-		CHECK(env, napi_set_named_property(env, exports, fns[i].name, v));
+		CHECK(env,
+		      napi_create_function(env, fns[i].name, NAPI_AUTO_LENGTH,
+					   fns[i].fn, NULL, &v));
+		CHECK(env,
+		      napi_set_named_property(env, exports, fns[i].name, v));
 	}
 	CHECK(env, napi_create_string_utf8(env, SLUICE_VERSION,
 					   NAPI_AUTO_LENGTH, &v));

@@ -67,8 +67,8 @@ function stopChild(child, sig = 'SIGTERM') {
 // redis-server on a free port, no persistence.  kill() ends it at once;
 // start() brings it back on the same port.
 class Redis {
-  static async start(extra = []) {
-    const r = new Redis(await freePort(), extra);
+  static async start(extra = [], port = undefined) {
+    const r = new Redis(port || await freePort(), extra);
     await r.start();
     return r;
   }
@@ -93,6 +93,48 @@ class Redis {
   kill() { return stopChild(this.proc, 'SIGKILL'); }
 
   stop() { return stopChild(this.proc); }
+}
+
+function portFree(port) {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+// A port free together with port + 10000 (a cluster node's bus), below the
+// ephemeral range.
+async function freeClusterPort() {
+  for (let i = 0; i < 1000; i++) {
+    const port = 20000 + Math.floor(Math.random() * 10000);
+    if (await portFree(port) && await portFree(port + 10000)) return port;
+  }
+  throw new Error('no free cluster port');
+}
+
+// A Redis Cluster of `n` masters on loopback, joined by redis-cli.
+async function startCluster(n = 3) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-cluster-'));
+  const nodes = [];
+  for (let i = 0; i < n; i++) {
+    const port = await freeClusterPort();
+    const d = path.join(dir, String(port));
+    fs.mkdirSync(d);
+    nodes.push(await Redis.start(['--cluster-enabled', 'yes', '--dir', d, '--cluster-config-file', 'nodes.conf'], port));
+  }
+  const r = spawnSync('redis-cli', ['--cluster', 'create', ...nodes.map((x) => `127.0.0.1:${x.port}`), '--cluster-yes'],
+    { encoding: 'utf8', timeout: 60000 });
+  if (r.status !== 0) throw new Error(`cluster create: ${r.stdout}${r.stderr}`);
+  for (const x of nodes) await waitFor(() => x.cli('CLUSTER', 'INFO').includes('cluster_state:ok'), 'cluster_state:ok');
+  return {
+    nodes,
+    seeds: nodes.map((x) => `127.0.0.1:${x.port}`),
+    stop: async () => {
+      for (const x of nodes) await x.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
 
 // `sluice serve` (the build's binary) with a YAML config.
@@ -129,4 +171,4 @@ function request(port, urlPath, headers = {}, agent = undefined) {
   });
 }
 
-module.exports = { ROOT, BUILD, freePort, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+module.exports = { ROOT, BUILD, freePort, startCluster, sleep, waitFor, Redis, startSluice, request, track, stopChild };

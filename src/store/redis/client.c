@@ -644,6 +644,8 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 /* Frees the client once the loop has closed its last timer. */
 static void release(sluice_redis_t *r)
 {
+	void (*done)(void *) = r->on_released;
+	void *done_arg = r->on_released_arg;
 	size_t i;
 
 	if (--r->open_handles)
@@ -659,6 +661,8 @@ static void release(sluice_redis_t *r)
 	free(r->prefix);
 	sluice_redis__url_free(&r->url);
 	free(r);
+	if (done)
+		done(done_arg);
 }
 
 void sluice_redis__handle_closed(uv_handle_t *h)
@@ -669,6 +673,16 @@ void sluice_redis__handle_closed(uv_handle_t *h)
 static void client_timer_closed(uv_handle_t *h)
 {
 	release(h->data);
+}
+
+void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
+			    void *arg)
+{
+	if (!r)
+		return;
+	r->on_released = done;
+	r->on_released_arg = arg;
+	sluice_redis_free(r);
 }
 
 void sluice_redis_free(sluice_redis_t *r)

@@ -139,7 +139,10 @@ struct sluice_redis_s {
 	uv_timer_t sweep;
 	uv_timer_t retry;
 	int closing;
-	unsigned open_handles;		 /* uv handles still to close on free */
+	unsigned open_handles; /* uv handles still to close on free */
+	/* sluice_redis_free_then(): told once the memory is released */
+	void (*on_released)(void *arg);
+	void *on_released_arg;
 	uint64_t moved, asked, noscript; /* redirections followed (tests) */
 };
 

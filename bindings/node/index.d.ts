@@ -1,0 +1,105 @@
+// Type declarations for the `sluice` package (bindings/node).
+
+/** One capacity + refill rate pair, e.g. { capacity: 100, rate: '2/s' }. */
+export interface LimitSpec {
+  /** The burst: whole tokens, >= 1. */
+  capacity: number;
+  /** Refill: "2/s", "50/min", "0.5/s", "1/3s", "10000/day"; a number is per second. */
+  rate: string | number;
+}
+
+/** A named set of limits, charged all-or-nothing.  Made by policy(). */
+export class Policy {
+  private constructor();
+  readonly name: string;
+  readonly limits: ReadonlyArray<Readonly<{ capacity: number; rate: string }>>;
+}
+
+export interface PolicyOptions {
+  /** Names the buckets (default "default"): a policy and a `sluice serve`
+   * rule of the same name share buckets.  1-64 of [A-Za-z0-9_.-]. */
+  name?: string;
+}
+
+/** Builds a policy; throws RangeError with the core's message on a bad limit. */
+export function policy(limits: LimitSpec | LimitSpec[], opts?: PolicyOptions): Policy;
+
+export interface Decision {
+  allowed: boolean;
+  /** The capacity of the most restrictive limit. */
+  limit: number;
+  /** Whole tokens left in that limit after this decision. */
+  remaining: number;
+  /** 0 when allowed; else ms until this cost could pass (Infinity: never, cost > capacity). */
+  retryAfterMs: number;
+  /** ms until the bucket is full again. */
+  resetMs: number;
+  /** The policy's name. */
+  policy: string;
+}
+
+export interface RedisOptions {
+  /** "redis://[user:pass@]host:port[/db]" or "unix:///path"; default redis://127.0.0.1:6379. */
+  url?: string;
+  /** Redis Cluster seeds, "host:port" (instead of url). */
+  cluster?: string[];
+  /** Per call, default 50. */
+  timeoutMs?: number;
+  /** Connections per node, default 1 (every call is pipelined). */
+  connections?: number;
+  /** Key prefix, default "sluice:" (the same as sluice serve's). */
+  keyPrefix?: string;
+  /** Always use the Lua script, even where the SLUICE.TAKE module is loaded. */
+  scriptOnly?: boolean;
+}
+
+export interface LimiterOptions {
+  /** 'memory' (default), { memory: { maxKeys } } or { redis: RedisOptions }. */
+  store?: 'memory' | { memory: { maxKeys?: number } } | { redis: RedisOptions };
+  /** Memory store bound, default 1e6 keys. */
+  maxKeys?: number;
+  /** Memory store only: the time in microseconds since the epoch (simulations, tests). */
+  clock?: () => number;
+}
+
+export interface TakeOptions {
+  /** Tokens to take, a whole number >= 0 (default 1); 0 peeks. */
+  cost?: number;
+}
+
+export class Limiter {
+  constructor(opts?: LimiterOptions);
+  readonly store: 'memory' | 'redis';
+  /** Rejects with code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED. */
+  take(key: string | Buffer, policy: Policy, opts?: TakeOptions): Promise<Decision>;
+  /** true when the store can answer now (for a readiness probe). */
+  healthy(): boolean;
+  /** Rejects the calls still in flight; the process may then exit. */
+  close(): Promise<void>;
+}
+
+/** The subset of Express's request the defaults use. */
+export interface RequestLike {
+  get(name: string): string | undefined;
+  ip?: string;
+}
+
+export interface ExpressOptions<Req extends RequestLike = RequestLike> {
+  limiter: Limiter;
+  /** A policy, or a function choosing one per request (tiers). */
+  policy: Policy | ((req: Req) => Policy);
+  /** Whose bucket; default req.get('x-user-id') || req.ip. */
+  key?: (req: Req) => string | Buffer;
+  /** Tokens per request; default 1. */
+  cost?: (req: Req) => number;
+  /** When the store fails: 'open' (default, no headers) or 'closed' (503). */
+  onStoreError?: 'open' | 'closed';
+}
+
+/** Express (or Connect) middleware: rate-limit headers on every decided
+ * answer, 429 with Retry-After and a JSON body when limited. */
+export function express<Req extends RequestLike = RequestLike>(
+  opts: ExpressOptions<Req>,
+): (req: Req, res: any, next: (err?: unknown) => void) => void;
+
+export const version: string;

@@ -1,0 +1,179 @@
+// The Redis store through the addon: libsluice's own client on Node's
+// loop, against a real redis-server.
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const path = require('node:path');
+const sluice = require('..');
+const fs = require('node:fs');
+const { BUILD, Redis, startSluice, request, sleep, track } = require('./helpers');
+
+let redis;
+test.before(async () => { redis = await Redis.start(); });
+test.after(async () => { await redis.stop(); });
+
+test('decisions on Redis, stored as sluice stores them', async () => {
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 1000, keyPrefix: 'nt:' } } });
+  const pol = sluice.policy([{ capacity: 3, rate: '1/min' }], { name: 'api' });
+  const got = [];
+  for (let i = 0; i < 4; i++) got.push(await limiter.take('alice', pol));
+  assert.deepEqual(got.map((d) => d.allowed), [true, true, true, false]);
+  assert.deepEqual(got.map((d) => d.remaining), [2, 1, 0, 0]);
+  assert.ok(got[3].retryAfterMs > 50000 && got[3].retryAfterMs <= 60000, `retry ${got[3].retryAfterMs}`);
+  assert.equal(got[3].policy, 'api');
+  // One key per limit under the prefix, expiring when the bucket is full.
+  const keys = redis.cli('--scan', '--pattern', 'nt:*').trim().split('\n').filter(Boolean);
+  assert.equal(keys.length, 1, keys.join(','));
+  const ttl = Number(redis.cli('PTTL', keys[0]).trim());
+  assert.ok(ttl > 170000 && ttl <= 180000, `PTTL ${ttl}: the time until the bucket is full`);
+  // A peek charges nothing.
+  assert.equal((await limiter.take('alice', pol, { cost: 0 })).remaining, 0);
+  await limiter.close();
+});
+
+test('three Node processes, 200 concurrent callers on one key: the limit holds exactly', async () => {
+  const capacity = 100, perSecond = 5, durationMs = 10000;
+  const goAt = Date.now() + 3000;
+  const procs = [67, 67, 66].map((n) => track(spawn(process.execPath,
+    [path.join(__dirname, 'fixtures', 'hammer.js'), redis.url, `shared-${goAt}`, String(durationMs), String(n),
+      String(capacity), `${perSecond}/s`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, GO_AT: String(goAt) } }), 'hammer'));
+  const outs = await Promise.all(procs.map((p) => new Promise((resolve, reject) => {
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(p.log()))));
+  })));
+  const allowed = outs.reduce((a, o) => a + o.allowed, 0);
+  const total = outs.reduce((a, o) => a + o.total, 0);
+  const errors = outs.reduce((a, o) => a + o.errors, 0);
+  const first = Math.min(...outs.map((o) => o.first));
+  const last = Math.max(...outs.map((o) => o.last));
+  // Tokens that could have refilled between the first and the last
+  // allowed take, as seen by the callers (Redis's own times lie inside).
+  const expected = capacity + (perSecond * (last - first)) / 1000;
+  assert.equal(errors, 0);
+  assert.ok(total > allowed * 3, `the key was hammered: ${total} takes, ${allowed} allowed`);
+  assert.ok(Math.abs(allowed - expected) <= 2 + perSecond * 0.2,
+    `allowed ${allowed}, expected ${expected.toFixed(1)} (capacity + rate x ${(last - first) / 1000}s)`);
+});
+
+test('a Node app and sluice serve on the same Redis share one bucket', async () => {
+  const serve = await startSluice(`store: {redis: {url: "${redis.url}", timeout_ms: 1000}}
+rules:
+  - name: shared
+    key: ["header:x-user-id"]
+    limits: [{capacity: 10, rate: 1/h}]
+`);
+  try {
+    const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 1000 } } });
+    const pol = sluice.policy([{ capacity: 10, rate: '1/h' }], { name: 'shared' });
+    for (let i = 0; i < 6; i++) assert.equal((await limiter.take('carol', pol)).allowed, true);
+    const r = await request(serve.port, '/v1/check', { 'x-user-id': 'carol' });
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.headers['x-ratelimit-remaining'], '3', 'serve sees the six tokens Node took');
+    for (let i = 0; i < 3; i++) assert.equal((await request(serve.port, '/v1/check', { 'x-user-id': 'carol' })).status, 200);
+    const d = await limiter.take('carol', pol);
+    assert.equal(d.allowed, false, 'Node sees the tokens serve took');
+    assert.equal((await request(serve.port, '/v1/check', { 'x-user-id': 'carol' })).status, 429);
+    await limiter.close();
+  } finally {
+    await serve.stop();
+  }
+});
+
+test('close() with 1,000 calls in flight settles every one and lets the process exit', async () => {
+  const script = `
+    const sluice = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    const l = new sluice.Limiter({ store: { redis: { url: ${JSON.stringify(redis.url)}, timeoutMs: 5000 } } });
+    const p = sluice.policy([{ capacity: 5, rate: '1/s' }]);
+    (async () => {
+      await l.take('warm', p, { cost: 0 }).catch(() => {});
+      const calls = [];
+      for (let i = 0; i < 1000; i++) calls.push(l.take('k' + (i % 7), p).then(() => 'ok', (e) => e.code));
+      const closing = l.close();
+      const out = await Promise.all(calls);
+      await closing;
+      const counts = {};
+      for (const o of out) counts[o] = (counts[o] || 0) + 1;
+      const late = await l.take('x', p).then(() => 'ok', (e) => e.code);
+      console.log(JSON.stringify({ counts, late, healthy: l.healthy() }));
+    })();`;
+  const child = track(spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] }), 'close');
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  const code = await new Promise((resolve) => {
+    const t = setTimeout(() => child.kill('SIGKILL'), 60000);
+    child.on('exit', (c, sig) => { clearTimeout(t); resolve(sig || c); });
+  });
+  assert.equal(code, 0, `the process exits by itself: ${child.log()}`);
+  const r = JSON.parse(out);
+  const settled = Object.values(r.counts).reduce((a, b) => a + b, 0);
+  assert.equal(settled, 1000);
+  for (const k of Object.keys(r.counts)) assert.ok(k === 'ok' || k === 'ERR_SLUICE_CLOSED', k);
+  assert.equal(r.late, 'ERR_SLUICE_CLOSED');
+  assert.equal(r.healthy, false);
+});
+
+test('worker threads and process.exit() with open limiters and calls in flight end cleanly', async () => {
+  for (let run = 0; run < 3; run++) {
+    const child = track(spawn(process.execPath, [path.join(__dirname, 'fixtures', 'workers.js'), redis.url],
+      { stdio: ['ignore', 'pipe', 'pipe'] }), 'workers');
+    const code = await new Promise((resolve) => {
+      const t = setTimeout(() => child.kill('SIGKILL'), 60000);
+      child.on('exit', (c, sig) => { clearTimeout(t); resolve(sig || c); });
+    });
+    assert.equal(code, 0, child.log());
+  }
+});
+
+test('bad Redis options throw at once with the reason', () => {
+  assert.throws(() => new sluice.Limiter({ store: { redis: { url: 'http://x' } } }), /redis/i);
+  assert.throws(() => new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 0 } } }), RangeError);
+  assert.throws(() => new sluice.Limiter({ store: { redis: { url: redis.url, cluster: ['a:1'] } } }), TypeError);
+  assert.throws(() => new sluice.Limiter({ store: { redis: { cluster: [] } } }), TypeError);
+  assert.throws(() => new sluice.Limiter({ store: { redis: { url: redis.url } }, clock: () => 0 }), TypeError);
+});
+
+test('a Redis that is down: takes reject within the timeout, and succeed once it is back', async () => {
+  const r2 = await Redis.start();
+  const limiter = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 100 } } });
+  const pol = sluice.policy([{ capacity: 100, rate: '1/s' }]);
+  assert.equal((await limiter.take('a', pol)).allowed, true);
+  assert.equal(limiter.healthy(), true);
+  await r2.kill();
+  const t0 = Date.now();
+  const e = await limiter.take('a', pol).then(() => null, (err) => err);
+  assert.ok(e && /ERR_SLUICE_(STORE|TIMEOUT)/.test(e.code), String(e && e.code));
+  assert.ok(Date.now() - t0 < 100 + 2000, `answered in ${Date.now() - t0} ms`);
+  await r2.start();
+  let ok = false;
+  for (let i = 0; i < 200 && !ok; i++) {
+    ok = await limiter.take('a', pol).then((d) => d.allowed, () => false);
+    if (!ok) await sleep(50);
+  }
+  assert.ok(ok, 'decisions resume after Redis returns');
+  await limiter.close();
+  await r2.stop();
+});
+
+test('with the sluice Redis module loaded, the client uses SLUICE.TAKE, on the same state as the script', async () => {
+  const module = path.join(BUILD, 'sluice-redis.so');
+  assert.ok(fs.existsSync(module), `${module} is built with sluice`);
+  const r2 = await Redis.start(['--loadmodule', module]);
+  const viaModule = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 1000 } } });
+  const viaScript = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 1000, scriptOnly: true } } });
+  try {
+    const pol = sluice.policy([{ capacity: 4, rate: '1/h' }], { name: 'mod' });
+    const got = [];
+    for (let i = 0; i < 5; i++) got.push(await (i % 2 ? viaScript : viaModule).take('frank', pol));
+    assert.deepEqual(got.map((d) => d.allowed), [true, true, true, true, false]);
+    assert.deepEqual(got.map((d) => d.remaining), [3, 2, 1, 0, 0]);
+    const stats = r2.cli('INFO', 'commandstats');
+    assert.match(stats, /cmdstat_sluice\.take[^:]*:calls=[1-9]/i, stats);
+    assert.match(stats, /cmdstat_evalsha:calls=[1-9]/, stats);
+  } finally {
+    await viaModule.close();
+    await viaScript.close();
+    await r2.stop();
+  }
+});

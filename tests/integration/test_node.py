@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""bindings/node: the `sluice` npm package, tested as its users meet it.
+
+1. `npm ci` in bindings/node (the npm registry only: node-api-headers and,
+   for the tests, express), which builds the addon from this checkout;
+   then the package's own tests (Node's built-in runner) against real
+   redis-server and `sluice serve` processes they start themselves.
+2. A fresh app folder: `npm install <checkout>/bindings/node express` and
+   the five-line Express app from the package's README, limited for real.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+PKG = os.path.join(harness.SRC, "bindings", "node")
+
+
+def npm(args, cwd, timeout=600):
+    exe = shutil.which("npm")
+    if not exe or not shutil.which("node"):
+        raise AssertionError("node and npm are required (scripts/deps)")
+    out = subprocess.run([exe] + args + ["--no-audit", "--no-fund"],
+                         cwd=cwd, capture_output=True, text=True,
+                         timeout=timeout)
+    if out.returncode != 0:
+        raise AssertionError("npm %s failed:\n%s%s" % (
+            " ".join(args), out.stdout[-3000:], out.stderr[-3000:]))
+    return out
+
+
+class NodePackage(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        npm(["ci"], PKG)
+        # npm may hold install scripts back; the package then builds on
+        # first require.  Build now so the tests below start warm.
+        subprocess.run([shutil.which("node"), "scripts/build.js"], cwd=PKG,
+                       check=True, capture_output=True, timeout=600)
+
+    def test_package_tests(self):
+        tests = sorted(os.path.join("test", f)
+                       for f in os.listdir(os.path.join(PKG, "test"))
+                       if f.endswith(".test.js"))
+        env = dict(os.environ)
+        # The addon and node are not built with the sanitizers.
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
+            env.pop(k, None)
+        out = subprocess.run([shutil.which("node"), "--test"] + tests,
+                             cwd=PKG, env=env, capture_output=True,
+                             text=True, timeout=800)
+        summary = [line for line in out.stdout.splitlines()
+                   if line.startswith(("# pass", "# fail", "not ok"))]
+        self.assertEqual(out.returncode, 0,
+                         out.stdout[-8000:] + out.stderr[-3000:])
+        self.assertIn("# fail 0", summary)
+
+    def test_fresh_app_installs_from_the_checkout(self):
+        app = tempfile.mkdtemp(prefix="sluice-app-")
+        try:
+            npm(["init", "-y"], app)
+            npm(["install", PKG, "express@4"], app)
+            port = harness.free_port()
+            with open(os.path.join(app, "app.js"), "w") as f:
+                f.write("""
+const express = require('express');
+const sluice = require('sluice');
+const app = express();
+app.use(sluice.express({ limiter: new sluice.Limiter({ store: 'memory' }),
+  policy: sluice.policy([{ capacity: 3, rate: '1/min' }], { name: 'api' }) }));
+app.get('/', (req, res) => res.send('hello'));
+app.listen(%d, '127.0.0.1');
+""" % port)
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("ASAN_OPTIONS", "UBSAN_OPTIONS")}
+            with harness.Proc([shutil.which("node"), "app.js"], env=env,
+                              cwd=app) as proc:
+                harness.wait_for_port(port, proc=proc)
+                got = [harness.request(port, "GET", "/", {"x-user-id": "a"})
+                       for _ in range(4)]
+                self.assertEqual([r.status for r in got],
+                                 [200, 200, 200, 429], got)
+                self.assertEqual(got[0].header("RateLimit"),
+                                 '"api";r=2;t=60')
+                self.assertEqual(got[3].json()["error"], "rate_limited")
+                # Another user is not limited by the first.
+                r = harness.request(port, "GET", "/", {"x-user-id": "b"})
+                self.assertEqual(r.status, 200)
+        finally:
+            shutil.rmtree(app, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

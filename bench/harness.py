@@ -224,7 +224,7 @@ class Redis:
 
 
 WRK_LUA = r"""
--- 100,000 distinct keys (x-user-id), one picked at random per request.
+-- %(keys)s distinct keys (x-user-id), one picked at random per request.
 local n = 0
 function init(args)
   math.randomseed(12345 + n)
@@ -232,7 +232,7 @@ function init(args)
 end
 function request()
   return wrk.format(nil, nil,
-    {["x-user-id"] = "user-" .. math.random(1, 100000)})
+    {["x-user-id"] = "user-" .. math.random(1, %(keys)d)})
 end
 """
 
@@ -300,15 +300,25 @@ def parse_ms(text):
     return {"us": v / 1000, "ms": v, "s": v * 1000}[m.group(2)]
 
 
-def wrk(ctx, url, pid):
+def wrk(ctx, url, pid, keys=100000, others=None, warmup=0):
+    """wrk -t1 -c50 -d10s --latency over `keys` random x-user-id keys.
+    CPU per request is measured for `pid` (cpu_us_per_req) and for each
+    {name: pid} in `others` (<name>_cpu_us_per_req), from /proc over the
+    measured run.  `warmup` seconds of the same load run first, unmeasured
+    (a JIT-compiled server reaches its steady state)."""
     need("wrk")
-    script = os.path.join(ctx.tmp, "keys.lua")
+    script = os.path.join(ctx.tmp, "keys-%d.lua" % keys)
     with open(script, "w") as f:
-        f.write(WRK_LUA)
-    cpu0 = cpu_seconds(pid)
+        f.write(WRK_LUA % {"keys": keys})
+    if warmup and not ctx.quick:
+        run(["wrk", "-t1", "-c50", "-d%ds" % warmup, "-s", script, url],
+            timeout=300)
+    pids = {"": pid}
+    pids.update({name + "_": p for name, p in (others or {}).items()})
+    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
     out = run(["wrk", "-t1", "-c50", "-d%ds" % ctx.seconds(10), "--latency",
                "-s", script, url], timeout=300).stdout
-    cpu1 = cpu_seconds(pid)
+    cpu1 = {k: cpu_seconds(p) for k, p in pids.items()}
     m = re.search(r"(\d+) requests in", out)
     rps = re.search(r"Requests/sec:\s+([0-9.]+)", out)
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
@@ -316,12 +326,17 @@ def wrk(ctx, url, pid):
         raise Skip("could not read wrk's output: %s" % out[-300:])
     n = int(m.group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": round(float(rps.group(1))),
-            "p50_ms": parse_ms(lat.get("50", "")),
-            "p99_ms": parse_ms(lat.get("99", "")),
-            "requests": n,
-            "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-            "cpu_us_per_req": round((cpu1 - cpu0) * 1e6 / max(n, 1), 2)}
+    errors = re.search(r"Socket errors: (.*)", out)
+    res = {"rps": round(float(rps.group(1))),
+           "p50_ms": parse_ms(lat.get("50", "")),
+           "p99_ms": parse_ms(lat.get("99", "")),
+           "requests": n,
+           "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+           "socket_errors": errors.group(1).strip() if errors else None}
+    for k in pids:
+        res[k + "cpu_us_per_req"] = round((cpu1[k] - cpu0[k]) * 1e6 /
+                                          max(n, 1), 2)
+    return res
 
 
 def one_key(port, path, n=105):
@@ -339,3 +354,30 @@ def one_key(port, path, n=105):
     finally:
         conn.close()
     return ok
+
+
+# -------------------------------------------------------------------- node
+
+def npm(args, cwd, timeout=900):
+    """npm in `cwd`, quiet; a failure is a Skip carrying npm's last words."""
+    need("npm")
+    r = run(["npm"] + list(args) + ["--no-audit", "--no-fund",
+                                    "--loglevel=error"],
+            timeout=timeout, check=False, cwd=cwd)
+    if r.returncode != 0:
+        raise Skip("npm %s failed (%d): %s" % (args[0], r.returncode,
+                                              (r.stderr or r.stdout)
+                                              .strip()[-400:]))
+    return r
+
+
+def start_node_app(ctx, name, script, env=None):
+    """`node script` with PORT set to a free loopback port (the process is
+    node itself, so its pid is the one whose CPU is measured)."""
+    port = free_port()
+    e = dict(os.environ, PORT=str(port), NODE_ENV="production")
+    e.update(env or {})
+    p = procs.start(name, [need("node"), os.path.basename(script)],
+                    cwd=os.path.dirname(script), env=e)
+    wait_port(port, p, timeout=30)
+    return p, port

@@ -1,11 +1,14 @@
 """bench/report.py -- docs/BENCHMARKS.md and its plots from results.json.
 
 Called by bench/run after the measurements; everything in the report comes
-from the results of that run (and earlier --only runs merged into it).
+from the results of that run (and earlier --only runs merged into it).  A
+section with no results at all (`--only` on a machine that has no earlier
+results.json) keeps the text the page already had, marked as not rerun.
 """
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -164,6 +167,30 @@ TARGETS = [
      3.0, "x"),
     ("module decisions/s vs classic script", "redis",
      lambda r: r["redis"]["module_ratio"], ">=", 5.0, "x"),
+    ("Node, sluice memory: limiter's own node CPU vs the classic's", "node",
+     lambda r: r["node"]["memory_limiter_cpu_vs_classic"], "<=", 0.05, "x"),
+    ("Node, sluice Redis: limiter's own node CPU vs the classic's", "node",
+     lambda r: r["node"]["redis_limiter_cpu_vs_classic"], "<=", 0.3, "x"),
+    ("Node, sluice memory: req/s vs bare Express", "node",
+     lambda r: r["node"]["memory_rps_vs_bare"], ">=", 0.95, "x"),
+    ("Node, sluice Redis: req/s vs the classic app", "node",
+     lambda r: r["node"]["redis_rps_vs_classic"], ">=", 1.0, "x"),
+    ("Node, sluice memory: p99 vs the classic app's", "node",
+     lambda r: r["node"]["memory_p99_vs_classic"], "<=", 1.0, "x"),
+    ("Node, sluice Redis: p99 vs the classic app's", "node",
+     lambda r: r["node"]["redis_p99_vs_classic"], "<=", 1.0, "x"),
+]
+
+# The node section's apps: (results.json prefix, label, short label).
+NODE_APPS = [
+    ("bare", "bare Express (no limiter)", "bare"),
+    ("sluice_memory", "Express + sluice, memory store", "sluice memory"),
+    ("sluice_redis", "Express + sluice, Redis store", "sluice Redis"),
+    ("classic", "classic: ioredis + Lua hash bucket (EVALSHA)", "classic"),
+    ("flexible", "rate-limiter-flexible RateLimiterRedis",
+     "rl-flexible"),
+    ("express_rate_limit", "express-rate-limit + rate-limit-redis",
+     "express-rate-limit"),
 ]
 
 
@@ -186,6 +213,73 @@ def img(path, alt):
     return "\n![%s](%s)\n" % (alt, path) if path else ""
 
 
+def node_section(w, plots, nd):
+    w("\n## node: Express apps, sluice's addon vs the Redis limiters "
+      "people use\n")
+    w("Six Express 4 apps (`bench/node/`, node %s, `NODE_ENV=production`) "
+      "share one route (`GET /` answering `{\"ok\":true}`) and differ only "
+      "in the limiter in front of it, each keyed by `x-user-id` with %s. "
+      "One Redis serves them all (flushed between apps). Each app gets a "
+      "3 s warm-up, then `wrk %s --latency` with a Lua script that sends "
+      "one of %s random `x-user-id`s per request. node and Redis CPU per "
+      "request are the utime + stime deltas of the node and redis-server "
+      "processes over the measured run, divided by the requests wrk "
+      "completed. The limiter's own cost is the app's node CPU per request "
+      "minus bare Express's. rate-limiter-flexible and express-rate-limit "
+      "count fixed windows; 100 requests per 50 s is their nearest "
+      "equivalent. \"one key\" is how many of 105 back-to-back requests for "
+      "a single user passed before the load (the bucket of 100 plus any "
+      "token refilled meanwhile: the limit is really on).\n"
+      "\nThe limiter's own cost is a difference of two figures of 100 µs "
+      "or more that each move with the machine's load, so it is also measured "
+      "in-process (`bench/node/overhead.js`): each app's middleware called "
+      "directly on Express request/response objects, 50 calls in flight "
+      "against the same Redis, its node CPU per call beyond a no-op "
+      "middleware's (%s µs) driven the same way (median of 3 rounds).\n"
+      % (fmt(nd.get("node_version")), fmt(nd.get("policy")),
+         fmt(nd.get("wrk")), fmt(nd.get("users")),
+         fmt(nd.get("inproc_noop_cpu_us_per_call"))))
+    rows = []
+    for app, label, _ in NODE_APPS:
+        rows.append([label, fmt(nd.get(app + "_rps")),
+                     fmt(nd.get(app + "_p50_ms")),
+                     fmt(nd.get(app + "_p99_ms")),
+                     fmt(nd.get(app + "_node_cpu_us_per_req")),
+                     "—" if app == "bare" else
+                     fmt(nd.get(app + "_limiter_cpu_us_per_req")),
+                     "—" if app == "bare" else
+                     fmt(nd.get(app + "_inproc_cpu_us_per_call")),
+                     fmt(nd.get(app + "_redis_cpu_us_per_req")),
+                     fmt(nd.get(app + "_one_key_allowed_of_105"))])
+    w(table(["app", "req/s", "p50 ms", "p99 ms", "node CPU µs/request",
+             "limiter's own node CPU µs/request",
+             "limiter's own node CPU µs/call, in-process",
+             "Redis CPU µs/request",
+             "one key: passed of 105"], rows))
+    loads = [nd[a + "_loadavg_1m"] for a, _, _ in NODE_APPS
+             if nd.get(a + "_loadavg_1m") is not None]
+    if loads:
+        w("\nThe machine's 1-minute load average after each app's run: "
+          "%s to %s (%s cores; wrk, node and Redis alone make about 2).\n"
+          % (fmt(min(loads)), fmt(max(loads)), fmt(os.cpu_count())))
+    w("\nsluice memory: limiter CPU **%s** of the classic's, req/s **%s** "
+      "of bare Express's, p99 **%s** of the classic's. sluice Redis: "
+      "limiter CPU **%s** of the classic's, req/s **%s** of the classic's, "
+      "p99 **%s** of the classic's. In-process, the limiter's own CPU is "
+      "**%s** (memory) and **%s** (Redis) of the classic's.\n"
+      % tuple(fmt(nd.get(k)) for k in (
+          "memory_limiter_cpu_vs_classic", "memory_rps_vs_bare",
+          "memory_p99_vs_classic", "redis_limiter_cpu_vs_classic",
+          "redis_rps_vs_classic", "redis_p99_vs_classic",
+          "memory_inproc_cpu_vs_classic", "redis_inproc_cpu_vs_classic")))
+    w(img(plots.grouped(
+        "node_cpu", "node and Redis CPU time per request", "µs per request",
+        ["node", "Redis"],
+        [(short, [nd.get(app + "_node_cpu_us_per_req"),
+                  nd.get(app + "_redis_cpu_us_per_req")])
+         for app, _, short in NODE_APPS]), "CPU per request by app"))
+
+
 def write(results, outdir, docs):
     plots = Plots(os.path.join(outdir, "plots"), os.path.join(docs, "img"))
     m = results.get("machine", {})
@@ -197,7 +291,8 @@ def write(results, outdir, docs):
       "`build/bench/results.json`; run it again to regenerate this page. "
       "Every comparison below is a ratio of figures measured in the same "
       "run on the same machine. `make bench ONLY=<section>` reruns one "
-      "section (core, scaling, memory, http, redis, article_ab, simulate); "
+      "section (core, scaling, memory, http, redis, article_ab, simulate, "
+      "node); "
       "the harness is `bench/run`, the in-process figures come from "
       "`bench/bench_core.c`.\n" % m.get("date", "?"))
     if results.get("quick"):
@@ -408,9 +503,13 @@ def write(results, outdir, docs):
               "boundary spike); the token bucket never passes more than "
               "its capacity plus 2/s times the span.\n")
 
+    node = results.get("node")
+    if node:
+        node_section(w, plots, node)
+
     missing = []
     for name in ("core", "scaling", "memory", "http", "redis", "article_ab",
-                 "simulate"):
+                 "simulate", "node"):
         for k, why in sorted(results.get(name, {}).get("reasons", {}).items()):
             missing.append("- `%s.%s`: %s" % (name, k, why))
     if missing:
@@ -420,5 +519,81 @@ def write(results, outdir, docs):
     if not plots.ok:
         w("\n(gnuplot is not installed: no plots.)\n")
 
-    with open(os.path.join(docs, "BENCHMARKS.md"), "w") as f:
-        f.write("\n".join(md))
+    page = os.path.join(docs, "BENCHMARKS.md")
+    text = "\n".join(md)
+    if os.path.exists(page):
+        with open(page) as f:
+            text = keep_unmeasured(text, f.read(), results)
+    with open(page, "w") as f:
+        f.write(text)
+
+
+# --------------------------------------------- sections not rerun this time
+
+SECTIONS = ("core", "scaling", "memory", "http", "redis", "article_ab",
+            "simulate", "node")
+
+
+def blocks(text):
+    """A page cut at its `## ` headings: (preamble, {name: block}), the
+    name being the heading up to its colon (`## core: ...` -> core)."""
+    parts = re.split(r"(?m)^(?=## )", text)
+    named = {}
+    for b in parts[1:]:
+        named[b.split("\n", 1)[0][3:].split(":")[0].strip()] = b
+    return parts[0], named
+
+
+def keep_unmeasured(new, old, results):
+    """`make bench ONLY=x` on a machine without the earlier results.json
+    measures one section: the sections it did not run keep their text, their
+    target rows and their missing-figure lines from the page already there,
+    instead of vanishing."""
+    kept = [s for s in SECTIONS if s not in results]
+    pre, nb = blocks(new)
+    old_pre, ob = blocks(old)
+    kept = [s for s in kept if s in ob]
+    if not kept:
+        return new
+    # When each kept section was measured: the old page's date, or the
+    # date its own "not rerun" note gave that section.
+    date = re.search(r"\) on (.+?) from", old_pre)
+    when = {}
+    note = re.search(r"^Not rerun this time.*$", old_pre, re.M)
+    for names, d in re.findall(r"([a-z_, ]+) \(measured ([^)]+)\)",
+                               note.group(0) if note else ""):
+        for n in names.split(","):
+            when[n.strip()] = d
+    groups = {}
+    for name in kept:
+        d = when.get(name, date.group(1) if date else "earlier")
+        groups.setdefault(d, []).append(name)
+    pre = pre.rstrip("\n") + "\n\nNot rerun this time, kept as the page " \
+        "had them: %s.\n\n" % "; ".join(
+            "%s (measured %s)" % (", ".join(v), d) for d, v in groups.items())
+    # Target rows of kept sections: the old row, matched by its first cell.
+    old_rows = {l.split("|")[1].strip(): l for l in
+                ob.get("Targets", "").splitlines() if l.startswith("| ")}
+    rows = []
+    for line in nb["Targets"].splitlines():
+        what = line.split("|")[1].strip() if line.startswith("| ") else None
+        sec = [t[1] for t in TARGETS if t[0] == what]
+        if sec and sec[0] in kept and what in old_rows:
+            line = old_rows[what]
+        rows.append(line)
+    out = [pre, "\n".join(rows) + "\n", nb["Machine"]]
+    for name in SECTIONS:
+        b = nb.get(name) if name not in kept else ob.get(name)
+        if b:
+            out.append(b)
+    missing = [l for l in nb.get("Missing figures", "").splitlines()
+               if l.startswith("- `")]
+    missing += [l for l in ob.get("Missing figures", "").splitlines()
+                if l.startswith("- `") and l[3:].split(".")[0] in kept]
+    if missing:
+        out.append("## Missing figures\n\nThese keys are null in "
+                   "results.json:\n\n" + "\n".join(missing) + "\n")
+    tail = nb.get("Missing figures", "").split("\n\n(gnuplot", 1)
+    if len(tail) == 2:
+        out.append("\n(gnuplot" + tail[1])
+    return "".join(out)

@@ -11,10 +11,13 @@
  * with the same rate-limit headers as /v1/check; status 429 when not
  * allowed.  A configured rule shares its buckets with /v1/check (the store
  * key is the same "<rule>\x1f<identity>"); ad-hoc keys live in their own
- * namespace.  An ad-hoc bucket is its key and its limit (every store names
- * a bucket by key + sluice_limit_id()), so a caller that gives another
- * capacity or rate for the same key gets another bucket and cannot drain
- * or poison this one.  Bad input gets 400 with the offending field named.
+ * namespace.  Fields are strict, as in the config file: an unknown field
+ * ("cots") or a mix of the two forms (capacity/rate with rule, tier
+ * without) gets 400 naming it, never a silent default.  An ad-hoc bucket is its
+ * key and its limit (every store names a bucket by key + sluice_limit_id()), so
+ * a caller that gives another capacity or rate for the same key gets another
+ * bucket and cannot drain or poison this one.  Bad input gets 400 with the
+ * offending field named.
  */
 #include "serve/handlers.h"
 #include "serve/headers.h"
@@ -27,6 +30,53 @@
 static void bad(sluice_conn_t *c, const char *field, const char *message)
 {
 	sluice_resp_error(c, 400, "bad_request", field, message);
+}
+
+/* Answers 400 for the first field this form does not take; returns 0
+ * when every field is known. */
+static int check_fields(sluice_conn_t *c, json_t *obj, int has_rule)
+{
+	static const char *const known[] = {"key",  "cost",	"rule",
+					    "tier", "capacity", "rate"};
+	const char *name;
+	json_t *v;
+	char msg[160];
+	size_t i;
+
+	json_object_foreach(obj, name, v)
+	{
+		for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+			if (strcmp(name, known[i]) == 0)
+				break;
+		if (i == sizeof(known) / sizeof(known[0])) {
+			size_t n = strlen(name);
+
+			/* The message quotes at most 60 bytes, cut on a
+			 * UTF-8 boundary; "field" carries the whole name. */
+			if (n > 60)
+				for (n = 60; n > 0 && ((unsigned char)name[n] &
+						       0xc0) == 0x80;)
+					n--;
+			snprintf(msg, sizeof(msg),
+				 "unknown field \"%.*s\" (expected key, "
+				 "cost, and rule with tier, or capacity "
+				 "with rate)",
+				 (int)n, name);
+			bad(c, name, msg);
+			return -1;
+		}
+		if (has_rule && (i == 4 || i == 5)) {
+			bad(c, name,
+			    "not allowed with \"rule\": the rule's limits "
+			    "apply (drop \"rule\" for an ad-hoc limit)");
+			return -1;
+		}
+		if (!has_rule && i == 3) {
+			bad(c, name, "only with \"rule\"");
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /* An optional non-negative integer field; returns 0, 1 (absent) or -1
@@ -222,6 +272,8 @@ void sluice_api_take(sluice_conn_t *c)
 		bad(c, "body", "expected a JSON object");
 		goto out;
 	}
+	if (check_fields(c, obj, json_object_get(obj, "rule") != NULL) < 0)
+		goto out;
 	jkey = json_object_get(obj, "key");
 	if (!json_is_string(jkey)) {
 		bad(c, "key", jkey ? "expected a string" : "required");

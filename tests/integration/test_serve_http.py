@@ -267,6 +267,16 @@ class ClassicPolicy(unittest.TestCase):
              "cost"),
             ('{"rule": "nope", "key": "k"}', "rule"),
             ('{"rule": 5, "key": "k"}', "rule"),
+            # Strict fields: a typo is not a silent default cost of 1,
+            # and a rule's limits cannot be swapped for the caller's.
+            ('{"key": "k", "capacity": 3, "rate": "1/s", "cots": 10}',
+             "cots"),
+            ('{"rule": "default", "key": "k", "cots": 10}', "cots"),
+            ('{"rule": "default", "key": "k", "capacity": 1000000}',
+             "capacity"),
+            ('{"rule": "default", "key": "k", "rate": "1000/s"}', "rate"),
+            ('{"key": "k", "capacity": 3, "rate": "1/s", "tier": "x"}',
+             "tier"),
         ]
         for body, field in cases:
             r = self.s.request("POST", "/v1/take", {}, body)

@@ -147,6 +147,17 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 					"rate \"%s\": the period multiplier "
 					"must be 1 to 2^52",
 					text);
+			/* "1/1.5s": a fraction of a period would be a
+			 * rate this fixed-point form cannot hold exactly;
+			 * say so rather than "unknown time unit \".\"". */
+			if (*p == '.')
+				return sluice_fail(
+					SLUICE_EINVAL, err, errlen,
+					"rate \"%s\": the period multiplier "
+					"must be a whole number: expected "
+					"e.g. \"2/3s\" rather than "
+					"\"1/1.5s\"",
+					text);
 			while (isspace((unsigned char)*p))
 				p++;
 		}

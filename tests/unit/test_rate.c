@@ -63,6 +63,8 @@ static void test_bad_rates_say_what_was_expected(void)
 	expect_error("99999999999999999999/s", SLUICE_ERANGE, "too large");
 	expect_error("2/s extra", SLUICE_EINVAL, "unexpected");
 	expect_error("1.", SLUICE_EINVAL, "after the decimal point");
+	expect_error("1/1.5s", SLUICE_EINVAL, "must be a whole number");
+	expect_error("1/ 1.5 min", SLUICE_EINVAL, "must be a whole number");
 	expect_error("1001/s", SLUICE_ERANGE, "too fine");
 	expect_error("1/10000day", SLUICE_ERANGE, "too slow");
 	expect_error("", SLUICE_EINVAL, "not a number");

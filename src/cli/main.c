@@ -151,31 +151,41 @@ static int cmd_serve(int argc, char **argv)
 
 /* -------------------------------------------------------- check-config */
 
+/* Enough to fix a file in one pass, few enough to read. */
+#define CHECK_MAX_ERRORS 20
+
 static int cmd_check_config(int argc, char **argv)
 {
-	sluice_config_t *cfg;
-	char err[1024];
+	static char report[CHECK_MAX_ERRORS * 1100];
+	unsigned n;
 
 	if (argc == 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
 		printf("usage: sluice check-config FILE\n\n"
 		       "Validates FILE as `sluice serve` would load it.  "
 		       "Prints \"FILE: ok\" and\n"
-		       "exits 0, or prints FILE:LINE: what is wrong and "
-		       "exits 2.\n");
+		       "exits 0, or prints every error (up to %d), one "
+		       "FILE:LINE: what is wrong\n"
+		       "per line, and exits 2.\n",
+		       CHECK_MAX_ERRORS);
 		return 0;
 	}
 	if (argc != 2) {
 		fprintf(stderr, "usage: sluice check-config FILE\n");
 		return 2;
 	}
-	cfg = sluice_config_load(argv[1], err, sizeof(err));
-	if (!cfg) {
-		fprintf(stderr, "%s\n", err);
+	n = sluice_config_check(argv[1], report, sizeof(report),
+				CHECK_MAX_ERRORS);
+	if (n > 0) {
+		fputs(report, stderr);
+		if (n > CHECK_MAX_ERRORS)
+			fprintf(stderr, "%s: %u more errors not shown\n",
+				argv[1], n - CHECK_MAX_ERRORS);
+		fprintf(stderr, "%s: %u error%s\n", argv[1], n,
+			n == 1 ? "" : "s");
 		return 2;
 	}
 	printf("%s: ok\n", argv[1]);
-	sluice_config_free(cfg);
 	return 0;
 }
 

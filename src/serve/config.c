@@ -507,6 +507,7 @@ static int parse_trusted(sluice_yaml_t *y, yaml_node_t *node,
 			 sluice_config_t *cfg)
 {
 	size_t i, n;
+	int rc = 0;
 
 	if (sluice_yaml_is_null(node))
 		n = 0;
@@ -522,13 +523,12 @@ static int parse_trusted(sluice_yaml_t *y, yaml_node_t *node,
 	cfg->trusted_proxies = calloc(n, sizeof(*cfg->trusted_proxies));
 	if (!cfg->trusted_proxies)
 		return sluice_yaml_nomem(y, node);
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n; i++)
 		if (parse_cidr(y, sluice_yaml_seq_at(y, node, i),
 			       &cfg->trusted_proxies[i]) < 0)
-			return -1;
-		cfg->ntrusted = i + 1;
-	}
-	return 0;
+			rc = -1;
+	cfg->ntrusted = n;
+	return rc;
 }
 
 /* ---------------------------------------------------------------- http */
@@ -540,17 +540,21 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 	yaml_node_t *v;
 	uint64_t u;
 
-	if (sluice_yaml_expect_map(y, node, "http") < 0 ||
-	    sluice_yaml_check_keys(y, node, "http", keys) < 0)
+	int rc = 0;
+
+	if (sluice_yaml_expect_map(y, node, "http") < 0)
 		return -1;
+	if (sluice_yaml_check_keys(y, node, "http", keys) < 0)
+		rc = -1;
 	/* http-parser refuses a head over 80 KiB (counting the CRLFs and
 	 * spaces we do not store) whatever this says: above 64 KiB the
 	 * setting would not be what applies. */
 	if ((v = sluice_yaml_get(y, node, "max_header_bytes"))) {
 		if (sluice_yaml_uint(y, v, "http.max_header_bytes", 1024,
 				     SLUICE_MAX_HEADER_BYTES_CAP, &u) < 0)
-			return -1;
-		cfg->max_header_bytes = (size_t)u;
+			rc = -1;
+		else
+			cfg->max_header_bytes = (size_t)u;
 	}
 	/* A body is parsed (JSON) in one go on the event loop, stalling
 	 * every other connection of the thread: 64 KiB of the worst JSON
@@ -558,20 +562,24 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 	if ((v = sluice_yaml_get(y, node, "max_body_bytes"))) {
 		if (sluice_yaml_uint(y, v, "http.max_body_bytes", 64,
 				     SLUICE_MAX_BODY_BYTES_CAP, &u) < 0)
-			return -1;
-		cfg->max_body_bytes = (size_t)u;
+			rc = -1;
+		else
+			cfg->max_body_bytes = (size_t)u;
 	}
 	if ((v = sluice_yaml_get(y, node, "idle_timeout_ms"))) {
 		if (sluice_yaml_uint(y, v, "http.idle_timeout_ms", 100,
 				     3600 * 1000, &u) < 0)
-			return -1;
-		cfg->idle_timeout_ms = (unsigned)u;
+			rc = -1;
+		else
+			cfg->idle_timeout_ms = (unsigned)u;
 	}
-	return 0;
+	return rc;
 }
 
 /* ------------------------------------------------------------ the file */
 
+/* Each setting is read even after another failed, so that check-config
+ * reports every error at once; rc says whether any did. */
 static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 {
 	static const char *const keys[] = {
@@ -582,41 +590,92 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	const char *s;
 	char msg[256];
 	struct sockaddr_storage ss;
+	int rc = 0;
 
 	if (sluice_yaml_check_keys(y, root, "top level", keys) < 0)
-		return -1;
+		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "listen"))) {
 		if (sluice_yaml_string(y, v, "listen", &s) < 0)
-			return -1;
-		if (sluice_listen_parse(s, &ss, msg, sizeof(msg)) < 0)
-			return sluice_yaml_error(y, v, "%s", msg);
-		if (set_string(&cfg->listen, s) < 0)
+			rc = -1;
+		else if (sluice_listen_parse(s, &ss, msg, sizeof(msg)) < 0)
+			rc = sluice_yaml_error(y, v, "%s", msg);
+		else if (set_string(&cfg->listen, s) < 0)
 			return sluice_yaml_nomem(y, v);
 	}
 	if ((v = sluice_yaml_get(y, root, "threads"))) {
 		if (sluice_yaml_uint(y, v, "threads", 1, 256, &u) < 0)
-			return -1;
-		cfg->threads = (unsigned)u;
+			rc = -1;
+		else
+			cfg->threads = (unsigned)u;
 	}
 	if ((v = sluice_yaml_get(y, root, "store")) &&
 	    parse_store(y, v, &cfg->store) < 0)
-		return -1;
+		rc = -1;
 	if (cfg->store.kind == SLUICE_STORE_REDIS && !cfg->store.url &&
 	    set_string(&cfg->store.url, "redis://127.0.0.1:6379") < 0)
 		return sluice_yaml_nomem(y, v);
 	if ((v = sluice_yaml_get(y, root, "trusted_proxies")) &&
 	    parse_trusted(y, v, cfg) < 0)
-		return -1;
+		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "ipv6_prefix"))) {
 		if (sluice_yaml_uint(y, v, "ipv6_prefix", 1, 128, &u) < 0)
-			return -1;
-		cfg->ipv6_prefix = (unsigned)u;
+			rc = -1;
+		else
+			cfg->ipv6_prefix = (unsigned)u;
 	}
 	if ((v = sluice_yaml_get(y, root, "http")) && parse_http(y, v, cfg) < 0)
-		return -1;
-	if ((v = sluice_yaml_get(y, root, "rules")))
-		return sluice_config_parse_rules(y, v, cfg);
-	return default_rule(cfg) < 0 ? sluice_yaml_nomem(y, root) : 0;
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "rules"))) {
+		if (sluice_config_parse_rules(y, v, cfg) < 0)
+			rc = -1;
+	} else if (default_rule(cfg) < 0) {
+		return sluice_yaml_nomem(y, root);
+	}
+	return rc;
+}
+
+/* Parses text into a config, recording errors in y (whose name, err and
+ * report the caller set).  Returns NULL after any error. */
+static sluice_config_t *parse_text(sluice_yaml_t *y, const char *text,
+				   size_t len)
+{
+	sluice_config_t *cfg;
+	char line[1024];
+	int rc;
+
+	if (y->errlen)
+		y->err[0] = '\0';
+	cfg = sluice_config_default();
+	if (!cfg) {
+		snprintf(line, sizeof(line), "%s:1: out of memory", y->name);
+		sluice_yaml_report(y, line);
+		return NULL;
+	}
+	/* Start from the defaults minus the classic rule, which applies only
+	 * when the file has no rules of its own. */
+	free_rules(cfg);
+	cfg->path = strdup(y->name);
+	if (!cfg->path) {
+		snprintf(line, sizeof(line), "%s:1: out of memory", y->name);
+		sluice_yaml_report(y, line);
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	if (sluice_yaml_load(y, text, len) < 0) {
+		/* The loader writes its one message into y->err. */
+		snprintf(line, sizeof(line), "%s", y->err);
+		y->nerrors = 0;
+		sluice_yaml_report(y, line);
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	rc = parse_root(y, sluice_yaml_root(y), cfg);
+	sluice_yaml_free(y);
+	if (rc < 0 || y->nerrors) {
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
 }
 
 sluice_config_t *sluice_config_parse(const char *name, const char *text,
@@ -626,39 +685,15 @@ sluice_config_t *sluice_config_parse(const char *name, const char *text,
 	sluice_yaml_t y = {.name = name ? name : "<config>",
 			   .err = err ? err : dummy,
 			   .errlen = err ? errlen : sizeof(dummy)};
-	sluice_config_t *cfg;
-	int rc;
 
-	if (y.errlen)
-		y.err[0] = '\0';
-	cfg = sluice_config_default();
-	if (!cfg) {
-		snprintf(y.err, y.errlen, "%s:1: out of memory", y.name);
-		return NULL;
-	}
-	/* Start from the defaults minus the classic rule, which applies only
-	 * when the file has no rules of its own. */
-	free_rules(cfg);
-	cfg->path = strdup(y.name);
-	if (!cfg->path || sluice_yaml_load(&y, text, len) < 0) {
-		if (!cfg->path)
-			snprintf(y.err, y.errlen, "%s:1: out of memory",
-				 y.name);
-		sluice_config_free(cfg);
-		return NULL;
-	}
-	rc = parse_root(&y, sluice_yaml_root(&y), cfg);
-	sluice_yaml_free(&y);
-	if (rc < 0) {
-		sluice_config_free(cfg);
-		return NULL;
-	}
-	return cfg;
+	return parse_text(&y, text, len);
 }
 
-sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
+/* Reads a whole file (at most SLUICE_CONFIG_MAX_BYTES) into *buf, NUL
+ * terminated.  Returns 0, or -1 with "FILE:1: ..." in err. */
+static int read_file(const char *path, char **out, size_t *outlen, char *err,
+		     size_t errlen)
 {
-	sluice_config_t *cfg;
 	FILE *f = fopen(path, "rb");
 	char *buf = NULL;
 	size_t len = 0, cap = 0, n;
@@ -668,7 +703,7 @@ sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
 			 "%s:1: cannot open: %s; expected a "
 			 "readable YAML file",
 			 path, strerror(errno));
-		return NULL;
+		return -1;
 	}
 	for (;;) {
 		if (len == cap) {
@@ -702,11 +737,50 @@ sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
 	}
 	fclose(f);
 	buf[len] = '\0';
-	cfg = sluice_config_parse(path, buf, len, err, errlen);
-	free(buf);
-	return cfg;
+	*out = buf;
+	*outlen = len;
+	return 0;
 fail:
 	fclose(f);
 	free(buf);
-	return NULL;
+	return -1;
+}
+
+sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
+{
+	sluice_config_t *cfg;
+	char *buf;
+	size_t len;
+
+	if (read_file(path, &buf, &len, err, errlen) < 0)
+		return NULL;
+	cfg = sluice_config_parse(path, buf, len, err, errlen);
+	free(buf);
+	return cfg;
+}
+
+unsigned sluice_config_check(const char *path, char *report, size_t len,
+			     unsigned max_errors)
+{
+	char first[1024], line[1024];
+	sluice_yaml_t y = {.name = path,
+			   .err = first,
+			   .errlen = sizeof(first),
+			   .report = report,
+			   .reportlen = len,
+			   .max_errors = max_errors};
+	sluice_config_t *cfg;
+	char *buf;
+	size_t n;
+
+	if (len)
+		report[0] = '\0';
+	if (read_file(path, &buf, &n, line, sizeof(line)) < 0) {
+		sluice_yaml_report(&y, line);
+		return y.nerrors;
+	}
+	cfg = parse_text(&y, buf, n);
+	free(buf);
+	sluice_config_free(cfg);
+	return y.nerrors;
 }

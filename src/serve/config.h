@@ -140,6 +140,14 @@ typedef struct sluice_config_s {
  */
 sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen);
 
+/*
+ * Validates a file as sluice_config_load() would, but reads on after an
+ * error: writes up to max_errors lines "FILE:LINE: ..." (each ending in
+ * '\n') into report and returns how many errors it found (0: valid).
+ */
+unsigned sluice_config_check(const char *path, char *report, size_t len,
+			     unsigned max_errors);
+
 /* The same from a buffer; `name` stands for the file in messages. */
 sluice_config_t *sluice_config_parse(const char *name, const char *text,
 				     size_t len, char *err, size_t errlen);

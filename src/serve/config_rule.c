@@ -463,6 +463,9 @@ static int check_cost(sluice_yaml_t *y, yaml_node_t *node,
 	return 0;
 }
 
+/* Reads one rule.  After an error the other fields are still read (so
+ * check-config reports them too), except where they depend on the failed
+ * one (the cost is checked against limits only when they parsed). */
 static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		      size_t idx)
 {
@@ -473,42 +476,45 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	yaml_node_t *v, *lim, *tiers;
 	const char *s;
 	uint64_t u;
+	int rc = 0, limits_ok = 1;
 
 	snprintf(rule, sizeof(rule), "rules[%zu]", idx);
-	if (sluice_yaml_expect_map(y, node, rule) < 0 ||
-	    sluice_yaml_check_keys(y, node, rule, keys) < 0)
+	if (sluice_yaml_expect_map(y, node, rule) < 0)
 		return -1;
+	if (sluice_yaml_check_keys(y, node, rule, keys) < 0)
+		rc = -1;
 	r->line = sluice_yaml_line(node);
 	r->cost = 1;
-	if (!(v = sluice_yaml_get(y, node, "name")))
-		return sluice_yaml_error(y, node,
-					 "%s has no name; expected name: "
-					 "followed by a unique name",
-					 rule);
 	snprintf(what, sizeof(what), "%s.name", rule);
-	if (sluice_yaml_string(y, v, what, &s) < 0)
-		return -1;
-	if (!valid_name(s))
-		return sluice_yaml_error(
-			y, v,
-			"%s \"%.60s\" is not valid; expected 1 "
-			"to %d letters, digits, '_', '.' or "
-			"'-'",
-			what, s, SLUICE_NAME_MAX);
-	r->name = strdup(s);
-	r->limits.name = strdup(s);
-	if (!r->name || !r->limits.name)
-		return sluice_yaml_nomem(y, v);
-	snprintf(rule, sizeof(rule), "rule \"%s\"", s);
+	if (!(v = sluice_yaml_get(y, node, "name"))) {
+		rc = sluice_yaml_error(y, node,
+				       "%s has no name; expected name: "
+				       "followed by a unique name",
+				       rule);
+	} else if (sluice_yaml_string(y, v, what, &s) < 0) {
+		rc = -1;
+	} else if (!valid_name(s)) {
+		rc = sluice_yaml_error(y, v,
+				       "%s \"%.60s\" is not valid; expected 1 "
+				       "to %d letters, digits, '_', '.' or "
+				       "'-'",
+				       what, s, SLUICE_NAME_MAX);
+	} else {
+		r->name = strdup(s);
+		r->limits.name = strdup(s);
+		if (!r->name || !r->limits.name)
+			return sluice_yaml_nomem(y, v);
+		snprintf(rule, sizeof(rule), "rule \"%s\"", s);
+	}
 
 	if ((v = sluice_yaml_get(y, node, "match")) &&
 	    parse_match(y, v, r, rule) < 0)
-		return -1;
+		rc = -1;
 
 	snprintf(what, sizeof(what), "%s: key", rule);
 	if ((v = sluice_yaml_get(y, node, "key"))) {
 		if (each_string(y, v, what, add_source, r) < 0)
-			return -1;
+			rc = -1;
 	} else { /* default: the client IP */
 		r->sources[0].parts[0].kind = SLUICE_KEY_IP;
 		r->sources[0].nparts = 1;
@@ -517,59 +523,64 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 
 	lim = sluice_yaml_get(y, node, "limits");
 	tiers = sluice_yaml_get(y, node, "tiers");
-	if (lim && tiers)
-		return sluice_yaml_error(y, tiers,
-					 "%s has both limits and tiers; "
-					 "expected one of them",
-					 rule);
-	if (!lim && !tiers)
-		return sluice_yaml_error(y, node,
-					 "%s has no limits; expected limits: "
-					 "[{capacity: 100, rate: 2/s}] or "
-					 "tiers: {...}",
-					 rule);
 	snprintf(what, sizeof(what), "%s: limits", rule);
-	if (lim && parse_limit_list(y, lim, &r->limits, what) < 0)
-		return -1;
-	if (tiers && parse_tiers(y, tiers, r, rule) < 0)
-		return -1;
+	if (lim && tiers)
+		limits_ok = sluice_yaml_error(y, tiers,
+					      "%s has both limits and tiers; "
+					      "expected one of them",
+					      rule);
+	else if (!lim && !tiers)
+		limits_ok = sluice_yaml_error(y, node,
+					      "%s has no limits; expected "
+					      "limits: [{capacity: 100, rate: "
+					      "2/s}] or tiers: {...}",
+					      rule);
+	else if (lim && parse_limit_list(y, lim, &r->limits, what) < 0)
+		limits_ok = -1;
+	else if (tiers && parse_tiers(y, tiers, r, rule) < 0)
+		limits_ok = -1;
+	if (limits_ok < 0)
+		rc = -1;
 
 	if ((v = sluice_yaml_get(y, node, "cost"))) {
 		snprintf(what, sizeof(what), "%s: cost", rule);
-		if (sluice_yaml_uint(y, v, what, 1, 1000000000, &u) < 0)
-			return -1;
-		r->cost = u;
-		if (check_cost(y, v, r, rule) < 0)
-			return -1;
+		if (sluice_yaml_uint(y, v, what, 1, 1000000000, &u) < 0) {
+			rc = -1;
+		} else {
+			r->cost = u;
+			if (limits_ok > 0 && check_cost(y, v, r, rule) < 0)
+				rc = -1;
+		}
 	}
 	if ((v = sluice_yaml_get(y, node, "on_store_error"))) {
 		snprintf(what, sizeof(what), "%s: on_store_error", rule);
 		if (sluice_yaml_string(y, v, what, &s) < 0)
-			return -1;
-		if (strcmp(s, "open") == 0)
+			rc = -1;
+		else if (strcmp(s, "open") == 0)
 			r->on_store_error = SLUICE_FAIL_OPEN;
 		else if (strcmp(s, "closed") == 0)
 			r->on_store_error = SLUICE_FAIL_CLOSED;
 		else if (strcmp(s, "local") == 0)
 			r->on_store_error = SLUICE_FAIL_LOCAL;
 		else
-			return sluice_yaml_error(y, v,
-						 "%s is \"%.60s\"; expected "
-						 "open, closed or local",
-						 what, s);
+			rc = sluice_yaml_error(y, v,
+					       "%s is \"%.60s\"; expected "
+					       "open, closed or local",
+					       what, s);
 	}
 	if ((v = sluice_yaml_get(y, node, "shadow"))) {
 		snprintf(what, sizeof(what), "%s: shadow", rule);
 		if (sluice_yaml_bool(y, v, what, &r->shadow) < 0)
-			return -1;
+			rc = -1;
 	}
-	return 0;
+	return rc;
 }
 
 int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg)
 {
 	size_t i, j, n;
+	int rc = 0;
 
 	if (sluice_yaml_expect_seq(y, node, "rules") < 0)
 		return -1;
@@ -582,20 +593,25 @@ int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
 	cfg->rules = calloc(n, sizeof(*cfg->rules));
 	if (!cfg->rules)
 		return sluice_yaml_nomem(y, node);
+	cfg->nrules = n;
 	for (i = 0; i < n; i++) {
 		yaml_node_t *it = sluice_yaml_seq_at(y, node, i);
 
-		cfg->nrules = i + 1;
 		if (parse_rule(y, it, &cfg->rules[i], i) < 0)
-			return -1;
-		for (j = 0; j < i; j++)
-			if (strcmp(cfg->rules[j].name, cfg->rules[i].name) == 0)
-				return sluice_yaml_error(
+			rc = -1;
+		/* A rule whose name failed has none to compare. */
+		for (j = 0; j < i && cfg->rules[i].name; j++)
+			if (cfg->rules[j].name &&
+			    strcmp(cfg->rules[j].name, cfg->rules[i].name) ==
+				    0) {
+				rc = sluice_yaml_error(
 					y, sluice_yaml_get(y, it, "name"),
 					"rule name \"%s\" is used twice (first "
 					"on line %d); expected unique rule "
 					"names",
 					cfg->rules[i].name, cfg->rules[j].line);
+				break;
+			}
 	}
-	return 0;
+	return rc;
 }

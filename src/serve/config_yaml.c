@@ -170,19 +170,36 @@ int sluice_yaml_line(const yaml_node_t *node)
 	return node ? (int)node->start_mark.line + 1 : 1;
 }
 
+void sluice_yaml_report(sluice_yaml_t *y, const char *line)
+{
+	size_t n = strlen(line);
+
+	if (y->nerrors++ == 0 && y->errlen)
+		snprintf(y->err, y->errlen, "%s", line);
+	if (!y->report || y->nerrors > y->max_errors ||
+	    y->reportused + n + 2 > y->reportlen)
+		return;
+	memcpy(y->report + y->reportused, line, n);
+	y->reportused += n;
+	y->report[y->reportused++] = '\n';
+	y->report[y->reportused] = '\0';
+}
+
 int sluice_yaml_error(sluice_yaml_t *y, const yaml_node_t *node,
 		      const char *fmt, ...)
 {
+	char line[1024];
 	va_list ap;
 	int n;
 
-	n = snprintf(y->err, y->errlen, "%s:%d: ", y->name,
+	n = snprintf(line, sizeof(line), "%s:%d: ", y->name,
 		     sluice_yaml_line(node));
-	if (n >= 0 && (size_t)n < y->errlen) {
+	if (n >= 0 && (size_t)n < sizeof(line)) {
 		va_start(ap, fmt);
-		vsnprintf(y->err + n, y->errlen - (size_t)n, fmt, ap);
+		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 		va_end(ap);
 	}
+	sluice_yaml_report(y, line);
 	return -1;
 }
 
@@ -363,17 +380,20 @@ int sluice_yaml_check_keys(sluice_yaml_t *y, yaml_node_t *map, const char *what,
 	yaml_node_pair_t *p, *q;
 	char list[256];
 	size_t i, off;
+	int rc = 0;
 
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
 	     p++) {
 		yaml_node_t *k = sluice_yaml_node(y, p->key);
 		const char *name, *near = NULL;
 
-		if (!k || k->type != YAML_SCALAR_NODE)
-			return sluice_yaml_error(y, k,
-						 "%s has a key that is %s; "
-						 "expected a plain name",
-						 what, sluice_yaml_kind(k));
+		if (!k || k->type != YAML_SCALAR_NODE) {
+			rc = sluice_yaml_error(y, k,
+					       "%s has a key that is %s; "
+					       "expected a plain name",
+					       what, sluice_yaml_kind(k));
+			continue;
+		}
 		name = (const char *)k->data.scalar.value;
 		for (q = map->data.mapping.pairs.start; q < p; q++) {
 			yaml_node_t *k2 = sluice_yaml_node(y, q->key);
@@ -381,11 +401,16 @@ int sluice_yaml_check_keys(sluice_yaml_t *y, yaml_node_t *map, const char *what,
 			if (k2 && k2->type == YAML_SCALAR_NODE &&
 			    strcmp((const char *)k2->data.scalar.value, name) ==
 				    0)
-				return sluice_yaml_error(
-					y, k,
-					"%s: duplicate key \"%.60s\" (first "
-					"on line %d); expected each key once",
-					what, name, sluice_yaml_line(k2));
+				break;
+		}
+		if (q < p) {
+			rc = sluice_yaml_error(
+				y, k,
+				"%s: duplicate key \"%.60s\" (first on line "
+				"%d); expected each key once",
+				what, name,
+				sluice_yaml_line(sluice_yaml_node(y, q->key)));
+			continue;
 		}
 		for (i = 0; allowed[i]; i++) {
 			if (strcmp(allowed[i], name) == 0)
@@ -402,18 +427,18 @@ int sluice_yaml_check_keys(sluice_yaml_t *y, yaml_node_t *map, const char *what,
 						"%s%s", i ? ", " : "",
 						allowed[i]);
 		if (near)
-			return sluice_yaml_error(
-				y, k,
-				"%s: unknown key \"%.60s\" (did "
-				"you mean \"%s\"?); expected "
-				"one of: %s",
-				what, name, near, list);
-		return sluice_yaml_error(y, k,
-					 "%s: unknown key \"%.60s\"; expected "
-					 "one of: %s",
-					 what, name, list);
+			rc = sluice_yaml_error(y, k,
+					       "%s: unknown key \"%.60s\" (did "
+					       "you mean \"%s\"?); expected "
+					       "one of: %s",
+					       what, name, near, list);
+		else
+			rc = sluice_yaml_error(y, k,
+					       "%s: unknown key \"%.60s\"; "
+					       "expected one of: %s",
+					       what, name, list);
 	}
-	return 0;
+	return rc;
 }
 
 static yaml_node_pair_t *find(sluice_yaml_t *y, yaml_node_t *map,

@@ -15,8 +15,15 @@
 typedef struct sluice_yaml_s {
 	yaml_document_t doc;
 	const char *name; /* the file, for messages */
-	char *err;
+	char *err;	  /* the first error */
 	size_t errlen;
+	/* Every error, one line each (check-config): the readers go on
+	 * after an error where the rest of the file still makes sense.
+	 * report may be NULL (the first error is enough); at most
+	 * max_errors lines are kept, nerrors counts them all. */
+	char *report;
+	size_t reportlen, reportused;
+	unsigned max_errors, nerrors;
 } sluice_yaml_t;
 
 /* Lists and mappings nested deeper than this are refused (the deepest
@@ -38,7 +45,10 @@ int sluice_yaml_nomem(sluice_yaml_t *y, const yaml_node_t *node);
 /* 1-based line of a node. */
 int sluice_yaml_line(const yaml_node_t *node);
 
-/* Writes "NAME:LINE: " and the formatted text into y->err; returns -1. */
+/* Records "NAME:LINE: " and the formatted text: into y->err when it is
+ * the first error, and as a line of y->report.  Returns -1. */
+/* The same for a line already formatted ("NAME:LINE: ..."). */
+void sluice_yaml_report(sluice_yaml_t *y, const char *line);
 int sluice_yaml_error(sluice_yaml_t *y, const yaml_node_t *node,
 		      const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -66,7 +76,7 @@ int sluice_yaml_bool(sluice_yaml_t *y, yaml_node_t *node, const char *what,
  * Checks every key of a mapping: it must be a string, appear once, and be
  * one of allowed[] (NULL-terminated).  An unknown key is an error that
  * lists the allowed ones (and suggests the closest), so a typo never goes
- * unnoticed.
+ * unnoticed.  Every bad key is reported; returns -1 when there was one.
  */
 int sluice_yaml_check_keys(sluice_yaml_t *y, yaml_node_t *map, const char *what,
 			   const char *const allowed[]);

@@ -789,6 +789,42 @@ class Cli(unittest.TestCase):
             self.assertEqual(p.returncode, 2)
             self.assertRegex(p.stderr, "^" + f.name + r":\d+: ")
 
+    def test_check_config_reports_every_error(self):
+        # Three mistakes in three places: one run names all three lines.
+        text = ("listen: nowhere\n"            # line 1
+                "rules:\n"
+                "  - name: a\n"
+                "    limits: [{capacity: 10, rate: 1/1.5s}]\n"  # line 4
+                "  - name: b\n"
+                "    limitz: [{capacity: 10, rate: 1/s}]\n"      # line 6
+                "    limits: [{capacity: 10, rate: 1/s}]\n")
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(text)
+            f.flush()
+            p = self.run_sluice("check-config", f.name)
+            self.assertEqual(p.returncode, 2)
+            lines = [ln for ln in p.stderr.splitlines()
+                     if ln.startswith(f.name + ":") and
+                     ln[len(f.name) + 1].isdigit()]
+            self.assertEqual([ln.split(":")[1] for ln in lines],
+                             ["1", "4", "6"], p.stderr)
+            self.assertIn("must be a whole number", lines[1])
+            self.assertIn("limitz", lines[2])
+            self.assertIn("3 errors", p.stderr)
+
+    def test_check_config_caps_the_report(self):
+        rules = "".join("  - name: r%d\n    limits: nope\n" % i
+                        for i in range(30))
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("rules:\n" + rules)
+            f.flush()
+            p = self.run_sluice("check-config", f.name)
+            self.assertEqual(p.returncode, 2)
+            shown = [ln for ln in p.stderr.splitlines()
+                     if "expected a list" in ln]
+            self.assertEqual(len(shown), 20)
+            self.assertIn("10 more errors not shown", p.stderr)
+
     def test_serve_refuses_a_bad_config(self):
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
             f.write("listen: [1\n")

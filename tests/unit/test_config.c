@@ -500,6 +500,50 @@ static void test_load_reads_a_file_and_names_it(void)
 	CHECK(c == NULL && strstr(err, "cannot open") != NULL);
 }
 
+/* Reading on after errors must not trip over what failed: a rule with no
+ * name, duplicate names, a cost beside broken limits. */
+static void test_check_reads_on_after_errors(void)
+{
+	static const char text[] =
+		"threads: many\n"			   /* 1 */
+		"rules:\n"				   /* 2 */
+		"  - limits: [{capacity: 1, rate: 1/s}]\n" /* 3 no name */
+		"  - name: a\n"				   /* 4 */
+		"    limits: [{capacity: 1, rate: 1/x}]\n" /* 5 */
+		"    cost: 5\n"				   /* 6 unchecked */
+		"  - name: a\n"				   /* 7 dup */
+		"    limits: [{capacity: 1, rate: 1/s}]\n"
+		"  - name: b\n"
+		"    limits: nope\n"	       /* 10 */
+		"    on_store_error: maybe\n"; /* 11 */
+	char path[] = "/tmp/sluice-test-config-XXXXXX";
+	char report[4096], err[512];
+	int fd = mkstemp(path);
+	FILE *f;
+
+	CHECK(fd >= 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 6);
+	CHECK(strstr(report, ":1: threads") != NULL);
+	CHECK(strstr(report, ":3: rules[0] has no name") != NULL);
+	CHECK(strstr(report, ":5: ") != NULL);
+	CHECK(strstr(report, ":6: ") == NULL);
+	CHECK(strstr(report, ":7: rule name \"a\" is used twice") != NULL);
+	CHECK(strstr(report, ":10: ") != NULL);
+	CHECK(strstr(report, ":11: ") != NULL);
+	/* At most max_errors lines, every error counted. */
+	CHECK(sluice_config_check(path, report, sizeof(report), 2) == 6);
+	CHECK(strchr(strchr(report, '\n') + 1, '\n')[1] == '\0');
+	/* The first error is what sluice_config_load() says. */
+	CHECK(sluice_config_load(path, err, sizeof(err)) == NULL);
+	CHECK(strncmp(report, err, strlen(err)) == 0);
+	unlink(path);
+	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 1);
+	CHECK(strstr(report, "cannot open") != NULL);
+}
+
 /* examples/sluice.yaml, found next to this source file */
 static void test_example_file_is_valid(void)
 {
@@ -545,6 +589,7 @@ int main(void)
 	RUN(test_redis_stores);
 	RUN(test_empty_trusted_proxies_trusts_nobody);
 	RUN(test_bad_files_name_file_and_line);
+	RUN(test_check_reads_on_after_errors);
 	RUN(test_deep_nesting_is_refused_early);
 	RUN(test_load_reads_a_file_and_names_it);
 	RUN(test_example_file_is_valid);

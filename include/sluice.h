@@ -209,6 +209,14 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
  */
 int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
 
+/*
+ * Gives `cost` tokens back to a bucket in `state` at `now_us` (the inverse
+ * of a charge, e.g. when the upstream failed the request): returns the new
+ * state, never beyond full (0 when full).  Pure, like sluice_eval().
+ */
+sluice_state_t sluice_refund(const sluice_limit_t *limit, sluice_state_t state,
+			     int64_t now_us, uint64_t cost);
+
 /* The first microsecond at which `state` describes a full bucket: a store
  * may forget the state from then on.  0 for the empty state. */
 int64_t sluice_state_expiry_us(sluice_state_t state);
@@ -313,6 +321,23 @@ typedef struct sluice_take_item_s {
 int sluice_memstore_take_many(sluice_memstore_t *store,
 			      sluice_take_item_t *items, size_t n,
 			      int64_t now_us);
+
+/*
+ * Makes every bucket of `key` under limits[0..nlimits) full (forgets
+ * their states).  Returns 0, or SLUICE_EINVAL as sluice_memstore_take().
+ */
+int sluice_memstore_reset(sluice_memstore_t *store, const void *key,
+			  size_t keylen, const sluice_limit_t *limits,
+			  size_t nlimits);
+
+/*
+ * Gives `cost` tokens back to every bucket of `key` under
+ * limits[0..nlimits) (sluice_refund()), atomically with takes on the key.
+ * Returns 0, or SLUICE_EINVAL as sluice_memstore_take().
+ */
+int sluice_memstore_refund(sluice_memstore_t *store, const void *key,
+			   size_t keylen, const sluice_limit_t *limits,
+			   size_t nlimits, uint64_t cost, int64_t now_us);
 
 /* Copies the store's counters. */
 void sluice_memstore_stats(sluice_memstore_t *store,

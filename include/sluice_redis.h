@@ -116,6 +116,20 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
 int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
 			   size_t n, sluice_redis_many_cb cb, void *arg);
 
+/*
+ * Admin verbs over items[0..n) (key and limits, as for take_many; the
+ * outputs are not written): sluice_redis_refund() gives each item's cost
+ * back to its buckets (never beyond full), sluice_redis_reset() makes
+ * them full.  Both run refund.lua, one atomic call per item, whether or
+ * not the module is loaded (it keeps the same state).  cb runs once, with
+ * the first failure or 0 (allowed is 1).  Returns 0, or SLUICE_EINVAL /
+ * SLUICE_ENOMEM; the callback is then not called.
+ */
+int sluice_redis_refund(sluice_redis_t *r, const sluice_take_item_t *items,
+			size_t n, sluice_redis_many_cb cb, void *arg);
+int sluice_redis_reset(sluice_redis_t *r, const sluice_take_item_t *items,
+		       size_t n, sluice_redis_many_cb cb, void *arg);
+
 /* 1 when the client believes the store can answer (connected, breaker
  * closed; in a cluster, every slot has a master whose breaker is not
  * open), for /readyz. */

@@ -162,3 +162,23 @@ int64_t sluice_state_expiry_us(sluice_state_t state)
 		return 0;
 	return state / 1000 + (state % 1000 != 0);
 }
+
+sluice_state_t sluice_refund(const sluice_limit_t *limit, sluice_state_t state,
+			     int64_t now_us, uint64_t cost)
+{
+	const uint32_t per = limit->rate.per;
+	uint64_t D, back;
+
+	if (now_us < 0)
+		now_us = 0;
+	else if (now_us > SLUICE_TIME_MAX_US)
+		now_us = SLUICE_TIME_MAX_US;
+	D = shortfall(state, now_us, per);
+	/* More than a bucketful back is a full bucket: cap before the
+	 * product so it cannot overflow. */
+	back = (cost < limit->capacity ? cost : limit->capacity) *
+	       limit->rate.interval;
+	if (D <= back)
+		return 0; /* full: never beyond */
+	return encode(now_us, D - back, per);
+}

@@ -31,6 +31,39 @@ static int memory_take(void *impl, sluice_take_item_t *items, size_t n,
 	return 0;
 }
 
+static int memory_reset(void *impl, sluice_take_item_t *items, size_t n,
+			sluice_store_cb cb, void *arg)
+{
+	size_t i;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		r = sluice_memstore_reset(impl, items[i].key, items[i].keylen,
+					  items[i].limits, items[i].nlimits);
+		if (r < 0)
+			return r;
+	}
+	cb(arg, 0, 1);
+	return 0;
+}
+
+static int memory_refund(void *impl, sluice_take_item_t *items, size_t n,
+			 int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	size_t i;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		r = sluice_memstore_refund(impl, items[i].key, items[i].keylen,
+					   items[i].limits, items[i].nlimits,
+					   items[i].cost, now_us);
+		if (r < 0)
+			return r;
+	}
+	cb(arg, 0, 1);
+	return 0;
+}
+
 static void memory_stats(void *impl, sluice_memstore_stats_t *out)
 {
 	sluice_memstore_stats(impl, out);
@@ -44,6 +77,8 @@ static void memory_free(void *impl)
 const sluice_store_ops_t sluice_memory_store_ops = {
 	.name = "memory",
 	.take = memory_take,
+	.reset = memory_reset,
+	.refund = memory_refund,
 	.healthy = NULL,
 	.stats = memory_stats,
 	.free = memory_free,

@@ -35,6 +35,13 @@ typedef struct sluice_store_ops_s {
 	 * a negative code (cb will not run). */
 	int (*take)(void *impl, sluice_take_item_t *items, size_t n,
 		    int64_t now_us, sluice_store_cb cb, void *arg);
+	/* Admin verbs, on items[0..n) (key and limits; cost for refund):
+	 * reset makes the buckets full, refund gives cost back (never
+	 * beyond full).  cb's `allowed` is unused.  Same return as take. */
+	int (*reset)(void *impl, sluice_take_item_t *items, size_t n,
+		     sluice_store_cb cb, void *arg);
+	int (*refund)(void *impl, sluice_take_item_t *items, size_t n,
+		      int64_t now_us, sluice_store_cb cb, void *arg);
 	/* 1 when the store can answer (for /readyz); NULL: always. */
 	int (*healthy)(void *impl);
 	/* Store-specific counters for /metrics, may be NULL. */

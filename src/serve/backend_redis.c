@@ -16,6 +16,18 @@ static int redis_take(void *impl, sluice_take_item_t *items, size_t n,
 	return sluice_redis_take_many(impl, items, n, cb, arg);
 }
 
+static int redis_reset(void *impl, sluice_take_item_t *items, size_t n,
+		       sluice_store_cb cb, void *arg)
+{
+	return sluice_redis_reset(impl, items, n, cb, arg);
+}
+
+static int redis_refund(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	return sluice_redis_refund(impl, items, n, cb, arg);
+}
+
 static int redis_healthy(void *impl)
 {
 	return sluice_redis_healthy(impl);
@@ -31,6 +43,8 @@ static void redis_free(void *impl)
 const sluice_store_ops_t sluice_redis_store_ops = {
 	.name = "redis",
 	.take = redis_take,
+	.reset = redis_reset,
+	.refund = redis_refund,
 	.healthy = redis_healthy,
 	.stats = NULL,
 	.free = redis_free,

@@ -132,6 +132,8 @@ typedef struct sluice_config_s {
 	unsigned idle_timeout_ms; /* close idle keep-alive connections */
 	sluice_rule_t *rules;
 	size_t nrules;
+	/* The bearer token of the admin endpoints; NULL: they are off. */
+	char *admin_token;
 } sluice_config_t;
 
 /*

@@ -19,4 +19,8 @@
 int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);
 
+/* Parses `admin:` into cfg->admin_token (config_admin.c). */
+int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
+			      sluice_config_t *cfg);
+
 #endif /* SLUICE_SERVE_CONFIG_INTERNAL_H */

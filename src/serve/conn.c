@@ -539,6 +539,8 @@ const char *sluice_status_text(int status)
 		return "OK";
 	case 400:
 		return "Bad Request";
+	case 401:
+		return "Unauthorized";
 	case 403:
 		return "Forbidden";
 	case 404:
@@ -555,6 +557,8 @@ const char *sluice_status_text(int status)
 		return "Request Header Fields Too Large";
 	case 500:
 		return "Internal Server Error";
+	case 501:
+		return "Not Implemented";
 	case 503:
 		return "Service Unavailable";
 	case 505:

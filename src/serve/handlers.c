@@ -349,6 +349,12 @@ void sluice_handle(sluice_conn_t *c)
 			sluice_api_take(c);
 		else
 			method_not_allowed(c, "POST");
+	} else if (strcmp(path, "/v1/reset") == 0 ||
+		   strcmp(path, "/v1/refund") == 0) {
+		if (c->method == HTTP_POST || !c->req_live->cfg->admin_token)
+			sluice_api_admin(c, strcmp(path, "/v1/refund") == 0);
+		else
+			method_not_allowed(c, "POST");
 	} else if (strcmp(path, "/metrics") == 0) {
 		if (is_get(c))
 			handle_metrics(c);

@@ -4,6 +4,7 @@
  *   /v1/check          any method: decide the original request (nginx
  *                      auth_request, Traefik ForwardAuth, Envoy ext_authz)
  *   POST /v1/take      JSON decision API (json_api.c)
+ *   POST /v1/reset, /v1/refund   admin, with a bearer token (admin.c)
  *   GET /metrics       Prometheus text
  *   GET /healthz       the process is up
  *   GET /readyz        the process accepts traffic (not draining, store ok)
@@ -19,6 +20,9 @@ void sluice_handle(sluice_conn_t *c);
 
 /* POST /v1/take (json_api.c). */
 void sluice_api_take(sluice_conn_t *c);
+
+/* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
+void sluice_api_admin(sluice_conn_t *c, int refund);
 
 /* ------------------------------------------- shared by the endpoints */
 

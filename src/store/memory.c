@@ -455,6 +455,74 @@ int sluice_memstore_take(sluice_memstore_t *m, const void *key, size_t keylen,
 	return allowed;
 }
 
+/* -------------------------------------------------- reset and refund */
+
+/* Checks a key's limits, hashes them into h1/h2 and locks its shard. */
+static shard_t *lock_key(sluice_memstore_t *m, const void *key, size_t keylen,
+			 const sluice_limit_t *limits, size_t nlimits,
+			 uint64_t *h1, uint64_t *h2)
+{
+	uint64_t h[2];
+	shard_t *s;
+	size_t i;
+
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
+		return NULL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return NULL;
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
+	for (i = 0; i < nlimits; i++)
+		bucket_id(h, &limits[i], &h1[i], &h2[i]);
+	pthread_mutex_lock(&s->lock);
+	return s;
+}
+
+int sluice_memstore_reset(sluice_memstore_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits)
+{
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	size_t i;
+
+	if (!s)
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++) {
+		slot_t *at = find(s, h1[i], h2[i]);
+
+		/* A bucket without a state is full. */
+		if (at)
+			remove_at(s, (size_t)(at - s->slots));
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int sluice_memstore_refund(sluice_memstore_t *m, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   uint64_t cost, int64_t now_us)
+{
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	size_t i;
+
+	if (!s)
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++) {
+		slot_t *at = find(s, h1[i], h2[i]);
+
+		/* No state: already full, nothing to give back.  A full
+		 * result stays in place (expiry reclaims it): removing here
+		 * could move the slot of a later limit. */
+		if (at && !seen_before(h1, h2, i))
+			at->state = sluice_refund(&limits[i], at->state, now_us,
+						  cost);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 void sluice_memstore_stats(sluice_memstore_t *m, sluice_memstore_stats_t *out)
 {
 	size_t i;

@@ -396,6 +396,64 @@ static void test_bad_arguments(void)
 	sluice_memstore_free(m);
 }
 
+/* ---------------------------------------------------- reset and refund */
+
+static void test_reset_and_refund(void)
+{
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_limit_t l[2] = {limit("10", "1/h"), limit("4", "1/day")};
+	sluice_limit_t other = limit("3", "1/h");
+	sluice_decision_t sum;
+	int i;
+
+	CHECK(m != NULL);
+	for (i = 0; i < 4; i++)
+		CHECK(sluice_memstore_take(m, "k", 1, l, 2, 1, T0, NULL,
+					   &sum) == 1);
+	CHECK(sluice_memstore_take(m, "k", 1, l, 2, 1, T0, NULL, &sum) == 0);
+	CHECK(sluice_memstore_take(m, "k", 1, &other, 1, 3, T0, NULL, &sum) ==
+	      1);
+	/* Refund 3: both limits get 3 back. */
+	CHECK(sluice_memstore_refund(m, "k", 1, l, 2, 3, T0) == 0);
+	CHECK(sluice_memstore_take(m, "k", 1, l, 2, 0, T0, NULL, &sum) == 1);
+	CHECK(sum.remaining == 3);
+	/* Never beyond full. */
+	CHECK(sluice_memstore_refund(m, "k", 1, l, 2, 1000, T0) == 0);
+	CHECK(sluice_memstore_take(m, "k", 1, l, 2, 0, T0, NULL, &sum) == 1);
+	CHECK(sum.remaining == 4);
+	/* Reset: full, and only the buckets named. */
+	for (i = 0; i < 4; i++)
+		CHECK(sluice_memstore_take(m, "k", 1, l, 2, 1, T0, NULL,
+					   &sum) == 1);
+	CHECK(sluice_memstore_reset(m, "k", 1, l, 2) == 0);
+	CHECK(sluice_memstore_take(m, "k", 1, l, 2, 4, T0, NULL, &sum) == 1);
+	CHECK(sluice_memstore_take(m, "k", 1, &other, 1, 1, T0, NULL, &sum) ==
+	      0);
+	/* A key without state, and bad arguments. */
+	CHECK(sluice_memstore_reset(m, "new", 3, l, 2) == 0);
+	CHECK(sluice_memstore_refund(m, "new", 3, l, 2, 1, T0) == 0);
+	CHECK(sluice_memstore_reset(m, "k", 1, l, 0) == SLUICE_EINVAL);
+	CHECK(sluice_memstore_refund(m, NULL, 1, l, 1, 1, T0) == SLUICE_EINVAL);
+	sluice_memstore_free(m);
+}
+
+/* The core refund is the inverse of a charge, capped at full. */
+static void test_refund_inverts_a_charge(void)
+{
+	sluice_limit_t l = limit("7", "3/s");
+	sluice_state_t s = 0, next, back;
+	sluice_decision_t d;
+
+	sluice_eval(&l, s, T0, 5, &next, &d);
+	CHECK(d.allowed && d.remaining == 2);
+	back = sluice_refund(&l, next, T0, 2);
+	sluice_eval(&l, back, T0, 0, &s, &d);
+	CHECK(d.remaining == 4);
+	CHECK(sluice_refund(&l, next, T0, 5) == 0);
+	CHECK(sluice_refund(&l, next, T0, UINT64_MAX) == 0);
+	CHECK(sluice_refund(&l, 0, T0, 1) == 0);
+}
+
 int main(void)
 {
 	RUN(test_eight_threads_one_key_exact);
@@ -408,5 +466,7 @@ int main(void)
 	RUN(test_flood_of_fresh_keys_resets_no_drained_bucket);
 	RUN(test_bound_holds_below_one_calls_limits);
 	RUN(test_bad_arguments);
+	RUN(test_reset_and_refund);
+	RUN(test_refund_inverts_a_charge);
 	TESTS_DONE();
 }

@@ -291,8 +291,13 @@ void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed)
 {
 	many_t *m = c->many;
 
-	if (c->refund || !m)
+	if (c->refund || !m) {
+		/* An admin refund or reset (give_back()) reports; the
+		 * refunds of a cluster take have no callback. */
+		if (c->cb)
+			c->cb(c->arg, status, status == 0, NULL, 0);
 		return;
+	}
 	if (status == 0) {
 		m->ok[c->group] = allowed;
 		if (!allowed)
@@ -441,4 +446,96 @@ int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
 	free(calls);
 	many_unref(m);
 	return 0;
+}
+
+/* ---------------------------------------------------- refund and reset */
+
+/* One admin refund or reset: its calls, one per item. */
+typedef struct give_s {
+	sluice_redis_many_cb cb;
+	void *arg;
+	size_t pending;
+	int status;
+} give_t;
+
+static void give_unref(give_t *g)
+{
+	if (--g->pending)
+		return;
+	g->cb(g->arg, g->status, !g->status);
+	free(g);
+}
+
+static void give_done(void *arg, int status, int allowed,
+		      const sluice_decision_t *d, size_t which)
+{
+	give_t *g = arg;
+
+	if (status && !g->status)
+		g->status = status;
+	give_unref(g);
+}
+
+/* refund.lua moves each state back by need (cost * interval); a reset
+ * sends cost UINT64_MAX, whose need (tau + 1) exceeds any shortfall a
+ * charge can leave, so the script deletes the state. */
+static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
+		     size_t n, uint64_t all, sluice_redis_many_cb cb, void *arg)
+{
+	sluice_redis_call_t **calls;
+	size_t i, j;
+	give_t *g;
+
+	if (!cb || n == 0 || !items || r->closing)
+		return SLUICE_EINVAL;
+	for (i = 0; i < n; i++) {
+		const sluice_take_item_t *it = &items[i];
+
+		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
+		    !it->limits || it->keylen > 65535 ||
+		    (it->keylen && !it->key))
+			return SLUICE_EINVAL;
+		for (j = 0; j < it->nlimits; j++)
+			if (!sluice_limit_valid(&it->limits[j]))
+				return SLUICE_EINVAL;
+	}
+	g = calloc(1, sizeof(*g));
+	calls = calloc(n, sizeof(*calls));
+	for (i = 0; g && calls && i < n; i++)
+		if (!(calls[i] = new_call(r, items, &i, 1)))
+			break;
+	if (!g || !calls || i < n) {
+		while (calls && i-- > 0)
+			free(calls[i]);
+		free(calls);
+		free(g);
+		return SLUICE_ENOMEM;
+	}
+	g->cb = cb;
+	g->arg = arg;
+	g->pending = 1 + n;
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < calls[i]->nlimits; j++)
+			if (all)
+				calls[i]->mk[j].cost = UINT64_MAX;
+		calls[i]->refund = 1;
+		calls[i]->cb = give_done;
+		calls[i]->arg = g;
+		sluice_redis__start(calls[i]);
+	}
+	free(calls);
+	give_unref(g);
+	return 0;
+}
+
+int sluice_redis_refund(sluice_redis_t *r, const sluice_take_item_t *items,
+			size_t n, sluice_redis_many_cb cb, void *arg)
+{
+	return give_back(r, items, n, 0, cb, arg);
+}
+
+int sluice_redis_reset(sluice_redis_t *r, const sluice_take_item_t *items,
+		       size_t n, sluice_redis_many_cb cb, void *arg)
+{
+	return give_back(r, items, n, 1, cb, arg);
 }

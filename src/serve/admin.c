@@ -1,0 +1,320 @@
+/*
+ * admin.c -- the admin endpoints, off unless `admin:` gives a token.
+ *
+ *   POST /v1/reset  {"rule":"api","key":"alice"}
+ *                   {"key":"alice","capacity":100,"rate":"2/s"}   ad-hoc
+ *       the key's buckets become full: every limit of the rule, in every
+ *       tier (an ad-hoc bucket: that limit).
+ *   POST /v1/refund {"rule":"api","key":"alice","cost":3,"tier":"paid"}
+ *                   {"key":"alice","capacity":100,"rate":"2/s","cost":3}
+ *       gives cost tokens back (default: the rule's cost, or 1) to the
+ *       buckets a take of the same fields charged, never beyond full.
+ *
+ * Requests carry "Authorization: Bearer <token>"; a missing or wrong token
+ * gets 401, and without `admin:` the paths do not exist (404).  The token
+ * is compared through SHA-256 digests in constant time, so the answer's
+ * timing tells nothing about how much of a guess was right, nor the
+ * token's length.  Keys are the ones /v1/check and /v1/take use
+ * (sluice_rule_key(); ad-hoc keys in their own namespace), and the verbs
+ * run on the store driver (memory, Redis scripts, same with the module).
+ */
+#include "serve/handlers.h"
+#include "util/sha256.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define KEY_MAX	  400 /* as /v1/take */
+#define TIERS_MAX 64  /* as the config reader allows */
+
+/* One reset or refund in flight: what the store reads until it answers. */
+typedef struct admin_op_s {
+	sluice_conn_t *c;
+	int refund;
+	sluice_take_item_t items[TIERS_MAX];
+	size_t n;
+	sluice_limit_t adhoc;
+	sluice_match_t m; /* the store key */
+} admin_op_t;
+
+static void bad(sluice_conn_t *c, const char *field, const char *message)
+{
+	sluice_resp_error(c, 400, "bad_request", field, message);
+}
+
+/* 1 when the request carries the configured bearer token. */
+static int authorized(const sluice_conn_t *c, const char *token)
+{
+	static const char scheme[] = "bearer ";
+	const size_t slen = sizeof(scheme) - 1;
+	uint8_t want[32], got[32], diff = 0;
+	const void *buf;
+	size_t len, i;
+	const char *h = sluice_conn_header(c, "authorization", &len);
+
+	if (!h || len <= slen || strncasecmp(h, scheme, slen) != 0)
+		return 0;
+	buf = token;
+	i = strlen(token);
+	sluice_sha256(&buf, &i, 1, want);
+	buf = h + slen;
+	len -= slen;
+	sluice_sha256(&buf, &len, 1, got);
+	for (i = 0; i < 32; i++)
+		diff |= (uint8_t)(want[i] ^ got[i]);
+	return diff == 0;
+}
+
+static void op_done(void *arg, int status, int allowed)
+{
+	admin_op_t *op = arg;
+	sluice_conn_t *c = op->c;
+	const char *body = op->refund ? "{\"status\":\"refunded\"}"
+				      : "{\"status\":\"reset\"}";
+
+	(void)allowed;
+	free(op);
+	if (status) {
+		sluice_resp_error(c, 503, "store_unavailable", NULL,
+				  "the rate-limit store failed; nothing may "
+				  "have changed, try again");
+		return;
+	}
+	sluice_resp_begin(c, 200);
+	sluice_resp_end(c, "application/json", body, strlen(body));
+}
+
+/* 400 for a field this verb does not take (as /v1/take is strict). */
+static int check_fields(sluice_conn_t *c, json_t *obj, int refund)
+{
+	const char *name;
+	json_t *v;
+	char msg[160];
+	int rule = json_object_get(obj, "rule") != NULL;
+
+	json_object_foreach(obj, name, v)
+	{
+		int known = strcmp(name, "key") == 0 ||
+			    strcmp(name, "rule") == 0 ||
+			    strcmp(name, "capacity") == 0 ||
+			    strcmp(name, "rate") == 0 ||
+			    (refund && (strcmp(name, "cost") == 0 ||
+					strcmp(name, "tier") == 0));
+
+		if (!known) {
+			snprintf(msg, sizeof(msg),
+				 "unknown field; expected key with rule%s, "
+				 "or key, capacity and rate%s",
+				 refund ? " (and tier)" : "",
+				 refund ? ", and cost" : "");
+			bad(c, name, msg);
+			return -1;
+		}
+		if (rule && (strcmp(name, "capacity") == 0 ||
+			     strcmp(name, "rate") == 0)) {
+			bad(c, name, "not allowed with \"rule\"");
+			return -1;
+		}
+		if (!rule && strcmp(name, "tier") == 0) {
+			bad(c, name, "only with \"rule\"");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The ad-hoc form: one item on "\x1e<key>" and the caller's limit. */
+static int adhoc(sluice_conn_t *c, json_t *obj, admin_op_t *op, const char *key,
+		 size_t keylen)
+{
+	json_t *cap = json_object_get(obj, "capacity");
+	json_t *jrate = json_object_get(obj, "rate");
+	sluice_rate_t rate;
+	char text[64], err[160];
+
+	if (!json_is_integer(cap) || json_integer_value(cap) < 1 ||
+	    (uint64_t)json_integer_value(cap) > SLUICE_UNITS_MAX) {
+		bad(c, "capacity",
+		    cap ? "expected a whole number >= 1"
+			: "required for an ad-hoc bucket (or give \"rule\")");
+		return -1;
+	}
+	if (json_is_string(jrate))
+		snprintf(text, sizeof(text), "%s", json_string_value(jrate));
+	else if (json_is_integer(jrate))
+		snprintf(text, sizeof(text), "%lld",
+			 (long long)json_integer_value(jrate));
+	else {
+		bad(c, "rate", "expected a rate such as \"2/s\" or 2");
+		return -1;
+	}
+	if (sluice_rate_parse(text, &rate, err, sizeof(err)) < 0) {
+		bad(c, "rate", err);
+		return -1;
+	}
+	if (sluice_limit_init(&op->adhoc, (uint64_t)json_integer_value(cap),
+			      &rate, err, sizeof(err)) < 0) {
+		bad(c, "capacity", err);
+		return -1;
+	}
+	/* The namespace json_api.c gives ad-hoc keys. */
+	op->m.key[0] = '\x1e';
+	memcpy(op->m.key + 1, key, keylen);
+	op->m.keylen = keylen + 1;
+	op->items[0].limits = &op->adhoc;
+	op->items[0].nlimits = 1;
+	op->n = 1;
+	return 0;
+}
+
+/* The rule form: a reset covers every tier, a refund the tier a take of
+ * the same fields used. */
+static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
+		      const char *name, const char *key, size_t keylen,
+		      uint64_t *cost)
+{
+	const sluice_config_t *cfg = c->req_live->cfg;
+	const sluice_rule_t *rule = NULL;
+	json_t *tier = json_object_get(obj, "tier");
+	const sluice_limit_set_t *set;
+	char msg[160];
+	size_t i;
+
+	for (i = 0; i < cfg->nrules && !rule; i++)
+		if (strcmp(cfg->rules[i].name, name) == 0)
+			rule = &cfg->rules[i];
+	if (!rule) {
+		snprintf(msg, sizeof(msg), "no rule named \"%.100s\"", name);
+		bad(c, "rule", msg);
+		return -1;
+	}
+	if (tier && (!json_is_string(tier) || rule->ntiers == 0)) {
+		bad(c, "tier",
+		    rule->ntiers ? "expected a tier name"
+				 : "this rule has no tiers");
+		return -1;
+	}
+	sluice_rule_key(rule, key, keylen, &op->m);
+	if (!op->refund && rule->ntiers) {
+		for (i = 0; i < rule->ntiers && i < TIERS_MAX; i++) {
+			op->items[i].limits = rule->tiers[i].limits;
+			op->items[i].nlimits = rule->tiers[i].nlimits;
+		}
+		op->n = i;
+		return 0;
+	}
+	set = sluice_rule_tier(rule, tier ? json_string_value(tier) : NULL,
+			       tier ? json_string_length(tier) : 0);
+	op->items[0].limits = set->limits;
+	op->items[0].nlimits = set->nlimits;
+	op->n = 1;
+	if (!json_object_get(obj, "cost"))
+		*cost = rule->cost;
+	return 0;
+}
+
+void sluice_api_admin(sluice_conn_t *c, int refund)
+{
+	static const char unauthorized[] =
+		"{\"error\":\"unauthorized\",\"message\":\"expected "
+		"Authorization: Bearer <admin token>\"}";
+	const sluice_config_t *cfg = c->req_live->cfg;
+	sluice_backend_t *be = &c->svc->backend;
+	json_t *obj = NULL, *jkey, *jrule, *jcost;
+	json_error_t jerr;
+	admin_op_t *op = NULL;
+	uint64_t cost = 1;
+	const char *key;
+	size_t keylen, i;
+	char msg[256];
+	int rc;
+
+	if (!cfg->admin_token) {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "the admin endpoints are off (no admin: "
+				  "in the config)");
+		return;
+	}
+	if (!authorized(c, cfg->admin_token)) {
+		sluice_resp_begin(c, 401);
+		sluice_buf_puts(&c->out, "WWW-Authenticate: Bearer\r\n");
+		sluice_resp_end(c, "application/json", unauthorized,
+				sizeof(unauthorized) - 1);
+		return;
+	}
+	obj = json_loadb(c->body.data ? c->body.data : "", c->body.len,
+			 JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj) {
+		snprintf(msg, sizeof(msg),
+			 "invalid JSON at line %d column %d: %s", jerr.line,
+			 jerr.column, jerr.text);
+		bad(c, "body", msg);
+		return;
+	}
+	if (!json_is_object(obj)) {
+		bad(c, "body", "expected a JSON object");
+		goto out;
+	}
+	if (check_fields(c, obj, refund) < 0)
+		goto out;
+	jkey = json_object_get(obj, "key");
+	if (!json_is_string(jkey)) {
+		bad(c, "key", jkey ? "expected a string" : "required");
+		goto out;
+	}
+	key = json_string_value(jkey);
+	keylen = json_string_length(jkey);
+	if (keylen == 0 || keylen > KEY_MAX) {
+		bad(c, "key", "expected 1 to 400 bytes");
+		goto out;
+	}
+	jcost = json_object_get(obj, "cost");
+	if (jcost &&
+	    (!json_is_integer(jcost) || json_integer_value(jcost) < 0 ||
+	     json_integer_value(jcost) > UINT32_MAX)) {
+		bad(c, "cost", "expected an integer from 0 to 4294967295");
+		goto out;
+	}
+	if (jcost)
+		cost = (uint64_t)json_integer_value(jcost);
+	jrule = json_object_get(obj, "rule");
+	if (jrule && !json_is_string(jrule)) {
+		bad(c, "rule", "expected a rule name");
+		goto out;
+	}
+	if (!(op = calloc(1, sizeof(*op)))) {
+		sluice_resp_error(c, 500, "out_of_memory", NULL, "try again");
+		goto out;
+	}
+	op->c = c;
+	op->refund = refund;
+	if (jrule ? configured(c, obj, op, json_string_value(jrule), key,
+			       keylen, &cost)
+		  : adhoc(c, obj, op, key, keylen))
+		goto out;
+	for (i = 0; i < op->n; i++) {
+		op->items[i].key = op->m.key;
+		op->items[i].keylen = op->m.keylen;
+		op->items[i].cost = cost;
+	}
+	json_decref(obj);
+	if (!be->ops || !be->ops->reset || !be->ops->refund) {
+		free(op);
+		sluice_resp_error(c, 501, "not_supported", NULL,
+				  "this store has no reset or refund");
+		return;
+	}
+	sluice_conn_wait(c);
+	rc = refund ? be->ops->refund(be->impl, op->items, op->n,
+				      sluice_now_us(), op_done, op)
+		    : be->ops->reset(be->impl, op->items, op->n, op_done, op);
+	if (rc < 0)
+		op_done(op, rc, 0);
+	return;
+out:
+	free(op);
+	json_decref(obj);
+}

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Admin endpoints of `sluice serve`: POST /v1/reset and /v1/refund.
+
+- Off unless configured: without `admin:` both paths are 404.
+- A bearer token guards them: missing or wrong -> 401; the right one
+  (inline `token:` or `token_file:`) is accepted.
+- reset makes a drained key full again under every limit and every tier;
+  refund gives tokens back, never beyond full; ad-hoc buckets
+  (capacity + rate) too.  The same on the memory store, on Redis (script
+  path) and on Redis with the sluice module loaded.
+- Bad bodies get 400 naming the field.
+
+The buckets refill at 1/hour so nothing refills while a test runs: every
+count is exact, nothing depends on timing.
+"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import RedisServer, Sluice  # noqa: E402
+
+TOKEN = "s3cret-admin-token-0123456789"
+AUTH = {"Authorization": "Bearer " + TOKEN}
+MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
+
+RULES = """
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    limits: [{capacity: 5, rate: 1/h}, {capacity: 3, rate: 1/day}]
+  - name: tiered
+    key: ["header:x-user-id"]
+    tiers:
+      header: x-tier
+      default: free
+      limits:
+        free: [{capacity: 2, rate: 1/h}]
+        paid: [{capacity: 4, rate: 1/h}]
+"""
+
+
+def take(s, body):
+    return s.request("POST", "/v1/take", {}, json.dumps(body))
+
+
+def drain(s, body, most=20):
+    """Takes until refused; returns how many passed (bounded)."""
+    n = 0
+    while n < most and take(s, body).status == 200:
+        n += 1
+    return n
+
+
+def remaining(s, body):
+    r = take(s, dict(body, cost=0))
+    return r.json()["remaining"]
+
+
+class AdminOff(unittest.TestCase):
+
+    def test_without_admin_config_the_paths_do_not_exist(self):
+        with Sluice(RULES) as s:
+            for path in ("/v1/reset", "/v1/refund"):
+                r = s.request("POST", path, AUTH,
+                              json.dumps({"rule": "api", "key": "a"}))
+                self.assertEqual(r.status, 404, path)
+                r = s.request("GET", path)
+                self.assertEqual(r.status, 404, path)
+
+
+class Behaviour:
+    """The same assertions on each store (store() gives its YAML)."""
+
+    def start(self, admin='{token: "%s"}' % TOKEN):
+        return Sluice("store: %s\nadmin: %s\n%s" % (self.store(), admin,
+                                                     RULES))
+
+    def post(self, s, path, body, headers=AUTH):
+        return s.request("POST", path, headers, json.dumps(body))
+
+    def test_token_is_required_and_checked(self):
+        with self.start() as s:
+            body = {"rule": "api", "key": "a"}
+            for headers in ({}, {"Authorization": "Bearer wrong"},
+                            {"Authorization": "Bearer " + TOKEN + "x"},
+                            {"Authorization": "Basic " + TOKEN},
+                            {"Authorization": TOKEN}):
+                r = self.post(s, "/v1/reset", body, headers)
+                self.assertEqual(r.status, 401, headers)
+                self.assertEqual(r.header("www-authenticate"), "Bearer")
+            self.assertEqual(self.post(s, "/v1/reset", body).status, 200)
+            r = s.request("GET", "/v1/reset", AUTH)
+            self.assertEqual(r.status, 405)
+
+    def test_token_file(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write(TOKEN + "\n")
+            f.flush()
+            with self.start("{token_file: %s}" % f.name) as s:
+                r = self.post(s, "/v1/reset", {"rule": "api", "key": "a"})
+                self.assertEqual(r.status, 200)
+                r = self.post(s, "/v1/reset", {"rule": "api", "key": "a"},
+                              {"Authorization": "Bearer x"})
+                self.assertEqual(r.status, 401)
+
+    def test_reset_fills_every_limit(self):
+        with self.start() as s:
+            body = {"rule": "api", "key": "alice"}
+            self.assertEqual(drain(s, body), 3)
+            other = {"rule": "api", "key": "bob"}
+            self.assertEqual(drain(s, other), 3)
+            r = self.post(s, "/v1/reset", body)
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            # Both limits full again (the 3/day one decided before).
+            self.assertEqual(drain(s, body), 3)
+            # Another key is untouched.
+            self.assertEqual(take(s, other).status, 429)
+
+    def test_reset_covers_every_tier(self):
+        with self.start() as s:
+            free = {"rule": "tiered", "key": "t"}
+            paid = {"rule": "tiered", "key": "t", "tier": "paid"}
+            self.assertEqual(drain(s, free), 2)
+            self.assertEqual(drain(s, paid), 4)
+            self.assertEqual(
+                self.post(s, "/v1/reset", {"rule": "tiered",
+                                           "key": "t"}).status, 200)
+            self.assertEqual(drain(s, free), 2)
+            self.assertEqual(drain(s, paid), 4)
+
+    def test_refund_gives_back_never_beyond_full(self):
+        with self.start() as s:
+            body = {"rule": "api", "key": "carol"}
+            self.assertEqual(drain(s, body), 3)
+            r = self.post(s, "/v1/refund", dict(body, cost=2))
+            self.assertEqual((r.status, r.json()),
+                             (200, {"status": "refunded"}))
+            self.assertEqual(remaining(s, body), 2)
+            r = self.post(s, "/v1/refund", dict(body, cost=1000))
+            self.assertEqual(r.status, 200)
+            # Full, not more: 3 (the smaller limit), then refused.
+            self.assertEqual(drain(s, body), 3)
+            # The default cost is the rule's (1).
+            self.assertEqual(self.post(s, "/v1/refund", body).status, 200)
+            self.assertEqual(remaining(s, body), 1)
+
+    def test_refund_of_a_tier(self):
+        with self.start() as s:
+            paid = {"rule": "tiered", "key": "u", "tier": "paid"}
+            self.assertEqual(drain(s, paid), 4)
+            r = self.post(s, "/v1/refund", dict(paid, cost=1))
+            self.assertEqual(r.status, 200)
+            self.assertEqual(remaining(s, paid), 1)
+
+    def test_ad_hoc_buckets(self):
+        with self.start() as s:
+            body = {"key": "job", "capacity": 4, "rate": "1/h"}
+            self.assertEqual(drain(s, body), 4)
+            self.assertEqual(self.post(s, "/v1/refund",
+                                       dict(body, cost=3)).status, 200)
+            self.assertEqual(remaining(s, body), 3)
+            self.assertEqual(self.post(s, "/v1/reset", body).status, 200)
+            self.assertEqual(remaining(s, body), 4)
+            # The rule "api" with the same key is another bucket.
+            self.assertEqual(remaining(s, {"rule": "api", "key": "job"}), 3)
+
+    def test_bad_bodies_name_the_field(self):
+        with self.start() as s:
+            cases = [
+                ("/v1/reset", "{", "body"),
+                ("/v1/reset", '{"rule": "api"}', "key"),
+                ("/v1/reset", '{"rule": "nope", "key": "k"}', "rule"),
+                ("/v1/reset", '{"rule": "api", "key": "k", "cost": 1}',
+                 "cost"),
+                ("/v1/reset", '{"rule": "api", "key": "k", "capacity": 1}',
+                 "capacity"),
+                ("/v1/refund", '{"rule": "api", "key": "k", "cots": 1}',
+                 "cots"),
+                ("/v1/refund", '{"rule": "api", "key": "k", "cost": -1}',
+                 "cost"),
+                ("/v1/refund", '{"key": "k", "rate": "1/s"}', "capacity"),
+                ("/v1/refund", '{"key": "k", "capacity": 2}', "rate"),
+                ("/v1/refund", '{"rule": "api", "key": "k", "tier": "x"}',
+                 "tier"),
+            ]
+            for path, body, field in cases:
+                r = s.request("POST", path, AUTH, body)
+                self.assertEqual(r.status, 400, body)
+                self.assertEqual(r.json()["field"], field, body)
+
+
+class MemoryStore(Behaviour, unittest.TestCase):
+
+    def store(self):
+        return "memory"
+
+
+class RedisStore(Behaviour, unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = RedisServer()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.redis.stop()
+
+    def setUp(self):
+        self.redis.cli("FLUSHALL")
+
+    def store(self):
+        return '{redis: {url: "%s", timeout_ms: 2000}}' % self.redis.url()
+
+
+class ModuleRedis(RedisServer):
+    """redis-server with the sluice module loaded."""
+
+    def _start(self):
+        argv = ["redis-server", "--port", str(self.port), "--bind",
+                "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--loadmodule", MODULE]
+        harness.Proc.__init__(self, argv)
+        harness.wait_until(lambda: self.ping(), timeout=20)
+
+
+@unittest.skipUnless(os.path.exists(MODULE), "module not built")
+class RedisModuleStore(RedisStore):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = ModuleRedis()
+
+    def test_takes_go_through_the_module(self):
+        self.redis.cli("CONFIG", "RESETSTAT")
+        with self.start() as s:
+            body = {"rule": "api", "key": "m"}
+            self.assertEqual(drain(s, body), 3)
+            self.assertEqual(self.post(s, "/v1/reset", body).status, 200)
+            self.assertEqual(drain(s, body), 3)
+        self.assertIn("cmdstat_sluice.take",
+                      self.redis.cli("INFO", "commandstats").lower())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

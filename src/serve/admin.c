@@ -4,7 +4,7 @@
  *   POST /v1/reset  {"rule":"api","key":"alice"}
  *                   {"key":"alice","capacity":100,"rate":"2/s"}   ad-hoc
  *       the key's buckets become full: every limit of the rule, in every
- *       tier (an ad-hoc bucket: that limit).
+ *       tier and its override (an ad-hoc bucket: that limit).
  *   POST /v1/refund {"rule":"api","key":"alice","cost":3,"tier":"paid"}
  *                   {"key":"alice","capacity":100,"rate":"2/s","cost":3}
  *       gives cost tokens back (default: the rule's cost, or 1) to the
@@ -34,7 +34,7 @@
 typedef struct admin_op_s {
 	sluice_conn_t *c;
 	int refund;
-	sluice_take_item_t items[TIERS_MAX];
+	sluice_take_item_t items[TIERS_MAX + 1]; /* every tier, an override */
 	size_t n;
 	sluice_limit_t adhoc;
 	sluice_match_t m; /* the store key */
@@ -197,17 +197,30 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 				 : "this rule has no tiers");
 		return -1;
 	}
+	/* Sets m.set when the key has an override. */
 	sluice_rule_key(rule, key, keylen, &op->m);
-	if (!op->refund && rule->ntiers) {
-		for (i = 0; i < rule->ntiers && i < TIERS_MAX; i++) {
-			op->items[i].limits = rule->tiers[i].limits;
-			op->items[i].nlimits = rule->tiers[i].nlimits;
+	if (!op->refund) {
+		const sluice_limit_set_t *sets =
+			rule->ntiers ? rule->tiers : &rule->limits;
+		size_t nsets = rule->ntiers ? rule->ntiers : 1;
+
+		for (i = 0; i < nsets && i < TIERS_MAX; i++) {
+			op->items[i].limits = sets[i].limits;
+			op->items[i].nlimits = sets[i].nlimits;
+		}
+		if (op->m.set) {
+			op->items[i].limits = op->m.set->limits;
+			op->items[i].nlimits = op->m.set->nlimits;
+			i++;
 		}
 		op->n = i;
 		return 0;
 	}
-	set = sluice_rule_tier(rule, tier ? json_string_value(tier) : NULL,
-			       tier ? json_string_length(tier) : 0);
+	set = op->m.set
+		      ? op->m.set
+		      : sluice_rule_tier(rule,
+					 tier ? json_string_value(tier) : NULL,
+					 tier ? json_string_length(tier) : 0);
 	op->items[0].limits = set->limits;
 	op->items[0].nlimits = set->nlimits;
 	op->n = 1;

@@ -139,6 +139,7 @@ static void free_rule(sluice_rule_t *r)
 		free(r->tiers[i].name);
 	free(r->tiers);
 	free(r->tier_header);
+	sluice_config_free_overrides(r);
 }
 
 static void free_rules(sluice_config_t *cfg)
@@ -696,8 +697,8 @@ sluice_config_t *sluice_config_parse(const char *name, const char *text,
 
 /* Reads a whole file (at most SLUICE_CONFIG_MAX_BYTES) into *buf, NUL
  * terminated.  Returns 0, or -1 with "FILE:1: ..." in err. */
-static int read_file(const char *path, char **out, size_t *outlen, char *err,
-		     size_t errlen)
+int sluice_config_read_file(const char *path, char **out, size_t *outlen,
+			    char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "rb");
 	char *buf = NULL;
@@ -757,7 +758,7 @@ sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
 	char *buf;
 	size_t len;
 
-	if (read_file(path, &buf, &len, err, errlen) < 0)
+	if (sluice_config_read_file(path, &buf, &len, err, errlen) < 0)
 		return NULL;
 	cfg = sluice_config_parse(path, buf, len, err, errlen);
 	free(buf);
@@ -780,7 +781,7 @@ unsigned sluice_config_check(const char *path, char *report, size_t len,
 
 	if (len)
 		report[0] = '\0';
-	if (read_file(path, &buf, &n, line, sizeof(line)) < 0) {
+	if (sluice_config_read_file(path, &buf, &n, line, sizeof(line)) < 0) {
 		sluice_yaml_report(&y, line);
 		return y.nerrors;
 	}

@@ -56,6 +56,31 @@ typedef struct sluice_limit_set_s {
 	size_t nlimits;
 } sluice_limit_set_t;
 
+/* Per-key limits of a rule (`overrides:`, `overrides_file:`): identity ->
+ * limit set, in an open-addressing table built at load, so a lookup costs
+ * one hash and a probe or two however many keys there are. */
+typedef struct sluice_override_s {
+	char *key; /* the identity, as the rule's key sources give it */
+	uint32_t len;
+	uint32_t set; /* index into sets */
+	int line;     /* where it was given, for messages */
+	const char *file;
+} sluice_override_t;
+
+typedef struct sluice_overrides_s {
+	sluice_override_t *entries;
+	size_t n, cap;
+	uint32_t *slots; /* entry index + 1; 0 empty */
+	size_t mask;
+	size_t max_probe;	  /* the longest probe of any entry (tests) */
+	sluice_limit_set_t *sets; /* distinct limit sets */
+	size_t nsets, setcap;
+	uint8_t seed[16];
+} sluice_overrides_t;
+
+/* Longest override key (identity) in bytes. */
+#define SLUICE_OVERRIDE_KEY_MAX 256
+
 typedef struct sluice_rule_s {
 	char *name;
 	int line; /* where the rule starts in the file, for messages */
@@ -82,6 +107,8 @@ typedef struct sluice_rule_s {
 	size_t ntiers;
 	char *tier_header;   /* lower-case */
 	size_t default_tier; /* index into tiers */
+
+	sluice_overrides_t *overrides; /* NULL: none; beats tiers */
 
 	uint64_t cost; /* tokens per request, default 1 */
 	sluice_fail_mode_t on_store_error;
@@ -239,6 +266,15 @@ void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
  */
 const sluice_limit_set_t *sluice_rule_tier(const sluice_rule_t *rule,
 					   const char *tier, size_t len);
+
+/*
+ * The limit set an override gives `identity` under `rule`, or NULL.  The
+ * identity is bufs[0..nb) concatenated (the parts of a composite key with
+ * their 0x1f separators, as sluice_key_make() takes them).
+ */
+const sluice_limit_set_t *sluice_rule_override(const sluice_rule_t *rule,
+					       const void *const *bufs,
+					       const size_t *lens, size_t nb);
 
 /*
  * The path glob of a rule: '*' matches any run of characters (slashes

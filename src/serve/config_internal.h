@@ -23,4 +23,19 @@ int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);
 
+/* A list of limits ([{capacity, rate}, ...]) into set (config_rule.c). */
+int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,
+			       sluice_limit_set_t *set, const char *what);
+
+/* Reads a whole file (config.c); -1 with "FILE:1: ..." in err. */
+int sluice_config_read_file(const char *path, char **out, size_t *outlen,
+			    char *err, size_t errlen);
+
+/* A rule's `overrides:` and/or `overrides_file:` (either may be NULL)
+ * into r->overrides (config_override.c). */
+int sluice_config_parse_overrides(sluice_yaml_t *y, yaml_node_t *inline_map,
+				  yaml_node_t *file, sluice_rule_t *r,
+				  const char *rule);
+void sluice_config_free_overrides(sluice_rule_t *r);
+
 #endif /* SLUICE_SERVE_CONFIG_INTERNAL_H */

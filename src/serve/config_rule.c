@@ -305,8 +305,8 @@ static int parse_limit(sluice_yaml_t *y, yaml_node_t *node,
 	return 0;
 }
 
-static int parse_limit_list(sluice_yaml_t *y, yaml_node_t *node,
-			    sluice_limit_set_t *set, const char *what)
+int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,
+			       sluice_limit_set_t *set, const char *what)
 {
 	char item[256];
 	size_t i, n;
@@ -411,8 +411,8 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		if (!r->tiers[i].name)
 			return sluice_yaml_nomem(y, k);
 		snprintf(what, sizeof(what), "%s: tiers.limits.%s", rule, s);
-		if (parse_limit_list(y, sluice_yaml_node(y, p->value),
-				     &r->tiers[i], what) < 0)
+		if (sluice_config_parse_limits(y, sluice_yaml_node(y, p->value),
+					       &r->tiers[i], what) < 0)
 			return -1;
 		if (strcmp(s, dname) == 0)
 			r->default_tier = i;
@@ -460,6 +460,25 @@ static int check_cost(sluice_yaml_t *y, yaml_node_t *node,
 						.capacity,
 					r->ntiers ? "tiers.limits." : "limits",
 					r->ntiers ? sets[i].name : "", j);
+	/* An override's limits must let the rule's cost through too. */
+	for (i = 0; r->overrides && i < r->overrides->n; i++) {
+		const sluice_override_t *e = &r->overrides->entries[i];
+		const sluice_limit_set_t *set = &r->overrides->sets[e->set];
+
+		for (j = 0; j < set->nlimits; j++)
+			if (r->cost > set->limits[j].capacity)
+				return sluice_yaml_error(
+					y, node,
+					"%s: cost %llu exceeds the capacity "
+					"%llu of override \"%.60s\", so no "
+					"request of that key could ever pass; "
+					"expected a cost of at most every "
+					"capacity",
+					rule, (unsigned long long)r->cost,
+					(unsigned long long)set->limits[j]
+						.capacity,
+					e->key);
+	}
 	return 0;
 }
 
@@ -469,9 +488,11 @@ static int check_cost(sluice_yaml_t *y, yaml_node_t *node,
 static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		      size_t idx)
 {
-	static const char *const keys[] = {"name",	     "match",  "key",
-					   "limits",	     "tiers",  "cost",
-					   "on_store_error", "shadow", NULL};
+	static const char *const keys[] = {
+		"name",		  "match",  "key",
+		"limits",	  "tiers",  "cost",
+		"on_store_error", "shadow", "overrides",
+		"overrides_file", NULL};
 	char rule[128], what[256];
 	yaml_node_t *v, *lim, *tiers;
 	const char *s;
@@ -535,11 +556,17 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 					      "limits: [{capacity: 100, rate: "
 					      "2/s}] or tiers: {...}",
 					      rule);
-	else if (lim && parse_limit_list(y, lim, &r->limits, what) < 0)
+	else if (lim &&
+		 sluice_config_parse_limits(y, lim, &r->limits, what) < 0)
 		limits_ok = -1;
 	else if (tiers && parse_tiers(y, tiers, r, rule) < 0)
 		limits_ok = -1;
 	if (limits_ok < 0)
+		rc = -1;
+
+	v = sluice_yaml_get(y, node, "overrides");
+	lim = sluice_yaml_get(y, node, "overrides_file");
+	if ((v || lim) && sluice_config_parse_overrides(y, v, lim, r, rule) < 0)
 		rc = -1;
 
 	if ((v = sluice_yaml_get(y, node, "cost"))) {

@@ -360,7 +360,12 @@ void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
 	const void *bufs[1] = {identity};
 	size_t lens[1] = {len};
 
+	const sluice_limit_set_t *ov;
+
 	make_key(rule->name, bufs, lens, 1, m);
+	/* An override beats the tier the caller chose. */
+	if ((ov = sluice_rule_override(rule, bufs, lens, 1)))
+		m->set = ov;
 }
 
 /* Fills m->key from the first non-empty key source of the rule; returns
@@ -396,6 +401,9 @@ static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
 	if (s == r->nsources)
 		return -1;
 	make_key(r->name, bufs, lens, nb, m);
+	/* An override beats tiers (sluice_rules_match() picks the set when
+	 * this leaves it NULL). */
+	m->set = sluice_rule_override(r, bufs, lens, nb);
 	return 0;
 }
 
@@ -445,7 +453,8 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 		if (build_key(cfg, req, r, &ip, &out[n]) < 0)
 			continue;
 		out[n].rule = r;
-		out[n].set = pick_set(r, req);
+		if (!out[n].set)
+			out[n].set = pick_set(r, req);
 		n++;
 	}
 	free(np.heap);

@@ -544,6 +544,51 @@ static void test_check_reads_on_after_errors(void)
 	CHECK(strstr(report, "cannot open") != NULL);
 }
 
+/* 100,000 overrides: every key finds its own limits with a short probe
+ * (the table is built at load; lookups stay O(1)). */
+static void test_many_overrides_are_found_in_constant_time(void)
+{
+	const size_t n = 100000;
+	size_t cap = 200 + n * 48, len, i;
+	char *text = malloc(cap), err[512], key[32];
+	const void *bufs[1];
+	size_t lens[1];
+	const sluice_limit_set_t *set;
+	sluice_config_t *c;
+
+	CHECK(text != NULL);
+	len = (size_t)snprintf(text, cap,
+			       "rules:\n  - name: a\n    key: header:k\n"
+			       "    limits: [{capacity: 1, rate: 1/s}]\n"
+			       "    overrides:\n");
+	for (i = 0; i < n; i++)
+		len += (size_t)snprintf(text + len, cap - len,
+					"      \"c%zu\": [{capacity: %zu, "
+					"rate: 1/s}]\n",
+					i, 1 + i % 9);
+	c = sluice_config_parse("t.yaml", text, len, err, sizeof(err));
+	free(text);
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(c->rules[0].overrides->n == n);
+	/* Shared limit sets: 9 distinct ones, not 100,000 copies. */
+	CHECK(c->rules[0].overrides->nsets == 9);
+	/* Linear probing at load factor <= 1/2: far below n. */
+	CHECK(c->rules[0].overrides->max_probe <= 64);
+	for (i = 0; i < n; i += 997) {
+		snprintf(key, sizeof(key), "c%zu", i);
+		bufs[0] = key;
+		lens[0] = strlen(key);
+		set = sluice_rule_override(&c->rules[0], bufs, lens, 1);
+		CHECK(set && set->limits[0].capacity == 1 + i % 9);
+	}
+	bufs[0] = "c100000";
+	lens[0] = 7;
+	CHECK(sluice_rule_override(&c->rules[0], bufs, lens, 1) == NULL);
+	sluice_config_free(c);
+}
+
 /* examples/sluice.yaml, found next to this source file */
 static void test_example_file_is_valid(void)
 {
@@ -590,6 +635,7 @@ int main(void)
 	RUN(test_empty_trusted_proxies_trusts_nobody);
 	RUN(test_bad_files_name_file_and_line);
 	RUN(test_check_reads_on_after_errors);
+	RUN(test_many_overrides_are_found_in_constant_time);
 	RUN(test_deep_nesting_is_refused_early);
 	RUN(test_load_reads_a_file_and_names_it);
 	RUN(test_example_file_is_valid);

@@ -15,6 +15,7 @@ count is exact, nothing depends on timing.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -76,8 +77,14 @@ class Behaviour:
     """The same assertions on each store (store() gives its YAML)."""
 
     def start(self, admin='{token: "%s"}' % TOKEN):
-        return Sluice("store: %s\nadmin: %s\n%s" % (self.store(), admin,
-                                                     RULES))
+        s = Sluice("store: %s\nadmin: %s\n%s" % (self.store(), admin,
+                                                  RULES))
+        # A store not yet reachable would fail open and spoil the counts.
+        if not harness.wait_until(
+                lambda: s.request("GET", "/readyz").status == 200, 20):
+            s.stop()
+            self.fail("not ready")
+        return s
 
     def post(self, s, path, body, headers=AUTH):
         return s.request("POST", path, headers, json.dumps(body))
@@ -243,6 +250,44 @@ class RedisModuleStore(RedisStore):
             self.assertEqual(drain(s, body), 3)
         self.assertIn("cmdstat_sluice.take",
                       self.redis.cli("INFO", "commandstats").lower())
+
+
+class RedisClusterStore(Behaviour, unittest.TestCase):
+    """Three masters: keys (and so resets and refunds) over all of them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.nodes = []
+        try:
+            cls.nodes = [RedisServer(cluster=True) for _ in range(3)]
+            p = subprocess.run(["redis-cli", "--cluster", "create"] +
+                               [n.seed() for n in cls.nodes] +
+                               ["--cluster-yes"], capture_output=True,
+                               text=True, timeout=60)
+            if p.returncode != 0:
+                raise RuntimeError(p.stdout + p.stderr)
+            for n in cls.nodes:
+                if not harness.wait_until(
+                        lambda: "cluster_state:ok" in n.cli("CLUSTER",
+                                                            "INFO"), 30):
+                    raise RuntimeError("cluster not ok")
+        except BaseException:
+            for n in cls.nodes:
+                n.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for n in cls.nodes:
+            n.stop()
+
+    def setUp(self):
+        for n in self.nodes:
+            n.cli("FLUSHALL")
+
+    def store(self):
+        return "{redis_cluster: {seeds: [%s], timeout_ms: 2000}}" % ", ".join(
+            '"%s"' % n.seed() for n in self.nodes)
 
 
 if __name__ == "__main__":

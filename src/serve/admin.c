@@ -160,10 +160,8 @@ static int adhoc(sluice_conn_t *c, json_t *obj, admin_op_t *op, const char *key,
 		bad(c, "capacity", err);
 		return -1;
 	}
-	/* The namespace json_api.c gives ad-hoc keys. */
-	op->m.key[0] = '\x1e';
-	memcpy(op->m.key + 1, key, keylen);
-	op->m.keylen = keylen + 1;
+	/* The key json_api.c gives the same ad-hoc bucket. */
+	sluice_adhoc_key(key, keylen, &op->m);
 	op->items[0].limits = &op->adhoc;
 	op->items[0].nlimits = 1;
 	op->n = 1;

@@ -21,6 +21,10 @@ void sluice_handle(sluice_conn_t *c);
 /* POST /v1/take (json_api.c). */
 void sluice_api_take(sluice_conn_t *c);
 
+/* The store key of an ad-hoc bucket (json_api.c): "\x1e<key>", or
+ * "\x1e~<sha256 hex>" for a key too long for m->key or starting with '~'. */
+void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m);
+
 /* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
 void sluice_api_admin(sluice_conn_t *c, int refund);
 

@@ -172,6 +172,11 @@ class Behaviour:
             self.assertEqual(remaining(s, body), 3)
             self.assertEqual(self.post(s, "/v1/reset", body).status, 200)
             self.assertEqual(remaining(s, body), 4)
+            # The longest key a caller may send (hashed in the store).
+            long = {"key": "z" * 400, "capacity": 2, "rate": "1/h"}
+            self.assertEqual(drain(s, long), 2)
+            self.assertEqual(self.post(s, "/v1/reset", long).status, 200)
+            self.assertEqual(remaining(s, long), 2)
             # The rule "api" with the same key is another bucket.
             self.assertEqual(remaining(s, {"rule": "api", "key": "job"}), 3)
 

@@ -249,6 +249,26 @@ class ClassicPolicy(unittest.TestCase):
         r = check(self.s, "shared-user")
         self.assertEqual(r.header("x-ratelimit-remaining"), "94")
 
+    def test_take_long_adhoc_keys_stay_apart(self):
+        # 400-byte keys (the most a caller may send) that differ in one
+        # byte deep inside are two buckets, not one: the store key of a
+        # long key is its hash, never bytes cut or overwritten.
+        for at in (150, 272, 399):
+            a = "a" * at + "X" + "a" * (399 - at)
+            b = "a" * at + "Y" + "a" * (399 - at)
+            for key in (a, b):
+                r = self.s.request("POST", "/v1/take", {}, json.dumps(
+                    {"key": key, "capacity": 1, "rate": "1/h"}))
+                self.assertEqual(r.status, 200, (at, key[at]))
+            r = self.s.request("POST", "/v1/take", {}, json.dumps(
+                {"key": a, "capacity": 1, "rate": "1/h"}))
+            self.assertEqual(r.status, 429)
+        # A key that looks like a hash is not one.
+        for key in ("~" + "0" * 64, "~x"):
+            r = self.s.request("POST", "/v1/take", {}, json.dumps(
+                {"key": key, "capacity": 1, "rate": "1/h"}))
+            self.assertEqual(r.status, 200)
+
     def test_take_bad_input_names_the_field(self):
         cases = [
             ("{", "body"),

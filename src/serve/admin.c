@@ -19,6 +19,7 @@
  * run on the store driver (memory, Redis scripts, same with the module).
  */
 #include "serve/handlers.h"
+#include "serve/log.h"
 #include "util/sha256.h"
 
 #include <jansson.h>
@@ -38,6 +39,7 @@ typedef struct admin_op_s {
 	size_t n;
 	sluice_limit_t adhoc;
 	sluice_match_t m; /* the store key */
+	char what[200];	  /* for the log: which verb on which bucket */
 } admin_op_t;
 
 static void bad(sluice_conn_t *c, const char *field, const char *message)
@@ -76,6 +78,12 @@ static void op_done(void *arg, int status, int allowed)
 				      : "{\"status\":\"reset\"}";
 
 	(void)allowed;
+	/* Admin actions are rare and change limits: each one is logged. */
+	if (!status)
+		sluice_log_info("admin: %s", op->what);
+	else
+		sluice_log_warn("admin: %s failed: the store did not answer",
+				op->what);
 	free(op);
 	if (status) {
 		sluice_resp_error(c, 503, "store_unavailable", NULL,
@@ -85,6 +93,31 @@ static void op_done(void *arg, int status, int allowed)
 	}
 	sluice_resp_begin(c, 200);
 	sluice_resp_end(c, "application/json", body, strlen(body));
+}
+
+/* "reset of rule "api" key "alice"" for the log: at most 64 bytes of the
+ * key, control characters and quotes replaced, so a key cannot forge a
+ * log line. */
+static void describe(admin_op_t *op, const char *rule, const char *key,
+		     size_t len)
+{
+	char safe[72];
+	size_t i, n = len > 64 ? 64 : len;
+
+	for (i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)key[i];
+
+		safe[i] = ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\'
+				  ? '?'
+				  : (char)ch;
+	}
+	if (len > n)
+		memcpy(safe + n, "...", 4);
+	else
+		safe[n] = '\0';
+	snprintf(op->what, sizeof(op->what), "%s of %s%.*s%s key \"%s\"",
+		 op->refund ? "refund" : "reset", rule ? "rule \"" : "ad-hoc",
+		 rule ? 64 : 0, rule ? rule : "", rule ? "\"" : "", safe);
 }
 
 /* 400 for a field this verb does not take (as /v1/take is strict). */
@@ -306,6 +339,7 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 			       keylen, &cost)
 		  : adhoc(c, obj, op, key, keylen))
 		goto out;
+	describe(op, jrule ? json_string_value(jrule) : NULL, key, keylen);
 	for (i = 0; i < op->n; i++) {
 		op->items[i].key = op->m.key;
 		op->items[i].keylen = op->m.keylen;

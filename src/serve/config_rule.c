@@ -494,7 +494,7 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		"on_store_error", "shadow", "overrides",
 		"overrides_file", NULL};
 	char rule[128], what[256];
-	yaml_node_t *v, *lim, *tiers;
+	yaml_node_t *v, *lim, *tiers, *ovf;
 	const char *s;
 	uint64_t u;
 	int rc = 0, limits_ok = 1;
@@ -565,8 +565,8 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		rc = -1;
 
 	v = sluice_yaml_get(y, node, "overrides");
-	lim = sluice_yaml_get(y, node, "overrides_file");
-	if ((v || lim) && sluice_config_parse_overrides(y, v, lim, r, rule) < 0)
+	ovf = sluice_yaml_get(y, node, "overrides_file");
+	if ((v || ovf) && sluice_config_parse_overrides(y, v, ovf, r, rule) < 0)
 		rc = -1;
 
 	if ((v = sluice_yaml_get(y, node, "cost"))) {

@@ -126,6 +126,13 @@ class Behaviour:
             self.assertEqual(drain(s, body), 3)
             # Another key is untouched.
             self.assertEqual(take(s, other).status, 429)
+            # Each action is logged; a key cannot forge a log line.
+            forged = {"rule": "api", "key": "x\nERROR forged"}
+            self.assertEqual(self.post(s, "/v1/reset", forged).status, 200)
+            log = s.log()
+            self.assertIn('admin: reset of rule "api" key "alice"', log)
+            self.assertIn('key "x?ERROR forged"', log)
+            self.assertNotIn("\nERROR forged", log)
 
     def test_reset_covers_every_tier(self):
         with self.start() as s:

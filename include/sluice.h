@@ -15,8 +15,9 @@
  *      Redis script, Redis module) keeps this same integer, so they can serve
  *      the same keys.
  *
- *   3. Stores: the embedded memory store (sluice_memstore_*) here; the Redis
- *      store has its own header.
+ *   3. Stores: the embedded memory store (sluice_memstore_*) and the
+ *      shared-memory store for every process of a host (sluice_shmstore_*)
+ *      here; the Redis store has its own header.
  *
  * Conventions: every exported name starts with sluice_, functions that can
  * fail return 0 or a negative SLUICE_E* code, and sluice_strerror() explains
@@ -250,6 +251,9 @@ typedef struct sluice_memstore_stats_s {
 				     full found): that bucket restarts full */
 	uint64_t evicted_debt_us; /* what lossy evictions forgave: the sum of
 				     their buckets' times to full */
+	uint64_t recovered;	  /* shared-memory store: shards repaired
+				     after a process died holding their
+				     lock (0 in the memory store) */
 } sluice_memstore_stats_t;
 
 /*
@@ -317,6 +321,60 @@ int sluice_memstore_take_many(sluice_memstore_t *store,
 /* Copies the store's counters. */
 void sluice_memstore_stats(sluice_memstore_t *store,
 			   sluice_memstore_stats_t *out);
+
+/* ---------------------------------------------------- shared-memory store */
+
+/*
+ * The shared-memory store: the memory store's table in a file on a tmpfs
+ * (/dev/shm/NAME), shared by every process and thread of a host that opens
+ * it.  They all charge the same buckets, exactly, and a process that
+ * restarts finds every bucket as it was.  Decisions, bounds, eviction and
+ * expiry are the memory store's.  A process killed at any instruction, even
+ * holding a shard's lock, leaves no one blocked and no bucket corrupted:
+ * the locks are robust, and the next process to take one repairs that
+ * shard's table.  (A process killed in the middle of a take over several
+ * limits may leave that take charged on some of them only.)
+ */
+typedef struct sluice_shmstore_s sluice_shmstore_t;
+
+/*
+ * Opens the store in the file at path, creating it (mode 0600, sized for
+ * max_keys buckets, about 32 to 64 bytes each, all reserved at creation)
+ * if it does not exist.  The file holds a magic, a layout version, its
+ * parameters and the secret hash key (random at creation: clients cannot
+ * predict which keys share a slot).  A file of another layout version,
+ * made for another max_keys, of the wrong size or not a store at all is
+ * refused, never reinterpreted.  Returns 0 with *store set, or
+ * SLUICE_EINVAL / SLUICE_ERANGE (bad arguments), SLUICE_ENOMEM or
+ * SLUICE_ESTORE (the file: permission, space, layout) with a message
+ * naming the path in err (may be NULL).
+ */
+int sluice_shmstore_open(sluice_shmstore_t **store, const char *path,
+			 size_t max_keys, char *err, size_t errlen);
+
+/* Unmaps the store (the file and its buckets stay). */
+void sluice_shmstore_close(sluice_shmstore_t *store);
+
+/* As sluice_memstore_take(). */
+int sluice_shmstore_take(sluice_shmstore_t *store, const void *key,
+			 size_t keylen, const sluice_limit_t *limits,
+			 size_t nlimits, uint64_t cost, int64_t now_us,
+			 sluice_decision_t *decisions,
+			 sluice_decision_t *summary);
+
+/* As sluice_memstore_take_many(): all-or-nothing across keys, atomic with
+ * respect to every take of every process on the same file. */
+int sluice_shmstore_take_many(sluice_shmstore_t *store,
+			      sluice_take_item_t *items, size_t n,
+			      int64_t now_us);
+
+/* The store's counters (over every process's takes). */
+void sluice_shmstore_stats(sluice_shmstore_t *store,
+			   sluice_memstore_stats_t *out);
+
+/* Checks the table's invariants (counts, bounds, every bucket reachable
+ * and unique): 0, or SLUICE_ESTORE with what is wrong in err. */
+int sluice_shmstore_check(sluice_shmstore_t *store, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ time */
 

@@ -209,6 +209,7 @@ static sluice_slot_t *find(const sluice_shard_t *s, uint64_t h1, uint64_t h2)
 static int shard_recover(sluice_shard_t *s)
 {
 	sluice_shard_repair(s);
+	s->t->recovered++;
 	return pthread_mutex_consistent(s->lock);
 }
 
@@ -545,6 +546,7 @@ void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out)
 		out->evicted_full += s->t->evicted_full;
 		out->evicted_lossy += s->t->evicted_lossy;
 		out->evicted_debt_us += s->t->evicted_debt_us;
+		out->recovered += s->t->recovered;
 		pthread_mutex_unlock(s->lock);
 	}
 }

@@ -28,6 +28,7 @@ typedef struct sluice_table_s {
 	uint64_t hand;	 /* where the next eviction starts looking */
 	uint64_t cursor; /* incremental reclaim position */
 	uint64_t expired, evicted_full, evicted_lossy, evicted_debt_us;
+	uint64_t recovered; /* repairs after a lock holder died */
 } sluice_table_t;
 
 /* A process's view of one shard. */

@@ -99,11 +99,13 @@ typedef enum {
 	SLUICE_STORE_MEMORY = 0,
 	SLUICE_STORE_REDIS,
 	SLUICE_STORE_REDIS_CLUSTER,
+	SLUICE_STORE_SHARED, /* the host's shared-memory store */
 } sluice_store_kind_t;
 
 typedef struct sluice_store_config_s {
 	sluice_store_kind_t kind;
-	size_t max_keys; /* memory store bound (default 1,000,000) */
+	size_t max_keys; /* memory/shared store bound (default 1,000,000) */
+	char *shm_path;	 /* shared: the store's file, e.g. /dev/shm/sluice */
 	/* redis / redis_cluster */
 	char *url;    /* redis://[user:pass@]host:port/db, unix:///path */
 	char **seeds; /* cluster seeds, "host:port" */

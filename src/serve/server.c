@@ -17,7 +17,8 @@ typedef struct sluice_server_s {
 	uv_loop_t *main_loop;
 	uv_signal_t sighup, sigterm, sigint;
 	sluice_memstore_t *store;
-	sluice_live_t *live; /* current config (main thread's reference) */
+	sluice_shmstore_t *shm; /* store: shared */
+	sluice_live_t *live;	/* current config (main thread's reference) */
 	sluice_worker_t *workers;
 	unsigned nworkers;
 	int stopping;
@@ -68,6 +69,8 @@ static const char *store_name(const sluice_config_t *cfg)
 	switch (cfg->store.kind) {
 	case SLUICE_STORE_MEMORY:
 		return "memory";
+	case SLUICE_STORE_SHARED:
+		return "shared";
 	case SLUICE_STORE_REDIS:
 		return "redis";
 	default:
@@ -101,7 +104,9 @@ static void reload(sluice_server_t *s)
 		sluice_log_warn("SIGHUP: listen/threads changes take effect "
 				"on restart only");
 	if (cfg->store.kind != old->store.kind ||
-	    cfg->store.max_keys != old->store.max_keys)
+	    cfg->store.max_keys != old->store.max_keys ||
+	    (cfg->store.shm_path && old->store.shm_path &&
+	     strcmp(cfg->store.shm_path, old->store.shm_path)))
 		sluice_log_warn("SIGHUP: store changes take effect on "
 				"restart only");
 	live = sluice_live_new(cfg);
@@ -224,7 +229,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 		return -1;
 	}
 	if (sluice_backend_open(&w->svc.backend, &s->live->cfg->store, &w->loop,
-				s->store, err, errlen) < 0)
+				s->store, s->shm, err, errlen) < 0)
 		return -1;
 	uv_tcp_init(&w->loop, &w->listener);
 	w->listener.data = w;
@@ -312,6 +317,15 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
+	/* The host's shared store, opened once: a file that cannot be used
+	 * is a configuration error (exit 2), like a bad config file. */
+	if (cfg->store.kind == SLUICE_STORE_SHARED &&
+	    sluice_shmstore_open(&s.shm, cfg->store.shm_path,
+				 cfg->store.max_keys, err, sizeof(err)) != 0) {
+		sluice_log_error("store.shared: %s", err);
+		sluice_config_free(cfg);
+		return 2;
+	}
 	s.store = sluice_memstore_new(cfg->store.max_keys ? cfg->store.max_keys
 							  : DEFAULT_MAX_KEYS);
 	s.live = s.store ? sluice_live_new(cfg) : NULL;
@@ -320,6 +334,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 			sluice_config_free(cfg);
 		sluice_log_error("out of memory");
 		sluice_memstore_free(s.store);
+		sluice_shmstore_close(s.shm);
 		return 1;
 	}
 	s.nworkers = cfg->threads;
@@ -398,5 +413,6 @@ out:
 	free(s.workers);
 	sluice_live_unref(s.live);
 	sluice_memstore_free(s.store);
+	sluice_shmstore_close(s.shm);
 	return status;
 }

@@ -41,10 +41,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHM_MAGIC	"SLUICESH"
-#define SHM_VERSION	1u
-#define SHM_HEADER	4096u
-#define SHM_MAX_KEYS	(UINT64_C(1) << 32)
+#define SHM_MAGIC    "SLUICESH"
+#define SHM_VERSION  1u
+#define SHM_HEADER   4096u
+#define SHM_MAX_KEYS (UINT64_C(1) << 32)
 
 typedef struct header_s {
 	char magic[8];
@@ -138,10 +138,9 @@ static int create(int fd, const char *path, const header_t *want, char *err,
 	if ((rc = posix_fallocate(fd, 0, (off_t)want->file_bytes)) != 0)
 		return fail(err, errlen, SLUICE_ESTORE,
 			    "%s: cannot reserve %llu bytes: %s", path,
-			    (unsigned long long)want->file_bytes,
-			    strerror(rc));
-	h = mmap(NULL, want->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-		 fd, 0);
+			    (unsigned long long)want->file_bytes, strerror(rc));
+	h = mmap(NULL, want->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		 0);
 	if (h == MAP_FAILED)
 		return fail(err, errlen, SLUICE_ESTORE, "%s: mmap: %s", path,
 			    strerror(errno));

@@ -189,10 +189,10 @@ static void crash_take(sluice_shmstore_t *s, uint64_t *rng, int *allowed)
 
 		snprintf(key2, sizeof(key2), "k%d", (k + 1) % CRASH_KEYS);
 		memset(it, 0, sizeof(it));
-		it[0] = (sluice_take_item_t){key, strlen(key), crash_limits,
-					     2, 1, 0, {0}};
-		it[1] = (sluice_take_item_t){key2, strlen(key2), crash_limits,
-					     2, 1, 0, {0}};
+		it[0] = (sluice_take_item_t){key, strlen(key), crash_limits, 2,
+					     1,	  0,	       {0}};
+		it[1] = (sluice_take_item_t){
+			key2, strlen(key2), crash_limits, 2, 1, 0, {0}};
 		rc = sluice_shmstore_take_many(s, it, 2, T0);
 		*allowed = rc == 1 ? 2 : rc;
 		return;
@@ -305,8 +305,8 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 		reported += drain(vp[0]);
 		sluice_shmstore_stats(s, &st);
 		for (i = 0; i < SURVIVORS; i++)
-			if (surv[i] > 0 && waitpid(surv[i], &status, WNOHANG) ==
-						   surv[i]) {
+			if (surv[i] > 0 &&
+			    waitpid(surv[i], &status, WNOHANG) == surv[i]) {
 				CHECK(WIFEXITED(status) &&
 				      WEXITSTATUS(status) == 0);
 				surv[i] = 0;
@@ -341,17 +341,19 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 	a = consumed(s, 0);
 	b = consumed(s, 1);
 	fprintf(stderr,
-		"     %d kills, %" PRIu64 " repairs; charged: survivors %" PRIu64
-		", victims %" PRIu64 "..+%d; buckets: %" PRIu64 ", %" PRIu64
-		"\n",
+		"     %d kills, %" PRIu64
+		" repairs; charged: survivors %" PRIu64 ", victims %" PRIu64
+		"..+%d; buckets: %" PRIu64 ", %" PRIu64 "\n",
 		kills, st.recovered, survivors, reported, 2 * kills, a, b);
 	CHECK(sluice_shmstore_check(s, err, sizeof(err)) == 0);
 	CHECK(kills >= MIN_KILLS);
 	CHECK(st.recovered >= 1);
 	/* Each limit holds every reported charge, and at most the takes in
 	 * flight at the kills besides. */
-	CHECK(a >= survivors + reported && a <= survivors + reported + 2 * kills);
-	CHECK(b >= survivors + reported && b <= survivors + reported + 2 * kills);
+	CHECK(a >= survivors + reported &&
+	      a <= survivors + reported + 2 * kills);
+	CHECK(b >= survivors + reported &&
+	      b <= survivors + reported + 2 * kills);
 	sluice_shmstore_close(s);
 	unlink(path);
 }
@@ -424,8 +426,7 @@ static void test_reopened_store_keeps_a_drained_bucket(void)
 
 /* ---------------------------------------------------- refused files */
 
-static int open_err(const char *path, size_t max_keys, char *err,
-		    size_t errlen)
+static int open_err(const char *path, size_t max_keys, char *err, size_t errlen)
 {
 	sluice_shmstore_t *s = NULL;
 	int rc = sluice_shmstore_open(&s, path, max_keys, err, errlen);

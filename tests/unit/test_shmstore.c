@@ -165,14 +165,14 @@ static void test_memory_store_per_process_overruns_fourfold(void)
 
 /* --------------------------------------------------------- crash safety */
 
-#define CRASH_KEYS	 8
-#define SURVIVORS	 2
-#define SURVIVOR_TAKES	 40000
-#define TAKE_BOUND_US	 (20 * 1000000LL) /* generous: no take waits this long */
-#define MIN_KILLS	 300
-#define MAX_KILLS	 3000
-#define WANT_RECOVERIES	 20
+#define CRASH_KEYS     8
+#define SURVIVORS      2
+#define SURVIVOR_TAKES 40000
+#define TAKE_BOUND_US  (20 * 1000000LL) /* generous: no take waits this long */
+#define KILLS	       300
+#ifndef CRASH_DEADLINE_S
 #define CRASH_DEADLINE_S 240
+#endif
 
 static sluice_limit_t crash_limits[2];
 
@@ -280,7 +280,7 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 	sluice_memstore_stats_t st;
 	pid_t surv[SURVIVORS], v;
 	uint64_t seed = 42, survivors = 0, reported = 0, one, a, b;
-	int sp[2], vp[2], i, kills = 0, status, running = SURVIVORS;
+	int sp[2], vp[2], i, kills = 0, status, running = SURVIVORS, blocked;
 	int64_t deadline = mono_us() + CRASH_DEADLINE_S * 1000000LL;
 	char err[256];
 
@@ -293,9 +293,11 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 	for (i = 0; i < SURVIVORS; i++)
 		if ((surv[i] = fork()) == 0)
 			survivor(path, 1000 + (uint64_t)i, sp[1]);
-	/* Kill victims while the survivors run: at least MIN_KILLS, more
-	 * until enough of them died holding a lock. */
-	while (kills < MAX_KILLS && mono_us() < deadline) {
+	/* Kill victims while the survivors run.  The parent takes no shard
+	 * lock meanwhile: on locks that are not robust a dead victim would
+	 * block it too, and the test must fail, not hang. */
+	while ((kills < KILLS || running > 0) && kills < 10 * KILLS &&
+	       mono_us() < deadline) {
 		if ((v = fork()) == 0)
 			victim(path, test_rand(&seed), vp[1]);
 		usleep((useconds_t)(200 + test_rand(&seed) % 2000));
@@ -303,7 +305,6 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 		waitpid(v, &status, 0);
 		kills++;
 		reported += drain(vp[0]);
-		sluice_shmstore_stats(s, &st);
 		for (i = 0; i < SURVIVORS; i++)
 			if (surv[i] > 0 &&
 			    waitpid(surv[i], &status, WNOHANG) == surv[i]) {
@@ -312,23 +313,25 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 				surv[i] = 0;
 				running--;
 			}
-		if (kills >= MIN_KILLS && st.recovered >= WANT_RECOVERIES &&
-		    running == 0)
-			break;
 	}
 	/* Every survivor finishes in time: nobody waits on the dead. */
+	blocked = 0;
 	for (i = 0; i < SURVIVORS; i++) {
+		int st_i = 0;
+
 		while (surv[i] > 0 && mono_us() < deadline &&
-		       waitpid(surv[i], &status, WNOHANG) == 0)
+		       waitpid(surv[i], &st_i, WNOHANG) == 0)
 			usleep(10000);
 		if (surv[i] > 0 && mono_us() >= deadline) {
 			kill(surv[i], SIGKILL);
-			waitpid(surv[i], &status, 0);
-			CHECK(!"a survivor is blocked");
+			waitpid(surv[i], &st_i, 0);
+			blocked++;
+		} else if (surv[i] > 0 &&
+			   (!WIFEXITED(st_i) || WEXITSTATUS(st_i) != 0)) {
+			blocked++; /* exit 6: a take waited past the bound */
 		}
-		if (surv[i] > 0)
-			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	}
+	CHECK(blocked == 0);
 	close(sp[1]);
 	while (read(sp[0], &one, sizeof(one)) == sizeof(one))
 		survivors += one;
@@ -346,7 +349,7 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 		"..+%d; buckets: %" PRIu64 ", %" PRIu64 "\n",
 		kills, st.recovered, survivors, reported, 2 * kills, a, b);
 	CHECK(sluice_shmstore_check(s, err, sizeof(err)) == 0);
-	CHECK(kills >= MIN_KILLS);
+	CHECK(kills >= KILLS);
 	CHECK(st.recovered >= 1);
 	/* Each limit holds every reported charge, and at most the takes in
 	 * flight at the kills besides. */

@@ -342,7 +342,8 @@ typedef struct sluice_shmstore_s sluice_shmstore_t;
  * max_keys buckets, about 32 to 64 bytes each, all reserved at creation)
  * if it does not exist.  The file holds a magic, a layout version, its
  * parameters and the secret hash key (random at creation: clients cannot
- * predict which keys share a slot).  A file of another layout version,
+ * predict which keys share a slot); a file every user may write is
+ * refused.  A file of another layout version,
  * made for another max_keys, of the wrong size or not a store at all is
  * refused, never reinterpreted.  Returns 0 with *store set, or
  * SLUICE_EINVAL / SLUICE_ERANGE (bad arguments), SLUICE_ENOMEM or

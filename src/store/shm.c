@@ -219,6 +219,13 @@ static int open_locked(sluice_shmstore_t *s, int fd, const char *path,
 	if (!S_ISREG(st.st_mode))
 		return fail(err, errlen, SLUICE_ESTORE,
 			    "%s: not a regular file", path);
+	/* Whoever can write the file can read the hash key and rewrite any
+	 * bucket: a file every user may write is no limiter. */
+	if (st.st_mode & S_IWOTH)
+		return fail(err, errlen, SLUICE_ESTORE,
+			    "%s: writable by every user; refusing it "
+			    "(chmod o-w, or remove it)",
+			    path);
 	memset(&h, 0, sizeof(h));
 	got = pread(fd, &h, sizeof(h), 0);
 	if (got < 0)

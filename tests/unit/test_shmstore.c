@@ -500,6 +500,14 @@ static void test_files_of_another_layout_are_refused(void)
 	CHECK(open_err(path, 0, err, sizeof(err)) == SLUICE_ERANGE);
 	CHECK(open_err("", 10, err, sizeof(err)) == SLUICE_EINVAL);
 	CHECK(open_err("/dev/shm", 10, err, sizeof(err)) == SLUICE_ESTORE);
+	/* A file anyone may write (and so fill with chosen buckets). */
+	s = open_store(path, 1000);
+	CHECK(s);
+	sluice_shmstore_close(s);
+	CHECK(chmod(path, 0666) == 0);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "writable by every user"));
+	unlink(path);
 }
 
 /* A file without its magic was left by a creator that died midway: the

@@ -233,6 +233,11 @@ static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
 	     "to full.");
 	series(out, "sluice_memstore_evicted_debt_seconds_total", NULL, NULL,
 	       NULL, NULL, st->evicted_debt_us / 1000000);
+	help(out, "sluice_memstore_recovered_total", "counter",
+	     "Shared store: shards repaired after a process died holding "
+	     "their lock.");
+	series(out, "sluice_memstore_recovered_total", NULL, NULL, NULL, NULL,
+	       st->recovered);
 }
 
 void sluice_metrics_render(sluice_buf_t *out,

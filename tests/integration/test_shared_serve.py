@@ -57,6 +57,11 @@ class SharedServe(unittest.TestCase):
             self.assertEqual(check(a, "alice").status, 429)
             self.assertEqual(check(b, "alice").status, 429)
             self.assertEqual(check(b, "bob").status, 200)
+            # One table: both report its two buckets.
+            for s in (a, b):
+                m = s.metrics()
+                self.assertEqual(m.get("sluice_memstore_keys"), 2)
+                self.assertEqual(m.get("sluice_memstore_recovered_total"), 0)
             self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
 
     def test_restarted_server_keeps_a_drained_bucket(self):

@@ -75,6 +75,8 @@ void sluice_shard_repair(sluice_shard_t *s);
  * unique), taking its lock; 0 or -1 with a message in err. */
 int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen);
 
+/* A zeroed slot array of n slots (huge pages offered from 2 MiB), and its
+ * release; for tables a process allocates (the memory store). */
 sluice_slot_t *sluice_slots_alloc(size_t n);
 void sluice_slots_free(sluice_slot_t *slots, size_t n);
 

@@ -60,12 +60,16 @@ fuzz: deps
 install: build
 	@DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
-# Builds from a copy of the tracked tree (plus untracked, unignored files),
-# so the packages come from what a clean clone holds and nothing is written
-# outside $(DEB_BUILD).
+# Builds from a copy of the tree (in a git checkout: the tracked files plus
+# untracked, unignored ones), so the packages come from what a clean clone
+# holds and nothing is written outside $(DEB_BUILD).
 deb:
 	@rm -rf $(DEB_BUILD) && mkdir -p $(DEB_BUILD)/src
-	@git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C $(DEB_BUILD)/src
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+		git ls-files -co --exclude-standard -z | tar --null -T - -cf -; \
+	else \
+		tar --exclude=./build --exclude='./build-*' --exclude=node_modules -cf - .; \
+	fi | tar -xf - -C $(DEB_BUILD)/src
 	@cd $(DEB_BUILD)/src && dpkg-buildpackage -us -uc -b -j$(JOBS) >../build.log 2>&1 \
 		|| { tail -40 ../build.log; exit 1; }
 	@ls $(DEB_BUILD)/*.deb

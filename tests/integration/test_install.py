@@ -249,6 +249,8 @@ class InstallTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, rel)
             self.assertEqual(p.stderr, b"", rel)
             self.assertGreater(len(p.stdout), 1000, rel)
+            with open(self.path(rel)) as f:
+                self.assertIn('"sluice %s"' % self.version, f.readline())
 
     def test_systemd_unit_verifies(self):
         if not shutil.which("systemd-analyze"):

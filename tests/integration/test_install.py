@@ -102,6 +102,15 @@ def header_api(path):
                           re.M))
 
 
+def header_unmarked(path):
+    """Function declarations at the start of a line without SLUICE_API (a
+    public function the shared library would keep hidden)."""
+    with open(path) as f:
+        text = f.read()
+    return re.findall(r"^(?!SLUICE_API|typedef|static|#)[a-z][\w ]*?\**"
+                      r"\b(sluice_\w+)\(", text, re.M)
+
+
 class InstallTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -163,6 +172,8 @@ class InstallTest(unittest.TestCase):
                      if line.strip()}
             api = header_api(self.path("include", header))
             self.assertTrue(api, header)
+            self.assertEqual(header_unmarked(self.path("include", header)),
+                             [], "declared without SLUICE_API")
             self.assertEqual(names, api, "%s exports %s, lacks %s" % (
                 lib, sorted(names - api), sorted(api - names)))
         needed = run(["readelf", "-d", self.path("lib", "libsluice.so")])

@@ -365,32 +365,34 @@ typedef struct sluice_shmstore_s sluice_shmstore_t;
  * SLUICE_ESTORE (the file: permission, space, layout) with a message
  * naming the path in err (may be NULL).
  */
-int sluice_shmstore_open(sluice_shmstore_t **store, const char *path,
-			 size_t max_keys, char *err, size_t errlen);
+SLUICE_API int sluice_shmstore_open(sluice_shmstore_t **store, const char *path,
+				    size_t max_keys, char *err, size_t errlen);
 
 /* Unmaps the store (the file and its buckets stay). */
-void sluice_shmstore_close(sluice_shmstore_t *store);
+SLUICE_API void sluice_shmstore_close(sluice_shmstore_t *store);
 
 /* As sluice_memstore_take(). */
-int sluice_shmstore_take(sluice_shmstore_t *store, const void *key,
-			 size_t keylen, const sluice_limit_t *limits,
-			 size_t nlimits, uint64_t cost, int64_t now_us,
-			 sluice_decision_t *decisions,
-			 sluice_decision_t *summary);
+SLUICE_API int sluice_shmstore_take(sluice_shmstore_t *store, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    int64_t now_us,
+				    sluice_decision_t *decisions,
+				    sluice_decision_t *summary);
 
 /* As sluice_memstore_take_many(): all-or-nothing across keys, atomic with
  * respect to every take of every process on the same file. */
-int sluice_shmstore_take_many(sluice_shmstore_t *store,
-			      sluice_take_item_t *items, size_t n,
-			      int64_t now_us);
+SLUICE_API int sluice_shmstore_take_many(sluice_shmstore_t *store,
+					 sluice_take_item_t *items, size_t n,
+					 int64_t now_us);
 
 /* The store's counters (over every process's takes). */
-void sluice_shmstore_stats(sluice_shmstore_t *store,
-			   sluice_memstore_stats_t *out);
+SLUICE_API void sluice_shmstore_stats(sluice_shmstore_t *store,
+				      sluice_memstore_stats_t *out);
 
 /* Checks the table's invariants (counts, bounds, every bucket reachable
  * and unique): 0, or SLUICE_ESTORE with what is wrong in err. */
-int sluice_shmstore_check(sluice_shmstore_t *store, char *err, size_t errlen);
+SLUICE_API int sluice_shmstore_check(sluice_shmstore_t *store, char *err,
+				     size_t errlen);
 
 /* ------------------------------------------------------------------ time */
 

@@ -11,6 +11,8 @@
  */
 #include "store/redis/redis_int.h"
 
+#include <stdio.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,7 +85,7 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 	redisReply *rep = reply;
 	sluice_redis_t *r = priv;
 	sluice_redis_conn_t *k = ac->data;
-	size_t i;
+	size_t i, changed = 0;
 
 	r->refreshing = 0;
 	if (r->closing)
@@ -127,8 +129,18 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 					      : "127.0.0.1";
 		if (!node_get(r, host, (int)m->element[1]->integer, &idx))
 			continue;
-		for (s = lo; s <= hi; s++)
+		for (s = lo; s <= hi; s++) {
+			changed += r->slots[s] != (int16_t)idx;
 			r->slots[s] = (int16_t)idx;
+		}
+	}
+	if (changed) {
+		char detail[64];
+
+		snprintf(detail, sizeof(detail), "%zu slots changed master",
+			 changed);
+		sluice_redis__event(r, k ? k->node : NULL,
+				    SLUICE_REDIS_EV_SLOTS_CHANGED, detail);
 	}
 }
 

@@ -247,6 +247,10 @@ void sluice_metrics_render(sluice_buf_t *out,
 	pthread_mutex_unlock(&lock);
 	if (stats)
 		render_store(out, stats);
+	help(out, "sluice_build_info", "gauge",
+	     "Always 1; the version of this binary as a label.");
+	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,
+	       1);
 	help(out, "sluice_config_reloads_total", "counter",
 	     "SIGHUP reloads by result.");
 	series(out, "sluice_config_reloads_total", "result", "ok", NULL, NULL,

@@ -74,6 +74,41 @@ typedef struct sluice_redis_event_s {
 typedef void (*sluice_redis_event_cb)(void *arg,
 				      const sluice_redis_event_t *ev);
 
+/* Why a call or a connection failed, for metrics. */
+typedef enum sluice_redis_error_e {
+	SLUICE_REDIS_ERR_NONE = 0,
+	SLUICE_REDIS_ERR_TIMEOUT,    /* no answer within timeout_ms */
+	SLUICE_REDIS_ERR_CONNECTION, /* no connection, or it was lost */
+	SLUICE_REDIS_ERR_AUTH,	   /* a handshake refused (AUTH, SELECT, ...) */
+	SLUICE_REDIS_ERR_PROTOCOL, /* an error reply or a reply not understood
+				    */
+	SLUICE_REDIS_ERR_REDIRECT, /* MOVED or ASK followed (cluster) */
+	SLUICE_REDIS_ERRORS
+} sluice_redis_error_t;
+
+/* A report for metrics (sluice_redis_opts_t.on_report). */
+typedef enum sluice_redis_report_e {
+	SLUICE_REDIS_REPORT_CALL = 1, /* a call ended: latency_ns, error */
+	SLUICE_REDIS_REPORT_ERROR,    /* an error outside calls: error */
+	SLUICE_REDIS_REPORT_GAUGES    /* every 500 ms, per node: the gauges */
+} sluice_redis_report_t;
+
+typedef struct sluice_redis_node_report_s {
+	sluice_redis_report_t what;
+	const char *node; /* as in sluice_redis_event_t */
+	size_t index;	  /* the node's number in this client (stable) */
+	/* Gauges, set in every report. */
+	int up;		      /* sluice_redis_healthy() for this node */
+	int breaker_open;     /* calls fail fast */
+	unsigned connections; /* connections with their handshake done */
+	uint64_t latency_ns;  /* CALL: from the call to its answer */
+	sluice_redis_error_t error;
+} sluice_redis_node_report_t;
+
+/* Called on the loop's thread; must not call back into the client. */
+typedef void (*sluice_redis_report_cb)(void *arg,
+				       const sluice_redis_node_report_t *rep);
+
 /* A name for each kind ("connected", "auth_failed", ...). */
 const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
 
@@ -93,6 +128,9 @@ typedef struct sluice_redis_opts_s {
 	 * their meaning. */
 	sluice_redis_event_cb on_event;
 	void *event_arg;
+	/* Per-call latency and errors, and node gauges, for metrics (may be
+	 * NULL); its argument is event_arg too. */
+	sluice_redis_report_cb on_report;
 } sluice_redis_opts_t;
 
 /* Always use the Lua script, even where the SLUICE.TAKE module is loaded

@@ -6,10 +6,12 @@
  */
 #include "serve/backend.h"
 #include "serve/log.h"
+#include "serve/metrics_redis.h"
 #include "sluice_redis.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------ store health log */
@@ -85,23 +87,34 @@ static void on_store_event(void *arg, const sluice_redis_event_t *ev)
 
 /* ---------------------------------------------------------------- driver */
 
+/* The driver's instance: the client and the block its reports count in. */
+typedef struct {
+	sluice_redis_t *r;
+	sluice_redis_metrics_t *metrics;
+} redis_impl_t;
+
 static int redis_take(void *impl, sluice_take_item_t *items, size_t n,
 		      int64_t now_us, sluice_store_cb cb, void *arg)
 {
 	/* Redis decides on its own clock: now_us is not needed. */
-	return sluice_redis_take_many(impl, items, n, cb, arg);
+	return sluice_redis_take_many(((redis_impl_t *)impl)->r, items, n, cb,
+				      arg);
 }
 
 static int redis_healthy(void *impl)
 {
-	return sluice_redis_healthy(impl);
+	return sluice_redis_healthy(((redis_impl_t *)impl)->r);
 }
 
 static void redis_free(void *impl)
 {
 	/* Pending calls fail with SLUICE_ESTORE; the loop then closes the
 	 * client's handles (server.c runs it after closing the backend). */
-	sluice_redis_free(impl);
+	redis_impl_t *d = impl;
+
+	sluice_redis_metrics_retire(d->metrics);
+	sluice_redis_free(d->r);
+	free(d);
 }
 
 const sluice_store_ops_t sluice_redis_store_ops = {
@@ -116,9 +129,15 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 			    void *loop, char *err, size_t errlen)
 {
 	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r;
+	redis_impl_t *d = calloc(1, sizeof(*d));
 	int rc;
 
+	if (!d) {
+		snprintf(err, errlen, "redis store: out of memory");
+		return SLUICE_ENOMEM;
+	}
+	/* NULL (out of memory) only loses the node metrics. */
+	d->metrics = sluice_redis_metrics_new();
 	if (store->kind == SLUICE_STORE_REDIS_CLUSTER) {
 		o.seeds = (const char *const *)store->seeds;
 		o.nseeds = store->nseeds;
@@ -129,9 +148,14 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	o.timeout_ms = store->timeout_ms;
 	o.connections = store->connections;
 	o.on_event = on_store_event;
-	rc = sluice_redis_new(loop, &o, &r, err, errlen);
-	if (rc < 0)
+	o.on_report = sluice_redis_metrics_report;
+	o.event_arg = d->metrics;
+	rc = sluice_redis_new(loop, &o, &d->r, err, errlen);
+	if (rc < 0) {
+		sluice_redis_metrics_retire(d->metrics);
+		free(d);
 		return rc;
-	*impl = r;
+	}
+	*impl = d;
 	return 0;
 }

@@ -11,6 +11,8 @@ Redis server it is not hammering.
   traffic at all, 200 again after SIGCONT.
 - A killed Redis: one "unreachable" line however long it stays away, not
   one per reconnect; /readyz 503, then 200 once it is back.
+- /metrics per node: up, breaker open, connections, call latency, errors
+  by kind (connection, auth, ...), and sluice_build_info.
 
 Bounds are generous (the machine is shared): readiness is required within
 3 s, the tests allow 8 s and print what they saw.
@@ -191,6 +193,81 @@ class Hung(unittest.TestCase):
             if sluice:
                 sluice.stop()
             redis.stop()
+
+
+class Metrics(unittest.TestCase):
+    def test_node_series_count_calls_errors_and_state(self):
+        redis = RedisServer()
+        sluice = None
+        try:
+            sluice = Sluice(config(redis.url(), conns=2))
+            self.assertIsNotNone(wait_status(sluice, 200), sluice.log())
+            for i in range(20):
+                r = sluice.request("GET", "/v1/check",
+                                   headers={"x-user-id": "m%d" % i})
+                self.assertEqual(r.status, 200)
+            node = 'node="127.0.0.1:%d"' % redis.port
+            m = sluice.metrics()
+            build = 'sluice_build_info{version="%s"}' % sluice_version()
+            self.assertEqual(m[build], 1)
+            count = m["sluice_redis_call_duration_seconds_count{%s}" % node]
+            self.assertGreaterEqual(count, 20)
+            self.assertEqual(m['sluice_redis_call_duration_seconds_bucket'
+                               '{%s,le="+Inf"}' % node], count)
+            # Gauges are refreshed every 500 ms.
+            self.assertTrue(harness.wait_until(
+                lambda: sluice.metrics().get(
+                    "sluice_redis_connections{%s}" % node) == 2, 5))
+            self.assertEqual(m["sluice_redis_up{%s}" % node], 1)
+            self.assertEqual(m["sluice_redis_breaker_open{%s}" % node], 0)
+            self.assertEqual(
+                m['sluice_redis_errors_total{%s,kind="timeout"}' % node], 0)
+
+            redis.kill()
+            self.assertIsNotNone(wait_status(sluice, 503))
+            for i in range(10):
+                sluice.request("GET", "/v1/check",
+                               headers={"x-user-id": "m%d" % i})
+            self.assertTrue(harness.wait_until(
+                lambda: sluice.metrics().get(
+                    "sluice_redis_up{%s}" % node) == 0, 5))
+            self.assertTrue(harness.wait_until(
+                lambda: sluice.metrics().get(
+                    "sluice_redis_breaker_open{%s}" % node) == 1, 5))
+            m = sluice.metrics()
+            self.assertEqual(m["sluice_redis_connections{%s}" % node], 0)
+            self.assertGreaterEqual(
+                m['sluice_redis_errors_total{%s,kind="connection"}' % node],
+                5)
+        finally:
+            if sluice:
+                sluice.stop()
+            redis.stop()
+
+    def test_refused_password_counts_auth_errors(self):
+        redis = RedisServer(password=PASSWORD)
+        sluice = None
+        try:
+            url = "redis://:%s@127.0.0.1:%d" % (WRONG, redis.port)
+            sluice = Sluice(config(url))
+            node = 'node="127.0.0.1:%d"' % redis.port
+            self.assertTrue(harness.wait_until(
+                lambda: sluice.metrics().get(
+                    'sluice_redis_errors_total{%s,kind="auth"}' % node,
+                    0) >= 1, 5))
+            self.assertEqual(sluice.metrics()["sluice_redis_up{%s}" % node],
+                             0)
+        finally:
+            if sluice:
+                sluice.stop()
+            redis.stop()
+
+
+def sluice_version():
+    import subprocess
+    out = subprocess.run([harness.SLUICE, "--version"], capture_output=True,
+                         text=True).stdout.split()
+    return out[-1] if out else ""
 
 
 class Unreachable(unittest.TestCase):

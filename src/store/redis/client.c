@@ -157,13 +157,16 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 	if (c->done)
 		return;
 	if (status == 0 &&
-	    (c->mk	 ? sluice_redis__many_parse(c, reply, &allowed)
-	     : c->script ? sluice_redis__parse_script_reply(
-				   reply, c->limits, c->nlimits, c->cost,
-				   &allowed, &d, &which)
-			 : sluice_redis__parse_reply(reply, c->nlimits,
-						     &allowed, &d, &which)) < 0)
+	    (c->mk ? sluice_redis__many_parse(c, reply, &allowed)
+	     : c->script
+		     ? sluice_redis__parse_script_reply(reply, c->limits,
+							c->nlimits, c->cost,
+							&allowed, &d, &which)
+		     : sluice_redis__parse_reply(reply, c->nlimits, &allowed,
+						 &d, &which)) < 0) {
 		status = SLUICE_ESTORE;
+		c->fail = SLUICE_REDIS_ERR_PROTOCOL;
+	}
 	c->done = 1;
 	call_unlink(c);
 	if (status == 0)
@@ -172,6 +175,15 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 		breaker_failure(r, c->guard, c->probe);
 	else if (c->probe)
 		c->guard->probing = 0;
+	/* After the breaker's update, so the gauges it carries are fresh. */
+	if (r->on_report && status != SLUICE_ENOMEM)
+		sluice_redis__report(
+			r, c->conn ? c->conn->node : c->guard,
+			SLUICE_REDIS_REPORT_CALL, uv_hrtime() - c->start_ns,
+			status == 0		     ? SLUICE_REDIS_ERR_NONE
+			: status == SLUICE_ETIMEDOUT ? SLUICE_REDIS_ERR_TIMEOUT
+			: c->fail		     ? c->fail
+				  : SLUICE_REDIS_ERR_CONNECTION);
 	if (c->mk)
 		sluice_redis__many_done(c, status, allowed);
 	else
@@ -270,6 +282,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 		sluice_redis__send(c);
 		return;
 	}
+	c->fail = SLUICE_REDIS_ERR_PROTOCOL;
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
 
@@ -516,6 +529,7 @@ void sluice_redis__start(sluice_redis_call_t *c)
 	sluice_redis_t *r = c->r;
 
 	c->deadline_ms = clock_ms() + r->timeout_ms;
+	c->start_ns = uv_hrtime();
 	c->guard = sluice_redis__route(r, c->slot);
 
 	/* Pending list, oldest first. */
@@ -571,6 +585,29 @@ int sluice_redis_healthy(const sluice_redis_t *r)
 			return 0;
 	}
 	return 1;
+}
+
+void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
+			  sluice_redis_report_t what, uint64_t latency_ns,
+			  sluice_redis_error_t error)
+{
+	sluice_redis_node_report_t rep;
+	unsigned j;
+
+	if (!r->on_report || r->closing || !n)
+		return;
+	rep.what = what;
+	rep.node = n->name;
+	rep.index = n->index;
+	rep.up = node_healthy(r, n);
+	rep.breaker_open = n->breaker == BREAKER_OPEN;
+	rep.connections = 0;
+	for (j = 0; j < r->nconns; j++)
+		rep.connections +=
+			n->conns[j].ac && n->conns[j].state == CONN_UP;
+	rep.latency_ns = latency_ns;
+	rep.error = error;
+	r->on_report(r->event_arg, &rep);
 }
 
 /* --------------------------------------------------------- new and free */
@@ -694,6 +731,7 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	r->nconns = opts->connections ? opts->connections : 1;
 	r->flags = opts->flags;
 	r->on_event = opts->on_event;
+	r->on_report = opts->on_report;
 	r->event_arg = opts->event_arg;
 	sluice_redis__sha1_hex(sluice_redis__script,
 			       strlen(sluice_redis__script), r->sha);

@@ -243,11 +243,17 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply)
 		return 0;
 	if (moved) {
 		r->moved++;
+		sluice_redis__report(r, c->conn ? c->conn->node : NULL,
+				     SLUICE_REDIS_REPORT_ERROR, 0,
+				     SLUICE_REDIS_ERR_REDIRECT);
 		r->slots[slot] = (int16_t)idx;
 		r->refreshed_ms = 0;
 		sluice_redis__refresh_slots(r);
 	} else {
 		r->asked++;
+		sluice_redis__report(r, c->conn ? c->conn->node : NULL,
+				     SLUICE_REDIS_REPORT_ERROR, 0,
+				     SLUICE_REDIS_ERR_REDIRECT);
 		c->ask = n;
 	}
 	sluice_redis__send(c);

@@ -154,6 +154,8 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
 	    !k->hs_failed) {
 		k->hs_failed = 1;
 		sluice_redis__health(k->node, HEALTH_AUTH, rep->str);
+		sluice_redis__report(k->r, k->node, SLUICE_REDIS_REPORT_ERROR,
+				     0, SLUICE_REDIS_ERR_AUTH);
 		redisAsyncFree(ac);
 	}
 }
@@ -266,6 +268,9 @@ static void on_probe_tick(uv_timer_t *t)
 	unsigned j;
 
 	for (i = 0; i < r->nnodes; i++)
+		sluice_redis__report(r, r->nodes[i], SLUICE_REDIS_REPORT_GAUGES,
+				     0, SLUICE_REDIS_ERR_NONE);
+	for (i = 0; i < r->nnodes; i++)
 		for (j = 0; j < r->nconns; j++) {
 			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
 
@@ -340,6 +345,7 @@ sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 	n->host = host ? strdup(host) : NULL;
 	n->path = path ? strdup(path) : NULL;
 	n->port = port;
+	n->index = r->nnodes; /* both callers append it at r->nodes[nnodes] */
 	if (path)
 		snprintf(n->name, sizeof(n->name), "%s", path);
 	else

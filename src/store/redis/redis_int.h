@@ -100,6 +100,7 @@ struct sluice_redis_node_s {
 	unsigned failures;
 	uint64_t open_until_ms;
 	int probing;
+	size_t index;	  /* in r->nodes */
 	int breaker_told; /* an open breaker was reported */
 
 	char name[80]; /* "host:port" or the socket path, for events */
@@ -133,7 +134,9 @@ struct sluice_redis_call_s {
 	int script; /* last sent as EVALSHA (else to the module) */
 	int slot;
 	uint64_t cost;
-	size_t nlimits; /* distinct limits (duplicates dropped) */
+	uint64_t start_ns;	   /* uv_hrtime() when started */
+	sluice_redis_error_t fail; /* why it failed, when it does */
+	size_t nlimits;		   /* distinct limits (duplicates dropped) */
 	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
 	/* take_many: one entry per key (nlimits of them, limits[] flat),
 	 * NULL for a one-key call; `many` is the take it belongs to. */
@@ -174,6 +177,7 @@ struct sluice_redis_s {
 	uv_timer_t retry;
 	uv_timer_t probe; /* pings idle connections (conn.c) */
 	sluice_redis_event_cb on_event;
+	sluice_redis_report_cb on_report;
 	void *event_arg;
 	int closing;
 	unsigned open_handles; /* uv handles still to close on free */
@@ -234,6 +238,10 @@ void sluice_redis__event(sluice_redis_t *r, sluice_redis_node_t *n,
 /* ... and a node state, only when it differs from the last one. */
 void sluice_redis__health(sluice_redis_node_t *n, int health,
 			  const char *detail);
+/* Reports to on_report (latency_ns 0 unless a call ended). */
+void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
+			  sluice_redis_report_t what, uint64_t latency_ns,
+			  sluice_redis_error_t error);
 
 /* cluster.c */
 int sluice_redis__key_slot(const char *key, size_t len);

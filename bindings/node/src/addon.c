@@ -130,10 +130,12 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 	if (napi_get_value_string_utf8(env, argv[0], p->name, sizeof(p->name),
 				       NULL) != napi_ok)
 		goto napi_fail;
-	CHECK(env, napi_create_array_with_length(env, n, &windows));
+	if (napi_create_array_with_length(env, n, &windows) != napi_ok)
+		goto napi_fail;
 	for (i = 0; i < n; i++) {
 		napi_value cv, rv, w;
 		char rate[128];
+		size_t ratelen = 0;
 		double cap;
 		sluice_rate_t r;
 		sluice_limit_t *l = &p->limits[i];
@@ -145,9 +147,15 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		    napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
 			    napi_ok ||
 		    napi_get_value_string_utf8(env, rv, rate, sizeof(rate),
-					       NULL) != napi_ok)
+					       &ratelen) != napi_ok)
 			goto napi_fail;
-		rc = sluice_rate_parse(rate, &r, err, sizeof(err));
+		/* A cut rate could read as another one: refuse it whole. */
+		if (ratelen + 4 >= sizeof(rate)) {
+			rc = SLUICE_EINVAL;
+			snprintf(err, sizeof(err), "rate is too long");
+		} else {
+			rc = sluice_rate_parse(rate, &r, err, sizeof(err));
+		}
 		if (rc == 0)
 			rc = sluice_limit_init(l, (uint64_t)cap, &r, err,
 					       sizeof(err));

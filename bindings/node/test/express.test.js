@@ -121,6 +121,8 @@ test('bad input: options throw at once; a bad key or cost from the app is a 500,
   assert.throws(() => sluice.policy([{ capacity: 1.5, rate: '2/s' }]), RangeError);
   assert.throws(() => sluice.policy([{ capacity: 5, rate: '2/fortnight' }]), { name: 'RangeError', message: /fortnight/ });
   assert.throws(() => sluice.policy([{ capacity: 5, rate: {} }]), TypeError);
+  // A rate too long for the parser is refused whole, never cut into another rate.
+  assert.throws(() => sluice.policy([{ capacity: 5, rate: `1/${'0'.repeat(130)}1s` }]), { name: 'RangeError', message: /too long/ });
   assert.throws(() => sluice.policy([]), TypeError);
   assert.throws(() => sluice.policy([{ capacity: 5, rate: '1/s' }], { name: 'bad name' }), RangeError);
   assert.throws(() => limiter.take(42, policy), TypeError);

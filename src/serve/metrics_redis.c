@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NODES	  64 /* distinct nodes; more share the last */
+#define NODES	  64  /* distinct nodes; more share the last */
 #define CLIENT_IX 256 /* a client's node numbers mapped; more: the last */
 #define BUCKETS	  11
 
 /* Call latency bounds, in nanoseconds and as printed. */
 static const uint64_t bucket_ns[BUCKETS] = {
-	100000,	 250000,   500000,   1000000,	2500000,   5000000,
+	100000,	  250000,   500000,   1000000,	 2500000,   5000000,
 	10000000, 25000000, 50000000, 100000000, 1000000000};
 static const char *const bucket_le[BUCKETS] = {
 	"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
@@ -207,8 +207,8 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 		for (b = 0; b <= BUCKETS; b++) {
 			cum += SUM(latency[s][b], 0);
 			line(out, "sluice_redis_call_duration_seconds_bucket",
-			     names[s], "le", b < BUCKETS ? bucket_le[b] : "+Inf",
-			     cum);
+			     names[s], "le",
+			     b < BUCKETS ? bucket_le[b] : "+Inf", cum);
 		}
 		sluice_buf_printf(
 			out,

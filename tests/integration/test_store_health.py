@@ -195,6 +195,32 @@ class Hung(unittest.TestCase):
             redis.stop()
 
 
+class Events(unittest.TestCase):
+    def test_flushed_scripts_are_reloaded_and_said_once(self):
+        redis = RedisServer()
+        sluice = None
+        try:
+            sluice = Sluice(config(redis.url(), timeout=1000))
+            self.assertIsNotNone(wait_status(sluice, 200), sluice.log())
+            self.assertEqual(sluice.request(
+                "GET", "/v1/check", headers={"x-user-id": "f"}).status, 200)
+            self.assertEqual(redis.cli("SCRIPT", "FLUSH"), "OK")
+            for i in range(5):
+                r = sluice.request("GET", "/v1/check",
+                                   headers={"x-user-id": "f"})
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.header("x-ratelimit-remaining"),
+                                 str(8 - i))
+            lines = [ln for ln in redis_lines(sluice.log())
+                     if "script_reloaded" in ln]
+            self.assertEqual(len(lines), 1, sluice.log())
+            self.assertIn("127.0.0.1:%d" % redis.port, lines[0])
+        finally:
+            if sluice:
+                sluice.stop()
+            redis.stop()
+
+
 class Metrics(unittest.TestCase):
     def test_node_series_count_calls_errors_and_state(self):
         redis = RedisServer()

@@ -461,8 +461,13 @@ class RedisClusterServeTest(unittest.TestCase):
         self.assertEqual(count("wide", live, *gap).get(429, 0), 0)
         self.assertGreater(count("wide", live, *gap).get(503, 0), 0)
         # A dead master fails its own slots only: the other masters'
-        # keys are decided all along (one breaker per node).
-        self.assertEqual(count("wide", elsewhere).get(503, 0), 0)
+        # keys are decided all along (one breaker per node).  A breaker
+        # shared by all nodes would fail them for the whole gap; on a
+        # machine oversubscribed several times over, a rare call to a
+        # healthy master may still miss its 100 ms deadline, so allow 2%.
+        other = count("wide", elsewhere)
+        self.assertLessEqual(other.get(503, 0),
+                             max(2, sum(other.values()) // 50), other)
         self.assertGreater(count("wide", elsewhere, *gap).get(200, 0), 0)
         # The drained key stays drained: its state survived on the
         # replica, so no request for it is ever allowed again.

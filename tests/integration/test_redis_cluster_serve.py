@@ -481,8 +481,14 @@ class RedisClusterServeTest(unittest.TestCase):
         for key in [("wide", live), ("tight", drained),
                     ("wide", elsewhere)] + [("wide", c) for c in crowd]:
             self.assertEqual(count(*key, *settled).get(503, 0), 0, key)
-        # Nobody waits on the dead master much beyond timeout_ms.
-        self.assertLess(slowest, 1.0)
+        # Nobody waits on the dead master much beyond timeout_ms.  A
+        # client thread stalled on a busy machine may see one answer
+        # late; calls waiting on the dead master would be slow by the
+        # hundreds (the gap lasts over half a second).
+        slow = [d - t for rs in recs.values() for t, d, _, _ in rs
+                if d - t > 1.0]
+        self.assertLessEqual(len(slow), max(3, len(every) // 100),
+                             sorted(slow)[-10:])
         for s in instances:
             self.assertEqual(s.request("GET", "/readyz").status, 200)
 

@@ -40,7 +40,17 @@
 extern "C" {
 #endif
 
+/* The library's version; the shared library's SONAME carries its major
+ * number (libsluice.so.0).  The build reads it from here. */
 #define SLUICE_VERSION "0.1.0"
+
+/* Marks the library's API: the library is built with hidden visibility, so
+ * only these names are exported from libsluice.so (and libsluice-redis.so). */
+#if defined(SLUICE_BUILDING) && defined(__GNUC__)
+#define SLUICE_API __attribute__((visibility("default")))
+#else
+#define SLUICE_API
+#endif
 
 /* ---------------------------------------------------------------- errors */
 
@@ -52,7 +62,7 @@ extern "C" {
 #define SLUICE_ETIMEDOUT (-5) /* the store did not answer in time */
 
 /* A short static description of a SLUICE_E* code. */
-const char *sluice_strerror(int err);
+SLUICE_API const char *sluice_strerror(int err);
 
 /* ----------------------------------------------------------------- rates */
 
@@ -92,12 +102,13 @@ typedef struct sluice_rate_s {
  * Returns 0, or SLUICE_EINVAL / SLUICE_ERANGE with a message in err (which
  * may be NULL) saying what was expected.
  */
-int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
-		      size_t errlen);
+SLUICE_API int sluice_rate_parse(const char *text, sluice_rate_t *out,
+				 char *err, size_t errlen);
 
 /* Writes the rate in canonical text ("2/s", "7/day") and returns the length
  * snprintf() would have written. */
-int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len);
+SLUICE_API int sluice_rate_format(const sluice_rate_t *rate, char *buf,
+				  size_t len);
 
 /* ---------------------------------------------------------------- limits */
 
@@ -115,12 +126,13 @@ typedef struct sluice_limit_s {
  * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX, and the time
  * itself must not exceed SLUICE_REFILL_MAX_US).
  */
-int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
-		      const sluice_rate_t *rate, char *err, size_t errlen);
+SLUICE_API int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
+				 const sluice_rate_t *rate, char *err,
+				 size_t errlen);
 
 /* Parses a capacity ("100") and a rate ("2/s") into a limit. */
-int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
-		       const char *rate, char *err, size_t errlen);
+SLUICE_API int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
+				  const char *rate, char *err, size_t errlen);
 
 /*
  * The most limits one call may charge at once (a rule's or tier's limits;
@@ -140,16 +152,17 @@ int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
  * (at least SLUICE_LIMIT_ID_MAX bytes) and returns its length.
  */
 #define SLUICE_LIMIT_ID_MAX 48
-size_t sluice_limit_id(const sluice_limit_t *limit,
-		       char buf[SLUICE_LIMIT_ID_MAX]);
+SLUICE_API size_t sluice_limit_id(const sluice_limit_t *limit,
+				  char buf[SLUICE_LIMIT_ID_MAX]);
 
 /* 1 when the limit is one sluice_limit_init() could have built (the stores
  * refuse others with SLUICE_EINVAL rather than divide by zero). */
-int sluice_limit_valid(const sluice_limit_t *limit);
+SLUICE_API int sluice_limit_valid(const sluice_limit_t *limit);
 
 /* 1 when a and b are the same limit (same capacity, same rate in any
  * terms), so they share one bucket. */
-int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b);
+SLUICE_API int sluice_limit_same(const sluice_limit_t *a,
+				 const sluice_limit_t *b);
 
 /* ------------------------------------------------------------- decisions */
 
@@ -184,9 +197,9 @@ typedef struct sluice_decision_s {
  * equals state when nothing was taken).  cost 0 peeks.  A clock that steps
  * backwards never grants tokens; any elapsed time, even years, is safe.
  */
-void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
-		 int64_t now_us, uint64_t cost, sluice_state_t *next,
-		 sluice_decision_t *d);
+SLUICE_API void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
+			    int64_t now_us, uint64_t cost, sluice_state_t *next,
+			    sluice_decision_t *d);
 
 /*
  * Several limits on one request, all-or-nothing: evaluates every limit;
@@ -196,10 +209,10 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
  * most restrictive decision (sluice_decision_merge()), and summary->which
  * the index of the limit it came from.  Returns 1 if allowed, 0 if not.
  */
-int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
-		    size_t n, int64_t now_us, uint64_t cost,
-		    sluice_state_t *next, sluice_decision_t *decisions,
-		    sluice_decision_t *summary);
+SLUICE_API int
+sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
+		size_t n, int64_t now_us, uint64_t cost, sluice_state_t *next,
+		sluice_decision_t *decisions, sluice_decision_t *summary);
 
 /*
  * Folds decision b into *a so that *a is the most restrictive of the two:
@@ -207,11 +220,12 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
  * among allowed ones the fewest remaining tokens wins; on a tie a stays.
  * Returns 1 when b replaced a (a->which then names b's limit).
  */
-int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
+SLUICE_API int sluice_decision_merge(sluice_decision_t *a,
+				     const sluice_decision_t *b);
 
 /* The first microsecond at which `state` describes a full bucket: a store
  * may forget the state from then on.  0 for the empty state. */
-int64_t sluice_state_expiry_us(sluice_state_t state);
+SLUICE_API int64_t sluice_state_expiry_us(sluice_state_t state);
 
 /* ------------------------------------------------------------------ keys */
 
@@ -232,9 +246,9 @@ int64_t sluice_state_expiry_us(sluice_state_t state);
  * a bucket.  sluice serve's rules and the language bindings all build keys
  * here, so they share buckets.  Returns the key's length (NUL-terminated).
  */
-size_t sluice_key_make(const char *name, const void *const *parts,
-		       const size_t *lens, size_t nparts,
-		       char out[SLUICE_KEY_MAX]);
+SLUICE_API size_t sluice_key_make(const char *name, const void *const *parts,
+				  const size_t *lens, size_t nparts,
+				  char out[SLUICE_KEY_MAX]);
 
 /* ---------------------------------------------------------- memory store */
 
@@ -260,8 +274,8 @@ typedef struct sluice_memstore_stats_s {
  * so a flood of fresh keys does not reset drained buckets.  Returns NULL
  * when out of memory.
  */
-sluice_memstore_t *sluice_memstore_new(size_t max_keys);
-void sluice_memstore_free(sluice_memstore_t *store);
+SLUICE_API sluice_memstore_t *sluice_memstore_new(size_t max_keys);
+SLUICE_API void sluice_memstore_free(sluice_memstore_t *store);
 
 /*
  * Takes `cost` from every limit of `key` atomically, all-or-nothing (see
@@ -275,11 +289,12 @@ void sluice_memstore_free(sluice_memstore_t *store);
  * allowed, 0 if rejected, or SLUICE_EINVAL when nlimits is 0 or above
  * SLUICE_MAX_LIMITS or a limit is not valid (sluice_limit_valid()).
  */
-int sluice_memstore_take(sluice_memstore_t *store, const void *key,
-			 size_t keylen, const sluice_limit_t *limits,
-			 size_t nlimits, uint64_t cost, int64_t now_us,
-			 sluice_decision_t *decisions,
-			 sluice_decision_t *summary);
+SLUICE_API int sluice_memstore_take(sluice_memstore_t *store, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    int64_t now_us,
+				    sluice_decision_t *decisions,
+				    sluice_decision_t *summary);
 
 /*
  * One key of a take over several keys: the caller fills the inputs; the
@@ -310,20 +325,20 @@ typedef struct sluice_take_item_s {
  * SLUICE_EINVAL for a malformed item (as for sluice_memstore_take()), or
  * SLUICE_ENOMEM.
  */
-int sluice_memstore_take_many(sluice_memstore_t *store,
-			      sluice_take_item_t *items, size_t n,
-			      int64_t now_us);
+SLUICE_API int sluice_memstore_take_many(sluice_memstore_t *store,
+					 sluice_take_item_t *items, size_t n,
+					 int64_t now_us);
 
 /* Copies the store's counters. */
-void sluice_memstore_stats(sluice_memstore_t *store,
-			   sluice_memstore_stats_t *out);
+SLUICE_API void sluice_memstore_stats(sluice_memstore_t *store,
+				      sluice_memstore_stats_t *out);
 
 /* ------------------------------------------------------------------ time */
 
 /* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch,
  * plus SLUICE_TEST_CLOCK_OFFSET_US from the environment when set (a test
  * hook for clock-skew tests; read once). */
-int64_t sluice_now_us(void);
+SLUICE_API int64_t sluice_now_us(void);
 
 #ifdef __cplusplus
 }

@@ -110,7 +110,7 @@ typedef void (*sluice_redis_report_cb)(void *arg,
 				       const sluice_redis_node_report_t *rep);
 
 /* A name for each kind ("connected", "auth_failed", ...). */
-const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
+SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
 
 typedef struct sluice_redis_opts_s {
 	/* "redis://[user:pass@]host:port[/db]" or "unix:///path/to/sock";
@@ -150,8 +150,9 @@ typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 /* Creates a client on `loop`; connects in the background.  Returns 0, or
  * SLUICE_EINVAL (a bad URL, seed or prefix) / SLUICE_ENOMEM with a message
  * in err; on failure nothing is left on the loop. */
-int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
-		     sluice_redis_t **out, char *err, size_t errlen);
+SLUICE_API int sluice_redis_new(uv_loop_t *loop,
+				const sluice_redis_opts_t *opts,
+				sluice_redis_t **out, char *err, size_t errlen);
 
 /*
  * Charges `cost` against every limit of `key`, all-or-nothing (cost 0
@@ -164,9 +165,10 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
  * is empty or starts with '}', which has no hash tag) or SLUICE_ENOMEM;
  * the callback is then not called.
  */
-int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
-		      const sluice_limit_t *limits, size_t nlimits,
-		      uint64_t cost, sluice_redis_cb cb, void *arg);
+SLUICE_API int sluice_redis_take(sluice_redis_t *r, const void *key,
+				 size_t keylen, const sluice_limit_t *limits,
+				 size_t nlimits, uint64_t cost,
+				 sluice_redis_cb cb, void *arg);
 
 /* Called once per sluice_redis_take_many(); on status 0 the items'
  * outputs are set and allowed is 1 when every item was charged. */
@@ -193,26 +195,27 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
  * one server-side call cannot chain two charges of one key) /
  * SLUICE_ENOMEM; the callback is then not called.
  */
-int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
-			   size_t n, sluice_redis_many_cb cb, void *arg);
+SLUICE_API int sluice_redis_take_many(sluice_redis_t *r,
+				      sluice_take_item_t *items, size_t n,
+				      sluice_redis_many_cb cb, void *arg);
 
 /* 1 when the client believes the store can answer (a connection whose
  * handshake succeeded and whose last probe was answered within timeout_ms,
  * breaker not open; in a cluster, for every slot's master), for /readyz. */
-int sluice_redis_healthy(const sluice_redis_t *r);
+SLUICE_API int sluice_redis_healthy(const sluice_redis_t *r);
 
 /* Closes the connections; calls that are still pending fail with
  * SLUICE_ESTORE.  Call it from the loop's thread, outside the client's
  * callbacks; the memory is released once the loop has run again (it
  * closes the client's timers). */
-void sluice_redis_free(sluice_redis_t *r);
+SLUICE_API void sluice_redis_free(sluice_redis_t *r);
 
 /* As sluice_redis_free(), and then calls done(arg) from the loop once the
  * client has closed its last handle and released its memory: a host that
  * tears its loop down (a Node.js worker, say) waits for this before it
  * stops running the loop or unloads the code the close callbacks live in. */
-void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
-			    void *arg);
+SLUICE_API void sluice_redis_free_then(sluice_redis_t *r,
+				       void (*done)(void *arg), void *arg);
 
 #ifdef __cplusplus
 }

@@ -202,7 +202,8 @@ class RedisServeTest(unittest.TestCase):
                 0.01))
         time.sleep(max(0.0, killed + 1.5 - time.monotonic()))
         # The outage ends when the restart begins: start() returns only
-        # once Redis answers, and by then it may have decided requests.
+        # once redis-cli got its PONG, and on a loaded machine sluice may
+        # be deciding on the new server well before that.
         restarting = time.monotonic()
         self.redis.start()
         back = time.monotonic()
@@ -231,8 +232,13 @@ class RedisServeTest(unittest.TestCase):
         for s in instances:
             self.assertIsNone(s.poll(), "an instance died")
         self.assertEqual(load.errors, [])
-        # Bounds that hold on a machine oversubscribed several times over.
-        self.assertLess(worst, (timeout_ms + 1500) / 1000.0)
+        # Bounds that hold on a machine oversubscribed several times over:
+        # a stalled client thread may see one answer late, but requests
+        # that waited for Redis to come back would be slow by the
+        # hundreds (the outage lasts 1.5 s).
+        slow = [d for _, d, _ in load.all if d > (timeout_ms + 1000) / 1000.0]
+        self.assertLessEqual(len(slow), max(3, len(load.all) // 100),
+                             sorted(slow)[-10:])
         self.assertLessEqual(stored - back, 3.0)
         self.assertLessEqual(ready - back, 3.0)
         # Back on Redis: one shared bucket again, never 503.

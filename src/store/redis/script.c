@@ -36,14 +36,16 @@ static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
 
 /* Every script, always: whatever lost one (SCRIPT FLUSH, a restart, a
  * failover to a fresh master) lost the others too. */
-void sluice_redis__load_script(sluice_redis_conn_t *k)
+void sluice_redis__load_script(sluice_redis_conn_t *k, redisCallbackFn *fn)
 {
-	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+	if (!fn)
+		fn = on_loaded;
+	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script, strlen(sluice_redis__script));
-	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script_multi,
 			  strlen(sluice_redis__script_multi));
-	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script_refund,
 			  strlen(sluice_redis__script_refund));
 }

@@ -733,14 +733,11 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	r->on_event = opts->on_event;
 	r->on_report = opts->on_report;
 	r->event_arg = opts->event_arg;
-	sluice_redis__sha1_hex(sluice_redis__script,
-			       strlen(sluice_redis__script), r->sha);
-	sluice_redis__sha1_hex(sluice_redis__script_multi,
-			       strlen(sluice_redis__script_multi),
-			       r->sha_multi);
-	sluice_redis__sha1_hex(sluice_redis__script_refund,
-			       strlen(sluice_redis__script_refund),
-			       r->sha_refund);
+	memcpy(r->sha, sluice_redis__script_sha, sizeof(r->sha));
+	memcpy(r->sha_multi, sluice_redis__script_multi_sha,
+	       sizeof(r->sha_multi));
+	memcpy(r->sha_refund, sluice_redis__script_refund_sha,
+	       sizeof(r->sha_refund));
 	uv_timer_init(loop, &r->sweep);
 	uv_timer_init(loop, &r->retry);
 	uv_timer_init(loop, &r->probe);

@@ -4,11 +4,11 @@
  *   client.c   the public API: calls, deadlines, circuit breaker
  *   conn.c     connections: connect, handshake, reconnect with backoff
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
- *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing
+ *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
+ *              the scripts and their SHA-1 come from the build
  *   module.c   the SLUICE.TAKE module path
  *   many.c     takes over several keys: one call per slot, refunds
  *   url.c      redis:// and unix:// URLs
- *   sha1.c     the script's name
  *   uv_adapter.c  hiredis on libuv
  *
  * Ownership of a call: the user callback runs exactly once (call_finish);
@@ -256,6 +256,10 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 /* script.c */
 extern const char sluice_redis__script[];
 extern const char sluice_redis__script_multi[];
+/* Their SHA-1 in hex, computed by CMake (the names EVALSHA calls). */
+extern const char sluice_redis__script_sha[41];
+extern const char sluice_redis__script_multi_sha[41];
+extern const char sluice_redis__script_refund_sha[41];
 extern const char sluice_redis__script_refund[];
 int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 /* SCRIPT LOAD of every script; fn gets each reply (NULL: ignored, errors
@@ -300,8 +304,5 @@ void sluice_redis__url_free(sluice_redis_url_t *u);
 
 /* uv_adapter.c: attaches a hiredis context to the loop; 0 or -1. */
 int sluice_redis__attach(redisAsyncContext *ac, uv_loop_t *loop);
-
-/* sha1.c */
-void sluice_redis__sha1_hex(const void *data, size_t len, char out[41]);
 
 #endif /* SLUICE_REDIS_INT_H */

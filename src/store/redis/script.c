@@ -22,6 +22,9 @@
 const char sluice_redis__script[] = SLUICE_SCRIPT_LUA;
 const char sluice_redis__script_multi[] = SLUICE_SCRIPT_MULTI_LUA;
 const char sluice_redis__script_refund[] = SLUICE_REFUND_LUA;
+const char sluice_redis__script_sha[41] = SLUICE_SCRIPT_SHA1;
+const char sluice_redis__script_multi_sha[41] = SLUICE_SCRIPT_MULTI_SHA1;
+const char sluice_redis__script_refund_sha[41] = SLUICE_REFUND_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)

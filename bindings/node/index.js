@@ -44,9 +44,13 @@ class Policy {
     this.name = name;
     this.limits = limits;
     this._h = handle;
-    // RateLimit-Policy for each limit, as sluice serve writes it.
+    // RateLimit-Policy when limit `which` decided, as sluice serve writes
+    // it (draft-11 list): that limit first under the policy's name, each
+    // other one as "name.N" (N its position, from 1).
     this._quotedName = `"${name}"`;
-    this._policyHeaders = limits.map((l, i) => `"${name}";q=${l.capacity};w=${windows[i]}`);
+    const item = (i, n) => `"${n}";q=${limits[i].capacity};w=${windows[i]}`;
+    this._policyHeaders = limits.map((_, which) => [item(which, name),
+      ...limits.map((__, i) => i).filter((i) => i !== which).map((i) => item(i, `${name}.${i + 1}`))].join(', '));
     this._windowsMs = windows.map((w) => w * 1000);
     Object.freeze(this);
   }

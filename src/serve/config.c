@@ -632,7 +632,8 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 			return sluice_yaml_nomem(y, v);
 	}
 	if ((v = sluice_yaml_get(y, root, "threads"))) {
-		if (sluice_yaml_uint(y, v, "threads", 1, 256, &u) < 0)
+		if (sluice_yaml_uint(y, v, "threads", 1, SLUICE_MAX_THREADS,
+				     &u) < 0)
 			return -1;
 		cfg->threads = (unsigned)u;
 	}

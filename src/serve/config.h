@@ -115,6 +115,10 @@ typedef struct sluice_store_config_s {
 	unsigned connections; /* per thread, default 1 */
 } sluice_store_config_t;
 
+/* Event-loop threads: `threads` in the file and --threads accept 1 to
+ * this, one range everywhere. */
+#define SLUICE_MAX_THREADS 64
+
 /* Upper ends of http.max_header_bytes and http.max_body_bytes (config.c
  * says why). */
 #define SLUICE_MAX_HEADER_BYTES_CAP (64 * 1024)

@@ -9,17 +9,23 @@
 #   make bench    benchmarks -> build/bench/results.json, docs/BENCHMARKS.md
 #   make fuzz     libFuzzer harnesses, each for FUZZ_SECONDS
 #   make format   clang-format every C file
+#   make install  build, then install under PREFIX (default /usr/local),
+#                 staged under DESTDIR when set
+#   make deb      Debian packages (dpkg-buildpackage) -> build/deb/*.deb
 
 BUILD      ?= build
 TEST_BUILD ?= build-test
 FUZZ_BUILD ?= build-fuzz
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+DEB_BUILD  ?= $(BUILD)/deb
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 ONLY       ?=
 
 C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src include tests bench -name '*.[ch]')
 
-.PHONY: all build run test bench fuzz format deps clean
+.PHONY: all build run test bench fuzz format deps clean install deb
 
 all: build
 
@@ -27,7 +33,8 @@ deps:
 	@./scripts/deps
 
 build:
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSLUICE_TESTS=OFF >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSLUICE_TESTS=OFF \
+		-DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: deps build
@@ -49,6 +56,23 @@ fuzz: deps
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TESTS=OFF -DSLUICE_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@./scripts/fuzz $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+install: build
+	@DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+
+# Builds from a copy of the tree (in a git checkout: the tracked files plus
+# untracked, unignored ones), so the packages come from what a clean clone
+# holds and nothing is written outside $(DEB_BUILD).
+deb:
+	@rm -rf $(DEB_BUILD) && mkdir -p $(DEB_BUILD)/src
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+		git ls-files -co --exclude-standard -z | tar --null -T - -cf -; \
+	else \
+		tar --exclude=./build --exclude='./build-*' --exclude=node_modules -cf - .; \
+	fi | tar -xf - -C $(DEB_BUILD)/src
+	@cd $(DEB_BUILD)/src && dpkg-buildpackage -us -uc -b -j$(JOBS) >../build.log 2>&1 \
+		|| { tail -40 ../build.log; exit 1; }
+	@ls $(DEB_BUILD)/*.deb
 
 format:
 	@clang-format -i $(C_FILES)

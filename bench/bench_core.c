@@ -44,6 +44,7 @@ typedef struct {
 	unsigned inflight;
 	unsigned connections;
 	int fill;
+	const char *shared; /* store mode on the shared-memory store here */
 } opts_t;
 
 static double mono_s(void)
@@ -119,8 +120,25 @@ static int bench_core(const opts_t *o)
 
 /* ---------------------------------------------------------------- store */
 
+/* The store mode's store: the memory store, or the shared one (--shared
+ * PATH; several sluice_bench processes on one file share it). */
 typedef struct {
-	sluice_memstore_t *store;
+	sluice_memstore_t *mem;
+	sluice_shmstore_t *shm;
+} bstore_t;
+
+static int btake(const bstore_t *s, const void *k, size_t klen,
+		 const sluice_limit_t *l, uint64_t cost, int64_t now,
+		 sluice_decision_t *sum)
+{
+	return s->shm ? sluice_shmstore_take(s->shm, k, klen, l, 1, cost, now,
+					     NULL, sum)
+		      : sluice_memstore_take(s->mem, k, klen, l, 1, cost, now,
+					     NULL, sum);
+}
+
+typedef struct {
+	const bstore_t *store;
 	const opts_t *o;
 	uint64_t seed;
 	uint64_t n;
@@ -141,8 +159,7 @@ static void *store_worker(void *arg)
 
 		for (i = 0; i < 1024; i++) {
 			key16(splitmix(&w->seed) % w->o->keys, k);
-			sluice_memstore_take(w->store, k, sizeof(k), &l, 1, 1,
-					     now, NULL, &sum);
+			btake(w->store, k, sizeof(k), &l, 1, now, &sum);
 		}
 		w->n += 1024;
 		now = sluice_now_us();
@@ -154,8 +171,9 @@ static void *store_worker(void *arg)
 
 static int bench_store(const opts_t *o)
 {
-	sluice_memstore_t *st =
-		sluice_memstore_new((size_t)(o->keys + o->keys / 4 + 16));
+	size_t max_keys = (size_t)(o->keys + o->keys / 4 + 16);
+	bstore_t bs = {NULL, NULL}, *st = &bs;
+	char err[512] = "out of memory";
 	sluice_limit_t l = classic_limit();
 	sluice_decision_t sum;
 	sluice_memstore_stats_t stats;
@@ -166,9 +184,14 @@ static int bench_store(const opts_t *o)
 	double secs = 0;
 	unsigned t;
 
-	if (!st || o->threads < 1 || o->threads > 64) {
-		fprintf(stderr, "sluice_bench: store: out of memory or bad "
-				"--threads\n");
+	if (o->shared)
+		sluice_shmstore_open(&bs.shm, o->shared, max_keys, err,
+				     sizeof(err));
+	else
+		bs.mem = sluice_memstore_new(max_keys);
+	if ((!bs.mem && !bs.shm) || o->threads < 1 || o->threads > 64) {
+		fprintf(stderr, "sluice_bench: store: %s or bad --threads\n",
+			err);
 		return 1;
 	}
 	/* Every key resident before timing starts.  Taking FILL_COST tokens
@@ -176,8 +199,7 @@ static int bench_store(const opts_t *o)
 	 * the run: a full bucket would be forgotten. */
 	for (i = 0; i < o->keys; i++) {
 		key16(i, k);
-		sluice_memstore_take(st, k, sizeof(k), &l, 1, FILL_COST,
-				     sluice_now_us(), NULL, &sum);
+		btake(st, k, sizeof(k), &l, FILL_COST, sluice_now_us(), &sum);
 	}
 	for (t = 0; t < o->threads; t++) {
 		memset(&w[t], 0, sizeof(w[t]));
@@ -196,14 +218,18 @@ static int bench_store(const opts_t *o)
 		if (w[t].seconds > secs)
 			secs = w[t].seconds;
 	}
-	sluice_memstore_stats(st, &stats);
+	if (bs.shm)
+		sluice_shmstore_stats(bs.shm, &stats);
+	else
+		sluice_memstore_stats(bs.mem, &stats);
 	printf("{\"mode\": \"store\", \"keys\": %llu, \"threads\": %u, "
 	       "\"resident_keys\": %llu, \"decisions\": %llu, "
 	       "\"seconds\": %.3f, \"dps\": %.0f}\n",
 	       (unsigned long long)o->keys, o->threads,
 	       (unsigned long long)stats.keys, (unsigned long long)total, secs,
 	       (double)total / secs);
-	sluice_memstore_free(st);
+	sluice_memstore_free(bs.mem);
+	sluice_shmstore_close(bs.shm);
 	return 0;
 }
 
@@ -432,7 +458,7 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: sluice_bench core [--seconds S]\n"
 		"       sluice_bench store --keys N [--threads T] [--seconds "
-		"S]\n"
+		"S] [--shared PATH]\n"
 		"       sluice_bench memory --keys N\n"
 		"       sluice_bench redis --url URL --keys N [--seconds S] "
 		"[--inflight K] [--connections C] [--fill]\n");
@@ -472,6 +498,11 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(a, "--url") == 0 && val) {
 			o.url = val;
+			i++;
+			continue;
+		}
+		if (strcmp(a, "--shared") == 0 && val) {
+			o.shared = val;
 			i++;
 			continue;
 		}

@@ -171,6 +171,10 @@ TARGETS = [
      lambda r: r["node"]["memory_limiter_cpu_vs_classic"], "<=", 0.05, "x"),
     ("Node, sluice Redis: limiter's own node CPU vs the classic's", "node",
      lambda r: r["node"]["redis_limiter_cpu_vs_classic"], "<=", 0.3, "x"),
+    ("Node, sluice memory: the same, in-process (overhead.js)", "node",
+     lambda r: r["node"]["memory_inproc_cpu_vs_classic"], "<=", 0.05, "x"),
+    ("Node, sluice Redis: the same, in-process (overhead.js)", "node",
+     lambda r: r["node"]["redis_inproc_cpu_vs_classic"], "<=", 0.3, "x"),
     ("Node, sluice memory: req/s vs bare Express", "node",
      lambda r: r["node"]["memory_rps_vs_bare"], ">=", 0.95, "x"),
     ("Node, sluice Redis: req/s vs the classic app", "node",
@@ -349,6 +353,23 @@ def write(results, outdir, docs):
              for r, n in zip(rows, ("1k", "1m", "10m"))]),
             "memory store scaling"))
 
+    sh = results.get("shared")
+    if sh:
+        w("\n## shared: the shared-memory store\n")
+        counts = sh.get("key_counts", {})
+        w("`sluice_shmstore_take()` on a file in /dev/shm, next to "
+          "`sluice_memstore_take()`, random 16-byte keys, every key "
+          "resident, one thread per process; with two processes on one "
+          "file, the figure is per process (the mean of the two):\n")
+        rows = []
+        for n in ("1k", "1m"):
+            rows.append([fmt(counts.get(n, n)), fmt(sh.get("memory_" + n)),
+                         fmt(sh.get("shared_" + n)),
+                         fmt(sh.get("shared_%s_2procs" % n)),
+                         fmt(sh.get("ratio_" + n))])
+        w(table(["keys", "memory store", "shared, 1 process",
+                 "shared, 2 processes (each)", "shared / memory"], rows))
+
     mem = results.get("memory")
     if mem:
         w("\n## memory: bytes per key\n")
@@ -508,8 +529,8 @@ def write(results, outdir, docs):
         node_section(w, plots, node)
 
     missing = []
-    for name in ("core", "scaling", "memory", "http", "redis", "article_ab",
-                 "simulate", "node"):
+    for name in ("core", "scaling", "shared", "memory", "http", "redis",
+                 "article_ab", "simulate", "node"):
         for k, why in sorted(results.get(name, {}).get("reasons", {}).items()):
             missing.append("- `%s.%s`: %s" % (name, k, why))
     if missing:
@@ -530,8 +551,8 @@ def write(results, outdir, docs):
 
 # --------------------------------------------- sections not rerun this time
 
-SECTIONS = ("core", "scaling", "memory", "http", "redis", "article_ab",
-            "simulate", "node")
+SECTIONS = ("core", "scaling", "shared", "memory", "http", "redis",
+            "article_ab", "simulate", "node")
 
 
 def blocks(text):

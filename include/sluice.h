@@ -15,8 +15,9 @@
  *      Redis script, Redis module) keeps this same integer, so they can serve
  *      the same keys.
  *
- *   3. Stores: the embedded memory store (sluice_memstore_*) here; the Redis
- *      store has its own header.
+ *   3. Stores: the embedded memory store (sluice_memstore_*) and the
+ *      shared-memory store for every process of a host (sluice_shmstore_*)
+ *      here; the Redis store has its own header.
  *
  * Conventions: every exported name starts with sluice_, functions that can
  * fail return 0 or a negative SLUICE_E* code, and sluice_strerror() explains
@@ -40,7 +41,17 @@
 extern "C" {
 #endif
 
+/* The library's version; the shared library's SONAME carries its major
+ * number (libsluice.so.0).  The build reads it from here. */
 #define SLUICE_VERSION "0.1.0"
+
+/* Marks the library's API: the library is built with hidden visibility, so
+ * only these names are exported from libsluice.so (and libsluice-redis.so). */
+#if defined(SLUICE_BUILDING) && defined(__GNUC__)
+#define SLUICE_API __attribute__((visibility("default")))
+#else
+#define SLUICE_API
+#endif
 
 /* ---------------------------------------------------------------- errors */
 
@@ -52,7 +63,7 @@ extern "C" {
 #define SLUICE_ETIMEDOUT (-5) /* the store did not answer in time */
 
 /* A short static description of a SLUICE_E* code. */
-const char *sluice_strerror(int err);
+SLUICE_API const char *sluice_strerror(int err);
 
 /* ----------------------------------------------------------------- rates */
 
@@ -92,12 +103,13 @@ typedef struct sluice_rate_s {
  * Returns 0, or SLUICE_EINVAL / SLUICE_ERANGE with a message in err (which
  * may be NULL) saying what was expected.
  */
-int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
-		      size_t errlen);
+SLUICE_API int sluice_rate_parse(const char *text, sluice_rate_t *out,
+				 char *err, size_t errlen);
 
 /* Writes the rate in canonical text ("2/s", "7/day") and returns the length
  * snprintf() would have written. */
-int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len);
+SLUICE_API int sluice_rate_format(const sluice_rate_t *rate, char *buf,
+				  size_t len);
 
 /* ---------------------------------------------------------------- limits */
 
@@ -115,12 +127,13 @@ typedef struct sluice_limit_s {
  * (capacity * rate.interval must not exceed SLUICE_UNITS_MAX, and the time
  * itself must not exceed SLUICE_REFILL_MAX_US).
  */
-int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
-		      const sluice_rate_t *rate, char *err, size_t errlen);
+SLUICE_API int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
+				 const sluice_rate_t *rate, char *err,
+				 size_t errlen);
 
 /* Parses a capacity ("100") and a rate ("2/s") into a limit. */
-int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
-		       const char *rate, char *err, size_t errlen);
+SLUICE_API int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
+				  const char *rate, char *err, size_t errlen);
 
 /*
  * The most limits one call may charge at once (a rule's or tier's limits;
@@ -140,16 +153,17 @@ int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
  * (at least SLUICE_LIMIT_ID_MAX bytes) and returns its length.
  */
 #define SLUICE_LIMIT_ID_MAX 48
-size_t sluice_limit_id(const sluice_limit_t *limit,
-		       char buf[SLUICE_LIMIT_ID_MAX]);
+SLUICE_API size_t sluice_limit_id(const sluice_limit_t *limit,
+				  char buf[SLUICE_LIMIT_ID_MAX]);
 
 /* 1 when the limit is one sluice_limit_init() could have built (the stores
  * refuse others with SLUICE_EINVAL rather than divide by zero). */
-int sluice_limit_valid(const sluice_limit_t *limit);
+SLUICE_API int sluice_limit_valid(const sluice_limit_t *limit);
 
 /* 1 when a and b are the same limit (same capacity, same rate in any
  * terms), so they share one bucket. */
-int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b);
+SLUICE_API int sluice_limit_same(const sluice_limit_t *a,
+				 const sluice_limit_t *b);
 
 /* ------------------------------------------------------------- decisions */
 
@@ -184,9 +198,9 @@ typedef struct sluice_decision_s {
  * equals state when nothing was taken).  cost 0 peeks.  A clock that steps
  * backwards never grants tokens; any elapsed time, even years, is safe.
  */
-void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
-		 int64_t now_us, uint64_t cost, sluice_state_t *next,
-		 sluice_decision_t *d);
+SLUICE_API void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
+			    int64_t now_us, uint64_t cost, sluice_state_t *next,
+			    sluice_decision_t *d);
 
 /*
  * Several limits on one request, all-or-nothing: evaluates every limit;
@@ -196,10 +210,10 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
  * most restrictive decision (sluice_decision_merge()), and summary->which
  * the index of the limit it came from.  Returns 1 if allowed, 0 if not.
  */
-int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
-		    size_t n, int64_t now_us, uint64_t cost,
-		    sluice_state_t *next, sluice_decision_t *decisions,
-		    sluice_decision_t *summary);
+SLUICE_API int
+sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
+		size_t n, int64_t now_us, uint64_t cost, sluice_state_t *next,
+		sluice_decision_t *decisions, sluice_decision_t *summary);
 
 /*
  * Folds decision b into *a so that *a is the most restrictive of the two:
@@ -207,19 +221,21 @@ int sluice_eval_all(const sluice_limit_t *limits, const sluice_state_t *states,
  * among allowed ones the fewest remaining tokens wins; on a tie a stays.
  * Returns 1 when b replaced a (a->which then names b's limit).
  */
-int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b);
+SLUICE_API int sluice_decision_merge(sluice_decision_t *a,
+				     const sluice_decision_t *b);
 
 /*
  * Gives `cost` tokens back to a bucket in `state` at `now_us` (the inverse
  * of a charge, e.g. when the upstream failed the request): returns the new
  * state, never beyond full (0 when full).  Pure, like sluice_eval().
  */
-sluice_state_t sluice_refund(const sluice_limit_t *limit, sluice_state_t state,
-			     int64_t now_us, uint64_t cost);
+SLUICE_API sluice_state_t sluice_refund(const sluice_limit_t *limit,
+					sluice_state_t state, int64_t now_us,
+					uint64_t cost);
 
 /* The first microsecond at which `state` describes a full bucket: a store
  * may forget the state from then on.  0 for the empty state. */
-int64_t sluice_state_expiry_us(sluice_state_t state);
+SLUICE_API int64_t sluice_state_expiry_us(sluice_state_t state);
 
 /* ------------------------------------------------------------------ keys */
 
@@ -240,9 +256,9 @@ int64_t sluice_state_expiry_us(sluice_state_t state);
  * a bucket.  sluice serve's rules and the language bindings all build keys
  * here, so they share buckets.  Returns the key's length (NUL-terminated).
  */
-size_t sluice_key_make(const char *name, const void *const *parts,
-		       const size_t *lens, size_t nparts,
-		       char out[SLUICE_KEY_MAX]);
+SLUICE_API size_t sluice_key_make(const char *name, const void *const *parts,
+				  const size_t *lens, size_t nparts,
+				  char out[SLUICE_KEY_MAX]);
 
 /* ---------------------------------------------------------- memory store */
 
@@ -258,6 +274,9 @@ typedef struct sluice_memstore_stats_s {
 				     full found): that bucket restarts full */
 	uint64_t evicted_debt_us; /* what lossy evictions forgave: the sum of
 				     their buckets' times to full */
+	uint64_t recovered;	  /* shared-memory store: shards repaired
+				     after a process died holding their
+				     lock (0 in the memory store) */
 } sluice_memstore_stats_t;
 
 /*
@@ -268,8 +287,8 @@ typedef struct sluice_memstore_stats_s {
  * so a flood of fresh keys does not reset drained buckets.  Returns NULL
  * when out of memory.
  */
-sluice_memstore_t *sluice_memstore_new(size_t max_keys);
-void sluice_memstore_free(sluice_memstore_t *store);
+SLUICE_API sluice_memstore_t *sluice_memstore_new(size_t max_keys);
+SLUICE_API void sluice_memstore_free(sluice_memstore_t *store);
 
 /*
  * Takes `cost` from every limit of `key` atomically, all-or-nothing (see
@@ -283,11 +302,12 @@ void sluice_memstore_free(sluice_memstore_t *store);
  * allowed, 0 if rejected, or SLUICE_EINVAL when nlimits is 0 or above
  * SLUICE_MAX_LIMITS or a limit is not valid (sluice_limit_valid()).
  */
-int sluice_memstore_take(sluice_memstore_t *store, const void *key,
-			 size_t keylen, const sluice_limit_t *limits,
-			 size_t nlimits, uint64_t cost, int64_t now_us,
-			 sluice_decision_t *decisions,
-			 sluice_decision_t *summary);
+SLUICE_API int sluice_memstore_take(sluice_memstore_t *store, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    int64_t now_us,
+				    sluice_decision_t *decisions,
+				    sluice_decision_t *summary);
 
 /*
  * One key of a take over several keys: the caller fills the inputs; the
@@ -318,37 +338,97 @@ typedef struct sluice_take_item_s {
  * SLUICE_EINVAL for a malformed item (as for sluice_memstore_take()), or
  * SLUICE_ENOMEM.
  */
-int sluice_memstore_take_many(sluice_memstore_t *store,
-			      sluice_take_item_t *items, size_t n,
-			      int64_t now_us);
+SLUICE_API int sluice_memstore_take_many(sluice_memstore_t *store,
+					 sluice_take_item_t *items, size_t n,
+					 int64_t now_us);
 
 /*
  * Makes every bucket of `key` under limits[0..nlimits) full (forgets
  * their states).  Returns 0, or SLUICE_EINVAL as sluice_memstore_take().
  */
-int sluice_memstore_reset(sluice_memstore_t *store, const void *key,
-			  size_t keylen, const sluice_limit_t *limits,
-			  size_t nlimits);
+SLUICE_API int sluice_memstore_reset(sluice_memstore_t *store, const void *key,
+				     size_t keylen,
+				     const sluice_limit_t *limits,
+				     size_t nlimits);
 
 /*
  * Gives `cost` tokens back to every bucket of `key` under
  * limits[0..nlimits) (sluice_refund()), atomically with takes on the key.
  * Returns 0, or SLUICE_EINVAL as sluice_memstore_take().
  */
-int sluice_memstore_refund(sluice_memstore_t *store, const void *key,
-			   size_t keylen, const sluice_limit_t *limits,
-			   size_t nlimits, uint64_t cost, int64_t now_us);
+SLUICE_API int sluice_memstore_refund(sluice_memstore_t *store, const void *key,
+				      size_t keylen,
+				      const sluice_limit_t *limits,
+				      size_t nlimits, uint64_t cost,
+				      int64_t now_us);
 
 /* Copies the store's counters. */
-void sluice_memstore_stats(sluice_memstore_t *store,
-			   sluice_memstore_stats_t *out);
+SLUICE_API void sluice_memstore_stats(sluice_memstore_t *store,
+				      sluice_memstore_stats_t *out);
+
+/* ---------------------------------------------------- shared-memory store */
+
+/*
+ * The shared-memory store: the memory store's table in a file on a tmpfs
+ * (/dev/shm/NAME), shared by every process and thread of a host that opens
+ * it.  They all charge the same buckets, exactly, and a process that
+ * restarts finds every bucket as it was.  Decisions, bounds, eviction and
+ * expiry are the memory store's.  A process killed at any instruction, even
+ * holding a shard's lock, leaves no one blocked and no bucket corrupted:
+ * the locks are robust, and the next process to take one repairs that
+ * shard's table.  (A process killed in the middle of a take over several
+ * limits may leave that take charged on some of them only.)
+ */
+typedef struct sluice_shmstore_s sluice_shmstore_t;
+
+/*
+ * Opens the store in the file at path, creating it (mode 0600, sized for
+ * max_keys buckets, about 32 to 64 bytes each, all reserved at creation)
+ * if it does not exist.  The file holds a magic, a layout version, its
+ * parameters and the secret hash key (random at creation: clients cannot
+ * predict which keys share a slot); a file every user may write is
+ * refused.  A file of another layout version,
+ * made for another max_keys, of the wrong size or not a store at all is
+ * refused, never reinterpreted.  Returns 0 with *store set, or
+ * SLUICE_EINVAL / SLUICE_ERANGE (bad arguments), SLUICE_ENOMEM or
+ * SLUICE_ESTORE (the file: permission, space, layout) with a message
+ * naming the path in err (may be NULL).
+ */
+SLUICE_API int sluice_shmstore_open(sluice_shmstore_t **store, const char *path,
+				    size_t max_keys, char *err, size_t errlen);
+
+/* Unmaps the store (the file and its buckets stay). */
+SLUICE_API void sluice_shmstore_close(sluice_shmstore_t *store);
+
+/* As sluice_memstore_take(). */
+SLUICE_API int sluice_shmstore_take(sluice_shmstore_t *store, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    int64_t now_us,
+				    sluice_decision_t *decisions,
+				    sluice_decision_t *summary);
+
+/* As sluice_memstore_take_many(): all-or-nothing across keys, atomic with
+ * respect to every take of every process on the same file. */
+SLUICE_API int sluice_shmstore_take_many(sluice_shmstore_t *store,
+					 sluice_take_item_t *items, size_t n,
+					 int64_t now_us);
+
+/* The store's counters (over every process's takes). */
+SLUICE_API void sluice_shmstore_stats(sluice_shmstore_t *store,
+				      sluice_memstore_stats_t *out);
+
+/* Checks the table's invariants (counts, bounds, every bucket reachable
+ * and unique): 0, or SLUICE_ESTORE with what is wrong in err. */
+SLUICE_API int sluice_shmstore_check(sluice_shmstore_t *store, char *err,
+				     size_t errlen);
 
 /* ------------------------------------------------------------------ time */
 
 /* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch,
  * plus SLUICE_TEST_CLOCK_OFFSET_US from the environment when set (a test
  * hook for clock-skew tests; read once). */
-int64_t sluice_now_us(void);
+SLUICE_API int64_t sluice_now_us(void);
 
 #ifdef __cplusplus
 }

@@ -23,8 +23,12 @@
  * consecutive failures; one probe call after 100 ms; one breaker per
  * Redis node, so in a cluster a failing master fails only its own slots)
  * fail calls at once with SLUICE_ESTORE.  Lost connections are retried with a
- * backoff capped at 200 ms.  NOSCRIPT (a restarted or flushed Redis) and
- * Cluster redirections (MOVED, ASK) are handled inside the call.  See
+ * backoff capped at 200 ms; a connection whose handshake is refused (AUTH,
+ * SELECT, SCRIPT LOAD) backs off up to 2 s, so a wrong password costs the
+ * server at most one attempt every 2 s per connection after the first few.
+ * An idle connection is probed (PING) every 500 ms, so a Redis that stops
+ * answering is noticed without traffic.  NOSCRIPT (a restarted or flushed
+ * Redis) and Cluster redirections (MOVED, ASK) are handled inside the call. See
  * docs/REDIS.md.
  */
 #ifndef SLUICE_REDIS_H
@@ -40,6 +44,74 @@ extern "C" {
 
 typedef struct sluice_redis_s sluice_redis_t;
 
+/* What happened to a Redis node (see sluice_redis_opts_t.on_event).  The
+ * client reports changes only: a node that stays unreachable is reported
+ * once, not at every reconnect attempt. */
+typedef enum sluice_redis_event_kind_e {
+	SLUICE_REDIS_EV_CONNECTED = 1, /* handshake done, the node answers */
+	SLUICE_REDIS_EV_AUTH_FAILED,   /* AUTH / SELECT / SCRIPT LOAD refused */
+	SLUICE_REDIS_EV_UNREACHABLE,   /* connect failed or connection lost */
+	SLUICE_REDIS_EV_TIMEOUT, /* connect, handshake or calls unanswered */
+	SLUICE_REDIS_EV_BREAKER_OPEN,	 /* calls to the node now fail fast */
+	SLUICE_REDIS_EV_BREAKER_CLOSED,	 /* calls go through again */
+	SLUICE_REDIS_EV_SCRIPT_RELOADED, /* NOSCRIPT: the scripts reloaded */
+	SLUICE_REDIS_EV_SLOTS_CHANGED	 /* cluster: the slot map changed */
+} sluice_redis_event_kind_t;
+
+typedef struct sluice_redis_event_s {
+	sluice_redis_event_kind_t kind;
+	/* "host:port" or the unix socket path; never credentials.  For
+	 * SLOTS_CHANGED the node that answered the new map. */
+	const char *node;
+	/* The server's own words for AUTH_FAILED (e.g. "WRONGPASS ..."),
+	 * the system's for UNREACHABLE, a short summary otherwise; may be
+	 * "".  Valid during the callback only. */
+	const char *detail;
+} sluice_redis_event_t;
+
+/* Told of every node state change, on the loop's thread, from inside the
+ * client: it must not call back into the client (no take, no free). */
+typedef void (*sluice_redis_event_cb)(void *arg,
+				      const sluice_redis_event_t *ev);
+
+/* Why a call or a connection failed, for metrics. */
+typedef enum sluice_redis_error_e {
+	SLUICE_REDIS_ERR_NONE = 0,
+	SLUICE_REDIS_ERR_TIMEOUT,    /* no answer within timeout_ms */
+	SLUICE_REDIS_ERR_CONNECTION, /* no connection, or it was lost */
+	SLUICE_REDIS_ERR_AUTH,	   /* a handshake refused (AUTH, SELECT, ...) */
+	SLUICE_REDIS_ERR_PROTOCOL, /* an error reply or a reply not understood
+				    */
+	SLUICE_REDIS_ERR_REDIRECT, /* MOVED or ASK followed (cluster) */
+	SLUICE_REDIS_ERRORS
+} sluice_redis_error_t;
+
+/* A report for metrics (sluice_redis_opts_t.on_report). */
+typedef enum sluice_redis_report_e {
+	SLUICE_REDIS_REPORT_CALL = 1, /* a call ended: latency_ns, error */
+	SLUICE_REDIS_REPORT_ERROR,    /* an error outside calls: error */
+	SLUICE_REDIS_REPORT_GAUGES    /* every 500 ms, per node: the gauges */
+} sluice_redis_report_t;
+
+typedef struct sluice_redis_node_report_s {
+	sluice_redis_report_t what;
+	const char *node; /* as in sluice_redis_event_t */
+	size_t index;	  /* the node's number in this client (stable) */
+	/* Gauges, set in every report. */
+	int up;		      /* sluice_redis_healthy() for this node */
+	int breaker_open;     /* calls fail fast */
+	unsigned connections; /* connections with their handshake done */
+	uint64_t latency_ns;  /* CALL: from the call to its answer */
+	sluice_redis_error_t error;
+} sluice_redis_node_report_t;
+
+/* Called on the loop's thread; must not call back into the client. */
+typedef void (*sluice_redis_report_cb)(void *arg,
+				       const sluice_redis_node_report_t *rep);
+
+/* A name for each kind ("connected", "auth_failed", ...). */
+SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
+
 typedef struct sluice_redis_opts_s {
 	/* "redis://[user:pass@]host:port[/db]" or "unix:///path/to/sock";
 	 * NULL when cluster seeds are given. */
@@ -51,6 +123,14 @@ typedef struct sluice_redis_opts_s {
 	unsigned timeout_ms;	/* per call; 0: 50 */
 	unsigned connections;	/* per client (per node in a cluster); 0: 1 */
 	unsigned flags;		/* SLUICE_REDIS_* below */
+	/* Node state changes (may be NULL): the library never prints; a
+	 * host logs these.  Added last, so zero-initialised options keep
+	 * their meaning. */
+	sluice_redis_event_cb on_event;
+	void *event_arg;
+	/* Per-call latency and errors, and node gauges, for metrics (may be
+	 * NULL); its argument is event_arg too. */
+	sluice_redis_report_cb on_report;
 } sluice_redis_opts_t;
 
 /* Always use the Lua script, even where the SLUICE.TAKE module is loaded
@@ -70,8 +150,9 @@ typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 /* Creates a client on `loop`; connects in the background.  Returns 0, or
  * SLUICE_EINVAL (a bad URL, seed or prefix) / SLUICE_ENOMEM with a message
  * in err; on failure nothing is left on the loop. */
-int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
-		     sluice_redis_t **out, char *err, size_t errlen);
+SLUICE_API int sluice_redis_new(uv_loop_t *loop,
+				const sluice_redis_opts_t *opts,
+				sluice_redis_t **out, char *err, size_t errlen);
 
 /*
  * Charges `cost` against every limit of `key`, all-or-nothing (cost 0
@@ -84,9 +165,10 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
  * is empty or starts with '}', which has no hash tag) or SLUICE_ENOMEM;
  * the callback is then not called.
  */
-int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
-		      const sluice_limit_t *limits, size_t nlimits,
-		      uint64_t cost, sluice_redis_cb cb, void *arg);
+SLUICE_API int sluice_redis_take(sluice_redis_t *r, const void *key,
+				 size_t keylen, const sluice_limit_t *limits,
+				 size_t nlimits, uint64_t cost,
+				 sluice_redis_cb cb, void *arg);
 
 /* Called once per sluice_redis_take_many(); on status 0 the items'
  * outputs are set and allowed is 1 when every item was charged. */
@@ -113,8 +195,9 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
  * one server-side call cannot chain two charges of one key) /
  * SLUICE_ENOMEM; the callback is then not called.
  */
-int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
-			   size_t n, sluice_redis_many_cb cb, void *arg);
+SLUICE_API int sluice_redis_take_many(sluice_redis_t *r,
+				      sluice_take_item_t *items, size_t n,
+				      sluice_redis_many_cb cb, void *arg);
 
 /*
  * Admin verbs over items[0..n) (key and limits, as for take_many; the
@@ -125,28 +208,30 @@ int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
  * the first failure or 0 (allowed is 1).  Returns 0, or SLUICE_EINVAL /
  * SLUICE_ENOMEM; the callback is then not called.
  */
-int sluice_redis_refund(sluice_redis_t *r, const sluice_take_item_t *items,
-			size_t n, sluice_redis_many_cb cb, void *arg);
-int sluice_redis_reset(sluice_redis_t *r, const sluice_take_item_t *items,
-		       size_t n, sluice_redis_many_cb cb, void *arg);
+SLUICE_API int sluice_redis_refund(sluice_redis_t *r,
+				   const sluice_take_item_t *items, size_t n,
+				   sluice_redis_many_cb cb, void *arg);
+SLUICE_API int sluice_redis_reset(sluice_redis_t *r,
+				  const sluice_take_item_t *items, size_t n,
+				  sluice_redis_many_cb cb, void *arg);
 
-/* 1 when the client believes the store can answer (connected, breaker
- * closed; in a cluster, every slot has a master whose breaker is not
- * open), for /readyz. */
-int sluice_redis_healthy(const sluice_redis_t *r);
+/* 1 when the client believes the store can answer (a connection whose
+ * handshake succeeded and whose last probe was answered within timeout_ms,
+ * breaker not open; in a cluster, for every slot's master), for /readyz. */
+SLUICE_API int sluice_redis_healthy(const sluice_redis_t *r);
 
 /* Closes the connections; calls that are still pending fail with
  * SLUICE_ESTORE.  Call it from the loop's thread, outside the client's
  * callbacks; the memory is released once the loop has run again (it
  * closes the client's timers). */
-void sluice_redis_free(sluice_redis_t *r);
+SLUICE_API void sluice_redis_free(sluice_redis_t *r);
 
 /* As sluice_redis_free(), and then calls done(arg) from the loop once the
  * client has closed its last handle and released its memory: a host that
  * tears its loop down (a Node.js worker, say) waits for this before it
  * stops running the loop or unloads the code the close callbacks live in. */
-void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
-			    void *arg);
+SLUICE_API void sluice_redis_free_then(sluice_redis_t *r,
+				       void (*done)(void *arg), void *arg);
 
 #ifdef __cplusplus
 }

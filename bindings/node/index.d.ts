@@ -54,11 +54,17 @@ export interface RedisOptions {
 }
 
 export interface LimiterOptions {
-  /** 'memory' (default), { memory: { maxKeys } } or { redis: RedisOptions }. */
-  store?: 'memory' | { memory: { maxKeys?: number } } | { redis: RedisOptions };
+  /** 'memory' (default), { memory: { maxKeys } }, { shared: { path, maxKeys } }
+   * (the host's shared-memory store: every process that opens the same file
+   * shares its buckets) or { redis: RedisOptions }. */
+  store?:
+    | 'memory'
+    | { memory: { maxKeys?: number } }
+    | { shared: { path: string; maxKeys?: number } }
+    | { redis: RedisOptions };
   /** Memory store bound, default 1e6 keys. */
   maxKeys?: number;
-  /** Memory store only: the time in microseconds since the epoch (simulations, tests). */
+  /** Memory and shared stores only: the time in microseconds since the epoch (simulations, tests). */
   clock?: () => number;
 }
 
@@ -69,7 +75,7 @@ export interface TakeOptions {
 
 export class Limiter {
   constructor(opts?: LimiterOptions);
-  readonly store: 'memory' | 'redis';
+  readonly store: 'memory' | 'shared' | 'redis';
   /** Rejects with code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED. */
   take(key: string | Buffer, policy: Policy, opts?: TakeOptions): Promise<Decision>;
   /** true when the store can answer now (for a readiness probe). */

@@ -44,9 +44,13 @@ class Policy {
     this.name = name;
     this.limits = limits;
     this._h = handle;
-    // RateLimit-Policy for each limit, as sluice serve writes it.
+    // RateLimit-Policy when limit `which` decided, as sluice serve writes
+    // it (draft-11 list): that limit first under the policy's name, each
+    // other one as "name.N" (N its position, from 1).
     this._quotedName = `"${name}"`;
-    this._policyHeaders = limits.map((l, i) => `"${name}";q=${l.capacity};w=${windows[i]}`);
+    const item = (i, n) => `"${n}";q=${limits[i].capacity};w=${windows[i]}`;
+    this._policyHeaders = limits.map((_, which) => [item(which, name),
+      ...limits.map((__, i) => i).filter((i) => i !== which).map((i) => item(i, `${name}.${i + 1}`))].join(', '));
     this._windowsMs = windows.map((w) => w * 1000);
     Object.freeze(this);
   }
@@ -118,8 +122,14 @@ function storeOptions(opts) {
   if (store !== null && typeof store === 'object') {
     if (store.memory !== undefined) return { kind: 'memory', maxKeys: (store.memory || {}).maxKeys ?? opts.maxKeys };
     if (store.redis !== undefined) return { kind: 'redis', redis: store.redis };
+    if (store.shared !== undefined) {
+      const sh = store.shared;
+      if (sh === null || typeof sh !== 'object' || typeof sh.path !== 'string' || sh.path === '')
+        throw new TypeError("store.shared must be { path: '/dev/shm/NAME', maxKeys }");
+      return { kind: 'shared', path: sh.path, maxKeys: sh.maxKeys ?? opts.maxKeys };
+    }
   }
-  throw new TypeError("store must be 'memory', { memory: { maxKeys } } or { redis: { url | cluster } }");
+  throw new TypeError("store must be 'memory', { memory: { maxKeys } }, { shared: { path, maxKeys } } or { redis: { url | cluster } }");
 }
 
 function positiveInt(v, what, dflt, max) {
@@ -158,8 +168,11 @@ function decision(allowed, limit, remaining, retryAfterMs, resetMs, name) {
 
 /**
  * new Limiter({ store: 'memory', maxKeys, clock })
- *   clock (memory store only): () -> the time in microseconds since the
- *   epoch, for simulations and tests; default the wall clock
+ *   clock (memory and shared stores): () -> the time in microseconds since
+ *   the epoch, for simulations and tests; default the wall clock
+ * new Limiter({ store: { shared: { path: '/dev/shm/NAME', maxKeys } } })
+ *   every process of the host that opens the same file shares its buckets
+ *   (cluster workers, PM2 instances, sluice serve)
  * new Limiter({ store: { redis: { url, timeoutMs, connections, keyPrefix } } })
  * new Limiter({ store: { redis: { cluster: ['host:port', ...] } } })
  */
@@ -169,9 +182,16 @@ class Limiter {
     const s = storeOptions(opts);
     this._closed = false;
     this._closing = null;
-    if (s.kind === 'memory') {
-      this.store = 'memory';
-      this._mem = native.memoryNew(positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 40));
+    if (s.kind === 'memory' || s.kind === 'shared') {
+      // Both local stores decide at once, through the same path.
+      this.store = s.kind;
+      if (s.kind === 'memory') {
+        this._mem = native.memoryNew(positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 40));
+        this._take = native.memoryTake;
+      } else {
+        this._mem = native.shmNew(s.path, positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 32));
+        this._take = native.shmTake;
+      }
       this._buf = new Float64Array(5);
       this._redis = null;
       if (opts.clock !== undefined && typeof opts.clock !== 'function')
@@ -181,6 +201,7 @@ class Limiter {
       if (opts.clock !== undefined) throw new TypeError('clock applies to the memory store only (Redis decides on its own time)');
       this.store = 'redis';
       this._mem = null;
+      this._take = null;
       this._redis = native.redisNew(this, redisOptions(s.redis));
     }
   }
@@ -196,8 +217,8 @@ class Limiter {
     if (this._mem !== null) {
       const b = this._buf;
       const allowed = this._clock === null
-        ? native.memoryTake(this._mem, key, p._h, cost, b)
-        : native.memoryTake(this._mem, key, p._h, cost, b, this._clock());
+        ? this._take(this._mem, key, p._h, cost, b)
+        : this._take(this._mem, key, p._h, cost, b, this._clock());
       done(0, allowed, b[0], b[1], b[2], b[3], b[4]);
       return;
     }
@@ -306,7 +327,7 @@ function express(opts) {
     // The memory store answers at once: no closure on that path.
     if (limiter._mem !== null && limiter._clock === null && !limiter._closed) {
       const d = limiter._buf;
-      const allowed = native.memoryTake(limiter._mem, k, p._h, c, d);
+      const allowed = limiter._take(limiter._mem, k, p._h, c, d);
       answer(res, next, p, closed, 0, allowed, d[0], d[1], d[2], d[3], d[4]);
       return;
     }

@@ -84,6 +84,44 @@ const sluice_store_ops_t sluice_memory_store_ops = {
 	.free = memory_free,
 };
 
+/* -------------------------------------------------- shared-memory store */
+
+/* As the memory driver, on the host's shared store (which a process
+ * opened once: it outlives configs too). */
+static int shm_take(void *impl, sluice_take_item_t *items, size_t n,
+		    int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	int r;
+
+	if (n == 1) {
+		r = sluice_shmstore_take(impl, items->key, items->keylen,
+					 items->limits, items->nlimits,
+					 items->cost, now_us, NULL,
+					 &items->summary);
+		if (r >= 0)
+			items->allowed = r;
+	} else {
+		r = sluice_shmstore_take_many(impl, items, n, now_us);
+	}
+	if (r == SLUICE_EINVAL)
+		return r;
+	cb(arg, r < 0 ? r : 0, r > 0);
+	return 0;
+}
+
+static void shm_stats(void *impl, sluice_memstore_stats_t *out)
+{
+	sluice_shmstore_stats(impl, out);
+}
+
+const sluice_store_ops_t sluice_shm_store_ops = {
+	.name = "shared",
+	.take = shm_take,
+	.healthy = NULL,
+	.stats = shm_stats,
+	.free = memory_free,
+};
+
 /* ------------------------------------------------------------ lifecycle */
 
 void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store)
@@ -96,13 +134,24 @@ void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store)
 
 int sluice_backend_open(sluice_backend_t *be,
 			const sluice_store_config_t *store, void *loop,
-			sluice_memstore_t *shared, char *err, size_t errlen)
+			sluice_memstore_t *shared, sluice_shmstore_t *shm,
+			char *err, size_t errlen)
 {
 	memset(be, 0, sizeof(*be));
 	be->local = shared;
 	switch (store->kind) {
 	case SLUICE_STORE_MEMORY:
 		sluice_backend_memory(be, shared);
+		return 0;
+	case SLUICE_STORE_SHARED:
+		if (!shm) {
+			snprintf(err, errlen,
+				 "store: the shared store is not "
+				 "open");
+			return SLUICE_EINVAL;
+		}
+		be->ops = &sluice_shm_store_ops;
+		be->impl = shm;
 		return 0;
 	case SLUICE_STORE_REDIS:
 	case SLUICE_STORE_REDIS_CLUSTER:

@@ -2,11 +2,11 @@
  * backend.h -- the stores a verdict is decided on.
  *
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
- * memory store here, the Redis store (include/sluice_redis.h).  Its take()
- * charges several keys all-or-nothing, atomically with respect to every
- * other take on the same store: it has the shape of
- * sluice_redis_take_many(), asynchronous, one callback per call, which may
- * run before take() returns (the memory driver always does).  Each
+ * memory store and the host's shared-memory store here, the Redis store
+ * (include/sluice_redis.h).  Its take() charges several keys all-or-nothing,
+ * atomically with respect to every other take on the same store: it has the
+ * shape of sluice_redis_take_many(), asynchronous, one callback per call, which
+ * may run before take() returns (the memory driver always does).  Each
  * event-loop thread owns its own driver instance.
  *
  * The verdict engine (verdict.h) decides a whole request over a backend.
@@ -58,19 +58,22 @@ typedef struct sluice_backend_s {
 } sluice_backend_t;
 
 /* Opens the driver configured in `store` for one event-loop thread.
- * `shared` is the process-wide memory store.  Returns 0 or a negative code
- * with a message. */
+ * `shared` is the process-wide memory store, `shm` the host's
+ * shared-memory store (opened once per process; NULL unless the store is
+ * shared).  Returns 0 or a negative code with a message. */
 int sluice_backend_open(sluice_backend_t *be,
 			const sluice_store_config_t *store, void *loop,
-			sluice_memstore_t *shared, char *err, size_t errlen);
+			sluice_memstore_t *shared, sluice_shmstore_t *shm,
+			char *err, size_t errlen);
 void sluice_backend_close(sluice_backend_t *be);
 int sluice_backend_healthy(sluice_backend_t *be);
 
 /* A backend on a memory store alone (simulate, replay, tests). */
 void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store);
 
-/* The memory driver (backend.c). */
+/* The memory and shared-memory drivers (backend.c). */
 extern const sluice_store_ops_t sluice_memory_store_ops;
+extern const sluice_store_ops_t sluice_shm_store_ops;
 
 /* The Redis driver (backend_redis.c): opens one Redis client for `loop`
  * (a uv_loop_t) into *impl. */

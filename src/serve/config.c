@@ -162,6 +162,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->path);
 	free(cfg->listen);
 	free(cfg->store.url);
+	free(cfg->store.shm_path);
 	for (i = 0; i < cfg->store.nseeds; i++)
 		free(cfg->store.seeds[i]);
 	free(cfg->store.seeds);
@@ -296,11 +297,33 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 	return 0;
 }
 
-/* memory: {max_keys}, redis: {url, ...}, redis_cluster: {seeds, ...} */
+/* shared: {path, max_keys}: an absolute path (the file every process of
+ * the host opens; /dev/shm/NAME or another tmpfs). */
+static int parse_shm_path(sluice_yaml_t *y, yaml_node_t *node,
+			  sluice_store_config_t *st)
+{
+	const char *path;
+
+	if (sluice_yaml_string(y, node, "store.shared.path", &path) < 0)
+		return -1;
+	if (path[0] != '/' || strlen(path) > 4000)
+		return sluice_yaml_error(y, node,
+					 "store.shared.path \"%.100s\" is not "
+					 "an absolute path; expected e.g. "
+					 "/dev/shm/sluice",
+					 path);
+	if (set_string(&st->shm_path, path) < 0)
+		return sluice_yaml_nomem(y, node);
+	return 0;
+}
+
+/* memory: {max_keys}, shared: {path, max_keys}, redis: {url, ...},
+ * redis_cluster: {seeds, ...} */
 static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			    const char *kind, sluice_store_config_t *st)
 {
 	static const char *const mem_keys[] = {"max_keys", NULL};
+	static const char *const shared_keys[] = {"path", "max_keys", NULL};
 	static const char *const redis_keys[] = {"url",	       "key_prefix",
 						 "timeout_ms", "connections",
 						 "max_keys",   NULL};
@@ -314,16 +337,27 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 
 	snprintf(what, sizeof(what), "store.%s", kind);
 #define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
-	if (sluice_yaml_is_null(body) && strcmp(kind, "redis_cluster") != 0)
+	if (sluice_yaml_is_null(body) && strcmp(kind, "redis_cluster") != 0 &&
+	    strcmp(kind, "shared") != 0)
 		return 0; /* "memory:" or "redis:" alone: all defaults */
 	if (sluice_yaml_expect_map(y, body, what) < 0)
 		return -1;
-	if (sluice_yaml_check_keys(y, body, what,
-				   st->kind == SLUICE_STORE_MEMORY ? mem_keys
-				   : st->kind == SLUICE_STORE_REDIS
-					   ? redis_keys
-					   : cluster_keys) < 0)
+	if (sluice_yaml_check_keys(
+		    y, body, what,
+		    st->kind == SLUICE_STORE_MEMORY   ? mem_keys
+		    : st->kind == SLUICE_STORE_SHARED ? shared_keys
+		    : st->kind == SLUICE_STORE_REDIS  ? redis_keys
+						      : cluster_keys) < 0)
 		return -1;
+	if (st->kind == SLUICE_STORE_SHARED) {
+		if (!(v = sluice_yaml_get(y, body, "path")))
+			return sluice_yaml_error(
+				y, body,
+				"store.shared has no path; expected "
+				"path: /dev/shm/NAME (a file on a tmpfs)");
+		if (parse_shm_path(y, v, st) < 0)
+			return -1;
+	}
 	if ((v = sluice_yaml_get(y, body, "max_keys"))) {
 		if (sluice_yaml_uint(y, v, FIELD("max_keys"), 1,
 				     UINT64_C(1) << 32, &u) < 0)
@@ -371,8 +405,8 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 static int parse_store(sluice_yaml_t *y, yaml_node_t *node,
 		       sluice_store_config_t *st)
 {
-	static const char *const kinds[] = {"memory", "redis", "redis_cluster",
-					    NULL};
+	static const char *const kinds[] = {"memory", "shared", "redis",
+					    "redis_cluster", NULL};
 	yaml_node_t *k;
 	const char *kind;
 
@@ -384,12 +418,14 @@ static int parse_store(sluice_yaml_t *y, yaml_node_t *node,
 			st->kind = SLUICE_STORE_REDIS;
 			return 0;
 		}
-		return sluice_yaml_error(y, node,
-					 "store \"%.60s\" is unknown; expected "
-					 "memory, redis, {memory: {max_keys: "
-					 "N}}, {redis: {url: ...}} or "
-					 "{redis_cluster: {seeds: [...]}}",
-					 kind);
+		return sluice_yaml_error(
+			y, node,
+			"store \"%.60s\" is unknown; expected "
+			"memory, redis, {memory: {max_keys: "
+			"N}}, {shared: {path: /dev/shm/NAME}}, "
+			"{redis: {url: ...}} or "
+			"{redis_cluster: {seeds: [...]}}",
+			kind);
 	}
 	if (node->type != YAML_MAPPING_NODE)
 		return sluice_yaml_error(y, node,
@@ -403,7 +439,7 @@ static int parse_store(sluice_yaml_t *y, yaml_node_t *node,
 		return sluice_yaml_error(
 			y, node,
 			"store names %s kinds; expected "
-			"exactly one of memory, redis, "
+			"exactly one of memory, shared, redis, "
 			"redis_cluster",
 			node->data.mapping.pairs.top ==
 					node->data.mapping.pairs.start
@@ -415,6 +451,8 @@ static int parse_store(sluice_yaml_t *y, yaml_node_t *node,
 		st->kind = SLUICE_STORE_REDIS;
 	else if (strcmp(kind, "redis_cluster") == 0)
 		st->kind = SLUICE_STORE_REDIS_CLUSTER;
+	else if (strcmp(kind, "shared") == 0)
+		st->kind = SLUICE_STORE_SHARED;
 	return parse_store_body(
 		y, sluice_yaml_node(y, node->data.mapping.pairs.start->value),
 		kind, st);
@@ -606,7 +644,8 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 			return sluice_yaml_nomem(y, v);
 	}
 	if ((v = sluice_yaml_get(y, root, "threads"))) {
-		if (sluice_yaml_uint(y, v, "threads", 1, 256, &u) < 0)
+		if (sluice_yaml_uint(y, v, "threads", 1, SLUICE_MAX_THREADS,
+				     &u) < 0)
 			rc = -1;
 		else
 			cfg->threads = (unsigned)u;

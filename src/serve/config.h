@@ -126,11 +126,13 @@ typedef enum {
 	SLUICE_STORE_MEMORY = 0,
 	SLUICE_STORE_REDIS,
 	SLUICE_STORE_REDIS_CLUSTER,
+	SLUICE_STORE_SHARED, /* the host's shared-memory store */
 } sluice_store_kind_t;
 
 typedef struct sluice_store_config_s {
 	sluice_store_kind_t kind;
-	size_t max_keys; /* memory store bound (default 1,000,000) */
+	size_t max_keys; /* memory/shared store bound (default 1,000,000) */
+	char *shm_path;	 /* shared: the store's file, e.g. /dev/shm/sluice */
 	/* redis / redis_cluster */
 	char *url;    /* redis://[user:pass@]host:port/db, unix:///path */
 	char **seeds; /* cluster seeds, "host:port" */
@@ -139,6 +141,10 @@ typedef struct sluice_store_config_s {
 	unsigned timeout_ms;  /* default 50 */
 	unsigned connections; /* per thread, default 1 */
 } sluice_store_config_t;
+
+/* Event-loop threads: `threads` in the file and --threads accept 1 to
+ * this, one range everywhere. */
+#define SLUICE_MAX_THREADS 64
 
 /* Upper ends of http.max_header_bytes and http.max_body_bytes (config.c
  * says why). */

@@ -94,9 +94,15 @@ void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
 	if (v->report < 0)
 		return;
 	m = &t->matches[v->report];
+	/* A shadow rule never limits: a client must not read "Remaining: 0"
+	 * from it.  (The verdict reports one when only shadow rules
+	 * matched, for simulate and replay.) */
+	if (m->rule->shadow)
+		return;
 	sluice_policy_name(m, name, sizeof(name));
-	sluice_ratelimit_headers(&c->out, name, &m->set->limits[v->which],
-				 &v->summary, !v->allowed);
+	sluice_ratelimit_headers_set(&c->out, name, m->set->limits,
+				     m->set->nlimits, v->which, &v->summary,
+				     !v->allowed);
 }
 
 void sluice_resp_store_error(sluice_conn_t *c)

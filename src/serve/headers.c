@@ -70,22 +70,54 @@ static void header_u64(sluice_buf_t *out, const char *name, uint64_t v)
 	sluice_buf_append(out, "\r\n", 2);
 }
 
-void sluice_ratelimit_headers(sluice_buf_t *out, const char *name,
-			      const sluice_limit_t *limit,
-			      const sluice_decision_t *d, int limited)
+/* One RateLimit-Policy item: "name";q=CAPACITY;w=SECONDS, with ".N" after
+ * the name for a limit other than the reported one (N: its position in
+ * the rule, from 1), so each item has its own name. */
+static void policy_item(sluice_buf_t *out, const char *name,
+			const sluice_limit_t *limit, size_t pos)
 {
-	uint64_t reset_s = sluice_us_to_s_ceil(d->reset_after_us);
+	char named[300];
 
-	header_u64(out, "X-RateLimit-Limit: ", d->limit);
-	header_u64(out, "X-RateLimit-Remaining: ", d->remaining);
-	header_u64(out, "X-RateLimit-Reset: ", reset_s);
+	if (pos) {
+		size_t n = strlen(name);
 
-	sluice_buf_puts(out, "RateLimit-Policy: ");
+		if (n > sizeof(named) - 24)
+			n = sizeof(named) - 24;
+		memcpy(named, name, n);
+		named[n++] = '.';
+		n += sluice_u64_dec(named + n, pos);
+		named[n] = '\0';
+		name = named;
+	}
 	sluice_sf_string(out, name);
 	sluice_buf_puts(out, ";q=");
 	sluice_buf_u64(out, limit->capacity);
 	sluice_buf_puts(out, ";w=");
 	sluice_buf_u64(out, sluice_limit_window_s(limit));
+}
+
+void sluice_ratelimit_headers_set(sluice_buf_t *out, const char *name,
+				  const sluice_limit_t *limits, size_t n,
+				  size_t which, const sluice_decision_t *d,
+				  int limited)
+{
+	const sluice_limit_t *limit = &limits[which];
+	uint64_t reset_s = sluice_us_to_s_ceil(d->reset_after_us);
+	size_t i;
+
+	header_u64(out, "X-RateLimit-Limit: ", d->limit);
+	header_u64(out, "X-RateLimit-Remaining: ", d->remaining);
+	header_u64(out, "X-RateLimit-Reset: ", reset_s);
+
+	/* draft-11: a List, one item per limit of the rule; the reported
+	 * limit first, under the name RateLimit refers to. */
+	sluice_buf_puts(out, "RateLimit-Policy: ");
+	policy_item(out, name, limit, 0);
+	for (i = 0; i < n; i++)
+		if (i != which) {
+			sluice_buf_puts(out, ", ");
+			policy_item(out, name, &limits[i], i + 1);
+		}
 	sluice_buf_append(out, "\r\n", 2);
 
 	sluice_buf_puts(out, "RateLimit: ");
@@ -104,6 +136,13 @@ void sluice_ratelimit_headers(sluice_buf_t *out, const char *name,
 		header_u64(out, "X-RateLimit-Retry-After-Ms: ",
 			   sluice_us_to_ms_ceil(retry_us));
 	}
+}
+
+void sluice_ratelimit_headers(sluice_buf_t *out, const char *name,
+			      const sluice_limit_t *limit,
+			      const sluice_decision_t *d, int limited)
+{
+	sluice_ratelimit_headers_set(out, name, limit, 1, 0, d, limited);
 }
 
 void sluice_limited_body(sluice_buf_t *out, const char *name, uint64_t retry_us)

@@ -53,6 +53,17 @@ void sluice_ratelimit_headers(sluice_buf_t *out, const char *name,
 			      const sluice_limit_t *limit,
 			      const sluice_decision_t *d, int limited);
 
+/*
+ * The same for a rule with several limits: limits[which] is the one that
+ * decided (d), reported as above; RateLimit-Policy lists every limit, the
+ * reported one first as "name", each other one as "name.N" (N its
+ * position in the rule, counted from 1).
+ */
+void sluice_ratelimit_headers_set(sluice_buf_t *out, const char *name,
+				  const sluice_limit_t *limits, size_t n,
+				  size_t which, const sluice_decision_t *d,
+				  int limited);
+
 /* Appends `name` as a Structured Field string ("..." with \ and " escaped,
  * non-printable bytes dropped). */
 void sluice_sf_string(sluice_buf_t *out, const char *name);

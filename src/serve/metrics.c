@@ -2,6 +2,7 @@
  * metrics.c -- registry of per-thread counters and the Prometheus text.
  */
 #include "serve/metrics.h"
+#include "serve/metrics_redis.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -233,6 +234,11 @@ static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
 	     "to full.");
 	series(out, "sluice_memstore_evicted_debt_seconds_total", NULL, NULL,
 	       NULL, NULL, st->evicted_debt_us / 1000000);
+	help(out, "sluice_memstore_recovered_total", "counter",
+	     "Shared store: shards repaired after a process died holding "
+	     "their lock.");
+	series(out, "sluice_memstore_recovered_total", NULL, NULL, NULL, NULL,
+	       st->recovered);
 }
 
 void sluice_metrics_render(sluice_buf_t *out,
@@ -247,6 +253,11 @@ void sluice_metrics_render(sluice_buf_t *out,
 	pthread_mutex_unlock(&lock);
 	if (stats)
 		render_store(out, stats);
+	sluice_redis_metrics_render(out);
+	help(out, "sluice_build_info", "gauge",
+	     "Always 1; the version of this binary as a label.");
+	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,
+	       1);
 	help(out, "sluice_config_reloads_total", "counter",
 	     "SIGHUP reloads by result.");
 	series(out, "sluice_config_reloads_total", "result", "ok", NULL, NULL,

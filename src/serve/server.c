@@ -17,7 +17,11 @@ typedef struct sluice_server_s {
 	uv_loop_t *main_loop;
 	uv_signal_t sighup, sigterm, sigint;
 	sluice_memstore_t *store;
-	sluice_live_t *live; /* current config (main thread's reference) */
+	sluice_shmstore_t *shm; /* store: shared */
+	sluice_live_t *live;	/* current config (main thread's reference) */
+	/* The config the process started with: its listen, threads and
+	 * store are what runs until a restart, whatever reloads say. */
+	sluice_live_t *boot;
 	sluice_worker_t *workers;
 	unsigned nworkers;
 	int stopping;
@@ -41,8 +45,6 @@ static int apply_overrides(const sluice_serve_opts_t *opts,
 		cfg->threads = opts->threads;
 	if (cfg->threads == 0)
 		cfg->threads = 1;
-	if (cfg->threads > SLUICE_MAX_THREADS)
-		cfg->threads = SLUICE_MAX_THREADS;
 	return 0;
 }
 
@@ -68,6 +70,8 @@ static const char *store_name(const sluice_config_t *cfg)
 	switch (cfg->store.kind) {
 	case SLUICE_STORE_MEMORY:
 		return "memory";
+	case SLUICE_STORE_SHARED:
+		return "shared";
 	case SLUICE_STORE_REDIS:
 		return "redis";
 	default:
@@ -75,12 +79,68 @@ static const char *store_name(const sluice_config_t *cfg)
 	}
 }
 
+static int str_same(const char *a, const char *b)
+{
+	return a && b ? strcmp(a, b) == 0 : a == b;
+}
+
+/* 1 when two store settings open the same store. */
+static int store_same(const sluice_store_config_t *a,
+		      const sluice_store_config_t *b)
+{
+	size_t i;
+
+	if (a->kind != b->kind || a->max_keys != b->max_keys ||
+	    !str_same(a->url, b->url) || !str_same(a->shm_path, b->shm_path) ||
+	    a->nseeds != b->nseeds || !str_same(a->key_prefix, b->key_prefix) ||
+	    a->timeout_ms != b->timeout_ms || a->connections != b->connections)
+		return 0;
+	for (i = 0; i < a->nseeds; i++)
+		if (!str_same(a->seeds[i], b->seeds[i]))
+			return 0;
+	return 1;
+}
+
+/* Says, field by field, what a reload cannot apply (the sockets, threads
+ * and store are set up once); returns the fields' names for the summary
+ * line, "" when everything applies. */
+static const char *restart_fields(const sluice_config_t *cfg,
+				  const sluice_config_t *run, char *buf,
+				  size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	if (strcmp(cfg->listen, run->listen) != 0) {
+		sluice_log_warn("SIGHUP: listen changed to %s: not applied, "
+				"needs a restart; still listening on %s",
+				cfg->listen, run->listen);
+		n += (size_t)snprintf(buf + n, len - n, "listen");
+	}
+	if (cfg->threads != run->threads) {
+		sluice_log_warn("SIGHUP: threads changed to %u: not applied, "
+				"needs a restart; still running %u",
+				cfg->threads, run->threads);
+		n += (size_t)snprintf(buf + n, len - n, "%sthreads",
+				      n ? ", " : "");
+	}
+	if (!store_same(&cfg->store, &run->store)) {
+		/* Not the URL: it may hold a password. */
+		sluice_log_warn("SIGHUP: store changed: not applied, needs a "
+				"restart; still on the %s store it started "
+				"with",
+				store_name(run));
+		snprintf(buf + n, len - n, "%sstore", n ? ", " : "");
+	}
+	return buf;
+}
+
 static void reload(sluice_server_t *s)
 {
-	const sluice_config_t *old = s->live->cfg;
+	const sluice_config_t *run = s->boot->cfg;
 	sluice_config_t *cfg;
 	sluice_live_t *live;
-	char err[512];
+	char err[512], fields[64];
 	unsigned i;
 
 	if (!s->opts->config_path) {
@@ -96,14 +156,7 @@ static void reload(sluice_server_t *s)
 				 err);
 		return;
 	}
-	/* Sockets, threads and the store are set up once. */
-	if (strcmp(cfg->listen, old->listen) || cfg->threads != old->threads)
-		sluice_log_warn("SIGHUP: listen/threads changes take effect "
-				"on restart only");
-	if (cfg->store.kind != old->store.kind ||
-	    cfg->store.max_keys != old->store.max_keys)
-		sluice_log_warn("SIGHUP: store changes take effect on "
-				"restart only");
+	restart_fields(cfg, run, fields, sizeof(fields));
 	live = sluice_live_new(cfg);
 	if (!live) {
 		sluice_metrics_reload(0);
@@ -122,10 +175,14 @@ static void reload(sluice_server_t *s)
 	sluice_live_unref(s->live);
 	s->live = live;
 	sluice_metrics_reload(1);
-	sluice_log_info("SIGHUP: reloaded %s (%zu rules)", cfg->path,
-			cfg->nrules);
+	if (fields[0])
+		sluice_log_info("SIGHUP: reloaded %s (%zu rules); not applied "
+				"until a restart: %s",
+				cfg->path, cfg->nrules, fields);
+	else
+		sluice_log_info("SIGHUP: reloaded %s (%zu rules)", cfg->path,
+				cfg->nrules);
 }
-
 /* ------------------------------------------------------------- workers */
 
 /* How often to look for idle connections: a quarter of the timeout, so a
@@ -224,7 +281,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 		return -1;
 	}
 	if (sluice_backend_open(&w->svc.backend, &s->live->cfg->store, &w->loop,
-				s->store, err, errlen) < 0)
+				s->store, s->shm, err, errlen) < 0)
 		return -1;
 	uv_tcp_init(&w->loop, &w->listener);
 	w->listener.data = w;
@@ -312,6 +369,15 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
+	/* The host's shared store, opened once: a file that cannot be used
+	 * is a configuration error (exit 2), like a bad config file. */
+	if (cfg->store.kind == SLUICE_STORE_SHARED &&
+	    sluice_shmstore_open(&s.shm, cfg->store.shm_path,
+				 cfg->store.max_keys, err, sizeof(err)) != 0) {
+		sluice_log_error("store.shared: %s", err);
+		sluice_config_free(cfg);
+		return 2;
+	}
 	s.store = sluice_memstore_new(cfg->store.max_keys ? cfg->store.max_keys
 							  : DEFAULT_MAX_KEYS);
 	s.live = s.store ? sluice_live_new(cfg) : NULL;
@@ -320,8 +386,11 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 			sluice_config_free(cfg);
 		sluice_log_error("out of memory");
 		sluice_memstore_free(s.store);
+		sluice_shmstore_close(s.shm);
 		return 1;
 	}
+	s.boot = s.live;
+	sluice_live_ref(s.boot);
 	s.nworkers = cfg->threads;
 	s.workers = calloc(s.nworkers, sizeof(*s.workers));
 	if (!s.workers) {
@@ -397,6 +466,8 @@ out:
 	}
 	free(s.workers);
 	sluice_live_unref(s.live);
+	sluice_live_unref(s.boot);
 	sluice_memstore_free(s.store);
+	sluice_shmstore_close(s.shm);
 	return status;
 }

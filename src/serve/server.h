@@ -21,8 +21,6 @@
 #include <stdatomic.h>
 #include <uv.h>
 
-#define SLUICE_MAX_THREADS 64
-
 /* Answers one connection may have unsent before it parses no further
  * requests: a few socket buffers (tcp.c). */
 #define SLUICE_OUT_HIGH (32 * 1024)

@@ -323,10 +323,12 @@ class RedisServer(Proc):
     """redis-server on a free loopback port (no persistence).  kill() is
     SIGKILL; start() again brings it back on the same port, empty.
     cluster=True: --cluster-enabled yes, its nodes.conf in a temporary
-    directory removed by stop()."""
+    directory removed by stop().  password: --requirepass (cli() and
+    ping() authenticate with it)."""
 
-    def __init__(self, port=None, cluster=False):
+    def __init__(self, port=None, cluster=False, password=None):
         self.cluster = cluster
+        self.password = password
         self.dir = tempfile.mkdtemp(prefix="sluice-redis-") if cluster \
             else None
         self.port = port or (free_cluster_port() if cluster
@@ -336,6 +338,8 @@ class RedisServer(Proc):
     def _start(self):
         argv = ["redis-server", "--port", str(self.port), "--bind",
                 "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.password:
+            argv += ["--requirepass", self.password]
         if self.cluster:
             argv += ["--dir", self.dir, "--cluster-enabled", "yes",
                      "--cluster-config-file", "nodes.conf",
@@ -363,7 +367,9 @@ class RedisServer(Proc):
             _procs.remove(self)
 
     def cli(self, *args):
-        p = subprocess.run(["redis-cli", "-p", str(self.port)] +
+        auth = ["-a", self.password, "--no-auth-warning"] \
+            if self.password else []
+        p = subprocess.run(["redis-cli", "-p", str(self.port)] + auth +
                            [str(a) for a in args], capture_output=True,
                            text=True, timeout=10)
         return p.stdout.strip()

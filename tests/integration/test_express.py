@@ -84,7 +84,7 @@ class Express(unittest.TestCase):
             self.assertEqual(r.json(), {"hello": "alice"})
             self.assertEqual(r.header("x-ratelimit-limit"), "100")
             self.assertEqual(r.header("ratelimit-policy"),
-                             '"api";q=100;w=50')
+                             '"api";q=100;w=50, "api.2";q=10000;w=86400')
             got = [app.request("POST", "/api/upload", alice, "x").status
                    for _ in range(6)]
             self.assertEqual(got, [201] * 5 + [429])

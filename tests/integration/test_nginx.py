@@ -319,8 +319,9 @@ rules:
             self.assertEqual(got[0].header("x-ratelimit-remaining"), "2")
             self.assertEqual(got[0].header("x-ratelimit-limit"), "3")
             assert_limited(self, got[3], "api", 3)
+            # every limit of the rule, the deciding one first
             self.assertEqual(got[3].header("ratelimit-policy"),
-                             '"api";q=3;w=86400')
+                             '"api";q=3;w=86400, "api.1";q=5;w=300')
             self.assertEqual(got[3].header("retry-after"), "28800")
             # the rejected request charged neither limit: the per-minute
             # bucket still has 5 - 3 = 2 tokens

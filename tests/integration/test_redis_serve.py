@@ -180,7 +180,10 @@ class RedisServeTest(unittest.TestCase):
     def kill_and_restart(self, mode):
         """20 clients on one over-limit key (capacity 5, 1/s) on two
         instances; Redis is SIGKILLed at 1.5 s and restarted at 3 s."""
-        timeout_ms = 50
+        # Short enough to matter, long enough that a call on a machine
+        # oversubscribed several times over does not time out once Redis
+        # is back (closed mode would answer those 503).
+        timeout_ms = 250
         text = config(redis_store(self.redis, timeout_ms), capacity=5,
                       rate="1/s", mode=mode)
         instances = self.serve(text, n=2)
@@ -198,6 +201,10 @@ class RedisServeTest(unittest.TestCase):
                 lambda: s.request("GET", "/readyz").status == 503, 3.0,
                 0.01))
         time.sleep(max(0.0, killed + 1.5 - time.monotonic()))
+        # The outage ends when the restart begins: start() returns only
+        # once redis-cli got its PONG, and on a loaded machine sluice may
+        # be deciding on the new server well before that.
+        restarting = time.monotonic()
         self.redis.start()
         back = time.monotonic()
         # Redis decides again: the restarted server gets the key, and
@@ -211,7 +218,7 @@ class RedisServeTest(unittest.TestCase):
         ready = time.monotonic()
         load.join()
         worst = max(d for _, d, _ in load.all)
-        outage = (killed + 0.1, back)
+        outage = (killed + 0.1, restarting)
         during = {st: load.count(st, *outage) for st in (200, 429, 503)}
         settled = max(back + 1.0, ready + 0.5)
         after = {st: load.count(st, settled) for st in (200, 429, 503)}
@@ -225,8 +232,13 @@ class RedisServeTest(unittest.TestCase):
         for s in instances:
             self.assertIsNone(s.poll(), "an instance died")
         self.assertEqual(load.errors, [])
-        # Bounds that hold on a machine oversubscribed several times over.
-        self.assertLess(worst, (timeout_ms + 1500) / 1000.0)
+        # Bounds that hold on a machine oversubscribed several times over:
+        # a stalled client thread may see one answer late, but requests
+        # that waited for Redis to come back would be slow by the
+        # hundreds (the outage lasts 1.5 s).
+        slow = [d for _, d, _ in load.all if d > (timeout_ms + 1000) / 1000.0]
+        self.assertLessEqual(len(slow), max(3, len(load.all) // 100),
+                             sorted(slow)[-10:])
         self.assertLessEqual(stored - back, 3.0)
         self.assertLessEqual(ready - back, 3.0)
         # Back on Redis: one shared bucket again, never 503.

@@ -133,6 +133,18 @@ class MemoryStore(Buckets, unittest.TestCase):
         return "memory"
 
 
+class SharedStore(Buckets, unittest.TestCase):
+    def setUp(self):
+        self.path = "/dev/shm/sluice-it-%d-buckets" % os.getpid()
+        self.addCleanup(lambda: os.path.exists(self.path)
+                        and os.unlink(self.path))
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def store(self):
+        return "{shared: {path: %s, max_keys: 10000}}" % self.path
+
+
 class RedisStore(Buckets, unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -500,6 +500,49 @@ class Rules(unittest.TestCase):
             self.assertEqual(m['sluice_decisions_total{rule="enforced",'
                                'result="allowed"}'], 3)
 
+    def test_shadow_only_match_sends_no_ratelimit_headers(self):
+        config = """
+rules:
+  - name: trial
+    shadow: true
+    match: {path: "/trial"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: 1, rate: 1/min}]
+  - name: enforced
+    match: {path: "/api"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: 100, rate: 1/min}]
+"""
+        with Sluice(config) as s:
+            got = [check(s, "sh", headers={"x-original-uri": "/trial"})
+                   for _ in range(3)]
+            # The shadow rule is exhausted after one request, and says
+            # nothing about it to the client.
+            self.assertEqual([r.status for r in got], [200, 200, 200])
+            for r in got:
+                for h in RATE_LIMIT_HEADERS:
+                    self.assertIsNone(r.header(h), h)
+            self.assertEqual(s.metrics()['sluice_shadow_rejections_total'
+                                         '{rule="trial"}'], 2)
+            # An enforcing rule still reports its own.
+            r = check(s, "sh", headers={"x-original-uri": "/api"})
+            self.assertEqual(r.header("ratelimit-policy"),
+                             '"enforced";q=100;w=6000')
+
+    def test_policy_lists_every_limit_of_the_deciding_rule(self):
+        config = """
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    limits: [{capacity: 100, rate: 2/s}, {capacity: 5, rate: 5/min}]
+"""
+        with Sluice(config) as s:
+            r = check(s, "pl")
+            self.assertEqual(r.header("x-ratelimit-limit"), "5")
+            self.assertEqual(r.header("ratelimit-policy"),
+                             '"api";q=5;w=60, "api.1";q=100;w=50')
+            self.assertEqual(r.header("ratelimit"), '"api";r=4;t=12')
+
     def test_original_method_uri_cost_and_tier(self):
         with Sluice(UPLOAD) as s:
             hdr = {"x-original-method": "POST",

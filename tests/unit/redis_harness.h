@@ -32,14 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			exit(1);                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 #define RH_MAX_PROCS 16
 

@@ -270,7 +270,8 @@ static const struct bad bad_files[] = {
 	{"store: {memory: {maxkeys: 5}}\n", 1, "unknown key \"maxkeys\""},
 	{"http: {max_headers: 5}\n", 1, "unknown key \"max_headers\""},
 	/* wrong types and ranges */
-	{"threads: many\n", 1, "expected a whole number from 1 to 256"},
+	{"threads: many\n", 1, "expected a whole number from 1 to 64"},
+	{"threads: 65\n", 1, "out of range"},
 	{"threads: 0\n", 1, "out of range"},
 	{"threads: [1]\n", 1, "threads is a list; expected a whole number"},
 	{"ipv6_prefix: 129\n", 1, "ipv6_prefix"},

@@ -97,6 +97,55 @@ static void test_limited_headers_add_retry(void)
 			 "X-RateLimit-Retry-After-Ms: 2\r\n"));
 }
 
+static void test_policy_lists_every_limit_of_the_rule(void)
+{
+	sluice_limit_t l[3] = {limit("100", "2/s"), limit("1000", "1000/day"),
+			       limit("5", "5/min")};
+	sluice_decision_t d = {.allowed = 1,
+			       .limit = 1000,
+			       .remaining = 7,
+			       .reset_after_us = 1000000};
+	sluice_buf_t b = {0};
+
+	/* The second limit decided: it comes first under the rule's name,
+	 * the others follow named by their position. */
+	sluice_ratelimit_headers_set(&b, "api", l, 3, 1, &d, 0);
+	CHECK(buf_is(&b, "X-RateLimit-Limit: 1000\r\n"
+			 "X-RateLimit-Remaining: 7\r\n"
+			 "X-RateLimit-Reset: 1\r\n"
+			 "RateLimit-Policy: \"api\";q=1000;w=86400, "
+			 "\"api.1\";q=100;w=50, \"api.3\";q=5;w=60\r\n"
+			 "RateLimit: \"api\";r=7;t=1\r\n"));
+}
+
+/* Every header name as written on the wire is in one case: each word
+ * capitalised, "RateLimit" as the draft spells it. */
+static void test_header_names_in_one_case(void)
+{
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_decision_t d = {.limit = 10, .retry_after_us = 1000};
+	sluice_buf_t b = {0};
+	const char *p, *line;
+
+	sluice_ratelimit_headers(&b, "api", &l, &d, 1);
+	sluice_buf_append(&b, "", 1);
+	for (line = b.data; *line; line = strstr(line, "\r\n") + 2) {
+		const char *colon = strchr(line, ':');
+		int start = 1;
+
+		CHECK(colon);
+		for (p = line; p < colon; p++) {
+			if (start)
+				CHECK(*p >= 'A' && *p <= 'Z');
+			start = *p == '-';
+		}
+		CHECK(strncmp(line, "X-RateLimit-", 12) == 0 ||
+		      strncmp(line, "RateLimit", 9) == 0 ||
+		      strncmp(line, "Retry-After:", 12) == 0);
+	}
+	sluice_buf_free(&b);
+}
+
 static void test_cost_that_never_passes_waits_a_window(void)
 {
 	sluice_limit_t l = limit("10", "1/s");
@@ -129,6 +178,8 @@ int main(void)
 	RUN(test_window_is_time_to_refill_from_empty);
 	RUN(test_allowed_headers);
 	RUN(test_limited_headers_add_retry);
+	RUN(test_policy_lists_every_limit_of_the_rule);
+	RUN(test_header_names_in_one_case);
 	RUN(test_cost_that_never_passes_waits_a_window);
 	RUN(test_policy_names_are_escaped);
 	RUN(test_limited_body);

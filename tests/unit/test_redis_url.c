@@ -9,14 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			exit(1);                                               \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 static int streq(const char *a, const char *b)
 {

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // build.js -- builds the addon from a sluice checkout, with no download:
-//   1. libsluice (static, position-independent) with the checkout's CMake
-//      build, library only (-DSLUICE_LIBRARY_ONLY=ON);
+//   1. libsluice and libsluice-redis (static, position-independent) with
+//      the checkout's CMake build, library only (-DSLUICE_LIBRARY_ONLY=ON);
 //   2. src/addon.c against the Node-API headers of the `node-api-headers`
 //      npm package (falling back to the headers installed beside node,
-//      e.g. Debian's libnode-dev), linked with libsluice.a and hiredis.
+//      e.g. Debian's libnode-dev), linked with libsluice-redis.a, libsluice.a
+//      and hiredis.
 // The addon does not link libuv: its uv_* calls bind to the libuv inside
 // Node, the loop the Redis client runs on.
 // Needs: a C compiler, cmake, pkg-config, libuv1-dev and libhiredis-dev
@@ -69,7 +70,7 @@ process.on('exit', () => fs.rmSync(lock, { recursive: true, force: true }));
 fs.mkdirSync(libdir, { recursive: true });
 run('cmake', ['-S', root, '-B', libdir, '-DCMAKE_BUILD_TYPE=Release',
   '-DSLUICE_LIBRARY_ONLY=ON', '-DSLUICE_TESTS=OFF'], { stdio: ['ignore', 'ignore', 'inherit'] });
-run('cmake', ['--build', libdir, '--target', 'sluice_static', '-j', String(Math.max(1, require('node:os').cpus().length))],
+run('cmake', ['--build', libdir, '--target', 'sluice_redis_static', '-j', String(Math.max(1, require('node:os').cpus().length))],
   { stdio: ['ignore', 'ignore', 'inherit'] });
 
 const cflags = run('pkg-config', ['--cflags', 'libuv', 'hiredis']).trim().split(/\s+/).filter(Boolean);
@@ -79,7 +80,7 @@ const tmp = `${target}.tmp`;
 run(cc, ['-std=gnu11', '-O2', '-fPIC', '-shared', '-fvisibility=hidden',
   '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter',
   '-I', path.join(root, 'include'), '-I', napiHeaders(), ...cflags,
-  path.join(pkg, 'src', 'addon.c'), path.join(libdir, 'libsluice.a'),
+  path.join(pkg, 'src', 'addon.c'), path.join(libdir, 'libsluice-redis.a'), path.join(libdir, 'libsluice.a'),
   // libsluice's and hiredis's own symbols stay inside the addon.
   '-Wl,--exclude-libs,ALL', '-lhiredis', '-lm', '-o', tmp], { stdio: ['ignore', 'inherit', 'inherit'] });
 fs.renameSync(tmp, target);

@@ -3,10 +3,10 @@
  *
  * The decisions are libsluice's: policies parsed by sluice_limit_parse(),
  * keys built by sluice_key_make() (so a Node app and `sluice serve` reach
- * the same buckets), takes decided by the memory store or by libsluice's
- * own Redis client.  The Redis client runs on Node's own event loop
- * (napi_get_uv_event_loop()); the addon does not link libuv, so its uv_*
- * calls bind to the libuv that Node carries.
+ * the same buckets), takes decided by the memory store, the host's
+ * shared-memory store or libsluice's own Redis client.  The Redis client runs
+ * on Node's own event loop (napi_get_uv_event_loop()); the addon does not link
+ * libuv, so its uv_* calls bind to the libuv that Node carries.
  *
  * The JavaScript side (index.js) validates arguments and shapes results;
  * the functions here take already-checked values and answer in the
@@ -296,17 +296,59 @@ static napi_value memory_new(napi_env env, napi_callback_info info)
 	return ext;
 }
 
+/* ------------------------------------------------- shared-memory store */
+
+static void free_shmstore(napi_env env, void *data, void *hint)
+{
+	sluice_shmstore_close(data);
+}
+
+/* shmNew(path, maxKeys) -> external; throws the store's message (which
+ * names the file) when it cannot be opened or is of another layout. */
+static napi_value shm_new(napi_env env, napi_callback_info info)
+{
+	size_t argc = 2, len = 0;
+	napi_value argv[2], ext;
+	double max_keys;
+	sluice_shmstore_t *s;
+	char path[4096], err[512];
+	int rc;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	CHECK(env, napi_get_value_string_utf8(env, argv[0], path, sizeof(path),
+					      &len));
+	CHECK(env, napi_get_value_double(env, argv[1], &max_keys));
+	if (len >= sizeof(path) - 1) {
+		napi_throw_range_error(env, "ERR_SLUICE_STORE",
+				       "store.shared.path is too long");
+		return NULL;
+	}
+	rc = sluice_shmstore_open(&s, path, (size_t)max_keys, err, sizeof(err));
+	if (rc != 0) {
+		napi_throw_error(env, "ERR_SLUICE_STORE", err);
+		return NULL;
+	}
+	if (napi_create_external(env, s, free_shmstore, NULL, &ext) !=
+	    napi_ok) {
+		sluice_shmstore_close(s);
+		return throw_last(env);
+	}
+	return ext;
+}
+
+/* ------------------------------------------------------- both local stores */
+
 /*
- * memoryTake(store, key, policy, cost, out: Float64Array[, now_us])
- *   -> allowed (bool)
+ * memoryTake / shmTake(store, key, policy, cost, out: Float64Array
+ *   [, now_us]) -> allowed (bool)
  * Decides at once, at now_us when given (a Limiter's `clock`), else at
  * the wall clock; writes the decision into out.
  */
-static napi_value memory_take(napi_env env, napi_callback_info info)
+static napi_value local_take(napi_env env, napi_callback_info info, int shared)
 {
 	size_t argc = 6;
 	napi_value argv[6], res;
-	sluice_memstore_t *s;
+	void *s;
 	int64_t now;
 	policy_t *p;
 	uint64_t cost;
@@ -330,8 +372,12 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	}
 	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
 		now = sluice_now_us();
-	allowed = sluice_memstore_take(s, key, keylen, p->limits, p->nlimits,
-				       cost, now, NULL, &sum);
+	allowed =
+		shared ? sluice_shmstore_take(s, key, keylen, p->limits,
+					      p->nlimits, cost, now, NULL, &sum)
+		       : sluice_memstore_take(s, key, keylen, p->limits,
+					      p->nlimits, cost, now, NULL,
+					      &sum);
 	if (allowed < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(allowed));
 		return NULL;
@@ -339,6 +385,16 @@ static napi_value memory_take(napi_env env, napi_callback_info info)
 	decision_numbers(&sum, sum.which, data);
 	CHECK(env, napi_get_boolean(env, allowed == 1, &res));
 	return res;
+}
+
+static napi_value memory_take(napi_env env, napi_callback_info info)
+{
+	return local_take(env, info, 0);
+}
+
+static napi_value shm_take(napi_env env, napi_callback_info info)
+{
+	return local_take(env, info, 1);
 }
 
 /* --------------------------------------------------------- Redis store */
@@ -696,7 +752,8 @@ static napi_value init(napi_env env, napi_value exports)
 		napi_callback fn;
 	} fns[] = {
 		{"policyNew", policy_new},   {"memoryNew", memory_new},
-		{"memoryTake", memory_take}, {"redisNew", redis_new},
+		{"memoryTake", memory_take}, {"shmNew", shm_new},
+		{"shmTake", shm_take},	     {"redisNew", redis_new},
 		{"redisTake", redis_take},   {"redisHealthy", redis_healthy},
 		{"redisClose", redis_close}, {"strerror", str_error},
 	};

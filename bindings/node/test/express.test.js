@@ -32,7 +32,8 @@ test('headers on every decided answer; a 429 with Retry-After and the body', asy
     assert.equal(first['x-ratelimit-limit'], '3');
     assert.equal(first['x-ratelimit-remaining'], '2');
     assert.equal(first['x-ratelimit-reset'], '60', 'one token is back in a minute');
-    assert.equal(first['ratelimit-policy'], '"api";q=3;w=180');
+    assert.equal(first['ratelimit-policy'], '"api";q=3;w=180, "api.2";q=100;w=86400',
+      'every limit of the policy, the deciding one first');
     assert.equal(first.ratelimit, '"api";r=2;t=60');
     assert.equal(first['retry-after'], undefined);
     const limited = answers[3];

@@ -70,8 +70,12 @@ static uint64_t clock_ms(void)
 
 /* ------------------------------------------------------------ breaker */
 
-static void breaker_success(sluice_redis_node_t *n)
+static void breaker_success(sluice_redis_t *r, sluice_redis_node_t *n)
 {
+	if (n->breaker_told) {
+		n->breaker_told = 0;
+		sluice_redis__event(r, n, SLUICE_REDIS_EV_BREAKER_CLOSED, "");
+	}
 	n->failures = 0;
 	n->breaker = BREAKER_CLOSED;
 	n->probing = 0;
@@ -89,6 +93,12 @@ static void breaker_failure(sluice_redis_t *r, sluice_redis_node_t *n,
 	if (probe || ++n->failures >= SLUICE_REDIS_BREAKER_FAILURES) {
 		n->breaker = BREAKER_OPEN;
 		n->open_until_ms = now + SLUICE_REDIS_BREAKER_OPEN_MS;
+		/* Reported when it opens, not at each failed probe. */
+		if (!n->breaker_told) {
+			n->breaker_told = 1;
+			sluice_redis__event(r, n, SLUICE_REDIS_EV_BREAKER_OPEN,
+					    "consecutive calls failed");
+		}
 	}
 }
 
@@ -147,21 +157,33 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 	if (c->done)
 		return;
 	if (status == 0 &&
-	    (c->mk	 ? sluice_redis__many_parse(c, reply, &allowed)
-	     : c->script ? sluice_redis__parse_script_reply(
-				   reply, c->limits, c->nlimits, c->cost,
-				   &allowed, &d, &which)
-			 : sluice_redis__parse_reply(reply, c->nlimits,
-						     &allowed, &d, &which)) < 0)
+	    (c->mk ? sluice_redis__many_parse(c, reply, &allowed)
+	     : c->script
+		     ? sluice_redis__parse_script_reply(reply, c->limits,
+							c->nlimits, c->cost,
+							&allowed, &d, &which)
+		     : sluice_redis__parse_reply(reply, c->nlimits, &allowed,
+						 &d, &which)) < 0) {
 		status = SLUICE_ESTORE;
+		c->fail = SLUICE_REDIS_ERR_PROTOCOL;
+	}
 	c->done = 1;
 	call_unlink(c);
 	if (status == 0)
-		breaker_success(c->guard);
+		breaker_success(r, c->guard);
 	else if (status != SLUICE_ENOMEM)
 		breaker_failure(r, c->guard, c->probe);
 	else if (c->probe)
 		c->guard->probing = 0;
+	/* After the breaker's update, so the gauges it carries are fresh. */
+	if (r->on_report && status != SLUICE_ENOMEM)
+		sluice_redis__report(
+			r, c->conn ? c->conn->node : c->guard,
+			SLUICE_REDIS_REPORT_CALL, uv_hrtime() - c->start_ns,
+			status == 0		     ? SLUICE_REDIS_ERR_NONE
+			: status == SLUICE_ETIMEDOUT ? SLUICE_REDIS_ERR_TIMEOUT
+			: c->fail		     ? c->fail
+				  : SLUICE_REDIS_ERR_CONNECTION);
 	if (c->mk)
 		sluice_redis__many_done(c, status, allowed);
 	else
@@ -203,8 +225,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 	if (k && k->ac == ac) {
 		if (k->inflight)
 			k->inflight--;
-		if (rep)
+		if (rep) {
 			k->stuck = 0;
+			k->last_reply_ms = uv_now(k->r->loop);
+		}
 	}
 	c->refs--;
 	if (c->done || c->r->closing) {
@@ -224,8 +248,20 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 	if (is_error(rep, "NOSCRIPT") && k && k->ac == ac &&
 	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
 		/* Reload, then the same call behind it on the same pipe. */
+		uint64_t now = uv_now(c->r->loop);
+
 		c->r->noscript++;
-		sluice_redis__load_script(k);
+		/* Every call in flight sees NOSCRIPT after a flush: report
+		 * it once a second at most. */
+		if (!k->node->noscript_told_ms ||
+		    now - k->node->noscript_told_ms >= 1000) {
+			k->node->noscript_told_ms = now ? now : 1;
+			sluice_redis__event(c->r, k->node,
+					    SLUICE_REDIS_EV_SCRIPT_RELOADED,
+					    "NOSCRIPT: the server lost the "
+					    "scripts");
+		}
+		sluice_redis__load_script(k, NULL);
 		if (sluice_redis__send_script(k, c) == 0)
 			return;
 	} else if (is_error(rep, "MOVED ") || is_error(rep, "ASK ")) {
@@ -246,6 +282,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 		sluice_redis__send(c);
 		return;
 	}
+	c->fail = SLUICE_REDIS_ERR_PROTOCOL;
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
 
@@ -409,9 +446,14 @@ static void on_sweep(uv_timer_t *t)
 	if (drops)
 		for (i = 0; i < r->nnodes; i++)
 			for (j = 0; j < r->nconns; j++)
-				if (r->nodes[i]->conns[j].drop)
+				if (r->nodes[i]->conns[j].drop) {
+					sluice_redis__health(
+						r->nodes[i], HEALTH_TIMEOUT,
+						"calls unanswered; "
+						"reconnecting");
 					sluice_redis__conn_drop(
 						&r->nodes[i]->conns[j]);
+				}
 	arm_sweep(r);
 }
 
@@ -487,6 +529,7 @@ void sluice_redis__start(sluice_redis_call_t *c)
 	sluice_redis_t *r = c->r;
 
 	c->deadline_ms = clock_ms() + r->timeout_ms;
+	c->start_ns = uv_hrtime();
 	c->guard = sluice_redis__route(r, c->slot);
 
 	/* Pending list, oldest first. */
@@ -509,26 +552,62 @@ void sluice_redis__start(sluice_redis_call_t *c)
 	sluice_redis__send(c);
 }
 
-int sluice_redis_healthy(const sluice_redis_t *r)
+/* A node can take calls: its breaker is not open (or its open time is
+ * over, so the next call probes it) and a connection is usable (handshake
+ * done, pings answered). */
+static int node_healthy(const sluice_redis_t *r, const sluice_redis_node_t *n)
 {
-	size_t i;
 	unsigned j;
 
-	/* Every slot needs a master whose breaker is not open; a single
-	 * Redis is its one node. */
-	if (r->cluster) {
-		for (i = 0; i < SLUICE_REDIS_NSLOTS; i++)
-			if (r->slots[i] < 0 ||
-			    r->nodes[r->slots[i]]->breaker == BREAKER_OPEN)
-				return 0;
-	} else if (r->nodes[0]->breaker == BREAKER_OPEN) {
+	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) < n->open_until_ms)
 		return 0;
-	}
-	for (i = 0; i < r->nnodes; i++)
-		for (j = 0; j < r->nconns; j++)
-			if (r->nodes[i]->conns[j].state == CONN_UP)
-				return 1;
+	for (j = 0; j < r->nconns; j++)
+		if (sluice_redis__conn_usable(&n->conns[j]))
+			return 1;
 	return 0;
+}
+
+int sluice_redis_healthy(const sluice_redis_t *r)
+{
+	unsigned char ok[256];
+	size_t i;
+
+	if (!r->cluster)
+		return node_healthy(r, r->nodes[0]);
+	/* Every slot needs a healthy master. */
+	for (i = 0; i < r->nnodes && i < sizeof(ok); i++)
+		ok[i] = (unsigned char)node_healthy(r, r->nodes[i]);
+	for (i = 0; i < SLUICE_REDIS_NSLOTS; i++) {
+		size_t n = (size_t)r->slots[i];
+
+		if (r->slots[i] < 0 ||
+		    !(n < sizeof(ok) ? ok[n] : node_healthy(r, r->nodes[n])))
+			return 0;
+	}
+	return 1;
+}
+
+void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
+			  sluice_redis_report_t what, uint64_t latency_ns,
+			  sluice_redis_error_t error)
+{
+	sluice_redis_node_report_t rep;
+	unsigned j;
+
+	if (!r->on_report || r->closing || !n)
+		return;
+	rep.what = what;
+	rep.node = n->name;
+	rep.index = n->index;
+	rep.up = node_healthy(r, n);
+	rep.breaker_open = n->breaker == BREAKER_OPEN;
+	rep.connections = 0;
+	for (j = 0; j < r->nconns; j++)
+		rep.connections +=
+			n->conns[j].ac && n->conns[j].state == CONN_UP;
+	rep.latency_ns = latency_ns;
+	rep.error = error;
+	r->on_report(r->event_arg, &rep);
 }
 
 /* --------------------------------------------------------- new and free */
@@ -651,18 +730,23 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 50;
 	r->nconns = opts->connections ? opts->connections : 1;
 	r->flags = opts->flags;
-	sluice_redis__sha1_hex(sluice_redis__script,
-			       strlen(sluice_redis__script), r->sha);
-	sluice_redis__sha1_hex(sluice_redis__script_multi,
-			       strlen(sluice_redis__script_multi),
-			       r->sha_multi);
-	sluice_redis__sha1_hex(sluice_redis__script_refund,
-			       strlen(sluice_redis__script_refund),
-			       r->sha_refund);
+	r->on_event = opts->on_event;
+	r->on_report = opts->on_report;
+	r->event_arg = opts->event_arg;
+	memcpy(r->sha, sluice_redis__script_sha, sizeof(r->sha));
+	memcpy(r->sha_multi, sluice_redis__script_multi_sha,
+	       sizeof(r->sha_multi));
+	memcpy(r->sha_refund, sluice_redis__script_refund_sha,
+	       sizeof(r->sha_refund));
 	uv_timer_init(loop, &r->sweep);
 	uv_timer_init(loop, &r->retry);
-	r->sweep.data = r->retry.data = r;
-	r->open_handles = 2;
+	uv_timer_init(loop, &r->probe);
+	r->sweep.data = r->retry.data = r->probe.data = r;
+	r->open_handles = 3;
+	/* The probe alone must not keep a loop running (a Node.js process
+	 * exits when nothing else is pending). */
+	uv_unref((uv_handle_t *)&r->probe);
+	sluice_redis__probe_start(r);
 	rc = r->prefix ? setup_nodes(r, opts, err, errlen) : SLUICE_ENOMEM;
 	if (rc < 0) {
 		/* Only allocation can fail here; the loop frees the rest. */
@@ -734,6 +818,8 @@ void sluice_redis_free(sluice_redis_t *r)
 			sluice_redis__node_free(r->nodes[i]);
 	uv_timer_stop(&r->sweep);
 	uv_timer_stop(&r->retry);
+	uv_timer_stop(&r->probe);
+	uv_close((uv_handle_t *)&r->probe, client_timer_closed);
 	uv_close((uv_handle_t *)&r->sweep, client_timer_closed);
 	uv_close((uv_handle_t *)&r->retry, client_timer_closed);
 }

@@ -11,6 +11,8 @@
  */
 #include "store/redis/redis_int.h"
 
+#include <stdio.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,7 +85,7 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 	redisReply *rep = reply;
 	sluice_redis_t *r = priv;
 	sluice_redis_conn_t *k = ac->data;
-	size_t i;
+	size_t i, changed = 0;
 
 	r->refreshing = 0;
 	if (r->closing)
@@ -127,8 +129,18 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 					      : "127.0.0.1";
 		if (!node_get(r, host, (int)m->element[1]->integer, &idx))
 			continue;
-		for (s = lo; s <= hi; s++)
+		for (s = lo; s <= hi; s++) {
+			changed += r->slots[s] != (int16_t)idx;
 			r->slots[s] = (int16_t)idx;
+		}
+	}
+	if (changed) {
+		char detail[64];
+
+		snprintf(detail, sizeof(detail), "%zu slots changed master",
+			 changed);
+		sluice_redis__event(r, k ? k->node : NULL,
+				    SLUICE_REDIS_EV_SLOTS_CHANGED, detail);
 	}
 }
 
@@ -231,11 +243,17 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply)
 		return 0;
 	if (moved) {
 		r->moved++;
+		sluice_redis__report(r, c->conn ? c->conn->node : NULL,
+				     SLUICE_REDIS_REPORT_ERROR, 0,
+				     SLUICE_REDIS_ERR_REDIRECT);
 		r->slots[slot] = (int16_t)idx;
 		r->refreshed_ms = 0;
 		sluice_redis__refresh_slots(r);
 	} else {
 		r->asked++;
+		sluice_redis__report(r, c->conn ? c->conn->node : NULL,
+				     SLUICE_REDIS_REPORT_ERROR, 0,
+				     SLUICE_REDIS_ERR_REDIRECT);
 		c->ask = n;
 	}
 	sluice_redis__send(c);

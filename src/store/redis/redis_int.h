@@ -4,11 +4,11 @@
  *   client.c   the public API: calls, deadlines, circuit breaker
  *   conn.c     connections: connect, handshake, reconnect with backoff
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
- *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing
+ *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
+ *              the scripts and their SHA-1 come from the build
  *   module.c   the SLUICE.TAKE module path
  *   many.c     takes over several keys: one call per slot, refunds
  *   url.c      redis:// and unix:// URLs
- *   sha1.c     the script's name
  *   uv_adapter.c  hiredis on libuv
  *
  * Ownership of a call: the user callback runs exactly once (call_finish);
@@ -35,9 +35,17 @@
 #define SLUICE_REDIS_BREAKER_OPEN_MS  100
 /* Reconnect backoff: doubles from MIN to MAX, so a Redis that comes back is
  * reached again within MAX ms (well inside the 1 s promise). */
-#define SLUICE_REDIS_BACKOFF_MIN_MS	10
-#define SLUICE_REDIS_BACKOFF_MAX_MS	200
-#define SLUICE_REDIS_CONNECT_TIMEOUT_MS 500
+#define SLUICE_REDIS_BACKOFF_MIN_MS 10
+#define SLUICE_REDIS_BACKOFF_MAX_MS 200
+/* A handshake refused (wrong password, no such db, scripts not allowed)
+ * is not cured by retrying at once: its backoff doubles up to this. */
+#define SLUICE_REDIS_HANDSHAKE_BACKOFF_MAX_MS 2000
+/* Connect plus handshake (AUTH, SELECT, SCRIPT LOAD, PING) must finish
+ * within this, else the node is timing out (accepts, never answers). */
+#define SLUICE_REDIS_CONNECT_TIMEOUT_MS 1000
+/* An idle connection is pinged this often; a ping unanswered for
+ * timeout_ms marks the connection unusable until it is answered. */
+#define SLUICE_REDIS_PROBE_MS 500
 /* Timed-out calls with no reply in between after which a connection is
  * declared stuck, dropped and reopened. */
 #define SLUICE_REDIS_STUCK_TIMEOUTS 8
@@ -70,9 +78,13 @@ struct sluice_redis_conn_s {
 	unsigned inflight; /* commands sent with a reply callback */
 	unsigned stuck;	   /* timeouts since the last reply */
 	unsigned backoff_ms;
-	int module;	  /* SLUICE.TAKE present: -1 unknown, 0, 1 */
-	int drop;	  /* drop at the end of the current sweep */
-	uv_timer_t timer; /* connect timeout / reconnect backoff */
+	unsigned inflight_hs;	/* handshake replies still to come */
+	int hs_failed;		/* the handshake was refused: long backoff */
+	uint64_t last_reply_ms; /* loop clock of the last reply */
+	uint64_t probe_sent_ms; /* a PING in flight since; 0: none */
+	int module;		/* SLUICE.TAKE present: -1 unknown, 0, 1 */
+	int drop;		/* drop at the end of the current sweep */
+	uv_timer_t timer;	/* connect timeout / reconnect backoff */
 };
 
 struct sluice_redis_node_s {
@@ -88,6 +100,20 @@ struct sluice_redis_node_s {
 	unsigned failures;
 	uint64_t open_until_ms;
 	int probing;
+	size_t index;	  /* in r->nodes */
+	int breaker_told; /* an open breaker was reported */
+
+	char name[80]; /* "host:port" or the socket path, for events */
+	int health;    /* HEALTH_*: the state last reported */
+	uint64_t noscript_told_ms; /* last SCRIPT_RELOADED event */
+};
+
+enum {
+	HEALTH_UNKNOWN,
+	HEALTH_UP,
+	HEALTH_AUTH,
+	HEALTH_UNREACHABLE,
+	HEALTH_TIMEOUT
 };
 
 struct sluice_redis_call_s {
@@ -108,7 +134,9 @@ struct sluice_redis_call_s {
 	int script; /* last sent as EVALSHA (else to the module) */
 	int slot;
 	uint64_t cost;
-	size_t nlimits; /* distinct limits (duplicates dropped) */
+	uint64_t start_ns;	   /* uv_hrtime() when started */
+	sluice_redis_error_t fail; /* why it failed, when it does */
+	size_t nlimits;		   /* distinct limits (duplicates dropped) */
 	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
 	/* take_many: one entry per key (nlimits of them, limits[] flat),
 	 * NULL for a one-key call; `many` is the take it belongs to. */
@@ -147,6 +175,10 @@ struct sluice_redis_s {
 	sluice_redis_call_t *retry_head;
 	uv_timer_t sweep;
 	uv_timer_t retry;
+	uv_timer_t probe; /* pings idle connections (conn.c) */
+	sluice_redis_event_cb on_event;
+	sluice_redis_report_cb on_report;
+	void *event_arg;
 	int closing;
 	unsigned open_handles; /* uv handles still to close on free */
 	/* sluice_redis_free_then(): told once the memory is released */
@@ -195,6 +227,21 @@ void sluice_redis__node_free(sluice_redis_node_t *n);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
+/* 1 when the connection finished its handshake and its last ping (if
+ * any) was answered within timeout_ms. */
+int sluice_redis__conn_usable(const sluice_redis_conn_t *k);
+/* Starts the idle-connection probe timer (one per client). */
+void sluice_redis__probe_start(sluice_redis_t *r);
+/* Reports a node event to the host (any kind) ... */
+void sluice_redis__event(sluice_redis_t *r, sluice_redis_node_t *n,
+			 sluice_redis_event_kind_t kind, const char *detail);
+/* ... and a node state, only when it differs from the last one. */
+void sluice_redis__health(sluice_redis_node_t *n, int health,
+			  const char *detail);
+/* Reports to on_report (latency_ns 0 unless a call ended). */
+void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
+			  sluice_redis_report_t what, uint64_t latency_ns,
+			  sluice_redis_error_t error);
 
 /* cluster.c */
 int sluice_redis__key_slot(const char *key, size_t len);
@@ -209,9 +256,15 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 /* script.c */
 extern const char sluice_redis__script[];
 extern const char sluice_redis__script_multi[];
+/* Their SHA-1 in hex, computed by CMake (the names EVALSHA calls). */
+extern const char sluice_redis__script_sha[41];
+extern const char sluice_redis__script_multi_sha[41];
+extern const char sluice_redis__script_refund_sha[41];
 extern const char sluice_redis__script_refund[];
 int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
-void sluice_redis__load_script(sluice_redis_conn_t *k);
+/* SCRIPT LOAD of every script; fn gets each reply (NULL: ignored, errors
+ * then surface as NOSCRIPT on the next call). */
+void sluice_redis__load_script(sluice_redis_conn_t *k, redisCallbackFn *fn);
 /* The scripts' shortfalls -> the decision (the core's); 0 or -1. */
 /* The same for n shortfalls el[0..n) of one key's limits. */
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
@@ -251,8 +304,5 @@ void sluice_redis__url_free(sluice_redis_url_t *u);
 
 /* uv_adapter.c: attaches a hiredis context to the loop; 0 or -1. */
 int sluice_redis__attach(redisAsyncContext *ac, uv_loop_t *loop);
-
-/* sha1.c */
-void sluice_redis__sha1_hex(const void *data, size_t len, char out[41]);
 
 #endif /* SLUICE_REDIS_INT_H */

@@ -22,6 +22,9 @@
 const char sluice_redis__script[] = SLUICE_SCRIPT_LUA;
 const char sluice_redis__script_multi[] = SLUICE_SCRIPT_MULTI_LUA;
 const char sluice_redis__script_refund[] = SLUICE_REFUND_LUA;
+const char sluice_redis__script_sha[41] = SLUICE_SCRIPT_SHA1;
+const char sluice_redis__script_multi_sha[41] = SLUICE_SCRIPT_MULTI_SHA1;
+const char sluice_redis__script_refund_sha[41] = SLUICE_REFUND_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -36,14 +39,16 @@ static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
 
 /* Every script, always: whatever lost one (SCRIPT FLUSH, a restart, a
  * failover to a fresh master) lost the others too. */
-void sluice_redis__load_script(sluice_redis_conn_t *k)
+void sluice_redis__load_script(sluice_redis_conn_t *k, redisCallbackFn *fn)
 {
-	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+	if (!fn)
+		fn = on_loaded;
+	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script, strlen(sluice_redis__script));
-	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script_multi,
 			  strlen(sluice_redis__script_multi));
-	redisAsyncCommand(k->ac, on_loaded, NULL, "SCRIPT LOAD %b",
+	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
 			  sluice_redis__script_refund,
 			  strlen(sluice_redis__script_refund));
 }

@@ -1,0 +1,230 @@
+/*
+ * metrics_redis.c -- per Redis node gauges, call latency and errors.
+ */
+#include "serve/metrics_redis.h"
+#include "serve/metrics.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NODES	  64  /* distinct nodes; more share the last */
+#define CLIENT_IX 256 /* a client's node numbers mapped; more: the last */
+#define BUCKETS	  11
+
+/* Call latency bounds, in nanoseconds and as printed. */
+static const uint64_t bucket_ns[BUCKETS] = {
+	100000,	  250000,   500000,   1000000,	 2500000,   5000000,
+	10000000, 25000000, 50000000, 100000000, 1000000000};
+static const char *const bucket_le[BUCKETS] = {
+	"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+	"0.01",	  "0.025",   "0.05",   "0.1",	"1"};
+static const char *const error_kind[SLUICE_REDIS_ERRORS] = {
+	[SLUICE_REDIS_ERR_TIMEOUT] = "timeout",
+	[SLUICE_REDIS_ERR_CONNECTION] = "connection",
+	[SLUICE_REDIS_ERR_AUTH] = "auth",
+	[SLUICE_REDIS_ERR_PROTOCOL] = "protocol",
+	[SLUICE_REDIS_ERR_REDIRECT] = "moved_ask",
+};
+
+struct sluice_redis_metrics_s {
+	/* Gauges as this client sees each node; `known` once reported. */
+	sluice_counter_t known[NODES], up[NODES], breaker[NODES], conns[NODES];
+	sluice_counter_t latency[NODES][BUCKETS + 1];
+	sluice_counter_t latency_sum_ns[NODES];
+	sluice_counter_t errors[NODES][SLUICE_REDIS_ERRORS];
+	int16_t slot_of[CLIENT_IX]; /* client's node index -> slot (+1) */
+	sluice_redis_metrics_t *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static sluice_redis_metrics_t *all;
+static char *names[NODES];
+static size_t nnames;
+
+sluice_redis_metrics_t *sluice_redis_metrics_new(void)
+{
+	sluice_redis_metrics_t *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	pthread_mutex_lock(&lock);
+	m->next = all;
+	all = m;
+	pthread_mutex_unlock(&lock);
+	return m;
+}
+
+/* The process-wide number of a node name (registered on first use). */
+static size_t node_slot(const char *name)
+{
+	size_t i;
+
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < nnames; i++)
+		if (strcmp(names[i], name) == 0)
+			break;
+	if (i == nnames && nnames < NODES && (names[i] = strdup(name)))
+		nnames++;
+	if (i >= nnames)
+		i = NODES - 1;
+	pthread_mutex_unlock(&lock);
+	return i;
+}
+
+static uint64_t ld(const sluice_counter_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+static void set(sluice_counter_t *c, uint64_t v)
+{
+	atomic_store_explicit(c, v, memory_order_relaxed);
+}
+
+void sluice_redis_metrics_report(void *arg,
+				 const sluice_redis_node_report_t *rep)
+{
+	sluice_redis_metrics_t *m = arg;
+	size_t ix = rep->index < CLIENT_IX ? rep->index : CLIENT_IX - 1, s, b;
+
+	if (!m)
+		return;
+	if (!m->slot_of[ix])
+		m->slot_of[ix] = (int16_t)(node_slot(rep->node) + 1);
+	s = (size_t)m->slot_of[ix] - 1;
+	set(&m->up[s], rep->up != 0);
+	set(&m->breaker[s], rep->breaker_open != 0);
+	set(&m->conns[s], rep->connections);
+	set(&m->known[s], 1);
+	if (rep->error > SLUICE_REDIS_ERR_NONE &&
+	    rep->error < SLUICE_REDIS_ERRORS)
+		sluice_count(&m->errors[s][rep->error], 1);
+	if (rep->what != SLUICE_REDIS_REPORT_CALL)
+		return;
+	for (b = 0; b < BUCKETS && rep->latency_ns > bucket_ns[b]; b++)
+		;
+	sluice_count(&m->latency[s][b], 1);
+	sluice_count(&m->latency_sum_ns[s], rep->latency_ns);
+}
+
+void sluice_redis_metrics_retire(sluice_redis_metrics_t *m)
+{
+	size_t s;
+
+	if (!m)
+		return;
+	for (s = 0; s < NODES; s++)
+		set(&m->known[s], 0);
+}
+
+/* ------------------------------------------------------------- render */
+
+static void head(sluice_buf_t *out, const char *name, const char *type,
+		 const char *text)
+{
+	sluice_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, text, name,
+			  type);
+}
+
+/* name{node="...",k="v"} value; node names are host:port or a path,
+ * escaped as Prometheus wants all the same. */
+static void line(sluice_buf_t *out, const char *name, const char *node,
+		 const char *k, const char *v, uint64_t value)
+{
+	const char *p;
+
+	sluice_buf_printf(out, "%s{node=\"", name);
+	for (p = node; *p; p++) {
+		if (*p == '\\' || *p == '"')
+			sluice_buf_append(out, "\\", 1);
+		if (*p == '\n')
+			sluice_buf_puts(out, "\\n");
+		else
+			sluice_buf_append(out, p, 1);
+	}
+	sluice_buf_append(out, "\"", 1);
+	if (k)
+		sluice_buf_printf(out, ",%s=\"%s\"", k, v);
+	sluice_buf_append(out, "} ", 2);
+	sluice_buf_u64(out, value);
+	sluice_buf_append(out, "\n", 1);
+}
+
+/* The sum of one counter over every block (gauges: over the blocks whose
+ * client knows node s). */
+static uint64_t total(size_t offset, int gauge, size_t s)
+{
+	const sluice_redis_metrics_t *m;
+	uint64_t t = 0;
+
+	for (m = all; m; m = m->next)
+		if (!gauge || ld(&m->known[s]))
+			t += ld((const sluice_counter_t *)((const char *)m +
+							   offset));
+	return t;
+}
+
+#define SUM(field, gauge)                                                      \
+	total(offsetof(sluice_redis_metrics_t, field), gauge, s)
+
+void sluice_redis_metrics_render(sluice_buf_t *out)
+{
+	size_t s, b, e, n;
+
+	pthread_mutex_lock(&lock);
+	n = nnames;
+	if (!n) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	head(out, "sluice_redis_up", "gauge",
+	     "1 when every loop thread's client can use the node (handshake "
+	     "done, pings answered, breaker not open).");
+	for (s = 0; s < n; s++) {
+		uint64_t known = SUM(known[s], 0), up = SUM(up[s], 1);
+
+		line(out, "sluice_redis_up", names[s], NULL, NULL,
+		     known && up == known);
+	}
+	head(out, "sluice_redis_breaker_open", "gauge",
+	     "Loop threads whose circuit breaker for the node is open.");
+	for (s = 0; s < n; s++)
+		line(out, "sluice_redis_breaker_open", names[s], NULL, NULL,
+		     SUM(breaker[s], 1));
+	head(out, "sluice_redis_connections", "gauge",
+	     "Connections to the node with their handshake done.");
+	for (s = 0; s < n; s++)
+		line(out, "sluice_redis_connections", names[s], NULL, NULL,
+		     SUM(conns[s], 1));
+	head(out, "sluice_redis_call_duration_seconds", "histogram",
+	     "From a call to the node to its answer or its timeout.");
+	for (s = 0; s < n; s++) {
+		uint64_t cum = 0;
+
+		for (b = 0; b <= BUCKETS; b++) {
+			cum += SUM(latency[s][b], 0);
+			line(out, "sluice_redis_call_duration_seconds_bucket",
+			     names[s], "le",
+			     b < BUCKETS ? bucket_le[b] : "+Inf", cum);
+		}
+		sluice_buf_printf(
+			out,
+			"sluice_redis_call_duration_seconds_sum{node=\"%s\"} "
+			"%.9f\n",
+			names[s], (double)SUM(latency_sum_ns[s], 0) / 1e9);
+		line(out, "sluice_redis_call_duration_seconds_count", names[s],
+		     NULL, NULL, cum);
+	}
+	head(out, "sluice_redis_errors_total", "counter",
+	     "Failures by kind: timeout, connection, auth (handshake refused), "
+	     "protocol (an error reply or one not understood), moved_ask "
+	     "(cluster redirections followed).");
+	for (s = 0; s < n; s++)
+		for (e = 1; e < SLUICE_REDIS_ERRORS; e++)
+			line(out, "sluice_redis_errors_total", names[s], "kind",
+			     error_kind[e], SUM(errors[s][e], 0));
+	pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,32 @@
+/*
+ * metrics_redis.h -- per Redis node series for GET /metrics.
+ *
+ * Each Redis client (one per loop thread) counts into a block of its own,
+ * fed by the client's reports (sluice_redis_opts_t.on_report) on its loop
+ * thread, its only writer; /metrics reads every block.  Nodes are named
+ * "host:port" and numbered process-wide on first sight, so a cluster node
+ * found later simply adds series.
+ */
+#ifndef SLUICE_SERVE_METRICS_REDIS_H
+#define SLUICE_SERVE_METRICS_REDIS_H
+
+#include "serve/buf.h"
+#include "sluice_redis.h"
+
+typedef struct sluice_redis_metrics_s sluice_redis_metrics_t;
+
+/* A zeroed block, registered for scraping (kept until exit: another
+ * thread may be reading it); NULL when out of memory. */
+sluice_redis_metrics_t *sluice_redis_metrics_new(void);
+
+/* The client's report callback; arg is the block. */
+void sluice_redis_metrics_report(void *arg,
+				 const sluice_redis_node_report_t *rep);
+
+/* The block's client is gone: its gauges stop counting. */
+void sluice_redis_metrics_retire(sluice_redis_metrics_t *m);
+
+/* Appends the per-node series (nothing when no Redis node was seen). */
+void sluice_redis_metrics_render(sluice_buf_t *out);
+
+#endif /* SLUICE_SERVE_METRICS_REDIS_H */

@@ -1,0 +1,796 @@
+/*
+ * buckets.c -- the bucket table of the local stores: the memory store
+ * (memory.c, one process) and the shared-memory store (shm.c, every
+ * process of a host).
+ *
+ * Identity.  A bucket is a key and one of its limits.  The key is known by
+ * a 128-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation)
+ * instead of its bytes, and the bucket by that hash XORed with the limit's
+ * exact value (capacity, interval, per: they pack into 127 bits, so two
+ * limits of one key never share a bucket).  A bucket is never identified
+ * by the limit's position among the key's limits: a client that switches
+ * tiers, or a rule that gains or loses a limit, finds every remaining
+ * limit's state where it was.  Without the secret nobody can find two keys
+ * with the same identity, and by chance two of a billion buckets share one
+ * with probability below 2^-66; in exchange the table needs no key bytes,
+ * and a decision touches one table slot per limit and nothing else.
+ *
+ * Layout.  The table is split into shards (a power of two, up to 64; fewer
+ * for a small max_keys, so that each has room for 2 * SLUICE_MAX_LIMITS
+ * buckets), each with its own mutex, so concurrent callers on different
+ * keys rarely meet.
+ * A key's shard comes from the top bits of its hash (before the limit is
+ * mixed in: every limit of a key lives in one shard, charged under one
+ * lock), a bucket's home slot from the low bits.  A shard is an
+ * open-addressing table (linear probing, backward-shift deletion, at most
+ * 3/4 full) of 24-byte slots: the identity and the state.  That is 32 to 64
+ * bytes per bucket (a key with n limits has n buckets), whatever the key's
+ * length.
+ *
+ * Bound.  Each shard holds at most its share of max_keys buckets (the
+ * shares add up to max_keys exactly).  A full shard evicts before
+ * inserting, what loses least: a full bucket (its state expired: forgetting
+ * it loses nothing), else the bucket nearest to full, the one whose state
+ * expires first (the smallest debt, in time to full), among EVICT_WINDOW
+ * buckets from a hand that moves on with each eviction (the whole shard
+ * when it holds no more).  So a flood of fresh keys, each in debt by one
+ * request, evicts other fresh keys, and a drained bucket goes only when
+ * every bucket examined is in deeper debt (in a shard of fresh keys and a
+ * few drained ones, never): eviction is no reset button.  A bounded window
+ * keeps an eviction O(1).  Lossy evictions are counted, with the debt they
+ * forgave.
+ *
+ * Expiry.  A state is dead once its bucket is full again.  There is no
+ * background thread and no stop-the-world scan: every call also examines
+ * RECLAIM_STEP slots at its shard's cursor, and every RECLAIM_AWAY_EVERY-th
+ * call of a thread sweeps RECLAIM_AWAY slots of another shard (if its lock
+ * is free), so shards that traffic no longer reaches are emptied too.  The
+ * cost of reclaiming is spread evenly over the traffic.
+ */
+#include "store/buckets.h"
+#include "util/siphash.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define MIN_SLOTS	   16
+#define EVICT_WINDOW	   32
+#define RECLAIM_STEP	   2
+#define RECLAIM_AWAY_EVERY 16
+#define RECLAIM_AWAY	   32
+
+/* 1 when the slot's bucket is full at now_us. */
+static int slot_dead(const sluice_slot_t *sl, int64_t now_us)
+{
+	return sluice_state_expiry_us(sl->state) <= now_us;
+}
+
+/* ------------------------------------------------------------- the table */
+
+/*
+ * Slot arrays of 2 MiB and more are mapped directly and offered huge pages:
+ * a random probe into a large table otherwise costs a TLB miss (a page walk
+ * through memory) on top of the cache miss on the slot itself.
+ */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+sluice_slot_t *sluice_slots_alloc(size_t n)
+{
+	size_t bytes = n * sizeof(sluice_slot_t);
+	void *p;
+
+	if (bytes < HUGE_BYTES)
+		return calloc(n, sizeof(sluice_slot_t));
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, bytes, MADV_HUGEPAGE); /* a hint; fine if refused */
+	return p;
+}
+
+void sluice_slots_free(sluice_slot_t *slots, size_t n)
+{
+	if (n * sizeof(sluice_slot_t) < HUGE_BYTES)
+		free(slots);
+	else if (slots)
+		munmap(slots, n * sizeof(sluice_slot_t));
+}
+
+/*
+ * Slot writes mark the slot used (h1) last and free (h1 = 0) first, so a
+ * process killed in the middle of one leaves at worst a stray or repeated
+ * entry, which sluice_shard_repair() removes; never a used slot whose
+ * identity is half written with the state of another.
+ */
+static void slot_clear(sluice_slot_t *sl)
+{
+	__atomic_store_n(&sl->h1, 0, __ATOMIC_RELEASE);
+	sl->h2 = 0;
+	sl->state = 0;
+}
+
+static void slot_put(sluice_slot_t *dst, const sluice_slot_t *src)
+{
+	dst->h2 = src->h2;
+	dst->state = src->state;
+	__atomic_store_n(&dst->h1, src->h1, __ATOMIC_RELEASE);
+}
+
+/* Removes the key at slot i and shifts the following run back so that
+ * linear probing still finds every key (no tombstones). */
+static void remove_at(sluice_shard_t *s, size_t i)
+{
+	size_t j = i;
+
+	slot_clear(&s->slots[i]);
+	s->t->count--;
+	for (;;) {
+		size_t home;
+
+		j = (j + 1) & s->t->mask;
+		if (!s->slots[j].h1)
+			return;
+		home = s->slots[j].h1 & s->t->mask;
+		/* Move slot j into the hole unless its home lies cyclically
+		 * in (i, j], where it can still be found without passing i. */
+		if ((j > i && (home <= i || home > j)) ||
+		    (j < i && (home <= i && home > j))) {
+			slot_put(&s->slots[i], &s->slots[j]);
+			slot_clear(&s->slots[j]);
+			i = j;
+		}
+	}
+}
+
+static sluice_slot_t *place(sluice_slot_t *slots, size_t mask,
+			    const sluice_slot_t *sl)
+{
+	size_t i = sl->h1 & mask;
+
+	while (slots[i].h1)
+		i = (i + 1) & mask;
+	slot_put(&slots[i], sl);
+	return &slots[i];
+}
+
+/* Doubles the slot array; returns -1 (leaving the table as it was) when out
+ * of memory. */
+static int grow(sluice_shard_t *s)
+{
+	size_t old = s->t->mask + 1, i;
+	sluice_slot_t *next;
+
+	if (!s->can_grow)
+		return -1;
+	next = sluice_slots_alloc(old * 2);
+	if (!next)
+		return -1;
+	for (i = 0; i < old; i++)
+		if (s->slots[i].h1)
+			place(next, old * 2 - 1, &s->slots[i]);
+	sluice_slots_free(s->slots, old);
+	s->slots = next;
+	s->t->mask = old * 2 - 1;
+	s->t->hand &= s->t->mask;
+	s->t->cursor &= s->t->mask;
+	return 0;
+}
+
+static sluice_slot_t *find(const sluice_shard_t *s, uint64_t h1, uint64_t h2)
+{
+	size_t i = h1 & s->t->mask;
+	sluice_slot_t *sl;
+
+	while ((sl = &s->slots[i])->h1 != 0) {
+		if (sl->h1 == h1 && sl->h2 == h2)
+			return sl;
+		i = (i + 1) & s->t->mask;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------ locking and recovery */
+
+/*
+ * A shard's lock may be a robust process-shared mutex (the shared-memory
+ * store): when its holder died, the next locker gets EOWNERDEAD and the
+ * shard may be half updated.  Each state is one aligned 64-bit store, so no
+ * state is ever torn; what a death can leave is a slot move or removal cut
+ * short (an entry twice, or in a slot probing cannot reach) and a count
+ * that is off.  sluice_shard_repair() rebuilds the table from its entries,
+ * then the lock is marked consistent.  A death between two limits' writes
+ * of one take leaves that take charged on some of its limits only: more
+ * debt, never less, for a request that got no answer.
+ */
+static int shard_recover(sluice_shard_t *s)
+{
+	sluice_shard_repair(s);
+	s->t->recovered++;
+	return pthread_mutex_consistent(s->lock);
+}
+
+static void shard_lock(sluice_shard_t *s)
+{
+	if (pthread_mutex_lock(s->lock) == EOWNERDEAD)
+		shard_recover(s);
+}
+
+static int shard_trylock(sluice_shard_t *s)
+{
+	int rc = pthread_mutex_trylock(s->lock);
+
+	if (rc == EOWNERDEAD)
+		rc = shard_recover(s);
+	return rc;
+}
+
+/* Empties the table; returns the entries it held in a new array. */
+static sluice_slot_t *take_out(sluice_shard_t *s, size_t *n)
+{
+	size_t i, size = s->t->mask + 1;
+	sluice_slot_t *all = malloc(size * sizeof(*all));
+
+	*n = 0;
+	for (i = 0; i < size; i++) {
+		if (s->slots[i].h1 && all)
+			all[(*n)++] = s->slots[i];
+		slot_clear(&s->slots[i]);
+	}
+	return all;
+}
+
+void sluice_shard_repair(sluice_shard_t *s)
+{
+	size_t i, n;
+	sluice_slot_t *all = take_out(s, &n), *sl;
+
+	/* Out of memory: the shard restarts empty (its buckets full), which
+	 * is lossy but consistent. */
+	s->t->count = 0;
+	for (i = 0; all && i < n && s->t->count < s->t->max; i++) {
+		sl = find(s, all[i].h1, all[i].h2);
+		if (sl) {
+			/* The same bucket twice (a move cut short): keep the
+			 * deeper debt, never forgive a charge. */
+			if (all[i].state > sl->state)
+				sl->state = all[i].state;
+			continue;
+		}
+		place(s->slots, s->t->mask, &all[i]);
+		s->t->count++;
+	}
+	s->t->hand &= s->t->mask;
+	s->t->cursor &= s->t->mask;
+	free(all);
+}
+
+int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)
+{
+	size_t i, used = 0;
+
+	shard_lock(s);
+	for (i = 0; i <= s->t->mask; i++) {
+		sluice_slot_t *sl = &s->slots[i];
+
+		if (!sl->h1)
+			continue;
+		used++;
+		/* Reachable from its home, and the first of its identity. */
+		if (find(s, sl->h1, sl->h2) != sl) {
+			snprintf(err, errlen,
+				 "slot %zu is unreachable or "
+				 "repeated",
+				 i);
+			pthread_mutex_unlock(s->lock);
+			return -1;
+		}
+	}
+	if (used != s->t->count || used > s->t->max) {
+		snprintf(err, errlen, "%zu slots used, count %llu, max %llu",
+			 used, (unsigned long long)s->t->count,
+			 (unsigned long long)s->t->max);
+		pthread_mutex_unlock(s->lock);
+		return -1;
+	}
+	pthread_mutex_unlock(s->lock);
+	return 0;
+}
+
+/* --------------------------------------------------- expiry and eviction */
+
+static void reclaim_step(sluice_shard_t *s, int64_t now_us, int steps)
+{
+	int n;
+
+	for (n = 0; n < steps && s->t->count > 0; n++) {
+		size_t i = s->t->cursor;
+
+		if (s->slots[i].h1 && slot_dead(&s->slots[i], now_us)) {
+			/* remove_at may shift a live key into slot i: look
+			 * at the same slot again next time. */
+			remove_at(s, i);
+			s->t->expired++;
+		} else {
+			s->t->cursor = (i + 1) & s->t->mask;
+		}
+	}
+}
+
+/* now_us as sluice_eval() sees it. */
+static int64_t clamp_now(int64_t now_us)
+{
+	return now_us < 0		     ? 0
+	       : now_us > SLUICE_TIME_MAX_US ? SLUICE_TIME_MAX_US
+					     : now_us;
+}
+
+/* 1 when h1 is one of the buckets the current call is writing. */
+static int busy(uint64_t h1, const uint64_t *keep, size_t nkeep)
+{
+	size_t i;
+
+	for (i = 0; i < nkeep; i++)
+		if (keep[i] == h1)
+			return 1;
+	return 0;
+}
+
+/*
+ * Frees one slot to make room (the shard is at its bound, so not empty):
+ * the first full bucket found, else the bucket nearest to full (earliest
+ * expiry: the least debt) among EVICT_WINDOW buckets from the hand.  The
+ * buckets of the current call (keep) are never chosen.  Debt is compared
+ * in time to full, which orders buckets the same way at any instant.
+ * Returns -1 when the shard holds nothing else (a shard smaller than one
+ * call's limits).
+ */
+static int evict_one(sluice_shard_t *s, int64_t now_us, const uint64_t *keep,
+		     size_t nkeep)
+{
+	/* States order as their expiries do, and a state is full at now_us
+	 * iff it is <= now_us * 1000: compare states, no division. */
+	const sluice_state_t full = clamp_now(now_us) * 1000;
+	size_t i = s->t->hand, seen = 0, scanned = 0;
+	sluice_state_t best = INT64_MAX;
+	long victim = -1;
+
+	for (; scanned <= s->t->mask && seen < EVICT_WINDOW;
+	     i = (i + 1) & s->t->mask, scanned++) {
+		sluice_slot_t *sl = &s->slots[i];
+
+		if (!sl->h1 || (nkeep > 1 && busy(sl->h1, keep, nkeep)))
+			continue;
+		seen++;
+		if (sl->state <= full) {
+			remove_at(s, i);
+			s->t->evicted_full++;
+			s->t->hand = i;
+			return 0;
+		}
+		if (sl->state < best) {
+			best = sl->state;
+			victim = (long)i;
+		}
+	}
+	if (victim < 0)
+		return -1; /* only this call's buckets */
+	remove_at(s, (size_t)victim);
+	s->t->evicted_lossy++;
+	s->t->evicted_debt_us +=
+		(uint64_t)(sluice_state_expiry_us(best) - full / 1000);
+	s->t->hand = i;
+	return 0;
+}
+
+/* Reclaiming elsewhere is shared out by a per-thread call counter. */
+static __thread unsigned reclaim_tick;
+
+/* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
+ * sweeps part of another shard (round-robin; skipped when busy). */
+static void reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
+{
+	sluice_shard_t *s;
+
+	if (m->nshards < 2 || ++reclaim_tick % RECLAIM_AWAY_EVERY != 0)
+		return;
+	s = &m->shards[(reclaim_tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
+	if (shard_trylock(s) != 0)
+		return;
+	reclaim_step(s, now_us, RECLAIM_AWAY);
+	pthread_mutex_unlock(s->lock);
+}
+
+/* ------------------------------------------------------------ public API */
+
+size_t sluice_buckets_nshards(size_t max_keys, unsigned *bits)
+{
+	size_t n = 1;
+
+	*bits = 0;
+	while (n < SLUICE_MAX_SHARDS &&
+	       n * 2 * 2 * SLUICE_MAX_LIMITS <= max_keys) {
+		n *= 2;
+		(*bits)++;
+	}
+	return n;
+}
+
+size_t sluice_buckets_fixed_slots(uint64_t max)
+{
+	size_t n = MIN_SLOTS;
+
+	while (n * 3 < max * 4)
+		n *= 2;
+	return n;
+}
+
+/* Stores the state of a bucket that has none yet.  On allocation failure
+ * the decision stands but the state is not kept (fails open, never
+ * crashes). */
+static void insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
+		   sluice_state_t state, int64_t now_us, const uint64_t *keep,
+		   size_t nkeep)
+{
+	sluice_slot_t sl;
+
+	if (s->t->count >= s->t->max &&
+	    evict_one(s, now_us, keep, nkeep) != 0) {
+		/* No room but this call's own buckets: drop this state (the
+		 * bound holds; the bucket restarts full, counted as lost). */
+		s->t->evicted_lossy++;
+		s->t->evicted_debt_us +=
+			(uint64_t)(sluice_state_expiry_us(state) -
+				   clamp_now(now_us));
+		return;
+	}
+	if ((s->t->count + 1) * 4 > (s->t->mask + 1) * 3 && grow(s) != 0)
+		return;
+	sl.h1 = h1;
+	sl.h2 = h2;
+	sl.state = state;
+	place(s->slots, s->t->mask, &sl);
+	s->t->count++;
+}
+
+/*
+ * A bucket's identity: the key's hash XORed with the limit's exact value.
+ * capacity <= 2^52 and per < 2^10 fill 63 bits of the first word, interval
+ * <= 2^52 the second: distinct limits (in lowest terms, as
+ * sluice_limit_init() keeps them) give distinct identities for one key.
+ */
+static void bucket_id(const uint64_t h[2], const sluice_limit_t *l,
+		      uint64_t *h1, uint64_t *h2)
+{
+	*h1 = h[0] ^ (l->capacity | (uint64_t)l->rate.per << 53);
+	*h1 += !*h1; /* 0 marks an empty slot */
+	*h2 = h[1] ^ l->rate.interval;
+}
+
+/* 1 when bucket i of a call repeats an earlier one (the same limit given
+ * twice is one bucket, charged once). */
+static int seen_before(const uint64_t *h1, const uint64_t *h2, size_t i)
+{
+	size_t j;
+
+	for (j = 0; j < i; j++)
+		if (h1[j] == h1[i] && h2[j] == h2[i])
+			return 1;
+	return 0;
+}
+
+int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary)
+{
+	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	sluice_decision_t local[SLUICE_MAX_LIMITS], sum;
+	uint64_t h[2], h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	sluice_slot_t *at[SLUICE_MAX_LIMITS];
+	sluice_shard_t *s;
+	size_t i;
+	int allowed;
+
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return SLUICE_EINVAL;
+	if (!decisions)
+		decisions = local;
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
+	for (i = 0; i < nlimits; i++)
+		bucket_id(h, &limits[i], &h1[i], &h2[i]);
+
+	shard_lock(s);
+	for (i = 0; i < nlimits; i++) {
+		at[i] = find(s, h1[i], h2[i]);
+		cur[i] = at[i] ? at[i]->state : 0;
+	}
+	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
+				  decisions, &sum);
+	/* Update in place first: inserting may move slots. */
+	for (i = 0; i < nlimits; i++)
+		if (at[i] && next[i] != cur[i])
+			at[i]->state = next[i];
+	for (i = 0; i < nlimits; i++)
+		if (!at[i] && next[i] != cur[i] && !seen_before(h1, h2, i))
+			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
+	reclaim_step(s, now_us, RECLAIM_STEP);
+	pthread_mutex_unlock(s->lock);
+	reclaim_elsewhere(m, now_us);
+
+	if (summary)
+		*summary = sum;
+	return allowed;
+}
+
+/* -------------------------------------------------- reset and refund */
+
+/* Checks a key's limits, hashes them into h1/h2 and locks its shard. */
+static sluice_shard_t *lock_key(sluice_buckets_t *m, const void *key,
+				size_t keylen, const sluice_limit_t *limits,
+				size_t nlimits, uint64_t *h1, uint64_t *h2)
+{
+	uint64_t h[2];
+	sluice_shard_t *s;
+	size_t i;
+
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
+		return NULL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return NULL;
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
+	for (i = 0; i < nlimits; i++)
+		bucket_id(h, &limits[i], &h1[i], &h2[i]);
+	shard_lock(s);
+	return s;
+}
+
+int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
+			 const sluice_limit_t *limits, size_t nlimits)
+{
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	sluice_shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	size_t i;
+
+	if (!s)
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++) {
+		sluice_slot_t *at = find(s, h1[i], h2[i]);
+
+		/* A bucket without a state is full. */
+		if (at)
+			remove_at(s, (size_t)(at - s->slots));
+	}
+	pthread_mutex_unlock(s->lock);
+	return 0;
+}
+
+int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits,
+			  uint64_t cost, int64_t now_us)
+{
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	sluice_shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	size_t i;
+
+	if (!s)
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++) {
+		sluice_slot_t *at = find(s, h1[i], h2[i]);
+
+		/* No state: already full.  A state refunded to full stays in
+		 * place (expiry reclaims it): removing it here could move the
+		 * slot of a later limit. */
+		if (at && !seen_before(h1, h2, i))
+			at->state = sluice_refund(&limits[i], at->state, now_us,
+						  cost);
+	}
+	pthread_mutex_unlock(s->lock);
+	return 0;
+}
+
+void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out)
+{
+	size_t i;
+
+	memset(out, 0, sizeof(*out));
+	out->max_keys = m->max_keys;
+	for (i = 0; i < m->nshards; i++) {
+		sluice_shard_t *s = &m->shards[i];
+
+		shard_lock(s);
+		out->keys += s->t->count;
+		out->expired += s->t->expired;
+		out->evicted_full += s->t->evicted_full;
+		out->evicted_lossy += s->t->evicted_lossy;
+		out->evicted_debt_us += s->t->evicted_debt_us;
+		out->recovered += s->t->recovered;
+		pthread_mutex_unlock(s->lock);
+	}
+}
+
+/* ------------------------------------------------- several keys at once */
+
+/*
+ * sluice_memstore_take_many(): the shards of every item are locked
+ * together, in ascending order (so two takes over overlapping shards can
+ * never wait on each other in a cycle), the items are decided on the
+ * states as they are, and only when every one passes are their new states
+ * written.  Between the first lock and the last unlock no other take sees
+ * any of these buckets, which is what makes the verdict all-or-nothing
+ * under any number of threads.  A bucket that several items share (the
+ * same key and limit) is decided for each on the state the previous one
+ * left; within one item the same limit twice is one bucket, as in
+ * sluice_memstore_take().
+ */
+
+/* Up to this many buckets a call protects all of its buckets from its own
+ * evictions; beyond, each item protects its own (bounded eviction cost). */
+#define MANY_KEEP_ALL 256
+
+typedef struct bucket_s {
+	uint64_t h1, h2;
+	size_t item, shard;
+	sluice_state_t cur, next;
+	int found; /* it had a state when the call began */
+} bucket_t;
+
+static int many_check(const sluice_take_item_t *items, size_t n, size_t *total)
+{
+	size_t i, j;
+
+	*total = 0;
+	for (i = 0; i < n; i++) {
+		const sluice_take_item_t *it = &items[i];
+
+		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
+		    !it->limits || (!it->key && it->keylen))
+			return SLUICE_EINVAL;
+		for (j = 0; j < it->nlimits; j++)
+			if (!sluice_limit_valid(&it->limits[j]))
+				return SLUICE_EINVAL;
+		*total += it->nlimits;
+	}
+	return 0;
+}
+
+/* Every item's buckets, flat, in order; the shards to lock. */
+static void many_buckets(sluice_buckets_t *m, const sluice_take_item_t *items,
+			 size_t n, bucket_t *b, uint64_t *shards)
+{
+	size_t i, j, k = 0;
+
+	*shards = 0;
+	for (i = 0; i < n; i++) {
+		uint64_t h[2];
+		size_t shard;
+
+		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen, h);
+		shard = m->nshards > 1 ? h[0] >> m->shift : 0;
+		*shards |= UINT64_C(1) << shard;
+		for (j = 0; j < items[i].nlimits; j++, k++) {
+			bucket_id(h, &items[i].limits[j], &b[k].h1, &b[k].h2);
+			b[k].item = i;
+			b[k].shard = shard;
+		}
+	}
+}
+
+/* The state bucket k starts from: the table's, or what the latest earlier
+ * occurrence of the same bucket left (its starting state when that is in
+ * the same item: one limit given twice is one bucket). */
+static void many_start(sluice_buckets_t *m, bucket_t *b, size_t k)
+{
+	size_t j;
+	sluice_slot_t *sl;
+
+	for (j = k; j-- > 0;)
+		if (b[j].h1 == b[k].h1 && b[j].h2 == b[k].h2) {
+			b[k].cur =
+				b[j].item == b[k].item ? b[j].cur : b[j].next;
+			b[k].found = 1;
+			return;
+		}
+	sl = find(&m->shards[b[k].shard], b[k].h1, b[k].h2);
+	b[k].found = sl != NULL;
+	b[k].cur = sl ? sl->state : 0;
+}
+
+/* Decides item it over its buckets b[0..nlimits); 1 when it passes. */
+static int many_decide(sluice_buckets_t *m, sluice_take_item_t *it, bucket_t *b,
+		       bucket_t *all, int64_t now_us)
+{
+	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	sluice_decision_t dec[SLUICE_MAX_LIMITS];
+	size_t j;
+
+	for (j = 0; j < it->nlimits; j++) {
+		many_start(m, all, (size_t)(b - all) + j);
+		cur[j] = b[j].cur;
+	}
+	it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, now_us,
+				      it->cost, next, dec, &it->summary);
+	for (j = 0; j < it->nlimits; j++)
+		b[j].next = next[j];
+	return it->allowed;
+}
+
+/* Writes bucket k's new state (looked up again: an insert for an earlier
+ * bucket may have moved slots of this shard).  Later occurrences of the
+ * same bucket write after it, so the last state stands. */
+static void many_commit(sluice_buckets_t *m, const bucket_t *b, size_t k,
+			int64_t now_us, const uint64_t *keep, size_t nkeep)
+{
+	sluice_shard_t *s = &m->shards[b[k].shard];
+	sluice_slot_t *sl = find(s, b[k].h1, b[k].h2);
+
+	if (sl)
+		sl->state = b[k].next;
+	else if (b[k].next != b[k].cur || b[k].found)
+		insert(s, b[k].h1, b[k].h2, b[k].next, now_us, keep, nkeep);
+}
+
+int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
+			     size_t n, int64_t now_us)
+{
+	bucket_t stack_b[SLUICE_MAX_LIMITS], *b = stack_b;
+	uint64_t stack_keep[SLUICE_MAX_LIMITS], *keep = stack_keep, shards,
+						rest;
+	size_t i, k, total, first;
+	int all = 1, rc;
+
+	if ((rc = many_check(items, n, &total)) < 0)
+		return rc;
+	if (n == 0)
+		return 1;
+	if (total > SLUICE_MAX_LIMITS) {
+		b = malloc(total * sizeof(*b));
+		keep = malloc(total * sizeof(*keep));
+		if (!b || !keep) {
+			rc = SLUICE_ENOMEM;
+			goto out;
+		}
+	}
+	many_buckets(m, items, n, b, &shards);
+	for (k = 0; k < total; k++)
+		keep[k] = b[k].h1;
+
+	for (rest = shards; rest; rest &= rest - 1)
+		shard_lock(&m->shards[__builtin_ctzll(rest)]);
+	for (i = 0, k = 0; i < n; k += items[i++].nlimits)
+		if (!many_decide(m, &items[i], &b[k], b, now_us))
+			all = 0;
+	if (all)
+		for (i = 0, first = 0; i < n; first += items[i++].nlimits)
+			for (k = first; k < first + items[i].nlimits; k++)
+				many_commit(m, b, k, now_us,
+					    total <= MANY_KEEP_ALL
+						    ? keep
+						    : keep + first,
+					    total <= MANY_KEEP_ALL
+						    ? total
+						    : items[i].nlimits);
+	for (i = m->nshards; i-- > 0;)
+		if (shards >> i & 1) {
+			reclaim_step(&m->shards[i], now_us, RECLAIM_STEP);
+			pthread_mutex_unlock(m->shards[i].lock);
+		}
+	reclaim_elsewhere(m, now_us);
+	rc = all;
+out:
+	if (b != stack_b)
+		free(b);
+	if (keep != stack_keep)
+		free(keep);
+	return rc;
+}

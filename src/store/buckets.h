@@ -1,0 +1,89 @@
+/*
+ * buckets.h -- the bucket table both local stores share: the memory store
+ * (one process) and the shared-memory store (every process on a host).
+ *
+ * The table lives where its store puts it: the memory store allocates it,
+ * the shared-memory store maps it from a file.  So the parts that may be
+ * shared (slots, table counters, locks) hold no pointers, and each process
+ * keeps its own view (sluice_shard_t) of where they are.
+ */
+#ifndef SLUICE_STORE_BUCKETS_H
+#define SLUICE_STORE_BUCKETS_H
+
+#include "sluice.h"
+
+#include <pthread.h>
+
+/* One bucket: its identity (h1 = 0 marks an empty slot) and its state. */
+typedef struct sluice_slot_s {
+	uint64_t h1, h2;
+	sluice_state_t state;
+} sluice_slot_t;
+
+/* A shard's table counters (no pointers: may live in shared memory). */
+typedef struct sluice_table_s {
+	uint64_t mask; /* number of slots - 1 (a power of two minus one) */
+	uint64_t count;
+	uint64_t max;
+	uint64_t hand;	 /* where the next eviction starts looking */
+	uint64_t cursor; /* incremental reclaim position */
+	uint64_t expired, evicted_full, evicted_lossy, evicted_debt_us;
+	uint64_t recovered; /* repairs after a lock holder died */
+} sluice_table_t;
+
+/* A process's view of one shard. */
+typedef struct sluice_shard_s {
+	pthread_mutex_t *lock; /* robust when shared between processes */
+	sluice_table_t *t;
+	sluice_slot_t *slots;
+	int can_grow; /* 0: the slot array is fixed, sized for t->max */
+} sluice_shard_t;
+
+#define SLUICE_MAX_SHARDS 64
+
+typedef struct sluice_buckets_s {
+	const uint8_t *seed; /* the SipHash key, 16 bytes */
+	unsigned shift;	     /* 64 - log2(nshards) */
+	size_t nshards;	     /* a power of two <= SLUICE_MAX_SHARDS */
+	uint64_t max_keys;
+	sluice_shard_t *shards;
+} sluice_buckets_t;
+
+/* How many shards max_keys buckets get (every shard holds at least two
+ * calls' worth of buckets when max_keys allows); *bits is its log2. */
+size_t sluice_buckets_nshards(size_t max_keys, unsigned *bits);
+
+/* The slots a fixed table needs for max buckets (at most 3/4 full). */
+size_t sluice_buckets_fixed_slots(uint64_t max);
+
+/* As sluice_memstore_take(), sluice_memstore_take_many() and
+ * sluice_memstore_stats(), over any table. */
+int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary);
+int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
+			     size_t n, int64_t now_us);
+/* The memory and shared-memory stores' reset and refund (sluice.h). */
+int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
+			 const sluice_limit_t *limits, size_t nlimits);
+int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits,
+			  uint64_t cost, int64_t now_us);
+void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out);
+
+/* Rebuilds a shard's table from the entries it holds (after its lock's
+ * holder died mid-update); the caller holds the lock. */
+void sluice_shard_repair(sluice_shard_t *s);
+
+/* Checks a shard's invariants (count, bound, every entry reachable and
+ * unique), taking its lock; 0 or -1 with a message in err. */
+int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen);
+
+/* A zeroed slot array of n slots (huge pages offered from 2 MiB), and its
+ * release; for tables a process allocates (the memory store). */
+sluice_slot_t *sluice_slots_alloc(size_t n);
+void sluice_slots_free(sluice_slot_t *slots, size_t n);
+
+#endif

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""SIGHUP says what it applied.
+
+- A reload that changes `listen` (and the rules): the rules apply, the
+  socket stays where it was, and the log says plainly that `listen` needs a
+  restart, field by field and in the summary line; a second reload says it
+  again (judged against what runs, not against the last file).
+- A reload that changes `store`: not applied, said so, without printing
+  the store URL (it may hold a password).
+- `threads` has one range in the file and on the command line: 1..64.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Proc, Sluice  # noqa: E402
+
+CONFIG = """
+listen: "127.0.0.1:%(port)d"
+store: %(store)s
+rules:
+  - name: api
+    key: ["header:x-user-id"]
+    limits: [{capacity: %(capacity)d, rate: 1/min}]
+"""
+
+
+def config(port, capacity=10, store="{memory: {}}"):
+    return CONFIG % {"port": port, "capacity": capacity, "store": store}
+
+
+class FileServe(Proc):
+    """`sluice serve -c FILE` whose listen address comes from the file
+    (Sluice passes --listen, which would win over it)."""
+
+    def __init__(self, text):
+        self.port = harness.free_port()
+        fd, self.path = tempfile.mkstemp(prefix="sluice-", suffix=".yaml")
+        os.close(fd)
+        self.write(text % {"port": self.port} if "%(port)" in text
+                   else text)
+        super().__init__([harness.SLUICE, "serve", "-c", self.path])
+        harness.wait_for_port(self.port, proc=self)
+
+    def write(self, text):
+        with open(self.path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(self.path + ".tmp", self.path)
+
+    def reload(self, n):
+        self.signal(signal.SIGHUP)
+        self.assertion = harness.wait_until(
+            lambda: harness.parse_metrics(harness.request(
+                self.port, "GET", "/metrics").body.decode()).get(
+                    'sluice_config_reloads_total{result="ok"}') == n, 10)
+        return self.assertion
+
+    def check(self, user):
+        return harness.request(self.port, "GET", "/v1/check",
+                               {"x-user-id": user})
+
+    def stop(self, timeout=15):
+        rc = super().stop(timeout)
+        os.unlink(self.path)
+        return rc
+
+
+class Reload(unittest.TestCase):
+    def test_listen_change_is_refused_plainly_rules_apply(self):
+        s = FileServe(config(0).replace("127.0.0.1:0", "127.0.0.1:%(port)d"))
+        try:
+            self.assertEqual(s.check("a").header("x-ratelimit-limit"), "10")
+            other = harness.free_port()
+            s.write(config(other, capacity=20))
+            self.assertTrue(s.reload(1))
+            # The rules applied; the socket did not move.
+            self.assertEqual(s.check("b").header("x-ratelimit-limit"), "20")
+            log = s.log()
+            self.assertIn("listen changed to 127.0.0.1:%d: not applied, "
+                          "needs a restart; still listening on "
+                          "127.0.0.1:%d" % (other, s.port), log)
+            self.assertIn("not applied until a restart: listen", log)
+            # Said again at the next reload: it is still not applied.
+            self.assertTrue(s.reload(2))
+            self.assertEqual(s.log().count("not applied until a restart: "
+                                           "listen"), 2)
+        finally:
+            s.stop()
+
+    def test_store_change_is_refused_without_printing_the_url(self):
+        s = FileServe(config(0).replace("127.0.0.1:0", "127.0.0.1:%(port)d"))
+        try:
+            s.write(config(s.port, store='{redis: {url: '
+                           '"redis://:hunter2-secret@127.0.0.1:1"}}'))
+            self.assertTrue(s.reload(1))
+            log = s.log()
+            self.assertIn("store changed: not applied, needs a restart; "
+                          "still on the memory store", log)
+            self.assertIn("not applied until a restart: store", log)
+            self.assertNotIn("hunter2", log)
+            self.assertEqual(harness.request(s.port, "GET",
+                                             "/readyz").status, 200)
+        finally:
+            s.stop()
+
+    def test_reload_without_restart_fields_says_only_reloaded(self):
+        s = FileServe(config(0).replace("127.0.0.1:0", "127.0.0.1:%(port)d"))
+        try:
+            s.write(config(s.port, capacity=3))
+            self.assertTrue(s.reload(1))
+            self.assertIn("SIGHUP: reloaded", s.log())
+            self.assertNotIn("not applied", s.log())
+        finally:
+            s.stop()
+
+
+class Threads(unittest.TestCase):
+    def run_serve(self, *args):
+        return subprocess.run([harness.SLUICE, "serve"] + list(args),
+                              capture_output=True, text=True, timeout=30)
+
+    def test_file_and_flag_share_one_range(self):
+        fd, path = tempfile.mkstemp(prefix="sluice-", suffix=".yaml")
+        os.close(fd)
+        try:
+            with open(path, "w") as f:
+                f.write("threads: 65\n")
+            p = self.run_serve("-c", path)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("threads", p.stderr)
+            self.assertIn("%s:1" % path, p.stderr)
+            p = self.run_serve("--threads", "65")
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("1..64", p.stderr)
+        finally:
+            os.unlink(path)
+
+    def test_sixty_four_threads_is_accepted_by_the_file(self):
+        with Sluice("threads: 64\n") as s:
+            self.assertEqual(s.request("GET", "/healthz").status, 200)
+            # The line comes once every thread runs.
+            self.assertTrue(harness.wait_until(
+                lambda: "64 threads" in s.log(), 10), s.log())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -414,6 +414,18 @@ SLUICE_API int sluice_shmstore_take_many(sluice_shmstore_t *store,
 					 sluice_take_item_t *items, size_t n,
 					 int64_t now_us);
 
+/* As sluice_memstore_reset() and sluice_memstore_refund(), for every
+ * process on the same file. */
+SLUICE_API int sluice_shmstore_reset(sluice_shmstore_t *store, const void *key,
+				     size_t keylen,
+				     const sluice_limit_t *limits,
+				     size_t nlimits);
+SLUICE_API int sluice_shmstore_refund(sluice_shmstore_t *store, const void *key,
+				      size_t keylen,
+				      const sluice_limit_t *limits,
+				      size_t nlimits, uint64_t cost,
+				      int64_t now_us);
+
 /* The store's counters (over every process's takes). */
 SLUICE_API void sluice_shmstore_stats(sluice_shmstore_t *store,
 				      sluice_memstore_stats_t *out);

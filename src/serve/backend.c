@@ -31,37 +31,47 @@ static int memory_take(void *impl, sluice_take_item_t *items, size_t n,
 	return 0;
 }
 
-static int memory_reset(void *impl, sluice_take_item_t *items, size_t n,
-			sluice_store_cb cb, void *arg)
+/* Resets or refunds each item in turn on a store that answers at once;
+ * `one` does one item on the store `impl`. */
+static int
+each_item(void *impl, sluice_take_item_t *items, size_t n, int64_t now_us,
+	  int (*one)(void *impl, const sluice_take_item_t *it, int64_t now_us),
+	  sluice_store_cb cb, void *arg)
 {
 	size_t i;
 	int r;
 
-	for (i = 0; i < n; i++) {
-		r = sluice_memstore_reset(impl, items[i].key, items[i].keylen,
-					  items[i].limits, items[i].nlimits);
-		if (r < 0)
+	for (i = 0; i < n; i++)
+		if ((r = one(impl, &items[i], now_us)) < 0)
 			return r;
-	}
 	cb(arg, 0, 1);
 	return 0;
+}
+
+static int memory_reset_one(void *impl, const sluice_take_item_t *it,
+			    int64_t now_us)
+{
+	return sluice_memstore_reset(impl, it->key, it->keylen, it->limits,
+				     it->nlimits);
+}
+
+static int memory_refund_one(void *impl, const sluice_take_item_t *it,
+			     int64_t now_us)
+{
+	return sluice_memstore_refund(impl, it->key, it->keylen, it->limits,
+				      it->nlimits, it->cost, now_us);
+}
+
+static int memory_reset(void *impl, sluice_take_item_t *items, size_t n,
+			sluice_store_cb cb, void *arg)
+{
+	return each_item(impl, items, n, 0, memory_reset_one, cb, arg);
 }
 
 static int memory_refund(void *impl, sluice_take_item_t *items, size_t n,
 			 int64_t now_us, sluice_store_cb cb, void *arg)
 {
-	size_t i;
-	int r;
-
-	for (i = 0; i < n; i++) {
-		r = sluice_memstore_refund(impl, items[i].key, items[i].keylen,
-					   items[i].limits, items[i].nlimits,
-					   items[i].cost, now_us);
-		if (r < 0)
-			return r;
-	}
-	cb(arg, 0, 1);
-	return 0;
+	return each_item(impl, items, n, now_us, memory_refund_one, cb, arg);
 }
 
 static void memory_stats(void *impl, sluice_memstore_stats_t *out)
@@ -109,6 +119,32 @@ static int shm_take(void *impl, sluice_take_item_t *items, size_t n,
 	return 0;
 }
 
+static int shm_reset_one(void *impl, const sluice_take_item_t *it,
+			 int64_t now_us)
+{
+	return sluice_shmstore_reset(impl, it->key, it->keylen, it->limits,
+				     it->nlimits);
+}
+
+static int shm_refund_one(void *impl, const sluice_take_item_t *it,
+			  int64_t now_us)
+{
+	return sluice_shmstore_refund(impl, it->key, it->keylen, it->limits,
+				      it->nlimits, it->cost, now_us);
+}
+
+static int shm_reset(void *impl, sluice_take_item_t *items, size_t n,
+		     sluice_store_cb cb, void *arg)
+{
+	return each_item(impl, items, n, 0, shm_reset_one, cb, arg);
+}
+
+static int shm_refund(void *impl, sluice_take_item_t *items, size_t n,
+		      int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	return each_item(impl, items, n, now_us, shm_refund_one, cb, arg);
+}
+
 static void shm_stats(void *impl, sluice_memstore_stats_t *out)
 {
 	sluice_shmstore_stats(impl, out);
@@ -117,6 +153,8 @@ static void shm_stats(void *impl, sluice_memstore_stats_t *out)
 const sluice_store_ops_t sluice_shm_store_ops = {
 	.name = "shared",
 	.take = shm_take,
+	.reset = shm_reset,
+	.refund = shm_refund,
 	.healthy = NULL,
 	.stats = shm_stats,
 	.free = memory_free,

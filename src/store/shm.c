@@ -347,6 +347,20 @@ int sluice_shmstore_take_many(sluice_shmstore_t *s, sluice_take_item_t *items,
 	return sluice_buckets_take_many(&s->b, items, n, now_us);
 }
 
+int sluice_shmstore_reset(sluice_shmstore_t *s, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits)
+{
+	return sluice_buckets_reset(&s->b, key, keylen, limits, nlimits);
+}
+
+int sluice_shmstore_refund(sluice_shmstore_t *s, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   uint64_t cost, int64_t now_us)
+{
+	return sluice_buckets_refund(&s->b, key, keylen, limits, nlimits, cost,
+				     now_us);
+}
+
 void sluice_shmstore_stats(sluice_shmstore_t *s, sluice_memstore_stats_t *out)
 {
 	sluice_buckets_stats(&s->b, out);

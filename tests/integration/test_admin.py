@@ -15,6 +15,7 @@ count is exact, nothing depends on timing.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -216,6 +217,17 @@ class MemoryStore(Behaviour, unittest.TestCase):
 
     def store(self):
         return "memory"
+
+
+class SharedStore(Behaviour, unittest.TestCase):
+    """The shared-memory store: one file per test, removed afterwards."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-admin-shm-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def store(self):
+        return "{shared: {path: %s/buckets, max_keys: 10000}}" % self.dir
 
 
 class RedisStore(Behaviour, unittest.TestCase):

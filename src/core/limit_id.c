@@ -9,18 +9,9 @@
  * Redis module) uses the same id.
  */
 #include "sluice.h"
+#include "util/num.h"
 
 #include <stdio.h>
-
-static uint64_t gcd(uint64_t a, uint64_t b)
-{
-	while (b) {
-		uint64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
-}
 
 size_t sluice_limit_id(const sluice_limit_t *limit,
 		       char buf[SLUICE_LIMIT_ID_MAX])
@@ -33,7 +24,7 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 		buf[0] = '\0'; /* not a limit: no id */
 		return 0;
 	}
-	g = gcd(rate.interval, rate.per);
+	g = sluice_gcd(rate.interval, rate.per);
 
 	/* A hand-built limit may not be in lowest terms: reduce, so that
 	 * equal limits always get equal ids.  The rate's canonical text is

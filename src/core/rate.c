@@ -5,6 +5,7 @@
  */
 #include "sluice.h"
 #include "util/errmsg.h"
+#include "util/num.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -29,16 +30,6 @@ static const struct {
 	{"d", 86400 * US_PER_S},
 	{"day", 86400 * US_PER_S},
 };
-
-static uint64_t gcd(uint64_t a, uint64_t b)
-{
-	while (b) {
-		uint64_t t = a % b;
-		a = b;
-		b = t;
-	}
-	return a;
-}
 
 /* Parses [0-9]+ into *v, advancing *p; 0 on success, -1 no digits, -2 on
  * overflow past `max`. */
@@ -190,7 +181,7 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 			text, RATE_FORMS);
 	period = (unsigned __int128)mult * unit * scale;
 	den = num;
-	g = gcd((uint64_t)(period % den), den);
+	g = sluice_gcd((uint64_t)(period % den), den);
 	g = g ? g : den;
 	period /= g;
 	den /= g;
@@ -278,7 +269,7 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	limit->rate = *rate;
 	/* Lowest terms: a limit has one spelling, so its identity
 	 * (sluice_limit_id()) is the same however the rate was written. */
-	g = gcd(rate->interval, rate->per);
+	g = sluice_gcd(rate->interval, rate->per);
 	limit->rate.interval /= g;
 	limit->rate.per /= (uint32_t)g;
 	limit->tau = capacity * limit->rate.interval;

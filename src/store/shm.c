@@ -28,11 +28,11 @@
  * nobody is ever left waiting on a dead process.
  */
 #include "store/buckets.h"
+#include "util/errmsg.h"
 #include "util/siphash.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,18 +91,6 @@ static void layout(uint64_t max_keys, header_t *h)
 			n * slots * sizeof(sluice_slot_t);
 }
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 static int init_locks(shard_t *shards, size_t n)
 {
 	pthread_mutexattr_t a;
@@ -131,19 +119,21 @@ static int create(int fd, const char *path, const header_t *want, char *err,
 	int rc;
 
 	if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)want->file_bytes))
-		return fail(err, errlen, SLUICE_ESTORE, "%s: cannot size: %s",
-			    path, strerror(errno));
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: cannot size: %s", path,
+				   strerror(errno));
 	/* Reserve every page now: a full tmpfs then fails here, clearly,
 	 * rather than as SIGBUS on some later write. */
 	if ((rc = posix_fallocate(fd, 0, (off_t)want->file_bytes)) != 0)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: cannot reserve %llu bytes: %s", path,
-			    (unsigned long long)want->file_bytes, strerror(rc));
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: cannot reserve %llu bytes: %s", path,
+				   (unsigned long long)want->file_bytes,
+				   strerror(rc));
 	h = mmap(NULL, want->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		 0);
 	if (h == MAP_FAILED)
-		return fail(err, errlen, SLUICE_ESTORE, "%s: mmap: %s", path,
-			    strerror(errno));
+		return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: mmap: %s",
+				   path, strerror(errno));
 	shards = (shard_t *)((char *)h + SHM_HEADER);
 	*h = *want;
 	memset(h->magic, 0, sizeof(h->magic));
@@ -160,9 +150,9 @@ static int create(int fd, const char *path, const header_t *want, char *err,
 	}
 	munmap(h, want->file_bytes);
 	if (rc != 0)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: cannot make robust shared locks: %s", path,
-			    strerror(rc));
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: cannot make robust shared locks: %s",
+				   path, strerror(rc));
 	return 0;
 }
 
@@ -171,35 +161,39 @@ static int validate(const char *path, const header_t *h, off_t size,
 		    const header_t *want, char *err, size_t errlen)
 {
 	if (memcmp(h->magic, SHM_MAGIC, sizeof(h->magic)) != 0)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: not a sluice shared store (no magic)", path);
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: not a sluice shared store (no magic)",
+				   path);
 	if (h->version != SHM_VERSION)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: layout version %u, this build reads version "
-			    "%u (remove the file to start afresh)",
-			    path, h->version, SHM_VERSION);
+		return sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: layout version %u, this build reads version "
+			"%u (remove the file to start afresh)",
+			path, h->version, SHM_VERSION);
 	if (h->max_keys != want->max_keys)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: made for max_keys %llu, asked for %llu "
-			    "(remove the file to resize it)",
-			    path, (unsigned long long)h->max_keys,
-			    (unsigned long long)want->max_keys);
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: made for max_keys %llu, asked for %llu "
+				   "(remove the file to resize it)",
+				   path, (unsigned long long)h->max_keys,
+				   (unsigned long long)want->max_keys);
 	if (h->header_bytes != want->header_bytes ||
 	    h->nshards != want->nshards ||
 	    h->slots_per_shard != want->slots_per_shard ||
 	    h->shard_bytes != want->shard_bytes ||
 	    h->slot_bytes != want->slot_bytes ||
 	    h->file_bytes != want->file_bytes)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: laid out by an incompatible build (shards, "
-			    "slots or lock size differ)",
-			    path);
+		return sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: laid out by an incompatible build (shards, "
+			"slots or lock size differ)",
+			path);
 	if ((uint64_t)size != h->file_bytes)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: %lld bytes, its header says %llu (truncated "
-			    "or damaged)",
-			    path, (long long)size,
-			    (unsigned long long)h->file_bytes);
+		return sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: %lld bytes, its header says %llu (truncated "
+			"or damaged)",
+			path, (long long)size,
+			(unsigned long long)h->file_bytes);
 	return 0;
 }
 
@@ -214,35 +208,36 @@ static int open_locked(sluice_shmstore_t *s, int fd, const char *path,
 	int rc;
 
 	if (fstat(fd, &st) != 0)
-		return fail(err, errlen, SLUICE_ESTORE, "%s: %s", path,
-			    strerror(errno));
+		return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: %s", path,
+				   strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: not a regular file", path);
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: not a regular file", path);
 	/* Whoever can write the file can read the hash key and rewrite any
 	 * bucket: a file every user may write is no limiter. */
 	if (st.st_mode & S_IWOTH)
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: writable by every user; refusing it "
-			    "(chmod o-w, or remove it)",
-			    path);
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: writable by every user; refusing it "
+				   "(chmod o-w, or remove it)",
+				   path);
 	memset(&h, 0, sizeof(h));
 	got = pread(fd, &h, sizeof(h), 0);
 	if (got < 0)
-		return fail(err, errlen, SLUICE_ESTORE, "%s: %s", path,
-			    strerror(errno));
+		return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: %s", path,
+				   strerror(errno));
 	if (st.st_size != 0 && (size_t)st.st_size < sizeof(h))
-		return fail(err, errlen, SLUICE_ESTORE,
-			    "%s: %lld bytes, too small to be a sluice shared "
-			    "store",
-			    path, (long long)st.st_size);
+		return sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: %lld bytes, too small to be a sluice shared "
+			"store",
+			path, (long long)st.st_size);
 	/* Empty, or its creator died before writing the magic. */
 	if (st.st_size == 0 || !memcmp(h.magic, "\0\0\0\0\0\0\0\0", 8)) {
 		if ((rc = create(fd, path, want, err, errlen)) != 0)
 			return rc;
 		if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof(h), 0) < 0)
-			return fail(err, errlen, SLUICE_ESTORE, "%s: %s", path,
-				    strerror(errno));
+			return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: %s",
+					   path, strerror(errno));
 	}
 	if ((rc = validate(path, &h, st.st_size, want, err, errlen)) != 0)
 		return rc;
@@ -250,8 +245,8 @@ static int open_locked(sluice_shmstore_t *s, int fd, const char *path,
 	s->map = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
 		      fd, 0);
 	if (s->map == MAP_FAILED)
-		return fail(err, errlen, SLUICE_ESTORE, "%s: mmap: %s", path,
-			    strerror(errno));
+		return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: mmap: %s",
+				   path, strerror(errno));
 	return 0;
 }
 
@@ -286,28 +281,28 @@ int sluice_shmstore_open(sluice_shmstore_t **out, const char *path,
 
 	*out = NULL;
 	if (!path || !*path)
-		return fail(err, errlen, SLUICE_EINVAL,
-			    "a shared store needs a path");
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "a shared store needs a path");
 	if (max_keys == 0 || max_keys > SHM_MAX_KEYS)
-		return fail(err, errlen, SLUICE_ERANGE,
-			    "%s: max_keys must be 1 .. %llu", path,
-			    (unsigned long long)SHM_MAX_KEYS);
+		return sluice_fail(SLUICE_ERANGE, err, errlen,
+				   "%s: max_keys must be 1 .. %llu", path,
+				   (unsigned long long)SHM_MAX_KEYS);
 	layout(max_keys, &want);
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return fail(err, errlen, SLUICE_ENOMEM, "out of memory");
+		return sluice_fail(SLUICE_ENOMEM, err, errlen, "out of memory");
 	/* O_NOFOLLOW: /dev/shm is writable by everyone; never follow a
 	 * link planted there into another file. */
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
-		rc = fail(err, errlen, SLUICE_ESTORE, "%s: %s", path,
-			  strerror(errno));
+		rc = sluice_fail(SLUICE_ESTORE, err, errlen, "%s: %s", path,
+				 strerror(errno));
 		free(s);
 		return rc;
 	}
 	if (flock(fd, LOCK_EX) != 0)
-		rc = fail(err, errlen, SLUICE_ESTORE, "%s: flock: %s", path,
-			  strerror(errno));
+		rc = sluice_fail(SLUICE_ESTORE, err, errlen, "%s: flock: %s",
+				 path, strerror(errno));
 	else
 		rc = open_locked(s, fd, path, &want, err, errlen);
 	/* Unlock explicitly: the mapping keeps the open file (and with it a
@@ -373,7 +368,7 @@ int sluice_shmstore_check(sluice_shmstore_t *s, char *err, size_t errlen)
 
 	for (i = 0; i < s->b.nshards; i++)
 		if (sluice_shard_check(&s->views[i], why, sizeof(why)) != 0)
-			return fail(err, errlen, SLUICE_ESTORE, "shard %zu: %s",
-				    i, why);
+			return sluice_fail(SLUICE_ESTORE, err, errlen,
+					   "shard %zu: %s", i, why);
 	return 0;
 }

@@ -21,4 +21,16 @@ static inline uint64_t sluice_div_ceil(uint64_t a, uint64_t b)
  * length.  The hot paths format a few numbers per decision: no printf. */
 size_t sluice_u64_dec(char *out, uint64_t v);
 
+/* The greatest common divisor (Euclid); gcd(a, 0) is a. */
+static inline uint64_t sluice_gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
 #endif /* SLUICE_UTIL_NUM_H */

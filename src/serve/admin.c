@@ -28,8 +28,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define KEY_MAX	  400 /* as /v1/take */
-#define TIERS_MAX 64  /* as the config reader allows */
+#define TIERS_MAX 64 /* as the config reader allows */
 
 /* One reset or refund in flight: what the store reads until it answers. */
 typedef struct admin_op_s {
@@ -159,40 +158,13 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int refund)
 	return 0;
 }
 
-/* The ad-hoc form: one item on "\x1e<key>" and the caller's limit. */
+/* The ad-hoc form: one item on "\x1e<key>" and the caller's limit, read as
+ * /v1/take reads it. */
 static int adhoc(sluice_conn_t *c, json_t *obj, admin_op_t *op, const char *key,
 		 size_t keylen)
 {
-	json_t *cap = json_object_get(obj, "capacity");
-	json_t *jrate = json_object_get(obj, "rate");
-	sluice_rate_t rate;
-	char text[64], err[160];
-
-	if (!json_is_integer(cap) || json_integer_value(cap) < 1 ||
-	    (uint64_t)json_integer_value(cap) > SLUICE_UNITS_MAX) {
-		bad(c, "capacity",
-		    cap ? "expected a whole number >= 1"
-			: "required for an ad-hoc bucket (or give \"rule\")");
+	if (sluice_api_limit(c, obj, &op->adhoc) < 0)
 		return -1;
-	}
-	if (json_is_string(jrate))
-		snprintf(text, sizeof(text), "%s", json_string_value(jrate));
-	else if (json_is_integer(jrate))
-		snprintf(text, sizeof(text), "%lld",
-			 (long long)json_integer_value(jrate));
-	else {
-		bad(c, "rate", "expected a rate such as \"2/s\" or 2");
-		return -1;
-	}
-	if (sluice_rate_parse(text, &rate, err, sizeof(err)) < 0) {
-		bad(c, "rate", err);
-		return -1;
-	}
-	if (sluice_limit_init(&op->adhoc, (uint64_t)json_integer_value(cap),
-			      &rate, err, sizeof(err)) < 0) {
-		bad(c, "capacity", err);
-		return -1;
-	}
 	/* The key json_api.c gives the same ad-hoc bucket. */
 	sluice_adhoc_key(key, keylen, &op->m);
 	op->items[0].limits = &op->adhoc;
@@ -267,13 +239,11 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 		"Authorization: Bearer <admin token>\"}";
 	const sluice_config_t *cfg = c->req_live->cfg;
 	sluice_backend_t *be = &c->svc->backend;
-	json_t *obj = NULL, *jkey, *jrule, *jcost;
-	json_error_t jerr;
+	json_t *obj = NULL, *jrule, *jcost;
 	admin_op_t *op = NULL;
 	uint64_t cost = 1;
 	const char *key;
 	size_t keylen, i;
-	char msg[256];
 	int rc;
 
 	if (!cfg->admin_token) {
@@ -289,32 +259,14 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 				sizeof(unauthorized) - 1);
 		return;
 	}
-	obj = json_loadb(c->body.data ? c->body.data : "", c->body.len,
-			 JSON_REJECT_DUPLICATES, &jerr);
-	if (!obj) {
-		snprintf(msg, sizeof(msg),
-			 "invalid JSON at line %d column %d: %s", jerr.line,
-			 jerr.column, jerr.text);
-		bad(c, "body", msg);
+	obj = sluice_api_object(c);
+	if (!obj)
 		return;
-	}
-	if (!json_is_object(obj)) {
-		bad(c, "body", "expected a JSON object");
-		goto out;
-	}
 	if (check_fields(c, obj, refund) < 0)
 		goto out;
-	jkey = json_object_get(obj, "key");
-	if (!json_is_string(jkey)) {
-		bad(c, "key", jkey ? "expected a string" : "required");
+	key = sluice_api_key(c, obj, &keylen);
+	if (!key)
 		goto out;
-	}
-	key = json_string_value(jkey);
-	keylen = json_string_length(jkey);
-	if (keylen == 0 || keylen > KEY_MAX) {
-		bad(c, "key", "expected 1 to 400 bytes");
-		goto out;
-	}
 	jcost = json_object_get(obj, "cost");
 	if (jcost &&
 	    (!json_is_integer(jcost) || json_integer_value(jcost) < 0 ||

@@ -14,6 +14,8 @@
 
 #include "serve/conn.h"
 
+#include <jansson.h>
+
 /* Answers the request just received on c (now, or later through the
  * backend's callback). */
 void sluice_handle(sluice_conn_t *c);
@@ -24,6 +26,17 @@ void sluice_api_take(sluice_conn_t *c);
 /* The store key of an ad-hoc bucket (json_api.c): "\x1e<key>", or
  * "\x1e~<sha256 hex>" for a key too long for m->key or starting with '~'. */
 void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m);
+
+/* The JSON body of a POST as an object, or NULL after answering 400
+ * (json_api.c); the caller json_decref()s it. */
+json_t *sluice_api_object(sluice_conn_t *c);
+
+/* Its "key": 1 to 400 bytes, or NULL after answering 400. */
+const char *sluice_api_key(sluice_conn_t *c, json_t *obj, size_t *keylen);
+
+/* An ad-hoc limit from "capacity" and "rate" (a string such as "2/s" or a
+ * number per second): 0, or -1 after answering 400 naming the field. */
+int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out);
 
 /* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
 void sluice_api_admin(sluice_conn_t *c, int refund);

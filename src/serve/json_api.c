@@ -169,12 +169,8 @@ static int get_rate(sluice_conn_t *c, json_t *obj, sluice_rate_t *rate)
 	return 0;
 }
 
-/* Fills matches[0] for the ad-hoc form. */
-static int adhoc(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
-		 const char *key, size_t keylen, uint64_t cost)
+int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out)
 {
-	sluice_rule_t *rule = &t->scratch_rule;
-	sluice_match_t *m = &t->matches[0];
 	uint64_t capacity = 0;
 	sluice_rate_t rate;
 	char err[160];
@@ -187,18 +183,68 @@ static int adhoc(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 		    "\"rule\")");
 	if (r != 0 || get_rate(c, obj, &rate) < 0)
 		return -1;
+	if (sluice_limit_init(out, capacity, &rate, err, sizeof(err)) < 0) {
+		bad(c, "capacity", err);
+		return -1;
+	}
+	return 0;
+}
+
+json_t *sluice_api_object(sluice_conn_t *c)
+{
+	json_error_t jerr;
+	json_t *obj;
+	char msg[256];
+
+	obj = json_loadb(c->body.data ? c->body.data : "", c->body.len,
+			 JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj) {
+		snprintf(msg, sizeof(msg),
+			 "invalid JSON at line %d column %d: %s", jerr.line,
+			 jerr.column, jerr.text);
+		bad(c, "body", msg);
+		return NULL;
+	}
+	if (!json_is_object(obj)) {
+		bad(c, "body", "expected a JSON object");
+		json_decref(obj);
+		return NULL;
+	}
+	return obj;
+}
+
+const char *sluice_api_key(sluice_conn_t *c, json_t *obj, size_t *keylen)
+{
+	json_t *jkey = json_object_get(obj, "key");
+
+	if (!json_is_string(jkey)) {
+		bad(c, "key", jkey ? "expected a string" : "required");
+		return NULL;
+	}
+	*keylen = json_string_length(jkey);
+	if (*keylen == 0 || *keylen > KEY_MAX) {
+		bad(c, "key", "expected 1 to 400 bytes");
+		return NULL;
+	}
+	return json_string_value(jkey);
+}
+
+/* Fills matches[0] for the ad-hoc form. */
+static int adhoc(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
+		 const char *key, size_t keylen, uint64_t cost)
+{
+	sluice_rule_t *rule = &t->scratch_rule;
+	sluice_match_t *m = &t->matches[0];
+
 	memset(rule, 0, sizeof(*rule));
+	if (sluice_api_limit(c, obj, &rule->limits.limits[0]) < 0)
+		return -1;
 	rule->name = "adhoc";
 	rule->cost = cost;
 	rule->on_store_error = SLUICE_FAIL_OPEN;
 	rule->limits.name = rule->name;
 	rule->limits.nlimits = 1;
-	if (sluice_limit_init(&rule->limits.limits[0], capacity, &rate, err,
-			      sizeof(err)) < 0) {
-		bad(c, "capacity", err);
-		return -1;
-	}
-	if (cost > capacity) {
+	if (cost > rule->limits.limits[0].capacity) {
 		bad(c, "cost", "exceeds capacity: it could never pass");
 		return -1;
 	}
@@ -277,41 +323,21 @@ static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 
 void sluice_api_take(sluice_conn_t *c)
 {
-	json_error_t jerr;
-	json_t *obj, *jkey, *jrule;
+	json_t *obj, *jrule;
 	sluice_take_t *t = NULL;
 	uint64_t cost = 1;
 	const char *key;
 	size_t keylen;
-	char msg[256];
 	int r;
 
-	obj = json_loadb(c->body.data ? c->body.data : "", c->body.len,
-			 JSON_REJECT_DUPLICATES, &jerr);
-	if (!obj) {
-		snprintf(msg, sizeof(msg),
-			 "invalid JSON at line %d column %d: %s", jerr.line,
-			 jerr.column, jerr.text);
-		bad(c, "body", msg);
+	obj = sluice_api_object(c);
+	if (!obj)
 		return;
-	}
-	if (!json_is_object(obj)) {
-		bad(c, "body", "expected a JSON object");
-		goto out;
-	}
 	if (check_fields(c, obj, json_object_get(obj, "rule") != NULL) < 0)
 		goto out;
-	jkey = json_object_get(obj, "key");
-	if (!json_is_string(jkey)) {
-		bad(c, "key", jkey ? "expected a string" : "required");
+	key = sluice_api_key(c, obj, &keylen);
+	if (!key)
 		goto out;
-	}
-	key = json_string_value(jkey);
-	keylen = json_string_length(jkey);
-	if (keylen == 0 || keylen > KEY_MAX) {
-		bad(c, "key", "expected 1 to 400 bytes");
-		goto out;
-	}
 	r = get_uint(c, obj, "cost", 0, UINT32_MAX, &cost);
 	if (r < 0)
 		goto out;

@@ -183,17 +183,11 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 	const sluice_rule_t *rule = NULL;
 	json_t *tier = json_object_get(obj, "tier");
 	const sluice_limit_set_t *set;
-	char msg[160];
 	size_t i;
 
-	for (i = 0; i < cfg->nrules && !rule; i++)
-		if (strcmp(cfg->rules[i].name, name) == 0)
-			rule = &cfg->rules[i];
-	if (!rule) {
-		snprintf(msg, sizeof(msg), "no rule named \"%.100s\"", name);
-		bad(c, "rule", msg);
+	rule = sluice_api_rule(c, cfg, name);
+	if (!rule)
 		return -1;
-	}
 	if (tier && (!json_is_string(tier) || rule->ntiers == 0)) {
 		bad(c, "tier",
 		    rule->ntiers ? "expected a tier name"

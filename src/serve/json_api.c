@@ -190,6 +190,20 @@ int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out)
 	return 0;
 }
 
+const sluice_rule_t *
+sluice_api_rule(sluice_conn_t *c, const sluice_config_t *cfg, const char *name)
+{
+	char msg[160];
+	size_t i;
+
+	for (i = 0; i < cfg->nrules; i++)
+		if (strcmp(cfg->rules[i].name, name) == 0)
+			return &cfg->rules[i];
+	snprintf(msg, sizeof(msg), "no rule named \"%.100s\"", name);
+	bad(c, "rule", msg);
+	return NULL;
+}
+
 json_t *sluice_api_object(sluice_conn_t *c)
 {
 	json_error_t jerr;
@@ -293,17 +307,10 @@ static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 	const sluice_rule_t *rule = NULL;
 	sluice_match_t *m = &t->matches[0];
 	json_t *tier = json_object_get(obj, "tier");
-	size_t i;
-	char msg[160];
 
-	for (i = 0; i < cfg->nrules && !rule; i++)
-		if (strcmp(cfg->rules[i].name, name) == 0)
-			rule = &cfg->rules[i];
-	if (!rule) {
-		snprintf(msg, sizeof(msg), "no rule named \"%.100s\"", name);
-		bad(c, "rule", msg);
+	rule = sluice_api_rule(c, cfg, name);
+	if (!rule)
 		return -1;
-	}
 	if (tier && !json_is_string(tier)) {
 		bad(c, "tier", "expected a tier name");
 		return -1;

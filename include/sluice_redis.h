@@ -55,7 +55,14 @@ typedef enum sluice_redis_event_kind_e {
 	SLUICE_REDIS_EV_BREAKER_OPEN,	 /* calls to the node now fail fast */
 	SLUICE_REDIS_EV_BREAKER_CLOSED,	 /* calls go through again */
 	SLUICE_REDIS_EV_SCRIPT_RELOADED, /* NOSCRIPT: the scripts reloaded */
-	SLUICE_REDIS_EV_SLOTS_CHANGED	 /* cluster: the slot map changed */
+	SLUICE_REDIS_EV_SLOTS_CHANGED,	 /* cluster: the slot map changed */
+	/* TLS: the handshake failed (detail: OpenSSL's reason, e.g. a
+	 * certificate that does not verify). */
+	SLUICE_REDIS_EV_TLS_FAILED,
+	/* Sentinel: the master is now `node` (detail: how it was learnt). */
+	SLUICE_REDIS_EV_MASTER_CHANGED,
+	/* Sentinel: no Sentinel names a usable master (detail: why). */
+	SLUICE_REDIS_EV_NO_MASTER
 } sluice_redis_event_kind_t;
 
 typedef struct sluice_redis_event_s {
@@ -83,6 +90,8 @@ typedef enum sluice_redis_error_e {
 	SLUICE_REDIS_ERR_PROTOCOL, /* an error reply or a reply not understood
 				    */
 	SLUICE_REDIS_ERR_REDIRECT, /* MOVED or ASK followed (cluster) */
+	SLUICE_REDIS_ERR_TLS,	   /* the TLS handshake failed */
+	SLUICE_REDIS_ERR_NO_MASTER, /* Sentinel: no master known */
 	SLUICE_REDIS_ERRORS
 } sluice_redis_error_t;
 
@@ -101,6 +110,9 @@ typedef struct sluice_redis_node_report_s {
 	int up;		      /* sluice_redis_healthy() for this node */
 	int breaker_open;     /* calls fail fast */
 	unsigned connections; /* connections with their handshake done */
+	/* The node's last error in words ("" when none yet): the server's
+	 * reply, the system's or OpenSSL's reason.  Valid during the call. */
+	const char *last_error;
 	uint64_t latency_ns;  /* CALL: from the call to its answer */
 	sluice_redis_error_t error;
 } sluice_redis_node_report_t;
@@ -109,14 +121,46 @@ typedef struct sluice_redis_node_report_s {
 typedef void (*sluice_redis_report_cb)(void *arg,
 				       const sluice_redis_node_report_t *rep);
 
+/*
+ * TLS towards Redis.  A rediss:// URL (or cluster seed) turns it on with
+ * these defaults: the system's CA store, SNI and host-name verification
+ * against the node's host.  Every string may be NULL.
+ */
+typedef struct sluice_redis_tls_s {
+	int enabled;		 /* 1: TLS even for redis:// URLs */
+	const char *ca_file;	 /* PEM CA bundle; NULL: the system's */
+	const char *cert_file;	 /* client certificate (mutual TLS) */
+	const char *key_file;	 /* its private key; NULL: in cert_file */
+	const char *server_name; /* SNI and the name verified; NULL: host */
+	int no_verify;		 /* 1: accept any certificate (tests only) */
+} sluice_redis_tls_t;
+
+/*
+ * Redis Sentinel: the master of `master` is asked of the Sentinels
+ * (SENTINEL get-master-addr-by-name), checked (ROLE) and followed across
+ * failovers (+switch-master, and again on a lost connection or READONLY).
+ * The URL, when given, names the master's credentials and db (its host is
+ * ignored: the Sentinels name the master), and rediss:// there means TLS
+ * to the master.
+ */
+typedef struct sluice_redis_sentinel_s {
+	const char *master;	  /* the name the Sentinels monitor */
+	const char *const *addrs; /* "host:port" of each Sentinel */
+	size_t naddrs;
+	const char *user;     /* AUTH to the Sentinels (may be NULL) */
+	const char *password; /* NULL: no AUTH */
+	int tls;	      /* 1: the Sentinels are reached over TLS */
+} sluice_redis_sentinel_t;
+
 /* A name for each kind ("connected", "auth_failed", ...). */
 SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
 
 typedef struct sluice_redis_opts_s {
-	/* "redis://[user:pass@]host:port[/db]" or "unix:///path/to/sock";
+	/* "redis[s]://[user:pass@]host:port[/db]" or "unix:///path/to/sock";
 	 * NULL when cluster seeds are given. */
 	const char *url;
-	/* Redis Cluster: "host:port" seeds (nseeds > 0 selects cluster mode) */
+	/* Redis Cluster: "host:port" or "redis[s]://host:port" seeds
+	 * (nseeds > 0 selects cluster mode) */
 	const char *const *seeds;
 	size_t nseeds;
 	const char *key_prefix; /* NULL: "sluice:"; no '{' or '}' */
@@ -131,6 +175,10 @@ typedef struct sluice_redis_opts_s {
 	/* Per-call latency and errors, and node gauges, for metrics (may be
 	 * NULL); its argument is event_arg too. */
 	sluice_redis_report_cb on_report;
+	/* TLS settings (NULL: TLS only for rediss://, with the defaults). */
+	const sluice_redis_tls_t *tls;
+	/* Redis Sentinel (NULL: none); url then only gives credentials. */
+	const sluice_redis_sentinel_t *sentinel;
 } sluice_redis_opts_t;
 
 /* Always use the Lua script, even where the SLUICE.TAKE module is loaded

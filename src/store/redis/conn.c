@@ -32,6 +32,12 @@ const char *sluice_redis_event_name(sluice_redis_event_kind_t kind)
 		return "script_reloaded";
 	case SLUICE_REDIS_EV_SLOTS_CHANGED:
 		return "slots_changed";
+	case SLUICE_REDIS_EV_TLS_FAILED:
+		return "tls_failed";
+	case SLUICE_REDIS_EV_MASTER_CHANGED:
+		return "master_changed";
+	case SLUICE_REDIS_EV_NO_MASTER:
+		return "no_master";
 	}
 	return "unknown";
 }

@@ -86,8 +86,8 @@ static void found(sentinel_t *s, const char *host, int port, const char *how)
 	if (sluice_redis__node_move(n, host, port) < 0)
 		return;
 	snprintf(addr, sizeof(addr), "%s:%d", host, port);
-	snprintf(detail, sizeof(detail), "master \"%s\" is %s (%s)", s->master,
-		 addr, how);
+	snprintf(detail, sizeof(detail), "master \"%.60s\" is %.100s (%.200s)",
+		 s->master, addr, how);
 	tell(s, SLUICE_REDIS_EV_MASTER_CHANGED, addr, detail);
 }
 

@@ -168,6 +168,38 @@ static inline int rh_ping(int port)
 	return ok;
 }
 
+/* Runs argv (a server) with its output discarded, killed when the test
+ * ends; returns its pid. */
+static inline pid_t rh_spawn(char *const argv[])
+{
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+			_exit(127);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	rh_remember(pid);
+	return pid;
+}
+
+/* Waits until the server on port answers PING (10 s at most). */
+static inline void rh_wait_ping(int port, pid_t pid)
+{
+	int64_t until = rh_ms() + 10000;
+
+	while (!rh_ping(port)) {
+		CHECK(rh_ms() < until);
+		CHECK(waitpid(pid, NULL, WNOHANG) == 0);
+		rh_sleep_ms(10);
+	}
+}
+
 /* Starts redis-server on s->port (0: pick one) and waits until it answers.
  * cluster: --cluster-enabled yes with its own config file. */
 static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
@@ -410,6 +442,36 @@ static inline void rh_close_client(uv_loop_t *loop, sluice_redis_t *r)
 {
 	sluice_redis_free(r);
 	uv_run(loop, UV_RUN_DEFAULT);
+}
+
+/* A limit of cap tokens at rate ("2/s"). */
+static inline void rh_limit(sluice_limit_t *l, uint64_t cap, const char *rate)
+{
+	CHECK(sluice_limit_parse(l, "1", rate, NULL, 0) == 0);
+	CHECK(sluice_limit_init(l, cap, &l->rate, NULL, 0) == 0);
+}
+
+/* Runs the loop for ms. */
+static inline void rh_run_for(uv_loop_t *loop, int ms)
+{
+	int64_t until = rh_ms() + ms;
+
+	while (rh_ms() < until) {
+		uv_run(loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(5);
+	}
+}
+
+/* Runs the loop until the client is healthy or ms pass; its health. */
+static inline int rh_wait_healthy(uv_loop_t *loop, sluice_redis_t *r, int ms)
+{
+	int64_t until = rh_ms() + ms;
+
+	while (!sluice_redis_healthy(r) && rh_ms() < until) {
+		uv_run(loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(5);
+	}
+	return sluice_redis_healthy(r);
 }
 
 #endif /* SLUICE_REDIS_HARNESS_H */

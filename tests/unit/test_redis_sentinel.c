@@ -19,33 +19,13 @@ typedef struct {
 
 static char dir[64];
 
-static pid_t spawn(char *const argv[])
-{
-	pid_t pid = fork();
-
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
-			_exit(127);
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	rh_remember(pid);
-	return pid;
-}
-
 static void start_redis(proc_t *p, const proc_t *master)
 {
 	char port[16], mport[16], d[128];
-	char *argv[] = {"redis-server", "--port", port,	   "--bind",
-			"127.0.0.1",	"--save", "",	   "--appendonly",
-			"no",		"--dir",  d,	   NULL,
+	char *argv[] = {"redis-server", "--port", port, "--bind",
+			"127.0.0.1",	"--save", "",	"--appendonly",
+			"no",		"--dir",  d,	NULL,
 			NULL,		NULL,	  NULL};
-	int64_t until = rh_ms() + 10000;
-
 	p->port = rh_free_port();
 	snprintf(port, sizeof(port), "%d", p->port);
 	snprintf(d, sizeof(d), "%s", dir);
@@ -55,19 +35,15 @@ static void start_redis(proc_t *p, const proc_t *master)
 		argv[12] = "127.0.0.1";
 		argv[13] = mport;
 	}
-	p->pid = spawn(argv);
-	while (!rh_ping(p->port)) {
-		CHECK(rh_ms() < until);
-		rh_sleep_ms(10);
-	}
+	p->pid = rh_spawn(argv);
+	rh_wait_ping(p->port, p->pid);
 }
 
 static void start_sentinel(proc_t *p, int master_port, int i)
 {
 	char conf[128], port[16];
-	char *argv[] = {"redis-server", conf, "--sentinel", "--port", port,
-			NULL};
-	int64_t until = rh_ms() + 10000;
+	char *argv[] = {"redis-server", conf, "--sentinel",
+			"--port",	port, NULL};
 	FILE *f;
 
 	p->port = rh_free_port();
@@ -84,11 +60,8 @@ static void start_sentinel(proc_t *p, int master_port, int i)
 		"sentinel parallel-syncs mymaster 1\n",
 		dir, master_port, DOWN_AFTER_MS);
 	fclose(f);
-	p->pid = spawn(argv);
-	while (!rh_ping(p->port)) {
-		CHECK(rh_ms() < until);
-		rh_sleep_ms(10);
-	}
+	p->pid = rh_spawn(argv);
+	rh_wait_ping(p->port, p->pid);
 }
 
 static void stop(proc_t *p)
@@ -150,23 +123,6 @@ static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
 	return r;
 }
 
-static void limit(sluice_limit_t *l, uint64_t cap, const char *rate)
-{
-	CHECK(sluice_limit_parse(l, "1", rate, NULL, 0) == 0);
-	CHECK(sluice_limit_init(l, cap, &l->rate, NULL, 0) == 0);
-}
-
-static int wait_healthy(uv_loop_t *loop, sluice_redis_t *r, int ms)
-{
-	int64_t until = rh_ms() + ms;
-
-	while (!sluice_redis_healthy(r) && rh_ms() < until) {
-		uv_run(loop, UV_RUN_NOWAIT);
-		rh_sleep_ms(5);
-	}
-	return sluice_redis_healthy(r);
-}
-
 /* The replica has everything the master wrote (WAIT on the master). */
 static void replicated(const proc_t *master)
 {
@@ -196,17 +152,16 @@ static void test_failover(void)
 	start_redis(&replica, &master);
 	for (i = 0; i < 3; i++)
 		start_sentinel(&sentinels[i], master.port, i);
-	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d",
-		 master.port);
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d", master.port);
 	snprintf(replica_addr, sizeof(replica_addr), "127.0.0.1:%d",
 		 replica.port);
 
 	uv_loop_init(&loop);
 	r = client(&loop, sentinels, 3, &seen);
-	CHECK(wait_healthy(&loop, r, 10000));
+	CHECK(rh_wait_healthy(&loop, r, 10000));
 	CHECK(seen.master_changed == 1);
 	CHECK(strcmp(seen.master, master_addr) == 0);
-	limit(&l, 3, "1/h");
+	rh_limit(&l, 3, "1/h");
 	for (i = 0; i < 3; i++)
 		CHECK(rh_take(&loop, r, "drained", &l, 1, 1).allowed);
 	CHECK(!rh_take(&loop, r, "drained", &l, 1, 1).allowed);
@@ -267,7 +222,7 @@ static void test_no_sentinel(void)
 	}
 	CHECK(seen.no_master == 1);
 	CHECK(!sluice_redis_healthy(r));
-	limit(&l, 3, "1/h");
+	rh_limit(&l, 3, "1/h");
 	res = rh_take(&loop, r, "k", &l, 1, 1);
 	CHECK(res.status == SLUICE_ESTORE);
 	/* Asked again and again: still reported once. */
@@ -307,8 +262,8 @@ static void test_bad_options(void)
 {
 	const char *good[] = {"127.0.0.1:26379"};
 	const char *noport[] = {"127.0.0.1"};
-	sluice_redis_sentinel_t s = {.master = "mymaster", .addrs = good,
-				     .naddrs = 1};
+	sluice_redis_sentinel_t s = {
+		.master = "mymaster", .addrs = good, .naddrs = 1};
 
 	s.master = NULL;
 	expect_bad(&s, NULL, "a master name is needed");

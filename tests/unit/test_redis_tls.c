@@ -79,7 +79,28 @@ typedef struct {
 static void start(tls_redis_t *s, const char *auth_clients)
 {
 	char port[16], tls_port[16];
-	int64_t until;
+	char *argv[] = {"redis-server",
+			"--port",
+			port,
+			"--tls-port",
+			tls_port,
+			"--bind",
+			"127.0.0.1",
+			"--save",
+			"",
+			"--appendonly",
+			"no",
+			"--dir",
+			dir,
+			"--tls-cert-file",
+			(char *)path("server.crt"),
+			"--tls-key-file",
+			(char *)path("server.key"),
+			"--tls-ca-cert-file",
+			(char *)path("ca.crt"),
+			"--tls-auth-clients",
+			(char *)auth_clients,
+			NULL};
 
 	s->port = rh_free_port();
 	do
@@ -87,29 +108,8 @@ static void start(tls_redis_t *s, const char *auth_clients)
 	while (s->tls_port == s->port);
 	snprintf(port, sizeof(port), "%d", s->port);
 	snprintf(tls_port, sizeof(tls_port), "%d", s->tls_port);
-	s->pid = fork();
-	CHECK(s->pid >= 0);
-	if (s->pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
-			_exit(127);
-		execlp("redis-server", "redis-server", "--port", port,
-		       "--tls-port", tls_port, "--bind", "127.0.0.1", "--save",
-		       "", "--appendonly", "no", "--dir", dir,
-		       "--tls-cert-file", path("server.crt"), "--tls-key-file",
-		       path("server.key"), "--tls-ca-cert-file", path("ca.crt"),
-		       "--tls-auth-clients", auth_clients, (char *)NULL);
-		_exit(127);
-	}
-	rh_remember(s->pid);
-	until = rh_ms() + 10000;
-	while (!rh_ping(s->port)) {
-		CHECK(rh_ms() < until);
-		CHECK(waitpid(s->pid, NULL, WNOHANG) == 0);
-		rh_sleep_ms(10);
-	}
+	s->pid = rh_spawn(argv);
+	rh_wait_ping(s->port, s->pid);
 }
 
 static void stop(tls_redis_t *s)
@@ -164,34 +164,6 @@ static sluice_redis_t *client(uv_loop_t *loop, const char *url,
 	return r;
 }
 
-static void limit(sluice_limit_t *l, uint64_t cap, const char *rate)
-{
-	CHECK(sluice_limit_parse(l, "1", rate, NULL, 0) == 0);
-	CHECK(sluice_limit_init(l, cap, &l->rate, NULL, 0) == 0);
-}
-
-/* Runs the loop until the client is healthy, or ms pass. */
-static int wait_healthy(uv_loop_t *loop, sluice_redis_t *r, int ms)
-{
-	int64_t until = rh_ms() + ms;
-
-	while (!sluice_redis_healthy(r) && rh_ms() < until) {
-		uv_run(loop, UV_RUN_NOWAIT);
-		rh_sleep_ms(5);
-	}
-	return sluice_redis_healthy(r);
-}
-
-static void run_for(uv_loop_t *loop, int ms)
-{
-	int64_t until = rh_ms() + ms;
-
-	while (rh_ms() < until) {
-		uv_run(loop, UV_RUN_NOWAIT);
-		rh_sleep_ms(5);
-	}
-}
-
 /* ---------------------------------------------------------------- tests */
 
 static void test_tls_equals_plain(const tls_redis_t *s)
@@ -209,7 +181,7 @@ static void test_tls_equals_plain(const tls_redis_t *s)
 	snprintf(plain, sizeof(plain), "redis://127.0.0.1:%d", s->port);
 	t = client(&loop, url, &tls, &seen);
 	p = client(&loop, plain, NULL, &seen_plain);
-	limit(&l, 5, "1/h");
+	rh_limit(&l, 5, "1/h");
 	for (i = 0; i < 7; i++) {
 		result_t a = rh_take(&loop, t, "over-tls", &l, 1, 1);
 		result_t b = rh_take(&loop, p, "over-plain", &l, 1, 1);
@@ -251,9 +223,9 @@ static void expect_refused(const tls_redis_t *s, const sluice_redis_tls_t *tls,
 	snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", s->tls_port);
 	snprintf(node, sizeof(node), "127.0.0.1:%d", s->tls_port);
 	r = client(&loop, url, tls, &seen);
-	limit(&l, 5, "1/h");
+	rh_limit(&l, 5, "1/h");
 	/* Long enough for several reconnects (backoff 10..200 ms). */
-	run_for(&loop, 1500);
+	rh_run_for(&loop, 1500);
 	res = rh_take(&loop, r, "k", &l, 1, 1);
 	CHECK(res.status < 0);
 	CHECK(!sluice_redis_healthy(r));
@@ -297,16 +269,16 @@ static void test_verification(const tls_redis_t *s)
 	uv_loop_init(&loop);
 	snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", s->tls_port);
 	r = client(&loop, url, &right_name, &seen);
-	CHECK(wait_healthy(&loop, r, 5000));
+	CHECK(rh_wait_healthy(&loop, r, 5000));
 	rh_close_client(&loop, r);
 	r = client(&loop, url, &no_verify, &seen);
-	CHECK(wait_healthy(&loop, r, 5000));
+	CHECK(rh_wait_healthy(&loop, r, 5000));
 	rh_close_client(&loop, r);
 	/* redis:// with TLS enabled in the options is TLS too. */
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", s->tls_port);
 	right_name.enabled = 1;
 	r = client(&loop, url, &right_name, &seen);
-	CHECK(wait_healthy(&loop, r, 5000));
+	CHECK(rh_wait_healthy(&loop, r, 5000));
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	printf("certificates that do not verify are refused, and said why\n");
@@ -328,7 +300,7 @@ static void test_mutual_tls(const tls_redis_t *s)
 	uv_loop_init(&loop);
 	snprintf(url, sizeof(url), "rediss://127.0.0.1:%d", s->tls_port);
 	r = client(&loop, url, &with_cert, &seen);
-	limit(&l, 2, "1/h");
+	rh_limit(&l, 2, "1/h");
 	CHECK(rh_take(&loop, r, "m", &l, 1, 1).allowed);
 	CHECK(rh_take(&loop, r, "m", &l, 1, 1).allowed);
 	CHECK(!rh_take(&loop, r, "m", &l, 1, 1).allowed);

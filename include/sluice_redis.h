@@ -25,8 +25,8 @@
  * Redis node, so in a cluster a failing master fails only its own slots)
  * fail calls at once with SLUICE_ESTORE.  Lost connections are retried with a
  * backoff capped at 200 ms; a connection whose handshake is refused (AUTH,
- * SELECT, SCRIPT LOAD) backs off up to 2 s, so a wrong password costs the
- * server at most one attempt every 2 s per connection after the first few.
+ * SELECT, SCRIPT LOAD, or TLS) backs off up to 2 s, so a wrong password costs
+ * the server at most one attempt every 2 s per connection after the first few.
  * An idle connection is probed (PING) every 500 ms, so a Redis that stops
  * answering is noticed without traffic.  NOSCRIPT (a restarted or flushed
  * Redis) and Cluster redirections (MOVED, ASK) are handled inside the call. See

@@ -147,12 +147,14 @@ static void on_link(sluice_redis_link_t *l, int status)
 }
 
 /* Waits backoff_ms, then reconnects; the next wait is twice as long, up
- * to a cap that is longer after a refused handshake (retrying a wrong
- * password at once only loads the server). */
+ * to a cap that is longer after a refused handshake or TLS handshake
+ * (retrying a wrong password or a certificate that does not verify at
+ * once only loads the server: each TLS handshake costs it a signature). */
 static void conn_schedule(sluice_redis_conn_t *k)
 {
-	unsigned cap = k->hs_failed ? SLUICE_REDIS_HANDSHAKE_BACKOFF_MAX_MS
-				    : SLUICE_REDIS_BACKOFF_MAX_MS;
+	unsigned cap = k->hs_failed || k->node->health == HEALTH_TLS
+			       ? SLUICE_REDIS_HANDSHAKE_BACKOFF_MAX_MS
+			       : SLUICE_REDIS_BACKOFF_MAX_MS;
 
 	k->probe_sent_ms = 0;
 	if (k->r->closing)

@@ -137,6 +137,14 @@ def _cleanup():
             pass
         if getattr(p, "dir", None):  # a cluster node's nodes.conf
             shutil.rmtree(p.dir, ignore_errors=True)
+        # A process that failed to start was never stop()ped: its log
+        # and config file are still there.
+        for path in (p.logfile.name, getattr(p, "config_path", None)):
+            if path:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
     for d in list(_dirs):
         shutil.rmtree(d, ignore_errors=True)
 

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""`sluice serve` on Redis Sentinel (`store.redis.sentinel`).
+
+Each test starts its own group (harness.SentinelGroup): a master, a
+replica following it and three `redis-server --sentinel` processes
+watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
+
+- Decisions flow to the master the Sentinels name.  A key is drained
+  (and acknowledged by the replica with WAIT), the master is SIGKILLed,
+  and the Sentinels promote the replica: meanwhile every request gets the
+  rule's on_store_error (closed: 503 with Retry-After, never a false
+  allow or a false 429); afterwards Redis decides again on the new master
+  (a fresh key is allowed, the drained key is still refused, the new
+  master holds the new state), "master_changed" names it in the log, and
+  /readyz is 200.  The gap from the kill to the first decision is printed
+  with the Sentinels' detection time; only a generous bound is asserted.
+- The same with passwords: the master's from the URL (with a db), the
+  Sentinels' own under sentinel.password.
+- Sentinels that are all unreachable: serve runs, /readyz 503, each
+  rule's on_store_error applies, the log is not flooded.
+"""
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import SentinelGroup, Sluice  # noqa: E402
+
+TIGHT = 3  # capacity of the "tight" rule (1/h: nothing refills)
+DOWN_AFTER_MS = 1000
+
+CONFIG = """
+store:
+  redis:
+%(url)s    timeout_ms: 200
+    sentinel: {master: mymaster, addrs: [%(addrs)s]%(extra)s}
+rules:
+  - name: tight
+    match: {path: "/tight"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: %(tight)d, rate: 1/h}]
+    on_store_error: %(mode)s
+  - name: wide
+    match: {path: "/wide"}
+    key: ["header:x-user-id"]
+    limits: [{capacity: 1000000, rate: 1000/s}]
+    on_store_error: %(mode)s
+"""
+
+
+def config(addrs, mode="closed", url=None, password=None, tls=None):
+    extra = ""
+    if password is not None:
+        extra += ', password: "%s"' % password
+    if tls is not None:
+        extra += ", tls: %s" % ("true" if tls else "false")
+    return CONFIG % {
+        "url": '    url: "%s"\n' % url if url else "",
+        "addrs": ", ".join('"%s"' % a for a in addrs), "extra": extra,
+        "tight": TIGHT, "mode": mode}
+
+
+def check(sluice, rule, ident):
+    return sluice.request("GET", "/v1/check", {
+        "x-user-id": ident, "x-original-uri": "/" + rule,
+        "x-original-method": "GET"})
+
+
+def ready(sluice):
+    return sluice.request("GET", "/readyz").status
+
+
+def redis_lines(log):
+    return [ln for ln in log.splitlines() if " redis " in ln]
+
+
+class SentinelTest(unittest.TestCase):
+    def setUp(self):
+        self.group = None
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.stop()
+        if self.group:
+            self.group.stop()
+
+    def serve(self, text):
+        s = Sluice(text)
+        self.procs.append(s)
+        return s
+
+    def start_group(self, **kw):
+        t0 = time.monotonic()
+        self.group = SentinelGroup(down_after_ms=DOWN_AFTER_MS, **kw)
+        print("master %d, replica %d, sentinels %s up in %.1f s"
+              % (self.group.master.port, self.group.replica.port,
+                 self.group.addrs(), time.monotonic() - t0), flush=True)
+        return self.group
+
+    # ------------------------------------------------------- failover
+
+    def failover(self, text, db=0, secrets=()):
+        g = self.group
+        master, replica = g.master, g.replica
+        sluice = self.serve(text)
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
+                                           15, 0.05), sluice.log())
+
+        # Decisions flow, and land on the master the Sentinels name.
+        got = [check(sluice, "wide", "before%d" % i).status
+               for i in range(5)]
+        self.assertEqual(got, [200] * 5)
+        got = [check(sluice, "tight", "drained").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        stored = int(master.cli("-n", db, "DBSIZE"))
+        self.assertEqual(stored, 6)
+        # The replica acknowledged every write so far (replication is
+        # asynchronous; WAIT says when it has them).
+        self.assertEqual(master.cli("WAIT", 1, 5000), "1")
+        self.assertEqual(int(replica.cli("-n", db, "DBSIZE")), stored)
+
+        master.kill()
+        killed = time.monotonic()
+        seen = {}
+        first = promoted = None
+        i = 0
+        # Poll with fresh keys until Redis decides again: with
+        # on_store_error closed any answer but a 503 comes from Redis.
+        while time.monotonic() < killed + 60:
+            i += 1
+            r = check(sluice, "wide", "during%d" % i)
+            now = time.monotonic()
+            seen[r.status] = seen.get(r.status, 0) + 1
+            if r.status == 503:
+                self.assertIsNotNone(r.header("retry-after"))
+            elif first is None:
+                first = now
+            if promoted is None and g.master_port() == replica.port:
+                promoted = now
+            if first is not None and promoted is not None:
+                break
+            time.sleep(0.02)
+        print("master SIGKILLed: the Sentinels (down-after-milliseconds "
+              "%d) named the replica after %s s; first decision by Redis "
+              "%s s after the kill; answers meanwhile %s"
+              % (DOWN_AFTER_MS,
+                 "%.2f" % (promoted - killed) if promoted else "never",
+                 "%.2f" % (first - killed) if first else "never", seen),
+              flush=True)
+        self.assertIsNone(sluice.poll(), "sluice died:\n" + sluice.log())
+        self.assertIsNotNone(promoted, "the Sentinels never promoted")
+        self.assertIsNotNone(first, "no decision after the failover:\n"
+                             + sluice.log())
+        self.assertLess(first - killed, 30.0)
+        # Closed mode: never a false allow before, never a false 429.
+        self.assertEqual(set(seen) - {200, 503}, set(), seen)
+
+        # Redis decides on the new master: fresh keys pass, the drained
+        # key stays drained (the replica had it), and the new master
+        # holds what is decided now.
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+        got = [check(sluice, "tight", "after").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(replica.info("replication").get("role"), "master")
+        self.assertGreater(int(replica.cli("-n", db, "DBSIZE")), stored)
+        self.assertEqual(ready(sluice), 200)
+
+        log = sluice.log()
+        changed = [ln for ln in redis_lines(log) if "master_changed" in ln]
+        self.assertTrue(any("127.0.0.1:%d" % replica.port in ln
+                            for ln in changed), log)
+        for secret in secrets:
+            self.assertNotIn(secret, log)
+
+    def test_decisions_follow_a_failover(self):
+        g = self.start_group()
+        self.failover(config(g.addrs()))
+
+    def test_failover_with_passwords_and_a_db(self):
+        g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")
+        self.failover(config(g.addrs(), url="redis://:m4ster-Pw@mymaster/3",
+                             password="s3nt-Pw", tls=False), db=3,
+                      secrets=("m4ster-Pw", "s3nt-Pw"))
+        self.assertEqual(self.group.replica.cli("-n", 0, "DBSIZE"), "0")
+
+    # -------------------------------------------- no Sentinel answers
+
+    def unreachable(self, mode):
+        addrs = ["127.0.0.1:%d" % harness.free_port() for _ in range(3)]
+        sluice = self.serve(config(addrs, mode=mode))
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 503,
+                                           10, 0.05), sluice.log())
+        time.sleep(3.0)  # several rounds of asking the Sentinels
+        answers = [check(sluice, rule, "u%d" % i)
+                   for i in range(TIGHT + 2) for rule in ("tight", "wide")]
+        lines = redis_lines(sluice.log())
+        print("Sentinels unreachable, on_store_error %s: %s; log:\n  %s"
+              % (mode, sorted({r.status for r in answers}),
+                 "\n  ".join(lines)), flush=True)
+        self.assertIsNone(sluice.poll(), "sluice died:\n" + sluice.log())
+        self.assertEqual(sluice.request("GET", "/healthz").status, 200)
+        self.assertEqual(ready(sluice), 503)
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertLessEqual(len(lines), 8, sluice.log())
+        return answers
+
+    def test_unreachable_sentinels_fail_closed(self):
+        answers = self.unreachable("closed")
+        self.assertEqual({r.status for r in answers}, {503})
+        for r in answers:
+            self.assertIsNotNone(r.header("retry-after"))
+
+    def test_unreachable_sentinels_fail_open(self):
+        answers = self.unreachable("open")
+        self.assertEqual({r.status for r in answers}, {200})
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -331,11 +331,12 @@ def _port_free(port):
 
 
 class RedisServer(Proc):
-    """redis-server on a free loopback port (no persistence).  kill() is
-    SIGKILL; start() again brings it back on the same port, empty.
-    cluster=True: --cluster-enabled yes, its nodes.conf in a temporary
-    directory removed by stop().  password: --requirepass (cli() and
-    ping() authenticate with it; a replica also uses it as masterauth).
+    """redis-server on a free loopback port (no persistence), working in a
+    temporary directory removed by stop().  kill() is SIGKILL; start()
+    again brings it back on the same port, empty.  cluster=True:
+    --cluster-enabled yes, its nodes.conf in that directory.  password:
+    --requirepass (cli() and ping() authenticate with it; a replica also
+    uses it as masterauth).
     tls: a TlsFiles; the server then listens with TLS only (--port 0,
     --tls-port), replicates and talks to its cluster bus over TLS, and
     with tls_auth_clients=True refuses clients without a certificate
@@ -348,15 +349,22 @@ class RedisServer(Proc):
         self.tls = tls
         self.tls_auth_clients = tls_auth_clients
         self.replicaof = replicaof
-        self.dir = tempfile.mkdtemp(prefix="sluice-redis-") if cluster \
-            else None
+        # Its working directory: a cluster node's nodes.conf, and the
+        # snapshot a replica receives when it syncs.
+        self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
         self.port = port or (free_cluster_port() if cluster
                              else free_port())
         self._start()
 
     def _start(self):
+        if self.dir is None:  # stopped, then started again
+            self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
+        try:  # what a replica received: a restart starts empty
+            os.unlink(os.path.join(self.dir, "dump.rdb"))
+        except OSError:
+            pass
         argv = ["redis-server", "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no"]
+                "--appendonly", "no", "--dir", self.dir]
         if self.tls:
             argv += ["--port", "0", "--tls-port", str(self.port),
                      "--tls-cert-file", self.tls.server_cert,
@@ -375,7 +383,7 @@ class RedisServer(Proc):
         if self.replicaof:
             argv += ["--replicaof", "127.0.0.1", str(self.replicaof.port)]
         if self.cluster:
-            argv += ["--dir", self.dir, "--cluster-enabled", "yes",
+            argv += ["--cluster-enabled", "yes",
                      "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", "5000"]
         super().__init__(argv)
@@ -543,19 +551,28 @@ class Sentinel(Proc):
     Sentinel rewrites as it learns) in a temporary directory removed by
     stop().  password: the Sentinel's own requirepass (also what it
     presents to the other Sentinels); the master's password is taken from
-    the master."""
+    the master.  tls: a TlsFiles; the Sentinel then listens with TLS only
+    and reaches the servers and the other Sentinels over TLS."""
 
     def __init__(self, master, name="mymaster", quorum=2,
                  down_after_ms=1000, failover_timeout_ms=5000,
-                 password=None):
+                 password=None, tls=None):
         self.name = name
         self.password = password
+        self.tls = tls
         self.down_after_ms = down_after_ms
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="sluice-sentinel-")
         conf = os.path.join(self.dir, "sentinel.conf")
-        lines = ["port %d" % self.port, "bind 127.0.0.1",
-                 "dir %s" % self.dir,
+        if tls:
+            lines = ["port 0", "tls-port %d" % self.port,
+                     "tls-cert-file %s" % tls.server_cert,
+                     "tls-key-file %s" % tls.server_key,
+                     "tls-ca-cert-file %s" % tls.ca,
+                     "tls-auth-clients no", "tls-replication yes"]
+        else:
+            lines = ["port %d" % self.port]
+        lines += ["bind 127.0.0.1", "dir %s" % self.dir,
                  "sentinel monitor %s 127.0.0.1 %d %d"
                  % (name, master.port, quorum),
                  "sentinel down-after-milliseconds %s %d"
@@ -588,6 +605,8 @@ class Sentinel(Proc):
     def cli(self, *args):
         auth = ["-a", self.password, "--no-auth-warning"] \
             if self.password else []
+        if self.tls:
+            auth += self.tls.cli_args()
         p = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p",
                             str(self.port)] + auth +
                            [str(a) for a in args], capture_output=True,
@@ -621,17 +640,18 @@ class SentinelGroup:
     (quorum 2), all on loopback.  Returns only once the replica is in
     sync and every Sentinel knows the master, the replica and the other
     Sentinels (so a failover can happen as soon as the master dies).
-    stop() stops every process, also when the constructor fails."""
+    tls: a TlsFiles; every process then speaks TLS only.  stop() stops
+    every process, also when the constructor fails."""
 
     def __init__(self, n=3, name="mymaster", password=None,
                  sentinel_password=None, down_after_ms=1000,
-                 failover_timeout_ms=5000, timeout=60):
+                 failover_timeout_ms=5000, timeout=60, tls=None):
         self.name = name
         self.master = self.replica = None
         self.sentinels = []
         try:
-            self.master = RedisServer(password=password)
-            self.replica = RedisServer(password=password,
+            self.master = RedisServer(password=password, tls=tls)
+            self.replica = RedisServer(password=password, tls=tls,
                                        replicaof=self.master)
             deadline = time.monotonic() + timeout
             if not wait_until(lambda: self.replica.info("replication").get(
@@ -640,7 +660,7 @@ class SentinelGroup:
                                    + self.replica.log())
             self.sentinels = [Sentinel(self.master, name, 2, down_after_ms,
                                        failover_timeout_ms,
-                                       sentinel_password)
+                                       sentinel_password, tls)
                               for _ in range(n)]
             others = {s.port for s in self.sentinels}
             for s in self.sentinels:

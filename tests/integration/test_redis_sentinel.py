@@ -14,8 +14,10 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
   master holds the new state), "master_changed" names it in the log, and
   /readyz is 200.  The gap from the kill to the first decision is printed
   with the Sentinels' detection time; only a generous bound is asserted.
+  The old master, restarted, becomes a replica and gets no decisions.
 - The same with passwords: the master's from the URL (with a db), the
-  Sentinels' own under sentinel.password.
+  Sentinels' own under sentinel.password; and with TLS everywhere
+  (rediss://, Sentinels included).
 - Sentinels that are all unreachable: serve runs, /readyz 503, each
   rule's on_store_error applies, the log is not flooded.
 """
@@ -34,7 +36,7 @@ DOWN_AFTER_MS = 1000
 CONFIG = """
 store:
   redis:
-%(url)s    timeout_ms: 200
+%(url)s%(tls)s    timeout_ms: 200
     sentinel: {master: mymaster, addrs: [%(addrs)s]%(extra)s}
 rules:
   - name: tight
@@ -50,7 +52,9 @@ rules:
 """
 
 
-def config(addrs, mode="closed", url=None, password=None, tls=None):
+def config(addrs, mode="closed", url=None, password=None, tls=None,
+           ca_file=None):
+    """tls: sentinel.tls; ca_file: store.redis.tls.ca_file."""
     extra = ""
     if password is not None:
         extra += ', password: "%s"' % password
@@ -58,6 +62,7 @@ def config(addrs, mode="closed", url=None, password=None, tls=None):
         extra += ", tls: %s" % ("true" if tls else "false")
     return CONFIG % {
         "url": '    url: "%s"\n' % url if url else "",
+        "tls": '    tls: {ca_file: "%s"}\n' % ca_file if ca_file else "",
         "addrs": ", ".join('"%s"' % a for a in addrs), "extra": extra,
         "tight": TIGHT, "mode": mode}
 
@@ -102,7 +107,7 @@ class SentinelTest(unittest.TestCase):
 
     # ------------------------------------------------------- failover
 
-    def failover(self, text, db=0, secrets=()):
+    def failover(self, text, db=0, secrets=(), restart_old=False):
         g = self.group
         master, replica = g.master, g.replica
         sluice = self.serve(text)
@@ -177,10 +182,24 @@ class SentinelTest(unittest.TestCase):
                             for ln in changed), log)
         for secret in secrets:
             self.assertNotIn(secret, log)
+        if not restart_old:
+            return
+
+        # The old master comes back (empty: it lost everything) and the
+        # Sentinels make it a replica of the new one.  Decisions stay on
+        # the new master: the drained key is still refused.
+        master.start()
+        self.assertTrue(harness.wait_until(
+            lambda: master.info("replication").get(
+                "master_link_status") == "up", 30, 0.1), master.log())
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+        self.assertEqual(ready(sluice), 200)
+        self.assertEqual(g.master_port(), replica.port)
 
     def test_decisions_follow_a_failover(self):
         g = self.start_group()
-        self.failover(config(g.addrs()))
+        self.failover(config(g.addrs()), restart_old=True)
 
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")
@@ -188,6 +207,19 @@ class SentinelTest(unittest.TestCase):
                              password="s3nt-Pw", tls=False), db=3,
                       secrets=("m4ster-Pw", "s3nt-Pw"))
         self.assertEqual(self.group.replica.cli("-n", 0, "DBSIZE"), "0")
+
+    def test_failover_over_tls(self):
+        # Master, replica and Sentinels all speak TLS only; the Sentinels
+        # are reached over TLS because the master is (rediss://).
+        self.tls = harness.TlsFiles()
+        try:
+            g = self.start_group(password="m4ster-Pw", tls=self.tls)
+            self.failover(config(g.addrs(),
+                                 url="rediss://:m4ster-Pw@mymaster/0",
+                                 ca_file=self.tls.ca),
+                          secrets=("m4ster-Pw",))
+        finally:
+            self.tls.remove()
 
     # -------------------------------------------- no Sentinel answers
 

@@ -47,7 +47,7 @@ rules:
   - name: wide
     match: {path: "/wide"}
     key: ["header:x-user-id"]
-    limits: [{capacity: 1000000, rate: 1000/s}]
+    limits: [{capacity: 10000, rate: 1/min}]
     on_store_error: %(mode)s
 """
 

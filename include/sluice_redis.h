@@ -113,7 +113,7 @@ typedef struct sluice_redis_node_report_s {
 	/* The node's last error in words ("" when none yet): the server's
 	 * reply, the system's or OpenSSL's reason.  Valid during the call. */
 	const char *last_error;
-	uint64_t latency_ns;  /* CALL: from the call to its answer */
+	uint64_t latency_ns; /* CALL: from the call to its answer */
 	sluice_redis_error_t error;
 } sluice_redis_node_report_t;
 

@@ -123,7 +123,7 @@ int main(void)
 	bad("redis://:1", "no host");
 	bad("redis://h:1/abc", "db number");
 	bad("unix://relative", "absolute");
-	opts_bad(NULL, NULL, NULL, "a url or cluster seeds");
+	opts_bad(NULL, NULL, NULL, "a url, cluster seeds or Sentinels");
 	opts_bad("redis://h:0", NULL, NULL, "port must be 1..65535");
 	opts_bad("redis://h", "a{b", NULL, "must not contain");
 	opts_bad(NULL, NULL, "unix:///tmp/x", "expected host:port");

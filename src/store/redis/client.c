@@ -19,46 +19,11 @@
  * other masters' keys are decided as usual.
  */
 #include "store/redis/redis_int.h"
+#include "util/errmsg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------ arguments */
-
-void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len)
-{
-	a->argv[a->argc] = s;
-	a->len[a->argc++] = len;
-}
-
-void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v)
-{
-	char *buf = a->nums[a->argc];
-
-	sluice_redis__arg(a, buf, sluice_u64_dec(buf, v));
-}
-
-/* "<prefix>{<key>}:<limit id>" for every limit (see sluice_limit_id()):
- * a bucket is named by its limit, never by the limit's position. */
-int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
-{
-	size_t i, each = c->keybaselen + SLUICE_LIMIT_ID_MAX, off = 0;
-
-	a->keys = malloc(each * c->nlimits);
-	if (!a->keys)
-		return -1;
-	for (i = 0; i < c->nlimits; i++) {
-		char *k = a->keys + off;
-		size_t n;
-
-		memcpy(k, c->keybase, c->keybaselen);
-		n = sluice_limit_id(&c->limits[i], k + c->keybaselen);
-		sluice_redis__arg(a, k, c->keybaselen + n);
-		off += each;
-	}
-	return 0;
-}
 
 /* The clock for deadlines: the real monotonic time, not the loop's cached
  * uv_now(), which lags behind on a busy loop and would make calls time out
@@ -216,13 +181,12 @@ static int is_error(const redisReply *rep, const char *prefix)
 	return rep->len >= n && memcmp(rep->str, prefix, n) == 0;
 }
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
-	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_conn_t *k = l->data;
 	sluice_redis_call_t *c = priv;
-	redisReply *rep = reply;
 
-	if (k && k->ac == ac) {
+	if (k && k->link == l) {
 		if (k->inflight)
 			k->inflight--;
 		if (rep) {
@@ -245,7 +209,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 		sluice_redis__finish(c, 0, rep);
 		return;
 	}
-	if (is_error(rep, "NOSCRIPT") && k && k->ac == ac &&
+	if (is_error(rep, "NOSCRIPT") && k && k->link == l &&
 	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
 		/* Reload, then the same call behind it on the same pipe. */
 		uint64_t now = uv_now(c->r->loop);
@@ -267,6 +231,14 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 	} else if (is_error(rep, "MOVED ") || is_error(rep, "ASK ")) {
 		if (sluice_redis__redirect(c, rep))
 			return;
+	} else if (is_error(rep, "READONLY") && c->r->sentinel) {
+		/* A master demoted under us: ask the Sentinels where the
+		 * master is now and resend there, within the deadline. */
+		sluice_redis__sentinel_lost(c->r, rep->str);
+		if (++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+			sluice_redis__retry_later(c);
+			return;
+		}
 	} else if (is_error(rep, "TRYAGAIN") || is_error(rep, "CLUSTERDOWN") ||
 		   is_error(rep, "LOADING")) {
 		/* Slot mid-migration or server warming up: retry shortly,
@@ -286,72 +258,38 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
 
-/* Writes the command in RESP ourselves and hands hiredis the bytes:
- * hiredis' own formatter goes through sdscatfmt for every argument, which
- * was the client's largest cost per decision. */
-static int send_resp(redisAsyncContext *ac, sluice_redis_call_t *c,
-		     const sluice_redis_args_t *a)
+/* ASKING first when the call was redirected so (cluster). */
+static int ask_first(sluice_redis_conn_t *k, const sluice_redis_call_t *c)
 {
-	char stack[2048], *buf = stack, *p;
-	size_t need = 16, i;
-	int rc;
+	return c->ask ? sluice_redis__command(k->link, NULL, NULL, "ASKING")
+		      : 0;
+}
 
-	for (i = 0; i < (size_t)a->argc; i++)
-		need += a->len[i] + 24;
-	if (need > sizeof(stack) && !(buf = malloc(need)))
-		return -1;
-	p = buf;
-	*p++ = '*';
-	p += sluice_u64_dec(p, (uint64_t)a->argc);
-	*p++ = '\r';
-	*p++ = '\n';
-	for (i = 0; i < (size_t)a->argc; i++) {
-		*p++ = '$';
-		p += sluice_u64_dec(p, a->len[i]);
-		*p++ = '\r';
-		*p++ = '\n';
-		memcpy(p, a->argv[i], a->len[i]);
-		p += a->len[i];
-		*p++ = '\r';
-		*p++ = '\n';
-	}
-	rc = redisAsyncFormattedCommand(ac, on_reply, c, buf,
-					(size_t)(p - buf)) == REDIS_OK
-		     ? 0
-		     : -1;
-	if (buf != stack)
-		free(buf);
-	return rc;
+static void issued(sluice_redis_conn_t *k, sluice_redis_call_t *c)
+{
+	c->ask = NULL;
+	c->conn = k;
+	c->refs++;
+	k->inflight++;
 }
 
 int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
 			     const char *resp, size_t len)
 {
-	if (c->ask &&
-	    redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
+	if (ask_first(k, c) < 0 ||
+	    sluice_redis__link_send(k->link, on_reply, c, resp, len) < 0)
 		return -1;
-	if (redisAsyncFormattedCommand(k->ac, on_reply, c, resp, len) !=
-	    REDIS_OK)
-		return -1;
-	c->ask = NULL;
-	c->conn = k;
-	c->refs++;
-	k->inflight++;
+	issued(k, c);
 	return 0;
 }
 
 int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
 			sluice_redis_args_t *a)
 {
-	if (c->ask &&
-	    redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK)
+	if (ask_first(k, c) < 0 ||
+	    sluice_redis__command_argv(k->link, on_reply, c, a) < 0)
 		return -1;
-	if (send_resp(k->ac, c, a) != 0)
-		return -1;
-	c->ask = NULL;
-	c->conn = k;
-	c->refs++;
-	k->inflight++;
+	issued(k, c);
 	return 0;
 }
 
@@ -367,6 +305,8 @@ void sluice_redis__send(sluice_redis_call_t *c)
 	if (!k) {
 		/* Down or saturated: fail now rather than queue.  In a
 		 * cluster the slot may have a new master (failover): ask. */
+		if (!n->host && !n->path)
+			c->fail = SLUICE_REDIS_ERR_NO_MASTER;
 		sluice_redis__refresh_slots(r);
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
@@ -437,7 +377,7 @@ static void on_sweep(uv_timer_t *t)
 		for (j = 0; j < r->nconns; j++) {
 			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
 
-			if (k->ac && k->inflight &&
+			if (k->link && k->inflight &&
 			    k->stuck >= SLUICE_REDIS_STUCK_TIMEOUTS) {
 				k->drop = 1;
 				drops = 1;
@@ -604,7 +544,8 @@ void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 	rep.connections = 0;
 	for (j = 0; j < r->nconns; j++)
 		rep.connections +=
-			n->conns[j].ac && n->conns[j].state == CONN_UP;
+			n->conns[j].link && n->conns[j].state == CONN_UP;
+	rep.last_error = n->last_error;
 	rep.latency_ns = latency_ns;
 	rep.error = error;
 	r->on_report(r->event_arg, &rep);
@@ -639,6 +580,7 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 			}
 			if (rc < 0)
 				return rc;
+			r->tls_nodes |= u.tls;
 			if (i == 0 && (u.user || u.pass)) {
 				r->url.user = u.user;
 				r->url.pass = u.pass;
@@ -657,11 +599,42 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 	r->nodes = calloc(1, sizeof(*r->nodes));
 	if (!r->nodes)
 		return SLUICE_ENOMEM;
-	r->nodes[0] = sluice_redis__node_new(r, r->url.host, r->url.port,
-					     r->url.path);
+	/* Under Sentinel the node has no address until one names it. */
+	r->nodes[0] =
+		o->sentinel ? sluice_redis__node_new(r, NULL, 0, NULL)
+			    : sluice_redis__node_new(r, r->url.host,
+						     r->url.port, r->url.path);
 	if (!r->nodes[0])
 		return SLUICE_ENOMEM;
 	r->nnodes = 1;
+	if (o->sentinel)
+		return sluice_redis__sentinel_start(r, o->sentinel, err,
+						    errlen);
+	return 0;
+}
+
+/* TLS to the data nodes when a URL or seed says rediss:// or opts->tls
+ * is enabled; the context exists too when only the Sentinels use TLS. */
+static int setup_tls(sluice_redis_t *r, const sluice_redis_opts_t *o, char *err,
+		     size_t errlen)
+{
+	const sluice_redis_tls_t *t = o->tls;
+	size_t i;
+
+	r->tls_nodes = r->url.tls || (t && t->enabled);
+	for (i = 0; i < o->nseeds; i++)
+		if (strncmp(o->seeds[i], "rediss://", 9) == 0)
+			r->tls_nodes = 1;
+	if (!r->tls_nodes && !(o->sentinel && o->sentinel->tls))
+		return 0;
+	if (t && t->server_name && !(r->tls_name = strdup(t->server_name)))
+		return sluice_fail(SLUICE_ENOMEM, err, errlen,
+				   "redis store: out of memory");
+	r->tls = sluice_redis__tls_context(t, err, errlen);
+	if (!r->tls) {
+		free(r->tls_name);
+		return SLUICE_EINVAL;
+	}
 	return 0;
 }
 
@@ -673,11 +646,21 @@ static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
 	size_t i;
 	int rc;
 
-	if (!o->url && !o->nseeds) {
+	if (!o->url && !o->nseeds && !o->sentinel) {
 		snprintf(err, errlen,
-			 "redis store: a url or cluster seeds needed");
+			 "redis store: a url, cluster seeds or Sentinels "
+			 "needed");
 		return SLUICE_EINVAL;
 	}
+	if (o->sentinel && o->nseeds) {
+		snprintf(err, errlen,
+			 "redis store: Sentinel and cluster seeds exclude "
+			 "each other");
+		return SLUICE_EINVAL;
+	}
+	if (o->sentinel &&
+	    (rc = sluice_redis__sentinel_check(o->sentinel, err, errlen)) < 0)
+		return rc;
 	if (o->key_prefix && strpbrk(o->key_prefix, "{}")) {
 		snprintf(err, errlen,
 			 "redis store: key_prefix \"%s\" must not contain '{' "
@@ -720,8 +703,22 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return SLUICE_ENOMEM;
-	if (!opts->nseeds && (rc = sluice_redis__parse_url(opts->url, &r->url,
-							   err, errlen)) < 0) {
+	if (!opts->nseeds && opts->url &&
+	    (rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen)) <
+		    0) {
+		free(r);
+		return rc;
+	}
+	if (opts->sentinel && r->url.path) {
+		sluice_redis__url_free(&r->url);
+		free(r);
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis store: under Sentinel the url gives "
+				   "credentials only; expected "
+				   "redis[s]://[user:pass@]name[/db]");
+	}
+	if ((rc = setup_tls(r, opts, err, errlen)) < 0) {
+		sluice_redis__url_free(&r->url);
 		free(r);
 		return rc;
 	}
@@ -749,7 +746,8 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	sluice_redis__probe_start(r);
 	rc = r->prefix ? setup_nodes(r, opts, err, errlen) : SLUICE_ENOMEM;
 	if (rc < 0) {
-		/* Only allocation can fail here; the loop frees the rest. */
+		/* The options were checked: only allocation fails here; the
+		 * loop frees the rest. */
 		snprintf(err, errlen, "redis store: out of memory");
 		sluice_redis_free(r);
 		return rc;
@@ -758,8 +756,8 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	return 0;
 }
 
-/* Frees the client once the loop has closed its last timer. */
-static void release(sluice_redis_t *r)
+/* Frees the client once the loop has closed its last timer and link. */
+void sluice_redis__released(sluice_redis_t *r)
 {
 	void (*done)(void *) = r->on_released;
 	void *done_arg = r->on_released_arg;
@@ -776,6 +774,8 @@ static void release(sluice_redis_t *r)
 	free(r->nodes);
 	free(r->slots);
 	free(r->prefix);
+	sluice_redis__tls_context_free(r->tls);
+	free(r->tls_name);
 	sluice_redis__url_free(&r->url);
 	free(r);
 	if (done)
@@ -784,12 +784,12 @@ static void release(sluice_redis_t *r)
 
 void sluice_redis__handle_closed(uv_handle_t *h)
 {
-	release(((sluice_redis_conn_t *)h->data)->r);
+	sluice_redis__released(((sluice_redis_conn_t *)h->data)->r);
 }
 
 static void client_timer_closed(uv_handle_t *h)
 {
-	release(h->data);
+	sluice_redis__released(h->data);
 }
 
 void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
@@ -813,6 +813,8 @@ void sluice_redis_free(sluice_redis_t *r)
 	while ((c = r->head))
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 	on_retry(&r->retry);
+	if (r->sentinel)
+		sluice_redis__sentinel_free(r);
 	for (i = 0; i < r->nnodes; i++)
 		if (r->nodes[i])
 			sluice_redis__node_free(r->nodes[i]);

@@ -80,11 +80,10 @@ static sluice_redis_node_t *node_get(sluice_redis_t *r, const char *host,
 	return n;
 }
 
-static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
+static void on_slots(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
-	redisReply *rep = reply;
 	sluice_redis_t *r = priv;
-	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_conn_t *k = l->data;
 	size_t i, changed = 0;
 
 	r->refreshing = 0;
@@ -94,7 +93,7 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *priv)
 		/* Its connection died (often the first seed, down at start,
 		 * or a master just killed).  No call may come to ask again,
 		 * and /readyz waits for a map: ask another node shortly,
-		 * from the retry timer rather than from inside hiredis'
+		 * from the retry timer rather than from inside the
 		 * teardown of this connection. */
 		r->refresh_lost = 1;
 		r->refreshed_ms = 0;
@@ -173,8 +172,8 @@ void sluice_redis__refresh_slots(sluice_redis_t *r)
 			if (!k || (pass == 0 && (k->state != CONN_UP ||
 						 n->breaker == BREAKER_OPEN)))
 				continue;
-			if (redisAsyncCommand(k->ac, on_slots, r,
-					      "CLUSTER SLOTS") == REDIS_OK) {
+			if (sluice_redis__command(k->link, on_slots, r,
+						  "CLUSTER SLOTS") == 0) {
 				i = (r->refresh_rr + j) % r->nnodes;
 				r->refresh_rr = i + 1;
 				r->refreshing = 1;

@@ -1,9 +1,10 @@
 /*
- * conn.c -- connections to one Redis node: non-blocking connect (hiredis on
- * the caller's libuv loop), the handshake pipelined ahead of any decision
- * (AUTH, SELECT, SCRIPT LOAD, module detection, then a PING that marks
- * it done), reconnection with a doubling backoff, idle probing, and the
- * node state changes reported to the host (sluice_redis_opts_t.on_event).
+ * conn.c -- connections to one Redis node: a link each (link.c, on the
+ * caller's libuv loop), the handshake pipelined ahead of any decision
+ * (AUTH, SELECT, ROLE under Sentinel, SCRIPT LOAD, module detection, then
+ * a PING that marks it done), reconnection with a doubling backoff, idle
+ * probing, and the node state changes reported to the host
+ * (sluice_redis_opts_t.on_event).
  */
 #include "store/redis/redis_int.h"
 
@@ -63,6 +64,7 @@ void sluice_redis__health(sluice_redis_node_t *n, int health,
 		[HEALTH_AUTH] = SLUICE_REDIS_EV_AUTH_FAILED,
 		[HEALTH_UNREACHABLE] = SLUICE_REDIS_EV_UNREACHABLE,
 		[HEALTH_TIMEOUT] = SLUICE_REDIS_EV_TIMEOUT,
+		[HEALTH_TLS] = SLUICE_REDIS_EV_TLS_FAILED,
 	};
 
 	/* One report per change: a node refusing every reconnect for an
@@ -77,6 +79,21 @@ void sluice_redis__health(sluice_redis_node_t *n, int health,
 
 static void conn_schedule(sluice_redis_conn_t *k);
 
+void sluice_redis__node_error(sluice_redis_node_t *n, const char *what)
+{
+	snprintf(n->last_error, sizeof(n->last_error), "%s", what);
+}
+
+/* A failure of one connection: the node's state, its last error, and in
+ * Sentinel mode a reason to ask where the master is now. */
+static void conn_failed(sluice_redis_conn_t *k, int health, const char *why)
+{
+	sluice_redis__node_error(k->node, why);
+	sluice_redis__health(k->node, health, why);
+	if (k->r->sentinel && health != HEALTH_AUTH)
+		sluice_redis__sentinel_lost(k->r, why);
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	sluice_redis_conn_t *k = t->data;
@@ -88,43 +105,31 @@ static void on_timer(uv_timer_t *t)
 	} else if (k->state == CONN_CONNECTING) {
 		/* Connect or handshake took too long: a node that accepts
 		 * and never answers ends up here. */
-		sluice_redis__health(k->node, HEALTH_TIMEOUT,
-				     "no answer to connect and handshake "
-				     "within 1000 ms");
+		conn_failed(k, HEALTH_TIMEOUT,
+			    "no answer to connect and handshake within "
+			    "1000 ms");
 		sluice_redis__conn_drop(k);
 	}
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+/* The link connected (status 0), or failed or was lost: the commands on
+ * it have had their callbacks (with NULL) already. */
+static void on_link(sluice_redis_link_t *l, int status)
 {
-	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_conn_t *k = l->data;
 
-	if (!k || k->ac != ac)
-		return;
-	if (status != REDIS_OK) {
-		/* hiredis frees the context after this callback, failing
-		 * the commands queued on it. */
-		sluice_redis__health(k->node, HEALTH_UNREACHABLE, ac->errstr);
-		k->ac = NULL;
-		k->inflight = 0;
-		k->state = CONN_DOWN;
-		conn_schedule(k);
+	if (!k || k->link != l || status == 0)
+		return; /* up counts once the handshake is answered */
+	if (!k->hs_failed) {
+		conn_failed(k, l->tls_failed ? HEALTH_TLS : HEALTH_UNREACHABLE,
+			    l->errstr[0] ? l->errstr : "connection lost");
+		if (l->tls_failed)
+			sluice_redis__report(k->r, k->node,
+					     SLUICE_REDIS_REPORT_ERROR, 0,
+					     SLUICE_REDIS_ERR_TLS);
 	}
-	/* Connected at the TCP level only: the connection counts as up
-	 * once the handshake is answered (on_ready). */
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-	sluice_redis_conn_t *k = ac->data;
-
-	if (!k || k->ac != ac)
-		return;
-	if (status != REDIS_OK && !k->hs_failed)
-		sluice_redis__health(k->node, HEALTH_UNREACHABLE,
-				     ac->errstr[0] ? ac->errstr
-						   : "connection lost");
-	k->ac = NULL;
+	l->data = NULL;
+	k->link = NULL;
 	k->inflight = 0;
 	k->state = CONN_DOWN;
 	conn_schedule(k);
@@ -150,31 +155,50 @@ static void conn_schedule(sluice_redis_conn_t *k)
 /* Replies to handshake commands: an error here (wrong password, no such
  * db, scripts refused) makes the connection useless, so drop it and retry
  * after the handshake backoff. */
-static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
+static void on_handshake(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
-	redisReply *rep = reply;
-	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_conn_t *k = l->data;
 
 	(void)priv;
-	if (rep && rep->type == REDIS_REPLY_ERROR && k && k->ac == ac &&
+	if (rep && rep->type == REDIS_REPLY_ERROR && k && k->link == l &&
 	    !k->hs_failed) {
 		k->hs_failed = 1;
+		sluice_redis__node_error(k->node, rep->str);
 		sluice_redis__health(k->node, HEALTH_AUTH, rep->str);
 		sluice_redis__report(k->r, k->node, SLUICE_REDIS_REPORT_ERROR,
 				     0, SLUICE_REDIS_ERR_AUTH);
-		redisAsyncFree(ac);
+		sluice_redis__conn_drop(k);
 	}
+}
+
+/* Sentinel mode: the node the Sentinels named must say it is a master
+ * (ROLE), else it is a demoted master or a replica not yet promoted:
+ * drop the connection and ask the Sentinels again. */
+static void on_role(sluice_redis_link_t *l, redisReply *rep, void *priv)
+{
+	sluice_redis_conn_t *k = l->data;
+
+	(void)priv;
+	if (!rep || !k || k->link != l || k->hs_failed)
+		return;
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+	    rep->element[0]->type == REDIS_REPLY_STRING &&
+	    strcmp(rep->element[0]->str, "master") == 0)
+		return;
+	conn_failed(k, HEALTH_UNREACHABLE,
+		    "ROLE: not a master (the Sentinels are asked again)");
+	sluice_redis__conn_drop(k);
 }
 
 /* The PING that ends the handshake: every command before it answered
  * without error, so the connection is up and its backoff starts over. */
-static void on_ready(redisAsyncContext *ac, void *reply, void *priv)
+static void on_ready(sluice_redis_link_t *l, redisReply *reply, void *priv)
 {
-	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_conn_t *k = l->data;
 
 	(void)priv;
-	if (!reply || !k || k->ac != ac || k->hs_failed ||
-	    ((redisReply *)reply)->type == REDIS_REPLY_ERROR)
+	if (!reply || !k || k->link != l || k->hs_failed ||
+	    reply->type == REDIS_REPLY_ERROR)
 		return;
 	k->state = CONN_UP;
 	k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
@@ -188,78 +212,72 @@ void sluice_redis__conn_start(sluice_redis_conn_t *k)
 {
 	sluice_redis_node_t *n = k->node;
 	sluice_redis_t *r = k->r;
-	redisAsyncContext *ac;
+	sluice_redis_link_t *l;
 
-	ac = n->path ? redisAsyncConnectUnix(n->path)
-		     : redisAsyncConnect(n->host, n->port);
-	if (!ac || ac->err) {
-		sluice_redis__health(n, HEALTH_UNREACHABLE,
-				     ac ? ac->errstr : "out of memory");
-		if (ac)
-			redisAsyncFree(ac);
+	if (!n->host && !n->path) {
+		/* Sentinel: no master known yet; node_move() starts us. */
+		k->state = CONN_DOWN;
+		return;
+	}
+	l = sluice_redis__link_open(r, n->host, n->port, n->path, r->tls_nodes,
+				    on_link);
+	if (!l) {
+		sluice_redis__node_error(n, "out of memory");
 		k->state = CONN_DOWN;
 		conn_schedule(k);
 		return;
 	}
-	if (sluice_redis__attach(ac, r->loop) < 0) {
-		redisAsyncFree(ac);
-		k->state = CONN_DOWN;
-		conn_schedule(k);
-		return;
-	}
-	ac->data = k;
-	k->ac = ac;
+	l->data = k;
+	k->link = l;
 	k->state = CONN_CONNECTING;
 	k->module = -1;
 	k->stuck = 0;
 	k->hs_failed = 0;
 	k->probe_sent_ms = 0;
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	uv_timer_start(&k->timer, on_timer, SLUICE_REDIS_CONNECT_TIMEOUT_MS, 0);
 
-	/* hiredis buffers these until the socket connects; decisions queued
-	 * after them are answered after them (one ordered pipeline). */
+	/* The link buffers these until it is up; decisions queued after
+	 * them are answered after them (one ordered pipeline). */
 	if (r->url.pass && r->url.user)
-		redisAsyncCommand(ac, on_handshake, NULL, "AUTH %s %s",
-				  r->url.user, r->url.pass);
+		sluice_redis__command(l, on_handshake, NULL, "AUTH %s %s",
+				      r->url.user, r->url.pass);
 	else if (r->url.pass)
-		redisAsyncCommand(ac, on_handshake, NULL, "AUTH %s",
-				  r->url.pass);
+		sluice_redis__command(l, on_handshake, NULL, "AUTH %s",
+				      r->url.pass);
 	if (r->url.db && !r->cluster)
-		redisAsyncCommand(ac, on_handshake, NULL, "SELECT %d",
-				  r->url.db);
+		sluice_redis__command(l, on_handshake, NULL, "SELECT %d",
+				      r->url.db);
+	if (r->sentinel)
+		sluice_redis__command(l, on_role, NULL, "ROLE");
 	sluice_redis__load_script(k, on_handshake);
 	if (!(r->flags & SLUICE_REDIS_SCRIPT_ONLY))
 		sluice_redis__detect_module(k);
 	else
 		k->module = 0;
-	redisAsyncCommand(ac, on_ready, NULL, "PING");
+	sluice_redis__command(l, on_ready, NULL, "PING");
 }
 
 /* ------------------------------------------------------------- probing */
 
 int sluice_redis__conn_usable(const sluice_redis_conn_t *k)
 {
-	return k->ac && k->state == CONN_UP && !k->drop &&
+	return k->link && k->state == CONN_UP && !k->drop &&
 	       !(k->probe_sent_ms &&
 		 uv_now(k->r->loop) - k->probe_sent_ms > k->r->timeout_ms);
 }
 
-static void on_probe(redisAsyncContext *ac, void *reply, void *priv)
+static void on_probe(sluice_redis_link_t *l, redisReply *reply, void *priv)
 {
-	sluice_redis_conn_t *k = ac->data;
-	sluice_redis_node_t *n;
+	sluice_redis_conn_t *k = l->data;
 
 	(void)priv;
-	if (!k || k->ac != ac)
+	if (!k || k->link != l)
 		return;
 	k->probe_sent_ms = 0;
 	if (!reply)
 		return;
-	n = k->node;
 	k->last_reply_ms = uv_now(k->r->loop);
-	sluice_redis__health(n, HEALTH_UP, "answering again");
+	sluice_redis__health(k->node, HEALTH_UP, "answering again");
 }
 
 /* Every SLUICE_REDIS_PROBE_MS: a connection with no reply for that long
@@ -280,17 +298,21 @@ static void on_probe_tick(uv_timer_t *t)
 		for (j = 0; j < r->nconns; j++) {
 			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
 
-			if (!k->ac || k->state != CONN_UP)
+			if (!k->link || k->state != CONN_UP)
 				continue;
 			if (k->probe_sent_ms) {
-				if (now - k->probe_sent_ms > r->timeout_ms)
+				if (now - k->probe_sent_ms > r->timeout_ms) {
+					sluice_redis__node_error(
+						k->node,
+						"a PING went unanswered");
 					sluice_redis__health(
 						k->node, HEALTH_TIMEOUT,
 						"a PING went unanswered");
+				}
 			} else if (now - k->last_reply_ms >=
 				   SLUICE_REDIS_PROBE_MS) {
-				if (redisAsyncCommand(k->ac, on_probe, NULL,
-						      "PING") == REDIS_OK)
+				if (sluice_redis__command(k->link, on_probe,
+							  NULL, "PING") == 0)
 					k->probe_sent_ms = now ? now : 1;
 			}
 		}
@@ -306,17 +328,17 @@ void sluice_redis__probe_start(sluice_redis_t *r)
  * with a NULL reply (its call fails unless already finished). */
 void sluice_redis__conn_drop(sluice_redis_conn_t *k)
 {
-	redisAsyncContext *ac = k->ac;
+	sluice_redis_link_t *l = k->link;
 
 	k->drop = 0;
 	k->probe_sent_ms = 0;
-	if (!ac)
+	if (!l)
 		return;
-	k->ac = NULL;
+	k->link = NULL;
 	k->inflight = 0;
 	k->state = CONN_DOWN;
-	ac->data = NULL;
-	redisAsyncFree(ac);
+	l->data = NULL;
+	sluice_redis__link_close(l);
 	conn_schedule(k);
 }
 
@@ -328,7 +350,7 @@ sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n)
 	for (i = 0; i < nc; i++) {
 		sluice_redis_conn_t *k = &n->conns[(n->rr + i) % nc];
 
-		if (k->ac && k->state != CONN_DOWN && !k->drop &&
+		if (k->link && k->state != CONN_DOWN && !k->drop &&
 		    k->inflight < SLUICE_REDIS_MAX_INFLIGHT) {
 			n->rr = (n->rr + i + 1) % nc;
 			return k;
@@ -387,14 +409,40 @@ void sluice_redis__node_free(sluice_redis_node_t *n)
 	for (i = 0; i < n->conns[0].r->nconns; i++) {
 		sluice_redis_conn_t *k = &n->conns[i];
 
-		if (k->ac) {
-			redisAsyncContext *ac = k->ac;
+		if (k->link) {
+			sluice_redis_link_t *l = k->link;
 
-			k->ac = NULL;
-			ac->data = NULL;
-			redisAsyncFree(ac);
+			k->link = NULL;
+			l->data = NULL;
+			sluice_redis__link_close(l);
 		}
 		uv_timer_stop(&k->timer);
 		uv_close((uv_handle_t *)&k->timer, sluice_redis__handle_closed);
 	}
+}
+
+int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port)
+{
+	char *h = host ? strdup(host) : NULL;
+	unsigned i;
+
+	if (host && !h)
+		return -1;
+	free(n->host);
+	n->host = h;
+	n->port = port;
+	for (i = 0; i < n->conns[0].r->nconns; i++) {
+		sluice_redis_conn_t *k = &n->conns[i];
+
+		sluice_redis__conn_drop(k);
+		uv_timer_stop(&k->timer);
+		k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
+		sluice_redis__conn_start(k);
+	}
+	/* A new server: what the old one did (the calls just failed by the
+	 * drops included) says nothing of it. */
+	n->breaker = BREAKER_CLOSED;
+	n->failures = 0;
+	n->probing = 0;
+	return 0;
 }

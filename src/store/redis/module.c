@@ -4,22 +4,22 @@
  * decision is one module command instead of a script: same state, same
  * answers, a fraction of the server CPU.  Detected per connection during
  * the handshake with COMMAND INFO; until the answer is in, and wherever
- * the module is missing, the script path is used.
+ * the module is missing, the script path is used.  The module answers
+ * the decision itself; its parser is here too.
  */
 #include "store/redis/redis_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void on_info(redisAsyncContext *ac, void *reply, void *priv)
+static void on_info(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
-	redisReply *rep = reply;
-	sluice_redis_conn_t *k = ac->data;
+	sluice_redis_conn_t *k = l->data;
 	size_t i;
 	int found = 1;
 
 	(void)priv;
-	if (!k || k->ac != ac || !rep)
+	if (!k || k->link != l || !rep)
 		return;
 	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
 		found = 0;
@@ -31,8 +31,8 @@ static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 
 void sluice_redis__detect_module(sluice_redis_conn_t *k)
 {
-	redisAsyncCommand(k->ac, on_info, NULL,
-			  "COMMAND INFO SLUICE.TAKE SLUICE.TAKEMULTI");
+	sluice_redis__command(k->link, on_info, NULL,
+			      "COMMAND INFO SLUICE.TAKE SLUICE.TAKEMULTI");
 }
 
 /* SLUICE.TAKE key capacity rate COST n, or
@@ -72,4 +72,36 @@ int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 	rc = sluice_redis__issue(k, c, &a);
 	free(a.keys);
 	return rc;
+}
+
+/*
+ * The module answers [allowed, limit, remaining, retry_after_ms (-1: never),
+ * reset_ms] plus `which` for several limits.  Times are whole ms (rounded
+ * up); the decision carries them as microseconds (ms * 1000).
+ */
+int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
+			      int *allowed, sluice_decision_t *d, size_t *which)
+{
+	long long v[6];
+	size_t i, want = 5;
+
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < want)
+		return -1;
+	for (i = 0; i < reply->elements && i < 6; i++) {
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
+			return -1;
+		v[i] = reply->element[i]->integer;
+	}
+	*which = reply->elements >= 6 ? (size_t)v[5] : 0;
+	if (*which >= nlimits || v[1] < 0 || v[2] < 0 || v[4] < 0)
+		return -1;
+	*allowed = v[0] != 0;
+	d->allowed = *allowed;
+	d->limit = (uint64_t)v[1];
+	d->remaining = (uint64_t)v[2];
+	d->never = v[3] < 0;
+	d->retry_after_us = v[3] < 0 ? UINT64_MAX : (uint64_t)v[3] * 1000;
+	d->reset_after_us = (uint64_t)v[4] * 1000;
+	d->which = *which;
+	return 0;
 }

@@ -2,20 +2,27 @@
  * redis_int.h -- internals of the Redis store shared by its files:
  *
  *   client.c   the public API: calls, deadlines, circuit breaker
- *   conn.c     connections: connect, handshake, reconnect with backoff
+ *   conn.c     connections: handshake, reconnect with backoff, probing
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
+ *   sentinel.c Redis Sentinel: finding the master, following failovers
  *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
  *              the scripts and their SHA-1 come from the build
- *   module.c   the SLUICE.TAKE module path
+ *   module.c   the SLUICE.TAKE module path and its reply parser
  *   many.c     takes over several keys: one call per slot, refunds
- *   url.c      redis:// and unix:// URLs
- *   uv_adapter.c  hiredis on libuv
+ *   command.c  commands in RESP: arguments, the writer, formatted ones
+ *   link.c     one socket on libuv: connect, write, read replies in order
+ *              (hiredis's redisReader parses RESP), TLS through tls.c
+ *   tls.c      OpenSSL: the context, and a session over memory BIOs
+ *   url.c      redis://, rediss:// and unix:// URLs
+ *
+ * Calls flow one way: client.c -> script.c/module.c/many.c -> command.c
+ * -> link.c -> tls.c; replies come back as callbacks.
  *
  * Ownership of a call: the user callback runs exactly once (call_finish);
- * hiredis holds a reference for each command sent with the call as its
+ * a link holds a reference for each command sent with the call as its
  * privdata, and runs that command's callback exactly once (with a NULL
- * reply when the connection goes away).  The call is freed when it is
- * finished and no command references it.
+ * reply when the link goes away).  The call is freed when it is finished
+ * and no command references it.
  */
 #ifndef SLUICE_REDIS_INT_H
 #define SLUICE_REDIS_INT_H
@@ -23,7 +30,6 @@
 #include "sluice_redis.h"
 #include "util/num.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 /* Replies outstanding per connection, including those whose caller already
@@ -57,6 +63,47 @@
 typedef struct sluice_redis_node_s sluice_redis_node_t;
 typedef struct sluice_redis_conn_s sluice_redis_conn_t;
 typedef struct sluice_redis_call_s sluice_redis_call_t;
+typedef struct sluice_redis_link_s sluice_redis_link_t;
+typedef struct sluice_redis_sentinel_state_s sluice_redis_sentinel_state_t;
+
+/* ---------------------------------------------------------------- links */
+
+/* A reply to one command, in order; reply is NULL when the link went away
+ * before the answer.  The reply is freed after the callback returns. */
+typedef void sluice_redis_reply_fn(sluice_redis_link_t *l, redisReply *reply,
+				   void *priv);
+/* The link is up (status 0: connected and, with TLS, the handshake done),
+ * or it failed or closed (status < 0, l->errstr says why; every command's
+ * callback has run with NULL).  Not called after sluice_redis__link_close. */
+typedef void sluice_redis_link_fn(sluice_redis_link_t *l, int status);
+
+/* The part of a link its owner reads; link.c allocates more behind it. */
+struct sluice_redis_link_s {
+	void *data;	  /* the owner's (a conn, a Sentinel) */
+	char errstr[256]; /* why it failed, for the log */
+	int tls_failed;	  /* the failure was TLS's (handshake, alert) */
+};
+
+/* Connects to host:port (a name or an address) or the unix socket at
+ * path, in the background, on r's loop; with TLS when tls is set (r->tls
+ * must then exist), verifying the certificate against server_name (NULL:
+ * host).  Commands may be sent at once: they are written once connected.
+ * NULL when out of memory. */
+sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
+					     const char *host, int port,
+					     const char *path, int tls,
+					     sluice_redis_link_fn *on_state);
+/* Queues a command already in RESP; fn (may be NULL: reply ignored) runs
+ * once with its reply.  0, or -1 when the link is closed or full. */
+int sluice_redis__link_send(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
+			    void *priv, const char *resp, size_t len);
+/* Every reply from now on is a push (SUBSCRIBE): each goes to fn. */
+void sluice_redis__link_on_push(sluice_redis_link_t *l,
+				sluice_redis_reply_fn *fn, void *priv);
+/* Closes now: each command's callback runs with NULL (on_state does not);
+ * safe from inside the link's own callbacks.  The memory goes once the
+ * loop has closed the socket. */
+void sluice_redis__link_close(sluice_redis_link_t *l);
 
 /* A parsed redis:// or unix:// URL. */
 typedef struct sluice_redis_url_s {
@@ -66,6 +113,7 @@ typedef struct sluice_redis_url_s {
 	char *user; /* NULL: none */
 	char *pass; /* NULL: no AUTH */
 	int db;	    /* 0: no SELECT */
+	int tls;    /* rediss:// */
 } sluice_redis_url_t;
 
 enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
@@ -73,7 +121,7 @@ enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 struct sluice_redis_conn_s {
 	sluice_redis_t *r;
 	sluice_redis_node_t *node;
-	redisAsyncContext *ac;
+	sluice_redis_link_t *link; /* NULL while down */
 	int state;
 	unsigned inflight; /* commands sent with a reply callback */
 	unsigned stuck;	   /* timeouts since the last reply */
@@ -88,10 +136,11 @@ struct sluice_redis_conn_s {
 };
 
 struct sluice_redis_node_s {
-	char *host; /* NULL with a unix socket */
+	char *host; /* NULL with a unix socket, or a master not known yet */
 	int port;
 	char *path;
-	unsigned rr; /* round robin over conns */
+	char last_error[256]; /* the last failure in words, "" if none */
+	unsigned rr;	      /* round robin over conns */
 	sluice_redis_conn_t *conns;
 
 	/* The circuit breaker of the calls routed here: one per node, so a
@@ -113,7 +162,8 @@ enum {
 	HEALTH_UP,
 	HEALTH_AUTH,
 	HEALTH_UNREACHABLE,
-	HEALTH_TIMEOUT
+	HEALTH_TIMEOUT,
+	HEALTH_TLS
 };
 
 struct sluice_redis_call_s {
@@ -159,6 +209,10 @@ struct sluice_redis_s {
 	unsigned flags;
 	sluice_redis_url_t url; /* auth/db (and the node when not a cluster) */
 	int cluster;
+	struct ssl_ctx_st *tls; /* TLS context (NULL: none needed) */
+	int tls_nodes;		/* the data nodes are reached over TLS */
+	char *tls_name;		/* server_name, or NULL: each node's host */
+	sluice_redis_sentinel_state_t *sentinel; /* NULL: no Sentinel */
 	sluice_redis_node_t **nodes;
 	size_t nnodes;
 	int16_t *slots;		  /* cluster: slot -> node index, -1 unknown */
@@ -180,14 +234,15 @@ struct sluice_redis_s {
 	sluice_redis_report_cb on_report;
 	void *event_arg;
 	int closing;
-	unsigned open_handles; /* uv handles still to close on free */
+	unsigned open_handles; /* uv handles (and links) still to close */
 	/* sluice_redis_free_then(): told once the memory is released */
 	void (*on_released)(void *arg);
 	void *on_released_arg;
 	uint64_t moved, asked, noscript; /* redirections followed (tests) */
 };
 
-/* The arguments of one command, built on the stack at send time. */
+/* command.c: the arguments of one command, built on the stack at send
+ * time, and the RESP writer. */
 #define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_MAX_LIMITS)
 typedef struct sluice_redis_args_s {
 	int argc;
@@ -197,33 +252,52 @@ typedef struct sluice_redis_args_s {
 	char *keys; /* all key names of the call, one allocation */
 } sluice_redis_args_t;
 
-/* client.c */
 void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len);
 void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v);
 int sluice_redis__arg_keys(sluice_redis_args_t *a,
 			   const sluice_redis_call_t *c);
-/* The same with the command already in RESP. */
-int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
-			     const char *resp, size_t len);
+/* Sends argv as one command on the link; 0 or -1. */
+int sluice_redis__command_argv(sluice_redis_link_t *l,
+			       sluice_redis_reply_fn *fn, void *priv,
+			       const sluice_redis_args_t *a);
+/* Sends a command given as words ("PING", "SELECT 3"): each space
+ * separates two arguments; %s takes a C string, %d an int, %b a pointer
+ * and a size_t (binary); 0 or -1. */
+int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
+			  void *priv, const char *fmt, ...);
+
+/* client.c */
 /* Enqueues and sends a new call (see sluice_redis_take()). */
 void sluice_redis__start(sluice_redis_call_t *c);
-/* Sends the command with the call as its privdata; 0 or -1. */
+/* Sends the command with the call as its privdata (after ASKING when the
+ * call was redirected so); 0 or -1.  The _resp form takes it in RESP. */
 int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
 			sluice_redis_args_t *a);
+int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
+			     const char *resp, size_t len);
 
 void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* A link or a timer of r's is closed: r's memory goes with the last. */
+void sluice_redis__released(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a
  * lost slot map refresh). */
 void sluice_redis__wake_retry(sluice_redis_t *r);
 void sluice_redis__handle_closed(uv_handle_t *h);
 
 /* conn.c */
+/* host NULL and path NULL: an address not known yet (Sentinel), set by
+ * sluice_redis__node_move(). */
 sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 					    int port, const char *path);
 void sluice_redis__node_free(sluice_redis_node_t *n);
+/* The node is now at host:port (NULL: nowhere known): its connections
+ * are dropped (their calls fail) and reopened there. 0 or -1 (memory). */
+int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port);
+/* Records the node's last error in words (the log and metrics show it). */
+void sluice_redis__node_error(sluice_redis_node_t *n, const char *what);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
@@ -253,6 +327,28 @@ sluice_redis_node_t *sluice_redis__route(sluice_redis_t *r, int slot);
 /* Handles a MOVED/ASK error: 1 when the call was redirected (resent). */
 int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 
+/* sentinel.c */
+/* Starts asking the Sentinels for the master of r's node 0 (created with
+ * no address); 0, or SLUICE_EINVAL / SLUICE_ENOMEM with a message. */
+int sluice_redis__sentinel_start(sluice_redis_t *r,
+				 const sluice_redis_sentinel_t *s, char *err,
+				 size_t errlen);
+/* The master's connection was lost, it answered READONLY, or ROLE says it
+ * is no master: ask the Sentinels again (at most every 100 ms). */
+void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why);
+/* Closes the Sentinel connections (from sluice_redis_free()). */
+void sluice_redis__sentinel_free(sluice_redis_t *r);
+/* Checks the options (before anything is allocated). */
+int sluice_redis__sentinel_check(const sluice_redis_sentinel_t *s, char *err,
+				 size_t errlen);
+
+/* tls.c */
+/* The context for opts (rediss:// or opts->tls): CA, client certificate,
+ * verification; NULL with a message in err when a file is unusable. */
+struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
+					     char *err, size_t errlen);
+void sluice_redis__tls_context_free(struct ssl_ctx_st *ctx);
+
 /* script.c */
 extern const char sluice_redis__script[];
 extern const char sluice_redis__script_multi[];
@@ -264,7 +360,8 @@ extern const char sluice_redis__script_refund[];
 int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 /* SCRIPT LOAD of every script; fn gets each reply (NULL: ignored, errors
  * then surface as NOSCRIPT on the next call). */
-void sluice_redis__load_script(sluice_redis_conn_t *k, redisCallbackFn *fn);
+void sluice_redis__load_script(sluice_redis_conn_t *k,
+			       sluice_redis_reply_fn *fn);
 /* The scripts' shortfalls -> the decision (the core's); 0 or -1. */
 /* The same for n shortfalls el[0..n) of one key's limits. */
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
@@ -301,8 +398,5 @@ int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,
 			    size_t errlen);
 void sluice_redis__url_free(sluice_redis_url_t *u);
-
-/* uv_adapter.c: attaches a hiredis context to the loop; 0 or -1. */
-int sluice_redis__attach(redisAsyncContext *ac, uv_loop_t *loop);
 
 #endif /* SLUICE_REDIS_INT_H */

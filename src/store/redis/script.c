@@ -29,28 +29,20 @@ const char sluice_redis__script_refund_sha[41] = SLUICE_REFUND_SHA1;
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
 
-static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
-{
-	/* Errors surface on the EVALSHA that follows (NOSCRIPT). */
-	(void)ac;
-	(void)reply;
-	(void)priv;
-}
-
 /* Every script, always: whatever lost one (SCRIPT FLUSH, a restart, a
- * failover to a fresh master) lost the others too. */
-void sluice_redis__load_script(sluice_redis_conn_t *k, redisCallbackFn *fn)
+ * failover to a fresh master) lost the others too.  fn NULL: the replies
+ * are ignored (errors surface on the EVALSHA that follows, as NOSCRIPT). */
+void sluice_redis__load_script(sluice_redis_conn_t *k,
+			       sluice_redis_reply_fn *fn)
 {
-	if (!fn)
-		fn = on_loaded;
-	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
-			  sluice_redis__script, strlen(sluice_redis__script));
-	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
-			  sluice_redis__script_multi,
-			  strlen(sluice_redis__script_multi));
-	redisAsyncCommand(k->ac, fn, NULL, "SCRIPT LOAD %b",
-			  sluice_redis__script_refund,
-			  strlen(sluice_redis__script_refund));
+	static const char *const scripts[] = {sluice_redis__script,
+					      sluice_redis__script_multi,
+					      sluice_redis__script_refund};
+	size_t i;
+
+	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
+		sluice_redis__command(k->link, fn, NULL, "SCRIPT LOAD %b",
+				      scripts[i], strlen(scripts[i]));
 }
 
 /* cost * interval, or tau + 1 (more than a full bucket) when cost exceeds
@@ -146,37 +138,5 @@ int sluice_redis__decide_shortfalls(const redisReply *const *el,
 	if (!d->never)
 		d->retry_after_us = ceil_ms(d->retry_after_us) * 1000;
 	d->reset_after_us = ceil_ms(d->reset_after_us) * 1000;
-	return 0;
-}
-
-/*
- * The module answers [allowed, limit, remaining, retry_after_ms (-1: never),
- * reset_ms] plus `which` for several limits.  Times are whole ms (rounded
- * up); the decision carries them as microseconds (ms * 1000).
- */
-int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
-			      int *allowed, sluice_decision_t *d, size_t *which)
-{
-	long long v[6];
-	size_t i, want = 5;
-
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < want)
-		return -1;
-	for (i = 0; i < reply->elements && i < 6; i++) {
-		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
-			return -1;
-		v[i] = reply->element[i]->integer;
-	}
-	*which = reply->elements >= 6 ? (size_t)v[5] : 0;
-	if (*which >= nlimits || v[1] < 0 || v[2] < 0 || v[4] < 0)
-		return -1;
-	*allowed = v[0] != 0;
-	d->allowed = *allowed;
-	d->limit = (uint64_t)v[1];
-	d->remaining = (uint64_t)v[2];
-	d->never = v[3] < 0;
-	d->retry_after_us = v[3] < 0 ? UINT64_MAX : (uint64_t)v[3] * 1000;
-	d->reset_after_us = (uint64_t)v[4] * 1000;
-	d->which = *which;
 	return 0;
 }

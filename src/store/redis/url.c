@@ -1,6 +1,7 @@
 /*
  * url.c -- where the Redis store connects:
  *   redis://[[user]:pass@]host[:port][/db]   (port 6379, db 0 by default)
+ *   rediss://...                              the same over TLS
  *   unix:///path/to/redis.sock[?db=N]
  * plus "host:port" for cluster seeds (sluice_redis__parse_url() accepts a
  * bare host:port as well).
@@ -73,14 +74,18 @@ int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,
 				   "redis url is empty");
 	if (strncmp(p, "unix://", 7) == 0)
 		return parse_unix(p + 7, u, text, err, errlen);
-	if (strncmp(p, "redis://", 8) == 0)
+	if (strncmp(p, "redis://", 8) == 0) {
 		p += 8;
-	else if (strstr(p, "://"))
+	} else if (strncmp(p, "rediss://", 9) == 0) {
+		p += 9;
+		u->tls = 1;
+	} else if (strstr(p, "://")) {
 		return sluice_fail(
 			SLUICE_EINVAL, err, errlen,
-			"redis url \"%s\": expected redis://host:port[/db] "
-			"or unix:///path",
+			"redis url \"%s\": expected redis://host:port[/db], "
+			"rediss://host:port[/db] (TLS) or unix:///path",
 			text);
+	}
 
 	slash = strchr(p, '/');
 	at = memchr(p, '@', slash ? (size_t)(slash - p) : strlen(p));

@@ -19,7 +19,8 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
   Sentinels' own under sentinel.password; and with TLS everywhere
   (rediss://, Sentinels included).
 - Sentinels that are all unreachable: serve runs, /readyz 503, each
-  rule's on_store_error applies, the log is not flooded.
+  rule's on_store_error applies, no_master is said once (and counted in
+  the metrics), the log is not flooded.
 """
 import os
 import sys
@@ -238,8 +239,18 @@ class SentinelTest(unittest.TestCase):
         self.assertIsNone(sluice.poll(), "sluice died:\n" + sluice.log())
         self.assertEqual(sluice.request("GET", "/healthz").status, 200)
         self.assertEqual(ready(sluice), 503)
-        self.assertGreaterEqual(len(lines), 1)
+        # Said once, naming the group, however many rounds it asked.
+        none = [ln for ln in lines if "no_master" in ln]
+        self.assertEqual(len(none), 1, sluice.log())
+        self.assertIn("mymaster", none[0])
         self.assertLessEqual(len(lines), 8, sluice.log())
+        # Counted as calls with no master (those the open breaker failed
+        # fast may not be).
+        m = sluice.metrics()
+        self.assertGreaterEqual(m.get('sluice_redis_errors_total{node="'
+                                      'mymaster",kind="no_master"}', 0),
+                                1, m)
+        self.assertEqual(m.get('sluice_redis_up{node="mymaster"}'), 0)
         return answers
 
     def test_unreachable_sentinels_fail_closed(self):

@@ -386,7 +386,13 @@ class RedisServer(Proc):
             argv += ["--cluster-enabled", "yes",
                      "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", "5000"]
+        previous = getattr(self, "logfile", None)  # before a kill()
         super().__init__(argv)
+        if previous:
+            try:
+                os.unlink(previous.name)
+            except OSError:
+                pass
         if not wait_until(lambda: self.ping(), timeout=20):
             raise RuntimeError("redis-server on %d never answered PING:\n%s"
                                % (self.port, self.log()))

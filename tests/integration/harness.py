@@ -363,8 +363,11 @@ class RedisServer(Proc):
             os.unlink(os.path.join(self.dir, "dump.rdb"))
         except OSError:
             pass
+        # A replica syncs at once (the master would wait 5 s for more
+        # replicas to join the transfer).
         argv = ["redis-server", "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir]
+                "--appendonly", "no", "--dir", self.dir,
+                "--repl-diskless-sync-delay", "0"]
         if self.tls:
             argv += ["--port", "0", "--tls-port", str(self.port),
                      "--tls-cert-file", self.tls.server_cert,

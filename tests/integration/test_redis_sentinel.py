@@ -15,6 +15,10 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
   /readyz is 200.  The gap from the kill to the first decision is printed
   with the Sentinels' detection time; only a generous bound is asserted.
   The old master, restarted, becomes a replica and gets no decisions.
+- The same when the master hangs (SIGSTOP: connections open, nothing
+  answers) and when it is handed over with SENTINEL FAILOVER (it lives
+  on as a replica: writes to it are refused with READONLY).  Which
+  server decided is told by where the request's key was written.
 - The same with passwords: the master's from the URL (with a db), the
   Sentinels' own under sentinel.password; and with TLS everywhere
   (rediss://, Sentinels included).
@@ -23,6 +27,8 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
   the metrics), the log is not flooded.
 """
 import os
+import re
+import signal
 import sys
 import time
 import unittest
@@ -85,9 +91,12 @@ def redis_lines(log):
 class SentinelTest(unittest.TestCase):
     def setUp(self):
         self.group = None
+        self.frozen = None
         self.procs = []
 
     def tearDown(self):
+        if self.frozen:
+            self.frozen.kill()  # SIGKILL ends a stopped process too
         for p in self.procs:
             p.stop()
         if self.group:
@@ -108,7 +117,8 @@ class SentinelTest(unittest.TestCase):
 
     # ------------------------------------------------------- failover
 
-    def failover(self, text, db=0, secrets=(), restart_old=False):
+    def failover(self, text, db=0, secrets=(), how="kill",
+                 restart_old=False):
         g = self.group
         master, replica = g.master, g.replica
         sluice = self.serve(text)
@@ -129,40 +139,64 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(master.cli("WAIT", 1, 5000), "1")
         self.assertEqual(int(replica.cli("-n", db, "DBSIZE")), stored)
 
-        master.kill()
-        killed = time.monotonic()
-        seen = {}
-        first = promoted = None
+        # The event: the master SIGKILLed (its connections reset), frozen
+        # with SIGSTOP (connections open, no answers: only timeouts and
+        # the Sentinels' news tell), or handed over with SENTINEL
+        # FAILOVER (it stays up and is demoted: writes to it get
+        # READONLY).
+        if how == "kill":
+            master.kill()
+        elif how == "stop":
+            master.signal(signal.SIGSTOP)
+            self.frozen = master
+        else:
+            self.assertEqual(g.sentinels[0].cli("SENTINEL", "FAILOVER",
+                                                g.name), "OK")
+        event = time.monotonic()
+        sent = []  # (sent at, identity, status)
+        promoted = None
         i = 0
-        # Poll with fresh keys until Redis decides again: with
-        # on_store_error closed any answer but a 503 comes from Redis.
-        while time.monotonic() < killed + 60:
+        # Poll with fresh keys until Redis decides on the new master:
+        # with on_store_error closed any answer but a 503 comes from
+        # Redis, and the key it wrote says which server decided.
+        while time.monotonic() < event + 60:
             i += 1
-            r = check(sluice, "wide", "during%d" % i)
-            now = time.monotonic()
-            seen[r.status] = seen.get(r.status, 0) + 1
+            ident = "during%d" % i
+            t = time.monotonic()
+            r = check(sluice, "wide", ident)
+            sent.append((t, ident, r.status))
             if r.status == 503:
                 self.assertIsNotNone(r.header("retry-after"))
-            elif first is None:
-                first = now
             if promoted is None and g.master_port() == replica.port:
-                promoted = now
-            if first is not None and promoted is not None:
+                promoted = time.monotonic()
+            if promoted is not None and r.status == 200 and t > promoted \
+                    and replica.cli("-n", db, "KEYS",
+                                    "*\x1f%s}*" % ident) != "":
                 break
             time.sleep(0.02)
-        print("master SIGKILLed: the Sentinels (down-after-milliseconds "
-              "%d) named the replica after %s s; first decision by Redis "
-              "%s s after the kill; answers meanwhile %s"
-              % (DOWN_AFTER_MS,
-                 "%.2f" % (promoted - killed) if promoted else "never",
-                 "%.2f" % (first - killed) if first else "never", seen),
+        on_new = set(re.findall("\x1f(during[0-9]+)}", replica.cli(
+            "-n", db, "KEYS", "*during*")))
+        first = next((t for t, ident, st in sent if st == 200 and
+                      ident in on_new and (how != "manual" or
+                                           t > (promoted or 0))), None)
+        seen = {}
+        for _, _, st in sent:
+            seen[st] = seen.get(st, 0) + 1
+        print("master %s: the Sentinels (down-after-milliseconds %d) "
+              "named the replica after %s s; first decision on the new "
+              "master %s s after it; answers meanwhile %s"
+              % ({"kill": "SIGKILLed", "stop": "SIGSTOPped",
+                  "manual": "handed over (SENTINEL FAILOVER)"}[how],
+                 DOWN_AFTER_MS,
+                 "%.2f" % (promoted - event) if promoted else "never",
+                 "%.2f" % (first - event) if first else "never", seen),
               flush=True)
         self.assertIsNone(sluice.poll(), "sluice died:\n" + sluice.log())
         self.assertIsNotNone(promoted, "the Sentinels never promoted")
-        self.assertIsNotNone(first, "no decision after the failover:\n"
+        self.assertIsNotNone(first, "no decision on the new master:\n"
                              + sluice.log())
-        self.assertLess(first - killed, 30.0)
-        # Closed mode: never a false allow before, never a false 429.
+        self.assertLess(first - event, 30.0)
+        # Closed mode: never a false allow, never a false 429.
         self.assertEqual(set(seen) - {200, 503}, set(), seen)
 
         # Redis decides on the new master: fresh keys pass, the drained
@@ -201,6 +235,23 @@ class SentinelTest(unittest.TestCase):
     def test_decisions_follow_a_failover(self):
         g = self.start_group()
         self.failover(config(g.addrs()), restart_old=True)
+
+    def test_failover_of_a_hung_master(self):
+        # SIGSTOP: sluice's connections to the old master stay open and
+        # nothing answers; only the timeouts and the Sentinels' news
+        # (+switch-master) lead it to the new master.
+        g = self.start_group()
+        self.failover(config(g.addrs()), how="stop")
+
+    def test_manual_failover_while_the_old_master_lives(self):
+        # SENTINEL FAILOVER: the old master stays up and is made a
+        # replica of the new one; its connections are not lost, its
+        # writes are refused (READONLY).
+        g = self.start_group()
+        self.failover(config(g.addrs()), how="manual")
+        self.assertTrue(harness.wait_until(
+            lambda: g.master.info("replication").get("role") == "slave",
+            30, 0.1))
 
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")

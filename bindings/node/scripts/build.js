@@ -8,7 +8,7 @@
 //      and hiredis.
 // The addon does not link libuv: its uv_* calls bind to the libuv inside
 // Node, the loop the Redis client runs on.
-// Needs: a C compiler, cmake, pkg-config, libuv1-dev and libhiredis-dev
+// Needs: a C compiler, cmake, pkg-config, libuv1-dev, libhiredis-dev and libssl-dev
 // (Debian), as the checkout's scripts/deps installs them.
 'use strict';
 const { execFileSync } = require('node:child_process');
@@ -73,7 +73,7 @@ run('cmake', ['-S', root, '-B', libdir, '-DCMAKE_BUILD_TYPE=Release',
 run('cmake', ['--build', libdir, '--target', 'sluice_redis_static', '-j', String(Math.max(1, require('node:os').cpus().length))],
   { stdio: ['ignore', 'ignore', 'inherit'] });
 
-const cflags = run('pkg-config', ['--cflags', 'libuv', 'hiredis']).trim().split(/\s+/).filter(Boolean);
+const cflags = run('pkg-config', ['--cflags', 'libuv', 'hiredis', 'openssl']).trim().split(/\s+/).filter(Boolean);
 const cc = process.env.CC || 'cc';
 const target = path.join(out, 'sluice.node');
 const tmp = `${target}.tmp`;
@@ -82,6 +82,6 @@ run(cc, ['-std=gnu11', '-O2', '-fPIC', '-shared', '-fvisibility=hidden',
   '-I', path.join(root, 'include'), '-I', napiHeaders(), ...cflags,
   path.join(pkg, 'src', 'addon.c'), path.join(libdir, 'libsluice-redis.a'), path.join(libdir, 'libsluice.a'),
   // libsluice's and hiredis's own symbols stay inside the addon.
-  '-Wl,--exclude-libs,ALL', '-lhiredis', '-lm', '-o', tmp], { stdio: ['ignore', 'inherit', 'inherit'] });
+  '-Wl,--exclude-libs,ALL', '-lhiredis', '-lssl', '-lcrypto', '-lm', '-o', tmp], { stdio: ['ignore', 'inherit', 'inherit'] });
 fs.renameSync(tmp, target);
 console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);

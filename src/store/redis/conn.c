@@ -118,12 +118,23 @@ static void on_link(sluice_redis_link_t *l, int status)
 {
 	sluice_redis_conn_t *k = l->data;
 
+	int tls;
+
 	if (!k || k->link != l || status == 0)
 		return; /* up counts once the handshake is answered */
-	if (!k->hs_failed) {
-		conn_failed(k, l->tls_failed ? HEALTH_TLS : HEALTH_UNREACHABLE,
+	/* A server that refused our TLS (no client certificate, say) may
+	 * reset the connection before its alert is read: while the node's
+	 * state is a TLS failure, a connection lost before its handshake
+	 * was answered is the same failure, not news. */
+	tls = l->tls_failed || (k->node->health == HEALTH_TLS &&
+				k->state == CONN_CONNECTING && l->reached);
+	if (tls && !l->tls_failed) {
+		sluice_redis__report(k->r, k->node, SLUICE_REDIS_REPORT_ERROR,
+				     0, SLUICE_REDIS_ERR_TLS);
+	} else if (!k->hs_failed) {
+		conn_failed(k, tls ? HEALTH_TLS : HEALTH_UNREACHABLE,
 			    l->errstr[0] ? l->errstr : "connection lost");
-		if (l->tls_failed)
+		if (tls)
 			sluice_redis__report(k->r, k->node,
 					     SLUICE_REDIS_REPORT_ERROR, 0,
 					     SLUICE_REDIS_ERR_TLS);

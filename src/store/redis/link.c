@@ -426,6 +426,7 @@ static void connected(link_t *l, int status)
 		link_fail(l, why);
 		return;
 	}
+	l->pub.reached = 1;
 	if ((rc = uv_read_start(&l->io.s, on_alloc, on_read)) < 0) {
 		snprintf(why, sizeof(why), "read: %s", uv_strerror(rc));
 		link_fail(l, why);
@@ -475,8 +476,7 @@ static void connect_to(link_t *l, const struct sockaddr *sa)
 	l->open++;
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status,
-			struct addrinfo *res)
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
 	link_t *l = req->data;
 	struct addrinfo *a;

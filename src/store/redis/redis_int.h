@@ -82,6 +82,7 @@ struct sluice_redis_link_s {
 	void *data;	  /* the owner's (a conn, a Sentinel) */
 	char errstr[256]; /* why it failed, for the log */
 	int tls_failed;	  /* the failure was TLS's (handshake, alert) */
+	int reached;	  /* the socket connected (whatever came after) */
 };
 
 /* Connects to host:port (a name or an address) or the unix socket at

@@ -243,10 +243,9 @@ static void ask(sentinel_t *s)
 		return;
 	if (s->asked_ms && now - s->asked_ms < SENTINEL_THROTTLE_MS) {
 		if (!uv_is_active((uv_handle_t *)&s->timer))
-			uv_timer_start(&s->timer, on_timer,
-				       SENTINEL_THROTTLE_MS -
-					       (now - s->asked_ms),
-				       0);
+			uv_timer_start(
+				&s->timer, on_timer,
+				SENTINEL_THROTTLE_MS - (now - s->asked_ms), 0);
 		return;
 	}
 	uv_timer_stop(&s->timer);
@@ -372,8 +371,7 @@ int sluice_redis__sentinel_start(sluice_redis_t *r,
 		return sluice_fail(SLUICE_ENOMEM, err, errlen,
 				   "redis store: out of memory");
 	}
-	snprintf(r->nodes[0]->name, sizeof(r->nodes[0]->name), "%s",
-		 o->master);
+	snprintf(r->nodes[0]->name, sizeof(r->nodes[0]->name), "%s", o->master);
 	uv_timer_init(r->loop, &s->timer);
 	s->timer.data = s;
 	r->open_handles++;

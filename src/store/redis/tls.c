@@ -56,10 +56,9 @@ struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-	SSL_CTX_set_verify(ctx,
-			   o && o->no_verify ? SSL_VERIFY_NONE
-					     : SSL_VERIFY_PEER,
-			   NULL);
+	SSL_CTX_set_verify(
+		ctx, o && o->no_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
+		NULL);
 	if (o && o->ca_file) {
 		what = "ca_file";
 		file = o->ca_file;
@@ -90,9 +89,8 @@ struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
 	return ctx;
 fail:
 	tls_reason(why, sizeof(why));
-	sluice_fail(SLUICE_EINVAL, err, errlen, "redis tls: %s%s%s%s: %s",
-		    what, file[0] ? " \"" : "", file, file[0] ? "\"" : "",
-		    why);
+	sluice_fail(SLUICE_EINVAL, err, errlen, "redis tls: %s%s%s%s: %s", what,
+		    file[0] ? " \"" : "", file, file[0] ? "\"" : "", why);
 	SSL_CTX_free(ctx);
 	return NULL;
 }

@@ -340,13 +340,16 @@ class RedisServer(Proc):
     tls: a TlsFiles; the server then listens with TLS only (--port 0,
     --tls-port), replicates and talks to its cluster bus over TLS, and
     with tls_auth_clients=True refuses clients without a certificate
-    signed by the CA.  replicaof: another RedisServer to follow."""
+    signed by the CA.  cert: a (certificate, key) pair to present
+    instead of the TlsFiles' server certificate (cli() then skips
+    verification).  replicaof: another RedisServer to follow."""
 
     def __init__(self, port=None, cluster=False, password=None, tls=None,
-                 tls_auth_clients=False, replicaof=None):
+                 tls_auth_clients=False, replicaof=None, cert=None):
         self.cluster = cluster
         self.password = password
         self.tls = tls
+        self.cert = cert
         self.tls_auth_clients = tls_auth_clients
         self.replicaof = replicaof
         # Its working directory: a cluster node's nodes.conf, and the
@@ -369,9 +372,10 @@ class RedisServer(Proc):
                 "--appendonly", "no", "--dir", self.dir,
                 "--repl-diskless-sync-delay", "0"]
         if self.tls:
+            cert, key = self.cert or (self.tls.server_cert,
+                                      self.tls.server_key)
             argv += ["--port", "0", "--tls-port", str(self.port),
-                     "--tls-cert-file", self.tls.server_cert,
-                     "--tls-key-file", self.tls.server_key,
+                     "--tls-cert-file", cert, "--tls-key-file", key,
                      "--tls-ca-cert-file", self.tls.ca,
                      "--tls-auth-clients",
                      "yes" if self.tls_auth_clients else "no",
@@ -424,6 +428,8 @@ class RedisServer(Proc):
         out = ["-h", "127.0.0.1", "-p", str(self.port)]
         if self.tls:
             out += self.tls.cli_args()
+            if self.cert:
+                out.append("--insecure")
         if self.password:
             out += ["-a", self.password, "--no-auth-warning"]
         return out
@@ -461,8 +467,9 @@ class TlsFiles:
     """Test certificates made with the openssl command in a temporary
     directory (removed at exit): a CA; a server certificate it signed for
     CN localhost with the names DNS:localhost and IP:127.0.0.1; a client
-    certificate it signed (for mutual TLS); and a second CA that signed
-    nothing here, for clients that must not trust the server.  EC P-256
+    certificate it signed (for mutual TLS); and a second CA, for clients
+    that must not trust the server, which signed a certificate for
+    localhost too (a server certificate from the wrong CA).  EC P-256
     keys: quick to make, and every TLS version Redis speaks takes them."""
 
     CONF = """
@@ -497,11 +504,14 @@ authorityKeyIdentifier = keyid
         with open(self.conf, "w") as f:
             f.write(self.CONF)
         self.ca, self.ca_key = self._ca("ca", "sluice test CA")
-        self.other_ca, _ = self._ca("other-ca", "sluice unrelated CA")
+        self.other_ca, self.other_ca_key = self._ca("other-ca",
+                                                    "sluice unrelated CA")
         self.server_cert, self.server_key = self._leaf(
             "server", "localhost", "server", 1001)
         self.client_cert, self.client_key = self._leaf(
             "client", "sluice test client", "client", 1002)
+        self.other_server_cert, self.other_server_key = self._leaf(
+            "other-server", "localhost", "server", 1003, other=True)
 
     def _path(self, name):
         return os.path.join(self.dir, name)
@@ -527,14 +537,16 @@ authorityKeyIdentifier = keyid
                       "-extensions", "ca", "-out", crt)
         return crt, key
 
-    def _leaf(self, name, cn, section, serial):
+    def _leaf(self, name, cn, section, serial, other=False):
+        ca, ca_key = (self.other_ca, self.other_ca_key) if other \
+            else (self.ca, self.ca_key)
         key = self._key(name)
         csr = self._path(name + ".csr")
         crt = self._path(name + ".crt")
         self._openssl("req", "-config", self.conf, "-new", "-key", key,
                       "-subj", "/CN=" + cn, "-out", csr)
-        self._openssl("x509", "-req", "-in", csr, "-CA", self.ca,
-                      "-CAkey", self.ca_key, "-set_serial", str(serial),
+        self._openssl("x509", "-req", "-in", csr, "-CA", ca,
+                      "-CAkey", ca_key, "-set_serial", str(serial),
                       "-days", "3", "-extfile", self.conf, "-extensions",
                       section, "-out", crt)
         return crt, key

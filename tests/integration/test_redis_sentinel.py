@@ -22,6 +22,7 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
 - The same with passwords: the master's from the URL (with a db), the
   Sentinels' own under sentinel.password; and with TLS everywhere
   (rediss://, Sentinels included).
+- Sentinels in the list that are down are skipped.
 - Sentinels that are all unreachable: serve runs, /readyz 503, each
   rule's on_store_error applies, no_master is said once (and counted in
   the metrics), the log is not flooded.
@@ -272,6 +273,20 @@ class SentinelTest(unittest.TestCase):
                           secrets=("m4ster-Pw",))
         finally:
             self.tls.remove()
+
+    def test_dead_sentinels_in_the_list_are_skipped(self):
+        # The first address has nobody listening, the second Sentinel is
+        # stopped: the third and fourth name the master.
+        g = self.start_group()
+        g.sentinels[0].stop()
+        addrs = ["127.0.0.1:%d" % harness.free_port()] + g.addrs()
+        sluice = self.serve(config(addrs))
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
+                                           15, 0.05), sluice.log())
+        got = [check(sluice, "tight", "skip").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(g.master.cli("DBSIZE"), "1")
 
     # -------------------------------------------- no Sentinel answers
 

@@ -1,8 +1,9 @@
 /*
  * sluice_redis.h -- the Redis store: bucket state shared by every instance.
  *
- * One client per event loop (libuv), non-blocking (hiredis), with every
- * decision in flight pipelined onto its connections.  Each decision is one
+ * One client per event loop (libuv), non-blocking, with every decision in
+ * flight pipelined onto its connections (plain or TLS; one Redis, a Redis
+ * Cluster, or the master named by Redis Sentinel).  Each decision is one
  * atomic server-side call (the SLUICE.TAKE module command when the server
  * has it, else a Lua script loaded once and run by EVALSHA), timed by the
  * Redis server's clock, never the caller's.  State is the same integer as

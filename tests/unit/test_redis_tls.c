@@ -259,7 +259,8 @@ static void expect_refused(const tls_redis_t *s, const sluice_redis_tls_t *tls,
 	CHECK(!sluice_redis_healthy(r));
 	CHECK(seen.connected == 0);
 	if (seen.tls_failed != 1)
-		fprintf(stderr, "tls_failed %u: %s\n", seen.tls_failed, seen.detail);
+		fprintf(stderr, "tls_failed %u: %s\n", seen.tls_failed,
+			seen.detail);
 	CHECK(seen.tls_failed == 1);
 	CHECK(seen.tls_errors >= 2); /* each attempt is counted */
 	CHECK(strcmp(seen.node, node) == 0);

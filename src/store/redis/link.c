@@ -444,11 +444,9 @@ static void on_connected(uv_connect_t *req, int status)
 {
 	link_t *l = req->data;
 
-	l->open++; /* held across the callbacks below */
 	if (l->state != L_CLOSED)
 		connected(l, status);
-	link_release(l); /* the request's */
-	link_release(l);
+	link_release(l); /* the request's, which kept l alive until here */
 }
 
 static void connect_to(link_t *l, const struct sockaddr *sa)

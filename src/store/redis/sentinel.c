@@ -47,10 +47,11 @@ struct sluice_redis_sentinel_state_s {
 	size_t query_ix;
 	size_t tried;		  /* Sentinels that failed this round */
 	sluice_redis_link_t *sub; /* subscribed to +switch-master */
-	uv_timer_t timer;	  /* asking again later */
-	uint64_t asked_ms;	  /* when the last question went out */
-	int told_none;		  /* NO_MASTER was reported */
-	char why[256];		  /* what the last Sentinel said */
+	size_t sub_ix;
+	uv_timer_t timer;  /* asking again later */
+	uint64_t asked_ms; /* when the last question went out */
+	int told_none;	   /* NO_MASTER was reported */
+	char why[256];	   /* what the last Sentinel said */
 };
 
 typedef struct sluice_redis_sentinel_state_s sentinel_t;
@@ -86,8 +87,8 @@ static void found(sentinel_t *s, const char *host, int port, const char *how)
 	if (sluice_redis__node_move(n, host, port) < 0)
 		return;
 	snprintf(addr, sizeof(addr), "%s:%d", host, port);
-	snprintf(detail, sizeof(detail), "master \"%s\" is %s (%s)", s->master,
-		 addr, how);
+	snprintf(detail, sizeof(detail), "master \"%.60s\" is %.100s (%.200s)",
+		 s->master, addr, how);
 	tell(s, SLUICE_REDIS_EV_MASTER_CHANGED, addr, detail);
 }
 
@@ -122,7 +123,7 @@ static void on_push(sluice_redis_link_t *l, redisReply *rep, void *priv)
 	    strcmp(name, s->master) != 0 || newp <= 0 || newp > 65535)
 		return;
 	snprintf(how, sizeof(how), "+switch-master from %s",
-		 s->addrs[s->query_ix].name);
+		 s->addrs[s->sub_ix].name);
 	found(s, newh, newp, how);
 }
 
@@ -136,6 +137,7 @@ static void subscribe(sentinel_t *s, size_t ix)
 		return;
 	l->data = s;
 	s->sub = l;
+	s->sub_ix = ix;
 	/* Every reply is a push from here on, AUTH's included (ignored). */
 	sluice_redis__link_on_push(l, on_push, s);
 	if (s->password && s->user)

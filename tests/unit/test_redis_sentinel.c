@@ -1,0 +1,343 @@
+/*
+ * test_redis_sentinel.c -- the Redis store under Redis Sentinel, against
+ * real processes: a master, a replica and three Sentinels.  Decisions
+ * flow through the master the Sentinels name; after the master is
+ * SIGKILLed and the Sentinels promote the replica, decisions resume there
+ * and a bucket drained before the failover is still drained.  Also: no
+ * Sentinel reachable fails calls at once and says so, and bad options are
+ * refused.
+ */
+#include "redis_harness.h"
+#include "sluice_redis.h"
+
+#define DOWN_AFTER_MS 1000
+
+typedef struct {
+	pid_t pid;
+	int port;
+} proc_t;
+
+static char dir[64];
+
+static pid_t spawn(char *const argv[])
+{
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+			_exit(127);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	rh_remember(pid);
+	return pid;
+}
+
+static void start_redis(proc_t *p, const proc_t *master)
+{
+	char port[16], mport[16], d[128];
+	char *argv[] = {"redis-server", "--port", port,	   "--bind",
+			"127.0.0.1",	"--save", "",	   "--appendonly",
+			"no",		"--dir",  d,	   NULL,
+			NULL,		NULL,	  NULL};
+	int64_t until = rh_ms() + 10000;
+
+	p->port = rh_free_port();
+	snprintf(port, sizeof(port), "%d", p->port);
+	snprintf(d, sizeof(d), "%s", dir);
+	if (master) {
+		snprintf(mport, sizeof(mport), "%d", master->port);
+		argv[11] = "--replicaof";
+		argv[12] = "127.0.0.1";
+		argv[13] = mport;
+	}
+	p->pid = spawn(argv);
+	while (!rh_ping(p->port)) {
+		CHECK(rh_ms() < until);
+		rh_sleep_ms(10);
+	}
+}
+
+static void start_sentinel(proc_t *p, int master_port, int i)
+{
+	char conf[128], port[16];
+	char *argv[] = {"redis-server", conf, "--sentinel", "--port", port,
+			NULL};
+	int64_t until = rh_ms() + 10000;
+	FILE *f;
+
+	p->port = rh_free_port();
+	snprintf(port, sizeof(port), "%d", p->port);
+	snprintf(conf, sizeof(conf), "%s/sentinel%d.conf", dir, i);
+	f = fopen(conf, "w");
+	CHECK(f != NULL);
+	fprintf(f,
+		"bind 127.0.0.1\n"
+		"dir %s\n"
+		"sentinel monitor mymaster 127.0.0.1 %d 2\n"
+		"sentinel down-after-milliseconds mymaster %d\n"
+		"sentinel failover-timeout mymaster 5000\n"
+		"sentinel parallel-syncs mymaster 1\n",
+		dir, master_port, DOWN_AFTER_MS);
+	fclose(f);
+	p->pid = spawn(argv);
+	while (!rh_ping(p->port)) {
+		CHECK(rh_ms() < until);
+		rh_sleep_ms(10);
+	}
+}
+
+static void stop(proc_t *p)
+{
+	if (p->pid > 0) {
+		kill(p->pid, SIGKILL);
+		waitpid(p->pid, NULL, 0);
+		rh_forget(p->pid);
+		p->pid = 0;
+	}
+}
+
+/* --------------------------------------------------------------- client */
+
+typedef struct {
+	unsigned master_changed, no_master;
+	char master[80], how[256];
+	int64_t changed_ms; /* when the last MASTER_CHANGED came */
+} seen_t;
+
+static void on_event(void *arg, const sluice_redis_event_t *ev)
+{
+	seen_t *s = arg;
+
+	if (ev->kind == SLUICE_REDIS_EV_MASTER_CHANGED) {
+		s->master_changed++;
+		s->changed_ms = rh_ms();
+		snprintf(s->master, sizeof(s->master), "%s", ev->node);
+		snprintf(s->how, sizeof(s->how), "%s", ev->detail);
+	} else if (ev->kind == SLUICE_REDIS_EV_NO_MASTER) {
+		s->no_master++;
+	}
+}
+
+static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
+			      size_t n, seen_t *seen)
+{
+	static char addrs[3][32];
+	static const char *ptrs[3];
+	sluice_redis_sentinel_t s = {0};
+	sluice_redis_opts_t o = {0};
+	sluice_redis_t *r;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		snprintf(addrs[i], sizeof(addrs[i]), "127.0.0.1:%d",
+			 sentinels[i].port);
+		ptrs[i] = addrs[i];
+	}
+	s.master = "mymaster";
+	s.addrs = ptrs;
+	s.naddrs = n;
+	o.sentinel = &s;
+	o.timeout_ms = 500;
+	o.on_event = on_event;
+	o.event_arg = seen;
+	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	return r;
+}
+
+static void limit(sluice_limit_t *l, uint64_t cap, const char *rate)
+{
+	CHECK(sluice_limit_parse(l, "1", rate, NULL, 0) == 0);
+	CHECK(sluice_limit_init(l, cap, &l->rate, NULL, 0) == 0);
+}
+
+static int wait_healthy(uv_loop_t *loop, sluice_redis_t *r, int ms)
+{
+	int64_t until = rh_ms() + ms;
+
+	while (!sluice_redis_healthy(r) && rh_ms() < until) {
+		uv_run(loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(5);
+	}
+	return sluice_redis_healthy(r);
+}
+
+/* The replica has everything the master wrote (WAIT on the master). */
+static void replicated(const proc_t *master)
+{
+	redisContext *c = rh_connect(master->port);
+	redisReply *rep = rh_cmd(c, "WAIT 1 5000");
+
+	CHECK(rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
+	freeReplyObject(rep);
+	redisFree(c);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_failover(void)
+{
+	proc_t master, replica, sentinels[3];
+	char master_addr[32], replica_addr[32];
+	seen_t seen = {0};
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	uv_loop_t loop;
+	int64_t killed, gap;
+	result_t res;
+	int i;
+
+	start_redis(&master, NULL);
+	start_redis(&replica, &master);
+	for (i = 0; i < 3; i++)
+		start_sentinel(&sentinels[i], master.port, i);
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%d",
+		 master.port);
+	snprintf(replica_addr, sizeof(replica_addr), "127.0.0.1:%d",
+		 replica.port);
+
+	uv_loop_init(&loop);
+	r = client(&loop, sentinels, 3, &seen);
+	CHECK(wait_healthy(&loop, r, 10000));
+	CHECK(seen.master_changed == 1);
+	CHECK(strcmp(seen.master, master_addr) == 0);
+	limit(&l, 3, "1/h");
+	for (i = 0; i < 3; i++)
+		CHECK(rh_take(&loop, r, "drained", &l, 1, 1).allowed);
+	CHECK(!rh_take(&loop, r, "drained", &l, 1, 1).allowed);
+	replicated(&master);
+
+	stop(&master);
+	killed = rh_ms();
+	/* Decisions fail (the caller's fail mode) until the Sentinels have
+	 * promoted the replica, then resume there. */
+	for (;;) {
+		res = rh_take(&loop, r, "fresh", &l, 1, 0);
+		if (res.status == 0)
+			break;
+		CHECK(rh_ms() - killed < 60000);
+		uv_run(&loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(20);
+	}
+	gap = rh_ms() - killed;
+	CHECK(strcmp(seen.master, replica_addr) == 0);
+	CHECK(seen.master_changed == 2);
+	/* The replica had the bucket: still drained. */
+	res = rh_take(&loop, r, "drained", &l, 1, 1);
+	CHECK(res.status == 0 && !res.allowed && res.d.remaining == 0);
+	CHECK(rh_take(&loop, r, "fresh", &l, 1, 1).allowed);
+	printf("failover: decisions resumed %lld ms after the master was "
+	       "killed (Sentinels' down-after-milliseconds %d), %lld ms after "
+	       "the client learnt the new master: %s\n",
+	       (long long)gap, DOWN_AFTER_MS,
+	       (long long)(killed + gap - seen.changed_ms), seen.how);
+
+	rh_close_client(&loop, r);
+	uv_loop_close(&loop);
+	for (i = 0; i < 3; i++)
+		stop(&sentinels[i]);
+	stop(&replica);
+	printf("decisions follow the master across a failover\n");
+}
+
+static void test_no_sentinel(void)
+{
+	proc_t gone[2];
+	seen_t seen = {0};
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	uv_loop_t loop;
+	result_t res;
+	int64_t until;
+
+	/* Ports nobody listens on. */
+	gone[0].port = rh_free_port();
+	gone[1].port = rh_free_port();
+	uv_loop_init(&loop);
+	r = client(&loop, gone, 2, &seen);
+	until = rh_ms() + 5000;
+	while (!seen.no_master && rh_ms() < until) {
+		uv_run(&loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(5);
+	}
+	CHECK(seen.no_master == 1);
+	CHECK(!sluice_redis_healthy(r));
+	limit(&l, 3, "1/h");
+	res = rh_take(&loop, r, "k", &l, 1, 1);
+	CHECK(res.status == SLUICE_ESTORE);
+	/* Asked again and again: still reported once. */
+	until = rh_ms() + 1500;
+	while (rh_ms() < until) {
+		uv_run(&loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(5);
+	}
+	CHECK(seen.no_master == 1);
+	rh_close_client(&loop, r);
+	uv_loop_close(&loop);
+	printf("no Sentinel: calls fail at once, said once\n");
+}
+
+static void expect_bad(const sluice_redis_sentinel_t *s, const char *url,
+		       const char *msg)
+{
+	sluice_redis_opts_t o = {0};
+	sluice_redis_t *r = NULL;
+	uv_loop_t loop;
+	char err[256];
+
+	uv_loop_init(&loop);
+	o.url = url;
+	o.sentinel = s;
+	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	if (!strstr(err, msg)) {
+		fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, msg);
+		CHECK(0);
+	}
+	CHECK(uv_run(&loop, UV_RUN_NOWAIT) == 0);
+	uv_loop_close(&loop);
+}
+
+static void test_bad_options(void)
+{
+	const char *good[] = {"127.0.0.1:26379"};
+	const char *noport[] = {"127.0.0.1"};
+	sluice_redis_sentinel_t s = {.master = "mymaster", .addrs = good,
+				     .naddrs = 1};
+
+	s.master = NULL;
+	expect_bad(&s, NULL, "a master name is needed");
+	s.master = "mymaster";
+	s.naddrs = 0;
+	expect_bad(&s, NULL, "no Sentinel addresses");
+	s.naddrs = 1;
+	s.addrs = noport;
+	expect_bad(&s, NULL, "expected host:port");
+	s.addrs = good;
+	expect_bad(&s, "unix:///tmp/redis.sock", "credentials only");
+	printf("bad Sentinel options are refused\n");
+}
+
+int main(void)
+{
+	atexit(rh_cleanup);
+	strcpy(dir, "/tmp/sluice-sentinel-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	test_bad_options();
+	test_no_sentinel();
+	test_failover();
+	{
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", dir);
+	}
+	printf("ok\n");
+	return 0;
+}

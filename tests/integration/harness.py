@@ -26,6 +26,7 @@ BUILD = os.environ.get("SLUICE_BUILD", os.path.join(SRC, "build"))
 SLUICE = os.path.join(BUILD, "sluice")
 
 _procs = []
+_dirs = []  # temporary directories removed at exit
 
 
 def free_port():
@@ -136,6 +137,16 @@ def _cleanup():
             pass
         if getattr(p, "dir", None):  # a cluster node's nodes.conf
             shutil.rmtree(p.dir, ignore_errors=True)
+        # A process that failed to start was never stop()ped: its log
+        # and config file are still there.
+        for path in (p.logfile.name, getattr(p, "config_path", None)):
+            if path:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    for d in list(_dirs):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ------------------------------------------------------------- sluice
@@ -320,32 +331,78 @@ def _port_free(port):
 
 
 class RedisServer(Proc):
-    """redis-server on a free loopback port (no persistence).  kill() is
-    SIGKILL; start() again brings it back on the same port, empty.
-    cluster=True: --cluster-enabled yes, its nodes.conf in a temporary
-    directory removed by stop().  password: --requirepass (cli() and
-    ping() authenticate with it)."""
+    """redis-server on a free loopback port (no persistence), working in a
+    temporary directory removed by stop().  kill() is SIGKILL; start()
+    again brings it back on the same port, empty.  cluster=True:
+    --cluster-enabled yes, its nodes.conf in that directory.  password:
+    --requirepass (cli() and ping() authenticate with it; a replica also
+    uses it as masterauth).
+    tls: a TlsFiles; the server then listens with TLS only (--port 0,
+    --tls-port), replicates and talks to its cluster bus over TLS, and
+    with tls_auth_clients=True refuses clients without a certificate
+    signed by the CA.  cert: a (certificate, key) pair to present
+    instead of the TlsFiles' server certificate (cli() then skips
+    verification).  replicaof: another RedisServer to follow."""
 
-    def __init__(self, port=None, cluster=False, password=None):
+    def __init__(self, port=None, cluster=False, password=None, tls=None,
+                 tls_auth_clients=False, replicaof=None, cert=None):
         self.cluster = cluster
         self.password = password
-        self.dir = tempfile.mkdtemp(prefix="sluice-redis-") if cluster \
-            else None
+        self.tls = tls
+        self.cert = cert
+        self.tls_auth_clients = tls_auth_clients
+        self.replicaof = replicaof
+        # Its working directory: a cluster node's nodes.conf, and the
+        # snapshot a replica receives when it syncs.
+        self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
         self.port = port or (free_cluster_port() if cluster
                              else free_port())
         self._start()
 
     def _start(self):
-        argv = ["redis-server", "--port", str(self.port), "--bind",
-                "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.dir is None:  # stopped, then started again
+            self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
+        try:  # what a replica received: a restart starts empty
+            os.unlink(os.path.join(self.dir, "dump.rdb"))
+        except OSError:
+            pass
+        # A replica syncs at once (the master would wait 5 s for more
+        # replicas to join the transfer).
+        argv = ["redis-server", "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir,
+                "--repl-diskless-sync-delay", "0"]
+        if self.tls:
+            cert, key = self.cert or (self.tls.server_cert,
+                                      self.tls.server_key)
+            argv += ["--port", "0", "--tls-port", str(self.port),
+                     "--tls-cert-file", cert, "--tls-key-file", key,
+                     "--tls-ca-cert-file", self.tls.ca,
+                     "--tls-auth-clients",
+                     "yes" if self.tls_auth_clients else "no",
+                     "--tls-replication", "yes"]
+            if self.cluster:
+                argv += ["--tls-cluster", "yes"]
+        else:
+            argv += ["--port", str(self.port)]
         if self.password:
-            argv += ["--requirepass", self.password]
+            argv += ["--requirepass", self.password,
+                     "--masterauth", self.password]
+        if self.replicaof:
+            argv += ["--replicaof", "127.0.0.1", str(self.replicaof.port)]
         if self.cluster:
-            argv += ["--dir", self.dir, "--cluster-enabled", "yes",
+            argv += ["--cluster-enabled", "yes",
                      "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", "5000"]
+        previous = getattr(self, "logfile", None)  # before a kill()
         super().__init__(argv)
-        wait_until(lambda: self.ping(), timeout=20)
+        if previous:
+            try:
+                os.unlink(previous.name)
+            except OSError:
+                pass
+        if not wait_until(lambda: self.ping(), timeout=20):
+            raise RuntimeError("redis-server on %d never answered PING:\n%s"
+                               % (self.port, self.log()))
 
     def stop(self, timeout=15):
         rc = super().stop(timeout)
@@ -366,10 +423,19 @@ class RedisServer(Proc):
         if self in _procs:
             _procs.remove(self)
 
+    def cli_args(self):
+        """redis-cli's options to reach this server (TLS and password)."""
+        out = ["-h", "127.0.0.1", "-p", str(self.port)]
+        if self.tls:
+            out += self.tls.cli_args()
+            if self.cert:
+                out.append("--insecure")
+        if self.password:
+            out += ["-a", self.password, "--no-auth-warning"]
+        return out
+
     def cli(self, *args):
-        auth = ["-a", self.password, "--no-auth-warning"] \
-            if self.password else []
-        p = subprocess.run(["redis-cli", "-p", str(self.port)] + auth +
+        p = subprocess.run(["redis-cli"] + self.cli_args() +
                            [str(a) for a in args], capture_output=True,
                            text=True, timeout=10)
         return p.stdout.strip()
@@ -380,5 +446,271 @@ class RedisServer(Proc):
         except subprocess.TimeoutExpired:
             return False
 
+    def info(self, section):
+        """INFO section -> {field: value} (strings)."""
+        out = {}
+        for line in self.cli("INFO", section).splitlines():
+            k, sep, v = line.partition(":")
+            if sep:
+                out[k] = v.strip()
+        return out
+
     def url(self):
-        return "redis://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("rediss" if self.tls else "redis",
+                                      self.port)
+
+
+# ---------------------------------------------------------------- TLS
+
+
+class TlsFiles:
+    """Test certificates made with the openssl command in a temporary
+    directory (removed at exit): a CA; a server certificate it signed for
+    CN localhost with the names DNS:localhost and IP:127.0.0.1; a client
+    certificate it signed (for mutual TLS); and a second CA, for clients
+    that must not trust the server, which signed a certificate for
+    localhost too (a server certificate from the wrong CA).  EC P-256
+    keys: quick to make, and every TLS version Redis speaks takes them."""
+
+    CONF = """
+[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+# Redis presents the same certificate when it connects to a master or a
+# cluster peer, so it must be good for both ends.
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = DNS:localhost,IP:127.0.0.1
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-tls-")
+        _dirs.append(self.dir)
+        self.conf = self._path("openssl.cnf")
+        with open(self.conf, "w") as f:
+            f.write(self.CONF)
+        self.ca, self.ca_key = self._ca("ca", "sluice test CA")
+        self.other_ca, self.other_ca_key = self._ca("other-ca",
+                                                    "sluice unrelated CA")
+        self.server_cert, self.server_key = self._leaf(
+            "server", "localhost", "server", 1001)
+        self.client_cert, self.client_key = self._leaf(
+            "client", "sluice test client", "client", 1002)
+        self.other_server_cert, self.other_server_key = self._leaf(
+            "other-server", "localhost", "server", 1003, other=True)
+
+    def _path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _openssl(self, *args):
+        p = subprocess.run(["openssl"] + list(args), cwd=self.dir,
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError("openssl %s: %s" % (" ".join(args),
+                                                   p.stderr))
+
+    def _key(self, name):
+        key = self._path(name + ".key")
+        self._openssl("genpkey", "-algorithm", "EC", "-pkeyopt",
+                      "ec_paramgen_curve:P-256", "-out", key)
+        return key
+
+    def _ca(self, name, cn):
+        key = self._key(name)
+        crt = self._path(name + ".crt")
+        self._openssl("req", "-config", self.conf, "-new", "-x509",
+                      "-key", key, "-subj", "/CN=" + cn, "-days", "3",
+                      "-extensions", "ca", "-out", crt)
+        return crt, key
+
+    def _leaf(self, name, cn, section, serial, other=False):
+        ca, ca_key = (self.other_ca, self.other_ca_key) if other \
+            else (self.ca, self.ca_key)
+        key = self._key(name)
+        csr = self._path(name + ".csr")
+        crt = self._path(name + ".crt")
+        self._openssl("req", "-config", self.conf, "-new", "-key", key,
+                      "-subj", "/CN=" + cn, "-out", csr)
+        self._openssl("x509", "-req", "-in", csr, "-CA", ca,
+                      "-CAkey", ca_key, "-set_serial", str(serial),
+                      "-days", "3", "-extfile", self.conf, "-extensions",
+                      section, "-out", crt)
+        return crt, key
+
+    def cli_args(self):
+        """redis-cli's TLS options: trust the CA, present the client
+        certificate (harmless where the server asks for none)."""
+        return ["--tls", "--cacert", self.ca, "--cert", self.client_cert,
+                "--key", self.client_key]
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir in _dirs:
+            _dirs.remove(self.dir)
+
+
+# ----------------------------------------------------------- Sentinel
+
+
+class Sentinel(Proc):
+    """`redis-server --sentinel` on a free loopback port watching
+    `master` (a RedisServer) as `name`, with its own sentinel.conf (which
+    Sentinel rewrites as it learns) in a temporary directory removed by
+    stop().  password: the Sentinel's own requirepass (also what it
+    presents to the other Sentinels); the master's password is taken from
+    the master.  tls: a TlsFiles; the Sentinel then listens with TLS only
+    and reaches the servers and the other Sentinels over TLS."""
+
+    def __init__(self, master, name="mymaster", quorum=2,
+                 down_after_ms=1000, failover_timeout_ms=5000,
+                 password=None, tls=None):
+        self.name = name
+        self.password = password
+        self.tls = tls
+        self.down_after_ms = down_after_ms
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="sluice-sentinel-")
+        conf = os.path.join(self.dir, "sentinel.conf")
+        if tls:
+            lines = ["port 0", "tls-port %d" % self.port,
+                     "tls-cert-file %s" % tls.server_cert,
+                     "tls-key-file %s" % tls.server_key,
+                     "tls-ca-cert-file %s" % tls.ca,
+                     "tls-auth-clients no", "tls-replication yes"]
+        else:
+            lines = ["port %d" % self.port]
+        lines += ["bind 127.0.0.1", "dir %s" % self.dir,
+                 "sentinel monitor %s 127.0.0.1 %d %d"
+                 % (name, master.port, quorum),
+                 "sentinel down-after-milliseconds %s %d"
+                 % (name, down_after_ms),
+                 "sentinel failover-timeout %s %d"
+                 % (name, failover_timeout_ms),
+                 "sentinel parallel-syncs %s 1" % name]
+        if master.password:
+            lines.append("sentinel auth-pass %s %s"
+                         % (name, master.password))
+        if password:
+            lines.append("requirepass %s" % password)
+        with open(conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        super().__init__(["redis-server", conf, "--sentinel"], cwd=self.dir)
+        if not wait_until(lambda: self.ping(), timeout=20):
+            raise RuntimeError("sentinel on %d never answered PING:\n%s"
+                               % (self.port, self.log()))
+
+    def stop(self, timeout=15):
+        rc = super().stop(timeout)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        return rc
+
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def cli(self, *args):
+        auth = ["-a", self.password, "--no-auth-warning"] \
+            if self.password else []
+        if self.tls:
+            auth += self.tls.cli_args()
+        p = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p",
+                            str(self.port)] + auth +
+                           [str(a) for a in args], capture_output=True,
+                           text=True, timeout=10)
+        return p.stdout.strip()
+
+    def ping(self):
+        try:
+            return self.cli("PING") == "PONG"
+        except subprocess.TimeoutExpired:
+            return False
+
+    def master_port(self):
+        """The master's port as this Sentinel names it, or None."""
+        try:
+            out = self.cli("SENTINEL", "get-master-addr-by-name",
+                           self.name).split()
+        except subprocess.TimeoutExpired:
+            return None
+        return int(out[1]) if len(out) == 2 and out[1].isdigit() else None
+
+    def known(self, what):
+        """SENTINEL replicas|sentinels <name>: the ports listed."""
+        out = self.cli("SENTINEL", what, self.name).splitlines()
+        return {int(out[i + 1]) for i in range(len(out) - 1)
+                if out[i] == "port" and out[i + 1].isdigit()}
+
+
+class SentinelGroup:
+    """A master, one replica following it and `n` Sentinels watching it
+    (quorum 2), all on loopback.  Returns only once the replica is in
+    sync and every Sentinel knows the master, the replica and the other
+    Sentinels (so a failover can happen as soon as the master dies).
+    tls: a TlsFiles; every process then speaks TLS only.  stop() stops
+    every process, also when the constructor fails."""
+
+    def __init__(self, n=3, name="mymaster", password=None,
+                 sentinel_password=None, down_after_ms=1000,
+                 failover_timeout_ms=5000, timeout=60, tls=None):
+        self.name = name
+        self.master = self.replica = None
+        self.sentinels = []
+        try:
+            self.master = RedisServer(password=password, tls=tls)
+            self.replica = RedisServer(password=password, tls=tls,
+                                       replicaof=self.master)
+            deadline = time.monotonic() + timeout
+            if not wait_until(lambda: self.replica.info("replication").get(
+                    "master_link_status") == "up", timeout, 0.05):
+                raise RuntimeError("the replica never synced:\n"
+                                   + self.replica.log())
+            self.sentinels = [Sentinel(self.master, name, 2, down_after_ms,
+                                       failover_timeout_ms,
+                                       sentinel_password, tls)
+                              for _ in range(n)]
+            others = {s.port for s in self.sentinels}
+            for s in self.sentinels:
+                left = max(1.0, deadline - time.monotonic())
+                if not wait_until(lambda: (
+                        s.master_port() == self.master.port and
+                        self.replica.port in s.known("replicas") and
+                        s.known("sentinels") == others - {s.port}),
+                        left, 0.1):
+                    raise RuntimeError(
+                        "sentinel %d never saw the group: replicas %s, "
+                        "sentinels %s\n%s" % (s.port, s.known("replicas"),
+                                              s.known("sentinels"),
+                                              s.log()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def addrs(self):
+        return [s.addr() for s in self.sentinels]
+
+    def master_port(self):
+        """The master as the first live Sentinel names it (or None)."""
+        for s in self.sentinels:
+            if s.poll() is None:
+                return s.master_port()
+        return None
+
+    def stop(self):
+        for p in self.sentinels + [self.replica, self.master]:
+            if p is not None:
+                p.stop()

@@ -74,8 +74,8 @@ static void init_svc(sluice_svc_t *svc, sluice_config_t *cfg,
 	svc->metrics = sluice_metrics_new();
 	svc->store = shared;
 	if (!svc->live || !svc->metrics ||
-	    sluice_backend_open(&svc->backend, &cfg->store, NULL, shared, err,
-				sizeof(err)) < 0)
+	    sluice_backend_open(&svc->backend, &cfg->store, NULL, shared, NULL,
+				err, sizeof(err)) < 0)
 		abort();
 }
 

@@ -6,7 +6,11 @@
  * the same buckets), takes decided by the memory store, the host's
  * shared-memory store or libsluice's own Redis client.  The Redis client runs
  * on Node's own event loop (napi_get_uv_event_loop()); the addon does not link
- * libuv, so its uv_* calls bind to the libuv that Node carries.
+ * libuv, so its uv_* calls bind to the libuv that Node carries.  The
+ * client's TLS (OpenSSL) is linked as -lssl -lcrypto, but a node that
+ * exports its own OpenSSL 3 (the official binaries do) is searched first:
+ * every OpenSSL call of the addon then binds to node's copy, consistently
+ * (LD_DEBUG=bindings shows it), and the system's libssl stays unused.
  *
  * The JavaScript side (index.js) validates arguments and shapes results;
  * the functions here take already-checked values and answer in the

@@ -38,11 +38,47 @@ export interface Decision {
   policy: string;
 }
 
+/** TLS towards Redis.  Its presence turns TLS on, even for a redis:// URL
+ * ({} for the defaults: the system's CA store, the URL's host verified). */
+export interface RedisTlsOptions {
+  /** PEM bundle of the CAs that may sign the server's certificate; default the system's store. */
+  caFile?: string;
+  /** PEM client certificate, for servers that require one (mutual TLS). */
+  certFile?: string;
+  /** Its PEM private key; default: inside certFile. Needs certFile. */
+  keyFile?: string;
+  /** The name sent as SNI and verified in the certificate; default the URL's host. */
+  serverName?: string;
+  /** false accepts any certificate (encrypted, but anyone on the path can
+   * pose as the server): for tests only.  Default true. */
+  verify?: boolean;
+}
+
+/** Redis Sentinel: the Sentinels name the master, which is followed across failovers. */
+export interface RedisSentinelOptions {
+  /** The name the Sentinels monitor (`sentinel monitor NAME ...`). */
+  master: string;
+  /** The Sentinels, "host:port" (at least one). */
+  addrs: string[];
+  /** The Sentinels' own ACL user; needs password. */
+  user?: string;
+  /** The Sentinels' own password (not the master's: that is in url). */
+  password?: string;
+  /** Reach the Sentinels over TLS; default: when the master is (rediss:// or tls). */
+  tls?: boolean;
+}
+
 export interface RedisOptions {
-  /** "redis://[user:pass@]host:port[/db]" or "unix:///path"; default redis://127.0.0.1:6379. */
+  /** "redis://[user:pass@]host:port[/db]", "rediss://..." (TLS) or "unix:///path";
+   * default redis://127.0.0.1:6379.  With sentinel, optional: it gives the
+   * master's credentials, db and scheme only (its host is ignored). */
   url?: string;
-  /** Redis Cluster seeds, "host:port" (instead of url). */
+  /** Redis Cluster seeds, "host:port" or "rediss://host:port" (instead of url). */
   cluster?: string[];
+  /** TLS settings; present, they turn TLS on. */
+  tls?: RedisTlsOptions;
+  /** The master of a Sentinel group (not with cluster). */
+  sentinel?: RedisSentinelOptions;
   /** Per call, default 50. */
   timeoutMs?: number;
   /** Connections per node, default 1 (every call is pipelined). */
@@ -76,7 +112,9 @@ export interface TakeOptions {
 export class Limiter {
   constructor(opts?: LimiterOptions);
   readonly store: 'memory' | 'shared' | 'redis';
-  /** Rejects with code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED. */
+  /** Rejects with code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED; a
+   * Redis error's message ends with the node's last failure, e.g.
+   * "(10.0.0.5:6380: tls_failed: TLS: certificate verify failed: ...)". */
   take(key: string | Buffer, policy: Policy, opts?: TakeOptions): Promise<Decision>;
   /** true when the store can answer now (for a readiness probe). */
   healthy(): boolean;

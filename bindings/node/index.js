@@ -129,7 +129,7 @@ function storeOptions(opts) {
       return { kind: 'shared', path: sh.path, maxKeys: sh.maxKeys ?? opts.maxKeys };
     }
   }
-  throw new TypeError("store must be 'memory', { memory: { maxKeys } }, { shared: { path, maxKeys } } or { redis: { url | cluster } }");
+  throw new TypeError("store must be 'memory', { memory: { maxKeys } }, { shared: { path, maxKeys } } or { redis: { url | cluster | sentinel } }");
 }
 
 function positiveInt(v, what, dflt, max) {
@@ -137,6 +137,87 @@ function positiveInt(v, what, dflt, max) {
   if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > max)
     throw new RangeError(`${what} must be a whole number from 1 to ${max}, got ${v}`);
   return v;
+}
+
+// A C string for the addon: a NUL inside would silently cut it there (a
+// file path would then name another file).
+function optString(v, what) {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw new TypeError(`${what} must be a string, got ${v === null ? 'null' : typeof v}`);
+  if (v === '' || v.includes('\0')) throw new RangeError(`${what} must be a non-empty string without NUL`);
+  return v;
+}
+
+function plainObject(v, what, example) {
+  if (v === null || typeof v !== 'object' || Array.isArray(v))
+    throw new TypeError(`${what} must be an object such as ${example}`);
+}
+
+// The TLS and Sentinel objects name files and credentials: a misspelt key
+// (or the config file's snake_case, ca_file) is refused rather than
+// silently ignored.
+function knownKeys(obj, keys, what) {
+  for (const k of Object.keys(obj))
+    if (!keys.includes(k)) throw new TypeError(`${what} has no option "${k}"; expected ${keys.join(', ')}`);
+}
+
+const TLS_KEYS = ['caFile', 'certFile', 'keyFile', 'serverName', 'verify'];
+const SENTINEL_KEYS = ['master', 'addrs', 'user', 'password', 'tls'];
+const ADDR_RE = /^[^\s/@]+:([0-9]{1,5})$/; // "[::1]:26379" too
+
+// redis.tls: its presence turns TLS on, whatever the URL's scheme (as the
+// `tls:` block of sluice serve's config does).
+function tlsOptions(t) {
+  plainObject(t, 'redis.tls', "{ caFile: '/etc/ssl/redis-ca.pem' }, or {} for the defaults");
+  knownKeys(t, TLS_KEYS, 'redis.tls');
+  const o = {
+    caFile: optString(t.caFile, 'redis.tls.caFile'),
+    certFile: optString(t.certFile, 'redis.tls.certFile'),
+    keyFile: optString(t.keyFile, 'redis.tls.keyFile'),
+    serverName: optString(t.serverName, 'redis.tls.serverName'),
+    noVerify: 0,
+  };
+  if (o.keyFile !== undefined && o.certFile === undefined)
+    throw new TypeError('redis.tls.keyFile needs certFile (the client certificate it belongs to)');
+  if (o.serverName !== undefined && (o.serverName.length > 253 || /[\s/:@]/.test(o.serverName)))
+    throw new RangeError(`redis.tls.serverName "${o.serverName}" must be the host name the server's certificate holds, e.g. redis.example.com`);
+  if (t.verify !== undefined && typeof t.verify !== 'boolean')
+    throw new TypeError(`redis.tls.verify must be a boolean, got ${t.verify === null ? 'null' : typeof t.verify}`);
+  if (t.verify === false) o.noVerify = 1;
+  return o;
+}
+
+// redis.sentinel: the Sentinels name the master; by default they are
+// reached over TLS when the master is.
+function sentinelOptions(s, masterTls) {
+  plainObject(s, 'redis.sentinel', "{ master: 'mymaster', addrs: ['10.0.0.1:26379'] }");
+  knownKeys(s, SENTINEL_KEYS, 'redis.sentinel');
+  if (typeof s.master !== 'string')
+    throw new TypeError('redis.sentinel.master must be a string: the name the Sentinels monitor');
+  if (s.master === '' || /[\s\0]/.test(s.master))
+    throw new RangeError(`redis.sentinel.master "${s.master}" must be a non-empty name without spaces`);
+  if (!Array.isArray(s.addrs) || s.addrs.length === 0 || !s.addrs.every((a) => typeof a === 'string'))
+    throw new TypeError("redis.sentinel.addrs must be a non-empty list of the Sentinels' 'host:port'");
+  for (const a of s.addrs) {
+    const m = ADDR_RE.exec(a);
+    if (!m || Number(m[1]) < 1 || Number(m[1]) > 65535)
+      throw new RangeError(`redis.sentinel.addrs: "${a}" is not 'host:port'`);
+  }
+  const o = {
+    master: s.master,
+    addrs: s.addrs.slice(),
+    user: optString(s.user, 'redis.sentinel.user'),
+    password: optString(s.password, 'redis.sentinel.password'),
+    tls: masterTls ? 1 : 0,
+  };
+  if (o.user !== undefined && o.password === undefined)
+    throw new TypeError('redis.sentinel.user needs password (the Sentinels\' own, not the master\'s)');
+  if (s.tls !== undefined) {
+    if (typeof s.tls !== 'boolean')
+      throw new TypeError(`redis.sentinel.tls must be a boolean, got ${s.tls === null ? 'null' : typeof s.tls}`);
+    o.tls = s.tls ? 1 : 0;
+  }
+  return o;
 }
 
 function redisOptions(r) {
@@ -150,13 +231,19 @@ function redisOptions(r) {
     if (typeof r.keyPrefix !== 'string') throw new TypeError('redis.keyPrefix must be a string');
     o.keyPrefix = r.keyPrefix;
   }
+  if (r.url !== undefined && typeof r.url !== 'string') throw new TypeError('redis.url must be a string');
+  if (r.tls !== undefined) o.tls = tlsOptions(r.tls);
   if (r.cluster !== undefined) {
     if (!Array.isArray(r.cluster) || r.cluster.length === 0 || !r.cluster.every((s) => typeof s === 'string'))
       throw new TypeError("redis.cluster must be a list of 'host:port' seeds");
     if (r.url !== undefined) throw new TypeError('give redis.url or redis.cluster, not both');
+    if (r.sentinel !== undefined) throw new TypeError('give redis.sentinel or redis.cluster, not both');
     o.seeds = r.cluster;
+  } else if (r.sentinel !== undefined) {
+    // The url, if any, gives the master's credentials, db and scheme.
+    if (r.url !== undefined) o.url = r.url;
+    o.sentinel = sentinelOptions(r.sentinel, o.tls !== undefined || (r.url || '').startsWith('rediss://'));
   } else {
-    if (r.url !== undefined && typeof r.url !== 'string') throw new TypeError('redis.url must be a string');
     o.url = r.url === undefined ? 'redis://127.0.0.1:6379' : r.url;
   }
   return o;
@@ -175,6 +262,10 @@ function decision(allowed, limit, remaining, retryAfterMs, resetMs, name) {
  *   (cluster workers, PM2 instances, sluice serve)
  * new Limiter({ store: { redis: { url, timeoutMs, connections, keyPrefix } } })
  * new Limiter({ store: { redis: { cluster: ['host:port', ...] } } })
+ * new Limiter({ store: { redis: { url: 'rediss://...', tls: { caFile, certFile,
+ *   keyFile, serverName, verify } } } })
+ * new Limiter({ store: { redis: { sentinel: { master, addrs, user, password,
+ *   tls }, url } } })
  */
 class Limiter {
   constructor(opts = {}) {
@@ -225,12 +316,17 @@ class Limiter {
     native.redisTake(this._redis, key, p._h, cost, done);
   }
 
+  // The error of a failed take.  The message ends with what a Redis node
+  // last reported and still has (a certificate that does not verify, a
+  // refused password, no master), when there is such a failure.
   _error(status) {
     if (status === -100 || this._closed)
       return sluiceError('ERR_SLUICE_CLOSED', 'sluice: the limiter is closed');
+    const why = this._redis === null ? '' : native.redisLastError(this._redis);
+    const tail = why === '' ? '' : ` (${why})`;
     if (status === SLUICE_ETIMEDOUT)
-      return sluiceError('ERR_SLUICE_TIMEOUT', 'sluice: the Redis store did not answer in time');
-    return sluiceError('ERR_SLUICE_STORE', `sluice: the Redis store failed: ${native.strerror(status)}`);
+      return sluiceError('ERR_SLUICE_TIMEOUT', `sluice: the Redis store did not answer in time${tail}`);
+    return sluiceError('ERR_SLUICE_STORE', `sluice: the Redis store failed: ${native.strerror(status)}${tail}`);
   }
 
   /**

@@ -6,7 +6,11 @@
  * the same buckets), takes decided by the memory store, the host's
  * shared-memory store or libsluice's own Redis client.  The Redis client runs
  * on Node's own event loop (napi_get_uv_event_loop()); the addon does not link
- * libuv, so its uv_* calls bind to the libuv that Node carries.
+ * libuv, so its uv_* calls bind to the libuv that Node carries.  The
+ * client's TLS (OpenSSL) is linked as -lssl -lcrypto, but a node that
+ * exports its own OpenSSL 3 (the official binaries do) is searched first:
+ * every OpenSSL call of the addon then binds to node's copy, consistently
+ * (LD_DEBUG=bindings shows it), and the system's libssl stays unused.
  *
  * The JavaScript side (index.js) validates arguments and shapes results;
  * the functions here take already-checked values and answer in the
@@ -418,6 +422,10 @@ typedef struct rclient_s {
 	int teardown;  /* the environment is going away: no JS */
 	int released;  /* the client's memory is released */
 	int finalized; /* the JS external is gone */
+	/* The last failure a node reported ("node: tls_failed: reason"),
+	 * "" once that node answers again: the why of a failed take. */
+	char why[320];
+	char why_node[128];
 } rclient_t;
 
 typedef struct rcall_s {
@@ -506,67 +514,227 @@ static unsigned get_uint_prop(napi_env env, napi_value obj, const char *name)
 	return u;
 }
 
+/* obj[name] into *out when it is an object: 1, 0 when it is not (absent),
+ * -1 on a Node-API failure. */
+static int get_object_prop(napi_env env, napi_value obj, const char *name,
+			   napi_value *out)
+{
+	napi_valuetype t;
+
+	if (napi_get_named_property(env, obj, name, out) != napi_ok ||
+	    napi_typeof(env, *out, &t) != napi_ok)
+		return -1;
+	return t == napi_object;
+}
+
+static void free_strings(char **v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* obj[name], an array of strings (checked by index.js), copied into *out
+ * (NULL and 0 when it is not an array). */
+static int get_strings_prop(napi_env env, napi_value obj, const char *name,
+			    char ***out, size_t *n)
+{
+	napi_value arr;
+	bool is_array = false;
+	uint32_t len = 0, i;
+
+	*out = NULL;
+	*n = 0;
+	if (napi_get_named_property(env, obj, name, &arr) != napi_ok ||
+	    napi_is_array(env, arr, &is_array) != napi_ok)
+		return -1;
+	if (!is_array)
+		return 0;
+	if (napi_get_array_length(env, arr, &len) != napi_ok)
+		return -1;
+	*out = calloc(len ? len : 1, sizeof(**out));
+	if (!*out)
+		return -1;
+	for (i = 0; i < len; i++) {
+		napi_value s;
+		size_t slen;
+
+		/* Counted as it goes, so a failure frees what was copied. */
+		if (napi_get_element(env, arr, i, &s) != napi_ok ||
+		    napi_get_value_string_utf8(env, s, NULL, 0, &slen) !=
+			    napi_ok ||
+		    !((*out)[i] = malloc(slen + 1)))
+			return -1;
+		(*n)++;
+		if (napi_get_value_string_utf8(env, s, (*out)[i], slen + 1,
+					       &slen) != napi_ok)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * The client's node events (on the loop's thread, from inside the client,
+ * never once it is closing): a failure is kept until the same node
+ * answers again, so a take that fails can say why -- a certificate that
+ * does not verify reads otherwise as a bare "store error".  The client
+ * reports changes only, so this runs once per change, not per call.
+ */
+static void on_event(void *arg, const sluice_redis_event_t *ev)
+{
+	rclient_t *c = arg;
+
+	switch (ev->kind) {
+	case SLUICE_REDIS_EV_TLS_FAILED:
+	case SLUICE_REDIS_EV_AUTH_FAILED:
+	case SLUICE_REDIS_EV_UNREACHABLE:
+	case SLUICE_REDIS_EV_TIMEOUT:
+	case SLUICE_REDIS_EV_NO_MASTER:
+		snprintf(c->why, sizeof(c->why), "%.100s: %s%s%.180s", ev->node,
+			 sluice_redis_event_name(ev->kind),
+			 ev->detail[0] ? ": " : "", ev->detail);
+		snprintf(c->why_node, sizeof(c->why_node), "%s", ev->node);
+		break;
+	case SLUICE_REDIS_EV_CONNECTED:
+		if (strcmp(c->why_node, ev->node) == 0)
+			c->why[0] = '\0';
+		break;
+	case SLUICE_REDIS_EV_MASTER_CHANGED:
+		/* Sentinel: the one data node moved; what failed before
+		 * was about the old master, or about having none. */
+		c->why[0] = '\0';
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * The strings redisNew() copies out of its options object.  They live
+ * only through sluice_redis_new(), which keeps its own copies of all it
+ * needs later (the URL parsed, the prefix, the TLS server name, the
+ * Sentinels' names and credentials; the TLS files are read into the
+ * OpenSSL context there and then).
+ */
+typedef struct redis_strings_s {
+	char *url, *prefix;
+	char **seeds;
+	size_t nseeds;
+	char *ca_file, *cert_file, *key_file, *server_name;
+	char *master, *user, *password;
+	char **addrs;
+	size_t naddrs;
+} redis_strings_t;
+
+static void redis_strings_free(redis_strings_t *st)
+{
+	free(st->url);
+	free(st->prefix);
+	free_strings(st->seeds, st->nseeds);
+	free(st->ca_file);
+	free(st->cert_file);
+	free(st->key_file);
+	free(st->server_name);
+	free(st->master);
+	free(st->user);
+	free(st->password);
+	free_strings(st->addrs, st->naddrs);
+}
+
+/* redisNew()'s options into the library's: o->tls and o->sentinel point
+ * at tls and sen when the options hold them.  -1 on a Node-API failure
+ * (what was copied is in st, for redis_strings_free()). */
+static int redis_opts(napi_env env, napi_value v, sluice_redis_opts_t *o,
+		      sluice_redis_tls_t *tls, sluice_redis_sentinel_t *sen,
+		      redis_strings_t *st)
+{
+	napi_value t;
+	int has;
+
+	if (get_string_prop(env, v, "url", &st->url) < 0 ||
+	    get_string_prop(env, v, "keyPrefix", &st->prefix) < 0 ||
+	    get_strings_prop(env, v, "seeds", &st->seeds, &st->nseeds) < 0)
+		return -1;
+	o->url = st->url;
+	o->seeds = (const char *const *)st->seeds;
+	o->nseeds = st->nseeds;
+	o->key_prefix = st->prefix;
+	o->timeout_ms = get_uint_prop(env, v, "timeoutMs");
+	o->connections = get_uint_prop(env, v, "connections");
+	o->flags = get_uint_prop(env, v, "scriptOnly")
+			   ? SLUICE_REDIS_SCRIPT_ONLY
+			   : 0;
+
+	/* tls: { caFile, certFile, keyFile, serverName, noVerify }; its
+	 * presence turns TLS on. */
+	if ((has = get_object_prop(env, v, "tls", &t)) < 0)
+		return -1;
+	if (has) {
+		if (get_string_prop(env, t, "caFile", &st->ca_file) < 0 ||
+		    get_string_prop(env, t, "certFile", &st->cert_file) < 0 ||
+		    get_string_prop(env, t, "keyFile", &st->key_file) < 0 ||
+		    get_string_prop(env, t, "serverName", &st->server_name) < 0)
+			return -1;
+		tls->enabled = 1;
+		tls->ca_file = st->ca_file;
+		tls->cert_file = st->cert_file;
+		tls->key_file = st->key_file;
+		tls->server_name = st->server_name;
+		tls->no_verify = get_uint_prop(env, t, "noVerify") != 0;
+		o->tls = tls;
+	}
+
+	/* sentinel: { master, addrs[], user, password, tls } */
+	if ((has = get_object_prop(env, v, "sentinel", &t)) < 0)
+		return -1;
+	if (has) {
+		if (get_string_prop(env, t, "master", &st->master) < 0 ||
+		    get_string_prop(env, t, "user", &st->user) < 0 ||
+		    get_string_prop(env, t, "password", &st->password) < 0 ||
+		    get_strings_prop(env, t, "addrs", &st->addrs, &st->naddrs) <
+			    0)
+			return -1;
+		sen->master = st->master;
+		sen->addrs = (const char *const *)st->addrs;
+		sen->naddrs = st->naddrs;
+		sen->user = st->user;
+		sen->password = st->password;
+		sen->tls = get_uint_prop(env, t, "tls") != 0;
+		o->sentinel = sen;
+	}
+	return 0;
+}
+
 /*
  * redisNew(owner, {url, seeds[], keyPrefix, timeoutMs, connections,
- *                  scriptOnly}) -> external
- * Values are checked by index.js; the URL and seeds by libsluice (an
- * Error with its message).
+ *                  scriptOnly, tls, sentinel}) -> external
+ * Values are checked by index.js; the URL, seeds, Sentinel addresses and
+ * TLS files by libsluice (an Error with its message).
  */
 static napi_value redis_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 2, i;
-	napi_value argv[2], ext, seeds_v, name;
+	size_t argc = 2;
+	napi_value argv[2], ext, name;
 	sluice_redis_opts_t o = {0};
-	char *url = NULL, *prefix = NULL, **seeds = NULL, err[256];
-	uint32_t nseeds = 0;
-	bool is_array = false;
+	sluice_redis_tls_t tls = {0};
+	sluice_redis_sentinel_t sen = {0};
+	redis_strings_t st = {0};
+	char err[256];
 	rclient_t *c = NULL;
 	uv_loop_t *loop;
 	napi_value ret = NULL;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	if (get_string_prop(env, argv[1], "url", &url) < 0 ||
-	    get_string_prop(env, argv[1], "keyPrefix", &prefix) < 0 ||
-	    napi_get_named_property(env, argv[1], "seeds", &seeds_v) !=
-		    napi_ok ||
-	    napi_is_array(env, seeds_v, &is_array) != napi_ok)
+	if (redis_opts(env, argv[1], &o, &tls, &sen, &st) < 0)
 		goto napi_fail;
-	if (is_array) {
-		if (napi_get_array_length(env, seeds_v, &nseeds) != napi_ok)
-			goto napi_fail;
-		seeds = calloc(nseeds ? nseeds : 1, sizeof(*seeds));
-		if (!seeds)
-			goto napi_fail;
-		for (i = 0; i < nseeds; i++) {
-			napi_value s;
-			size_t len;
-
-			if (napi_get_element(env, seeds_v, (uint32_t)i, &s) !=
-				    napi_ok ||
-			    napi_get_value_string_utf8(env, s, NULL, 0, &len) !=
-				    napi_ok)
-				goto napi_fail;
-			seeds[i] = malloc(len + 1);
-			if (!seeds[i] ||
-			    napi_get_value_string_utf8(
-				    env, s, seeds[i], len + 1, &len) != napi_ok)
-				goto napi_fail;
-		}
-	}
-	o.url = url;
-	o.seeds = (const char *const *)seeds;
-	o.nseeds = nseeds;
-	o.key_prefix = prefix;
-	o.timeout_ms = get_uint_prop(env, argv[1], "timeoutMs");
-	o.connections = get_uint_prop(env, argv[1], "connections");
-	o.flags = get_uint_prop(env, argv[1], "scriptOnly")
-			  ? SLUICE_REDIS_SCRIPT_ONLY
-			  : 0;
-
 	c = calloc(1, sizeof(*c));
 	if (!c || napi_get_uv_event_loop(env, &loop) != napi_ok)
 		goto napi_fail;
 	c->env = env;
+	o.on_event = on_event;
+	o.event_arg = c;
 	if (sluice_redis_new(loop, &o, &c->r, err, sizeof(err)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE_REDIS", err);
 		goto out;
@@ -594,11 +762,7 @@ napi_fail:
 	throw_last(env);
 out:
 	free(c);
-	free(url);
-	free(prefix);
-	for (i = 0; seeds && i < nseeds; i++)
-		free(seeds[i]);
-	free(seeds);
+	redis_strings_free(&st);
 	return ret;
 }
 
@@ -713,6 +877,23 @@ static napi_value redis_healthy(napi_env env, napi_callback_info info)
 	return res;
 }
 
+/* redisLastError(client) -> "node: kind: reason" of the last failure a
+ * node reported and still has, or "" */
+static napi_value redis_last_error(napi_env env, napi_callback_info info)
+{
+	size_t argc = 1;
+	napi_value argv[1], res;
+	rclient_t *c;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	c = get_external(env, argv[0]);
+	if (!c)
+		return throw_last(env);
+	CHECK(env,
+	      napi_create_string_utf8(env, c->why, NAPI_AUTO_LENGTH, &res));
+	return res;
+}
+
 /* redisClose(client): pending calls are answered with an error first.
  * index.js calls it from setImmediate, never from inside a callback. */
 static napi_value redis_close(napi_env env, napi_callback_info info)
@@ -751,11 +932,17 @@ static napi_value init(napi_env env, napi_value exports)
 		const char *name;
 		napi_callback fn;
 	} fns[] = {
-		{"policyNew", policy_new},   {"memoryNew", memory_new},
-		{"memoryTake", memory_take}, {"shmNew", shm_new},
-		{"shmTake", shm_take},	     {"redisNew", redis_new},
-		{"redisTake", redis_take},   {"redisHealthy", redis_healthy},
-		{"redisClose", redis_close}, {"strerror", str_error},
+		{"policyNew", policy_new},
+		{"memoryNew", memory_new},
+		{"memoryTake", memory_take},
+		{"shmNew", shm_new},
+		{"shmTake", shm_take},
+		{"redisNew", redis_new},
+		{"redisTake", redis_take},
+		{"redisHealthy", redis_healthy},
+		{"redisClose", redis_close},
+		{"redisLastError", redis_last_error},
+		{"strerror", str_error},
 	};
 	size_t i;
 	napi_value v;

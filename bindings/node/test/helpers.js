@@ -95,6 +95,70 @@ class Redis {
   stop() { return stopChild(this.proc); }
 }
 
+// Certificates made with the openssl command in a temporary folder
+// (removed when the test process ends): a CA, a server certificate for
+// localhost and 127.0.0.1 signed by it, a client certificate signed by it,
+// and another CA that signed none of them.  Returns { dir, path(name) }.
+function makeCerts() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-tls-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  const key = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  const openssl = (...args) => {
+    const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8', timeout: 60000 });
+    if (r.status !== 0) throw new Error(`openssl ${args.join(' ')}: ${r.error || ''}${r.stderr}`);
+  };
+  fs.writeFileSync(path.join(dir, 'san.cnf'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  openssl('req', '-x509', ...key, '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', '/CN=sluice-test-ca', '-days', '2');
+  openssl('req', '-x509', ...key, '-keyout', 'other.key', '-out', 'other.crt', '-subj', '/CN=another-ca', '-days', '2');
+  for (const [name, cn, ext] of [['server', 'localhost', ['-extfile', 'san.cnf']], ['client', 'sluice-client', []]]) {
+    openssl('req', ...key, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${cn}`);
+    openssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
+      '-days', '2', ...ext, '-out', `${name}.crt`);
+  }
+  return { dir, path: (name) => path.join(dir, name) };
+}
+
+// redis-server with a TLS port beside its plain one (the plain port tells
+// when it is up, and lets a test look at the keys with redis-cli).
+// authClients 'yes' asks every TLS client for a certificate.
+async function startTlsRedis(certs, authClients = 'no') {
+  let tlsPort;
+  const port = await freePort();
+  do tlsPort = await freePort(); while (tlsPort === port);
+  const r = await Redis.start(['--tls-port', String(tlsPort), '--tls-cert-file', certs.path('server.crt'),
+    '--tls-key-file', certs.path('server.key'), '--tls-ca-cert-file', certs.path('ca.crt'),
+    '--tls-auth-clients', authClients], port);
+  r.tlsPort = tlsPort;
+  r.tlsUrl = `rediss://127.0.0.1:${tlsPort}`;
+  return r;
+}
+
+// `redis-server --sentinel` on a free port watching `port` (a master on
+// loopback) as `name`, quorum 1, in its own folder (Sentinel rewrites its
+// config).  certs: the Sentinel then listens with TLS only and reaches
+// the master over TLS too.
+async function startSentinel(port, { name = 'mymaster', certs = null } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-sentinel-'));
+  const sport = await freePort();
+  const tls = certs ? ['--tls', '--cacert', certs.path('ca.crt')] : [];
+  const lines = certs
+    ? ['port 0', `tls-port ${sport}`, `tls-cert-file ${certs.path('server.crt')}`,
+      `tls-key-file ${certs.path('server.key')}`, `tls-ca-cert-file ${certs.path('ca.crt')}`,
+      'tls-auth-clients no', 'tls-replication yes']
+    : [`port ${sport}`];
+  lines.push('bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${name} 127.0.0.1 ${port} 1`);
+  fs.writeFileSync(path.join(dir, 'sentinel.conf'), `${lines.join('\n')}\n`);
+  const proc = track(spawn('redis-server', [path.join(dir, 'sentinel.conf'), '--sentinel'],
+    { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] }), 'sentinel');
+  const cli = (...args) => spawnSync('redis-cli', ['-p', String(sport), ...tls, ...args], { encoding: 'utf8' }).stdout || '';
+  await waitFor(() => cli('PING').trim() === 'PONG', `sentinel on ${sport}`);
+  return {
+    addr: `127.0.0.1:${sport}`,
+    cli,
+    stop: async () => { await stopChild(proc); fs.rmSync(dir, { recursive: true, force: true }); },
+  };
+}
+
 function portFree(port) {
   return new Promise((resolve) => {
     const s = net.createServer();
@@ -169,6 +233,21 @@ async function storeReady(limiter, policy, timeoutMs = 20000) {
   }
 }
 
+// Takes against a server this client cannot use: every one fails (none is
+// decided), until one says `reason` -- the node's failure as reported.
+async function failsWith(l, pol, reason, timeoutMs = 20000) {
+  const end = Date.now() + timeoutMs;
+  let last = null;
+  for (let i = 0; Date.now() < end; i++) {
+    const e = await l.take(`nope-${i}`, pol).then((d) => { throw new Error(`decided: ${JSON.stringify(d)}`); }, (err) => err);
+    if (!/^ERR_SLUICE_(STORE|TIMEOUT)$/.test(e.code)) throw e;
+    last = e;
+    if (reason.test(e.message)) return e;
+    await sleep(50);
+  }
+  throw new Error(`no take failed saying ${reason}; the last: ${last && last.message}`);
+}
+
 // One HTTP request; resolves { status, headers, body, ms }.
 function request(port, urlPath, headers = {}, agent = undefined) {
   const http = require('node:http');
@@ -186,4 +265,4 @@ function request(port, urlPath, headers = {}, agent = undefined) {
   });
 }
 
-module.exports = { ROOT, BUILD, freePort, startCluster, storeReady, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+module.exports = { ROOT, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };

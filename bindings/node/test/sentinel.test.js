@@ -1,0 +1,61 @@
+// The Redis store behind Redis Sentinel: the master the Sentinels name,
+// plain and over TLS.  (Failovers are tested with libsluice's client in
+// tests/integration/test_redis_sentinel.py; here, the options' way from
+// JavaScript to the client.)
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const sluice = require('..');
+const { Redis, failsWith, makeCerts, startTlsRedis, startSentinel, storeReady } = require('./helpers');
+
+const limiters = [];
+function limiter(redisOpts) {
+  const l = new sluice.Limiter({ store: { redis: { timeoutMs: 2000, ...redisOpts } } });
+  limiters.push(l);
+  return l;
+}
+test.afterEach(async () => { while (limiters.length) await limiters.pop().close(); });
+
+test('decisions land on the master the Sentinel names; a name it does not know is no_master', async () => {
+  const master = await Redis.start();
+  const sentinel = await startSentinel(master.port);
+  try {
+    const pol = sluice.policy([{ capacity: 2, rate: '1/h' }], { name: 'sen' });
+    const l = limiter({ sentinel: { master: 'mymaster', addrs: ['127.0.0.1:1', sentinel.addr] }, keyPrefix: 'sen:' });
+    await storeReady(l, pol);
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push((await l.take('k', pol)).allowed);
+    assert.deepEqual(got, [true, true, false]);
+    assert.equal(master.cli('--scan', '--pattern', 'sen:*').trim().split('\n').length, 1);
+
+    const unknown = limiter({ sentinel: { master: 'nosuch', addrs: [sentinel.addr] }, timeoutMs: 200 });
+    const e = await failsWith(unknown, pol, /no_master/);
+    assert.match(e.message, /nosuch: no_master/);
+    assert.equal(unknown.healthy(), false);
+  } finally {
+    await sentinel.stop();
+    await master.stop();
+  }
+});
+
+test('over TLS: a tls block reaches the master and, by default, the Sentinels over TLS', async () => {
+  const certs = makeCerts();
+  const master = await startTlsRedis(certs);
+  const sentinel = await startSentinel(master.tlsPort, { certs });
+  try {
+    const pol = sluice.policy([{ capacity: 2, rate: '1/h' }], { name: 'sentls' });
+    const l = limiter({ url: 'rediss://mymaster', tls: { caFile: certs.path('ca.crt') },
+      sentinel: { master: 'mymaster', addrs: [sentinel.addr] } });
+    await storeReady(l, pol);
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push((await l.take('k', pol)).allowed);
+    assert.deepEqual(got, [true, true, false]);
+    // sentinel.tls: false speaks plain to a TLS-only Sentinel: no master.
+    const plain = limiter({ tls: { caFile: certs.path('ca.crt') }, timeoutMs: 200,
+      sentinel: { master: 'mymaster', addrs: [sentinel.addr], tls: false } });
+    await failsWith(plain, pol, /mymaster: no_master/);
+  } finally {
+    await sentinel.stop();
+    await master.stop();
+  }
+});

@@ -25,6 +25,7 @@ static void init_defaults(sluice_config_t *cfg)
 	cfg->store.max_keys = 1000000;
 	cfg->store.timeout_ms = 50;
 	cfg->store.connections = 1;
+	cfg->store.tls.verify = 1;
 	cfg->ipv6_prefix = 64;
 	cfg->max_header_bytes = 8 * 1024;
 	cfg->max_body_bytes = 16 * 1024;
@@ -167,6 +168,16 @@ void sluice_config_free(sluice_config_t *cfg)
 		free(cfg->store.seeds[i]);
 	free(cfg->store.seeds);
 	free(cfg->store.key_prefix);
+	free(cfg->store.tls.ca_file);
+	free(cfg->store.tls.cert_file);
+	free(cfg->store.tls.key_file);
+	free(cfg->store.tls.server_name);
+	free(cfg->store.sentinel.master);
+	for (i = 0; i < cfg->store.sentinel.naddrs; i++)
+		free(cfg->store.sentinel.addrs[i]);
+	free(cfg->store.sentinel.addrs);
+	free(cfg->store.sentinel.user);
+	free(cfg->store.sentinel.password);
 	free(cfg->trusted_proxies);
 	free(cfg->admin_token);
 	free_rules(cfg);
@@ -240,24 +251,59 @@ static int set_string(char **dst, const char *src)
 	return 0;
 }
 
+/* "host:port" with a host and a port from 1 to 65535 (no scheme, no
+ * path: a db means nothing to a cluster node or a Sentinel). */
+static int is_host_port(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	size_t digits;
+
+	if (!colon || colon == s || strstr(s, "://") || strchr(s, '/'))
+		return 0;
+	digits = strlen(colon + 1);
+	return digits >= 1 && digits <= 5 &&
+	       strspn(colon + 1, "0123456789") == digits &&
+	       strtoul(colon + 1, NULL, 10) >= 1 &&
+	       strtoul(colon + 1, NULL, 10) <= 65535;
+}
+
+/* redis://, rediss:// (TLS, with the defaults unless `tls:` says more) or
+ * unix://.  With a Sentinel the URL gives the master's credentials, db
+ * and scheme only, so a unix socket makes no sense there. */
 static int parse_redis_url(sluice_yaml_t *y, yaml_node_t *node,
-			   sluice_store_config_t *st)
+			   sluice_store_config_t *st, int sentinel)
 {
 	const char *url;
 
 	if (sluice_yaml_string(y, node, "store.redis.url", &url) < 0)
 		return -1;
-	if (strncmp(url, "redis://", 8) != 0 && strncmp(url, "unix://", 7) != 0)
+	if (strncmp(url, "redis://", 8) != 0 &&
+	    strncmp(url, "rediss://", 9) != 0 &&
+	    strncmp(url, "unix://", 7) != 0)
 		return sluice_yaml_error(
 			y, node,
 			"store.redis.url \"%.100s\" is not "
 			"supported; expected "
-			"redis://[user:password@]host:port[/db]"
+			"redis://[user:password@]host:port[/db], "
+			"rediss://[user:password@]host:port[/db] (TLS)"
 			" or unix:///path/to/redis.sock",
 			url);
+	if (sentinel && strncmp(url, "unix://", 7) == 0)
+		return sluice_yaml_error(
+			y, node,
+			"store.redis.url \"%.100s\" is a unix socket, "
+			"but the Sentinels name the master; expected "
+			"redis:// or rediss:// with the master's "
+			"credentials and db, or no url",
+			url);
+	if (strncmp(url, "rediss://", 9) == 0)
+		st->tls.enabled = 1;
 	return set_string(&st->url, url) < 0 ? sluice_yaml_nomem(y, node) : 0;
 }
 
+/* Cluster seeds: "host:port", "redis://host:port" or "rediss://host:port";
+ * one rediss:// seed means TLS towards every node of the cluster (the
+ * nodes it names are reached the same way). */
 static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 		       sluice_store_config_t *st)
 {
@@ -275,26 +321,261 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 		return sluice_yaml_nomem(y, node);
 	for (i = 0; i < n; i++) {
 		yaml_node_t *it = sluice_yaml_seq_at(y, node, i);
-		const char *s, *colon;
+		const char *s, *hp;
 
 		if (sluice_yaml_string(y, it, "store.redis_cluster.seeds[]",
 				       &s) < 0)
 			return -1;
-		colon = strrchr(s, ':');
-		if (!colon || colon == s || !colon[1] ||
-		    strspn(colon + 1, "0123456789") != strlen(colon + 1))
-			return sluice_yaml_error(y, it,
-						 "cluster seed \"%.100s\" has "
-						 "no port; expected "
-						 "\"host:port\", e.g. "
-						 "\"10.0.0.1:7000\"",
-						 s);
+		hp = s;
+		if (strncmp(s, "redis://", 8) == 0) {
+			hp = s + 8;
+		} else if (strncmp(s, "rediss://", 9) == 0) {
+			hp = s + 9;
+			st->tls.enabled = 1;
+		}
+		if (!is_host_port(hp))
+			return sluice_yaml_error(
+				y, it,
+				"cluster seed \"%.100s\" is not "
+				"host:port; expected \"host:port\", "
+				"\"redis://host:port\" or "
+				"\"rediss://host:port\", e.g. "
+				"\"10.0.0.1:7000\"",
+				s);
 		st->seeds[i] = strdup(s);
 		if (!st->seeds[i])
 			return sluice_yaml_nomem(y, it);
 		st->nseeds = i + 1;
 	}
 	return 0;
+}
+
+/* ----------------------------------------------------------------- TLS */
+
+/*
+ * A file named under tls: must be readable now (one byte is read, so a
+ * directory is caught too): a wrong path is a config error at load and at
+ * SIGHUP, named by its line, rather than a handshake that fails on every
+ * connection once running.
+ */
+static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+			  char **dst)
+{
+	const char *path;
+	FILE *f;
+	int c, e;
+
+	if (sluice_yaml_string(y, node, what, &path) < 0)
+		return -1;
+	if (!path[0])
+		return sluice_yaml_error(y, node,
+					 "%s is empty; expected the path of a "
+					 "PEM file",
+					 what);
+	f = fopen(path, "r");
+	if (!f)
+		return sluice_yaml_error(y, node,
+					 "%s \"%.200s\" cannot be opened: %s; "
+					 "expected a readable PEM file",
+					 what, path, strerror(errno));
+	c = getc(f);
+	e = ferror(f) ? errno : 0;
+	fclose(f);
+	if (c == EOF)
+		return sluice_yaml_error(y, node,
+					 "%s \"%.200s\" %s%s; expected a "
+					 "readable PEM file",
+					 what, path,
+					 e ? "cannot be read: " : "is empty",
+					 e ? strerror(e) : "");
+	return set_string(dst, path) < 0 ? sluice_yaml_nomem(y, node) : 0;
+}
+
+/* tls: {ca_file, cert_file, key_file, server_name, verify}; its presence
+ * alone (even "tls: {}") turns TLS on.  Reads on after an error. */
+static int parse_tls(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+		     sluice_store_tls_t *tls)
+{
+	static const char *const keys[] = {"ca_file",  "cert_file",
+					   "key_file", "server_name",
+					   "verify",   NULL};
+	char field[96];
+	yaml_node_t *v, *cert, *key;
+	const char *s;
+	int rc = 0;
+
+#define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
+	tls->enabled = 1;
+	if (sluice_yaml_is_null(node))
+		return 0; /* "tls:" alone: the defaults */
+	if (node->type != YAML_MAPPING_NODE)
+		return sluice_yaml_error(y, node,
+					 "%s is %s; expected a mapping such "
+					 "as {ca_file: /etc/ssl/redis-ca.pem} "
+					 "or {} for the defaults",
+					 what, sluice_yaml_kind(node));
+	if (sluice_yaml_check_keys(y, node, what, keys) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ca_file")) &&
+	    parse_tls_file(y, v, FIELD("ca_file"), &tls->ca_file) < 0)
+		rc = -1;
+	if ((cert = sluice_yaml_get(y, node, "cert_file")) &&
+	    parse_tls_file(y, cert, FIELD("cert_file"), &tls->cert_file) < 0)
+		rc = -1;
+	if ((key = sluice_yaml_get(y, node, "key_file")) &&
+	    parse_tls_file(y, key, FIELD("key_file"), &tls->key_file) < 0)
+		rc = -1;
+	/* A client certificate is its certificate and its key: one without
+	 * the other is a half-done mutual TLS setup. */
+	if (key && !cert)
+		rc = sluice_yaml_error(y, key,
+				       "%s.key_file is given without "
+				       "cert_file; expected both (mutual "
+				       "TLS) or neither",
+				       what);
+	if (cert && !key)
+		rc = sluice_yaml_error(y, cert,
+				       "%s.cert_file is given without "
+				       "key_file; expected both (mutual "
+				       "TLS) or neither",
+				       what);
+	if ((v = sluice_yaml_get(y, node, "server_name"))) {
+		if (sluice_yaml_string(y, v, FIELD("server_name"), &s) < 0)
+			rc = -1;
+		else if (!s[0] || strlen(s) > 253 || strpbrk(s, " \t/:@"))
+			rc = sluice_yaml_error(
+				y, v,
+				"%s.server_name \"%.100s\" is not a host "
+				"name; expected the name the server's "
+				"certificate holds, e.g. redis.example.com",
+				what, s);
+		else if (set_string(&tls->server_name, s) < 0)
+			return sluice_yaml_nomem(y, v);
+	}
+	if ((v = sluice_yaml_get(y, node, "verify")) &&
+	    sluice_yaml_bool(y, v, FIELD("verify"), &tls->verify) < 0)
+		rc = -1;
+	return rc;
+#undef FIELD
+}
+
+/* ------------------------------------------------------------ Sentinel */
+
+/* An optional non-empty string under sentinel: (user, password). */
+static int parse_sentinel_string(sluice_yaml_t *y, yaml_node_t *node,
+				 const char *what, char **dst)
+{
+	const char *s;
+
+	if (sluice_yaml_string(y, node, what, &s) < 0)
+		return -1;
+	if (!s[0])
+		return sluice_yaml_error(y, node,
+					 "%s is empty; expected a value, or "
+					 "no such key",
+					 what);
+	return set_string(dst, s) < 0 ? sluice_yaml_nomem(y, node) : 0;
+}
+
+/* sentinel: {master, addrs, user, password, tls}.  *tls_given says
+ * whether tls was set (else it follows the master's TLS, decided once
+ * url and tls are read).  Reads on after an error. */
+static int parse_sentinel(sluice_yaml_t *y, yaml_node_t *node,
+			  sluice_store_sentinel_t *sen, int *tls_given)
+{
+	static const char *const keys[] = {"master",   "addrs", "user",
+					   "password", "tls",	NULL};
+	yaml_node_t *v, *user;
+	const char *s;
+	size_t i, n;
+	int rc = 0;
+
+	*tls_given = 0;
+	if (node->type != YAML_MAPPING_NODE)
+		return sluice_yaml_error(y, node,
+					 "store.redis.sentinel is %s; expected "
+					 "{master: NAME, addrs: "
+					 "[\"host:port\", ...]}",
+					 sluice_yaml_kind(node));
+	if (sluice_yaml_check_keys(y, node, "store.redis.sentinel", keys) < 0)
+		rc = -1;
+	if (!(v = sluice_yaml_get(y, node, "master")))
+		rc = sluice_yaml_error(y, node,
+				       "store.redis.sentinel has no master; "
+				       "expected master: NAME (the name the "
+				       "Sentinels monitor, e.g. mymaster)");
+	else if (sluice_yaml_string(y, v, "store.redis.sentinel.master", &s) <
+		 0)
+		rc = -1;
+	else if (!s[0] || strpbrk(s, " \t\r\n"))
+		rc = sluice_yaml_error(y, v,
+				       "store.redis.sentinel.master \"%.100s\" "
+				       "is not a master name; expected the "
+				       "name the Sentinels monitor, e.g. "
+				       "mymaster",
+				       s);
+	else if (set_string(&sen->master, s) < 0)
+		return sluice_yaml_nomem(y, v);
+	if (!(v = sluice_yaml_get(y, node, "addrs"))) {
+		rc = sluice_yaml_error(y, node,
+				       "store.redis.sentinel has no addrs; "
+				       "expected addrs: [\"host:port\", ...] "
+				       "(the Sentinels)");
+	} else if (sluice_yaml_expect_seq(y, v, "store.redis.sentinel.addrs") <
+		   0) {
+		rc = -1;
+	} else if ((n = sluice_yaml_seq_len(v)) == 0) {
+		rc = sluice_yaml_error(y, v,
+				       "store.redis.sentinel.addrs is empty; "
+				       "expected at least one \"host:port\"");
+	} else if (!(sen->addrs = calloc(n, sizeof(*sen->addrs)))) {
+		return sluice_yaml_nomem(y, v);
+	} else {
+		for (i = 0; i < n; i++) {
+			yaml_node_t *it = sluice_yaml_seq_at(y, v, i);
+
+			if (sluice_yaml_string(y, it,
+					       "store.redis.sentinel.addrs[]",
+					       &s) < 0) {
+				rc = -1;
+				continue;
+			}
+			if (!is_host_port(s)) {
+				rc = sluice_yaml_error(
+					y, it,
+					"sentinel address \"%.100s\" is not "
+					"host:port; expected \"host:port\", "
+					"e.g. \"10.0.0.1:26379\" (tls: true "
+					"for TLS to the Sentinels)",
+					s);
+				continue;
+			}
+			if (!(sen->addrs[sen->naddrs] = strdup(s)))
+				return sluice_yaml_nomem(y, it);
+			sen->naddrs++;
+		}
+	}
+	if ((user = sluice_yaml_get(y, node, "user")) &&
+	    parse_sentinel_string(y, user, "store.redis.sentinel.user",
+				  &sen->user) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "password")) &&
+	    parse_sentinel_string(y, v, "store.redis.sentinel.password",
+				  &sen->password) < 0)
+		rc = -1;
+	if (user && !v)
+		rc = sluice_yaml_error(y, user,
+				       "store.redis.sentinel.user is given "
+				       "without password; expected both, or "
+				       "password alone");
+	if ((v = sluice_yaml_get(y, node, "tls"))) {
+		if (sluice_yaml_bool(y, v, "store.redis.sentinel.tls",
+				     &sen->tls) < 0)
+			rc = -1;
+		else
+			*tls_given = 1;
+	}
+	return rc;
 }
 
 /* shared: {path, max_keys}: an absolute path (the file every process of
@@ -324,16 +605,17 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 {
 	static const char *const mem_keys[] = {"max_keys", NULL};
 	static const char *const shared_keys[] = {"path", "max_keys", NULL};
-	static const char *const redis_keys[] = {"url",	       "key_prefix",
-						 "timeout_ms", "connections",
-						 "max_keys",   NULL};
-	static const char *const cluster_keys[] = {"seeds",	 "key_prefix",
-						   "timeout_ms", "connections",
-						   "max_keys",	 NULL};
+	static const char *const redis_keys[] = {
+		"url",	    "key_prefix", "timeout_ms", "connections",
+		"max_keys", "tls",	  "sentinel",	NULL};
+	static const char *const cluster_keys[] = {
+		"seeds",    "key_prefix", "timeout_ms", "connections",
+		"max_keys", "tls",	  NULL};
 	char what[64], field[96];
-	yaml_node_t *v;
+	yaml_node_t *v, *sentinel;
 	uint64_t u;
 	const char *s;
+	int sentinel_tls_given = 0;
 
 	snprintf(what, sizeof(what), "store.%s", kind);
 #define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
@@ -364,8 +646,9 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			return -1;
 		st->max_keys = (size_t)u;
 	}
+	sentinel = sluice_yaml_get(y, body, "sentinel");
 	if ((v = sluice_yaml_get(y, body, "url")) &&
-	    parse_redis_url(y, v, st) < 0)
+	    parse_redis_url(y, v, st, sentinel != NULL) < 0)
 		return -1;
 	if ((v = sluice_yaml_get(y, body, "seeds")) &&
 	    parse_seeds(y, v, st) < 0)
@@ -375,6 +658,15 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			y, body,
 			"store.redis_cluster has no seeds; "
 			"expected seeds: [\"host:port\", ...]");
+	if ((v = sluice_yaml_get(y, body, "tls")) &&
+	    parse_tls(y, v, FIELD("tls"), &st->tls) < 0)
+		return -1;
+	if (sentinel &&
+	    parse_sentinel(y, sentinel, &st->sentinel, &sentinel_tls_given) < 0)
+		return -1;
+	/* The Sentinels of a TLS deployment usually speak TLS too. */
+	if (st->sentinel.master && !sentinel_tls_given)
+		st->sentinel.tls = st->tls.enabled;
 	if ((v = sluice_yaml_get(y, body, "key_prefix"))) {
 		if (sluice_yaml_string(y, v, FIELD("key_prefix"), &s) < 0)
 			return -1;
@@ -653,7 +945,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	if ((v = sluice_yaml_get(y, root, "store")) &&
 	    parse_store(y, v, &cfg->store) < 0)
 		rc = -1;
+	/* With a Sentinel the URL only gives credentials: none is none. */
 	if (cfg->store.kind == SLUICE_STORE_REDIS && !cfg->store.url &&
+	    !cfg->store.sentinel.master &&
 	    set_string(&cfg->store.url, "redis://127.0.0.1:6379") < 0)
 		return sluice_yaml_nomem(y, v);
 	if ((v = sluice_yaml_get(y, root, "trusted_proxies")) &&

@@ -231,6 +231,290 @@ static void test_redis_stores(void)
 	}
 }
 
+static void test_rediss_url_turns_tls_on_with_the_defaults(void)
+{
+	char err[512];
+	sluice_config_t *c;
+
+	c = parse("store:\n  redis:\n"
+		  "    url: \"rediss://:s3cret@redis.example.com:6380/1\"\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(c->store.kind == SLUICE_STORE_REDIS);
+	CHECK(strcmp(c->store.url,
+		     "rediss://:s3cret@redis.example.com:6380/1") == 0);
+	CHECK(c->store.tls.enabled == 1 && c->store.tls.verify == 1);
+	CHECK(c->store.tls.ca_file == NULL && c->store.tls.cert_file == NULL);
+	CHECK(c->store.tls.key_file == NULL &&
+	      c->store.tls.server_name == NULL);
+	CHECK(c->store.sentinel.master == NULL);
+	sluice_config_free(c);
+	/* redis:// without tls: plain, and certificates would be checked */
+	c = parse("store: {redis: {url: \"redis://10.0.0.5:6379\"}}\n", err,
+		  sizeof(err));
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(c->store.tls.enabled == 0 && c->store.tls.verify == 1);
+	sluice_config_free(c);
+	/* "tls: {}" (or "tls:" alone) turns TLS on even for redis:// */
+	c = parse("store:\n  redis:\n    url: \"redis://10.0.0.5:6379\"\n"
+		  "    tls: {}\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 1 && c->store.tls.verify == 1);
+	sluice_config_free(c);
+	c = parse("store:\n  redis:\n    tls:\n", err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 1);
+	CHECK(c && strcmp(c->store.url, "redis://127.0.0.1:6379") == 0);
+	sluice_config_free(c);
+	c = parse("store: {redis: {tls: {verify: false}}}\n", err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 1 && c->store.tls.verify == 0);
+	sluice_config_free(c);
+}
+
+static void test_rediss_seed_turns_tls_on_for_the_cluster(void)
+{
+	char err[512];
+	sluice_config_t *c;
+
+	c = parse("store:\n  redis_cluster:\n    seeds:\n"
+		  "      - \"10.0.0.1:7000\"\n"
+		  "      - \"redis://10.0.0.2:7001\"\n"
+		  "      - \"rediss://10.0.0.3:7002\"\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(c->store.kind == SLUICE_STORE_REDIS_CLUSTER);
+	CHECK(c->store.nseeds == 3);
+	CHECK(strcmp(c->store.seeds[0], "10.0.0.1:7000") == 0);
+	CHECK(strcmp(c->store.seeds[1], "redis://10.0.0.2:7001") == 0);
+	CHECK(strcmp(c->store.seeds[2], "rediss://10.0.0.3:7002") == 0);
+	CHECK(c->store.tls.enabled == 1);
+	sluice_config_free(c);
+	c = parse("store: {redis_cluster: {seeds: [\"redis://10.0.0.1:7000\"]}}"
+		  "\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 0);
+	sluice_config_free(c);
+	c = parse("store:\n  redis_cluster:\n    seeds: [\"10.0.0.1:7000\"]\n"
+		  "    tls: {server_name: redis.internal, verify: true}\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(c->store.tls.enabled == 1 && c->store.tls.verify == 1);
+	CHECK(strcmp(c->store.tls.server_name, "redis.internal") == 0);
+	sluice_config_free(c);
+}
+
+/* PEM files for the tls: tests (their contents are not read at load,
+ * only that they can be). */
+struct pem_dir {
+	char dir[64], ca[96], cert[96], key[96], empty[96];
+};
+
+static void pem_write(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	CHECK(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void pem_dir_make(struct pem_dir *p)
+{
+	snprintf(p->dir, sizeof(p->dir), "/tmp/sluice-test-tls-XXXXXX");
+	CHECK(mkdtemp(p->dir) != NULL);
+	snprintf(p->ca, sizeof(p->ca), "%s/ca.pem", p->dir);
+	snprintf(p->cert, sizeof(p->cert), "%s/client.pem", p->dir);
+	snprintf(p->key, sizeof(p->key), "%s/client.key", p->dir);
+	snprintf(p->empty, sizeof(p->empty), "%s/empty.pem", p->dir);
+	pem_write(p->ca, "-----BEGIN CERTIFICATE-----\n");
+	pem_write(p->cert, "-----BEGIN CERTIFICATE-----\n");
+	pem_write(p->key, "-----BEGIN PRIVATE KEY-----\n");
+	pem_write(p->empty, "");
+}
+
+static void pem_dir_remove(struct pem_dir *p)
+{
+	unlink(p->ca);
+	unlink(p->cert);
+	unlink(p->key);
+	unlink(p->empty);
+	rmdir(p->dir);
+}
+
+/* One bad config, refused with "t.yaml:LINE: ...what...; expected". */
+static void expect_bad(const char *text, int line, const char *what)
+{
+	char err[512], prefix[32];
+	sluice_config_t *c = parse(text, err, sizeof(err));
+
+	snprintf(prefix, sizeof(prefix), "t.yaml:%d: ", line);
+	if (c || strncmp(err, prefix, strlen(prefix)) != 0 ||
+	    !strstr(err, what) || !strstr(err, "; expected"))
+		fprintf(stderr, "want \"%s...%s\", got \"%s\"\n", prefix, what,
+			c ? "(accepted)" : err);
+	sluice_config_free(c);
+	CHECK(c == NULL);
+	CHECK(strncmp(err, prefix, strlen(prefix)) == 0);
+	CHECK(strstr(err, what) != NULL);
+}
+
+static void test_tls_block_with_mutual_tls(void)
+{
+	struct pem_dir p;
+	char text[1024], err[512];
+	sluice_config_t *c;
+
+	pem_dir_make(&p);
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    url: \"rediss://redis.internal:6380\"\n"
+		 "    tls:\n      ca_file: %s\n      cert_file: %s\n"
+		 "      key_file: %s\n      server_name: redis.internal\n"
+		 "      verify: true\n",
+		 p.ca, p.cert, p.key);
+	c = parse(text, err, sizeof(err));
+	if (!c)
+		fprintf(stderr, "%s\n", err);
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(c->store.tls.enabled == 1 && c->store.tls.verify == 1);
+		CHECK(strcmp(c->store.tls.ca_file, p.ca) == 0);
+		CHECK(strcmp(c->store.tls.cert_file, p.cert) == 0);
+		CHECK(strcmp(c->store.tls.key_file, p.key) == 0);
+		CHECK(strcmp(c->store.tls.server_name, "redis.internal") == 0);
+		sluice_config_free(c);
+	}
+	/* the key without its certificate, and the reverse */
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    tls:\n      key_file: %s\n", p.key);
+	expect_bad(text, 4,
+		   "store.redis.tls.key_file is given without cert_file; "
+		   "expected both (mutual TLS) or neither");
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    tls:\n      ca_file: %s\n"
+		 "      cert_file: %s\n",
+		 p.ca, p.cert);
+	expect_bad(text, 5, "cert_file is given without key_file");
+	/* a directory, an empty file */
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.dir);
+	expect_bad(text, 4, "cannot be read: Is a directory");
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.empty);
+	expect_bad(text, 4, "is empty; expected a readable PEM file");
+	/* the file's absence is noticed at load (and at every reload) */
+	pem_dir_remove(&p);
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    tls:\n      ca_file: %s\n"
+		 "      cert_file: %s\n      key_file: %s\n",
+		 p.ca, p.cert, p.key);
+	expect_bad(text, 4, "cannot be opened: No such file or directory");
+}
+
+static void test_sentinel(void)
+{
+	char err[512];
+	sluice_config_t *c;
+
+	/* no url: the Sentinels name the master, no credentials */
+	c = parse("store:\n  redis:\n    sentinel:\n      master: mymaster\n"
+		  "      addrs: [\"10.0.0.1:26379\", \"10.0.0.2:26379\", "
+		  "\"sentinel-3.internal:26379\"]\n",
+		  err, sizeof(err));
+	if (!c)
+		fprintf(stderr, "%s\n", err);
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(c->store.kind == SLUICE_STORE_REDIS);
+	CHECK(c->store.url == NULL);
+	CHECK(strcmp(c->store.sentinel.master, "mymaster") == 0);
+	CHECK(c->store.sentinel.naddrs == 3);
+	CHECK(strcmp(c->store.sentinel.addrs[0], "10.0.0.1:26379") == 0);
+	CHECK(strcmp(c->store.sentinel.addrs[2], "sentinel-3.internal:26379") ==
+	      0);
+	CHECK(c->store.sentinel.user == NULL &&
+	      c->store.sentinel.password == NULL);
+	CHECK(c->store.sentinel.tls == 0 && c->store.tls.enabled == 0);
+	sluice_config_free(c);
+	/* a rediss:// url: the master over TLS, the Sentinels too unless
+	 * told otherwise */
+	c = parse("store:\n  redis:\n    url: \"rediss://app:pw@master/2\"\n"
+		  "    sentinel:\n      master: mymaster\n"
+		  "      addrs: [\"10.0.0.1:26379\"]\n"
+		  "      user: sentinel-user\n      password: sentinel-pw\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK(strcmp(c->store.url, "rediss://app:pw@master/2") == 0);
+	CHECK(c->store.tls.enabled == 1 && c->store.sentinel.tls == 1);
+	CHECK(strcmp(c->store.sentinel.user, "sentinel-user") == 0);
+	CHECK(strcmp(c->store.sentinel.password, "sentinel-pw") == 0);
+	sluice_config_free(c);
+	/* a tls: block likewise; tls: false keeps the Sentinels plain */
+	c = parse("store:\n  redis:\n    tls: {server_name: redis.internal}\n"
+		  "    sentinel: {master: m, addrs: [\"h:26379\"]}\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 1 && c->store.sentinel.tls == 1);
+	sluice_config_free(c);
+	c = parse("store:\n  redis:\n    tls: {}\n"
+		  "    sentinel: {master: m, addrs: [\"h:26379\"], tls: false,"
+		  " password: pw}\n",
+		  err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 1 && c->store.sentinel.tls == 0);
+	CHECK(c && c->store.sentinel.user == NULL &&
+	      strcmp(c->store.sentinel.password, "pw") == 0);
+	sluice_config_free(c);
+	/* and the reverse: plain master, Sentinels over TLS */
+	c = parse(
+		"store:\n  redis:\n"
+		"    sentinel: {master: m, addrs: [\"h:26379\"], tls: true}\n",
+		err, sizeof(err));
+	CHECK(c != NULL);
+	CHECK(c && c->store.tls.enabled == 0 && c->store.sentinel.tls == 1);
+	sluice_config_free(c);
+}
+
+/* check-config names every bad key of a tls: and sentinel: block. */
+static void test_check_reports_every_tls_and_sentinel_error(void)
+{
+	static const char text[] =
+		"store:\n"			       /* 1 */
+		"  redis:\n"			       /* 2 */
+		"    tls:\n"			       /* 3 */
+		"      ca_file: /nonexistent/ca.pem\n" /* 4 */
+		"      verify: maybe\n"		       /* 5 */
+		"      sni: x\n";		       /* 6 */
+	char path[] = "/tmp/sluice-test-config-XXXXXX";
+	char report[4096];
+	int fd = mkstemp(path);
+	FILE *f;
+
+	CHECK(fd >= 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 3);
+	CHECK(strstr(report, ":4: store.redis.tls.ca_file") != NULL);
+	CHECK(strstr(report, ":5: store.redis.tls.verify") != NULL);
+	CHECK(strstr(report, ":6: store.redis.tls: unknown key \"sni\"") !=
+	      NULL);
+	unlink(path);
+}
+
 static void test_empty_trusted_proxies_trusts_nobody(void)
 {
 	char err[512];
@@ -382,8 +666,78 @@ static const struct bad bad_files[] = {
 	{"store: {memory: {}, redis: {}}\n", 1, "expected exactly one"},
 	{"store:\n  redis:\n    url: http://x\n", 3, "is not supported"},
 	{"store: {redis_cluster: {key_prefix: x}}\n", 1, "has no seeds"},
-	{"store: {redis_cluster: {seeds: [\"10.0.0.1\"]}}\n", 1, "has no port"},
+	{"store: {redis_cluster: {seeds: [\"10.0.0.1\"]}}\n", 1,
+	 "cluster seed \"10.0.0.1\" is not host:port"},
 	{"store: {redis: {timeout_ms: 0}}\n", 1, "timeout_ms is 0"},
+	/* TLS */
+	{"store:\n  redis:\n    url: redis+tls://x:6379\n", 3,
+	 "expected redis://[user:password@]host:port[/db], "
+	 "rediss://[user:password@]host:port[/db] (TLS) or unix://"},
+	{"store:\n  redis:\n    tls:\n      ca_file: /nonexistent/ca.pem\n", 4,
+	 "store.redis.tls.ca_file \"/nonexistent/ca.pem\" cannot be opened: "
+	 "No such file or directory; expected a readable PEM file"},
+	{"store:\n  redis_cluster:\n    seeds: [\"10.0.0.1:7000\"]\n"
+	 "    tls: {cert_file: /nonexistent/c.pem, key_file: /nonexistent/k}\n",
+	 4, "store.redis_cluster.tls.cert_file \"/nonexistent/c.pem\" cannot"},
+	{"store:\n  redis:\n    tls: {ca_fil: /etc/ssl/ca.pem}\n", 3,
+	 "store.redis.tls: unknown key \"ca_fil\" (did you mean "
+	 "\"ca_file\"?)"},
+	{"store:\n  redis:\n    tls:\n      verify: maybe\n", 4,
+	 "store.redis.tls.verify is \"maybe\"; expected true or false"},
+	{"store: {redis: {tls: yes}}\n", 1,
+	 "store.redis.tls is a single value; expected a mapping"},
+	{"store: {redis: {tls: {ca_file: \"\"}}}\n", 1,
+	 "store.redis.tls.ca_file is empty"},
+	{"store: {redis: {tls: {server_name: \"redis.example.com:6380\"}}}\n",
+	 1, "server_name \"redis.example.com:6380\" is not a host name"},
+	{"store: {redis_cluster: {seeds: [\"rediss://10.0.0.1\"]}}\n", 1,
+	 "cluster seed \"rediss://10.0.0.1\" is not host:port"},
+	{"store: {redis_cluster: {seeds: [\"10.0.0.1:70000\"]}}\n", 1,
+	 "is not host:port"},
+	{"store: {redis_cluster: {seeds: [\"rediss://10.0.0.1:7000/1\"]}}\n", 1,
+	 "is not host:port"},
+	/* Sentinel */
+	{"store:\n  redis:\n    sentinel:\n      addrs: [\"10.0.0.1:26379\"]\n",
+	 4, "store.redis.sentinel has no master; expected master: NAME"},
+	{"store:\n  redis:\n    sentinel:\n      master: \"\"\n"
+	 "      addrs: [\"10.0.0.1:26379\"]\n",
+	 4, "store.redis.sentinel.master \"\" is not a master name"},
+	{"store:\n  redis:\n    sentinel:\n      master: [a]\n"
+	 "      addrs: [\"10.0.0.1:26379\"]\n",
+	 4, "store.redis.sentinel.master is a list; expected a string"},
+	{"store:\n  redis:\n    sentinel:\n      master: mymaster\n"
+	 "      addrs: []\n",
+	 5, "store.redis.sentinel.addrs is empty; expected at least one"},
+	{"store:\n  redis:\n    sentinel:\n      master: mymaster\n", 4,
+	 "store.redis.sentinel has no addrs"},
+	{"store:\n  redis:\n    sentinel:\n      master: mymaster\n"
+	 "      addrs:\n        - \"10.0.0.1:26379\"\n        - 10.0.0.2\n",
+	 7,
+	 "sentinel address \"10.0.0.2\" is not host:port; expected "
+	 "\"host:port\", e.g. \"10.0.0.1:26379\""},
+	{"store:\n  redis:\n    sentinel:\n      master: mymaster\n"
+	 "      addrs: [\"rediss://10.0.0.1:26379\"]\n",
+	 5, "sentinel address \"rediss://10.0.0.1:26379\" is not host:port"},
+	{"store:\n  redis:\n    sentinel: mymaster\n", 3,
+	 "store.redis.sentinel is a single value; expected {master: NAME"},
+	{"store:\n  redis:\n    sentinel: {master: m, addrs: [\"h:1\"], "
+	 "tls: maybe}\n",
+	 3, "store.redis.sentinel.tls is \"maybe\""},
+	{"store:\n  redis:\n    sentinel: {master: m, addrs: [\"h:1\"], "
+	 "user: admin}\n",
+	 3, "store.redis.sentinel.user is given without password"},
+	{"store:\n  redis:\n    sentinel: {master: m, addrs: [\"h:1\"], "
+	 "password: \"\"}\n",
+	 3, "store.redis.sentinel.password is empty"},
+	{"store:\n  redis:\n    sentinel: {master: m, addrs: [\"h:1\"], "
+	 "port: 26379}\n",
+	 3, "store.redis.sentinel: unknown key \"port\""},
+	{"store:\n  redis:\n    url: unix:///run/redis.sock\n"
+	 "    sentinel: {master: m, addrs: [\"h:1\"]}\n",
+	 3, "is a unix socket, but the Sentinels name the master"},
+	{"store:\n  redis_cluster:\n    seeds: [\"10.0.0.1:7000\"]\n"
+	 "    sentinel: {master: m, addrs: [\"h:1\"]}\n",
+	 4, "store.redis_cluster: unknown key \"sentinel\""},
 };
 
 static void test_bad_files_name_file_and_line(void)
@@ -633,6 +987,11 @@ int main(void)
 	RUN(test_issue_example_parses);
 	RUN(test_every_top_level_field);
 	RUN(test_redis_stores);
+	RUN(test_rediss_url_turns_tls_on_with_the_defaults);
+	RUN(test_rediss_seed_turns_tls_on_for_the_cluster);
+	RUN(test_tls_block_with_mutual_tls);
+	RUN(test_sentinel);
+	RUN(test_check_reports_every_tls_and_sentinel_error);
 	RUN(test_empty_trusted_proxies_trusts_nobody);
 	RUN(test_bad_files_name_file_and_line);
 	RUN(test_check_reads_on_after_errors);

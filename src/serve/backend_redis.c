@@ -18,16 +18,42 @@
 
 /* Each thread's client reports its own nodes' changes; the log says each
  * change once for the process, so N threads watching one refused password
- * write one line, not N.  Keyed by node: the last connection state and
- * breaker state written. */
+ * (or one certificate that does not verify) write one line, not N, and a
+ * node that keeps failing the same way is not logged at each reconnect.
+ * Keyed by node: the last connection state and breaker state written. */
 #define LOG_NODES 64
 
 static struct {
 	char node[80];
-	int state;   /* last CONNECTED/AUTH_FAILED/UNREACHABLE/TIMEOUT */
+	/* last CONNECTED/AUTH_FAILED/UNREACHABLE/TIMEOUT/TLS_FAILED */
+	int state;
 	int breaker; /* last BREAKER_OPEN/CLOSED */
 } log_nodes[LOG_NODES];
+
+/* Sentinel: what the log last said of the master (one group per
+ * process): MASTER_CHANGED with the master's node, or NO_MASTER.  Every
+ * thread's client learns of a failover on its own; one line says it. */
+static struct {
+	int kind;
+	char node[80];
+} log_master;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* 1 when a Sentinel event changes what the log last said of the master. */
+static int master_is_news(const sluice_redis_event_t *ev)
+{
+	int news;
+
+	pthread_mutex_lock(&log_lock);
+	news = log_master.kind != (int)ev->kind ||
+	       (ev->kind == SLUICE_REDIS_EV_MASTER_CHANGED &&
+		strncmp(log_master.node, ev->node,
+			sizeof(log_master.node) - 1) != 0);
+	log_master.kind = (int)ev->kind;
+	snprintf(log_master.node, sizeof(log_master.node), "%s", ev->node);
+	pthread_mutex_unlock(&log_lock);
+	return news;
+}
 
 /* 1 when the event changes what the log last said about its node. */
 static int log_is_news(const sluice_redis_event_t *ev)
@@ -38,6 +64,9 @@ static int log_is_news(const sluice_redis_event_t *ev)
 	if (kind == SLUICE_REDIS_EV_SCRIPT_RELOADED ||
 	    kind == SLUICE_REDIS_EV_SLOTS_CHANGED)
 		return 1; /* events, already throttled by the client */
+	if (kind == SLUICE_REDIS_EV_MASTER_CHANGED ||
+	    kind == SLUICE_REDIS_EV_NO_MASTER)
+		return master_is_news(ev);
 	pthread_mutex_lock(&log_lock);
 	for (i = 0; i < LOG_NODES; i++) {
 		if (!log_nodes[i].node[0])
@@ -74,9 +103,21 @@ static void on_store_event(void *arg, const sluice_redis_event_t *ev)
 		sluice_log_info("redis %s: %s%s%s", ev->node, name,
 				ev->detail[0] ? ": " : "", ev->detail);
 		break;
+	case SLUICE_REDIS_EV_MASTER_CHANGED:
+		sluice_log_info("redis %s: %s: now the master%s%s%s", ev->node,
+				name, ev->detail[0] ? " (" : "", ev->detail,
+				ev->detail[0] ? ")" : "");
+		break;
 	case SLUICE_REDIS_EV_AUTH_FAILED:
 		sluice_log_error("redis %s: %s: the server said \"%s\"",
 				 ev->node, name, ev->detail);
+		break;
+	case SLUICE_REDIS_EV_TLS_FAILED:
+		/* Usually a configuration matter (CA, server name, client
+		 * certificate) that retrying will not fix: an error. */
+		sluice_log_error("redis %s: %s: %s", ev->node, name,
+				 ev->detail[0] ? ev->detail
+					       : "the TLS handshake failed");
 		break;
 	default:
 		sluice_log_warn("redis %s: %s%s%s", ev->node, name,
@@ -144,6 +185,8 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 			    void *loop, char *err, size_t errlen)
 {
 	sluice_redis_opts_t o = {0};
+	sluice_redis_tls_t tls = {0};
+	sluice_redis_sentinel_t sentinel = {0};
 	redis_impl_t *d = calloc(1, sizeof(*d));
 	int rc;
 
@@ -156,8 +199,29 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	if (store->kind == SLUICE_STORE_REDIS_CLUSTER) {
 		o.seeds = (const char *const *)store->seeds;
 		o.nseeds = store->nseeds;
+	} else if (store->sentinel.master) {
+		/* The Sentinels name the master; the URL (if any) gives
+		 * its credentials, db and scheme. */
+		sentinel.master = store->sentinel.master;
+		sentinel.addrs = (const char *const *)store->sentinel.addrs;
+		sentinel.naddrs = store->sentinel.naddrs;
+		sentinel.user = store->sentinel.user;
+		sentinel.password = store->sentinel.password;
+		sentinel.tls = store->sentinel.tls;
+		o.sentinel = &sentinel;
+		o.url = store->url;
 	} else {
 		o.url = store->url ? store->url : "redis://127.0.0.1:6379";
+	}
+	if (store->tls.enabled) {
+		/* The client copies these: locals outlive the call. */
+		tls.enabled = 1;
+		tls.ca_file = store->tls.ca_file;
+		tls.cert_file = store->tls.cert_file;
+		tls.key_file = store->tls.key_file;
+		tls.server_name = store->tls.server_name;
+		tls.no_verify = !store->tls.verify;
+		o.tls = &tls;
 	}
 	o.key_prefix = store->key_prefix;
 	o.timeout_ms = store->timeout_ms;

@@ -73,7 +73,7 @@ static const char *store_name(const sluice_config_t *cfg)
 	case SLUICE_STORE_SHARED:
 		return "shared";
 	case SLUICE_STORE_REDIS:
-		return "redis";
+		return cfg->store.sentinel.master ? "redis sentinel" : "redis";
 	default:
 		return "redis cluster";
 	}
@@ -82,6 +82,30 @@ static const char *store_name(const sluice_config_t *cfg)
 static int str_same(const char *a, const char *b)
 {
 	return a && b ? strcmp(a, b) == 0 : a == b;
+}
+
+static int tls_same(const sluice_store_tls_t *a, const sluice_store_tls_t *b)
+{
+	return a->enabled == b->enabled && a->verify == b->verify &&
+	       str_same(a->ca_file, b->ca_file) &&
+	       str_same(a->cert_file, b->cert_file) &&
+	       str_same(a->key_file, b->key_file) &&
+	       str_same(a->server_name, b->server_name);
+}
+
+static int sentinel_same(const sluice_store_sentinel_t *a,
+			 const sluice_store_sentinel_t *b)
+{
+	size_t i;
+
+	if (!str_same(a->master, b->master) || a->naddrs != b->naddrs ||
+	    !str_same(a->user, b->user) ||
+	    !str_same(a->password, b->password) || a->tls != b->tls)
+		return 0;
+	for (i = 0; i < a->naddrs; i++)
+		if (!str_same(a->addrs[i], b->addrs[i]))
+			return 0;
+	return 1;
 }
 
 /* 1 when two store settings open the same store. */
@@ -93,7 +117,9 @@ static int store_same(const sluice_store_config_t *a,
 	if (a->kind != b->kind || a->max_keys != b->max_keys ||
 	    !str_same(a->url, b->url) || !str_same(a->shm_path, b->shm_path) ||
 	    a->nseeds != b->nseeds || !str_same(a->key_prefix, b->key_prefix) ||
-	    a->timeout_ms != b->timeout_ms || a->connections != b->connections)
+	    a->timeout_ms != b->timeout_ms ||
+	    a->connections != b->connections || !tls_same(&a->tls, &b->tls) ||
+	    !sentinel_same(&a->sentinel, &b->sentinel))
 		return 0;
 	for (i = 0; i < a->nseeds; i++)
 		if (!str_same(a->seeds[i], b->seeds[i]))
@@ -367,6 +393,10 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		sluice_log_error("%s", err);
 		return 2;
 	}
+	if (cfg->store.tls.enabled && !cfg->store.tls.verify)
+		sluice_log_warn("store: tls.verify is false: Redis "
+				"certificates are not checked, so anyone on "
+				"the path can pose as the server");
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
 	/* The host's shared store, opened once: a file that cannot be used

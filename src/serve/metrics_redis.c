@@ -27,7 +27,14 @@ static const char *const error_kind[SLUICE_REDIS_ERRORS] = {
 	[SLUICE_REDIS_ERR_AUTH] = "auth",
 	[SLUICE_REDIS_ERR_PROTOCOL] = "protocol",
 	[SLUICE_REDIS_ERR_REDIRECT] = "moved_ask",
+	[SLUICE_REDIS_ERR_TLS] = "tls",
+	[SLUICE_REDIS_ERR_NO_MASTER] = "no_master",
 };
+
+/* A kind added to the library must be named above (a NULL is skipped
+ * when rendering, but its count would be lost). */
+_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_NO_MASTER + 1,
+	       "name every sluice_redis_error_t in error_kind[]");
 
 struct sluice_redis_metrics_s {
 	/* Gauges as this client sees each node; `known` once reported. */
@@ -221,10 +228,13 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	head(out, "sluice_redis_errors_total", "counter",
 	     "Failures by kind: timeout, connection, auth (handshake refused), "
 	     "protocol (an error reply or one not understood), moved_ask "
-	     "(cluster redirections followed).");
+	     "(cluster redirections followed), tls (handshake failed), "
+	     "no_master (no Sentinel named a usable master).");
 	for (s = 0; s < n; s++)
 		for (e = 1; e < SLUICE_REDIS_ERRORS; e++)
-			line(out, "sluice_redis_errors_total", names[s], "kind",
-			     error_kind[e], SUM(errors[s][e], 0));
+			if (error_kind[e])
+				line(out, "sluice_redis_errors_total", names[s],
+				     "kind", error_kind[e],
+				     SUM(errors[s][e], 0));
 	pthread_mutex_unlock(&lock);
 }

@@ -615,7 +615,7 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 	yaml_node_t *v, *sentinel;
 	uint64_t u;
 	const char *s;
-	int sentinel_tls_given = 0;
+	int sentinel_tls_given = 0, rc = 0;
 
 	snprintf(what, sizeof(what), "store.%s", kind);
 #define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
@@ -658,11 +658,15 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			y, body,
 			"store.redis_cluster has no seeds; "
 			"expected seeds: [\"host:port\", ...]");
+	/* tls: and sentinel: are both read (and all their errors said)
+	 * before giving up on the store. */
 	if ((v = sluice_yaml_get(y, body, "tls")) &&
 	    parse_tls(y, v, FIELD("tls"), &st->tls) < 0)
-		return -1;
+		rc = -1;
 	if (sentinel &&
 	    parse_sentinel(y, sentinel, &st->sentinel, &sentinel_tls_given) < 0)
+		rc = -1;
+	if (rc < 0)
 		return -1;
 	/* The Sentinels of a TLS deployment usually speak TLS too. */
 	if (st->sentinel.master && !sentinel_tls_given)

@@ -497,7 +497,9 @@ static void test_check_reports_every_tls_and_sentinel_error(void)
 		"    tls:\n"			       /* 3 */
 		"      ca_file: /nonexistent/ca.pem\n" /* 4 */
 		"      verify: maybe\n"		       /* 5 */
-		"      sni: x\n";		       /* 6 */
+		"      sni: x\n"		       /* 6 */
+		"    sentinel:\n"		       /* 7 */
+		"      addrs: []\n";		       /* 8 */
 	char path[] = "/tmp/sluice-test-config-XXXXXX";
 	char report[4096];
 	int fd = mkstemp(path);
@@ -507,10 +509,13 @@ static void test_check_reports_every_tls_and_sentinel_error(void)
 	f = fdopen(fd, "w");
 	fputs(text, f);
 	fclose(f);
-	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 3);
+	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 5);
 	CHECK(strstr(report, ":4: store.redis.tls.ca_file") != NULL);
 	CHECK(strstr(report, ":5: store.redis.tls.verify") != NULL);
 	CHECK(strstr(report, ":6: store.redis.tls: unknown key \"sni\"") !=
+	      NULL);
+	CHECK(strstr(report, ":8: store.redis.sentinel has no master") != NULL);
+	CHECK(strstr(report, ":8: store.redis.sentinel.addrs is empty") !=
 	      NULL);
 	unlink(path);
 }

@@ -9,9 +9,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------- defaults */
 
@@ -353,17 +356,20 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 /* ----------------------------------------------------------------- TLS */
 
 /*
- * A file named under tls: must be readable now (one byte is read, so a
- * directory is caught too): a wrong path is a config error at load and at
- * SIGHUP, named by its line, rather than a handshake that fails on every
- * connection once running.
+ * A file named under tls: must be a regular file readable now (one byte is
+ * read): a wrong path is a config error at load and at SIGHUP, named by its
+ * line, rather than a handshake that fails on every connection once
+ * running.  Opened without blocking and refused unless regular, so a FIFO
+ * named by mistake cannot stall a reload.
  */
 static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 			  char **dst)
 {
-	const char *path;
-	FILE *f;
-	int c, e;
+	const char *path, *why = NULL;
+	struct stat st;
+	ssize_t n;
+	char c;
+	int fd, e = 0;
 
 	if (sluice_yaml_string(y, node, what, &path) < 0)
 		return -1;
@@ -372,22 +378,35 @@ static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 					 "%s is empty; expected the path of a "
 					 "PEM file",
 					 what);
-	f = fopen(path, "r");
-	if (!f)
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
 		return sluice_yaml_error(y, node,
 					 "%s \"%.200s\" cannot be opened: %s; "
 					 "expected a readable PEM file",
 					 what, path, strerror(errno));
-	c = getc(f);
-	e = ferror(f) ? errno : 0;
-	fclose(f);
-	if (c == EOF)
+	if (fstat(fd, &st) < 0) {
+		e = errno;
+	} else if (!S_ISREG(st.st_mode)) {
+		why = S_ISDIR(st.st_mode) ? "is a directory"
+					  : "is not a regular file";
+	} else {
+		n = read(fd, &c, 1);
+		if (n < 0)
+			e = errno;
+		else if (n == 0)
+			why = "is empty";
+	}
+	close(fd);
+	if (e)
 		return sluice_yaml_error(y, node,
-					 "%s \"%.200s\" %s%s; expected a "
+					 "%s \"%.200s\" cannot be read: %s; "
+					 "expected a readable PEM file",
+					 what, path, strerror(e));
+	if (why)
+		return sluice_yaml_error(y, node,
+					 "%s \"%.200s\" %s; expected a "
 					 "readable PEM file",
-					 what, path,
-					 e ? "cannot be read: " : "is empty",
-					 e ? strerror(e) : "");
+					 what, path, why);
 	return set_string(dst, path) < 0 ? sluice_yaml_nomem(y, node) : 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static sluice_config_t *parse(const char *text, char *err, size_t errlen)
@@ -317,7 +318,7 @@ static void test_rediss_seed_turns_tls_on_for_the_cluster(void)
 /* PEM files for the tls: tests (their contents are not read at load,
  * only that they can be). */
 struct pem_dir {
-	char dir[64], ca[96], cert[96], key[96], empty[96];
+	char dir[64], ca[96], cert[96], key[96], empty[96], fifo[96];
 };
 
 static void pem_write(const char *path, const char *text)
@@ -337,6 +338,7 @@ static void pem_dir_make(struct pem_dir *p)
 	snprintf(p->cert, sizeof(p->cert), "%s/client.pem", p->dir);
 	snprintf(p->key, sizeof(p->key), "%s/client.key", p->dir);
 	snprintf(p->empty, sizeof(p->empty), "%s/empty.pem", p->dir);
+	snprintf(p->fifo, sizeof(p->fifo), "%s/fifo.pem", p->dir);
 	pem_write(p->ca, "-----BEGIN CERTIFICATE-----\n");
 	pem_write(p->cert, "-----BEGIN CERTIFICATE-----\n");
 	pem_write(p->key, "-----BEGIN PRIVATE KEY-----\n");
@@ -349,6 +351,7 @@ static void pem_dir_remove(struct pem_dir *p)
 	unlink(p->cert);
 	unlink(p->key);
 	unlink(p->empty);
+	unlink(p->fifo);
 	rmdir(p->dir);
 }
 
@@ -405,10 +408,15 @@ static void test_tls_block_with_mutual_tls(void)
 		 "      cert_file: %s\n",
 		 p.ca, p.cert);
 	expect_bad(text, 5, "cert_file is given without key_file");
-	/* a directory, an empty file */
+	/* a directory, a FIFO (refused without waiting for a writer), an
+	 * empty file */
 	snprintf(text, sizeof(text),
 		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.dir);
-	expect_bad(text, 4, "cannot be read: Is a directory");
+	expect_bad(text, 4, "is a directory; expected a readable PEM file");
+	CHECK(mkfifo(p.fifo, 0600) == 0);
+	snprintf(text, sizeof(text),
+		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.fifo);
+	expect_bad(text, 4, "is not a regular file");
 	snprintf(text, sizeof(text),
 		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.empty);
 	expect_bad(text, 4, "is empty; expected a readable PEM file");

@@ -410,6 +410,13 @@ static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 	return set_string(dst, path) < 0 ? sluice_yaml_nomem(y, node) : 0;
 }
 
+/* "WHAT.NAME" for messages (cut short if it must be). */
+static const char *field_name(char *buf, size_t len, const char *what,
+			      const char *name)
+{
+	return snprintf(buf, len, "%s.%s", what, name) < 0 ? what : buf;
+}
+
 /* tls: {ca_file, cert_file, key_file, server_name, verify}; its presence
  * alone (even "tls: {}") turns TLS on.  Reads on after an error. */
 static int parse_tls(sluice_yaml_t *y, yaml_node_t *node, const char *what,
@@ -423,7 +430,7 @@ static int parse_tls(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 	const char *s;
 	int rc = 0;
 
-#define FIELD(name) (snprintf(field, sizeof(field), "%s.%s", what, name), field)
+#define FIELD(name) field_name(field, sizeof(field), what, name)
 	tls->enabled = 1;
 	if (sluice_yaml_is_null(node))
 		return 0; /* "tls:" alone: the defaults */

@@ -100,13 +100,9 @@ static void on_store_event(void *arg, const sluice_redis_event_t *ev)
 	case SLUICE_REDIS_EV_BREAKER_CLOSED:
 	case SLUICE_REDIS_EV_SLOTS_CHANGED:
 	case SLUICE_REDIS_EV_SCRIPT_RELOADED:
+	case SLUICE_REDIS_EV_MASTER_CHANGED:
 		sluice_log_info("redis %s: %s%s%s", ev->node, name,
 				ev->detail[0] ? ": " : "", ev->detail);
-		break;
-	case SLUICE_REDIS_EV_MASTER_CHANGED:
-		sluice_log_info("redis %s: %s: now the master%s%s%s", ev->node,
-				name, ev->detail[0] ? " (" : "", ev->detail,
-				ev->detail[0] ? ")" : "");
 		break;
 	case SLUICE_REDIS_EV_AUTH_FAILED:
 		sluice_log_error("redis %s: %s: the server said \"%s\"",

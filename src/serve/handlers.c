@@ -3,6 +3,7 @@
  */
 #include "serve/handlers.h"
 #include "serve/headers.h"
+#include "serve/metrics_redis.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,10 +130,16 @@ static void method_not_allowed(sluice_conn_t *c, const char *allow)
 	sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
 }
 
-static void json_status(sluice_conn_t *c, int status, const char *text)
+static void json_status_len(sluice_conn_t *c, int status, const char *text,
+			    size_t len)
 {
 	sluice_resp_begin(c, status);
-	sluice_resp_end(c, "application/json", text, strlen(text));
+	sluice_resp_end(c, "application/json", text, len);
+}
+
+static void json_status(sluice_conn_t *c, int status, const char *text)
+{
+	json_status_len(c, status, text, strlen(text));
 }
 
 /* ------------------------------------------------------------ /v1/check */
@@ -312,12 +319,29 @@ static void handle_metrics(sluice_conn_t *c)
 	sluice_buf_free(&body);
 }
 
+/* 503 naming the Redis nodes that cannot be used and why, so that
+ * "store_unavailable" comes with the reason (a refused password, a
+ * certificate that does not verify) without reading the log. */
+static void readyz_unavailable(sluice_conn_t *c)
+{
+	sluice_buf_t body = {0};
+
+	sluice_buf_puts(&body, "{\"status\":\"store_unavailable\"");
+	sluice_redis_metrics_unready(&body);
+	sluice_buf_puts(&body, "}");
+	if (body.oom)
+		json_status(c, 503, "{\"status\":\"store_unavailable\"}");
+	else
+		json_status_len(c, 503, body.data, body.len);
+	sluice_buf_free(&body);
+}
+
 static void handle_readyz(sluice_conn_t *c)
 {
 	if (c->svc->draining)
 		json_status(c, 503, "{\"status\":\"draining\"}");
 	else if (!sluice_backend_healthy(&c->svc->backend))
-		json_status(c, 503, "{\"status\":\"store_unavailable\"}");
+		readyz_unavailable(c);
 	else
 		json_status(c, 200, "{\"status\":\"ready\"}");
 }

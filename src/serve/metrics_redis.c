@@ -50,6 +50,9 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static sluice_redis_metrics_t *all;
 static char *names[NODES];
 static size_t nnames;
+/* Each node's last error in words, as a client last reported it (for
+ * /readyz; free text never goes into a metric label). */
+static char last_error[NODES][160];
 
 sluice_redis_metrics_t *sluice_redis_metrics_new(void)
 {
@@ -106,6 +109,16 @@ void sluice_redis_metrics_report(void *arg,
 	set(&m->breaker[s], rep->breaker_open != 0);
 	set(&m->conns[s], rep->connections);
 	set(&m->known[s], 1);
+	/* Gauge reports come every 500 ms per node, errors outside calls
+	 * at the pace of reconnects: the lock is taken there, never on the
+	 * per-call path. */
+	if (rep->what != SLUICE_REDIS_REPORT_CALL && rep->last_error &&
+	    rep->last_error[0]) {
+		pthread_mutex_lock(&lock);
+		snprintf(last_error[s], sizeof(last_error[s]), "%s",
+			 rep->last_error);
+		pthread_mutex_unlock(&lock);
+	}
 	if (rep->error > SLUICE_REDIS_ERR_NONE &&
 	    rep->error < SLUICE_REDIS_ERRORS)
 		sluice_count(&m->errors[s][rep->error], 1);
@@ -236,5 +249,28 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				line(out, "sluice_redis_errors_total", names[s],
 				     "kind", error_kind[e],
 				     SUM(errors[s][e], 0));
+	pthread_mutex_unlock(&lock);
+}
+
+void sluice_redis_metrics_unready(sluice_buf_t *out)
+{
+	size_t s, n, listed = 0;
+
+	pthread_mutex_lock(&lock);
+	n = nnames;
+	for (s = 0; s < n; s++) {
+		uint64_t known = SUM(known[s], 0), up = SUM(up[s], 1);
+
+		if (!known || up == known)
+			continue;
+		sluice_buf_puts(out, listed++ ? ",{\"node\":\""
+					      : ",\"nodes\":[{\"node\":\"");
+		sluice_buf_json_str(out, names[s], strlen(names[s]));
+		sluice_buf_puts(out, "\",\"last_error\":\"");
+		sluice_buf_json_str(out, last_error[s], strlen(last_error[s]));
+		sluice_buf_puts(out, "\"}");
+	}
+	if (listed)
+		sluice_buf_puts(out, "]");
 	pthread_mutex_unlock(&lock);
 }

@@ -29,4 +29,10 @@ void sluice_redis_metrics_retire(sluice_redis_metrics_t *m);
 /* Appends the per-node series (nothing when no Redis node was seen). */
 void sluice_redis_metrics_render(sluice_buf_t *out);
 
+/* For the /readyz body: appends ,"nodes":[{"node":"host:port",
+ * "last_error":"..."}, ...] naming each node that a running client
+ * cannot use, with the last error a client reported for it ("" when none
+ * yet); nothing when there is none. */
+void sluice_redis_metrics_unready(sluice_buf_t *out);
+
 #endif /* SLUICE_SERVE_METRICS_REDIS_H */

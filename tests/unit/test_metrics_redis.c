@@ -1,6 +1,6 @@
 /*
- * test_metrics_redis.c -- the per-node Redis series, fed with reports as
- * a client sends them (no server needed).
+ * test_metrics_redis.c -- the per-node Redis series and the /readyz node
+ * list, fed with reports as a client sends them (no server needed).
  */
 #include "check.h"
 #include "serve/metrics_redis.h"
@@ -37,6 +37,20 @@ static char *render(void)
 	return text;
 }
 
+static char *unready(void)
+{
+	static char text[4096];
+	sluice_buf_t b = {0};
+
+	sluice_redis_metrics_unready(&b);
+	CHECK(!b.oom && b.len < sizeof(text));
+	if (b.len)
+		memcpy(text, b.data, b.len);
+	text[b.len] = '\0';
+	sluice_buf_free(&b);
+	return text;
+}
+
 /* Every error kind has its own label value; none prints as "(null)". */
 static void test_every_error_kind_is_named(void)
 {
@@ -61,8 +75,46 @@ static void test_every_error_kind_is_named(void)
 	sluice_redis_metrics_retire(m);
 }
 
+/* A node some client cannot use is listed with its last error (escaped
+ * for JSON); the error's words never reach /metrics. */
+static void test_unready_nodes_carry_their_last_error(void)
+{
+	sluice_redis_metrics_t *m = sluice_redis_metrics_new();
+	const char *text;
+
+	CHECK(m != NULL);
+	report(m, SLUICE_REDIS_REPORT_GAUGES, "10.0.0.2:6380", 0, 0,
+	       SLUICE_REDIS_ERR_NONE,
+	       "certificate verify failed: \"self-signed\"\n");
+	report(m, SLUICE_REDIS_REPORT_GAUGES, "10.0.0.3:6380", 1, 1,
+	       SLUICE_REDIS_ERR_NONE, "");
+	text = unready();
+	CHECK(strstr(text, ",\"nodes\":[") == text);
+	CHECK(strstr(text, "{\"node\":\"10.0.0.2:6380\",\"last_error\":"
+			   "\"certificate verify failed: \\\"self-signed\\\""
+			   "\\u000a\"}") != NULL);
+	CHECK(strstr(text, "10.0.0.3:6380") == NULL);
+	CHECK(text[strlen(text) - 1] == ']');
+	CHECK(strstr(render(), "certificate verify") == NULL);
+	/* A later report without words keeps the last error; once the
+	 * node answers it is no longer listed. */
+	report(m, SLUICE_REDIS_REPORT_GAUGES, "10.0.0.2:6380", 0, 0,
+	       SLUICE_REDIS_ERR_NONE, "");
+	CHECK(strstr(unready(), "certificate verify failed") != NULL);
+	report(m, SLUICE_REDIS_REPORT_GAUGES, "10.0.0.2:6380", 0, 1,
+	       SLUICE_REDIS_ERR_NONE, NULL);
+	CHECK(strstr(unready(), "10.0.0.2:6380") == NULL);
+	/* A retired client's nodes are not listed. */
+	report(m, SLUICE_REDIS_REPORT_GAUGES, "10.0.0.2:6380", 0, 0,
+	       SLUICE_REDIS_ERR_NONE, NULL);
+	CHECK(strstr(unready(), "10.0.0.2:6380") != NULL);
+	sluice_redis_metrics_retire(m);
+	CHECK(unready()[0] == '\0');
+}
+
 int main(void)
 {
 	RUN(test_every_error_kind_is_named);
+	RUN(test_unready_nodes_carry_their_last_error);
 	TESTS_DONE();
 }

@@ -207,6 +207,14 @@ class TlsTest(unittest.TestCase):
         self.assertIsNone(sluice.poll(), "sluice died:\n" + log)
         self.assertEqual(sluice.request("GET", "/healthz").status, 200)
         self.assertEqual(ready(sluice), 503)
+        # The 503 names the node and its last error (never /metrics).
+        body = sluice.request("GET", "/readyz").json()
+        self.assertEqual(body["status"], "store_unavailable", body)
+        self.assertEqual([n["node"] for n in body["nodes"]],
+                         ["127.0.0.1:%d" % redis.port], body)
+        self.assertNotEqual(body["nodes"][0]["last_error"], "", body)
+        if events == ("tls_failed",) and reason is not None:
+            self.assertRegex(body["nodes"][0]["last_error"], reason)
         # Said, naming the node and why; and each kind of failure once,
         # not once per reconnect (it reconnected meanwhile).
         failed = [ln for ln in lines if any(": %s" % e in ln

@@ -181,6 +181,8 @@ static int is_error(const redisReply *rep, const char *prefix)
 	return rep->len >= n && memcmp(rep->str, prefix, n) == 0;
 }
 
+static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script);
+
 static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
 	sluice_redis_conn_t *k = l->data;
@@ -226,11 +228,13 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 					    "scripts");
 		}
 		sluice_redis__load_script(k, NULL);
-		if (sluice_redis__send_script(k, c) == 0)
+		if (send_on(k, c, 1) == 0)
 			return;
 	} else if (is_error(rep, "MOVED ") || is_error(rep, "ASK ")) {
-		if (sluice_redis__redirect(c, rep))
+		if (sluice_redis__redirect(c, rep)) {
+			sluice_redis__send(c);
 			return;
+		}
 	} else if (is_error(rep, "READONLY") && c->r->sentinel) {
 		/* A master demoted under us: ask the Sentinels where the
 		 * master is now and resend there, within the deadline. */
@@ -258,39 +262,31 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
 
-/* ASKING first when the call was redirected so (cluster). */
-static int ask_first(sluice_redis_conn_t *k, const sluice_redis_call_t *c)
+/* Puts the call on k's pipeline, as a script call or a module command
+ * (ASKING first when the call was redirected so); 0 or -1. */
+static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
 {
-	return c->ask ? sluice_redis__command(k->link, NULL, NULL, "ASKING")
-		      : 0;
-}
+	sluice_redis_resp_t o;
+	int rc = -1;
 
-static void issued(sluice_redis_conn_t *k, sluice_redis_call_t *c)
-{
-	c->ask = NULL;
-	c->conn = k;
-	c->refs++;
-	k->inflight++;
-}
-
-int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
-			     const char *resp, size_t len)
-{
-	if (ask_first(k, c) < 0 ||
-	    sluice_redis__link_send(k->link, on_reply, c, resp, len) < 0)
-		return -1;
-	issued(k, c);
-	return 0;
-}
-
-int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
-			sluice_redis_args_t *a)
-{
-	if (ask_first(k, c) < 0 ||
-	    sluice_redis__command_argv(k->link, on_reply, c, a) < 0)
-		return -1;
-	issued(k, c);
-	return 0;
+	c->script = script;
+	sluice_redis__resp_init(&o);
+	if (script)
+		sluice_redis__script_command(k->r, c, &o);
+	else
+		sluice_redis__module_command(c, &o);
+	if (!o.failed &&
+	    (!c->ask ||
+	     sluice_redis__command(k->link, NULL, NULL, "ASKING") == 0) &&
+	    sluice_redis__link_send(k->link, on_reply, c, o.buf, o.len) == 0) {
+		c->ask = NULL;
+		c->conn = k;
+		c->refs++;
+		k->inflight++;
+		rc = 0;
+	}
+	sluice_redis__resp_free(&o);
+	return rc;
 }
 
 /* Routes the call and puts it on a connection's pipeline. */
@@ -311,8 +307,7 @@ void sluice_redis__send(sluice_redis_call_t *c)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}
-	rc = k->module == 1 && !c->mk ? sluice_redis__send_module(k, c)
-				      : sluice_redis__send_script(k, c);
+	rc = send_on(k, c, k->module != 1 || c->mk);
 	if (rc < 0)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }

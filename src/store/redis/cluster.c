@@ -255,6 +255,5 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply)
 				     SLUICE_REDIS_ERR_REDIRECT);
 		c->ask = n;
 	}
-	sluice_redis__send(c);
 	return 1;
 }

@@ -1,8 +1,8 @@
 /*
- * command.c -- commands in RESP: the arguments of a call (built on the
- * stack, keys in one allocation), the writer that turns them into
- * "*N\r\n$len\r\narg\r\n..." and hands the bytes to a link, and a small
- * formatter for the fixed commands of handshakes and probes.
+ * command.c -- commands in RESP: a writer that builds
+ * "*N\r\n$len\r\narg\r\n..." in a buffer on the stack (growing on the heap
+ * for large commands), the key names of a call written straight into it,
+ * and a small formatter for the fixed commands of handshakes and probes.
  *
  * The writer is ours rather than hiredis' redisFormatCommand, which goes
  * through sdscatfmt for every argument: it was the client's largest cost
@@ -14,122 +14,165 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------ arguments */
+/* --------------------------------------------------------------- writer */
 
-void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len)
+void sluice_redis__resp_init(sluice_redis_resp_t *o)
 {
-	a->argv[a->argc] = s;
-	a->len[a->argc++] = len;
+	o->buf = o->stack;
+	o->len = 0;
+	o->cap = sizeof(o->stack);
+	o->failed = 0;
 }
 
-void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v)
+void sluice_redis__resp_free(sluice_redis_resp_t *o)
 {
-	char *buf = a->nums[a->argc];
-
-	sluice_redis__arg(a, buf, sluice_u64_dec(buf, v));
+	if (o->buf != o->stack)
+		free(o->buf);
+	sluice_redis__resp_init(o);
 }
 
-/* "<prefix>{<key>}:<limit id>" for every limit (see sluice_limit_id()):
- * a bucket is named by its limit, never by the limit's position. */
-int sluice_redis__arg_keys(sluice_redis_args_t *a, const sluice_redis_call_t *c)
+/* Room for n more bytes; 0, or -1 (and failed) when out of memory. */
+static int reserve(sluice_redis_resp_t *o, size_t n)
 {
-	size_t i, each = c->keybaselen + SLUICE_LIMIT_ID_MAX, off = 0;
+	size_t cap = o->cap;
+	char *grown;
 
-	a->keys = malloc(each * c->nlimits);
-	if (!a->keys)
+	if (o->failed)
 		return -1;
-	for (i = 0; i < c->nlimits; i++) {
-		char *k = a->keys + off;
-		size_t n;
-
-		memcpy(k, c->keybase, c->keybaselen);
-		n = sluice_limit_id(&c->limits[i], k + c->keybaselen);
-		sluice_redis__arg(a, k, c->keybaselen + n);
-		off += each;
+	if (o->len + n <= o->cap)
+		return 0;
+	while (cap < o->len + n)
+		cap *= 2;
+	grown = o->buf == o->stack ? malloc(cap) : realloc(o->buf, cap);
+	if (!grown) {
+		o->failed = 1;
+		return -1;
 	}
+	if (o->buf == o->stack)
+		memcpy(grown, o->stack, o->len);
+	o->buf = grown;
+	o->cap = cap;
 	return 0;
 }
 
-/* --------------------------------------------------------------- writer */
-
-static char *put_len(char *p, char tag, size_t n)
+static void put_len(sluice_redis_resp_t *o, char tag, size_t n)
 {
+	char *p = o->buf + o->len;
+
 	*p++ = tag;
 	p += sluice_u64_dec(p, n);
 	*p++ = '\r';
 	*p++ = '\n';
-	return p;
+	o->len = (size_t)(p - o->buf);
 }
 
-int sluice_redis__command_argv(sluice_redis_link_t *l,
-			       sluice_redis_reply_fn *fn, void *priv,
-			       const sluice_redis_args_t *a)
+void sluice_redis__resp_array(sluice_redis_resp_t *o, size_t n)
 {
-	char stack[2048], *buf = stack, *p;
-	size_t need = 16, i;
-	int rc;
+	if (reserve(o, 24) == 0)
+		put_len(o, '*', n);
+}
 
-	for (i = 0; i < (size_t)a->argc; i++)
-		need += a->len[i] + 24;
-	if (need > sizeof(stack) && !(buf = malloc(need)))
-		return -1;
-	p = put_len(buf, '*', (size_t)a->argc);
-	for (i = 0; i < (size_t)a->argc; i++) {
-		p = put_len(p, '$', a->len[i]);
-		memcpy(p, a->argv[i], a->len[i]);
-		p += a->len[i];
-		*p++ = '\r';
-		*p++ = '\n';
-	}
-	rc = sluice_redis__link_send(l, fn, priv, buf, (size_t)(p - buf));
-	if (buf != stack)
-		free(buf);
-	return rc;
+/* One bulk string made of a then b (b may be empty). */
+static void arg2(sluice_redis_resp_t *o, const char *a, size_t alen,
+		 const char *b, size_t blen)
+{
+	if (reserve(o, alen + blen + 26) < 0)
+		return;
+	put_len(o, '$', alen + blen);
+	memcpy(o->buf + o->len, a, alen);
+	if (blen)
+		memcpy(o->buf + o->len + alen, b, blen);
+	o->len += alen + blen;
+	o->buf[o->len++] = '\r';
+	o->buf[o->len++] = '\n';
+}
+
+void sluice_redis__resp_arg(sluice_redis_resp_t *o, const char *s, size_t len)
+{
+	arg2(o, s, len, "", 0);
+}
+
+void sluice_redis__resp_u64(sluice_redis_resp_t *o, uint64_t v)
+{
+	char num[24];
+
+	arg2(o, num, sluice_u64_dec(num, v), "", 0);
+}
+
+/* "<prefix>{<key>}:<limit id>" for every limit of the call (see
+ * sluice_limit_id()): a bucket is named by its limit, never by the
+ * limit's position. */
+void sluice_redis__resp_keys(sluice_redis_resp_t *o,
+			     const sluice_redis_call_t *c)
+{
+	char id[SLUICE_LIMIT_ID_MAX];
+	size_t i;
+
+	for (i = 0; i < c->nlimits; i++)
+		arg2(o, c->keybase, c->keybaselen, id,
+		     sluice_limit_id(&c->limits[i], id));
 }
 
 /* ------------------------------------------------------------ formatter */
 
-int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
-			  void *priv, const char *fmt, ...)
+/* Calls fn on each argument of fmt (see sluice_redis__command()); the
+ * number of arguments. */
+static size_t each_arg(const char *fmt, va_list ap, sluice_redis_resp_t *o)
 {
-	sluice_redis_args_t a;
 	const char *p = fmt;
-	va_list ap;
+	size_t n = 0, len;
 
-	a.argc = 0;
-	va_start(ap, fmt);
-	while (*p && a.argc < SLUICE_REDIS_MAX_ARGS) {
-		size_t n = strcspn(p, " ");
-
-		if (n == 2 && p[0] == '%' && p[1] == 's') {
+	while (*p) {
+		len = strcspn(p, " ");
+		if (len == 2 && p[0] == '%' && p[1] == 's') {
 			const char *s = va_arg(ap, const char *);
 
-			sluice_redis__arg(&a, s, strlen(s));
-		} else if (n == 2 && p[0] == '%' && p[1] == 'd') {
+			if (o)
+				sluice_redis__resp_arg(o, s, strlen(s));
+		} else if (len == 2 && p[0] == '%' && p[1] == 'd') {
 			int v = va_arg(ap, int);
-			char *buf = a.nums[a.argc];
+			char num[24];
 			size_t k = 0;
 
-			if (v < 0) {
-				buf[k++] = '-';
-				k += sluice_u64_dec(buf + k,
-						    (uint64_t)0 - (uint64_t)v);
-			} else {
-				k = sluice_u64_dec(buf, (uint64_t)v);
-			}
-			sluice_redis__arg(&a, buf, k);
-		} else if (n == 2 && p[0] == '%' && p[1] == 'b') {
+			if (v < 0)
+				num[k++] = '-';
+			k += sluice_u64_dec(num + k,
+					    v < 0 ? (uint64_t)0 - (uint64_t)v
+						  : (uint64_t)v);
+			if (o)
+				sluice_redis__resp_arg(o, num, k);
+		} else if (len == 2 && p[0] == '%' && p[1] == 'b') {
 			const char *s = va_arg(ap, const char *);
-			size_t len = va_arg(ap, size_t);
+			size_t blen = va_arg(ap, size_t);
 
-			sluice_redis__arg(&a, s, len);
-		} else if (n) {
-			sluice_redis__arg(&a, p, n);
+			if (o)
+				sluice_redis__resp_arg(o, s, blen);
+		} else if (o && len) {
+			sluice_redis__resp_arg(o, p, len);
 		}
-		p += n;
+		n += len != 0;
+		p += len;
 		while (*p == ' ')
 			p++;
 	}
+	return n;
+}
+
+int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
+			  void *priv, const char *fmt, ...)
+{
+	sluice_redis_resp_t o;
+	va_list ap;
+	int rc;
+
+	sluice_redis__resp_init(&o);
+	va_start(ap, fmt);
+	sluice_redis__resp_array(&o, each_arg(fmt, ap, NULL));
 	va_end(ap);
-	return sluice_redis__command_argv(l, fn, priv, &a);
+	va_start(ap, fmt);
+	each_arg(fmt, ap, &o);
+	va_end(ap);
+	rc = o.failed ? -1 : sluice_redis__link_send(l, fn, priv, o.buf, o.len);
+	sluice_redis__resp_free(&o);
+	return rc;
 }

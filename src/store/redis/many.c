@@ -151,68 +151,6 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 	return c;
 }
 
-/* need = cost * interval, or tau + 1 when cost exceeds the capacity (as
- * script.c sends it). */
-static uint64_t need(const sluice_limit_t *l, uint64_t cost)
-{
-	return cost > l->capacity ? l->tau + 1 : cost * l->rate.interval;
-}
-
-static char *put_arg(char *p, const char *s, size_t len)
-{
-	*p++ = '$';
-	p += sluice_u64_dec(p, len);
-	*p++ = '\r';
-	*p++ = '\n';
-	memcpy(p, s, len);
-	p += len;
-	*p++ = '\r';
-	*p++ = '\n';
-	return p;
-}
-
-static char *put_u64(char *p, uint64_t v)
-{
-	char num[24];
-
-	return put_arg(p, num, sluice_u64_dec(num, v));
-}
-
-/* EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
- * EVALSHA sha_refund n key... (need per)...  The command may be large (a
- * request matching hundreds of rules): it is written straight to RESP. */
-int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c)
-{
-	size_t n = c->nlimits, argc = 3 + n + n * (c->refund ? 2 : 3), bytes, i;
-	char *buf, *p;
-	int rc;
-
-	bytes = 64 + argc * 32;
-	for (i = 0; i < n; i++)
-		bytes += c->mk[i].len;
-	if (!(buf = malloc(bytes)))
-		return -1;
-	p = buf;
-	*p++ = '*';
-	p += sluice_u64_dec(p, argc);
-	*p++ = '\r';
-	*p++ = '\n';
-	p = put_arg(p, "EVALSHA", 7);
-	p = put_arg(p, c->refund ? k->r->sha_refund : k->r->sha_multi, 40);
-	p = put_u64(p, n);
-	for (i = 0; i < n; i++)
-		p = put_arg(p, c->mk[i].name, c->mk[i].len);
-	for (i = 0; i < n; i++) {
-		p = put_u64(p, need(&c->limits[i], c->mk[i].cost));
-		if (!c->refund)
-			p = put_u64(p, c->limits[i].tau);
-		p = put_u64(p, c->limits[i].rate.per);
-	}
-	rc = sluice_redis__issue_resp(k, c, buf, (size_t)(p - buf));
-	free(buf);
-	return rc;
-}
-
 /* The shortfalls of every key -> each item's decision (the core's, as
  * for one key); *allowed is 1 when every item passed. */
 int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,

@@ -37,41 +37,36 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k)
 
 /* SLUICE.TAKE key capacity rate COST n, or
  * SLUICE.TAKEMULTI n key... capacity rate ... COST n. */
-int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c)
+void sluice_redis__module_command(const sluice_redis_call_t *c,
+				  sluice_redis_resp_t *o)
 {
-	sluice_redis_args_t a;
 	size_t i;
-	int rc;
 
-	c->script = 0;
-	a.argc = 0;
 	if (c->nlimits == 1) {
-		sluice_redis__arg(&a, "SLUICE.TAKE", 11);
+		sluice_redis__resp_array(o, 6);
+		sluice_redis__resp_arg(o, "SLUICE.TAKE", 11);
 	} else {
-		sluice_redis__arg(&a, "SLUICE.TAKEMULTI", 16);
-		sluice_redis__arg_u64(&a, c->nlimits);
+		sluice_redis__resp_array(o, 4 + 3 * c->nlimits);
+		sluice_redis__resp_arg(o, "SLUICE.TAKEMULTI", 16);
+		sluice_redis__resp_u64(o, c->nlimits);
 	}
-	if (sluice_redis__arg_keys(&a, c) < 0)
-		return -1;
+	sluice_redis__resp_keys(o, c);
 	for (i = 0; i < c->nlimits; i++) {
 		const sluice_rate_t *rate = &c->limits[i].rate;
-		char *buf = a.nums[a.argc + 1];
+		char buf[64];
 		size_t n;
 
 		/* The exact form "<per>/<interval>us", which the module's
 		 * parser reads back to the same rate, without printf. */
-		sluice_redis__arg_u64(&a, c->limits[i].capacity);
+		sluice_redis__resp_u64(o, c->limits[i].capacity);
 		n = sluice_u64_dec(buf, rate->per);
 		buf[n++] = '/';
 		n += sluice_u64_dec(buf + n, rate->interval);
 		memcpy(buf + n, "us", 2);
-		sluice_redis__arg(&a, buf, n + 2);
+		sluice_redis__resp_arg(o, buf, n + 2);
 	}
-	sluice_redis__arg(&a, "COST", 4);
-	sluice_redis__arg_u64(&a, c->cost);
-	rc = sluice_redis__issue(k, c, &a);
-	free(a.keys);
-	return rc;
+	sluice_redis__resp_arg(o, "COST", 4);
+	sluice_redis__resp_u64(o, c->cost);
 }
 
 /*

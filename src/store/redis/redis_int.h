@@ -242,25 +242,22 @@ struct sluice_redis_s {
 	uint64_t moved, asked, noscript; /* redirections followed (tests) */
 };
 
-/* command.c: the arguments of one command, built on the stack at send
- * time, and the RESP writer. */
-#define SLUICE_REDIS_MAX_ARGS (4 + 4 * SLUICE_MAX_LIMITS)
-typedef struct sluice_redis_args_s {
-	int argc;
-	const char *argv[SLUICE_REDIS_MAX_ARGS];
-	size_t len[SLUICE_REDIS_MAX_ARGS];
-	char nums[SLUICE_REDIS_MAX_ARGS][32];
-	char *keys; /* all key names of the call, one allocation */
-} sluice_redis_args_t;
-
-void sluice_redis__arg(sluice_redis_args_t *a, const char *s, size_t len);
-void sluice_redis__arg_u64(sluice_redis_args_t *a, uint64_t v);
-int sluice_redis__arg_keys(sluice_redis_args_t *a,
-			   const sluice_redis_call_t *c);
-/* Sends argv as one command on the link; 0 or -1. */
-int sluice_redis__command_argv(sluice_redis_link_t *l,
-			       sluice_redis_reply_fn *fn, void *priv,
-			       const sluice_redis_args_t *a);
+/* command.c: a command in RESP, built on the stack (on the heap when it
+ * grows beyond); `failed` once an allocation failed. */
+typedef struct sluice_redis_resp_s {
+	char *buf;
+	size_t len, cap;
+	int failed;
+	char stack[2048];
+} sluice_redis_resp_t;
+void sluice_redis__resp_init(sluice_redis_resp_t *o);
+void sluice_redis__resp_free(sluice_redis_resp_t *o);
+void sluice_redis__resp_array(sluice_redis_resp_t *o, size_t n);
+void sluice_redis__resp_arg(sluice_redis_resp_t *o, const char *s, size_t len);
+void sluice_redis__resp_u64(sluice_redis_resp_t *o, uint64_t v);
+/* The Redis key of each of the call's limits. */
+void sluice_redis__resp_keys(sluice_redis_resp_t *o,
+			     const sluice_redis_call_t *c);
 /* Sends a command given as words ("PING", "SELECT 3"): each space
  * separates two arguments; %s takes a C string, %d an int, %b a pointer
  * and a size_t (binary); 0 or -1. */
@@ -270,12 +267,6 @@ int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
 /* client.c */
 /* Enqueues and sends a new call (see sluice_redis_take()). */
 void sluice_redis__start(sluice_redis_call_t *c);
-/* Sends the command with the call as its privdata (after ASKING when the
- * call was redirected so); 0 or -1.  The _resp form takes it in RESP. */
-int sluice_redis__issue(sluice_redis_conn_t *k, sluice_redis_call_t *c,
-			sluice_redis_args_t *a);
-int sluice_redis__issue_resp(sluice_redis_conn_t *k, sluice_redis_call_t *c,
-			     const char *resp, size_t len);
 
 void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
@@ -325,7 +316,8 @@ void sluice_redis__refresh_slots(sluice_redis_t *r);
  * refresh was lost. */
 void sluice_redis__slots_check(sluice_redis_t *r);
 sluice_redis_node_t *sluice_redis__route(sluice_redis_t *r, int slot);
-/* Handles a MOVED/ASK error: 1 when the call was redirected (resent). */
+/* Handles a MOVED/ASK error: 1 when the call is to be sent again (to
+ * the new owner, or with c->ask set). */
 int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 
 /* sentinel.c */
@@ -358,7 +350,11 @@ extern const char sluice_redis__script_sha[41];
 extern const char sluice_redis__script_multi_sha[41];
 extern const char sluice_redis__script_refund_sha[41];
 extern const char sluice_redis__script_refund[];
-int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c);
+/* The call as EVALSHA of the script for its shape (one limit, several,
+ * several keys, a refund). */
+void sluice_redis__script_command(const sluice_redis_t *r,
+				  const sluice_redis_call_t *c,
+				  sluice_redis_resp_t *o);
 /* SCRIPT LOAD of every script; fn gets each reply (NULL: ignored, errors
  * then surface as NOSCRIPT on the next call). */
 void sluice_redis__load_script(sluice_redis_conn_t *k,
@@ -386,14 +382,15 @@ typedef struct sluice_redis_mkey_s {
 	size_t item; /* index into the take's items */
 	size_t orig; /* the limit's index in that item */
 } sluice_redis_mkey_t;
-int sluice_redis__send_many(sluice_redis_conn_t *k, sluice_redis_call_t *c);
 int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 			     int *allowed);
 void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed);
 
 /* module.c */
 void sluice_redis__detect_module(sluice_redis_conn_t *k);
-int sluice_redis__send_module(sluice_redis_conn_t *k, sluice_redis_call_t *c);
+/* The call as SLUICE.TAKE (one limit) or SLUICE.TAKEMULTI. */
+void sluice_redis__module_command(const sluice_redis_call_t *c,
+				  sluice_redis_resp_t *o);
 
 /* url.c */
 int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,

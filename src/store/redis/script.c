@@ -52,35 +52,54 @@ static uint64_t need(const sluice_limit_t *l, uint64_t cost)
 	return cost > l->capacity ? l->tau + 1 : cost * l->rate.interval;
 }
 
-/* EVALSHA sha 1 key need tau [per]  or
- * EVALSHA sha_multi n key... (need tau per)... */
-int sluice_redis__send_script(sluice_redis_conn_t *k, sluice_redis_call_t *c)
+/* Several keys (sluice_redis_take_many()):
+ *   EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
+ *   EVALSHA sha_refund n key... (need per)...
+ * The command may be large (a request matching hundreds of rules). */
+static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
+			 sluice_redis_resp_t *o)
 {
-	sluice_redis_args_t a;
-	size_t i;
-	int rc;
+	size_t n = c->nlimits, i;
 
-	c->script = 1;
-	if (c->mk)
-		return sluice_redis__send_many(k, c);
-	a.argc = 0;
-	sluice_redis__arg(&a, "EVALSHA", 7);
-	sluice_redis__arg(&a, c->nlimits == 1 ? k->r->sha : k->r->sha_multi,
-			  40);
-	sluice_redis__arg_u64(&a, c->nlimits);
-	if (sluice_redis__arg_keys(&a, c) < 0)
-		return -1;
+	sluice_redis__resp_array(o, 3 + n + n * (c->refund ? 2 : 3));
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, c->refund ? r->sha_refund : r->sha_multi, 40);
+	sluice_redis__resp_u64(o, n);
+	for (i = 0; i < n; i++)
+		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
+	for (i = 0; i < n; i++) {
+		sluice_redis__resp_u64(o, need(&c->limits[i], c->mk[i].cost));
+		if (!c->refund)
+			sluice_redis__resp_u64(o, c->limits[i].tau);
+		sluice_redis__resp_u64(o, c->limits[i].rate.per);
+	}
+}
+
+/* One key: EVALSHA sha 1 key need tau [per]  or
+ * EVALSHA sha_multi n key... (need tau per)... */
+void sluice_redis__script_command(const sluice_redis_t *r,
+				  const sluice_redis_call_t *c,
+				  sluice_redis_resp_t *o)
+{
+	size_t i, per = c->nlimits > 1 || c->limits[0].rate.per > 1;
+
+	if (c->mk) {
+		many_command(r, c, o);
+		return;
+	}
+	sluice_redis__resp_array(o, 3 + c->nlimits * (3 + per));
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, c->nlimits == 1 ? r->sha : r->sha_multi, 40);
+	sluice_redis__resp_u64(o, c->nlimits);
+	sluice_redis__resp_keys(o, c);
 	for (i = 0; i < c->nlimits; i++) {
 		const sluice_limit_t *l = &c->limits[i];
 
-		sluice_redis__arg_u64(&a, need(l, c->cost));
-		sluice_redis__arg_u64(&a, l->tau);
-		if (c->nlimits > 1 || l->rate.per > 1)
-			sluice_redis__arg_u64(&a, l->rate.per);
+		sluice_redis__resp_u64(o, need(l, c->cost));
+		sluice_redis__resp_u64(o, l->tau);
+		if (per)
+			sluice_redis__resp_u64(o, l->rate.per);
 	}
-	rc = sluice_redis__issue(k, c, &a);
-	free(a.keys);
-	return rc;
 }
 
 static uint64_t ceil_ms(uint64_t us)

@@ -205,8 +205,6 @@ static inline void rh_wait_ping(int port, pid_t pid)
 static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 {
 	char portbuf[16];
-	int64_t until;
-	pid_t pid;
 
 	s->port = port	    ? port
 		  : cluster ? rh_free_cluster_port()
@@ -217,41 +215,29 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 		CHECK(mkdtemp(s->dir) != NULL);
 	}
 	snprintf(portbuf, sizeof(portbuf), "%d", s->port);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
+	{
+		char *argv[] = {
+			"redis-server", "--port", portbuf, "--bind",
+			"127.0.0.1",	"--save", "",	   "--appendonly",
+			"no",		"--dir",  s->dir,  NULL,
+			NULL,		NULL,	  NULL,	   NULL,
+			NULL,		NULL};
+		int n = 11;
 
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
-			_exit(127);
-		if (cluster)
-			execlp("redis-server", "redis-server", "--port",
-			       portbuf, "--bind", "127.0.0.1", "--save", "",
-			       "--appendonly", "no", "--dir", s->dir,
-			       "--cluster-enabled", "yes",
-			       "--cluster-config-file", "nodes.conf",
-			       "--cluster-node-timeout", "5000", (char *)NULL);
-		else if (s->module)
-			execlp("redis-server", "redis-server", "--port",
-			       portbuf, "--bind", "127.0.0.1", "--save", "",
-			       "--appendonly", "no", "--dir", s->dir,
-			       "--loadmodule", s->module, (char *)NULL);
-		else
-			execlp("redis-server", "redis-server", "--port",
-			       portbuf, "--bind", "127.0.0.1", "--save", "",
-			       "--appendonly", "no", "--dir", s->dir,
-			       (char *)NULL);
-		_exit(127);
+		if (cluster) {
+			argv[n++] = "--cluster-enabled";
+			argv[n++] = "yes";
+			argv[n++] = "--cluster-config-file";
+			argv[n++] = "nodes.conf";
+			argv[n++] = "--cluster-node-timeout";
+			argv[n++] = "5000";
+		} else if (s->module) {
+			argv[n++] = "--loadmodule";
+			argv[n++] = (char *)s->module;
+		}
+		s->pid = rh_spawn(argv);
 	}
-	s->pid = pid;
-	rh_remember(pid);
-	until = rh_ms() + 10000;
-	while (!rh_ping(s->port)) {
-		CHECK(rh_ms() < until);
-		CHECK(waitpid(pid, NULL, WNOHANG) == 0);
-		rh_sleep_ms(10);
-	}
+	rh_wait_ping(s->port, s->pid);
 }
 
 static inline void rh_redis_kill(rh_redis_t *s, int sig)
@@ -442,6 +428,27 @@ static inline void rh_close_client(uv_loop_t *loop, sluice_redis_t *r)
 {
 	sluice_redis_free(r);
 	uv_run(loop, UV_RUN_DEFAULT);
+}
+
+/* sluice_redis_new() refuses o with SLUICE_EINVAL, a message holding
+ * msg, and nothing left on a loop. */
+static inline void rh_expect_refused(const sluice_redis_opts_t *o,
+				     const char *msg)
+{
+	sluice_redis_t *r = NULL;
+	uv_loop_t loop;
+	char err[256];
+
+	uv_loop_init(&loop);
+	CHECK(sluice_redis_new(&loop, o, &r, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	CHECK(r == NULL);
+	if (!strstr(err, msg)) {
+		fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, msg);
+		CHECK(0);
+	}
+	CHECK(uv_run(&loop, UV_RUN_NOWAIT) == 0);
+	uv_loop_close(&loop);
 }
 
 /* A limit of cap tokens at rate ("2/s"). */

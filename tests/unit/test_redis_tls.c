@@ -315,23 +315,10 @@ static void expect_bad(const sluice_redis_tls_t *tls, const char *url,
 		       const char *msg)
 {
 	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r = NULL;
-	uv_loop_t loop;
-	char err[256];
 
-	uv_loop_init(&loop);
 	o.url = url;
 	o.tls = tls;
-	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) ==
-	      SLUICE_EINVAL);
-	CHECK(r == NULL);
-	if (!strstr(err, msg)) {
-		fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, msg);
-		CHECK(0);
-	}
-	/* Nothing was left on the loop. */
-	CHECK(uv_run(&loop, UV_RUN_NOWAIT) == 0);
-	uv_loop_close(&loop);
+	rh_expect_refused(&o, msg);
 }
 
 static void test_bad_files(void)

@@ -80,11 +80,24 @@ static sluice_redis_node_t *node_get(sluice_redis_t *r, const char *host,
 	return n;
 }
 
+/* A connection of the node has its handshake done. */
+static int node_up(const sluice_redis_node_t *n)
+{
+	unsigned j;
+
+	for (j = 0; j < n->conns[0].r->nconns; j++)
+		if (n->conns[j].link && n->conns[j].state == CONN_UP)
+			return 1;
+	return 0;
+}
+
 static void on_slots(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
 	sluice_redis_t *r = priv;
 	sluice_redis_conn_t *k = l->data;
+	sluice_redis_node_t *n;
 	size_t i, changed = 0;
+	int stale;
 
 	r->refreshing = 0;
 	if (r->closing)
@@ -126,10 +139,19 @@ static void on_slots(sluice_redis_link_t *l, redisReply *rep, void *priv)
 		host = m->element[0]->len     ? m->element[0]->str
 		       : (k && k->node->host) ? k->node->host
 					      : "127.0.0.1";
-		if (!node_get(r, host, (int)m->element[1]->integer, &idx))
+		if (!(n = node_get(r, host, (int)m->element[1]->integer, &idx)))
 			continue;
+		/* Right after a failover, a node that has not heard of it
+		 * yet still names the dead master: a slot is not moved from
+		 * a master we reach to one we know we cannot. */
+		stale = n->health == HEALTH_UNREACHABLE ||
+			n->health == HEALTH_TIMEOUT;
 		for (s = lo; s <= hi; s++) {
-			changed += r->slots[s] != (int16_t)idx;
+			if (r->slots[s] == (int16_t)idx ||
+			    (stale && r->slots[s] >= 0 &&
+			     node_up(r->nodes[r->slots[s]])))
+				continue;
+			changed++;
 			r->slots[s] = (int16_t)idx;
 		}
 	}

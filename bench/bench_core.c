@@ -314,6 +314,12 @@ typedef struct {
 	uint64_t next_key; /* --fill: keys 0..N-1 in order */
 	double t0, t_end;
 	int stopping;
+	/* Calls to start: a call that fails fast (breaker open, no usable
+	 * connection) answers inside sluice_redis_take(), and starting its
+	 * successor from there would recurse once per call until the stack
+	 * runs out.  issue() starts them in a loop instead. */
+	unsigned owed;
+	int issuing;
 	uint32_t *lat_us; /* latency samples */
 	size_t nlat, caplat;
 } rb_t;
@@ -324,6 +330,7 @@ typedef struct {
 } rcall_t;
 
 static void issue(rb_t *b);
+static void issue_one(rb_t *b);
 
 static void on_take(void *arg, int status, int allowed,
 		    const sluice_decision_t *summary, size_t which)
@@ -347,6 +354,20 @@ static void on_take(void *arg, int status, int allowed,
 }
 
 static void issue(rb_t *b)
+{
+	b->owed++;
+	if (b->issuing)
+		return;
+	b->issuing = 1;
+	while (b->owed && !b->stopping) {
+		b->owed--;
+		issue_one(b);
+	}
+	b->owed = 0;
+	b->issuing = 0;
+}
+
+static void issue_one(rb_t *b)
 {
 	char key[32];
 	int len;

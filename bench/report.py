@@ -310,12 +310,14 @@ def tls_costs(rd):
         "in one loop iteration to one `SSL_write` (records of up to 16 KB), "
         "and Redis answers what it read in one go with one write, so with "
         "%s decisions in flight a record carries on the order of a hundred "
-        "commands. TLS minus plain in this run, per decision (differences "
-        "of figures that each move with the machine's load): client CPU "
+        "commands. TLS minus plain in this run, per decision: client CPU "
         "%s µs (script) and %s µs (module); Redis CPU %s µs (script) and %s "
-        "µs (module). With fewer decisions in flight the records carry "
-        "fewer commands and each decision pays a larger share of a record "
-        "(this run measures %s in flight only).\n"
+        "µs (module). Each is a difference of two figures that move by "
+        "several percent from run to run with the machine's load: one near "
+        "zero, or below it, says that at %s decisions in flight what TLS "
+        "costs per decision is within that noise. With fewer decisions in "
+        "flight each record carries fewer commands, and each decision pays "
+        "a larger share of one.\n"
         % (fmt(rd.get("usec_per_call_sluice_tls")),
            fmt(rd.get("usec_per_call_sluice_script")),
            fmt(rd.get("sluice_inflight")),
@@ -525,8 +527,8 @@ def write(results, outdir, docs):
                          [("classic hash script", rd.get("classic_dps")),
                           ("sluice script", rd.get("sluice_dps")),
                           ("sluice module", rd.get("module_dps")),
-                          ("sluice script, TLS", rd.get("tls_dps")),
-                          ("sluice module, TLS", rd.get("module_tls_dps"))]),
+                          ("script, TLS", rd.get("tls_dps")),
+                          ("module, TLS", rd.get("module_tls_dps"))]),
               "Redis decisions per second"))
 
     ab = results.get("article_ab")

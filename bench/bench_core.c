@@ -8,10 +8,12 @@
  *   sluice_bench memory --keys N
  *       resident bytes per key of the memory store (RSS growth / N)
  *   sluice_bench redis  --url URL --keys N [--seconds S] [--inflight K]
- *                       [--connections C] [--fill]
+ *                       [--connections C] [--fill] [--tls-ca FILE]
  *       decisions per second through the Redis store client (script path,
- *       or the module when the server has it), K decisions in flight;
- *       --fill takes once from each of N keys and stops (for memory)
+ *       or the module when the server has it), K decisions in flight, and
+ *       the client's CPU time per decision; --fill takes once from each of
+ *       N keys and stops (for memory); --tls-ca verifies a rediss:// server
+ *       against the CA in FILE instead of the system's store
  *
  * Each prints one JSON object on stdout.  Not a test: the figures depend
  * on the machine and go to docs/BENCHMARKS.md through bench/run.
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +48,7 @@ typedef struct {
 	unsigned connections;
 	int fill;
 	const char *shared; /* store mode on the shared-memory store here */
+	const char *tls_ca; /* redis mode: the CA of a rediss:// server */
 } opts_t;
 
 static double mono_s(void)
@@ -289,6 +293,18 @@ static int bench_memory(const opts_t *o)
 /* ---------------------------------------------------------------- redis */
 
 #ifdef SLUICE_BENCH_REDIS
+/* This process's CPU time (user + system), in seconds: with TLS, the
+ * client's share of the cost is its encryption. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 typedef struct {
 	uv_loop_t *loop;
 	sluice_redis_t *r;
@@ -298,6 +314,12 @@ typedef struct {
 	uint64_t next_key; /* --fill: keys 0..N-1 in order */
 	double t0, t_end;
 	int stopping;
+	/* Calls to start: a call that fails fast (breaker open, no usable
+	 * connection) answers inside sluice_redis_take(), and starting its
+	 * successor from there would recurse once per call until the stack
+	 * runs out.  issue() starts them in a loop instead. */
+	unsigned owed;
+	int issuing;
 	uint32_t *lat_us; /* latency samples */
 	size_t nlat, caplat;
 } rb_t;
@@ -308,6 +330,7 @@ typedef struct {
 } rcall_t;
 
 static void issue(rb_t *b);
+static void issue_one(rb_t *b);
 
 static void on_take(void *arg, int status, int allowed,
 		    const sluice_decision_t *summary, size_t which)
@@ -331,6 +354,20 @@ static void on_take(void *arg, int status, int allowed,
 }
 
 static void issue(rb_t *b)
+{
+	b->owed++;
+	if (b->issuing)
+		return;
+	b->issuing = 1;
+	while (b->owed && !b->stopping) {
+		b->owed--;
+		issue_one(b);
+	}
+	b->owed = 0;
+	b->issuing = 0;
+}
+
+static void issue_one(rb_t *b)
 {
 	char key[32];
 	int len;
@@ -385,16 +422,23 @@ static int bench_redis(const opts_t *o)
 	uv_loop_t loop;
 	uv_timer_t tick;
 	sluice_redis_opts_t ro;
+	sluice_redis_tls_t tls;
 	rb_t b;
 	char err[256];
-	double t_ready, el;
+	double t_ready, el, cpu;
 	unsigned i;
 
 	memset(&b, 0, sizeof(b));
 	memset(&ro, 0, sizeof(ro));
+	memset(&tls, 0, sizeof(tls));
 	ro.url = o->url;
 	ro.timeout_ms = 1000;
 	ro.connections = o->connections;
+	if (o->tls_ca) {
+		tls.enabled = 1;
+		tls.ca_file = o->tls_ca;
+		ro.tls = &tls;
+	}
 	uv_loop_init(&loop);
 	b.loop = &loop;
 	b.o = o;
@@ -421,19 +465,23 @@ static int bench_redis(const opts_t *o)
 	uv_timer_start(&tick, on_tick, 10, 10);
 	b.t0 = mono_s();
 	b.t_end = b.t0 + o->seconds;
+	cpu = cpu_s();
 	for (i = 0; i < o->inflight && !b.stopping; i++)
 		issue(&b);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	el = mono_s() - b.t0;
+	cpu = cpu_s() - cpu;
 	qsort(b.lat_us, b.nlat, sizeof(*b.lat_us), cmp_u32);
 	printf("{\"mode\": \"redis\", \"keys\": %llu, \"decisions\": %llu, "
 	       "\"failed\": %llu, \"allowed\": %llu, \"seconds\": %.3f, "
-	       "\"dps\": %.0f, \"p50_ms\": %.3f, \"p99_ms\": %.3f}\n",
+	       "\"dps\": %.0f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+	       "\"cpu_us_per_decision\": %.3f}\n",
 	       (unsigned long long)o->keys, (unsigned long long)b.done,
 	       (unsigned long long)b.failed, (unsigned long long)b.allowed, el,
 	       (double)(b.done - b.failed) / el,
 	       b.nlat ? b.lat_us[b.nlat / 2] / 1000.0 : 0.0,
-	       b.nlat ? b.lat_us[b.nlat * 99 / 100] / 1000.0 : 0.0);
+	       b.nlat ? b.lat_us[b.nlat * 99 / 100] / 1000.0 : 0.0,
+	       cpu * 1e6 / (double)(b.done ? b.done : 1));
 	sluice_redis_free(b.r);
 	uv_close((uv_handle_t *)&tick, NULL);
 	uv_run(&loop, UV_RUN_DEFAULT);
@@ -461,7 +509,7 @@ static int usage(void)
 		"S] [--shared PATH]\n"
 		"       sluice_bench memory --keys N\n"
 		"       sluice_bench redis --url URL --keys N [--seconds S] "
-		"[--inflight K] [--connections C] [--fill]\n");
+		"[--inflight K] [--connections C] [--fill] [--tls-ca FILE]\n");
 	return 2;
 }
 
@@ -503,6 +551,11 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(a, "--shared") == 0 && val) {
 			o.shared = val;
+			i++;
+			continue;
+		}
+		if (strcmp(a, "--tls-ca") == 0 && val) {
+			o.tls_ca = val;
 			i++;
 			continue;
 		}

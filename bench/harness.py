@@ -174,19 +174,61 @@ def ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
 
+def tls_certs(ctx):
+    """A CA and a server certificate it signed for 127.0.0.1 and localhost
+    (EC P-256, as managed Redis services commonly use), made once per run
+    with the openssl command.  Returns the directory holding ca.crt,
+    server.crt and server.key."""
+    d = os.path.join(ctx.tmp, "tls")
+    if os.path.exists(os.path.join(d, "server.crt")):
+        return d
+    need("openssl")
+    os.makedirs(d, exist_ok=True)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+           "-nodes"]
+    with open(os.path.join(d, "san.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run(["openssl", "req", "-x509"] + key + [
+        "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=sluice-bench-ca",
+        "-days", "2"], cwd=d)
+    run(["openssl", "req"] + key + [
+        "-keyout", "server.key", "-out", "server.csr", "-subj",
+        "/CN=localhost"], cwd=d)
+    run(["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt",
+         "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile",
+         "san.cnf", "-out", "server.crt"], cwd=d)
+    return d
+
+
 class Redis:
-    def __init__(self, ctx, name, module=None):
+    """A redis-server on a free loopback port.  With tls (a directory from
+    tls_certs()) it also listens for TLS on tls_port, clients not asked
+    for certificates; redis-cli keeps using the plain port."""
+
+    def __init__(self, ctx, name, module=None, tls=None):
         need("redis-server")
         self.port = free_port()
+        self.tls_port = None
         d = os.path.join(ctx.tmp, name)
         os.makedirs(d, exist_ok=True)
         argv = ["redis-server", "--port", str(self.port), "--bind",
                 "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d,
                 "--daemonize", "no"]
+        if tls:
+            self.tls_port = free_port()
+            while self.tls_port == self.port:
+                self.tls_port = free_port()
+            argv += ["--tls-port", str(self.tls_port),
+                     "--tls-cert-file", os.path.join(tls, "server.crt"),
+                     "--tls-key-file", os.path.join(tls, "server.key"),
+                     "--tls-ca-cert-file", os.path.join(tls, "ca.crt"),
+                     "--tls-auth-clients", "no"]
         if module:
             argv += ["--loadmodule", module]
         self.proc = procs.start(name, argv)
         wait_port(self.port, self.proc)
+        if self.tls_port:
+            wait_port(self.tls_port, self.proc)
 
     def cli(self, *args, stdin=None):
         r = subprocess.run(["redis-cli", "-p", str(self.port)] +
@@ -218,6 +260,12 @@ class Redis:
 
     def url(self):
         return "redis://127.0.0.1:%d" % self.port
+
+    def tls_url(self):
+        return "rediss://127.0.0.1:%d" % self.tls_port
+
+    def cpu_seconds(self):
+        return cpu_seconds(self.proc.pid)
 
     def stop(self):
         procs.stop(self.proc)

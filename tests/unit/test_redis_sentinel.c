@@ -3,9 +3,12 @@
  * real processes: a master, a replica and three Sentinels.  Decisions
  * flow through the master the Sentinels name; after the master is
  * SIGKILLed and the Sentinels promote the replica, decisions resume there
- * and a bucket drained before the failover is still drained.  Also: no
- * Sentinel reachable fails calls at once and says so, and bad options are
- * refused.
+ * and a bucket drained before the failover is still drained.  A scripted
+ * Sentinel (a thread of this test answering the one question the client
+ * asks) checks the two other ways a move is noticed: ROLE in the handshake
+ * (the Sentinel names a replica) and a READONLY reply (the master demoted
+ * under an open connection).  Also: no Sentinel reachable fails calls at
+ * once and says so, and bad options are refused.
  */
 #include "redis_harness.h"
 #include "sluice_redis.h"
@@ -28,7 +31,10 @@ static void start_redis(proc_t *p, const proc_t *master)
 			NULL,		NULL,	  NULL};
 	p->port = rh_free_port();
 	snprintf(port, sizeof(port), "%d", p->port);
-	snprintf(d, sizeof(d), "%s", dir);
+	/* A directory each: a replica's full sync leaves a dump.rdb that a
+	 * later server started there would load. */
+	snprintf(d, sizeof(d), "%s/%d", dir, p->port);
+	CHECK(mkdir(d, 0700) == 0 || errno == EEXIST);
 	if (master) {
 		snprintf(mport, sizeof(mport), "%d", master->port);
 		argv[11] = "--replicaof";
@@ -200,6 +206,175 @@ static void test_failover(void)
 	printf("decisions follow the master across a failover\n");
 }
 
+/* ------------------------------------------------- a scripted Sentinel */
+
+/* Answers SENTINEL get-master-addr-by-name with 127.0.0.1:<names>, AUTH
+ * and anything else with +OK, and SUBSCRIBE with its confirmation (it
+ * never publishes: moves are noticed only by ROLE and READONLY). */
+static struct {
+	int lfd, port;
+	volatile int names;   /* the port it names */
+	volatile int asked;   /* questions answered */
+	volatile int stopped; /* the test is over */
+} fake;
+
+static void fake_reply(int fd, const redisReply *cmd)
+{
+	char buf[256];
+	int n;
+
+	if (cmd->type != REDIS_REPLY_ARRAY || cmd->elements < 1)
+		return;
+	if (cmd->elements >= 2 &&
+	    strcasecmp(cmd->element[0]->str, "SENTINEL") == 0) {
+		char port[16];
+
+		snprintf(port, sizeof(port), "%d", fake.names);
+		n = snprintf(buf, sizeof(buf),
+			     "*2\r\n$9\r\n127.0.0.1\r\n$%zu\r\n%s\r\n",
+			     strlen(port), port);
+		__sync_fetch_and_add(&fake.asked, 1);
+	} else if (strcasecmp(cmd->element[0]->str, "SUBSCRIBE") == 0) {
+		n = snprintf(buf, sizeof(buf),
+			     "*3\r\n$9\r\nsubscribe\r\n$14\r\n"
+			     "+switch-master\r\n:1\r\n");
+	} else {
+		n = snprintf(buf, sizeof(buf), "+OK\r\n");
+	}
+	if (write(fd, buf, (size_t)n) != n)
+		return;
+}
+
+static void *fake_client(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	redisReader *rd = redisReaderCreate();
+	char buf[4096];
+	ssize_t n;
+	void *cmd;
+
+	while (!fake.stopped && (n = read(fd, buf, sizeof(buf))) > 0) {
+		redisReaderFeed(rd, buf, (size_t)n);
+		while (redisReaderGetReply(rd, &cmd) == REDIS_OK && cmd) {
+			fake_reply(fd, cmd);
+			freeReplyObject(cmd);
+		}
+	}
+	redisReaderFree(rd);
+	close(fd);
+	return NULL;
+}
+
+static void *fake_accept(void *arg)
+{
+	(void)arg;
+	while (!fake.stopped) {
+		int fd = accept(fake.lfd, NULL, NULL);
+		pthread_t t;
+
+		if (fd < 0)
+			continue;
+		pthread_create(&t, NULL, fake_client, (void *)(intptr_t)fd);
+		pthread_detach(t);
+	}
+	return NULL;
+}
+
+static void fake_start(int names)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	pthread_t t;
+	int one = 1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fake.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(fake.lfd >= 0);
+	setsockopt(fake.lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	CHECK(bind(fake.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(getsockname(fake.lfd, (struct sockaddr *)&a, &len) == 0);
+	CHECK(listen(fake.lfd, 16) == 0);
+	fake.port = ntohs(a.sin_port);
+	fake.names = names;
+	pthread_create(&t, NULL, fake_accept, NULL);
+	pthread_detach(t);
+}
+
+static void cli(int port, const char *cmd)
+{
+	redisContext *c = rh_connect(port);
+
+	freeReplyObject(rh_cmd(c, cmd));
+	redisFree(c);
+}
+
+static long long keys_on(int port)
+{
+	redisContext *c = rh_connect(port);
+	redisReply *rep = rh_cmd(c, "DBSIZE");
+	long long n = rep->integer;
+
+	freeReplyObject(rep);
+	redisFree(c);
+	return n;
+}
+
+static void test_role_and_readonly(void)
+{
+	proc_t a, b, sentinel;
+	seen_t seen = {0};
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	uv_loop_t loop;
+	result_t res;
+	char cmd[64];
+	int i;
+
+	start_redis(&a, NULL);
+	start_redis(&b, &a);
+	/* The Sentinel first names b, a replica: ROLE refuses it, the
+	 * client asks again, and by then the Sentinel names a. */
+	fake_start(b.port);
+	sentinel.port = fake.port;
+	uv_loop_init(&loop);
+	r = client(&loop, &sentinel, 1, &seen);
+	while (fake.asked < 1)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	fake.names = a.port;
+	CHECK(rh_wait_healthy(&loop, r, 10000));
+	CHECK(fake.asked >= 2);
+	rh_limit(&l, 3, "1/h");
+	for (i = 0; i < 3; i++)
+		CHECK(rh_take(&loop, r, "drained", &l, 1, 1).allowed);
+	CHECK(keys_on(a.port) == 1);
+	replicated(&a);
+
+	/* A hand-made failover the client hears nothing of: b promoted,
+	 * a demoted under the client's open connection.  The next call is
+	 * answered READONLY, the client asks the Sentinel, moves to b and
+	 * sends the call there, within its deadline. */
+	fake.names = b.port;
+	cli(b.port, "REPLICAOF NO ONE");
+	snprintf(cmd, sizeof(cmd), "REPLICAOF 127.0.0.1 %d", b.port);
+	cli(a.port, cmd);
+	res = rh_take(&loop, r, "drained", &l, 1, 1);
+	if (res.status != 0) /* the move may take two calls' time */
+		res = rh_take(&loop, r, "drained", &l, 1, 1);
+	CHECK(res.status == 0 && !res.allowed);
+	CHECK(rh_take(&loop, r, "fresh", &l, 1, 1).allowed);
+	CHECK(seen.master_changed >= 3);
+	snprintf(cmd, sizeof(cmd), "127.0.0.1:%d", b.port);
+	CHECK(strcmp(seen.master, cmd) == 0);
+	rh_close_client(&loop, r);
+	uv_loop_close(&loop);
+	fake.stopped = 1;
+	close(fake.lfd);
+	stop(&a);
+	stop(&b);
+	printf("a replica named as master is refused (ROLE); a master "
+	       "demoted under the client is left on READONLY\n");
+}
+
 static void test_no_sentinel(void)
 {
 	proc_t gone[2];
@@ -274,6 +449,7 @@ int main(void)
 	CHECK(mkdtemp(dir) != NULL);
 	test_bad_options();
 	test_no_sentinel();
+	test_role_and_readonly();
 	test_failover();
 	{
 		char cmd[128];

@@ -330,7 +330,19 @@ def _port_free(port):
         s.close()
 
 
-class RedisServer(Proc):
+class DirProc(Proc):
+    """A Proc working in its own temporary directory (self.dir), which
+    stop() removes."""
+
+    def stop(self, timeout=15):
+        rc = super().stop(timeout)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        return rc
+
+
+class RedisServer(DirProc):
     """redis-server on a free loopback port (no persistence), working in a
     temporary directory removed by stop().  kill() is SIGKILL; start()
     again brings it back on the same port, empty.  cluster=True:
@@ -404,12 +416,6 @@ class RedisServer(Proc):
             raise RuntimeError("redis-server on %d never answered PING:\n%s"
                                % (self.port, self.log()))
 
-    def stop(self, timeout=15):
-        rc = super().stop(timeout)
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-        return rc
 
     def seed(self):
         return "127.0.0.1:%d" % self.port
@@ -566,7 +572,7 @@ authorityKeyIdentifier = keyid
 # ----------------------------------------------------------- Sentinel
 
 
-class Sentinel(Proc):
+class Sentinel(DirProc):
     """`redis-server --sentinel` on a free loopback port watching
     `master` (a RedisServer) as `name`, with its own sentinel.conf (which
     Sentinel rewrites as it learns) in a temporary directory removed by
@@ -613,12 +619,6 @@ class Sentinel(Proc):
             raise RuntimeError("sentinel on %d never answered PING:\n%s"
                                % (self.port, self.log()))
 
-    def stop(self, timeout=15):
-        rc = super().stop(timeout)
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-        return rc
 
     def addr(self):
         return "127.0.0.1:%d" % self.port

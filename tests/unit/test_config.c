@@ -12,6 +12,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Writes text to a new file named from the template path (which gets its
+ * name); the caller unlinks it. */
+static void write_temp(char *path, const char *text)
+{
+	int fd = mkstemp(path);
+	FILE *f;
+
+	CHECK(fd >= 0);
+	f = fdopen(fd, "w");
+	CHECK(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
 static sluice_config_t *parse(const char *text, char *err, size_t errlen)
 {
 	return sluice_config_parse("t.yaml", text, strlen(text), err, errlen);
@@ -510,13 +524,8 @@ static void test_check_reports_every_tls_and_sentinel_error(void)
 		"      addrs: []\n";		       /* 8 */
 	char path[] = "/tmp/sluice-test-config-XXXXXX";
 	char report[4096];
-	int fd = mkstemp(path);
-	FILE *f;
 
-	CHECK(fd >= 0);
-	f = fdopen(fd, "w");
-	fputs(text, f);
-	fclose(f);
+	write_temp(path, text);
 	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 5);
 	CHECK(strstr(report, ":4: store.redis.tls.ca_file") != NULL);
 	CHECK(strstr(report, ":5: store.redis.tls.verify") != NULL);
@@ -843,15 +852,11 @@ static void test_load_reads_a_file_and_names_it(void)
 {
 	char path[] = "/tmp/sluice-test-config-XXXXXX";
 	char err[512];
-	int fd = mkstemp(path);
 	sluice_config_t *c;
 	FILE *f;
 
-	CHECK(fd >= 0);
-	f = fdopen(fd, "w");
-	fputs("rules:\n  - name: a\n    limits: [{capacity: 1, rate: 1/x}]\n",
-	      f);
-	fclose(f);
+	write_temp(path, "rules:\n  - name: a\n    limits: [{capacity: 1, "
+			 "rate: 1/x}]\n");
 	c = sluice_config_load(path, err, sizeof(err));
 	CHECK(c == NULL);
 	CHECK(strncmp(err, path, strlen(path)) == 0);
@@ -886,13 +891,8 @@ static void test_check_reads_on_after_errors(void)
 		"    on_store_error: maybe\n"; /* 11 */
 	char path[] = "/tmp/sluice-test-config-XXXXXX";
 	char report[4096], err[512];
-	int fd = mkstemp(path);
-	FILE *f;
 
-	CHECK(fd >= 0);
-	f = fdopen(fd, "w");
-	fputs(text, f);
-	fclose(f);
+	write_temp(path, text);
 	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 6);
 	CHECK(strstr(report, ":1: threads") != NULL);
 	CHECK(strstr(report, ":3: rules[0] has no name") != NULL);

@@ -265,4 +265,16 @@ function request(port, urlPath, headers = {}, agent = undefined) {
   });
 }
 
-module.exports = { ROOT, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+// Limiters on the Redis store made by one test file, closed after each
+// test: limiter(redisOpts) makes one (timeoutMs 2000 unless given).
+function limiterPool(sluice, test) {
+  const open = [];
+  test.afterEach(async () => { while (open.length) await open.pop().close(); });
+  return (redisOpts) => {
+    const l = new sluice.Limiter({ store: { redis: { timeoutMs: 2000, ...redisOpts } } });
+    open.push(l);
+    return l;
+  };
+}
+
+module.exports = { ROOT, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };

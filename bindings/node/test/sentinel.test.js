@@ -6,15 +6,9 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const sluice = require('..');
-const { Redis, failsWith, makeCerts, startTlsRedis, startSentinel, storeReady } = require('./helpers');
+const { Redis, failsWith, makeCerts, startTlsRedis, startSentinel, storeReady, limiterPool } = require('./helpers');
 
-const limiters = [];
-function limiter(redisOpts) {
-  const l = new sluice.Limiter({ store: { redis: { timeoutMs: 2000, ...redisOpts } } });
-  limiters.push(l);
-  return l;
-}
-test.afterEach(async () => { while (limiters.length) await limiters.pop().close(); });
+const limiter = limiterPool(sluice, test);
 
 test('decisions land on the master the Sentinel names; a name it does not know is no_master', async () => {
   const master = await Redis.start();

@@ -11,7 +11,7 @@ const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 const sluice = require('..');
-const { failsWith, makeCerts, startTlsRedis, storeReady, track } = require('./helpers');
+const { failsWith, makeCerts, startTlsRedis, storeReady, track, limiterPool } = require('./helpers');
 
 let certs;
 let redis;
@@ -21,13 +21,7 @@ test.before(async () => {
 });
 test.after(async () => { await redis.stop(); });
 
-const limiters = [];
-function limiter(redisOpts) {
-  const l = new sluice.Limiter({ store: { redis: { timeoutMs: 2000, ...redisOpts } } });
-  limiters.push(l);
-  return l;
-}
-test.afterEach(async () => { while (limiters.length) await limiters.pop().close(); });
+const limiter = limiterPool(sluice, test);
 
 test('rediss:// with the private CA: the same decisions as plain Redis, in the same bucket', async () => {
   const tls = limiter({ url: redis.tlsUrl, tls: { caFile: certs.path('ca.crt') }, keyPrefix: 'tls:' });

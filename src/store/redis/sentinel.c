@@ -25,9 +25,13 @@
 #include <string.h>
 
 /* Asking again: not more often than THROTTLE_MS; every RETRY_MS while no
- * Sentinel names a master. */
+ * Sentinel names a master.  A Sentinel that has not answered within
+ * ANSWER_MS (connect, AUTH and the question) is skipped: one that accepts
+ * and never answers (hung, or behind a black hole) must not stall the
+ * others. */
 #define SENTINEL_THROTTLE_MS 100
 #define SENTINEL_RETRY_MS    500
+#define SENTINEL_ANSWER_MS   1000
 
 typedef struct sentinel_addr_s {
 	char *host;
@@ -150,9 +154,21 @@ static void subscribe(sentinel_t *s, size_t ix)
 
 /* -------------------------------------------------------------- asking */
 
+static void next_sentinel(sentinel_t *s, const char *why);
+
 static void on_timer(uv_timer_t *t)
 {
-	ask(t->data);
+	sentinel_t *s = t->data;
+	sluice_redis_link_t *l = s->query;
+
+	if (l) {
+		s->query = NULL;
+		l->data = NULL;
+		sluice_redis__link_close(l);
+		next_sentinel(s, "no answer within 1000 ms");
+		return;
+	}
+	ask(s);
 }
 
 /* This Sentinel could not name a master: the next one, at once, until
@@ -210,6 +226,7 @@ static void on_addr(sluice_redis_link_t *l, redisReply *rep, void *priv)
 
 	if (!rep || s->query != l)
 		return; /* closed: on_query_state or sentinel_free says why */
+	uv_timer_stop(&s->timer);
 	s->query = NULL;
 	l->data = NULL;
 	sluice_redis__link_close(l);
@@ -269,6 +286,7 @@ static void ask(sentinel_t *s)
 		sluice_redis__command(l, on_auth, s, "AUTH %s", s->password);
 	sluice_redis__command(l, on_addr, s,
 			      "SENTINEL get-master-addr-by-name %s", s->master);
+	uv_timer_start(&s->timer, on_timer, SENTINEL_ANSWER_MS, 0);
 }
 
 void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why)

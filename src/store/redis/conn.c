@@ -117,7 +117,6 @@ static void on_timer(uv_timer_t *t)
 static void on_link(sluice_redis_link_t *l, int status)
 {
 	sluice_redis_conn_t *k = l->data;
-
 	int tls;
 
 	if (!k || k->link != l || status == 0)

@@ -8,7 +8,9 @@
  * been demoted.  Failovers are followed three ways:
  *
  *   - a subscription to +switch-master on one Sentinel, which names the
- *     new master as soon as the Sentinels have promoted it;
+ *     new master as soon as the Sentinels have promoted it (pinged every
+ *     second: one left unanswered for 2 s is dropped, and another
+ *     Sentinel is asked and subscribed to);
  *   - a lost connection to the master, or ROLE saying it is no master
  *     (conn.c), and a READONLY reply (client.c): each asks again;
  *   - while no Sentinel answers, asking again every RETRY_MS.
@@ -52,10 +54,13 @@ struct sluice_redis_sentinel_state_s {
 	size_t tried;		  /* Sentinels that failed this round */
 	sluice_redis_link_t *sub; /* subscribed to +switch-master */
 	size_t sub_ix;
-	uv_timer_t timer;  /* asking again later */
-	uint64_t asked_ms; /* when the last question went out */
-	int told_none;	   /* NO_MASTER was reported */
-	char why[256];	   /* what the last Sentinel said */
+	uint64_t sub_ping_ms; /* a PING on it unanswered since (0: none) */
+	uv_timer_t ping;      /* pings the subscription */
+	unsigned handles;     /* timers still to close on free */
+	uv_timer_t timer;     /* asking again later */
+	uint64_t asked_ms;    /* when the last question went out */
+	int told_none;	      /* NO_MASTER was reported */
+	char why[256];	      /* what the last Sentinel said */
 };
 
 typedef struct sluice_redis_sentinel_state_s sentinel_t;
@@ -117,8 +122,10 @@ static void on_push(sluice_redis_link_t *l, redisReply *rep, void *priv)
 	int oldp, newp;
 	const redisReply *m;
 
-	if (!rep || !s || s->sub != l || rep->type != REDIS_REPLY_ARRAY ||
-	    rep->elements != 3)
+	if (!rep || !s || s->sub != l)
+		return;
+	s->sub_ping_ms = 0; /* it answers: a message, or the PING's "pong" */
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3)
 		return;
 	m = rep->element[2];
 	if (m->type != REDIS_REPLY_STRING || m->len >= 1024 ||
@@ -142,6 +149,7 @@ static void subscribe(sentinel_t *s, size_t ix)
 	l->data = s;
 	s->sub = l;
 	s->sub_ix = ix;
+	s->sub_ping_ms = 0;
 	/* Every reply is a push from here on, AUTH's included (ignored). */
 	sluice_redis__link_on_push(l, on_push, s);
 	if (s->password && s->user)
@@ -150,6 +158,33 @@ static void subscribe(sentinel_t *s, size_t ix)
 	else if (s->password)
 		sluice_redis__command(l, NULL, NULL, "AUTH %s", s->password);
 	sluice_redis__command(l, NULL, NULL, "SUBSCRIBE +switch-master");
+}
+
+/* Every second: a PING on the subscription (allowed in subscribed mode);
+ * one unanswered for twice SENTINEL_ANSWER_MS means that Sentinel hangs,
+ * and a failover it announces would be missed: drop it, and ask (and
+ * subscribe to) the next Sentinel. */
+static void on_ping(uv_timer_t *t)
+{
+	sentinel_t *s = t->data;
+	uint64_t now = uv_now(s->r->loop);
+	sluice_redis_link_t *l = s->sub;
+
+	if (!l || s->r->closing)
+		return;
+	if (!s->sub_ping_ms) {
+		if (sluice_redis__command(l, NULL, NULL, "PING") == 0)
+			s->sub_ping_ms = now ? now : 1;
+		return;
+	}
+	if (now - s->sub_ping_ms < 2 * SENTINEL_ANSWER_MS)
+		return;
+	s->sub = NULL;
+	l->data = NULL;
+	sluice_redis__link_close(l);
+	if (s->next == s->sub_ix)
+		s->next = (s->sub_ix + 1) % s->n;
+	ask(s);
 }
 
 /* -------------------------------------------------------------- asking */
@@ -393,8 +428,13 @@ int sluice_redis__sentinel_start(sluice_redis_t *r,
 	}
 	snprintf(r->nodes[0]->name, sizeof(r->nodes[0]->name), "%s", o->master);
 	uv_timer_init(r->loop, &s->timer);
-	s->timer.data = s;
+	uv_timer_init(r->loop, &s->ping);
+	s->timer.data = s->ping.data = s;
+	s->handles = 2;
 	r->open_handles++;
+	/* The ping alone must not keep a loop running. */
+	uv_unref((uv_handle_t *)&s->ping);
+	uv_timer_start(&s->ping, on_ping, 1000, 1000);
 	r->sentinel = s;
 	ask(s);
 	return 0;
@@ -405,6 +445,8 @@ static void on_timer_closed(uv_handle_t *h)
 	sentinel_t *s = h->data;
 	sluice_redis_t *r = s->r;
 
+	if (--s->handles)
+		return;
 	sentinel_destroy(s);
 	sluice_redis__released(r);
 }
@@ -428,5 +470,7 @@ void sluice_redis__sentinel_free(sluice_redis_t *r)
 		sluice_redis__link_close(l);
 	}
 	uv_timer_stop(&s->timer);
+	uv_timer_stop(&s->ping);
 	uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+	uv_close((uv_handle_t *)&s->ping, on_timer_closed);
 }

@@ -228,44 +228,41 @@ static int shard_trylock(sluice_shard_t *s)
 	return rc;
 }
 
-/* Empties the table; returns the entries it held in a new array. */
-static sluice_slot_t *take_out(sluice_shard_t *s, size_t *n)
-{
-	size_t i, size = s->t->mask + 1;
-	sluice_slot_t *all = malloc(size * sizeof(*all));
-
-	*n = 0;
-	for (i = 0; i < size; i++) {
-		if (s->slots[i].h1 && all)
-			all[(*n)++] = s->slots[i];
-		slot_clear(&s->slots[i]);
-	}
-	return all;
-}
-
+/*
+ * Makes every entry reachable again, in place.  Each step copies before it
+ * clears (place() writes the copy, then the original is cleared; a
+ * duplicate keeps the deeper debt before the other is cleared), so a
+ * repairer killed midway leaves every entry in the table, at worst twice,
+ * for the next locker to repair: a charge is never lost.  An entry probing
+ * cannot reach has an empty slot between its home and itself, where
+ * place() puts it; clearing a slot can cut a later entry off, which the
+ * same or the next pass moves in turn.
+ */
 void sluice_shard_repair(sluice_shard_t *s)
 {
-	size_t i, n;
-	sluice_slot_t *all = take_out(s, &n), *sl;
+	size_t i, size = s->t->mask + 1, pass, used = 0;
+	int moved = 1;
 
-	/* Out of memory: the shard restarts empty (its buckets full), which
-	 * is lossy but consistent. */
-	s->t->count = 0;
-	for (i = 0; all && i < n && s->t->count < s->t->max; i++) {
-		sl = find(s, all[i].h1, all[i].h2);
-		if (sl) {
-			/* The same bucket twice (a move cut short): keep the
-			 * deeper debt, never forgive a charge. */
-			if (all[i].state > sl->state)
-				sl->state = all[i].state;
-			continue;
+	for (pass = 0; moved && pass < size; pass++) {
+		moved = 0;
+		for (i = 0; i < size; i++) {
+			sluice_slot_t *sl = &s->slots[i], *f;
+
+			if (!sl->h1 || (f = find(s, sl->h1, sl->h2)) == sl)
+				continue;
+			if (!f)
+				place(s->slots, s->t->mask, sl);
+			else if (sl->state > f->state)
+				f->state = sl->state; /* never forgive */
+			slot_clear(sl);
+			moved = 1;
 		}
-		place(s->slots, s->t->mask, &all[i]);
-		s->t->count++;
 	}
+	for (i = 0; i < size; i++)
+		used += s->slots[i].h1 != 0;
+	s->t->count = used;
 	s->t->hand &= s->t->mask;
 	s->t->cursor &= s->t->mask;
-	free(all);
 }
 
 int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)

@@ -201,9 +201,9 @@ static sluice_slot_t *find(const sluice_shard_t *s, uint64_t h1, uint64_t h2)
  * shard may be half updated.  Each state is one aligned 64-bit store, so no
  * state is ever torn; what a death can leave is a slot move or removal cut
  * short (an entry twice, or in a slot probing cannot reach) and a count
- * that is off.  sluice_shard_repair() rebuilds the table from its entries,
- * then the lock is marked consistent.  A death between two limits' writes
- * of one take leaves that take charged on some of its limits only: more
+ * that is off.  sluice_shard_repair() makes every entry reachable again in
+ * place, then the lock is marked consistent.  A death between two limits'
+ * writes of one take leaves that take charged on some of its limits only: more
  * debt, never less, for a request that got no answer.
  */
 static int shard_recover(sluice_shard_t *s)

@@ -23,9 +23,9 @@
  * would lay out for max_keys is refused, never reinterpreted.
  *
  * Each shard's lock is PTHREAD_MUTEX_ROBUST: if a process dies holding it,
- * the next locker is told so (EOWNERDEAD), rebuilds the shard's table from
- * its entries (sluice_shard_repair()) and marks the lock consistent, so
- * nobody is ever left waiting on a dead process.
+ * the next locker is told so (EOWNERDEAD), repairs the shard's table in
+ * place (sluice_shard_repair(), itself safe to kill midway) and marks the
+ * lock consistent, so nobody is ever left waiting on a dead process.
  */
 #include "store/buckets.h"
 #include "util/errmsg.h"

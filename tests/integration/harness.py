@@ -331,8 +331,21 @@ def _port_free(port):
 
 
 class DirProc(Proc):
-    """A Proc working in its own temporary directory (self.dir), which
-    stop() removes."""
+    """A redis-server (or Sentinel) working in its own temporary
+    directory (self.dir), which stop() removes; cli() runs redis-cli with
+    the subclass's cli_args()."""
+
+    def cli(self, *args):
+        p = subprocess.run(["redis-cli"] + self.cli_args() +
+                           [str(a) for a in args], capture_output=True,
+                           text=True, timeout=10)
+        return p.stdout.strip()
+
+    def ping(self):
+        try:
+            return self.cli("PING") == "PONG"
+        except subprocess.TimeoutExpired:
+            return False
 
     def stop(self, timeout=15):
         rc = super().stop(timeout)
@@ -439,18 +452,6 @@ class RedisServer(DirProc):
         if self.password:
             out += ["-a", self.password, "--no-auth-warning"]
         return out
-
-    def cli(self, *args):
-        p = subprocess.run(["redis-cli"] + self.cli_args() +
-                           [str(a) for a in args], capture_output=True,
-                           text=True, timeout=10)
-        return p.stdout.strip()
-
-    def ping(self):
-        try:
-            return self.cli("PING") == "PONG"
-        except subprocess.TimeoutExpired:
-            return False
 
     def info(self, section):
         """INFO section -> {field: value} (strings)."""
@@ -623,22 +624,14 @@ class Sentinel(DirProc):
     def addr(self):
         return "127.0.0.1:%d" % self.port
 
-    def cli(self, *args):
-        auth = ["-a", self.password, "--no-auth-warning"] \
-            if self.password else []
+    def cli_args(self):
+        """redis-cli's options to reach this Sentinel."""
+        out = ["-h", "127.0.0.1", "-p", str(self.port)]
+        if self.password:
+            out += ["-a", self.password, "--no-auth-warning"]
         if self.tls:
-            auth += self.tls.cli_args()
-        p = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p",
-                            str(self.port)] + auth +
-                           [str(a) for a in args], capture_output=True,
-                           text=True, timeout=10)
-        return p.stdout.strip()
-
-    def ping(self):
-        try:
-            return self.cli("PING") == "PONG"
-        except subprocess.TimeoutExpired:
-            return False
+            out += self.tls.cli_args()
+        return out
 
     def master_port(self):
         """The master's port as this Sentinel names it, or None."""

@@ -1,87 +1,220 @@
 #!/usr/bin/env node
-// build.js -- builds the addon from a sluice checkout, with no download:
-//   1. libsluice and libsluice-redis (static, position-independent) with
-//      the checkout's CMake build, library only (-DSLUICE_LIBRARY_ONLY=ON);
-//   2. src/addon.c against the Node-API headers of the `node-api-headers`
-//      npm package (falling back to the headers installed beside node,
-//      e.g. Debian's libnode-dev), linked with libsluice-redis.a, libsluice.a
-//      and hiredis.
-// The addon does not link libuv: its uv_* calls bind to the libuv inside
-// Node, the loop the Redis client runs on.
-// Needs: a C compiler, cmake, pkg-config, libuv1-dev, libhiredis-dev and libssl-dev
-// (Debian), as the checkout's scripts/deps installs them.
+// build.js -- the package's install script: puts the native addon at
+// build/sluice.node, where index.js loads it.
+//
+//   1. A prebuilt binary from prebuilds/<platform>-<arch>/ (the
+//      prebuildify layout: node.napi[.glibc|.musl].node) when one matches
+//      this machine and loads: no compiler, nothing else needed.
+//   2. Otherwise (or with `npm install --build-from-source`, or
+//      `node scripts/build.js --build-from-source`), from the sources the
+//      package carries: deps/sluice (libsluice, listed in
+//      deps/sluice/sources.json), deps/hiredis (hiredis's reply reader) and
+//      deps/include (the Node-API, libuv and OpenSSL headers).  Needs only
+//      a C compiler (CC, else cc) and the C library's headers.
+//
+// In a sluice checkout (bindings/node of the repository) the addon is
+// always built from source, after scripts/prepack.js has copied the
+// checkout's current libsluice sources into deps/.
+//
+// The addon links nothing but libc: the napi_*, uv_* and OpenSSL calls
+// bind, when node loads it, to what the node process already holds (Node
+// exports its libuv and OpenSSL; a node linked with the system's libssl
+// has it loaded).  It is linked with -z now, so a node without them fails
+// at require with the missing symbol's name, not later in a request.
 'use strict';
-const { execFileSync } = require('node:child_process');
+const { execFileSync, spawn } = require('node:child_process');
 const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 
 const pkg = path.resolve(__dirname, '..');
-const root = path.resolve(pkg, '..', '..');
 const out = path.join(pkg, 'build');
-const libdir = path.join(out, 'libsluice');
+const target = path.join(out, 'sluice.node');
+const deps = path.join(pkg, 'deps');
 
 function die(msg) {
   console.error(`sluice: ${msg}`);
   process.exit(1);
 }
 
-function run(cmd, args, opts = {}) {
-  try {
-    return String(execFileSync(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'], ...opts }) || '');
-  } catch (e) {
-    if (e.code === 'ENOENT') die(`${cmd} not found: install it (Debian: see scripts/deps in the sluice checkout)`);
-    die(`${cmd} ${args.join(' ')} failed${e.stdout ? `:\n${e.stdout}` : ''}`);
-  }
+// The checkout this package directory belongs to, or null when the package
+// is installed (node_modules/sluice) or unpacked on its own.
+function checkoutRoot() {
+  const root = path.resolve(pkg, '..', '..');
+  const ok = fs.existsSync(path.join(root, 'include', 'sluice.h')) &&
+    fs.existsSync(path.join(root, 'CMakeLists.txt')) &&
+    path.resolve(root, 'bindings', 'node') === pkg;
+  return ok ? root : null;
 }
-
-function napiHeaders() {
-  const dirs = [];
-  try {
-    dirs.push(require('node-api-headers').include_dir);
-  } catch { /* not installed: try the headers beside node */ }
-  dirs.push(path.resolve(path.dirname(process.execPath), '..', 'include', 'node'), '/usr/include/node');
-  const dir = dirs.find((d) => d && fs.existsSync(path.join(d, 'node_api.h')));
-  if (!dir) die('no Node-API headers: `npm install node-api-headers` or install libnode-dev');
-  return dir;
-}
-
-if (!fs.existsSync(path.join(root, 'include', 'sluice.h')))
-  die(`${root} is not a sluice checkout: the addon builds from the checkout's sources`);
 
 // One build at a time (two apps installing, or cluster workers building
 // on first require): a lock directory, taken over when left for 10 minutes.
-const lock = path.join(out, '.lock');
-fs.mkdirSync(out, { recursive: true });
-for (let waited = 0; ; waited += 100) {
-  try {
-    fs.mkdirSync(lock);
-    break;
-  } catch (e) {
-    if (e.code !== 'EEXIST') throw e;
-    let age = 0;
-    try { age = Date.now() - fs.statSync(lock).mtimeMs; } catch { continue; }
-    if (age > 600000) { fs.rmSync(lock, { recursive: true, force: true }); continue; }
-    if (waited % 10000 === 0) console.error(`sluice: waiting for another build (${lock})`);
-    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+function lock() {
+  const dir = path.join(out, '.lock');
+  fs.mkdirSync(out, { recursive: true });
+  for (let waited = 0; ; waited += 100) {
+    try {
+      fs.mkdirSync(dir);
+      break;
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+      let age = 0;
+      try { age = Date.now() - fs.statSync(dir).mtimeMs; } catch { continue; }
+      if (age > 600000) { fs.rmSync(dir, { recursive: true, force: true }); continue; }
+      if (waited % 10000 === 0) console.error(`sluice: waiting for another build (${dir})`);
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+    }
   }
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
 }
-process.on('exit', () => fs.rmSync(lock, { recursive: true, force: true }));
 
-fs.mkdirSync(libdir, { recursive: true });
-run('cmake', ['-S', root, '-B', libdir, '-DCMAKE_BUILD_TYPE=Release',
-  '-DSLUICE_LIBRARY_ONLY=ON', '-DSLUICE_TESTS=OFF'], { stdio: ['ignore', 'ignore', 'inherit'] });
-run('cmake', ['--build', libdir, '--target', 'sluice_redis_static', '-j', String(Math.max(1, require('node:os').cpus().length))],
-  { stdio: ['ignore', 'ignore', 'inherit'] });
+// ------------------------------------------------------------ prebuilds
 
-const cflags = run('pkg-config', ['--cflags', 'libuv', 'hiredis', 'openssl']).trim().split(/\s+/).filter(Boolean);
-const cc = process.env.CC || 'cc';
-const target = path.join(out, 'sluice.node');
-const tmp = `${target}.tmp`;
-run(cc, ['-std=gnu11', '-O2', '-fPIC', '-shared', '-fvisibility=hidden',
-  '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter',
-  '-I', path.join(root, 'include'), '-I', napiHeaders(), ...cflags,
-  path.join(pkg, 'src', 'addon.c'), path.join(libdir, 'libsluice-redis.a'), path.join(libdir, 'libsluice.a'),
-  // libsluice's and hiredis's own symbols stay inside the addon.
-  '-Wl,--exclude-libs,ALL', '-lhiredis', '-lssl', '-lcrypto', '-lm', '-o', tmp], { stdio: ['ignore', 'inherit', 'inherit'] });
-fs.renameSync(tmp, target);
-console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
+function libc() {
+  if (process.platform !== 'linux') return null;
+  const header = process.report && process.report.getReport().header;
+  return header && header.glibcVersionRuntime ? 'glibc' : 'musl';
+}
+
+// The prebuilt binaries for this platform and architecture whose tags
+// (prebuildify's file names: node.napi.glibc.node) fit this node.
+function prebuilds() {
+  const dir = path.join(pkg, 'prebuilds', `${process.platform}-${process.arch}`);
+  let names = [];
+  try { names = fs.readdirSync(dir); } catch { return []; }
+  return names.filter((n) => {
+    if (!n.endsWith('.node')) return false;
+    const tags = n.slice(0, -'.node'.length).split('.');
+    if (!tags.includes('napi')) return false;
+    const want = libc();
+    return !['glibc', 'musl'].some((l) => tags.includes(l) && l !== want);
+  }).map((n) => path.join(dir, n));
+}
+
+// Copies the first prebuilt binary that loads here to build/sluice.node;
+// returns why none did, or null.
+function installPrebuild() {
+  const found = prebuilds();
+  if (!found.length) return `no prebuilt binary for ${process.platform}-${process.arch}${libc() ? ` (${libc()})` : ''}`;
+  const reasons = [];
+  for (const file of found) {
+    const tmp = `${target}.${process.pid}.tmp`;
+    fs.copyFileSync(file, tmp);
+    try {
+      process.dlopen({ exports: {} }, tmp);
+    } catch (e) {
+      fs.rmSync(tmp, { force: true });
+      reasons.push(`${path.relative(pkg, file)} does not load here: ${e.message.split('\n')[0]}`);
+      continue;
+    }
+    fs.renameSync(tmp, target);
+    console.log(`sluice: installed the prebuilt ${path.relative(pkg, file)}`);
+    return null;
+  }
+  return reasons.join('; ');
+}
+
+// --------------------------------------------------------- from source
+
+const INSTALL_CC = 'install a C compiler (Debian/Ubuntu: apt-get install gcc libc6-dev; ' +
+  'Fedora: dnf install gcc; Alpine: apk add gcc musl-dev) or set CC';
+
+function compilerFlags(strict) {
+  // Warnings are errors when the project builds its prebuilt binary; an
+  // install on an unknown compiler only shows them.
+  return ['-O2', '-fPIC', '-fvisibility=hidden', '-Wall', ...(strict ? ['-Werror'] : [])];
+}
+
+function runCc(args, cc) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cc[0], [...cc.slice(1), ...args], { stdio: ['ignore', 'inherit', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (d) => { err += d; process.stderr.write(d); });
+    child.on('error', (e) => reject(e.code === 'ENOENT'
+      ? new Error(`the C compiler \`${cc[0]}\` was not found: ${INSTALL_CC}`) : e));
+    child.on('close', (code) => {
+      if (code === 0) return resolve();
+      const header = /fatal error: ([^:\s]+): No such file/.exec(err);
+      if (header)
+        return reject(new Error(`the header ${header[1]} is missing: install the C library's headers ` +
+          '(Debian/Ubuntu: apt-get install libc6-dev; Fedora: dnf install glibc-devel; Alpine: apk add musl-dev)'));
+      reject(new Error(`${cc[0]} ${args.join(' ')} failed (exit ${code})`));
+    });
+  });
+}
+
+async function pool(jobs, width) {
+  let next = 0;
+  const worker = async () => { while (next < jobs.length) await jobs[next++](); };
+  await Promise.all(Array.from({ length: Math.min(width, jobs.length) }, worker));
+}
+
+// Compiles deps/ and src/addon.c into `dest`.
+async function compile(dest, { strict = false } = {}) {
+  const listFile = path.join(deps, 'sluice', 'sources.json');
+  if (!fs.existsSync(listFile) || !fs.existsSync(path.join(deps, 'include', 'node_api.h')))
+    die(`${path.relative(process.cwd(), deps) || deps} lacks the sources or headers the package carries ` +
+      '(deps/sluice/sources.json, deps/include/node_api.h): in a sluice checkout, run `node scripts/prepack.js`');
+  const list = JSON.parse(fs.readFileSync(listFile, 'utf8'));
+  const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
+  const objdir = path.join(out, 'obj');
+  fs.rmSync(objdir, { recursive: true, force: true });
+  fs.mkdirSync(objdir, { recursive: true });
+  const base = compilerFlags(strict);
+  // libsluice's sources with the flags CMake gives each (sources.json).
+  const flagsOf = (src) => [`-std=${src.std}`, ...base, '-Wextra', '-Wno-unused-parameter',
+    ...src.defines.map((d) => `-D${d}`),
+    ...src.includes.map((i) => `-I${path.join(deps, 'sluice', i)}`),
+    `-I${path.join(deps, 'include')}`, `-I${deps}`];
+  const jobs = [];
+  const objs = [];
+  const add = (src, flags) => {
+    const obj = path.join(objdir, `${objs.length}-${path.basename(src, '.c')}.o`);
+    objs.push(obj);
+    jobs.push(() => runCc([...flags, '-c', src, '-o', obj], cc));
+  };
+  for (const s of list.sources) add(path.join(deps, 'sluice', s.file), flagsOf(s));
+  // hiredis as its own Makefile builds it (C99, its own feature macros);
+  // its warnings are not ours to fix (and GCC 14 makes one of them an
+  // error: hiredis.c gives createArray a size_t where read.h says int).
+  const hiredis = path.join(deps, 'hiredis');
+  for (const s of fs.readdirSync(hiredis).filter((n) => n.endsWith('.c')).sort())
+    add(path.join(hiredis, s), ['-std=c99', ...compilerFlags(false), '-w', '-Wno-incompatible-pointer-types']);
+  // The addon: the library's include directories, not its SLUICE_BUILDING.
+  add(path.join(pkg, 'src', 'addon.c'), flagsOf(list.sources[0]).filter((f) => !f.startsWith('-DSLUICE_BUILDING')));
+  const width = Math.max(1, Math.min(4, (os.availableParallelism || (() => os.cpus().length))()));
+  await pool(jobs, width);
+  fs.mkdirSync(path.dirname(dest), { recursive: true });
+  const tmp = `${dest}.${process.pid}.tmp`;
+  await runCc(['-shared', '-Wl,-z,now', '-Wl,--as-needed', ...objs, '-lm', '-o', tmp], cc);
+  fs.renameSync(tmp, dest);
+  fs.rmSync(objdir, { recursive: true, force: true });
+}
+
+async function main() {
+  const fromSource = process.argv.includes('--build-from-source') ||
+    /^(true|1|sluice)$/.test(process.env.npm_config_build_from_source || '');
+  lock();
+  const root = checkoutRoot();
+  let why = null;
+  if (root) {
+    require('./prepack.js').collect(root);
+    why = 'in a sluice checkout, the addon is built from its sources';
+  } else if (!fromSource) {
+    why = installPrebuild();
+    if (!why) return;
+  } else {
+    why = '--build-from-source';
+  }
+  console.log(`sluice: building the addon from source (${why})`);
+  try {
+    await compile(target, { strict: !!root });
+  } catch (e) {
+    die(e.message);
+  }
+  console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
+}
+
+module.exports = { compile, lock, deps, checkoutRoot };
+
+if (require.main === module) main();

@@ -12,6 +12,9 @@
 #   make install  build, then install under PREFIX (default /usr/local),
 #                 staged under DESTDIR when set
 #   make deb      Debian packages (dpkg-buildpackage) -> build/deb/*.deb
+#   make node-prebuild  the npm package's prebuilt addon from this checkout
+#                 -> bindings/node/prebuilds/linux-x64/node.napi.glibc.node
+#                 (what `npm pack` in bindings/node puts in the tarball)
 
 BUILD      ?= build
 TEST_BUILD ?= build-test
@@ -25,7 +28,7 @@ ONLY       ?=
 
 C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src include tests bench -name '*.[ch]')
 
-.PHONY: all build run test bench fuzz format deps clean install deb
+.PHONY: all build run test bench fuzz format deps clean install deb node-prebuild
 
 all: build
 
@@ -73,6 +76,14 @@ deb:
 	@cd $(DEB_BUILD)/src && dpkg-buildpackage -us -uc -b -j$(JOBS) >../build.log 2>&1 \
 		|| { tail -40 ../build.log; exit 1; }
 	@ls $(DEB_BUILD)/*.deb
+
+# The libsluice sources and headers copied into bindings/node/deps, then
+# the addon built from them (scripts/prepack.js); npm ci only for the
+# node-api-headers package, when it is missing.
+node-prebuild: deps
+	@cd bindings/node && { [ -d node_modules/node-api-headers ] || \
+		npm ci --ignore-scripts --no-audit --no-fund >/dev/null; } && \
+		node scripts/prepack.js
 
 format:
 	@clang-format -i $(C_FILES)

@@ -59,12 +59,31 @@ const CARRIED_LICENCES = {
   openssl: '/usr/share/doc/libssl-dev/copyright',
 };
 
+// The Node-API headers: the node-api-headers package (npm ci here), else
+// those installed beside node (Debian's libnode-dev, Node's own tarball),
+// of which only the Node-API ones (that folder has node's libuv and
+// OpenSSL too): copied into build/napi, with their licence.
+const NAPI_FILES = ['js_native_api.h', 'js_native_api_types.h', 'node_api.h', 'node_api_types.h'];
+
 function napiHeaders() {
-  const dirs = [];
-  try { dirs.push(require('node-api-headers').include_dir); } catch { /* below */ }
-  const dir = dirs.find((d) => d && fs.existsSync(path.join(d, 'node_api.h')));
+  const dest = path.join(pkg, 'build', 'napi');
+  fs.rmSync(dest, { recursive: true, force: true });
+  let dir = null;
+  let licence = null;
+  try {
+    dir = require('node-api-headers').include_dir;
+    licence = path.join(dir, '..', 'LICENSE');
+  } catch { /* below */ }
+  if (!dir || !fs.existsSync(path.join(dir, 'node_api.h'))) {
+    dir = [path.resolve(path.dirname(process.execPath), '..', 'include', 'node'), '/usr/include/node']
+      .find((d) => fs.existsSync(path.join(d, 'node_api.h')));
+    licence = null;
+  }
   if (!dir) die('no Node-API headers: run `npm ci` in bindings/node (the node-api-headers package)');
-  return dir;
+  const names = licence ? fs.readdirSync(dir).filter((n) => n.endsWith('.h')) : NAPI_FILES;
+  for (const n of names) if (fs.existsSync(path.join(dir, n))) copy(path.join(dir, n), path.join(dest, n));
+  if (licence && fs.existsSync(licence)) copy(licence, path.join(dest, 'LICENSE'));
+  return dest;
 }
 
 function copy(from, to) {
@@ -150,7 +169,8 @@ function collect(root) {
   }
   checkLibcOnly(system);
 
-  copy(path.join(napi, '..', 'LICENSE'), path.join(includeDir, 'LICENSE.node-api-headers'));
+  if (fs.existsSync(path.join(napi, 'LICENSE')))
+    copy(path.join(napi, 'LICENSE'), path.join(includeDir, 'LICENSE.node-api-headers'));
   for (const l of licences)
     if (fs.existsSync(CARRIED_LICENCES[l])) copy(CARRIED_LICENCES[l], path.join(includeDir, `LICENSE.${l}`));
   fs.writeFileSync(path.join(sluiceDir, 'sources.json'), `${JSON.stringify({

@@ -296,9 +296,17 @@ class PackedPackage(unittest.TestCase):
                 self.skipTest("%s is missing: not a Debian machine" % t)
         if os.geteuid() != 0:
             self.skipTest("mounting in a namespace of its own needs root")
-        madison = run(["apt-cache", "madison", "nodejs"], self.tmp).stdout
-        versions = re.findall(r"^\s*nodejs\s*\|\s*(18\.[^\s|]+)", madison,
-                              re.M)
+        def node18_versions():
+            madison = run(["apt-cache", "madison", "nodejs"],
+                          self.tmp).stdout
+            return madison, re.findall(
+                r"^\s*nodejs\s*\|\s*(18\.[^\s|]+)", madison, re.M)
+
+        madison, versions = node18_versions()
+        if not versions:  # a machine whose package lists were never read
+            run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "update", "-qq"],
+                self.tmp, timeout=600)
+            madison, versions = node18_versions()
         self.assertTrue(versions, "apt knows no Node 18:\n" + madison)
         v = versions[0]
         want = ["nodejs=" + v, "libnode108=" + v] + DEB_NODE_SHARED

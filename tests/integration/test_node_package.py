@@ -192,8 +192,17 @@ class PackedPackage(unittest.TestCase):
         # The libsluice sources are those CMake compiles for the library.
         for f in listed:
             self.assertIn("deps/sluice/" + f["file"], self.files)
-        self.assertIn("src/core/decide.c", [f["file"] for f in listed])
-        self.assertIn("src/store/redis/link.c", [f["file"] for f in listed])
+        # ... every one of them: the list is CMake's, not a copy of it.
+        cm = os.path.join(self.tmp, "cmake-library")
+        run(["cmake", "-S", harness.SRC, "-B", cm, "-DSLUICE_LIBRARY_ONLY=ON",
+             "-DSLUICE_TESTS=OFF", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"],
+            self.tmp)
+        with open(os.path.join(cm, "compile_commands.json")) as f:
+            cmake = sorted(os.path.relpath(os.path.join(c["directory"],
+                                                        c["file"]),
+                                           harness.SRC) for c in json.load(f))
+        self.assertEqual(sorted(f["file"] for f in listed), cmake)
+        self.assertIn("src/store/redis/link.c", cmake)
 
     def test_prebuild_needs_only_libc(self):
         tmp = os.path.join(self.tmp, "unpacked-readelf")
@@ -255,6 +264,14 @@ class PackedPackage(unittest.TestCase):
         self.assertIn("C compiler", out.stderr)
         self.assertIn("apt-get install gcc", out.stderr)
         self.assertNotIn("Error:", out.stderr)  # a message, not a trace
+        # A compiler without the C library's headers: the header is named,
+        # and the package that has it.
+        env["CC"] = "%s -nostdinc" % shutil.which("cc")
+        out = run(["node", "scripts/build.js", "--build-from-source"],
+                  os.path.join(tmp, "package"), env, check=False)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertRegex(out.stderr, r"the header \S+\.h is missing")
+        self.assertIn("libc6-dev", out.stderr)
 
     def test_debian_node18_loads_the_prebuild(self):
         root = self.debian_node18()

@@ -143,10 +143,23 @@ function runCc(args, cc) {
   });
 }
 
+// Runs the jobs, `width` at a time; after a failure, starts no more.
 async function pool(jobs, width) {
   let next = 0;
-  const worker = async () => { while (next < jobs.length) await jobs[next++](); };
-  await Promise.all(Array.from({ length: Math.min(width, jobs.length) }, worker));
+  let failed = false;
+  const worker = async () => {
+    while (next < jobs.length && !failed) {
+      try {
+        await jobs[next++]();
+      } catch (e) {
+        failed = true;
+        throw e;
+      }
+    }
+  };
+  const results = await Promise.allSettled(Array.from({ length: Math.min(width, jobs.length) }, worker));
+  const bad = results.find((r) => r.status === 'rejected');
+  if (bad) throw bad.reason;
 }
 
 // Compiles deps/ and src/addon.c into `dest`.

@@ -240,7 +240,8 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
  * leaves the charge in place (see docs/REDIS.md).
  *
  * Returns 0, or SLUICE_EINVAL (n 0, an item malformed as for
- * sluice_redis_take(), or one key in two items: unlike the memory store,
+ * sluice_redis_take(), more than 65536 limits over all the items, or one
+ * key in two items: unlike the memory store,
  * one server-side call cannot chain two charges of one key) /
  * SLUICE_ENOMEM; the callback is then not called.
  */

@@ -13,6 +13,8 @@
  *   link.c     one socket on libuv: connect, write, read replies in order
  *              (hiredis's redisReader parses RESP), TLS through tls.c
  *   tls.c      OpenSSL: the context, and a session over memory BIOs
+ *   reply.c    the RESP reader with bounds on a reply's size, and the
+ *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
  *
  * Calls flow one way: client.c -> script.c/module.c/many.c -> command.c
@@ -59,6 +61,17 @@
 #define SLUICE_REDIS_MAX_REDIRECTS 5
 #define SLUICE_REDIS_RETRY_MS	   5
 #define SLUICE_REDIS_NSLOTS	   16384
+/* What one reply may claim (reply.c); beyond it the reply is a protocol
+ * error and the connection is dropped.  The largest replies sluice asks
+ * for: CLUSTER SLOTS (at most 16384 ranges, each with its nodes: a
+ * cluster whose every slot is a range of its own, with five replicas,
+ * is 16384 x 35 elements: about 570,000), a take_many's EVALSHA (one shortfall
+ * per bucket, at most MAX_AGGREGATE buckets per call), INFO (a few kB). */
+#define SLUICE_REDIS_REPLY_MAX_AGGREGATE 65536
+#define SLUICE_REDIS_REPLY_MAX_ELEMENTS	 (1LL << 20)
+#define SLUICE_REDIS_REPLY_MAX_BYTES	 (8u << 20)
+/* Bytes sluice_redis__redact() may write beyond the text's length. */
+#define SLUICE_REDIS_REDACT_ROOM 16
 
 typedef struct sluice_redis_node_s sluice_redis_node_t;
 typedef struct sluice_redis_conn_s sluice_redis_conn_t;
@@ -391,6 +404,20 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k);
 /* The call as SLUICE.TAKE (one limit) or SLUICE.TAKEMULTI. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,
 				  sluice_redis_resp_t *o);
+
+/* reply.c */
+/* A RESP reader whose replies are bounded (SLUICE_REDIS_REPLY_MAX_*) and
+ * whose error and status texts are redacted; NULL when out of memory. */
+redisReader *sluice_redis__reader_new(void);
+void sluice_redis__reader_free(redisReader *rd);
+/* The next whole reply fed so far (*reply NULL: none yet); 0, or -1 with
+ * the reason in err when the input is not RESP or crosses a bound. */
+int sluice_redis__reader_get(redisReader *rd, redisReply **reply, char *err,
+			     size_t errlen);
+/* Cuts what follows AUTH or HELLO, or "args beginning with:", in a
+ * server's text s[0..len) (with SLUICE_REDIS_REDACT_ROOM bytes to spare
+ * after it) and marks it "(redacted)"; the new length. */
+size_t sluice_redis__redact(char *s, size_t len);
 
 /* url.c */
 int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,

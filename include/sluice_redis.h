@@ -153,6 +153,19 @@ typedef struct sluice_redis_sentinel_s {
 	int tls;	      /* 1: the Sentinels are reached over TLS */
 } sluice_redis_sentinel_t;
 
+/* Checks a Redis URL ("redis[s]://[user:pass@]host[:port][/db]",
+ * "unix:///path[?db=N]" or a bare "host[:port]") exactly as
+ * sluice_redis_new() reads it: 0, or SLUICE_EINVAL with a message in err
+ * that shows the URL masked (sluice_redis_url_mask()). */
+SLUICE_API int sluice_redis_url_check(const char *url, char *err,
+				      size_t errlen);
+
+/* url with its password replaced by "***" ("redis://user:***@host:6379"),
+ * for logs and messages: a URL is never printed otherwise.  Writes out
+ * (truncated to outlen) and returns it. */
+SLUICE_API const char *sluice_redis_url_mask(const char *url, char *out,
+					     size_t outlen);
+
 /* A name for each kind ("connected", "auth_failed", ...). */
 SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
 

@@ -566,11 +566,15 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 							 errlen);
 
 			if (rc == 0 && !u.host) {
+				char shown[160];
+
 				sluice_redis__url_free(&u);
 				snprintf(err, errlen,
 					 "cluster seed \"%s\": expected "
 					 "host:port",
-					 o->seeds[i]);
+					 sluice_redis_url_mask(o->seeds[i],
+							       shown,
+							       sizeof(shown)));
 				rc = SLUICE_EINVAL;
 			}
 			if (rc < 0)
@@ -666,9 +670,12 @@ static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
 	for (i = 0; i < o->nseeds; i++) {
 		rc = sluice_redis__parse_url(o->seeds[i], &u, err, errlen);
 		if (rc == 0 && !u.host) {
+			char shown[160];
+
 			snprintf(err, errlen,
 				 "cluster seed \"%s\": expected host:port",
-				 o->seeds[i]);
+				 sluice_redis_url_mask(o->seeds[i], shown,
+						       sizeof(shown)));
 			rc = SLUICE_EINVAL;
 		}
 		sluice_redis__url_free(&u);

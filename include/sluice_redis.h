@@ -63,7 +63,14 @@ typedef enum sluice_redis_event_kind_e {
 	/* Sentinel: the master is now `node` (detail: how it was learnt). */
 	SLUICE_REDIS_EV_MASTER_CHANGED,
 	/* Sentinel: no Sentinel names a usable master (detail: why). */
-	SLUICE_REDIS_EV_NO_MASTER
+	SLUICE_REDIS_EV_NO_MASTER,
+	/* The node answers calls with an error (detail: the server's words,
+	 * redacted, e.g. "ERR unknown command 'EVALSHA', ..." or "NOPERM
+	 * ..."): told once per change of those words, at most once a
+	 * second.  While calls keep being refused the node is not healthy
+	 * (sluice_redis_healthy()), and a peek is sent to it twice a second
+	 * without traffic, so that it recovers on its own. */
+	SLUICE_REDIS_EV_REFUSED
 } sluice_redis_event_kind_t;
 
 typedef struct sluice_redis_event_s {
@@ -88,11 +95,15 @@ typedef enum sluice_redis_error_e {
 	SLUICE_REDIS_ERR_TIMEOUT,    /* no answer within timeout_ms */
 	SLUICE_REDIS_ERR_CONNECTION, /* no connection, or it was lost */
 	SLUICE_REDIS_ERR_AUTH,	   /* a handshake refused (AUTH, SELECT, ...) */
-	SLUICE_REDIS_ERR_PROTOCOL, /* an error reply or a reply not understood
-				    */
+	SLUICE_REDIS_ERR_PROTOCOL, /* a reply not understood */
 	SLUICE_REDIS_ERR_REDIRECT, /* MOVED or ASK followed (cluster) */
 	SLUICE_REDIS_ERR_TLS,	   /* the TLS handshake failed */
 	SLUICE_REDIS_ERR_NO_MASTER, /* Sentinel: no master known */
+	/* The server refused the call with an error reply: an unknown or
+	 * renamed command, a script error, WRONGTYPE... */
+	SLUICE_REDIS_ERR_REFUSED,
+	SLUICE_REDIS_ERR_NOPERM, /* refused by an ACL (NOPERM) */
+	SLUICE_REDIS_ERR_OOM,	 /* refused: maxmemory reached (OOM) */
 	SLUICE_REDIS_ERRORS
 } sluice_redis_error_t;
 

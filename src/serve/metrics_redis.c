@@ -29,11 +29,14 @@ static const char *const error_kind[SLUICE_REDIS_ERRORS] = {
 	[SLUICE_REDIS_ERR_REDIRECT] = "moved_ask",
 	[SLUICE_REDIS_ERR_TLS] = "tls",
 	[SLUICE_REDIS_ERR_NO_MASTER] = "no_master",
+	[SLUICE_REDIS_ERR_REFUSED] = "refused",
+	[SLUICE_REDIS_ERR_NOPERM] = "noperm",
+	[SLUICE_REDIS_ERR_OOM] = "oom",
 };
 
 /* A kind added to the library must be named above (a NULL is skipped
  * when rendering, but its count would be lost). */
-_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_NO_MASTER + 1,
+_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_OOM + 1,
 	       "name every sluice_redis_error_t in error_kind[]");
 
 struct sluice_redis_metrics_s {
@@ -240,9 +243,11 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	}
 	head(out, "sluice_redis_errors_total", "counter",
 	     "Failures by kind: timeout, connection, auth (handshake refused), "
-	     "protocol (an error reply or one not understood), moved_ask "
+	     "protocol (a reply not understood), moved_ask "
 	     "(cluster redirections followed), tls (handshake failed), "
-	     "no_master (no Sentinel named a usable master).");
+	     "no_master (no Sentinel named a usable master), refused (the "
+	     "server answered a call with an error), noperm (refused by an "
+	     "ACL), oom (refused: maxmemory reached).");
 	for (s = 0; s < n; s++)
 		for (e = 1; e < SLUICE_REDIS_ERRORS; e++)
 			if (error_kind[e])

@@ -39,6 +39,8 @@ const char *sluice_redis_event_name(sluice_redis_event_kind_t kind)
 		return "master_changed";
 	case SLUICE_REDIS_EV_NO_MASTER:
 		return "no_master";
+	case SLUICE_REDIS_EV_REFUSED:
+		return "refused";
 	}
 	return "unknown";
 }
@@ -303,9 +305,14 @@ static void on_probe_tick(uv_timer_t *t)
 	size_t i;
 	unsigned j;
 
-	for (i = 0; i < r->nnodes; i++)
+	for (i = 0; i < r->nnodes; i++) {
 		sluice_redis__report(r, r->nodes[i], SLUICE_REDIS_REPORT_GAUGES,
 				     0, SLUICE_REDIS_ERR_NONE);
+		/* A node refusing calls is asked again without traffic: an
+		 * unready instance gets none, and would never see it fixed. */
+		if (r->nodes[i]->refusals >= SLUICE_REDIS_BREAKER_FAILURES)
+			sluice_redis__probe_calls(r, r->nodes[i]);
+	}
 	for (i = 0; i < r->nnodes; i++)
 		for (j = 0; j < r->nconns; j++) {
 			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
@@ -456,5 +463,7 @@ int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port)
 	n->breaker = BREAKER_CLOSED;
 	n->failures = 0;
 	n->probing = 0;
+	n->refusals = 0;
+	n->refusal[0] = '\0';
 	return 0;
 }

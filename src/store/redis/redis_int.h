@@ -166,6 +166,13 @@ struct sluice_redis_node_s {
 	size_t index;	  /* in r->nodes */
 	int breaker_told; /* an open breaker was reported */
 
+	/* Calls refused by the server (an error reply) since the last
+	 * success, the refusal last reported and when. */
+	unsigned refusals;
+	char refusal[160];
+	uint64_t refusal_told_ms;
+	int refusal_probing; /* a peek (probe_calls) in flight */
+
 	char name[80]; /* "host:port" or the socket path, for events */
 	int health;    /* HEALTH_*: the state last reported */
 	uint64_t noscript_told_ms; /* last SCRIPT_RELOADED event */
@@ -285,6 +292,9 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* Sends a peek (cost 0, a key of its own routed to n) to a node that
+ * refuses calls, unless one is in flight: a success makes it healthy. */
+void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n);
 /* A link or a timer of r's is closed: r's memory goes with the last. */
 void sluice_redis__released(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a

@@ -70,7 +70,14 @@ typedef enum sluice_redis_event_kind_e {
 	 * second.  While calls keep being refused the node is not healthy
 	 * (sluice_redis_healthy()), and a peek is sent to it twice a second
 	 * without traffic, so that it recovers on its own. */
-	SLUICE_REDIS_EV_REFUSED
+	SLUICE_REDIS_EV_REFUSED,
+	/* The node's maxmemory policy may evict buckets, or it cannot be
+	 * known, or it no longer may (detail: the policy, maxmemory and what
+	 * follows).  Only noeviction, or no maxmemory, keeps every bucket:
+	 * sluice's keys all have a TTL, so volatile-* policies evict them
+	 * too.  Asked at each connection's handshake and every minute; told
+	 * on a change (a first "safe" is not told). */
+	SLUICE_REDIS_EV_EVICTION
 } sluice_redis_event_kind_t;
 
 typedef struct sluice_redis_event_s {
@@ -122,6 +129,10 @@ typedef struct sluice_redis_node_report_s {
 	int up;		      /* sluice_redis_healthy() for this node */
 	int breaker_open;     /* calls fail fast */
 	unsigned connections; /* connections with their handshake done */
+	/* 1: maxmemory is set with a policy other than noeviction, so Redis
+	 * may evict buckets; 0: it may not; -1: not known (CONFIG GET and
+	 * INFO refused, or not asked yet). */
+	int eviction_unsafe;
 	/* The node's last error in words ("" when none yet): the server's
 	 * reply, the system's or OpenSSL's reason.  Valid during the call. */
 	const char *last_error;

@@ -31,6 +31,7 @@ static struct {
 	/* the server's words last logged for REFUSED: each thread's client
 	 * reports a refusal on its own; one line says it */
 	char refused[160];
+	char eviction[256]; /* the same for EVICTION */
 } log_nodes[LOG_NODES];
 
 /* Sentinel: what the log last said of the master (one group per
@@ -79,11 +80,17 @@ static int log_is_news(const sluice_redis_event_t *ev)
 			    sizeof(log_nodes[i].node) - 1) == 0)
 			break;
 	}
-	if (i < LOG_NODES && kind == SLUICE_REDIS_EV_REFUSED) {
-		news = strncmp(log_nodes[i].refused, ev->detail,
-			       sizeof(log_nodes[i].refused) - 1) != 0;
-		snprintf(log_nodes[i].refused, sizeof(log_nodes[i].refused),
-			 "%s", ev->detail);
+	if (i < LOG_NODES && (kind == SLUICE_REDIS_EV_REFUSED ||
+			      kind == SLUICE_REDIS_EV_EVICTION)) {
+		char *said = kind == SLUICE_REDIS_EV_REFUSED
+				     ? log_nodes[i].refused
+				     : log_nodes[i].eviction;
+		size_t len = kind == SLUICE_REDIS_EV_REFUSED
+				     ? sizeof(log_nodes[i].refused)
+				     : sizeof(log_nodes[i].eviction);
+
+		news = strncmp(said, ev->detail, len - 1) != 0;
+		snprintf(said, len, "%s", ev->detail);
 	} else if (i < LOG_NODES) {
 		if (kind == SLUICE_REDIS_EV_BREAKER_CLOSED ||
 		    kind == SLUICE_REDIS_EV_CONNECTED)

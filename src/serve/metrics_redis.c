@@ -42,6 +42,11 @@ _Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_OOM + 1,
 struct sluice_redis_metrics_s {
 	/* Gauges as this client sees each node; `known` once reported. */
 	sluice_counter_t known[NODES], up[NODES], breaker[NODES], conns[NODES];
+	/* eviction_unsafe as an order of worse: 1 safe, 2 not known, 3 may
+	 * evict buckets (0: not reported yet) */
+	sluice_counter_t evict[NODES];
+	/* the kind of the last failure (sluice_redis_error_t), for /readyz */
+	sluice_counter_t last_kind[NODES];
 	sluice_counter_t latency[NODES][BUCKETS + 1];
 	sluice_counter_t latency_sum_ns[NODES];
 	sluice_counter_t errors[NODES][SLUICE_REDIS_ERRORS];
@@ -111,6 +116,9 @@ void sluice_redis_metrics_report(void *arg,
 	set(&m->up[s], rep->up != 0);
 	set(&m->breaker[s], rep->breaker_open != 0);
 	set(&m->conns[s], rep->connections);
+	set(&m->evict[s], rep->eviction_unsafe > 0   ? 3
+			  : rep->eviction_unsafe < 0 ? 2
+						     : 1);
 	set(&m->known[s], 1);
 	/* Gauge reports come every 500 ms per node, errors outside calls
 	 * at the pace of reconnects: the lock is taken there, never on the
@@ -125,6 +133,10 @@ void sluice_redis_metrics_report(void *arg,
 	if (rep->error > SLUICE_REDIS_ERR_NONE &&
 	    rep->error < SLUICE_REDIS_ERRORS)
 		sluice_count(&m->errors[s][rep->error], 1);
+	if (rep->error > SLUICE_REDIS_ERR_NONE &&
+	    rep->error < SLUICE_REDIS_ERRORS &&
+	    rep->error != SLUICE_REDIS_ERR_REDIRECT)
+		set(&m->last_kind[s], (uint64_t)rep->error);
 	if (rep->what != SLUICE_REDIS_REPORT_CALL)
 		return;
 	for (b = 0; b < BUCKETS && rep->latency_ns > bucket_ns[b]; b++)
@@ -152,15 +164,12 @@ static void head(sluice_buf_t *out, const char *name, const char *type,
 			  type);
 }
 
-/* name{node="...",k="v"} value; node names are host:port or a path,
- * escaped as Prometheus wants all the same. */
-static void line(sluice_buf_t *out, const char *name, const char *node,
-		 const char *k, const char *v, uint64_t value)
+/* A label value as Prometheus escapes it. */
+static void escaped(sluice_buf_t *out, const char *v)
 {
 	const char *p;
 
-	sluice_buf_printf(out, "%s{node=\"", name);
-	for (p = node; *p; p++) {
+	for (p = v; *p; p++) {
 		if (*p == '\\' || *p == '"')
 			sluice_buf_append(out, "\\", 1);
 		if (*p == '\n')
@@ -168,6 +177,15 @@ static void line(sluice_buf_t *out, const char *name, const char *node,
 		else
 			sluice_buf_append(out, p, 1);
 	}
+}
+
+/* name{node="...",k="v"} value; node names are host:port or a path,
+ * escaped as Prometheus wants all the same. */
+static void line(sluice_buf_t *out, const char *name, const char *node,
+		 const char *k, const char *v, uint64_t value)
+{
+	sluice_buf_printf(out, "%s{node=\"", name);
+	escaped(out, node);
 	sluice_buf_append(out, "\"", 1);
 	if (k)
 		sluice_buf_printf(out, ",%s=\"%s\"", k, v);
@@ -222,6 +240,26 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	for (s = 0; s < n; s++)
 		line(out, "sluice_redis_connections", names[s], NULL, NULL,
 		     SUM(conns[s], 1));
+	head(out, "sluice_redis_eviction_policy_unsafe", "gauge",
+	     "1 when the node has maxmemory set with a policy other than "
+	     "noeviction, so Redis may evict buckets (a drained bucket "
+	     "evicted is full again); 0 when it may not; -1 when it cannot "
+	     "be known (CONFIG GET and INFO refused).");
+	for (s = 0; s < n; s++) {
+		const sluice_redis_metrics_t *m;
+		uint64_t worst = 0;
+
+		/* The worst any running client saw. */
+		for (m = all; m; m = m->next)
+			if (ld(&m->known[s]) && ld(&m->evict[s]) > worst)
+				worst = ld(&m->evict[s]);
+		sluice_buf_printf(
+			out, "sluice_redis_eviction_policy_unsafe{node=\"");
+		escaped(out, names[s]);
+		sluice_buf_puts(out, worst == 3	  ? "\"} 1\n"
+				     : worst == 1 ? "\"} 0\n"
+						  : "\"} -1\n");
+	}
 	head(out, "sluice_redis_call_duration_seconds", "histogram",
 	     "From a call to the node to its answer or its timeout.");
 	for (s = 0; s < n; s++) {
@@ -257,6 +295,22 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	pthread_mutex_unlock(&lock);
 }
 
+/* The kind of node s's last failure as a client not able to use it
+ * reported it ("" when none did). */
+static const char *last_kind(size_t s)
+{
+	const sluice_redis_metrics_t *m;
+
+	for (m = all; m; m = m->next) {
+		uint64_t k = ld(&m->last_kind[s]);
+
+		if (ld(&m->known[s]) && !ld(&m->up[s]) && k > 0 &&
+		    k < SLUICE_REDIS_ERRORS && error_kind[k])
+			return error_kind[k];
+	}
+	return "";
+}
+
 void sluice_redis_metrics_unready(sluice_buf_t *out)
 {
 	size_t s, n, listed = 0;
@@ -271,6 +325,8 @@ void sluice_redis_metrics_unready(sluice_buf_t *out)
 		sluice_buf_puts(out, listed++ ? ",{\"node\":\""
 					      : ",\"nodes\":[{\"node\":\"");
 		sluice_buf_json_str(out, names[s], strlen(names[s]));
+		sluice_buf_puts(out, "\",\"error\":\"");
+		sluice_buf_puts(out, last_kind(s));
 		sluice_buf_puts(out, "\",\"last_error\":\"");
 		sluice_buf_json_str(out, last_error[s], strlen(last_error[s]));
 		sluice_buf_puts(out, "\"}");

@@ -145,7 +145,7 @@ typedef struct rh_redis_s {
 	char dir[64];
 	int cluster;
 	const char *module; /* a module to --loadmodule, or NULL */
-	/* More arguments for redis-server (at most 6), NULL-terminated;
+	/* More arguments for redis-server (at most 8), NULL-terminated;
 	 * NULL: none. */
 	const char *const *extra;
 } rh_redis_t;
@@ -239,7 +239,7 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			argv[n++] = "--loadmodule";
 			argv[n++] = (char *)s->module;
 		}
-		for (i = 0; s->extra && s->extra[i] && i < 6; i++)
+		for (i = 0; s->extra && s->extra[i] && i < 8; i++)
 			argv[n++] = (char *)s->extra[i];
 		s->pid = rh_spawn(argv);
 	}

@@ -614,6 +614,7 @@ void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 		rep.connections +=
 			n->conns[j].link && n->conns[j].state == CONN_UP;
 	rep.last_error = n->last_error;
+	rep.eviction_unsafe = n->evict == EVICT_UNCHECKED ? -1 : n->evict;
 	rep.latency_ns = latency_ns;
 	rep.error = error;
 	r->on_report(r->event_arg, &rep);

@@ -13,6 +13,7 @@
  *   link.c     one socket on libuv: connect, write, read replies in order
  *              (hiredis's redisReader parses RESP), TLS through tls.c
  *   tls.c      OpenSSL: the context, and a session over memory BIOs
+ *   policy.c   the server's maxmemory policy: may it evict buckets?
  *   reply.c    the RESP reader with bounds on a reply's size, and the
  *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
@@ -172,11 +173,17 @@ struct sluice_redis_node_s {
 	char refusal[160];
 	uint64_t refusal_told_ms;
 	int refusal_probing; /* a peek (probe_calls) in flight */
+	/* Can the server evict buckets (policy.c): EVICT_*, and what it
+	 * said ("policy/maxmemory"), so a change is told once. */
+	int evict;
+	char evict_seen[48];
 
 	char name[80]; /* "host:port" or the socket path, for events */
 	int health;    /* HEALTH_*: the state last reported */
 	uint64_t noscript_told_ms; /* last SCRIPT_RELOADED event */
 };
+
+enum { EVICT_UNCHECKED = -2, EVICT_UNKNOWN = -1, EVICT_SAFE, EVICT_UNSAFE };
 
 enum {
 	HEALTH_UNKNOWN,
@@ -251,6 +258,7 @@ struct sluice_redis_s {
 	uv_timer_t sweep;
 	uv_timer_t retry;
 	uv_timer_t probe; /* pings idle connections (conn.c) */
+	unsigned probe_ticks;
 	sluice_redis_event_cb on_event;
 	sluice_redis_report_cb on_report;
 	void *event_arg;
@@ -331,6 +339,11 @@ void sluice_redis__health(sluice_redis_node_t *n, int health,
 void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 			  sluice_redis_report_t what, uint64_t latency_ns,
 			  sluice_redis_error_t error);
+
+/* policy.c */
+/* Asks the server (on k's link) whether it may evict buckets; a change of
+ * verdict is an EV_EVICTION event for k's node. */
+void sluice_redis__check_eviction(sluice_redis_conn_t *k);
 
 /* cluster.c */
 int sluice_redis__key_slot(const char *key, size_t len);

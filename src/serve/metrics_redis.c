@@ -121,10 +121,14 @@ void sluice_redis_metrics_report(void *arg,
 						     : 1);
 	set(&m->known[s], 1);
 	/* Gauge reports come every 500 ms per node, errors outside calls
-	 * at the pace of reconnects: the lock is taken there, never on the
-	 * per-call path. */
-	if (rep->what != SLUICE_REDIS_REPORT_CALL && rep->last_error &&
-	    rep->last_error[0]) {
+	 * at the pace of reconnects, refused calls at the breaker's (five
+	 * per 100 ms): the lock is taken there, never on the path of a call
+	 * that succeeds or times out. */
+	if ((rep->what != SLUICE_REDIS_REPORT_CALL ||
+	     rep->error == SLUICE_REDIS_ERR_REFUSED ||
+	     rep->error == SLUICE_REDIS_ERR_NOPERM ||
+	     rep->error == SLUICE_REDIS_ERR_OOM) &&
+	    rep->last_error && rep->last_error[0]) {
 		pthread_mutex_lock(&lock);
 		snprintf(last_error[s], sizeof(last_error[s]), "%s",
 			 rep->last_error);

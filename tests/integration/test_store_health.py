@@ -181,12 +181,12 @@ class ServerWords(unittest.TestCase):
                 lambda: "auth_failed" in sluice.log(), timeout=10))
             text, node = self.readyz_node(sluice)
             print("readyz: %s" % text)
-            self.assertIn("unknown command", node["last_error"])
-            self.assertEqual(node["error"], "auth")
             for where in (text, sluice.log(), sluice.request(
                     "GET", "/metrics").body.decode()):
                 self.assertNotIn(PASSWORD, where)
                 self.assertNotIn("appuser", where)
+            self.assertIn("unknown command", node["last_error"])
+            self.assertEqual(node.get("error"), "auth")
         finally:
             if sluice:
                 sluice.stop()
@@ -208,8 +208,8 @@ class ServerWords(unittest.TestCase):
                             sluice.log())
             text, node = self.readyz_node(sluice)
             print("readyz: %s" % text)
-            self.assertEqual(node["error"], "refused")
             self.assertIn("unknown command 'EVALSHA'", node["last_error"])
+            self.assertEqual(node.get("error"), "refused")
             for _ in range(20):
                 sluice.request("GET", "/v1/check",
                                headers={"x-user-id": "a"})

@@ -28,7 +28,10 @@
  * SELECT, SCRIPT LOAD, or TLS) backs off up to 2 s, so a wrong password costs
  * the server at most one attempt every 2 s per connection after the first few.
  * An idle connection is probed (PING) every 500 ms, so a Redis that stops
- * answering is noticed without traffic.  NOSCRIPT (a restarted or flushed
+ * answering is noticed without traffic.  A reply is read within bounds (an
+ * array of at most 65536 elements, 2^20 in one reply, strings of 8 MB):
+ * beyond them it is a protocol error and the connection is dropped.
+ * NOSCRIPT (a restarted or flushed
  * Redis) and Cluster redirections (MOVED, ASK) are handled inside the call. See
  * docs/REDIS.md.
  */
@@ -85,9 +88,12 @@ typedef struct sluice_redis_event_s {
 	/* "host:port" or the unix socket path; never credentials.  For
 	 * SLOTS_CHANGED the node that answered the new map. */
 	const char *node;
-	/* The server's own words for AUTH_FAILED (e.g. "WRONGPASS ..."),
-	 * the system's for UNREACHABLE, a short summary otherwise; may be
-	 * "".  Valid during the callback only. */
+	/* The server's own words for AUTH_FAILED (e.g. "WRONGPASS ...")
+	 * and REFUSED, the system's for UNREACHABLE, a short summary
+	 * otherwise; may be "".  A server's words are redacted as they are
+	 * read: what follows AUTH or HELLO, or "args beginning with:", is
+	 * cut and marked "(redacted)", so what was sent (a password, keys)
+	 * never comes back here.  Valid during the callback only. */
 	const char *detail;
 } sluice_redis_event_t;
 

@@ -28,7 +28,10 @@
  * SELECT, SCRIPT LOAD, or TLS) backs off up to 2 s, so a wrong password costs
  * the server at most one attempt every 2 s per connection after the first few.
  * An idle connection is probed (PING) every 500 ms, so a Redis that stops
- * answering is noticed without traffic.  NOSCRIPT (a restarted or flushed
+ * answering is noticed without traffic.  A reply is read within bounds (an
+ * array of at most 65536 elements, 2^20 in one reply, strings of 8 MB):
+ * beyond them it is a protocol error and the connection is dropped.
+ * NOSCRIPT (a restarted or flushed
  * Redis) and Cluster redirections (MOVED, ASK) are handled inside the call. See
  * docs/REDIS.md.
  */
@@ -63,7 +66,21 @@ typedef enum sluice_redis_event_kind_e {
 	/* Sentinel: the master is now `node` (detail: how it was learnt). */
 	SLUICE_REDIS_EV_MASTER_CHANGED,
 	/* Sentinel: no Sentinel names a usable master (detail: why). */
-	SLUICE_REDIS_EV_NO_MASTER
+	SLUICE_REDIS_EV_NO_MASTER,
+	/* The node answers calls with an error (detail: the server's words,
+	 * redacted, e.g. "ERR unknown command 'EVALSHA', ..." or "NOPERM
+	 * ..."): told once per change of those words, at most once a
+	 * second.  While calls keep being refused the node is not healthy
+	 * (sluice_redis_healthy()), and a peek is sent to it twice a second
+	 * without traffic, so that it recovers on its own. */
+	SLUICE_REDIS_EV_REFUSED,
+	/* The node's maxmemory policy may evict buckets, or it cannot be
+	 * known, or it no longer may (detail: the policy, maxmemory and what
+	 * follows).  Only noeviction, or no maxmemory, keeps every bucket:
+	 * sluice's keys all have a TTL, so volatile-* policies evict them
+	 * too.  Asked at each connection's handshake and every minute; told
+	 * on a change (a first "safe" is not told). */
+	SLUICE_REDIS_EV_EVICTION
 } sluice_redis_event_kind_t;
 
 typedef struct sluice_redis_event_s {
@@ -71,9 +88,12 @@ typedef struct sluice_redis_event_s {
 	/* "host:port" or the unix socket path; never credentials.  For
 	 * SLOTS_CHANGED the node that answered the new map. */
 	const char *node;
-	/* The server's own words for AUTH_FAILED (e.g. "WRONGPASS ..."),
-	 * the system's for UNREACHABLE, a short summary otherwise; may be
-	 * "".  Valid during the callback only. */
+	/* The server's own words for AUTH_FAILED (e.g. "WRONGPASS ...")
+	 * and REFUSED, the system's for UNREACHABLE, a short summary
+	 * otherwise; may be "".  A server's words are redacted as they are
+	 * read: what follows AUTH or HELLO, or "args beginning with:", is
+	 * cut and marked "(redacted)", so what was sent (a password, keys)
+	 * never comes back here.  Valid during the callback only. */
 	const char *detail;
 } sluice_redis_event_t;
 
@@ -88,11 +108,15 @@ typedef enum sluice_redis_error_e {
 	SLUICE_REDIS_ERR_TIMEOUT,    /* no answer within timeout_ms */
 	SLUICE_REDIS_ERR_CONNECTION, /* no connection, or it was lost */
 	SLUICE_REDIS_ERR_AUTH,	   /* a handshake refused (AUTH, SELECT, ...) */
-	SLUICE_REDIS_ERR_PROTOCOL, /* an error reply or a reply not understood
-				    */
+	SLUICE_REDIS_ERR_PROTOCOL, /* a reply not understood */
 	SLUICE_REDIS_ERR_REDIRECT, /* MOVED or ASK followed (cluster) */
 	SLUICE_REDIS_ERR_TLS,	   /* the TLS handshake failed */
 	SLUICE_REDIS_ERR_NO_MASTER, /* Sentinel: no master known */
+	/* The server refused the call with an error reply: an unknown or
+	 * renamed command, a script error, WRONGTYPE... */
+	SLUICE_REDIS_ERR_REFUSED,
+	SLUICE_REDIS_ERR_NOPERM, /* refused by an ACL (NOPERM) */
+	SLUICE_REDIS_ERR_OOM,	 /* refused: maxmemory reached (OOM) */
 	SLUICE_REDIS_ERRORS
 } sluice_redis_error_t;
 
@@ -111,6 +135,10 @@ typedef struct sluice_redis_node_report_s {
 	int up;		      /* sluice_redis_healthy() for this node */
 	int breaker_open;     /* calls fail fast */
 	unsigned connections; /* connections with their handshake done */
+	/* 1: maxmemory is set with a policy other than noeviction, so Redis
+	 * may evict buckets; 0: it may not; -1: not known (CONFIG GET and
+	 * INFO refused, or not asked yet). */
+	int eviction_unsafe;
 	/* The node's last error in words ("" when none yet): the server's
 	 * reply, the system's or OpenSSL's reason.  Valid during the call. */
 	const char *last_error;
@@ -152,6 +180,19 @@ typedef struct sluice_redis_sentinel_s {
 	const char *password; /* NULL: no AUTH */
 	int tls;	      /* 1: the Sentinels are reached over TLS */
 } sluice_redis_sentinel_t;
+
+/* Checks a Redis URL ("redis[s]://[user:pass@]host[:port][/db]",
+ * "unix:///path[?db=N]" or a bare "host[:port]") exactly as
+ * sluice_redis_new() reads it: 0, or SLUICE_EINVAL with a message in err
+ * that shows the URL masked (sluice_redis_url_mask()). */
+SLUICE_API int sluice_redis_url_check(const char *url, char *err,
+				      size_t errlen);
+
+/* url with its password replaced by "***" ("redis://user:***@host:6379"),
+ * for logs and messages: a URL is never printed otherwise.  Writes out
+ * (truncated to outlen) and returns it. */
+SLUICE_API const char *sluice_redis_url_mask(const char *url, char *out,
+					     size_t outlen);
 
 /* A name for each kind ("connected", "auth_failed", ...). */
 SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
@@ -240,7 +281,8 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
  * leaves the charge in place (see docs/REDIS.md).
  *
  * Returns 0, or SLUICE_EINVAL (n 0, an item malformed as for
- * sluice_redis_take(), or one key in two items: unlike the memory store,
+ * sluice_redis_take(), more than 65536 limits over all the items, or one
+ * key in two items: unlike the memory store,
  * one server-side call cannot chain two charges of one key) /
  * SLUICE_ENOMEM; the callback is then not called.
  */

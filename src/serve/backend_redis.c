@@ -28,6 +28,10 @@ static struct {
 	/* last CONNECTED/AUTH_FAILED/UNREACHABLE/TIMEOUT/TLS_FAILED */
 	int state;
 	int breaker; /* last BREAKER_OPEN/CLOSED */
+	/* the server's words last logged for REFUSED: each thread's client
+	 * reports a refusal on its own; one line says it */
+	char refused[160];
+	char eviction[256]; /* the same for EVICTION */
 } log_nodes[LOG_NODES];
 
 /* Sentinel: what the log last said of the master (one group per
@@ -76,7 +80,21 @@ static int log_is_news(const sluice_redis_event_t *ev)
 			    sizeof(log_nodes[i].node) - 1) == 0)
 			break;
 	}
-	if (i < LOG_NODES) {
+	if (i < LOG_NODES && (kind == SLUICE_REDIS_EV_REFUSED ||
+			      kind == SLUICE_REDIS_EV_EVICTION)) {
+		char *said = kind == SLUICE_REDIS_EV_REFUSED
+				     ? log_nodes[i].refused
+				     : log_nodes[i].eviction;
+		size_t len = kind == SLUICE_REDIS_EV_REFUSED
+				     ? sizeof(log_nodes[i].refused)
+				     : sizeof(log_nodes[i].eviction);
+
+		news = strncmp(said, ev->detail, len - 1) != 0;
+		snprintf(said, len, "%s", ev->detail);
+	} else if (i < LOG_NODES) {
+		if (kind == SLUICE_REDIS_EV_BREAKER_CLOSED ||
+		    kind == SLUICE_REDIS_EV_CONNECTED)
+			log_nodes[i].refused[0] = '\0'; /* say it again */
 		slot = kind == SLUICE_REDIS_EV_BREAKER_OPEN ||
 				       kind == SLUICE_REDIS_EV_BREAKER_CLOSED
 			       ? &log_nodes[i].breaker
@@ -105,6 +123,9 @@ static void on_store_event(void *arg, const sluice_redis_event_t *ev)
 				ev->detail[0] ? ": " : "", ev->detail);
 		break;
 	case SLUICE_REDIS_EV_AUTH_FAILED:
+	case SLUICE_REDIS_EV_REFUSED:
+		/* The words were redacted as they were read (no AUTH
+		 * arguments echoed back reach the log). */
 		sluice_log_error("redis %s: %s: the server said \"%s\"",
 				 ev->node, name, ev->detail);
 		break;

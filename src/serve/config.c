@@ -6,6 +6,7 @@
  * field; keep it in step.
  */
 #include "serve/config_internal.h"
+#include "sluice_redis.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -277,9 +278,12 @@ static int parse_redis_url(sluice_yaml_t *y, yaml_node_t *node,
 			   sluice_store_config_t *st, int sentinel)
 {
 	const char *url;
+	char shown[160], why[256];
 
 	if (sluice_yaml_string(y, node, "store.redis.url", &url) < 0)
 		return -1;
+	/* The URL is printed masked: it may hold a password. */
+	sluice_redis_url_mask(url, shown, sizeof(shown));
 	if (strncmp(url, "redis://", 8) != 0 &&
 	    strncmp(url, "rediss://", 9) != 0 &&
 	    strncmp(url, "unix://", 7) != 0)
@@ -290,7 +294,11 @@ static int parse_redis_url(sluice_yaml_t *y, yaml_node_t *node,
 			"redis://[user:password@]host:port[/db], "
 			"rediss://[user:password@]host:port[/db] (TLS)"
 			" or unix:///path/to/redis.sock",
-			url);
+			shown);
+	/* The library's own parser: what loads here is what serve (and
+	 * check-config) will connect with. */
+	if (sluice_redis_url_check(url, why, sizeof(why)) < 0)
+		return sluice_yaml_error(y, node, "store.redis.url: %s", why);
 	if (sentinel && strncmp(url, "unix://", 7) == 0)
 		return sluice_yaml_error(
 			y, node,
@@ -298,7 +306,7 @@ static int parse_redis_url(sluice_yaml_t *y, yaml_node_t *node,
 			"but the Sentinels name the master; expected "
 			"redis:// or rediss:// with the master's "
 			"credentials and db, or no url",
-			url);
+			shown);
 	if (strncmp(url, "rediss://", 9) == 0)
 		st->tls.enabled = 1;
 	return set_string(&st->url, url) < 0 ? sluice_yaml_nomem(y, node) : 0;
@@ -336,7 +344,10 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 			hp = s + 9;
 			st->tls.enabled = 1;
 		}
-		if (!is_host_port(hp))
+		if (!is_host_port(hp) ||
+		    sluice_redis_url_check(s, NULL, 0) < 0) {
+			char shown[160];
+
 			return sluice_yaml_error(
 				y, it,
 				"cluster seed \"%.100s\" is not "
@@ -344,7 +355,8 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 				"\"redis://host:port\" or "
 				"\"rediss://host:port\", e.g. "
 				"\"10.0.0.1:7000\"",
-				s);
+				sluice_redis_url_mask(s, shown, sizeof(shown)));
+		}
 		st->seeds[i] = strdup(s);
 		if (!st->seeds[i])
 			return sluice_yaml_nomem(y, it);

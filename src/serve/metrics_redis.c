@@ -29,16 +29,24 @@ static const char *const error_kind[SLUICE_REDIS_ERRORS] = {
 	[SLUICE_REDIS_ERR_REDIRECT] = "moved_ask",
 	[SLUICE_REDIS_ERR_TLS] = "tls",
 	[SLUICE_REDIS_ERR_NO_MASTER] = "no_master",
+	[SLUICE_REDIS_ERR_REFUSED] = "refused",
+	[SLUICE_REDIS_ERR_NOPERM] = "noperm",
+	[SLUICE_REDIS_ERR_OOM] = "oom",
 };
 
 /* A kind added to the library must be named above (a NULL is skipped
  * when rendering, but its count would be lost). */
-_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_NO_MASTER + 1,
+_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_OOM + 1,
 	       "name every sluice_redis_error_t in error_kind[]");
 
 struct sluice_redis_metrics_s {
 	/* Gauges as this client sees each node; `known` once reported. */
 	sluice_counter_t known[NODES], up[NODES], breaker[NODES], conns[NODES];
+	/* eviction_unsafe as an order of worse: 1 safe, 2 not known, 3 may
+	 * evict buckets (0: not reported yet) */
+	sluice_counter_t evict[NODES];
+	/* the kind of the last failure (sluice_redis_error_t), for /readyz */
+	sluice_counter_t last_kind[NODES];
 	sluice_counter_t latency[NODES][BUCKETS + 1];
 	sluice_counter_t latency_sum_ns[NODES];
 	sluice_counter_t errors[NODES][SLUICE_REDIS_ERRORS];
@@ -108,12 +116,19 @@ void sluice_redis_metrics_report(void *arg,
 	set(&m->up[s], rep->up != 0);
 	set(&m->breaker[s], rep->breaker_open != 0);
 	set(&m->conns[s], rep->connections);
+	set(&m->evict[s], rep->eviction_unsafe > 0   ? 3
+			  : rep->eviction_unsafe < 0 ? 2
+						     : 1);
 	set(&m->known[s], 1);
 	/* Gauge reports come every 500 ms per node, errors outside calls
-	 * at the pace of reconnects: the lock is taken there, never on the
-	 * per-call path. */
-	if (rep->what != SLUICE_REDIS_REPORT_CALL && rep->last_error &&
-	    rep->last_error[0]) {
+	 * at the pace of reconnects, refused calls at the breaker's (five
+	 * per 100 ms): the lock is taken there, never on the path of a call
+	 * that succeeds or times out. */
+	if ((rep->what != SLUICE_REDIS_REPORT_CALL ||
+	     rep->error == SLUICE_REDIS_ERR_REFUSED ||
+	     rep->error == SLUICE_REDIS_ERR_NOPERM ||
+	     rep->error == SLUICE_REDIS_ERR_OOM) &&
+	    rep->last_error && rep->last_error[0]) {
 		pthread_mutex_lock(&lock);
 		snprintf(last_error[s], sizeof(last_error[s]), "%s",
 			 rep->last_error);
@@ -122,6 +137,10 @@ void sluice_redis_metrics_report(void *arg,
 	if (rep->error > SLUICE_REDIS_ERR_NONE &&
 	    rep->error < SLUICE_REDIS_ERRORS)
 		sluice_count(&m->errors[s][rep->error], 1);
+	if (rep->error > SLUICE_REDIS_ERR_NONE &&
+	    rep->error < SLUICE_REDIS_ERRORS &&
+	    rep->error != SLUICE_REDIS_ERR_REDIRECT)
+		set(&m->last_kind[s], (uint64_t)rep->error);
 	if (rep->what != SLUICE_REDIS_REPORT_CALL)
 		return;
 	for (b = 0; b < BUCKETS && rep->latency_ns > bucket_ns[b]; b++)
@@ -149,15 +168,12 @@ static void head(sluice_buf_t *out, const char *name, const char *type,
 			  type);
 }
 
-/* name{node="...",k="v"} value; node names are host:port or a path,
- * escaped as Prometheus wants all the same. */
-static void line(sluice_buf_t *out, const char *name, const char *node,
-		 const char *k, const char *v, uint64_t value)
+/* A label value as Prometheus escapes it. */
+static void escaped(sluice_buf_t *out, const char *v)
 {
 	const char *p;
 
-	sluice_buf_printf(out, "%s{node=\"", name);
-	for (p = node; *p; p++) {
+	for (p = v; *p; p++) {
 		if (*p == '\\' || *p == '"')
 			sluice_buf_append(out, "\\", 1);
 		if (*p == '\n')
@@ -165,6 +181,15 @@ static void line(sluice_buf_t *out, const char *name, const char *node,
 		else
 			sluice_buf_append(out, p, 1);
 	}
+}
+
+/* name{node="...",k="v"} value; node names are host:port or a path,
+ * escaped as Prometheus wants all the same. */
+static void line(sluice_buf_t *out, const char *name, const char *node,
+		 const char *k, const char *v, uint64_t value)
+{
+	sluice_buf_printf(out, "%s{node=\"", name);
+	escaped(out, node);
 	sluice_buf_append(out, "\"", 1);
 	if (k)
 		sluice_buf_printf(out, ",%s=\"%s\"", k, v);
@@ -219,6 +244,26 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	for (s = 0; s < n; s++)
 		line(out, "sluice_redis_connections", names[s], NULL, NULL,
 		     SUM(conns[s], 1));
+	head(out, "sluice_redis_eviction_policy_unsafe", "gauge",
+	     "1 when the node has maxmemory set with a policy other than "
+	     "noeviction, so Redis may evict buckets (a drained bucket "
+	     "evicted is full again); 0 when it may not; -1 when it cannot "
+	     "be known (CONFIG GET and INFO refused).");
+	for (s = 0; s < n; s++) {
+		const sluice_redis_metrics_t *m;
+		uint64_t worst = 0;
+
+		/* The worst any running client saw. */
+		for (m = all; m; m = m->next)
+			if (ld(&m->known[s]) && ld(&m->evict[s]) > worst)
+				worst = ld(&m->evict[s]);
+		sluice_buf_printf(
+			out, "sluice_redis_eviction_policy_unsafe{node=\"");
+		escaped(out, names[s]);
+		sluice_buf_puts(out, worst == 3	  ? "\"} 1\n"
+				     : worst == 1 ? "\"} 0\n"
+						  : "\"} -1\n");
+	}
 	head(out, "sluice_redis_call_duration_seconds", "histogram",
 	     "From a call to the node to its answer or its timeout.");
 	for (s = 0; s < n; s++) {
@@ -240,9 +285,11 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	}
 	head(out, "sluice_redis_errors_total", "counter",
 	     "Failures by kind: timeout, connection, auth (handshake refused), "
-	     "protocol (an error reply or one not understood), moved_ask "
+	     "protocol (a reply not understood), moved_ask "
 	     "(cluster redirections followed), tls (handshake failed), "
-	     "no_master (no Sentinel named a usable master).");
+	     "no_master (no Sentinel named a usable master), refused (the "
+	     "server answered a call with an error), noperm (refused by an "
+	     "ACL), oom (refused: maxmemory reached).");
 	for (s = 0; s < n; s++)
 		for (e = 1; e < SLUICE_REDIS_ERRORS; e++)
 			if (error_kind[e])
@@ -250,6 +297,22 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				     "kind", error_kind[e],
 				     SUM(errors[s][e], 0));
 	pthread_mutex_unlock(&lock);
+}
+
+/* The kind of node s's last failure as a client not able to use it
+ * reported it ("" when none did). */
+static const char *last_kind(size_t s)
+{
+	const sluice_redis_metrics_t *m;
+
+	for (m = all; m; m = m->next) {
+		uint64_t k = ld(&m->last_kind[s]);
+
+		if (ld(&m->known[s]) && !ld(&m->up[s]) && k > 0 &&
+		    k < SLUICE_REDIS_ERRORS && error_kind[k])
+			return error_kind[k];
+	}
+	return "";
 }
 
 void sluice_redis_metrics_unready(sluice_buf_t *out)
@@ -266,6 +329,8 @@ void sluice_redis_metrics_unready(sluice_buf_t *out)
 		sluice_buf_puts(out, listed++ ? ",{\"node\":\""
 					      : ",\"nodes\":[{\"node\":\"");
 		sluice_buf_json_str(out, names[s], strlen(names[s]));
+		sluice_buf_puts(out, "\",\"error\":\"");
+		sluice_buf_puts(out, last_kind(s));
 		sluice_buf_puts(out, "\",\"last_error\":\"");
 		sluice_buf_json_str(out, last_error[s], strlen(last_error[s]));
 		sluice_buf_puts(out, "\"}");

@@ -30,9 +30,12 @@ void sluice_redis_metrics_retire(sluice_redis_metrics_t *m);
 void sluice_redis_metrics_render(sluice_buf_t *out);
 
 /* For the /readyz body: appends ,"nodes":[{"node":"host:port",
- * "last_error":"..."}, ...] naming each node that a running client
- * cannot use, with the last error a client reported for it ("" when none
- * yet); nothing when there is none. */
+ * "error":"<kind>","last_error":"..."}, ...] naming each node that a
+ * running client cannot use, with the kind of its last failure (the
+ * label of sluice_redis_errors_total: "auth", "noperm", ...) and the last
+ * error in words a client reported for it ("" when none yet); nothing
+ * when there is none.  The words were redacted as the client read them:
+ * what it sent (AUTH arguments, keys) never comes back in them. */
 void sluice_redis_metrics_unready(sluice_buf_t *out);
 
 #endif /* SLUICE_SERVE_METRICS_REDIS_H */

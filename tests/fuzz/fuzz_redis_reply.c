@@ -1,9 +1,11 @@
 /*
  * fuzz_redis_reply.c -- libFuzzer harness for what the Redis store reads
  * from the network and from its configuration: arbitrary bytes parsed as
- * RESP (hiredis' reader) and handed to the store's reply decoders (the
- * module's and the scripts'), which must reject anything that is not a
- * well-formed decision; and the same bytes as a redis:// URL.
+ * RESP (hiredis's reader, bounded as the client bounds it: reply.c) and
+ * handed to the store's reply decoders (the module's and the scripts'),
+ * which must reject anything that is not a well-formed decision; and the
+ * same bytes as a redis:// URL, whose masked form never shows a password.
+ * fuzz_redis_reader.c feeds the reader in pieces and checks its bounds.
  */
 #include "store/redis/redis_int.h"
 
@@ -13,35 +15,16 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* hiredis 0.14's reader allocates an array of the announced size before it
- * reads any element (Redis is a trusted peer), so "*2000000000" exhausts
- * memory inside hiredis, not in sluice.  Such inputs skip the RESP part. */
-static int announces_huge_array(const uint8_t *data, size_t size)
-{
-	size_t i;
-
-	for (i = 0; i < size; i++) {
-		uint64_t n = 0;
-		size_t j;
-
-		if (data[i] != '*')
-			continue;
-		for (j = i + 1; j < size && data[j] >= '0' && data[j] <= '9';
-		     j++)
-			if ((n = n * 10 + (uint64_t)(data[j] - '0')) > 4096)
-				return 1;
-	}
-	return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static sluice_limit_t limits[3];
 	static int init;
-	redisReader *rd = redisReaderCreate();
+	/* The client's own reader, bounded (reply.c): a reply announcing
+	 * 2^31 elements is refused before anything is allocated. */
+	redisReader *rd = sluice_redis__reader_new();
 	sluice_redis_url_t u;
-	void *reply = NULL;
-	char *text;
+	redisReply *reply = NULL;
+	char *text, err[256];
 
 	if (!init) {
 		/* the scripts' replies are decoded against the call's limits */
@@ -50,9 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		sluice_limit_parse(&limits[2], "5", "1/day", NULL, 0);
 		init = 1;
 	}
-	if (!announces_huge_array(data, size))
-		redisReaderFeed(rd, (const char *)data, size);
-	while (redisReaderGetReply(rd, &reply) == REDIS_OK && reply) {
+	if (!rd)
+		return 0;
+	redisReaderFeed(rd, (const char *)data, size);
+	while (sluice_redis__reader_get(rd, &reply, err, sizeof(err)) == 0 &&
+	       reply) {
 		sluice_decision_t d;
 		size_t which, n;
 		int allowed;
@@ -71,15 +56,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		freeReplyObject(reply);
 		reply = NULL;
 	}
-	redisReaderFree(rd);
+	sluice_redis__reader_free(rd);
 
 	text = malloc(size + 1);
 	if (!text)
 		return 0;
 	memcpy(text, data, size);
 	text[size] = '\0';
-	if (sluice_redis__parse_url(text, &u, NULL, 0) == 0)
+	if (sluice_redis__parse_url(text, &u, NULL, 0) == 0) {
+		char shown[256];
+
+		/* A URL with a password is never shown with it. */
+		sluice_redis_url_mask(text, shown, sizeof(shown));
+		if (u.pass && strchr(text, '@') && !strstr(shown, "***@"))
+			abort();
 		sluice_redis__url_free(&u);
+	}
 	free(text);
 	return 0;
 }

@@ -367,10 +367,13 @@ class RedisServer(DirProc):
     with tls_auth_clients=True refuses clients without a certificate
     signed by the CA.  cert: a (certificate, key) pair to present
     instead of the TlsFiles' server certificate (cli() then skips
-    verification).  replicaof: another RedisServer to follow."""
+    verification).  replicaof: another RedisServer to follow.
+    extra: more redis-server arguments (e.g. --rename-command)."""
 
     def __init__(self, port=None, cluster=False, password=None, tls=None,
-                 tls_auth_clients=False, replicaof=None, cert=None):
+                 tls_auth_clients=False, replicaof=None, cert=None,
+                 extra=()):
+        self.extra = list(extra)
         self.cluster = cluster
         self.password = password
         self.tls = tls
@@ -418,6 +421,7 @@ class RedisServer(DirProc):
             argv += ["--cluster-enabled", "yes",
                      "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", "5000"]
+        argv += self.extra
         previous = getattr(self, "logfile", None)  # before a kill()
         super().__init__(argv)
         if previous:

@@ -11,12 +11,17 @@
   waits much longer than timeout_ms, each on_store_error mode does what it
   says while Redis is away, and Redis decides again within 1 s of its
   return.
+- A bad Redis URL (port 99999, db "abc", no host, something after the db)
+  is refused alike by `check-config` (naming file:line) and `serve`, and
+  neither prints the password: URLs are shown as redis://user:***@host.
 
 Counts are exact given the elapsed time measured around the requests;
 nothing asserts on speed.
 """
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -266,6 +271,57 @@ class RedisServeTest(unittest.TestCase):
         # capacity 5 + 1/s over the 1.5 s outage, and a little slack for
         # the requests straddling its edges.
         self.assertLessEqual(during[200], 2 * (5 + 2) + 2)
+
+
+
+class BadUrls(unittest.TestCase):
+    SECRET = "S3CRETpw-77"
+
+    def run_sluice(self, *args):
+        return subprocess.run([harness.SLUICE] + list(args),
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=60,
+                              universal_newlines=True)
+
+    def test_check_config_and_serve_agree_and_mask_the_password(self):
+        bad = ["redis://app:%s@127.0.0.1:99999",
+               "redis://app:%s@127.0.0.1:6379/abc",
+               "redis://app:%s@:6379",
+               "redis://app:%s@127.0.0.1:6379/0?x=1",
+               "redis://app:%s@127.0.0.1:6379/0/junk"]
+        for url in bad:
+            url = url % self.SECRET
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+                f.write(CONFIG % {"store": '{redis: {url: "%s"}}' % url,
+                                  "capacity": 5, "rate": "1/s",
+                                  "mode": "open"})
+                f.flush()
+                check = self.run_sluice("check-config", f.name)
+                serve = self.run_sluice(
+                    "serve", "-c", f.name, "--listen",
+                    "127.0.0.1:%d" % harness.free_port())
+            print("%s -> %s" % (url.replace(self.SECRET, "***"),
+                                check.stdout.strip().splitlines()[0]))
+            self.assertNotEqual(check.returncode, 0, check.stdout)
+            self.assertNotEqual(serve.returncode, 0, serve.stdout)
+            self.assertIn(f.name + ":2:", check.stdout)  # store: ...
+            self.assertIn("app:***@", check.stdout)
+            self.assertIn("app:***@", serve.stdout)
+            self.assertNotIn(self.SECRET, check.stdout + serve.stdout)
+
+    def test_a_good_url_with_a_password_is_never_printed(self):
+        port = harness.free_port()  # nobody listens: it fails, and says so
+        url = "redis://app:%s@127.0.0.1:%d" % (self.SECRET, port)
+        s = Sluice(CONFIG % {"store": '{redis: {url: "%s"}}' % url,
+                             "capacity": 5, "rate": "1/s", "mode": "open"})
+        try:
+            self.assertTrue(harness.wait_until(
+                lambda: "unreachable" in s.log(), timeout=10), s.log())
+            s.request("GET", "/v1/check", headers={"x-user-id": "a"})
+            s.request("GET", "/readyz")
+            self.assertNotIn(self.SECRET, s.log())
+        finally:
+            s.stop()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,13 @@ Redis server it is not hammering.
   one per reconnect; /readyz 503, then 200 once it is back.
 - /metrics per node: up, breaker open, connections, call latency, errors
   by kind (connection, auth, ...), and sluice_build_info.
+- The server's own words, never ours: a server that echoes AUTH's
+  arguments back (AUTH renamed away) gets the password into neither the
+  log nor /readyz; a server refusing every decision (EVALSHA renamed
+  away) is one "refused" line with its words, /readyz 503 with the error
+  kind and words, and errors of kind "refused".
+- A Redis that may evict buckets (maxmemory with allkeys-lru) is one
+  warning in the log and sluice_redis_eviction_policy_unsafe 1.
 
 Bounds are generous (the machine is shared): readiness is required within
 3 s, the tests allow 8 s and print what they saw.
@@ -142,6 +149,99 @@ class WrongPassword(unittest.TestCase):
             r = sluice.request("GET", "/v1/check",
                                headers={"x-user-id": "a"})
             self.assertEqual(r.status, 200)
+        finally:
+            if sluice:
+                sluice.stop()
+            redis.stop()
+
+
+class ServerWords(unittest.TestCase):
+    def serve(self, redis, url=None, mode="open"):
+        text = config(url or redis.url(), timeout=200).replace(
+            "limits: [{capacity: 10, rate: 1/s}]",
+            "limits: [{capacity: 10, rate: 1/s}]\n"
+            "    on_store_error: %s" % mode)
+        return Sluice(text)
+
+    def readyz_node(self, sluice):
+        r = sluice.request("GET", "/readyz")
+        self.assertEqual(r.status, 503, r)
+        body = r.json()
+        self.assertEqual(len(body.get("nodes", [])), 1, body)
+        return r.body.decode(), body["nodes"][0]
+
+    def test_auth_echoed_back_reaches_neither_log_nor_readyz(self):
+        redis = RedisServer(extra=["--rename-command", "AUTH", ""])
+        sluice = None
+        try:
+            url = "redis://appuser:%s@127.0.0.1:%d" % (PASSWORD, redis.port)
+            sluice = self.serve(redis, url)
+            self.assertIsNotNone(wait_status(sluice, 503))
+            self.assertTrue(harness.wait_until(
+                lambda: "auth_failed" in sluice.log(), timeout=10))
+            text, node = self.readyz_node(sluice)
+            print("readyz: %s" % text)
+            for where in (text, sluice.log(), sluice.request(
+                    "GET", "/metrics").body.decode()):
+                self.assertNotIn(PASSWORD, where)
+                self.assertNotIn("appuser", where)
+            self.assertIn("unknown command", node["last_error"])
+            self.assertEqual(node.get("error"), "auth")
+        finally:
+            if sluice:
+                sluice.stop()
+            redis.stop()
+
+    def test_refused_decisions_are_said_with_the_servers_words(self):
+        redis = RedisServer(extra=["--rename-command", "EVALSHA", ""])
+        sluice = None
+        try:
+            sluice = self.serve(redis)
+            self.assertIsNotNone(wait_status(sluice, 200))
+
+            def refused():
+                r = sluice.request("GET", "/v1/check",
+                                   headers={"x-user-id": "a"})
+                self.assertEqual(r.status, 200)  # on_store_error: open
+                return ready(sluice) == 503
+            self.assertTrue(harness.wait_until(refused, timeout=10),
+                            sluice.log())
+            text, node = self.readyz_node(sluice)
+            print("readyz: %s" % text)
+            self.assertIn("unknown command 'EVALSHA'", node["last_error"])
+            self.assertEqual(node.get("error"), "refused")
+            for _ in range(20):
+                sluice.request("GET", "/v1/check",
+                               headers={"x-user-id": "a"})
+            lines = [ln for ln in redis_lines(sluice.log())
+                     if "refused" in ln]
+            self.assertEqual(len(lines), 1, sluice.log())
+            self.assertIn("unknown command 'EVALSHA'", lines[0])
+            m = sluice.metrics()
+            self.assertGreater(m['sluice_redis_errors_total{node="127.0.0.1'
+                                 ':%d",kind="refused"}' % redis.port], 0)
+        finally:
+            if sluice:
+                sluice.stop()
+            redis.stop()
+
+    def test_a_redis_that_may_evict_buckets_is_warned_of(self):
+        redis = RedisServer(extra=["--maxmemory", "64mb",
+                                   "--maxmemory-policy", "allkeys-lru"])
+        sluice = None
+        try:
+            sluice = self.serve(redis)
+            self.assertIsNotNone(wait_status(sluice, 200))
+            key = ('sluice_redis_eviction_policy_unsafe{node="127.0.0.1:%d"}'
+                   % redis.port)
+            self.assertTrue(harness.wait_until(
+                lambda: sluice.metrics().get(key) == 1, timeout=10),
+                sluice.request("GET", "/metrics").body.decode())
+            lines = [ln for ln in redis_lines(sluice.log())
+                     if "eviction_policy" in ln]
+            self.assertEqual(len(lines), 1, sluice.log())
+            self.assertIn("allkeys-lru", lines[0])
+            print(lines[0])
         finally:
             if sluice:
                 sluice.stop()

@@ -145,6 +145,9 @@ typedef struct rh_redis_s {
 	char dir[64];
 	int cluster;
 	const char *module; /* a module to --loadmodule, or NULL */
+	/* More arguments for redis-server (at most 8), NULL-terminated;
+	 * NULL: none. */
+	const char *const *extra;
 } rh_redis_t;
 
 static inline int rh_ping(int port)
@@ -221,8 +224,9 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			"127.0.0.1",	"--save", "",	   "--appendonly",
 			"no",		"--dir",  s->dir,  NULL,
 			NULL,		NULL,	  NULL,	   NULL,
-			NULL,		NULL};
-		int n = 11;
+			NULL,		NULL,	  NULL,	   NULL,
+			NULL,		NULL,	  NULL,	   NULL};
+		int n = 11, i;
 
 		if (cluster) {
 			argv[n++] = "--cluster-enabled";
@@ -235,6 +239,8 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			argv[n++] = "--loadmodule";
 			argv[n++] = (char *)s->module;
 		}
+		for (i = 0; s->extra && s->extra[i] && i < 8; i++)
+			argv[n++] = (char *)s->extra[i];
 		s->pid = rh_spawn(argv);
 	}
 	rh_wait_ping(s->port, s->pid);
@@ -382,6 +388,113 @@ static inline void rh_proc_kill(pid_t pid)
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	rh_forget(pid);
+}
+
+/* ------------------------------------------------ a scripted server */
+
+/* A TCP server on a loopback port that reads RESP commands and answers
+ * each with what `answer` returns (written whole; a NULL answer closes
+ * the connection), for replies no real Redis gives.  Its threads stop
+ * with the test process. */
+typedef const char *rh_answer_fn(const redisReply *cmd, size_t *len);
+
+typedef struct rh_fake_s {
+	int lfd, port;
+	rh_answer_fn *answer;
+	volatile int commands; /* commands read */
+} rh_fake_t;
+
+typedef struct rh_fake_conn_s {
+	rh_fake_t *f;
+	int fd;
+} rh_fake_conn_t;
+
+static inline void *rh_fake_client(void *arg)
+{
+	rh_fake_conn_t fc = *(rh_fake_conn_t *)arg;
+	redisReader *rd = redisReaderCreate();
+	char buf[4096];
+	ssize_t n;
+	void *cmd;
+	int open = 1;
+
+	free(arg);
+	while (open && (n = read(fc.fd, buf, sizeof(buf))) > 0) {
+		redisReaderFeed(rd, buf, (size_t)n);
+		while (open && redisReaderGetReply(rd, &cmd) == REDIS_OK &&
+		       cmd) {
+			size_t len = 0, off = 0;
+			const char *out;
+
+			__sync_fetch_and_add(&fc.f->commands, 1);
+			out = fc.f->answer(cmd, &len);
+			freeReplyObject(cmd);
+			if (!out)
+				open = 0;
+			while (out && off < len) {
+				ssize_t w = write(fc.fd, out + off, len - off);
+
+				if (w <= 0) {
+					open = 0;
+					break;
+				}
+				off += (size_t)w;
+			}
+		}
+	}
+	redisReaderFree(rd);
+	close(fc.fd);
+	return NULL;
+}
+
+static inline void *rh_fake_accept(void *arg)
+{
+	rh_fake_t *f = arg;
+
+	for (;;) {
+		rh_fake_conn_t *fc = malloc(sizeof(*fc));
+		pthread_t t;
+
+		if (!fc)
+			return NULL;
+		fc->f = f;
+		if ((fc->fd = accept(f->lfd, NULL, NULL)) < 0) {
+			free(fc);
+			continue;
+		}
+		signal(SIGPIPE, SIG_IGN);
+		pthread_create(&t, NULL, rh_fake_client, fc);
+		pthread_detach(t);
+	}
+	return NULL;
+}
+
+static inline void rh_fake_start(rh_fake_t *f, rh_answer_fn *answer)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	pthread_t t;
+
+	f->answer = answer;
+	f->commands = 0;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(f->lfd >= 0);
+	CHECK(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(getsockname(f->lfd, (struct sockaddr *)&a, &len) == 0);
+	CHECK(listen(f->lfd, 16) == 0);
+	f->port = ntohs(a.sin_port);
+	pthread_create(&t, NULL, rh_fake_accept, f);
+	pthread_detach(t);
+}
+
+/* The command's name, upper case as sent ("" when it is not a command). */
+static inline const char *rh_cmd_name(const redisReply *cmd)
+{
+	if (cmd->type != REDIS_REPLY_ARRAY || cmd->elements < 1 ||
+	    cmd->element[0]->type != REDIS_REPLY_STRING)
+		return "";
+	return cmd->element[0]->str;
 }
 
 /* ------------------------------------------- one asynchronous decision */

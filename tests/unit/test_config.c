@@ -205,6 +205,46 @@ static void test_every_top_level_field(void)
 	sluice_config_free(c);
 }
 
+/* A Redis URL loads only when the store's own parser takes it (what
+ * check-config accepts, serve connects with), and an error names
+ * t.yaml:line with the URL's password masked. */
+static void test_bad_redis_urls_fail_at_load_masked(void)
+{
+	static const char *const bad[][2] = {
+		{"redis://app:S3CRETpw@h:99999", "port must be 1..65535"},
+		{"redis://app:S3CRETpw@h:6379/abc", "db number"},
+		{"redis://app:S3CRETpw@:6379", "no host"},
+		{"redis://app:S3CRETpw@h:6379/0?timeout=1", "db number"},
+		{"redis://app:S3CRETpw@h:6379/0/1", "db number"},
+		{"redis://app:S3CRETpw@h x:6379", "white space"},
+		{"redis://app:S3CRETpw@h?x:6379", "the host may hold only"},
+		{"unix:///run/redis.sock?dbx=1", "unix:///path[?db=N]"},
+	};
+	char text[256], err[512];
+	sluice_config_t *c;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text),
+			 "store:\n  redis:\n    url: \"%s\"\n", bad[i][0]);
+		c = parse(text, err, sizeof(err));
+		if (c || !strstr(err, "t.yaml:3") || !strstr(err, bad[i][1]) ||
+		    strstr(err, "S3CRETpw")) {
+			fprintf(stderr, "url %s: \"%s\"\n", bad[i][0],
+				c ? "(loaded)" : err);
+			CHECK(0);
+		}
+		CHECK(strstr(bad[i][0], "app:") == NULL ||
+		      strstr(err, "app:***@") != NULL);
+	}
+	/* A seed with a password is masked too. */
+	c = parse("store: {redis_cluster: {seeds: "
+		  "[\"redis://a:S3CRETpw@h:99999\"]}}\n",
+		  err, sizeof(err));
+	CHECK(c == NULL && strstr(err, "a:***@h:99999") &&
+	      !strstr(err, "S3CRETpw"));
+}
+
 static void test_redis_stores(void)
 {
 	char err[512];
@@ -996,6 +1036,7 @@ static void test_listen_parse(void)
 int main(void)
 {
 	RUN(test_default_is_the_classic_policy);
+	RUN(test_bad_redis_urls_fail_at_load_masked);
 	RUN(test_file_without_rules_gets_the_classic_rule);
 	RUN(test_issue_example_parses);
 	RUN(test_every_top_level_field);

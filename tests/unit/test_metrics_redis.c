@@ -72,7 +72,59 @@ static void test_every_error_kind_is_named(void)
 	CHECK(strstr(text, "kind=\"timeout\"} 0\n") != NULL);
 	CHECK(strstr(text, "(null)") == NULL);
 	CHECK(strstr(text, "kind=\"\"") == NULL);
+	/* The server's refusals have kinds of their own. */
+	report(m, SLUICE_REDIS_REPORT_CALL, "10.0.0.1:6380", 0, 0,
+	       SLUICE_REDIS_ERR_REFUSED, NULL);
+	report(m, SLUICE_REDIS_REPORT_CALL, "10.0.0.1:6380", 0, 0,
+	       SLUICE_REDIS_ERR_NOPERM, NULL);
+	report(m, SLUICE_REDIS_REPORT_CALL, "10.0.0.1:6380", 0, 0,
+	       SLUICE_REDIS_ERR_OOM, NULL);
+	text = render();
+	CHECK(strstr(text, "kind=\"refused\"} 1\n") != NULL);
+	CHECK(strstr(text, "kind=\"noperm\"} 1\n") != NULL);
+	CHECK(strstr(text, "kind=\"oom\"} 1\n") != NULL);
+	{
+		/* One series per kind, NONE aside. */
+		const char *p = text;
+		int n = 0;
+
+		while ((p = strstr(p, "sluice_redis_errors_total{node=\"10.0."
+				      "0.1:6380\",kind="))) {
+			n++;
+			p++;
+		}
+		CHECK(n == SLUICE_REDIS_ERRORS - 1);
+	}
 	sluice_redis_metrics_retire(m);
+}
+
+/* The eviction gauge: the worst verdict any running client reported. */
+static void test_eviction_policy_gauge(void)
+{
+	sluice_redis_metrics_t *a = sluice_redis_metrics_new();
+	sluice_redis_metrics_t *b = sluice_redis_metrics_new();
+	sluice_redis_node_report_t rep;
+
+	CHECK(a && b);
+	memset(&rep, 0, sizeof(rep));
+	rep.what = SLUICE_REDIS_REPORT_GAUGES;
+	rep.node = "10.0.0.9:6379";
+	rep.eviction_unsafe = 0;
+	sluice_redis_metrics_report(a, &rep);
+	CHECK(strstr(render(), "sluice_redis_eviction_policy_unsafe{node=\"10."
+			       "0.0.9:6379\"} 0\n") != NULL);
+	rep.eviction_unsafe = -1;
+	sluice_redis_metrics_report(b, &rep);
+	CHECK(strstr(render(), "sluice_redis_eviction_policy_unsafe{node=\"10."
+			       "0.0.9:6379\"} -1\n") != NULL);
+	rep.eviction_unsafe = 1;
+	sluice_redis_metrics_report(b, &rep);
+	CHECK(strstr(render(), "sluice_redis_eviction_policy_unsafe{node=\"10."
+			       "0.0.9:6379\"} 1\n") != NULL);
+	sluice_redis_metrics_retire(b);
+	CHECK(strstr(render(), "sluice_redis_eviction_policy_unsafe{node=\"10."
+			       "0.0.9:6379\"} 0\n") != NULL);
+	sluice_redis_metrics_retire(a);
 }
 
 /* A node some client cannot use is listed with its last error (escaped
@@ -90,7 +142,8 @@ static void test_unready_nodes_carry_their_last_error(void)
 	       SLUICE_REDIS_ERR_NONE, "");
 	text = unready();
 	CHECK(strstr(text, ",\"nodes\":[") == text);
-	CHECK(strstr(text, "{\"node\":\"10.0.0.2:6380\",\"last_error\":"
+	CHECK(strstr(text, "{\"node\":\"10.0.0.2:6380\",\"error\":\"\","
+			   "\"last_error\":"
 			   "\"certificate verify failed: \\\"self-signed\\\""
 			   "\\u000a\"}") != NULL);
 	CHECK(strstr(text, "10.0.0.3:6380") == NULL);
@@ -108,6 +161,10 @@ static void test_unready_nodes_carry_their_last_error(void)
 	report(m, SLUICE_REDIS_REPORT_GAUGES, "10.0.0.2:6380", 0, 0,
 	       SLUICE_REDIS_ERR_NONE, NULL);
 	CHECK(strstr(unready(), "10.0.0.2:6380") != NULL);
+	/* The kind of its last failure comes with it. */
+	report(m, SLUICE_REDIS_REPORT_CALL, "10.0.0.2:6380", 0, 0,
+	       SLUICE_REDIS_ERR_NOPERM, NULL);
+	CHECK(strstr(unready(), "\"error\":\"noperm\"") != NULL);
 	sluice_redis_metrics_retire(m);
 	CHECK(unready()[0] == '\0');
 }
@@ -116,5 +173,6 @@ int main(void)
 {
 	RUN(test_every_error_kind_is_named);
 	RUN(test_unready_nodes_carry_their_last_error);
+	RUN(test_eviction_policy_gauge);
 	TESTS_DONE();
 }

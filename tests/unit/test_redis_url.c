@@ -35,11 +35,19 @@ static void bad(const char *text, const char *needle)
 
 	CHECK(sluice_redis__parse_url(text, &u, err, sizeof(err)) ==
 	      SLUICE_EINVAL);
+	CHECK(strstr(err, "S3CRET") == NULL);
 	if (!strstr(err, needle)) {
 		fprintf(stderr, "\"%s\": message \"%s\" lacks \"%s\"\n", text,
 			err, needle);
 		exit(1);
 	}
+}
+
+static void masked(const char *url, const char *want)
+{
+	char out[128];
+
+	CHECK(strcmp(sluice_redis_url_mask(url, out, sizeof(out)), want) == 0);
 }
 
 static void opts_bad(const char *url, const char *prefix, const char *seed,
@@ -123,6 +131,29 @@ int main(void)
 	bad("redis://:1", "no host");
 	bad("redis://h:1/abc", "db number");
 	bad("unix://relative", "absolute");
+	/* Everything after the db, odd hosts, spaces: refused. */
+	bad("redis://h:6379/0?timeout=1", "db number");
+	bad("redis://h:6379/0/1", "db number");
+	bad("redis://h:6379 x", "white space");
+	bad("redis://h?x", "the host may hold only");
+	bad("redis://", "no host");
+	bad("redis://[::1", "brackets");
+	bad("redis://[::1]x", "':port'");
+	bad("unix:///s?dbx=1", "unix:///path[?db=N]");
+	/* IPv6 in brackets; a password holding '@' and '/'. */
+	ok("redis://[::1]:7000/1", "::1", 7000, NULL, NULL, NULL, 1);
+	ok("redis://u:p@ss/w@h:1/2", "h", 1, NULL, "u", "p@ss/w", 2);
+	/* Messages show the URL masked, never its password. */
+	bad("redis://app:S3CRETpw@h:99999", "\"redis://app:***@h:99999\"");
+	bad("rediss://S3CRETpw@h:1/x", "\"rediss://***@h:1/x\"");
+	masked("redis://app:S3CRETpw@h:1/2", "redis://app:***@h:1/2");
+	masked("redis://:S3CRETpw@h", "redis://:***@h");
+	masked("redis://S3CRETpw@h", "redis://***@h");
+	masked("redis://u:p@ss/w@h:1", "redis://u:***@h:1");
+	masked("redis://h:1", "redis://h:1");
+	masked("unix:///run/r.sock", "unix:///run/r.sock");
+	masked("a:S3CRETpw@h:7000", "a:***@h:7000");
+	opts_bad("redis://app:S3CRETpw@h:0", NULL, NULL, "app:***@h:0");
 	opts_bad(NULL, NULL, NULL, "a url, cluster seeds or Sentinels");
 	opts_bad("redis://h:0", NULL, NULL, "port must be 1..65535");
 	opts_bad("redis://h", "a{b", NULL, "must not contain");

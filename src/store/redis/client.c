@@ -44,6 +44,8 @@ static void breaker_success(sluice_redis_t *r, sluice_redis_node_t *n)
 	n->failures = 0;
 	n->breaker = BREAKER_CLOSED;
 	n->probing = 0;
+	n->refusals = 0;
+	n->refusal[0] = '\0';
 }
 
 static void breaker_failure(sluice_redis_t *r, sluice_redis_node_t *n,
@@ -183,6 +185,30 @@ static int is_error(const redisReply *rep, const char *prefix)
 
 static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script);
 
+/* The server answered the call with an error that no retry cures (an
+ * unknown or renamed command, an ACL, maxmemory, a script error): its
+ * words (redacted as they were read, reply.c) become the node's last
+ * error and an event, once per change of those words and at most once a
+ * second, so that a Redis refusing every decision is said plainly rather
+ * than as a bare open breaker. */
+static void refused(sluice_redis_call_t *c, sluice_redis_node_t *n,
+		    const redisReply *rep)
+{
+	uint64_t now = uv_now(c->r->loop);
+
+	c->fail = is_error(rep, "NOPERM") ? SLUICE_REDIS_ERR_NOPERM
+		  : is_error(rep, "OOM")  ? SLUICE_REDIS_ERR_OOM
+					  : SLUICE_REDIS_ERR_REFUSED;
+	n->refusals++;
+	sluice_redis__node_error(n, rep->str);
+	if (strncmp(n->refusal, rep->str, sizeof(n->refusal) - 1) == 0 ||
+	    (n->refusal_told_ms && now - n->refusal_told_ms < 1000))
+		return;
+	snprintf(n->refusal, sizeof(n->refusal), "%s", rep->str);
+	n->refusal_told_ms = now ? now : 1;
+	sluice_redis__event(c->r, n, SLUICE_REDIS_EV_REFUSED, rep->str);
+}
+
 static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
 	sluice_redis_conn_t *k = l->data;
@@ -258,7 +284,7 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 		sluice_redis__send(c);
 		return;
 	}
-	c->fail = SLUICE_REDIS_ERR_PROTOCOL;
+	refused(c, k && k->link == l ? k->node : c->guard, rep);
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
 
@@ -496,6 +522,9 @@ static int node_healthy(const sluice_redis_t *r, const sluice_redis_node_t *n)
 
 	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) < n->open_until_ms)
 		return 0;
+	/* Up, and refusing every call: not a store that can decide. */
+	if (n->refusals >= SLUICE_REDIS_BREAKER_FAILURES)
+		return 0;
 	for (j = 0; j < r->nconns; j++)
 		if (sluice_redis__conn_usable(&n->conns[j]))
 			return 1;
@@ -522,6 +551,50 @@ int sluice_redis_healthy(const sluice_redis_t *r)
 	return 1;
 }
 
+static void on_probe_call(void *arg, int status, int allowed,
+			  const sluice_decision_t *d, size_t which)
+{
+	sluice_redis_node_t *n = arg;
+
+	(void)status;
+	(void)allowed;
+	(void)d;
+	(void)which;
+	n->refusal_probing = 0;
+}
+
+void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
+{
+	static const sluice_limit_t none = {0};
+	sluice_limit_t l = none;
+	char key[32];
+	unsigned i;
+	int len = 0;
+
+	if (n->refusal_probing || r->closing ||
+	    sluice_limit_parse(&l, "1", "1/s", NULL, 0) < 0)
+		return;
+	/* A key of the probe's own whose slot n serves (in a cluster about
+	 * one name in as many as there are masters). */
+	for (i = 0; i < 1u << 16; i++) {
+		int slot;
+
+		len = snprintf(key, sizeof(key), "sluice-probe-%u", i);
+		if (!r->cluster)
+			break;
+		slot = sluice_redis__key_slot(key, (size_t)len);
+		if (r->slots[slot] >= 0 && (size_t)r->slots[slot] == n->index)
+			break;
+	}
+	if (i == 1u << 16)
+		return;
+	n->refusal_probing = 1;
+	/* cost 0 peeks: the full bucket it finds is stored nowhere. */
+	if (sluice_redis_take(r, key, (size_t)len, &l, 1, 0, on_probe_call, n) <
+	    0)
+		n->refusal_probing = 0;
+}
+
 void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 			  sluice_redis_report_t what, uint64_t latency_ns,
 			  sluice_redis_error_t error)
@@ -541,6 +614,7 @@ void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 		rep.connections +=
 			n->conns[j].link && n->conns[j].state == CONN_UP;
 	rep.last_error = n->last_error;
+	rep.eviction_unsafe = n->evict == EVICT_UNCHECKED ? -1 : n->evict;
 	rep.latency_ns = latency_ns;
 	rep.error = error;
 	r->on_report(r->event_arg, &rep);
@@ -566,11 +640,15 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 							 errlen);
 
 			if (rc == 0 && !u.host) {
+				char shown[160];
+
 				sluice_redis__url_free(&u);
 				snprintf(err, errlen,
 					 "cluster seed \"%s\": expected "
 					 "host:port",
-					 o->seeds[i]);
+					 sluice_redis_url_mask(o->seeds[i],
+							       shown,
+							       sizeof(shown)));
 				rc = SLUICE_EINVAL;
 			}
 			if (rc < 0)
@@ -666,9 +744,12 @@ static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
 	for (i = 0; i < o->nseeds; i++) {
 		rc = sluice_redis__parse_url(o->seeds[i], &u, err, errlen);
 		if (rc == 0 && !u.host) {
+			char shown[160];
+
 			snprintf(err, errlen,
 				 "cluster seed \"%s\": expected host:port",
-				 o->seeds[i]);
+				 sluice_redis_url_mask(o->seeds[i], shown,
+						       sizeof(shown)));
 			rc = SLUICE_EINVAL;
 		}
 		sluice_redis__url_free(&u);

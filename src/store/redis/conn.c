@@ -39,6 +39,10 @@ const char *sluice_redis_event_name(sluice_redis_event_kind_t kind)
 		return "master_changed";
 	case SLUICE_REDIS_EV_NO_MASTER:
 		return "no_master";
+	case SLUICE_REDIS_EV_REFUSED:
+		return "refused";
+	case SLUICE_REDIS_EV_EVICTION:
+		return "eviction_policy";
 	}
 	return "unknown";
 }
@@ -262,6 +266,7 @@ void sluice_redis__conn_start(sluice_redis_conn_t *k)
 	if (r->sentinel)
 		sluice_redis__command(l, on_role, NULL, "ROLE");
 	sluice_redis__load_script(k, on_handshake);
+	sluice_redis__check_eviction(k);
 	if (!(r->flags & SLUICE_REDIS_SCRIPT_ONLY))
 		sluice_redis__detect_module(k);
 	else
@@ -303,9 +308,24 @@ static void on_probe_tick(uv_timer_t *t)
 	size_t i;
 	unsigned j;
 
-	for (i = 0; i < r->nnodes; i++)
+	/* Every minute, each node's eviction policy again (it may have
+	 * been changed by CONFIG SET without a reconnect). */
+	if (++r->probe_ticks % (60000 / SLUICE_REDIS_PROBE_MS) == 0)
+		for (i = 0; i < r->nnodes; i++)
+			for (j = 0; j < r->nconns; j++)
+				if (r->nodes[i]->conns[j].state == CONN_UP) {
+					sluice_redis__check_eviction(
+						&r->nodes[i]->conns[j]);
+					break;
+				}
+	for (i = 0; i < r->nnodes; i++) {
 		sluice_redis__report(r, r->nodes[i], SLUICE_REDIS_REPORT_GAUGES,
 				     0, SLUICE_REDIS_ERR_NONE);
+		/* A node refusing calls is asked again without traffic: an
+		 * unready instance gets none, and would never see it fixed. */
+		if (r->nodes[i]->refusals >= SLUICE_REDIS_BREAKER_FAILURES)
+			sluice_redis__probe_calls(r, r->nodes[i]);
+	}
 	for (i = 0; i < r->nnodes; i++)
 		for (j = 0; j < r->nconns; j++) {
 			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
@@ -385,6 +405,7 @@ sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 	n->host = host ? strdup(host) : NULL;
 	n->path = path ? strdup(path) : NULL;
 	n->port = port;
+	n->evict = EVICT_UNCHECKED;
 	n->index = r->nnodes; /* both callers append it at r->nodes[nnodes] */
 	if (path)
 		snprintf(n->name, sizeof(n->name), "%s", path);
@@ -456,5 +477,7 @@ int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port)
 	n->breaker = BREAKER_CLOSED;
 	n->failures = 0;
 	n->probing = 0;
+	n->refusals = 0;
+	n->refusal[0] = '\0';
 	return 0;
 }

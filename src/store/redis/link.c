@@ -6,9 +6,9 @@
  * uv_getaddrinfo), optionally runs TLS over it (tls.c, memory BIOs), and
  * carries commands in RESP.  Replies come back in the order the commands
  * were sent, so a FIFO of callbacks pairs each reply with its command;
- * hiredis's redisReader parses RESP.  Commands sent before the link is up
- * wait in the output buffer and go out once it is (after the TLS
- * handshake).
+ * hiredis's redisReader parses RESP, bounded and redacted by reply.c.  Commands
+ * sent before the link is up wait in the output buffer and go out once it is
+ * (after the TLS handshake).
  *
  * Writes are batched: a command only appends to the output buffer, and a
  * prepare handle writes the buffer once per loop iteration, just before
@@ -91,8 +91,7 @@ static void link_release(link_t *l)
 
 	if (--l->open)
 		return;
-	if (l->reader)
-		redisReaderFree(l->reader);
+	sluice_redis__reader_free(l->reader);
 	sluice_redis__tls_free(l->tls);
 	free(l->out);
 	free(l->fifo);
@@ -286,15 +285,14 @@ void sluice_redis__link_on_push(sluice_redis_link_t *pub,
  * failed or was closed on the way. */
 static int dispatch(link_t *l)
 {
-	void *reply;
+	redisReply *reply;
 	pending_t p;
 
 	while (l->state != L_CLOSED) {
-		if (redisReaderGetReply(l->reader, &reply) != REDIS_OK) {
-			char why[160];
+		char why[200];
 
-			snprintf(why, sizeof(why), "protocol error: %s",
-				 l->reader->errstr);
+		if (sluice_redis__reader_get(l->reader, &reply, why,
+					     sizeof(why)) < 0) {
 			link_fail(l, why);
 			return -1;
 		}
@@ -512,7 +510,7 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 	l->r = r;
 	l->on_state = on_state;
 	l->port = port;
-	l->reader = redisReaderCreate();
+	l->reader = sluice_redis__reader_new();
 	if (tls && r->tls) {
 		const char *name = r->tls_name ? r->tls_name : host;
 
@@ -523,8 +521,7 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 				 : NULL;
 	}
 	if (!l->reader || (tls && (!r->tls || !l->tls))) {
-		if (l->reader)
-			redisReaderFree(l->reader);
+		sluice_redis__reader_free(l->reader);
 		sluice_redis__tls_free(l->tls);
 		free(l->name);
 		free(l);

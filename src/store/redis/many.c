@@ -249,10 +249,16 @@ void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed)
 static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		       size_t n)
 {
-	size_t i, j;
+	size_t i, j, buckets = 0;
 
 	for (i = 0; i < n; i++) {
 		const sluice_take_item_t *it = &items[i];
+
+		/* One shortfall per bucket comes back in one array, which
+		 * the reader bounds (reply.c). */
+		buckets += it->nlimits;
+		if (buckets > SLUICE_REDIS_REPLY_MAX_AGGREGATE)
+			return SLUICE_EINVAL;
 
 		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
 		    !it->limits || it->keylen > 65535 ||

@@ -13,6 +13,9 @@
  *   link.c     one socket on libuv: connect, write, read replies in order
  *              (hiredis's redisReader parses RESP), TLS through tls.c
  *   tls.c      OpenSSL: the context, and a session over memory BIOs
+ *   policy.c   the server's maxmemory policy: may it evict buckets?
+ *   reply.c    the RESP reader with bounds on a reply's size, and the
+ *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
  *
  * Calls flow one way: client.c -> script.c/module.c/many.c -> command.c
@@ -59,6 +62,17 @@
 #define SLUICE_REDIS_MAX_REDIRECTS 5
 #define SLUICE_REDIS_RETRY_MS	   5
 #define SLUICE_REDIS_NSLOTS	   16384
+/* What one reply may claim (reply.c); beyond it the reply is a protocol
+ * error and the connection is dropped.  The largest replies sluice asks
+ * for: CLUSTER SLOTS (at most 16384 ranges, each with its nodes: a
+ * cluster whose every slot is a range of its own, with five replicas,
+ * is 16384 x 35 elements: about 570,000), a take_many's EVALSHA (one shortfall
+ * per bucket, at most MAX_AGGREGATE buckets per call), INFO (a few kB). */
+#define SLUICE_REDIS_REPLY_MAX_AGGREGATE 65536
+#define SLUICE_REDIS_REPLY_MAX_ELEMENTS	 (1LL << 20)
+#define SLUICE_REDIS_REPLY_MAX_BYTES	 (8u << 20)
+/* Bytes sluice_redis__redact() may write beyond the text's length. */
+#define SLUICE_REDIS_REDACT_ROOM 16
 
 typedef struct sluice_redis_node_s sluice_redis_node_t;
 typedef struct sluice_redis_conn_s sluice_redis_conn_t;
@@ -153,10 +167,23 @@ struct sluice_redis_node_s {
 	size_t index;	  /* in r->nodes */
 	int breaker_told; /* an open breaker was reported */
 
+	/* Calls refused by the server (an error reply) since the last
+	 * success, the refusal last reported and when. */
+	unsigned refusals;
+	char refusal[160];
+	uint64_t refusal_told_ms;
+	int refusal_probing; /* a peek (probe_calls) in flight */
+	/* Can the server evict buckets (policy.c): EVICT_*, and what it
+	 * said ("policy/maxmemory"), so a change is told once. */
+	int evict;
+	char evict_seen[48];
+
 	char name[80]; /* "host:port" or the socket path, for events */
 	int health;    /* HEALTH_*: the state last reported */
 	uint64_t noscript_told_ms; /* last SCRIPT_RELOADED event */
 };
+
+enum { EVICT_UNCHECKED = -2, EVICT_UNKNOWN = -1, EVICT_SAFE, EVICT_UNSAFE };
 
 enum {
 	HEALTH_UNKNOWN,
@@ -231,6 +258,7 @@ struct sluice_redis_s {
 	uv_timer_t sweep;
 	uv_timer_t retry;
 	uv_timer_t probe; /* pings idle connections (conn.c) */
+	unsigned probe_ticks;
 	sluice_redis_event_cb on_event;
 	sluice_redis_report_cb on_report;
 	void *event_arg;
@@ -272,6 +300,9 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* Sends a peek (cost 0, a key of its own routed to n) to a node that
+ * refuses calls, unless one is in flight: a success makes it healthy. */
+void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n);
 /* A link or a timer of r's is closed: r's memory goes with the last. */
 void sluice_redis__released(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a
@@ -308,6 +339,11 @@ void sluice_redis__health(sluice_redis_node_t *n, int health,
 void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 			  sluice_redis_report_t what, uint64_t latency_ns,
 			  sluice_redis_error_t error);
+
+/* policy.c */
+/* Asks the server (on k's link) whether it may evict buckets; a change of
+ * verdict is an EV_EVICTION event for k's node. */
+void sluice_redis__check_eviction(sluice_redis_conn_t *k);
 
 /* cluster.c */
 int sluice_redis__key_slot(const char *key, size_t len);
@@ -391,6 +427,20 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k);
 /* The call as SLUICE.TAKE (one limit) or SLUICE.TAKEMULTI. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,
 				  sluice_redis_resp_t *o);
+
+/* reply.c */
+/* A RESP reader whose replies are bounded (SLUICE_REDIS_REPLY_MAX_*) and
+ * whose error and status texts are redacted; NULL when out of memory. */
+redisReader *sluice_redis__reader_new(void);
+void sluice_redis__reader_free(redisReader *rd);
+/* The next whole reply fed so far (*reply NULL: none yet); 0, or -1 with
+ * the reason in err when the input is not RESP or crosses a bound. */
+int sluice_redis__reader_get(redisReader *rd, redisReply **reply, char *err,
+			     size_t errlen);
+/* Cuts what follows AUTH or HELLO, or "args beginning with:", in a
+ * server's text s[0..len) (with SLUICE_REDIS_REDACT_ROOM bytes to spare
+ * after it) and marks it "(redacted)"; the new length. */
+size_t sluice_redis__redact(char *s, size_t len);
 
 /* url.c */
 int sluice_redis__parse_url(const char *text, sluice_redis_url_t *u, char *err,

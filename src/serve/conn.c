@@ -57,6 +57,8 @@ static int on_message_begin(http_parser *p)
 	c->nhdrs = 0;
 	c->url_len = 0;
 	c->hstate = 0;
+	c->in_trailers = 0;
+	c->trailer_bytes = 0;
 	c->err_status = 0;
 	c->err_msg = NULL;
 	c->in_message = 1;
@@ -112,12 +114,30 @@ static int is_tchar(unsigned char ch)
 	       (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
 }
 
+/*
+ * Trailer fields (after a chunked body) are counted against
+ * max_header_bytes and dropped: only the request head decides.  Were they
+ * kept, a client could name its own X-Real-IP, key or tier after the head
+ * (and after check_request() looked at it), one fresh bucket a request.
+ */
+static int trailer_skip(sluice_conn_t *c, size_t n)
+{
+	c->trailer_bytes += n;
+	if (c->trailer_bytes > max_header_bytes(c)) {
+		c->err_status = 431;
+		return -1;
+	}
+	return 0;
+}
+
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
 	sluice_conn_t *c = conn_of(p);
 	sluice_hdr_t *h;
 	size_t i, start;
 
+	if (c->in_trailers)
+		return trailer_skip(c, n);
 	if (c->hstate != 1) {
 		if (head_terminate(c) < 0) /* ends the URL or last value */
 			return -1;
@@ -154,8 +174,11 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
 static int on_header_value(http_parser *p, const char *at, size_t n)
 {
 	sluice_conn_t *c = conn_of(p);
-	sluice_hdr_t *h = &c->hdrs[c->nhdrs - 1];
+	sluice_hdr_t *h;
 
+	if (c->in_trailers)
+		return trailer_skip(c, n);
+	h = &c->hdrs[c->nhdrs - 1];
 	if (c->hstate != 2) {
 		if (head_terminate(c) < 0) /* ends the name */
 			return -1;
@@ -290,6 +313,9 @@ static int on_headers_complete(http_parser *p)
 
 	if (c->hstate == 1 || head_terminate(c) < 0)
 		return -1;
+	/* What http-parser reports as header fields from now on are
+	 * trailers (see trailer_skip()). */
+	c->in_trailers = 1;
 	/* A header without a value (only possible when the name was the
 	 * last thing received) points at the terminating NUL. */
 	for (i = 0; i < c->nhdrs; i++)

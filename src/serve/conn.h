@@ -60,6 +60,8 @@ struct sluice_conn_s {
 	const char *err_msg;	   /* its message (400) */
 	const char *chunk_end;	   /* end of the bytes being parsed */
 	unsigned value_at_end : 1; /* last value piece ended the chunk */
+	unsigned in_trailers : 1;  /* past the head: fields are trailers */
+	size_t trailer_bytes;	   /* of trailer fields, bounded too */
 	uint64_t t_start_ns;
 
 	/* the request being answered */

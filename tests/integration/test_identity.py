@@ -128,6 +128,51 @@ class ForwardingHeaders(unittest.TestCase):
                              .header("x-ratelimit-remaining"), "1")
 
 
+TIERS = """
+rules:
+  - name: tiered
+    key: ip
+    tiers:
+      header: x-tier
+      default: free
+      limits:
+        free: [{capacity: 2, rate: 1/min}]
+        paid: [{capacity: 50, rate: 1/min}]
+"""
+
+
+def chunked_check(port, trailer_lines, body=b"ab"):
+    """POST /v1/check with a chunked body and trailer fields after it."""
+    trailers = "".join("%s\r\n" % t for t in trailer_lines)
+    data = (b"POST /v1/check HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            + b"%x\r\n" % len(body) + body + b"\r\n0\r\n"
+            + trailers.encode() + b"\r\n")
+    out = harness.raw(port, data)
+    assert len(out) == 1, out
+    return out[0]
+
+
+class Trailers(unittest.TestCase):
+    """Only the request head decides: trailer fields after a chunked body
+    are never read as headers."""
+
+    def test_a_trailer_address_picks_no_bucket(self):
+        with Sluice(PER_IP.replace("capacity: 2", "capacity: 3")) as s:
+            got = [chunked_check(s.port, ["X-Real-IP: 6.6.6.%d" % i])
+                   .status for i in range(6)]
+            # all six were the peer's: capacity 3
+            self.assertEqual(got, [200, 200, 200, 429, 429, 429])
+            r = raw_check(s.port, "X-Real-IP: 6.6.6.0")
+            self.assertEqual(r.header("x-ratelimit-remaining"), "2")
+
+    def test_a_trailer_tier_is_not_believed(self):
+        with Sluice(TIERS) as s:
+            r = chunked_check(s.port, ["x-tier: paid"])
+            self.assertEqual(r.header("x-ratelimit-limit"), "2")
+            self.assertEqual(r.header("x-ratelimit-remaining"), "1")
+
+
 class IdentityHeaders(unittest.TestCase):
 
     def test_a_repeated_identity_header_picks_no_bucket(self):

@@ -430,6 +430,52 @@ static void test_every_400_closes(void)
 	CHECK(sluice_conn_release(&c));
 }
 
+/* Only the request head decides: a trailer after a chunked body (here the
+ * key header, and a second Host) is never read as a header.  Two requests
+ * naming "trailer" in a trailer fall back to the peer's address and leave
+ * the "trailer" bucket untouched. */
+static void test_trailers_never_decide(void)
+{
+	static const char chunked[] =
+		"POST /v1/check HTTP/1.1\r\nHost: x\r\n"
+		"Transfer-Encoding: chunked\r\n\r\n"
+		"2\r\nab\r\n0\r\nx-user-id: trailer\r\nHost: y\r\n\r\n";
+	static sluice_conn_t c;
+	int st[4], i;
+
+	for (i = 0; i < 2; i++) {
+		conn_init(&c);
+		feed(&c, chunked);
+		CHECK(sluice_conn_waiting(&c));
+		CHECK(sluice_conn_header(&c, "x-user-id", NULL) == NULL);
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
+		CHECK_EQ_U64(st[0], 200);
+		CHECK(sluice_conn_release(&c));
+	}
+	conn_init(&c);
+	feed(&c, "GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+		 "x-user-id: trailer\r\n\r\n");
+	CHECK_EQ_U64(deferred_run(&store), 1);
+	CHECK(memmem(c.out.data, c.out.len, "Remaining: 99", 13) != NULL);
+	CHECK(sluice_conn_release(&c));
+}
+
+/* Trailers count against max_header_bytes like the head does. */
+static void test_trailers_are_bounded(void)
+{
+	static char req[20000];
+	int n;
+
+	n = snprintf(req, sizeof(req),
+		     "POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+		     "Transfer-Encoding: chunked\r\n\r\n0\r\nx-pad: ");
+	memset(req + n, 'a', 9000);
+	n += 9000;
+	snprintf(req + n, sizeof(req) - (size_t)n, "\r\n\r\n");
+	CHECK_EQ_U64(status_str(req, NULL), 431);
+}
+
 /* A client that pipelines requests and never reads: parsing stops once
  * out_high bytes of answers are unsent, the rest waits in `in`, and all
  * are answered, in order, as the transport writes out. */
@@ -550,6 +596,8 @@ int main(void)
 	RUN(test_every_400_closes);
 	RUN(test_unsent_answers_stop_parsing);
 	RUN(test_largest_limits_apply);
+	RUN(test_trailers_never_decide);
+	RUN(test_trailers_are_bounded);
 	sluice_take_free(svc.spare);
 	sluice_live_unref(svc.live);
 	sluice_memstore_free(store.store);

@@ -321,7 +321,8 @@ int sluice_glob_match_nocase(const char *pattern, const char *s, size_t len);
 
 /*
  * The normalisation a request path gets before matching: percent-escapes
- * decoded (but %2F and %00), runs of '/' collapsed, "." and ".." segments
+ * decoded (but %2F and %00), path parameters (";x=1" to the end of each
+ * segment) dropped, runs of '/' collapsed, "." and ".." segments
  * resolved.  Writes at most n bytes into out (which may be in) and returns
  * the length.  The config refuses a path pattern that it would change,
  * since such a pattern could never match.

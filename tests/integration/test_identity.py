@@ -42,12 +42,16 @@ rules:
     limits: [{capacity: 2, rate: 1/min}]
 """
 
-# Spellings that nginx or Express (by default) hand to the handler of
-# /api/upload.
+# Spellings that nginx, Express (by default) or a Java router hand to the
+# handler of /api/upload.
 SPELLINGS = ["/api/upload/", "/api/upload/?q=1", "/API/upload",
              "/Api/UPLOAD/", "/api/%75pload", "/api/./upload",
              "/x/../api/upload", "//api//upload", "/api/upload#top",
-             "http://api.example/api/upload"]
+             "http://api.example/api/upload",
+             # path parameters: Tomcat, Jetty and Spring route these to
+             # /api/upload's handler
+             "/api/upload;jsessionid=1", "/api;x/upload", "/api/upload;",
+             "/x/..;/api/upload", "/api/upload%3Bx"]
 
 
 def raw_check(port, *header_lines):

@@ -649,7 +649,14 @@ static const struct bad bad_files[] = {
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3,
 	 "never matches: request paths are matched after decoding escapes, "
-	 "merging slashes and resolving dot segments; expected \"/api/up/x\""},
+	 "dropping ;parameters, merging slashes and resolving dot segments; "
+	 "expected \"/api/up/x\""},
+	{"rules:\n  - name: a\n    match: {path: \"/api;v=2/upload\"}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3,
+	 "never matches: request paths are matched after decoding escapes, "
+	 "dropping ;parameters, merging slashes and resolving dot segments; "
+	 "expected \"/api/upload\""},
 	{"rules:\n  - name: a\n    match: {path: \"/%7Euser/*\"}\n"
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3, "expected \"/~user/*\""},

@@ -283,11 +283,10 @@ size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 
 /*
  * Writes the store key of `rule` for one identity into m->key and
- * m->keylen: "<rule>\x1f<identity>", where an identity longer than
- * SLUICE_IDENTITY_MAX bytes or holding control characters is replaced by
- * "~" and its hex SHA-256 (bounded, and no client can make two values
- * share a bucket).  sluice_rules_match() builds keys this way; /v1/take
- * calls it so that the same identity reaches the same bucket.
+ * m->keylen with sluice_key_make() (which says how an identity is
+ * encoded); a composite identity is given as its parts joined by 0x1f.
+ * sluice_rules_match() builds keys the same way; /v1/take and the admin
+ * endpoints call this so that the same identity reaches the same bucket.
  */
 void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
 		     size_t len, sluice_match_t *m);

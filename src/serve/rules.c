@@ -7,9 +7,10 @@
  * can call it on every request from any thread.
  *
  * Store keys are "<rule>\x1f<identity>" (sluice_key_make() in libsluice,
- * shared with the language bindings).  The identity is the value of the
- * first key source that is non-empty; a composite source joins its parts
- * with \x1f.
+ * shared with /v1/take, the admin endpoints and the language bindings,
+ * which says how an identity is encoded).  The identity is the value of
+ * the first key source that is non-empty; a composite source joins its
+ * parts with \x1f, and a value holding \x1f is no part.
  *
  * What a client controls never picks its bucket: a path matches in every
  * spelling a router would send to the same handler (see path_matches()),
@@ -400,7 +401,10 @@ static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
 			const char *v =
 				part_value(cfg, req, &src->parts[i], ip, &len);
 
-			if (!v || len == 0)
+			/* A part holding the separator could pose as two
+			 * (HTTP forbids control characters in values; only a
+			 * caller building requests itself can pass one). */
+			if (!v || len == 0 || memchr(v, 0x1f, len))
 				break;
 			if (i > 0) {
 				bufs[nb] = "\x1f";

@@ -6,6 +6,7 @@ default): every spelling of a path meets the path's rule, X-Forwarded-For
 lines are one list, and an identity header sent twice picks nothing.  The
 same through real nginx is in test_nginx.py.
 """
+import hashlib
 import math
 import os
 import sys
@@ -193,6 +194,20 @@ class IdentityHeaders(unittest.TestCase):
             r = raw_check(s.port, "x-user-id: victim",
                           "X-Real-IP: 192.0.2.6")
             self.assertEqual(r.header("x-ratelimit-remaining"), "1")
+
+    def test_no_identity_drains_another(self):
+        """"~" and the SHA-256 of a long or binary identity is the store
+        key of that identity; sent as an identity itself it gets its own
+        bucket (it is hashed too)."""
+        with Sluice(PER_USER) as s:
+            for victim in ("v" * 300, "a\tb"):
+                forged = "~" + hashlib.sha256(victim.encode()).hexdigest()
+                got = [raw_check(s.port, "x-user-id: " + forged).status
+                       for _ in range(3)]
+                self.assertEqual(got, [200, 200, 429])
+                r = raw_check(s.port, "x-user-id: " + victim)
+                self.assertEqual(r.status, 200, victim)
+                self.assertEqual(r.header("x-ratelimit-remaining"), "1")
 
     def test_default_policy_has_a_per_address_ceiling(self):
         """No config, no proxy clearing headers: 300 requests from one

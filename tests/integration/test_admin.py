@@ -34,6 +34,10 @@ rules:
   - name: api
     key: ["header:x-user-id"]
     limits: [{capacity: 5, rate: 1/h}, {capacity: 3, rate: 1/day}]
+  - name: pair
+    match: {path: "/pair"}
+    key: "header:x-org+header:x-member"
+    limits: [{capacity: 2, rate: 1/h}]
   - name: tiered
     key: ["header:x-user-id"]
     tiers:
@@ -100,6 +104,7 @@ class Behaviour:
                 r = self.post(s, "/v1/reset", body, headers)
                 self.assertEqual(r.status, 401, headers)
                 self.assertEqual(r.header("www-authenticate"), "Bearer")
+            take(s, body)
             self.assertEqual(self.post(s, "/v1/reset", body).status, 200)
             r = s.request("GET", "/v1/reset", AUTH)
             self.assertEqual(r.status, 405)
@@ -109,6 +114,7 @@ class Behaviour:
             f.write(TOKEN + "\n")
             f.flush()
             with self.start("{token_file: %s}" % f.name) as s:
+                take(s, {"rule": "api", "key": "a"})
                 r = self.post(s, "/v1/reset", {"rule": "api", "key": "a"})
                 self.assertEqual(r.status, 200)
                 r = self.post(s, "/v1/reset", {"rule": "api", "key": "a"},
@@ -129,7 +135,7 @@ class Behaviour:
             self.assertEqual(take(s, other).status, 429)
             # Each action is logged; a key cannot forge a log line.
             forged = {"rule": "api", "key": "x\nERROR forged"}
-            self.assertEqual(self.post(s, "/v1/reset", forged).status, 200)
+            self.assertEqual(self.post(s, "/v1/reset", forged).status, 404)
             log = s.log()
             self.assertIn('admin: reset of rule "api" key "alice"', log)
             self.assertIn('key "x?ERROR forged"', log)
@@ -187,6 +193,45 @@ class Behaviour:
             self.assertEqual(remaining(s, long), 2)
             # The rule "api" with the same key is another bucket.
             self.assertEqual(remaining(s, {"rule": "api", "key": "job"}), 3)
+
+    def test_a_key_without_state_is_not_found(self):
+        """Nothing to reset or refund (every bucket full, the same as
+        none): 404 not_found, and nothing changes."""
+        with self.start() as s:
+            for path in ("/v1/reset", "/v1/refund"):
+                for body in ({"rule": "api", "key": "nobody"},
+                             {"rule": "tiered", "key": "nobody"},
+                             {"key": "nobody", "capacity": 2,
+                              "rate": "1/h"}):
+                    r = self.post(s, path, body)
+                    self.assertEqual(r.status, 404, (path, body))
+                    self.assertEqual(r.json()["status"], "not_found")
+            # One drained limit of one tier is enough to be found.
+            take(s, {"rule": "tiered", "key": "some", "tier": "paid"})
+            r = self.post(s, "/v1/reset", {"rule": "tiered", "key": "some"})
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            self.assertIn("no bucket holds state", s.log())
+
+    def test_composite_identities_are_one_bucket_everywhere(self):
+        """The documented form of a composite identity (parts joined by
+        0x1f) reaches the bucket /v1/check charges, from /v1/take and from
+        the admin endpoints."""
+        with self.start() as s:
+            hdrs = {"x-org": "acme", "x-member": "ann"}
+            ident = {"rule": "pair", "key": "acme\x1fann"}
+
+            def check():
+                return s.request("GET", "/v1/check/pair", hdrs).status
+            self.assertEqual([check() for _ in range(3)], [200, 200, 429])
+            self.assertEqual(remaining(s, ident), 0)
+            self.assertEqual(take(s, ident).status, 429)
+            r = self.post(s, "/v1/reset", ident)
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            self.assertEqual(check(), 200)
+            self.assertEqual(take(s, ident).status, 200)
+            self.assertEqual(check(), 429)
+            self.assertEqual(self.post(s, "/v1/refund", ident).status, 200)
+            self.assertEqual(check(), 200)
 
     def test_bad_bodies_name_the_field(self):
         with self.start() as s:

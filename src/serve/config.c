@@ -945,9 +945,8 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 {
 	static const char *const keys[] = {
-		"listen",	   "threads",	  "store",
-		"trusted_proxies", "ipv6_prefix", "http",
-		"admin",	   "rules",	  NULL};
+		"listen", "threads", "store", "trusted_proxies", "ipv6_prefix",
+		"http",	  "admin",   "proxy", "rules",		 NULL};
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
@@ -993,6 +992,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "admin")) &&
 	    sluice_config_parse_admin(y, v, cfg) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "proxy")) &&
+	    sluice_config_parse_proxy(y, v, cfg) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "rules"))) {
 		if (sluice_config_parse_rules(y, v, cfg) < 0)

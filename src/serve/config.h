@@ -194,6 +194,11 @@ typedef struct sluice_config_s {
 	size_t nrules;
 	/* The bearer token of the admin endpoints; NULL: they are off. */
 	char *admin_token;
+	/* proxy: the headers (lower-case) that give /v1/check the method
+	 * and URI of the request it decides; both "" for envoy; proxy_set 0
+	 * for the default, nginx's (config_proxy.c). */
+	int proxy_set;
+	char proxy_method[64], proxy_uri[64];
 } sluice_config_t;
 
 /*
@@ -269,6 +274,15 @@ typedef struct sluice_match_s {
 size_t sluice_rules_match(const sluice_config_t *cfg,
 			  const sluice_request_t *req, sluice_match_t *out,
 			  size_t max);
+
+/*
+ * The headers that carry the method and the URI of the request /v1/check
+ * decides, as `proxy:` names them (X-Original-* by default); NULL for
+ * either means the check request's own (proxy: envoy).  Only these are
+ * read: the other proxies' headers may come from the client.
+ */
+void sluice_config_proxy_headers(const sluice_config_t *cfg,
+				 const char **method, const char **uri);
 
 /*
  * The client address: the TCP peer, unless the peer is a trusted proxy, in

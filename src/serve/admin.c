@@ -268,7 +268,8 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 	const sluice_limit_set_t *set;
 	size_t i;
 
-	rule = sluice_api_rule(c, cfg, name);
+	rule = sluice_api_rule(
+		c, cfg, name, json_string_length(json_object_get(obj, "rule")));
 	if (!rule)
 		return -1;
 	if (tier && (!json_is_string(tier) || rule->ntiers == 0)) {

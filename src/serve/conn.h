@@ -62,6 +62,12 @@ struct sluice_conn_s {
 	unsigned value_at_end : 1; /* last value piece ended the chunk */
 	unsigned in_trailers : 1;  /* past the head: fields are trailers */
 	size_t trailer_bytes;	   /* of trailer fields, bounded too */
+	/* chunked framing, checked by conn.c beside the parser */
+	unsigned chunk_head : 1; /* paused at the end of a chunked head */
+	unsigned ck_active : 1;	 /* reading a chunked body */
+	unsigned ck_skip : 1;	 /* the next byte is the head's last LF */
+	int ck_state;
+	uint64_t ck_left; /* the chunk size being read, or data left */
 	uint64_t t_start_ns;
 
 	/* the request being answered */

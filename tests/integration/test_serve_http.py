@@ -955,6 +955,13 @@ class Cli(unittest.TestCase):
         self.assertEqual(p.returncode, 0)
         for opt in ("--config", "--listen", "--threads", "--help"):
             self.assertIn(opt, p.stdout)
+        # the defaults it describes are the ones that run (CONFIG.md)
+        help_text = " ".join(p.stdout.split())
+        for fact in ("two rules", "`default`", "capacity 100",
+                     "refill 2/s", "`default-ip`", "capacity 200",
+                     "refill 4/s"):
+            self.assertIn(fact, help_text)
+        self.assertNotIn("one rule", help_text)
         self.assertEqual(self.run_sluice("nope").returncode, 2)
         self.assertEqual(self.run_sluice("serve", "--threads", "0")
                          .returncode, 2)

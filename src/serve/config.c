@@ -183,6 +183,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->store.sentinel.password);
 	free(cfg->trusted_proxies);
 	free(cfg->admin_token);
+	free(cfg->admin_listen);
 	free_rules(cfg);
 	free(cfg);
 }

@@ -194,6 +194,9 @@ typedef struct sluice_config_s {
 	size_t nrules;
 	/* The bearer token of the admin endpoints; NULL: they are off. */
 	char *admin_token;
+	/* admin.listen: the admin endpoints' own listener ("HOST:PORT");
+	 * NULL: they are served on `listen` with the rest. */
+	char *admin_listen;
 	/* proxy: the headers (lower-case) that give /v1/check the method
 	 * and URI of the request it decides; both "" for envoy; proxy_set 0
 	 * for the default, nginx's (config_proxy.c). */

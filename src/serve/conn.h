@@ -84,6 +84,7 @@ struct sluice_conn_s {
 	unsigned dispatching : 1;
 	unsigned want_close : 1; /* close once out is written */
 	unsigned released : 1;	 /* the transport is gone */
+	unsigned admin_port : 1; /* accepted on admin.listen */
 
 	sluice_buf_t in;  /* received, not yet parsed (while waiting) */
 	sluice_buf_t out; /* answers not yet written */

@@ -425,6 +425,26 @@ void sluice_handle(sluice_conn_t *c)
 	memcpy(path, url, plen);
 	path[plen] = '\0';
 
+	/* admin.listen's socket serves the admin endpoints, and only it
+	 * does when it is open. */
+	if (c->admin_port || c->svc->admin_apart) {
+		int admin_path = strcmp(path, "/v1/reset") == 0 ||
+				 strcmp(path, "/v1/refund") == 0;
+
+		if (c->admin_port && !admin_path) {
+			sluice_resp_error(c, 404, "not_found", NULL,
+					  "this is the admin listener: "
+					  "/v1/reset, /v1/refund");
+			return;
+		}
+		if (!c->admin_port && admin_path) {
+			sluice_resp_error(c, 404, "not_found", NULL,
+					  "the admin endpoints are served on "
+					  "admin.listen only");
+			return;
+		}
+	}
+
 	if (strcmp(path, "/v1/check") == 0 ||
 	    strncmp(path, "/v1/check/", 10) == 0) {
 		handle_check(c, path, query);

@@ -78,6 +78,70 @@ class AdminOff(unittest.TestCase):
                 self.assertEqual(r.status, 404, path)
 
 
+class AdminListen(unittest.TestCase):
+    """admin.listen: the admin endpoints on a listener of their own, and
+    only there; a warning when they face a non-loopback address."""
+
+    def test_admin_endpoints_only_on_their_listener(self):
+        port = harness.free_port()
+        cfg = ('admin: {token: "%s", listen: "127.0.0.1:%d"}\n%s'
+               % (TOKEN, port, RULES))
+        with Sluice(cfg) as s:
+            harness.wait_for_port(port, proc=s)
+            body = json.dumps({"rule": "api", "key": "lp"})
+            take(s, {"rule": "api", "key": "lp"})
+            r = s.request("POST", "/v1/reset", AUTH, body)
+            self.assertEqual(r.status, 404)
+            self.assertIn("admin.listen", r.json()["message"])
+            r = harness.request(port, "POST", "/v1/reset", AUTH, body)
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            r = harness.request(port, "POST", "/v1/reset", {}, body)
+            self.assertEqual(r.status, 401)
+            # the admin listener serves nothing else
+            for path in ("/v1/check", "/metrics", "/healthz"):
+                r = harness.request(port, "GET", path)
+                self.assertEqual(r.status, 404, path)
+            self.assertEqual(s.request("GET", "/healthz").status, 200)
+            self.assertIn("admin endpoints listening on 127.0.0.1:%d"
+                          % port, s.log())
+            self.assertNotIn("not a loopback address", s.log())
+
+    def test_warning_when_admin_faces_a_network(self):
+        # admin.listen on every address (traffic stays on loopback)
+        port = harness.free_port()
+        cfg = ('admin: {token: "%s", listen: "0.0.0.0:%d"}\n%s'
+               % (TOKEN, port, RULES))
+        with Sluice(cfg) as s:
+            self.assertTrue(harness.wait_until(
+                lambda: "not a loopback address" in s.log(), 20))
+            self.assertIn("served on 0.0.0.0:%d" % port, s.log())
+        # no admin.listen: the admin endpoints follow listen
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            main = harness.free_port()
+            f.write('listen: "0.0.0.0:%d"\nadmin: {token: "%s"}\n%s'
+                    % (main, TOKEN, RULES))
+            f.flush()
+            with harness.Proc([harness.SLUICE, "serve", "-c",
+                               f.name]) as p:
+                harness.wait_for_port(main, proc=p)
+                self.assertTrue(harness.wait_until(
+                    lambda: "served on 0.0.0.0:%d" % main in p.log(), 20))
+        # loopback: no warning
+        with Sluice('admin: {token: "%s"}\n%s' % (TOKEN, RULES)) as s:
+            self.assertEqual(s.request("GET", "/healthz").status, 200)
+            self.assertNotIn("not a loopback address", s.log())
+
+    def test_bad_admin_listen_names_the_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write('admin:\n  token: "%s"\n  listen: "nowhere"\n'
+                    % TOKEN)
+            f.flush()
+            p = subprocess.run([harness.SLUICE, "check-config", f.name],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f.name + ":3: admin.listen", p.stderr)
+
+
 class Behaviour:
     """The same assertions on each store (store() gives its YAML)."""
 

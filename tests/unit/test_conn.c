@@ -507,7 +507,7 @@ static void test_malformed_chunking_is_400(void)
 #define TE                                                                     \
 	"POST /v1/take HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "             \
 	"chunked\r\n\r\n"
-#define BODY "{\"key\":\"k\",\"capacity\":5,\"rate\":\"1/s\"}" /* 0x25 */
+#define BODY "{\"key\":\"k\",\"capacity\":9,\"rate\":\"1/s\"}" /* 0x25 */
 	static const char *const bad[] = {
 		/* two bytes other than CRLF after the data */
 		TE "25\r\n" BODY "XY0\r\n\r\n",
@@ -526,7 +526,7 @@ static void test_malformed_chunking_is_400(void)
 		TE "25\r\n" BODY "\r\n0\r\n\r\n",
 		/* extensions, with the whitespace RFC 9112 allows */
 		TE "1;a=b\r\n{\r\n24 ; c ; d = \"e;f\"\r\n"
-		   "\"key\":\"k\",\"capacity\":5,\"rate\":\"1/s\"}"
+		   "\"key\":\"k\",\"capacity\":9,\"rate\":\"1/s\"}"
 		   "\r\n0;x\r\n\r\n",
 		TE "25\r\n" BODY "\r\n0\r\nx-trailer: t\r\n\r\n",
 	};
@@ -537,6 +537,22 @@ static void test_malformed_chunking_is_400(void)
 	EXPECT_EACH(bad, 400);
 	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
 		CHECK_EQ_U64(status_str(good[i], NULL), 200);
+	/* pipelined: each chunked request ends where the next begins */
+	{
+		static sluice_conn_t c;
+		char two[512];
+		int st[4];
+
+		snprintf(two, sizeof(two), "%s%s", good[2], good[0]);
+		conn_init(&c);
+		feed(&c, two);
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		sluice_conn_resume(&c); /* what the transport does on wake */
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 2);
+		CHECK(st[0] == 200 && st[1] == 200);
+		CHECK(sluice_conn_release(&c));
+	}
 	/* the same however the bytes arrive */
 	for (i = 0; i < 2; i++) {
 		static sluice_conn_t c;

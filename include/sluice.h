@@ -248,13 +248,16 @@ SLUICE_API int64_t sluice_state_expiry_us(sluice_state_t state);
 
 /*
  * Writes the store key of the bucket `name` for one identity into out:
- * "<name>\x1f<identity>", the identity being parts[0..nparts) joined
- * (a part that is the single byte 0x1f between others separates the parts
- * of a composite identity).  An identity longer than SLUICE_IDENTITY_MAX
- * bytes or holding control characters is replaced by "~" and its hex
- * SHA-256, so keys are bounded and no client can make two identities share
- * a bucket.  sluice serve's rules and the language bindings all build keys
- * here, so they share buckets.  Returns the key's length (NUL-terminated).
+ * "<name>\x1f<encoded identity>", the identity being the bytes of
+ * parts[0..nparts) joined (a composite identity's parts separated by the
+ * byte 0x1f, which no part may hold).  The identity is kept verbatim when
+ * it is at most SLUICE_IDENTITY_MAX bytes, does not start with '~' and
+ * holds no control character (a byte below 0x20, or 0x7f) other than
+ * 0x1f; any other identity is replaced by "~" and the lower-case hex
+ * SHA-256 of its bytes.  So keys are bounded and two distinct identities
+ * never share a bucket.  sluice serve's rules, /v1/take, the admin
+ * endpoints and the language bindings all build keys here, so they share
+ * buckets.  Returns the key's length (NUL-terminated).
  */
 SLUICE_API size_t sluice_key_make(const char *name, const void *const *parts,
 				  const size_t *lens, size_t nparts,

@@ -10,6 +10,10 @@
  *       gives cost tokens back (default: the rule's cost, or 1) to the
  *       buckets a take of the same fields charged, never beyond full.
  *
+ * A key none of whose buckets holds state (all full: the same as none)
+ * gets 404 {"status":"not_found",...} and nothing is changed: a reset or
+ * refund that names a wrong key or identity says so.
+ *
  * Requests carry "Authorization: Bearer <token>"; a missing or wrong token
  * gets 401, and without `admin:` the paths do not exist (404).  The token
  * is compared through SHA-256 digests in constant time, so the answer's
@@ -36,6 +40,10 @@ typedef struct admin_op_s {
 	int refund;
 	sluice_take_item_t items[TIERS_MAX + 1]; /* every tier, an override */
 	size_t n;
+	/* One item per limit of items[], cost 0: which buckets hold state. */
+	sluice_take_item_t peek[(TIERS_MAX + 1) * SLUICE_MAX_LIMITS];
+	size_t npeek, ipeek;
+	int64_t now_us;
 	sluice_limit_t adhoc;
 	sluice_match_t m; /* the store key */
 	char what[200];	  /* for the log: which verb on which bucket */
@@ -92,6 +100,81 @@ static void op_done(void *arg, int status, int allowed)
 	}
 	sluice_resp_begin(c, 200);
 	sluice_resp_end(c, "application/json", body, strlen(body));
+}
+
+/* After the peek: the verb, or "not_found" when no bucket of the key
+ * holds any state.  A full bucket and no bucket are the same thing (a
+ * store forgets a bucket once it is full), so there is nothing to reset or
+ * refund; saying so tells an operator who named the wrong key, rule or
+ * identity (a composite identity is its parts joined by 0x1f) that
+ * nothing changed. */
+static void peek_next(admin_op_t *op);
+
+static void peek_done(void *arg, int status, int allowed)
+{
+	static const char body[] =
+		"{\"status\":\"not_found\",\"message\":\"no bucket of this key "
+		"holds state (every one is full): nothing changed\"}";
+	admin_op_t *op = arg;
+	sluice_conn_t *c = op->c;
+	sluice_backend_t *be = &c->svc->backend;
+	int rc;
+
+	(void)allowed;
+	if (status) {
+		op_done(op, status, 0);
+		return;
+	}
+	if (op->peek[op->ipeek].summary.reset_after_us == 0 &&
+	    ++op->ipeek < op->npeek) {
+		peek_next(op); /* this one is full: the next */
+		return;
+	}
+	if (op->ipeek == op->npeek) {
+		sluice_log_info("admin: %s: no bucket holds state", op->what);
+		free(op);
+		sluice_resp_begin(c, 404);
+		sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
+		return;
+	}
+	rc = op->refund
+		     ? be->ops->refund(be->impl, op->items, op->n, op->now_us,
+				       op_done, op)
+		     : be->ops->reset(be->impl, op->items, op->n, op_done, op);
+	if (rc < 0)
+		op_done(op, rc, 0);
+}
+
+/* Peeks at one bucket (a store may refuse one key in two items of a
+ * take, so one take each; admin calls are rare). */
+static void peek_next(admin_op_t *op)
+{
+	sluice_backend_t *be = &op->c->svc->backend;
+	int rc = be->ops->take(be->impl, &op->peek[op->ipeek], 1, op->now_us,
+			       peek_done, op);
+
+	if (rc < 0)
+		op_done(op, rc, 0);
+}
+
+/* One cost-0 item per limit of every item (a take's summary is only the
+ * most restrictive limit's; a bucket is one key and one limit). */
+static void build_peek(admin_op_t *op)
+{
+	size_t i, j;
+
+	op->npeek = 0;
+	for (i = 0; i < op->n; i++)
+		for (j = 0; j < op->items[i].nlimits; j++) {
+			sluice_take_item_t *p = &op->peek[op->npeek++];
+
+			memset(p, 0, sizeof(*p));
+			p->key = op->items[i].key;
+			p->keylen = op->items[i].keylen;
+			p->limits = &op->items[i].limits[j];
+			p->nlimits = 1;
+			p->cost = 0;
+		}
 }
 
 /* "reset of rule "api" key "alice"" for the log: at most 64 bytes of the
@@ -185,7 +268,8 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 	const sluice_limit_set_t *set;
 	size_t i;
 
-	rule = sluice_api_rule(c, cfg, name);
+	rule = sluice_api_rule(
+		c, cfg, name, json_string_length(json_object_get(obj, "rule")));
 	if (!rule)
 		return -1;
 	if (tier && (!json_is_string(tier) || rule->ntiers == 0)) {
@@ -238,7 +322,6 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 	uint64_t cost = 1;
 	const char *key;
 	size_t keylen, i;
-	int rc;
 
 	if (!cfg->admin_token) {
 		sluice_resp_error(c, 404, "not_found", NULL,
@@ -299,11 +382,12 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 		return;
 	}
 	sluice_conn_wait(c);
-	rc = refund ? be->ops->refund(be->impl, op->items, op->n,
-				      sluice_now_us(), op_done, op)
-		    : be->ops->reset(be->impl, op->items, op->n, op_done, op);
-	if (rc < 0)
-		op_done(op, rc, 0);
+	/* First look whether any bucket holds state (peek_done() goes on
+	 * with the verb). */
+	op->now_us = sluice_now_us();
+	build_peek(op);
+	op->ipeek = 0;
+	peek_next(op);
 	return;
 out:
 	free(op);

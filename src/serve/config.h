@@ -194,6 +194,14 @@ typedef struct sluice_config_s {
 	size_t nrules;
 	/* The bearer token of the admin endpoints; NULL: they are off. */
 	char *admin_token;
+	/* admin.listen: the admin endpoints' own listener ("HOST:PORT");
+	 * NULL: they are served on `listen` with the rest. */
+	char *admin_listen;
+	/* proxy: the headers (lower-case) that give /v1/check the method
+	 * and URI of the request it decides; both "" for envoy; proxy_set 0
+	 * for the default, nginx's (config_proxy.c). */
+	int proxy_set;
+	char proxy_method[64], proxy_uri[64];
 } sluice_config_t;
 
 /*
@@ -271,6 +279,15 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 			  size_t max);
 
 /*
+ * The headers that carry the method and the URI of the request /v1/check
+ * decides, as `proxy:` names them (X-Original-* by default); NULL for
+ * either means the check request's own (proxy: envoy).  Only these are
+ * read: the other proxies' headers may come from the client.
+ */
+void sluice_config_proxy_headers(const sluice_config_t *cfg,
+				 const char **method, const char **uri);
+
+/*
  * The client address: the TCP peer, unless the peer is a trusted proxy, in
  * which case X-Real-IP (when sent on exactly one line), else the
  * right-most untrusted entry of X-Forwarded-For (all its lines, in order,
@@ -283,11 +300,10 @@ size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 
 /*
  * Writes the store key of `rule` for one identity into m->key and
- * m->keylen: "<rule>\x1f<identity>", where an identity longer than
- * SLUICE_IDENTITY_MAX bytes or holding control characters is replaced by
- * "~" and its hex SHA-256 (bounded, and no client can make two values
- * share a bucket).  sluice_rules_match() builds keys this way; /v1/take
- * calls it so that the same identity reaches the same bucket.
+ * m->keylen with sluice_key_make() (which says how an identity is
+ * encoded); a composite identity is given as its parts joined by 0x1f.
+ * sluice_rules_match() builds keys the same way; /v1/take and the admin
+ * endpoints call this so that the same identity reaches the same bucket.
  */
 void sluice_rule_key(const sluice_rule_t *rule, const char *identity,
 		     size_t len, sluice_match_t *m);
@@ -321,7 +337,8 @@ int sluice_glob_match_nocase(const char *pattern, const char *s, size_t len);
 
 /*
  * The normalisation a request path gets before matching: percent-escapes
- * decoded (but %2F and %00), runs of '/' collapsed, "." and ".." segments
+ * decoded (but %2F and %00), path parameters (";x=1" to the end of each
+ * segment) dropped, runs of '/' collapsed, "." and ".." segments
  * resolved.  Writes at most n bytes into out (which may be in) and returns
  * the length.  The config refuses a path pattern that it would change,
  * since such a pattern could never match.

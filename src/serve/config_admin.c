@@ -3,7 +3,12 @@
  * admin endpoints (POST /v1/reset, /v1/refund; see admin.c).
  *
  *   admin: {token_file: /etc/sluice/admin-token}   # or {token: "..."}
+ *   admin: {token_file: ..., listen: "127.0.0.1:9090"}
  *
+ * `listen` gives the endpoints a listener of their own (and only that
+ * one serves them), so that they can stay on loopback while the decision
+ * service faces a network; server.c opens it and warns when the admin
+ * endpoints face a non-loopback address.
  * Without the section the endpoints answer 404: a service that never
  * configured them exposes nothing.  The token file is read at load (and
  * so again on SIGHUP); surrounding whitespace, such as the newline an
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* Short tokens can be guessed; 16 bytes is a 128-bit random hex token
  * halved, the least we accept. */
@@ -79,13 +85,24 @@ static int read_token_file(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg)
 {
-	static const char *const keys[] = {"token", "token_file", NULL};
-	yaml_node_t *tok, *file;
+	static const char *const keys[] = {"token", "token_file", "listen",
+					   NULL};
+	yaml_node_t *tok, *file, *listen;
+	struct sockaddr_storage ss;
 	const char *s;
+	char msg[256];
 
 	if (sluice_yaml_expect_map(y, node, "admin") < 0 ||
 	    sluice_yaml_check_keys(y, node, "admin", keys) < 0)
 		return -1;
+	if ((listen = sluice_yaml_get(y, node, "listen"))) {
+		if (sluice_yaml_string(y, listen, "admin.listen", &s) < 0)
+			return -1;
+		if (sluice_listen_parse(s, &ss, msg, sizeof(msg)) < 0)
+			return sluice_yaml_error(y, listen, "admin.%s", msg);
+		if (!(cfg->admin_listen = strdup(s)))
+			return sluice_yaml_nomem(y, listen);
+	}
 	tok = sluice_yaml_get(y, node, "token");
 	file = sluice_yaml_get(y, node, "token_file");
 	if (!tok == !file)

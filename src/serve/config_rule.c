@@ -195,8 +195,9 @@ static int parse_match(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		return sluice_yaml_error(y, v,
 					 "%s \"%.60s\" never matches: request "
 					 "paths are matched after decoding "
-					 "escapes, merging slashes and "
-					 "resolving dot segments; expected "
+					 "escapes, dropping ;parameters, "
+					 "merging slashes and resolving dot "
+					 "segments; expected "
 					 "\"%.60s\"",
 					 what, s, r->path);
 	}

@@ -57,6 +57,8 @@ static int on_message_begin(http_parser *p)
 	c->nhdrs = 0;
 	c->url_len = 0;
 	c->hstate = 0;
+	c->in_trailers = 0;
+	c->trailer_bytes = 0;
 	c->err_status = 0;
 	c->err_msg = NULL;
 	c->in_message = 1;
@@ -112,12 +114,30 @@ static int is_tchar(unsigned char ch)
 	       (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
 }
 
+/*
+ * Trailer fields (after a chunked body) are counted against
+ * max_header_bytes and dropped: only the request head decides.  Were they
+ * kept, a client could name its own X-Real-IP, key or tier after the head
+ * (and after check_request() looked at it), one fresh bucket a request.
+ */
+static int trailer_skip(sluice_conn_t *c, size_t n)
+{
+	c->trailer_bytes += n;
+	if (c->trailer_bytes > max_header_bytes(c)) {
+		c->err_status = 431;
+		return -1;
+	}
+	return 0;
+}
+
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
 	sluice_conn_t *c = conn_of(p);
 	sluice_hdr_t *h;
 	size_t i, start;
 
+	if (c->in_trailers)
+		return trailer_skip(c, n);
 	if (c->hstate != 1) {
 		if (head_terminate(c) < 0) /* ends the URL or last value */
 			return -1;
@@ -154,8 +174,11 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
 static int on_header_value(http_parser *p, const char *at, size_t n)
 {
 	sluice_conn_t *c = conn_of(p);
-	sluice_hdr_t *h = &c->hdrs[c->nhdrs - 1];
+	sluice_hdr_t *h;
 
+	if (c->in_trailers)
+		return trailer_skip(c, n);
+	h = &c->hdrs[c->nhdrs - 1];
 	if (c->hstate != 2) {
 		if (head_terminate(c) < 0) /* ends the name */
 			return -1;
@@ -290,6 +313,9 @@ static int on_headers_complete(http_parser *p)
 
 	if (c->hstate == 1 || head_terminate(c) < 0)
 		return -1;
+	/* What http-parser reports as header fields from now on are
+	 * trailers (see trailer_skip()). */
+	c->in_trailers = 1;
 	/* A header without a value (only possible when the name was the
 	 * last thing received) points at the terminating NUL. */
 	for (i = 0; i < c->nhdrs; i++)
@@ -303,6 +329,12 @@ static int on_headers_complete(http_parser *p)
 		return -1;
 	}
 	expect_continue(c, p);
+	if (p->flags & F_CHUNKED) {
+		/* Stop here, so that process() knows where the body starts
+		 * and checks its chunked framing (chunk_check()). */
+		c->chunk_head = 1;
+		http_parser_pause(p, 1);
+	}
 	return 0;
 }
 
@@ -340,6 +372,205 @@ static const http_parser_settings settings = {
 	.on_body = on_body,
 	.on_message_complete = on_message_complete,
 };
+
+/* ------------------------------------------------------ chunked framing */
+
+/*
+ * http-parser, built lenient, takes any two bytes after a chunk's data for
+ * its CRLF and anything up to the CR after a chunk size for an extension
+ * ("5 junk"): a proxy in front that frames the body otherwise (RFC 9112
+ * section 7.1) would then see another request end, and another begin,
+ * than we do.  So the body's bytes, as the parser consumes them, go
+ * through this strict reading of the grammar too:
+ *
+ *   chunk      = 1*HEXDIG *( BWS ";" BWS token [ BWS "=" BWS
+ *                (token / quoted-string) ] ) CRLF data CRLF
+ *   last-chunk = the same with size 0, then trailer lines, each ending
+ *                in CRLF, and an empty line.
+ */
+enum {
+	CK_SIZE_FIRST, /* the first digit of a chunk size */
+	CK_SIZE,
+	CK_BWS_SEMI, /* whitespace, before a ';' */
+	CK_NAME_BWS, /* after ';', before an extension name */
+	CK_NAME,
+	CK_NAME_END, /* whitespace after a name: '=' or ';' next */
+	CK_VAL_BWS,  /* after '=' */
+	CK_TOKEN,
+	CK_QSTR,
+	CK_QESC,
+	CK_VAL_END, /* after a quoted string */
+	CK_SIZE_LF,
+	CK_DATA,
+	CK_DATA_CR,
+	CK_DATA_LF,
+	CK_TRAILER_START,
+	CK_TRAILER,
+	CK_TRAILER_LF,
+	CK_END_LF,
+	CK_DONE
+};
+
+static int hexdig(unsigned char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Ends a size line's extensions: CR, then LF. */
+static int ext_next(unsigned char ch, int *state)
+{
+	if (ch == '\r')
+		*state = CK_SIZE_LF;
+	else if (ch == ';')
+		*state = CK_NAME_BWS;
+	else if (ch == ' ' || ch == '\t')
+		*state = CK_BWS_SEMI;
+	else
+		return -1;
+	return 0;
+}
+
+/* Reads n more body bytes; -1 at the first that breaks the framing. */
+static int chunk_check(sluice_conn_t *c, const char *data, size_t n)
+{
+	size_t i = 0;
+	int d;
+
+	while (i < n) {
+		unsigned char ch = (unsigned char)data[i];
+
+		switch (c->ck_state) {
+		case CK_SIZE_FIRST:
+		case CK_SIZE:
+			if ((d = hexdig(ch)) >= 0) {
+				if (c->ck_left >> 59)
+					return -1; /* far past any limit */
+				c->ck_left = c->ck_left * 16 + (uint64_t)d;
+				c->ck_state = CK_SIZE;
+			} else if (c->ck_state == CK_SIZE_FIRST ||
+				   ext_next(ch, &c->ck_state) < 0) {
+				return -1;
+			}
+			break;
+		case CK_BWS_SEMI:
+			if (ch == ';')
+				c->ck_state = CK_NAME_BWS;
+			else if (ch != ' ' && ch != '\t')
+				return -1;
+			break;
+		case CK_NAME_BWS:
+			if (is_tchar(ch))
+				c->ck_state = CK_NAME;
+			else if (ch != ' ' && ch != '\t')
+				return -1;
+			break;
+		case CK_NAME:
+			if (ch == '=')
+				c->ck_state = CK_VAL_BWS;
+			else if (ch == ' ' || ch == '\t')
+				c->ck_state = CK_NAME_END;
+			else if (!is_tchar(ch) &&
+				 ext_next(ch, &c->ck_state) < 0)
+				return -1;
+			break;
+		case CK_NAME_END:
+			if (ch == '=')
+				c->ck_state = CK_VAL_BWS;
+			else if (ch == ';')
+				c->ck_state = CK_NAME_BWS;
+			else if (ch != ' ' && ch != '\t')
+				return -1;
+			break;
+		case CK_VAL_BWS:
+			if (ch == '"')
+				c->ck_state = CK_QSTR;
+			else if (is_tchar(ch))
+				c->ck_state = CK_TOKEN;
+			else if (ch != ' ' && ch != '\t')
+				return -1;
+			break;
+		case CK_TOKEN:
+			if (!is_tchar(ch) && ext_next(ch, &c->ck_state) < 0)
+				return -1;
+			break;
+		case CK_QSTR: /* qdtext: HTAB, SP, VCHAR but " and \, obs-text
+			       */
+			if (ch == '"')
+				c->ck_state = CK_VAL_END;
+			else if (ch == '\\')
+				c->ck_state = CK_QESC;
+			else if (ch != '\t' && (ch < 0x20 || ch == 0x7f))
+				return -1;
+			break;
+		case CK_QESC:
+			if (ch != '\t' && (ch < 0x20 || ch == 0x7f))
+				return -1;
+			c->ck_state = CK_QSTR;
+			break;
+		case CK_VAL_END:
+			if (ext_next(ch, &c->ck_state) < 0)
+				return -1;
+			break;
+		case CK_SIZE_LF:
+			if (ch != '\n')
+				return -1;
+			c->ck_state = c->ck_left ? CK_DATA : CK_TRAILER_START;
+			break;
+		case CK_DATA: {
+			size_t take = n - i;
+
+			if (take > c->ck_left)
+				take = (size_t)c->ck_left;
+			c->ck_left -= take;
+			i += take;
+			if (c->ck_left == 0)
+				c->ck_state = CK_DATA_CR;
+			continue;
+		}
+		case CK_DATA_CR:
+			if (ch != '\r')
+				return -1;
+			c->ck_state = CK_DATA_LF;
+			break;
+		case CK_DATA_LF:
+			if (ch != '\n')
+				return -1;
+			c->ck_state = CK_SIZE_FIRST;
+			break;
+		case CK_TRAILER_START:
+			c->ck_state = ch == '\r' ? CK_END_LF : CK_TRAILER;
+			if (ch == '\n')
+				return -1;
+			break;
+		case CK_TRAILER:
+			if (ch == '\r')
+				c->ck_state = CK_TRAILER_LF;
+			else if (ch == '\n')
+				return -1;
+			break;
+		case CK_TRAILER_LF:
+			if (ch != '\n')
+				return -1;
+			c->ck_state = CK_TRAILER_START;
+			break;
+		case CK_END_LF:
+			if (ch != '\n')
+				return -1;
+			c->ck_state = CK_DONE;
+			break;
+		default: /* CK_DONE: the parser stops at the message's end */
+			return -1;
+		}
+		i++;
+	}
+	return 0;
+}
 
 /* -------------------------------------------------------------- driving */
 
@@ -444,8 +675,37 @@ static void process(sluice_conn_t *c, const char *data, size_t len)
 			reject(c, err);
 			return;
 		}
+		if (c->ck_active) {
+			/* The first byte after the pause at the head's end is
+			 * the head's last LF again. */
+			size_t skip = c->ck_skip && n > 0 ? 1 : 0;
+
+			if (n > 0)
+				c->ck_skip = 0;
+			if (chunk_check(c, data + skip, n - skip) < 0) {
+				c->ready = 0;
+				c->ck_active = 0;
+				c->err_msg = "malformed chunked body (RFC 9112 "
+					     "section 7.1)";
+				c->err_status = 400;
+				reject(c, HPE_INVALID_CHUNK_SIZE);
+				return;
+			}
+			if (c->ck_state == CK_DONE)
+				c->ck_active = 0;
+		}
 		data += n;
 		len -= n;
+		if (c->chunk_head) {
+			/* Paused at the end of a chunked request's head: the
+			 * body's bytes are checked from here on. */
+			c->chunk_head = 0;
+			c->ck_active = 1;
+			c->ck_skip = 1;
+			c->ck_state = CK_SIZE_FIRST;
+			c->ck_left = 0;
+			continue;
+		}
 		if (!c->ready) {
 			if (n == 0 || c->parser.upgrade)
 				c->want_close = 1; /* cannot progress */

@@ -60,6 +60,14 @@ struct sluice_conn_s {
 	const char *err_msg;	   /* its message (400) */
 	const char *chunk_end;	   /* end of the bytes being parsed */
 	unsigned value_at_end : 1; /* last value piece ended the chunk */
+	unsigned in_trailers : 1;  /* past the head: fields are trailers */
+	size_t trailer_bytes;	   /* of trailer fields, bounded too */
+	/* chunked framing, checked by conn.c beside the parser */
+	unsigned chunk_head : 1; /* paused at the end of a chunked head */
+	unsigned ck_active : 1;	 /* reading a chunked body */
+	unsigned ck_skip : 1;	 /* the next byte is the head's last LF */
+	int ck_state;
+	uint64_t ck_left; /* the chunk size being read, or data left */
 	uint64_t t_start_ns;
 
 	/* the request being answered */
@@ -76,6 +84,7 @@ struct sluice_conn_s {
 	unsigned dispatching : 1;
 	unsigned want_close : 1; /* close once out is written */
 	unsigned released : 1;	 /* the transport is gone */
+	unsigned admin_port : 1; /* accepted on admin.listen */
 
 	sluice_buf_t in;  /* received, not yet parsed (while waiting) */
 	sluice_buf_t out; /* answers not yet written */

@@ -3,8 +3,10 @@
  */
 #include "serve/handlers.h"
 #include "serve/headers.h"
+#include "serve/log.h"
 #include "serve/metrics_redis.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +192,56 @@ static const char *query_param(const char *query, const char *name, size_t *len)
 	return NULL;
 }
 
+/*
+ * The value of header `name` (NULL name or no such header: *out NULL).
+ * Sent on two lines it is refused with 400: which line the proxy wrote
+ * depends on the proxy (one that appends instead of replacing leaves the
+ * client's first), and a guess would let the client pick the path.
+ */
+static int origin_header(sluice_conn_t *c, const char *name, const char **out,
+			 size_t *len)
+{
+	size_t len2;
+
+	*out = NULL;
+	*len = 0;
+	if (!name)
+		return 0;
+	if (conn_header_line(c, name, 1, &len2)) {
+		sluice_resp_error(c, 400, "bad_request", name,
+				  "sent on more than one line: the proxy "
+				  "must set it, replacing the client's");
+		return -1;
+	}
+	*out = conn_header_line(c, name, 0, len);
+	if (*out && *len == 0)
+		*out = NULL;
+	return 0;
+}
+
+/* The configured URI header is missing but another proxy kind's is there:
+ * most likely `proxy:` does not name the proxy in front (or a client
+ * sent it).  It is not used; say so once, for the operator. */
+static void warn_other_proxy(const sluice_conn_t *c, const char *uh)
+{
+	static const char *const known[] = {"x-original-uri",
+					    "x-forwarded-uri"};
+	static atomic_int warned;
+	size_t i, len;
+
+	for (i = 0; i < 2; i++)
+		if (strcmp(known[i], uh) != 0 &&
+		    sluice_conn_header(c, known[i], &len) &&
+		    !atomic_exchange(&warned, 1))
+			sluice_log_warn(
+				"/v1/check: a request has %s but no %s, which "
+				"`proxy:` names; %s is not used (set proxy: "
+				"forward_auth behind Traefik or Caddy "
+				"forward_auth, nginx behind nginx "
+				"auth_request)",
+				known[i], uh, known[i]);
+}
+
 static void check_done(void *arg, const sluice_verdict_t *v)
 {
 	sluice_conn_t *c = arg;
@@ -227,8 +279,8 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 {
 	const sluice_config_t *cfg = c->req_live->cfg;
 	sluice_request_t req;
-	const char *method, *uri, *v;
-	size_t len, qlen;
+	const char *method, *uri, *v, *mh, *uh;
+	size_t len, ulen, qlen;
 	sluice_take_t *t;
 	size_t i;
 
@@ -244,22 +296,24 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 		}
 	}
 
-	/* The original request: from the proxy's headers, else (Envoy
-	 * ext_authz with a path prefix) the rest of our path, else this
-	 * request itself. */
-	method = sluice_conn_header(c, "x-original-method", &len);
-	if (!method || !len)
-		method = sluice_conn_header(c, "x-forwarded-method", &len);
-	if (!method || !len) {
+	/* The original request: from the headers `proxy:` names (and only
+	 * those: another proxy's headers may be the client's own), else
+	 * (Envoy ext_authz with a path prefix) the rest of our path, else
+	 * this request itself. */
+	sluice_config_proxy_headers(cfg, &mh, &uh);
+	if (origin_header(c, mh, &method, &len) < 0 ||
+	    origin_header(c, uh, &uri, &ulen) < 0)
+		return;
+	if (!method) {
 		method = http_method_str(c->method);
 		len = strlen(method);
 	}
 	req.method = method;
 	req.method_len = len;
-	uri = sluice_conn_header(c, "x-original-uri", &len);
-	if (!uri || !len)
-		uri = sluice_conn_header(c, "x-forwarded-uri", &len);
-	if (!uri || !len) {
+	len = ulen;
+	if (!uri) {
+		if (uh)
+			warn_other_proxy(c, uh);
 		uri = path[9] == '/' ? path + 9 : path;
 		len = strlen(uri);
 	}
@@ -370,6 +424,26 @@ void sluice_handle(sluice_conn_t *c)
 	}
 	memcpy(path, url, plen);
 	path[plen] = '\0';
+
+	/* admin.listen's socket serves the admin endpoints, and only it
+	 * does when it is open. */
+	if (c->admin_port || c->svc->admin_apart) {
+		int admin_path = strcmp(path, "/v1/reset") == 0 ||
+				 strcmp(path, "/v1/refund") == 0;
+
+		if (c->admin_port && !admin_path) {
+			sluice_resp_error(c, 404, "not_found", NULL,
+					  "this is the admin listener: "
+					  "/v1/reset, /v1/refund");
+			return;
+		}
+		if (!c->admin_port && admin_path) {
+			sluice_resp_error(c, 404, "not_found", NULL,
+					  "the admin endpoints are served on "
+					  "admin.listen only");
+			return;
+		}
+	}
 
 	if (strcmp(path, "/v1/check") == 0 ||
 	    strncmp(path, "/v1/check/", 10) == 0) {

@@ -31,9 +31,11 @@ void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m);
  * (json_api.c); the caller json_decref()s it. */
 json_t *sluice_api_object(sluice_conn_t *c);
 
-/* The configured rule of that name, or NULL after answering 400. */
-const sluice_rule_t *
-sluice_api_rule(sluice_conn_t *c, const sluice_config_t *cfg, const char *name);
+/* The configured rule named name[0..len) (a JSON string, which may hold a
+ * NUL: then no rule has that name), or NULL after answering 400. */
+const sluice_rule_t *sluice_api_rule(sluice_conn_t *c,
+				     const sluice_config_t *cfg,
+				     const char *name, size_t len);
 
 /* Its "key": 1 to 400 bytes, or NULL after answering 400. */
 const char *sluice_api_key(sluice_conn_t *c, json_t *obj, size_t *keylen);

@@ -149,9 +149,19 @@ static int get_rate(sluice_conn_t *c, json_t *obj, sluice_rate_t *rate)
 	json_t *v = json_object_get(obj, "rate");
 	char text[64], err[160];
 
-	if (json_is_string(v))
-		snprintf(text, sizeof(text), "%s", json_string_value(v));
-	else if (json_is_integer(v))
+	if (json_is_string(v)) {
+		size_t n = json_string_length(v);
+
+		/* Whole or not at all: a cut rate ("2/s" and junk past 63
+		 * bytes, or past a NUL) would read as another one. */
+		if (n >= sizeof(text) || memchr(json_string_value(v), 0, n)) {
+			bad(c, "rate",
+			    "expected a rate such as \"2/s\" (at most 63 "
+			    "bytes)");
+			return -1;
+		}
+		memcpy(text, json_string_value(v), n + 1);
+	} else if (json_is_integer(v))
 		snprintf(text, sizeof(text), "%lld",
 			 (long long)json_integer_value(v));
 	else if (json_is_real(v))
@@ -190,14 +200,16 @@ int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out)
 	return 0;
 }
 
-const sluice_rule_t *
-sluice_api_rule(sluice_conn_t *c, const sluice_config_t *cfg, const char *name)
+const sluice_rule_t *sluice_api_rule(sluice_conn_t *c,
+				     const sluice_config_t *cfg,
+				     const char *name, size_t len)
 {
 	char msg[160];
 	size_t i;
 
 	for (i = 0; i < cfg->nrules; i++)
-		if (strcmp(cfg->rules[i].name, name) == 0)
+		if (strlen(cfg->rules[i].name) == len &&
+		    memcmp(cfg->rules[i].name, name, len) == 0)
 			return &cfg->rules[i];
 	snprintf(msg, sizeof(msg), "no rule named \"%.100s\"", name);
 	bad(c, "rule", msg);
@@ -308,7 +320,8 @@ static int configured(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 	sluice_match_t *m = &t->matches[0];
 	json_t *tier = json_object_get(obj, "tier");
 
-	rule = sluice_api_rule(c, cfg, name);
+	rule = sluice_api_rule(
+		c, cfg, name, json_string_length(json_object_get(obj, "rule")));
 	if (!rule)
 		return -1;
 	if (tier && !json_is_string(tier)) {

@@ -7,9 +7,10 @@
  * can call it on every request from any thread.
  *
  * Store keys are "<rule>\x1f<identity>" (sluice_key_make() in libsluice,
- * shared with the language bindings).  The identity is the value of the
- * first key source that is non-empty; a composite source joins its parts
- * with \x1f.
+ * shared with /v1/take, the admin endpoints and the language bindings,
+ * which says how an identity is encoded).  The identity is the value of
+ * the first key source that is non-empty; a composite source joins its
+ * parts with \x1f, and a value holding \x1f is no part.
  *
  * What a client controls never picks its bucket: a path matches in every
  * spelling a router would send to the same handler (see path_matches()),
@@ -133,9 +134,14 @@ int sluice_glob_match_nocase(const char *pat, const char *s, size_t n)
  * Path normalisation, so that a client cannot step around a path rule by
  * spelling the path differently from how the application will route it:
  * percent-escapes are decoded (except %2F and %00, which would change the
- * segments or end the string), runs of '/' collapse to one, and "." and
- * ".." segments are resolved ("/x/../api//%75pload" is "/api/upload").
- * nginx does the same to $uri; X-Original-URI carries the raw form.
+ * segments or end the string), path parameters (";..." up to the end of
+ * a segment) are dropped, runs of '/' collapse to one, and "." and ".."
+ * segments are resolved ("/x/..;/api//%75pload;s=1" is "/api/upload").
+ * nginx does the same to $uri, and Tomcat, Jetty and Spring drop path
+ * parameters before routing; X-Original-URI carries the raw form.  An
+ * escaped ';' (%3B) is decoded first and so dropped too: a router that
+ * keeps it literal sends the request to another handler (usually none),
+ * and charging such a request is harmless, missing one is not.
  * Works in place: the result is never longer than the input.
  */
 static int hexval(char c)
@@ -178,7 +184,7 @@ static size_t decode_escapes(const char *in, size_t n, char *out)
 
 static size_t resolve_segments(char *buf, size_t m)
 {
-	size_t r = 0, w = 0, s, seglen;
+	size_t r = 0, w = 0, s, seglen, i;
 
 	while (r < m) {
 		if (buf[r] != '/') {
@@ -191,6 +197,15 @@ static size_t resolve_segments(char *buf, size_t m)
 		while (r < m && buf[r] != '/')
 			r++;
 		seglen = r - s;
+		/* Path parameters (";jsessionid=1", RFC 3986 section 3.3)
+		 * are not part of the segment for Tomcat, Jetty and Spring,
+		 * which route "/api;x/upload;" as "/api/upload": drop them,
+		 * before dot segments are looked at ("/..;/" is ".."). */
+		for (i = s; i < r; i++)
+			if (buf[i] == ';') {
+				seglen = i - s;
+				break;
+			}
 		if (seglen == 2 && buf[s] == '.' && buf[s + 1] == '.') {
 			while (w > 0 && buf[w - 1] != '/')
 				w--;
@@ -386,7 +401,10 @@ static int build_key(const sluice_config_t *cfg, const sluice_request_t *req,
 			const char *v =
 				part_value(cfg, req, &src->parts[i], ip, &len);
 
-			if (!v || len == 0)
+			/* A part holding the separator could pose as two
+			 * (HTTP forbids control characters in values; only a
+			 * caller building requests itself can pass one). */
+			if (!v || len == 0 || memchr(v, 0x1f, len))
 				break;
 			if (i > 0) {
 				bufs[nb] = "\x1f";

@@ -3,7 +3,9 @@
  */
 #include "serve/server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +152,12 @@ static const char *restart_fields(const sluice_config_t *cfg,
 		n += (size_t)snprintf(buf + n, len - n, "%sthreads",
 				      n ? ", " : "");
 	}
+	if (!str_same(cfg->admin_listen, run->admin_listen)) {
+		sluice_log_warn("SIGHUP: admin.listen changed: not applied, "
+				"needs a restart");
+		n += (size_t)snprintf(buf + n, len - n, "%sadmin.listen",
+				      n ? ", " : "");
+	}
 	if (!store_same(&cfg->store, &run->store)) {
 		/* Not the URL: it may hold a password. */
 		sluice_log_warn("SIGHUP: store changed: not applied, needs a "
@@ -159,6 +167,44 @@ static const char *restart_fields(const sluice_config_t *cfg,
 		snprintf(buf + n, len - n, "%sstore", n ? ", " : "");
 	}
 	return buf;
+}
+
+/* 1 when "HOST:PORT" binds a loopback address only. */
+static int loopback(const char *addr)
+{
+	struct sockaddr_storage ss;
+	char err[128];
+
+	if (sluice_listen_parse(addr, &ss, err, sizeof(err)) < 0)
+		return 0;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >>
+			24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a =
+			&((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return 0;
+}
+
+/* The admin endpoints change limits: say so when anyone who can reach a
+ * non-loopback address may try tokens on them.  `run` is the config whose
+ * sockets are open (its listen and admin.listen). */
+static void warn_admin_exposure(const sluice_config_t *cfg,
+				const sluice_config_t *run)
+{
+	const char *at = run->admin_listen ? run->admin_listen : run->listen;
+
+	if (cfg->admin_token && !loopback(at))
+		sluice_log_warn("admin endpoints (/v1/reset, /v1/refund) are "
+				"served on %s, which is not a loopback "
+				"address: anyone who reaches it can try "
+				"tokens; give them admin.listen on 127.0.0.1 "
+				"(or ::1)",
+				at);
 }
 
 static void reload(sluice_server_t *s)
@@ -183,6 +229,7 @@ static void reload(sluice_server_t *s)
 		return;
 	}
 	restart_fields(cfg, run, fields, sizeof(fields));
+	warn_admin_exposure(cfg, run);
 	live = sluice_live_new(cfg);
 	if (!live) {
 		sluice_metrics_reload(0);
@@ -254,6 +301,10 @@ static void on_wakeup(uv_async_t *a)
 			uv_close((uv_handle_t *)&w->listener, NULL);
 			w->listening = 0;
 		}
+		if (w->admin_listening) {
+			uv_close((uv_handle_t *)&w->admin_listener, NULL);
+			w->admin_listening = 0;
+		}
 		sluice_tcp_drain(w);
 	}
 	if (w->svc.draining && w->nconns == 0)
@@ -324,6 +375,31 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	uv_timer_start(&w->sweep, on_sweep, period, period);
 	uv_async_init(&w->loop, &w->wakeup, on_wakeup);
 	w->wakeup.data = w;
+	return 0;
+}
+
+/* admin.listen: one socket, on the first worker's loop; the admin
+ * endpoints are then served there only (svc.admin_apart). */
+static int admin_listener(sluice_server_t *s, const char *addr, char *err,
+			  size_t errlen)
+{
+	sluice_worker_t *w = &s->workers[0];
+	int fd = sluice_listen_socket(addr, 1, err, errlen), r;
+	unsigned i;
+
+	if (fd < 0)
+		return -1;
+	uv_tcp_init(&w->loop, &w->admin_listener);
+	w->admin_listener.data = w;
+	w->admin_listening = 1; /* the handle is to be closed from now on */
+	if ((r = uv_tcp_open(&w->admin_listener, fd)) < 0 ||
+	    (r = uv_listen((uv_stream_t *)&w->admin_listener, SOMAXCONN,
+			   sluice_tcp_on_connection)) < 0) {
+		snprintf(err, errlen, "listen %s: %s", addr, uv_strerror(r));
+		return -1;
+	}
+	for (i = 0; i < s->nworkers; i++)
+		s->workers[i].svc.admin_apart = 1;
 	return 0;
 }
 
@@ -443,6 +519,13 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		}
 	}
 
+	if (cfg->admin_token && cfg->admin_listen &&
+	    admin_listener(&s, cfg->admin_listen, err, sizeof(err)) < 0) {
+		sluice_log_error("admin.%s", err);
+		status = 1;
+		goto out;
+	}
+
 	s.main_loop = uv_default_loop();
 	uv_signal_init(s.main_loop, &s.sighup);
 	uv_signal_init(s.main_loop, &s.sigterm);
@@ -468,6 +551,10 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 				s.nworkers == 1 ? "" : "s", store_name(cfg),
 				cfg->nrules, cfg->nrules == 1 ? "" : "s",
 				cfg->path ? cfg->path : "built-in default");
+		if (s.workers[0].admin_listening)
+			sluice_log_info("admin endpoints listening on %s",
+					cfg->admin_listen);
+		warn_admin_exposure(cfg, cfg);
 		uv_run(s.main_loop, UV_RUN_DEFAULT);
 	} else {
 		on_signal(&s.sigterm, SIGTERM);
@@ -485,6 +572,9 @@ out:
 		if (i >= started && w->listening) {
 			/* never ran: close its handles here */
 			uv_close((uv_handle_t *)&w->listener, NULL);
+			if (w->admin_listening)
+				uv_close((uv_handle_t *)&w->admin_listener,
+					 NULL);
 			if (w->sweep.data)
 				uv_close((uv_handle_t *)&w->sweep, NULL);
 			if (w->wakeup.data)

@@ -64,6 +64,9 @@ typedef struct sluice_worker_s {
 	uv_thread_t thread;
 	int fd; /* the listening socket */
 	int listening;
+	/* admin.listen's socket (the first worker only) */
+	uv_tcp_t admin_listener;
+	int admin_listening;
 	sluice_svc_t svc;
 	_Atomic(sluice_live_t *) next_live; /* handed over by SIGHUP */
 	atomic_int drain;		    /* set by SIGTERM */

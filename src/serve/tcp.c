@@ -326,6 +326,7 @@ void sluice_tcp_on_connection(uv_stream_t *listener, int status)
 	uv_tcp_nodelay(&t->handle, 1);
 	sluice_conn_init(&t->conn, &w->svc, &tcp_io,
 			 (const struct sockaddr *)&peer);
+	t->conn.admin_port = listener == (uv_stream_t *)&w->admin_listener;
 	t->touch_ms = uv_now(&w->loop);
 	list_append(w, t);
 	w->nconns++;

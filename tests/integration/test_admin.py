@@ -34,6 +34,10 @@ rules:
   - name: api
     key: ["header:x-user-id"]
     limits: [{capacity: 5, rate: 1/h}, {capacity: 3, rate: 1/day}]
+  - name: pair
+    match: {path: "/pair"}
+    key: "header:x-org+header:x-member"
+    limits: [{capacity: 2, rate: 1/h}]
   - name: tiered
     key: ["header:x-user-id"]
     tiers:
@@ -74,6 +78,70 @@ class AdminOff(unittest.TestCase):
                 self.assertEqual(r.status, 404, path)
 
 
+class AdminListen(unittest.TestCase):
+    """admin.listen: the admin endpoints on a listener of their own, and
+    only there; a warning when they face a non-loopback address."""
+
+    def test_admin_endpoints_only_on_their_listener(self):
+        port = harness.free_port()
+        cfg = ('admin: {token: "%s", listen: "127.0.0.1:%d"}\n%s'
+               % (TOKEN, port, RULES))
+        with Sluice(cfg) as s:
+            harness.wait_for_port(port, proc=s)
+            body = json.dumps({"rule": "api", "key": "lp"})
+            take(s, {"rule": "api", "key": "lp"})
+            r = s.request("POST", "/v1/reset", AUTH, body)
+            self.assertEqual(r.status, 404)
+            self.assertIn("admin.listen", r.json()["message"])
+            r = harness.request(port, "POST", "/v1/reset", AUTH, body)
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            r = harness.request(port, "POST", "/v1/reset", {}, body)
+            self.assertEqual(r.status, 401)
+            # the admin listener serves nothing else
+            for path in ("/v1/check", "/metrics", "/healthz"):
+                r = harness.request(port, "GET", path)
+                self.assertEqual(r.status, 404, path)
+            self.assertEqual(s.request("GET", "/healthz").status, 200)
+            self.assertIn("admin endpoints listening on 127.0.0.1:%d"
+                          % port, s.log())
+            self.assertNotIn("not a loopback address", s.log())
+
+    def test_warning_when_admin_faces_a_network(self):
+        # admin.listen on every address (traffic stays on loopback)
+        port = harness.free_port()
+        cfg = ('admin: {token: "%s", listen: "0.0.0.0:%d"}\n%s'
+               % (TOKEN, port, RULES))
+        with Sluice(cfg) as s:
+            self.assertTrue(harness.wait_until(
+                lambda: "not a loopback address" in s.log(), 20))
+            self.assertIn("served on 0.0.0.0:%d" % port, s.log())
+        # no admin.listen: the admin endpoints follow listen
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            main = harness.free_port()
+            f.write('listen: "0.0.0.0:%d"\nadmin: {token: "%s"}\n%s'
+                    % (main, TOKEN, RULES))
+            f.flush()
+            with harness.Proc([harness.SLUICE, "serve", "-c",
+                               f.name]) as p:
+                harness.wait_for_port(main, proc=p)
+                self.assertTrue(harness.wait_until(
+                    lambda: "served on 0.0.0.0:%d" % main in p.log(), 20))
+        # loopback: no warning
+        with Sluice('admin: {token: "%s"}\n%s' % (TOKEN, RULES)) as s:
+            self.assertEqual(s.request("GET", "/healthz").status, 200)
+            self.assertNotIn("not a loopback address", s.log())
+
+    def test_bad_admin_listen_names_the_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write('admin:\n  token: "%s"\n  listen: "nowhere"\n'
+                    % TOKEN)
+            f.flush()
+            p = subprocess.run([harness.SLUICE, "check-config", f.name],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f.name + ":3: admin.listen", p.stderr)
+
+
 class Behaviour:
     """The same assertions on each store (store() gives its YAML)."""
 
@@ -100,6 +168,7 @@ class Behaviour:
                 r = self.post(s, "/v1/reset", body, headers)
                 self.assertEqual(r.status, 401, headers)
                 self.assertEqual(r.header("www-authenticate"), "Bearer")
+            take(s, body)
             self.assertEqual(self.post(s, "/v1/reset", body).status, 200)
             r = s.request("GET", "/v1/reset", AUTH)
             self.assertEqual(r.status, 405)
@@ -109,6 +178,7 @@ class Behaviour:
             f.write(TOKEN + "\n")
             f.flush()
             with self.start("{token_file: %s}" % f.name) as s:
+                take(s, {"rule": "api", "key": "a"})
                 r = self.post(s, "/v1/reset", {"rule": "api", "key": "a"})
                 self.assertEqual(r.status, 200)
                 r = self.post(s, "/v1/reset", {"rule": "api", "key": "a"},
@@ -129,7 +199,7 @@ class Behaviour:
             self.assertEqual(take(s, other).status, 429)
             # Each action is logged; a key cannot forge a log line.
             forged = {"rule": "api", "key": "x\nERROR forged"}
-            self.assertEqual(self.post(s, "/v1/reset", forged).status, 200)
+            self.assertEqual(self.post(s, "/v1/reset", forged).status, 404)
             log = s.log()
             self.assertIn('admin: reset of rule "api" key "alice"', log)
             self.assertIn('key "x?ERROR forged"', log)
@@ -187,6 +257,45 @@ class Behaviour:
             self.assertEqual(remaining(s, long), 2)
             # The rule "api" with the same key is another bucket.
             self.assertEqual(remaining(s, {"rule": "api", "key": "job"}), 3)
+
+    def test_a_key_without_state_is_not_found(self):
+        """Nothing to reset or refund (every bucket full, the same as
+        none): 404 not_found, and nothing changes."""
+        with self.start() as s:
+            for path in ("/v1/reset", "/v1/refund"):
+                for body in ({"rule": "api", "key": "nobody"},
+                             {"rule": "tiered", "key": "nobody"},
+                             {"key": "nobody", "capacity": 2,
+                              "rate": "1/h"}):
+                    r = self.post(s, path, body)
+                    self.assertEqual(r.status, 404, (path, body))
+                    self.assertEqual(r.json()["status"], "not_found")
+            # One drained limit of one tier is enough to be found.
+            take(s, {"rule": "tiered", "key": "some", "tier": "paid"})
+            r = self.post(s, "/v1/reset", {"rule": "tiered", "key": "some"})
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            self.assertIn("no bucket holds state", s.log())
+
+    def test_composite_identities_are_one_bucket_everywhere(self):
+        """The documented form of a composite identity (parts joined by
+        0x1f) reaches the bucket /v1/check charges, from /v1/take and from
+        the admin endpoints."""
+        with self.start() as s:
+            hdrs = {"x-org": "acme", "x-member": "ann"}
+            ident = {"rule": "pair", "key": "acme\x1fann"}
+
+            def check():
+                return s.request("GET", "/v1/check/pair", hdrs).status
+            self.assertEqual([check() for _ in range(3)], [200, 200, 429])
+            self.assertEqual(remaining(s, ident), 0)
+            self.assertEqual(take(s, ident).status, 429)
+            r = self.post(s, "/v1/reset", ident)
+            self.assertEqual((r.status, r.json()), (200, {"status": "reset"}))
+            self.assertEqual(check(), 200)
+            self.assertEqual(take(s, ident).status, 200)
+            self.assertEqual(check(), 429)
+            self.assertEqual(self.post(s, "/v1/refund", ident).status, 200)
+            self.assertEqual(check(), 200)
 
     def test_bad_bodies_name_the_field(self):
         with self.start() as s:

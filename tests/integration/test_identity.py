@@ -6,6 +6,7 @@ default): every spelling of a path meets the path's rule, X-Forwarded-For
 lines are one list, and an identity header sent twice picks nothing.  The
 same through real nginx is in test_nginx.py.
 """
+import hashlib
 import math
 import os
 import sys
@@ -42,12 +43,16 @@ rules:
     limits: [{capacity: 2, rate: 1/min}]
 """
 
-# Spellings that nginx or Express (by default) hand to the handler of
-# /api/upload.
+# Spellings that nginx, Express (by default) or a Java router hand to the
+# handler of /api/upload.
 SPELLINGS = ["/api/upload/", "/api/upload/?q=1", "/API/upload",
              "/Api/UPLOAD/", "/api/%75pload", "/api/./upload",
              "/x/../api/upload", "//api//upload", "/api/upload#top",
-             "http://api.example/api/upload"]
+             "http://api.example/api/upload",
+             # path parameters: Tomcat, Jetty and Spring route these to
+             # /api/upload's handler
+             "/api/upload;jsessionid=1", "/api;x/upload", "/api/upload;",
+             "/x/..;/api/upload", "/api/upload%3Bx"]
 
 
 def raw_check(port, *header_lines):
@@ -128,6 +133,51 @@ class ForwardingHeaders(unittest.TestCase):
                              .header("x-ratelimit-remaining"), "1")
 
 
+TIERS = """
+rules:
+  - name: tiered
+    key: ip
+    tiers:
+      header: x-tier
+      default: free
+      limits:
+        free: [{capacity: 2, rate: 1/min}]
+        paid: [{capacity: 50, rate: 1/min}]
+"""
+
+
+def chunked_check(port, trailer_lines, body=b"ab"):
+    """POST /v1/check with a chunked body and trailer fields after it."""
+    trailers = "".join("%s\r\n" % t for t in trailer_lines)
+    data = (b"POST /v1/check HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            + b"%x\r\n" % len(body) + body + b"\r\n0\r\n"
+            + trailers.encode() + b"\r\n")
+    out = harness.raw(port, data)
+    assert len(out) == 1, out
+    return out[0]
+
+
+class Trailers(unittest.TestCase):
+    """Only the request head decides: trailer fields after a chunked body
+    are never read as headers."""
+
+    def test_a_trailer_address_picks_no_bucket(self):
+        with Sluice(PER_IP.replace("capacity: 2", "capacity: 3")) as s:
+            got = [chunked_check(s.port, ["X-Real-IP: 6.6.6.%d" % i])
+                   .status for i in range(6)]
+            # all six were the peer's: capacity 3
+            self.assertEqual(got, [200, 200, 200, 429, 429, 429])
+            r = raw_check(s.port, "X-Real-IP: 6.6.6.0")
+            self.assertEqual(r.header("x-ratelimit-remaining"), "2")
+
+    def test_a_trailer_tier_is_not_believed(self):
+        with Sluice(TIERS) as s:
+            r = chunked_check(s.port, ["x-tier: paid"])
+            self.assertEqual(r.header("x-ratelimit-limit"), "2")
+            self.assertEqual(r.header("x-ratelimit-remaining"), "1")
+
+
 class IdentityHeaders(unittest.TestCase):
 
     def test_a_repeated_identity_header_picks_no_bucket(self):
@@ -144,6 +194,20 @@ class IdentityHeaders(unittest.TestCase):
             r = raw_check(s.port, "x-user-id: victim",
                           "X-Real-IP: 192.0.2.6")
             self.assertEqual(r.header("x-ratelimit-remaining"), "1")
+
+    def test_no_identity_drains_another(self):
+        """"~" and the SHA-256 of a long or binary identity is the store
+        key of that identity; sent as an identity itself it gets its own
+        bucket (it is hashed too)."""
+        with Sluice(PER_USER) as s:
+            for victim in ("v" * 300, "a\tb"):
+                forged = "~" + hashlib.sha256(victim.encode()).hexdigest()
+                got = [raw_check(s.port, "x-user-id: " + forged).status
+                       for _ in range(3)]
+                self.assertEqual(got, [200, 200, 429])
+                r = raw_check(s.port, "x-user-id: " + victim)
+                self.assertEqual(r.status, 200, victim)
+                self.assertEqual(r.header("x-ratelimit-remaining"), "1")
 
     def test_default_policy_has_a_per_address_ceiling(self):
         """No config, no proxy clearing headers: 300 requests from one

@@ -552,9 +552,7 @@ rules:
             self.assertEqual(r.header("x-ratelimit-remaining"), "10")
             self.assertEqual(r.header("ratelimit-policy"),
                              '"upload/anonymous";q=20;w=60')
-            # Traefik's names work too.
-            r = check(s, "up", headers={"x-forwarded-method": "POST",
-                                        "x-forwarded-uri": "/api/upload"})
+            r = check(s, "up", headers=hdr)
             self.assertEqual(r.header("x-ratelimit-remaining"), "0")
             r = check(s, "up", headers=hdr)
             self.assertEqual(r.status, 429)
@@ -570,6 +568,55 @@ rules:
             hdr["x-user-tier"] = "paid"
             r = check(s, "up3", headers=hdr)
             self.assertEqual(r.header("x-ratelimit-remaining"), "1990")
+
+    def test_only_the_configured_proxy_headers_describe_the_request(self):
+        """proxy: names the one pair of headers read; the other proxy
+        kind's (which a ForwardAuth proxy passes on from the client) is
+        not believed, and the named one on two lines is refused."""
+        fwd = {"x-forwarded-method": "POST", "x-forwarded-uri": "/api/upload"}
+        orig = {"x-original-method": "GET", "x-original-uri": "/harmless"}
+        for kind, charged, ignored in (("nginx", orig, fwd),
+                                       ("forward_auth", fwd, orig)):
+            with Sluice("proxy: %s\n%s" % (kind, UPLOAD)) as s:
+                both = dict(charged, **ignored)
+                if kind == "nginx":
+                    both.update({"x-original-method": "POST",
+                                 "x-original-uri": "/api/upload"})
+                r = check(s, "p", headers=both)
+                self.assertEqual(r.header("x-ratelimit-remaining"), "10",
+                                 kind)
+                # The other pair alone picks nothing: no rule applies.
+                r = check(s, "p", headers=ignored)
+                self.assertEqual(r.status, 200, kind)
+                if kind == "nginx":
+                    self.assertIsNone(r.header("x-ratelimit-limit"))
+                    self.assertTrue(harness.wait_until(
+                        lambda: "has x-forwarded-uri but no x-original-uri"
+                        in s.log()))
+                name = "x-original-uri" if kind == "nginx" else \
+                    "x-forwarded-uri"
+                line = "%s: /api/upload" % name
+                out = harness.raw(s.port, (
+                    "GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+                    "x-user-id: p\r\n%s\r\n%s: /other\r\n"
+                    "Connection: close\r\n\r\n" % (line, name)).encode())
+                self.assertEqual(out[0].status, 400, kind)
+                self.assertEqual(out[0].json()["field"], name)
+        with Sluice("proxy: forward_auth\n" + UPLOAD) as s:
+            r = check(s, "q", headers={"x-original-method": "POST",
+                                       "x-original-uri": "/api/upload"})
+            self.assertIsNone(r.header("x-ratelimit-limit"))
+        # Explicit names; envoy reads the check request itself.
+        with Sluice("proxy: {method_header: X-M, uri_header: x-u}\n" +
+                    UPLOAD) as s:
+            r = check(s, "e", headers={"x-m": "POST", "x-u": "/api/upload",
+                                       "x-original-uri": "/x"})
+            self.assertEqual(r.header("x-ratelimit-remaining"), "10")
+        with Sluice("proxy: envoy\n" + UPLOAD) as s:
+            r = check(s, "v", method="POST", path="/v1/check/api/upload",
+                      headers={"x-original-uri": "/x",
+                               "x-forwarded-uri": "/y"})
+            self.assertEqual(r.header("x-ratelimit-remaining"), "10")
 
     def test_spoofed_forwarding_headers_from_untrusted_peer_ignored(self):
         with Sluice(UNTRUSTED) as s:
@@ -908,6 +955,13 @@ class Cli(unittest.TestCase):
         self.assertEqual(p.returncode, 0)
         for opt in ("--config", "--listen", "--threads", "--help"):
             self.assertIn(opt, p.stdout)
+        # the defaults it describes are the ones that run (CONFIG.md)
+        help_text = " ".join(p.stdout.split())
+        for fact in ("two rules", "`default`", "capacity 100",
+                     "refill 2/s", "`default-ip`", "capacity 200",
+                     "refill 4/s"):
+            self.assertIn(fact, help_text)
+        self.assertNotIn("one rule", help_text)
         self.assertEqual(self.run_sluice("nope").returncode, 2)
         self.assertEqual(self.run_sluice("serve", "--threads", "0")
                          .returncode, 2)

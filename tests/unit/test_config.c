@@ -577,6 +577,40 @@ static void test_check_reports_every_tls_and_sentinel_error(void)
 	unlink(path);
 }
 
+/* proxy: picks the one pair of headers /v1/check reads. */
+static void test_proxy_names_the_headers_read(void)
+{
+	static const struct {
+		const char *yaml, *method, *uri;
+	} cases[] = {
+		{"threads: 1\n", "x-original-method", "x-original-uri"},
+		{"proxy: nginx\n", "x-original-method", "x-original-uri"},
+		{"proxy: forward_auth\n", "x-forwarded-method",
+		 "x-forwarded-uri"},
+		{"proxy: envoy\n", NULL, NULL},
+		{"proxy: {method_header: X-Orig-M, uri_header: x-orig-u}\n",
+		 "x-orig-m", "x-orig-u"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char err[256];
+		sluice_config_t *c = sluice_config_parse(
+			"t.yaml", cases[i].yaml, strlen(cases[i].yaml), err,
+			sizeof(err));
+		const char *m, *u;
+
+		CHECK(c != NULL);
+		sluice_config_proxy_headers(c, &m, &u);
+		CHECK(m == cases[i].method ||
+		      (m && cases[i].method &&
+		       strcmp(m, cases[i].method) == 0));
+		CHECK(u == cases[i].uri ||
+		      (u && cases[i].uri && strcmp(u, cases[i].uri) == 0));
+		sluice_config_free(c);
+	}
+}
+
 static void test_empty_trusted_proxies_trusts_nobody(void)
 {
 	char err[512];
@@ -639,6 +673,19 @@ static const struct bad bad_files[] = {
 	{"http:\n  max_body_bytes: 16777216\n", 2,
 	 "expected a whole number from 64 to 65536"},
 	{"http: {max_body_bytes: 65537}\n", 1, "from 64 to 65536"},
+	/* proxy */
+	{"proxy: traefik\n", 1,
+	 "proxy \"traefik\" is not a proxy kind; expected nginx, "
+	 "forward_auth, envoy or {method_header, uri_header}"},
+	{"proxy: {uri_header: x-u}\n", 1,
+	 "proxy has no method_header; expected both method_header and "
+	 "uri_header"},
+	{"proxy: {method_header: x-m, uri_header: \"x u\"}\n", 1,
+	 "proxy.uri_header \"x u\" is not a header name"},
+	{"proxy: {method_header: X-U, uri_header: x-u}\n", 1,
+	 "proxy.uri_header is the same header as method_header"},
+	{"proxy: {method_header: x-m, uri_header: x-u, path: p}\n", 1,
+	 "unknown key \"path\""},
 	/* rates and limits */
 	{"rules:\n  - name: a\n    limits:\n"
 	 "      - {capacity: 100, rate: 2/fortnight}\n",
@@ -689,7 +736,14 @@ static const struct bad bad_files[] = {
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3,
 	 "never matches: request paths are matched after decoding escapes, "
-	 "merging slashes and resolving dot segments; expected \"/api/up/x\""},
+	 "dropping ;parameters, merging slashes and resolving dot segments; "
+	 "expected \"/api/up/x\""},
+	{"rules:\n  - name: a\n    match: {path: \"/api;v=2/upload\"}\n"
+	 "    limits: [{capacity: 1, rate: 1/s}]\n",
+	 3,
+	 "never matches: request paths are matched after decoding escapes, "
+	 "dropping ;parameters, merging slashes and resolving dot segments; "
+	 "expected \"/api/upload\""},
 	{"rules:\n  - name: a\n    match: {path: \"/%7Euser/*\"}\n"
 	 "    limits: [{capacity: 1, rate: 1/s}]\n",
 	 3, "expected \"/~user/*\""},
@@ -1047,6 +1101,7 @@ int main(void)
 	RUN(test_sentinel);
 	RUN(test_check_reports_every_tls_and_sentinel_error);
 	RUN(test_empty_trusted_proxies_trusts_nobody);
+	RUN(test_proxy_names_the_headers_read);
 	RUN(test_bad_files_name_file_and_line);
 	RUN(test_check_reads_on_after_errors);
 	RUN(test_many_overrides_are_found_in_constant_time);

@@ -430,6 +430,148 @@ static void test_every_400_closes(void)
 	CHECK(sluice_conn_release(&c));
 }
 
+/* Only the request head decides: a trailer after a chunked body (here the
+ * key header, and a second Host) is never read as a header.  Two requests
+ * naming "trailer" in a trailer fall back to the peer's address and leave
+ * the "trailer" bucket untouched. */
+static void test_trailers_never_decide(void)
+{
+	static const char chunked[] =
+		"POST /v1/check HTTP/1.1\r\nHost: x\r\n"
+		"Transfer-Encoding: chunked\r\n\r\n"
+		"2\r\nab\r\n0\r\nx-user-id: trailer\r\nHost: y\r\n\r\n";
+	static sluice_conn_t c;
+	int st[4], i;
+
+	for (i = 0; i < 2; i++) {
+		conn_init(&c);
+		feed(&c, chunked);
+		CHECK(sluice_conn_waiting(&c));
+		CHECK(sluice_conn_header(&c, "x-user-id", NULL) == NULL);
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
+		CHECK_EQ_U64(st[0], 200);
+		CHECK(sluice_conn_release(&c));
+	}
+	conn_init(&c);
+	feed(&c, "GET /v1/check HTTP/1.1\r\nHost: x\r\n"
+		 "x-user-id: trailer\r\n\r\n");
+	CHECK_EQ_U64(deferred_run(&store), 1);
+	CHECK(memmem(c.out.data, c.out.len, "Remaining: 99", 13) != NULL);
+	CHECK(sluice_conn_release(&c));
+}
+
+/* Trailers count against max_header_bytes like the head does. */
+static void test_trailers_are_bounded(void)
+{
+	static char req[20000];
+	int n;
+
+	n = snprintf(req, sizeof(req),
+		     "POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+		     "Transfer-Encoding: chunked\r\n\r\n0\r\nx-pad: ");
+	memset(req + n, 'a', 9000);
+	n += 9000;
+	snprintf(req + n, sizeof(req) - (size_t)n, "\r\n\r\n");
+	CHECK_EQ_U64(status_str(req, NULL), 431);
+}
+
+/* A field value is read whole, never cut to a buffer's size: a rate with
+ * junk after 63 bytes, or after a NUL, is refused, not read as its start;
+ * so is a rule name with a NUL. */
+static void test_take_fields_are_never_cut(void)
+{
+	static const char *const bodies[] = {
+		"{\"key\":\"k\",\"capacity\":5,\"rate\":\"2/s"
+		"                                                            "
+		"          junk\"}",
+		"{\"key\":\"k\",\"capacity\":5,\"rate\":\"2/s\\u0000junk\"}",
+		"{\"key\":\"k\",\"rule\":\"default\\u0000junk\"}",
+	};
+	char req[512];
+	size_t i;
+
+	for (i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+		snprintf(req, sizeof(req),
+			 "POST /v1/take HTTP/1.1\r\nHost: x\r\n"
+			 "Content-Length: %zu\r\n\r\n%s",
+			 strlen(bodies[i]), bodies[i]);
+		CHECK_EQ_U64(status_str(req, NULL), 400);
+	}
+}
+
+/* Chunked framing exactly as RFC 9112 section 7.1 writes it: CRLF after
+ * each chunk's data, and nothing but an extension after the size. */
+static void test_malformed_chunking_is_400(void)
+{
+#define TE                                                                     \
+	"POST /v1/take HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "             \
+	"chunked\r\n\r\n"
+#define BODY "{\"key\":\"k\",\"capacity\":9,\"rate\":\"1/s\"}" /* 0x25 */
+	static const char *const bad[] = {
+		/* two bytes other than CRLF after the data */
+		TE "25\r\n" BODY "XY0\r\n\r\n",
+		TE "25\r\n" BODY "\n\n0\r\n\r\n",
+		TE "25\r\n" BODY "\r\r0\r\n\r\n",
+		/* whitespace after the size, without an extension */
+		TE "25 \r\n" BODY "\r\n0\r\n\r\n",
+		TE "25\t\r\n" BODY "\r\n0\r\n\r\n",
+		TE "25\r\n" BODY "\r\n0 \r\n\r\n",
+		/* junk after the size, an extension without a name */
+		TE "25 x\r\n" BODY "\r\n0\r\n\r\n",
+		TE "25;\r\n" BODY "\r\n0\r\n\r\n",
+		TE "25;a=\"b\r\n" BODY "\r\n0\r\n\r\n",
+	};
+	static const char *const good[] = {
+		TE "25\r\n" BODY "\r\n0\r\n\r\n",
+		/* extensions, with the whitespace RFC 9112 allows */
+		TE "1;a=b\r\n{\r\n24 ; c ; d = \"e;f\"\r\n"
+		   "\"key\":\"k\",\"capacity\":9,\"rate\":\"1/s\"}"
+		   "\r\n0;x\r\n\r\n",
+		TE "25\r\n" BODY "\r\n0\r\nx-trailer: t\r\n\r\n",
+	};
+#undef TE
+#undef BODY
+	size_t i;
+
+	EXPECT_EACH(bad, 400);
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		CHECK_EQ_U64(status_str(good[i], NULL), 200);
+	/* pipelined: each chunked request ends where the next begins */
+	{
+		static sluice_conn_t c;
+		char two[512];
+		int st[4];
+
+		snprintf(two, sizeof(two), "%s%s", good[2], good[0]);
+		conn_init(&c);
+		feed(&c, two);
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		sluice_conn_resume(&c); /* what the transport does on wake */
+		CHECK_EQ_U64(deferred_run(&store), 1);
+		CHECK_EQ_U64(count_answers(&c, st, 4), 2);
+		CHECK(st[0] == 200 && st[1] == 200);
+		CHECK(sluice_conn_release(&c));
+	}
+	/* the same however the bytes arrive */
+	for (i = 0; i < 2; i++) {
+		static sluice_conn_t c;
+		const char *req = i ? bad[0] : good[1];
+		size_t k, n = strlen(req);
+		int st[4];
+
+		conn_init(&c);
+		for (k = 0; k < n && !c.want_close; k++) {
+			sluice_conn_feed(&c, req + k, 1);
+			if (sluice_conn_waiting(&c))
+				deferred_run(&store);
+		}
+		CHECK_EQ_U64(count_answers(&c, st, 4), 1);
+		CHECK_EQ_U64(st[0], i ? 400 : 200);
+		CHECK(sluice_conn_release(&c));
+	}
+}
+
 /* A client that pipelines requests and never reads: parsing stops once
  * out_high bytes of answers are unsent, the rest waits in `in`, and all
  * are answered, in order, as the transport writes out. */
@@ -550,6 +692,10 @@ int main(void)
 	RUN(test_every_400_closes);
 	RUN(test_unsent_answers_stop_parsing);
 	RUN(test_largest_limits_apply);
+	RUN(test_trailers_never_decide);
+	RUN(test_trailers_are_bounded);
+	RUN(test_take_fields_are_never_cut);
+	RUN(test_malformed_chunking_is_400);
 	sluice_take_free(svc.spare);
 	sluice_live_unref(svc.live);
 	sluice_memstore_free(store.store);

@@ -261,32 +261,28 @@ static void test_paths_are_normalised_before_matching(void)
 	 * handler of /api/upload: escapes, dot segments, repeated slashes,
 	 * a trailing slash, letter case, an absolute-form target */
 	static const char *const same[] = {
-		"/api/upload",
-		"/api//upload",
-		"//api/upload",
-		"/api/./upload",
-		"/x/../api/upload",
-		"/api/%75pload",
-		"/api/%75pload?a=b",
-		"/x/%2e%2e/api/upload",
-		"/../api/upload",
-		"/api/upload/",
-		"/api/upload/?q=1",
-		"/api/upload//",
-		"/API/upload",
-		"/Api/UPLOAD/",
-		"/api/%55pload",
-		"/api/upload/.",
-		"/api/upload/x/..",
-		"/api/upload#frag",
+		"/api/upload", "/api//upload", "//api/upload", "/api/./upload",
+		"/x/../api/upload", "/api/%75pload", "/api/%75pload?a=b",
+		"/x/%2e%2e/api/upload", "/../api/upload", "/api/upload/",
+		"/api/upload/?q=1", "/api/upload//", "/API/upload",
+		"/Api/UPLOAD/", "/api/%55pload", "/api/upload/.",
+		"/api/upload/x/..", "/api/upload#frag",
 		"http://example.com/api/upload",
-		"HTTPS://example.com:8443/API/upload/?x=1"};
+		"HTTPS://example.com:8443/API/upload/?x=1",
+		/* path parameters, which Tomcat, Jetty and Spring drop
+		 * from every segment before routing */
+		"/api/upload;jsessionid=1", "/api;x/upload", "/api/upload;",
+		"/api;/upload;a=b;c=d/", "/x/..;/api/upload", "/api/upload;x/",
+		"/api/upload%3Bjsessionid=1", "/api%3bx/upload",
+		"/api/upload;x?q=;y"};
 	static const char *const other[] = {
 		"/api%2Fupload",      "/api/uploads",
 		"/api/upload%00",     "/api/upload%2",
 		"/api/upload/x",      "/api/upload//x",
 		"/api/upl",	      "api/upload",
-		"http://example.com", "/http://example.com/api/upload"};
+		"http://example.com", "/http://example.com/api/upload",
+		"/api/upload;/x",     "/api/;upload",
+		"/api/uploads;x"};
 	sluice_match_t m[1];
 	req_t q;
 	size_t i;
@@ -482,7 +478,9 @@ static void test_long_or_binary_values_are_hashed(void)
 		c, &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id", v1, NULL)->r,
 		m1, 1);
 	CHECK(m1[0].key[8] == '~');
-	/* a control character cannot forge the composite separator */
+	/* a value holding the composite separator is no identity part (HTTP
+	 * forbids it; only a caller building requests itself can pass one):
+	 * the next source, the address, decides */
 	sluice_rules_match(c,
 			   &mkreq(&q, "GET", "/", "10.0.0.1", "x-user-id",
 				  "a\x1f"
@@ -490,7 +488,79 @@ static void test_long_or_binary_values_are_hashed(void)
 				  NULL)
 				    ->r,
 			   m1, 1);
-	CHECK(m1[0].key[8] == '~' && m1[0].keylen == 8 + 65);
+	CHECK(key_is(&m1[0], "default", "10.0.0.1"));
+	sluice_config_free(c);
+}
+
+/* sluice_key_make() is one-to-one: an identity that is the encoding of
+ * another ("~" and the hex SHA-256 of a long or binary identity) gets a
+ * bucket of its own, as does every long or binary identity. */
+static void test_no_identity_poses_as_another(void)
+{
+	static const char hex[] = "0123456789abcdef";
+	char victim[300], forged[80], k1[SLUICE_KEY_MAX], k2[SLUICE_KEY_MAX];
+	const char *const victims[] = {victim, "a\tb", "x\x7f", "~"};
+	const void *part;
+	size_t len, n1, n2, i, j;
+	uint8_t d[32];
+
+	memset(victim, 'v', sizeof(victim) - 1);
+	victim[sizeof(victim) - 1] = '\0';
+	for (i = 0; i < sizeof(victims) / sizeof(victims[0]); i++) {
+		part = victims[i];
+		len = strlen(victims[i]);
+		n1 = sluice_key_make("api", &part, &len, 1, k1);
+		/* what the old rule wrote for a hashed identity */
+		sluice_sha256(&part, &len, 1, d);
+		forged[0] = '~';
+		for (j = 0; j < 32; j++) {
+			forged[1 + 2 * j] = hex[d[j] >> 4];
+			forged[2 + 2 * j] = hex[d[j] & 15];
+		}
+		part = forged;
+		len = 65;
+		n2 = sluice_key_make("api", &part, &len, 1, k2);
+		CHECK(n2 == 4 + 65 && k2[4] == '~');
+		CHECK(n1 != n2 || memcmp(k1, k2, n1) != 0);
+	}
+	/* verbatim: short, printable, not starting with '~' (0x1f allowed,
+	 * it separates a composite identity's parts) */
+	part = "alice\x1f"
+	       "10.0.0.1";
+	len = 14;
+	CHECK(sluice_key_make("api", &part, &len, 1, k1) == 4 + 14);
+	CHECK(memcmp(k1,
+		     "api\x1f"
+		     "alice\x1f"
+		     "10.0.0.1",
+		     18) == 0);
+	part = "a~";
+	len = 2;
+	CHECK(sluice_key_make("api", &part, &len, 1, k1) == 6);
+}
+
+/* A composite identity given as its documented form (parts joined by
+ * 0x1f) to /v1/take or the admin API is the bucket /v1/check charges. */
+static void test_composite_identity_one_encoding(void)
+{
+	sluice_config_t *c = load("rules:\n"
+				  "  - name: pair\n"
+				  "    key: \"header:x-org+header:x-user\"\n"
+				  "    limits: [{capacity: 3, rate: 1/min}]\n");
+	sluice_match_t m1[1], m2[1];
+	req_t q;
+
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/", "10.0.0.1", "x-org",
+					"acme", "x-user", "ann", NULL)
+					  ->r,
+				 m1, 1) == 1);
+	sluice_rule_key(&c->rules[0],
+			"acme\x1f"
+			"ann",
+			8, m2);
+	CHECK(m1[0].keylen == m2[0].keylen &&
+	      memcmp(m1[0].key, m2[0].key, m1[0].keylen) == 0);
 	sluice_config_free(c);
 }
 
@@ -856,6 +926,8 @@ int main(void)
 	RUN(test_get_rules_cover_head);
 	RUN(test_composite_keys_need_every_part);
 	RUN(test_long_or_binary_values_are_hashed);
+	RUN(test_no_identity_poses_as_another);
+	RUN(test_composite_identity_one_encoding);
 	RUN(test_rule_key_matches_request_keys);
 	RUN(test_tiers_follow_the_header);
 	RUN(test_untrusted_peer_cannot_spoof);

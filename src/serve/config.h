@@ -194,6 +194,9 @@ typedef struct sluice_config_s {
 	size_t nrules;
 	/* The bearer token of the admin endpoints; NULL: they are off. */
 	char *admin_token;
+	/* The `envoy:` section and its loaded directory (src/envoy/
+	 * config.h); NULL when absent. */
+	struct sluice_envoy_config_s *envoy;
 } sluice_config_t;
 
 /*

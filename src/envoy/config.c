@@ -493,7 +493,10 @@ static int parse_node(load_t *L, yaml_node_t *it, const char *parent,
 	if ((x = sluice_yaml_get(L->y, it, "rate_limit")) &&
 	    parse_rate_limit(L, x, d, d->shadow_mode) < 0)
 		rc = -1;
-	d->series = sluice_envoy_series(L->domain, d->stat_key);
+	/* A series only where a limit is counted: a level without one
+	 * never has hits of its own. */
+	if (d->limit)
+		d->series = sluice_envoy_series(L->domain, d->stat_key);
 	if ((x = sluice_yaml_get(L->y, it, "descriptors")) &&
 	    !sluice_yaml_is_null(x) &&
 	    parse_list(L, x, d->stat_key, &d->children, &d->nchildren,

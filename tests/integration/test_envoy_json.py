@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -601,6 +602,52 @@ class ConfigMapSwap(unittest.TestCase):
         os.symlink("..v2", tmp)
         os.replace(tmp, os.path.join(self.root, "..data"))
         self.assertTrue(harness.wait_until(lambda: self.limit() == 7, 30))
+
+
+class CheckConfig(unittest.TestCase):
+    """`sluice check-config DIR` and a config naming a bad directory:
+    every error, each FILE:LINE; `sluice serve` refuses to start."""
+
+    def setUp(self):
+        self.env = EnvoyDir({
+            "a.yaml": "domain: a\ndescriptors:\n  - key: k\n"
+                      "    rate_limit: {unit: foo, requests_per_unit: 1}\n",
+            "b.yaml": "domain: a\n",
+            "c.yaml": "domain: c\ndescriptors:\n  - key: k\n"
+                      "    value: v\n  - key: k\n    value: v\n"})
+        self.addCleanup(self.env.remove)
+
+    def run_sluice(self, *args):
+        return subprocess.run([harness.SLUICE] + list(args),
+                              capture_output=True, text=True, timeout=60)
+
+    def test_directory(self):
+        r = self.run_sluice("check-config", self.env.dir)
+        self.assertEqual(r.returncode, 2)
+        d = self.env.dir
+        self.assertIn("%s/a.yaml:4: invalid rate limit unit 'foo'" % d,
+                      r.stderr)
+        self.assertIn("%s/b.yaml:1: duplicate domain 'a'" % d, r.stderr)
+        self.assertIn("%s/c.yaml:5: duplicate descriptor composite key "
+                      "'c.k_v'" % d, r.stderr)
+        self.assertIn("3 errors", r.stderr)
+        os.unlink(os.path.join(d, "a.yaml"))
+        os.unlink(os.path.join(d, "c.yaml"))
+        r = self.run_sluice("check-config", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ok (1 domain in 1 file)", r.stdout)
+
+    def test_config_naming_a_bad_directory(self):
+        cfg = os.path.join(self.env.root, "sluice.yaml")
+        with open(cfg, "w") as f:
+            f.write("envoy:\n  config_dir: config\n")  # relative
+        r = self.run_sluice("check-config", cfg)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("%s/a.yaml:4: " % self.env.dir, r.stderr)
+        r = self.run_sluice("serve", "-c", cfg, "--listen",
+                            "127.0.0.1:%d" % harness.free_port())
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("%s/a.yaml:4: " % self.env.dir, r.stderr)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ static uint64_t gcd(uint64_t a, uint64_t b)
  * the exact range at that step) is rounded to the nearest interval of the
  * finest step that fits: 1/1000 us, else 1/100, 1/10, 1 us.  Any
  * requests_per_unit envoyproxy/ratelimit takes loads; the rounding moves
- * the rate by at most half a step per token.
+ * each token's interval by at most half a step (a year's refill needs
+ * steps of 1/100 us to fit the exact range).
  */
 static int rounded(uint32_t n, uint64_t secs, uint64_t capacity,
 		   sluice_limit_t *out, char *err, size_t errlen)

@@ -730,7 +730,9 @@ nomem:
 	return -1;
 }
 
-static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
+/* Parses one file's text as files[f] into the next domain. */
+static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
+		     size_t len, errs_t *e)
 {
 	char first[1024], line[1024];
 	sluice_yaml_t y = {.name = cfg->files[f],
@@ -744,19 +746,10 @@ static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 	load_t L = {.y = &y, .cfg = cfg, .file = cfg->files[f]};
 	sluice_envoy_domain_t *dom = &cfg->domains[cfg->ndomains];
 	unsigned before = e->nerrors;
-	char *text;
-	size_t len;
 	int rc;
 
 	first[0] = '\0';
-	if (sluice_config_read_file(cfg->files[f], &text, &len, line,
-				    sizeof(line)) < 0) {
-		errs_line(e, line);
-		return -1;
-	}
-	rc = sluice_yaml_load(&y, text, len);
-	free(text);
-	if (rc < 0) {
+	if (sluice_yaml_load(&y, text, len) < 0) {
 		/* The loader writes its one message into y.err only. */
 		snprintf(line, sizeof(line), "%s", first);
 		errs_line(e, line);
@@ -770,6 +763,23 @@ static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 	if (before == 0 && e->nerrors && e->errlen)
 		snprintf(e->err, e->errlen, "%s", first);
 	return rc < 0 || e->nerrors > before ? -1 : 0;
+}
+
+static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
+{
+	char line[1024];
+	char *text;
+	size_t len;
+	int rc;
+
+	if (sluice_config_read_file(cfg->files[f], &text, &len, line,
+				    sizeof(line)) < 0) {
+		errs_line(e, line);
+		return -1;
+	}
+	rc = load_text(cfg, f, text, len, e);
+	free(text);
+	return rc;
 }
 
 static int cmp_domain(const void *a, const void *b)
@@ -875,6 +885,38 @@ fail:
 		*nerrors = e.nerrors ? e.nerrors : 1;
 	sluice_envoy_config_free(cfg);
 	return NULL;
+}
+
+sluice_envoy_config_t *
+sluice_envoy_load_text(const char *name, const char *text, size_t len,
+		       const sluice_envoy_settings_t *settings, char *err,
+		       size_t errlen)
+{
+	errs_t e = {.err = err, .errlen = errlen};
+	sluice_envoy_config_t *cfg = calloc(1, sizeof(*cfg));
+
+	if (errlen)
+		err[0] = '\0';
+	if (!cfg || copy_settings(&cfg->settings, settings) < 0 ||
+	    !(cfg->dir = strdup("")) ||
+	    !(cfg->override_rule.name = strdup("override")) ||
+	    !(cfg->files = calloc(1, sizeof(char *))) ||
+	    !(cfg->files[0] = strdup(name)) ||
+	    !(cfg->domains = calloc(1, sizeof(*cfg->domains)))) {
+		if (cfg && cfg->files && cfg->files[0])
+			cfg->nfiles = 1;
+		sluice_envoy_config_free(cfg);
+		snprintf(err, errlen, "%s:1: out of memory", name);
+		return NULL;
+	}
+	cfg->nfiles = 1;
+	cfg->override_rule.cost = 1;
+	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	if (load_text(cfg, 0, text, len, &e) < 0 || e.nerrors) {
+		sluice_envoy_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
 }
 
 static int cmp_key(const void *key, const void *elem)

@@ -151,6 +151,13 @@ sluice_envoy_load_dir(const char *dir, const sluice_envoy_settings_t *settings,
 		      char *err, size_t errlen, char *report, size_t reportlen,
 		      unsigned max_errors, unsigned *nerrors);
 
+/* One file's text as the only file of a config (tests, fuzzing): NULL
+ * with "NAME:LINE: ..." in err after an error. */
+sluice_envoy_config_t *
+sluice_envoy_load_text(const char *name, const char *text, size_t len,
+		       const sluice_envoy_settings_t *settings, char *err,
+		       size_t errlen);
+
 /* Sets the defaults of an `envoy:` section without one. */
 void sluice_envoy_settings_init(sluice_envoy_settings_t *s);
 

@@ -159,7 +159,6 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 	d->kind = d->limit->blocked ? D_BLOCKED : D_CHARGE;
 	if (d->kind == D_CHARGE) {
 		/* The bucket key needs the match (shared values). */
-		d->match = (size_t)-1;
 		sluice_envoy_key(dom->name, rd->entries, rd->nentries, &m,
 				 x->t->matches[i].key);
 		x->t->matches[i].keylen = strlen(x->t->matches[i].key);
@@ -176,7 +175,10 @@ static void apply_replaces(rls_ctx_t *x, size_t n)
 	for (i = 0; i < n; i++) {
 		const sluice_envoy_limit_t *l = x->d[i].limit;
 
-		if (!l || !l->name || x->d[i].kind == D_NONE)
+		/* An unlimited limit stays unlimited (envoyproxy/ratelimit
+		 * drops it before looking at replaces). */
+		if (!l || !l->name || x->d[i].kind == D_NONE ||
+		    x->d[i].kind == D_UNLIMITED)
 			continue;
 		for (j = 0; j < n; j++) {
 			const sluice_envoy_limit_t *r = x->d[j].limit;

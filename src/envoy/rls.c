@@ -17,6 +17,7 @@
 #include "serve/headers.h"
 #include "serve/svc.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +338,7 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 				     : SLUICE_RLS_CODE_OVER_LIMIT;
 		break;
 	case D_CHARGE:
+		assert(x->t && d->match < x->t->nmatches);
 		res = &x->t->results[d->match];
 		if (!res->decided) {
 			/* The store failed and the rule failed open: no
@@ -504,6 +506,8 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 
 		if (d->kind != D_CHARGE)
 			continue;
+		/* Compaction writes at or before the slot it reads. */
+		assert(k <= i);
 		if (d->limit) {
 			if (k != i)
 				memcpy(m->key, x->t->matches[i].key,

@@ -680,25 +680,80 @@ static int cmp_domain(const void *a, const void *b)
 	return c;
 }
 
+static int same_str(const char *a, const char *b);
+
+/* MERGE_DOMAIN_CONFIG: b's top-level descriptors join a's, as
+ * envoyproxy/ratelimit loads a second file of a domain into the first (a
+ * key/value both give is an error). */
+static void merge_into(sluice_envoy_domain_t *a, sluice_envoy_domain_t *b,
+		       errs_t *e)
+{
+	char line[1400];
+	sluice_envoy_node_t *n;
+	size_t i, j, na = a->nchildren;
+
+	for (i = 0; i < b->nchildren; i++)
+		for (j = 0; j < na; j++)
+			if (same_str(a->children[j].key, b->children[i].key) &&
+			    same_str(a->children[j].value,
+				     b->children[i].value)) {
+				snprintf(line, sizeof(line),
+					 "%.500s:%d: duplicate descriptor "
+					 "composite key '%.100s.%.200s' (also "
+					 "in %.400s:%d); expected each "
+					 "key/value once per level",
+					 b->children[i].file,
+					 b->children[i].line, a->name,
+					 b->children[i].stat_key,
+					 a->children[j].file,
+					 a->children[j].line);
+				errs_line(e, line);
+			}
+	n = realloc(a->children, (na + b->nchildren + 1) * sizeof(*n));
+	if (!n) {
+		snprintf(line, sizeof(line), "%.500s:%d: out of memory",
+			 b->file, b->line);
+		errs_line(e, line);
+		return;
+	}
+	if (b->nchildren)
+		memcpy(n + na, b->children, b->nchildren * sizeof(*n));
+	a->children = n;
+	a->nchildren = na + b->nchildren;
+	free(b->children); /* the nodes moved; what they own did not */
+	b->children = NULL;
+	b->nchildren = 0;
+}
+
 static void check_domains(sluice_envoy_config_t *cfg, errs_t *e)
 {
 	char line[1200];
-	size_t i;
+	size_t i, out = 0;
 
 	qsort(cfg->domains, cfg->ndomains, sizeof(*cfg->domains), cmp_domain);
-	for (i = 1; i < cfg->ndomains; i++) {
-		const sluice_envoy_domain_t *a = &cfg->domains[i - 1],
-					    *b = &cfg->domains[i];
+	for (i = 0; i < cfg->ndomains; i++) {
+		sluice_envoy_domain_t *a = out ? &cfg->domains[out - 1] : NULL,
+				      *b = &cfg->domains[i];
 
-		if (!a->name || !b->name || strcmp(a->name, b->name) != 0)
+		if (!a || !a->name || !b->name ||
+		    strcmp(a->name, b->name) != 0) {
+			cfg->domains[out++] = *b;
 			continue;
+		}
+		if (cfg->settings.merge_domains) {
+			merge_into(a, b, e);
+			free(b->name);
+			continue;
+		}
 		snprintf(line, sizeof(line),
 			 "%.500s:%d: duplicate domain '%.100s' in config file "
 			 "(also in %.400s:%d); expected each domain in one "
-			 "file",
+			 "file (or envoy.merge_domains: true)",
 			 b->file, b->line, b->name, a->file, a->line);
 		errs_line(e, line);
+		cfg->domains[out++] = *b;
 	}
+	cfg->ndomains = out;
 }
 
 static char *dup_or_null(const char *s)

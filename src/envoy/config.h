@@ -115,6 +115,8 @@ typedef struct sluice_envoy_settings_s {
 	sluice_fail_mode_t on_store_error; /* default closed */
 	unsigned watch_ms; /* how often the directory is checked for
 			      changes; 0: only on SIGHUP */
+	int merge_domains; /* MERGE_DOMAIN_CONFIG: one domain in several
+			      files */
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {

@@ -5,6 +5,7 @@
  * walking helpers live in config_yaml.c.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
+#include "envoy/config.h"
 #include "serve/config_internal.h"
 #include "sluice_redis.h"
 
@@ -185,6 +186,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->trusted_proxies);
 	free(cfg->admin_token);
 	free(cfg->admin_listen);
+	sluice_envoy_config_free(cfg->envoy);
 	free_rules(cfg);
 	free(cfg);
 }
@@ -958,8 +960,9 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 {
 	static const char *const keys[] = {
-		"listen", "threads", "store", "trusted_proxies", "ipv6_prefix",
-		"http",	  "admin",   "proxy", "rules",		 NULL};
+		"listen",      "threads", "store", "trusted_proxies",
+		"ipv6_prefix", "http",	  "admin", "proxy",
+		"rules",       "envoy",	  NULL};
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
@@ -1008,6 +1011,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "proxy")) &&
 	    sluice_config_parse_proxy(y, v, cfg) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "envoy")) &&
+	    sluice_envoy_parse_section(y, v, cfg->path, &cfg->envoy) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "rules"))) {
 		if (sluice_config_parse_rules(y, v, cfg) < 0)

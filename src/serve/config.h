@@ -202,6 +202,9 @@ typedef struct sluice_config_s {
 	 * for the default, nginx's (config_proxy.c). */
 	int proxy_set;
 	char proxy_method[64], proxy_uri[64];
+	/* The `envoy:` section and its loaded directory (src/envoy/
+	 * config.h); NULL when absent. */
+	struct sluice_envoy_config_s *envoy;
 } sluice_config_t;
 
 /*

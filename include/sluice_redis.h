@@ -264,6 +264,33 @@ SLUICE_API int sluice_redis_reset(sluice_redis_t *r,
 				  const sluice_take_item_t *items, size_t n,
 				  sluice_redis_many_cb cb, void *arg);
 
+/*
+ * More admin verbs over items[0..n), as sluice_redis_refund():
+ * sluice_redis_penalize() charges each item's cost with no check
+ * (sluice_penalize(): a debt that delays the next allowed take);
+ * sluice_redis_block() lets no take of the items' buckets pass for ms
+ * milliseconds (sluice_block()).  Both run adjust.lua, one atomic call
+ * per item; the state is the one takes read and write.
+ */
+SLUICE_API int sluice_redis_penalize(sluice_redis_t *r,
+				     const sluice_take_item_t *items, size_t n,
+				     sluice_redis_many_cb cb, void *arg);
+SLUICE_API int sluice_redis_block(sluice_redis_t *r,
+				  const sluice_take_item_t *items, size_t n,
+				  uint64_t ms, sluice_redis_many_cb cb,
+				  void *arg);
+
+/*
+ * The decision a take of `cost` would get now (as sluice_redis_take()),
+ * charging nothing: the script is sent more than a bucketful, which it
+ * never charges, and the client decides `cost` on the shortfalls it
+ * answers.  Always the script path (the module keeps the same state).
+ */
+SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
+				 size_t keylen, const sluice_limit_t *limits,
+				 size_t nlimits, uint64_t cost,
+				 sluice_redis_cb cb, void *arg);
+
 /* 1 when the client believes the store can answer (a connection whose
  * handshake succeeded and whose last probe was answered within timeout_ms,
  * breaker not open; in a cluster, for every slot's master), for /readyz. */

@@ -185,6 +185,10 @@ typedef struct sluice_redis_opts_s {
 /* Always use the Lua script, even where the SLUICE.TAKE module is loaded
  * (for comparisons; by default the module is used when present). */
 #define SLUICE_REDIS_SCRIPT_ONLY 1u
+/* The client's connections and reconnection timers do not keep the loop
+ * running: only calls still waiting for an answer do (their deadline
+ * timer).  For a host whose process should exit once idle. */
+#define SLUICE_REDIS_UNREF 2u
 
 /*
  * Called once per sluice_redis_take(), on the loop's thread.  status is 0

@@ -80,7 +80,9 @@ const tmp = `${target}.tmp`;
 run(cc, ['-std=gnu11', '-O2', '-fPIC', '-shared', '-fvisibility=hidden',
   '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter',
   '-I', path.join(root, 'include'), '-I', napiHeaders(), ...cflags,
-  path.join(pkg, 'src', 'addon.c'), path.join(libdir, 'libsluice-redis.a'), path.join(libdir, 'libsluice.a'),
+  // Every C file of src/ (addon.c, local.c, redis.c).
+  ...fs.readdirSync(path.join(pkg, 'src')).filter((f) => f.endsWith('.c')).sort().map((f) => path.join(pkg, 'src', f)),
+  path.join(libdir, 'libsluice-redis.a'), path.join(libdir, 'libsluice.a'),
   // libsluice's and hiredis's own symbols stay inside the addon.
   '-Wl,--exclude-libs,ALL', '-lhiredis', '-lssl', '-lcrypto', '-lm', '-o', tmp], { stdio: ['ignore', 'inherit', 'inherit'] });
 fs.renameSync(tmp, target);

@@ -415,8 +415,8 @@ static void give_done(void *arg, int status, int allowed,
 }
 
 /* refund.lua moves each state back by need (cost * interval); a reset
- * sends cost UINT64_MAX, whose need (tau + 1) exceeds any shortfall a
- * charge can leave, so the script deletes the state. */
+ * sends cost UINT64_MAX, whose need exceeds any shortfall a charge or a
+ * penalty can leave (script.c), so the script deletes the state. */
 static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
 		     size_t n, uint64_t all, int adjust, uint64_t ms,
 		     sluice_redis_many_cb cb, void *arg)

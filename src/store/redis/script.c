@@ -112,7 +112,20 @@ static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
 	for (i = 0; i < n; i++)
 		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
 	for (i = 0; i < n; i++) {
-		sluice_redis__resp_u64(o, need(&c->limits[i], c->mk[i].cost));
+		const sluice_limit_t *l = &c->limits[i];
+		uint64_t cost = c->mk[i].cost;
+
+		if (!c->refund)
+			sluice_redis__resp_u64(o, need(l, cost));
+		else if (cost == UINT64_MAX)
+			/* A reset: more than any shortfall, a penalty's debt
+			 * included, so the script deletes the state. */
+			sluice_redis__resp_u64(o, sluice_debt_max_units(l) + 1);
+		else
+			/* As sluice_refund(): at most a bucketful back. */
+			sluice_redis__resp_u64(
+				o, (cost < l->capacity ? cost : l->capacity) *
+					   l->rate.interval);
 		if (!c->refund)
 			sluice_redis__resp_u64(o, c->limits[i].tau);
 		sluice_redis__resp_u64(o, c->limits[i].rate.per);

@@ -102,6 +102,10 @@ static void call_unlink(sluice_redis_call_t *c)
 	else if (r->tail == c)
 		r->tail = c->prev;
 	c->prev = c->next = NULL;
+	/* Unref'd, the client holds the loop only while calls wait: the
+	 * sweep (their deadline) goes with the last one. */
+	if (!r->head && (r->flags & SLUICE_REDIS_UNREF) && !r->closing)
+		uv_timer_stop(&r->sweep);
 }
 
 static void call_maybe_free(sluice_redis_call_t *c)

@@ -923,44 +923,49 @@ function watchOutcome(c, req, res, key, p, cost) {
  * Answers one request once its inputs are known: decides, writes the
  * headers, and passes, limits or applies the store-error mode.  raw is
  * the node:http response the outcome is watched on; next(err?) continues.
+ * The local stores answer synchronously, with no closure per request.
  */
 function decideRequest(c, io, req, res, raw, next, p, key, cost) {
   const limiter = c.limiter;
-  const done = (status, allowed, limit, remaining, retryMs, resetMs, which) => {
-    if (status !== 0) {
-      storeFailed(c, io, req, res, next, status);
-      return;
-    }
-    const wins = c.headers === null ? (res[kRemaining] === undefined || !allowed || remaining < res[kRemaining])
-      : writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed);
-    if (c.headers === null && wins) res[kRemaining] = remaining;
-    // A cost that can never pass waits for a whole window, as sluice
-    // serve says it.
-    const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
-    let info = null;
-    if (c.prop !== null && wins) {
-      info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
-      req[c.prop] = info;
-    }
-    if (allowed) {
-      if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);
-      next();
-      return;
-    }
-    limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs);
-  };
   if (limiter._closed) {
-    done(CLOSED, false, 0, 0, 0, 0, 0);
+    storeFailed(c, io, req, res, next, CLOSED);
     return;
   }
-  // The local stores answer at once: no closure call through _decide.
   if (limiter._mem !== null && limiter._clock === null) {
     const d = limiter._buf;
     const allowed = limiter._take(limiter._mem, key, p._h, cost, d);
-    done(0, allowed, d[0], d[1], d[2], d[3], d[4]);
+    answer(c, io, req, res, raw, next, p, key, cost, allowed, d[0], d[1], d[2], d[3], d[4]);
     return;
   }
-  limiter._decide(key, p, cost, done);
+  limiter._decide(key, p, cost, (status, allowed, limit, remaining, retryMs, resetMs, which) => {
+    if (status !== 0) storeFailed(c, io, req, res, next, status);
+    else answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which);
+  });
+}
+
+function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {
+  let wins;
+  if (c.headers !== null) {
+    wins = writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed);
+  } else {
+    const prev = res[kRemaining];
+    wins = prev === undefined || !allowed || remaining < prev;
+    if (wins) res[kRemaining] = remaining;
+  }
+  // A cost that can never pass waits for a whole window, as sluice
+  // serve says it.
+  const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
+  let info = null;
+  if (c.prop !== null && wins) {
+    info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
+    req[c.prop] = info;
+  }
+  if (allowed) {
+    if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);
+    next();
+    return;
+  }
+  limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs);
 }
 
 function limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs) {
@@ -1009,44 +1014,60 @@ function storeFailed(c, io, req, res, next, status) {
   mode(c.limiter._error(status), req, res, next);
 }
 
+// requestInputs()'s answer, read at once by its caller (no object per
+// request): GO with IN.p, IN.k and IN.cost set; SKIP; or ASYNC when an
+// app's function answered with a promise (IN.stage and IN.v say where).
+const IN = { p: null, k: null, cost: 1, stage: 0, v: null };
+const GO = 0;
+const SKIP = 1;
+const ASYNC = 2;
+
 /*
- * Computes (policy, key, cost) for a request and calls go(p, k, cost), or
- * skip() when the request is skipped, or fail(err).  Synchronous when the
- * app's functions are; any of them may return a promise.
+ * Computes (policy, key, cost) for a request, synchronously when the
+ * app's functions are; any of them may return a promise.  Throws what
+ * they throw, or a TypeError/RangeError for a bad value.
  */
-function requestInputs(c, req, res, go, skip, fail) {
+function requestInputs(c, req, res) {
   let p = c.policy;
-  let k;
+  let k = null;
   let cost = c.cost;
-  let stage = 0;
-  try {
-    if (c.skip !== null) {
-      const s = c.skip(req, res);
-      if (isThenable(s)) return continueAsync(c, req, res, 0, s, go, skip, fail);
-      if (s) return skip();
-    }
-    stage = 1;
-    if (c.policyFn !== null) {
-      p = c.policyFn(req);
-      if (isThenable(p)) return continueAsync(c, req, res, 1, p, go, skip, fail);
-    }
-    checkPolicy(p);
-    stage = 2;
-    k = c.keyFn(req);
-    if (isThenable(k)) return continueAsync(c, req, res, 2, k, go, skip, fail, p);
-    checkKey(k);
-    stage = 3;
-    if (c.costFn !== null) {
-      cost = c.costFn(req);
-      if (isThenable(cost)) return continueAsync(c, req, res, 3, cost, go, skip, fail, p, k);
-      checkCost(cost);
-    }
-  } catch (err) {
-    return fail(err);
+  let v;
+  IN.p = null;
+  IN.k = null;
+  if (c.skip !== null) {
+    v = c.skip(req, res);
+    if (isThenable(v)) return later(0, v, p, k);
+    if (v) return SKIP;
   }
-  return go(p, k, cost);
+  if (c.policyFn !== null) {
+    p = c.policyFn(req);
+    if (isThenable(p)) return later(1, p, null, k);
+  }
+  checkPolicy(p);
+  k = c.keyFn(req);
+  if (isThenable(k)) return later(2, k, p, null);
+  checkKey(k);
+  if (c.costFn !== null) {
+    cost = c.costFn(req);
+    if (isThenable(cost)) return later(3, cost, p, k);
+    checkCost(cost);
+  }
+  IN.p = p;
+  IN.k = k;
+  IN.cost = cost;
+  return GO;
 }
 
+function later(stage, v, p, k) {
+  IN.stage = stage;
+  IN.v = v;
+  IN.p = p;
+  IN.k = k;
+  return ASYNC;
+}
+
+// The rest of requestInputs() once a function answered with a promise;
+// then go(p, k, cost), skip() or fail(err).
 function continueAsync(c, req, res, stage, v, go, skip, fail, p, k) {
   (async () => {
     let cost;
@@ -1081,10 +1102,16 @@ function continueAsync(c, req, res, stage, v, go, skip, fail, p, k) {
 function express(opts) {
   const c = middlewareOptions(opts, 'express');
   return function sluiceLimit(req, res, next) {
-    requestInputs(c, req, res,
-      (p, k, cost) => decideRequest(c, NODE_IO, req, res, res, next, p, k, cost),
-      () => next(),
-      (err) => next(err));
+    let r;
+    try {
+      r = requestInputs(c, req, res);
+    } catch (err) {
+      next(err);
+      return;
+    }
+    if (r === GO) decideRequest(c, NODE_IO, req, res, res, next, IN.p, IN.k, IN.cost);
+    else if (r === SKIP) next();
+    else continueAsync(c, req, res, IN.stage, IN.v, (p, k, cost) => decideRequest(c, NODE_IO, req, res, res, next, p, k, cost), next, next, IN.p, IN.k);
   };
 }
 
@@ -1111,18 +1138,25 @@ function fastifyPlugin(instance, opts, done) {
   // The outcome is read in onResponse (below), not on the socket.
   const cw = watch ? { ...c, skipOk: false, skipFailed: false } : c;
   instance.addHook('onRequest', (request, reply, next) => {
-    requestInputs(c, request, reply,
-      (p, k, cost) => {
-        const go = watch && cost > 0
-          ? (err) => {
-            if (err === undefined) request[kCharge] = { k, p, cost };
-            next(err);
-          }
-          : next;
-        decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, go, p, k, cost);
-      },
-      () => next(),
-      (err) => next(err));
+    const go = (p, k, cost) => {
+      const done = watch && cost > 0
+        ? (err) => {
+          if (err === undefined) request[kCharge] = { k, p, cost };
+          next(err);
+        }
+        : next;
+      decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, done, p, k, cost);
+    };
+    let r;
+    try {
+      r = requestInputs(c, request, reply);
+    } catch (err) {
+      next(err);
+      return;
+    }
+    if (r === GO) go(IN.p, IN.k, IN.cost);
+    else if (r === SKIP) next();
+    else continueAsync(c, request, reply, IN.stage, IN.v, go, next, next, IN.p, IN.k);
   });
   if (watch) {
     instance.addHook('onResponse', (request, reply, next) => {

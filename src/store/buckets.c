@@ -642,9 +642,12 @@ int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
 		next[i] = block ? sluice_block(&limits[i], cur, now_us, amount)
 				: sluice_penalize(&limits[i], cur, now_us,
 						  amount);
-		/* The same limit twice is one bucket, charged once. */
-		if (seen_before(h1, h2, i))
-			next[i] = cur;
+		/* The same limit twice is one bucket, charged once: the
+		 * repeat writes nothing (nor over the first's new state). */
+		if (seen_before(h1, h2, i)) {
+			at[i] = NULL;
+			next[i] = 0;
+		}
 	}
 	/* Update in place first: inserting may move slots. */
 	for (i = 0; i < nlimits; i++)

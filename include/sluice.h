@@ -233,6 +233,31 @@ SLUICE_API sluice_state_t sluice_refund(const sluice_limit_t *limit,
 					sluice_state_t state, int64_t now_us,
 					uint64_t cost);
 
+/*
+ * Charges `cost` tokens to a bucket in `state` at `now_us` with no check
+ * (a penalty): the bucket may go into debt, which delays the next allowed
+ * request until the refill has paid it.  The debt is bounded by
+ * sluice_debt_max_units() (at least tau; about 17 years of refill at most).
+ * Pure, like sluice_eval().
+ */
+SLUICE_API sluice_state_t sluice_penalize(const sluice_limit_t *limit,
+					  sluice_state_t state, int64_t now_us,
+					  uint64_t cost);
+
+/*
+ * Blocks a bucket in `state` for `ms` milliseconds from `now_us`: no take
+ * of one token or more passes before then, and the first one passes
+ * exactly then (the bucket refills from one token's worth).  A longer
+ * block or debt already there stays.  Pure, like sluice_eval().
+ */
+SLUICE_API sluice_state_t sluice_block(const sluice_limit_t *limit,
+				       sluice_state_t state, int64_t now_us,
+				       uint64_t ms);
+
+/* The largest shortfall (in 1/rate.per microsecond units) sluice_penalize()
+ * and sluice_block() leave for this limit. */
+SLUICE_API uint64_t sluice_debt_max_units(const sluice_limit_t *limit);
+
 /* The first microsecond at which `state` describes a full bucket: a store
  * may forget the state from then on.  0 for the empty state. */
 SLUICE_API int64_t sluice_state_expiry_us(sluice_state_t state);
@@ -365,6 +390,40 @@ SLUICE_API int sluice_memstore_refund(sluice_memstore_t *store, const void *key,
 				      size_t nlimits, uint64_t cost,
 				      int64_t now_us);
 
+/*
+ * The decision a take of `cost` would get now, charging nothing (a take
+ * with cost 0 always passes; this says whether cost would).  Returns 1 or
+ * 0 as the take would, or SLUICE_EINVAL as sluice_memstore_take().
+ */
+SLUICE_API int sluice_memstore_peek(sluice_memstore_t *store, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    int64_t now_us,
+				    sluice_decision_t *decisions,
+				    sluice_decision_t *summary);
+
+/*
+ * Charges `cost` to every bucket of `key` under limits[0..nlimits) with no
+ * check (sluice_penalize()): a debt that delays the next allowed take.
+ * Returns 0, or SLUICE_EINVAL as sluice_memstore_take().
+ */
+SLUICE_API int sluice_memstore_penalize(sluice_memstore_t *store,
+					const void *key, size_t keylen,
+					const sluice_limit_t *limits,
+					size_t nlimits, uint64_t cost,
+					int64_t now_us);
+
+/*
+ * Lets no take of `key` under limits[0..nlimits) pass for `ms`
+ * milliseconds (sluice_block()).  Returns 0, or SLUICE_EINVAL as
+ * sluice_memstore_take().
+ */
+SLUICE_API int sluice_memstore_block(sluice_memstore_t *store, const void *key,
+				     size_t keylen,
+				     const sluice_limit_t *limits,
+				     size_t nlimits, uint64_t ms,
+				     int64_t now_us);
+
 /* Copies the store's counters. */
 SLUICE_API void sluice_memstore_stats(sluice_memstore_t *store,
 				      sluice_memstore_stats_t *out);
@@ -428,6 +487,25 @@ SLUICE_API int sluice_shmstore_refund(sluice_shmstore_t *store, const void *key,
 				      const sluice_limit_t *limits,
 				      size_t nlimits, uint64_t cost,
 				      int64_t now_us);
+
+/* As sluice_memstore_peek(), sluice_memstore_penalize() and
+ * sluice_memstore_block(), for every process on the same file. */
+SLUICE_API int sluice_shmstore_peek(sluice_shmstore_t *store, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    int64_t now_us,
+				    sluice_decision_t *decisions,
+				    sluice_decision_t *summary);
+SLUICE_API int sluice_shmstore_penalize(sluice_shmstore_t *store,
+					const void *key, size_t keylen,
+					const sluice_limit_t *limits,
+					size_t nlimits, uint64_t cost,
+					int64_t now_us);
+SLUICE_API int sluice_shmstore_block(sluice_shmstore_t *store, const void *key,
+				     size_t keylen,
+				     const sluice_limit_t *limits,
+				     size_t nlimits, uint64_t ms,
+				     int64_t now_us);
 
 /* The store's counters (over every process's takes). */
 SLUICE_API void sluice_shmstore_stats(sluice_shmstore_t *store,

@@ -226,6 +226,10 @@ typedef struct sluice_redis_opts_s {
 /* Always use the Lua script, even where the SLUICE.TAKE module is loaded
  * (for comparisons; by default the module is used when present). */
 #define SLUICE_REDIS_SCRIPT_ONLY 1u
+/* The client's connections and reconnection timers do not keep the loop
+ * running: only calls still waiting for an answer do (their deadline
+ * timer).  For a host whose process should exit once idle. */
+#define SLUICE_REDIS_UNREF 2u
 
 /*
  * Called once per sluice_redis_take(), on the loop's thread.  status is 0
@@ -305,6 +309,33 @@ SLUICE_API int sluice_redis_refund(sluice_redis_t *r,
 SLUICE_API int sluice_redis_reset(sluice_redis_t *r,
 				  const sluice_take_item_t *items, size_t n,
 				  sluice_redis_many_cb cb, void *arg);
+
+/*
+ * More admin verbs over items[0..n), as sluice_redis_refund():
+ * sluice_redis_penalize() charges each item's cost with no check
+ * (sluice_penalize(): a debt that delays the next allowed take);
+ * sluice_redis_block() lets no take of the items' buckets pass for ms
+ * milliseconds (sluice_block()).  Both run adjust.lua, one atomic call
+ * per item; the state is the one takes read and write.
+ */
+SLUICE_API int sluice_redis_penalize(sluice_redis_t *r,
+				     const sluice_take_item_t *items, size_t n,
+				     sluice_redis_many_cb cb, void *arg);
+SLUICE_API int sluice_redis_block(sluice_redis_t *r,
+				  const sluice_take_item_t *items, size_t n,
+				  uint64_t ms, sluice_redis_many_cb cb,
+				  void *arg);
+
+/*
+ * The decision a take of `cost` would get now (as sluice_redis_take()),
+ * charging nothing: the script is sent more than a bucketful, which it
+ * never charges, and the client decides `cost` on the shortfalls it
+ * answers.  Always the script path (the module keeps the same state).
+ */
+SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
+				 size_t keylen, const sluice_limit_t *limits,
+				 size_t nlimits, uint64_t cost,
+				 sluice_redis_cb cb, void *arg);
 
 /* 1 when the client believes the store can answer (a connection whose
  * handshake succeeded and whose last probe was answered within timeout_ms,

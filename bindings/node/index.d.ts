@@ -1,5 +1,8 @@
 // Type declarations for the `sluice` package (bindings/node).
 
+import { EventEmitter } from 'node:events';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
 /** One capacity + refill rate pair, e.g. { capacity: 100, rate: '2/s' }. */
 export interface LimitSpec {
   /** The burst: whole tokens, >= 1. */
@@ -98,10 +101,32 @@ export interface LimiterOptions {
     | { memory: { maxKeys?: number } }
     | { shared: { path: string; maxKeys?: number } }
     | { redis: RedisOptions };
-  /** Memory store bound, default 1e6 keys. */
+  /** Memory and shared store bound, default 1e6 buckets. */
   maxKeys?: number;
   /** Memory and shared stores only: the time in microseconds since the epoch (simulations, tests). */
   clock?: () => number;
+  /** Redis: the client's connections do not keep the process alive while
+   * no call is waiting (default false: an open limiter holds the process, as a socket does). */
+  unref?: boolean;
+  /** Called once per change of a Redis node into an unusable state, with the
+   * node and the reason (as /readyz names them). */
+  onError?: (err: StoreError) => void;
+}
+
+/** An error of the store: code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED. */
+export interface SluiceError extends Error {
+  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_TIMEOUT' | 'ERR_SLUICE_CLOSED' | string;
+}
+
+/** A Redis node that became unusable (onError, the 'error' event). */
+export interface StoreError extends SluiceError {
+  code: 'ERR_SLUICE_STORE';
+  /** "host:port" (never credentials). */
+  node: string;
+  /** 'unreachable' | 'timeout' | 'auth_failed' | 'tls_failed' | 'no_master' */
+  reason: string;
+  /** The server's, the system's or OpenSSL's words; may be "". */
+  detail: string;
 }
 
 export interface TakeOptions {
@@ -109,41 +134,131 @@ export interface TakeOptions {
   cost?: number;
 }
 
-export class Limiter {
+export class Limiter extends EventEmitter {
   constructor(opts?: LimiterOptions);
   readonly store: 'memory' | 'shared' | 'redis';
-  /** Rejects with code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED; a
-   * Redis error's message ends with the node's last failure, e.g.
-   * "(10.0.0.5:6380: tls_failed: TLS: certificate verify failed: ...)". */
+  /** true once close() was called. */
+  readonly closed: boolean;
+  /** Charges cost tokens from every limit of the policy, all or none.
+   * Rejects with a SluiceError (code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or
+   * ERR_SLUICE_CLOSED); a Redis error's message ends with the node's last
+   * failure, e.g. "(10.0.0.5:6380: tls_failed: TLS: certificate verify failed: ...)". */
   take(key: string | Buffer, policy: Policy, opts?: TakeOptions): Promise<Decision>;
+  /** The decision a take of cost (default 1) would get now, charging nothing. */
+  get(key: string | Buffer, policy: Policy, opts?: TakeOptions): Promise<Decision>;
+  /** Every bucket of the key under the policy becomes full (as sluice serve's /v1/reset). */
+  reset(key: string | Buffer, policy: Policy): Promise<void>;
+  /** n tokens (default 1) back to each limit, never above its capacity (as /v1/refund). */
+  refund(key: string | Buffer, policy: Policy, n?: number): Promise<void>;
+  /** n tokens (default 1) charged with no check: beyond empty, a debt that
+   * delays the next allowed request. */
+  penalize(key: string | Buffer, policy: Policy, n?: number): Promise<void>;
+  /** No request of the key passes for ms milliseconds (>= 1); the first after passes. */
+  block(key: string | Buffer, policy: Policy, ms: number): Promise<void>;
   /** true when the store can answer now (for a readiness probe). */
   healthy(): boolean;
   /** Rejects the calls still in flight; the process may then exit. */
   close(): Promise<void>;
+
+  on(event: 'error', listener: (err: StoreError) => void): this;
+  on(event: 'recover', listener: (info: { node: string }) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+  once(event: 'error', listener: (err: StoreError) => void): this;
+  once(event: 'recover', listener: (info: { node: string }) => void): this;
+  once(event: string | symbol, listener: (...args: any[]) => void): this;
 }
 
-/** The subset of Express's request the defaults use. */
-export interface RequestLike {
-  get(name: string): string | undefined;
-  ip?: string;
+/** What the middleware knows of a decided request: req.rateLimit (or
+ * requestPropertyName), and the handler's and message's info. */
+export interface RateLimitInfo extends Decision {
+  /** The bucket's key (for the default key: the client address, IPv6 as its /64). */
+  key: string | Buffer;
+  /** The tokens this request cost. */
+  cost: number;
 }
 
-export interface ExpressOptions<Req extends RequestLike = RequestLike> {
+/** Which rate-limit headers the middleware sends. */
+export type HeaderStandard = 'draft-11' | 'draft-8' | 'draft-7' | 'draft-6';
+export interface HeaderOptions {
+  /** The IETF fields: 'draft-11' (default: RateLimit-Policy and RateLimit with the policy's name),
+   * 'draft-8' (the same with a partition key), 'draft-7', 'draft-6' (RateLimit-Limit/-Remaining/-Reset),
+   * or false. */
+  standard?: HeaderStandard | false;
+  /** X-RateLimit-Limit, -Remaining and -Reset (default true). */
+  legacy?: boolean;
+  /** X-RateLimit-Reset: 'seconds' until the bucket is full (default) or
+   * 'epoch': the Unix time of that instant, in seconds. */
+  reset?: 'seconds' | 'epoch';
+}
+
+type MaybePromise<T> = T | Promise<T>;
+
+/** The request and response the middleware's functions receive by default:
+ * node:http's, with whatever the framework adds (Express's req.ip, req.get,
+ * res.status, an authentication middleware's req.user, ...). */
+export type AnyRequest = IncomingMessage & { ip?: string; [key: string]: any };
+export type AnyResponse = ServerResponse & { [key: string]: any };
+
+export interface MiddlewareOptions<Req = AnyRequest, Res = AnyResponse> {
   limiter: Limiter;
   /** A policy, or a function choosing one per request (tiers). */
-  policy: Policy | ((req: Req) => Policy);
-  /** Whose bucket; default req.get('x-user-id') || req.ip. */
-  key?: (req: Req) => string | Buffer;
-  /** Tokens per request; default 1. */
-  cost?: (req: Req) => number;
-  /** When the store fails: 'open' (default, no headers) or 'closed' (503). */
-  onStoreError?: 'open' | 'closed';
+  policy: Policy | ((req: Req) => MaybePromise<Policy>);
+  /** Whose bucket; default the client address (req.ip, which follows Express's
+   * `trust proxy`; else the socket), IPv6 grouped to its /64.  Never a header by default. */
+  key?: (req: Req) => MaybePromise<string | Buffer>;
+  /** The default key's IPv6 prefix length (1-128, default 64), or false for whole addresses. */
+  ipv6Subnet?: number | false;
+  /** Tokens per request, a whole number >= 0 or a function; default 1. */
+  cost?: number | ((req: Req) => MaybePromise<number>);
+  /** true: the request is not limited (nor charged). */
+  skip?: (req: Req, res: Res) => MaybePromise<boolean>;
+  /** Answers a limited request instead of the default 429 (headers already set). */
+  handler?: (req: Req, res: Res, next: (err?: unknown) => void, info: RateLimitInfo) => void;
+  /** The status of a limited request (default 429). */
+  statusCode?: number;
+  /** The body of a limited request: text, an object sent as JSON, or a function
+   * returning either (default {"error":"rate_limited","retry_after_ms":N,"policy":"name"}). */
+  message?: string | object | ((req: Req, res: Res, info: RateLimitInfo) => MaybePromise<string | object>);
+  /** Which rate-limit headers to send; default { standard: 'draft-11', legacy: true }. */
+  headers?: HeaderStandard | HeaderOptions | boolean;
+  /** Where the decision is left on the request (default 'rateLimit'), or false. */
+  requestPropertyName?: string | false;
+  /** When the store fails: 'open' (default: pass, no headers), 'closed' (503),
+   * or a function deciding.  A closed limiter is no store failure: always 503. */
+  onStoreError?: 'open' | 'closed' | ((err: SluiceError, req: Req, res: Res, next: (err?: unknown) => void) => void);
+  /** Give the tokens back when the response succeeds (requestWasSuccessful; default status < 400). */
+  skipSuccessfulRequests?: boolean;
+  /** Give the tokens back when the response fails (status >= 400, or the connection closed first). */
+  skipFailedRequests?: boolean;
+  requestWasSuccessful?: (req: Req, res: Res) => boolean;
 }
 
-/** Express (or Connect) middleware: rate-limit headers on every decided
+/** @deprecated the name of the options before the Fastify plugin; use MiddlewareOptions. */
+export type ExpressOptions<Req = AnyRequest, Res = AnyResponse> = MiddlewareOptions<Req, Res>;
+
+/** Express 4/5, Connect or node:http middleware: rate-limit headers on every decided
  * answer, 429 with Retry-After and a JSON body when limited. */
-export function express<Req extends RequestLike = RequestLike>(
-  opts: ExpressOptions<Req>,
-): (req: Req, res: any, next: (err?: unknown) => void) => void;
+export function express<Req extends IncomingMessage = AnyRequest, Res extends ServerResponse = AnyResponse>(
+  opts: MiddlewareOptions<Req, Res>,
+): (req: Req, res: Res, next: (err?: unknown) => void) => void;
+
+/** The Fastify plugin: app.register(sluice.fastify, options).  The functions
+ * receive Fastify's request and reply. */
+export const fastify: {
+  (instance: any, opts: MiddlewareOptions<any, any>, done: (err?: Error) => void): void;
+};
+
+/** The default key of a client address: IPv4 as it is (an IPv4-mapped IPv6
+ * address as its IPv4), IPv6 as its /subnet network, e.g. "2001:db8:1:2::/64". */
+export function ipKey(address: string, subnet?: number | false): string;
 
 export const version: string;
+
+// The middleware leaves its decision on the request (requestPropertyName,
+// default 'rateLimit'): node:http's IncomingMessage, and so Express's
+// Request, say so.
+declare module 'http' {
+  interface IncomingMessage {
+    rateLimit?: RateLimitInfo;
+  }
+}

@@ -3,9 +3,13 @@
 // client running on Node's event loop (no ioredis, no HTTP hop).
 //
 // This file checks arguments and shapes results; every decision is made by
-// libsluice in the native addon (src/addon.c).
+// libsluice in the native addon (src/addon.c, local.c, redis.c).  Sections:
+// options checking, policies, limiters (take, get and the admin verbs),
+// client addresses, the middleware (Express, Connect, node:http) and the
+// Fastify plugin.
 'use strict';
 
+const { EventEmitter } = require('node:events');
 const fs = require('node:fs');
 const path = require('node:path');
 
@@ -51,6 +55,11 @@ class Policy {
     const item = (i, n) => `"${n}";q=${limits[i].capacity};w=${windows[i]}`;
     this._policyHeaders = limits.map((_, which) => [item(which, name),
       ...limits.map((__, i) => i).filter((i) => i !== which).map((i) => item(i, `${name}.${i + 1}`))].join(', '));
+    // draft-6 and draft-7's RateLimit-Policy: "capacity;w=window", the
+    // deciding limit first.
+    const plain = (i) => `${limits[i].capacity};w=${windows[i]}`;
+    this._plainHeaders = limits.map((_, which) => [plain(which),
+      ...limits.map((__, i) => i).filter((i) => i !== which).map(plain)].join(', '));
     this._windowsMs = windows.map((w) => w * 1000);
     Object.freeze(this);
   }
@@ -99,11 +108,127 @@ function policy(limits, opts = {}) {
   return new Policy(name, caps.map((c, i) => Object.freeze({ capacity: c, rate: rates[i] })), handle, windows);
 }
 
+// ---------------------------------------------------------- options checking
+
+// Levenshtein distance, for "did you mean" (option names are short).
+function distance(a, b) {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => [i]);
+  for (let j = 1; j <= b.length; j++) d[0][j] = j;
+  for (let i = 1; i <= a.length; i++)
+    for (let j = 1; j <= b.length; j++)
+      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+  return d[a.length][b.length];
+}
+
+// Every option object is checked whole: a misspelt name, or the name
+// another rate limiter uses for something sluice calls otherwise, is a
+// TypeError naming it (and sluice's name), never silently ignored.
+function knownOptions(obj, known, what, peers = {}) {
+  for (const k of Object.keys(obj)) {
+    if (known.includes(k)) continue;
+    if (Object.prototype.hasOwnProperty.call(peers, k))
+      throw new TypeError(`${what}: unknown option "${k}"; in sluice that is ${peers[k]}`);
+    const near = known.find((n) => distance(n.toLowerCase(), k.toLowerCase()) <= Math.max(1, Math.floor(n.length / 4)));
+    throw new TypeError(`${what}: unknown option "${k}"${near ? ` (did you mean "${near}"?)` : ''}; the options are ${known.join(', ')}`);
+  }
+}
+
+const typeName = (v) => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+
+function optFunction(v, what, shape) {
+  if (v !== undefined && typeof v !== 'function') throw new TypeError(`${what} must be a function ${shape}, got ${typeName(v)}`);
+  return v === undefined ? null : v;
+}
+
+function optBoolean(v, what, dflt) {
+  if (v === undefined) return dflt;
+  if (typeof v !== 'boolean') throw new TypeError(`${what} must be true or false, got ${typeName(v)}`);
+  return v;
+}
+
+// Names other limiters give to what sluice calls otherwise.
+const POLICY_HINT = "policy: sluice.policy([{ capacity, rate }]) (a token bucket: capacity is the burst, rate the refill, e.g. '100/min')";
+const LIMITER_PEERS = {
+  storeClient: "store: { redis: { url } } (sluice runs its own Redis client)",
+  redis: 'store: { redis: { url } }',
+  points: POLICY_HINT,
+  duration: POLICY_HINT,
+  windowMs: POLICY_HINT,
+  max: POLICY_HINT,
+  limit: POLICY_HINT,
+  keyPrefix: 'store: { redis: { keyPrefix } }',
+  blockDuration: 'limiter.block(key, policy, ms)',
+  execEvenly: 'the token bucket itself (it spreads requests at the refill rate)',
+  insuranceLimiter: "the middleware's onStoreError",
+  inMemoryBlockOnConsumed: 'limiter.block(key, policy, ms)',
+};
+const REDIS_PEERS = {
+  host: "url: 'redis://[user:password@]host:port/db'",
+  port: "url: 'redis://[user:password@]host:port/db'",
+  password: "url: 'redis://[user:password@]host:port/db'",
+  username: "url: 'redis://[user:password@]host:port/db'",
+  db: "url: 'redis://[user:password@]host:port/db'",
+  path: "url: 'unix:///path/to/redis.sock'",
+  socket: "url (and tls)",
+  connectTimeout: 'timeoutMs',
+  commandTimeout: 'timeoutMs',
+  prefix: 'keyPrefix',
+  sentinels: "sentinel: { master, addrs: ['host:port'] }",
+  name: "sentinel: { master }",
+  rootNodes: "cluster: ['host:port', ...]",
+  nodes: "cluster: ['host:port', ...]",
+  enableOfflineQueue: 'nothing: calls fail fast (within timeoutMs) while Redis is away',
+};
+const MIDDLEWARE_PEERS = {
+  keyGenerator: 'key: (req) => string',
+  standardHeaders: "headers: 'draft-11' | 'draft-8' | 'draft-7' | 'draft-6' | false",
+  legacyHeaders: 'headers: { legacy: true | false }',
+  addHeaders: 'headers',
+  addHeadersOnExceeding: 'headers',
+  windowMs: POLICY_HINT,
+  timeWindow: POLICY_HINT,
+  max: POLICY_HINT,
+  limit: POLICY_HINT,
+  points: POLICY_HINT,
+  duration: POLICY_HINT,
+  store: 'limiter: new sluice.Limiter({ store })',
+  passOnStoreError: "onStoreError: 'open'",
+  skipOnError: "onStoreError: 'open'",
+  identifier: "the policy's name: sluice.policy(limits, { name })",
+  keyPrefix: 'store: { redis: { keyPrefix } } on the Limiter',
+  allowList: 'skip: (req) => boolean',
+  errorResponseBuilder: 'message: (req, res, info) => string | object',
+  onLimitReached: 'handler: (req, res, next, info) => ...',
+  validate: 'nothing: sluice always checks its options',
+  requestProperty: 'requestPropertyName',
+  blockDuration: 'limiter.block(key, policy, ms)',
+};
+
 // ---------------------------------------------------------------- limiters
 
+// A string key goes to the store as UTF-8, which has no spelling for a lone
+// UTF-16 surrogate: converted, '\ud800', '\udc00' and '\ufffd' would all
+// become one bucket.  Such a string is no identity a client sent (HTTP
+// headers and addresses decode to well-formed strings), so it is refused.
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const wellFormed = typeof String.prototype.isWellFormed === 'function'
+  ? (s) => s.isWellFormed()
+  : (s) => !LONE_SURROGATE.test(s);
+
 function checkKey(key) {
-  if (typeof key !== 'string' && !Buffer.isBuffer(key))
+  if (typeof key === 'string') {
+    if (!wellFormed(key))
+      throw new TypeError('key holds a lone UTF-16 surrogate (not valid Unicode): give well-formed text, or a Buffer of the bytes');
+    return;
+  }
+  if (!Buffer.isBuffer(key))
     throw new TypeError(`key must be a string or a Buffer, got ${key === null ? 'null' : typeof key}`);
+}
+
+function checkCount(n, what, min) {
+  if (typeof n !== 'number') throw new TypeError(`${what} must be a number, got ${typeName(n)}`);
+  if (!Number.isSafeInteger(n) || n < min)
+    throw new RangeError(`${what} must be a whole number >= ${min}, got ${n}`);
 }
 
 function checkCost(cost) {
@@ -119,15 +244,22 @@ function checkPolicy(p) {
 function storeOptions(opts) {
   const store = opts.store === undefined ? 'memory' : opts.store;
   if (store === 'memory') return { kind: 'memory', maxKeys: opts.maxKeys };
-  if (store !== null && typeof store === 'object') {
-    if (store.memory !== undefined) return { kind: 'memory', maxKeys: (store.memory || {}).maxKeys ?? opts.maxKeys };
-    if (store.redis !== undefined) return { kind: 'redis', redis: store.redis };
-    if (store.shared !== undefined) {
-      const sh = store.shared;
-      if (sh === null || typeof sh !== 'object' || typeof sh.path !== 'string' || sh.path === '')
-        throw new TypeError("store.shared must be { path: '/dev/shm/NAME', maxKeys }");
-      return { kind: 'shared', path: sh.path, maxKeys: sh.maxKeys ?? opts.maxKeys };
+  if (store !== null && typeof store === 'object' && !Array.isArray(store)) {
+    knownOptions(store, ['memory', 'shared', 'redis'], 'store', { shm: 'shared: { path }' });
+    const kinds = Object.keys(store).filter((k) => store[k] !== undefined);
+    if (kinds.length !== 1) throw new TypeError(`store takes one of memory, shared or redis, got ${kinds.length === 0 ? 'none' : kinds.join(' and ')}`);
+    if (store.memory !== undefined) {
+      const m = store.memory || {};
+      plainObject(m, 'store.memory', '{ maxKeys: 1e6 }');
+      knownOptions(m, ['maxKeys'], 'store.memory');
+      return { kind: 'memory', maxKeys: m.maxKeys ?? opts.maxKeys };
     }
+    if (store.redis !== undefined) return { kind: 'redis', redis: store.redis };
+    const sh = store.shared;
+    if (sh === null || typeof sh !== 'object' || typeof sh.path !== 'string' || sh.path === '')
+      throw new TypeError("store.shared must be { path: '/dev/shm/NAME', maxKeys }");
+    knownOptions(sh, ['path', 'maxKeys'], 'store.shared');
+    return { kind: 'shared', path: optString(sh.path, 'store.shared.path'), maxKeys: sh.maxKeys ?? opts.maxKeys };
   }
   throw new TypeError("store must be 'memory', { memory: { maxKeys } }, { shared: { path, maxKeys } } or { redis: { url | cluster | sentinel } }");
 }
@@ -220,9 +352,14 @@ function sentinelOptions(s, masterTls) {
   return o;
 }
 
-function redisOptions(r) {
-  if (r === null || typeof r !== 'object') throw new TypeError('store.redis must be an object');
+const REDIS_KEYS = ['url', 'cluster', 'sentinel', 'tls', 'timeoutMs', 'connections', 'keyPrefix', 'scriptOnly'];
+
+function redisOptions(r, unref) {
+  if (r === null || typeof r !== 'object' || Array.isArray(r)) throw new TypeError('store.redis must be an object');
+  knownOptions(r, REDIS_KEYS, 'store.redis', REDIS_PEERS);
+  if (r.scriptOnly !== undefined) optBoolean(r.scriptOnly, 'redis.scriptOnly', false);
   const o = {
+    unref: unref ? 1 : 0,
     timeoutMs: positiveInt(r.timeoutMs, 'redis.timeoutMs', 50, 3600000),
     connections: positiveInt(r.connections, 'redis.connections', 1, 64),
     scriptOnly: r.scriptOnly ? 1 : 0,
@@ -253,6 +390,18 @@ function decision(allowed, limit, remaining, retryAfterMs, resetMs, name) {
   return { allowed, limit, remaining, retryAfterMs, resetMs, policy: name };
 }
 
+// The addon's admin operations (src/addon.h).
+const ADMIN_RESET = 0;
+const ADMIN_REFUND = 1;
+const ADMIN_PENALIZE = 2;
+const ADMIN_BLOCK = 3;
+const CLOSED = -100;
+
+// Node events that leave a Redis node unusable (sluice_redis_event_name()).
+const NODE_FAILURES = new Set(['unreachable', 'timeout', 'auth_failed', 'tls_failed', 'no_master']);
+
+const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError'];
+
 /**
  * new Limiter({ store: 'memory', maxKeys, clock })
  *   clock (memory and shared stores): () -> the time in microseconds since
@@ -266,67 +415,107 @@ function decision(allowed, limit, remaining, retryAfterMs, resetMs, name) {
  *   keyFile, serverName, verify } } } })
  * new Limiter({ store: { redis: { sentinel: { master, addrs, user, password,
  *   tls }, url } } })
+ * Every store: unref (an idle Redis limiter does not hold the process
+ * open), onError(err) (a Redis node became unusable; also the 'error'
+ * event when it has listeners, and 'recover' when the node answers again).
  */
-class Limiter {
+class Limiter extends EventEmitter {
   constructor(opts = {}) {
-    if (opts === null || typeof opts !== 'object') throw new TypeError('Limiter options must be an object');
+    super();
+    if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw new TypeError('Limiter options must be an object');
+    knownOptions(opts, LIMITER_KEYS, 'new Limiter()', LIMITER_PEERS);
     const s = storeOptions(opts);
     this._closed = false;
     this._closing = null;
+    this._onError = optFunction(opts.onError, 'onError', '(err) => ...');
+    this._down = new Map(); // node -> "kind: detail" of its failure
+    const unref = optBoolean(opts.unref, 'unref', false);
     if (s.kind === 'memory' || s.kind === 'shared') {
       // Both local stores decide at once, through the same path.
       this.store = s.kind;
       if (s.kind === 'memory') {
         this._mem = native.memoryNew(positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 40));
         this._take = native.memoryTake;
+        this._peek = native.memoryPeek;
+        this._admin = native.memoryAdmin;
       } else {
         this._mem = native.shmNew(s.path, positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 32));
         this._take = native.shmTake;
+        this._peek = native.shmPeek;
+        this._admin = native.shmAdmin;
       }
       this._buf = new Float64Array(5);
       this._redis = null;
-      if (opts.clock !== undefined && typeof opts.clock !== 'function')
-        throw new TypeError('clock must be a function () -> microseconds');
-      this._clock = opts.clock || null;
+      this._clock = optFunction(opts.clock, 'clock', '() -> microseconds since the epoch');
     } else {
       if (opts.clock !== undefined) throw new TypeError('clock applies to the memory store only (Redis decides on its own time)');
+      if (opts.maxKeys !== undefined) throw new TypeError('maxKeys applies to the memory and shared stores only');
       this.store = 'redis';
       this._mem = null;
       this._take = null;
-      this._redis = native.redisNew(this, redisOptions(s.redis));
+      this._redis = native.redisNew(this, redisOptions(s.redis, unref));
     }
   }
 
-  // The decision of one take, as numbers, to done(status, allowed, limit,
-  // remaining, retryAfterMs, resetMs, which): synchronously on the memory
-  // store, from Node's loop on Redis.  Arguments are already checked.
-  _decide(key, p, cost, done) {
+  // The decision of one take (peek: of cost, charging nothing), as
+  // numbers, to done(status, allowed, limit, remaining, retryAfterMs,
+  // resetMs, which): synchronously on the local stores, from Node's loop
+  // on Redis.  Arguments are already checked.
+  _decide(key, p, cost, done, peek = false) {
     if (this._closed) {
-      done(-100, false, 0, 0, 0, 0, 0);
+      done(CLOSED, false, 0, 0, 0, 0, 0);
       return;
     }
     if (this._mem !== null) {
       const b = this._buf;
+      const fn = peek ? this._peek : this._take;
       const allowed = this._clock === null
-        ? this._take(this._mem, key, p._h, cost, b)
-        : this._take(this._mem, key, p._h, cost, b, this._clock());
+        ? fn(this._mem, key, p._h, cost, b)
+        : fn(this._mem, key, p._h, cost, b, this._clock());
       done(0, allowed, b[0], b[1], b[2], b[3], b[4]);
       return;
     }
-    native.redisTake(this._redis, key, p._h, cost, done);
+    (peek ? native.redisPeek : native.redisTake)(this._redis, key, p._h, cost, done);
   }
 
-  // The error of a failed take.  The message ends with what a Redis node
+  // The error of a failed call.  The message ends with what a Redis node
   // last reported and still has (a certificate that does not verify, a
   // refused password, no master), when there is such a failure.
   _error(status) {
-    if (status === -100 || this._closed)
+    if (status === CLOSED || this._closed)
       return sluiceError('ERR_SLUICE_CLOSED', 'sluice: the limiter is closed');
     const why = this._redis === null ? '' : native.redisLastError(this._redis);
     const tail = why === '' ? '' : ` (${why})`;
     if (status === SLUICE_ETIMEDOUT)
       return sluiceError('ERR_SLUICE_TIMEOUT', `sluice: the Redis store did not answer in time${tail}`);
     return sluiceError('ERR_SLUICE_STORE', `sluice: the Redis store failed: ${native.strerror(status)}${tail}`);
+  }
+
+  // From the addon, inside the Redis client: every node state change.
+  // The app's hooks run later, outside the client (which they may call).
+  _storeEvent(kind, node, detail) {
+    setImmediate(() => this._nodeChanged(kind, node, detail));
+  }
+
+  _nodeChanged(kind, node, detail) {
+    if (this._closed) return;
+    if (NODE_FAILURES.has(kind)) {
+      const why = detail === '' ? kind : `${kind}: ${detail}`;
+      if (this._down.get(node) === why) return; // the same state: once
+      this._down.set(node, why);
+      const err = sluiceError('ERR_SLUICE_STORE', `sluice: Redis node ${node} cannot be used: ${why}`);
+      err.node = node;
+      err.reason = kind;
+      err.detail = detail;
+      if (this._onError !== null) this._onError(err);
+      // 'error' without a listener would throw: an app that has not
+      // asked is told through failed takes instead.
+      if (this.listenerCount('error') > 0) this.emit('error', err);
+    } else if ((kind === 'connected' && this._down.has(node)) || (kind === 'master_changed' && this._down.size > 0)) {
+      if (kind === 'master_changed') this._down.clear();
+      else this._down.delete(node);
+      this.emit('recover', { node });
+    }
   }
 
   /**
@@ -338,18 +527,86 @@ class Limiter {
   take(key, p, opts) {
     checkKey(key);
     checkPolicy(p);
-    let cost = 1;
-    if (opts !== undefined) {
-      if (opts === null || typeof opts !== 'object') throw new TypeError('take() options must be an object');
-      if (opts.cost !== undefined) cost = opts.cost;
-    }
-    checkCost(cost);
+    const cost = costOption(opts, 'take');
+    return this._promise(key, p, cost, false);
+  }
+
+  /**
+   * get(key, policy, { cost = 1 }) -> Promise<Decision>: the decision a take
+   * of cost would get now, charging nothing (a drained bucket says
+   * allowed: false with its retryAfterMs).
+   */
+  get(key, p, opts) {
+    checkKey(key);
+    checkPolicy(p);
+    const cost = costOption(opts, 'get');
+    return this._promise(key, p, cost, true);
+  }
+
+  _promise(key, p, cost, peek) {
     return new Promise((resolve, reject) => {
       this._decide(key, p, cost, (status, allowed, limit, remaining, retry, reset) => {
         if (status !== 0) reject(this._error(status));
         else resolve(decision(allowed, limit, remaining, retry, reset, p.name));
+      }, peek);
+    });
+  }
+
+  // One admin call: the same state sluice serve's /v1/reset and
+  // /v1/refund change.
+  _adminCall(key, p, n, op) {
+    if (this._closed) return Promise.reject(this._error(CLOSED));
+    if (this._mem !== null) {
+      try {
+        if (this._clock === null) this._admin(this._mem, key, p._h, n, op);
+        else this._admin(this._mem, key, p._h, n, op, this._clock());
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      return Promise.resolve();
+    }
+    return new Promise((resolve, reject) => {
+      native.redisAdmin(this._redis, key, p._h, n, op, (status) => {
+        if (status !== 0) reject(this._error(status));
+        else resolve();
       });
     });
+  }
+
+  /** reset(key, policy) -> Promise<void>: every bucket of the key under the
+   * policy becomes full. */
+  reset(key, p) {
+    checkKey(key);
+    checkPolicy(p);
+    return this._adminCall(key, p, 0, ADMIN_RESET);
+  }
+
+  /** refund(key, policy, n = 1) -> Promise<void>: n tokens back to each
+   * limit, never above its capacity. */
+  refund(key, p, n = 1) {
+    checkKey(key);
+    checkPolicy(p);
+    checkCount(n, 'refund: n', 0);
+    return this._adminCall(key, p, n, ADMIN_REFUND);
+  }
+
+  /** penalize(key, policy, n = 1) -> Promise<void>: n tokens charged with
+   * no check; beyond empty, a debt that delays the next allowed request. */
+  penalize(key, p, n = 1) {
+    checkKey(key);
+    checkPolicy(p);
+    checkCount(n, 'penalize: n', 0);
+    return this._adminCall(key, p, n, ADMIN_PENALIZE);
+  }
+
+  /** block(key, policy, ms) -> Promise<void>: no request of the key passes
+   * for ms milliseconds; the first one after passes (a longer block or
+   * debt already there stays). */
+  block(key, p, ms) {
+    checkKey(key);
+    checkPolicy(p);
+    checkCount(ms, 'block: ms', 1);
+    return this._adminCall(key, p, ms, ADMIN_BLOCK);
   }
 
   /** true when the store can answer now (memory: always; Redis: connected,
@@ -357,6 +614,11 @@ class Limiter {
   healthy() {
     if (this._closed) return false;
     return this._redis === null ? true : native.redisHealthy(this._redis);
+  }
+
+  /** true once close() was called. */
+  get closed() {
+    return this._closed;
   }
 
   /** Closes the store.  Calls still waiting on Redis are rejected
@@ -377,93 +639,540 @@ class Limiter {
   }
 }
 
-// ------------------------------------------------------------------ express
-
-function defaultKey(req) {
-  return req.get('x-user-id') || req.ip;
+function costOption(opts, what) {
+  let cost = 1;
+  if (opts !== undefined) {
+    if (opts === null || typeof opts !== 'object') throw new TypeError(`${what}() options must be an object`);
+    knownOptions(opts, ['cost'], `${what}() options`);
+    if (opts.cost !== undefined) cost = opts.cost;
+  }
+  checkCost(cost);
+  return cost;
 }
+
+// ---------------------------------------------------------- client addresses
+
+// The 8 16-bit groups of an IPv6 address (no zone), or null.
+function ipv6Groups(a) {
+  let head = a;
+  let tail = '';
+  const dc = a.indexOf('::');
+  if (dc !== -1) {
+    if (a.indexOf('::', dc + 1) !== -1) return null;
+    head = a.slice(0, dc);
+    tail = a.slice(dc + 2);
+  }
+  const parse = (part) => {
+    if (part === '') return [];
+    const out = [];
+    const pieces = part.split(':');
+    for (let i = 0; i < pieces.length; i++) {
+      const x = pieces[i];
+      if (i === pieces.length - 1 && x.includes('.')) {
+        // An IPv4 tail (::ffff:1.2.3.4, 64:ff9b::1.2.3.4).
+        const q = x.split('.');
+        if (q.length !== 4 || !q.every((d) => /^[0-9]{1,3}$/.test(d) && Number(d) < 256)) return null;
+        out.push((Number(q[0]) << 8) | Number(q[1]), (Number(q[2]) << 8) | Number(q[3]));
+      } else {
+        if (!/^[0-9a-fA-F]{1,4}$/.test(x)) return null;
+        out.push(parseInt(x, 16));
+      }
+    }
+    return out;
+  };
+  const h = parse(head);
+  const t = parse(tail);
+  if (h === null || t === null) return null;
+  if (dc === -1) return h.length === 8 ? h : null;
+  if (h.length + t.length > 7) return null;
+  return [...h, ...new Array(8 - h.length - t.length).fill(0), ...t];
+}
+
+/**
+ * ipKey(address, subnet = 64) -> the bucket key of a client address: an
+ * IPv4 address as it is (an IPv4-mapped IPv6 address as its IPv4), an
+ * IPv6 address as its /subnet network ("2001:db8:1:2::/64"), since one
+ * client commonly holds a whole /64.  subnet false keeps the address whole.
+ */
+function ipKey(address, subnet = 64) {
+  if (typeof address !== 'string' || address === '')
+    throw new TypeError(`the client address is unknown (got ${typeName(address)}): the connection may be gone`);
+  if (address.indexOf(':') === -1) return address;
+  const pct = address.indexOf('%');
+  const a = pct === -1 ? address : address.slice(0, pct);
+  const g = ipv6Groups(a);
+  if (g === null) return address;
+  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff)
+    return `${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;
+  const bits = subnet === false ? 128 : subnet;
+  const out = [];
+  for (let i = 0; i < 8 && i * 16 < bits; i++) {
+    const keep = Math.min(16, bits - i * 16);
+    out.push((g[i] & (0xffff << (16 - keep)) & 0xffff).toString(16));
+  }
+  if (bits === 128) return out.join(':');
+  return `${out.join(':')}${out.length < 8 ? '::' : ''}/${bits}`;
+}
+
+// The client's address: Express's req.ip (which follows `trust proxy`),
+// Fastify's request.ip (`trustProxy`), else the socket's peer (node:http,
+// Connect).  Never a header the client could write.
+function clientAddress(req) {
+  const ip = req.ip;
+  if (typeof ip === 'string' && ip !== '') return ip;
+  const sock = req.socket || (req.raw && req.raw.socket);
+  return sock ? sock.remoteAddress : undefined;
+}
+
+// ---------------------------------------------------------------- middleware
 
 const LIMITED = (retryMs, name) => `{"error":"rate_limited","retry_after_ms":${retryMs},"policy":"${name}"}`;
 const STORE_DOWN = '{"error":"store_unavailable","message":"the rate-limit store failed and the limiter fails closed"}';
+const LIMITER_CLOSED = '{"error":"limiter_closed","message":"the rate limiter is closed"}';
+const JSON_TYPE = 'application/json';
+const TEXT_TYPE = 'text/plain; charset=utf-8';
+
+// What an earlier limiter on the same response answered (stacked
+// limiters): its remaining tokens and the policies it listed.
+const kRemaining = Symbol('sluice.remaining');
+
+const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
+  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'];
+const STANDARDS = ['draft-11', 'draft-8', 'draft-7', 'draft-6'];
+const HEADER_KEYS = ['standard', 'legacy', 'reset'];
+
+// headers: 'draft-11' | 'draft-8' | 'draft-7' | 'draft-6' | true | false |
+// { standard, legacy, reset: 'seconds' | 'epoch' } -> { standard, legacy,
+// epoch } or null (no rate-limit headers at all).
+function headerOptions(h, what) {
+  const out = { standard: 'draft-11', legacy: true, epoch: false };
+  if (h === undefined || h === true) return out;
+  if (h === false) return null;
+  if (typeof h === 'string') {
+    if (!STANDARDS.includes(h)) throw new RangeError(`${what}.headers: "${h}" is not one of ${STANDARDS.join(', ')}`);
+    out.standard = h;
+    return out;
+  }
+  if (h === null || typeof h !== 'object' || Array.isArray(h))
+    throw new TypeError(`${what}.headers must be 'draft-11', 'draft-8', 'draft-7', 'draft-6', false or { standard, legacy, reset }, got ${typeName(h)}`);
+  knownOptions(h, HEADER_KEYS, `${what}.headers`);
+  if (h.standard !== undefined) {
+    if (h.standard !== false && !STANDARDS.includes(h.standard))
+      throw new RangeError(`${what}.headers.standard must be one of ${STANDARDS.join(', ')} or false, got ${JSON.stringify(h.standard)}`);
+    out.standard = h.standard;
+  }
+  out.legacy = optBoolean(h.legacy, `${what}.headers.legacy`, true);
+  if (h.reset !== undefined && h.reset !== 'seconds' && h.reset !== 'epoch')
+    throw new RangeError(`${what}.headers.reset must be 'seconds' (until full) or 'epoch' (Unix time, seconds), got ${JSON.stringify(h.reset)}`);
+  out.epoch = h.reset === 'epoch';
+  if (out.standard === false && !out.legacy) return null;
+  return out;
+}
+
+// The draft-8 partition key: a hash of the key, never the key itself.
+function partitionKey(key) {
+  return require('node:crypto').createHash('sha256').update(key).digest().subarray(0, 12).toString('base64');
+}
+
+// How one framework writes an answer.
+const NODE_IO = {
+  set: (res, name, value) => res.setHeader(name, value),
+  get: (res, name) => res.getHeader(name),
+  send(res, status, type, body) {
+    res.statusCode = status;
+    res.setHeader('Content-Type', type);
+    res.end(body);
+  },
+};
+const FASTIFY_IO = {
+  set: (reply, name, value) => { reply.header(name, value); },
+  get: (reply, name) => reply.getHeader(name),
+  send(reply, status, type, body) {
+    reply.code(status).type(type).send(body);
+  },
+};
+
+const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function';
+
+/*
+ * The checked options of one middleware (or Fastify plugin) -- every
+ * option validated once, here, so a request costs no checks but the
+ * values the app's functions return.
+ */
+function middlewareOptions(opts, what) {
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw new TypeError(`${what}() takes an options object`);
+  knownOptions(opts, MIDDLEWARE_KEYS, `${what}()`, MIDDLEWARE_PEERS);
+  const c = {};
+  c.limiter = opts.limiter;
+  if (!(c.limiter instanceof Limiter)) throw new TypeError(`${what}(): limiter must be a sluice.Limiter, got ${typeName(c.limiter)}`);
+  const pol = opts.policy;
+  if (!(pol instanceof Policy) && typeof pol !== 'function')
+    throw new TypeError(`${what}(): policy must be a sluice.policy() or a function (req) -> policy`);
+  c.policy = pol instanceof Policy ? pol : null;
+  c.policyFn = typeof pol === 'function' ? pol : null;
+  if (opts.ipv6Subnet !== undefined && opts.ipv6Subnet !== false &&
+      (!Number.isInteger(opts.ipv6Subnet) || opts.ipv6Subnet < 1 || opts.ipv6Subnet > 128))
+    throw new RangeError(`${what}(): ipv6Subnet must be a prefix length from 1 to 128 (default 64) or false, got ${opts.ipv6Subnet}`);
+  const subnet = opts.ipv6Subnet === undefined ? 64 : opts.ipv6Subnet;
+  c.keyFn = optFunction(opts.key, `${what}(): key`, '(req) -> string | Buffer');
+  if (c.keyFn === null) c.keyFn = (req) => ipKey(clientAddress(req), subnet);
+  else if (opts.ipv6Subnet !== undefined) throw new TypeError(`${what}(): ipv6Subnet applies to the default key only (use sluice.ipKey(address, subnet) in yours)`);
+  c.cost = 1;
+  c.costFn = null;
+  if (typeof opts.cost === 'number') {
+    checkCount(opts.cost, `${what}(): cost`, 0);
+    c.cost = opts.cost;
+  } else {
+    c.costFn = optFunction(opts.cost, `${what}(): cost`, '(req) -> whole number, or a number');
+  }
+  c.skip = optFunction(opts.skip, `${what}(): skip`, '(req, res) -> boolean');
+  c.handler = optFunction(opts.handler, `${what}(): handler`, '(req, res, next, info) => ...');
+  c.statusCode = 429;
+  if (opts.statusCode !== undefined) {
+    if (!Number.isInteger(opts.statusCode) || opts.statusCode < 400 || opts.statusCode > 599)
+      throw new RangeError(`${what}(): statusCode must be an HTTP error status (400-599), got ${opts.statusCode}`);
+    c.statusCode = opts.statusCode;
+  }
+  const m = opts.message;
+  if (m !== undefined && typeof m !== 'string' && typeof m !== 'function' && (m === null || typeof m !== 'object'))
+    throw new TypeError(`${what}(): message must be a string, an object (sent as JSON) or a function (req, res, info), got ${typeName(m)}`);
+  c.message = m === undefined ? null : m;
+  c.headers = headerOptions(opts.headers, `${what}()`);
+  const prop = opts.requestPropertyName === undefined ? 'rateLimit' : opts.requestPropertyName;
+  if (prop !== false && (typeof prop !== 'string' || prop === ''))
+    throw new TypeError(`${what}(): requestPropertyName must be a property name or false, got ${typeName(prop)}`);
+  c.prop = prop === false ? null : prop;
+  const ose = opts.onStoreError === undefined ? 'open' : opts.onStoreError;
+  if (ose !== 'open' && ose !== 'closed' && typeof ose !== 'function')
+    throw new RangeError(`${what}(): onStoreError must be 'open', 'closed' or a function (err, req, res, next), got ${JSON.stringify(ose)}`);
+  c.onStoreError = ose;
+  c.skipOk = optBoolean(opts.skipSuccessfulRequests, `${what}(): skipSuccessfulRequests`, false);
+  c.skipFailed = optBoolean(opts.skipFailedRequests, `${what}(): skipFailedRequests`, false);
+  c.wasOk = optFunction(opts.requestWasSuccessful, `${what}(): requestWasSuccessful`, '(req, res) -> boolean');
+  if (c.wasOk !== null && !c.skipOk && !c.skipFailed)
+    throw new TypeError(`${what}(): requestWasSuccessful needs skipSuccessfulRequests or skipFailedRequests`);
+  if (c.wasOk === null) c.wasOk = (req, res) => res.statusCode < 400;
+  return c;
+}
+
+// The rate-limit headers of one decision.  `res` is what io writes to.
+function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed) {
+  const h = c.headers;
+  const prev = res[kRemaining];
+  const stacked = prev !== undefined;
+  // Several limiters on one answer: the most restrictive one's headers
+  // stay (a rejection, else the fewest remaining; the first on a tie), and
+  // RateLimit-Policy lists every policy.
+  const wins = !stacked || !allowed || remaining < prev;
+  const resetS = Math.ceil(resetMs / 1000);
+  if (h.standard !== false) {
+    let pol = h.standard === 'draft-11' || h.standard === 'draft-8' ? p._policyHeaders[which] : p._plainHeaders[which];
+    if (h.standard === 'draft-8') pol += `;pk=:${partitionKey(key)}:`;
+    if (stacked) {
+      const before = io.get(res, 'RateLimit-Policy');
+      if (before !== undefined) pol = wins ? `${pol}, ${before}` : `${before}, ${pol}`;
+    }
+    io.set(res, 'RateLimit-Policy', pol);
+    if (wins) {
+      switch (h.standard) {
+        case 'draft-11':
+        case 'draft-8':
+          io.set(res, 'RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
+          break;
+        case 'draft-7':
+          io.set(res, 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          break;
+        default:
+          io.set(res, 'RateLimit-Limit', limit);
+          io.set(res, 'RateLimit-Remaining', remaining);
+          io.set(res, 'RateLimit-Reset', resetS);
+      }
+    }
+  }
+  if (wins && h.legacy) {
+    io.set(res, 'X-RateLimit-Limit', limit);
+    io.set(res, 'X-RateLimit-Remaining', remaining);
+    io.set(res, 'X-RateLimit-Reset', h.epoch ? Math.ceil((Date.now() + resetMs) / 1000) : resetS);
+  }
+  if (wins) res[kRemaining] = remaining;
+  return wins;
+}
+
+// Gives the charge back when the response finishes as the options say
+// it should not count (skipSuccessfulRequests / skipFailedRequests).  A
+// response that closes before it finished counts as failed.
+function watchOutcome(c, req, res, key, p, cost) {
+  let settled = false;
+  const give = () => {
+    c.limiter.refund(key, p, cost).catch(() => {}); // best effort: an unreturned charge limits more, never less
+  };
+  res.once('finish', () => {
+    if (settled) return;
+    settled = true;
+    const ok = c.wasOk(req, res);
+    if (ok ? c.skipOk : c.skipFailed) give();
+  });
+  res.once('close', () => {
+    if (settled) return;
+    settled = true;
+    if (c.skipFailed) give();
+  });
+}
+
+/*
+ * Answers one request once its inputs are known: decides, writes the
+ * headers, and passes, limits or applies the store-error mode.  raw is
+ * the node:http response the outcome is watched on; next(err?) continues.
+ * The local stores answer synchronously, with no closure per request.
+ */
+function decideRequest(c, io, req, res, raw, next, p, key, cost) {
+  const limiter = c.limiter;
+  if (limiter._closed) {
+    storeFailed(c, io, req, res, next, CLOSED);
+    return;
+  }
+  if (limiter._mem !== null && limiter._clock === null) {
+    const d = limiter._buf;
+    const allowed = limiter._take(limiter._mem, key, p._h, cost, d);
+    answer(c, io, req, res, raw, next, p, key, cost, allowed, d[0], d[1], d[2], d[3], d[4]);
+    return;
+  }
+  limiter._decide(key, p, cost, (status, allowed, limit, remaining, retryMs, resetMs, which) => {
+    if (status !== 0) storeFailed(c, io, req, res, next, status);
+    else answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which);
+  });
+}
+
+function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {
+  let wins;
+  if (c.headers !== null) {
+    wins = writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed);
+  } else {
+    const prev = res[kRemaining];
+    wins = prev === undefined || !allowed || remaining < prev;
+    if (wins) res[kRemaining] = remaining;
+  }
+  // A cost that can never pass waits for a whole window, as sluice
+  // serve says it.
+  const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
+  let info = null;
+  if (c.prop !== null && wins) {
+    info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
+    req[c.prop] = info;
+  }
+  if (allowed) {
+    if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);
+    next();
+    return;
+  }
+  limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs);
+}
+
+function limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs) {
+  if (c.headers !== null) io.set(res, 'Retry-After', Math.max(1, Math.ceil(retry / 1000)));
+  if (c.headers !== null && c.headers.legacy) io.set(res, 'X-RateLimit-Retry-After-Ms', retry);
+  if (info === null) info = { allowed: false, limit, remaining, retryAfterMs: retry, resetMs, policy: p.name, key, cost };
+  if (c.handler !== null) {
+    c.handler(req, res, next, info);
+    return;
+  }
+  const m = c.message;
+  if (m === null) {
+    io.send(res, c.statusCode, JSON_TYPE, LIMITED(retry, p.name));
+    return;
+  }
+  const body = typeof m === 'function' ? m(req, res, info) : m;
+  if (isThenable(body)) {
+    body.then((b) => sendMessage(io, res, c.statusCode, b), next);
+    return;
+  }
+  sendMessage(io, res, c.statusCode, body);
+}
+
+function sendMessage(io, res, status, body) {
+  if (typeof body === 'string') io.send(res, status, TEXT_TYPE, body);
+  else io.send(res, status, JSON_TYPE, JSON.stringify(body));
+}
+
+// The store failed (or the limiter is closed, which is no store failure:
+// a closed limiter never lets a request through).
+function storeFailed(c, io, req, res, next, status) {
+  if (status === CLOSED || c.limiter._closed) {
+    io.send(res, 503, JSON_TYPE, LIMITER_CLOSED);
+    return;
+  }
+  const mode = c.onStoreError;
+  if (mode === 'open') {
+    next();
+    return;
+  }
+  if (mode === 'closed') {
+    io.set(res, 'Retry-After', '1');
+    io.send(res, 503, JSON_TYPE, STORE_DOWN);
+    return;
+  }
+  mode(c.limiter._error(status), req, res, next);
+}
+
+// requestInputs()'s answer, read at once by its caller (no object per
+// request): GO with IN.p, IN.k and IN.cost set; SKIP; or ASYNC when an
+// app's function answered with a promise (IN.stage and IN.v say where).
+const IN = { p: null, k: null, cost: 1, stage: 0, v: null };
+const GO = 0;
+const SKIP = 1;
+const ASYNC = 2;
+
+/*
+ * Computes (policy, key, cost) for a request, synchronously when the
+ * app's functions are; any of them may return a promise.  Throws what
+ * they throw, or a TypeError/RangeError for a bad value.
+ */
+function requestInputs(c, req, res) {
+  let p = c.policy;
+  let k = null;
+  let cost = c.cost;
+  let v;
+  IN.p = null;
+  IN.k = null;
+  if (c.skip !== null) {
+    v = c.skip(req, res);
+    if (isThenable(v)) return later(0, v, p, k);
+    if (v) return SKIP;
+  }
+  if (c.policyFn !== null) {
+    p = c.policyFn(req);
+    if (isThenable(p)) return later(1, p, null, k);
+  }
+  checkPolicy(p);
+  k = c.keyFn(req);
+  if (isThenable(k)) return later(2, k, p, null);
+  checkKey(k);
+  if (c.costFn !== null) {
+    cost = c.costFn(req);
+    if (isThenable(cost)) return later(3, cost, p, k);
+    checkCost(cost);
+  }
+  IN.p = p;
+  IN.k = k;
+  IN.cost = cost;
+  return GO;
+}
+
+function later(stage, v, p, k) {
+  IN.stage = stage;
+  IN.v = v;
+  IN.p = p;
+  IN.k = k;
+  return ASYNC;
+}
+
+// The rest of requestInputs() once a function answered with a promise;
+// then go(p, k, cost), skip() or fail(err).
+function continueAsync(c, req, res, stage, v, go, skip, fail, p, k) {
+  (async () => {
+    let cost;
+    if (stage === 0) {
+      if (await v) return skip;
+      v = c.policyFn === null ? c.policy : c.policyFn(req);
+      stage = 1;
+    }
+    if (stage === 1) {
+      p = await v;
+      checkPolicy(p);
+      v = c.keyFn(req);
+      stage = 2;
+    }
+    if (stage === 2) {
+      k = await v;
+      checkKey(k);
+      v = c.costFn === null ? c.cost : c.costFn(req);
+      stage = 3;
+    }
+    cost = await v;
+    checkCost(cost);
+    return () => go(p, k, cost);
+  })().then((then) => then(), fail);
+}
 
 /**
- * express({ limiter, policy, key, cost, onStoreError }) -> middleware
- *   policy: a Policy, or a function (req) -> Policy (tiers)
- *   key: (req) -> string | Buffer; default x-user-id, else req.ip
- *   cost: (req) -> whole number >= 0; default 1
- *   onStoreError: 'open' (default: let the request through, no headers)
- *                 or 'closed' (503)
+ * express(options) -> (req, res, next) middleware for Express 4 and 5,
+ * a Router or a single route, Connect, and plain node:http (call it with
+ * your own next).  Options: README.md, "The middleware".
  */
 function express(opts) {
-  if (opts === null || typeof opts !== 'object') throw new TypeError('express() takes an options object');
-  const { limiter, key = defaultKey, cost, onStoreError = 'open' } = opts;
-  const pol = opts.policy;
-  if (!(limiter instanceof Limiter)) throw new TypeError('express(): limiter must be a sluice.Limiter');
-  if (!(pol instanceof Policy) && typeof pol !== 'function')
-    throw new TypeError('express(): policy must be a sluice.policy() or a function (req) -> policy');
-  if (typeof key !== 'function') throw new TypeError('express(): key must be a function (req) -> string');
-  if (cost !== undefined && typeof cost !== 'function') throw new TypeError('express(): cost must be a function (req) -> number');
-  if (onStoreError !== 'open' && onStoreError !== 'closed')
-    throw new RangeError("express(): onStoreError must be 'open' or 'closed'");
-  const closed = onStoreError === 'closed';
-
+  const c = middlewareOptions(opts, 'express');
   return function sluiceLimit(req, res, next) {
-    let p, k, c;
+    let r;
     try {
-      p = typeof pol === 'function' ? pol(req) : pol;
-      checkPolicy(p);
-      k = key(req);
-      checkKey(k);
-      c = cost === undefined ? 1 : cost(req);
-      checkCost(c);
+      r = requestInputs(c, req, res);
     } catch (err) {
       next(err);
       return;
     }
-    // The memory store answers at once: no closure on that path.
-    if (limiter._mem !== null && limiter._clock === null && !limiter._closed) {
-      const d = limiter._buf;
-      const allowed = limiter._take(limiter._mem, k, p._h, c, d);
-      answer(res, next, p, closed, 0, allowed, d[0], d[1], d[2], d[3], d[4]);
-      return;
-    }
-    limiter._decide(k, p, c, (status, allowed, limit, remaining, retryMs, resetMs, which) =>
-      answer(res, next, p, closed, status, allowed, limit, remaining, retryMs, resetMs, which));
+    if (r === GO) decideRequest(c, NODE_IO, req, res, res, next, IN.p, IN.k, IN.cost);
+    else if (r === SKIP) next();
+    else continueAsync(c, req, res, IN.stage, IN.v, (p, k, cost) => decideRequest(c, NODE_IO, req, res, res, next, p, k, cost), next, next, IN.p, IN.k);
   };
 }
 
-// Writes the middleware's answer for one decision (status: 0 or the
-// store's error code).
-function answer(res, next, p, failClosed, status, allowed, limit, remaining, retryMs, resetMs, which) {
-  if (status !== 0) {
-    if (!failClosed) {
-      next();
+// ------------------------------------------------------------------ fastify
+
+/**
+ * fastify: a Fastify plugin with the middleware's options:
+ *   app.register(sluice.fastify, { limiter, policy, ... })
+ * It limits every route of the instance it is registered on (and its
+ * children); key, policy, cost and skip receive Fastify's request
+ * (request.ip follows `trustProxy`), handler (request, reply, next, info).
+ */
+function fastifyPlugin(instance, opts, done) {
+  let c;
+  try {
+    c = middlewareOptions(opts, 'fastify');
+  } catch (err) {
+    done(err);
+    return;
+  }
+  if (c.prop !== null && !instance.hasRequestDecorator(c.prop)) instance.decorateRequest(c.prop, null);
+  const kCharge = Symbol('sluice.charge');
+  const watch = c.skipOk || c.skipFailed;
+  // The outcome is read in onResponse (below), not on the socket.
+  const cw = watch ? { ...c, skipOk: false, skipFailed: false } : c;
+  instance.addHook('onRequest', (request, reply, next) => {
+    const go = (p, k, cost) => {
+      const done = watch && cost > 0
+        ? (err) => {
+          if (err === undefined) request[kCharge] = { k, p, cost };
+          next(err);
+        }
+        : next;
+      decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, done, p, k, cost);
+    };
+    let r;
+    try {
+      r = requestInputs(c, request, reply);
+    } catch (err) {
+      next(err);
       return;
     }
-    res.statusCode = 503;
-    res.setHeader('Retry-After', '1');
-    res.setHeader('Content-Type', 'application/json');
-    res.end(STORE_DOWN);
-    return;
+    if (r === GO) go(IN.p, IN.k, IN.cost);
+    else if (r === SKIP) next();
+    else continueAsync(c, request, reply, IN.stage, IN.v, go, next, next, IN.p, IN.k);
+  });
+  if (watch) {
+    instance.addHook('onResponse', (request, reply, next) => {
+      const ch = request[kCharge];
+      if (ch !== undefined) {
+        const ok = c.wasOk(request, reply);
+        if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
+      }
+      next();
+    });
   }
-  const resetS = Math.ceil(resetMs / 1000);
-  res.setHeader('X-RateLimit-Limit', limit);
-  res.setHeader('X-RateLimit-Remaining', remaining);
-  res.setHeader('X-RateLimit-Reset', resetS);
-  res.setHeader('RateLimit-Policy', p._policyHeaders[which]);
-  res.setHeader('RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
-  if (allowed) {
-    next();
-    return;
-  }
-  // A cost that can never pass waits for a whole window, as sluice serve
-  // says it.
-  const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
-  res.statusCode = 429;
-  res.setHeader('Retry-After', Math.max(1, Math.ceil(retry / 1000)));
-  res.setHeader('X-RateLimit-Retry-After-Ms', retry);
-  res.setHeader('Content-Type', 'application/json');
-  res.end(LIMITED(retry, p.name));
+  done();
 }
+// Not encapsulated: the hook applies to the instance it is registered on
+// (what fastify-plugin does, without the dependency).
+fastifyPlugin[Symbol.for('skip-override')] = true;
+fastifyPlugin[Symbol.for('fastify.display-name')] = 'sluice';
 
-module.exports = { Limiter, Policy, policy, express, version: native.version };
+module.exports = { Limiter, Policy, policy, express, fastify: fastifyPlugin, ipKey, version: native.version };

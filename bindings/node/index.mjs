@@ -4,4 +4,4 @@
 import sluice from './index.js';
 
 export default sluice;
-export const { Limiter, Policy, policy, express, version } = sluice;
+export const { Limiter, Policy, policy, express, fastify, ipKey, version } = sluice;

@@ -11,10 +11,16 @@ const limiter = new sluice.Limiter({
 const api = sluice.policy([{ capacity: 100, rate: '2/s' }, { capacity: 10000, rate: '10000/day' }], { name: 'api' });
 const upload = sluice.policy([{ capacity: 5, rate: '5/min' }], { name: 'upload' });
 
+// Whose bucket: the user your authentication established -- here the
+// x-user-id header, which an auth proxy in front sets (stripping the
+// client's own) -- else the client address (IPv6 grouped by /64).  Never
+// key on a header a client can write itself.
+const key = (req) => req.get('x-user-id') || sluice.ipKey(req.ip);
+
 const app = express();
-app.use(sluice.express({ limiter, policy: api }));
+app.use(sluice.express({ limiter, policy: api, key }));
 app.get('/', (req, res) => res.json({ hello: req.get('x-user-id') || 'anonymous' }));
-app.post('/api/upload', sluice.express({ limiter, policy: upload, onStoreError: 'closed' }),
+app.post('/api/upload', sluice.express({ limiter, policy: upload, key, onStoreError: 'closed' }),
   (req, res) => res.status(201).json({ stored: true }));
 
 const port = Number(process.env.PORT || 3000);

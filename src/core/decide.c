@@ -182,3 +182,72 @@ sluice_state_t sluice_refund(const sluice_limit_t *limit, sluice_state_t state,
 		return 0; /* full: never beyond */
 	return encode(now_us, D - back, per);
 }
+
+/*
+ * The largest shortfall penalize and block leave, in units: a debt of at
+ * most 2^49 microseconds (about 17 years) keeps (now + debt) * 1000 inside
+ * int64 for any clamped now (SLUICE_TIME_MAX_US), and at most 2^52 units
+ * keeps it exact in the Lua script's doubles.  Never below tau (a limit's
+ * time to full is at most SLUICE_REFILL_MAX_US = 2^48 microseconds).
+ */
+uint64_t sluice_debt_max_units(const sluice_limit_t *limit)
+{
+	const uint64_t per = limit->rate.per;
+
+	return per >= 8 ? SLUICE_UNITS_MAX : (UINT64_C(1) << 49) * per;
+}
+
+sluice_state_t sluice_penalize(const sluice_limit_t *limit,
+			       sluice_state_t state, int64_t now_us,
+			       uint64_t cost)
+{
+	const uint32_t per = limit->rate.per;
+	const uint64_t max = sluice_debt_max_units(limit);
+	uint64_t D;
+
+	if (now_us < 0)
+		now_us = 0;
+	else if (now_us > SLUICE_TIME_MAX_US)
+		now_us = SLUICE_TIME_MAX_US;
+	D = shortfall(state, now_us, per);
+	if (cost == 0 || D >= max)
+		return state;
+	/* A charge with no check: the shortfall may pass tau (a debt the
+	 * refill pays before the next request passes), up to max. */
+	if (cost > (max - D) / limit->rate.interval)
+		D = max;
+	else
+		D += cost * limit->rate.interval;
+	return encode(now_us, D, per);
+}
+
+sluice_state_t sluice_block(const sluice_limit_t *limit, sluice_state_t state,
+			    int64_t now_us, uint64_t ms)
+{
+	const uint32_t per = limit->rate.per;
+	const uint64_t max = sluice_debt_max_units(limit);
+	const uint64_t t = limit->rate.interval;
+	uint64_t D, target;
+
+	if (now_us < 0)
+		now_us = 0;
+	else if (now_us > SLUICE_TIME_MAX_US)
+		now_us = SLUICE_TIME_MAX_US;
+	D = shortfall(state, now_us, per);
+	/*
+	 * A take of one token passes at time x iff D(x) + t <= tau, and D
+	 * falls by per units a microsecond: a shortfall of ms * 1000 * per +
+	 * tau - t now lets the first one pass exactly ms from now, with the
+	 * bucket refilling from there.  A longer block already in place
+	 * stays.
+	 */
+	if (ms == 0)
+		return state;
+	if (ms > (max - limit->tau + t) / ((uint64_t)per * 1000))
+		target = max;
+	else
+		target = ms * 1000 * per + limit->tau - t;
+	if (target <= D)
+		return state;
+	return encode(now_us, target, per);
+}

@@ -479,11 +479,11 @@ static int seen_before(const uint64_t *h1, const uint64_t *h2, size_t i)
 	return 0;
 }
 
-int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
-			const sluice_limit_t *limits, size_t nlimits,
-			uint64_t cost, int64_t now_us,
-			sluice_decision_t *decisions,
-			sluice_decision_t *summary)
+/* A take, or (commit 0) the decision it would get, charging nothing. */
+static int decide(sluice_buckets_t *m, const void *key, size_t keylen,
+		  const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+		  int64_t now_us, sluice_decision_t *decisions,
+		  sluice_decision_t *summary, int commit)
 {
 	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 	sluice_decision_t local[SLUICE_MAX_LIMITS], sum;
@@ -512,6 +512,12 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 	}
 	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
 				  decisions, &sum);
+	if (!commit) {
+		pthread_mutex_unlock(s->lock);
+		if (summary)
+			*summary = sum;
+		return allowed;
+	}
 	/* Update in place first: inserting may move slots. */
 	for (i = 0; i < nlimits; i++)
 		if (at[i] && next[i] != cur[i])
@@ -526,6 +532,26 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 	if (summary)
 		*summary = sum;
 	return allowed;
+}
+
+int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary)
+{
+	return decide(m, key, keylen, limits, nlimits, cost, now_us, decisions,
+		      summary, 1);
+}
+
+int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary)
+{
+	return decide(m, key, keylen, limits, nlimits, cost, now_us, decisions,
+		      summary, 0);
 }
 
 /* -------------------------------------------------- reset and refund */
@@ -592,6 +618,44 @@ int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
 			at->state = sluice_refund(&limits[i], at->state, now_us,
 						  cost);
 	}
+	pthread_mutex_unlock(s->lock);
+	return 0;
+}
+
+int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits,
+			  int block, uint64_t amount, int64_t now_us)
+{
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	sluice_slot_t *at[SLUICE_MAX_LIMITS];
+	sluice_state_t next[SLUICE_MAX_LIMITS];
+	sluice_shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	size_t i;
+
+	if (!s)
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++) {
+		sluice_state_t cur;
+
+		at[i] = find(s, h1[i], h2[i]);
+		cur = at[i] ? at[i]->state : 0;
+		next[i] = block ? sluice_block(&limits[i], cur, now_us, amount)
+				: sluice_penalize(&limits[i], cur, now_us,
+						  amount);
+		/* The same limit twice is one bucket, charged once: the
+		 * repeat writes nothing (nor over the first's new state). */
+		if (seen_before(h1, h2, i)) {
+			at[i] = NULL;
+			next[i] = 0;
+		}
+	}
+	/* Update in place first: inserting may move slots. */
+	for (i = 0; i < nlimits; i++)
+		if (at[i])
+			at[i]->state = next[i];
+	for (i = 0; i < nlimits; i++)
+		if (!at[i] && next[i] != 0)
+			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
 	pthread_mutex_unlock(s->lock);
 	return 0;
 }

@@ -71,6 +71,16 @@ int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
 int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
 			  const sluice_limit_t *limits, size_t nlimits,
 			  uint64_t cost, int64_t now_us);
+/* The memory and shared-memory stores' peek, penalize (block 0: amount
+ * is a cost) and block (block 1: amount is in ms). */
+int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary);
+int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits,
+			  int block, uint64_t amount, int64_t now_us);
 void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out);
 
 /* Rebuilds a shard's table from the entries it holds (after its lock's

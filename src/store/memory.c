@@ -108,3 +108,29 @@ int sluice_memstore_refund(sluice_memstore_t *m, const void *key, size_t keylen,
 	return sluice_buckets_refund(&m->b, key, keylen, limits, nlimits, cost,
 				     now_us);
 }
+
+int sluice_memstore_peek(sluice_memstore_t *m, const void *key, size_t keylen,
+			 const sluice_limit_t *limits, size_t nlimits,
+			 uint64_t cost, int64_t now_us,
+			 sluice_decision_t *decisions,
+			 sluice_decision_t *summary)
+{
+	return sluice_buckets_peek(&m->b, key, keylen, limits, nlimits, cost,
+				   now_us, decisions, summary);
+}
+
+int sluice_memstore_penalize(sluice_memstore_t *m, const void *key,
+			     size_t keylen, const sluice_limit_t *limits,
+			     size_t nlimits, uint64_t cost, int64_t now_us)
+{
+	return sluice_buckets_adjust(&m->b, key, keylen, limits, nlimits, 0,
+				     cost, now_us);
+}
+
+int sluice_memstore_block(sluice_memstore_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits,
+			  uint64_t ms, int64_t now_us)
+{
+	return sluice_buckets_adjust(&m->b, key, keylen, limits, nlimits, 1, ms,
+				     now_us);
+}

@@ -372,3 +372,29 @@ int sluice_shmstore_check(sluice_shmstore_t *s, char *err, size_t errlen)
 					   "shard %zu: %s", i, why);
 	return 0;
 }
+
+int sluice_shmstore_peek(sluice_shmstore_t *s, const void *key, size_t keylen,
+			 const sluice_limit_t *limits, size_t nlimits,
+			 uint64_t cost, int64_t now_us,
+			 sluice_decision_t *decisions,
+			 sluice_decision_t *summary)
+{
+	return sluice_buckets_peek(&s->b, key, keylen, limits, nlimits, cost,
+				   now_us, decisions, summary);
+}
+
+int sluice_shmstore_penalize(sluice_shmstore_t *s, const void *key,
+			     size_t keylen, const sluice_limit_t *limits,
+			     size_t nlimits, uint64_t cost, int64_t now_us)
+{
+	return sluice_buckets_adjust(&s->b, key, keylen, limits, nlimits, 0,
+				     cost, now_us);
+}
+
+int sluice_shmstore_block(sluice_shmstore_t *s, const void *key, size_t keylen,
+			  const sluice_limit_t *limits, size_t nlimits,
+			  uint64_t ms, int64_t now_us)
+{
+	return sluice_buckets_adjust(&s->b, key, keylen, limits, nlimits, 1, ms,
+				     now_us);
+}

@@ -360,6 +360,61 @@ static void test_peek_changes_nothing(void)
 	CHECK_EQ_U64(d.reset_after_us, 2000000);
 }
 
+/* A penalty is a charge with no check: the debt delays the next take by
+ * the time the refill needs to pay it. */
+static void test_penalize_goes_into_debt(void)
+{
+	sluice_limit_t l;
+	sluice_state_t s = 0, next;
+	sluice_decision_t d;
+	char err[128];
+	const int64_t now = 1000000000;
+
+	CHECK(sluice_limit_parse(&l, "5", "1/s", err, sizeof(err)) == 0);
+	s = sluice_penalize(&l, s, now, 8); /* 3 tokens beyond empty */
+	sluice_eval(&l, s, now, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.remaining, 0);
+	CHECK_EQ_U64(d.retry_after_us, 4000000);
+	CHECK_EQ_U64(d.reset_after_us, 8000000);
+	sluice_eval(&l, s, now + 4000000, 1, &next, &d);
+	CHECK(d.allowed);
+	CHECK(sluice_penalize(&l, s, now, 0) == s);
+	/* Bounded: a huge penalty saturates, representable and exact. */
+	s = sluice_penalize(&l, 0, now, UINT64_MAX);
+	CHECK(s > 0);
+	CHECK(sluice_penalize(&l, s, now, 5) == s);
+	sluice_eval(&l, s, now, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK(d.retry_after_us > 365ull * 86400 * 1000000);
+}
+
+/* A block lets the first one-token take pass exactly ms later. */
+static void test_block_for_ms(void)
+{
+	sluice_limit_t l;
+	sluice_state_t s, next;
+	sluice_decision_t d;
+	char err[128];
+	const int64_t now = 1000000000;
+
+	CHECK(sluice_limit_parse(&l, "10", "50/min", err, sizeof(err)) == 0);
+	s = sluice_block(&l, 0, now, 2500);
+	sluice_eval(&l, s, now, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.retry_after_us, 2500000);
+	sluice_eval(&l, s, now + 2499999, 1, &next, &d);
+	CHECK(!d.allowed);
+	sluice_eval(&l, s, now + 2500000, 1, &next, &d);
+	CHECK(d.allowed);
+	/* A shorter block leaves the longer one; 0 changes nothing. */
+	CHECK(sluice_block(&l, s, now, 1000) == s);
+	CHECK(sluice_block(&l, 0, now, 0) == 0);
+	s = sluice_block(&l, 0, now, UINT64_MAX);
+	sluice_eval(&l, s, now, 1, &next, &d);
+	CHECK(!d.allowed);
+}
+
 /* The state is the TAT and expires exactly when the bucket is full. */
 static void test_state_expires_when_full(void)
 {
@@ -474,6 +529,8 @@ int main(void)
 	RUN(test_years_elapsed_and_extreme_rates);
 	RUN(test_cost_above_capacity_is_never);
 	RUN(test_peek_changes_nothing);
+	RUN(test_penalize_goes_into_debt);
+	RUN(test_block_for_ms);
 	RUN(test_state_expires_when_full);
 	RUN(test_all_or_nothing);
 	RUN(test_limit_id_is_canonical);

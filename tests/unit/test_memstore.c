@@ -454,6 +454,51 @@ static void test_refund_inverts_a_charge(void)
 	CHECK(sluice_refund(&l, 0, T0, 1) == 0);
 }
 
+/* peek decides a cost without charging; penalize charges into debt;
+ * block lets nothing pass for a while; each limit once. */
+static void test_peek_penalize_block(void)
+{
+	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_limit_t l[3] = {limit("3", "1/s"), limit("10", "10/min"),
+			       limit("3", "1/s")};
+	sluice_decision_t sum;
+	int i;
+
+	CHECK(m != NULL);
+	CHECK(sluice_memstore_peek(m, "k", 1, l, 3, 1, T0, NULL, &sum) == 1);
+	CHECK(sum.remaining == 2);
+	for (i = 0; i < 3; i++)
+		CHECK(sluice_memstore_take(m, "k", 1, l, 3, 1, T0, NULL,
+					   &sum) == 1);
+	/* Drained: the peek of one token says no, with the wait. */
+	CHECK(sluice_memstore_peek(m, "k", 1, l, 3, 1, T0, NULL, &sum) == 0);
+	CHECK(sum.retry_after_us == 1000000);
+	CHECK(sluice_memstore_peek(m, "k", 1, l, 3, 1, T0, NULL, &sum) == 0);
+	/* Two tokens of debt on the first limit (the third is the same
+	 * bucket: charged once): three seconds until one passes. */
+	CHECK(sluice_memstore_penalize(m, "k", 1, l, 3, 2, T0) == 0);
+	CHECK(sluice_memstore_peek(m, "k", 1, l, 3, 1, T0, NULL, &sum) == 0);
+	CHECK(sum.retry_after_us == 3000000);
+	CHECK(sluice_memstore_take(m, "k", 1, l, 3, 1, T0 + 2999999, NULL,
+				   &sum) == 0);
+	CHECK(sluice_memstore_take(m, "k", 1, l, 3, 1, T0 + 3000000, NULL,
+				   &sum) == 1);
+	/* A block on a fresh key: exactly ms, on every limit. */
+	CHECK(sluice_memstore_block(m, "b", 1, l, 3, 90000, T0) == 0);
+	CHECK(sluice_memstore_peek(m, "b", 1, l, 3, 1, T0, NULL, &sum) == 0);
+	CHECK(sum.retry_after_us == 90000000);
+	CHECK(sluice_memstore_take(m, "b", 1, l, 3, 1, T0 + 90000000, NULL,
+				   &sum) == 1);
+	CHECK(sluice_memstore_reset(m, "b", 1, l, 3) == 0);
+	CHECK(sluice_memstore_peek(m, "b", 1, l, 3, 3, T0, NULL, &sum) == 1);
+	CHECK(sluice_memstore_penalize(m, "k", 1, l, 0, 1, T0) ==
+	      SLUICE_EINVAL);
+	CHECK(sluice_memstore_block(m, NULL, 1, l, 1, 1, T0) == SLUICE_EINVAL);
+	CHECK(sluice_memstore_peek(m, "k", 1, l, 0, 1, T0, NULL, &sum) ==
+	      SLUICE_EINVAL);
+	sluice_memstore_free(m);
+}
+
 int main(void)
 {
 	RUN(test_eight_threads_one_key_exact);
@@ -468,5 +513,6 @@ int main(void)
 	RUN(test_bad_arguments);
 	RUN(test_reset_and_refund);
 	RUN(test_refund_inverts_a_charge);
+	RUN(test_peek_penalize_block);
 	TESTS_DONE();
 }

@@ -325,17 +325,18 @@ static void test_script_equals_core(int port)
 /* SCRIPT LOAD's answer is the SHA-1 the build computed for EVALSHA. */
 static void test_script_sha_matches_server(int port)
 {
-	const char *scripts[3] = {sluice_redis__script,
-				  sluice_redis__script_multi,
-				  sluice_redis__script_refund};
-	const char *shas[3] = {sluice_redis__script_sha,
+	const char *scripts[4] = {
+		sluice_redis__script, sluice_redis__script_multi,
+		sluice_redis__script_refund, sluice_redis__script_adjust};
+	const char *shas[4] = {sluice_redis__script_sha,
 			       sluice_redis__script_multi_sha,
-			       sluice_redis__script_refund_sha};
+			       sluice_redis__script_refund_sha,
+			       sluice_redis__script_adjust_sha};
 	redisContext *c = rh_connect(port);
 	redisReply *rep;
 	int i;
 
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < 4; i++) {
 		rep = rh_cmd(c, "SCRIPT LOAD %s", scripts[i]);
 		CHECK(rep->type == REDIS_REPLY_STRING &&
 		      strcmp(rep->str, shas[i]) == 0);
@@ -359,6 +360,99 @@ static void test_state_is_an_integer(int port)
 	redisFree(c);
 }
 
+/*
+ * adjust.lua (penalize, block) against sluice_penalize() and
+ * sluice_block(): random limits, states and amounts, the script run at
+ * the core's clock; the stored state must be the core's, digit for digit.
+ * The arguments are computed as script.c's adjust_command() computes them.
+ */
+static void test_adjust_equals_core(int port)
+{
+	redisContext *c = rh_connect(port);
+	char *adjust = replay_script(sluice_redis__script_adjust);
+	int i, changed = 0;
+
+	for (i = 0; i < 3000; i++) {
+		sluice_limit_t l;
+		sluice_state_t state = 0, expect, next;
+		sluice_decision_t d;
+		int64_t now =
+			1764500000000000ll + (int64_t)rnd_in(0, 1ull << 40);
+		uint64_t max, t, per, amount, add = 0, floor = 0;
+		int block = (int)(rnd() % 2), k;
+		char st[32], a1[32], a2[32], a3[32], a4[32], ts[32], tu[32];
+		redisReply *r;
+
+		random_limit(&l);
+		max = sluice_debt_max_units(&l);
+		t = l.rate.interval;
+		per = l.rate.per;
+		/* A state left by a few takes, maybe a penalty, maybe old. */
+		for (k = (int)rnd_in(0, 3); k > 0; k--) {
+			sluice_eval(&l, state, now, rnd_in(0, l.capacity),
+				    &next, &d);
+			state = next;
+		}
+		if (rnd() % 3 == 0)
+			state = sluice_penalize(&l, state, now,
+						rnd_in(0, 3 * l.capacity));
+		if (rnd() % 5 == 0)
+			now += (int64_t)rnd_in(0, 1ull << 36);
+		amount = rnd() % 10 == 0 ? rnd() : rnd_in(0, 4 * l.capacity);
+		if (block)
+			amount =
+				rnd() % 10 == 0 ? rnd() : rnd_in(0, 1ull << 30);
+		expect = block ? sluice_block(&l, state, now, amount)
+			       : sluice_penalize(&l, state, now, amount);
+		if (!block)
+			add = amount > max / t ? max : amount * t;
+		else if (amount == 0)
+			floor = 0;
+		else if (amount > (max - l.tau + t) / (per * 1000))
+			floor = max;
+		else
+			floor = amount * 1000 * per + l.tau - t;
+		if (state > 0)
+			freeReplyObject(
+				rh_cmd(c, "SET adj{k} %lld", (long long)state));
+		else
+			freeReplyObject(rh_cmd(c, "DEL adj{k}"));
+		snprintf(a1, sizeof(a1), "%" PRIu64, add);
+		snprintf(a2, sizeof(a2), "%" PRIu64, floor);
+		snprintf(a3, sizeof(a3), "%" PRIu64, max);
+		snprintf(a4, sizeof(a4), "%" PRIu64, per);
+		snprintf(ts, sizeof(ts), "%lld", (long long)(now / 1000000));
+		snprintf(tu, sizeof(tu), "%lld", (long long)(now % 1000000));
+		freeReplyObject(rh_cmd(c, "EVAL %s 1 adj{k} %s %s %s %s %s %s",
+				       adjust, a1, a2, a3, a4, ts, tu));
+		r = rh_cmd(c, "GET adj{k}");
+		if (expect == 0) {
+			CHECK(r->type == REDIS_REPLY_NIL);
+		} else {
+			snprintf(st, sizeof(st), "%lld", (long long)expect);
+			if (r->type != REDIS_REPLY_STRING ||
+			    strcmp(r->str, st) != 0)
+				fprintf(stderr,
+					"case %d: %s %" PRIu64 " on %lld: "
+					"core %s, script %s\n",
+					i, block ? "block" : "penalize", amount,
+					(long long)state, st,
+					r->type == REDIS_REPLY_STRING ? r->str
+								      : "nil");
+			CHECK(r->type == REDIS_REPLY_STRING &&
+			      strcmp(r->str, st) == 0);
+		}
+		changed += expect != state;
+		freeReplyObject(r);
+	}
+	CHECK(changed > 1000);
+	printf("adjust.lua == core over 3000 random penalties and blocks "
+	       "(%d changed a state)\n",
+	       changed);
+	free(adjust);
+	redisFree(c);
+}
+
 int main(void)
 {
 	rh_redis_t s = {0};
@@ -367,6 +461,7 @@ int main(void)
 	test_script_sha_matches_server(s.port);
 	test_state_is_an_integer(s.port);
 	test_script_equals_core(s.port);
+	test_adjust_equals_core(s.port);
 	rh_redis_stop(&s);
 	return 0;
 }

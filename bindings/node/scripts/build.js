@@ -194,7 +194,10 @@ async function compile(dest, { strict = false } = {}) {
   for (const s of fs.readdirSync(hiredis).filter((n) => n.endsWith('.c')).sort())
     add(path.join(hiredis, s), ['-std=c99', ...compilerFlags(false), '-w', '-Wno-incompatible-pointer-types']);
   // The addon: the library's include directories, not its SLUICE_BUILDING.
-  add(path.join(pkg, 'src', 'addon.c'), flagsOf(list.sources[0]).filter((f) => !f.startsWith('-DSLUICE_BUILDING')));
+  // Every C file of src/ (addon.c, local.c, redis.c).
+  const addonFlags = flagsOf(list.sources[0]).filter((f) => !f.startsWith('-DSLUICE_BUILDING'));
+  for (const s of fs.readdirSync(path.join(pkg, 'src')).filter((n) => n.endsWith('.c')).sort())
+    add(path.join(pkg, 'src', s), addonFlags);
   const width = Math.max(1, Math.min(4, (os.availableParallelism || (() => os.cpus().length))()));
   await pool(jobs, width);
   fs.mkdirSync(path.dirname(dest), { recursive: true });

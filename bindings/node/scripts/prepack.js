@@ -146,7 +146,8 @@ function collect(root) {
     if (!addonFlags) addonFlags = flags.filter((x) => !x.startsWith('-DSLUICE_BUILDING'));
     scan(file, flags);
   }
-  scan(path.join(pkg, 'src', 'addon.c'), addonFlags);
+  for (const f of fs.readdirSync(path.join(pkg, 'src')).filter((n) => n.endsWith('.c')).sort())
+    scan(path.join(pkg, 'src', f), addonFlags);
 
   for (const { file } of sources)
     copy(path.join(file.startsWith('generated/') ? cmakeDir : root, file), path.join(sluiceDir, file));

@@ -14,13 +14,18 @@ function listen(app) {
   });
 }
 
+// These tests key on a header the test client sets (an app would key on
+// what its authentication established); the default key is the client
+// address (middleware.test.js).
+const byUser = (req) => req.get('x-user-id') || req.ip;
+
 const RATE_HEADERS = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'ratelimit-policy', 'ratelimit'];
 
 test('headers on every decided answer; a 429 with Retry-After and the body', async () => {
   const limiter = new sluice.Limiter({ store: 'memory' });
   const policy = sluice.policy([{ capacity: 3, rate: '1/min' }, { capacity: 100, rate: '100/day' }], { name: 'api' });
   const app = express();
-  app.use(sluice.express({ limiter, policy }));
+  app.use(sluice.express({ limiter, policy, key: byUser }));
   app.get('/', (req, res) => res.json({ ok: true }));
   const server = await listen(app);
   const { port } = server.address();
@@ -78,10 +83,10 @@ test('tiers: a function picks the policy; a router and a single route each get t
   const upload = sluice.policy([{ capacity: 1, rate: '1/h' }], { name: 'upload' });
   const app = express();
   const api = express.Router();
-  api.use(sluice.express({ limiter, policy: (req) => (req.get('x-plan') === 'paid' ? paid : free) }));
+  api.use(sluice.express({ limiter, key: byUser, policy: (req) => (req.get('x-plan') === 'paid' ? paid : free) }));
   api.get('/items', (req, res) => res.json([]));
   app.use('/api', api);
-  app.post('/upload', sluice.express({ limiter, policy: upload, cost: () => 1 }), (req, res) => res.status(201).end());
+  app.post('/upload', sluice.express({ limiter, policy: upload, key: byUser, cost: () => 1 }), (req, res) => res.status(201).end());
   app.get('/open', (req, res) => res.send('unlimited'));
   const server = await listen(app);
   const { port } = server.address();
@@ -164,7 +169,7 @@ for (const mode of ['open', 'closed']) {
     const policy = sluice.policy([{ capacity: 1000, rate: '100/s' }], { name: 'live' });
     await storeReady(limiter, policy);
     const app = express();
-    app.use(sluice.express({ limiter, policy, onStoreError: mode }));
+    app.use(sluice.express({ limiter, policy, key: byUser, onStoreError: mode }));
     app.get('/', (req, res) => res.send('served'));
     const server = await listen(app);
     const { port } = server.address();

@@ -53,3 +53,29 @@ test('over TLS: a tls block reaches the master and, by default, the Sentinels ov
     await master.stop();
   }
 });
+
+test('key management through Sentinel: get, penalize, block, refund and reset on the master', async () => {
+  const master = await Redis.start();
+  const sentinel = await startSentinel(master.port);
+  try {
+    const pol = sluice.policy([{ capacity: 3, rate: '1/h' }], { name: 'senkm' });
+    const l = limiter({ sentinel: { master: 'mymaster', addrs: [sentinel.addr] } });
+    await storeReady(l, pol);
+    assert.deepEqual(await l.get('u', pol).then((d) => [d.allowed, d.remaining]), [true, 2]);
+    await l.penalize('u', pol, 4);
+    const d = await l.get('u', pol);
+    assert.equal(d.allowed, false);
+    assert.ok(d.retryAfterMs > 2 * 3600000 - 10000 && d.retryAfterMs <= 2 * 3600000, `a debt of one: ${d.retryAfterMs}`);
+    assert.equal(master.cli('--scan', '--pattern', 'sluice:*senkm*').trim().split('\n').filter(Boolean).length, 1, 'the state is on the master');
+    await l.refund('u', pol, 3);
+    assert.deepEqual(await l.get('u', pol).then((x) => [x.allowed, x.remaining]), [true, 1]);
+    await l.block('u', pol, 30000);
+    assert.equal((await l.take('u', pol)).allowed, false);
+    await l.reset('u', pol);
+    assert.equal(master.cli('--scan', '--pattern', 'sluice:*senkm*').trim(), '', 'reset: no key left');
+    assert.equal((await l.take('u', pol)).remaining, 2);
+  } finally {
+    await sentinel.stop();
+    await master.stop();
+  }
+});

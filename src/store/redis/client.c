@@ -104,6 +104,10 @@ static void call_unlink(sluice_redis_call_t *c)
 	else if (r->tail == c)
 		r->tail = c->prev;
 	c->prev = c->next = NULL;
+	/* Unref'd, the client holds the loop only while calls wait: the
+	 * sweep (their deadline) goes with the last one. */
+	if (!r->head && (r->flags & SLUICE_REDIS_UNREF) && !r->closing)
+		uv_timer_stop(&r->sweep);
 }
 
 static void call_maybe_free(sluice_redis_call_t *c)
@@ -333,7 +337,7 @@ void sluice_redis__send(sluice_redis_call_t *c)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}
-	rc = send_on(k, c, k->module != 1 || c->mk);
+	rc = send_on(k, c, k->module != 1 || c->mk || c->peek);
 	if (rc < 0)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
@@ -433,9 +437,9 @@ static void arm_sweep(sluice_redis_t *r)
 
 /* ------------------------------------------------------------- the API */
 
-int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
-		      const sluice_limit_t *limits, size_t nlimits,
-		      uint64_t cost, sluice_redis_cb cb, void *arg)
+static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int peek, sluice_redis_cb cb, void *arg)
 {
 	size_t plen = strlen(r->prefix), i, j;
 	sluice_redis_call_t *c;
@@ -459,6 +463,7 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 	c->cb = cb;
 	c->arg = arg;
 	c->cost = cost;
+	c->peek = peek;
 	/* The same limit twice is one bucket (one key name): charge it once
 	 * and report the caller's first index for it. */
 	for (i = 0; i < nlimits; i++) {
@@ -481,6 +486,20 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 			     : 0;
 	sluice_redis__start(c);
 	return 0;
+}
+
+int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
+		      const sluice_limit_t *limits, size_t nlimits,
+		      uint64_t cost, sluice_redis_cb cb, void *arg)
+{
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, cb, arg);
+}
+
+int sluice_redis_peek(sluice_redis_t *r, const void *key, size_t keylen,
+		      const sluice_limit_t *limits, size_t nlimits,
+		      uint64_t cost, sluice_redis_cb cb, void *arg)
+{
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 1, cb, arg);
 }
 
 /* Puts a new call (r, cb/arg or many, slot set) on the pending list and
@@ -811,6 +830,8 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	       sizeof(r->sha_multi));
 	memcpy(r->sha_refund, sluice_redis__script_refund_sha,
 	       sizeof(r->sha_refund));
+	memcpy(r->sha_adjust, sluice_redis__script_adjust_sha,
+	       sizeof(r->sha_adjust));
 	uv_timer_init(loop, &r->sweep);
 	uv_timer_init(loop, &r->retry);
 	uv_timer_init(loop, &r->probe);

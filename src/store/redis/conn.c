@@ -426,6 +426,8 @@ sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 		k->node = n;
 		k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
 		uv_timer_init(r->loop, &k->timer);
+		if (r->flags & SLUICE_REDIS_UNREF)
+			uv_unref((uv_handle_t *)&k->timer);
 		k->timer.data = k;
 		r->open_handles++;
 		sluice_redis__conn_start(k);

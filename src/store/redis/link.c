@@ -461,6 +461,8 @@ static void connect_to(link_t *l, const struct sockaddr *sa)
 	l->io.h.data = l;
 	l->io_inited = 1;
 	l->open++;
+	if (l->r->flags & SLUICE_REDIS_UNREF)
+		uv_unref(&l->io.h);
 	uv_tcp_nodelay(&l->io.tcp, 1);
 	l->connect.data = l;
 	if ((rc = uv_tcp_connect(&l->connect, &l->io.tcp, sa, on_connected)) <
@@ -545,6 +547,8 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 		}
 		l->io.h.data = l;
 		l->io_inited = 1;
+		if (r->flags & SLUICE_REDIS_UNREF)
+			uv_unref(&l->io.h);
 		l->open++;
 		l->connect.data = l;
 		uv_pipe_connect(&l->connect, &l->io.pipe, path, on_connected);

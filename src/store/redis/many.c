@@ -159,7 +159,7 @@ int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 	size_t off = 0, run, which;
 
 	*allowed = 0;
-	if (c->refund)
+	if (c->refund || c->adjust)
 		return 0;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->nlimits)
 		return -1;
@@ -229,7 +229,7 @@ void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed)
 {
 	many_t *m = c->many;
 
-	if (c->refund || !m) {
+	if (c->refund || c->adjust || !m) {
 		/* An admin refund or reset (give_back()) reports; the
 		 * refunds of a cluster take have no callback. */
 		if (c->cb)
@@ -421,10 +421,11 @@ static void give_done(void *arg, int status, int allowed,
 }
 
 /* refund.lua moves each state back by need (cost * interval); a reset
- * sends cost UINT64_MAX, whose need (tau + 1) exceeds any shortfall a
- * charge can leave, so the script deletes the state. */
+ * sends cost UINT64_MAX, whose need exceeds any shortfall a charge or a
+ * penalty can leave (script.c), so the script deletes the state. */
 static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
-		     size_t n, uint64_t all, sluice_redis_many_cb cb, void *arg)
+		     size_t n, uint64_t all, int adjust, uint64_t ms,
+		     sluice_redis_many_cb cb, void *arg)
 {
 	sluice_redis_call_t **calls;
 	size_t i, j;
@@ -462,7 +463,10 @@ static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
 		for (j = 0; j < calls[i]->nlimits; j++)
 			if (all)
 				calls[i]->mk[j].cost = UINT64_MAX;
-		calls[i]->refund = 1;
+			else if (adjust == SLUICE_REDIS_ADJUST_BLOCK)
+				calls[i]->mk[j].cost = ms;
+		calls[i]->refund = !adjust;
+		calls[i]->adjust = adjust;
 		calls[i]->cb = give_done;
 		calls[i]->arg = g;
 		sluice_redis__start(calls[i]);
@@ -475,11 +479,28 @@ static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
 int sluice_redis_refund(sluice_redis_t *r, const sluice_take_item_t *items,
 			size_t n, sluice_redis_many_cb cb, void *arg)
 {
-	return give_back(r, items, n, 0, cb, arg);
+	return give_back(r, items, n, 0, SLUICE_REDIS_ADJUST_NONE, 0, cb, arg);
 }
 
 int sluice_redis_reset(sluice_redis_t *r, const sluice_take_item_t *items,
 		       size_t n, sluice_redis_many_cb cb, void *arg)
 {
-	return give_back(r, items, n, 1, cb, arg);
+	return give_back(r, items, n, 1, SLUICE_REDIS_ADJUST_NONE, 0, cb, arg);
+}
+
+/* adjust.lua moves each state forward: by the item's cost (a penalty),
+ * or to a shortfall that lets nothing pass for ms (a block). */
+int sluice_redis_penalize(sluice_redis_t *r, const sluice_take_item_t *items,
+			  size_t n, sluice_redis_many_cb cb, void *arg)
+{
+	return give_back(r, items, n, 0, SLUICE_REDIS_ADJUST_PENALIZE, 0, cb,
+			 arg);
+}
+
+int sluice_redis_block(sluice_redis_t *r, const sluice_take_item_t *items,
+		       size_t n, uint64_t ms, sluice_redis_many_cb cb,
+		       void *arg)
+{
+	return give_back(r, items, n, 0, SLUICE_REDIS_ADJUST_BLOCK, ms, cb,
+			 arg);
 }

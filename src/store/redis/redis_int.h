@@ -221,6 +221,8 @@ struct sluice_redis_call_s {
 	struct sluice_redis_mkey_s *mk;
 	struct sluice_redis_many_s *many;
 	int refund;    /* gives back what a take of the same keys charged */
+	int adjust;    /* SLUICE_REDIS_ADJUST_*: a penalty or a block */
+	int peek;      /* the decision of cost, charging nothing */
 	size_t group;  /* which of the take's calls this is */
 	char *keybase; /* "<prefix>{<key>}:" */
 	size_t keybaselen;
@@ -228,6 +230,13 @@ struct sluice_redis_call_s {
 };
 
 enum { BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN };
+
+/* What an admin call over items does (many.c's give_back()). */
+enum {
+	SLUICE_REDIS_ADJUST_NONE,
+	SLUICE_REDIS_ADJUST_PENALIZE, /* mk[].cost: the cost */
+	SLUICE_REDIS_ADJUST_BLOCK     /* mk[].cost: the ms */
+};
 
 struct sluice_redis_s {
 	uv_loop_t *loop;
@@ -252,6 +261,7 @@ struct sluice_redis_s {
 	char sha[41];		  /* script.lua (one limit) */
 	char sha_multi[41];	  /* script_multi.lua */
 	char sha_refund[41];	  /* refund.lua */
+	char sha_adjust[41];	  /* adjust.lua */
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;
@@ -386,6 +396,8 @@ extern const char sluice_redis__script_sha[41];
 extern const char sluice_redis__script_multi_sha[41];
 extern const char sluice_redis__script_refund_sha[41];
 extern const char sluice_redis__script_refund[];
+extern const char sluice_redis__script_adjust_sha[41];
+extern const char sluice_redis__script_adjust[];
 /* The call as EVALSHA of the script for its shape (one limit, several,
  * several keys, a refund). */
 void sluice_redis__script_command(const sluice_redis_t *r,

@@ -25,6 +25,8 @@ const char sluice_redis__script_refund[] = SLUICE_REFUND_LUA;
 const char sluice_redis__script_sha[41] = SLUICE_SCRIPT_SHA1;
 const char sluice_redis__script_multi_sha[41] = SLUICE_SCRIPT_MULTI_SHA1;
 const char sluice_redis__script_refund_sha[41] = SLUICE_REFUND_SHA1;
+const char sluice_redis__script_adjust[] = SLUICE_ADJUST_LUA;
+const char sluice_redis__script_adjust_sha[41] = SLUICE_ADJUST_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -35,9 +37,9 @@ const char sluice_redis__script_refund_sha[41] = SLUICE_REFUND_SHA1;
 void sluice_redis__load_script(sluice_redis_conn_t *k,
 			       sluice_redis_reply_fn *fn)
 {
-	static const char *const scripts[] = {sluice_redis__script,
-					      sluice_redis__script_multi,
-					      sluice_redis__script_refund};
+	static const char *const scripts[] = {
+		sluice_redis__script, sluice_redis__script_multi,
+		sluice_redis__script_refund, sluice_redis__script_adjust};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
@@ -52,6 +54,43 @@ static uint64_t need(const sluice_limit_t *l, uint64_t cost)
 	return cost > l->capacity ? l->tau + 1 : cost * l->rate.interval;
 }
 
+/*
+ * A penalty or a block (adjust.lua): EVALSHA sha_adjust n key...
+ * (add floor max per)..., with the core's bounds (sluice_penalize() and
+ * sluice_block() compute the same shortfall from the same numbers).
+ */
+static void adjust_command(const sluice_redis_t *r,
+			   const sluice_redis_call_t *c, sluice_redis_resp_t *o)
+{
+	size_t n = c->nlimits, i;
+
+	sluice_redis__resp_array(o, 3 + n + n * 4);
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, r->sha_adjust, 40);
+	sluice_redis__resp_u64(o, n);
+	for (i = 0; i < n; i++)
+		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
+	for (i = 0; i < n; i++) {
+		const sluice_limit_t *l = &c->limits[i];
+		const uint64_t max = sluice_debt_max_units(l);
+		const uint64_t per = l->rate.per, t = l->rate.interval;
+		uint64_t amount = c->mk[i].cost, add = 0, floor = 0;
+
+		if (c->adjust == SLUICE_REDIS_ADJUST_PENALIZE)
+			add = amount > max / t ? max : amount * t;
+		else if (amount == 0)
+			floor = 0;
+		else if (amount > (max - l->tau + t) / (per * 1000))
+			floor = max;
+		else
+			floor = amount * 1000 * per + l->tau - t;
+		sluice_redis__resp_u64(o, add);
+		sluice_redis__resp_u64(o, floor);
+		sluice_redis__resp_u64(o, max);
+		sluice_redis__resp_u64(o, per);
+	}
+}
+
 /* Several keys (sluice_redis_take_many()):
  *   EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
  *   EVALSHA sha_refund n key... (need per)...
@@ -61,6 +100,11 @@ static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
 {
 	size_t n = c->nlimits, i;
 
+	if (c->adjust) {
+		adjust_command(r, c, o);
+		return;
+	}
+
 	sluice_redis__resp_array(o, 3 + n + n * (c->refund ? 2 : 3));
 	sluice_redis__resp_arg(o, "EVALSHA", 7);
 	sluice_redis__resp_arg(o, c->refund ? r->sha_refund : r->sha_multi, 40);
@@ -68,7 +112,20 @@ static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
 	for (i = 0; i < n; i++)
 		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
 	for (i = 0; i < n; i++) {
-		sluice_redis__resp_u64(o, need(&c->limits[i], c->mk[i].cost));
+		const sluice_limit_t *l = &c->limits[i];
+		uint64_t cost = c->mk[i].cost;
+
+		if (!c->refund)
+			sluice_redis__resp_u64(o, need(l, cost));
+		else if (cost == UINT64_MAX)
+			/* A reset: more than any shortfall, a penalty's debt
+			 * included, so the script deletes the state. */
+			sluice_redis__resp_u64(o, sluice_debt_max_units(l) + 1);
+		else
+			/* As sluice_refund(): at most a bucketful back. */
+			sluice_redis__resp_u64(
+				o, (cost < l->capacity ? cost : l->capacity) *
+					   l->rate.interval);
 		if (!c->refund)
 			sluice_redis__resp_u64(o, c->limits[i].tau);
 		sluice_redis__resp_u64(o, c->limits[i].rate.per);
@@ -95,7 +152,10 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 	for (i = 0; i < c->nlimits; i++) {
 		const sluice_limit_t *l = &c->limits[i];
 
-		sluice_redis__resp_u64(o, need(l, c->cost));
+		/* A peek sends more than a bucketful: never charged, and
+		 * the shortfalls come back all the same. */
+		sluice_redis__resp_u64(o,
+				       need(l, c->peek ? UINT64_MAX : c->cost));
 		sluice_redis__resp_u64(o, l->tau);
 		if (per)
 			sluice_redis__resp_u64(o, l->rate.per);

@@ -434,6 +434,8 @@ int sluice_redis__sentinel_start(sluice_redis_t *r,
 	r->open_handles++;
 	/* The ping alone must not keep a loop running. */
 	uv_unref((uv_handle_t *)&s->ping);
+	if (r->flags & SLUICE_REDIS_UNREF)
+		uv_unref((uv_handle_t *)&s->timer);
 	uv_timer_start(&s->ping, on_ping, 1000, 1000);
 	r->sentinel = s;
 	ask(s);

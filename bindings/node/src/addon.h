@@ -1,0 +1,68 @@
+/*
+ * addon.h -- what the addon's files share: the Node-API helpers, the
+ * policy object, the arguments every take reads, and each file's table
+ * of functions for the module's exports.
+ *
+ *   addon.c  helpers, policies, keys, the module's exports
+ *   local.c  the memory and shared-memory stores (synchronous)
+ *   redis.c  libsluice's Redis client on Node's loop
+ */
+#ifndef SLUICE_ADDON_H
+#define SLUICE_ADDON_H
+
+#define NAPI_VERSION 8
+#include <node_api.h>
+
+#include "sluice.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DECISION_FIELDS 5
+
+/* Returns NULL with an exception pending when a Node-API call fails. */
+#define CHECK(env, call)                                                       \
+	do {                                                                   \
+		if ((call) != napi_ok)                                         \
+			return addon_throw_last(env);                          \
+	} while (0)
+
+/* Throws the last Node-API error unless an exception is pending; NULL. */
+napi_value addon_throw_last(napi_env env);
+
+/* The pointer inside an external, or NULL. */
+void *addon_external(napi_env env, napi_value v);
+
+/* A decision as the numbers JS reads (see the layout in addon.c). */
+void addon_decision(const sluice_decision_t *d, size_t which,
+		    double out[DECISION_FIELDS]);
+
+typedef struct policy_s {
+	char name[SLUICE_KEY_NAME_MAX + 1];
+	size_t nlimits;
+	sluice_limit_t limits[SLUICE_MAX_LIMITS];
+} policy_t;
+
+/*
+ * The arguments every store call starts with: (store, key, policy, n, ...)
+ * with n a whole number (a cost, or ms).  Returns the store's pointer with
+ * the key built (sluice_key_make(), as sluice serve builds it) and n
+ * read, or NULL with an exception pending.
+ */
+void *addon_take_args(napi_env env, napi_value *argv, policy_t **p,
+		      char key[SLUICE_KEY_MAX], size_t *keylen, uint64_t *n);
+
+/* What an admin call does (the op argument of memoryAdmin & co.). */
+enum { ADMIN_RESET, ADMIN_REFUND, ADMIN_PENALIZE, ADMIN_BLOCK };
+
+typedef struct addon_fn_s {
+	const char *name;
+	napi_callback fn;
+} addon_fn_t;
+
+extern const addon_fn_t addon_local_fns[];
+extern const size_t addon_local_nfns;
+extern const addon_fn_t addon_redis_fns[];
+extern const size_t addon_redis_nfns;
+
+#endif

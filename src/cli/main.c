@@ -56,7 +56,7 @@ static void serve_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: sluice serve [-c FILE] [--listen HOST:PORT] "
-		"[--threads N]\n\n"
+		"[--grpc-listen ADDR] [--threads N]\n\n"
 		"Runs the HTTP decision service:\n"
 		"  /v1/check   for nginx auth_request, Traefik ForwardAuth, "
 		"Envoy ext_authz\n"
@@ -94,6 +94,7 @@ static int cmd_serve(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"config", required_argument, NULL, 'c'},
 		{"listen", required_argument, NULL, 'l'},
+		{"grpc-listen", required_argument, NULL, 'G'},
 		{"threads", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -119,6 +120,19 @@ static int cmd_serve(int argc, char **argv)
 				return 2;
 			}
 			opts.listen = optarg;
+			break;
+		}
+		case 'G': {
+			char err[256];
+
+			if (sluice_grpc_listen_parse(optarg, err,
+						     sizeof(err))) {
+				fprintf(stderr,
+					"sluice serve: --grpc-listen: %s\n",
+					err);
+				return 2;
+			}
+			opts.grpc_listen = optarg;
 			break;
 		}
 		case 't':

@@ -183,6 +183,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->store.sentinel.password);
 	free(cfg->trusted_proxies);
 	free(cfg->admin_token);
+	free(cfg->grpc.listen);
 	free_rules(cfg);
 	free(cfg);
 }
@@ -945,9 +946,9 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 {
 	static const char *const keys[] = {
-		"listen",	   "threads",	  "store",
-		"trusted_proxies", "ipv6_prefix", "http",
-		"admin",	   "rules",	  NULL};
+		"listen",      "threads", "store", "trusted_proxies",
+		"ipv6_prefix", "http",	  "admin", "rules",
+		"grpc",	       NULL};
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
@@ -993,6 +994,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "admin")) &&
 	    sluice_config_parse_admin(y, v, cfg) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "grpc")) &&
+	    sluice_config_parse_grpc(y, v, cfg) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "rules"))) {
 		if (sluice_config_parse_rules(y, v, cfg) < 0)

@@ -48,9 +48,10 @@ struct grpc_call_s {
 	unsigned has_timeout : 1;
 	unsigned have_prefix : 1;
 	unsigned headers_done : 1;
-	unsigned ended : 1;    /* the client ended the stream */
-	unsigned answered : 1; /* an answer was submitted */
-	unsigned hold : 1;     /* the method answers later */
+	unsigned ended : 1;	/* the client ended the stream */
+	unsigned answered : 1;	/* an answer was submitted */
+	unsigned hold : 1;	/* the method answers later */
+	unsigned rst_after : 1; /* RST_STREAM once the answer is sent */
 };
 
 enum { CT_NONE, CT_GRPC, CT_GRPC_OTHER, CT_OTHER };
@@ -204,10 +205,9 @@ static void answer_error(grpc_call_t *call, int http, int status,
 	if (http == 405)
 		nv[n++] = (nghttp2_nv)NV("allow", "POST", 4);
 	nghttp2_submit_response(c->session, call->id, nv, n, NULL);
-	/* The client is still sending: tell it to stop. */
-	if (!call->ended)
-		nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE,
-					  call->id, NGHTTP2_NO_ERROR);
+	/* The client is still sending: once the answer is out (not
+	 * before: the reset would discard it), tell it to stop. */
+	call->rst_after = !call->ended;
 	release_in(call);
 	after_answer(c);
 }
@@ -613,6 +613,25 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id,
 	return 0;
 }
 
+/* An answer that ended our side went out: a client still sending is
+ * told to stop (on_frame_send runs inside mem_send, where submitting is
+ * allowed). */
+static int on_frame_send(nghttp2_session *s, const nghttp2_frame *frame,
+			 void *ud)
+{
+	grpc_call_t *call;
+
+	if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+		return 0;
+	call = nghttp2_session_get_stream_user_data(s, frame->hd.stream_id);
+	if (call && call->rst_after && !call->ended) {
+		call->rst_after = 0;
+		nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, call->id,
+					  NGHTTP2_NO_ERROR);
+	}
+	return 0;
+}
+
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error,
 			   void *ud)
 {
@@ -637,6 +656,8 @@ void grpc_call_install(nghttp2_session_callbacks *cbs)
 		cbs, on_data_chunk);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cbs,
 							       on_stream_close);
+	nghttp2_session_callbacks_set_on_frame_send_callback(cbs,
+							     on_frame_send);
 }
 
 /* ---------------------------------------------------------------- sweep */

@@ -344,5 +344,7 @@ void grpc_conn_accept(sluice_grpc_t *g)
 	}
 	if (g->draining)
 		grpc_conn_goaway(c, NGHTTP2_NO_ERROR, NULL);
-	grpc_conn_flush(c);
+	/* Our SETTINGS go out after the client's preface arrives: an
+	 * HTTP/1.1 client gets a plain answer, not a binary frame. */
+	set_reading(c, 1);
 }

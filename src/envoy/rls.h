@@ -98,6 +98,7 @@ typedef void (*sluice_rls_cb)(void *arg, sluice_rls_response_t *resp);
  * errbuf says why (front end: INVALID_ARGUMENT / 400). */
 int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		      sluice_rls_cb cb, void *arg, char *errbuf, size_t errlen);
+/* Frees everything the response holds, and the response itself. */
 void sluice_rls_response_free(sluice_rls_response_t *resp);
 /* 1 when the store can answer (health checks). */
 int sluice_rls_healthy(struct sluice_svc_s *svc);

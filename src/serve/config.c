@@ -5,6 +5,7 @@
  * walking helpers live in config_yaml.c.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
+#include "envoy/config.h"
 #include "serve/config_internal.h"
 
 #include <arpa/inet.h>
@@ -184,6 +185,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->trusted_proxies);
 	free(cfg->admin_token);
 	free(cfg->grpc.listen);
+	sluice_envoy_config_free(cfg->envoy);
 	free_rules(cfg);
 	free(cfg);
 }
@@ -948,7 +950,7 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	static const char *const keys[] = {
 		"listen",      "threads", "store", "trusted_proxies",
 		"ipv6_prefix", "http",	  "admin", "rules",
-		"grpc",	       NULL};
+		"envoy",       "grpc",	  NULL};
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
@@ -994,6 +996,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "admin")) &&
 	    sluice_config_parse_admin(y, v, cfg) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "envoy")) &&
+	    sluice_envoy_parse_section(y, v, cfg->path, &cfg->envoy) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "grpc")) &&
 	    sluice_config_parse_grpc(y, v, cfg) < 0)

@@ -205,6 +205,9 @@ typedef struct sluice_config_s {
 	/* The bearer token of the admin endpoints; NULL: they are off. */
 	char *admin_token;
 	sluice_grpc_config_t grpc;
+	/* The `envoy:` section and its loaded directory (src/envoy/
+	 * config.h); NULL when absent. */
+	struct sluice_envoy_config_s *envoy;
 } sluice_config_t;
 
 /*

@@ -2,6 +2,7 @@
  * metrics.c -- registry of per-thread counters and the Prometheus text.
  */
 #include "serve/metrics.h"
+#include "envoy/metrics.h"
 #include "serve/metrics_redis.h"
 
 #include <pthread.h>
@@ -254,6 +255,7 @@ void sluice_metrics_render(sluice_buf_t *out,
 	if (stats)
 		render_store(out, stats);
 	sluice_redis_metrics_render(out);
+	sluice_envoy_metrics_render(out);
 	help(out, "sluice_build_info", "gauge",
 	     "Always 1; the version of this binary as a label.");
 	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,

@@ -112,6 +112,22 @@ def envoy_dir(files):
     return d
 
 
+# A domain whose limits no test reaches: the transport tests' engine.
+WIDE = """
+domain: wide
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+"""
+
+
+def envoy_config(files=None, extra=""):
+    """sluice's config text with an envoy: section over a new directory
+    holding files ({name: text}; by default the `wide` domain)."""
+    d = envoy_dir(files or {"wide.yaml": WIDE})
+    return "envoy: {config_dir: %s}\n%s" % (d, extra)
+
+
 class GrpcSluice(Sluice):
     """`sluice serve` with its gRPC listener on a free loopback port (or
     the Unix socket `unix`)."""

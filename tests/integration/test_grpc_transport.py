@@ -24,7 +24,8 @@ grpc_harness.use_system_python()
 
 import grpc  # noqa: E402
 import harness  # noqa: E402
-from grpc_harness import H2, GrpcSluice, frame, protos, request  # noqa: E402
+from grpc_harness import (H2, GrpcSluice, envoy_config, frame,  # noqa: E402
+                          protos, request)
 
 RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 OK = 1
@@ -38,7 +39,8 @@ class GrpcTransportTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         protos()
-        cls.s = GrpcSluice("http: {idle_timeout_ms: 1500}\n")
+        cls.s = GrpcSluice(envoy_config(
+            extra="http: {idle_timeout_ms: 1500}\n"))
         cls.base_rss = cls.s.rss_kb()
 
     @classmethod
@@ -417,7 +419,7 @@ class GrpcListenTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="sluice-grpc-unix-")
         harness._dirs.append(d)
         path = os.path.join(d, "grpc.sock")
-        with GrpcSluice(unix=path, threads=2) as s:
+        with GrpcSluice(envoy_config(), unix=path, threads=2) as s:
             with s.channel() as ch:
                 for i in range(20):
                     r = s.rls(ch).ShouldRateLimit(
@@ -467,7 +469,8 @@ class GrpcListenTest(unittest.TestCase):
 
     def test_a_larger_message_cap_lets_the_engine_judge_the_count(self):
         protos()
-        with GrpcSluice("grpc: {max_message_bytes: 1048576}\n") as s:
+        with GrpcSluice(envoy_config(
+                extra="grpc: {max_message_bytes: 1048576}\n")) as s:
             req = request("nowhere", *[[("k", str(i))]
                                        for i in range(10000)])
             with s.channel() as ch:
@@ -479,7 +482,7 @@ class GrpcListenTest(unittest.TestCase):
 
     def test_sigterm_sends_goaway_and_exits(self):
         protos()
-        s = GrpcSluice()
+        s = GrpcSluice(envoy_config())
         h = H2(s.grpc_port)
         try:
             sid = h.call(frame(request("nowhere", [("a", "1")])

@@ -1,0 +1,238 @@
+/*
+ * config.h -- envoyproxy/ratelimit's configuration, as sluice reads it.
+ *
+ * A directory of YAML files (what envoyproxy/ratelimit finds at
+ * RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/ *.yaml), each
+ * holding one `domain` and its tree of `descriptors`:
+ *
+ *   domain: messaging
+ *   descriptors:
+ *     - key: message_type
+ *       value: marketing            # optional; '*' matches any run
+ *       descriptors:
+ *         - key: to_number
+ *           rate_limit: {unit: day, requests_per_unit: 5}
+ *
+ * loaded into an immutable tree (one per config snapshot, see live.h).
+ * The `envoy:` section of sluice's own config names the directory and the
+ * service-wide settings (sluice_envoy_settings_t); config.c reads it with
+ * sluice_envoy_parse_section().
+ *
+ * Extensions of sluice (refused by envoyproxy/ratelimit, so a file using
+ * them is sluice's own): `burst:` in rate_limit sets the capacity apart
+ * from requests_per_unit, and `limits:` in rate_limit gives one
+ * descriptor several limits (all must pass).
+ */
+#ifndef SLUICE_ENVOY_CONFIG_H
+#define SLUICE_ENVOY_CONFIG_H
+
+#include "envoy/rls.h"
+#include "serve/config.h"
+#include "serve/config_yaml.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bounds on what a directory may hold (a larger one is surely not a
+ * rate-limit config, and each bound keeps load time and memory small). */
+#define SLUICE_ENVOY_MAX_FILES 1024
+#define SLUICE_ENVOY_MAX_DEPTH 16 /* nested descriptor levels */
+/* Descriptor entries in one request descriptor, and descriptors in one
+ * request: a request beyond these is refused (INVALID_ARGUMENT / 400). */
+#define SLUICE_ENVOY_MAX_ENTRIES     64
+#define SLUICE_ENVOY_MAX_DESCRIPTORS 256
+
+struct sluice_envoy_series_s; /* envoy/metrics.h */
+
+/* One limit of a rate_limit block, as Envoy's RateLimit reports it. */
+typedef struct sluice_envoy_unit_limit_s {
+	uint32_t requests_per_unit;
+	sluice_rls_unit_t unit;
+} sluice_envoy_unit_limit_t;
+
+/* A `rate_limit:` block. */
+typedef struct sluice_envoy_limit_s {
+	char *name; /* rate_limit.name, or NULL */
+	char **replaces;
+	size_t nreplaces;
+	int unlimited; /* OK for every request, never charged */
+	int blocked;   /* requests_per_unit 0: every request is over */
+	/* What current_limit reports for each of set.limits (the first
+	 * when there is one limit). */
+	sluice_envoy_unit_limit_t units[SLUICE_MAX_LIMITS];
+	/* The token buckets: capacity requests_per_unit (or burst),
+	 * refilling requests_per_unit per unit. */
+	sluice_limit_set_t set;
+	/* What the verdict engine charges: name is the descriptor path
+	 * ("domain.key_value.key"), shadow and on_store_error as
+	 * configured. */
+	sluice_rule_t rule;
+} sluice_envoy_limit_t;
+
+/* One node of a domain's descriptor tree. */
+typedef struct sluice_envoy_node_s {
+	char *key;
+	char *value;	 /* NULL: any value (the key alone) */
+	char **parts;	 /* value split at '*' when wildcard */
+	size_t nparts;	 /* 0 unless wildcard */
+	int shadow_mode; /* charged, never makes the answer OVER_LIMIT */
+	int detailed_metric;
+	int value_to_metric;
+	int share_threshold;	     /* one bucket for every value the pattern
+					matches */
+	sluice_envoy_limit_t *limit; /* NULL: no rate_limit block */
+	struct sluice_envoy_node_s *children;
+	size_t nchildren;
+	/* "key_value.key2" from the domain down (metrics label). */
+	char *stat_key;
+	struct sluice_envoy_series_s *series; /* its metrics (never NULL
+						 once loaded) */
+	const char *file; /* the file it came from (the config's copy) */
+	int line;
+} sluice_envoy_node_t;
+
+typedef struct sluice_envoy_domain_s {
+	char *name;
+	sluice_envoy_node_t *children;
+	size_t nchildren;
+	const char *file;
+	int line;
+} sluice_envoy_domain_t;
+
+/* The `envoy:` section of sluice's config. */
+typedef struct sluice_envoy_settings_s {
+	char *config_dir; /* absolute, or relative to sluice's config */
+	/* LIMIT_RESPONSE_HEADERS_ENABLED and its header names
+	 * (LIMIT_LIMIT_HEADER, ...; envoyproxy/ratelimit's defaults). */
+	int response_headers;
+	char *header_limit;	     /* "RateLimit-Limit" */
+	char *header_remaining;	     /* "RateLimit-Remaining" */
+	char *header_reset;	     /* "RateLimit-Reset" */
+	int shadow_mode;	     /* SHADOW_MODE: the answer is always OK */
+	unsigned near_limit_percent; /* NEAR_LIMIT_RATIO x 100: 80 */
+	sluice_fail_mode_t on_store_error; /* default closed */
+	unsigned watch_ms; /* how often the directory is checked for
+			      changes; 0: only on SIGHUP */
+} sluice_envoy_settings_t;
+
+typedef struct sluice_envoy_config_s {
+	sluice_envoy_settings_t settings;
+	char *dir; /* the directory as loaded (resolved against the config
+		      file's directory) */
+	sluice_envoy_domain_t *domains; /* sorted by name */
+	size_t ndomains;
+	char **files; /* every file read, sorted (nodes point into these) */
+	size_t nfiles;
+	/* The rule a request-supplied limit (RateLimitDescriptor.limit) is
+	 * charged under: never shadow. */
+	sluice_rule_t override_rule;
+} sluice_envoy_config_t;
+
+/*
+ * Parses sluice's `envoy:` section into a new config and loads its
+ * directory.  `base` is the path of sluice's config file (config_dir is
+ * relative to its directory), or NULL.  Errors go to y (the section's
+ * own, "FILE:LINE: ...") and, for the directory's files, into y's report
+ * naming those files and lines.  Returns 0, or -1 after an error.
+ */
+int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
+			       const char *base, sluice_envoy_config_t **out);
+
+/*
+ * Loads the directory `dir` with `settings` (copied).  Errors: the first
+ * into err, every one (up to max_errors lines "FILE:LINE: ...\n") into
+ * report (may be NULL); *nerrors counts them.  Returns NULL after any
+ * error.
+ */
+sluice_envoy_config_t *
+sluice_envoy_load_dir(const char *dir, const sluice_envoy_settings_t *settings,
+		      char *err, size_t errlen, char *report, size_t reportlen,
+		      unsigned max_errors, unsigned *nerrors);
+
+/* Sets the defaults of an `envoy:` section without one. */
+void sluice_envoy_settings_init(sluice_envoy_settings_t *s);
+
+void sluice_envoy_config_free(sluice_envoy_config_t *cfg);
+
+/* The domain of that name, or NULL. */
+const sluice_envoy_domain_t *
+sluice_envoy_domain(const sluice_envoy_config_t *cfg, const char *name);
+
+/* Seconds in a unit (Envoy's: a month is 30 days, a year 365); 0 for
+ * UNKNOWN. */
+uint64_t sluice_envoy_unit_seconds(sluice_rls_unit_t unit);
+/* "SECOND", "MINUTE", ... (proto3 JSON enum names). */
+const char *sluice_envoy_unit_name(sluice_rls_unit_t unit);
+/* The unit of a name in any case ("minute", "MINUTE"), or UNKNOWN. */
+sluice_rls_unit_t sluice_envoy_unit_parse(const char *name);
+
+/*
+ * Builds the token bucket of "requests_per_unit per unit" with capacity
+ * `burst` (requests_per_unit when 0).  Returns 0, or a negative code with
+ * a message (requests_per_unit 0, a rate the store cannot hold).
+ */
+int sluice_envoy_limit_make(uint32_t requests_per_unit, sluice_rls_unit_t unit,
+			    uint64_t burst, sluice_limit_t *out, char *err,
+			    size_t errlen);
+
+/* ----------------------------------------------------------- matching */
+
+/* What one request descriptor matched. */
+typedef struct sluice_envoy_match_s {
+	const sluice_envoy_node_t *node; /* the node whose limit applies,
+					    or NULL (no limit) */
+	size_t depth;			 /* entries matched, level by level */
+	/* Per matched entry: the node, and how it matched. */
+	const sluice_envoy_node_t *path[SLUICE_ENVOY_MAX_ENTRIES];
+	unsigned char how[SLUICE_ENVOY_MAX_ENTRIES];
+	/* Per entry: the wildcard value that stands for the request's
+	 * value in the bucket key (share_threshold), or NULL. */
+	const char *shared[SLUICE_ENVOY_MAX_ENTRIES];
+} sluice_envoy_match_t;
+
+/* sluice_envoy_match_t.how */
+#define SLUICE_ENVOY_BY_VALUE	 1 /* key and exact value */
+#define SLUICE_ENVOY_BY_WILDCARD 2 /* key and a wildcard value */
+#define SLUICE_ENVOY_BY_KEY	 3 /* key, no value in the config */
+
+/*
+ * Finds the limit of one descriptor as envoyproxy/ratelimit does: level
+ * by level, an entry matches the node with its key and exact value, else
+ * the first node (in file order) whose wildcard value matches, else the
+ * node with its key and no value; the limit is the one of the node
+ * reached by the descriptor's last entry (a descriptor with more or fewer
+ * entries than the path to a limit gets none).  Fills *m (m->node NULL
+ * when nothing applies).
+ */
+void sluice_envoy_match(const sluice_envoy_domain_t *domain,
+			const sluice_rls_entry_t *entries, size_t n,
+			sluice_envoy_match_t *m);
+
+/* 1 when `value` matches the wildcard parts of a node. */
+int sluice_envoy_wildcard_match(char *const *parts, size_t nparts,
+				const char *value);
+
+/*
+ * The store key of a descriptor's bucket:
+ *   "envoy:" 0x1f <identity>
+ * where identity is the domain and every entry's key and value, each
+ * written as <decimal length> ':' <bytes> -- or, for a value shared under
+ * share_threshold, <decimal length> '*' <the pattern> -- so that no two
+ * descriptors write the same identity (sluice_key_make() hashes long
+ * ones).  The limit's own id is added by the store (sluice_limit_id()).
+ * Returns the key's length (m->key is NUL-terminated).
+ */
+size_t sluice_envoy_key(const char *domain, const sluice_rls_entry_t *entries,
+			size_t n, const sluice_envoy_match_t *m,
+			char out[SLUICE_KEY_MAX]);
+
+/*
+ * The metrics series of a matched descriptor: the node's own (its
+ * configured path), or, under detailed_metric / value_to_metric, the path
+ * spelled with the request's values as envoyproxy/ratelimit names it.
+ */
+struct sluice_envoy_series_s *
+sluice_envoy_match_series(const char *domain, const sluice_rls_entry_t *entries,
+			  size_t n, const sluice_envoy_match_t *m);
+
+#endif /* SLUICE_ENVOY_CONFIG_H */

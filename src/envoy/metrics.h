@@ -1,0 +1,53 @@
+/*
+ * metrics.h -- envoyproxy/ratelimit's statistics as Prometheus counters.
+ *
+ * One series per domain and descriptor path, the path as
+ * envoyproxy/ratelimit names its stats ("message_type_marketing.to_number":
+ * the configured key_value of each level, the key alone where the config
+ * gives no value), so the number of series is bounded by the config, not
+ * by what clients send.  Only `detailed_metric` and `value_to_metric` put
+ * request values into the path; those series are capped at
+ * SLUICE_ENVOY_MAX_SERIES, after which hits count under the path
+ * "_overflow" of their domain.
+ *
+ *   sluice_envoy_total_hits_total{domain,descriptor}
+ *   sluice_envoy_over_limit_total{domain,descriptor}
+ *   sluice_envoy_near_limit_total{domain,descriptor}
+ *   sluice_envoy_shadow_mode_total{domain,descriptor}
+ *
+ * counting hits (hits_addend) as envoyproxy/ratelimit does.  Series live
+ * as long as the process (a reload keeps their counts), and any thread
+ * may count: the counters are atomic.
+ */
+#ifndef SLUICE_ENVOY_METRICS_H
+#define SLUICE_ENVOY_METRICS_H
+
+#include "serve/buf.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SLUICE_ENVOY_MAX_SERIES 10000
+
+typedef struct sluice_envoy_series_s {
+	_Atomic uint64_t total_hits, over_limit, near_limit, shadow_mode;
+	char *domain, *path;
+	struct sluice_envoy_series_s *next; /* hash chain */
+	struct sluice_envoy_series_s *all;  /* every series, newest first */
+} sluice_envoy_series_t;
+
+/* The series of a domain and path (created on first use; thread-safe).
+ * Never NULL: out of memory or past the cap, the domain's "_overflow"
+ * series, or a static one. */
+sluice_envoy_series_t *sluice_envoy_series(const char *domain,
+					   const char *path);
+
+static inline void sluice_envoy_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* Appends the series in Prometheus text (metrics.c calls it). */
+void sluice_envoy_metrics_render(sluice_buf_t *out);
+
+#endif /* SLUICE_ENVOY_METRICS_H */

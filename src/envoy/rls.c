@@ -1,0 +1,526 @@
+/*
+ * rls.c -- deciding an Envoy RateLimitRequest (see rls.h).
+ *
+ * Each descriptor is matched against its domain's tree (match.c) and
+ * becomes one bucket set; every enforcing one goes to the store in a
+ * single all-or-nothing take through the verdict engine (verdict.h), so
+ * "one descriptor over the limit charges none of the others" holds on
+ * every store; shadow_mode descriptors are charged apart and never make
+ * the answer OVER_LIMIT.  Where envoyproxy/ratelimit's fixed windows and
+ * our token buckets differ (limit_remaining, duration_until_reset), the
+ * answer describes the bucket: whole tokens left, time until full.
+ */
+#include "envoy/rls.h"
+#include "envoy/config.h"
+#include "envoy/metrics.h"
+#include "serve/buf.h"
+#include "serve/headers.h"
+#include "serve/svc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What became of one request descriptor before the store. */
+typedef enum {
+	D_NONE = 0,  /* no limit applies: OK without current_limit */
+	D_UNLIMITED, /* unlimited: OK, limit_remaining UINT32_MAX */
+	D_BLOCKED,   /* requests_per_unit 0: always over */
+	D_CHARGE,    /* a bucket set to charge */
+} dkind_t;
+
+typedef struct desc_s {
+	dkind_t kind;
+	const sluice_envoy_limit_t *limit; /* config limit, NULL: override */
+	const sluice_rule_t *rule;
+	const sluice_limit_set_t *set;
+	sluice_envoy_unit_limit_t units[SLUICE_MAX_LIMITS];
+	int shadow;
+	size_t match; /* index in the take (D_CHARGE) */
+	uint64_t cost;
+	sluice_envoy_series_t *series; /* NULL: not counted */
+	sluice_limit_set_t oset;       /* a request-supplied limit */
+	const char *name;	       /* for headers */
+} desc_t;
+
+typedef struct rls_ctx_s {
+	sluice_svc_t *svc;
+	sluice_live_t *live;
+	const sluice_envoy_config_t *cfg;
+	const sluice_rls_request_t *req;
+	sluice_rls_cb cb;
+	void *arg;
+	sluice_take_t *t;
+	desc_t *d;
+} rls_ctx_t;
+
+/* ------------------------------------------------------------ helpers */
+
+static int fail(char *errbuf, size_t errlen, const char *fmt, size_t i)
+{
+	snprintf(errbuf, errlen, fmt, i);
+	return SLUICE_EINVAL;
+}
+
+/* Envoy's answer is a uint32. */
+static uint32_t u32(uint64_t v)
+{
+	return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static int validate(const sluice_rls_request_t *req, char *errbuf,
+		    size_t errlen)
+{
+	size_t i, j;
+
+	if (!req->domain || !*req->domain)
+		return fail(errbuf, errlen,
+			    "rate limit domain must not be empty", 0);
+	if (req->ndescriptors == 0)
+		return fail(errbuf, errlen,
+			    "rate limit descriptor list must not be empty", 0);
+	if (req->ndescriptors > SLUICE_ENVOY_MAX_DESCRIPTORS)
+		return fail(errbuf, errlen,
+			    "more than %zu descriptors in one request",
+			    SLUICE_ENVOY_MAX_DESCRIPTORS);
+	for (i = 0; i < req->ndescriptors; i++) {
+		const sluice_rls_descriptor_t *d = &req->descriptors[i];
+
+		if (d->nentries > SLUICE_ENVOY_MAX_ENTRIES)
+			return fail(errbuf, errlen,
+				    "descriptor %zu has too many entries", i);
+		for (j = 0; j < d->nentries; j++)
+			if (!d->entries[j].key)
+				return fail(errbuf, errlen,
+					    "descriptor %zu has an entry "
+					    "without a key",
+					    i);
+		if (d->has_limit && !sluice_envoy_unit_seconds(d->limit_unit))
+			return fail(errbuf, errlen,
+				    "descriptor %zu: its limit has no valid "
+				    "unit",
+				    i);
+	}
+	return 0;
+}
+
+/* The limit a descriptor gets: the request's own (RateLimitDescriptor.
+ * limit, applied as envoyproxy/ratelimit does whenever the domain is
+ * configured, matched or not), else its config match. */
+static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
+		    char *errbuf, size_t errlen)
+{
+	const sluice_rls_descriptor_t *rd = &x->req->descriptors[i];
+	desc_t *d = &x->d[i];
+	sluice_envoy_match_t m;
+	char msg[160];
+
+	if (!dom)
+		return 0; /* an unknown domain limits nothing */
+	if (rd->has_limit) {
+		d->rule = &x->cfg->override_rule;
+		d->units[0].requests_per_unit = rd->limit_requests_per_unit;
+		d->units[0].unit = rd->limit_unit;
+		d->series = sluice_envoy_series(dom->name, "_override");
+		d->name = "override";
+		d->set = &d->oset;
+		d->oset.nlimits = 1;
+		if (rd->limit_requests_per_unit == 0) {
+			d->kind = D_BLOCKED;
+			return 0;
+		}
+		if (sluice_envoy_limit_make(
+			    rd->limit_requests_per_unit, rd->limit_unit, 0,
+			    &d->oset.limits[0], msg, sizeof(msg)) < 0) {
+			snprintf(errbuf, errlen, "descriptor %zu: limit: %s", i,
+				 msg);
+			return SLUICE_EINVAL;
+		}
+		d->kind = D_CHARGE;
+		return 0;
+	}
+	sluice_envoy_match(dom, rd->entries, rd->nentries, &m);
+	if (!m.node)
+		return 0;
+	d->limit = m.node->limit;
+	d->rule = &d->limit->rule;
+	d->set = &d->limit->set;
+	d->shadow = m.node->shadow_mode;
+	d->name = d->limit->name ? d->limit->name : d->limit->rule.name;
+	memcpy(d->units, d->limit->units, sizeof(d->units));
+	if (d->limit->unlimited) {
+		d->kind = D_UNLIMITED;
+		return 0;
+	}
+	d->series = sluice_envoy_match_series(dom->name, rd->entries,
+					      rd->nentries, &m);
+	d->kind = d->limit->blocked ? D_BLOCKED : D_CHARGE;
+	if (d->kind == D_CHARGE) {
+		/* The bucket key needs the match (shared values). */
+		d->match = (size_t)-1;
+		sluice_envoy_key(dom->name, rd->entries, rd->nentries, &m,
+				 x->t->matches[i].key);
+		x->t->matches[i].keylen = strlen(x->t->matches[i].key);
+	}
+	return 0;
+}
+
+/* `replaces`: a limit whose name another matched limit replaces is
+ * dropped (OK without current_limit), as envoyproxy/ratelimit does. */
+static void apply_replaces(rls_ctx_t *x, size_t n)
+{
+	size_t i, j, k;
+
+	for (i = 0; i < n; i++) {
+		const sluice_envoy_limit_t *l = x->d[i].limit;
+
+		if (!l || !l->name || x->d[i].kind == D_NONE)
+			continue;
+		for (j = 0; j < n; j++) {
+			const sluice_envoy_limit_t *r = x->d[j].limit;
+
+			if (!r || j == i)
+				continue;
+			for (k = 0; k < r->nreplaces; k++)
+				if (strcmp(r->replaces[k], l->name) == 0)
+					break;
+			if (k < r->nreplaces)
+				break;
+		}
+		if (j < n) {
+			x->d[i].kind = D_NONE;
+			x->d[i].series = NULL;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ the answer */
+
+static void add_header(sluice_rls_response_t *r, const char *k, const char *v)
+{
+	sluice_rls_header_t *h = &r->headers[r->nheaders];
+
+	if (!(h->key = strdup(k)) || !(h->value = strdup(v))) {
+		free(h->key);
+		h->key = NULL;
+		return;
+	}
+	r->nheaders++;
+}
+
+/* envoyproxy/ratelimit's three headers for the descriptor nearest its
+ * limit (or the one over it), and the draft-11 fields beside them. */
+static void add_headers(rls_ctx_t *x, sluice_rls_response_t *r)
+{
+	const sluice_envoy_settings_t *s = &x->cfg->settings;
+	const sluice_rls_status_t *st;
+	const desc_t *d;
+	char num[32];
+	sluice_buf_t b = {0};
+	uint64_t reset_s, window;
+	size_t i, best = SIZE_MAX;
+
+	for (i = 0; i < r->nstatuses; i++) {
+		st = &r->statuses[i];
+		if (!st->has_limit)
+			continue;
+		if (st->code == SLUICE_RLS_CODE_OVER_LIMIT ||
+		    best == SIZE_MAX ||
+		    (r->statuses[best].code != SLUICE_RLS_CODE_OVER_LIMIT &&
+		     st->limit_remaining < r->statuses[best].limit_remaining))
+			best = i;
+	}
+	if (best == SIZE_MAX || !(r->headers = calloc(5, sizeof(*r->headers))))
+		return;
+	st = &r->statuses[best];
+	d = &x->d[best];
+	reset_s = (st->duration_until_reset_ms + 999) / 1000;
+	snprintf(num, sizeof(num), "%u", st->requests_per_unit);
+	add_header(r, s->header_limit, num);
+	snprintf(num, sizeof(num), "%u", st->limit_remaining);
+	add_header(r, s->header_remaining, num);
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)reset_s);
+	add_header(r, s->header_reset, num);
+	/* draft-ietf-httpapi-ratelimit-headers-11 */
+	window = sluice_envoy_unit_seconds(st->unit);
+	if (d->kind == D_CHARGE) {
+		size_t which = 0;
+
+		for (i = 0; i < d->set->nlimits; i++)
+			if (d->units[i].requests_per_unit ==
+				    st->requests_per_unit &&
+			    d->units[i].unit == st->unit)
+				which = i;
+		window = sluice_limit_window_s(&d->set->limits[which]);
+	}
+	sluice_sf_string(&b, d->name);
+	sluice_buf_printf(&b, ";q=%u;w=%llu", st->requests_per_unit,
+			  (unsigned long long)window);
+	sluice_buf_append(&b, "", 1);
+	if (!b.oom)
+		add_header(r, "RateLimit-Policy", b.data);
+	b.len = 0;
+	sluice_sf_string(&b, d->name);
+	sluice_buf_printf(&b, ";r=%u;t=%llu", st->limit_remaining,
+			  (unsigned long long)reset_s);
+	sluice_buf_append(&b, "", 1);
+	if (!b.oom)
+		add_header(r, "RateLimit", b.data);
+	sluice_buf_free(&b);
+}
+
+/* Counts one descriptor's hits in its series. */
+static void count(const rls_ctx_t *x, const desc_t *d, int over,
+		  const sluice_decision_t *dec)
+{
+	sluice_envoy_series_t *s = d->series;
+	unsigned near = x->cfg->settings.near_limit_percent;
+
+	if (!s)
+		return;
+	sluice_envoy_add(&s->total_hits, d->cost);
+	if (over) {
+		sluice_envoy_add(&s->over_limit, d->cost);
+		if (d->shadow)
+			sluice_envoy_add(&s->shadow_mode, d->cost);
+	} else if (dec && dec->limit &&
+		   (dec->limit - dec->remaining) * 100 > dec->limit * near) {
+		sluice_envoy_add(&s->near_limit, d->cost);
+	}
+}
+
+/* A descriptor that would have passed but was not charged (another one
+ * refused the request): the take reports the bucket as if charged, so
+ * give the cost back to what is reported -- exactly, since the cost is
+ * whole tokens. */
+static void uncharged(sluice_rls_status_t *st, const sluice_limit_t *limit,
+		      uint64_t cost, const sluice_decision_t *dec)
+{
+	uint64_t per = limit->rate.per ? limit->rate.per : 1;
+	uint64_t back_us = cost * limit->rate.interval / per;
+	uint64_t reset = dec->reset_after_us > back_us
+				 ? dec->reset_after_us - back_us
+				 : 0;
+
+	st->limit_remaining = u32(dec->remaining + cost > limit->capacity
+					  ? limit->capacity
+					  : dec->remaining + cost);
+	st->duration_until_reset_ms = (reset + 999) / 1000;
+}
+
+static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
+{
+	const desc_t *d = &x->d[i];
+	const sluice_match_result_t *res;
+	size_t which;
+	int over;
+
+	st->code = SLUICE_RLS_CODE_OK;
+	switch (d->kind) {
+	case D_NONE:
+		return;
+	case D_UNLIMITED:
+		st->limit_remaining = UINT32_MAX;
+		return;
+	case D_BLOCKED:
+		st->has_limit = 1;
+		st->requests_per_unit = 0;
+		st->unit = d->units[0].unit;
+		st->duration_until_reset_ms =
+			sluice_envoy_unit_seconds(st->unit) * 1000;
+		count(x, d, 1, NULL);
+		st->code = d->shadow ? SLUICE_RLS_CODE_OK
+				     : SLUICE_RLS_CODE_OVER_LIMIT;
+		break;
+	case D_CHARGE:
+		res = &x->t->results[d->match];
+		if (!res->decided) {
+			/* The store failed and the rule failed open: no
+			 * decision to report. */
+			return;
+		}
+		which = res->which < d->set->nlimits ? res->which : 0;
+		over = res->outcome == SLUICE_OUT_LIMITED;
+		st->has_limit = 1;
+		st->requests_per_unit = d->units[which].requests_per_unit;
+		st->unit = d->units[which].unit;
+		st->limit_remaining = u32(res->d.remaining);
+		st->duration_until_reset_ms =
+			(res->d.reset_after_us + 999) / 1000;
+		if (res->outcome == SLUICE_OUT_SKIPPED)
+			uncharged(st, &d->set->limits[which],
+				  x->t->costs[d->match], &res->d);
+		count(x, d, over, &res->d);
+		if (over && !d->shadow)
+			st->code = SLUICE_RLS_CODE_OVER_LIMIT;
+		break;
+	}
+	if (d->name && d->limit && d->limit->name)
+		st->limit_name = strdup(d->limit->name);
+}
+
+static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
+{
+	const sluice_rls_request_t *req = x->req;
+	sluice_rls_response_t *r = calloc(1, sizeof(*r));
+	size_t i;
+
+	if (!r)
+		goto out; /* nothing to answer with: cb cannot run */
+	r->overall_code = SLUICE_RLS_CODE_OK;
+	if (v && v->status) {
+		r->status = v->status;
+		r->error = "the rate-limit store failed (envoy.on_store_error "
+			   "is closed)";
+		goto answer;
+	}
+	r->statuses = calloc(req->ndescriptors, sizeof(*r->statuses));
+	if (!r->statuses) {
+		r->status = SLUICE_ENOMEM;
+		r->error = "out of memory";
+		goto answer;
+	}
+	r->nstatuses = req->ndescriptors;
+	for (i = 0; i < req->ndescriptors; i++) {
+		status_of(x, i, &r->statuses[i]);
+		if (r->statuses[i].code == SLUICE_RLS_CODE_OVER_LIMIT)
+			r->overall_code = SLUICE_RLS_CODE_OVER_LIMIT;
+	}
+	if (x->cfg->settings.response_headers)
+		add_headers(x, r);
+	/* SHADOW_MODE: statuses say what was decided, the answer is OK. */
+	if (x->cfg->settings.shadow_mode)
+		r->overall_code = SLUICE_RLS_CODE_OK;
+answer:
+	x->cb(x->arg, r);
+out:
+	if (x->t)
+		sluice_take_free(x->t);
+	sluice_live_unref(x->live);
+	free(x->d);
+	free(x);
+}
+
+static void on_verdict(void *arg, const sluice_verdict_t *v)
+{
+	finish(arg, v);
+}
+
+/* -------------------------------------------------------------- public */
+
+int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
+		      sluice_rls_cb cb, void *arg, char *errbuf, size_t errlen)
+{
+	const sluice_envoy_config_t *cfg =
+		svc->live && svc->live->cfg ? svc->live->cfg->envoy : NULL;
+	const sluice_envoy_domain_t *dom;
+	rls_ctx_t *x;
+	size_t i, k, n;
+	int rc, blocked = 0;
+
+	if ((rc = validate(req, errbuf, errlen)) < 0)
+		return rc;
+	if (!cfg) {
+		snprintf(errbuf, errlen,
+			 "no rate limit configuration loaded (the config has "
+			 "no envoy: section)");
+		return SLUICE_EINVAL;
+	}
+	n = req->ndescriptors;
+	if (!(x = calloc(1, sizeof(*x))) ||
+	    !(x->d = calloc(n, sizeof(*x->d))) || !(x->t = sluice_take_new()) ||
+	    sluice_take_reserve(x->t, n) < 0) {
+		if (x) {
+			if (x->t)
+				sluice_take_free(x->t);
+			free(x->d);
+		}
+		free(x);
+		snprintf(errbuf, errlen, "out of memory");
+		return SLUICE_ENOMEM;
+	}
+	x->svc = svc;
+	x->cfg = cfg;
+	x->req = req;
+	x->cb = cb;
+	x->arg = arg;
+	dom = sluice_envoy_domain(cfg, req->domain);
+	for (i = 0; i < n; i++)
+		if ((rc = classify(x, dom, i, errbuf, errlen)) < 0) {
+			sluice_take_free(x->t);
+			free(x->d);
+			free(x);
+			return rc;
+		}
+	apply_replaces(x, n);
+	/* Costs; a blocked (requests_per_unit 0) enforcing descriptor makes
+	 * the request over without the store: the others are then only
+	 * looked at (cost 0), so nothing is charged. */
+	for (i = 0; i < n; i++) {
+		const sluice_rls_descriptor_t *rd = &req->descriptors[i];
+
+		x->d[i].cost = rd->has_hits_addend ? rd->hits_addend
+			       : req->hits_addend  ? req->hits_addend
+						   : 1;
+		if (x->d[i].kind == D_BLOCKED && !x->d[i].shadow)
+			blocked = 1;
+	}
+	/* The take: matches[i] was filled by classify() for config
+	 * matches (its key); compact the charged ones to the front. */
+	for (i = 0, k = 0; i < n; i++) {
+		desc_t *d = &x->d[i];
+		sluice_match_t *m = &x->t->matches[k];
+		const sluice_rls_descriptor_t *rd = &req->descriptors[i];
+
+		if (d->kind != D_CHARGE)
+			continue;
+		if (d->limit) {
+			if (k != i)
+				memcpy(m->key, x->t->matches[i].key,
+				       x->t->matches[i].keylen + 1);
+			m->keylen = strlen(m->key);
+		} else {
+			sluice_envoy_key(req->domain, rd->entries, rd->nentries,
+					 NULL, m->key);
+			m->keylen = strlen(m->key);
+		}
+		m->rule = d->rule;
+		m->set = d->set;
+		x->t->costs[k] = blocked && !d->shadow ? 0 : d->cost;
+		d->match = k++;
+	}
+	x->t->nmatches = k;
+	x->live = svc->live;
+	sluice_live_ref(x->live);
+	if (k == 0) {
+		sluice_take_free(x->t);
+		x->t = NULL;
+		finish(x, NULL);
+		return 0;
+	}
+	sluice_verdict_decide(&svc->backend, x->t, sluice_now_us(), on_verdict,
+			      x);
+	return 0;
+}
+
+void sluice_rls_response_free(sluice_rls_response_t *resp)
+{
+	size_t i;
+
+	if (!resp)
+		return;
+	for (i = 0; i < resp->nstatuses; i++)
+		free(resp->statuses[i].limit_name);
+	free(resp->statuses);
+	for (i = 0; i < resp->nheaders; i++) {
+		free(resp->headers[i].key);
+		free(resp->headers[i].value);
+	}
+	free(resp->headers);
+	free(resp);
+}
+
+int sluice_rls_healthy(struct sluice_svc_s *svc)
+{
+	return !svc->draining && sluice_backend_healthy(&svc->backend);
+}

@@ -1,0 +1,207 @@
+/*
+ * settings.c -- the `envoy:` section of sluice's config:
+ *
+ *   envoy:
+ *     config_dir: /etc/ratelimit/config   # envoyproxy/ratelimit's YAML files
+ *     response_headers: true              # LIMIT_RESPONSE_HEADERS_ENABLED
+ *     header_names: {limit: RateLimit-Limit, remaining: RateLimit-Remaining,
+ *                    reset: RateLimit-Reset}
+ *     shadow_mode: false                  # SHADOW_MODE
+ *     near_limit_ratio: 0.8               # NEAR_LIMIT_RATIO
+ *     on_store_error: closed              # open | closed | local
+ *     watch_ms: 1000                      # 0: reload on SIGHUP only
+ *
+ * Each field's default, check and reload behaviour are here: a reload
+ * (SIGHUP, or a change in the directory) rereads all of them.
+ */
+#include "envoy/config.h"
+#include "serve/config_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int dup_field(sluice_yaml_t *y, yaml_node_t *v, const char *what,
+		     char **out)
+{
+	const char *s;
+	size_t i;
+
+	if (sluice_yaml_string(y, v, what, &s) < 0)
+		return -1;
+	if (!*s || strlen(s) > 128)
+		return sluice_yaml_error(y, v,
+					 "%s is empty or too long; expected "
+					 "a header name",
+					 what);
+	for (i = 0; s[i]; i++)
+		if (s[i] <= ' ' || s[i] >= 0x7f ||
+		    strchr("()<>@,;:\\\"/[]?={}", s[i]))
+			return sluice_yaml_error(y, v,
+						 "%s \"%.60s\" is not a header "
+						 "name; expected a token such "
+						 "as X-RateLimit-Limit",
+						 what, s);
+	free(*out);
+	*out = strdup(s);
+	return *out ? 0 : sluice_yaml_nomem(y, v);
+}
+
+static int parse_header_names(sluice_yaml_t *y, yaml_node_t *node,
+			      sluice_envoy_settings_t *s)
+{
+	static const char *const keys[] = {"limit", "remaining", "reset", NULL};
+	char **dst[3] = {&s->header_limit, &s->header_remaining,
+			 &s->header_reset};
+	yaml_node_t *v;
+	int i, rc = 0;
+
+	if (sluice_yaml_expect_map(y, node, "envoy.header_names") < 0 ||
+	    sluice_yaml_check_keys(y, node, "envoy.header_names", keys) < 0)
+		return -1;
+	for (i = 0; i < 3; i++)
+		if ((v = sluice_yaml_get(y, node, keys[i])) &&
+		    dup_field(y, v, "envoy.header_names entry", dst[i]) < 0)
+			rc = -1;
+	return rc;
+}
+
+/* "0.8" (NEAR_LIMIT_RATIO) into a whole percentage. */
+static int parse_ratio(sluice_yaml_t *y, yaml_node_t *v, unsigned *out)
+{
+	const char *s;
+	char *end;
+	double d;
+
+	if (sluice_yaml_string(y, v, "envoy.near_limit_ratio", &s) < 0)
+		return -1;
+	d = strtod(s, &end);
+	if (end == s || *end || !(d > 0 && d <= 1))
+		return sluice_yaml_error(y, v,
+					 "envoy.near_limit_ratio is \"%.40s\"; "
+					 "expected a number above 0 and at "
+					 "most 1 (e.g. 0.8)",
+					 s);
+	*out = (unsigned)(d * 100 + 0.5);
+	return 0;
+}
+
+static int parse_fail(sluice_yaml_t *y, yaml_node_t *v, sluice_fail_mode_t *out)
+{
+	const char *s;
+
+	if (sluice_yaml_string(y, v, "envoy.on_store_error", &s) < 0)
+		return -1;
+	if (strcmp(s, "open") == 0)
+		*out = SLUICE_FAIL_OPEN;
+	else if (strcmp(s, "closed") == 0)
+		*out = SLUICE_FAIL_CLOSED;
+	else if (strcmp(s, "local") == 0)
+		*out = SLUICE_FAIL_LOCAL;
+	else
+		return sluice_yaml_error(y, v,
+					 "envoy.on_store_error is \"%.40s\"; "
+					 "expected open, closed or local",
+					 s);
+	return 0;
+}
+
+/* config_dir against the directory of sluice's config file. */
+static char *resolve(const char *dir, const char *base)
+{
+	const char *slash = base ? strrchr(base, '/') : NULL;
+	size_t n;
+	char *out;
+
+	if (dir[0] == '/' || !slash)
+		return strdup(dir);
+	n = (size_t)(slash - base) + 1 + strlen(dir) + 1;
+	if ((out = malloc(n)))
+		snprintf(out, n, "%.*s/%s", (int)(slash - base), base, dir);
+	return out;
+}
+
+int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
+			       const char *base, sluice_envoy_config_t **out)
+{
+	static const char *const keys[] = {
+		"config_dir",	    "response_headers",
+		"header_names",	    "shadow_mode",
+		"near_limit_ratio", "on_store_error",
+		"watch_ms",	    NULL};
+	sluice_envoy_settings_t s;
+	yaml_node_t *v, *dirnode;
+	const char *dir;
+	char *path = NULL;
+	uint64_t u;
+	int rc = 0;
+
+	*out = NULL;
+	sluice_envoy_settings_init(&s);
+	if (sluice_yaml_expect_map(y, node, "envoy") < 0)
+		return -1;
+	if (sluice_yaml_check_keys(y, node, "envoy", keys) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "response_headers")) &&
+	    sluice_yaml_bool(y, v, "envoy.response_headers",
+			     &s.response_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "shadow_mode")) &&
+	    sluice_yaml_bool(y, v, "envoy.shadow_mode", &s.shadow_mode) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "header_names")) &&
+	    parse_header_names(y, v, &s) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "near_limit_ratio")) &&
+	    parse_ratio(y, v, &s.near_limit_percent) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "on_store_error")) &&
+	    parse_fail(y, v, &s.on_store_error) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "watch_ms"))) {
+		if (sluice_yaml_uint(y, v, "envoy.watch_ms", 0, 3600000, &u) <
+		    0)
+			rc = -1;
+		else
+			s.watch_ms = (unsigned)u;
+	}
+	dirnode = sluice_yaml_get(y, node, "config_dir");
+	if (!dirnode)
+		rc = sluice_yaml_error(y, node,
+				       "envoy has no config_dir; expected the "
+				       "directory of envoyproxy/ratelimit "
+				       "YAML files");
+	else if (sluice_yaml_string(y, dirnode, "envoy.config_dir", &dir) < 0)
+		rc = -1;
+	else if (!(path = resolve(dir, base)) || !(s.config_dir = strdup(dir)))
+		rc = sluice_yaml_nomem(y, dirnode);
+	if (rc == 0) {
+		unsigned nerr = 0;
+		char first[1024];
+		size_t used = y->report ? strlen(y->report) : 0;
+
+		*out = sluice_envoy_load_dir(
+			path, &s, first, sizeof(first),
+			y->report ? y->report + used : NULL,
+			y->report ? y->reportlen - used : 0,
+			y->max_errors > y->nerrors ? y->max_errors - y->nerrors
+						   : 0,
+			&nerr);
+		if (!*out) {
+			/* The files' own errors name their files; count
+			 * them in y and keep the first as y's. */
+			if (y->nerrors == 0 && y->errlen)
+				snprintf(y->err, y->errlen, "%s", first);
+			y->nerrors += nerr;
+			if (y->report)
+				y->reportused = strlen(y->report);
+			rc = -1;
+		}
+	}
+	free(path);
+	free(s.config_dir);
+	free(s.header_limit);
+	free(s.header_remaining);
+	free(s.header_reset);
+	return rc;
+}

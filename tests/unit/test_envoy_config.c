@@ -1,0 +1,544 @@
+/*
+ * test_envoy_config.c -- envoyproxy/ratelimit's YAML directory: the files
+ * of its README and test/config load and match as there; each of its bad
+ * files is refused naming FILE:LINE; bucket keys are injective.
+ */
+#include "check.h"
+#include "envoy/config.h"
+#include "envoy/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ helpers */
+
+static char dir[64];
+
+static void new_dir(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/sluice-envoy-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+}
+
+static void put(const char *name, const char *text)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void rm_dir(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
+static char err[1024], report[8192];
+static unsigned nerr;
+
+static sluice_envoy_config_t *load(void)
+{
+	sluice_envoy_settings_t s;
+
+	sluice_envoy_settings_init(&s);
+	return sluice_envoy_load_dir(dir, &s, err, sizeof(err), report,
+				     sizeof(report), 50, &nerr);
+}
+
+/* Loads one file; its limit for entries k1=v1[,k2=v2...] ("k=v;k=v"). */
+static const sluice_envoy_node_t *lookup(const sluice_envoy_config_t *cfg,
+					 const char *domain, const char *spec,
+					 sluice_envoy_match_t *m)
+{
+	static char buf[512];
+	sluice_rls_entry_t e[8];
+	size_t n = 0;
+	char *p, *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", spec);
+	for (p = strtok_r(buf, ";", &save); p && n < 8;
+	     p = strtok_r(NULL, ";", &save)) {
+		char *eq = strchr(p, '=');
+
+		CHECK(eq != NULL);
+		*eq = '\0';
+		e[n].key = p;
+		e[n++].value = eq + 1;
+	}
+	sluice_envoy_match(sluice_envoy_domain(cfg, domain), e, n, m);
+	return m->node;
+}
+
+static uint32_t rpu(const sluice_envoy_node_t *n)
+{
+	CHECK(n && n->limit);
+	return n->limit->units[0].requests_per_unit;
+}
+
+/* ------------------------------------------------------------ the files */
+
+static const char basic[] =
+	"# envoyproxy/ratelimit test/config/basic_config.yaml\n"
+	"domain: test-domain\n"
+	"descriptors:\n"
+	"  - key: key1\n"
+	"    value: value1\n"
+	"    descriptors:\n"
+	"      - key: subkey1\n"
+	"        rate_limit: {unit: second, requests_per_unit: 5}\n"
+	"      - key: subkey1\n"
+	"        value: subvalue1\n"
+	"        rate_limit: {unit: second, requests_per_unit: 10}\n"
+	"  - key: key2\n"
+	"    rate_limit: {unit: minute, requests_per_unit: 20}\n"
+	"  - key: key2\n"
+	"    value: value2\n"
+	"    rate_limit: {unit: minute, requests_per_unit: 30}\n"
+	"  - key: key2\n"
+	"    value: value3\n"
+	"  - key: key3\n"
+	"    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	"  - key: key4\n"
+	"    rate_limit: {name: key4_rate_limit, unit: day, "
+	"requests_per_unit: 1}\n"
+	"  - key: key5\n"
+	"    value: value5\n"
+	"    rate_limit: {unit: day, requests_per_unit: 15}\n"
+	"    descriptors:\n"
+	"      - key: subkey5\n"
+	"        value: subvalue5\n"
+	"        rate_limit: {unit: day, requests_per_unit: 25}\n"
+	"  - key: key6\n"
+	"    rate_limit: {unlimited: true}\n"
+	"  - key: key7\n"
+	"    detailed_metric: true\n"
+	"    rate_limit: {unit: minute, requests_per_unit: 70}\n";
+
+static void test_basic_config_matches_as_upstream(void)
+{
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+	const sluice_envoy_node_t *n;
+
+	new_dir();
+	put("basic.yaml", basic);
+	cfg = load();
+	CHECK(cfg != NULL);
+	CHECK(cfg->ndomains == 1);
+	/* Unknown domain and unknown key: no limit. */
+	CHECK(lookup(cfg, "other", "key2=x", &m) == NULL);
+	CHECK(lookup(cfg, "test-domain", "nope=x", &m) == NULL);
+	/* key1=value1 has no limit of its own; one level deeper does. */
+	CHECK(lookup(cfg, "test-domain", "key1=value1", &m) == NULL);
+	CHECK_EQ_U64(
+		rpu(lookup(cfg, "test-domain", "key1=value1;subkey1=x", &m)),
+		5);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain",
+				"key1=value1;subkey1=subvalue1", &m)),
+		     10);
+	/* Most specific first: key/value before the key alone. */
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "key2=value2", &m)), 30);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "key2=other", &m)), 20);
+	/* key2=value3 whitelists: matched, no limit. */
+	CHECK(lookup(cfg, "test-domain", "key2=value3", &m) == NULL);
+	/* Depth must match: key5 alone 15, with its sub 25, deeper none. */
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "key5=value5", &m)), 15);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain",
+				"key5=value5;subkey5=subvalue5", &m)),
+		     25);
+	CHECK(lookup(cfg, "test-domain", "key5=value5;subkey5=subvalue5;x=y",
+		     &m) == NULL);
+	CHECK(lookup(cfg, "test-domain", "key2=value2;x=y", &m) == NULL);
+	n = lookup(cfg, "test-domain", "key6=x", &m);
+	CHECK(n && n->limit->unlimited);
+	n = lookup(cfg, "test-domain", "key4=x", &m);
+	CHECK(n && strcmp(n->limit->name, "key4_rate_limit") == 0);
+	CHECK(n->limit->units[0].unit == SLUICE_RLS_UNIT_DAY);
+	/* requests_per_unit N per unit U: capacity N, refill N per U. */
+	CHECK_EQ_U64(n->limit->set.limits[0].capacity, 1);
+	CHECK_EQ_U64(n->limit->set.limits[0].tau /
+			     n->limit->set.limits[0].rate.per,
+		     UINT64_C(86400000000));
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+static void test_wildcards_as_upstream(void)
+{
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+
+	new_dir();
+	put("wildcard.yaml",
+	    "domain: test-domain\n"
+	    "descriptors:\n"
+	    "  - {key: wild, value: foo*, rate_limit: {unit: minute, "
+	    "requests_per_unit: 20}}\n"
+	    "  - {key: noWild, value: foo, rate_limit: {unit: minute, "
+	    "requests_per_unit: 21}}\n"
+	    "  - {key: midWild, value: bar*b, rate_limit: {unit: minute, "
+	    "requests_per_unit: 22}}\n"
+	    "  - {key: multiWild, value: foo*bar*baz, rate_limit: {unit: "
+	    "minute, requests_per_unit: 10}}\n"
+	    "  - key: nestedWild\n"
+	    "    value: val1\n"
+	    "    descriptors:\n"
+	    "      - {key: wild, value: goo*, rate_limit: {unit: minute, "
+	    "requests_per_unit: 23}}\n"
+	    "  - {key: path, value: /api/*/action, rate_limit: {unit: "
+	    "minute, requests_per_unit: 24}}\n");
+	CHECK((cfg = load()) != NULL);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "wild=foo1", &m)), 20);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "wild=foo", &m)), 20);
+	CHECK(lookup(cfg, "test-domain", "wild=fo", &m) == NULL);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "noWild=foo", &m)), 21);
+	CHECK(lookup(cfg, "test-domain", "noWild=foo1", &m) == NULL);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "midWild=barab", &m)), 22);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "midWild=barb", &m)), 22);
+	CHECK(lookup(cfg, "test-domain", "midWild=bab", &m) == NULL);
+	CHECK(lookup(cfg, "test-domain", "midWild=barba", &m) == NULL);
+	CHECK_EQ_U64(
+		rpu(lookup(cfg, "test-domain", "multiWild=foo1bar2baz", &m)),
+		10);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "multiWild=foobarbaz", &m)),
+		     10);
+	CHECK(lookup(cfg, "test-domain", "multiWild=foobazbar", &m) == NULL);
+	CHECK_EQ_U64(rpu(lookup(cfg, "test-domain", "nestedWild=val1;wild=goo2",
+				&m)),
+		     23);
+	CHECK(lookup(cfg, "test-domain", "nestedWild=val1;wild=foo2", &m) ==
+	      NULL);
+	/* README Example 9 */
+	CHECK_EQ_U64(
+		rpu(lookup(cfg, "test-domain", "path=/api/123/action", &m)),
+		24);
+	CHECK(lookup(cfg, "test-domain", "path=/api/123/other", &m) == NULL);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+static void test_wildcard_parts_never_overlap(void)
+{
+	char *ab[] = {"ab", "ba"};
+
+	/* "aba" holds "ab" and "ba" only by sharing the middle b. */
+	CHECK(!sluice_envoy_wildcard_match(ab, 2, "aba"));
+	CHECK(sluice_envoy_wildcard_match(ab, 2, "abba"));
+	CHECK(sluice_envoy_wildcard_match(ab, 2, "abxba"));
+}
+
+/* --------------------------------------------------------- bad files */
+
+/* Loads `text` as the only file and checks the first error names it at
+ * `line` and says `what`. */
+static void refused(const char *text, int line, const char *what)
+{
+	char want[300];
+
+	new_dir();
+	put("bad.yaml", text);
+	CHECK(load() == NULL);
+	CHECK(nerr >= 1);
+	snprintf(want, sizeof(want), "%s/bad.yaml:%d: ", dir, line);
+	if (strncmp(err, want, strlen(want)) != 0 || !strstr(err, what)) {
+		fprintf(stderr, "got: %s\nwant: %s...%s\n", err, want, what);
+		CHECK(0);
+	}
+	rm_dir();
+}
+
+static void test_bad_files_name_file_and_line(void)
+{
+	refused("domain: test-domain\ndescriptors:\n  - key: key1\n"
+		"    value: value1\n    rate_limit:\n      unit: foo\n"
+		"      requests_per_unit: 5\n",
+		6, "invalid rate limit unit 'foo'");
+	refused("domain: test-domain\ndescriptors:\n  - key: key1\n"
+		"    value: value1\n\n  - key: key1\n    value: value1\n",
+		6,
+		"duplicate descriptor composite key "
+		"'test-domain.key1_value1'");
+	refused("domain: test-domain\ndescriptors:\n  - key: key1\n"
+		"    value: value1\n    ratelimit:\n      unit: day\n"
+		"      requests_per_unit: 5\n",
+		5, "ratelimit");
+	refused("domain: test-domain\ndescriptors:\n  - key: key1\n"
+		"    value: value1\n    rate_limit:\n      unit: day\n"
+		"      requestsperunit: 5\n",
+		7, "requestsperunit");
+	refused("domain: test-domain\ndescriptors:\n  - a\n  - b\n", 3,
+		"descriptor");
+	refused("0.25: test-domain\ndescriptors:\n  - key: key1\n", 1, "0.25");
+	refused("domain: test-domain\ndescriptors:\n  - key: key1\n"
+		"    value: value1\n    descriptors:\n      - key: subkey1\n"
+		"        rate_limit:\n          name: self\n"
+		"          replaces:\n            - name: self\n"
+		"          unit: second\n          requests_per_unit: 5\n",
+		10, "replaces should not contain name of same descriptor");
+	refused("domain: test-domain\ndescriptors:\n  - key: key1\n"
+		"    value: value1\n    descriptors:\n      - key: subkey1\n"
+		"        rate_limit:\n          name: self\n"
+		"          replaces:\n            - name:\n"
+		"          unit: second\n          requests_per_unit: 5\n",
+		10, "should not have an empty replaces entry");
+	refused("domain: test-domain\ndescriptors:\n  - key: foo\n"
+		"    rate_limit:\n      unlimited: true\n      unit: day\n"
+		"      requests_per_unit: 25\n",
+		6, "should not specify rate limit unit when unlimited");
+	refused("domain: test-domain\ndescriptors:\n  - value: value1\n", 3,
+		"descriptor has empty key");
+	refused("descriptors:\n", 1, "config file cannot have empty domain");
+	refused("domain: d\ndescriptors:\n  - key: k\n    value: v\n"
+		"    share_threshold: true\n",
+		3, "share_threshold can only be used with wildcard values");
+	refused("domain: d\ndescriptors:\n  - key: k\n"
+		"    rate_limit: {unit: second, requests_per_unit: 5}\n"
+		"    quota_mode: true\n",
+		5, "quota_mode is not supported");
+	refused("domain: d\ndescriptors:\n  - key: k\n"
+		"    rate_limit: {unit: fortnight, requests_per_unit: 5}\n",
+		4, "invalid rate limit unit 'fortnight'");
+	refused("domain: d\n  descriptors: [\n", 2, "YAML syntax error");
+}
+
+static void test_duplicate_domain_names_both_files(void)
+{
+	new_dir();
+	put("a.yaml", "domain: test-domain\ndescriptors:\n");
+	put("b.yaml", "# second\ndomain: test-domain\ndescriptors:\n");
+	CHECK(load() == NULL);
+	CHECK(strstr(err, "/b.yaml:2: duplicate domain 'test-domain'"));
+	CHECK(strstr(err, "/a.yaml:1"));
+	rm_dir();
+}
+
+static void test_every_error_is_reported(void)
+{
+	new_dir();
+	put("a.yaml", "domain: a\ndescriptors:\n  - key: k\n"
+		      "    rate_limit: {unit: foo, requests_per_unit: 1}\n"
+		      "  - key: j\n    colour: red\n");
+	put("b.yaml", "domain: b\ndescriptors:\n  - value: x\n");
+	CHECK(load() == NULL);
+	CHECK(nerr == 3);
+	CHECK(strstr(report, "/a.yaml:4: invalid rate limit unit 'foo'"));
+	CHECK(strstr(report, "/a.yaml:6: "));
+	CHECK(strstr(report, "/b.yaml:3: descriptor has empty key"));
+	rm_dir();
+}
+
+static void test_dot_files_and_other_names_are_skipped(void)
+{
+	sluice_envoy_config_t *cfg;
+	char path[256], target[256];
+
+	new_dir();
+	put("a.yaml", "domain: a\n");
+	put("notes.txt", "not yaml: [");
+	put(".hidden.yaml", "not yaml: [");
+	/* A ConfigMap volume: files are symlinks through ..data. */
+	snprintf(path, sizeof(path), "%s/..2026_data", dir);
+	CHECK(mkdir(path, 0700) == 0);
+	put("..2026_data/b.yaml", "domain: b\n");
+	snprintf(path, sizeof(path), "%s/..data", dir);
+	CHECK(symlink("..2026_data", path) == 0);
+	snprintf(path, sizeof(path), "%s/b.yaml", dir);
+	snprintf(target, sizeof(target), "..data/b.yaml");
+	CHECK(symlink(target, path) == 0);
+	cfg = load();
+	CHECK(cfg != NULL);
+	CHECK(cfg->ndomains == 2);
+	CHECK(sluice_envoy_domain(cfg, "a") && sluice_envoy_domain(cfg, "b"));
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+static void test_missing_directory_is_an_error(void)
+{
+	new_dir();
+	rm_dir();
+	CHECK(load() == NULL);
+	CHECK(strstr(err, "cannot open the directory"));
+}
+
+/* ----------------------------------------------------------- extensions */
+
+static void test_burst_and_several_limits(void)
+{
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+	const sluice_envoy_node_t *n;
+
+	new_dir();
+	put("x.yaml", "domain: d\ndescriptors:\n"
+		      "  - key: a\n    rate_limit: {unit: minute, "
+		      "requests_per_unit: 60, burst: 10}\n"
+		      "  - key: b\n    rate_limit:\n      limits:\n"
+		      "        - {unit: second, requests_per_unit: 5}\n"
+		      "        - {unit: hour, requests_per_unit: 1000}\n"
+		      "  - key: c\n    rate_limit: {unit: week, "
+		      "requests_per_unit: 7}\n");
+	CHECK((cfg = load()) != NULL);
+	n = lookup(cfg, "d", "a=1", &m);
+	CHECK(n && n->limit->set.nlimits == 1);
+	CHECK_EQ_U64(n->limit->set.limits[0].capacity, 10);
+	/* one token a second */
+	CHECK_EQ_U64(n->limit->set.limits[0].rate.interval /
+			     n->limit->set.limits[0].rate.per,
+		     1000000);
+	n = lookup(cfg, "d", "b=1", &m);
+	CHECK(n && n->limit->set.nlimits == 2);
+	CHECK_EQ_U64(n->limit->set.limits[1].capacity, 1000);
+	CHECK(n->limit->units[1].unit == SLUICE_RLS_UNIT_HOUR);
+	n = lookup(cfg, "d", "c=1", &m);
+	CHECK(n && n->limit->units[0].unit == SLUICE_RLS_UNIT_WEEK);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+	refused("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n"
+		"      unit: second\n      limits: [{unit: second, "
+		"requests_per_unit: 1}]\n",
+		5, "unit beside limits");
+}
+
+/* -------------------------------------------------------------- keys */
+
+static void test_keys_are_injective_and_shared_by_pattern(void)
+{
+	sluice_rls_entry_t a[] = {{"a", "b:c"}}, b[] = {{"a:b", "c"}},
+			   c[] = {{"a", "b"}, {"c", ""}}, d[] = {{"a", "bc"}};
+	char k1[SLUICE_KEY_MAX], k2[SLUICE_KEY_MAX];
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m1, m2;
+
+	sluice_envoy_key("dom", a, 1, NULL, k1);
+	sluice_envoy_key("dom", b, 1, NULL, k2);
+	CHECK(strcmp(k1, k2) != 0);
+	sluice_envoy_key("dom", c, 2, NULL, k1);
+	sluice_envoy_key("dom", d, 1, NULL, k2);
+	CHECK(strcmp(k1, k2) != 0);
+	sluice_envoy_key("do", a, 1, NULL, k1);
+	sluice_envoy_key("dom", a, 1, NULL, k2);
+	CHECK(strcmp(k1, k2) != 0);
+	CHECK(strncmp(k1, "envoy:\x1f", 7) == 0);
+
+	/* README Example 11: share_threshold shares one bucket. */
+	new_dir();
+	put("x.yaml", "domain: example11\ndescriptors:\n"
+		      "  - key: files\n    value: files/*\n"
+		      "    share_threshold: true\n"
+		      "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+		      "  - key: files_no_share\n"
+		      "    value: files_no_share/*\n"
+		      "    rate_limit: {unit: hour, requests_per_unit: 10}\n");
+	CHECK((cfg = load()) != NULL);
+	{
+		sluice_rls_entry_t x[] = {{"files", "files/a.pdf"}},
+				   y[] = {{"files", "files/b.csv"}},
+				   lit[] = {{"files", "files/*"}},
+				   p[] = {{"files_no_share",
+					   "files_no_share/a.pdf"}},
+				   q[] = {{"files_no_share",
+					   "files_no_share/b.csv"}};
+		sluice_envoy_match(sluice_envoy_domain(cfg, "example11"), x, 1,
+				   &m1);
+		sluice_envoy_match(sluice_envoy_domain(cfg, "example11"), y, 1,
+				   &m2);
+		sluice_envoy_key("example11", x, 1, &m1, k1);
+		sluice_envoy_key("example11", y, 1, &m2, k2);
+		CHECK(strcmp(k1, k2) == 0);
+		/* A value spelled like the pattern, but not shared, has a
+		 * key of its own (':' and '*' mark the two). */
+		sluice_envoy_match(sluice_envoy_domain(cfg, "example11"), lit,
+				   1, &m2);
+		m2.shared[0] = NULL;
+		sluice_envoy_key("example11", lit, 1, &m2, k2);
+		CHECK(strcmp(k1, k2) != 0);
+		sluice_envoy_match(sluice_envoy_domain(cfg, "example11"), p, 1,
+				   &m1);
+		sluice_envoy_match(sluice_envoy_domain(cfg, "example11"), q, 1,
+				   &m2);
+		sluice_envoy_key("example11", p, 1, &m1, k1);
+		sluice_envoy_key("example11", q, 1, &m2, k2);
+		CHECK(strcmp(k1, k2) != 0);
+	}
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+/* ------------------------------------------------------------ metrics */
+
+static void test_metric_paths_as_upstream(void)
+{
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+	sluice_envoy_series_t *s;
+	sluice_rls_entry_t e10[] = {{"route", "api"},
+				    {"http_method", "GET"},
+				    {"subject_id", "123"}};
+	sluice_rls_entry_t e8[] = {{"key1", "unspecified_value"}};
+	sluice_rls_entry_t e2[] = {{"message_type", "marketing"},
+				   {"to_number", "2061111111"}};
+
+	new_dir();
+	/* README Examples 2, 8 and 10 */
+	put("x.yaml", "domain: messaging\ndescriptors:\n"
+		      "  - key: message_type\n    value: marketing\n"
+		      "    descriptors:\n      - key: to_number\n"
+		      "        rate_limit: {unit: day, requests_per_unit: 5}\n"
+		      "  - key: to_number\n"
+		      "    rate_limit: {unit: day, requests_per_unit: 100}\n");
+	put("y.yaml",
+	    "domain: example8\ndescriptors:\n"
+	    "  - key: key1\n    detailed_metric: true\n"
+	    "    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+	    "  - key: key1\n    value: value1\n"
+	    "    rate_limit: {unit: minute, requests_per_unit: 20}\n");
+	put("z.yaml",
+	    "domain: example10\ndescriptors:\n"
+	    "  - key: route\n    value_to_metric: true\n"
+	    "    descriptors:\n"
+	    "      - key: http_method\n        value_to_metric: true\n"
+	    "        descriptors:\n          - key: subject_id\n"
+	    "            rate_limit: {unit: minute, "
+	    "requests_per_unit: 60}\n");
+	CHECK((cfg = load()) != NULL);
+	sluice_envoy_match(sluice_envoy_domain(cfg, "messaging"), e2, 2, &m);
+	s = sluice_envoy_match_series("messaging", e2, 2, &m);
+	CHECK(s && strcmp(s->path, "message_type_marketing.to_number") == 0);
+	sluice_envoy_match(sluice_envoy_domain(cfg, "example8"), e8, 1, &m);
+	s = sluice_envoy_match_series("example8", e8, 1, &m);
+	CHECK(s && strcmp(s->path, "key1_unspecified_value") == 0);
+	sluice_envoy_match(sluice_envoy_domain(cfg, "example10"), e10, 3, &m);
+	s = sluice_envoy_match_series("example10", e10, 3, &m);
+	CHECK(s &&
+	      strcmp(s->path, "route_api.http_method_GET.subject_id") == 0);
+	CHECK(strcmp(s->domain, "example10") == 0);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+int main(void)
+{
+	RUN(test_basic_config_matches_as_upstream);
+	RUN(test_wildcards_as_upstream);
+	RUN(test_wildcard_parts_never_overlap);
+	RUN(test_bad_files_name_file_and_line);
+	RUN(test_duplicate_domain_names_both_files);
+	RUN(test_every_error_is_reported);
+	RUN(test_dot_files_and_other_names_are_skipped);
+	RUN(test_missing_directory_is_an_error);
+	RUN(test_burst_and_several_limits);
+	RUN(test_keys_are_injective_and_shared_by_pattern);
+	RUN(test_metric_paths_as_upstream);
+	TESTS_DONE();
+}

@@ -105,6 +105,22 @@ void grpc_conn_goaway(grpc_conn_t *c, uint32_t error, const char *why)
 		(const uint8_t *)why, why ? strlen(why) : 0);
 }
 
+/* The drain: calls in flight are answered, and calls the client sent
+ * before it hears of the drain too (a shutdown notice is a GOAWAY that
+ * still takes every stream; Health/Check then says NOT_SERVING).  The
+ * real GOAWAY goes once no call is left. */
+void grpc_conn_drain(grpc_conn_t *c)
+{
+	if (c->goaway || c->closing || c->notice)
+		return;
+	if (!c->calls) {
+		grpc_conn_goaway(c, NGHTTP2_NO_ERROR, NULL);
+		return;
+	}
+	c->notice = 1;
+	nghttp2_submit_shutdown_notice(c->session);
+}
+
 /* ------------------------------------------------------------- writing */
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
@@ -190,6 +206,8 @@ void grpc_conn_flush(grpc_conn_t *c)
 {
 	if (c->closing || c->in_recv)
 		return;
+	if (c->notice && !c->calls)
+		grpc_conn_goaway(c, NGHTTP2_NO_ERROR, NULL);
 	/* nghttp2 serialises frames while we have room for them. */
 	while (c->out.len < GRPC_OUT_HIGH) {
 		const uint8_t *data;
@@ -343,7 +361,7 @@ void grpc_conn_accept(sluice_grpc_t *g)
 		return;
 	}
 	if (g->draining)
-		grpc_conn_goaway(c, NGHTTP2_NO_ERROR, NULL);
+		grpc_conn_drain(c);
 	/* Our SETTINGS go out after the client's preface arrives: an
 	 * HTTP/1.1 client gets a plain answer, not a binary frame. */
 	set_reading(c, 1);

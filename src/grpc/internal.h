@@ -101,6 +101,8 @@ struct grpc_conn_s {
 	unsigned closing : 1;
 	unsigned in_recv : 1; /* in mem_recv or a sweep: flush after */
 	unsigned goaway : 1;  /* GOAWAY submitted: close when done */
+	unsigned notice : 1;  /* draining: the final GOAWAY follows the
+				 last call in flight */
 };
 
 /* listen.c -> conn.c */
@@ -109,6 +111,9 @@ void grpc_conn_accept(sluice_grpc_t *g);
 void grpc_conn_flush(grpc_conn_t *c);
 void grpc_conn_close(grpc_conn_t *c);
 void grpc_conn_goaway(grpc_conn_t *c, uint32_t error, const char *why);
+/* SIGTERM: GOAWAY now when no call is in flight; else a shutdown notice
+ * now and the GOAWAY after the last call (grpc_conn_flush). */
+void grpc_conn_drain(grpc_conn_t *c);
 unsigned grpc_conn_idle_timeout_ms(const grpc_conn_t *c);
 size_t grpc_conn_max_message(const grpc_conn_t *c);
 

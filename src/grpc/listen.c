@@ -195,7 +195,7 @@ void sluice_grpc_drain(sluice_grpc_t *g)
 	stop_listening(g);
 	for (c = g->conns; c; c = next) {
 		next = c->next;
-		grpc_conn_goaway(c, NGHTTP2_NO_ERROR, NULL);
+		grpc_conn_drain(c);
 		grpc_conn_flush(c);
 	}
 }

@@ -496,6 +496,90 @@ class GrpcListenTest(unittest.TestCase):
             h.close()
             s.stop()
 
+    def test_draining_says_not_serving_and_answers_what_was_sent(self):
+        """SIGTERM: a shutdown notice first (GOAWAY naming the last
+        possible stream), so calls already on the wire are still
+        answered, Health/Check with NOT_SERVING; the final GOAWAY comes
+        once the last call is answered, then the process exits 0."""
+        from hyperframe.frame import (DataFrame, Frame, GoAwayFrame,
+                                      HeadersFrame)
+        protos()
+        s = GrpcSluice(envoy_config())
+        h = H2(s.grpc_port)
+        try:
+            h.wait(lambda: h.conn.remote_settings.max_concurrent_streams
+                   == 100)
+            held = h.headers()  # a call in flight: headers, no message
+            # A PING answered after them: the server has the call.
+            import h2.events
+            h.conn.ping(b"in-order")
+            h.flush()
+            self.assertTrue(h.wait(lambda: any(
+                isinstance(e, h2.events.PingAckReceived)
+                for e in h.events)))
+            s.signal(signal.SIGTERM)
+            self.assertTrue(harness.wait_until(
+                lambda: "draining" in s.log(), 30))
+            # Sent before reading the notice (h2 would refuse after it).
+            sid = h.headers(path="/grpc.health.v1.Health/Check")
+            h.data(sid, frame(b""))
+            buf, frames, done = b"", [], False
+            h.sock.settimeout(30)
+            while not done:
+                data = h.sock.recv(65536)
+                self.assertTrue(data, "closed before the answer")
+                buf += data
+                while len(buf) >= 9:
+                    f, n = Frame.parse_frame_header(memoryview(buf[:9]))
+                    if len(buf) < 9 + n:
+                        break
+                    f.parse_body(memoryview(buf[9:9 + n]))
+                    buf = buf[9 + n:]
+                    frames.append(f)
+                    done = done or (f.stream_id == sid and
+                                    "END_STREAM" in f.flags)
+            goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
+            self.assertEqual(goaways[0].last_stream_id, 2 ** 31 - 1)
+            body = b"".join(f.data for f in frames
+                            if isinstance(f, DataFrame) and
+                            f.stream_id == sid)
+            status = [dict(h.conn.decoder.decode(f.data))
+                      for f in frames if isinstance(f, HeadersFrame)
+                      and f.stream_id == sid]
+            self.assertEqual(status[-1].get("grpc-status"), "0", status)
+            resp = protos().health_pb2.HealthCheckResponse.FromString(
+                body[5:])
+            self.assertEqual(resp.status, 2)  # NOT_SERVING
+            # The call in flight finishes; then the last GOAWAY, and exit.
+            msg = frame(request("nowhere", [("a", "1")]).SerializeToString())
+            df = DataFrame(held, data=msg)
+            df.flags.add("END_STREAM")
+            h.sock.sendall(df.serialize())
+            rest = b""
+            while True:
+                data = h.sock.recv(65536)
+                if not data:
+                    break
+                rest += data
+            later = []
+            while len(rest) >= 9:
+                f, n = Frame.parse_frame_header(memoryview(rest[:9]))
+                f.parse_body(memoryview(rest[9:9 + n]))
+                rest = rest[9 + n:]
+                later.append(f)
+            answer = {}
+            for f in later:
+                if isinstance(f, HeadersFrame) and f.stream_id == held:
+                    answer.update(dict(h.conn.decoder.decode(f.data)))
+            self.assertEqual(answer.get("grpc-status"), "0", answer)
+            final = [f for f in later if isinstance(f, GoAwayFrame)]
+            self.assertEqual(final[-1].last_stream_id, sid)
+            self.assertEqual(final[-1].error_code, 0)
+            self.assertEqual(s.wait(30), 0)
+        finally:
+            h.close()
+            s.stop()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

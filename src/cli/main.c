@@ -5,6 +5,7 @@
  * (argv[0] is the subcommand's name) and add a line to `commands`.  Exit
  * statuses: 0 success, 1 runtime failure, 2 bad usage or bad config.
  */
+#include "envoy/config.h"
 #include "serve/config.h"
 #include "serve/server.h"
 #include "sim/sim.h"
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct command_s {
 	const char *name;
@@ -27,7 +29,9 @@ static int cmd_version(int argc, char **argv);
 
 static const command_t commands[] = {
 	{"serve", "run the HTTP rate-limit decision service", cmd_serve},
-	{"check-config", "validate a config file", cmd_check_config},
+	{"check-config",
+	 "validate a config file (or an envoy config directory)",
+	 cmd_check_config},
 	{"simulate", "compare limiters on generated traffic",
 	 sluice_cmd_simulate},
 	{"replay", "replay an nginx access log against a config",
@@ -168,26 +172,58 @@ static int cmd_serve(int argc, char **argv)
 /* Enough to fix a file in one pass, few enough to read. */
 #define CHECK_MAX_ERRORS 20
 
+/* A directory: envoyproxy/ratelimit's YAML files, as the `envoy:`
+ * section's config_dir would load them. */
+static int check_envoy_dir(const char *dir, char *report, size_t len)
+{
+	sluice_envoy_settings_t s;
+	sluice_envoy_config_t *cfg;
+	char first[1024];
+	unsigned n = 0;
+
+	sluice_envoy_settings_init(&s);
+	cfg = sluice_envoy_load_dir(dir, &s, first, sizeof(first), report, len,
+				    CHECK_MAX_ERRORS, &n);
+	if (!cfg) {
+		fputs(report, stderr);
+		if (n > CHECK_MAX_ERRORS)
+			fprintf(stderr, "%s: %u more errors not shown\n", dir,
+				n - CHECK_MAX_ERRORS);
+		fprintf(stderr, "%s: %u error%s\n", dir, n, n == 1 ? "" : "s");
+		return 2;
+	}
+	printf("%s: ok (%zu domain%s in %zu file%s)\n", dir, cfg->ndomains,
+	       cfg->ndomains == 1 ? "" : "s", cfg->nfiles,
+	       cfg->nfiles == 1 ? "" : "s");
+	sluice_envoy_config_free(cfg);
+	return 0;
+}
+
 static int cmd_check_config(int argc, char **argv)
 {
 	static char report[CHECK_MAX_ERRORS * 1100];
+	struct stat st;
 	unsigned n;
 
 	if (argc == 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-		printf("usage: sluice check-config FILE\n\n"
-		       "Validates FILE as `sluice serve` would load it.  "
-		       "Prints \"FILE: ok\" and\n"
-		       "exits 0, or prints every error (up to %d), one "
-		       "FILE:LINE: what is wrong\n"
-		       "per line, and exits 2.\n",
+		printf("usage: sluice check-config FILE|DIR\n\n"
+		       "Validates FILE as `sluice serve` would load it (with "
+		       "the envoy: section's\n"
+		       "config_dir), or DIR as a directory of "
+		       "envoyproxy/ratelimit YAML files.\n"
+		       "Prints \"FILE: ok\" and exits 0, or prints every "
+		       "error (up to %d), one\n"
+		       "FILE:LINE: what is wrong per line, and exits 2.\n",
 		       CHECK_MAX_ERRORS);
 		return 0;
 	}
 	if (argc != 2) {
-		fprintf(stderr, "usage: sluice check-config FILE\n");
+		fprintf(stderr, "usage: sluice check-config FILE|DIR\n");
 		return 2;
 	}
+	if (stat(argv[1], &st) == 0 && S_ISDIR(st.st_mode))
+		return check_envoy_dir(argv[1], report, sizeof(report));
 	n = sluice_config_check(argv[1], report, sizeof(report),
 				CHECK_MAX_ERRORS);
 	if (n > 0) {

@@ -440,9 +440,9 @@ static int parse_node(load_t *L, yaml_node_t *it, const char *parent,
 					   NULL};
 	static const char *const flags[] = {"shadow_mode", "detailed_metric",
 					    "value_to_metric",
-					    "share_threshold"};
-	int *fp[4] = {&d->shadow_mode, &d->detailed_metric, &d->value_to_metric,
-		      &d->share_threshold};
+					    "share_threshold", "quota_mode"};
+	int *fp[5] = {&d->shadow_mode, &d->detailed_metric, &d->value_to_metric,
+		      &d->share_threshold, &d->quota_mode};
 	yaml_node_t *x;
 	const char *s;
 	int rc = 0, i;
@@ -476,14 +476,10 @@ static int parse_node(load_t *L, yaml_node_t *it, const char *parent,
 	d->stat_key = join(parent, *parent ? "." : "", d->key, "_", d->value);
 	if (!d->stat_key)
 		return sluice_yaml_nomem(L->y, it);
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < 5; i++)
 		if ((x = sluice_yaml_get(L->y, it, flags[i])) &&
 		    sluice_yaml_bool(L->y, x, flags[i], fp[i]) < 0)
 			rc = -1;
-	if ((x = sluice_yaml_get(L->y, it, "quota_mode")))
-		rc = sluice_yaml_error(L->y, x,
-				       "quota_mode is not supported by "
-				       "sluice; expected it removed");
 	if (d->share_threshold && !d->nparts)
 		rc = sluice_yaml_error(L->y, it,
 				       "share_threshold can only be used with "
@@ -491,9 +487,12 @@ static int parse_node(load_t *L, yaml_node_t *it, const char *parent,
 				       "found key '%.100s'",
 				       d->stat_key);
 	if ((x = sluice_yaml_get(L->y, it, "rate_limit")) &&
-	    parse_rate_limit(L, x, d, d->shadow_mode) < 0)
+	    parse_rate_limit(L, x, d, d->shadow_mode || d->quota_mode) < 0)
 		rc = -1;
-	d->series = sluice_envoy_series(L->domain, d->stat_key);
+	/* A series only where a limit is counted: a level without one
+	 * never has hits of its own. */
+	if (d->limit)
+		d->series = sluice_envoy_series(L->domain, d->stat_key);
 	if ((x = sluice_yaml_get(L->y, it, "descriptors")) &&
 	    !sluice_yaml_is_null(x) &&
 	    parse_list(L, x, d->stat_key, &d->children, &d->nchildren,

@@ -76,6 +76,8 @@ typedef struct sluice_envoy_node_s {
 	char **parts;	 /* value split at '*' when wildcard */
 	size_t nparts;	 /* 0 unless wildcard */
 	int shadow_mode; /* charged, never makes the answer OVER_LIMIT */
+	int quota_mode;	 /* charged apart; the answer is OVER_LIMIT only
+			    when every quota descriptor is over */
 	int detailed_metric;
 	int value_to_metric;
 	int share_threshold;	     /* one bucket for every value the pattern
@@ -85,8 +87,8 @@ typedef struct sluice_envoy_node_s {
 	size_t nchildren;
 	/* "key_value.key2" from the domain down (metrics label). */
 	char *stat_key;
-	struct sluice_envoy_series_s *series; /* its metrics (never NULL
-						 once loaded) */
+	struct sluice_envoy_series_s *series; /* its metrics (with a
+						 limit; else NULL) */
 	const char *file; /* the file it came from (the config's copy) */
 	int line;
 } sluice_envoy_node_t;
@@ -234,5 +236,14 @@ size_t sluice_envoy_key(const char *domain, const sluice_rls_entry_t *entries,
 struct sluice_envoy_series_s *
 sluice_envoy_match_series(const char *domain, const sluice_rls_entry_t *entries,
 			  size_t n, const sluice_envoy_match_t *m);
+
+/*
+ * A stamp of the directory as the loader would read it (watch.c): it
+ * changes when a YAML file is added, removed, rewritten or replaced, or
+ * when the directory or a symlink on the way to it or to a file points
+ * elsewhere (a Kubernetes ConfigMap's "..data" swap).  `sluice serve`
+ * polls it every watch_ms and reloads when it changes.
+ */
+uint64_t sluice_envoy_dir_stamp(const char *dir);
 
 #endif /* SLUICE_ENVOY_CONFIG_H */

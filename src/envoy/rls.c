@@ -36,6 +36,7 @@ typedef struct desc_s {
 	const sluice_limit_set_t *set;
 	sluice_envoy_unit_limit_t units[SLUICE_MAX_LIMITS];
 	int shadow;
+	int quota;    /* quota_mode: over only when every quota one is */
 	size_t match; /* index in the take (D_CHARGE) */
 	uint64_t cost;
 	sluice_envoy_series_t *series; /* NULL: not counted */
@@ -146,6 +147,7 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 	d->rule = &d->limit->rule;
 	d->set = &d->limit->set;
 	d->shadow = m.node->shadow_mode;
+	d->quota = m.node->quota_mode && !d->shadow;
 	d->name = d->limit->name ? d->limit->name : d->limit->rule.name;
 	memcpy(d->units, d->limit->units, sizeof(d->units));
 	if (d->limit->unlimited) {
@@ -363,7 +365,7 @@ static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 {
 	const sluice_rls_request_t *req = x->req;
 	sluice_rls_response_t *r = calloc(1, sizeof(*r));
-	size_t i;
+	size_t i, nquota = 0, quota_over = 0;
 
 	if (!r)
 		goto out; /* nothing to answer with: cb cannot run */
@@ -382,10 +384,21 @@ static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 	}
 	r->nstatuses = req->ndescriptors;
 	for (i = 0; i < req->ndescriptors; i++) {
+		int over;
+
 		status_of(x, i, &r->statuses[i]);
-		if (r->statuses[i].code == SLUICE_RLS_CODE_OVER_LIMIT)
+		over = r->statuses[i].code == SLUICE_RLS_CODE_OVER_LIMIT;
+		if (x->d[i].quota && x->d[i].kind != D_NONE) {
+			nquota++;
+			quota_over += over;
+		} else if (over) {
 			r->overall_code = SLUICE_RLS_CODE_OVER_LIMIT;
+		}
 	}
+	/* quota_mode (as envoyproxy/ratelimit): over when every quota
+	 * descriptor is. */
+	if (nquota && quota_over == nquota)
+		r->overall_code = SLUICE_RLS_CODE_OVER_LIMIT;
 	if (x->cfg->settings.response_headers)
 		add_headers(x, r);
 	/* SHADOW_MODE: statuses say what was decided, the answer is OK. */
@@ -462,7 +475,8 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		x->d[i].cost = rd->has_hits_addend ? rd->hits_addend
 			       : req->hits_addend  ? req->hits_addend
 						   : 1;
-		if (x->d[i].kind == D_BLOCKED && !x->d[i].shadow)
+		if (x->d[i].kind == D_BLOCKED && !x->d[i].shadow &&
+		    !x->d[i].quota)
 			blocked = 1;
 	}
 	/* The take: matches[i] was filled by classify() for config
@@ -486,7 +500,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		}
 		m->rule = d->rule;
 		m->set = d->set;
-		x->t->costs[k] = blocked && !d->shadow ? 0 : d->cost;
+		x->t->costs[k] = blocked && !m->rule->shadow ? 0 : d->cost;
 		d->match = k++;
 	}
 	x->t->nmatches = k;

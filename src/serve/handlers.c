@@ -400,6 +400,16 @@ void sluice_handle(sluice_conn_t *c)
 			handle_readyz(c);
 		else
 			method_not_allowed(c, "GET, HEAD");
+	} else if (strcmp(path, "/json") == 0) {
+		if (c->method == HTTP_POST)
+			sluice_rls_json(c);
+		else
+			method_not_allowed(c, "POST");
+	} else if (strcmp(path, "/healthcheck") == 0) {
+		if (is_get(c))
+			sluice_rls_healthcheck(c);
+		else
+			method_not_allowed(c, "GET, HEAD");
 	} else {
 		sluice_resp_error(c, 404, "not_found", NULL,
 				  "no such endpoint; see /v1/check, /v1/take, "

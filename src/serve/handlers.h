@@ -8,6 +8,8 @@
  *   GET /metrics       Prometheus text
  *   GET /healthz       the process is up
  *   GET /readyz        the process accepts traffic (not draining, store ok)
+ *   POST /json         Envoy's RateLimitRequest in JSON (rls_json.c)
+ *   GET /healthcheck   envoyproxy/ratelimit's health check (rls_json.c)
  */
 #ifndef SLUICE_SERVE_HANDLERS_H
 #define SLUICE_SERVE_HANDLERS_H
@@ -41,6 +43,10 @@ const char *sluice_api_key(sluice_conn_t *c, json_t *obj, size_t *keylen);
 /* An ad-hoc limit from "capacity" and "rate" (a string such as "2/s" or a
  * number per second): 0, or -1 after answering 400 naming the field. */
 int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out);
+
+/* envoyproxy/ratelimit's POST /json and GET /healthcheck (rls_json.c). */
+void sluice_rls_json(sluice_conn_t *c);
+void sluice_rls_healthcheck(sluice_conn_t *c);
 
 /* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
 void sluice_api_admin(sluice_conn_t *c, int refund);

@@ -2,6 +2,7 @@
  * server.c -- threads, listeners, signals, reload and drain.
  */
 #include "serve/server.h"
+#include "envoy/config.h"
 #include "grpc/grpc.h"
 
 #include <errno.h>
@@ -26,6 +27,9 @@ typedef struct sluice_server_s {
 	sluice_worker_t *workers;
 	unsigned nworkers;
 	int stopping;
+	/* envoy.config_dir: polled for changes (envoy/watch.c) */
+	uv_timer_t envoy_watch;
+	uint64_t envoy_stamp;
 } sluice_server_t;
 
 /* ------------------------------------------------------------- configs */
@@ -370,6 +374,45 @@ static void worker_fini(sluice_worker_t *w)
 		sluice_log_warn("thread %u: handles left open at exit", w->id);
 }
 
+/* --------------------------------------------------- envoy.config_dir */
+
+/* The running config's envoy directory, or NULL. */
+static const char *envoy_dir(const sluice_server_t *s)
+{
+	const sluice_envoy_config_t *e = s->live->cfg->envoy;
+
+	return e && e->settings.watch_ms ? e->dir : NULL;
+}
+
+static void on_envoy_watch(uv_timer_t *t);
+
+/* Polls again after the running config's watch_ms (a reload may change
+ * it, or drop the section). */
+static void envoy_watch_arm(sluice_server_t *s)
+{
+	if (envoy_dir(s))
+		uv_timer_start(&s->envoy_watch, on_envoy_watch,
+			       s->live->cfg->envoy->settings.watch_ms, 0);
+}
+
+static void on_envoy_watch(uv_timer_t *t)
+{
+	sluice_server_t *s = t->data;
+	const char *dir = envoy_dir(s);
+	uint64_t stamp = dir ? sluice_envoy_dir_stamp(dir) : 0;
+
+	if (dir && stamp != s->envoy_stamp) {
+		/* Once per change: a bad file is logged once, not every
+		 * poll, and the next change tries again. */
+		s->envoy_stamp = stamp;
+		sluice_log_info("envoy.config_dir %s changed: reloading", dir);
+		reload(s);
+		if (envoy_dir(s))
+			s->envoy_stamp = sluice_envoy_dir_stamp(envoy_dir(s));
+	}
+	envoy_watch_arm(s);
+}
+
 /* ------------------------------------------------------------- signals */
 
 static void on_signal(uv_signal_t *sig, int signum)
@@ -391,6 +434,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 		uv_async_send(&s->workers[i].wakeup);
 	}
 	uv_close((uv_handle_t *)&s->sighup, NULL);
+	uv_close((uv_handle_t *)&s->envoy_watch, NULL);
 	uv_close((uv_handle_t *)&s->sigterm, NULL);
 	uv_close((uv_handle_t *)&s->sigint, NULL);
 }
@@ -494,6 +538,11 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	uv_signal_start(&s.sighup, on_signal, SIGHUP);
 	uv_signal_start(&s.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&s.sigint, on_signal, SIGINT);
+	uv_timer_init(s.main_loop, &s.envoy_watch);
+	s.envoy_watch.data = &s;
+	if (envoy_dir(&s))
+		s.envoy_stamp = sluice_envoy_dir_stamp(envoy_dir(&s));
+	envoy_watch_arm(&s);
 
 	for (i = 0; i < s.nworkers; i++) {
 		if (uv_thread_create(&s.workers[i].thread, worker_main,

@@ -303,8 +303,8 @@ static void test_bad_files_name_file_and_line(void)
 		3, "share_threshold can only be used with wildcard values");
 	refused("domain: d\ndescriptors:\n  - key: k\n"
 		"    rate_limit: {unit: second, requests_per_unit: 5}\n"
-		"    quota_mode: true\n",
-		5, "quota_mode is not supported");
+		"    quota_mode: maybe\n",
+		5, "quota_mode is \"maybe\"; expected true or false");
 	refused("domain: d\ndescriptors:\n  - key: k\n"
 		"    rate_limit: {unit: fortnight, requests_per_unit: 5}\n",
 		4, "invalid rate limit unit 'fortnight'");

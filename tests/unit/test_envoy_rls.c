@@ -532,6 +532,43 @@ static void test_global_shadow_mode(void)
 	stop();
 }
 
+/* quota_mode (envoyproxy/ratelimit's examples/ratelimit/config): the
+ * answer is OVER_LIMIT only when every quota descriptor is over; each is
+ * charged on its own. */
+static void test_quota_mode(void)
+{
+	const char *both = "service=service_1|service=service_2";
+	sluice_rls_response_t *r;
+
+	start(NULL, "q.yaml",
+	      "domain: rl\n"
+	      "descriptors:\n"
+	      "  - key: service\n"
+	      "    value: service_1\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	      "    metadata:\n"
+	      "      service_with_quota: {name: service_1}\n"
+	      "  - key: service\n"
+	      "    value: service_2\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 2}\n");
+	r = decide("rl", both);
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	r = decide("rl", both);
+	/* service_1 is over, service_2 is not: OK, the status says it. */
+	CHECK(r->statuses[0].code == OVER);
+	CHECK(r->statuses[1].code == OK);
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	r = decide("rl", both);
+	CHECK(r->statuses[1].code == OVER);
+	CHECK(r->overall_code == OVER);
+	sluice_rls_response_free(r);
+	stop();
+}
+
 int main(void)
 {
 	RUN(test_example2_marketing_five_a_day);
@@ -547,5 +584,6 @@ int main(void)
 	RUN(test_malformed_requests_are_refused);
 	RUN(test_response_headers);
 	RUN(test_global_shadow_mode);
+	RUN(test_quota_mode);
 	TESTS_DONE();
 }

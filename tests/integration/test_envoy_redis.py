@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Envoy descriptors on the Redis store: several `sluice serve` instances
+on one Redis share every bucket exactly, and a request refused for one
+descriptor charges none of the others, through POST /json.
+
+- Three instances, one Redis, the same envoyproxy/ratelimit directory:
+  a per-user 10/hour limit and a per-route 1000/hour limit on every
+  request.  60 requests from 12 threads spread over the instances: exactly
+  10 allowed, and the route bucket charged exactly 10 times (the 50
+  refused requests charged nothing), read back with hitsAddend 0 (a peek)
+  from a fourth view.
+- The bucket key is the same from every instance (the key encoding is
+  stable), so an instance started later sees the buckets already spent.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import RedisServer, Sluice  # noqa: E402
+
+RATELIMIT = """
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+"""
+
+
+def body(user, route, route_hits=None):
+    d2 = {"entries": [{"key": "route", "value": route}]}
+    if route_hits is not None:
+        d2["hitsAddend"] = route_hits
+    return json.dumps({"domain": "api", "descriptors": [
+        {"entries": [{"key": "user", "value": user}]}, d2]})
+
+
+class SharedRedis(unittest.TestCase):
+    def setUp(self):
+        self.redis = RedisServer()
+        self.addCleanup(self.redis.stop)
+        self.dir = tempfile.mkdtemp(prefix="sluice-envoy-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        with open(os.path.join(self.dir, "api.yaml"), "w") as f:
+            f.write(RATELIMIT)
+        self.instances = [self.start() for _ in range(3)]
+
+    def start(self):
+        s = Sluice("store: {redis: {url: \"%s\", timeout_ms: 2000}}\n"
+                   "envoy:\n  config_dir: %s\n"
+                   % (self.redis.url(), self.dir))
+        self.addCleanup(s.stop)
+        return s
+
+    def post(self, s, text):
+        r = harness.request(s.port, "POST", "/json", None, text)
+        self.assertIn(r.status, (200, 429), r)
+        return r
+
+    def test_refused_request_charges_no_descriptor_anywhere(self):
+        results = []
+        lock = threading.Lock()
+
+        def worker(k):
+            for j in range(5):
+                s = self.instances[(k + j) % 3]
+                r = self.post(s, body("alice", "/orders"))
+                with lock:
+                    results.append(r.status)
+
+        threads = [threading.Thread(target=worker, args=(k,))
+                   for k in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+            self.assertFalse(t.is_alive())
+        self.assertEqual(len(results), 60)
+        self.assertEqual(results.count(200), 10)
+        self.assertEqual(results.count(429), 50)
+        # Peek at the route bucket (hitsAddend 0) from a new instance,
+        # with a user who still has tokens.
+        late = self.start()
+        r = self.post(late, body("bob", "/orders", route_hits=0))
+        st = r.json()["statuses"]
+        self.assertEqual(st[1]["limitRemaining"], 1000 - 10)
+        self.assertEqual(st[0]["limitRemaining"], 9)
+        # alice is spent everywhere, the late instance included.
+        r = self.post(late, body("alice", "/other"))
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.json()["statuses"][1]["code"], "OK")
+        self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 1000)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -295,6 +295,41 @@ class GrpcTransportTest(unittest.TestCase):
 
     # ------------------------------------------------------------ floods
 
+    def test_partial_messages_on_many_streams_are_bounded(self):
+        """100 streams each sending half of a 60 KB message and never the
+        rest: the connection buffers at most 1 MiB of them, the streams
+        past that get RESOURCE_EXHAUSTED at once."""
+        h = H2(self.s.grpc_port)
+        before = self.s.rss_kb()
+        try:
+            h.wait(lambda: h.conn.remote_settings.max_concurrent_streams
+                   == 100)
+            half = struct.pack(">BI", 0, 60000) + b"\x0a" * 30000
+            sids = []
+            for _ in range(100):
+                sid = h.headers()
+                sids.append(sid)
+                off = 0
+                while off < len(half):
+                    room = min(h.conn.local_flow_control_window(sid),
+                               h.conn.max_outbound_frame_size)
+                    if room <= 0:
+                        if not h.pump(30):
+                            break
+                        continue
+                    h.data(sid, half[off:off + room], end=False)
+                    off += room
+            refused = 0
+            for sid in sids[40:]:
+                hdrs, _, _ = h.result(sid, timeout=30)
+                self.assertEqual(grpc_status(hdrs), 8, hdrs)
+                refused += 1
+            self.assertEqual(refused, 60)
+            self.assertLess(self.s.rss_kb() - before, 32 * 1024)
+        finally:
+            h.close()
+        self.assert_alive()
+
     def test_rapid_reset_flood_ends_in_goaway(self):
         """CVE-2023-44487: streams opened and reset at once cost a token
         each; past the burst the connection gets GOAWAY."""

@@ -43,9 +43,9 @@ int sluice_grpc_socket(const char *addr, int first_fd, char *err,
 void sluice_grpc_socket_unlink(const char *addr);
 
 /*
- * Starts accepting on fd (taken over) on loop, answering with svc (the
- * thread's config and backend, which must outlive the sluice_grpc_t).
- * Returns NULL with a message in err.
+ * Starts accepting on fd (taken over, closed on failure too) on loop, answering
+ * with svc (the thread's config and backend, which must outlive the
+ * sluice_grpc_t). Returns NULL with a message in err.
  */
 sluice_grpc_t *sluice_grpc_new(uv_loop_t *loop, sluice_svc_t *svc, int fd,
 			       const char *addr, char *err, size_t errlen);

@@ -128,6 +128,7 @@ sluice_grpc_t *sluice_grpc_new(uv_loop_t *loop, sluice_svc_t *svc, int fd,
 
 	if (!g) {
 		snprintf(err, errlen, "out of memory");
+		close(fd);
 		return NULL;
 	}
 	g->loop = loop;
@@ -141,13 +142,15 @@ sluice_grpc_t *sluice_grpc_new(uv_loop_t *loop, sluice_svc_t *svc, int fd,
 		uv_tcp_init(loop, &g->listener.tcp);
 		r = uv_tcp_open(&g->listener.tcp, fd);
 	}
+	if (r < 0)
+		close(fd); /* the handle did not take it */
 	g->listener.handle.data = g;
 	if (r == 0)
 		r = uv_listen(&g->listener.stream, SOMAXCONN, on_connection);
 	if (r < 0) {
 		snprintf(err, errlen, "grpc listen %s: %s", addr,
 			 uv_strerror(r));
-		/* The handle owns fd now: closing it closes fd. */
+		/* A handle that took fd closes it now. */
 		uv_close(&g->listener.handle, NULL);
 		uv_run(loop, UV_RUN_NOWAIT);
 		free(g);

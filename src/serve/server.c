@@ -311,7 +311,7 @@ static void worker_main(void *arg)
 }
 
 static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
-		       int fd, int grpc_fd, char *err, size_t errlen)
+		       int fd, int *grpc_fd, char *err, size_t errlen)
 {
 	unsigned timeout = s->live->cfg->idle_timeout_ms;
 	uint64_t period;
@@ -348,10 +348,15 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 		return -1;
 	}
 	w->listening = 1;
-	if (grpc_fd >= 0 && !(w->grpc = sluice_grpc_new(
-				      &w->loop, &w->svc, grpc_fd,
-				      s->live->cfg->grpc.listen, err, errlen)))
-		return -1;
+	if (*grpc_fd >= 0) {
+		/* Taken over, whether or not it works out. */
+		w->grpc =
+			sluice_grpc_new(&w->loop, &w->svc, *grpc_fd,
+					s->live->cfg->grpc.listen, err, errlen);
+		*grpc_fd = -1;
+		if (!w->grpc)
+			return -1;
+	}
 	uv_timer_init(&w->loop, &w->sweep);
 	w->sweep.data = w;
 	period = sweep_period(timeout);
@@ -517,12 +522,12 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		}
 		if (i == 0)
 			grpc_first = gfd;
-		if (fd < 0 || worker_init(&s, &s.workers[i], i, fd, gfd, err,
+		if (fd < 0 || worker_init(&s, &s.workers[i], i, fd, &gfd, err,
 					  sizeof(err))) {
 			sluice_log_error("%s", err);
 			if (fd >= 0 && !s.workers[i].listening)
 				close(fd);
-			if (gfd >= 0 && !s.workers[i].grpc)
+			if (gfd >= 0)
 				close(gfd);
 			status = 1;
 			s.nworkers = i + (fd >= 0);

@@ -478,6 +478,22 @@ class GrpcListenTest(unittest.TestCase):
         with open(path) as f:
             self.assertEqual(f.read(), "mine")
 
+    def test_a_grpc_port_in_use_is_an_error(self):
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        try:
+            port = taken.getsockname()[1]
+            p = subprocess.run([harness.SLUICE, "serve", "--listen",
+                                "127.0.0.1:%d" % harness.free_port(),
+                                "--grpc-listen", "127.0.0.1:%d" % port],
+                               capture_output=True, text=True, timeout=60)
+        finally:
+            taken.close()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("127.0.0.1:%d" % port, p.stderr)
+        self.assertIn("in use", p.stderr)
+
     def test_config_errors_name_the_line(self):
         fd, path = tempfile.mkstemp(suffix=".yaml")
         os.close(fd)

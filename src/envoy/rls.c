@@ -419,6 +419,20 @@ static void on_verdict(void *arg, const sluice_verdict_t *v)
 	finish(arg, v);
 }
 
+/* A cost above every capacity can never pass, whatever its size: the
+ * store gets capacity + 1 (a client's hits_addend of 2^64 - 1 must not
+ * reach a store's arithmetic). */
+static uint64_t clamp_cost(uint64_t cost, const sluice_limit_set_t *set)
+{
+	uint64_t max = 0;
+	size_t i;
+
+	for (i = 0; i < set->nlimits; i++)
+		if (set->limits[i].capacity > max)
+			max = set->limits[i].capacity;
+	return cost > max ? max + 1 : cost;
+}
+
 /* -------------------------------------------------------------- public */
 
 int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
@@ -500,7 +514,9 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		}
 		m->rule = d->rule;
 		m->set = d->set;
-		x->t->costs[k] = blocked && !m->rule->shadow ? 0 : d->cost;
+		x->t->costs[k] = blocked && !m->rule->shadow
+					 ? 0
+					 : clamp_cost(d->cost, d->set);
 		d->match = k++;
 	}
 	x->t->nmatches = k;

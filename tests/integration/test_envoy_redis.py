@@ -98,6 +98,18 @@ class SharedRedis(unittest.TestCase):
         self.assertEqual(r.json()["statuses"][1]["code"], "OK")
         self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 1000)
 
+    def test_huge_hits_addend_is_refused_and_charges_nothing(self):
+        s = self.instances[0]
+        r = self.post(s, body("carol", "/x", route_hits="18446744073709551615"))
+        self.assertEqual(r.status, 429)
+        st = r.json()["statuses"]
+        self.assertEqual(st[1]["code"], "OVER_LIMIT")
+        self.assertEqual(st[1]["limitRemaining"], 1000)
+        r = self.post(s, body("carol", "/x"))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["statuses"][0]["limitRemaining"], 9)
+        self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 999)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -410,6 +410,42 @@ static void test_burst_and_several_limits(void)
 		5, "unit beside limits");
 }
 
+/* Every requests_per_unit envoyproxy/ratelimit takes loads: one sluice
+ * cannot hold exactly is rounded to the nearest interval it can. */
+static void test_any_requests_per_unit_loads(void)
+{
+	static const uint32_t ns[] = {1,     7,	      1001,	 9999,
+				      65537, 1000000, 123456789, UINT32_MAX};
+	size_t i, u;
+	char msg[256];
+
+	for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+		for (u = SLUICE_RLS_UNIT_SECOND; u <= SLUICE_RLS_UNIT_WEEK;
+		     u++) {
+			sluice_limit_t l;
+			uint64_t secs =
+				sluice_envoy_unit_seconds((sluice_rls_unit_t)u);
+			double want, got;
+
+			if (ns[i] > 1000000000ull * secs)
+				continue; /* finer than 1 ns a token */
+			if (sluice_envoy_limit_make(ns[i], (sluice_rls_unit_t)u,
+						    0, &l, msg,
+						    sizeof(msg)) != 0) {
+				fprintf(stderr, "%u per unit %zu: %s\n", ns[i],
+					u, err);
+				CHECK(0);
+			}
+			CHECK_EQ_U64(l.capacity, ns[i]);
+			want = (double)secs * 1e6 / ns[i];
+			got = (double)l.rate.interval / l.rate.per;
+			/* within 0.1%, or half a nanosecond (the finest
+			 * step) a token */
+			CHECK(got - want <= want * 0.001 + 0.0005 &&
+			      want - got <= want * 0.001 + 0.0005);
+		}
+}
+
 /* -------------------------------------------------------------- keys */
 
 static void test_keys_are_injective_and_shared_by_pattern(void)
@@ -538,6 +574,7 @@ int main(void)
 	RUN(test_dot_files_and_other_names_are_skipped);
 	RUN(test_missing_directory_is_an_error);
 	RUN(test_burst_and_several_limits);
+	RUN(test_any_requests_per_unit_loads);
 	RUN(test_keys_are_injective_and_shared_by_pattern);
 	RUN(test_metric_paths_as_upstream);
 	TESTS_DONE();

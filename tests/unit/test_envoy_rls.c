@@ -421,6 +421,12 @@ static void test_hits_addend_request_and_descriptor(void)
 	CHECK(r->overall_code == OVER);
 	CHECK_EQ_U64(r->statuses[0].limit_remaining, 90);
 	sluice_rls_response_free(r);
+	/* Any cost beyond the capacity is refused, the largest too. */
+	d.hits_addend = UINT64_MAX;
+	r = decide_ex("messaging", "to_number=1", 0, &d);
+	CHECK(r->overall_code == OVER);
+	CHECK_EQ_U64(r->statuses[0].limit_remaining, 90);
+	sluice_rls_response_free(r);
 	stop();
 }
 

@@ -172,6 +172,20 @@ static size_t pct_encode(char *out, size_t outlen, const char *s)
 	return n;
 }
 
+/* Counts an answer for /metrics: by method (the table's order, then
+ * "other") and grpc-status. */
+static void count_answer(grpc_call_t *call, int status)
+{
+	size_t m = call->method ? (size_t)(call->method - methods)
+				: SLUICE_GRPC_METHODS - 1;
+
+	if (m >= SLUICE_GRPC_METHODS)
+		m = SLUICE_GRPC_METHODS - 1;
+	if (status < 0 || status > 16)
+		status = GRPC_UNKNOWN;
+	sluice_count(&call->conn->g->svc->metrics->grpc_calls[m][status], 1);
+}
+
 /* After an answer: flush now unless nghttp2 is calling us (then
  * on_read flushes when mem_recv returns). */
 static void after_answer(grpc_conn_t *c)
@@ -193,6 +207,7 @@ static void answer_error(grpc_call_t *call, int http, int status,
 	if (!c || call->answered)
 		return;
 	call->answered = 1;
+	count_answer(call, status);
 	snprintf(st, sizeof(st), "%d", http);
 	snprintf(code, sizeof(code), "%d", status);
 	nv[n++] = (nghttp2_nv)NV(":status", st, strlen(st));
@@ -300,6 +315,7 @@ void grpc_call_reply(grpc_call_t *call, const ProtobufCMessage *msg)
 	protobuf_c_message_pack(msg, (uint8_t *)call->resp.data + PREFIX_LEN);
 	call->resp.len = PREFIX_LEN + len;
 	call->answered = 1;
+	count_answer(call, GRPC_OK);
 	prd.source.ptr = call;
 	prd.read_callback = read_resp;
 	if (nghttp2_submit_response(c->session, call->id, nv,

@@ -126,6 +126,19 @@ class GrpcTransportTest(unittest.TestCase):
             results = [f.result().overall_code for f in futs]
         self.assertEqual(results, [OK] * 200)
 
+    def test_metrics_count_calls_by_method_and_status(self):
+        def count(method, code):
+            return self.s.metrics().get(
+                'sluice_grpc_calls_total{method="%s",code="%d"}'
+                % (method, code), 0)
+        ok0, unimpl0 = count("ShouldRateLimit", 0), count("other", 12)
+        self.call(request("nowhere", [("a", "1")]))
+        with self.s.channel() as ch:
+            with self.assertRaises(grpc.RpcError):
+                ch.unary_unary("/x.Y/Z")(b"", timeout=20)
+        self.assertEqual(count("ShouldRateLimit", 0), ok0 + 1)
+        self.assertEqual(count("other", 12), unimpl0 + 1)
+
     def test_ping_is_answered(self):
         import h2.events
         h = H2(self.s.grpc_port)

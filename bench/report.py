@@ -299,7 +299,7 @@ def node_section(w, plots, nd):
          for app, _, short in NODE_APPS]), "CPU per request by app"))
 
 
-def grpc_section(w, gr):
+def grpc_section(w, gr, nproc):
     w("\n## grpc: Envoy's rate limit service vs `/v1/check`\n")
     w("One `sluice serve` with both front ends on the same bucket (%s; "
       "the `envoy:` domain `bench`, key `user`, and an HTTP rule on "
@@ -317,21 +317,25 @@ def grpc_section(w, gr):
     rows = []
     for label, pre in (("memory store", ""), ("Redis store", "redis_")):
         rows.append(["`/v1/check`, " + label, fmt(gr.get(pre + "check_rps")),
-                     "", fmt(gr.get(pre + "check_p99_ms")),
+                     fmt(gr.get(pre + "check_p50_ms")),
+                     fmt(gr.get(pre + "check_p99_ms")),
                      fmt(gr.get(pre + "check_cpu_us_per_req"))])
         rows.append(["`ShouldRateLimit`, " + label,
                      fmt(gr.get(pre + "grpc_cps")),
-                     fmt(gr.get(pre + "grpc_p50_ms")) if not pre else "",
+                     fmt(gr.get(pre + "grpc_p50_ms")),
                      fmt(gr.get(pre + "grpc_p99_ms")),
                      fmt(gr.get(pre + "grpc_cpu_us_per_call"))])
     w(table(["front end", "calls or req/s", "p50 ms", "p99 ms",
              "server CPU µs per call"], rows))
     w("\nShouldRateLimit calls/s over /v1/check req/s: **%s** (memory), "
       "**%s** (Redis); server CPU per call over per request: **%s** "
-      "(memory), **%s** (Redis). h2load, one key: %s calls/s.\n"
+      "(memory), **%s** (Redis). h2load, one key: %s calls/s. The "
+      "machine's load average was %s when the section started (%s cores): "
+      "the p99 figures of both front ends include waiting for a core.\n"
       % (fmt(gr.get("ratio")), fmt(gr.get("redis_ratio")),
          fmt(gr.get("cpu_ratio")), fmt(gr.get("redis_cpu_ratio")),
-         fmt(gr.get("h2load_one_key_cps"))))
+         fmt(gr.get("h2load_one_key_cps")), fmt(gr.get("loadavg_1m")),
+         fmt(nproc)))
 
 
 def tls_costs(rd):
@@ -649,7 +653,7 @@ def write(results, outdir, docs):
 
     gr = results.get("grpc")
     if gr:
-        grpc_section(w, gr)
+        grpc_section(w, gr, m.get("nproc"))
 
     missing = []
     for name in SECTIONS:

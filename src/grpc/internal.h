@@ -42,9 +42,13 @@ enum {
 /* Unsent answer bytes past which a connection reads no further. */
 #define GRPC_OUT_HIGH (64 * 1024)
 /* Streams a client may reset: nghttp2's token bucket (a burst, then so
- * many a second; past it GOAWAY), and in all on one connection. */
-#define GRPC_RESET_BURST 200
-#define GRPC_RESET_RATE	 50
+ * many a second; past it GOAWAY), and in all on one connection.  Envoy
+ * resets the calls its timeout (20 ms by default) gives up on, so a slow
+ * store makes an honest client reset many: the bucket is sized for that,
+ * while a rapid-reset flood (thousands a second) is cut off within a
+ * second or so. */
+#define GRPC_RESET_BURST 1000
+#define GRPC_RESET_RATE	 100
 #define GRPC_RESET_TOTAL 10000
 
 typedef struct grpc_conn_s grpc_conn_t;

@@ -271,6 +271,45 @@ class H2:
                 reset = e.error_code
         return hdrs, body, reset
 
+    def raw_results(self, sids, timeout=30):
+        """Reads frames past h2's state machine (which stops at a GOAWAY,
+        even one that still takes every stream) until each of sids has
+        ended: {sid: (headers incl. trailers, body)}, and the GOAWAY
+        frames seen.  HPACK state stays h2's, so nothing may be read
+        through h2 afterwards."""
+        from hyperframe.frame import (ContinuationFrame, DataFrame, Frame,
+                                      GoAwayFrame, HeadersFrame)
+        out = {sid: ({}, b"") for sid in sids}
+        ended, goaways, buf, block = set(), [], b"", {}
+        self.sock.settimeout(timeout)
+        while len(ended) < len(sids):
+            data = self.sock.recv(65536)
+            if not data:
+                break
+            buf += data
+            while len(buf) >= 9:
+                f, n = Frame.parse_frame_header(memoryview(buf[:9]))
+                if len(buf) < 9 + n:
+                    break
+                f.parse_body(memoryview(buf[9:9 + n]))
+                buf = buf[9 + n:]
+                if isinstance(f, GoAwayFrame):
+                    goaways.append(f)
+                if isinstance(f, (HeadersFrame, ContinuationFrame)):
+                    block[f.stream_id] = block.get(f.stream_id, b"") + f.data
+                    if "END_HEADERS" in f.flags:
+                        hdrs = dict(self.conn.decoder.decode(
+                            block.pop(f.stream_id)))
+                        if f.stream_id in out:
+                            out[f.stream_id][0].update(hdrs)
+                if isinstance(f, DataFrame) and f.stream_id in out:
+                    h, b = out[f.stream_id]
+                    out[f.stream_id] = (h, b + f.data)
+                if "END_STREAM" in getattr(f, "flags", ()) and \
+                        f.stream_id in out:
+                    ended.add(f.stream_id)
+        return out, goaways
+
     def goaway(self):
         import h2.events
         for e in self.events:

@@ -16,7 +16,7 @@ Redis and Redis Cluster.
 """
 import os
 import signal
-import subprocess
+import socket
 import sys
 import threading
 import unittest
@@ -29,8 +29,8 @@ grpc_harness.use_system_python()
 
 import grpc  # noqa: E402
 import harness  # noqa: E402
-from grpc_harness import (GrpcSluice, envoy_dir, protos,  # noqa: E402
-                          request)
+from grpc_harness import (H2, GrpcSluice, envoy_dir,  # noqa: E402
+                          frame, protos, request)
 from harness import RedisServer  # noqa: E402
 
 OK, OVER = 1, 2
@@ -151,8 +151,11 @@ class Decisions:
         h = self.s.health(self.ch)
         p = protos().health_pb2
         for name in ("", "ratelimit"):
-            r = h.Check(p.HealthCheckRequest(service=name), timeout=30)
-            self.assertEqual(r.status, 1)  # SERVING
+            # SERVING once the store is reached (a Redis client connects
+            # in the background after start).
+            self.assertTrue(harness.wait_until(lambda: h.Check(
+                p.HealthCheckRequest(service=name),
+                timeout=30).status == 1, 30))
         with self.assertRaises(grpc.RpcError) as e:
             h.Check(p.HealthCheckRequest(service="other"), timeout=30)
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
@@ -233,28 +236,49 @@ class RedisTest(Decisions, unittest.TestCase):
         self.assertEqual(codes.count(OK), 5)
         self.assertEqual(codes.count(OVER), 55)
 
-    def test_sigterm_answers_the_calls_in_flight(self):
-        s = self.serve()
-        with s.channel() as ch:
-            stub = s.rls(ch)
-            self.assertEqual(self.decide(request("api", [("user", "w")]),
-                                         stub).overall_code, OK)
-            # Redis stalls; the calls wait for it, SIGTERM comes meanwhile.
-            sleeper = subprocess.Popen(
-                ["redis-cli", "-p", str(self.redis.port), "DEBUG", "SLEEP",
-                 "1.5"], stdout=subprocess.DEVNULL)
+    def redis_asleep(self):
+        """True while Redis does not answer a PING within 0.2 s."""
+        with socket.create_connection(("127.0.0.1", self.redis.port),
+                                      5) as c:
+            c.sendall(b"PING\r\n")
+            c.settimeout(0.2)
             try:
-                harness.wait_until(lambda: "DEBUG" in self.redis.cli(
-                    "CLIENT", "LIST") or sleeper.poll() is not None, 5)
-                futs = [stub.ShouldRateLimit.future(
-                    request("api", [("user", uniq())]), timeout=30)
-                    for _ in range(10)]
-                s.signal(signal.SIGTERM)
-                codes = [f.result().overall_code for f in futs]
-            finally:
-                sleeper.wait(30)
-        self.assertEqual(codes, [OK] * 10)
-        self.assertEqual(s.wait(30), 0)
+                return not c.recv(16)
+            except socket.timeout:
+                return True
+
+    def test_sigterm_answers_the_calls_in_flight(self):
+        import h2.events
+        s = self.serve()
+        h = H2(s.grpc_port)
+        try:
+            h.wait(lambda: h.conn.remote_settings.max_concurrent_streams
+                   == 100)
+            # Redis stalls (every client paused 2 s), so the calls wait
+            # for it at SIGTERM.
+            self.assertEqual(self.redis.cli("CLIENT", "PAUSE", "2000",
+                                            "ALL"), "OK")
+            self.assertTrue(harness.wait_until(self.redis_asleep, 10))
+            sids = [h.call(frame(request("api", [("user", uniq())])
+                                 .SerializeToString())) for _ in range(10)]
+            # A PING answered after them: the server holds every call.
+            h.conn.ping(b"inflight")
+            h.flush()
+            self.assertTrue(h.wait(lambda: any(
+                isinstance(e, h2.events.PingAckReceived)
+                for e in h.events)))
+            s.signal(signal.SIGTERM)
+            answers, goaways = h.raw_results(sids)
+            for sid in sids:
+                hdrs, body = answers[sid]
+                self.assertEqual(hdrs.get("grpc-status"), "0", hdrs)
+                r = protos().rls_pb2.RateLimitResponse.FromString(body[5:])
+                self.assertEqual(r.overall_code, OK)
+            # The shutdown notice came first (every stream still taken).
+            self.assertEqual(goaways[0].last_stream_id, 2 ** 31 - 1)
+            self.assertEqual(s.wait(30), 0)
+        finally:
+            h.close()
 
     def test_health_is_not_serving_while_redis_is_down(self):
         p = protos().health_pb2

@@ -39,8 +39,7 @@ class GrpcTransportTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         protos()
-        cls.s = GrpcSluice(envoy_config(
-            extra="http: {idle_timeout_ms: 1500}\n"))
+        cls.s = GrpcSluice(envoy_config())
         cls.base_rss = cls.s.rss_kb()
 
     @classmethod
@@ -271,20 +270,6 @@ class GrpcTransportTest(unittest.TestCase):
         hdrs, _, _ = self.raw(None, extra=[("grpc-timeout", "0n")])
         self.assertEqual(grpc_status(hdrs), 4, hdrs)
 
-    def test_streams_that_never_send_are_closed_at_the_idle_timeout(self):
-        h = H2(self.s.grpc_port)
-        try:
-            sids = [h.headers() for _ in range(20)]
-            for sid in sids:
-                hdrs, _, _ = h.result(sid, timeout=30)
-                self.assertEqual(grpc_status(hdrs), 4, hdrs)
-            # Then the idle connection gets GOAWAY and is closed.
-            self.assertTrue(h.wait(lambda: h.goaway() is not None, 30))
-            self.assertEqual(h.goaway().error_code, 0)
-        finally:
-            h.close()
-        self.assert_alive()
-
     def test_an_http1_client_is_told_what_the_port_speaks(self):
         with socket.create_connection(("127.0.0.1", self.s.grpc_port),
                                       20) as c:
@@ -490,6 +475,27 @@ class GrpcListenTest(unittest.TestCase):
         self.assertIn("not a socket", p.stderr)
         with open(path) as f:
             self.assertEqual(f.read(), "mine")
+
+    def test_streams_that_never_send_are_closed_at_the_idle_timeout(self):
+        protos()
+        s = GrpcSluice(envoy_config(extra="http: {idle_timeout_ms: 1500}\n"))
+        h = H2(s.grpc_port)
+        try:
+            sids = [h.headers() for _ in range(20)]
+            for sid in sids:
+                hdrs, _, _ = h.result(sid, timeout=30)
+                self.assertEqual(grpc_status(hdrs), 4, hdrs)
+                self.assertIn("idle", hdrs["grpc-message"])
+            # Then the idle connection gets GOAWAY and is closed.
+            self.assertTrue(h.wait(lambda: h.goaway() is not None, 30))
+            self.assertEqual(h.goaway().error_code, 0)
+            with s.channel() as ch:  # others are still answered
+                r = s.rls(ch).ShouldRateLimit(
+                    request("alive", [("k", "v")]), timeout=20)
+            self.assertEqual(r.overall_code, OK)
+        finally:
+            h.close()
+            s.stop()
 
     def test_a_grpc_port_in_use_is_an_error(self):
         taken = socket.socket()

@@ -25,7 +25,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 def use_system_python():
     try:
-        import grpc  # noqa: F401
+        import grpc  # noqa: F401 (only whether it imports)
         import grpc_tools  # noqa: F401
         import h2  # noqa: F401
     except ImportError:

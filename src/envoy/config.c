@@ -22,119 +22,6 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-/* ---------------------------------------------------------------- units */
-
-static const struct {
-	const char *name;
-	sluice_rls_unit_t unit;
-	uint64_t seconds;
-} units[] = {
-	{"SECOND", SLUICE_RLS_UNIT_SECOND, 1},
-	{"MINUTE", SLUICE_RLS_UNIT_MINUTE, 60},
-	{"HOUR", SLUICE_RLS_UNIT_HOUR, 3600},
-	{"DAY", SLUICE_RLS_UNIT_DAY, 86400},
-	{"WEEK", SLUICE_RLS_UNIT_WEEK, 7 * 86400},
-	{"MONTH", SLUICE_RLS_UNIT_MONTH, 30 * 86400},
-	{"YEAR", SLUICE_RLS_UNIT_YEAR, 365 * 86400},
-};
-#define NUNITS (sizeof(units) / sizeof(units[0]))
-
-uint64_t sluice_envoy_unit_seconds(sluice_rls_unit_t unit)
-{
-	size_t i;
-
-	for (i = 0; i < NUNITS; i++)
-		if (units[i].unit == unit)
-			return units[i].seconds;
-	return 0;
-}
-
-const char *sluice_envoy_unit_name(sluice_rls_unit_t unit)
-{
-	size_t i;
-
-	for (i = 0; i < NUNITS; i++)
-		if (units[i].unit == unit)
-			return units[i].name;
-	return "UNKNOWN";
-}
-
-sluice_rls_unit_t sluice_envoy_unit_parse(const char *name)
-{
-	size_t i;
-
-	for (i = 0; i < NUNITS; i++)
-		if (strcasecmp(units[i].name, name) == 0)
-			return units[i].unit;
-	return SLUICE_RLS_UNIT_UNKNOWN;
-}
-
-static uint64_t gcd(uint64_t a, uint64_t b)
-{
-	while (b) {
-		uint64_t t = a % b;
-
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
-/*
- * A rate sluice cannot hold exactly (one token every S/N seconds needs
- * finer steps than 1/1000 us, or a bucket's time to refill would not fit
- * the exact range at that step) is rounded to the nearest interval of the
- * finest step that fits: 1/1000 us, else 1/100, 1/10, 1 us.  Any
- * requests_per_unit envoyproxy/ratelimit takes loads; the rounding moves
- * each token's interval by at most half a step (a year's refill needs
- * steps of 1/100 us to fit the exact range).
- */
-static int rounded(uint32_t n, uint64_t secs, uint64_t capacity,
-		   sluice_limit_t *out, char *err, size_t errlen)
-{
-	static const uint32_t steps[] = {1000, 100, 10, 1};
-	size_t i;
-
-	for (i = 0; i < 4; i++) {
-		/* secs * 10^6 * per / n, rounded; secs <= 3.2e7, so the
-		 * product stays below 2^64. */
-		uint64_t steps_total = secs * 1000000u * steps[i];
-		uint64_t interval = (steps_total + n / 2) / n, g;
-		sluice_rate_t rate;
-
-		if (!interval)
-			continue;
-		g = gcd(interval, steps[i]);
-		rate.interval = interval / g;
-		rate.per = (uint32_t)(steps[i] / g);
-		if (sluice_limit_init(out, capacity, &rate, err, errlen) == 0)
-			return 0;
-	}
-	return SLUICE_ERANGE; /* err holds the last reason */
-}
-
-int sluice_envoy_limit_make(uint32_t requests_per_unit, sluice_rls_unit_t unit,
-			    uint64_t burst, sluice_limit_t *out, char *err,
-			    size_t errlen)
-{
-	uint64_t secs = sluice_envoy_unit_seconds(unit);
-	uint64_t capacity = burst ? burst : requests_per_unit;
-	sluice_rate_t rate;
-	char text[64];
-
-	if (!secs || !requests_per_unit) {
-		snprintf(err, errlen, "%s", !secs ? "no unit" : "no requests");
-		return SLUICE_EINVAL;
-	}
-	/* "N/Ss": N tokens every S seconds, reduced to lowest terms. */
-	snprintf(text, sizeof(text), "%u/%llus", requests_per_unit,
-		 (unsigned long long)secs);
-	if (sluice_rate_parse(text, &rate, err, errlen) == 0 &&
-	    sluice_limit_init(out, capacity, &rate, err, errlen) == 0)
-		return 0;
-	return rounded(requests_per_unit, secs, capacity, out, err, errlen);
-}
-
 /* ------------------------------------------------------------- settings */
 
 void sluice_envoy_settings_init(sluice_envoy_settings_t *s)
@@ -730,7 +617,9 @@ nomem:
 	return -1;
 }
 
-static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
+/* Parses one file's text as files[f] into the next domain. */
+static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
+		     size_t len, errs_t *e)
 {
 	char first[1024], line[1024];
 	sluice_yaml_t y = {.name = cfg->files[f],
@@ -744,19 +633,10 @@ static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 	load_t L = {.y = &y, .cfg = cfg, .file = cfg->files[f]};
 	sluice_envoy_domain_t *dom = &cfg->domains[cfg->ndomains];
 	unsigned before = e->nerrors;
-	char *text;
-	size_t len;
 	int rc;
 
 	first[0] = '\0';
-	if (sluice_config_read_file(cfg->files[f], &text, &len, line,
-				    sizeof(line)) < 0) {
-		errs_line(e, line);
-		return -1;
-	}
-	rc = sluice_yaml_load(&y, text, len);
-	free(text);
-	if (rc < 0) {
+	if (sluice_yaml_load(&y, text, len) < 0) {
 		/* The loader writes its one message into y.err only. */
 		snprintf(line, sizeof(line), "%s", first);
 		errs_line(e, line);
@@ -772,6 +652,23 @@ static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 	return rc < 0 || e->nerrors > before ? -1 : 0;
 }
 
+static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
+{
+	char line[1024];
+	char *text;
+	size_t len;
+	int rc;
+
+	if (sluice_config_read_file(cfg->files[f], &text, &len, line,
+				    sizeof(line)) < 0) {
+		errs_line(e, line);
+		return -1;
+	}
+	rc = load_text(cfg, f, text, len, e);
+	free(text);
+	return rc;
+}
+
 static int cmp_domain(const void *a, const void *b)
 {
 	const sluice_envoy_domain_t *x = a, *y = b;
@@ -783,25 +680,80 @@ static int cmp_domain(const void *a, const void *b)
 	return c;
 }
 
+static int same_str(const char *a, const char *b);
+
+/* MERGE_DOMAIN_CONFIG: b's top-level descriptors join a's, as
+ * envoyproxy/ratelimit loads a second file of a domain into the first (a
+ * key/value both give is an error). */
+static void merge_into(sluice_envoy_domain_t *a, sluice_envoy_domain_t *b,
+		       errs_t *e)
+{
+	char line[1400];
+	sluice_envoy_node_t *n;
+	size_t i, j, na = a->nchildren;
+
+	for (i = 0; i < b->nchildren; i++)
+		for (j = 0; j < na; j++)
+			if (same_str(a->children[j].key, b->children[i].key) &&
+			    same_str(a->children[j].value,
+				     b->children[i].value)) {
+				snprintf(line, sizeof(line),
+					 "%.500s:%d: duplicate descriptor "
+					 "composite key '%.100s.%.200s' (also "
+					 "in %.400s:%d); expected each "
+					 "key/value once per level",
+					 b->children[i].file,
+					 b->children[i].line, a->name,
+					 b->children[i].stat_key,
+					 a->children[j].file,
+					 a->children[j].line);
+				errs_line(e, line);
+			}
+	n = realloc(a->children, (na + b->nchildren + 1) * sizeof(*n));
+	if (!n) {
+		snprintf(line, sizeof(line), "%.500s:%d: out of memory",
+			 b->file, b->line);
+		errs_line(e, line);
+		return;
+	}
+	if (b->nchildren)
+		memcpy(n + na, b->children, b->nchildren * sizeof(*n));
+	a->children = n;
+	a->nchildren = na + b->nchildren;
+	free(b->children); /* the nodes moved; what they own did not */
+	b->children = NULL;
+	b->nchildren = 0;
+}
+
 static void check_domains(sluice_envoy_config_t *cfg, errs_t *e)
 {
 	char line[1200];
-	size_t i;
+	size_t i, out = 0;
 
 	qsort(cfg->domains, cfg->ndomains, sizeof(*cfg->domains), cmp_domain);
-	for (i = 1; i < cfg->ndomains; i++) {
-		const sluice_envoy_domain_t *a = &cfg->domains[i - 1],
-					    *b = &cfg->domains[i];
+	for (i = 0; i < cfg->ndomains; i++) {
+		sluice_envoy_domain_t *a = out ? &cfg->domains[out - 1] : NULL,
+				      *b = &cfg->domains[i];
 
-		if (!a->name || !b->name || strcmp(a->name, b->name) != 0)
+		if (!a || !a->name || !b->name ||
+		    strcmp(a->name, b->name) != 0) {
+			cfg->domains[out++] = *b;
 			continue;
+		}
+		if (cfg->settings.merge_domains) {
+			merge_into(a, b, e);
+			free(b->name);
+			continue;
+		}
 		snprintf(line, sizeof(line),
 			 "%.500s:%d: duplicate domain '%.100s' in config file "
 			 "(also in %.400s:%d); expected each domain in one "
-			 "file",
+			 "file (or envoy.merge_domains: true)",
 			 b->file, b->line, b->name, a->file, a->line);
 		errs_line(e, line);
+		cfg->domains[out++] = *b;
 	}
+	cfg->ndomains = out;
 }
 
 static char *dup_or_null(const char *s)
@@ -875,6 +827,38 @@ fail:
 		*nerrors = e.nerrors ? e.nerrors : 1;
 	sluice_envoy_config_free(cfg);
 	return NULL;
+}
+
+sluice_envoy_config_t *
+sluice_envoy_load_text(const char *name, const char *text, size_t len,
+		       const sluice_envoy_settings_t *settings, char *err,
+		       size_t errlen)
+{
+	errs_t e = {.err = err, .errlen = errlen};
+	sluice_envoy_config_t *cfg = calloc(1, sizeof(*cfg));
+
+	if (errlen)
+		err[0] = '\0';
+	if (!cfg || copy_settings(&cfg->settings, settings) < 0 ||
+	    !(cfg->dir = strdup("")) ||
+	    !(cfg->override_rule.name = strdup("override")) ||
+	    !(cfg->files = calloc(1, sizeof(char *))) ||
+	    !(cfg->files[0] = strdup(name)) ||
+	    !(cfg->domains = calloc(1, sizeof(*cfg->domains)))) {
+		if (cfg && cfg->files && cfg->files[0])
+			cfg->nfiles = 1;
+		sluice_envoy_config_free(cfg);
+		snprintf(err, errlen, "%s:1: out of memory", name);
+		return NULL;
+	}
+	cfg->nfiles = 1;
+	cfg->override_rule.cost = 1;
+	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	if (load_text(cfg, 0, text, len, &e) < 0 || e.nerrors) {
+		sluice_envoy_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
 }
 
 static int cmp_key(const void *key, const void *elem)

@@ -115,6 +115,8 @@ typedef struct sluice_envoy_settings_s {
 	sluice_fail_mode_t on_store_error; /* default closed */
 	unsigned watch_ms; /* how often the directory is checked for
 			      changes; 0: only on SIGHUP */
+	int merge_domains; /* MERGE_DOMAIN_CONFIG: one domain in several
+			      files */
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {
@@ -150,6 +152,13 @@ sluice_envoy_config_t *
 sluice_envoy_load_dir(const char *dir, const sluice_envoy_settings_t *settings,
 		      char *err, size_t errlen, char *report, size_t reportlen,
 		      unsigned max_errors, unsigned *nerrors);
+
+/* One file's text as the only file of a config (tests, fuzzing): NULL
+ * with "NAME:LINE: ..." in err after an error. */
+sluice_envoy_config_t *
+sluice_envoy_load_text(const char *name, const char *text, size_t len,
+		       const sluice_envoy_settings_t *settings, char *err,
+		       size_t errlen);
 
 /* Sets the defaults of an `envoy:` section without one. */
 void sluice_envoy_settings_init(sluice_envoy_settings_t *s);

@@ -88,8 +88,8 @@ void sluice_envoy_metrics_render(sluice_buf_t *out)
 	static const char *const help[4] = {
 		"Hits (hits_addend) on an Envoy descriptor",
 		"Hits refused because a descriptor was over its limit",
-		"Hits allowed with less than (100 - near_limit_percent)% of "
-		"the limit left",
+		("Hits allowed with less than 1 - near_limit_ratio of the "
+		 "bucket left"),
 		"Hits over the limit of a shadow_mode descriptor (allowed)"};
 	sluice_envoy_series_t *s;
 	int k;

@@ -17,6 +17,7 @@
 #include "serve/headers.h"
 #include "serve/svc.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +160,6 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 	d->kind = d->limit->blocked ? D_BLOCKED : D_CHARGE;
 	if (d->kind == D_CHARGE) {
 		/* The bucket key needs the match (shared values). */
-		d->match = (size_t)-1;
 		sluice_envoy_key(dom->name, rd->entries, rd->nentries, &m,
 				 x->t->matches[i].key);
 		x->t->matches[i].keylen = strlen(x->t->matches[i].key);
@@ -176,7 +176,10 @@ static void apply_replaces(rls_ctx_t *x, size_t n)
 	for (i = 0; i < n; i++) {
 		const sluice_envoy_limit_t *l = x->d[i].limit;
 
-		if (!l || !l->name || x->d[i].kind == D_NONE)
+		/* An unlimited limit stays unlimited (envoyproxy/ratelimit
+		 * drops it before looking at replaces). */
+		if (!l || !l->name || x->d[i].kind == D_NONE ||
+		    x->d[i].kind == D_UNLIMITED)
 			continue;
 		for (j = 0; j < n; j++) {
 			const sluice_envoy_limit_t *r = x->d[j].limit;
@@ -335,6 +338,7 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 				     : SLUICE_RLS_CODE_OVER_LIMIT;
 		break;
 	case D_CHARGE:
+		assert(x->t && d->match < x->t->nmatches);
 		res = &x->t->results[d->match];
 		if (!res->decided) {
 			/* The store failed and the rule failed open: no
@@ -502,6 +506,8 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 
 		if (d->kind != D_CHARGE)
 			continue;
+		/* Compaction writes at or before the slot it reads. */
+		assert(k <= i);
 		if (d->limit) {
 			if (k != i)
 				memcpy(m->key, x->t->matches[i].key,

@@ -10,6 +10,7 @@
  *     near_limit_ratio: 0.8               # NEAR_LIMIT_RATIO
  *     on_store_error: closed              # open | closed | local
  *     watch_ms: 1000                      # 0: reload on SIGHUP only
+ *     merge_domains: false                # MERGE_DOMAIN_CONFIG
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
@@ -125,10 +126,9 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			       const char *base, sluice_envoy_config_t **out)
 {
 	static const char *const keys[] = {
-		"config_dir",	    "response_headers",
-		"header_names",	    "shadow_mode",
-		"near_limit_ratio", "on_store_error",
-		"watch_ms",	    NULL};
+		"config_dir",  "response_headers", "header_names",
+		"shadow_mode", "near_limit_ratio", "on_store_error",
+		"watch_ms",    "merge_domains",	   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
 	const char *dir;
@@ -145,6 +145,9 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	if ((v = sluice_yaml_get(y, node, "response_headers")) &&
 	    sluice_yaml_bool(y, v, "envoy.response_headers",
 			     &s.response_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
+	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s.merge_domains) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "shadow_mode")) &&
 	    sluice_yaml_bool(y, v, "envoy.shadow_mode", &s.shadow_mode) < 0)

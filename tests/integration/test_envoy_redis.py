@@ -111,5 +111,45 @@ class SharedRedis(unittest.TestCase):
         self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 999)
 
 
+class StoreDown(unittest.TestCase):
+    """Redis gone: envoy.on_store_error decides.  closed: /json answers
+    503 (gRPC UNAVAILABLE), so Envoy's failure_mode_deny decides; open:
+    OK without a limit; /healthcheck fails while the store cannot
+    answer."""
+
+    def setUp(self):
+        self.redis = RedisServer()
+        self.addCleanup(self.redis.stop)
+        self.dir = tempfile.mkdtemp(prefix="sluice-envoy-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        with open(os.path.join(self.dir, "api.yaml"), "w") as f:
+            f.write(RATELIMIT)
+
+    def start(self, mode):
+        s = Sluice("store: {redis: {url: \"%s\", timeout_ms: 200}}\n"
+                   "envoy:\n  config_dir: %s\n  on_store_error: %s\n"
+                   % (self.redis.url(), self.dir, mode))
+        self.addCleanup(s.stop)
+        return s
+
+    def test_closed_and_open(self):
+        closed, opened = self.start("closed"), self.start("open")
+        for s in (closed, opened):
+            r = harness.request(s.port, "POST", "/json", None,
+                                body("dave", "/x"))
+            self.assertEqual(r.status, 200)
+        self.redis.kill()
+        r = harness.request(closed.port, "POST", "/json", None,
+                            body("dave", "/x"))
+        self.assertEqual(r.status, 503, r)
+        r = harness.request(opened.port, "POST", "/json", None,
+                            body("dave", "/x"))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["statuses"], [{"code": "OK"}] * 2)
+        self.assertTrue(harness.wait_until(
+            lambda: harness.request(closed.port, "GET",
+                                    "/healthcheck").status == 500, 20))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

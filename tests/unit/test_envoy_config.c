@@ -322,6 +322,37 @@ static void test_duplicate_domain_names_both_files(void)
 	rm_dir();
 }
 
+/* merge_domains (MERGE_DOMAIN_CONFIG): one domain across files, a
+ * key/value given twice still an error naming both places. */
+static void test_merge_domains(void)
+{
+	sluice_envoy_settings_t st;
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+
+	sluice_envoy_settings_init(&st);
+	st.merge_domains = 1;
+	new_dir();
+	put("a.yaml", "domain: d\ndescriptors:\n  - key: k1\n"
+		      "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+	put("b.yaml", "domain: d\ndescriptors:\n  - key: k2\n"
+		      "    rate_limit: {unit: second, requests_per_unit: 2}\n");
+	cfg = sluice_envoy_load_dir(dir, &st, err, sizeof(err), report,
+				    sizeof(report), 50, &nerr);
+	CHECK(cfg != NULL);
+	CHECK(cfg->ndomains == 1);
+	CHECK_EQ_U64(rpu(lookup(cfg, "d", "k1=x", &m)), 1);
+	CHECK_EQ_U64(rpu(lookup(cfg, "d", "k2=x", &m)), 2);
+	sluice_envoy_config_free(cfg);
+	put("c.yaml", "domain: d\ndescriptors:\n\n  - key: k1\n");
+	CHECK(sluice_envoy_load_dir(dir, &st, err, sizeof(err), report,
+				    sizeof(report), 50, &nerr) == NULL);
+	CHECK(strstr(err, "/c.yaml:4: duplicate descriptor composite key "
+			  "'d.k1' (also in "));
+	CHECK(strstr(err, "/a.yaml:3"));
+	rm_dir();
+}
+
 static void test_every_error_is_reported(void)
 {
 	new_dir();
@@ -570,6 +601,7 @@ int main(void)
 	RUN(test_wildcard_parts_never_overlap);
 	RUN(test_bad_files_name_file_and_line);
 	RUN(test_duplicate_domain_names_both_files);
+	RUN(test_merge_domains);
 	RUN(test_every_error_is_reported);
 	RUN(test_dot_files_and_other_names_are_skipped);
 	RUN(test_missing_directory_is_an_error);

@@ -346,6 +346,29 @@ static void test_example7_replaces(void)
 	stop();
 }
 
+/* An unlimited limit named in another's replaces stays unlimited (as
+ * envoyproxy/ratelimit, which drops unlimited limits before replacing). */
+static void test_unlimited_is_not_replaced(void)
+{
+	sluice_rls_response_t *r;
+
+	start(NULL, "u.yaml",
+	      "domain: u\n"
+	      "descriptors:\n"
+	      "  - key: a\n"
+	      "    rate_limit: {name: free, unlimited: true}\n"
+	      "  - key: b\n"
+	      "    rate_limit:\n"
+	      "      replaces: [{name: free}]\n"
+	      "      unit: hour\n"
+	      "      requests_per_unit: 3\n");
+	r = decide("u", "a=1|b=1");
+	CHECK_EQ_U64(r->statuses[0].limit_remaining, UINT32_MAX);
+	CHECK_EQ_U64(r->statuses[1].limit_remaining, 2);
+	sluice_rls_response_free(r);
+	stop();
+}
+
 /* Example 11: share_threshold shares one bucket across the pattern. */
 static void test_example11_share_threshold(void)
 {
@@ -584,6 +607,7 @@ int main(void)
 	RUN(test_example6_shadow_mode);
 	RUN(test_example7_replaces);
 	RUN(test_example11_share_threshold);
+	RUN(test_unlimited_is_not_replaced);
 	RUN(test_unknown_domain_and_unmatched_are_ok);
 	RUN(test_hits_addend_request_and_descriptor);
 	RUN(test_request_supplied_limit);

@@ -190,6 +190,14 @@ TARGETS = [
      lambda r: r["node"]["memory_p99_vs_classic"], "<=", 1.0, "x"),
     ("Node, sluice Redis: p99 vs the classic app's", "node",
      lambda r: r["node"]["redis_p99_vs_classic"], "<=", 1.0, "x"),
+    ("gRPC ShouldRateLimit calls/s vs /v1/check req/s (memory)", "grpc",
+     lambda r: r["grpc"]["ratio"], ">=", 0.8, "x"),
+    ("gRPC server CPU per call vs /v1/check's per request (memory)",
+     "grpc", lambda r: r["grpc"]["cpu_ratio"], "<=", 1.3, "x"),
+    ("gRPC p99, memory store", "grpc", lambda r: r["grpc"]["grpc_p99_ms"],
+     "<=", 2.0, "ms"),
+    ("gRPC p99, Redis store", "grpc",
+     lambda r: r["grpc"]["redis_grpc_p99_ms"], "<=", 5.0, "ms"),
 ]
 
 # The node section's apps: (results.json prefix, label, short label).
@@ -291,6 +299,45 @@ def node_section(w, plots, nd):
          for app, _, short in NODE_APPS]), "CPU per request by app"))
 
 
+def grpc_section(w, gr, nproc):
+    w("\n## grpc: Envoy's rate limit service vs `/v1/check`\n")
+    w("One `sluice serve` with both front ends on the same bucket (%s; "
+      "the `envoy:` domain `bench`, key `user`, and an HTTP rule on "
+      "`x-user-id`), run in turn: `/v1/check` by `wrk -t1 -c50 -d10s "
+      "--latency` over 100,000 random `x-user-id` keys; then "
+      "`ShouldRateLimit` by `bench/grpc_load.c` (`sluice_grpc_load`): 50 "
+      "calls in flight over 4 HTTP/2 connections (h2c), each call one "
+      "descriptor `user=<one of 100,000 random values>`, 10 s after 2 s of "
+      "warm-up. h2load is not the load: it sends one body (`-d`) for every "
+      "request, so all its calls charge one bucket; its figure for that "
+      "one key (4 connections, 13 streams each) is given for comparison. "
+      "CPU is the server's (user + system, /proc) over the measured run, "
+      "divided by the calls or requests answered. The load generators "
+      "run on the same cores as the server.\n" % gr.get("policy", "?"))
+    rows = []
+    for label, pre in (("memory store", ""), ("Redis store", "redis_")):
+        rows.append(["`/v1/check`, " + label, fmt(gr.get(pre + "check_rps")),
+                     fmt(gr.get(pre + "check_p50_ms")),
+                     fmt(gr.get(pre + "check_p99_ms")),
+                     fmt(gr.get(pre + "check_cpu_us_per_req"))])
+        rows.append(["`ShouldRateLimit`, " + label,
+                     fmt(gr.get(pre + "grpc_cps")),
+                     fmt(gr.get(pre + "grpc_p50_ms")),
+                     fmt(gr.get(pre + "grpc_p99_ms")),
+                     fmt(gr.get(pre + "grpc_cpu_us_per_call"))])
+    w(table(["front end", "calls or req/s", "p50 ms", "p99 ms",
+             "server CPU µs per call"], rows))
+    w("\nShouldRateLimit calls/s over /v1/check req/s: **%s** (memory), "
+      "**%s** (Redis); server CPU per call over per request: **%s** "
+      "(memory), **%s** (Redis). h2load, one key: %s calls/s. The "
+      "machine's load average was %s when the section started (%s cores): "
+      "the p99 figures of both front ends include waiting for a core.\n"
+      % (fmt(gr.get("ratio")), fmt(gr.get("redis_ratio")),
+         fmt(gr.get("cpu_ratio")), fmt(gr.get("redis_cpu_ratio")),
+         fmt(gr.get("h2load_one_key_cps")), fmt(gr.get("loadavg_1m")),
+         fmt(nproc)))
+
+
 def tls_costs(rd):
     """What TLS costs, and where, from this run's figures."""
     def delta(side, tls, plain):
@@ -339,7 +386,8 @@ def write(results, outdir, docs):
       "`build/bench/results.json`; run it again to regenerate this page. "
       "Every comparison below is a ratio of figures measured in the same "
       "run on the same machine. `make bench ONLY=<section>` reruns one "
-      "section (core, scaling, memory, http, redis, article_ab, simulate, "
+      "section (core, scaling, shared, memory, http, redis, article_ab, "
+      "simulate, grpc, "
       "node); "
       "the harness is `bench/run`, the in-process figures come from "
       "`bench/bench_core.c`.\n" % m.get("date", "?"))
@@ -603,9 +651,12 @@ def write(results, outdir, docs):
     if node:
         node_section(w, plots, node)
 
+    gr = results.get("grpc")
+    if gr:
+        grpc_section(w, gr, m.get("nproc"))
+
     missing = []
-    for name in ("core", "scaling", "shared", "memory", "http", "redis",
-                 "article_ab", "simulate", "node"):
+    for name in SECTIONS:
         for k, why in sorted(results.get(name, {}).get("reasons", {}).items()):
             missing.append("- `%s.%s`: %s" % (name, k, why))
     if missing:
@@ -627,7 +678,7 @@ def write(results, outdir, docs):
 # --------------------------------------------- sections not rerun this time
 
 SECTIONS = ("core", "scaling", "shared", "memory", "http", "redis",
-            "article_ab", "simulate", "node")
+            "article_ab", "simulate", "node", "grpc")
 
 
 def blocks(text):

@@ -60,7 +60,7 @@ static void serve_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: sluice serve [-c FILE] [--listen HOST:PORT] "
-		"[--threads N]\n\n"
+		"[--grpc-listen ADDR] [--threads N]\n\n"
 		"Runs the HTTP decision service:\n"
 		"  /v1/check   for nginx auth_request, Caddy/Traefik forward "
 		"auth, Envoy\n"
@@ -103,6 +103,7 @@ static int cmd_serve(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"config", required_argument, NULL, 'c'},
 		{"listen", required_argument, NULL, 'l'},
+		{"grpc-listen", required_argument, NULL, 'G'},
 		{"threads", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -128,6 +129,19 @@ static int cmd_serve(int argc, char **argv)
 				return 2;
 			}
 			opts.listen = optarg;
+			break;
+		}
+		case 'G': {
+			char err[256];
+
+			if (sluice_grpc_listen_parse(optarg, err,
+						     sizeof(err))) {
+				fprintf(stderr,
+					"sluice serve: --grpc-listen: %s\n",
+					err);
+				return 2;
+			}
+			opts.grpc_listen = optarg;
 			break;
 		}
 		case 't':

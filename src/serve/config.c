@@ -186,6 +186,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->trusted_proxies);
 	free(cfg->admin_token);
 	free(cfg->admin_listen);
+	free(cfg->grpc.listen);
 	sluice_envoy_config_free(cfg->envoy);
 	free_rules(cfg);
 	free(cfg);
@@ -962,7 +963,7 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	static const char *const keys[] = {
 		"listen",      "threads", "store", "trusted_proxies",
 		"ipv6_prefix", "http",	  "admin", "proxy",
-		"rules",       "envoy",	  NULL};
+		"rules",       "envoy",	  "grpc",  NULL};
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
@@ -1014,6 +1015,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "envoy")) &&
 	    sluice_envoy_parse_section(y, v, cfg->path, &cfg->envoy) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "grpc")) &&
+	    sluice_config_parse_grpc(y, v, cfg) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "rules"))) {
 		if (sluice_config_parse_rules(y, v, cfg) < 0)

@@ -178,6 +178,16 @@ typedef struct sluice_store_config_s {
 #define SLUICE_MAX_HEADER_BYTES_CAP (64 * 1024)
 #define SLUICE_MAX_BODY_BYTES_CAP   (64 * 1024)
 
+/* The gRPC listener (src/grpc/; config_grpc.c): off unless `grpc.listen`
+ * or --grpc-listen gives an address. */
+typedef struct sluice_grpc_config_s {
+	char *listen; /* "HOST:PORT", "[V6]:PORT" or "unix:/PATH"; NULL: off */
+	size_t max_message_bytes; /* RESOURCE_EXHAUSTED beyond; 0: 64 KiB */
+} sluice_grpc_config_t;
+
+/* Upper end of grpc.max_message_bytes. */
+#define SLUICE_GRPC_MAX_MESSAGE_CAP (4 * 1024 * 1024)
+
 typedef struct sluice_config_s {
 	char *path;	  /* the file, or NULL for the built-in default */
 	char *listen;	  /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:8080 */
@@ -202,6 +212,7 @@ typedef struct sluice_config_s {
 	 * for the default, nginx's (config_proxy.c). */
 	int proxy_set;
 	char proxy_method[64], proxy_uri[64];
+	sluice_grpc_config_t grpc;
 	/* The `envoy:` section and its loaded directory (src/envoy/
 	 * config.h); NULL when absent. */
 	struct sluice_envoy_config_s *envoy;
@@ -240,6 +251,13 @@ void sluice_config_free(sluice_config_t *cfg);
  */
 int sluice_listen_parse(const char *text, struct sockaddr_storage *ss,
 			char *err, size_t errlen);
+
+/*
+ * Parses a gRPC listen address: what sluice_listen_parse() takes, or
+ * "unix:/PATH" (an absolute path that fits a sockaddr_un).  Returns 0, or
+ * SLUICE_EINVAL with a message (config_grpc.c).
+ */
+int sluice_grpc_listen_parse(const char *text, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ requests */
 

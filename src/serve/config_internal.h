@@ -26,6 +26,9 @@ int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 /* Parses `proxy:` into cfg->proxy_* (config_proxy.c). */
 int sluice_config_parse_proxy(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);
+/* Parses `grpc:` into cfg->grpc (config_grpc.c). */
+int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
+			     sluice_config_t *cfg);
 
 /* A list of limits ([{capacity, rate}, ...]) into set (config_rule.c). */
 int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,

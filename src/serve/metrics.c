@@ -171,6 +171,28 @@ static void render_rules(sluice_buf_t *out, size_t n)
 		       NULL, NULL, SUM(store_errors[s]));
 }
 
+/* gRPC calls by method and status; a series appears once it counts. */
+static void render_grpc(sluice_buf_t *out)
+{
+	static const char *const methods[SLUICE_GRPC_METHODS] = {
+		"ShouldRateLimit", "Health/Check", "other"};
+	char code[8];
+	int m, c;
+
+	help(out, "sluice_grpc_calls_total", "counter",
+	     "gRPC calls answered, by method and grpc-status.");
+	for (m = 0; m < SLUICE_GRPC_METHODS; m++)
+		for (c = 0; c < 17; c++) {
+			uint64_t v = SUM(grpc_calls[m][c]);
+
+			if (!v)
+				continue;
+			snprintf(code, sizeof(code), "%d", c);
+			series(out, "sluice_grpc_calls_total", "method",
+			       methods[m], "code", code, v);
+		}
+}
+
 static void render_http(sluice_buf_t *out)
 {
 	char code[8];
@@ -209,6 +231,7 @@ static void render_http(sluice_buf_t *out)
 	     "Connections closed for idleness or slowness.");
 	series(out, "sluice_connection_timeouts_total", NULL, NULL, NULL, NULL,
 	       SUM(timeouts));
+	render_grpc(out);
 }
 
 static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)

@@ -20,6 +20,7 @@
 #define SLUICE_METRIC_SLOTS    256 /* distinct rule names; more share the last */
 #define SLUICE_METRIC_ADHOC    0   /* slot of POST /v1/take ad-hoc limits */
 #define SLUICE_LATENCY_BUCKETS 13
+#define SLUICE_GRPC_METHODS    3 /* ShouldRateLimit, Health/Check, other */
 
 typedef enum {
 	SLUICE_RESULT_ALLOWED = 0,
@@ -40,6 +41,9 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t connections; /* open now (gauge) */
 	sluice_counter_t accepted;
 	sluice_counter_t timeouts;
+	/* gRPC calls answered (src/grpc/), by method (ShouldRateLimit,
+	 * Health/Check, any other path) and grpc-status (0..16). */
+	sluice_counter_t grpc_calls[SLUICE_GRPC_METHODS][17];
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
 

@@ -3,6 +3,7 @@
  */
 #include "serve/server.h"
 #include "envoy/config.h"
+#include "grpc/grpc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,6 +47,14 @@ static int apply_overrides(const sluice_serve_opts_t *opts,
 			return -1;
 		free(cfg->listen);
 		cfg->listen = l;
+	}
+	if (opts->grpc_listen) {
+		char *l = strdup(opts->grpc_listen);
+
+		if (!l)
+			return -1;
+		free(cfg->grpc.listen);
+		cfg->grpc.listen = l;
 	}
 	if (opts->threads)
 		cfg->threads = opts->threads;
@@ -149,6 +158,15 @@ static const char *restart_fields(const sluice_config_t *cfg,
 				cfg->listen, run->listen);
 		n += (size_t)snprintf(buf + n, len - n, "listen");
 	}
+	if (!str_same(cfg->grpc.listen, run->grpc.listen)) {
+		sluice_log_warn("SIGHUP: grpc.listen changed to %s: not "
+				"applied, needs a restart; still %s",
+				cfg->grpc.listen ? cfg->grpc.listen : "none",
+				run->grpc.listen ? run->grpc.listen
+						 : "without gRPC");
+		n += (size_t)snprintf(buf + n, len - n, "%sgrpc.listen",
+				      n ? ", " : "");
+	}
 	if (cfg->threads != run->threads) {
 		sluice_log_warn("SIGHUP: threads changed to %u: not applied, "
 				"needs a restart; still running %u",
@@ -216,7 +234,7 @@ static void reload(sluice_server_t *s)
 	const sluice_config_t *run = s->boot->cfg;
 	sluice_config_t *cfg;
 	sluice_live_t *live;
-	char err[512], fields[64];
+	char err[512], fields[96];
 	unsigned i;
 
 	if (!s->opts->config_path) {
@@ -310,8 +328,11 @@ static void on_wakeup(uv_async_t *a)
 			w->admin_listening = 0;
 		}
 		sluice_tcp_drain(w);
+		if (w->grpc)
+			sluice_grpc_drain(w->grpc);
 	}
-	if (w->svc.draining && w->nconns == 0)
+	if (w->svc.draining && w->nconns == 0 &&
+	    sluice_grpc_nconns(w->grpc) == 0)
 		worker_finish(w);
 }
 
@@ -320,7 +341,10 @@ static void on_sweep(uv_timer_t *timer)
 	sluice_worker_t *w = timer->data;
 
 	sluice_tcp_sweep(w);
-	if (w->svc.draining && w->nconns == 0)
+	if (w->grpc)
+		sluice_grpc_sweep(w->grpc, w->drain_deadline_ms);
+	if (w->svc.draining && w->nconns == 0 &&
+	    sluice_grpc_nconns(w->grpc) == 0)
 		worker_finish(w);
 }
 
@@ -331,12 +355,14 @@ static void worker_main(void *arg)
 	uv_run(&w->loop, UV_RUN_DEFAULT);
 	/* Normally nothing is left: the drain closed every handle. */
 	sluice_tcp_close_all(w);
+	if (w->grpc)
+		sluice_grpc_close_all(w->grpc);
 	sluice_backend_close(&w->svc.backend);
 	uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 
 static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
-		       int fd, char *err, size_t errlen)
+		       int fd, int *grpc_fd, char *err, size_t errlen)
 {
 	unsigned timeout = s->live->cfg->idle_timeout_ms;
 	uint64_t period;
@@ -373,6 +399,15 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 		return -1;
 	}
 	w->listening = 1;
+	if (*grpc_fd >= 0) {
+		/* Taken over, whether or not it works out. */
+		w->grpc =
+			sluice_grpc_new(&w->loop, &w->svc, *grpc_fd,
+					s->live->cfg->grpc.listen, err, errlen);
+		*grpc_fd = -1;
+		if (!w->grpc)
+			return -1;
+	}
 	uv_timer_init(&w->loop, &w->sweep);
 	w->sweep.data = w;
 	period = sweep_period(timeout);
@@ -409,6 +444,8 @@ static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 
 static void worker_fini(sluice_worker_t *w)
 {
+	sluice_grpc_free(w->grpc);
+	w->grpc = NULL;
 	sluice_backend_close(&w->svc.backend);
 	sluice_live_unref(w->svc.live);
 	sluice_live_unref(atomic_exchange(&w->next_live, NULL));
@@ -504,7 +541,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	sluice_config_t *cfg;
 	char err[512];
 	unsigned i, started = 0;
-	int status = 0;
+	int status = 0, grpc_first = -1;
 
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
@@ -551,12 +588,23 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	for (i = 0; i < s.nworkers; i++) {
 		int fd = sluice_listen_socket(cfg->listen, i == 0, err,
 					      sizeof(err));
+		int gfd = -1;
 
-		if (fd < 0 ||
-		    worker_init(&s, &s.workers[i], i, fd, err, sizeof(err))) {
+		if (fd >= 0 && cfg->grpc.listen &&
+		    (gfd = sluice_grpc_socket(cfg->grpc.listen, grpc_first, err,
+					      sizeof(err))) < 0) {
+			close(fd);
+			fd = -1;
+		}
+		if (i == 0)
+			grpc_first = gfd;
+		if (fd < 0 || worker_init(&s, &s.workers[i], i, fd, &gfd, err,
+					  sizeof(err))) {
 			sluice_log_error("%s", err);
 			if (fd >= 0 && !s.workers[i].listening)
 				close(fd);
+			if (gfd >= 0)
+				close(gfd);
 			status = 1;
 			s.nworkers = i + (fd >= 0);
 			goto out;
@@ -594,6 +642,10 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		started++;
 	}
 	if (status == 0) {
+		if (cfg->grpc.listen)
+			sluice_log_info("gRPC (Envoy rate limit service, "
+					"health) listening on %s",
+					cfg->grpc.listen);
 		sluice_log_info("sluice %s listening on %s (%u thread%s, %s "
 				"store, %zu rule%s, config %s)",
 				SLUICE_VERSION, cfg->listen, s.nworkers,
@@ -624,6 +676,8 @@ out:
 			if (w->admin_listening)
 				uv_close((uv_handle_t *)&w->admin_listener,
 					 NULL);
+			if (w->grpc)
+				sluice_grpc_close_all(w->grpc);
 			if (w->sweep.data)
 				uv_close((uv_handle_t *)&w->sweep, NULL);
 			if (w->wakeup.data)
@@ -634,6 +688,8 @@ out:
 			worker_fini(w);
 	}
 	free(s.workers);
+	if (grpc_first >= 0)
+		sluice_grpc_socket_unlink(cfg->grpc.listen);
 	sluice_live_unref(s.live);
 	sluice_live_unref(s.boot);
 	sluice_memstore_free(s.store);

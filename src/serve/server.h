@@ -31,6 +31,7 @@
 typedef struct sluice_serve_opts_s {
 	const char *config_path; /* NULL: the built-in classic policy */
 	const char *listen;	 /* overrides the file's listen */
+	const char *grpc_listen; /* overrides the file's grpc.listen */
 	unsigned threads;	 /* overrides the file's threads when > 0 */
 } sluice_serve_opts_t;
 
@@ -68,6 +69,7 @@ typedef struct sluice_worker_s {
 	uv_tcp_t admin_listener;
 	int admin_listening;
 	sluice_svc_t svc;
+	struct sluice_grpc_s *grpc; /* the gRPC listener (src/grpc), or NULL */
 	_Atomic(sluice_live_t *) next_live; /* handed over by SIGHUP */
 	atomic_int drain;		    /* set by SIGTERM */
 	uint64_t drain_deadline_ms;

@@ -65,6 +65,7 @@ typedef struct sluice_override_s {
 	uint32_t set; /* index into sets */
 	int line;     /* where it was given, for messages */
 	const char *file;
+	int withhold; /* its file may not be quoted (sluice_yaml_t) */
 } sluice_override_t;
 
 typedef struct sluice_overrides_s {

@@ -168,6 +168,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->listen);
 	free(cfg->store.url);
 	free(cfg->store.shm_path);
+	free(cfg->store.shm_group);
 	for (i = 0; i < cfg->store.nseeds; i++)
 		free(cfg->store.seeds[i]);
 	free(cfg->store.seeds);
@@ -619,7 +620,8 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			    const char *kind, sluice_store_config_t *st)
 {
 	static const char *const mem_keys[] = {"max_keys", NULL};
-	static const char *const shared_keys[] = {"path", "max_keys", NULL};
+	static const char *const shared_keys[] = {"path", "max_keys", "group",
+						  NULL};
 	static const char *const redis_keys[] = {
 		"url",	    "key_prefix", "timeout_ms", "connections",
 		"max_keys", "tls",	  "sentinel",	NULL};
@@ -654,6 +656,22 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 				"path: /dev/shm/NAME (a file on a tmpfs)");
 		if (parse_shm_path(y, v, st) < 0)
 			return -1;
+		/* group: the group whose members' processes share the file
+		 * (resolved when the store opens). */
+		if ((v = sluice_yaml_get(y, body, "group"))) {
+			if (sluice_yaml_string(y, v, "store.shared.group", &s) <
+			    0)
+				return -1;
+			if (!*s || strlen(s) > 64)
+				return sluice_yaml_error(
+					y, v,
+					"store.shared.group is %zu bytes; "
+					"expected a group name or number, "
+					"e.g. sluice",
+					strlen(s));
+			if (set_string(&st->shm_group, s) < 0)
+				return sluice_yaml_nomem(y, v);
+		}
 	}
 	if ((v = sluice_yaml_get(y, body, "max_keys"))) {
 		if (sluice_yaml_uint(y, v, FIELD("max_keys"), 1,

@@ -156,6 +156,7 @@ typedef struct sluice_store_config_s {
 	sluice_store_kind_t kind;
 	size_t max_keys; /* memory/shared store bound (default 1,000,000) */
 	char *shm_path;	 /* shared: the store's file, e.g. /dev/shm/sluice */
+	char *shm_group; /* shared: the group sharing it, or NULL */
 	/* redis / redis_cluster */
 	/* redis[s]://[user:pass@]host:port/db, unix:///path; with a
 	 * Sentinel only its credentials, db and scheme count (may be NULL) */

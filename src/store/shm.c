@@ -552,10 +552,20 @@ static void guard_off(void)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
-/* After a fault: this thread releases every shard lock it holds (a robust
+/*
+ * After a fault: this thread releases every shard lock it holds (a robust
  * mutex refuses, with EPERM, to be unlocked by a thread that does not
  * hold it; an unlock that faults is skipped), and the store fails from
- * now on. */
+ * now on.
+ *
+ * Then the mapping is replaced, in place, by anonymous memory, and never
+ * unmapped.  A lock this thread could not release (its page is gone) is
+ * still on the thread's robust list, which glibc and the kernel walk and
+ * write through (the next lock of any robust mutex links itself to it):
+ * that memory must stay mapped and writable, or some later, unrelated
+ * lock would crash.  Any other thread still inside a call on this store
+ * reads zeros from then on, which the bounded table code survives.
+ */
 static int fault(sluice_shmstore_t *s)
 {
 	sigjmp_buf jb;
@@ -568,6 +578,8 @@ static int fault(sluice_shmstore_t *s)
 	for (; i < s->b.nshards; i++)
 		pthread_mutex_unlock(s->views[i].lock);
 	guard_off();
+	mmap(s->map, s->map_bytes, PROT_READ | PROT_WRITE,
+	     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return SLUICE_ESTORE;
 }
 
@@ -650,7 +662,9 @@ void sluice_shmstore_close(sluice_shmstore_t *s)
 {
 	if (!s)
 		return;
-	munmap(s->map, s->map_bytes);
+	/* A failed store's memory stays mapped (see fault()). */
+	if (!__atomic_load_n(&s->broken, __ATOMIC_RELAXED))
+		munmap(s->map, s->map_bytes);
 	free((char *)s->path);
 	free(s);
 }

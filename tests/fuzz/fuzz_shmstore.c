@@ -1,0 +1,113 @@
+/*
+ * fuzz_shmstore.c -- libFuzzer harness for the shared-memory store's file.
+ *
+ * The input is the file (the seed corpus holds real ones, laid out for
+ * max_keys 64 and charged by `sluice serve`).  It is written to a file
+ * under /dev/shm and opened; an open either fails with a message or gives
+ * a store, on which takes (one key, several limits, several keys),
+ * resets, refunds, stats and a check run.  Then, when byte 4000 of the
+ * input (in the header's unused tail) is not zero, the file is shrunk
+ * under the live mapping, to 4096 + 64 x that byte, and the same calls
+ * run again.  Nothing may crash, hang (the locks' wait is cut to 5 ms), leak
+ * or reach undefined behaviour, whatever the bytes.
+ */
+#include "sluice.h"
+#include "store/shm.h"
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_KEYS 64
+
+static char path[64];
+
+static int write_file(const uint8_t *data, size_t size)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	size_t off = 0;
+
+	if (fd < 0)
+		return -1;
+	while (off < size) {
+		ssize_t n = write(fd, data + off, size - off);
+
+		if (n <= 0)
+			break;
+		off += (size_t)n;
+	}
+	close(fd);
+	return off == size ? 0 : -1;
+}
+
+/* Every verb, over keys that reach every shard. */
+static void exercise(sluice_shmstore_t *s, const sluice_limit_t *l, int64_t t)
+{
+	sluice_take_item_t items[3];
+	sluice_memstore_stats_t st;
+	sluice_decision_t d[2], sum;
+	char key[8], err[256];
+	int i, rc;
+
+	for (i = 0; i < 24; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		rc = sluice_shmstore_take(s, key, strlen(key), l, 2, 1,
+					  t + i * 1000, d, &sum);
+		if (rc != 0 && rc != 1 && rc != SLUICE_ESTORE)
+			__builtin_trap();
+		if (i % 5 == 0)
+			sluice_shmstore_refund(s, key, strlen(key), l, 2, 1,
+					       t + i * 1000);
+		if (i % 7 == 0)
+			sluice_shmstore_reset(s, key, strlen(key), l, 1);
+	}
+	for (i = 0; i < 3; i++) {
+		items[i].key = i == 2 ? "k0" : (i ? "k9" : "k3");
+		items[i].keylen = 2;
+		items[i].limits = l;
+		items[i].nlimits = 2;
+		items[i].cost = 1;
+	}
+	sluice_shmstore_take_many(s, items, 3, t + 50000);
+	sluice_shmstore_stats(s, &st);
+	sluice_shmstore_check(s, err, sizeof(err));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static sluice_limit_t l[2];
+	static int ready;
+	sluice_shmstore_t *s = NULL;
+	char err[512];
+	int64_t t = 1764500000000000LL;
+
+	if (!ready) {
+		snprintf(path, sizeof(path), "/dev/shm/sluice-fuzz-%d",
+			 (int)getpid());
+		if (sluice_limit_parse(&l[0], "5", "1/s", err, sizeof(err)) ||
+		    sluice_limit_parse(&l[1], "20", "10/min", err, sizeof(err)))
+			__builtin_trap();
+		ready = 1;
+	}
+	if (write_file(data, size) < 0)
+		return 0;
+	if (sluice_shmstore_open(&s, path, MAX_KEYS, err, sizeof(err)) != 0) {
+		if (s || !strstr(err, path))
+			__builtin_trap(); /* a refusal names the file */
+		unlink(path);
+		return 0;
+	}
+	sluice_shmstore__set_lock_wait(s, 5);
+	exercise(s, l, t);
+	if (size > 4000 && data[4000]) {
+		if (truncate(path, 4096 + 64 * (off_t)data[4000]) == 0)
+			exercise(s, l, t + 100000);
+	}
+	sluice_shmstore_close(s);
+	unlink(path);
+	return 0;
+}

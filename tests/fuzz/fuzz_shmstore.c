@@ -2,14 +2,16 @@
  * fuzz_shmstore.c -- libFuzzer harness for the shared-memory store's file.
  *
  * The input is the file (the seed corpus holds real ones, laid out for
- * max_keys 64 and charged by `sluice serve`).  It is written to a file
- * under /dev/shm and opened; an open either fails with a message or gives
- * a store, on which takes (one key, several limits, several keys),
- * resets, refunds, stats and a check run.  Then, when byte 4000 of the
- * input (in the header's unused tail) is not zero, the file is shrunk
- * under the live mapping, to 4096 + 64 x that byte, and the same calls
- * run again.  Nothing may crash, hang (the locks' wait is cut to 5 ms), leak
- * or reach undefined behaviour, whatever the bytes.
+ * max_keys 64 and 1000 and charged by `sluice serve`).  It is written to
+ * a file under /dev/shm and opened with the max_keys its header names
+ * when that is 1 to 1000 (else 64: refused unless laid out so); an open
+ * either fails with a message or gives a store, on which takes (one key,
+ * several limits, several keys), resets, refunds, stats and a check run.
+ * Then, when the two bytes at 4000 (in the header's unused tail) are not
+ * zero, the file is shrunk under the live mapping to 64 x their value
+ * (a fault, SIGBUS, on the pages past the new end), and the same calls
+ * run again.  Nothing may crash, hang (the locks' wait is cut to 5 ms),
+ * leak or reach undefined behaviour, whatever the bytes.
  */
 #include "sluice.h"
 #include "store/shm.h"
@@ -22,7 +24,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_KEYS 64
+#define MAX_KEYS      64
+#define MAX_KEYS_MOST 1000
 
 static char path[64];
 
@@ -84,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sluice_shmstore_t *s = NULL;
 	char err[512];
 	int64_t t = 1764500000000000LL;
+	size_t max_keys = MAX_KEYS;
 
 	if (!ready) {
 		snprintf(path, sizeof(path), "/dev/shm/sluice-fuzz-%d",
@@ -95,7 +99,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (write_file(data, size) < 0)
 		return 0;
-	if (sluice_shmstore_open(&s, path, MAX_KEYS, err, sizeof(err)) != 0) {
+	if (size >= 32) {
+		uint64_t mk;
+
+		memcpy(&mk, data + 24, sizeof(mk)); /* header_t.max_keys */
+		max_keys =
+			mk >= 1 && mk <= MAX_KEYS_MOST ? (size_t)mk : MAX_KEYS;
+	}
+	if (sluice_shmstore_open(&s, path, max_keys, err, sizeof(err)) != 0) {
 		if (s || !strstr(err, path))
 			__builtin_trap(); /* a refusal names the file */
 		unlink(path);
@@ -103,8 +114,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	sluice_shmstore__set_lock_wait(s, 5);
 	exercise(s, l, t);
-	if (size > 4000 && data[4000]) {
-		if (truncate(path, 4096 + 64 * (off_t)data[4000]) == 0)
+	if (size > 4001 && (data[4000] || data[4001])) {
+		off_t to = 64 * (off_t)(data[4000] | data[4001] << 8);
+
+		if (truncate(path, to) == 0)
 			exercise(s, l, t + 100000);
 	}
 	sluice_shmstore_close(s);

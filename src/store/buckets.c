@@ -231,8 +231,21 @@ static int shard_recover(sluice_shard_t *s)
  */
 static int shard_lock(sluice_shard_t *s)
 {
-	int rc = pthread_mutex_trylock(s->lock);
+	int rc;
 
+#ifdef __GLIBC__
+	/* A lock turned into another type (priority inheritance or
+	 * protection: kernel calls on garbage) is not used at all. */
+	if (s->lock_kind && s->lock->__data.__kind != s->lock_kind)
+		return EINVAL;
+#endif
+	rc = pthread_mutex_trylock(s->lock);
+	/* Once a wait timed out, the shard's lock fails at once while it
+	 * stays busy (a loop thread must not stall 2 s per request on a
+	 * lock nobody releases); the first success ends that. */
+	if (rc == EBUSY && s->wait_ms &&
+	    __atomic_load_n(&s->stuck, __ATOMIC_RELAXED))
+		return ETIMEDOUT;
 	if (rc == EBUSY) {
 		if (s->wait_ms) {
 			struct timespec ts;
@@ -245,12 +258,18 @@ static int shard_lock(sluice_shard_t *s)
 				ts.tv_nsec -= 1000000000L;
 			}
 			rc = pthread_mutex_timedlock(s->lock, &ts);
+			if (rc == ETIMEDOUT)
+				__atomic_store_n(&s->stuck, 1,
+						 __ATOMIC_RELAXED);
 		} else {
 			rc = pthread_mutex_lock(s->lock);
 		}
 	}
 	if (rc == EOWNERDEAD)
 		rc = shard_recover(s);
+	if (rc == 0 && s->wait_ms &&
+	    __atomic_load_n(&s->stuck, __ATOMIC_RELAXED))
+		__atomic_store_n(&s->stuck, 0, __ATOMIC_RELAXED);
 	return rc;
 }
 

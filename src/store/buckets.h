@@ -42,6 +42,8 @@ typedef struct sluice_shard_s {
 	uint64_t mask, max;
 	int can_grow;	  /* 0: the slot array is fixed, sized for max */
 	unsigned wait_ms; /* longest wait for the lock; 0: forever */
+	int stuck;	  /* a wait timed out; fail at once while busy */
+	int lock_kind;	  /* glibc's type word the lock must keep; 0: any */
 } sluice_shard_t;
 
 #define SLUICE_MAX_SHARDS 64

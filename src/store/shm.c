@@ -364,6 +364,7 @@ static void attach(sluice_shmstore_t *s, const header_t *want)
 				  (i < want->max_keys % want->nshards);
 		s->views[i].can_grow = 0;
 		s->views[i].wait_ms = SHM_LOCK_WAIT_MS;
+		s->views[i].lock_kind = lock_kind();
 	}
 }
 

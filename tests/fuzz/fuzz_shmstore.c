@@ -7,7 +7,10 @@
  * when that is 1 to 1000 (else 64: refused unless laid out so); an open
  * either fails with a message or gives a store, on which takes (one key,
  * several limits, several keys), resets, refunds, stats and a check run.
- * Then, when the two bytes at 4000 (in the header's unused tail) are not
+ * When byte 4002 (in the header's unused tail) is not zero, the live file
+ * is rewritten with the input rotated by 8 x that byte (another process
+ * scribbling over shards and slots) and the calls run again.
+ * Then, when the two bytes at 4000 are not
  * zero, the file is shrunk under the live mapping to 64 x their value
  * (a fault, SIGBUS, on the pages past the new end), and the same calls
  * run again.  Nothing may crash, hang (the locks' wait is cut to 5 ms),
@@ -114,6 +117,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	sluice_shmstore__set_lock_wait(s, 5);
 	exercise(s, l, t);
+	/* Another process rewrites the live file: the input, rotated by
+	 * 8 x byte 4002, so any byte may land on any field. */
+	if (size > 4002 && data[4002]) {
+		size_t k = (size_t)data[4002] * 8 % size, i;
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+		for (i = 0; fd >= 0 && i < size; i += 4096) {
+			size_t n = size - i < 4096 ? size - i : 4096, j;
+			uint8_t page[4096];
+
+			for (j = 0; j < n; j++)
+				page[j] = data[(i + j + k) % size];
+			if (pwrite(fd, page, n, (off_t)i) < 0)
+				break;
+		}
+		if (fd >= 0)
+			close(fd);
+		exercise(s, l, t + 60000);
+	}
 	if (size > 4001 && (data[4000] || data[4001])) {
 		off_t to = 64 * (off_t)(data[4000] | data[4001] << 8);
 

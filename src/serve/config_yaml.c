@@ -179,7 +179,7 @@ int sluice_yaml_line(const yaml_node_t *node)
  * the file ("...") keeps at most QUOTE_MAX bytes.  Quotes pair up as the
  * message's own do; a '"' inside an excerpt only shortens what is shown.
  */
-#define QUOTE_MAX 48
+#define QUOTE_MAX 64
 
 static void sanitise(char *out, size_t outlen, const char *in)
 {

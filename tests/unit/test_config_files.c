@@ -158,20 +158,22 @@ static void test_link_to_a_secret_file_is_not_quoted(void)
 	unlink(link);
 }
 
-/* A file we may quote still gets a short, printable excerpt. */
+/* A file we may quote still gets a short, printable excerpt: an override
+ * key of 200 bytes with a terminal escape in it. */
 static void test_excerpts_are_short_and_printable(void)
 {
 	char report[8192], text[1024];
-	const char *cfg;
+	const char *ov;
 
-	snprintf(text, sizeof(text), "\"%s\\e[31m%0200d\": 1\n", "key", 7);
-	cfg = write_file("long.yaml", text, 0644);
-	CHECK(check(cfg, report, sizeof(report)) == 1);
-	CHECK(strstr(report, "unknown key") != NULL);
+	snprintf(text, sizeof(text), "\"key\\e[31m%0200d\": 1\n", 7);
+	ov = write_file("long.yaml", text, 0644);
+	CHECK(check(config_with_overrides(ov), report, sizeof(report)) == 1);
+	CHECK(strstr(report, "overrides.\"key?[31m000") != NULL);
 	CHECK(strchr(report, '\033') == NULL);
-	CHECK(strstr(report, "0000000000000000000000000000000000000000000000000"
-			     "0000000000") == NULL);
-	CHECK(strstr(report, "...") != NULL);
+	CHECK(strstr(report,
+		     "00000000000000000000000000000000000000000000000000"
+		     "0000000000") == NULL);
+	CHECK(strstr(report, "000...\"") != NULL);
 }
 
 static void test_empty_overrides_file_gets_the_right_message(void)
@@ -234,6 +236,24 @@ static void test_token_file_newline_is_not_part_of_the_token(void)
 	CHECK(strstr(report, "holds no token") != NULL);
 }
 
+/* store.shared.group is read (the store resolves it when it opens). */
+static void test_shared_store_group_is_read(void)
+{
+	char err[1024];
+	const char *text =
+		"store: {shared: {path: /dev/shm/x, group: sluice}}\n";
+	sluice_config_t *c = sluice_config_parse("t.yaml", text, strlen(text),
+						 err, sizeof(err));
+
+	CHECK(c != NULL);
+	CHECK(c && c->store.shm_group &&
+	      strcmp(c->store.shm_group, "sluice") == 0);
+	sluice_config_free(c);
+	text = "store: {shared: {path: /dev/shm/x, group: \"\"}}\n";
+	c = sluice_config_parse("t.yaml", text, strlen(text), err, sizeof(err));
+	CHECK(c == NULL && strstr(err, "t.yaml:1: store.shared.group") != NULL);
+}
+
 static void cleanup(void)
 {
 	const char *names[] = {"config.yaml", "c.yaml",	    "c2.yaml",
@@ -261,6 +281,7 @@ int main(void)
 	RUN(test_empty_overrides_file_gets_the_right_message);
 	RUN(test_hundred_thousand_overrides_fit);
 	RUN(test_token_file_newline_is_not_part_of_the_token);
+	RUN(test_shared_store_group_is_read);
 	cleanup();
 	TESTS_DONE();
 }

@@ -392,8 +392,10 @@ typedef struct sluice_shmstore_s sluice_shmstore_t;
  * process's user or root and writable by no one else, in a directory
  * others cannot swap it in (owned by this user or root; writable by
  * others only with the sticky bit, as /dev/shm).  A file of another layout
- * version, made for another max_keys, of the wrong size, with damaged
- * shard counters or not a store at all is refused, never reinterpreted.
+ * version, made for another max_keys, of the wrong size, with a damaged
+ * shard (counters, lock type, entries: shards a dead process left half
+ * updated are repaired first) or not a store at all is refused, never
+ * reinterpreted.
  * Returns 0 with *store set, or SLUICE_EINVAL / SLUICE_ERANGE (bad
  * arguments), SLUICE_ENOMEM or SLUICE_ESTORE (the file: owner, permission,
  * space, layout) with a message naming the path in err (may be NULL).

@@ -326,7 +326,10 @@ int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)
 
 	if ((rc = shard_lock(s)) != 0) {
 		snprintf(err, errlen, "its lock cannot be taken: %s",
-			 strerror(rc));
+			 rc == ETIMEDOUT ? "held and not released within "
+					   "the wait (a stopped process, or "
+					   "damaged)"
+					 : strerror(rc));
 		return -1;
 	}
 	for (i = 0; i <= s->mask; i++) {

@@ -231,29 +231,31 @@ static int validate(const char *path, const header_t *h, off_t size,
 /* glibc's type word of a robust process-shared mutex, which a damaged
  * file could turn into another type (priority inheritance: calls into the
  * kernel with garbage); 0 where unknown (unchecked). */
-static int lock_kind(void)
+static int the_lock_kind;
+static pthread_once_t kind_once = PTHREAD_ONCE_INIT;
+
+static void find_lock_kind(void)
 {
 #ifdef __GLIBC__
-	static int kind = -1;
 	pthread_mutexattr_t a;
 	pthread_mutex_t m;
 
-	if (kind >= 0)
-		return kind;
-	kind = 0;
 	if (pthread_mutexattr_init(&a) != 0)
-		return 0;
+		return;
 	if (!pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) &&
 	    !pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) &&
 	    !pthread_mutex_init(&m, &a)) {
-		kind = m.__data.__kind;
+		the_lock_kind = m.__data.__kind;
 		pthread_mutex_destroy(&m);
 	}
 	pthread_mutexattr_destroy(&a);
-	return kind;
-#else
-	return 0;
 #endif
+}
+
+static int lock_kind(void)
+{
+	pthread_once(&kind_once, find_lock_kind);
+	return the_lock_kind;
 }
 
 /* Refuses a file whose shards this build would not have laid out: the
@@ -608,6 +610,7 @@ int sluice_shmstore_open_group(sluice_shmstore_t **out, const char *path,
 {
 	sluice_shmstore_t *s;
 	header_t want;
+	char why[256];
 	gid_t gid;
 	int fd, rc;
 
@@ -648,6 +651,17 @@ int sluice_shmstore_open_group(sluice_shmstore_t **out, const char *path,
 	}
 	pthread_once(&bus_once, install_sigbus);
 	attach(s, &want);
+	/* Every shard's entries, under its lock: a shard a dead process
+	 * left half updated is repaired as it is locked, so what fails here
+	 * was written by no crash: a damaged file, refused. */
+	if ((rc = sluice_shmstore_check(s, why, sizeof(why))) != 0) {
+		rc = sluice_fail(SLUICE_ESTORE, err, errlen,
+				 "%s: damaged: %s; remove the file to start "
+				 "afresh",
+				 path, why);
+		sluice_shmstore_close(s);
+		return rc;
+	}
 	*out = s;
 	return 0;
 }

@@ -739,6 +739,7 @@ static void test_table_filled_by_hand_does_not_hang(void)
 	sluice_limit_t l = limit("10", "1/s");
 	sluice_shmstore_t *s = open_store(path, 100);
 	struct stat st;
+	char err[512];
 	off_t at;
 	int fd, i;
 
@@ -761,6 +762,9 @@ static void test_table_filled_by_hand_does_not_hang(void)
 					   NULL, NULL) >= 0);
 	}
 	sluice_shmstore_close(s);
+	/* more entries than a shard may hold: no crash left that */
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "damaged") != NULL);
 	unlink(path);
 }
 

@@ -404,7 +404,7 @@ typedef struct sluice_shmstore_s sluice_shmstore_t;
  * open makes the calls below fail with SLUICE_ESTORE (a SIGBUS on the
  * mapping is caught by a handler installed at the first open, which
  * passes any other SIGBUS on), never crash, and a shard's lock held past
- * 2 s fails the call rather than hanging it.
+ * 10 s fails the call rather than hanging it.
  */
 SLUICE_API int sluice_shmstore_open(sluice_shmstore_t **store, const char *path,
 				    size_t max_keys, char *err, size_t errlen);

@@ -115,7 +115,7 @@ static void shm_log_failure(sluice_shmstore_t *shm)
 				"file");
 	} else if (!__atomic_exchange_n(&said_lock, 1, __ATOMIC_RELAXED)) {
 		sluice_log_error("store.shared: a shard's lock was not "
-				 "released within 2 s (a stopped process, or "
+				 "released within 10 s (a stopped process, or "
 				 "a damaged file); such decisions follow "
 				 "on_store_error");
 	}

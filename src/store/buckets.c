@@ -241,8 +241,8 @@ static int shard_lock(sluice_shard_t *s)
 #endif
 	rc = pthread_mutex_trylock(s->lock);
 	/* Once a wait timed out, the shard's lock fails at once while it
-	 * stays busy (a loop thread must not stall 2 s per request on a
-	 * lock nobody releases); the first success ends that. */
+	 * stays busy (a loop thread must not stall the whole wait per request
+	 * on a lock nobody releases); the first success ends that. */
 	if (rc == EBUSY && s->wait_ms &&
 	    __atomic_load_n(&s->stuck, __ATOMIC_RELAXED))
 		return ETIMEDOUT;

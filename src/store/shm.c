@@ -71,8 +71,11 @@
 #define SHM_HEADER   4096u
 #define SHM_MAX_KEYS (UINT64_C(1) << 32)
 /* A lock held longer than this (by a stopped process, or a damaged lock
- * word naming no live thread) fails the call instead of hanging it. */
-#define SHM_LOCK_WAIT_MS 2000u
+ * word naming no live thread) fails the call instead of hanging it.  Far
+ * above any real critical section (microseconds) even on a host so
+ * oversubscribed that a holder waits seconds for a CPU: a live holder
+ * must not make calls fail. */
+#define SHM_LOCK_WAIT_MS 10000u
 
 typedef struct header_s {
 	char magic[8];

@@ -8,7 +8,7 @@
 #include "store/buckets.h"
 
 /* How long a call waits for a shard's lock before it fails with
- * SLUICE_ESTORE (default 2000 ms); tests shorten it. */
+ * SLUICE_ESTORE (default 10,000 ms); tests shorten it. */
 void sluice_shmstore__set_lock_wait(sluice_shmstore_t *s, unsigned ms);
 
 /* 1 once a call met the file shrunk under the mapping (every call then

@@ -224,8 +224,10 @@ static void survivor(const char *path, uint64_t seed, int fd)
 		int64_t t = mono_us();
 
 		crash_take(s, &seed, &a);
-		if (a < 0)
+		if (a < 0) {
+			fprintf(stderr, "survivor: a take failed: %d\n", a);
 			_exit(4);
+		}
 		if (mono_us() - t > TAKE_BOUND_US)
 			_exit(6);
 		charged += (uint64_t)a;
@@ -316,6 +318,13 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 		for (i = 0; i < SURVIVORS; i++)
 			if (surv[i] > 0 &&
 			    waitpid(surv[i], &status, WNOHANG) == surv[i]) {
+				if (!WIFEXITED(status) ||
+				    WEXITSTATUS(status) != 0)
+					fprintf(stderr,
+						"survivor: status 0x%x (exit "
+						"3: open, 4: take failed, "
+						"6: take blocked)\n",
+						(unsigned)status);
 				CHECK(WIFEXITED(status) &&
 				      WEXITSTATUS(status) == 0);
 				surv[i] = 0;

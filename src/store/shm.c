@@ -346,6 +346,13 @@ static int open_locked(sluice_shmstore_t *s, int fd, const char *path,
 	return 0;
 }
 
+static unsigned default_wait_ms = SHM_LOCK_WAIT_MS;
+
+void sluice_shmstore__set_default_lock_wait(unsigned ms)
+{
+	default_wait_ms = ms;
+}
+
 /* Points this process's views at the mapping, sized from the layout this
  * process computed (never from the file's header). */
 static void attach(sluice_shmstore_t *s, const header_t *want)
@@ -368,7 +375,7 @@ static void attach(sluice_shmstore_t *s, const header_t *want)
 		s->views[i].max = want->max_keys / want->nshards +
 				  (i < want->max_keys % want->nshards);
 		s->views[i].can_grow = 0;
-		s->views[i].wait_ms = SHM_LOCK_WAIT_MS;
+		s->views[i].wait_ms = default_wait_ms;
 		s->views[i].lock_kind = lock_kind();
 	}
 }

@@ -98,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (sluice_limit_parse(&l[0], "5", "1/s", err, sizeof(err)) ||
 		    sluice_limit_parse(&l[1], "20", "10/min", err, sizeof(err)))
 			__builtin_trap();
+		sluice_shmstore__set_default_lock_wait(5);
 		ready = 1;
 	}
 	if (write_file(data, size) < 0)
@@ -115,7 +116,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		unlink(path);
 		return 0;
 	}
-	sluice_shmstore__set_lock_wait(s, 5);
 	exercise(s, l, t);
 	/* Another process rewrites the live file: the input, rotated by
 	 * 8 x byte 4002, so any byte may land on any field. */

@@ -229,16 +229,38 @@ static int shard_recover(sluice_shard_t *s)
  * wait_ms the caller gets ETIMEDOUT and a store error, never a hang.  The
  * uncontended path is one trylock, as before.
  */
+/*
+ * A shared lock's type lives in the file: one overwritten with another
+ * type makes glibc take another path (priority inheritance: kernel calls
+ * on garbage; lock elision: instructions this CPU may not have, SIGILL).
+ * So a lock whose type changed is not locked at all, and a lock this
+ * process holds gets its type back before it is unlocked.
+ */
+static int kind_changed(const sluice_shard_t *s)
+{
+#ifdef __GLIBC__
+	return s->lock_kind && s->lock->__data.__kind != s->lock_kind;
+#else
+	(void)s;
+	return 0;
+#endif
+}
+
+static void shard_unlock(sluice_shard_t *s)
+{
+#ifdef __GLIBC__
+	if (kind_changed(s))
+		s->lock->__data.__kind = s->lock_kind;
+#endif
+	pthread_mutex_unlock(s->lock);
+}
+
 static int shard_lock(sluice_shard_t *s)
 {
 	int rc;
 
-#ifdef __GLIBC__
-	/* A lock turned into another type (priority inheritance or
-	 * protection: kernel calls on garbage) is not used at all. */
-	if (s->lock_kind && s->lock->__data.__kind != s->lock_kind)
+	if (kind_changed(s))
 		return EINVAL;
-#endif
 	rc = pthread_mutex_trylock(s->lock);
 	/* Once a wait timed out, the shard's lock fails at once while it
 	 * stays busy (a loop thread must not stall the whole wait per request
@@ -275,7 +297,11 @@ static int shard_lock(sluice_shard_t *s)
 
 static int shard_trylock(sluice_shard_t *s)
 {
-	int rc = pthread_mutex_trylock(s->lock);
+	int rc;
+
+	if (kind_changed(s))
+		return EINVAL;
+	rc = pthread_mutex_trylock(s->lock);
 
 	if (rc == EOWNERDEAD)
 		rc = shard_recover(s);
@@ -344,7 +370,7 @@ int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)
 				 "slot %zu is unreachable or "
 				 "repeated",
 				 i);
-			pthread_mutex_unlock(s->lock);
+			shard_unlock(s);
 			return -1;
 		}
 	}
@@ -352,10 +378,10 @@ int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)
 		snprintf(err, errlen, "%zu slots used, count %llu, max %llu",
 			 used, (unsigned long long)s->t->count,
 			 (unsigned long long)s->max);
-		pthread_mutex_unlock(s->lock);
+		shard_unlock(s);
 		return -1;
 	}
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 
@@ -460,7 +486,7 @@ static void reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
 	if (shard_trylock(s) != 0)
 		return;
 	reclaim_step(s, now_us, RECLAIM_AWAY);
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -582,7 +608,7 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 		if (!at[i] && next[i] != cur[i] && !seen_before(h1, h2, i))
 			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
 	reclaim_step(s, now_us, RECLAIM_STEP);
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	reclaim_elsewhere(m, now_us);
 
 	if (summary)
@@ -634,7 +660,7 @@ int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
 		if (at)
 			remove_at(s, (size_t)(at - s->slots));
 	}
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 
@@ -659,7 +685,7 @@ int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
 			at->state = sluice_refund(&limits[i], at->state, now_us,
 						  cost);
 	}
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 
@@ -680,7 +706,7 @@ void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out)
 		out->evicted_lossy += s->t->evicted_lossy;
 		out->evicted_debt_us += s->t->evicted_debt_us;
 		out->recovered += s->t->recovered;
-		pthread_mutex_unlock(s->lock);
+		shard_unlock(s);
 	}
 }
 
@@ -836,8 +862,7 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 			uint64_t held = shards & ~rest;
 
 			for (; held; held &= held - 1)
-				pthread_mutex_unlock(
-					m->shards[__builtin_ctzll(held)].lock);
+				shard_unlock(&m->shards[__builtin_ctzll(held)]);
 			rc = SLUICE_ESTORE;
 			goto out;
 		}
@@ -857,7 +882,7 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 	for (i = m->nshards; i-- > 0;)
 		if (shards >> i & 1) {
 			reclaim_step(&m->shards[i], now_us, RECLAIM_STEP);
-			pthread_mutex_unlock(m->shards[i].lock);
+			shard_unlock(&m->shards[i]);
 		}
 	reclaim_elsewhere(m, now_us);
 	rc = all;

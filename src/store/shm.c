@@ -588,8 +588,14 @@ static int fault(sluice_shmstore_t *s)
 	if (sigsetjmp(jb, 0))
 		i++; /* the unlock of shard i faulted */
 	guard_on(s, &jb);
-	for (; i < s->b.nshards; i++)
+	for (; i < s->b.nshards; i++) {
+#ifdef __GLIBC__
+		/* Its type back first, as buckets.c's unlock does. */
+		if (s->views[i].lock_kind)
+			s->views[i].lock->__data.__kind = s->views[i].lock_kind;
+#endif
 		pthread_mutex_unlock(s->views[i].lock);
+	}
 	guard_off();
 	mmap(s->map, s->map_bytes, PROT_READ | PROT_WRITE,
 	     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

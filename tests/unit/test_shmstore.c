@@ -803,6 +803,52 @@ static void test_lock_never_released_fails_the_call(void)
 	unlink(path);
 }
 
+#ifdef __GLIBC__
+/* A lock's type overwritten in a live file (here: lock elision, which
+ * glibc runs with instructions this CPU may lack, and priority
+ * inheritance): no call uses such a lock, none crashes, and the file is
+ * refused when opened again. */
+static void test_lock_type_overwritten_is_not_used(void)
+{
+	const char *path = shm_path("kind");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 1000);
+	sluice_take_item_t it = {
+		.key = "b", .keylen = 1, .limits = &l, .nlimits = 1, .cost = 1};
+	sluice_memstore_stats_t st;
+	const int kinds[2] = {256 /* timed, elision */, 32 | 16 /* PI */};
+	char err[512];
+	int i, k;
+
+	CHECK(s);
+	for (k = 0; k < 2; k++) {
+		for (i = 0; i < 64; i++)
+			CHECK(patch(path,
+				    (off_t)(4096 + i * sizeof(test_shard_t) +
+					    offsetof(pthread_mutex_t,
+						     __data.__kind)),
+				    &kinds[k], sizeof(int)) == 0);
+		for (i = 0; i < 100; i++) {
+			char key[16];
+
+			snprintf(key, sizeof(key), "k%d", i);
+			CHECK(sluice_shmstore_take(s, key, strlen(key), &l, 1,
+						   1, T0, NULL,
+						   NULL) == SLUICE_ESTORE);
+		}
+		CHECK(sluice_shmstore_take_many(s, &it, 1, T0) ==
+		      SLUICE_ESTORE);
+		CHECK(sluice_shmstore_reset(s, "b", 1, &l, 1) == SLUICE_ESTORE);
+		sluice_shmstore_stats(s, &st);
+		CHECK(sluice_shmstore_check(s, err, sizeof(err)) != 0);
+	}
+	sluice_shmstore_close(s);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "lock is damaged") != NULL);
+	unlink(path);
+}
+#endif
+
 /* A file without its magic was left by a creator that died midway: the
  * next opener lays it out again. */
 static void test_unfinished_file_is_laid_out_again(void)
@@ -837,6 +883,9 @@ int main(void)
 	RUN(test_damaged_counters_crash_nothing_and_are_refused);
 	RUN(test_table_filled_by_hand_does_not_hang);
 	RUN(test_lock_never_released_fails_the_call);
+#ifdef __GLIBC__
+	RUN(test_lock_type_overwritten_is_not_used);
+#endif
 	RUN(test_four_processes_share_one_bucket_exactly);
 	RUN(test_memory_store_per_process_overruns_fourfold);
 	RUN(test_sigkilled_process_blocks_no_one_and_corrupts_nothing);

@@ -448,21 +448,47 @@ typedef struct sluice_shmstore_s sluice_shmstore_t;
  * max_keys buckets, about 32 to 64 bytes each, all reserved at creation)
  * if it does not exist.  The file holds a magic, a layout version, its
  * parameters and the secret hash key (random at creation: clients cannot
- * predict which keys share a slot); a file every user may write is
- * refused.  A file of another layout version,
- * made for another max_keys, of the wrong size or not a store at all is
- * refused, never reinterpreted.  Returns 0 with *store set, or
- * SLUICE_EINVAL / SLUICE_ERANGE (bad arguments), SLUICE_ENOMEM or
- * SLUICE_ESTORE (the file: permission, space, layout) with a message
- * naming the path in err (may be NULL).
+ * predict which keys share a slot).  Whoever may write the file may
+ * rewrite any bucket, so it is refused (the message names its owner)
+ * unless it is a regular file (not a symbolic link) owned by this
+ * process's user or root and writable by no one else, in a directory
+ * others cannot swap it in (owned by this user or root; writable by
+ * others only with the sticky bit, as /dev/shm).  A file of another layout
+ * version, made for another max_keys, of the wrong size, with a damaged
+ * shard (counters, lock type, entries: shards a dead process left half
+ * updated are repaired first) or not a store at all is refused, never
+ * reinterpreted.
+ * Returns 0 with *store set, or SLUICE_EINVAL / SLUICE_ERANGE (bad
+ * arguments), SLUICE_ENOMEM or SLUICE_ESTORE (the file: owner, permission,
+ * space, layout) with a message naming the path in err (may be NULL).
+ *
+ * The file's content is never trusted: a file damaged or shrunk while
+ * open makes the calls below fail with SLUICE_ESTORE (a SIGBUS on the
+ * mapping is caught by a handler installed at the first open, which
+ * passes any other SIGBUS on), never crash, and a shard's lock held past
+ * 10 s fails the call rather than hanging it.
  */
 SLUICE_API int sluice_shmstore_open(sluice_shmstore_t **store, const char *path,
 				    size_t max_keys, char *err, size_t errlen);
 
+/*
+ * As sluice_shmstore_open(), for processes of several users sharing one
+ * file through a group (a name or a number; NULL or "": none): a file
+ * this call creates gets that group and mode 0660, and a file owned by
+ * another user is accepted when it carries that group (its members are
+ * trusted with the buckets and the hash key).  Processes of one user
+ * (Node.js cluster workers, several `sluice serve`) need no group.
+ */
+SLUICE_API int sluice_shmstore_open_group(sluice_shmstore_t **store,
+					  const char *path, size_t max_keys,
+					  const char *group, char *err,
+					  size_t errlen);
+
 /* Unmaps the store (the file and its buckets stay). */
 SLUICE_API void sluice_shmstore_close(sluice_shmstore_t *store);
 
-/* As sluice_memstore_take(). */
+/* As sluice_memstore_take(); SLUICE_ESTORE when the file failed (see
+ * above).  So are the calls below. */
 SLUICE_API int sluice_shmstore_take(sluice_shmstore_t *store, const void *key,
 				    size_t keylen, const sluice_limit_t *limits,
 				    size_t nlimits, uint64_t cost,

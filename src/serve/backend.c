@@ -2,6 +2,8 @@
  * backend.c -- opening the configured store, and the memory driver.
  */
 #include "serve/backend.h"
+#include "serve/log.h"
+#include "store/shm.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -96,6 +98,29 @@ const sluice_store_ops_t sluice_memory_store_ops = {
 
 /* -------------------------------------------------- shared-memory store */
 
+/* A failing shared store is said in the log: once when the file shrank
+ * under the mapping (every call fails from then on), and once for a lock
+ * held too long (which may pass); the metrics count every failure. */
+static void shm_log_failure(sluice_shmstore_t *shm)
+{
+	static int said_shrunk, said_lock;
+
+	if (sluice_shmstore__failed(shm)) {
+		if (!__atomic_exchange_n(&said_shrunk, 1, __ATOMIC_RELAXED))
+			sluice_log_error(
+				"store.shared: the file shrank under its "
+				"mapping (truncated, or its tmpfs is full); "
+				"every decision now follows on_store_error "
+				"until a restart, which refuses the damaged "
+				"file");
+	} else if (!__atomic_exchange_n(&said_lock, 1, __ATOMIC_RELAXED)) {
+		sluice_log_error("store.shared: a shard's lock was not "
+				 "released within 10 s (a stopped process, or "
+				 "a damaged file); such decisions follow "
+				 "on_store_error");
+	}
+}
+
 /* As the memory driver, on the host's shared store (which a process
  * opened once: it outlives configs too). */
 static int shm_take(void *impl, sluice_take_item_t *items, size_t n,
@@ -115,6 +140,8 @@ static int shm_take(void *impl, sluice_take_item_t *items, size_t n,
 	}
 	if (r == SLUICE_EINVAL)
 		return r;
+	if (r == SLUICE_ESTORE)
+		shm_log_failure(impl);
 	cb(arg, r < 0 ? r : 0, r > 0);
 	return 0;
 }

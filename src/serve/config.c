@@ -8,6 +8,7 @@
 #include "envoy/config.h"
 #include "serve/config_internal.h"
 #include "sluice_redis.h"
+#include "util/file.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -169,6 +170,7 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->listen);
 	free(cfg->store.url);
 	free(cfg->store.shm_path);
+	free(cfg->store.shm_group);
 	for (i = 0; i < cfg->store.nseeds; i++)
 		free(cfg->store.seeds[i]);
 	free(cfg->store.seeds);
@@ -381,11 +383,11 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
 static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 			  char **dst)
 {
-	const char *path, *why = NULL;
-	struct stat st;
+	const char *path;
+	char why[256];
+	sluice_file_t f;
 	ssize_t n;
 	char c;
-	int fd, e = 0;
 
 	if (sluice_yaml_string(y, node, what, &path) < 0)
 		return -1;
@@ -394,35 +396,23 @@ static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 					 "%s is empty; expected the path of a "
 					 "PEM file",
 					 what);
-	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
+	if (sluice_file_open(&f, AT_FDCWD, path, SLUICE_FILE_OWNED, (gid_t)-1,
+			     why, sizeof(why)) < 0)
 		return sluice_yaml_error(y, node,
-					 "%s \"%.200s\" cannot be opened: %s; "
-					 "expected a readable PEM file",
-					 what, path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		e = errno;
-	} else if (!S_ISREG(st.st_mode)) {
-		why = S_ISDIR(st.st_mode) ? "is a directory"
-					  : "is not a regular file";
-	} else {
-		n = read(fd, &c, 1);
-		if (n < 0)
-			e = errno;
-		else if (n == 0)
-			why = "is empty";
-	}
-	close(fd);
-	if (e)
-		return sluice_yaml_error(y, node,
-					 "%s \"%.200s\" cannot be read: %s; "
-					 "expected a readable PEM file",
-					 what, path, strerror(e));
-	if (why)
+					 "%s \"%.200s\" %s; expected a "
+					 "readable PEM file owned by the user "
+					 "sluice runs as or root",
+					 what, path, why);
+	n = read(f.fd, &c, 1);
+	if (n < 0)
+		snprintf(why, sizeof(why), "cannot be read: %s",
+			 strerror(errno));
+	close(f.fd);
+	if (n <= 0)
 		return sluice_yaml_error(y, node,
 					 "%s \"%.200s\" %s; expected a "
 					 "readable PEM file",
-					 what, path, why);
+					 what, path, n ? why : "is empty");
 	return set_string(dst, path) < 0 ? sluice_yaml_nomem(y, node) : 0;
 }
 
@@ -646,7 +636,8 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			    const char *kind, sluice_store_config_t *st)
 {
 	static const char *const mem_keys[] = {"max_keys", NULL};
-	static const char *const shared_keys[] = {"path", "max_keys", NULL};
+	static const char *const shared_keys[] = {"path", "max_keys", "group",
+						  NULL};
 	static const char *const redis_keys[] = {
 		"url",	    "key_prefix", "timeout_ms", "connections",
 		"max_keys", "tls",	  "sentinel",	NULL};
@@ -681,6 +672,22 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 				"path: /dev/shm/NAME (a file on a tmpfs)");
 		if (parse_shm_path(y, v, st) < 0)
 			return -1;
+		/* group: the group whose members' processes share the file
+		 * (resolved when the store opens). */
+		if ((v = sluice_yaml_get(y, body, "group"))) {
+			if (sluice_yaml_string(y, v, "store.shared.group", &s) <
+			    0)
+				return -1;
+			if (!*s || strlen(s) > 64)
+				return sluice_yaml_error(
+					y, v,
+					"store.shared.group is %zu bytes; "
+					"expected a group name or number, "
+					"e.g. sluice",
+					strlen(s));
+			if (set_string(&st->shm_group, s) < 0)
+				return sluice_yaml_nomem(y, v);
+		}
 	}
 	if ((v = sluice_yaml_get(y, body, "max_keys"))) {
 		if (sluice_yaml_uint(y, v, FIELD("max_keys"), 1,
@@ -1072,71 +1079,45 @@ static sluice_config_t *parse_text(sluice_yaml_t *y, const char *text,
 	return cfg;
 }
 
-sluice_config_t *sluice_config_parse(const char *name, const char *text,
-				     size_t len, char *err, size_t errlen)
+/* A file's text; withheld: messages quote none of it (see
+ * sluice_file_t.quotable). */
+static sluice_config_t *parse_file(const char *name, const char *text,
+				   size_t len, int quotable, char *err,
+				   size_t errlen)
 {
 	char dummy[1];
 	sluice_yaml_t y = {.name = name ? name : "<config>",
 			   .err = err ? err : dummy,
-			   .errlen = err ? errlen : sizeof(dummy)};
+			   .errlen = err ? errlen : sizeof(dummy),
+			   .withhold = !quotable};
 
 	return parse_text(&y, text, len);
 }
 
-/* Reads a whole file (at most SLUICE_CONFIG_MAX_BYTES) into *buf, NUL
- * terminated.  Returns 0, or -1 with "FILE:1: ..." in err. */
-int sluice_config_read_file(const char *path, char **out, size_t *outlen,
-			    char *err, size_t errlen)
+sluice_config_t *sluice_config_parse(const char *name, const char *text,
+				     size_t len, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
+	return parse_file(name, text, len, 1, err, errlen);
+}
 
-	if (!f) {
-		snprintf(err, errlen,
-			 "%s:1: cannot open: %s; expected a "
-			 "readable YAML file",
-			 path, strerror(errno));
-		return -1;
-	}
-	for (;;) {
-		if (len == cap) {
-			char *nb;
+/* Reads a whole config or overrides file (at most SLUICE_CONFIG_MAX_BYTES)
+ * into *out, NUL terminated, through sluice_file_read(): a regular file,
+ * owned by the user sluice runs as or root, opened without blocking (a
+ * FIFO is refused, not waited on).  *quotable (may be NULL) says whether
+ * messages may quote its content.  Returns 0, or -1 with "FILE:1: ..." in
+ * err. */
+int sluice_config_read_file(const char *path, char **out, size_t *outlen,
+			    int *quotable, char *err, size_t errlen)
+{
+	char why[256];
 
-			if (cap >= SLUICE_CONFIG_MAX_BYTES) {
-				snprintf(err, errlen,
-					 "%s:1: the file is larger than %d "
-					 "bytes; expected a config file",
-					 path, SLUICE_CONFIG_MAX_BYTES);
-				goto fail;
-			}
-			cap = cap ? cap * 2 : 16384;
-			nb = realloc(buf, cap + 1);
-			if (!nb) {
-				snprintf(err, errlen, "%s:1: out of memory",
-					 path);
-				goto fail;
-			}
-			buf = nb;
-		}
-		n = fread(buf + len, 1, cap - len, f);
-		len += n;
-		if (n == 0)
-			break;
-	}
-	if (ferror(f)) {
-		snprintf(err, errlen, "%s:1: read error: %s", path,
-			 strerror(errno));
-		goto fail;
-	}
-	fclose(f);
-	buf[len] = '\0';
-	*out = buf;
-	*outlen = len;
-	return 0;
-fail:
-	fclose(f);
-	free(buf);
+	if (sluice_file_read(path, SLUICE_CONFIG_MAX_BYTES, SLUICE_FILE_OWNED,
+			     out, outlen, quotable, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(err, errlen,
+		 "%s:1: %s; expected a regular YAML file (at most %d MiB) "
+		 "owned by the user sluice runs as or root",
+		 path, why, SLUICE_CONFIG_MAX_BYTES >> 20);
 	return -1;
 }
 
@@ -1145,10 +1126,12 @@ sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)
 	sluice_config_t *cfg;
 	char *buf;
 	size_t len;
+	int quotable;
 
-	if (sluice_config_read_file(path, &buf, &len, err, errlen) < 0)
+	if (sluice_config_read_file(path, &buf, &len, &quotable, err, errlen) <
+	    0)
 		return NULL;
-	cfg = sluice_config_parse(path, buf, len, err, errlen);
+	cfg = parse_file(path, buf, len, quotable, err, errlen);
 	free(buf);
 	return cfg;
 }
@@ -1166,13 +1149,16 @@ unsigned sluice_config_check(const char *path, char *report, size_t len,
 	sluice_config_t *cfg;
 	char *buf;
 	size_t n;
+	int quotable;
 
 	if (len)
 		report[0] = '\0';
-	if (sluice_config_read_file(path, &buf, &n, line, sizeof(line)) < 0) {
+	if (sluice_config_read_file(path, &buf, &n, &quotable, line,
+				    sizeof(line)) < 0) {
 		sluice_yaml_report(&y, line);
 		return y.nerrors;
 	}
+	y.withhold = !quotable;
 	cfg = parse_text(&y, buf, n);
 	free(buf);
 	sluice_config_free(cfg);

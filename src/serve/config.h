@@ -65,6 +65,7 @@ typedef struct sluice_override_s {
 	uint32_t set; /* index into sets */
 	int line;     /* where it was given, for messages */
 	const char *file;
+	int withhold; /* its file may not be quoted (sluice_yaml_t) */
 } sluice_override_t;
 
 typedef struct sluice_overrides_s {
@@ -155,6 +156,7 @@ typedef struct sluice_store_config_s {
 	sluice_store_kind_t kind;
 	size_t max_keys; /* memory/shared store bound (default 1,000,000) */
 	char *shm_path;	 /* shared: the store's file, e.g. /dev/shm/sluice */
+	char *shm_group; /* shared: the group sharing it, or NULL */
 	/* redis / redis_cluster */
 	/* redis[s]://[user:pass@]host:port/db, unix:///path; with a
 	 * Sentinel only its credentials, db and scheme count (may be NULL) */

@@ -15,6 +15,7 @@
  * editor adds, is not part of the token.
  */
 #include "serve/config_internal.h"
+#include "util/file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -49,29 +50,37 @@ static int token_ok(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 	return 0;
 }
 
+/* The token file: a regular file owned by the user sluice runs as or root
+ * (whoever owns it knows the token), opened without blocking; its content
+ * is never quoted.  Surrounding whitespace (an editor's newline) is not
+ * part of the token. */
 static int read_token_file(sluice_yaml_t *y, yaml_node_t *node,
 			   const char *path, char **out)
 {
-	char *buf = malloc(TOKEN_MAX + 2);
+	char why[256], *buf;
 	size_t n, b = 0;
-	FILE *f;
 
-	if (!buf)
-		return sluice_yaml_nomem(y, node);
-	if (!(f = fopen(path, "rb"))) {
-		free(buf);
+	if (sluice_file_read(path, TOKEN_MAX + 64, SLUICE_FILE_OWNED, &buf, &n,
+			     NULL, why, sizeof(why)) < 0)
 		return sluice_yaml_error(y, node,
-					 "admin.token_file \"%.200s\": cannot "
-					 "open: %s; expected a readable file "
+					 "admin.token_file \"%.200s\" %s; "
+					 "expected a regular file owned by "
+					 "the user sluice runs as or root, "
 					 "holding the token",
-					 path, strerror(errno));
-	}
-	n = fread(buf, 1, TOKEN_MAX + 1, f);
-	fclose(f);
+					 path, why);
 	while (n > 0 && isspace((unsigned char)buf[n - 1]))
 		n--;
 	while (b < n && isspace((unsigned char)buf[b]))
 		b++;
+	if (n == b) {
+		free(buf);
+		return sluice_yaml_error(y, node,
+					 "admin.token_file \"%.200s\" holds no "
+					 "token (it is empty or only "
+					 "whitespace); expected 16 to 4096 "
+					 "printable bytes",
+					 path);
+	}
 	if (token_ok(y, node, "admin.token_file's token", buf + b, n - b) < 0) {
 		free(buf);
 		return -1;

@@ -12,8 +12,10 @@
  * sluice_match_t.key. */
 #define SLUICE_NAME_MAX 64
 
-/* A config file larger than this is refused (it is surely not one). */
-#define SLUICE_CONFIG_MAX_BYTES (4 * 1024 * 1024)
+/* A config or overrides file larger than this is refused (it is surely
+ * not one).  Room for 100,000 overrides with keys of up to 256 bytes
+ * (their documented form takes 48 bytes with a 12-byte key). */
+#define SLUICE_CONFIG_MAX_BYTES (32 * 1024 * 1024)
 
 /* Parses the `rules:` list into cfg->rules. */
 int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
@@ -34,9 +36,11 @@ int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,
 			       sluice_limit_set_t *set, const char *what);
 
-/* Reads a whole file (config.c); -1 with "FILE:1: ..." in err. */
+/* Reads a whole config or overrides file (config.c): a regular file owned
+ * by the user sluice runs as or root; *quotable says whether messages may
+ * quote it (sluice_file_t).  -1 with "FILE:1: ..." in err. */
 int sluice_config_read_file(const char *path, char **out, size_t *outlen,
-			    char *err, size_t errlen);
+			    int *quotable, char *err, size_t errlen);
 
 /* A rule's `overrides:` and/or `overrides_file:` (either may be NULL)
  * into r->overrides (config_override.c). */

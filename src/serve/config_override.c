@@ -149,6 +149,7 @@ static int read_mapping(sluice_yaml_t *y, yaml_node_t *map,
 		e->set = (uint32_t)si;
 		e->line = sluice_yaml_line(k);
 		e->file = file;
+		e->withhold = y->withhold;
 		o->n++;
 	}
 	return rc;
@@ -189,8 +190,10 @@ static int build(sluice_yaml_t *y, sluice_overrides_t *o, const char *rule)
 				 "%s:%d: %s: override \"%.60s\" is given "
 				 "twice (first at %s:%d); expected each key "
 				 "once",
-				 e->file, e->line, rule, e->key, f->file,
-				 f->line);
+				 e->file, e->line, rule,
+				 e->withhold || f->withhold ? "(withheld)"
+							    : e->key,
+				 f->file, f->line);
 			sluice_yaml_report(y, line);
 			rc = -1;
 			continue;
@@ -211,11 +214,12 @@ static int read_file(sluice_yaml_t *y, yaml_node_t *node, sluice_overrides_t *o,
 	const char *path;
 	char *text = NULL, err[1024], first[1024];
 	size_t len = 0;
-	int rc;
+	int rc, quotable = 0;
 
 	if (sluice_yaml_string(y, node, "overrides_file", &path) < 0)
 		return -1;
-	if (sluice_config_read_file(path, &text, &len, err, sizeof(err)) < 0) {
+	if (sluice_config_read_file(path, &text, &len, &quotable, err,
+				    sizeof(err)) < 0) {
 		sluice_yaml_report(y, err);
 		return -1;
 	}
@@ -226,6 +230,10 @@ static int read_file(sluice_yaml_t *y, yaml_node_t *node, sluice_overrides_t *o,
 	fy.name = path;
 	fy.err = first;
 	fy.errlen = sizeof(first);
+	fy.withhold = !quotable;
+	fy.expect_root = "a mapping of override keys to limits, such as "
+			 "\"customer-42\": [{capacity: 2000, rate: 50/s}] "
+			 "({} for none)";
 	first[0] = '\0';
 	if (sluice_yaml_load(&fy, text, len) < 0) {
 		free(text);

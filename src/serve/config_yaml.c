@@ -133,17 +133,20 @@ int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len)
 	root = yaml_document_get_root_node(&y->doc);
 	if (!root || sluice_yaml_is_null(root)) {
 		snprintf(y->err, y->errlen,
-			 "%s:1: the file is empty; expected a mapping of "
-			 "settings such as \"rules:\"",
-			 y->name);
+			 "%s:1: the file is empty; expected %s", y->name,
+			 y->expect_root ? y->expect_root
+					: "a mapping of settings such as "
+					  "\"rules:\"");
 		yaml_document_delete(&y->doc);
 		return -1;
 	}
 	if (root->type != YAML_MAPPING_NODE) {
-		sluice_yaml_error(y, root,
-				  "the file holds %s; expected a mapping of "
-				  "settings (listen, store, rules, ...)",
-				  sluice_yaml_kind(root));
+		sluice_yaml_error(y, root, "the file holds %s; expected %s",
+				  sluice_yaml_kind(root),
+				  y->expect_root ? y->expect_root
+						 : "a mapping of settings "
+						   "(listen, store, rules, "
+						   "...)");
 		yaml_document_delete(&y->doc);
 		return -1;
 	}
@@ -170,10 +173,44 @@ int sluice_yaml_line(const yaml_node_t *node)
 	return node ? (int)node->start_mark.line + 1 : 1;
 }
 
-void sluice_yaml_report(sluice_yaml_t *y, const char *line)
-{
-	size_t n = strlen(line);
+/*
+ * A message goes to a log, a terminal, a reload's answer: control bytes
+ * (a terminal escape in a quoted key) become '?', and a quoted excerpt of
+ * the file ("...") keeps at most QUOTE_MAX bytes.  Quotes pair up as the
+ * message's own do; a '"' inside an excerpt only shortens what is shown.
+ */
+#define QUOTE_MAX 64
 
+static void sanitise(char *out, size_t outlen, const char *in)
+{
+	size_t o = 0, run = 0;
+	int quoted = 0;
+
+	for (; *in && o + 4 < outlen; in++) {
+		unsigned char c = (unsigned char)*in;
+
+		if (c == '"') {
+			quoted = !quoted;
+			run = 0;
+		} else if (quoted && ++run > QUOTE_MAX) {
+			if (run == QUOTE_MAX + 1) {
+				memcpy(out + o, "...", 3);
+				o += 3;
+			}
+			continue;
+		}
+		out[o++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+	}
+	out[o] = '\0';
+}
+
+void sluice_yaml_report(sluice_yaml_t *y, const char *raw)
+{
+	char line[1024];
+	size_t n;
+
+	sanitise(line, sizeof(line), raw);
+	n = strlen(line);
 	if (y->nerrors++ == 0 && y->errlen)
 		snprintf(y->err, y->errlen, "%s", line);
 	if (!y->report || y->nerrors > y->max_errors ||
@@ -194,7 +231,15 @@ int sluice_yaml_error(sluice_yaml_t *y, const yaml_node_t *node,
 
 	n = snprintf(line, sizeof(line), "%s:%d: ", y->name,
 		     sluice_yaml_line(node));
-	if (n >= 0 && (size_t)n < sizeof(line)) {
+	if (y->withhold) {
+		/* Nothing of the message: it may quote the file. */
+		snprintf(line + (n > 0 ? n : 0),
+			 sizeof(line) - (size_t)(n > 0 ? n : 0),
+			 "not a valid setting (details withheld: the file "
+			 "is not readable by every user, nor this user's "
+			 "own named directly; a symbolic or hard link may "
+			 "lead to a secret)");
+	} else if (n >= 0 && (size_t)n < sizeof(line)) {
 		va_start(ap, fmt);
 		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 		va_end(ap);

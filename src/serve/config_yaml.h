@@ -24,6 +24,13 @@ typedef struct sluice_yaml_s {
 	char *report;
 	size_t reportlen, reportused;
 	unsigned max_errors, nerrors;
+	/* Messages about this file quote none of its content, only its
+	 * name and line (a file sluice_file_t says is not quotable: it may
+	 * be a link someone made to a file they cannot read). */
+	int withhold;
+	/* What the file should hold, for the messages about an empty file
+	 * or another kind of root; NULL: a config file's settings. */
+	const char *expect_root;
 } sluice_yaml_t;
 
 /* Lists and mappings nested deeper than this are refused (the deepest

@@ -131,7 +131,8 @@ static int store_same(const sluice_store_config_t *a,
 
 	if (a->kind != b->kind || a->max_keys != b->max_keys ||
 	    !str_same(a->url, b->url) || !str_same(a->shm_path, b->shm_path) ||
-	    a->nseeds != b->nseeds || !str_same(a->key_prefix, b->key_prefix) ||
+	    !str_same(a->shm_group, b->shm_group) || a->nseeds != b->nseeds ||
+	    !str_same(a->key_prefix, b->key_prefix) ||
 	    a->timeout_ms != b->timeout_ms ||
 	    a->connections != b->connections || !tls_same(&a->tls, &b->tls) ||
 	    !sentinel_same(&a->sentinel, &b->sentinel))
@@ -559,8 +560,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	/* The host's shared store, opened once: a file that cannot be used
 	 * is a configuration error (exit 2), like a bad config file. */
 	if (cfg->store.kind == SLUICE_STORE_SHARED &&
-	    sluice_shmstore_open(&s.shm, cfg->store.shm_path,
-				 cfg->store.max_keys, err, sizeof(err)) != 0) {
+	    sluice_shmstore_open_group(
+		    &s.shm, cfg->store.shm_path, cfg->store.max_keys,
+		    cfg->store.shm_group, err, sizeof(err)) != 0) {
 		sluice_log_error("store.shared: %s", err);
 		sluice_config_free(cfg);
 		return 2;

@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define MIN_SLOTS	   16
 #define EVICT_WINDOW	   32
@@ -128,13 +129,15 @@ static void remove_at(sluice_shard_t *s, size_t i)
 
 	slot_clear(&s->slots[i]);
 	s->t->count--;
-	for (;;) {
+	/* Bounded by the table's size: a shared table may have been filled
+	 * (damaged) so that no slot is empty. */
+	for (size_t n = 0; n < s->mask; n++) {
 		size_t home;
 
-		j = (j + 1) & s->t->mask;
+		j = (j + 1) & s->mask;
 		if (!s->slots[j].h1)
 			return;
-		home = s->slots[j].h1 & s->t->mask;
+		home = s->slots[j].h1 & s->mask;
 		/* Move slot j into the hole unless its home lies cyclically
 		 * in (i, j], where it can still be found without passing i. */
 		if ((j > i && (home <= i || home > j)) ||
@@ -146,13 +149,18 @@ static void remove_at(sluice_shard_t *s, size_t i)
 	}
 }
 
+/* Puts sl in the first free slot from its home; NULL when there is none
+ * (never in a table kept at most 3/4 full; a damaged shared one may be). */
 static sluice_slot_t *place(sluice_slot_t *slots, size_t mask,
 			    const sluice_slot_t *sl)
 {
-	size_t i = sl->h1 & mask;
+	size_t i = sl->h1 & mask, n;
 
-	while (slots[i].h1)
+	for (n = 0; slots[i].h1; n++) {
+		if (n == mask)
+			return NULL;
 		i = (i + 1) & mask;
+	}
 	slot_put(&slots[i], sl);
 	return &slots[i];
 }
@@ -161,7 +169,7 @@ static sluice_slot_t *place(sluice_slot_t *slots, size_t mask,
  * of memory. */
 static int grow(sluice_shard_t *s)
 {
-	size_t old = s->t->mask + 1, i;
+	size_t old = s->mask + 1, i;
 	sluice_slot_t *next;
 
 	if (!s->can_grow)
@@ -174,21 +182,22 @@ static int grow(sluice_shard_t *s)
 			place(next, old * 2 - 1, &s->slots[i]);
 	sluice_slots_free(s->slots, old);
 	s->slots = next;
-	s->t->mask = old * 2 - 1;
-	s->t->hand &= s->t->mask;
-	s->t->cursor &= s->t->mask;
+	s->mask = old * 2 - 1;
+	s->t->mask = s->mask;
+	s->t->hand &= s->mask;
+	s->t->cursor &= s->mask;
 	return 0;
 }
 
 static sluice_slot_t *find(const sluice_shard_t *s, uint64_t h1, uint64_t h2)
 {
-	size_t i = h1 & s->t->mask;
+	size_t i = h1 & s->mask, n;
 	sluice_slot_t *sl;
 
-	while ((sl = &s->slots[i])->h1 != 0) {
+	for (n = 0; n <= s->mask && (sl = &s->slots[i])->h1 != 0; n++) {
 		if (sl->h1 == h1 && sl->h2 == h2)
 			return sl;
-		i = (i + 1) & s->t->mask;
+		i = (i + 1) & s->mask;
 	}
 	return NULL;
 }
@@ -213,15 +222,86 @@ static int shard_recover(sluice_shard_t *s)
 	return pthread_mutex_consistent(s->lock);
 }
 
-static void shard_lock(sluice_shard_t *s)
+/*
+ * Takes a shard's lock: 0, or an error number (the lock is then not held).
+ * A shared lock lives in a file another process may have damaged or may
+ * hold forever (stopped, or a lock word that names no live thread): after
+ * wait_ms the caller gets ETIMEDOUT and a store error, never a hang.  The
+ * uncontended path is one trylock, as before.
+ */
+/*
+ * A shared lock's type lives in the file: one overwritten with another
+ * type makes glibc take another path (priority inheritance: kernel calls
+ * on garbage; lock elision: instructions this CPU may not have, SIGILL).
+ * So a lock whose type changed is not locked at all, and a lock this
+ * process holds gets its type back before it is unlocked.
+ */
+static int kind_changed(const sluice_shard_t *s)
 {
-	if (pthread_mutex_lock(s->lock) == EOWNERDEAD)
-		shard_recover(s);
+#ifdef __GLIBC__
+	return s->lock_kind && s->lock->__data.__kind != s->lock_kind;
+#else
+	(void)s;
+	return 0;
+#endif
+}
+
+static void shard_unlock(sluice_shard_t *s)
+{
+#ifdef __GLIBC__
+	if (kind_changed(s))
+		s->lock->__data.__kind = s->lock_kind;
+#endif
+	pthread_mutex_unlock(s->lock);
+}
+
+static int shard_lock(sluice_shard_t *s)
+{
+	int rc;
+
+	if (kind_changed(s))
+		return EINVAL;
+	rc = pthread_mutex_trylock(s->lock);
+	/* Once a wait timed out, the shard's lock fails at once while it
+	 * stays busy (a loop thread must not stall the whole wait per request
+	 * on a lock nobody releases); the first success ends that. */
+	if (rc == EBUSY && s->wait_ms &&
+	    __atomic_load_n(&s->stuck, __ATOMIC_RELAXED))
+		return ETIMEDOUT;
+	if (rc == EBUSY) {
+		if (s->wait_ms) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += (time_t)(s->wait_ms / 1000);
+			ts.tv_nsec += (long)(s->wait_ms % 1000) * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			rc = pthread_mutex_timedlock(s->lock, &ts);
+			if (rc == ETIMEDOUT)
+				__atomic_store_n(&s->stuck, 1,
+						 __ATOMIC_RELAXED);
+		} else {
+			rc = pthread_mutex_lock(s->lock);
+		}
+	}
+	if (rc == EOWNERDEAD)
+		rc = shard_recover(s);
+	if (rc == 0 && s->wait_ms &&
+	    __atomic_load_n(&s->stuck, __ATOMIC_RELAXED))
+		__atomic_store_n(&s->stuck, 0, __ATOMIC_RELAXED);
+	return rc;
 }
 
 static int shard_trylock(sluice_shard_t *s)
 {
-	int rc = pthread_mutex_trylock(s->lock);
+	int rc;
+
+	if (kind_changed(s))
+		return EINVAL;
+	rc = pthread_mutex_trylock(s->lock);
 
 	if (rc == EOWNERDEAD)
 		rc = shard_recover(s);
@@ -240,7 +320,7 @@ static int shard_trylock(sluice_shard_t *s)
  */
 void sluice_shard_repair(sluice_shard_t *s)
 {
-	size_t i, size = s->t->mask + 1, pass, used = 0;
+	size_t i, size = s->mask + 1, pass, used = 0;
 	int moved = 1;
 
 	for (pass = 0; moved && pass < size; pass++) {
@@ -250,9 +330,9 @@ void sluice_shard_repair(sluice_shard_t *s)
 
 			if (!sl->h1 || (f = find(s, sl->h1, sl->h2)) == sl)
 				continue;
-			if (!f)
-				place(s->slots, s->t->mask, sl);
-			else if (sl->state > f->state)
+			if (!f && !place(s->slots, s->mask, sl))
+				continue; /* no free slot: leave it */
+			if (f && sl->state > f->state)
 				f->state = sl->state; /* never forgive */
 			slot_clear(sl);
 			moved = 1;
@@ -261,16 +341,24 @@ void sluice_shard_repair(sluice_shard_t *s)
 	for (i = 0; i < size; i++)
 		used += s->slots[i].h1 != 0;
 	s->t->count = used;
-	s->t->hand &= s->t->mask;
-	s->t->cursor &= s->t->mask;
+	s->t->hand &= s->mask;
+	s->t->cursor &= s->mask;
 }
 
 int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)
 {
 	size_t i, used = 0;
+	int rc;
 
-	shard_lock(s);
-	for (i = 0; i <= s->t->mask; i++) {
+	if ((rc = shard_lock(s)) != 0) {
+		snprintf(err, errlen, "its lock cannot be taken: %s",
+			 rc == ETIMEDOUT ? "held and not released within "
+					   "the wait (a stopped process, or "
+					   "damaged)"
+					 : strerror(rc));
+		return -1;
+	}
+	for (i = 0; i <= s->mask; i++) {
 		sluice_slot_t *sl = &s->slots[i];
 
 		if (!sl->h1)
@@ -282,18 +370,18 @@ int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)
 				 "slot %zu is unreachable or "
 				 "repeated",
 				 i);
-			pthread_mutex_unlock(s->lock);
+			shard_unlock(s);
 			return -1;
 		}
 	}
-	if (used != s->t->count || used > s->t->max) {
+	if (used != s->t->count || used > s->max) {
 		snprintf(err, errlen, "%zu slots used, count %llu, max %llu",
 			 used, (unsigned long long)s->t->count,
-			 (unsigned long long)s->t->max);
-		pthread_mutex_unlock(s->lock);
+			 (unsigned long long)s->max);
+		shard_unlock(s);
 		return -1;
 	}
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 
@@ -304,7 +392,7 @@ static void reclaim_step(sluice_shard_t *s, int64_t now_us, int steps)
 	int n;
 
 	for (n = 0; n < steps && s->t->count > 0; n++) {
-		size_t i = s->t->cursor;
+		size_t i = s->t->cursor & s->mask;
 
 		if (s->slots[i].h1 && slot_dead(&s->slots[i], now_us)) {
 			/* remove_at may shift a live key into slot i: look
@@ -312,7 +400,7 @@ static void reclaim_step(sluice_shard_t *s, int64_t now_us, int steps)
 			remove_at(s, i);
 			s->t->expired++;
 		} else {
-			s->t->cursor = (i + 1) & s->t->mask;
+			s->t->cursor = (i + 1) & s->mask;
 		}
 	}
 }
@@ -351,12 +439,12 @@ static int evict_one(sluice_shard_t *s, int64_t now_us, const uint64_t *keep,
 	/* States order as their expiries do, and a state is full at now_us
 	 * iff it is <= now_us * 1000: compare states, no division. */
 	const sluice_state_t full = clamp_now(now_us) * 1000;
-	size_t i = s->t->hand, seen = 0, scanned = 0;
+	size_t i = s->t->hand & s->mask, seen = 0, scanned = 0;
 	sluice_state_t best = INT64_MAX;
 	long victim = -1;
 
-	for (; scanned <= s->t->mask && seen < EVICT_WINDOW;
-	     i = (i + 1) & s->t->mask, scanned++) {
+	for (; scanned <= s->mask && seen < EVICT_WINDOW;
+	     i = (i + 1) & s->mask, scanned++) {
 		sluice_slot_t *sl = &s->slots[i];
 
 		if (!sl->h1 || (nkeep > 1 && busy(sl->h1, keep, nkeep)))
@@ -398,7 +486,7 @@ static void reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
 	if (shard_trylock(s) != 0)
 		return;
 	reclaim_step(s, now_us, RECLAIM_AWAY);
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -434,8 +522,7 @@ static void insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 {
 	sluice_slot_t sl;
 
-	if (s->t->count >= s->t->max &&
-	    evict_one(s, now_us, keep, nkeep) != 0) {
+	if (s->t->count >= s->max && evict_one(s, now_us, keep, nkeep) != 0) {
 		/* No room but this call's own buckets: drop this state (the
 		 * bound holds; the bucket restarts full, counted as lost). */
 		s->t->evicted_lossy++;
@@ -444,13 +531,13 @@ static void insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 				   clamp_now(now_us));
 		return;
 	}
-	if ((s->t->count + 1) * 4 > (s->t->mask + 1) * 3 && grow(s) != 0)
+	if ((s->t->count + 1) * 4 > (s->mask + 1) * 3 && grow(s) != 0)
 		return;
 	sl.h1 = h1;
 	sl.h2 = h2;
 	sl.state = state;
-	place(s->slots, s->t->mask, &sl);
-	s->t->count++;
+	if (place(s->slots, s->mask, &sl))
+		s->t->count++;
 }
 
 /*
@@ -505,7 +592,8 @@ static int decide(sluice_buckets_t *m, const void *key, size_t keylen,
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 
-	shard_lock(s);
+	if (shard_lock(s) != 0)
+		return SLUICE_ESTORE;
 	for (i = 0; i < nlimits; i++) {
 		at[i] = find(s, h1[i], h2[i]);
 		cur[i] = at[i] ? at[i]->state : 0;
@@ -526,7 +614,7 @@ static int decide(sluice_buckets_t *m, const void *key, size_t keylen,
 		if (!at[i] && next[i] != cur[i] && !seen_before(h1, h2, i))
 			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
 	reclaim_step(s, now_us, RECLAIM_STEP);
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	reclaim_elsewhere(m, now_us);
 
 	if (summary)
@@ -556,37 +644,41 @@ int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
 
 /* -------------------------------------------------- reset and refund */
 
-/* Checks a key's limits, hashes them into h1/h2 and locks its shard. */
-static sluice_shard_t *lock_key(sluice_buckets_t *m, const void *key,
-				size_t keylen, const sluice_limit_t *limits,
-				size_t nlimits, uint64_t *h1, uint64_t *h2)
+/* Checks a key's limits, hashes them into h1/h2 and locks its shard:
+ * 0 with *out set, SLUICE_EINVAL or SLUICE_ESTORE (the lock). */
+static int lock_key(sluice_buckets_t *m, const void *key, size_t keylen,
+		    const sluice_limit_t *limits, size_t nlimits, uint64_t *h1,
+		    uint64_t *h2, sluice_shard_t **out)
 {
 	uint64_t h[2];
 	sluice_shard_t *s;
 	size_t i;
 
 	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
-		return NULL;
+		return SLUICE_EINVAL;
 	for (i = 0; i < nlimits; i++)
 		if (!sluice_limit_valid(&limits[i]))
-			return NULL;
+			return SLUICE_EINVAL;
 	sluice_siphash13_128(m->seed, key, keylen, h);
 	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
-	shard_lock(s);
-	return s;
+	if (shard_lock(s) != 0)
+		return SLUICE_ESTORE;
+	*out = s;
+	return 0;
 }
 
 int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
 			 const sluice_limit_t *limits, size_t nlimits)
 {
 	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
-	sluice_shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	sluice_shard_t *s;
 	size_t i;
+	int rc = lock_key(m, key, keylen, limits, nlimits, h1, h2, &s);
 
-	if (!s)
-		return SLUICE_EINVAL;
+	if (rc != 0)
+		return rc;
 	for (i = 0; i < nlimits; i++) {
 		sluice_slot_t *at = find(s, h1[i], h2[i]);
 
@@ -594,7 +686,7 @@ int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
 		if (at)
 			remove_at(s, (size_t)(at - s->slots));
 	}
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 
@@ -603,11 +695,12 @@ int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
 			  uint64_t cost, int64_t now_us)
 {
 	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
-	sluice_shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	sluice_shard_t *s;
 	size_t i;
+	int rc = lock_key(m, key, keylen, limits, nlimits, h1, h2, &s);
 
-	if (!s)
-		return SLUICE_EINVAL;
+	if (rc != 0)
+		return rc;
 	for (i = 0; i < nlimits; i++) {
 		sluice_slot_t *at = find(s, h1[i], h2[i]);
 
@@ -618,7 +711,7 @@ int sluice_buckets_refund(sluice_buckets_t *m, const void *key, size_t keylen,
 			at->state = sluice_refund(&limits[i], at->state, now_us,
 						  cost);
 	}
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 
@@ -669,14 +762,15 @@ void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out)
 	for (i = 0; i < m->nshards; i++) {
 		sluice_shard_t *s = &m->shards[i];
 
-		shard_lock(s);
+		if (shard_lock(s) != 0)
+			continue; /* counted as nothing */
 		out->keys += s->t->count;
 		out->expired += s->t->expired;
 		out->evicted_full += s->t->evicted_full;
 		out->evicted_lossy += s->t->evicted_lossy;
 		out->evicted_debt_us += s->t->evicted_debt_us;
 		out->recovered += s->t->recovered;
-		pthread_mutex_unlock(s->lock);
+		shard_unlock(s);
 	}
 }
 
@@ -827,7 +921,15 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 		keep[k] = b[k].h1;
 
 	for (rest = shards; rest; rest &= rest - 1)
-		shard_lock(&m->shards[__builtin_ctzll(rest)]);
+		if (shard_lock(&m->shards[__builtin_ctzll(rest)]) != 0) {
+			/* Unlock what this call holds, and fail. */
+			uint64_t held = shards & ~rest;
+
+			for (; held; held &= held - 1)
+				shard_unlock(&m->shards[__builtin_ctzll(held)]);
+			rc = SLUICE_ESTORE;
+			goto out;
+		}
 	for (i = 0, k = 0; i < n; k += items[i++].nlimits)
 		if (!many_decide(m, &items[i], &b[k], b, now_us))
 			all = 0;
@@ -844,7 +946,7 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 	for (i = m->nshards; i-- > 0;)
 		if (shards >> i & 1) {
 			reclaim_step(&m->shards[i], now_us, RECLAIM_STEP);
-			pthread_mutex_unlock(m->shards[i].lock);
+			shard_unlock(&m->shards[i]);
 		}
 	reclaim_elsewhere(m, now_us);
 	rc = all;

@@ -36,7 +36,14 @@ typedef struct sluice_shard_s {
 	pthread_mutex_t *lock; /* robust when shared between processes */
 	sluice_table_t *t;
 	sluice_slot_t *slots;
-	int can_grow; /* 0: the slot array is fixed, sized for t->max */
+	/* The table's size and bound as this process knows them: a shared
+	 * table's counters (t) live in a file anyone with write access may
+	 * change, so indices come from these, never from t->mask. */
+	uint64_t mask, max;
+	int can_grow;	  /* 0: the slot array is fixed, sized for max */
+	unsigned wait_ms; /* longest wait for the lock; 0: forever */
+	int stuck;	  /* a wait timed out; fail at once while busy */
+	int lock_kind;	  /* glibc's type word the lock must keep; 0: any */
 } sluice_shard_t;
 
 #define SLUICE_MAX_SHARDS 64
@@ -57,7 +64,9 @@ size_t sluice_buckets_nshards(size_t max_keys, unsigned *bits);
 size_t sluice_buckets_fixed_slots(uint64_t max);
 
 /* As sluice_memstore_take(), sluice_memstore_take_many() and
- * sluice_memstore_stats(), over any table. */
+ * sluice_memstore_stats(), over any table; these and reset/refund return
+ * SLUICE_ESTORE when a shard's lock cannot be taken (a shared lock held
+ * past wait_ms, or damaged). */
 int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 			const sluice_limit_t *limits, size_t nlimits,
 			uint64_t cost, int64_t now_us,
@@ -84,7 +93,8 @@ int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
 void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out);
 
 /* Rebuilds a shard's table from the entries it holds (after its lock's
- * holder died mid-update); the caller holds the lock. */
+ * holder died mid-update); the caller holds the lock.  Bounded whatever
+ * the slots hold. */
 void sluice_shard_repair(sluice_shard_t *s);
 
 /* Checks a shard's invariants (count, bound, every entry reachable and

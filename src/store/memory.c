@@ -51,6 +51,8 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 		s->t.mask = FIRST_SLOTS - 1;
 		v->lock = &s->lock;
 		v->t = &s->t;
+		v->mask = s->t.mask;
+		v->max = s->t.max;
 		v->can_grow = 1;
 		v->slots = sluice_slots_alloc(FIRST_SLOTS);
 		if (!v->slots) {

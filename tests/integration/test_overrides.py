@@ -2,7 +2,9 @@
 """Per-key overrides of `sluice serve` rules: inline `overrides:` and
 `overrides_file:` (reloaded on SIGHUP), beating tiers, on /v1/check and
 /v1/take; a file of 100,000 overrides loads and answers; errors in the
-overrides file name that file and line.
+overrides file name that file and line.  An overrides file swapped for a
+FIFO or for a link to a secret file, then SIGHUP: the reload is refused at
+once (SIGTERM still stops the server) and nothing of the secret is logged.
 
 Buckets refill at 1/hour, so every count is exact and nothing depends on
 timing.
@@ -109,6 +111,49 @@ class Overrides(unittest.TestCase):
             self.assertEqual(p.returncode, 2)
             self.assertIn(self.file + ":2: ", p.stderr)
             self.assertIn("fortnight", p.stderr)
+
+    def swap(self, make):
+        """Replaces the overrides file by what make(tmp_path) creates."""
+        tmp = self.file + ".swap"
+        make(tmp)
+        os.replace(tmp, self.file)
+
+    def rejected(self, s, n=1):
+        return harness.wait_until(
+            lambda: s.log().count("reload rejected") >= n, timeout=30)
+
+    def test_fifo_on_sighup_is_refused_and_sigterm_still_stops(self):
+        with Sluice(CONFIG % self.file) as s:
+            self.assertEqual(passes(s, "customer-7"), 1)
+            self.swap(lambda p: os.mkfifo(p, 0o600))
+            s.signal(signal.SIGHUP)
+            self.assertTrue(self.rejected(s), s.log())
+            self.assertIn("is a FIFO, not a regular file", s.log())
+            # The old overrides still apply; the server still answers.
+            self.assertEqual(passes(s, "customer-7b"), 2)
+            s.signal(signal.SIGTERM)
+            self.assertEqual(s.wait(30), 0)
+
+    def test_link_to_a_secret_file_is_not_quoted(self):
+        fd, secret = tempfile.mkstemp(suffix=".shadow")
+        os.write(fd, b"root:$y$j9T$SECRETSALT$SECRETHASH:20228:0:99999:7:::\n")
+        os.close(fd)
+        os.chmod(secret, 0o640)
+        self.addCleanup(os.unlink, secret)
+        with Sluice(CONFIG % self.file) as s:
+            self.swap(lambda p: os.symlink(secret, p))
+            s.signal(signal.SIGHUP)
+            self.assertTrue(self.rejected(s), s.log())
+            self.assertNotIn("SECRET", s.log())
+            self.assertIn(self.file + ":1: ", s.log())
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(CONFIG % self.file)
+            f.flush()
+            p = subprocess.run([harness.SLUICE, "check-config", f.name],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 2)
+            self.assertNotIn("SECRET", p.stdout + p.stderr)
+            self.assertIn("details withheld", p.stderr)
 
 
 if __name__ == "__main__":

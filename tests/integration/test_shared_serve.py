@@ -6,8 +6,11 @@
 - a `sluice serve` stopped (SIGTERM or SIGKILL) and started again finds a
   drained bucket drained;
 - a file it cannot use (another layout version, made for another
-  max_keys, not a store, no directory) stops it with exit status 2 and a
-  message naming the file.
+  max_keys, not a store, no directory, owned by another user) stops it
+  with exit status 2 and a message naming the file (and the owner);
+- a file truncated or damaged under running servers crashes none of them:
+  decisions follow on_store_error, the log says why, and a restart refuses
+  the file.
 
 Limits refill at most one token an hour, so every count is exact.
 """
@@ -111,6 +114,56 @@ class SharedServe(unittest.TestCase):
         missing = CONFIG % {"path": "/nonexistent-dir/sluice",
                             "max_keys": 10}
         self.assertIn("/nonexistent-dir/sluice", self.refused(missing))
+
+    def test_file_of_another_user_is_refused_naming_the_owner(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to chown to nobody")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.fchown(fd, 65534, 65534)
+        os.close(fd)
+        err = self.refused(self.config())
+        self.assertIn(self.path, err)
+        self.assertIn("owned by uid 65534", err)
+        # With the group configured, its members' file is shared.
+        group = "%d" % 65534
+        cfg = (CONFIG.replace("max_keys: %(max_keys)d}",
+                              "max_keys: %(max_keys)d, group: '" + group +
+                              "'}") % {"path": self.path, "max_keys": 10000})
+        self.remove()
+        with Sluice(cfg) as s:
+            self.assertEqual(check(s, "x").status, 200)
+            st = os.stat(self.path)
+            self.assertEqual((st.st_gid, st.st_mode & 0o777), (65534, 0o660))
+
+    def test_truncated_file_fails_decisions_not_the_servers(self):
+        cfg = self.config() + \
+            "    on_store_error: closed\n"
+        with Sluice(cfg) as a, Sluice(cfg) as b:
+            for s in (a, b):
+                self.assertEqual(check(s, "alice").status, 200)
+            os.truncate(self.path, 4096)
+            for s in (a, b):
+                for i in range(20):
+                    r = check(s, "user-%d" % i)
+                    self.assertEqual(r.status, 503)
+                self.assertIsNone(s.poll())
+                self.assertTrue(harness.wait_until(
+                    lambda: "the file shrank" in s.log(), timeout=30))
+        err = self.refused(self.config())
+        self.assertIn("truncated", err)
+
+    def test_damaged_mask_crashes_nothing_and_is_refused(self):
+        with Sluice(self.config()) as s:
+            self.assertEqual(check(s, "alice").status, 200)
+            with open(self.path, "r+b") as f:
+                for shard in range(64):
+                    f.seek(4096 + shard * 128 + 40)  # its table's mask
+                    f.write(struct.pack("<Q", 1 << 62))
+            for i in range(50):
+                self.assertIn(check(s, "user-%d" % i).status, (200, 429))
+            self.assertIsNone(s.poll())
+        err = self.refused(self.config())
+        self.assertIn("is damaged", err)
 
     def test_config_errors_name_the_line(self):
         err = self.refused("store: {shared: {max_keys: 10}}\n")

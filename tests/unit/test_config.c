@@ -466,11 +466,13 @@ static void test_tls_block_with_mutual_tls(void)
 	 * empty file */
 	snprintf(text, sizeof(text),
 		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.dir);
-	expect_bad(text, 4, "is a directory; expected a readable PEM file");
+	expect_bad(text, 4,
+		   "is a directory, not a regular file; expected a "
+		   "readable PEM file");
 	CHECK(mkfifo(p.fifo, 0600) == 0);
 	snprintf(text, sizeof(text),
 		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.fifo);
-	expect_bad(text, 4, "is not a regular file");
+	expect_bad(text, 4, "is a FIFO, not a regular file");
 	snprintf(text, sizeof(text),
 		 "store:\n  redis:\n    tls:\n      ca_file: %s\n", p.empty);
 	expect_bad(text, 4, "is empty; expected a readable PEM file");
@@ -964,7 +966,7 @@ static void test_load_reads_a_file_and_names_it(void)
 	sluice_config_free(c);
 	unlink(path);
 	c = sluice_config_load(path, err, sizeof(err));
-	CHECK(c == NULL && strstr(err, "cannot open") != NULL);
+	CHECK(c == NULL && strstr(err, "cannot be opened") != NULL);
 }
 
 /* Reading on after errors must not trip over what failed: a rule with no
@@ -1003,7 +1005,7 @@ static void test_check_reads_on_after_errors(void)
 	CHECK(strncmp(report, err, strlen(err)) == 0);
 	unlink(path);
 	CHECK(sluice_config_check(path, report, sizeof(report), 20) == 1);
-	CHECK(strstr(report, "cannot open") != NULL);
+	CHECK(strstr(report, "cannot be opened") != NULL);
 }
 
 /* 100,000 overrides: every key finds its own limits with a short probe

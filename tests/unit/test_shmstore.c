@@ -5,10 +5,13 @@
  */
 #include "check.h"
 #include "sluice.h"
+#include "store/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -221,8 +224,10 @@ static void survivor(const char *path, uint64_t seed, int fd)
 		int64_t t = mono_us();
 
 		crash_take(s, &seed, &a);
-		if (a < 0)
+		if (a < 0) {
+			fprintf(stderr, "survivor: a take failed: %d\n", a);
 			_exit(4);
+		}
 		if (mono_us() - t > TAKE_BOUND_US)
 			_exit(6);
 		charged += (uint64_t)a;
@@ -313,6 +318,13 @@ static void test_sigkilled_process_blocks_no_one_and_corrupts_nothing(void)
 		for (i = 0; i < SURVIVORS; i++)
 			if (surv[i] > 0 &&
 			    waitpid(surv[i], &status, WNOHANG) == surv[i]) {
+				if (!WIFEXITED(status) ||
+				    WEXITSTATUS(status) != 0)
+					fprintf(stderr,
+						"survivor: status 0x%x (exit "
+						"3: open, 4: take failed, "
+						"6: take blocked)\n",
+						(unsigned)status);
 				CHECK(WIFEXITED(status) &&
 				      WEXITSTATUS(status) == 0);
 				surv[i] = 0;
@@ -510,6 +522,333 @@ static void test_files_of_another_layout_are_refused(void)
 	unlink(path);
 }
 
+/* ------------------------------------------------ who else is on the host */
+
+#define NOBODY 65534
+
+/* The file another local user made (or chowned) is theirs: refused, and
+ * the message names them, whether or not it is laid out already. */
+static void test_file_of_another_user_is_refused_naming_the_owner(void)
+{
+	const char *path = shm_path("owner");
+	sluice_shmstore_t *s = open_store(path, 100);
+	char err[512];
+	int fd;
+
+	CHECK(s);
+	sluice_shmstore_close(s);
+	CHECK(chown(path, NOBODY, NOBODY) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "owned by uid 65534") != NULL);
+	CHECK(strstr(err, path) != NULL);
+	/* pre-created empty, mode 0600, before we ever ran */
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0 && fchown(fd, NOBODY, NOBODY) == 0);
+	close(fd);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "owned by uid 65534") != NULL);
+	/* a symbolic link planted in its place */
+	unlink(path);
+	CHECK(symlink("/etc/passwd", path) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "symbolic link") != NULL);
+	unlink(path);
+	/* our own file, group-writable for a group nobody configured */
+	s = open_store(path, 100);
+	CHECK(s);
+	sluice_shmstore_close(s);
+	CHECK(chmod(path, 0660) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "not the configured group") != NULL);
+	unlink(path);
+}
+
+/* With a configured group, a file carrying it is shared by its members
+ * (another user's file included); one this call creates gets it, 0660. */
+static void test_configured_group_shares_the_file(void)
+{
+	const char *path = shm_path("group");
+	sluice_shmstore_t *s = NULL;
+	struct group *g = getgrgid(NOBODY);
+	const char *gname = g ? g->gr_name : "65534";
+	char err[512];
+	struct stat st;
+
+	CHECK(sluice_shmstore_open_group(&s, path, 100, gname, err,
+					 sizeof(err)) == 0);
+	sluice_shmstore_close(s);
+	CHECK(stat(path, &st) == 0);
+	CHECK(st.st_gid == NOBODY && (st.st_mode & 0777) == 0660);
+	CHECK(chown(path, NOBODY, NOBODY) == 0);
+	s = NULL;
+	CHECK(sluice_shmstore_open_group(&s, path, 100, gname, err,
+					 sizeof(err)) == 0);
+	sluice_shmstore_close(s);
+	/* without the group it is another user's file */
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(sluice_shmstore_open_group(&s, path, 100, "no-such-group-x", err,
+					 sizeof(err)) == SLUICE_EINVAL);
+	CHECK(strstr(err, "no-such-group-x") != NULL);
+	unlink(path);
+}
+
+/* A directory others may write without the sticky bit lets them swap
+ * the file: refused.  With the sticky bit (as /dev/shm) it is fine. */
+static void test_directory_others_can_write_is_refused(void)
+{
+	char dir[] = "/dev/shm/sluice-test-dir-XXXXXX", path[128], err[512];
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/store", dir);
+	CHECK(chmod(dir, 0777) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "without the sticky bit") != NULL);
+	CHECK(chmod(dir, 01777) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == 0);
+	CHECK(chmod(dir, 0755) == 0);
+	CHECK(chown(dir, NOBODY, NOBODY) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "directory is owned by uid 65534") != NULL);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* ----------------------------------------------- a damaged or shrunk file */
+
+/* Where shard i's table counters sit in the file (the layout shm.c
+ * writes: a 4096-byte header, then 128-byte-aligned shards). */
+typedef struct {
+	pthread_mutex_t lock;
+	sluice_table_t t;
+} __attribute__((aligned(128))) test_shard_t;
+
+static off_t shard_at(size_t i, size_t field)
+{
+	return (off_t)(4096 + i * sizeof(test_shard_t) +
+		       offsetof(test_shard_t, t) + field);
+}
+
+/* truncate(1) on a live file: every call fails with SLUICE_ESTORE (no
+ * SIGBUS), says so, and the file is refused when opened again. */
+static void test_file_truncated_while_open_fails_calls_not_the_process(void)
+{
+	const char *path = shm_path("shrunk");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 1000);
+	sluice_memstore_stats_t st;
+	sluice_take_item_t it = {
+		.key = "b", .keylen = 1, .limits = &l, .nlimits = 1, .cost = 1};
+	char err[512];
+	int i;
+
+	CHECK(s);
+	CHECK(sluice_shmstore_take(s, "a", 1, &l, 1, 1, T0, NULL, NULL) == 1);
+	CHECK(truncate(path, 4096) == 0);
+	/* every key, so every shard is touched */
+	for (i = 0; i < 200; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		CHECK(sluice_shmstore_take(s, key, strlen(key), &l, 1, 1, T0,
+					   NULL, NULL) == SLUICE_ESTORE);
+	}
+	CHECK(sluice_shmstore__failed(s));
+	CHECK(sluice_shmstore_take_many(s, &it, 1, T0) == SLUICE_ESTORE);
+	CHECK(sluice_shmstore_reset(s, "a", 1, &l, 1) == SLUICE_ESTORE);
+	CHECK(sluice_shmstore_refund(s, "a", 1, &l, 1, 1, T0) == SLUICE_ESTORE);
+	sluice_shmstore_stats(s, &st);
+	CHECK(st.keys == 0);
+	CHECK(sluice_shmstore_check(s, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "shrank") != NULL);
+	sluice_shmstore_close(s);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "truncated") != NULL);
+	unlink(path);
+}
+
+/* Shrunk to the middle of the slots, while this process holds no lock:
+ * the fault comes with a shard's lock held; that lock is released, so
+ * another process is not left waiting on it. */
+static void test_fault_releases_the_lock_it_held(void)
+{
+	const char *path = shm_path("shrunk-mid");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 100000), *t;
+	struct stat st;
+	int i, failed = 0;
+
+	CHECK(s);
+	CHECK(stat(path, &st) == 0);
+	/* keep the header and every shard's lock, cut the slots */
+	CHECK(truncate(path, 4096 + 64 * 128 + 4096) == 0);
+	for (i = 0; i < 2000; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		failed += sluice_shmstore_take(s, key, strlen(key), &l, 1, 1,
+					       T0, NULL, NULL) == SLUICE_ESTORE;
+	}
+	CHECK(failed > 0);
+	/* another opener of the same (restored) file takes every lock */
+	CHECK(truncate(path, st.st_size) == 0);
+	sluice_shmstore_close(s);
+	t = open_store(path, 100000);
+	CHECK(t);
+	sluice_shmstore__set_lock_wait(t, 200);
+	CHECK(sluice_shmstore_check(t, NULL, 0) == 0);
+	sluice_shmstore_close(t);
+	unlink(path);
+}
+
+/* Values written into the counters of a live file (a mask far beyond the
+ * slots, a count above the bound, a hand out of range) crash no call;
+ * the damaged file is refused at the next open, with a message. */
+static void test_damaged_counters_crash_nothing_and_are_refused(void)
+{
+	const char *path = shm_path("damaged");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 1000);
+	uint64_t huge = UINT64_C(0x7fffffffffffffff);
+	char err[512];
+	int i;
+
+	CHECK(s);
+	for (i = 0; i < 64; i++) {
+		CHECK(patch(path,
+			    shard_at((size_t)i, offsetof(sluice_table_t, mask)),
+			    &huge, 8) == 0);
+		CHECK(patch(path,
+			    shard_at((size_t)i, offsetof(sluice_table_t, hand)),
+			    &huge, 8) == 0);
+		CHECK(patch(path,
+			    shard_at((size_t)i,
+				     offsetof(sluice_table_t, cursor)),
+			    &huge, 8) == 0);
+	}
+	for (i = 0; i < 500; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		CHECK(sluice_shmstore_take(s, key, strlen(key), &l, 1, 1, T0,
+					   NULL, NULL) >= 0);
+		CHECK(sluice_shmstore_reset(s, key, strlen(key), &l, 1) == 0);
+	}
+	sluice_shmstore_close(s);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "shard 0 is damaged") != NULL);
+	unlink(path);
+}
+
+/* Every slot of the file marked used: lookups and inserts end (bounded
+ * probes), decisions still come. */
+static void test_table_filled_by_hand_does_not_hang(void)
+{
+	const char *path = shm_path("full");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 100);
+	struct stat st;
+	char err[512];
+	off_t at;
+	int fd, i;
+
+	CHECK(s);
+	CHECK(stat(path, &st) == 0);
+	fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	/* the slots follow the shards: fill them with "used" entries */
+	for (at = 4096 + 2 * 128; at + 24 <= st.st_size; at += 24) {
+		uint64_t slot[3] = {(uint64_t)at, 1, 0};
+
+		CHECK(pwrite(fd, slot, sizeof(slot), at) == sizeof(slot));
+	}
+	close(fd);
+	for (i = 0; i < 50; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		CHECK(sluice_shmstore_take(s, key, strlen(key), &l, 1, 1, T0,
+					   NULL, NULL) >= 0);
+	}
+	sluice_shmstore_close(s);
+	/* more entries than a shard may hold: no crash left that */
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "damaged") != NULL);
+	unlink(path);
+}
+
+/* A lock word naming a thread that will never unlock (here: this very
+ * thread, as a damaged file could): the call fails after the wait. */
+static void test_lock_never_released_fails_the_call(void)
+{
+	const char *path = shm_path("stuck");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 100);
+	uint32_t word = 0x3fffffff; /* a thread id no one has */
+	int i, failed = 0;
+
+	CHECK(s);
+	sluice_shmstore__set_lock_wait(s, 50);
+	for (i = 0; i < 2; i++)
+		CHECK(patch(path, (off_t)(4096 + i * 128), &word, 4) == 0);
+	for (i = 0; i < 4; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%d", i);
+		failed += sluice_shmstore_take(s, key, strlen(key), &l, 1, 1,
+					       T0, NULL, NULL) == SLUICE_ESTORE;
+	}
+	CHECK(failed == 4);
+	sluice_shmstore_close(s);
+	unlink(path);
+}
+
+#ifdef __GLIBC__
+/* A lock's type overwritten in a live file (here: lock elision, which
+ * glibc runs with instructions this CPU may lack, and priority
+ * inheritance): no call uses such a lock, none crashes, and the file is
+ * refused when opened again. */
+static void test_lock_type_overwritten_is_not_used(void)
+{
+	const char *path = shm_path("kind");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 1000);
+	sluice_take_item_t it = {
+		.key = "b", .keylen = 1, .limits = &l, .nlimits = 1, .cost = 1};
+	sluice_memstore_stats_t st;
+	const int kinds[2] = {256 /* timed, elision */, 32 | 16 /* PI */};
+	char err[512];
+	int i, k;
+
+	CHECK(s);
+	for (k = 0; k < 2; k++) {
+		for (i = 0; i < 64; i++)
+			CHECK(patch(path,
+				    (off_t)(4096 + i * sizeof(test_shard_t) +
+					    offsetof(pthread_mutex_t,
+						     __data.__kind)),
+				    &kinds[k], sizeof(int)) == 0);
+		for (i = 0; i < 100; i++) {
+			char key[16];
+
+			snprintf(key, sizeof(key), "k%d", i);
+			CHECK(sluice_shmstore_take(s, key, strlen(key), &l, 1,
+						   1, T0, NULL,
+						   NULL) == SLUICE_ESTORE);
+		}
+		CHECK(sluice_shmstore_take_many(s, &it, 1, T0) ==
+		      SLUICE_ESTORE);
+		CHECK(sluice_shmstore_reset(s, "b", 1, &l, 1) == SLUICE_ESTORE);
+		sluice_shmstore_stats(s, &st);
+		CHECK(sluice_shmstore_check(s, err, sizeof(err)) != 0);
+	}
+	sluice_shmstore_close(s);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "lock is damaged") != NULL);
+	unlink(path);
+}
+#endif
+
 /* A file without its magic was left by a creator that died midway: the
  * next opener lays it out again. */
 static void test_unfinished_file_is_laid_out_again(void)
@@ -534,6 +873,19 @@ int main(void)
 	RUN(test_reopened_store_keeps_a_drained_bucket);
 	RUN(test_files_of_another_layout_are_refused);
 	RUN(test_unfinished_file_is_laid_out_again);
+	if (geteuid() == 0) { /* they chown to nobody */
+		RUN(test_file_of_another_user_is_refused_naming_the_owner);
+		RUN(test_configured_group_shares_the_file);
+		RUN(test_directory_others_can_write_is_refused);
+	}
+	RUN(test_file_truncated_while_open_fails_calls_not_the_process);
+	RUN(test_fault_releases_the_lock_it_held);
+	RUN(test_damaged_counters_crash_nothing_and_are_refused);
+	RUN(test_table_filled_by_hand_does_not_hang);
+	RUN(test_lock_never_released_fails_the_call);
+#ifdef __GLIBC__
+	RUN(test_lock_type_overwritten_is_not_used);
+#endif
 	RUN(test_four_processes_share_one_bucket_exactly);
 	RUN(test_memory_store_per_process_overruns_fourfold);
 	RUN(test_sigkilled_process_blocks_no_one_and_corrupts_nothing);

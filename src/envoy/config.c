@@ -619,7 +619,7 @@ nomem:
 
 /* Parses one file's text as files[f] into the next domain. */
 static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
-		     size_t len, errs_t *e)
+		     size_t len, int quotable, errs_t *e)
 {
 	char first[1024], line[1024];
 	sluice_yaml_t y = {.name = cfg->files[f],
@@ -629,7 +629,8 @@ static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
 			   .reportlen = e->reportlen,
 			   .reportused = e->reportused,
 			   .max_errors = e->max_errors,
-			   .nerrors = e->nerrors};
+			   .nerrors = e->nerrors,
+			   .withhold = !quotable};
 	load_t L = {.y = &y, .cfg = cfg, .file = cfg->files[f]};
 	sluice_envoy_domain_t *dom = &cfg->domains[cfg->ndomains];
 	unsigned before = e->nerrors;
@@ -657,14 +658,14 @@ static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 	char line[1024];
 	char *text;
 	size_t len;
-	int rc;
+	int rc, quotable = 0;
 
-	if (sluice_config_read_file(cfg->files[f], &text, &len, line,
+	if (sluice_config_read_file(cfg->files[f], &text, &len, &quotable, line,
 				    sizeof(line)) < 0) {
 		errs_line(e, line);
 		return -1;
 	}
-	rc = load_text(cfg, f, text, len, e);
+	rc = load_text(cfg, f, text, len, quotable, e);
 	free(text);
 	return rc;
 }
@@ -854,7 +855,7 @@ sluice_envoy_load_text(const char *name, const char *text, size_t len,
 	cfg->nfiles = 1;
 	cfg->override_rule.cost = 1;
 	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
-	if (load_text(cfg, 0, text, len, &e) < 0 || e.nerrors) {
+	if (load_text(cfg, 0, text, len, 1, &e) < 0 || e.nerrors) {
 		sluice_envoy_config_free(cfg);
 		return NULL;
 	}

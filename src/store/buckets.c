@@ -601,7 +601,7 @@ static int decide(sluice_buckets_t *m, const void *key, size_t keylen,
 	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
 				  decisions, &sum);
 	if (!commit) {
-		pthread_mutex_unlock(s->lock);
+		shard_unlock(s);
 		if (summary)
 			*summary = sum;
 		return allowed;
@@ -722,11 +722,12 @@ int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
 	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
 	sluice_slot_t *at[SLUICE_MAX_LIMITS];
 	sluice_state_t next[SLUICE_MAX_LIMITS];
-	sluice_shard_t *s = lock_key(m, key, keylen, limits, nlimits, h1, h2);
+	sluice_shard_t *s;
 	size_t i;
+	int rc = lock_key(m, key, keylen, limits, nlimits, h1, h2, &s);
 
-	if (!s)
-		return SLUICE_EINVAL;
+	if (rc != 0)
+		return rc;
 	for (i = 0; i < nlimits; i++) {
 		sluice_state_t cur;
 
@@ -749,7 +750,7 @@ int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
 	for (i = 0; i < nlimits; i++)
 		if (!at[i] && next[i] != 0)
 			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
-	pthread_mutex_unlock(s->lock);
+	shard_unlock(s);
 	return 0;
 }
 

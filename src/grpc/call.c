@@ -603,7 +603,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame,
 	grpc_call_t *call;
 
 	if (frame->hd.type == NGHTTP2_RST_STREAM) {
-		c->resets++;
+		grpc_conn_count_reset(c);
 		return 0;
 	}
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)

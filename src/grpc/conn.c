@@ -21,7 +21,9 @@
 #include "grpc/internal.h"
 #include "serve/log.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +38,11 @@ static void setup(void)
 	if (nghttp2_session_callbacks_new(&callbacks) == 0)
 		grpc_call_install(callbacks);
 	if (nghttp2_option_new(&options) == 0) {
+		/* Only a backstop: grpc_conn_count_reset() cuts a flood
+		 * off first, with ENHANCE_YOUR_CALM rather than nghttp2's
+		 * INTERNAL_ERROR, and says so. */
 		nghttp2_option_set_stream_reset_rate_limit(
-			options, GRPC_RESET_BURST, GRPC_RESET_RATE);
+			options, 2 * GRPC_RESET_BURST, 2 * GRPC_RESET_RATE);
 		nghttp2_option_set_max_continuations(options, 8);
 		nghttp2_option_set_max_settings(options, 32);
 		nghttp2_option_set_max_outbound_ack(options, 1000);
@@ -69,7 +74,7 @@ static void on_close(uv_handle_t *h)
 	nghttp2_session_del(c->session);
 	sluice_buf_free(&c->out);
 	sluice_buf_free(&c->wbuf);
-	sluice_count(&c->g->svc->metrics->connections, (uint64_t)-1);
+	sluice_count(&c->g->svc->metrics->grpc_connections, (uint64_t)-1);
 	free(c);
 }
 
@@ -239,6 +244,112 @@ void grpc_conn_flush(grpc_conn_t *c)
 			       nghttp2_session_want_read(c->session));
 }
 
+/* ------------------------------------------------------------ cut-offs */
+
+static const char *const refusal_text[] = {
+	[GRPC_REFUSE_RESET_FLOOD] = "too many streams reset (rapid reset)",
+	[GRPC_REFUSE_FRAME_FLOOD] = "too many control frames (PING, SETTINGS)",
+	[GRPC_REFUSE_HEADER_FLOOD] = "a header block without end "
+				     "(CONTINUATION flood)",
+	[GRPC_REFUSE_PROTOCOL] = "an HTTP/2 protocol error",
+};
+
+/* What nghttp2_session_mem_recv()'s error says of the client. */
+static grpc_refusal_t refusal_of(ssize_t err)
+{
+	switch (err) {
+	case NGHTTP2_ERR_FLOODED:
+	case NGHTTP2_ERR_TOO_MANY_SETTINGS:
+		return GRPC_REFUSE_FRAME_FLOOD;
+	case NGHTTP2_ERR_TOO_MANY_CONTINUATIONS:
+		return GRPC_REFUSE_HEADER_FLOOD;
+	default:
+		return GRPC_REFUSE_PROTOCOL;
+	}
+}
+
+static void peer_name(grpc_conn_t *c, char *out, size_t len)
+{
+	struct sockaddr_storage ss;
+	int n = sizeof(ss);
+	char ip[64];
+
+	if (c->g->is_unix) {
+		snprintf(out, len, "a client on the Unix socket");
+		return;
+	}
+	memset(&ss, 0, sizeof(ss));
+	if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &n) < 0) {
+		snprintf(out, len, "a client gone");
+	} else if (ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+
+		uv_ip6_name(a, ip, sizeof(ip));
+		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
+	} else {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+
+		uv_ip4_name(a, ip, sizeof(ip));
+		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
+	}
+}
+
+void grpc_conn_refuse(grpc_conn_t *c, grpc_refusal_t why)
+{
+	sluice_grpc_t *g = c->g;
+	uint64_t now = uv_now(g->loop);
+	char peer[96];
+
+	if (c->refused || c->closing)
+		return;
+	c->refused = 1;
+	c->goaway = 1;
+	/* The GOAWAY names the last stream taken; the connection closes
+	 * once it is sent (grpc_conn_flush). */
+	nghttp2_session_terminate_session(c->session,
+					  why == GRPC_REFUSE_PROTOCOL
+						  ? NGHTTP2_PROTOCOL_ERROR
+						  : NGHTTP2_ENHANCE_YOUR_CALM);
+	sluice_count(&g->svc->metrics->grpc_refused[why], 1);
+	/* A flood from many connections must not become a flood of log
+	 * lines: one a second per thread, with the count left out. */
+	if (g->log_ms && now - g->log_ms < 1000) {
+		g->log_skipped++;
+		return;
+	}
+	peer_name(c, peer, sizeof(peer));
+	if (g->log_skipped)
+		sluice_log_warn(
+			"grpc: connection from %s cut off: %s (and %llu "
+			"more cut off since the last such line)",
+			peer, refusal_text[why],
+			(unsigned long long)g->log_skipped);
+	else
+		sluice_log_warn("grpc: connection from %s cut off: %s", peer,
+				refusal_text[why]);
+	g->log_ms = now ? now : 1;
+	g->log_skipped = 0;
+}
+
+void grpc_conn_count_reset(grpc_conn_t *c)
+{
+	uint64_t now = uv_now(c->g->loop);
+
+	c->resets++;
+	if (now > c->reset_ms) {
+		c->reset_tokens +=
+			(double)(now - c->reset_ms) * GRPC_RESET_RATE / 1000.0;
+		if (c->reset_tokens > GRPC_RESET_BURST)
+			c->reset_tokens = GRPC_RESET_BURST;
+		c->reset_ms = now;
+	}
+	if (c->reset_tokens < 1 || c->resets > GRPC_RESET_TOTAL) {
+		grpc_conn_refuse(c, GRPC_REFUSE_RESET_FLOOD);
+		return;
+	}
+	c->reset_tokens -= 1;
+}
+
 /* ------------------------------------------------------------- reading */
 
 /* The client preface is checked here before nghttp2 sees it, so that an
@@ -289,18 +400,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	r = nghttp2_session_mem_recv(c->session, (const uint8_t *)buf->base,
 				     (size_t)n);
 	c->in_recv = 0;
-	if (r < 0) {
-		/* A connection error: nghttp2 has queued a GOAWAY when it
-		 * could; send it, then close. */
-		c->goaway = 1;
-		nghttp2_session_terminate_session(c->session,
-						  NGHTTP2_PROTOCOL_ERROR);
-	}
+	if (r < 0)
+		grpc_conn_refuse(c, refusal_of(r));
 	if (c->closing)
 		return;
-	if (c->resets > GRPC_RESET_TOTAL)
-		grpc_conn_goaway(c, NGHTTP2_ENHANCE_YOUR_CALM,
-				 "too many streams reset");
 	grpc_conn_flush(c);
 }
 
@@ -352,9 +455,11 @@ void grpc_conn_accept(sluice_grpc_t *g)
 		g->conns->prev = c;
 	g->conns = c;
 	g->nconns++;
-	sluice_count(&g->svc->metrics->accepted, 1);
-	sluice_count(&g->svc->metrics->connections, 1);
+	sluice_count(&g->svc->metrics->grpc_accepted, 1);
+	sluice_count(&g->svc->metrics->grpc_connections, 1);
 	c->touch_ms = uv_now(g->loop);
+	c->reset_ms = c->touch_ms;
+	c->reset_tokens = GRPC_RESET_BURST;
 	if (start_session(c) < 0) {
 		sluice_log_error("grpc: cannot start an HTTP/2 session");
 		grpc_conn_close(c);

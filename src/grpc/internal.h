@@ -8,7 +8,8 @@
  *              message prefix, deadlines, answers and trailers; the
  *              method table
  *   rls.c      ShouldRateLimit: protobuf-c <-> the RLS engine
- *   health.c   grpc.health.v1.Health/Check
+ *   health.c   grpc.health.v1.Health/Check and Watch
+ *   wire.c     string fields found on the wire (NULs protobuf-c hides)
  */
 #ifndef SLUICE_GRPC_INTERNAL_H
 #define SLUICE_GRPC_INTERNAL_H
@@ -51,6 +52,15 @@ enum {
 #define GRPC_RESET_RATE	 100
 #define GRPC_RESET_TOTAL 10000
 
+/* Why a connection is cut off: the index of the reason label of
+ * sluice_grpc_connections_refused_total (serve/metrics.c names them). */
+typedef enum grpc_refusal_e {
+	GRPC_REFUSE_RESET_FLOOD = 0,  /* too many streams reset */
+	GRPC_REFUSE_FRAME_FLOOD = 1,  /* PING/SETTINGS/... beyond bounds */
+	GRPC_REFUSE_HEADER_FLOOD = 2, /* CONTINUATION without end */
+	GRPC_REFUSE_PROTOCOL = 3,     /* any other HTTP/2 connection error */
+} grpc_refusal_t;
+
 typedef struct grpc_conn_s grpc_conn_t;
 typedef struct grpc_call_s grpc_call_t;
 
@@ -79,6 +89,8 @@ struct sluice_grpc_s {
 	grpc_conn_t *conns; /* list (conn.c) */
 	size_t nconns;
 	size_t held, held_budget; /* request bytes all connections buffer */
+	uint64_t log_ms;	  /* last cut-off logged (one a second) */
+	uint64_t log_skipped;	  /* cut-offs not logged since */
 	char rbuf[16 * 1024];	  /* read buffer shared by the connections */
 };
 
@@ -96,10 +108,12 @@ struct grpc_conn_s {
 	sluice_buf_t wbuf;  /* frames in a uv_write */
 	grpc_call_t *calls; /* calls on open streams */
 	grpc_conn_t *prev, *next;
-	uint64_t touch_ms; /* last frame in or out */
-	size_t held;	   /* request bytes this connection's calls buffer */
-	size_t preface;	   /* bytes of the client preface checked so far */
-	uint64_t resets;   /* streams the client reset */
+	uint64_t touch_ms;   /* last frame in or out */
+	size_t held;	     /* request bytes this connection's calls buffer */
+	size_t preface;	     /* bytes of the client preface checked so far */
+	uint64_t resets;     /* streams the client reset */
+	double reset_tokens; /* the reset bucket: GRPC_RESET_BURST at most */
+	uint64_t reset_ms;   /* when it was last refilled */
 	unsigned writing : 1;
 	unsigned reading : 1;
 	unsigned closing : 1;
@@ -107,6 +121,7 @@ struct grpc_conn_s {
 	unsigned goaway : 1;  /* GOAWAY submitted: close when done */
 	unsigned notice : 1;  /* draining: the final GOAWAY follows the
 				 last call in flight */
+	unsigned refused : 1; /* cut off (grpc_conn_refuse) */
 };
 
 /* listen.c -> conn.c */
@@ -115,6 +130,14 @@ void grpc_conn_accept(sluice_grpc_t *g);
 void grpc_conn_flush(grpc_conn_t *c);
 void grpc_conn_close(grpc_conn_t *c);
 void grpc_conn_goaway(grpc_conn_t *c, uint32_t error, const char *why);
+/* A flood or protocol error: GOAWAY (ENHANCE_YOUR_CALM for a flood,
+ * PROTOCOL_ERROR otherwise), the connection closes once it is sent; the
+ * cut-off is counted and logged (the peer and the reason, at most one
+ * line a second per thread). */
+void grpc_conn_refuse(grpc_conn_t *c, grpc_refusal_t why);
+/* A stream reset by the client: one token of the reset bucket; an empty
+ * bucket cuts the connection off (a rapid-reset flood). */
+void grpc_conn_count_reset(grpc_conn_t *c);
 /* SIGTERM: GOAWAY now when no call is in flight; else a shutdown notice
  * now and the GOAWAY after the last call (grpc_conn_flush). */
 void grpc_conn_drain(grpc_conn_t *c);
@@ -139,6 +162,21 @@ void grpc_call_hold(grpc_call_t *call);
 void grpc_call_reply(grpc_call_t *call, const ProtobufCMessage *msg);
 void grpc_call_fail(grpc_call_t *call, int status, const char *fmt, ...)
 	SLUICE_PRINTF(3, 4);
+
+/* wire.c: where a message's string fields are (bit N of strings: field
+ * N is a string), and which fields are messages to look into. */
+#define GRPC_WIRE_SUBS 2
+typedef struct grpc_wire_msg_s {
+	uint32_t strings;
+	struct {
+		uint32_t field;
+		const struct grpc_wire_msg_s *msg;
+	} subs[GRPC_WIRE_SUBS];
+} grpc_wire_msg_t;
+
+/* 1 when a string field of the message m describes (at any depth m
+ * names) holds a NUL byte; 0 otherwise. */
+int grpc_wire_has_nul(const uint8_t *p, size_t n, const grpc_wire_msg_t *m);
 
 /* The methods (rls.c, health.c). */
 void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,

@@ -21,6 +21,10 @@
 #define SLUICE_METRIC_ADHOC    0   /* slot of POST /v1/take ad-hoc limits */
 #define SLUICE_LATENCY_BUCKETS 13
 #define SLUICE_GRPC_METHODS    3 /* ShouldRateLimit, Health/Check, other */
+/* Why the gRPC listener cut a connection off (src/grpc/conn.c). */
+#define SLUICE_GRPC_REFUSALS                                                   \
+	4 /* reset_flood, frame_flood, header_flood,                           \
+	     protocol_error */
 
 typedef enum {
 	SLUICE_RESULT_ALLOWED = 0,
@@ -44,8 +48,14 @@ typedef struct sluice_metrics_s {
 	/* gRPC calls answered (src/grpc/), by method (ShouldRateLimit,
 	 * Health/Check, any other path) and grpc-status (0..16). */
 	sluice_counter_t grpc_calls[SLUICE_GRPC_METHODS][17];
+	sluice_counter_t grpc_connections; /* open now (gauge) */
+	sluice_counter_t grpc_accepted;
+	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
+
+/* The reason label of sluice_grpc_connections_refused_total. */
+extern const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS];
 
 /* Single-writer increment. */
 static inline void sluice_count(sluice_counter_t *c, uint64_t n)

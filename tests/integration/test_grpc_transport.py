@@ -241,6 +241,52 @@ class GrpcTransportTest(unittest.TestCase):
                          grpc.StatusCode.RESOURCE_EXHAUSTED)
         self.assert_alive()
 
+    def test_a_nul_byte_in_a_domain_key_or_value_is_invalid_argument(self):
+        # protobuf-c reads strings up to their first NUL: "a\0x" would
+        # have shared the bucket of "a".
+        for req in [request("nowhere", [("k", "a\x00x")]),
+                    request("nowhere", [("k\x00", "a")]),
+                    request("nowhere", [("k", "v")], [("k", "\x00")]),
+                    request("no\x00where", [("k", "a")])]:
+            with self.assertRaises(grpc.RpcError) as e:
+                self.call(req)
+            self.assertEqual(e.exception.code(),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("NUL", e.exception.details())
+        self.assertEqual(self.call(request("nowhere", [("k", "a")]))
+                         .overall_code, OK)
+        self.assert_alive()
+
+    def test_the_descriptor_cap_is_one_and_named(self):
+        for n in (257, 1025):
+            req = request("nowhere", *[[("k", str(i))] for i in range(n)])
+            with self.assertRaises(grpc.RpcError) as e:
+                self.call(req)
+            self.assertEqual(e.exception.code(),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("%d descriptors in one request; at most 256" % n,
+                          e.exception.details())
+        r = self.call(request("nowhere", *[[("k", str(i))]
+                                           for i in range(256)]))
+        self.assertEqual(len(r.statuses), 256)
+
+    def test_grpc_connections_have_their_own_gauge(self):
+        m = self.s.metrics()
+        base = m.get("sluice_grpc_connections", -1)
+        self.assertGreaterEqual(base, 0)
+        with self.s.channel() as ch:
+            self.s.rls(ch).ShouldRateLimit(request("nowhere", [("a", "1")]),
+                                           timeout=20)
+            # The HTTP gauge counts HTTP connections only: the scrape's.
+            def counted():
+                m = self.s.metrics()
+                return (m["sluice_grpc_connections"] == base + 1 and
+                        m["sluice_connections"] == 1)
+            self.assertTrue(harness.wait_until(counted, 30),
+                            self.s.metrics())
+        harness.wait_until(lambda: self.s.metrics().get(
+            "sluice_grpc_connections") == base, 30)
+
     def test_compression_is_refused_unless_identity(self):
         body = self.body(request("nowhere", [("a", "1")]))
         hdrs, _, _ = self.raw(body, extra=[("grpc-encoding", "gzip")])
@@ -360,13 +406,21 @@ class GrpcTransportTest(unittest.TestCase):
                     if h.goaway():
                         break
             h.wait(lambda: h.goaway() is not None or h.closed, 30)
-            self.assertTrue(h.goaway() is not None or h.closed)
+            self.assertIsNotNone(h.goaway())
             self.assertLess(sent, 5000)  # cut off well before the end
-            if h.goaway():  # nghttp2 says INTERNAL_ERROR
-                self.assertNotEqual(h.goaway().error_code,
-                                    h2.errors.ErrorCodes.NO_ERROR)
+            self.assertEqual(h.goaway().error_code,
+                             h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
         finally:
             h.close()
+        # Said once in the log (with the peer) and counted.
+        self.assertTrue(harness.wait_until(
+            lambda: "too many streams reset" in self.s.log(), 30))
+        line = [x for x in self.s.log().splitlines()
+                if "too many streams reset" in x][0]
+        self.assertIn("127.0.0.1:", line)
+        self.assertGreaterEqual(self.s.metrics().get(
+            'sluice_grpc_connections_refused_total{reason="reset_flood"}',
+            0), 1)
         self.assert_alive()
 
     def raw_frames(self, frames):
@@ -421,7 +475,10 @@ class GrpcTransportTest(unittest.TestCase):
                 1, block[off:off + piece]).serialize())
         g = self.goaway_of(self.raw_frames(frames))
         self.assertIsNotNone(g)
-        self.assertNotEqual(g.error_code, 0)
+        self.assertEqual(g.error_code, 11)  # ENHANCE_YOUR_CALM
+        self.assertTrue(harness.wait_until(lambda: self.s.metrics().get(
+            'sluice_grpc_connections_refused_total{reason="header_flood"}',
+            0) >= 1, 30))
         self.assert_alive()
 
     def test_a_huge_header_list_resets_the_stream(self):

@@ -72,6 +72,11 @@ typedef struct grpc_method_s {
 	 * grpc_call_reply() or grpc_call_fail(), now or later (after
 	 * grpc_call_hold()).  msg is valid until the call is answered. */
 	void (*handle)(grpc_call_t *call, const uint8_t *msg, size_t len);
+	/* A server-streaming method: called for each of its calls still
+	 * streaming at every sweep and at the drain, to send what changed
+	 * (grpc_call_send) or end the call (grpc_call_end).  NULL for a
+	 * unary method. */
+	void (*update)(grpc_call_t *call);
 } grpc_method_t;
 
 struct sluice_grpc_s {
@@ -148,8 +153,11 @@ size_t grpc_conn_max_message(const grpc_conn_t *c);
 void grpc_call_install(nghttp2_session_callbacks *cbs);
 /* The connection is going: calls in flight finish without it. */
 void grpc_call_detach_all(grpc_conn_t *c);
-/* Streams whose request has not arrived within the idle timeout. */
+/* Streams whose request has not arrived within the idle timeout; and
+ * the streaming calls' update (the caller flushes after). */
 void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout);
+/* The streaming calls' update alone (the drain; the caller flushes). */
+void grpc_call_update_streams(grpc_conn_t *c);
 
 /* call.c: for the methods */
 sluice_svc_t *grpc_call_svc(const grpc_call_t *call);
@@ -162,6 +170,15 @@ void grpc_call_hold(grpc_call_t *call);
 void grpc_call_reply(grpc_call_t *call, const ProtobufCMessage *msg);
 void grpc_call_fail(grpc_call_t *call, int status, const char *fmt, ...)
 	SLUICE_PRINTF(3, 4);
+/* A server-streaming call: grpc_call_send() sends one message (the
+ * response HEADERS before the first) and keeps the stream open;
+ * grpc_call_end() ends it with the trailers' status and message (before
+ * any message: trailers-only).  Neither touches a call whose stream is
+ * gone.  A streaming call keeps one int for its method (the tag). */
+void grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg);
+void grpc_call_end(grpc_call_t *call, int status, const char *msg);
+int grpc_call_tag(const grpc_call_t *call);
+void grpc_call_set_tag(grpc_call_t *call, int tag);
 
 /* wire.c: where a message's string fields are (bit N of strings: field
  * N is a string), and which fields are messages to look into. */
@@ -182,5 +199,7 @@ int grpc_wire_has_nul(const uint8_t *p, size_t n, const grpc_wire_msg_t *m);
 void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,
 				size_t len);
 void grpc_health_check(grpc_call_t *call, const uint8_t *msg, size_t len);
+void grpc_health_watch(grpc_call_t *call, const uint8_t *msg, size_t len);
+void grpc_health_watch_update(grpc_call_t *call);
 
 #endif /* SLUICE_GRPC_INTERNAL_H */

@@ -178,7 +178,7 @@ const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS] = {
 static void render_grpc(sluice_buf_t *out)
 {
 	static const char *const methods[SLUICE_GRPC_METHODS] = {
-		"ShouldRateLimit", "Health/Check", "other"};
+		"ShouldRateLimit", "Health/Check", "Health/Watch", "other"};
 	char code[8];
 	int m, c;
 

@@ -2,8 +2,10 @@
  * internal.h -- shared by the files of the gRPC front end:
  *
  *   listen.c   listening sockets (TCP or Unix), accepting
- *   conn.c     one HTTP/2 connection: bytes in and out, nghttp2, limits,
- *              timeouts, GOAWAY
+ *   conn.c     one connection's socket: reading, writing, closing
+ *   session.c  one connection's HTTP/2 session, bytes in -> bytes out
+ *              (nghttp2, limits, floods cut off, GOAWAY): no socket, so a
+ *              fuzz harness drives it from memory
  *   call.c     one gRPC call on a stream: headers checked, the 5-byte
  *              message prefix, deadlines, answers and trailers; the
  *              method table
@@ -64,6 +66,21 @@ typedef enum grpc_refusal_e {
 typedef struct grpc_conn_s grpc_conn_t;
 typedef struct grpc_call_s grpc_call_t;
 
+/* What carries a connection's bytes (conn.c: a socket). */
+typedef struct grpc_io_s {
+	/* Takes c->out (what it cannot take at once it keeps, setting
+	 * c->writing until done, then calls grpc_conn_flush).  Returns -1
+	 * when the connection closed. */
+	int (*write)(grpc_conn_t *c);
+	/* Reads on (grpc_conn_feed with what arrives) or not. */
+	void (*read)(grpc_conn_t *c, int on);
+	/* grpc_conn_close() is done with c: calls grpc_conn_release(c)
+	 * later, when no callback of c's is on the stack, then frees it. */
+	void (*close)(grpc_conn_t *c);
+	/* The client's address, for the log. */
+	void (*peer)(grpc_conn_t *c, char *out, size_t len);
+} grpc_io_t;
+
 /* One row of the method table (call.c): an RPC is one row and one
  * function. */
 typedef struct grpc_method_s {
@@ -101,6 +118,7 @@ struct sluice_grpc_s {
 
 struct grpc_conn_s {
 	sluice_grpc_t *g;
+	const grpc_io_t *io;
 	union {
 		uv_tcp_t tcp;
 		uv_pipe_t pipe;
@@ -131,6 +149,14 @@ struct grpc_conn_s {
 
 /* listen.c -> conn.c */
 void grpc_conn_accept(sluice_grpc_t *g);
+
+/* session.c, for a transport: c (zeroed but for the transport's own
+ * fields) joins g and its session starts (it reads on); -1 when it
+ * could not (c is closed then).  grpc_conn_feed() takes bytes read;
+ * grpc_conn_release() frees what the session holds (not c). */
+int grpc_conn_start(sluice_grpc_t *g, grpc_conn_t *c, const grpc_io_t *io);
+void grpc_conn_feed(grpc_conn_t *c, const uint8_t *p, size_t n);
+void grpc_conn_release(grpc_conn_t *c);
 /* Writes what nghttp2 has to send, then reads on or closes. */
 void grpc_conn_flush(grpc_conn_t *c);
 void grpc_conn_close(grpc_conn_t *c);

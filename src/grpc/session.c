@@ -209,8 +209,7 @@ void grpc_conn_flush(grpc_conn_t *c)
 static const char *const refusal_text[] = {
 	[GRPC_REFUSE_RESET_FLOOD] = "too many streams reset (rapid reset)",
 	[GRPC_REFUSE_FRAME_FLOOD] = "too many control frames (PING, SETTINGS)",
-	[GRPC_REFUSE_HEADER_FLOOD] = "a header block without end "
-				     "(CONTINUATION flood)",
+	[GRPC_REFUSE_HEADER_FLOOD] = "endless CONTINUATION frames",
 	[GRPC_REFUSE_PROTOCOL] = "an HTTP/2 protocol error",
 };
 

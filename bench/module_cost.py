@@ -5,7 +5,7 @@
                          [--stores int,string,call] [--quick]
 
 For each way the module can keep its states (module argument STORE int,
-string, call; see docs/REDIS.md) one redis-server is started on a free
+string, call; see docs/REDIS_MODULE.md) one redis-server is started on a free
 loopback port with the module loaded, and driven by redis-benchmark with
 the same client, connections (4) and pipelining depth (64) for every
 command, over random keys out of K:
@@ -15,6 +15,9 @@ command, over random keys out of K:
   take       SLUICE.TAKE k:<n> 100 2/s
   multi16    SLUICE.TAKEMULTI 16 over 16 keys (one decision, 16 limits)
   many16     SLUICE.TAKEMANY over 16 keys (16 independent decisions)
+  script     sluice's Redis script path (EVALSHA of script.lua), and
+  classic    the classic hash-bucket Lua script (bench/redis_classic.lua),
+             both with the same policy, next to the first STORE mode only
 
 Each command runs R times, the commands alternating (set, take, multi16,
 many16, set, take, ...), so load from other processes lands on all of them
@@ -129,7 +132,23 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def commands():
+def load_scripts(srv):
+    """SHA-1s of the classic hash-bucket script and sluice's script path
+    (src/store/redis/script.lua) loaded into srv; None when missing."""
+    shas = {}
+    for name, path in (("classic", ("bench", "redis_classic.lua")),
+                       ("script", ("src", "store", "redis", "script.lua"))):
+        try:
+            with open(os.path.join(SRC, *path)) as f:
+                sha = srv.cli("SCRIPT", "LOAD", f.read())
+        except OSError:
+            continue
+        if len(sha) == 40:
+            shas[name] = sha
+    return shas
+
+
+def commands(shas=None):
     """name -> (command stat name, keys per call, redis-benchmark args)"""
     multi = ["SLUICE.TAKEMULTI", "16"]
     multi += ["k%d:__rand_int__" % i for i in range(16)]
@@ -137,14 +156,27 @@ def commands():
     many = ["SLUICE.TAKEMANY"]
     for i in range(16):
         many += ["k%d:__rand_int__" % i, "100", "2/s", "1"]
-    return {
+    extra = {}
+    shas = shas or {}
+    # The same policy (100 tokens, 2/s) through both scripts, driven by the
+    # same client as the module: the classic one with the client's clock,
+    # sluice's with need = 1 token x 500000 us and tau = 100 x 500000.
+    if "classic" in shas:
+        extra["classic"] = ("evalsha", 1, [
+            "EVALSHA", shas["classic"], "1", "c:__rand_int__", "100", "2",
+            str(int(time.time() * 1000)), "1"])
+    if "script" in shas:
+        extra["script"] = ("evalsha", 1, [
+            "EVALSHA", shas["script"], "1", "s:{__rand_int__}:0", "500000",
+            "50000000"])
+    return dict({
         "set": ("set", 1, ["SET", "k:__rand_int__", "1796000000000000000",
                            "PX", "100000"]),
         "take": ("sluice.take", 1, ["SLUICE.TAKE", "k:__rand_int__", "100",
                                     "2/s"]),
         "multi16": ("sluice.takemulti", 16, multi),
         "many16": ("sluice.takemany", 16, many),
-    }
+    }, **extra)
 
 
 def one_run(srv, stat, per_call, args, calls, keys, bench_cpu):
@@ -232,16 +264,19 @@ def main():
             return 1
     cs = cpus()
     srv_cpu, bench_cpu = (cs[-1], cs[0]) if len(cs) >= 2 else (None, None)
-    cmds = commands()
     out = {"calls_per_run": a.calls, "keys": a.keys, "reps": a.reps,
            "connections": 4, "pipeline": 64,
            "pinned": srv_cpu is not None,
            "loadavg_1m_before": round(os.getloadavg()[0], 2),
            "redis_version": None, "stores": {}}
+    first = True
     for store in a.stores.split(","):
         srv = Server(module, store, srv_cpu)
         try:
             out["redis_version"] = srv.info("server").get("redis_version")
+            # The scripts once, next to the first STORE mode only.
+            cmds = commands(load_scripts(srv) if first else None)
+            first = False
             runs = {name: [] for name in cmds}
             for rep in range(a.reps):
                 # alternate the order too: no command always runs first
@@ -257,7 +292,11 @@ def main():
                         [r[fig] for r in rs])
             for fig in ("usec_per_key", "cpu_us_per_key"):
                 for num, den in (("take", "set"), ("multi16", "take"),
-                                 ("many16", "take")):
+                                 ("many16", "take"), ("script", "set"),
+                                 ("classic", "set"), ("take", "classic"),
+                                 ("script", "classic")):
+                    if num not in runs or den not in runs:
+                        continue
                     res["%s_over_%s_%s" % (num, den, fig)] = summary(
                         [n[fig] / d[fig] for n, d in
                          zip(runs[num], runs[den])])

@@ -348,7 +348,7 @@ def module_cost_section(mc):
         return ""
     out = ["\n### The module's cost next to SET ... PX\n",
            "`bench/module_cost.py` (Redis %s): one redis-server per way of "
-           "storing states (module argument `STORE`, docs/REDIS.md)%s, "
+           "storing states (module argument `STORE`, docs/REDIS_MODULE.md)%s, "
            "driven by `redis-benchmark -c 4 -P 64` over %s random keys, "
            "%s keys decided per run, each command run %s times, the "
            "commands alternating. Figures per key: the median of the runs "
@@ -377,10 +377,16 @@ def module_cost_section(mc):
         for cmd, label in (("set", "SET k v PX"),
                            ("take", "SLUICE.TAKE"),
                            ("multi16", "SLUICE.TAKEMULTI, 16 keys"),
-                           ("many16", "SLUICE.TAKEMANY, 16 keys")):
+                           ("many16", "SLUICE.TAKEMANY, 16 keys"),
+                           ("script", "sluice script (EVALSHA)"),
+                           ("classic", "classic hash script (EVALSHA)")):
+            if cmd + "_cpu_us_per_key" not in st:
+                continue
             ratio_key = {"take": "take_over_set",
                          "multi16": "multi16_over_take",
-                         "many16": "many16_over_take"}.get(cmd)
+                         "many16": "many16_over_take",
+                         "script": "script_over_set",
+                         "classic": "classic_over_set"}.get(cmd)
             rows.append([
                 store, label,
                 med(st.get(cmd + "_cpu_us_per_key")),
@@ -390,8 +396,18 @@ def module_cost_section(mc):
                 med(st.get(ratio_key + "_usec_per_key"))
                 if ratio_key else "—"])
     out.append(table(["STORE", "command", "redis-server CPU µs per key",
-                      "ratio (take/SET, batch/take)", "usec_per_call per key",
-                      "ratio"], rows))
+                      "ratio (to SET; batches: to TAKE)",
+                      "usec_per_call per key", "ratio"], rows))
+    first = next(iter(mc["stores"].values()))
+    if "take_over_classic_cpu_us_per_key" in first:
+        out.append("\nSame client, same pipelining: redis-server CPU per "
+                   "decision, `SLUICE.TAKE` / classic script **%s**, sluice "
+                   "script / classic script **%s** (medians of per-run "
+                   "ratios).\n" % (
+                       fmt(first["take_over_classic_cpu_us_per_key"]
+                           ["median"]),
+                       fmt(first.get("script_over_classic_cpu_us_per_key",
+                                     {}).get("median"))))
     mrows = [[store, fmt(st["module_memory"]["bytes_per_key"]),
               st["module_memory"]["encoding"],
               fmt(st["set_memory"]["bytes_per_key"])]

@@ -637,8 +637,10 @@ class ModuleTest(unittest.TestCase):
         no SET run inside it), and the value is int-encoded as SET stores
         a decimal integer; STORE call keeps GET and SET."""
         for store, inner in (("int", False), ("call", True)):
-            srv = self.redis(module_args=["STORE", store])
+            srv = self.redis(module_args=["STORE", store, "TESTCLOCK"])
             c = self.connect(srv)
+            # A fixed clock: the reset times below are exact.
+            c.call("SLUICE.TESTCLOCK", server_time_us(c))
             self.assertEqual(c.call("SLUICE.TAKE", "k", 5, "1/day"),
                              [1, 5, 4, 0, 86400000])
             self.assertEqual(c.call("SLUICE.TAKE", "k", 5, "1/day"),
@@ -654,6 +656,18 @@ class ModuleTest(unittest.TestCase):
             stats = c.info("commandstats")
             self.assertEqual("cmdstat_get" in stats, inner, (store, stats))
             self.assertEqual("cmdstat_set" in stats, inner, (store, stats))
+            # Small numbers are objects Redis shares between keys: a take
+            # on one key replaces its value and leaves the others alone.
+            c.call("SET", "s1", "5")
+            c.call("SET", "s2", "5")
+            c.call("APPEND", "raw", "7")  # a raw-encoded string
+            for k in ("s1", "raw"):
+                self.assertEqual(c.call("SLUICE.TAKE", k, 5, "1/day")[:3],
+                                 [1, 5, 4], k)
+                self.assertEqual(c.call("OBJECT", "ENCODING", k), b"int")
+            self.assertEqual(c.call("GET", "s2"), b"5")
+            self.assertEqual(c.call("PTTL", "s2"), -1)
+            self.assertEqual(c.call("GET", "s1"), c.call("GET", "raw"))
 
     def test_store_modes_and_takemany_decide_alike(self):
         """STORE int, string and call, and TAKEMANY against the same TAKEs

@@ -767,6 +767,44 @@ class ModuleTest(unittest.TestCase):
         c.call("SET", "w", "1")
         self.assertEqual(sub.read()[3], b"set")
 
+    def test_takemany_in_a_cluster_needs_one_slot(self):
+        nodes = []
+        for _ in range(3):
+            port = free_port(also_bus=True)
+            nodes.append(self.redis("--cluster-enabled", "yes",
+                                    "--cluster-config-file", "nodes.conf",
+                                    "--cluster-node-timeout", "5000",
+                                    port=port))
+        addrs = ["127.0.0.1:%d" % n.port for n in nodes]
+        res = subprocess.run([REDIS_CLI, "--cluster", "create", *addrs,
+                              "--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        clients = {n.port: self.connect(n) for n in nodes}
+        deadline = time.time() + 20
+        while not all(b"cluster_state:ok" in cl.call("CLUSTER", "INFO")
+                      for cl in clients.values()):
+            self.assertLess(time.time(), deadline, "cluster never ok")
+            time.sleep(0.1)
+        first = clients[nodes[0].port]
+        # Keys of one slot (one hash tag) go to the node owning it.
+        reply = first.call("SLUICE.TAKEMANY", "{u7}:a", 5, "1/day", 1,
+                           "{u7}:b", 5, "1/day", 2)
+        port = nodes[0].port
+        if isinstance(reply, RespError):
+            self.assertTrue(str(reply).startswith("MOVED"), reply)
+            port = int(str(reply).split()[2].rsplit(":", 1)[1])
+            reply = clients[port].call("SLUICE.TAKEMANY", "{u7}:a", 5,
+                                       "1/day", 1, "{u7}:b", 5, "1/day", 2)
+        self.assertEqual(reply, [[1, 5, 4, 0, 86400000],
+                                 [1, 5, 3, 0, 172800000]])
+        self.assertEqual(clients[port].call("EXISTS", "{u7}:a", "{u7}:b"), 2)
+        # Keys of several slots are refused before anything is decided.
+        reply = clients[port].call("SLUICE.TAKEMANY", "a", 5, "1/day", 1,
+                                   "b", 5, "1/day", 1)
+        self.assertIsInstance(reply, RespError)
+        self.assertTrue(str(reply).startswith("CROSSSLOT"), reply)
+
     # -- bad input ----------------------------------------------------------
 
     def test_every_bad_argument_is_an_error(self):

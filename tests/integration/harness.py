@@ -721,7 +721,8 @@ class Sentinel(DirProc):
             f.write("\n".join(lines) + "\n")
         Proc.__init__(self, ["redis-server", conf, "--sentinel"],
                       cwd=self.dir)
-        wait_until(lambda: "Ready to accept connections" in self.log()
+        # Logged once it listens (a Sentinel says no "Ready" line).
+        wait_until(lambda: "Running mode=sentinel" in self.log()
                    or self.poll() is not None, 20)
         if self.poll() is not None and retry_in_use and \
                 ADDR_IN_USE in self.log():

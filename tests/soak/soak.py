@@ -9,6 +9,7 @@ What runs (all on loopback, each in its own temporary directory):
   capacity CAPACITY, refill RATE/s, on_store_error: closed), on the
   Sentinel group; the third reaches Redis through delay_proxy.py (a TCP
   proxy that follows the Sentinels' master and adds 50 ms on demand);
+  http_load.js (Node's HTTP client, keep-alive) sends their load;
 - a Node.js process (node_load.js) with the addon of bindings/node on the
   same Sentinel group and the same buckets (policy "soak").
 
@@ -52,7 +53,6 @@ Pass/fail (the driver exits 1 if any fails):
 SOAK_REPORT=FILE writes the figures between the soak markers of FILE
 (docs/RELIABILITY.md).
 """
-import asyncio
 import json
 import os
 import platform
@@ -82,7 +82,6 @@ USERS = ["user%02d" % i for i in range(20)]
 NODE_SHARE = 0.2  # of the offered rate; the rest split over the serves
 MAX_IN_FLIGHT = 64  # per instance
 DELAY_MS = 50
-IDLE_REUSE_S = 5.0  # the client drops a keep-alive connection idle longer
 FAULTS = ["master SIGKILL", "CLIENT KILL", "SCRIPT FLUSH",
           "Sentinel SIGKILL", "master SIGSTOP", "sluice SIGKILL",
           "SIGHUP storm", "slow link"]
@@ -202,125 +201,23 @@ class Serve:
 # ----------------------------------------------------------------- load
 
 
-class Target:
-    def __init__(self, serve):
-        self.serve = serve
-        self.idle = []  # (reader, writer, last used)
-        self.in_flight = 0
-
-
-class Records:
-    def __init__(self):
-        self.rows = []  # (sent, done, latency ms, instance, key, outcome)
-        self.lag_ms = 0.0  # the scheduler's worst lateness
-
-
-async def one_request(target, key, records):
-    req = ("GET /v1/check HTTP/1.1\r\nHost: soak\r\nx-user-id: %s\r\n\r\n"
-           % key).encode()
-    target.in_flight += 1
-    sent = now()
-    t0 = time.monotonic()
-    outcome = None
-    try:
-        for attempt in range(2):
-            conn, reused = None, False
-            while target.idle:
-                r, w, used = target.idle.pop()
-                if time.monotonic() - used > IDLE_REUSE_S or w.is_closing():
-                    w.close()
-                    continue
-                conn, reused = (r, w), True
-                break
-            got_bytes = False
-            try:
-                if conn is None:
-                    conn = await asyncio.wait_for(asyncio.open_connection(
-                        "127.0.0.1", target.serve.port), 10)
-                r, w = conn
-                w.write(req)
-                first = asyncio.ensure_future(r.readuntil(b"\r\n"))
-                line = await asyncio.wait_for(first, 15)
-                got_bytes = True
-                status = int(line.split(b" ", 2)[1])
-                # The rest of the head and the body.
-                length, close, retry_after = 0, False, False
-                while True:
-                    hl = await asyncio.wait_for(r.readuntil(b"\r\n"), 15)
-                    if hl == b"\r\n":
-                        break
-                    k, _, v = hl.decode("latin-1").partition(":")
-                    k = k.strip().lower()
-                    if k == "content-length":
-                        length = int(v)
-                    elif k == "connection" and "close" in v.lower():
-                        close = True
-                    elif k == "retry-after":
-                        retry_after = True
-                if length:
-                    await asyncio.wait_for(r.readexactly(length), 15)
-                if close:
-                    w.close()
-                else:
-                    target.idle.append((r, w, time.monotonic()))
-                outcome = status
-                if status == 503 and not retry_after:
-                    outcome = "503 without Retry-After"
-                break
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
-                    asyncio.LimitOverrunError, ValueError, IndexError) as e:
-                if conn is not None:
-                    conn[1].close()
-                # A kept-alive connection the server closed before this
-                # request reached it: once more on a fresh connection, as
-                # every HTTP client does.
-                if reused and not got_bytes and attempt == 0 and \
-                        not isinstance(e, asyncio.TimeoutError):
-                    continue
-                outcome = ("refused" if isinstance(e, ConnectionRefusedError)
-                           else "timeout" if isinstance(e, asyncio.TimeoutError)
-                           else "reset")
-                break
-    finally:
-        target.in_flight -= 1
-        records.rows.append((sent, now(), (time.monotonic() - t0) * 1000.0,
-                             target.serve.name, key, outcome))
-
-
-async def drive(target, rate, offset, start, seconds, records, tasks):
-    """Starts rate x seconds requests from `start` on, each at its time."""
-    total = int(rate * seconds)
-    period = 1.0 / rate
-    i = 0
-    while i < total:
-        t = now()
-        due = start + i * period
-        if due > t:
-            await asyncio.sleep(min(due - t, 0.05))
-            continue
-        records.lag_ms = max(records.lag_ms, (t - due) * 1000.0)
-        while i < total and start + i * period <= t:
-            key = USERS[(i + offset) % len(USERS)]
-            if target.in_flight >= MAX_IN_FLIGHT:
-                records.rows.append((t, t, 0.0, target.serve.name, key,
-                                     "skipped"))
-            else:
-                tasks.append(asyncio.ensure_future(
-                    one_request(target, key, records)))
-            i += 1
-
-
-async def run_load(targets, rates, start, seconds, records):
-    tasks = []
-    await asyncio.gather(*[drive(t, r, i * 7, start, seconds, records, tasks)
-                           for i, (t, r) in enumerate(zip(targets, rates))])
-    if tasks:
-        await asyncio.wait(tasks, timeout=60)
-    for t in targets:
-        for _, w, _ in t.idle:
-            w.close()
-        t.idle = []
-    await asyncio.sleep(0.2)
+def read_rows(path, node=False):
+    """The load's records: (sent, done, latency ms, instance, key,
+    outcome) in seconds since the epoch, and its closing line."""
+    rows, end = [], None
+    with open(path) as f:
+        for ln in f:
+            if ln.startswith("# done"):
+                end = ln.strip()
+                continue
+            parts = ln.split()
+            if node:
+                parts.insert(2, "node")
+            sent, done, inst, key, outcome = parts
+            outcome = int(outcome) if outcome.isdigit() else outcome
+            rows.append((int(sent) / 1000.0, int(done) / 1000.0,
+                         float(int(done) - int(sent)), inst, key, outcome))
+    return rows, end
 
 
 # --------------------------------------------------------------- faults
@@ -549,7 +446,7 @@ def analyse(soak, rows, node_rows, start, end, node_end, asan):
                 k["late"] += 1
                 late.append((inst, key, round(ms), classify(soak, sent)))
         if (isinstance(outcome, int) and outcome >= 500 and outcome != 503) \
-                or outcome == "503 without Retry-After":
+                or outcome == "503-no-retry-after":
             bad5xx.append((inst, key, outcome))
         if outcome in ("refused", "reset", "timeout", "skipped") or (
                 isinstance(outcome, str) and outcome.startswith("ERR_") and
@@ -635,21 +532,21 @@ def analyse(soak, rows, node_rows, start, end, node_end, asan):
             "failures": failures, "late_limit": late_limit}
 
 
-def report(soak, a, start, end, lag_ms, asan, build):
+def report(soak, a, start, end, lags, asan, build):
     out = []
     w = out.append
     kinds = ["no fault"] + FAULTS
     w("Run: %s, `SOAK_SECONDS=%g` (a fault every %g s, %d faults, %d "
       "failovers), offered %g req/s (%d users, 3 `sluice serve` instances "
       "and one Node.js process), rule capacity %d, refill %d/s, "
-      "`timeout_ms: %d`, `on_store_error: closed`; sluice %s build%s."
+      "`timeout_ms: %d`, `on_store_error: closed`; `sluice` of `%s/`%s."
       % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start)), SECONDS,
          FAULT_EVERY, len(soak.faults), soak.failovers, OFFERED, len(USERS),
          CAPACITY, RATE, TIMEOUT_MS, build, " (ASan+UBSan)" if asan else ""))
     w("")
-    w("Requests sent: %d; answered: %d; the load generator's worst "
-      "scheduling lateness: %.0f ms." % (a["requests"], a["answered"],
-                                         lag_ms))
+    w("Requests sent: %d; answered: %d; the HTTP load's worst lateness "
+      "against its schedule: %s ms." % (a["requests"], a["answered"],
+                                        lags))
     w("")
     w("| while | requests | allowed | 429 | 503 (closed) | no answer "
       "| later than %d ms | slowest answer |" % a["late_limit"])
@@ -755,8 +652,9 @@ def main():
     soak.node_rc = None
     soak.proxy_rc = None
     soak.node_stats = None
-    records = Records()
-    node_rows, node_end = [], None
+    soak.http = None
+    soak.http_rc = None
+    rows, node_rows, node_end, http_end = [], [], None, None
     threads = []
     ok = False
     try:
@@ -804,9 +702,22 @@ def main():
                    threading.Thread(target=soak.sample)]
         for t in threads:
             t.start()
-        targets = [Target(s) for s in soak.serves]
-        asyncio.run(run_load(targets, [serve_rate] * len(targets), start,
-                             SECONDS, records))
+        http_out = os.path.join(workdir, "http.out")
+        with open(os.path.join(workdir, "http.json"), "w") as f:
+            json.dump({"targets": [{"name": s.name, "port": s.port,
+                                    "rate": serve_rate}
+                                   for s in soak.serves],
+                       "keys": USERS, "seconds": SECONDS,
+                       "startAt": int(start * 1000), "out": http_out,
+                       "maxInFlight": MAX_IN_FLIGHT}, f)
+        http = harness.Proc(["node", os.path.join(HERE, "http_load.js"),
+                             os.path.join(workdir, "http.json")],
+                            env=node_env)
+        soak.http = http
+        try:
+            soak.http_rc = http.wait(SECONDS + 120)
+        except subprocess.TimeoutExpired:
+            http.signal(signal.SIGKILL)
         end = now()
         soak.stop_flag.set()
         for t in threads:
@@ -817,15 +728,8 @@ def main():
             soak.node_rc = soak.node.wait(120)
         except subprocess.TimeoutExpired:
             soak.node.signal(signal.SIGKILL)
-        with open(node_out) as f:
-            for ln in f:
-                if ln.startswith("# done"):
-                    node_end = ln.strip()
-                    continue
-                sent, done, key, outcome = ln.split()
-                node_rows.append((int(sent) / 1000.0, int(done) / 1000.0,
-                                  float(int(done) - int(sent)), "node", key,
-                                  outcome))
+        node_rows, node_end = read_rows(node_out, node=True)
+        rows, http_end = read_rows(http_out)
         if node_end:
             soak.node_stats = dict(
                 (k, int(v)) for k, v in re.findall(r"(\w+)=(-?\d+)",
@@ -846,9 +750,12 @@ def main():
         for s in soak.serves:
             s.stop()
 
-        a = analyse(soak, records.rows, node_rows, start, end, node_end,
-                    asan)
-        text = report(soak, a, start, end, records.lag_ms, asan, build)
+        if soak.http_rc != 0 or not http_end:
+            raise RuntimeError("the HTTP load failed (%s):\n%s"
+                               % (soak.http_rc, http.log()))
+        a = analyse(soak, rows, node_rows, start, end, node_end, asan)
+        lag = re.search(r"lag=(\d+)", http_end).group(1)
+        text = report(soak, a, start, end, lag, asan, build)
         print(text, flush=True)
         if REPORT:
             header = ("Command: `make soak` (`SOAK_SECONDS=%g`). %s"
@@ -863,10 +770,10 @@ def main():
                 t.join(60)
         if soak.stopped is not None:
             soak.stopped.signal(signal.SIGCONT)
-        if soak.node is not None and soak.node.poll() is None:
-            soak.node.signal(signal.SIGKILL)
-        if soak.node is not None:
-            soak.node.stop()
+        for p in (soak.node, soak.http):
+            if p is not None:
+                p.signal(signal.SIGKILL)
+                p.stop()
         for s in soak.serves:
             if s.proc is not None:
                 s.proc.signal(signal.SIGKILL)

@@ -172,8 +172,7 @@ class Threads(unittest.TestCase):
         with Sluice("threads: 64\n") as s:
             self.assertEqual(s.request("GET", "/healthz").status, 200)
             # The line comes once every thread runs.
-            self.assertTrue(harness.wait_until(
-                lambda: "64 threads" in s.log(), 10), s.log())
+            self.assertTrue(s.wait_log("64 threads"), s.log())
 
 
 if __name__ == "__main__":

@@ -414,7 +414,8 @@ def analyse(soak, rows, node_rows, start, end, node_end, asan):
     failures = []
     kinds = ["no fault"] + FAULTS
     per_kind = {k: {"requests": 0, "allowed": 0, "denied": 0, "503": 0,
-                    "errors": 0, "late": 0, "max_ms": 0.0} for k in kinds}
+                    "errors": 0, "late": 0, "max_ms": 0.0, "ms": []}
+                for k in kinds}
     late_limit = TIMEOUT_MS + LATE_GRACE_MS
     bad5xx, unexpected, late, answered = [], [], [], 0
     allowed = {u: 0 for u in USERS}
@@ -442,6 +443,7 @@ def analyse(soak, rows, node_rows, start, end, node_end, asan):
                                                     "ERR_SLUICE_TIMEOUT"):
             answered += 1
             k["max_ms"] = max(k["max_ms"], ms)
+            k["ms"].append(ms)
             if ms > late_limit:
                 k["late"] += 1
                 late.append((inst, key, round(ms), classify(soak, sent)))
@@ -548,16 +550,26 @@ def report(soak, a, start, end, lags, asan, build):
       "against its schedule: %s ms." % (a["requests"], a["answered"],
                                         lags))
     w("")
-    w("| while | requests | allowed | 429 | 503 (closed) | no answer "
-      "| later than %d ms | slowest answer |" % a["late_limit"])
-    w("|---|---|---|---|---|---|---|---|")
+    w("Requests by the fault whose slot they were sent in (a slot is "
+      "the %g s from one fault to the next); answer times from sending "
+      "to the whole answer, as the load measured them:" % FAULT_EVERY)
+    w("")
+    w("| while | faults | requests | allowed | 429 | 503 (closed) "
+      "| no answer | p50 | p99 | slowest | later than %d ms |"
+      % a["late_limit"])
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
     for k in kinds:
         p = a["per_kind"][k]
         if p["requests"] == 0:
             continue
-        w("| %s | %d | %d | %d | %d | %d | %d | %.0f ms |"
-          % (k, p["requests"], p["allowed"], p["denied"], p["503"],
-             p["errors"], p["late"], p["max_ms"]))
+        ms = sorted(p["ms"]) or [0.0]
+        w("| %s | %s | %d | %d | %d | %d | %d | %.0f ms | %.0f ms "
+          "| %.0f ms | %d |"
+          % (k, "-" if k == "no fault" else
+             sum(1 for f in soak.faults if f["kind"] == k),
+             p["requests"], p["allowed"], p["denied"], p["503"],
+             p["errors"], ms[len(ms) // 2], ms[int(len(ms) * 0.99)],
+             p["max_ms"], p["late"]))
     w("")
     w("Allowed per key against the bound capacity + rate x T + 1 "
       "(T: first request to last answer), plus capacity per failover:")
@@ -580,11 +592,24 @@ def report(soak, a, start, end, lags, asan, build):
       "Requests without an answer outside a kill of their instance: %d."
       % (len(a["crashes"]), len(a["bad5xx"]), len(a["unexpected"])))
     w("")
-    w("Faults:")
+    w("Faults (each in its slot; the driver prints every one as it "
+      "goes):")
     w("")
-    for f in soak.faults:
-        w("- %5.1f s %s: %s" % (f["start"] - start, f["kind"],
-                                f["error"] or f["detail"]))
+    for k in FAULTS:
+        done = [f for f in soak.faults if f["kind"] == k]
+        if not done:
+            continue
+        took = [float(m) for f in done for m in re.findall(
+            r"after ([0-9.]+) s", f["detail"] or "")]
+        errors = [f["error"] for f in done if f["error"]]
+        w("- %s: %d times%s%s; e.g. %s" % (
+            k, len(done),
+            "; %.2f-%.2f s until %s" % (
+                min(took), max(took), "it listened again"
+                if k == "sluice SIGKILL" else
+                "the Sentinels named a new master") if took else "",
+            "; FAILED %d: %s" % (len(errors), errors[0]) if errors else "",
+            done[0]["detail"]))
     w("")
     w("Result: %s" % ("PASS" if not a["failures"] else
                       "FAIL\n\n" + "\n".join("- " + x

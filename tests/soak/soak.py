@@ -174,6 +174,9 @@ class Serve:
             return False
 
     def kill(self):
+        if self.proc.poll() is not None:  # a crash the restart must not hide
+            self.exits.append("exited by itself with %s"
+                              % self.proc.returncode)
         self.proc.signal(signal.SIGKILL)
         self.proc.wait()
         self.logs.append(self.proc.log())
@@ -707,7 +710,8 @@ def main():
                                         for s in soak.serves), workdir),
               flush=True)
 
-        start = now() + 3.0
+        # Both loads start their schedules together, once warmed up.
+        start = now() + 8.0
         node_rate = OFFERED * NODE_SHARE
         serve_rate = (OFFERED - node_rate) / len(soak.serves)
         node_out = os.path.join(workdir, "node.out")
@@ -721,12 +725,6 @@ def main():
         soak.node = harness.Proc(["node", os.path.join(HERE, "node_load.js"),
                                   os.path.join(workdir, "node.json")],
                                  env=node_env)
-        for s in soak.serves:
-            s.started_at = start
-        threads = [threading.Thread(target=soak.inject, args=(start,)),
-                   threading.Thread(target=soak.sample)]
-        for t in threads:
-            t.start()
         http_out = os.path.join(workdir, "http.out")
         with open(os.path.join(workdir, "http.json"), "w") as f:
             json.dump({"targets": [{"name": s.name, "port": s.port,
@@ -739,6 +737,12 @@ def main():
                              os.path.join(workdir, "http.json")],
                             env=node_env)
         soak.http = http
+        for s in soak.serves:
+            s.started_at = start
+        threads = [threading.Thread(target=soak.inject, args=(start,)),
+                   threading.Thread(target=soak.sample)]
+        for t in threads:
+            t.start()
         try:
             soak.http_rc = http.wait(SECONDS + 120)
         except subprocess.TimeoutExpired:

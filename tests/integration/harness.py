@@ -464,13 +464,16 @@ class RedisServer(DirProc):
         # server's own "Ready" line, or another port.
         for _ in range(4 if port is None else 0):
             self.port = free_cluster_port() if cluster else free_port()
-            if self._start(retry_in_use=True):
+            self._retry_in_use = True  # (a subclass's _start() takes none)
+            started = self._start()
+            self._retry_in_use = False
+            if started is not False:
                 return
         self.port = port or (free_cluster_port() if cluster
                              else free_port())
         self._start()
 
-    def _start(self, retry_in_use=False):
+    def _start(self):
         if self.dir is None:  # stopped, then started again
             self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
         try:  # what a replica received: a restart starts empty
@@ -513,8 +516,8 @@ class RedisServer(DirProc):
                 pass
         wait_until(lambda: "Ready to accept connections" in self.log()
                    or self.poll() is not None, 20)
-        if self.poll() is not None and retry_in_use and \
-                ADDR_IN_USE in self.log():
+        if self.poll() is not None and ADDR_IN_USE in self.log() and \
+                getattr(self, "_retry_in_use", False):
             Proc.stop(self)
             return False
         if not wait_until(lambda: self.poll() is None and self.ping(),

@@ -502,6 +502,73 @@ class GrpcTransportTest(unittest.TestCase):
         self.assert_alive()
 
 
+class GrpcCutOffLogTest(unittest.TestCase):
+    def test_each_cut_off_is_logged_once_and_lines_are_rate_limited(self):
+        """Connections cut off together make at most one log line a
+        second per thread; each line counts the ones it left out, so the
+        lines and their counts add up to every connection cut off, once
+        each."""
+        import re
+        import threading
+        import time
+        import hpack
+        from hyperframe.frame import (ContinuationFrame, HeadersFrame,
+                                      SettingsFrame)
+        block = hpack.Encoder().encode(
+            [(":method", "POST"), (":path", RLS)] +
+            [("x-flood-%d" % i, "v" * 50) for i in range(200)])
+        flood = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + \
+            SettingsFrame(0).serialize() + \
+            HeadersFrame(1, block[:64]).serialize() + b"".join(
+                ContinuationFrame(1, block[o:o + 64]).serialize()
+                for o in range(64, 64 * 40, 64))
+        line = re.compile(r"grpc: connection from 127\.0\.0\.1:\d+ cut off: "
+                          r"endless CONTINUATION frames"
+                          r"(?: \(and (\d+) more cut off since the last "
+                          r"such line\))?$")
+        protos()
+        with GrpcSluice(envoy_config(), threads=1) as s:
+            def one():
+                c = socket.create_connection(("127.0.0.1", s.grpc_port), 20)
+                try:
+                    c.sendall(flood)
+                    c.settimeout(20)
+                    while c.recv(65536):
+                        pass
+                except OSError:
+                    pass
+                finally:
+                    c.close()
+
+            def reported():
+                n = 0
+                for x in s.log().splitlines():
+                    m = line.search(x)
+                    if m:
+                        n += 1 + int(m.group(1) or 0)
+                return n
+
+            ts = [threading.Thread(target=one) for _ in range(10)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            refused = 'sluice_grpc_connections_refused_total' \
+                '{reason="header_flood"}'
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(refused) == 10, 30))
+            # One more, a second later: its line reports the ones the
+            # first second's line left out.
+            time.sleep(1.1)
+            one()
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(refused) == 11, 30))
+            self.assertTrue(harness.wait_until(lambda: reported() == 11, 30),
+                            s.log())
+            self.assertLessEqual(len([x for x in s.log().splitlines()
+                                      if line.search(x)]), 11)
+
+
 class GrpcListenTest(unittest.TestCase):
     def test_a_unix_socket_listener(self):
         protos()

@@ -7,11 +7,13 @@
  * transport, decisions by the RLS engine over the memory store and an
  * envoyproxy/ratelimit YAML config.  The first input byte cuts the rest
  * into reads (1 to 253 bytes each, so frames and messages are split
- * anywhere); the second says whether the health is watched through
- * sweeps, whether the server starts draining midway, and whether the
- * response headers are on.  Any input must end in well-formed output
- * (an HTTP/1.1 505 for an HTTP/1 client, else HTTP/2 frames starting
- * with our SETTINGS), with nothing leaked, no crash and no undefined
+ * anywhere) and says whether the response headers are on; the second
+ * whether sweeps run between reads, whether the server starts draining
+ * midway, and whether the client is slow to read (the transport then
+ * takes output one read later, as a socket whose kernel buffer is full,
+ * and the session's backpressure holds reads back).  Any input must end in
+ * well-formed output (an HTTP/1.1 505 for an HTTP/1 client, else HTTP/2 frames
+ * starting with our SETTINGS), with nothing leaked, no crash and no undefined
  * behaviour.
  *
  * The seed corpus (tests/fuzz/corpus/fuzz_grpc) holds what grpcio sent
@@ -58,6 +60,7 @@ static sluice_config_t *cfg;
 static sluice_buf_t out;
 static size_t checked; /* bytes of out parsed as frames */
 static int http1;      /* the answer is the HTTP/1.1 505 */
+static int slow;       /* writes complete one read later */
 
 static void fini(void)
 {
@@ -127,7 +130,7 @@ static void check_frames(void)
 
 static int mem_write(grpc_conn_t *c)
 {
-	if (c->out.len == 0)
+	if (c->out.len == 0 || c->writing)
 		return 0;
 	if (out.len == 0 && c->out.len >= 9 &&
 	    memcmp(c->out.data, "HTTP/1.1 ", 9) == 0)
@@ -142,6 +145,7 @@ static int mem_write(grpc_conn_t *c)
 		check_frames();
 	}
 	c->out.len = 0;
+	c->writing = (unsigned)slow;
 	return 0;
 }
 
@@ -178,7 +182,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	chunk = (size_t)(data[0] >> 2) * 4 + 1; /* 1 .. 253 bytes a read */
 	sweep = data[1] & 1;
-	drain_at = (data[1] & 2) ? (data[1] >> 2) : -1; /* after that read */
+	slow = (data[1] >> 7) & 1;
+	drain_at = (data[1] & 2) ? ((data[1] >> 2) & 31) : -1; /* that read */
 	cfg->envoy->settings.response_headers = (data[0] & 1);
 	data += 2;
 	size -= 2;
@@ -194,6 +199,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	grpc_conn_start(g, c, &mem_io);
 	for (off = 0; off < size && !c->closing; off += n, reads++) {
 		n = size - off < chunk ? size - off : chunk;
+		if (c->writing) {
+			/* The kernel took the pending write. */
+			c->writing = 0;
+			grpc_conn_flush(c);
+			if (c->closing)
+				break;
+		}
+		if (!c->reading && !c->writing)
+			break; /* the session reads nothing more */
+		if (!c->reading) {
+			n = 0; /* held back: the client's bytes wait */
+			continue;
+		}
 		grpc_conn_feed(c, data + off, n);
 		if (!c->closing && sweep)
 			sluice_grpc_sweep(g, 0);

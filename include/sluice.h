@@ -544,9 +544,9 @@ SLUICE_API int sluice_shmstore_check(sluice_shmstore_t *store, char *err,
 
 /* ------------------------------------------------------------------ time */
 
-/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch,
- * plus SLUICE_TEST_CLOCK_OFFSET_US from the environment when set (a test
- * hook for clock-skew tests; read once). */
+/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch.
+ * The library reads no environment variable (the `sluice` program's test
+ * clock, SLUICE_TEST_CLOCK_OFFSET_US, is the program's own). */
 SLUICE_API int64_t sluice_now_us(void);
 
 #ifdef __cplusplus

@@ -647,12 +647,11 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 	size_t i;
 
 	if (o->nseeds) {
-		r->cluster = 1;
-		r->slots = malloc(SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
-		r->nodes = calloc(o->nseeds, sizeof(*r->nodes));
-		if (!r->slots || !r->nodes)
+		if (sluice_redis__cluster_init(r) < 0)
 			return SLUICE_ENOMEM;
-		memset(r->slots, 0xff, SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
+		r->nodes = calloc(o->nseeds, sizeof(*r->nodes));
+		if (!r->nodes)
+			return SLUICE_ENOMEM;
 		for (i = 0; i < o->nseeds; i++) {
 			sluice_redis_url_t u;
 			int rc = sluice_redis__parse_url(o->seeds[i], &u, err,

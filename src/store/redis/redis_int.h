@@ -198,13 +198,39 @@ enum {
 	HEALTH_TLS
 };
 
+/* What a call's reply decided (status 0). */
+typedef struct sluice_redis_outcome_s {
+	int allowed;
+	sluice_decision_t d; /* one-key calls: d.which is the caller's index */
+} sluice_redis_outcome_t;
+
+/* A kind of call: what its reply means and whom it answers.  client.c:
+ * one key (sluice_redis_take/peek) and one item (a take_many of one);
+ * many.c: a group of a take over several keys, and an admin call (refund,
+ * reset, penalize, block, and a cluster take's refunds). */
+typedef struct sluice_redis_shape_s {
+	/* The reply of a call that reached Redis -> *out; 0, or -1 when it
+	 * is not the reply expected (a protocol error). */
+	int (*parse)(sluice_redis_call_t *c, const redisReply *reply,
+		     sluice_redis_outcome_t *out);
+	/* Answers the caller, once: status 0 with *out, or a failure (out
+	 * NULL). */
+	void (*done)(sluice_redis_call_t *c, int status,
+		     const sluice_redis_outcome_t *out);
+} sluice_redis_shape_t;
+
 struct sluice_redis_call_s {
+	const sluice_redis_shape_t *shape;
 	sluice_redis_call_t *prev, *next; /* pending list, by deadline */
 	sluice_redis_call_t *retry_next;  /* waiting for a resend */
 	sluice_redis_t *r;
 	uint64_t deadline_ms;
-	sluice_redis_cb cb;
+	sluice_redis_cb cb; /* one key: the caller's callback */
 	void *arg;
+	/* one item of a take_many: the item (outputs written at the end)
+	 * and the take's callback */
+	sluice_take_item_t *item;
+	sluice_redis_many_cb item_cb;
 	int done;		    /* user callback ran */
 	int waiting;		    /* on the retry list */
 	int probe;		    /* the half-open breaker probe */
@@ -311,6 +337,14 @@ void sluice_redis__resp_keys(sluice_redis_resp_t *o,
  * and a size_t (binary); 0 or -1. */
 int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
 			  void *priv, const char *fmt, ...);
+/* The one check of a key and its limits as every call takes them:
+ * SLUICE_EINVAL for nlimits 0 or above SLUICE_MAX_LIMITS, a limit that
+ * is not valid, a key longer than 65535 bytes (or NULL with a length),
+ * or, in a cluster, several limits on a key with no hash tag (empty, or
+ * starting with '}'); else 0. */
+int sluice_redis__check_item(const sluice_redis_t *r, const void *key,
+			     size_t keylen, const sluice_limit_t *limits,
+			     size_t nlimits);
 
 /* client.c */
 /* Enqueues and sends a new call (see sluice_redis_take()). */
@@ -443,9 +477,9 @@ typedef struct sluice_redis_mkey_s {
 	size_t item; /* index into the take's items */
 	size_t orig; /* the limit's index in that item */
 } sluice_redis_mkey_t;
-int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
-			     int *allowed);
-void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed);
+/* A take over items[0..n) (n >= 2, already checked), in groups. */
+int sluice_redis__take_many(sluice_redis_t *r, sluice_take_item_t *items,
+			    size_t n, sluice_redis_many_cb cb, void *arg);
 
 /* module_path.c */
 void sluice_redis__detect_module(sluice_redis_conn_t *k);

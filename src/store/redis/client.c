@@ -114,6 +114,9 @@ static void call_unlink(sluice_redis_call_t *c)
 
 static void call_maybe_free(sluice_redis_call_t *c)
 {
+	/* Freed only once finished (the caller answered), and only by the
+	 * last holder: no command in flight, not on the retry list. */
+	assert(c->done);
 	if (c->done && !c->refs && !c->waiting)
 		free(c);
 }
@@ -127,6 +130,7 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 
 	if (c->done)
 		return;
+	assert(c->shape && c->shape->parse && c->shape->done);
 	memset(&out, 0, sizeof(out));
 	if (status == 0 && c->shape->parse(c, reply, &out) < 0) {
 		status = SLUICE_ESTORE;
@@ -213,6 +217,7 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 			k->last_reply_ms = uv_now(k->r->loop);
 		}
 	}
+	assert(c->refs > 0); /* one per command sent carrying the call */
 	c->refs--;
 	if (c->done || c->r->closing) {
 		if (!c->done)

@@ -6,6 +6,7 @@
 #include "store/shm.h"
 #include "store/store.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,6 +48,16 @@ typedef struct {
 	int (*refund)(void *s, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, int64_t now_us);
+	int (*peek)(void *s, const void *key, size_t keylen,
+		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+		    int64_t now_us, sluice_decision_t *per_limit,
+		    sluice_decision_t *summary);
+	int (*penalize)(void *s, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us);
+	int (*block)(void *s, const void *key, size_t keylen,
+		     const sluice_limit_t *limits, size_t nlimits, uint64_t ms,
+		     int64_t now_us);
 	void (*stats)(void *s, sluice_memstore_stats_t *out);
 	/* A failure (SLUICE_ESTORE) to say; NULL: none to say. */
 	void (*failed)(void *s);
@@ -106,6 +117,30 @@ static void shm_log_failure(void *impl)
 		return prefix##_refund((type *)s, key, keylen, limits,         \
 				       nlimits, cost, now_us);                 \
 	}                                                                      \
+	static int name##_peek1(void *s, const void *key, size_t keylen,       \
+				const sluice_limit_t *limits, size_t nlimits,  \
+				uint64_t cost, int64_t now_us,                 \
+				sluice_decision_t *per_limit,                  \
+				sluice_decision_t *summary)                    \
+	{                                                                      \
+		return prefix##_peek((type *)s, key, keylen, limits, nlimits,  \
+				     cost, now_us, per_limit, summary);        \
+	}                                                                      \
+	static int name##_penalize1(void *s, const void *key, size_t keylen,   \
+				    const sluice_limit_t *limits,              \
+				    size_t nlimits, uint64_t cost,             \
+				    int64_t now_us)                            \
+	{                                                                      \
+		return prefix##_penalize((type *)s, key, keylen, limits,       \
+					 nlimits, cost, now_us);               \
+	}                                                                      \
+	static int name##_block1(void *s, const void *key, size_t keylen,      \
+				 const sluice_limit_t *limits, size_t nlimits, \
+				 uint64_t ms, int64_t now_us)                  \
+	{                                                                      \
+		return prefix##_block((type *)s, key, keylen, limits, nlimits, \
+				      ms, now_us);                             \
+	}                                                                      \
 	static void name##_stats1(void *s, sluice_memstore_stats_t *out)       \
 	{                                                                      \
 		prefix##_stats((type *)s, out);                                \
@@ -115,6 +150,9 @@ static void shm_log_failure(void *impl)
 		.take_many = name##_take_many,                                 \
 		.reset = name##_reset1,                                        \
 		.refund = name##_refund1,                                      \
+		.peek = name##_peek1,                                          \
+		.penalize = name##_penalize1,                                  \
+		.block = name##_block1,                                        \
 		.stats = name##_stats1,                                        \
 		.failed = on_failure,                                          \
 	}
@@ -147,10 +185,12 @@ static int local_take(const local_calls_t *c, void *impl,
 	return 0;
 }
 
-/* Resets (cost unused) or refunds each item in turn. */
-static int local_each(const local_calls_t *c, void *impl, int refund,
-		      sluice_take_item_t *items, size_t n, int64_t now_us,
-		      sluice_store_cb cb, void *arg)
+enum { OP_RESET, OP_REFUND, OP_PENALIZE, OP_BLOCK };
+
+/* Does the admin verb `op` on each item in turn (ms: block's). */
+static int local_each(const local_calls_t *c, void *impl, int op,
+		      sluice_take_item_t *items, size_t n, uint64_t ms,
+		      int64_t now_us, sluice_store_cb cb, void *arg)
 {
 	size_t i;
 	int r;
@@ -158,14 +198,58 @@ static int local_each(const local_calls_t *c, void *impl, int refund,
 	for (i = 0; i < n; i++) {
 		const sluice_take_item_t *it = &items[i];
 
-		r = refund ? c->refund(impl, it->key, it->keylen, it->limits,
-				       it->nlimits, it->cost, now_us)
-			   : c->reset(impl, it->key, it->keylen, it->limits,
-				      it->nlimits);
+		switch (op) {
+		case OP_RESET:
+			r = c->reset(impl, it->key, it->keylen, it->limits,
+				     it->nlimits);
+			break;
+		case OP_REFUND:
+			r = c->refund(impl, it->key, it->keylen, it->limits,
+				      it->nlimits, it->cost, now_us);
+			break;
+		case OP_PENALIZE:
+			r = c->penalize(impl, it->key, it->keylen, it->limits,
+					it->nlimits, it->cost, now_us);
+			break;
+		default:
+			assert(op == OP_BLOCK);
+			r = c->block(impl, it->key, it->keylen, it->limits,
+				     it->nlimits, ms, now_us);
+			break;
+		}
 		if (r < 0)
 			return r;
 	}
 	cb(arg, 0, 1);
+	return 0;
+}
+
+/* Peeks each item (outputs written); allowed when every item would
+ * pass. */
+static int local_peek(const local_calls_t *c, void *impl,
+		      sluice_take_item_t *items, size_t n, int64_t now_us,
+		      sluice_store_cb cb, void *arg)
+{
+	size_t i;
+	int r, all = 1;
+
+	for (i = 0; i < n; i++) {
+		sluice_take_item_t *it = &items[i];
+
+		r = c->peek(impl, it->key, it->keylen, it->limits, it->nlimits,
+			    it->cost, now_us, NULL, &it->summary);
+		if (r == SLUICE_EINVAL)
+			return r;
+		if (r < 0) {
+			if (r == SLUICE_ESTORE && c->failed)
+				c->failed(impl);
+			cb(arg, r, 0);
+			return 0;
+		}
+		it->allowed = r;
+		all &= r;
+	}
+	cb(arg, 0, all);
 	return 0;
 }
 
@@ -189,21 +273,45 @@ static void local_free(void *impl)
 	static int store##_reset(void *impl, sluice_take_item_t *items,        \
 				 size_t n, sluice_store_cb cb, void *arg)      \
 	{                                                                      \
-		return local_each(&store##_calls, impl, 0, items, n, 0, cb,    \
-				  arg);                                        \
+		return local_each(&store##_calls, impl, OP_RESET, items, n, 0, \
+				  0, cb, arg);                                 \
 	}                                                                      \
 	static int store##_refund(void *impl, sluice_take_item_t *items,       \
 				  size_t n, int64_t now_us,                    \
 				  sluice_store_cb cb, void *arg)               \
 	{                                                                      \
-		return local_each(&store##_calls, impl, 1, items, n, now_us,   \
-				  cb, arg);                                    \
+		return local_each(&store##_calls, impl, OP_REFUND, items, n,   \
+				  0, now_us, cb, arg);                         \
+	}                                                                      \
+	static int store##_peek(void *impl, sluice_take_item_t *items,         \
+				size_t n, int64_t now_us, sluice_store_cb cb,  \
+				void *arg)                                     \
+	{                                                                      \
+		return local_peek(&store##_calls, impl, items, n, now_us, cb,  \
+				  arg);                                        \
+	}                                                                      \
+	static int store##_penalize(void *impl, sluice_take_item_t *items,     \
+				    size_t n, int64_t now_us,                  \
+				    sluice_store_cb cb, void *arg)             \
+	{                                                                      \
+		return local_each(&store##_calls, impl, OP_PENALIZE, items, n, \
+				  0, now_us, cb, arg);                         \
+	}                                                                      \
+	static int store##_block(void *impl, sluice_take_item_t *items,        \
+				 size_t n, uint64_t ms, int64_t now_us,        \
+				 sluice_store_cb cb, void *arg)                \
+	{                                                                      \
+		return local_each(&store##_calls, impl, OP_BLOCK, items, n,    \
+				  ms, now_us, cb, arg);                        \
 	}                                                                      \
 	const sluice_store_ops_t sluice_##store##_store_ops = {                \
 		.name = label,                                                 \
 		.take = store##_take,                                          \
 		.reset = store##_reset,                                        \
 		.refund = store##_refund,                                      \
+		.peek = store##_peek,                                          \
+		.penalize = store##_penalize,                                  \
+		.block = store##_block,                                        \
 		.healthy = NULL,                                               \
 		.stats = store##_stats1,                                       \
 		.free = local_free,                                            \

@@ -27,7 +27,8 @@
 #ifndef SLUICE_SERVE_VERDICT_H
 #define SLUICE_SERVE_VERDICT_H
 
-#include "serve/backend.h"
+#include "serve/config.h"
+#include "store/store.h"
 
 /* What became of one matched rule. */
 typedef enum {

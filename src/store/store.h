@@ -1,9 +1,18 @@
 /*
- * backend.h -- the stores a verdict is decided on.
+ * store.h -- the stores a verdict is decided on.
  *
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
- * memory store and the host's shared-memory store here, the Redis store
- * (include/sluice_redis.h).  Its take() charges several keys all-or-nothing,
+ * memory store and the host's shared-memory store (store_local.c), the
+ * Redis store (store_redis.c, over include/sluice_redis.h).  Adding a
+ * store is one driver file and one case in sluice_backend_open().
+ *
+ * Every call has one shape: items (sluice_take_item_t: key, limits,
+ * cost; outputs written by take and peek) with a callback that runs once
+ * when the call returns 0, never when it returns a negative code.
+ * Ownership: the items (keys, limits) are the caller's and must stay
+ * valid, and unchanged, until the callback has run; the driver writes
+ * only their outputs.  The callback may run before the call returns (the
+ * local stores always do).  Its take() charges several keys all-or-nothing,
  * atomically with respect to every other take on the same store: it has the
  * shape of sluice_redis_take_many(), asynchronous, one callback per call, which
  * may run before take() returns (the memory driver always does).  Each
@@ -11,11 +20,12 @@
  *
  * The verdict engine (verdict.h) decides a whole request over a backend.
  */
-#ifndef SLUICE_SERVE_BACKEND_H
-#define SLUICE_SERVE_BACKEND_H
+#ifndef SLUICE_STORE_STORE_H
+#define SLUICE_STORE_STORE_H
 
-#include "serve/config.h"
 #include "sluice.h"
+#include "sluice_redis.h"
+#include "store/store_config.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +52,20 @@ typedef struct sluice_store_ops_s {
 		     sluice_store_cb cb, void *arg);
 	int (*refund)(void *impl, sluice_take_item_t *items, size_t n,
 		      int64_t now_us, sluice_store_cb cb, void *arg);
+	/* The decision each item would get now (its outputs written),
+	 * charging nothing; cb's `allowed`: every item would pass.  The
+	 * Redis store peeks one item per call (n 1, else SLUICE_EINVAL).
+	 * Same return as take; NULL: the store cannot peek. */
+	int (*peek)(void *impl, sluice_take_item_t *items, size_t n,
+		    int64_t now_us, sluice_store_cb cb, void *arg);
+	/* More admin verbs, as refund: penalize charges each item's cost
+	 * with no check (sluice_penalize()), block lets no take of the
+	 * items' buckets pass for ms milliseconds (sluice_block()). */
+	int (*penalize)(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg);
+	int (*block)(void *impl, sluice_take_item_t *items, size_t n,
+		     uint64_t ms, int64_t now_us, sluice_store_cb cb,
+		     void *arg);
 	/* 1 when the store can answer (for /readyz); NULL: always. */
 	int (*healthy)(void *impl);
 	/* Store-specific counters for /metrics, may be NULL. */
@@ -57,6 +81,28 @@ typedef struct sluice_backend_s {
 	sluice_memstore_t *local;
 } sluice_backend_t;
 
+/* What the stores say to their host (the server's log and metrics):
+ * set once per process, before the first store opens; until then (and
+ * for any NULL member) a store says nothing.  The hooks are called on
+ * the thread of the store's caller. */
+typedef struct sluice_store_hooks_s {
+	/* An error in words (a failing shared store; each said once). */
+	void (*log_error)(const char *msg);
+	/* One Redis client's events and per-node reports
+	 * (sluice_redis_opts_t.on_event, on_report), with the arg that
+	 * attach returned when the client opened (NULL allowed); detach
+	 * runs when the client is freed. */
+	void (*on_event)(void *arg, const sluice_redis_event_t *ev);
+	void (*on_report)(void *arg, const sluice_redis_node_report_t *rep);
+	void *(*attach)(void);
+	void (*detach)(void *arg);
+} sluice_store_hooks_t;
+
+/* Keeps `hooks` (which must outlive every store) for the stores opened
+ * from now on; NULL: none. */
+void sluice_store_set_hooks(const sluice_store_hooks_t *hooks);
+const sluice_store_hooks_t *sluice_store_hooks(void);
+
 /* Opens the driver configured in `store` for one event-loop thread.
  * `shared` is the process-wide memory store, `shm` the host's
  * shared-memory store (opened once per process; NULL unless the store is
@@ -71,14 +117,14 @@ int sluice_backend_healthy(sluice_backend_t *be);
 /* A backend on a memory store alone (simulate, replay, tests). */
 void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store);
 
-/* The memory and shared-memory drivers (backend.c). */
+/* The memory and shared-memory drivers (store_local.c). */
 extern const sluice_store_ops_t sluice_memory_store_ops;
 extern const sluice_store_ops_t sluice_shm_store_ops;
 
-/* The Redis driver (backend_redis.c): opens one Redis client for `loop`
+/* The Redis driver (store_redis.c): opens one Redis client for `loop`
  * (a uv_loop_t) into *impl. */
 extern const sluice_store_ops_t sluice_redis_store_ops;
 int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 			    void *loop, char *err, size_t errlen);
 
-#endif /* SLUICE_SERVE_BACKEND_H */
+#endif /* SLUICE_STORE_STORE_H */

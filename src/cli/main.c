@@ -6,7 +6,7 @@
  * statuses: 0 success, 1 runtime failure, 2 bad usage or bad config.
  */
 #include "envoy/config.h"
-#include "serve/config.h"
+#include "policy/config.h"
 #include "serve/server.h"
 #include "sim/sim.h"
 #include "sluice.h"

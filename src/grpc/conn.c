@@ -19,7 +19,7 @@
  * for a decision are detached first and finish alone.
  */
 #include "grpc/internal.h"
-#include "serve/log.h"
+#include "util/log.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
  * run on the store driver (memory, Redis scripts, same with the module).
  */
 #include "serve/handlers.h"
-#include "serve/log.h"
+#include "util/log.h"
 #include "util/sha256.h"
 
 #include <jansson.h>

@@ -2,8 +2,8 @@
  * backend.c -- opening the configured store, and the memory driver.
  */
 #include "serve/backend.h"
-#include "serve/log.h"
 #include "store/shm.h"
+#include "util/log.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 #ifndef SLUICE_SERVE_BACKEND_H
 #define SLUICE_SERVE_BACKEND_H
 
-#include "serve/config.h"
+#include "policy/config.h"
 #include "sluice.h"
 
 #include <stddef.h>

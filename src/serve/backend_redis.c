@@ -5,9 +5,9 @@
  * have the driver's shape; on_store_error is applied by verdict.c.
  */
 #include "serve/backend.h"
-#include "serve/log.h"
 #include "serve/metrics_redis.h"
 #include "sluice_redis.h"
+#include "util/log.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -2,9 +2,9 @@
  * handlers.c -- routing, /v1/check, health and metrics endpoints.
  */
 #include "serve/handlers.h"
-#include "serve/headers.h"
-#include "serve/log.h"
+#include "policy/ratelimit_headers.h"
 #include "serve/metrics_redis.h"
+#include "util/log.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

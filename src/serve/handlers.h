@@ -14,7 +14,7 @@
 #ifndef SLUICE_SERVE_HANDLERS_H
 #define SLUICE_SERVE_HANDLERS_H
 
-#include "serve/conn.h"
+#include "serve/http_conn.h"
 
 #include <jansson.h>
 

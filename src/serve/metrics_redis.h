@@ -10,8 +10,8 @@
 #ifndef SLUICE_SERVE_METRICS_REDIS_H
 #define SLUICE_SERVE_METRICS_REDIS_H
 
-#include "serve/buf.h"
 #include "sluice_redis.h"
+#include "util/buf.h"
 
 typedef struct sluice_redis_metrics_s sluice_redis_metrics_t;
 

@@ -1,8 +1,8 @@
 /*
  * live.c -- reference-counted configs.
  */
-#include "serve/live.h"
-#include "serve/metrics.h"
+#include "policy/live.h"
+#include "policy/counters.h"
 
 #include <stdlib.h>
 

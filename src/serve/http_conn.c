@@ -8,7 +8,7 @@
  * buffer is shared by every connection of the thread), each URL, name and
  * value NUL-terminated, so handlers see plain C strings.
  */
-#include "serve/conn.h"
+#include "serve/http_conn.h"
 #include "serve/handlers.h"
 
 #include <limits.h>

@@ -9,7 +9,7 @@
  * started.  When the last one is in, finish() folds the results into the
  * verdict.
  */
-#include "serve/verdict.h"
+#include "policy/verdict.h"
 
 #include <stdlib.h>
 #include <string.h>

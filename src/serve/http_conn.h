@@ -14,11 +14,12 @@
  * arrives, io->wake() tells the transport to write and call
  * sluice_conn_resume().
  */
-#ifndef SLUICE_SERVE_CONN_H
-#define SLUICE_SERVE_CONN_H
+#ifndef SLUICE_SERVE_HTTP_CONN_H
+#define SLUICE_SERVE_HTTP_CONN_H
 
-#include "serve/buf.h"
-#include "serve/svc.h"
+#include "policy/svc.h"
+#include "serve/metrics.h"
+#include "util/buf.h"
 
 #include <http_parser.h>
 #include <stdint.h>
@@ -161,4 +162,4 @@ void sluice_conn_wait(sluice_conn_t *c);
 
 const char *sluice_status_text(int status);
 
-#endif /* SLUICE_SERVE_CONN_H */
+#endif /* SLUICE_SERVE_HTTP_CONN_H */

@@ -2,11 +2,11 @@
  * config_internal.h -- shared between the parts of the config reader
  * (config.c: the file and its top-level settings; config_rule.c: rules).
  */
-#ifndef SLUICE_SERVE_CONFIG_INTERNAL_H
-#define SLUICE_SERVE_CONFIG_INTERNAL_H
+#ifndef SLUICE_POLICY_CONFIG_INTERNAL_H
+#define SLUICE_POLICY_CONFIG_INTERNAL_H
 
-#include "serve/config.h"
-#include "serve/config_yaml.h"
+#include "policy/config.h"
+#include "policy/config_yaml.h"
 
 /* Longest rule or tier name: keeps store keys well inside
  * sluice_match_t.key. */
@@ -49,4 +49,4 @@ int sluice_config_parse_overrides(sluice_yaml_t *y, yaml_node_t *inline_map,
 				  const char *rule);
 void sluice_config_free_overrides(sluice_rule_t *r);
 
-#endif /* SLUICE_SERVE_CONFIG_INTERNAL_H */
+#endif /* SLUICE_POLICY_CONFIG_INTERNAL_H */

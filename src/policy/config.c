@@ -6,7 +6,7 @@
  * field; keep it in step.
  */
 #include "envoy/config.h"
-#include "serve/config_internal.h"
+#include "policy/config_internal.h"
 #include "sluice_redis.h"
 #include "util/file.h"
 
@@ -192,60 +192,6 @@ void sluice_config_free(sluice_config_t *cfg)
 	sluice_envoy_config_free(cfg->envoy);
 	free_rules(cfg);
 	free(cfg);
-}
-
-/* ------------------------------------------------------------- listen */
-
-int sluice_listen_parse(const char *text, struct sockaddr_storage *ss,
-			char *err, size_t errlen)
-{
-	char host[INET6_ADDRSTRLEN + 1];
-	const char *port, *end;
-	unsigned long p;
-	size_t hlen;
-
-	memset(ss, 0, sizeof(*ss));
-	if (text[0] == '[') {
-		end = strchr(text, ']');
-		if (!end || end[1] != ':')
-			goto bad;
-		hlen = (size_t)(end - text - 1);
-		text++;
-		port = end + 2;
-	} else {
-		end = strrchr(text, ':');
-		if (!end || memchr(text, ':', (size_t)(end - text)))
-			goto bad;
-		hlen = (size_t)(end - text);
-		port = end + 1;
-	}
-	if (hlen == 0 || hlen >= sizeof(host) || !*port ||
-	    strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
-		goto bad;
-	p = strtoul(port, NULL, 10);
-	if (p == 0 || p > 65535)
-		goto bad;
-	memcpy(host, text, hlen);
-	host[hlen] = '\0';
-	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr)) {
-		ss->ss_family = AF_INET;
-		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, host,
-		      &((struct sockaddr_in6 *)ss)->sin6_addr)) {
-		ss->ss_family = AF_INET6;
-		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)p);
-		return 0;
-	}
-bad:
-	if (err && errlen)
-		snprintf(err, errlen,
-			 "listen address \"%.80s\" is not valid; expected "
-			 "ADDRESS:PORT with a numeric address and a port from "
-			 "1 to 65535, e.g. 127.0.0.1:8080 or [::1]:8080",
-			 text);
-	return SLUICE_EINVAL;
 }
 
 /* --------------------------------------------------------------- store */

@@ -9,10 +9,10 @@
  * answered synchronously need no reference: the switch runs on the same
  * thread, between requests.
  */
-#ifndef SLUICE_SERVE_LIVE_H
-#define SLUICE_SERVE_LIVE_H
+#ifndef SLUICE_POLICY_LIVE_H
+#define SLUICE_POLICY_LIVE_H
 
-#include "serve/config.h"
+#include "policy/config.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,4 +36,4 @@ static inline size_t sluice_live_rule_index(const sluice_live_t *live,
 	return (size_t)(rule - live->cfg->rules);
 }
 
-#endif /* SLUICE_SERVE_LIVE_H */
+#endif /* SLUICE_POLICY_LIVE_H */

@@ -27,7 +27,8 @@
 #ifndef SLUICE_POLICY_VERDICT_H
 #define SLUICE_POLICY_VERDICT_H
 
-#include "serve/backend.h"
+#include "policy/config.h"
+#include "store/store.h"
 
 /* What became of one matched rule. */
 typedef enum {

@@ -4,6 +4,7 @@
 #include "serve/server.h"
 #include "envoy/config.h"
 #include "grpc/grpc.h"
+#include "serve/store_events.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -546,6 +547,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
+	sluice_store_set_hooks(&sluice_serve_store_hooks);
 	cfg = load_config(opts, err, sizeof(err));
 	if (!cfg) {
 		sluice_log_error("%s", err);

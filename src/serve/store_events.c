@@ -1,17 +1,14 @@
 /*
- * backend_redis.c -- the Redis store as a serve store driver: one client
- * (include/sluice_redis.h) per event-loop thread, opened on that thread's
- * loop, so threads share nothing but the Redis server.  Its calls already
- * have the driver's shape; on_store_error is applied by verdict.c.
+ * store_events.c -- the stores' events in the server's log (each change
+ * said once for the process) and the Redis clients' reports in its
+ * metrics (metrics_redis.c).
  */
-#include "serve/backend.h"
+#include "serve/store_events.h"
 #include "serve/metrics_redis.h"
-#include "sluice_redis.h"
 #include "util/log.h"
 
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------ store health log */
@@ -143,115 +140,27 @@ static void on_store_event(void *arg, const sluice_redis_event_t *ev)
 	}
 }
 
-/* ---------------------------------------------------------------- driver */
+/* ----------------------------------------------------------------- hooks */
 
-/* The driver's instance: the client and the block its reports count in. */
-typedef struct {
-	sluice_redis_t *r;
-	sluice_redis_metrics_t *metrics;
-} redis_impl_t;
-
-static int redis_take(void *impl, sluice_take_item_t *items, size_t n,
-		      int64_t now_us, sluice_store_cb cb, void *arg)
+static void log_error(const char *msg)
 {
-	/* Redis decides on its own clock: now_us is not needed. */
-	return sluice_redis_take_many(((redis_impl_t *)impl)->r, items, n, cb,
-				      arg);
+	sluice_log_error("%s", msg);
 }
 
-static int redis_reset(void *impl, sluice_take_item_t *items, size_t n,
-		       sluice_store_cb cb, void *arg)
+static void *attach(void)
 {
-	return sluice_redis_reset(((redis_impl_t *)impl)->r, items, n, cb, arg);
+	return sluice_redis_metrics_new();
 }
 
-static int redis_refund(void *impl, sluice_take_item_t *items, size_t n,
-			int64_t now_us, sluice_store_cb cb, void *arg)
+static void detach(void *arg)
 {
-	return sluice_redis_refund(((redis_impl_t *)impl)->r, items, n, cb,
-				   arg);
+	sluice_redis_metrics_retire(arg);
 }
 
-static int redis_healthy(void *impl)
-{
-	return sluice_redis_healthy(((redis_impl_t *)impl)->r);
-}
-
-static void redis_free(void *impl)
-{
-	/* Pending calls fail with SLUICE_ESTORE; the loop then closes the
-	 * client's handles (server.c runs it after closing the backend). */
-	redis_impl_t *d = impl;
-
-	sluice_redis_metrics_retire(d->metrics);
-	sluice_redis_free(d->r);
-	free(d);
-}
-
-const sluice_store_ops_t sluice_redis_store_ops = {
-	.name = "redis",
-	.take = redis_take,
-	.reset = redis_reset,
-	.refund = redis_refund,
-	.healthy = redis_healthy,
-	.stats = NULL,
-	.free = redis_free,
+const sluice_store_hooks_t sluice_serve_store_hooks = {
+	.log_error = log_error,
+	.on_event = on_store_event,
+	.on_report = sluice_redis_metrics_report,
+	.attach = attach,
+	.detach = detach,
 };
-
-int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
-			    void *loop, char *err, size_t errlen)
-{
-	sluice_redis_opts_t o = {0};
-	sluice_redis_tls_t tls = {0};
-	sluice_redis_sentinel_t sentinel = {0};
-	redis_impl_t *d = calloc(1, sizeof(*d));
-	int rc;
-
-	if (!d) {
-		snprintf(err, errlen, "redis store: out of memory");
-		return SLUICE_ENOMEM;
-	}
-	/* NULL (out of memory) only loses the node metrics. */
-	d->metrics = sluice_redis_metrics_new();
-	if (store->kind == SLUICE_STORE_REDIS_CLUSTER) {
-		o.seeds = (const char *const *)store->seeds;
-		o.nseeds = store->nseeds;
-	} else if (store->sentinel.master) {
-		/* The Sentinels name the master; the URL (if any) gives
-		 * its credentials, db and scheme. */
-		sentinel.master = store->sentinel.master;
-		sentinel.addrs = (const char *const *)store->sentinel.addrs;
-		sentinel.naddrs = store->sentinel.naddrs;
-		sentinel.user = store->sentinel.user;
-		sentinel.password = store->sentinel.password;
-		sentinel.tls = store->sentinel.tls;
-		o.sentinel = &sentinel;
-		o.url = store->url;
-	} else {
-		o.url = store->url ? store->url : "redis://127.0.0.1:6379";
-	}
-	if (store->tls.enabled) {
-		/* The client copies these: locals outlive the call. */
-		tls.enabled = 1;
-		tls.ca_file = store->tls.ca_file;
-		tls.cert_file = store->tls.cert_file;
-		tls.key_file = store->tls.key_file;
-		tls.server_name = store->tls.server_name;
-		tls.no_verify = !store->tls.verify;
-		o.tls = &tls;
-	}
-	o.key_prefix = store->key_prefix;
-	o.timeout_ms = store->timeout_ms;
-	o.connections = store->connections;
-	o.on_event = on_store_event;
-	o.on_report = sluice_redis_metrics_report;
-	o.event_arg = d->metrics;
-	rc = sluice_redis_new(loop, &o, &d->r, err, errlen);
-	if (rc < 0) {
-		sluice_redis_metrics_retire(d->metrics);
-		free(d);
-		return rc;
-	}
-	*impl = d;
-	return 0;
-}

@@ -1,12 +1,34 @@
 /*
- * backend.c -- opening the configured store, and the memory driver.
+ * store_local.c -- opening the configured store, and the drivers of the
+ * stores in this process's memory: the memory store and the host's
+ * shared-memory store.
  */
-#include "serve/backend.h"
 #include "store/shm.h"
-#include "util/log.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* ----------------------------------------------------------------- hooks */
+
+static const sluice_store_hooks_t no_hooks;
+static const sluice_store_hooks_t *hooks = &no_hooks;
+
+void sluice_store_set_hooks(const sluice_store_hooks_t *h)
+{
+	hooks = h ? h : &no_hooks;
+}
+
+const sluice_store_hooks_t *sluice_store_hooks(void)
+{
+	return hooks;
+}
+
+static void say_error(const char *msg)
+{
+	if (hooks->log_error)
+		hooks->log_error(msg);
+}
 
 /* ---------------------------------------------------------- memory store */
 
@@ -107,17 +129,16 @@ static void shm_log_failure(sluice_shmstore_t *shm)
 
 	if (sluice_shmstore__failed(shm)) {
 		if (!__atomic_exchange_n(&said_shrunk, 1, __ATOMIC_RELAXED))
-			sluice_log_error(
-				"store.shared: the file shrank under its "
-				"mapping (truncated, or its tmpfs is full); "
-				"every decision now follows on_store_error "
-				"until a restart, which refuses the damaged "
-				"file");
+			say_error("store.shared: the file shrank under its "
+				  "mapping (truncated, or its tmpfs is full); "
+				  "every decision now follows on_store_error "
+				  "until a restart, which refuses the damaged "
+				  "file");
 	} else if (!__atomic_exchange_n(&said_lock, 1, __ATOMIC_RELAXED)) {
-		sluice_log_error("store.shared: a shard's lock was not "
-				 "released within 10 s (a stopped process, or "
-				 "a damaged file); such decisions follow "
-				 "on_store_error");
+		say_error("store.shared: a shard's lock was not "
+			  "released within 10 s (a stopped process, or "
+			  "a damaged file); such decisions follow "
+			  "on_store_error");
 	}
 }
 

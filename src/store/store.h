@@ -1,5 +1,5 @@
 /*
- * backend.h -- the stores a verdict is decided on.
+ * store.h -- the stores a verdict is decided on.
  *
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
  * memory store and the host's shared-memory store here, the Redis store
@@ -11,11 +11,12 @@
  *
  * The verdict engine (verdict.h) decides a whole request over a backend.
  */
-#ifndef SLUICE_SERVE_BACKEND_H
-#define SLUICE_SERVE_BACKEND_H
+#ifndef SLUICE_STORE_STORE_H
+#define SLUICE_STORE_STORE_H
 
-#include "policy/config.h"
 #include "sluice.h"
+#include "sluice_redis.h"
+#include "store/store_config.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,28 @@ typedef struct sluice_backend_s {
 	sluice_memstore_t *local;
 } sluice_backend_t;
 
+/* What the stores say to their host (the server's log and metrics):
+ * set once per process, before the first store opens; until then (and
+ * for any NULL member) a store says nothing.  The hooks are called on
+ * the thread of the store's caller. */
+typedef struct sluice_store_hooks_s {
+	/* An error in words (a failing shared store; each said once). */
+	void (*log_error)(const char *msg);
+	/* One Redis client's events and per-node reports
+	 * (sluice_redis_opts_t.on_event, on_report), with the arg that
+	 * attach returned when the client opened (NULL allowed); detach
+	 * runs when the client is freed. */
+	void (*on_event)(void *arg, const sluice_redis_event_t *ev);
+	void (*on_report)(void *arg, const sluice_redis_node_report_t *rep);
+	void *(*attach)(void);
+	void (*detach)(void *arg);
+} sluice_store_hooks_t;
+
+/* Keeps `hooks` (which must outlive every store) for the stores opened
+ * from now on; NULL: none. */
+void sluice_store_set_hooks(const sluice_store_hooks_t *hooks);
+const sluice_store_hooks_t *sluice_store_hooks(void);
+
 /* Opens the driver configured in `store` for one event-loop thread.
  * `shared` is the process-wide memory store, `shm` the host's
  * shared-memory store (opened once per process; NULL unless the store is
@@ -71,14 +94,14 @@ int sluice_backend_healthy(sluice_backend_t *be);
 /* A backend on a memory store alone (simulate, replay, tests). */
 void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store);
 
-/* The memory and shared-memory drivers (backend.c). */
+/* The memory and shared-memory drivers (store_local.c). */
 extern const sluice_store_ops_t sluice_memory_store_ops;
 extern const sluice_store_ops_t sluice_shm_store_ops;
 
-/* The Redis driver (backend_redis.c): opens one Redis client for `loop`
+/* The Redis driver (store_redis.c): opens one Redis client for `loop`
  * (a uv_loop_t) into *impl. */
 extern const sluice_store_ops_t sluice_redis_store_ops;
 int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 			    void *loop, char *err, size_t errlen);
 
-#endif /* SLUICE_SERVE_BACKEND_H */
+#endif /* SLUICE_STORE_STORE_H */

@@ -1,0 +1,59 @@
+/*
+ * store_config.h -- which store a process decides on, and its settings
+ * (the `store:` section of the config; parsed by the config code, read by
+ * the store drivers, store.h).  Plain data: nothing here parses or opens.
+ */
+#ifndef SLUICE_STORE_CONFIG_H
+#define SLUICE_STORE_CONFIG_H
+
+#include <stddef.h>
+
+typedef enum {
+	SLUICE_STORE_MEMORY = 0,
+	SLUICE_STORE_REDIS,
+	SLUICE_STORE_REDIS_CLUSTER,
+	SLUICE_STORE_SHARED, /* the host's shared-memory store */
+} sluice_store_kind_t;
+
+/* TLS towards Redis (store.redis.tls, store.redis_cluster.tls).  A
+ * rediss:// URL or seed turns it on with the defaults; a `tls:` block
+ * turns it on whatever the scheme.  The files were readable at load. */
+typedef struct sluice_store_tls_s {
+	int enabled;
+	char *ca_file;	   /* NULL: the system's CA store */
+	char *cert_file;   /* client certificate (mutual TLS), with key_file */
+	char *key_file;	   /* its private key */
+	char *server_name; /* SNI and the name verified; NULL: the host */
+	int verify;	   /* default 1; 0 accepts any certificate */
+} sluice_store_tls_t;
+
+/* Redis Sentinel (store.redis.sentinel): master is NULL when none. */
+typedef struct sluice_store_sentinel_s {
+	char *master;  /* the name the Sentinels monitor */
+	char **addrs;  /* "host:port" of each Sentinel */
+	size_t naddrs; /* at least one */
+	char *user;    /* AUTH to the Sentinels; NULL: none */
+	char *password;
+	int tls; /* Sentinels over TLS; default: as the master */
+} sluice_store_sentinel_t;
+
+typedef struct sluice_store_config_s {
+	sluice_store_kind_t kind;
+	size_t max_keys; /* memory/shared store bound (default 1,000,000) */
+	char *shm_path;	 /* shared: the store's file, e.g. /dev/shm/sluice */
+	char *shm_group; /* shared: the group sharing it, or NULL */
+	/* redis / redis_cluster */
+	/* redis[s]://[user:pass@]host:port/db, unix:///path; with a
+	 * Sentinel only its credentials, db and scheme count (may be NULL) */
+	char *url;
+	/* cluster seeds, "host:port" or "redis[s]://host:port" */
+	char **seeds;
+	size_t nseeds;
+	char *key_prefix;     /* default "sluice:" */
+	unsigned timeout_ms;  /* default 50 */
+	unsigned connections; /* per thread, default 1 */
+	sluice_store_tls_t tls;
+	sluice_store_sentinel_t sentinel; /* redis only */
+} sluice_store_config_t;
+
+#endif /* SLUICE_STORE_CONFIG_H */

@@ -1,0 +1,135 @@
+/*
+ * store_redis.c -- the Redis store as a store driver: one client
+ * (include/sluice_redis.h) per event-loop thread, opened on that thread's
+ * loop, so threads share nothing but the Redis server.  Its calls already
+ * have the driver's shape; on_store_error is applied by the verdict engine.
+ * What the client reports goes to the host's hooks (store.h).
+ */
+#include "store/store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- driver */
+
+/* The driver's instance: the client and the hooks' arg for its reports
+ * (the block they count in). */
+typedef struct {
+	sluice_redis_t *r;
+	void *hook_arg;
+} redis_impl_t;
+
+static void detach(void *arg)
+{
+	const sluice_store_hooks_t *h = sluice_store_hooks();
+
+	if (h->detach)
+		h->detach(arg);
+}
+
+static int redis_take(void *impl, sluice_take_item_t *items, size_t n,
+		      int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	/* Redis decides on its own clock: now_us is not needed. */
+	return sluice_redis_take_many(((redis_impl_t *)impl)->r, items, n, cb,
+				      arg);
+}
+
+static int redis_reset(void *impl, sluice_take_item_t *items, size_t n,
+		       sluice_store_cb cb, void *arg)
+{
+	return sluice_redis_reset(((redis_impl_t *)impl)->r, items, n, cb, arg);
+}
+
+static int redis_refund(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	return sluice_redis_refund(((redis_impl_t *)impl)->r, items, n, cb,
+				   arg);
+}
+
+static int redis_healthy(void *impl)
+{
+	return sluice_redis_healthy(((redis_impl_t *)impl)->r);
+}
+
+static void redis_free(void *impl)
+{
+	/* Pending calls fail with SLUICE_ESTORE; the loop then closes the
+	 * client's handles (server.c runs it after closing the backend). */
+	redis_impl_t *d = impl;
+
+	detach(d->hook_arg);
+	sluice_redis_free(d->r);
+	free(d);
+}
+
+const sluice_store_ops_t sluice_redis_store_ops = {
+	.name = "redis",
+	.take = redis_take,
+	.reset = redis_reset,
+	.refund = redis_refund,
+	.healthy = redis_healthy,
+	.stats = NULL,
+	.free = redis_free,
+};
+
+int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
+			    void *loop, char *err, size_t errlen)
+{
+	sluice_redis_opts_t o = {0};
+	sluice_redis_tls_t tls = {0};
+	sluice_redis_sentinel_t sentinel = {0};
+	redis_impl_t *d = calloc(1, sizeof(*d));
+	const sluice_store_hooks_t *h = sluice_store_hooks();
+	int rc;
+
+	if (!d) {
+		snprintf(err, errlen, "redis store: out of memory");
+		return SLUICE_ENOMEM;
+	}
+	/* NULL (out of memory) only loses the node metrics. */
+	d->hook_arg = h->attach ? h->attach() : NULL;
+	if (store->kind == SLUICE_STORE_REDIS_CLUSTER) {
+		o.seeds = (const char *const *)store->seeds;
+		o.nseeds = store->nseeds;
+	} else if (store->sentinel.master) {
+		/* The Sentinels name the master; the URL (if any) gives
+		 * its credentials, db and scheme. */
+		sentinel.master = store->sentinel.master;
+		sentinel.addrs = (const char *const *)store->sentinel.addrs;
+		sentinel.naddrs = store->sentinel.naddrs;
+		sentinel.user = store->sentinel.user;
+		sentinel.password = store->sentinel.password;
+		sentinel.tls = store->sentinel.tls;
+		o.sentinel = &sentinel;
+		o.url = store->url;
+	} else {
+		o.url = store->url ? store->url : "redis://127.0.0.1:6379";
+	}
+	if (store->tls.enabled) {
+		/* The client copies these: locals outlive the call. */
+		tls.enabled = 1;
+		tls.ca_file = store->tls.ca_file;
+		tls.cert_file = store->tls.cert_file;
+		tls.key_file = store->tls.key_file;
+		tls.server_name = store->tls.server_name;
+		tls.no_verify = !store->tls.verify;
+		o.tls = &tls;
+	}
+	o.key_prefix = store->key_prefix;
+	o.timeout_ms = store->timeout_ms;
+	o.connections = store->connections;
+	o.on_event = h->on_event;
+	o.on_report = h->on_report;
+	o.event_arg = d->hook_arg;
+	rc = sluice_redis_new(loop, &o, &d->r, err, errlen);
+	if (rc < 0) {
+		detach(d->hook_arg);
+		free(d);
+		return rc;
+	}
+	*impl = d;
+	return 0;
+}

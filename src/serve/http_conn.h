@@ -75,7 +75,6 @@ struct sluice_conn_s {
 	int method; /* enum http_method */
 	int keep_alive;
 	int status;		 /* of the answer being written */
-	int deny_status;	 /* /v1/check: the status of a limited answer */
 	sluice_live_t *req_live; /* config the request was decided with */
 	sluice_take_t *take;	 /* decision in flight */
 

@@ -20,6 +20,7 @@
  * offending field named.
  */
 #include "policy/ratelimit_headers.h"
+#include "serve/answer.h"
 #include "serve/handlers.h"
 #include "util/sha256.h"
 

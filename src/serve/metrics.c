@@ -4,7 +4,6 @@
  */
 #include "serve/metrics.h"
 #include "envoy/metrics.h"
-#include "serve/metrics_redis.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@ static const int codes[16] = {200, 400, 403, 404, 405, 408,
 			      413, 429, 431, 500, 503, 0};
 
 static sluice_counter_t reloads_ok, reloads_failed;
+static const sluice_store_exposition_t *store_x;
 /* The registry as sluice_metrics_visit() shows it: set and read only
  * under the registry's lock (render_counters). */
 static const sluice_metrics_t *all;
@@ -42,6 +42,17 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 		;
 	sluice_count(&m->latency[i], 1);
 	sluice_count(&m->latency_sum_ns, elapsed_ns);
+}
+
+void sluice_metrics_set_store(const sluice_store_exposition_t *x)
+{
+	store_x = x;
+}
+
+void sluice_metrics_store_unready(sluice_buf_t *out)
+{
+	if (store_x && store_x->unready)
+		store_x->unready(out);
 }
 
 void sluice_metrics_reload(int ok)
@@ -246,7 +257,8 @@ void sluice_metrics_render(sluice_buf_t *out,
 	sluice_metrics_visit(render_counters, out);
 	if (stats)
 		render_store(out, stats);
-	sluice_redis_metrics_render(out);
+	if (store_x && store_x->render)
+		store_x->render(out);
 	sluice_envoy_metrics_render(out);
 	help(out, "sluice_build_info", "gauge",
 	     "Always 1; the version of this binary as a label.");

@@ -20,6 +20,19 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 /* Process-wide events (any thread). */
 void sluice_metrics_reload(int ok);
 
+/* What the configured store adds to GET /metrics (its own series) and to
+ * the body of /readyz's 503 (`,"nodes":[...]`, see metrics_redis.h).
+ * server.c sets it once, before any loop thread runs; unset, a store adds
+ * nothing.  So nothing here knows which store it is. */
+typedef struct sluice_store_exposition_s {
+	void (*render)(sluice_buf_t *out);
+	void (*unready)(sluice_buf_t *out);
+} sluice_store_exposition_t;
+
+void sluice_metrics_set_store(const sluice_store_exposition_t *x);
+/* Appends the store's part of the /readyz 503 body (may be nothing). */
+void sluice_metrics_store_unready(sluice_buf_t *out);
+
 /* Appends the whole exposition; stats may be NULL. */
 void sluice_metrics_render(sluice_buf_t *out,
 			   const sluice_memstore_stats_t *stats);

@@ -4,6 +4,7 @@
 #include "serve/server.h"
 #include "envoy/config.h"
 #include "grpc/grpc.h"
+#include "serve/metrics_redis.h"
 #include "serve/store_events.h"
 
 #include <arpa/inet.h>
@@ -548,6 +549,8 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
 	sluice_store_set_hooks(&sluice_serve_store_hooks);
+	/* Redis nodes' series (none until a Redis client reports one). */
+	sluice_metrics_set_store(&sluice_redis_exposition);
 	cfg = load_config(opts, err, sizeof(err));
 	if (!cfg) {
 		sluice_log_error("%s", err);

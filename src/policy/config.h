@@ -30,6 +30,19 @@ typedef struct sluice_cidr_s {
 	unsigned prefix;
 } sluice_cidr_t;
 
+/* The defaults of the settings, as docs/CONFIG.md gives them: the one
+ * place they are written.  config.c starts every config from them; the
+ * accessors below read a zero field (a config built by hand) as its
+ * default, so no reader keeps a fallback of its own. */
+#define SLUICE_DEFAULT_THREADS		1
+#define SLUICE_DEFAULT_MAX_KEYS		1000000
+#define SLUICE_DEFAULT_STORE_TIMEOUT_MS 50
+#define SLUICE_DEFAULT_CONNECTIONS	1
+#define SLUICE_DEFAULT_IPV6_PREFIX	64
+#define SLUICE_DEFAULT_MAX_HEADER_BYTES (8 * 1024)
+#define SLUICE_DEFAULT_MAX_BODY_BYTES	(16 * 1024)
+#define SLUICE_DEFAULT_IDLE_TIMEOUT_MS	30000
+
 /* Event-loop threads: `threads` in the file and --threads accept 1 to
  * this, one range everywhere. */
 #define SLUICE_MAX_THREADS 64
@@ -104,6 +117,47 @@ sluice_config_t *sluice_config_parse(const char *name, const char *text,
 sluice_config_t *sluice_config_default(void);
 
 void sluice_config_free(sluice_config_t *cfg);
+
+/* The store's kind in words ("memory", "redis sentinel", ...). */
+const char *sluice_config_store_name(const sluice_config_t *cfg);
+
+/* 1 when two store settings open the same store (config_reload.c). */
+int sluice_config_store_same(const sluice_store_config_t *a,
+			     const sluice_store_config_t *b);
+
+/* Says (in the log, field by field) what a reload from `run` to `cfg`
+ * cannot apply (the sockets, threads and store are set up once); returns
+ * the fields' names in buf for the summary line, "" when everything
+ * applies (config_reload.c). */
+const char *sluice_config_restart_fields(const sluice_config_t *cfg,
+					 const sluice_config_t *run, char *buf,
+					 size_t len);
+
+/* http.max_header_bytes, http.max_body_bytes, http.idle_timeout_ms and
+ * store.max_keys, their defaults when 0. */
+static inline size_t sluice_config_max_header_bytes(const sluice_config_t *cfg)
+{
+	return cfg->max_header_bytes ? cfg->max_header_bytes
+				     : SLUICE_DEFAULT_MAX_HEADER_BYTES;
+}
+
+static inline size_t sluice_config_max_body_bytes(const sluice_config_t *cfg)
+{
+	return cfg->max_body_bytes ? cfg->max_body_bytes
+				   : SLUICE_DEFAULT_MAX_BODY_BYTES;
+}
+
+static inline unsigned sluice_config_idle_timeout_ms(const sluice_config_t *cfg)
+{
+	return cfg->idle_timeout_ms ? cfg->idle_timeout_ms
+				    : SLUICE_DEFAULT_IDLE_TIMEOUT_MS;
+}
+
+static inline size_t sluice_config_max_keys(const sluice_config_t *cfg)
+{
+	return cfg->store.max_keys ? cfg->store.max_keys
+				   : SLUICE_DEFAULT_MAX_KEYS;
+}
 
 /*
  * Parses a gRPC listen address: what sluice_listen_parse() takes, or

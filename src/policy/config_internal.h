@@ -17,6 +17,14 @@
  * (their documented form takes 48 bytes with a 12-byte key). */
 #define SLUICE_CONFIG_MAX_BYTES (32 * 1024 * 1024)
 
+/* Replaces *dst with a copy of src: 0, or -1 when out of memory. */
+int sluice_config_set_string(char **dst, const char *src);
+
+/* Parses `store:` into st (config_store.c); frees what it holds. */
+int sluice_config_parse_store(sluice_yaml_t *y, yaml_node_t *node,
+			      sluice_store_config_t *st);
+void sluice_config_free_store(sluice_store_config_t *st);
+
 /* Parses the `rules:` list into cfg->rules. */
 int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);

@@ -1,5 +1,5 @@
 /*
- * conn.c -- http-parser glue: bytes in, requests to the handlers, answers out.
+ * http_conn.c -- http-parser glue: bytes in, requests to the handlers, answers out.
  *
  * The parser pauses itself at the end of every request (on_message_complete)
  * so that requests are handled one at a time, in order, however many arrive
@@ -16,9 +16,6 @@
 #include <strings.h>
 #include <time.h>
 
-#define DEFAULT_MAX_HEADER_BYTES 8192
-#define DEFAULT_MAX_BODY_BYTES	 65536
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -34,16 +31,12 @@ static sluice_conn_t *conn_of(http_parser *p)
 
 static size_t max_header_bytes(const sluice_conn_t *c)
 {
-	size_t m = c->svc->live->cfg->max_header_bytes;
-
-	return m ? m : DEFAULT_MAX_HEADER_BYTES;
+	return sluice_config_max_header_bytes(c->svc->live->cfg);
 }
 
 static size_t max_body_bytes(const sluice_conn_t *c)
 {
-	size_t m = c->svc->live->cfg->max_body_bytes;
-
-	return m ? m : DEFAULT_MAX_BODY_BYTES;
+	return sluice_config_max_body_bytes(c->svc->live->cfg);
 }
 
 /* ---------------------------------------------------- parser callbacks */

@@ -22,7 +22,8 @@
 #include <string.h>
 
 #define LINGER_MS 2000
-#define DRAIN_MS  10000
+/* SIGTERM: connections still open this long after are closed. */
+#define DRAIN_MS 10000
 
 static const sluice_conn_io_t tcp_io;
 
@@ -33,9 +34,7 @@ static sluice_tcp_t *tcp_of(sluice_conn_t *c)
 
 static unsigned idle_timeout_ms(sluice_worker_t *w)
 {
-	unsigned t = w->svc.live->cfg->idle_timeout_ms;
-
-	return t ? t : 60000;
+	return sluice_config_idle_timeout_ms(w->svc.live->cfg);
 }
 
 static void list_remove(sluice_tcp_t *t)

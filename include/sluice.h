@@ -19,10 +19,23 @@
  *      shared-memory store for every process of a host (sluice_shmstore_*)
  *      here; the Redis store has its own header.
  *
- * Conventions: every exported name starts with sluice_, functions that can
- * fail return 0 or a negative SLUICE_E* code, and sluice_strerror() explains
- * the code.  Functions that parse text also write a human-readable message
- * into a caller-supplied buffer.
+ * Conventions: every exported name starts with sluice_.  Functions that
+ * can fail return a negative SLUICE_E* code on failure (sluice_strerror()
+ * explains it) and, on success, 0, except the decisions: the take and
+ * peek functions (sluice_eval(), sluice_memstore_take/_take_many/_peek,
+ * sluice_shmstore_take/_take_many/_peek) return 1 when allowed and 0 when
+ * rejected.  Predicates (sluice_limit_valid(), sluice_limit_same(),
+ * sluice_decision_merge(), sluice_redis_healthy()) answer 1 or 0, and the
+ * functions that write text or state return it (or its length).
+ * sluice_memstore_new() returns NULL when out of memory (its only
+ * failure).  Functions that open or parse also write a human-readable
+ * message into a caller-supplied buffer.  The library reads no environment
+ * variable.
+ *
+ * Ownership: a function copies what it needs of its arguments before it
+ * returns (keys, limits, options), unless its comment says otherwise; the
+ * asynchronous Redis calls (sluice_redis.h) say which of their arguments
+ * must stay valid until the callback.
  *
  * Time is measured in microseconds (int64, e.g. since the Unix epoch).  A
  * rate's emission interval (time per token) is kept as interval/per
@@ -302,9 +315,10 @@ typedef struct sluice_memstore_stats_s {
 				     full found): that bucket restarts full */
 	uint64_t evicted_debt_us; /* what lossy evictions forgave: the sum of
 				     their buckets' times to full */
-	uint64_t recovered;	  /* shared-memory store: shards repaired
-				     after a process died holding their
-				     lock (0 in the memory store) */
+	uint64_t recovered;	  /* shared-memory store only: shards
+				     repaired after a process died holding
+				     their lock; always 0 in the memory
+				     store, which one process owns */
 } sluice_memstore_stats_t;
 
 /*
@@ -544,9 +558,9 @@ SLUICE_API int sluice_shmstore_check(sluice_shmstore_t *store, char *err,
 
 /* ------------------------------------------------------------------ time */
 
-/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch,
- * plus SLUICE_TEST_CLOCK_OFFSET_US from the environment when set (a test
- * hook for clock-skew tests; read once). */
+/* The wall clock (CLOCK_REALTIME) in microseconds since the Unix epoch.
+ * The library reads no environment variable (the `sluice` program's test
+ * clock, SLUICE_TEST_CLOCK_OFFSET_US, is the program's own). */
 SLUICE_API int64_t sluice_now_us(void);
 
 #ifdef __cplusplus

@@ -161,7 +161,10 @@ typedef struct sluice_redis_tls_s {
 	const char *cert_file;	 /* client certificate (mutual TLS) */
 	const char *key_file;	 /* its private key; NULL: in cert_file */
 	const char *server_name; /* SNI and the name verified; NULL: host */
-	int no_verify;		 /* 1: accept any certificate (tests only) */
+	/* 1: accept any certificate (tests only).  Negative on purpose: a
+	 * zeroed struct verifies.  The config's `tls.verify: false` sets
+	 * it (docs/CONFIG.md). */
+	int no_verify;
 } sluice_redis_tls_t;
 
 /*
@@ -236,12 +239,15 @@ typedef struct sluice_redis_opts_s {
  * or a negative SLUICE_E* code (SLUICE_ETIMEDOUT, SLUICE_ESTORE); on
  * failure the decision is not set and the caller applies its fail mode.
  * summary is the most restrictive decision (sluice_decision_merge()) and
- * `which` the index of the limit it came from.
+ * `which` the caller's index of the limit it came from (summary->which
+ * too, as from the memory store).
  */
 typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 				const sluice_decision_t *summary, size_t which);
 
-/* Creates a client on `loop`; connects in the background.  Returns 0, or
+/* Creates a client on `loop`; connects in the background.  opts and
+ * everything it points to (URL, seeds, TLS files, Sentinel) are copied:
+ * they need not outlive the call.  Returns 0 with *out set, or
  * SLUICE_EINVAL (a bad URL, seed or prefix) / SLUICE_ENOMEM with a message
  * in err; on failure nothing is left on the loop. */
 SLUICE_API int sluice_redis_new(uv_loop_t *loop,
@@ -250,7 +256,8 @@ SLUICE_API int sluice_redis_new(uv_loop_t *loop,
 
 /*
  * Charges `cost` against every limit of `key`, all-or-nothing (cost 0
- * peeks).  The same limit given twice is one bucket, charged once.  The
+ * peeks).  The same limit given twice is one bucket, charged once.  key
+ * and limits are copied (they need not outlive the call).  The
  * callback may run before this returns (for example when the
  * circuit breaker is open and the call fails fast).  Returns 0, or
  * SLUICE_EINVAL when the call is malformed (nlimits 0 or above
@@ -296,7 +303,8 @@ SLUICE_API int sluice_redis_take_many(sluice_redis_t *r,
 
 /*
  * Admin verbs over items[0..n) (key and limits, as for take_many; the
- * outputs are not written): sluice_redis_refund() gives each item's cost
+ * outputs are not written; the items are copied, they need not outlive
+ * the call): sluice_redis_refund() gives each item's cost
  * back to its buckets (never beyond full), sluice_redis_reset() makes
  * them full.  Both run refund.lua, one atomic call per item, whether or
  * not the module is loaded (it keeps the same state).  cb runs once, with

@@ -5,6 +5,7 @@
  * (argv[0] is the subcommand's name) and add a line to `commands`.  Exit
  * statuses: 0 success, 1 runtime failure, 2 bad usage or bad config.
  */
+#include "core/test_clock.h"
 #include "envoy/config.h"
 #include "policy/config.h"
 #include "serve/server.h"
@@ -254,10 +255,21 @@ static int cmd_version(int argc, char **argv)
 
 /* ---------------------------------------------------------------- main */
 
+/* Tests shift the program's clock (clock-skew tests of the Redis store):
+ * SLUICE_TEST_CLOCK_OFFSET_US microseconds, added to sluice_now_us(). */
+static void test_clock(void)
+{
+	const char *s = getenv("SLUICE_TEST_CLOCK_OFFSET_US");
+
+	if (s)
+		sluice__set_test_clock_offset(strtoll(s, NULL, 10));
+}
+
 int main(int argc, char **argv)
 {
 	size_t i;
 
+	test_clock();
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

@@ -1,10 +1,9 @@
 /*
  * util.c -- error strings and the clock.
  */
+#include "core/test_clock.h"
 #include "sluice.h"
 
-#include <pthread.h>
-#include <stdlib.h>
 #include <time.h>
 
 const char *sluice_strerror(int err)
@@ -28,26 +27,23 @@ const char *sluice_strerror(int err)
 }
 
 /*
- * Tests shift a process's clock by SLUICE_TEST_CLOCK_OFFSET_US
- * microseconds (read once) to show that decisions on the Redis store, which
- * uses the server's clock, do not depend on the instances' clocks.
+ * The test clock: `sluice serve`'s tests shift the program's clock
+ * (SLUICE_TEST_CLOCK_OFFSET_US, read by the program at start, src/cli) to
+ * show that decisions on the Redis store, which uses the server's clock,
+ * do not depend on the instances' clocks.  The library itself reads no
+ * environment.  Set before any thread reads the clock.
  */
 static int64_t clock_offset_us;
-static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 
-static void clock_init(void)
+void sluice__set_test_clock_offset(int64_t us)
 {
-	const char *s = getenv("SLUICE_TEST_CLOCK_OFFSET_US");
-
-	if (s)
-		clock_offset_us = strtoll(s, NULL, 10);
+	clock_offset_us = us;
 }
 
 int64_t sluice_now_us(void)
 {
 	struct timespec ts;
 
-	pthread_once(&clock_once, clock_init);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 +
 	       clock_offset_us;

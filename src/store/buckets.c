@@ -50,6 +50,7 @@
 #include "store/buckets.h"
 #include "util/siphash.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,6 +294,15 @@ static int shard_lock(sluice_shard_t *s)
 	    __atomic_load_n(&s->stuck, __ATOMIC_RELAXED))
 		__atomic_store_n(&s->stuck, 0, __ATOMIC_RELAXED);
 	return rc;
+}
+
+/* The shard of a key whose hash starts with h0: its top bits. */
+static size_t shard_of(const sluice_buckets_t *m, uint64_t h0)
+{
+	size_t i = m->nshards > 1 ? (size_t)(h0 >> m->shift) : 0;
+
+	assert(m->nshards <= SLUICE_MAX_SHARDS && i < m->nshards);
+	return i;
 }
 
 static int shard_trylock(sluice_shard_t *s)
@@ -588,7 +598,7 @@ static int decide(sluice_buckets_t *m, const void *key, size_t keylen,
 	if (!decisions)
 		decisions = local;
 	sluice_siphash13_128(m->seed, key, keylen, h);
-	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
+	s = &m->shards[shard_of(m, h[0])];
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 
@@ -660,7 +670,7 @@ static int lock_key(sluice_buckets_t *m, const void *key, size_t keylen,
 		if (!sluice_limit_valid(&limits[i]))
 			return SLUICE_EINVAL;
 	sluice_siphash13_128(m->seed, key, keylen, h);
-	s = &m->shards[m->nshards > 1 ? h[0] >> m->shift : 0];
+	s = &m->shards[shard_of(m, h[0])];
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 	if (shard_lock(s) != 0)
@@ -832,7 +842,7 @@ static void many_buckets(sluice_buckets_t *m, const sluice_take_item_t *items,
 		size_t shard;
 
 		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen, h);
-		shard = m->nshards > 1 ? h[0] >> m->shift : 0;
+		shard = shard_of(m, h[0]);
 		*shards |= UINT64_C(1) << shard;
 		for (j = 0; j < items[i].nlimits; j++, k++) {
 			bucket_id(h, &items[i].limits[j], &b[k].h1, &b[k].h2);
@@ -903,7 +913,7 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 	uint64_t stack_keep[SLUICE_MAX_LIMITS], *keep = stack_keep, shards,
 						rest;
 	size_t i, k, total, first;
-	int all = 1, rc;
+	int all = 1, rc, last;
 
 	if ((rc = many_check(items, n, &total)) < 0)
 		return rc;
@@ -921,8 +931,13 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 	for (k = 0; k < total; k++)
 		keep[k] = b[k].h1;
 
-	for (rest = shards; rest; rest &= rest - 1)
-		if (shard_lock(&m->shards[__builtin_ctzll(rest)]) != 0) {
+	/* Lock ordering: ascending shard index (lowest bit first), the same
+	 * in every take, so two takes never wait on each other in a cycle. */
+	assert(m->nshards == 64 || shards >> m->nshards == 0);
+	for (rest = shards, last = -1; rest; rest &= rest - 1) {
+		assert(__builtin_ctzll(rest) > last);
+		last = __builtin_ctzll(rest);
+		if (shard_lock(&m->shards[last]) != 0) {
 			/* Unlock what this call holds, and fail. */
 			uint64_t held = shards & ~rest;
 
@@ -931,6 +946,7 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 			rc = SLUICE_ESTORE;
 			goto out;
 		}
+	}
 	for (i = 0, k = 0; i < n; k += items[i++].nlimits)
 		if (!many_decide(m, &items[i], &b[k], b, now_us))
 			all = 0;

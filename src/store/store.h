@@ -2,8 +2,17 @@
  * store.h -- the stores a verdict is decided on.
  *
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
- * memory store and the host's shared-memory store here, the Redis store
- * (include/sluice_redis.h).  Its take() charges several keys all-or-nothing,
+ * memory store and the host's shared-memory store (store_local.c), the
+ * Redis store (store_redis.c, over include/sluice_redis.h).  Adding a
+ * store is one driver file and one case in sluice_backend_open().
+ *
+ * Every call has one shape: items (sluice_take_item_t: key, limits,
+ * cost; outputs written by take and peek) with a callback that runs once
+ * when the call returns 0, never when it returns a negative code.
+ * Ownership: the items (keys, limits) are the caller's and must stay
+ * valid, and unchanged, until the callback has run; the driver writes
+ * only their outputs.  The callback may run before the call returns (the
+ * local stores always do).  Its take() charges several keys all-or-nothing,
  * atomically with respect to every other take on the same store: it has the
  * shape of sluice_redis_take_many(), asynchronous, one callback per call, which
  * may run before take() returns (the memory driver always does).  Each
@@ -43,6 +52,20 @@ typedef struct sluice_store_ops_s {
 		     sluice_store_cb cb, void *arg);
 	int (*refund)(void *impl, sluice_take_item_t *items, size_t n,
 		      int64_t now_us, sluice_store_cb cb, void *arg);
+	/* The decision each item would get now (its outputs written),
+	 * charging nothing; cb's `allowed`: every item would pass.  The
+	 * Redis store peeks one item per call (n 1, else SLUICE_EINVAL).
+	 * Same return as take; NULL: the store cannot peek. */
+	int (*peek)(void *impl, sluice_take_item_t *items, size_t n,
+		    int64_t now_us, sluice_store_cb cb, void *arg);
+	/* More admin verbs, as refund: penalize charges each item's cost
+	 * with no check (sluice_penalize()), block lets no take of the
+	 * items' buckets pass for ms milliseconds (sluice_block()). */
+	int (*penalize)(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg);
+	int (*block)(void *impl, sluice_take_item_t *items, size_t n,
+		     uint64_t ms, int64_t now_us, sluice_store_cb cb,
+		     void *arg);
 	/* 1 when the store can answer (for /readyz); NULL: always. */
 	int (*healthy)(void *impl);
 	/* Store-specific counters for /metrics, may be NULL. */

@@ -6,6 +6,7 @@
 #include "store/shm.h"
 #include "store/store.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,102 +31,45 @@ static void say_error(const char *msg)
 		hooks->log_error(msg);
 }
 
-/* ---------------------------------------------------------- memory store */
+/* ----------------------------------------------------------- local stores */
 
-static int memory_take(void *impl, sluice_take_item_t *items, size_t n,
-		       int64_t now_us, sluice_store_cb cb, void *arg)
-{
-	int r;
-
-	if (n == 1) {
-		/* One key (the common case): the single-key take, the same
-		 * decision with less bookkeeping. */
-		r = sluice_memstore_take(impl, items->key, items->keylen,
-					 items->limits, items->nlimits,
-					 items->cost, now_us, NULL,
-					 &items->summary);
-		if (r >= 0)
-			items->allowed = r;
-	} else {
-		r = sluice_memstore_take_many(impl, items, n, now_us);
-	}
-	if (r == SLUICE_EINVAL)
-		return r;
-	cb(arg, r < 0 ? r : 0, r > 0);
-	return 0;
-}
-
-/* Resets or refunds each item in turn on a store that answers at once;
- * `one` does one item on the store `impl`. */
-static int
-each_item(void *impl, sluice_take_item_t *items, size_t n, int64_t now_us,
-	  int (*one)(void *impl, const sluice_take_item_t *it, int64_t now_us),
-	  sluice_store_cb cb, void *arg)
-{
-	size_t i;
-	int r;
-
-	for (i = 0; i < n; i++)
-		if ((r = one(impl, &items[i], now_us)) < 0)
-			return r;
-	cb(arg, 0, 1);
-	return 0;
-}
-
-static int memory_reset_one(void *impl, const sluice_take_item_t *it,
-			    int64_t now_us)
-{
-	return sluice_memstore_reset(impl, it->key, it->keylen, it->limits,
-				     it->nlimits);
-}
-
-static int memory_refund_one(void *impl, const sluice_take_item_t *it,
-			     int64_t now_us)
-{
-	return sluice_memstore_refund(impl, it->key, it->keylen, it->limits,
-				      it->nlimits, it->cost, now_us);
-}
-
-static int memory_reset(void *impl, sluice_take_item_t *items, size_t n,
-			sluice_store_cb cb, void *arg)
-{
-	return each_item(impl, items, n, 0, memory_reset_one, cb, arg);
-}
-
-static int memory_refund(void *impl, sluice_take_item_t *items, size_t n,
-			 int64_t now_us, sluice_store_cb cb, void *arg)
-{
-	return each_item(impl, items, n, now_us, memory_refund_one, cb, arg);
-}
-
-static void memory_stats(void *impl, sluice_memstore_stats_t *out)
-{
-	sluice_memstore_stats(impl, out);
-}
-
-static void memory_free(void *impl)
-{
-	/* The store is shared by every thread and outlives configs. */
-}
-
-const sluice_store_ops_t sluice_memory_store_ops = {
-	.name = "memory",
-	.take = memory_take,
-	.reset = memory_reset,
-	.refund = memory_refund,
-	.healthy = NULL,
-	.stats = memory_stats,
-	.free = memory_free,
-};
-
-/* -------------------------------------------------- shared-memory store */
+/* The memory store and the host's shared-memory store have the same calls
+ * on a different handle: one driver over a table of them.  Both answer at
+ * once, so every callback runs before the driver's call returns. */
+typedef struct {
+	int (*take)(void *s, const void *key, size_t keylen,
+		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+		    int64_t now_us, sluice_decision_t *per_limit,
+		    sluice_decision_t *summary);
+	int (*take_many)(void *s, sluice_take_item_t *items, size_t n,
+			 int64_t now_us);
+	int (*reset)(void *s, const void *key, size_t keylen,
+		     const sluice_limit_t *limits, size_t nlimits);
+	int (*refund)(void *s, const void *key, size_t keylen,
+		      const sluice_limit_t *limits, size_t nlimits,
+		      uint64_t cost, int64_t now_us);
+	int (*peek)(void *s, const void *key, size_t keylen,
+		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+		    int64_t now_us, sluice_decision_t *per_limit,
+		    sluice_decision_t *summary);
+	int (*penalize)(void *s, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us);
+	int (*block)(void *s, const void *key, size_t keylen,
+		     const sluice_limit_t *limits, size_t nlimits, uint64_t ms,
+		     int64_t now_us);
+	void (*stats)(void *s, sluice_memstore_stats_t *out);
+	/* A failure (SLUICE_ESTORE) to say; NULL: none to say. */
+	void (*failed)(void *s);
+} local_calls_t;
 
 /* A failing shared store is said in the log: once when the file shrank
  * under the mapping (every call fails from then on), and once for a lock
  * held too long (which may pass); the metrics count every failure. */
-static void shm_log_failure(sluice_shmstore_t *shm)
+static void shm_log_failure(void *impl)
 {
 	static int said_shrunk, said_lock;
+	sluice_shmstore_t *shm = impl;
 
 	if (sluice_shmstore__failed(shm)) {
 		if (!__atomic_exchange_n(&said_shrunk, 1, __ATOMIC_RELAXED))
@@ -142,71 +86,239 @@ static void shm_log_failure(sluice_shmstore_t *shm)
 	}
 }
 
-/* As the memory driver, on the host's shared store (which a process
- * opened once: it outlives configs too). */
-static int shm_take(void *impl, sluice_take_item_t *items, size_t n,
-		    int64_t now_us, sluice_store_cb cb, void *arg)
+/* The calls of one local store, typed for the table: `type` is the
+ * store's handle, `prefix` its functions' names (sluice.h). */
+#define LOCAL_CALLS(name, prefix, type, on_failure)                            \
+	static int name##_take1(void *s, const void *key, size_t keylen,       \
+				const sluice_limit_t *limits, size_t nlimits,  \
+				uint64_t cost, int64_t now_us,                 \
+				sluice_decision_t *per_limit,                  \
+				sluice_decision_t *summary)                    \
+	{                                                                      \
+		return prefix##_take((type *)s, key, keylen, limits, nlimits,  \
+				     cost, now_us, per_limit, summary);        \
+	}                                                                      \
+	static int name##_take_many(void *s, sluice_take_item_t *items,        \
+				    size_t n, int64_t now_us)                  \
+	{                                                                      \
+		return prefix##_take_many((type *)s, items, n, now_us);        \
+	}                                                                      \
+	static int name##_reset1(void *s, const void *key, size_t keylen,      \
+				 const sluice_limit_t *limits, size_t nlimits) \
+	{                                                                      \
+		return prefix##_reset((type *)s, key, keylen, limits,          \
+				      nlimits);                                \
+	}                                                                      \
+	static int name##_refund1(void *s, const void *key, size_t keylen,     \
+				  const sluice_limit_t *limits,                \
+				  size_t nlimits, uint64_t cost,               \
+				  int64_t now_us)                              \
+	{                                                                      \
+		return prefix##_refund((type *)s, key, keylen, limits,         \
+				       nlimits, cost, now_us);                 \
+	}                                                                      \
+	static int name##_peek1(void *s, const void *key, size_t keylen,       \
+				const sluice_limit_t *limits, size_t nlimits,  \
+				uint64_t cost, int64_t now_us,                 \
+				sluice_decision_t *per_limit,                  \
+				sluice_decision_t *summary)                    \
+	{                                                                      \
+		return prefix##_peek((type *)s, key, keylen, limits, nlimits,  \
+				     cost, now_us, per_limit, summary);        \
+	}                                                                      \
+	static int name##_penalize1(void *s, const void *key, size_t keylen,   \
+				    const sluice_limit_t *limits,              \
+				    size_t nlimits, uint64_t cost,             \
+				    int64_t now_us)                            \
+	{                                                                      \
+		return prefix##_penalize((type *)s, key, keylen, limits,       \
+					 nlimits, cost, now_us);               \
+	}                                                                      \
+	static int name##_block1(void *s, const void *key, size_t keylen,      \
+				 const sluice_limit_t *limits, size_t nlimits, \
+				 uint64_t ms, int64_t now_us)                  \
+	{                                                                      \
+		return prefix##_block((type *)s, key, keylen, limits, nlimits, \
+				      ms, now_us);                             \
+	}                                                                      \
+	static void name##_stats1(void *s, sluice_memstore_stats_t *out)       \
+	{                                                                      \
+		prefix##_stats((type *)s, out);                                \
+	}                                                                      \
+	static const local_calls_t name##_calls = {                            \
+		.take = name##_take1,                                          \
+		.take_many = name##_take_many,                                 \
+		.reset = name##_reset1,                                        \
+		.refund = name##_refund1,                                      \
+		.peek = name##_peek1,                                          \
+		.penalize = name##_penalize1,                                  \
+		.block = name##_block1,                                        \
+		.stats = name##_stats1,                                        \
+		.failed = on_failure,                                          \
+	}
+
+LOCAL_CALLS(memory, sluice_memstore, sluice_memstore_t, NULL);
+LOCAL_CALLS(shm, sluice_shmstore, sluice_shmstore_t, shm_log_failure);
+
+/* Charges items[0..n): one key (the common case) by the single-key take,
+ * the same decision with less bookkeeping. */
+static int local_take(const local_calls_t *c, void *impl,
+		      sluice_take_item_t *items, size_t n, int64_t now_us,
+		      sluice_store_cb cb, void *arg)
 {
 	int r;
 
 	if (n == 1) {
-		r = sluice_shmstore_take(impl, items->key, items->keylen,
-					 items->limits, items->nlimits,
-					 items->cost, now_us, NULL,
-					 &items->summary);
+		r = c->take(impl, items->key, items->keylen, items->limits,
+			    items->nlimits, items->cost, now_us, NULL,
+			    &items->summary);
 		if (r >= 0)
 			items->allowed = r;
 	} else {
-		r = sluice_shmstore_take_many(impl, items, n, now_us);
+		r = c->take_many(impl, items, n, now_us);
 	}
 	if (r == SLUICE_EINVAL)
 		return r;
-	if (r == SLUICE_ESTORE)
-		shm_log_failure(impl);
+	if (r == SLUICE_ESTORE && c->failed)
+		c->failed(impl);
 	cb(arg, r < 0 ? r : 0, r > 0);
 	return 0;
 }
 
-static int shm_reset_one(void *impl, const sluice_take_item_t *it,
-			 int64_t now_us)
-{
-	return sluice_shmstore_reset(impl, it->key, it->keylen, it->limits,
-				     it->nlimits);
-}
+enum { OP_RESET, OP_REFUND, OP_PENALIZE, OP_BLOCK };
 
-static int shm_refund_one(void *impl, const sluice_take_item_t *it,
-			  int64_t now_us)
-{
-	return sluice_shmstore_refund(impl, it->key, it->keylen, it->limits,
-				      it->nlimits, it->cost, now_us);
-}
-
-static int shm_reset(void *impl, sluice_take_item_t *items, size_t n,
-		     sluice_store_cb cb, void *arg)
-{
-	return each_item(impl, items, n, 0, shm_reset_one, cb, arg);
-}
-
-static int shm_refund(void *impl, sluice_take_item_t *items, size_t n,
+/* Does the admin verb `op` on each item in turn (ms: block's). */
+static int local_each(const local_calls_t *c, void *impl, int op,
+		      sluice_take_item_t *items, size_t n, uint64_t ms,
 		      int64_t now_us, sluice_store_cb cb, void *arg)
 {
-	return each_item(impl, items, n, now_us, shm_refund_one, cb, arg);
+	size_t i;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		const sluice_take_item_t *it = &items[i];
+
+		switch (op) {
+		case OP_RESET:
+			r = c->reset(impl, it->key, it->keylen, it->limits,
+				     it->nlimits);
+			break;
+		case OP_REFUND:
+			r = c->refund(impl, it->key, it->keylen, it->limits,
+				      it->nlimits, it->cost, now_us);
+			break;
+		case OP_PENALIZE:
+			r = c->penalize(impl, it->key, it->keylen, it->limits,
+					it->nlimits, it->cost, now_us);
+			break;
+		default:
+			assert(op == OP_BLOCK);
+			r = c->block(impl, it->key, it->keylen, it->limits,
+				     it->nlimits, ms, now_us);
+			break;
+		}
+		if (r < 0)
+			return r;
+	}
+	cb(arg, 0, 1);
+	return 0;
 }
 
-static void shm_stats(void *impl, sluice_memstore_stats_t *out)
+/* Peeks each item (outputs written); allowed when every item would
+ * pass. */
+static int local_peek(const local_calls_t *c, void *impl,
+		      sluice_take_item_t *items, size_t n, int64_t now_us,
+		      sluice_store_cb cb, void *arg)
 {
-	sluice_shmstore_stats(impl, out);
+	size_t i;
+	int r, all = 1;
+
+	for (i = 0; i < n; i++) {
+		sluice_take_item_t *it = &items[i];
+
+		r = c->peek(impl, it->key, it->keylen, it->limits, it->nlimits,
+			    it->cost, now_us, NULL, &it->summary);
+		if (r == SLUICE_EINVAL)
+			return r;
+		if (r < 0) {
+			if (r == SLUICE_ESTORE && c->failed)
+				c->failed(impl);
+			cb(arg, r, 0);
+			return 0;
+		}
+		it->allowed = r;
+		all &= r;
+	}
+	cb(arg, 0, all);
+	return 0;
 }
 
-const sluice_store_ops_t sluice_shm_store_ops = {
-	.name = "shared",
-	.take = shm_take,
-	.reset = shm_reset,
-	.refund = shm_refund,
-	.healthy = NULL,
-	.stats = shm_stats,
-	.free = memory_free,
-};
+static void local_free(void *impl)
+{
+	/* The store is shared by every thread and outlives configs (the
+	 * process opened it once). */
+	(void)impl;
+}
+
+/* One driver per local store: its ops bind the store's table of calls.
+ * Adding a local store is one LOCAL_CALLS and one LOCAL_DRIVER. */
+#define LOCAL_DRIVER(store, label)                                             \
+	static int store##_take(void *impl, sluice_take_item_t *items,         \
+				size_t n, int64_t now_us, sluice_store_cb cb,  \
+				void *arg)                                     \
+	{                                                                      \
+		return local_take(&store##_calls, impl, items, n, now_us, cb,  \
+				  arg);                                        \
+	}                                                                      \
+	static int store##_reset(void *impl, sluice_take_item_t *items,        \
+				 size_t n, sluice_store_cb cb, void *arg)      \
+	{                                                                      \
+		return local_each(&store##_calls, impl, OP_RESET, items, n, 0, \
+				  0, cb, arg);                                 \
+	}                                                                      \
+	static int store##_refund(void *impl, sluice_take_item_t *items,       \
+				  size_t n, int64_t now_us,                    \
+				  sluice_store_cb cb, void *arg)               \
+	{                                                                      \
+		return local_each(&store##_calls, impl, OP_REFUND, items, n,   \
+				  0, now_us, cb, arg);                         \
+	}                                                                      \
+	static int store##_peek(void *impl, sluice_take_item_t *items,         \
+				size_t n, int64_t now_us, sluice_store_cb cb,  \
+				void *arg)                                     \
+	{                                                                      \
+		return local_peek(&store##_calls, impl, items, n, now_us, cb,  \
+				  arg);                                        \
+	}                                                                      \
+	static int store##_penalize(void *impl, sluice_take_item_t *items,     \
+				    size_t n, int64_t now_us,                  \
+				    sluice_store_cb cb, void *arg)             \
+	{                                                                      \
+		return local_each(&store##_calls, impl, OP_PENALIZE, items, n, \
+				  0, now_us, cb, arg);                         \
+	}                                                                      \
+	static int store##_block(void *impl, sluice_take_item_t *items,        \
+				 size_t n, uint64_t ms, int64_t now_us,        \
+				 sluice_store_cb cb, void *arg)                \
+	{                                                                      \
+		return local_each(&store##_calls, impl, OP_BLOCK, items, n,    \
+				  ms, now_us, cb, arg);                        \
+	}                                                                      \
+	const sluice_store_ops_t sluice_##store##_store_ops = {                \
+		.name = label,                                                 \
+		.take = store##_take,                                          \
+		.reset = store##_reset,                                        \
+		.refund = store##_refund,                                      \
+		.peek = store##_peek,                                          \
+		.penalize = store##_penalize,                                  \
+		.block = store##_block,                                        \
+		.healthy = NULL,                                               \
+		.stats = store##_stats1,                                       \
+		.free = local_free,                                            \
+	}
+
+LOCAL_DRIVER(memory, "memory");
+LOCAL_DRIVER(shm, "shared");
 
 /* ------------------------------------------------------------ lifecycle */
 

@@ -49,6 +49,63 @@ static int redis_refund(void *impl, sluice_take_item_t *items, size_t n,
 				   arg);
 }
 
+static int redis_penalize(void *impl, sluice_take_item_t *items, size_t n,
+			  int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	return sluice_redis_penalize(((redis_impl_t *)impl)->r, items, n, cb,
+				     arg);
+}
+
+static int redis_block(void *impl, sluice_take_item_t *items, size_t n,
+		       uint64_t ms, int64_t now_us, sluice_store_cb cb,
+		       void *arg)
+{
+	return sluice_redis_block(((redis_impl_t *)impl)->r, items, n, ms, cb,
+				  arg);
+}
+
+/* A peek of one item: its outputs, then the driver's callback. */
+typedef struct {
+	sluice_take_item_t *it;
+	sluice_store_cb cb;
+	void *arg;
+} peek_t;
+
+static void peek_done(void *arg, int status, int allowed,
+		      const sluice_decision_t *summary, size_t which)
+{
+	peek_t *p = arg;
+
+	(void)which;
+	if (status == 0) {
+		p->it->allowed = allowed;
+		p->it->summary = *summary;
+	}
+	p->cb(p->arg, status, status == 0 && allowed);
+	free(p);
+}
+
+static int redis_peek(void *impl, sluice_take_item_t *items, size_t n,
+		      int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	peek_t *p;
+	int rc;
+
+	if (n != 1)
+		return SLUICE_EINVAL;
+	if (!(p = malloc(sizeof(*p))))
+		return SLUICE_ENOMEM;
+	p->it = items;
+	p->cb = cb;
+	p->arg = arg;
+	rc = sluice_redis_peek(((redis_impl_t *)impl)->r, items->key,
+			       items->keylen, items->limits, items->nlimits,
+			       items->cost, peek_done, p);
+	if (rc < 0)
+		free(p);
+	return rc;
+}
+
 static int redis_healthy(void *impl)
 {
 	return sluice_redis_healthy(((redis_impl_t *)impl)->r);
@@ -70,6 +127,9 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.take = redis_take,
 	.reset = redis_reset,
 	.refund = redis_refund,
+	.peek = redis_peek,
+	.penalize = redis_penalize,
+	.block = redis_block,
 	.healthy = redis_healthy,
 	.stats = NULL,
 	.free = redis_free,

@@ -21,6 +21,8 @@
 #include "store/redis/redis_int.h"
 #include "util/errmsg.h"
 
+#include <assert.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,9 @@ static void call_unlink(sluice_redis_call_t *c)
 
 static void call_maybe_free(sluice_redis_call_t *c)
 {
+	/* Freed only once finished (the caller answered), and only by the
+	 * last holder: no command in flight, not on the retry list. */
+	assert(c->done);
 	if (c->done && !c->refs && !c->waiting)
 		free(c);
 }
@@ -121,20 +126,13 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply)
 {
 	sluice_redis_t *r = c->r;
-	sluice_decision_t d;
-	size_t which = 0;
-	int allowed = 0;
+	sluice_redis_outcome_t out;
 
 	if (c->done)
 		return;
-	if (status == 0 &&
-	    (c->mk ? sluice_redis__many_parse(c, reply, &allowed)
-	     : c->script
-		     ? sluice_redis__parse_script_reply(reply, c->limits,
-							c->nlimits, c->cost,
-							&allowed, &d, &which)
-		     : sluice_redis__parse_reply(reply, c->nlimits, &allowed,
-						 &d, &which)) < 0) {
+	assert(c->shape && c->shape->parse && c->shape->done);
+	memset(&out, 0, sizeof(out));
+	if (status == 0 && c->shape->parse(c, reply, &out) < 0) {
 		status = SLUICE_ESTORE;
 		c->fail = SLUICE_REDIS_ERR_PROTOCOL;
 	}
@@ -155,11 +153,7 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			: status == SLUICE_ETIMEDOUT ? SLUICE_REDIS_ERR_TIMEOUT
 			: c->fail		     ? c->fail
 				  : SLUICE_REDIS_ERR_CONNECTION);
-	if (c->mk)
-		sluice_redis__many_done(c, status, allowed);
-	else
-		c->cb(c->arg, status, allowed, status == 0 ? &d : NULL,
-		      c->orig[which]);
+	c->shape->done(c, status, status == 0 ? &out : NULL);
 	call_maybe_free(c);
 }
 
@@ -173,10 +167,7 @@ static void call_fail_fast(sluice_redis_call_t *c, int count)
 		breaker_failure(c->r, c->guard, c->probe);
 	else if (c->probe)
 		c->guard->probing = 0;
-	if (c->mk)
-		sluice_redis__many_done(c, SLUICE_ESTORE, 0);
-	else
-		c->cb(c->arg, SLUICE_ESTORE, 0, NULL, 0);
+	c->shape->done(c, SLUICE_ESTORE, NULL);
 	call_maybe_free(c);
 }
 
@@ -226,6 +217,7 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 			k->last_reply_ms = uv_now(k->r->loop);
 		}
 	}
+	assert(c->refs > 0); /* one per command sent carrying the call */
 	c->refs--;
 	if (c->done || c->r->closing) {
 		if (!c->done)
@@ -437,33 +429,70 @@ static void arm_sweep(sluice_redis_t *r)
 
 /* ------------------------------------------------------------- the API */
 
-static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
-			const sluice_limit_t *limits, size_t nlimits,
-			uint64_t cost, int peek, sluice_redis_cb cb, void *arg)
+/* ---------------------------------------------------- one-key calls */
+
+/* The reply of a one-key call: the script's shortfalls or the module's
+ * decision, whichever it was last sent as; d.which becomes the caller's
+ * index of the limit (duplicates were dropped). */
+static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
+		     sluice_redis_outcome_t *out)
+{
+	size_t which = 0;
+	int rc = c->script ? sluice_redis__parse_script_reply(
+				     reply, c->limits, c->nlimits, c->cost,
+				     &out->allowed, &out->d, &which)
+			   : sluice_redis__parse_reply(reply, c->nlimits,
+						       &out->allowed, &out->d,
+						       &which);
+
+	if (rc < 0)
+		return rc;
+	assert(which < c->nlimits);
+	out->d.which = c->orig[which];
+	return 0;
+}
+
+/* sluice_redis_take() and _peek(): the caller's callback. */
+static void one_done(sluice_redis_call_t *c, int status,
+		     const sluice_redis_outcome_t *out)
+{
+	if (out)
+		c->cb(c->arg, status, out->allowed, &out->d, out->d.which);
+	else
+		c->cb(c->arg, status, 0, NULL, 0);
+}
+
+/* A take_many of one item: the item's outputs, then the take's callback. */
+static void item_done(sluice_redis_call_t *c, int status,
+		      const sluice_redis_outcome_t *out)
+{
+	if (out) {
+		c->item->allowed = out->allowed;
+		c->item->summary = out->d;
+	}
+	c->item_cb(c->arg, status, out ? out->allowed : 0);
+}
+
+static const sluice_redis_shape_t one_shape = {one_parse, one_done};
+static const sluice_redis_shape_t item_shape = {one_parse, item_done};
+
+/* A one-key call (checked) of `shape`; NULL when out of memory. */
+static sluice_redis_call_t *one_call(sluice_redis_t *r,
+				     const sluice_redis_shape_t *shape,
+				     const void *key, size_t keylen,
+				     const sluice_limit_t *limits,
+				     size_t nlimits, uint64_t cost)
 {
 	size_t plen = strlen(r->prefix), i, j;
 	sluice_redis_call_t *c;
 
-	if (!cb || nlimits == 0 || nlimits > SLUICE_MAX_LIMITS ||
-	    keylen > 65535 || (keylen && !key) || r->closing)
-		return SLUICE_EINVAL;
-	for (i = 0; i < nlimits; i++)
-		if (!sluice_limit_valid(&limits[i]))
-			return SLUICE_EINVAL;
-	/* "{}" is no hash tag: the limits of an empty key (or one starting
-	 * with '}') would land on different cluster slots. */
-	if (r->cluster && nlimits > 1 &&
-	    (keylen == 0 || ((const char *)key)[0] == '}'))
-		return SLUICE_EINVAL;
 	c = calloc(1,
 		   sizeof(*c) + nlimits * sizeof(*limits) + plen + keylen + 3);
 	if (!c)
-		return SLUICE_ENOMEM;
+		return NULL;
 	c->r = r;
-	c->cb = cb;
-	c->arg = arg;
+	c->shape = shape;
 	c->cost = cost;
-	c->peek = peek;
 	/* The same limit twice is one bucket (one key name): charge it once
 	 * and report the caller's first index for it. */
 	for (i = 0; i < nlimits; i++) {
@@ -484,6 +513,25 @@ static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
 	c->keybaselen = plen + keylen + 3;
 	c->slot = r->cluster ? sluice_redis__key_slot(c->keybase, c->keybaselen)
 			     : 0;
+	return c;
+}
+
+static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int peek, sluice_redis_cb cb, void *arg)
+{
+	sluice_redis_call_t *c;
+	int rc;
+
+	if (!cb || r->closing)
+		return SLUICE_EINVAL;
+	if ((rc = sluice_redis__check_item(r, key, keylen, limits, nlimits)))
+		return rc;
+	if (!(c = one_call(r, &one_shape, key, keylen, limits, nlimits, cost)))
+		return SLUICE_ENOMEM;
+	c->cb = cb;
+	c->arg = arg;
+	c->peek = peek;
 	sluice_redis__start(c);
 	return 0;
 }
@@ -500,6 +548,30 @@ int sluice_redis_peek(sluice_redis_t *r, const void *key, size_t keylen,
 		      uint64_t cost, sluice_redis_cb cb, void *arg)
 {
 	return take_or_peek(r, key, keylen, limits, nlimits, cost, 1, cb, arg);
+}
+
+/* One item goes straight to a one-key call (its outputs written at the
+ * end); several to many.c. */
+int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
+			   size_t n, sluice_redis_many_cb cb, void *arg)
+{
+	sluice_redis_call_t *c;
+
+	if (!cb || n == 0 || !items || r->closing)
+		return SLUICE_EINVAL;
+	if (n > 1)
+		return sluice_redis__take_many(r, items, n, cb, arg);
+	if (sluice_redis__check_item(r, items->key, items->keylen,
+				     items->limits, items->nlimits) < 0)
+		return SLUICE_EINVAL;
+	if (!(c = one_call(r, &item_shape, items->key, items->keylen,
+			   items->limits, items->nlimits, items->cost)))
+		return SLUICE_ENOMEM;
+	c->item = items;
+	c->item_cb = cb;
+	c->arg = arg;
+	sluice_redis__start(c);
+	return 0;
 }
 
 /* Puts a new call (r, cb/arg or many, slot set) on the pending list and
@@ -647,12 +719,11 @@ static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 	size_t i;
 
 	if (o->nseeds) {
-		r->cluster = 1;
-		r->slots = malloc(SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
-		r->nodes = calloc(o->nseeds, sizeof(*r->nodes));
-		if (!r->slots || !r->nodes)
+		if (sluice_redis__cluster_init(r) < 0)
 			return SLUICE_ENOMEM;
-		memset(r->slots, 0xff, SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
+		r->nodes = calloc(o->nseeds, sizeof(*r->nodes));
+		if (!r->nodes)
+			return SLUICE_ENOMEM;
 		for (i = 0; i < o->nseeds; i++) {
 			sluice_redis_url_t u;
 			int rc = sluice_redis__parse_url(o->seeds[i], &u, err,

@@ -205,7 +205,9 @@ void sluice_redis__refresh_slots(sluice_redis_t *r)
 		}
 }
 
-void sluice_redis__slots_check(sluice_redis_t *r)
+/* on_conn_up: refresh now if the map has holes or the last refresh was
+ * lost. */
+static void slots_check(sluice_redis_t *r)
 {
 	size_t i;
 
@@ -218,6 +220,17 @@ void sluice_redis__slots_check(sluice_redis_t *r)
 		r->refreshed_ms = 0;
 		sluice_redis__refresh_slots(r);
 	}
+}
+
+int sluice_redis__cluster_init(sluice_redis_t *r)
+{
+	r->cluster = 1;
+	r->slots = malloc(SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
+	if (!r->slots)
+		return SLUICE_ENOMEM;
+	memset(r->slots, 0xff, SLUICE_REDIS_NSLOTS * sizeof(*r->slots));
+	r->on_conn_up = slots_check;
+	return 0;
 }
 
 /* The node serving `slot`; any node when the map does not know yet (it

@@ -176,3 +176,25 @@ int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
 	sluice_redis__resp_free(&o);
 	return rc;
 }
+
+/* ------------------------------------------------------ a call's items */
+
+int sluice_redis__check_item(const sluice_redis_t *r, const void *key,
+			     size_t keylen, const sluice_limit_t *limits,
+			     size_t nlimits)
+{
+	size_t i;
+
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || !limits ||
+	    keylen > 65535 || (keylen && !key))
+		return SLUICE_EINVAL;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return SLUICE_EINVAL;
+	/* "{}" is no hash tag: the limits of an empty key (or one starting
+	 * with '}') would land on different cluster slots. */
+	if (r->cluster && nlimits > 1 &&
+	    (keylen == 0 || ((const char *)key)[0] == '}'))
+		return SLUICE_EINVAL;
+	return 0;
+}

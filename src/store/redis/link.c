@@ -24,6 +24,7 @@
 #include "store/redis/redis_int.h"
 #include "store/redis/tls.h"
 
+#include <assert.h>
 #include <hiredis/read.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +123,7 @@ static int fifo_push(link_t *l, sluice_redis_reply_fn *fn, void *priv)
 		l->head = 0;
 		l->cap = cap;
 	}
+	assert(l->count < l->cap && l->head < l->cap);
 	l->fifo[(l->head + l->count++) % l->cap] = (pending_t){fn, priv};
 	return 0;
 }
@@ -130,6 +132,8 @@ static int fifo_pop(link_t *l, pending_t *p)
 {
 	if (!l->count)
 		return -1;
+	/* FIFO pairing: the oldest command sent is the one answered. */
+	assert(l->count <= l->cap && l->head < l->cap);
 	*p = l->fifo[l->head];
 	l->head = (l->head + 1) % l->cap;
 	l->count--;

@@ -12,12 +12,16 @@
  * back exactly what it was charged (refund.lua, the inverse of the charge
  * on the GCRA state).  docs/REDIS.md states the bound that remains.
  *
- * A take over one key goes through sluice_redis_take() (and so the
- * SLUICE.TAKE module when loaded); several keys always go through the
- * scripts, whose per-key cost the module commands do not have.
+ * A take over one key is a one-key call (client.c, and so the SLUICE.TAKE
+ * module when loaded); several keys always go through the scripts, whose
+ * per-key cost the module commands do not have.
+ *
+ * The admin calls over items (refund, reset, penalize, block) are here
+ * too: one call per item, each a group of its own.
  */
 #include "store/redis/redis_int.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,46 +42,6 @@ typedef struct sluice_redis_many_s {
 	int rejected;
 } many_t;
 
-/* ------------------------------------------------------------ one key */
-
-typedef struct one_s {
-	sluice_take_item_t *it;
-	sluice_redis_many_cb cb;
-	void *arg;
-} one_t;
-
-static void one_done(void *arg, int status, int allowed,
-		     const sluice_decision_t *summary, size_t which)
-{
-	one_t *o = arg;
-
-	if (status == 0) {
-		o->it->allowed = allowed;
-		o->it->summary = *summary;
-		o->it->summary.which = which;
-	}
-	o->cb(o->arg, status, allowed);
-	free(o);
-}
-
-static int take_one(sluice_redis_t *r, sluice_take_item_t *it,
-		    sluice_redis_many_cb cb, void *arg)
-{
-	one_t *o = malloc(sizeof(*o));
-	int rc;
-
-	if (!o)
-		return SLUICE_ENOMEM;
-	o->it = it;
-	o->cb = cb;
-	o->arg = arg;
-	rc = sluice_redis_take(r, it->key, it->keylen, it->limits, it->nlimits,
-			       it->cost, one_done, o);
-	if (rc < 0)
-		free(o);
-	return rc;
-}
-
 /* ---------------------------------------------------------- the calls */
 
 /* Appends "<prefix>{<key>}:<limit id>", the name sluice_redis_take()
@@ -97,6 +61,8 @@ static size_t key_name(const sluice_redis_t *r, size_t plen,
 	name[n++] = ':';
 	return n + sluice_limit_id(l, name + n);
 }
+
+static const sluice_redis_shape_t many_shape, give_shape;
 
 /* A call over the items order[0..cnt): every limit of each, flattened
  * (the same limit twice in one item is one bucket, charged once). */
@@ -145,6 +111,7 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 		}
 	}
 	c->nlimits = k;
+	c->shape = &many_shape;
 	c->slot = r->cluster
 			  ? sluice_redis__key_slot(c->mk[0].name, c->mk[0].len)
 			  : 0;
@@ -153,17 +120,17 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 
 /* The shortfalls of every key -> each item's decision (the core's, as
  * for one key); *allowed is 1 when every item passed. */
-int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
-			     int *allowed)
+/* A group's reply: each of its items' outputs; allowed when every item
+ * passed. */
+static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
+		      sluice_redis_outcome_t *out)
 {
 	size_t off = 0, run, which;
 
-	*allowed = 0;
-	if (c->refund || c->adjust)
-		return 0;
+	out->allowed = 0;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->nlimits)
 		return -1;
-	*allowed = 1;
+	out->allowed = 1;
 	for (off = 0; off < c->nlimits; off += run) {
 		sluice_take_item_t *it = &c->many->items[c->mk[off].item];
 
@@ -176,9 +143,10 @@ int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
 			    c->limits + off, run, c->mk[off].cost, &it->allowed,
 			    &it->summary, &which) < 0)
 			return -1;
+		assert(off + which < c->nlimits);
 		it->summary.which = c->mk[off + which].orig;
 		if (!it->allowed)
-			*allowed = 0;
+			out->allowed = 0;
 	}
 	return 0;
 }
@@ -206,6 +174,7 @@ static void refund(many_t *m, size_t g)
 		     m->first[g + 1] - m->first[g]);
 	if (!c)
 		return;
+	c->shape = &give_shape;
 	c->refund = 1;
 	c->done = 0;
 	sluice_redis__start(c);
@@ -225,20 +194,16 @@ static void many_unref(many_t *m)
 	many_free(m);
 }
 
-void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed)
+/* A group's answer, counted in its take. */
+static void many_done(sluice_redis_call_t *c, int status,
+		      const sluice_redis_outcome_t *out)
 {
 	many_t *m = c->many;
 
-	if (c->refund || c->adjust || !m) {
-		/* An admin refund or reset (give_back()) reports; the
-		 * refunds of a cluster take have no callback. */
-		if (c->cb)
-			c->cb(c->arg, status, status == 0, NULL, 0);
-		return;
-	}
+	assert(m && c->group < m->ngroups);
 	if (status == 0) {
-		m->ok[c->group] = allowed;
-		if (!allowed)
+		m->ok[c->group] = out->allowed;
+		if (!out->allowed)
 			m->rejected = 1;
 	} else if (!m->status) {
 		m->status = status;
@@ -260,15 +225,8 @@ static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		if (buckets > SLUICE_REDIS_REPLY_MAX_AGGREGATE)
 			return SLUICE_EINVAL;
 
-		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
-		    !it->limits || it->keylen > 65535 ||
-		    (it->keylen && !it->key))
-			return SLUICE_EINVAL;
-		for (j = 0; j < it->nlimits; j++)
-			if (!sluice_limit_valid(&it->limits[j]))
-				return SLUICE_EINVAL;
-		if (r->cluster && it->nlimits > 1 &&
-		    (it->keylen == 0 || ((const char *)it->key)[0] == '}'))
+		if (sluice_redis__check_item(r, it->key, it->keylen, it->limits,
+					     it->nlimits) < 0)
 			return SLUICE_EINVAL;
 		/* One script call charges each key once: a key in two items
 		 * would be charged for one of them only. */
@@ -342,20 +300,19 @@ static int group_items(many_t *m)
 	return 0;
 }
 
-int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
-			   size_t n, sluice_redis_many_cb cb, void *arg)
+static const sluice_redis_shape_t many_shape = {many_parse, many_done};
+
+int sluice_redis__take_many(sluice_redis_t *r, sluice_take_item_t *items,
+			    size_t n, sluice_redis_many_cb cb, void *arg)
 {
 	sluice_redis_call_t **calls;
 	many_t *m;
 	size_t g;
 	int rc;
 
-	if (!cb || n == 0 || !items || r->closing)
-		return SLUICE_EINVAL;
+	assert(n >= 2);
 	if ((rc = check_items(r, items, n)) < 0)
 		return rc;
-	if (n == 1)
-		return take_one(r, items, cb, arg);
 	if (!(m = calloc(1, sizeof(*m))))
 		return SLUICE_ENOMEM;
 	m->r = r;
@@ -410,15 +367,32 @@ static void give_unref(give_t *g)
 	free(g);
 }
 
-static void give_done(void *arg, int status, int allowed,
-		      const sluice_decision_t *d, size_t which)
+/* An admin call's reply says nothing to decide. */
+static int give_parse(sluice_redis_call_t *c, const redisReply *reply,
+		      sluice_redis_outcome_t *out)
 {
-	give_t *g = arg;
+	(void)c;
+	(void)reply;
+	out->allowed = 0;
+	return 0;
+}
 
+/* An admin call counts in its give_t; a cluster take's refunds (no
+ * give_t) answer nobody. */
+static void give_done(sluice_redis_call_t *c, int status,
+		      const sluice_redis_outcome_t *out)
+{
+	give_t *g = c->arg;
+
+	(void)out;
+	if (!g)
+		return;
 	if (status && !g->status)
 		g->status = status;
 	give_unref(g);
 }
+
+static const sluice_redis_shape_t give_shape = {give_parse, give_done};
 
 /* refund.lua moves each state back by need (cost * interval); a reset
  * sends cost UINT64_MAX, whose need exceeds any shortfall a charge or a
@@ -433,17 +407,11 @@ static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
 
 	if (!cb || n == 0 || !items || r->closing)
 		return SLUICE_EINVAL;
-	for (i = 0; i < n; i++) {
-		const sluice_take_item_t *it = &items[i];
-
-		if (it->nlimits == 0 || it->nlimits > SLUICE_MAX_LIMITS ||
-		    !it->limits || it->keylen > 65535 ||
-		    (it->keylen && !it->key))
+	for (i = 0; i < n; i++)
+		if (sluice_redis__check_item(r, items[i].key, items[i].keylen,
+					     items[i].limits,
+					     items[i].nlimits) < 0)
 			return SLUICE_EINVAL;
-		for (j = 0; j < it->nlimits; j++)
-			if (!sluice_limit_valid(&it->limits[j]))
-				return SLUICE_EINVAL;
-	}
 	g = calloc(1, sizeof(*g));
 	calls = calloc(n, sizeof(*calls));
 	for (i = 0; g && calls && i < n; i++)
@@ -467,7 +435,7 @@ static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
 				calls[i]->mk[j].cost = ms;
 		calls[i]->refund = !adjust;
 		calls[i]->adjust = adjust;
-		calls[i]->cb = give_done;
+		calls[i]->shape = &give_shape;
 		calls[i]->arg = g;
 		sluice_redis__start(calls[i]);
 	}

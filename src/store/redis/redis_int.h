@@ -2,12 +2,13 @@
  * redis_int.h -- internals of the Redis store shared by its files:
  *
  *   client.c   the public API: calls, deadlines, circuit breaker
- *   conn.c     connections: handshake, reconnect with backoff, probing
+ *   node.c     connections to a node: handshake, reconnect with backoff,
+ *              probing, the node's events
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
  *   sentinel.c Redis Sentinel: finding the master, following failovers
  *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
  *              the scripts and their SHA-1 come from the build
- *   module.c   the SLUICE.TAKE module path and its reply parser
+ *   module_path.c  the SLUICE.TAKE module path and its reply parser
  *   many.c     takes over several keys: one call per slot, refunds
  *   command.c  commands in RESP: arguments, the writer, formatted ones
  *   link.c     one socket on libuv: connect, write, read replies in order
@@ -18,8 +19,11 @@
  *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
  *
- * Calls flow one way: client.c -> script.c/module.c/many.c -> command.c
- * -> link.c -> tls.c; replies come back as callbacks.
+ * Calls flow one way: client.c -> script.c/module_path.c/many.c ->
+ * command.c -> link.c -> tls.c, and client.c -> node.c -> link.c; replies
+ * come back as callbacks.  A connection's news for the topology (up,
+ * failed) reaches cluster.c and sentinel.c through hooks they register
+ * (sluice_redis_t.on_conn_up, on_conn_failed), not by calls from node.c.
  *
  * Ownership of a call: the user callback runs exactly once (call_finish);
  * a link holds a reference for each command sent with the call as its
@@ -194,13 +198,39 @@ enum {
 	HEALTH_TLS
 };
 
+/* What a call's reply decided (status 0). */
+typedef struct sluice_redis_outcome_s {
+	int allowed;
+	sluice_decision_t d; /* one-key calls: d.which is the caller's index */
+} sluice_redis_outcome_t;
+
+/* A kind of call: what its reply means and whom it answers.  client.c:
+ * one key (sluice_redis_take/peek) and one item (a take_many of one);
+ * many.c: a group of a take over several keys, and an admin call (refund,
+ * reset, penalize, block, and a cluster take's refunds). */
+typedef struct sluice_redis_shape_s {
+	/* The reply of a call that reached Redis -> *out; 0, or -1 when it
+	 * is not the reply expected (a protocol error). */
+	int (*parse)(sluice_redis_call_t *c, const redisReply *reply,
+		     sluice_redis_outcome_t *out);
+	/* Answers the caller, once: status 0 with *out, or a failure (out
+	 * NULL). */
+	void (*done)(sluice_redis_call_t *c, int status,
+		     const sluice_redis_outcome_t *out);
+} sluice_redis_shape_t;
+
 struct sluice_redis_call_s {
+	const sluice_redis_shape_t *shape;
 	sluice_redis_call_t *prev, *next; /* pending list, by deadline */
 	sluice_redis_call_t *retry_next;  /* waiting for a resend */
 	sluice_redis_t *r;
 	uint64_t deadline_ms;
-	sluice_redis_cb cb;
+	sluice_redis_cb cb; /* one key: the caller's callback */
 	void *arg;
+	/* one item of a take_many: the item (outputs written at the end)
+	 * and the take's callback */
+	sluice_take_item_t *item;
+	sluice_redis_many_cb item_cb;
 	int done;		    /* user callback ran */
 	int waiting;		    /* on the retry list */
 	int probe;		    /* the half-open breaker probe */
@@ -267,11 +297,17 @@ struct sluice_redis_s {
 	sluice_redis_call_t *retry_head;
 	uv_timer_t sweep;
 	uv_timer_t retry;
-	uv_timer_t probe; /* pings idle connections (conn.c) */
+	uv_timer_t probe; /* pings idle connections (node.c) */
 	unsigned probe_ticks;
 	sluice_redis_event_cb on_event;
 	sluice_redis_report_cb on_report;
 	void *event_arg;
+	/* A connection's news for whoever follows the topology, hooks
+	 * registered by cluster.c (a connection came up: fill the slot
+	 * map's holes) and sentinel.c (a connection failed: ask where the
+	 * master is now); NULL: nobody.  So node.c calls neither. */
+	void (*on_conn_up)(sluice_redis_t *r);
+	void (*on_conn_failed)(sluice_redis_t *r, int health, const char *why);
 	int closing;
 	unsigned open_handles; /* uv handles (and links) still to close */
 	/* sluice_redis_free_then(): told once the memory is released */
@@ -301,6 +337,14 @@ void sluice_redis__resp_keys(sluice_redis_resp_t *o,
  * and a size_t (binary); 0 or -1. */
 int sluice_redis__command(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
 			  void *priv, const char *fmt, ...);
+/* The one check of a key and its limits as every call takes them:
+ * SLUICE_EINVAL for nlimits 0 or above SLUICE_MAX_LIMITS, a limit that
+ * is not valid, a key longer than 65535 bytes (or NULL with a length),
+ * or, in a cluster, several limits on a key with no hash tag (empty, or
+ * starting with '}'); else 0. */
+int sluice_redis__check_item(const sluice_redis_t *r, const void *key,
+			     size_t keylen, const sluice_limit_t *limits,
+			     size_t nlimits);
 
 /* client.c */
 /* Enqueues and sends a new call (see sluice_redis_take()). */
@@ -320,7 +364,7 @@ void sluice_redis__released(sluice_redis_t *r);
 void sluice_redis__wake_retry(sluice_redis_t *r);
 void sluice_redis__handle_closed(uv_handle_t *h);
 
-/* conn.c */
+/* node.c */
 /* host NULL and path NULL: an address not known yet (Sentinel), set by
  * sluice_redis__node_move(). */
 sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
@@ -358,15 +402,18 @@ void sluice_redis__check_eviction(sluice_redis_conn_t *k);
 /* cluster.c */
 int sluice_redis__key_slot(const char *key, size_t len);
 void sluice_redis__refresh_slots(sluice_redis_t *r);
-/* A connection came up: refresh now if the map has holes or the last
- * refresh was lost. */
-void sluice_redis__slots_check(sluice_redis_t *r);
+/* Makes r a cluster client: an empty slot map, and the hook that
+ * refreshes it when a connection comes up and the map has holes or the
+ * last refresh was lost.  0 or SLUICE_ENOMEM. */
+int sluice_redis__cluster_init(sluice_redis_t *r);
 sluice_redis_node_t *sluice_redis__route(sluice_redis_t *r, int slot);
 /* Handles a MOVED/ASK error: 1 when the call is to be sent again (to
  * the new owner, or with c->ask set). */
 int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 
 /* sentinel.c */
+/* The master may have moved (a READONLY reply): ask the Sentinels. */
+void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why);
 /* Starts asking the Sentinels for the master of r's node 0 (created with
  * no address); 0, or SLUICE_EINVAL / SLUICE_ENOMEM with a message. */
 int sluice_redis__sentinel_start(sluice_redis_t *r,
@@ -374,7 +421,6 @@ int sluice_redis__sentinel_start(sluice_redis_t *r,
 				 size_t errlen);
 /* The master's connection was lost, it answered READONLY, or ROLE says it
  * is no master: ask the Sentinels again (at most every 100 ms). */
-void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why);
 /* Closes the Sentinel connections (from sluice_redis_free()). */
 void sluice_redis__sentinel_free(sluice_redis_t *r);
 /* Checks the options (before anything is allocated). */
@@ -407,16 +453,17 @@ void sluice_redis__script_command(const sluice_redis_t *r,
  * then surface as NOSCRIPT on the next call). */
 void sluice_redis__load_script(sluice_redis_conn_t *k,
 			       sluice_redis_reply_fn *fn);
-/* The scripts' shortfalls -> the decision (the core's); 0 or -1. */
+/* The script's reply (its shortfalls) -> the decision (the core's);
+ * 0 or -1. */
+int sluice_redis__parse_script_reply(const redisReply *reply,
+				     const sluice_limit_t *limits, size_t n,
+				     uint64_t cost, int *allowed,
+				     sluice_decision_t *d, size_t *which);
 /* The same for n shortfalls el[0..n) of one key's limits. */
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    const sluice_limit_t *limits, size_t n,
 				    uint64_t cost, int *allowed,
 				    sluice_decision_t *d, size_t *which);
-int sluice_redis__parse_script_reply(const redisReply *reply,
-				     const sluice_limit_t *limits, size_t n,
-				     uint64_t cost, int *allowed,
-				     sluice_decision_t *d, size_t *which);
 /* The module's reply -> the decision; 0 or -1. */
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,
@@ -430,11 +477,11 @@ typedef struct sluice_redis_mkey_s {
 	size_t item; /* index into the take's items */
 	size_t orig; /* the limit's index in that item */
 } sluice_redis_mkey_t;
-int sluice_redis__many_parse(sluice_redis_call_t *c, const redisReply *reply,
-			     int *allowed);
-void sluice_redis__many_done(sluice_redis_call_t *c, int status, int allowed);
+/* A take over items[0..n) (n >= 2, already checked), in groups. */
+int sluice_redis__take_many(sluice_redis_t *r, sluice_take_item_t *items,
+			    size_t n, sluice_redis_many_cb cb, void *arg);
 
-/* module.c */
+/* module_path.c */
 void sluice_redis__detect_module(sluice_redis_conn_t *k);
 /* The call as SLUICE.TAKE (one limit) or SLUICE.TAKEMULTI. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,

@@ -4,7 +4,7 @@
  * The client's one node starts with no address.  The Sentinels are asked
  * in turn (SENTINEL get-master-addr-by-name) until one names the master;
  * the node then connects there, and its handshake checks the answer with
- * ROLE (conn.c), since a Sentinel may still name a master that has just
+ * ROLE (node.c), since a Sentinel may still name a master that has just
  * been demoted.  Failovers are followed three ways:
  *
  *   - a subscription to +switch-master on one Sentinel, which names the
@@ -12,7 +12,7 @@
  *     second: one left unanswered for 2 s is dropped, and another
  *     Sentinel is asked and subscribed to);
  *   - a lost connection to the master, or ROLE saying it is no master
- *     (conn.c), and a READONLY reply (client.c): each asks again;
+ *     (node.c), and a READONLY reply (client.c): each asks again;
  *   - while no Sentinel answers, asking again every RETRY_MS.
  *
  * While no master is known, calls fail at once (SLUICE_ESTORE, counted as
@@ -331,6 +331,15 @@ void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why)
 		ask(r->sentinel);
 }
 
+/* on_conn_failed: a connection to the master failed (other than by a
+ * refused AUTH, which no failover cures): ask where the master is now. */
+static void conn_failed(sluice_redis_t *r, int health, const char *why)
+{
+	(void)why;
+	if (health != HEALTH_AUTH)
+		sluice_redis__sentinel_lost(r, why);
+}
+
 /* ------------------------------------------------------- new and free */
 
 /* "host:port" -> host and port; 0 or -1. */
@@ -438,6 +447,7 @@ int sluice_redis__sentinel_start(sluice_redis_t *r,
 		uv_unref((uv_handle_t *)&s->timer);
 	uv_timer_start(&s->ping, on_ping, 1000, 1000);
 	r->sentinel = s;
+	r->on_conn_failed = conn_failed;
 	ask(s);
 	return 0;
 }
@@ -461,6 +471,7 @@ void sluice_redis__sentinel_free(sluice_redis_t *r)
 	if (!s)
 		return;
 	r->sentinel = NULL;
+	r->on_conn_failed = NULL;
 	if ((l = s->query)) {
 		s->query = NULL;
 		l->data = NULL;

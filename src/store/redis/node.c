@@ -1,5 +1,5 @@
 /*
- * conn.c -- connections to one Redis node: a link each (link.c, on the
+ * node.c -- connections to one Redis node: a link each (link.c, on the
  * caller's libuv loop), the handshake pipelined ahead of any decision
  * (AUTH, SELECT, ROLE under Sentinel, SCRIPT LOAD, module detection, then
  * a PING that marks it done), reconnection with a doubling backoff, idle
@@ -88,14 +88,15 @@ void sluice_redis__node_error(sluice_redis_node_t *n, const char *what)
 	snprintf(n->last_error, sizeof(n->last_error), "%s", what);
 }
 
-/* A failure of one connection: the node's state, its last error, and in
- * Sentinel mode a reason to ask where the master is now. */
+/* A failure of one connection: the node's state, its last error, and the
+ * news for the topology (in Sentinel mode, a reason to ask where the
+ * master is now). */
 static void conn_failed(sluice_redis_conn_t *k, int health, const char *why)
 {
 	sluice_redis__node_error(k->node, why);
 	sluice_redis__health(k->node, health, why);
-	if (k->r->sentinel && health != HEALTH_AUTH)
-		sluice_redis__sentinel_lost(k->r, why);
+	if (k->r->on_conn_failed)
+		k->r->on_conn_failed(k->r, health, why);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -221,7 +222,8 @@ static void on_ready(sluice_redis_link_t *l, redisReply *reply, void *priv)
 	k->last_reply_ms = uv_now(k->r->loop);
 	uv_timer_stop(&k->timer);
 	sluice_redis__health(k->node, HEALTH_UP, "");
-	sluice_redis__slots_check(k->r);
+	if (k->r->on_conn_up)
+		k->r->on_conn_up(k->r);
 }
 
 void sluice_redis__conn_start(sluice_redis_conn_t *k)

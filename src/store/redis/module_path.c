@@ -1,5 +1,5 @@
 /*
- * module.c -- the native path: when the server has the sluice module
+ * module_path.c -- the native path: when the server has the sluice module
  * loaded (SLUICE.TAKE and SLUICE.TAKEMULTI, see src/redis_module), each
  * decision is one module command instead of a script: same state, same
  * answers, a fraction of the server CPU.  Detected per connection during

@@ -14,6 +14,7 @@
 
 #include "policy/config.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -33,6 +34,8 @@ void sluice_live_unref(sluice_live_t *live);
 static inline size_t sluice_live_rule_index(const sluice_live_t *live,
 					    const sluice_rule_t *rule)
 {
+	assert(rule >= live->cfg->rules &&
+	       rule < live->cfg->rules + live->cfg->nrules);
 	return (size_t)(rule - live->cfg->rules);
 }
 

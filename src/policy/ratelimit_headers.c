@@ -1,5 +1,6 @@
 /*
- * headers.c -- formatting of the rate-limit header fields and 429 body.
+ * ratelimit_headers.c -- formatting of the rate-limit header fields and 429
+ * body.
  */
 #include "policy/ratelimit_headers.h"
 #include "util/num.h"

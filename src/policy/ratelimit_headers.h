@@ -1,5 +1,5 @@
 /*
- * headers.h -- the rate-limit answer in HTTP header fields.
+ * ratelimit_headers.h -- the rate-limit answer in HTTP header fields.
  *
  * Two vocabularies, both on every answer that carries a decision:
  *

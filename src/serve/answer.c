@@ -5,6 +5,7 @@
 #include "serve/answer.h"
 #include "policy/ratelimit_headers.h"
 
+#include <assert.h>
 #include <string.h>
 
 sluice_take_t *sluice_take_get(sluice_svc_t *svc)
@@ -20,6 +21,8 @@ sluice_take_t *sluice_take_get(sluice_svc_t *svc)
 
 void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
 {
+	/* Put back once, with its verdict delivered. */
+	assert(t && t != svc->spare && t->pending == 0);
 	if (!svc->spare)
 		svc->spare = t;
 	else
@@ -58,6 +61,7 @@ void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)
 				: c->req_live->slots[sluice_live_rule_index(
 					  c->req_live, rule)];
 
+		assert(slot < SLUICE_METRIC_SLOTS);
 		if (r->store_err)
 			sluice_count(&m->store_errors[slot], 1);
 		switch (r->outcome) {

@@ -6,6 +6,7 @@
 #include "serve/answer.h"
 #include "util/log.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,8 @@ static void check_done(void *arg, const sluice_verdict_t *v)
 	sluice_conn_t *c = arg;
 	sluice_take_t *t = c->take;
 	sluice_svc_t *svc = c->svc;
+
+	assert(t && t->finished && v == &t->verdict);
 
 	/* sluice_resp_end() may free c (its transport is gone): detach the
 	 * take first and touch nothing of c afterwards. */

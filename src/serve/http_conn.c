@@ -1,5 +1,6 @@
 /*
- * http_conn.c -- http-parser glue: bytes in, requests to the handlers, answers out.
+ * http_conn.c -- http-parser glue: bytes in, requests to the handlers, answers
+ * out.
  *
  * The parser pauses itself at the end of every request (on_message_complete)
  * so that requests are handled one at a time, in order, however many arrive
@@ -11,6 +12,7 @@
 #include "serve/http_conn.h"
 #include "serve/handlers.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
@@ -634,6 +636,8 @@ static void trim(sluice_conn_t *c)
 
 static void dispatch(sluice_conn_t *c)
 {
+	/* One request at a time: nothing pending when the next is handled. */
+	assert(!c->waiting && !c->take);
 	c->req_live = c->svc->live;
 	c->dispatching = 1;
 	sluice_handle(c);
@@ -760,6 +764,7 @@ int sluice_conn_release(sluice_conn_t *c)
 
 void sluice_conn_wait(sluice_conn_t *c)
 {
+	assert(!c->waiting); /* at most one decision pending */
 	c->waiting = 1;
 }
 

@@ -10,7 +10,8 @@
  *                   old config kept; bucket state is kept (the store
  *                   outlives configs); connections stay open
  *   SIGTERM/SIGINT  stop accepting, answer what is in progress, close
- *                   idle connections, exit 0 (forced after drain_ms)
+ *                   idle connections, exit 0 (forced after 10 s:
+ *                   DRAIN_MS in tcp.c)
  */
 #ifndef SLUICE_SERVE_SERVER_H
 #define SLUICE_SERVE_SERVER_H

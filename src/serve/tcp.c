@@ -18,6 +18,7 @@
  */
 #include "serve/server.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,8 @@ static void account(sluice_tcp_t *t)
 {
 	size_t held = t->conn.in.len + t->conn.out.len + t->wbuf.len;
 
+	/* The loop's total is the sum of its connections' shares. */
+	assert(t->w->held >= t->held);
 	t->w->held = t->w->held - t->held + held;
 	t->held = held;
 }
@@ -74,6 +77,7 @@ static void on_close(uv_handle_t *h)
 	sluice_tcp_t *t = h->data;
 
 	sluice_count(&t->w->svc.metrics->connections, (uint64_t)-1);
+	assert(t->w->held >= t->held);
 	t->w->held -= t->held;
 	t->held = 0;
 	sluice_buf_free(&t->wbuf);

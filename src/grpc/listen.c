@@ -1,10 +1,10 @@
 /*
  * listen.c -- the gRPC listener of one loop thread: its socket (TCP with
- * SO_REUSEPORT as util/listen.c makes them, or a Unix socket shared by
+ * SO_REUSEPORT as util/listen_socket.c makes them, or a Unix socket shared by
  * the threads) and accepting on it.
  */
-#include "util/listen.h"
 #include "grpc/internal.h"
+#include "util/listen_socket.h"
 #include "util/log.h"
 
 #include <errno.h>

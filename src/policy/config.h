@@ -16,7 +16,7 @@
 #include "policy/rules.h"
 #include "sluice.h"
 #include "store/store_config.h"
-#include "util/listen.h"
+#include "util/listen_socket.h"
 
 #include <netinet/in.h>
 #include <stddef.h>

@@ -18,7 +18,7 @@
 
 #include "policy/svc.h"
 #include "serve/http_conn.h"
-#include "util/listen.h"
+#include "util/listen_socket.h"
 
 #include <stdatomic.h>
 #include <uv.h>

@@ -1,9 +1,9 @@
 /*
- * listen.h -- listening sockets made by hand (listen.c), for the HTTP
- * (src/serve) and gRPC (src/grpc) listeners alike.
+ * listen_socket.h -- listening sockets made by hand (listen_socket.c),
+ * for the HTTP (src/serve) and gRPC (src/grpc) listeners alike.
  */
-#ifndef SLUICE_UTIL_LISTEN_H
-#define SLUICE_UTIL_LISTEN_H
+#ifndef SLUICE_UTIL_LISTEN_SOCKET_H
+#define SLUICE_UTIL_LISTEN_SOCKET_H
 
 #include <stddef.h>
 #include <sys/socket.h>
@@ -26,4 +26,4 @@ int sluice_listen_parse(const char *text, struct sockaddr_storage *ss,
  * descriptor, or -1 with a message. */
 int sluice_listen_socket(const char *addr, int first, char *err, size_t errlen);
 
-#endif /* SLUICE_UTIL_LISTEN_H */
+#endif /* SLUICE_UTIL_LISTEN_SOCKET_H */

@@ -1,11 +1,11 @@
 /*
- * listen.c -- listening sockets made by hand.
+ * listen_socket.c -- listening sockets made by hand.
  *
  * libuv 1.44 cannot set SO_REUSEPORT, so the socket is created here and
  * handed to the loop with uv_tcp_open().  Every loop thread binds its own
  * socket to the same address; the kernel balances connections across them.
  */
-#include "util/listen.h"
+#include "util/listen_socket.h"
 
 #include "sluice.h"
 

@@ -7,6 +7,8 @@
 #   make run      install what is missing, build, start `sluice serve`
 #   make test     install what is missing, build with ASan+UBSan, run every test
 #   make bench    benchmarks -> build/bench/results.json, docs/BENCHMARKS.md
+#   make soak     faults under load for SOAK_SECONDS (default 600)
+#                 -> docs/RELIABILITY.md; exits non-zero if a criterion fails
 #   make fuzz     libFuzzer harnesses, each for FUZZ_SECONDS
 #   make format   clang-format every C file
 #   make install  build, then install under PREFIX (default /usr/local),
@@ -24,11 +26,12 @@ DESTDIR    ?=
 DEB_BUILD  ?= $(BUILD)/deb
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
+SOAK_SECONDS ?= 600
 ONLY       ?=
 
 C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src include tests bench -name '*.[ch]')
 
-.PHONY: all build run test bench fuzz format deps clean install deb node-prebuild
+.PHONY: all build run test bench soak fuzz format deps clean install deb node-prebuild
 
 all: build
 
@@ -54,6 +57,13 @@ test: deps
 
 bench: deps build
 	@./bench/run $(if $(ONLY),--only $(ONLY))
+
+# The optimised build, three `sluice serve` and a Node.js process on a
+# Redis Sentinel group, a fault every 10 s (tests/soak/soak.py).
+soak: deps build
+	@SLUICE_BUILD=$(abspath $(BUILD)) SLUICE_SRC=$(CURDIR) \
+		SOAK_SECONDS=$(SOAK_SECONDS) SOAK_REPORT=docs/RELIABILITY.md \
+		python3 tests/soak/soak.py
 
 fuzz: deps
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TESTS=OFF -DSLUICE_FUZZ=ON >/dev/null

@@ -147,6 +147,12 @@ TARGETS = [
      ">=", 50e6, "decisions/s"),
     ("memory store, 1M keys, per thread", "scaling",
      lambda r: r["scaling"]["dps_1m"], ">=", 5e6, "decisions/s"),
+    ("memory store, 1M keys, batches of 16, per thread CPU second",
+     "scaling", lambda r: r["scaling"]["dps_1m_batch16_cpu"], ">=", 5e6,
+     "decisions/s"),
+    ("memory store, 10M keys, batches of 16, per thread CPU second",
+     "scaling", lambda r: r["scaling"]["dps_10m_batch16_cpu"], ">=", 5e6,
+     "decisions/s"),
     ("memory store, bytes per key (no key bytes are stored)", "memory",
      lambda r: r["memory"]["memory_store"], "<=", 64, "B"),
     ("/v1/check req/s vs nginx limit_req", "http",
@@ -162,6 +168,14 @@ TARGETS = [
      "memory", lambda r: r["memory"]["redis_script"], "<=", 128, "B"),
     ("module Redis CPU per call", "redis",
      lambda r: r["redis"]["usec_per_call_module"], "<=", 3.0, "us"),
+    ("SLUICE.TAKE redis-server CPU per call vs SET ... PX (medians)",
+     "redis", lambda r: r["redis"]["module_take_vs_set_cpu"], "<=", 1.3,
+     "x"),
+    ("SLUICE.TAKEMANY of 16: redis-server CPU per key vs one SLUICE.TAKE",
+     "redis", lambda r: r["redis"]["module_many16_vs_take_cpu"], "<=", 0.6,
+     "x"),
+    ("Redis bytes per key, module, 1M keys with a TTL", "redis",
+     lambda r: r["redis"]["module_bytes_per_key_1m"], "<=", 110, "B"),
     ("module decisions/s vs script path", "redis",
      lambda r: r["redis"]["module_dps"] / r["redis"]["sluice_dps"], ">=",
      3.0, "x"),
@@ -375,6 +389,82 @@ def tls_costs(rd):
            fmt(rd.get("sluice_inflight"))))
 
 
+def module_cost_section(mc):
+    """bench/module_cost.py: the module's commands next to SET ... PX."""
+    if not mc or not mc.get("stores"):
+        return ""
+    out = ["\n### The module's cost next to SET ... PX\n",
+           "`bench/module_cost.py` (Redis %s): one redis-server per way of "
+           "storing states (module argument `STORE`, docs/REDIS_MODULE.md)%s, "
+           "driven by `redis-benchmark -c 4 -P 64` over %s random keys, "
+           "%s keys decided per run, each command run %s times, the "
+           "commands alternating. Figures per key: the median of the runs "
+           "[min – max]. redis-server CPU is the whole process's user + "
+           "system time over the run (network and protocol included: the "
+           "headline); `usec_per_call` is Redis's own timing of the command "
+           "alone, wall time, which on a loaded machine also counts the "
+           "time the server waited for a core inside long commands. "
+           "Ratios are taken per repetition (runs next to each other), then "
+           "their median. Bytes per key: `used_memory` growth over %s keys "
+           "`sluice:%%09d`, each holding a state with a TTL. Load average "
+           "%s before, %s after.\n" % (
+               mc.get("redis_version"),
+               ", pinned to one core and redis-benchmark to another "
+               "(taskset)" if mc.get("pinned") else "",
+               fmt(mc.get("keys")), fmt(mc.get("calls_per_run")),
+               fmt(mc.get("reps")), fmt(mc.get("keys")),
+               fmt(mc.get("loadavg_1m_before")),
+               fmt(mc.get("loadavg_1m_after")))]
+
+    def med(d):
+        return "%s [%s – %s]" % (fmt(d["median"]), fmt(d["min"]),
+                                 fmt(d["max"])) if d else "—"
+    rows = []
+    for store, st in mc["stores"].items():
+        for cmd, label in (("set", "SET k v PX"),
+                           ("take", "SLUICE.TAKE"),
+                           ("multi16", "SLUICE.TAKEMULTI, 16 keys"),
+                           ("many16", "SLUICE.TAKEMANY, 16 keys"),
+                           ("script", "sluice script (EVALSHA)"),
+                           ("classic", "classic hash script (EVALSHA)")):
+            if cmd + "_cpu_us_per_key" not in st:
+                continue
+            ratio_key = {"take": "take_over_set",
+                         "multi16": "multi16_over_take",
+                         "many16": "many16_over_take",
+                         "script": "script_over_set",
+                         "classic": "classic_over_set"}.get(cmd)
+            rows.append([
+                store, label,
+                med(st.get(cmd + "_cpu_us_per_key")),
+                med(st.get(ratio_key + "_cpu_us_per_key"))
+                if ratio_key else "—",
+                med(st.get(cmd + "_usec_per_key")),
+                med(st.get(ratio_key + "_usec_per_key"))
+                if ratio_key else "—"])
+    out.append(table(["STORE", "command", "redis-server CPU µs per key",
+                      "ratio (to SET; batches: to TAKE)",
+                      "usec_per_call per key", "ratio"], rows))
+    first = next(iter(mc["stores"].values()))
+    if "take_over_classic_cpu_us_per_key" in first:
+        out.append("\nSame client, same pipelining: redis-server CPU per "
+                   "decision, `SLUICE.TAKE` / classic script **%s**, sluice "
+                   "script / classic script **%s** (medians of per-run "
+                   "ratios).\n" % (
+                       fmt(first["take_over_classic_cpu_us_per_key"]
+                           ["median"]),
+                       fmt(first.get("script_over_classic_cpu_us_per_key",
+                                     {}).get("median"))))
+    mrows = [[store, fmt(st["module_memory"]["bytes_per_key"]),
+              st["module_memory"]["encoding"],
+              fmt(st["set_memory"]["bytes_per_key"])]
+             for store, st in mc["stores"].items()
+             if "module_memory" in st]
+    out.append("\n" + table(["STORE", "module bytes/key", "value encoding",
+                             "SET ... PX bytes/key"], mrows))
+    return "\n".join(out) + "\n"
+
+
 def write(results, outdir, docs):
     plots = Plots(os.path.join(outdir, "plots"), os.path.join(docs, "img"))
     m = results.get("machine", {})
@@ -435,9 +525,21 @@ def write(results, outdir, docs):
         rows = []
         for n in ("1k", "1m", "10m"):
             rows.append([fmt(counts.get(n, n)), fmt(sc.get("dps_" + n)),
-                         fmt(sc.get("dps_%s_2threads" % n))])
-        w(table(["keys", "decisions/s, 1 thread", "decisions/s, 2 threads"],
+                         fmt(sc.get("dps_%s_2threads" % n)),
+                         fmt(sc.get("dps_%s_cpu" % n)),
+                         fmt(sc.get("dps_%s_batch16" % n)),
+                         fmt(sc.get("dps_%s_batch16_cpu" % n))])
+        w(table(["keys", "decisions/s, 1 thread", "decisions/s, 2 threads",
+                 "1 thread, per CPU second",
+                 "batches of 16, 1 thread", "batches of 16, per CPU second"],
                 rows))
+        w("\n\"Per CPU second\" divides the decisions by the thread's own "
+          "CPU time (`CLOCK_THREAD_CPUTIME_ID`): what one core does when "
+          "nothing else runs on it, steadier than decisions/s on a busy "
+          "machine. Batches of 16 go through `sluice_memstore_take_each()` "
+          "(independent decisions; the next keys' slots are prefetched "
+          "while one is decided): `sluice_bench store --batch 16`.\n")
+        rows = [r[:3] for r in rows]
         w(img(plots.grouped(
             "scaling", "Memory store decisions/s by resident keys",
             "decisions/s", ["1 thread", "2 threads"],
@@ -570,6 +672,7 @@ def write(results, outdir, docs):
                                fmt(rd.get("loadavg_1m_after")),
                                fmt(os.cpu_count())))
         w("\n" + tls_costs(rd))
+        w(module_cost_section(rd.get("module_cost")))
         w(img(plots.bars("redis", "Decisions per second through Redis",
                          "decisions/s",
                          [("classic hash script", rd.get("classic_dps")),

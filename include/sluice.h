@@ -385,6 +385,20 @@ SLUICE_API int sluice_memstore_take_many(sluice_memstore_t *store,
 					 int64_t now_us);
 
 /*
+ * Independent decisions in one call: each item is decided as
+ * sluice_memstore_take() would decide it, in order (a key given twice sees
+ * the first decision's state), each charged on its own; item.allowed and
+ * item.summary hold its decision.  Batching lets the store fetch the
+ * buckets of the next keys from memory while it decides the current one,
+ * so a batch costs less per decision than single takes on a table larger
+ * than the caches.  Returns how many items were allowed, or SLUICE_EINVAL
+ * for a malformed item (then nothing is decided).
+ */
+SLUICE_API int sluice_memstore_take_each(sluice_memstore_t *store,
+					 sluice_take_item_t *items, size_t n,
+					 int64_t now_us);
+
+/*
  * Makes every bucket of `key` under limits[0..nlimits) full (forgets
  * their states).  Returns 0, or SLUICE_EINVAL as sluice_memstore_take().
  */

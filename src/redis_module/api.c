@@ -29,6 +29,19 @@ void (*RedisModule_FreeCallReply)(RedisModuleCallReply *);
 int (*RedisModule_CallReplyType)(RedisModuleCallReply *);
 const char *(*RedisModule_CallReplyStringPtr)(RedisModuleCallReply *, size_t *);
 long long (*RedisModule_CachedMicroseconds)(void);
+char *(*RedisModule_StringDMA)(RedisModuleKey *, size_t *, int);
+int (*RedisModule_StringSet)(RedisModuleKey *, RedisModuleString *);
+int (*RedisModule_SetAbsExpire)(RedisModuleKey *, long long);
+RedisModuleString *(*RedisModule_CreateStringFromLongLong)(RedisModuleCtx *,
+							   long long);
+void (*RedisModule_FreeString)(RedisModuleCtx *, RedisModuleString *);
+void *(*RedisModule_Alloc)(size_t);
+void (*RedisModule_Free)(void *);
+int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *, RedisModuleString *);
+int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *, int, const char *,
+				       RedisModuleString *);
+void (*RedisModule_SetModuleOptions)(RedisModuleCtx *, int);
+int (*RedisModule_Replicate)(RedisModuleCtx *, const char *, const char *, ...);
 
 /* Looks up RedisModule_<name>; on failure the pointer stays NULL. */
 #define GET_API(name)                                                          \
@@ -59,6 +72,17 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(FreeCallReply);
 	missing |= GET_API(CallReplyType);
 	missing |= GET_API(CallReplyStringPtr);
+	missing |= GET_API(StringDMA);
+	missing |= GET_API(StringSet);
+	missing |= GET_API(SetAbsExpire);
+	missing |= GET_API(CreateStringFromLongLong);
+	missing |= GET_API(FreeString);
+	missing |= GET_API(Alloc);
+	missing |= GET_API(Free);
+	missing |= GET_API(SignalModifiedKey);
+	missing |= GET_API(NotifyKeyspaceEvent);
+	missing |= GET_API(SetModuleOptions);
+	missing |= GET_API(Replicate);
 	/* Optional: newer servers only. */
 	if (GET_API(CachedMicroseconds) != REDISMODULE_OK)
 		RedisModule_CachedMicroseconds = 0;

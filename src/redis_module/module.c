@@ -3,9 +3,15 @@
  *
  *   redis-server --loadmodule /path/to/sluice-redis.so
  *
- * registers SLUICE.TAKE and SLUICE.TAKEMULTI (see take.c).  Both are
- * "write deny-oom fast" commands with declared key positions, so Redis
- * Cluster routes them and replicas refuse them like any other write.
+ * registers SLUICE.TAKE, SLUICE.TAKEMULTI and SLUICE.TAKEMANY (see
+ * take.c).  They are "write deny-oom" commands with declared key positions,
+ * so Redis Cluster routes them and replicas refuse them like any other
+ * write.
+ *
+ * Module argument STORE int|string|call chooses how states are read and
+ * written (take.c): int, the default when the server's string objects are
+ * laid out as the module expects (Redis 7.0 - 8.0, checked at load), else
+ * call.  STORE int on another layout refuses to load.
  *
  * The clock is the server's, never the client's: RedisModule_CachedMicroseconds
  * (Redis 7.2+: the time cached before the command ran) where the server has
@@ -90,10 +96,23 @@ int sluice_rm_arg_is(RedisModuleString *arg, const char *word)
 	return len == strlen(word) && strncasecmp(s, word, len) == 0;
 }
 
+static int bad_arg(RedisModuleCtx *ctx, RedisModuleString *arg)
+{
+	size_t len;
+	const char *s = RedisModule_StringPtrLen(arg, &len);
+
+	RedisModule_Log(ctx, "warning",
+			"sluice: unknown module argument \"%.*s\" (the "
+			"arguments are STORE int|string|call and TESTCLOCK, "
+			"for tests)",
+			(int)(len > 64 ? 64 : len), s);
+	return REDISMODULE_ERR;
+}
+
 __attribute__((visibility("default"))) int
 RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-	int testclock = 0, i;
+	int testclock = 0, store = -1, objects_ok, i;
 
 	if (sluice_rm_api_init(ctx, MODULE_NAME, MODULE_VERSION) !=
 	    REDISMODULE_OK)
@@ -101,18 +120,36 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	for (i = 0; i < argc; i++) {
 		if (sluice_rm_arg_is(argv[i], "TESTCLOCK")) {
 			testclock = 1;
+		} else if (sluice_rm_arg_is(argv[i], "STORE") && i + 1 < argc) {
+			i++;
+			if (sluice_rm_arg_is(argv[i], "int"))
+				store = SLUICE_RM_STORE_INT;
+			else if (sluice_rm_arg_is(argv[i], "string"))
+				store = SLUICE_RM_STORE_STRING;
+			else if (sluice_rm_arg_is(argv[i], "call"))
+				store = SLUICE_RM_STORE_CALL;
+			else
+				return bad_arg(ctx, argv[i]);
 		} else {
-			size_t len;
-			const char *s = RedisModule_StringPtrLen(argv[i], &len);
-
-			RedisModule_Log(ctx, "warning",
-					"sluice: unknown module argument "
-					"\"%.*s\" (the only one is TESTCLOCK, "
-					"for tests)",
-					(int)(len > 64 ? 64 : len), s);
-			return REDISMODULE_ERR;
+			return bad_arg(ctx, argv[i]);
 		}
 	}
+	objects_ok = sluice_rm_probe_objects();
+	if (store == SLUICE_RM_STORE_INT && !objects_ok) {
+		RedisModule_Log(
+			ctx, "warning",
+			"sluice: STORE int needs the string objects of "
+			"Redis 7.0 - 8.0, and this server lays them "
+			"out otherwise: use STORE string or STORE call");
+		return REDISMODULE_ERR;
+	}
+	if (store < 0)
+		store = objects_ok ? SLUICE_RM_STORE_INT : SLUICE_RM_STORE_CALL;
+	sluice_rm_store = store;
+	/* The module signals the keys it writes itself: a rejected take
+	 * (key opened for writing, nothing written) leaves WATCH alone. */
+	RedisModule_SetModuleOptions(
+		ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
 	/* TAKE: the key is argument 1.  TAKEMULTI: the keys follow numkeys,
 	 * reported by the command itself (getkeys-api). */
 	if (RedisModule_CreateCommand(ctx, "sluice.take", sluice_rm_take,
@@ -124,6 +161,11 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 				      "write deny-oom fast getkeys-api", 0, 0,
 				      0) != REDISMODULE_OK)
 		return REDISMODULE_ERR;
+	/* TAKEMANY: key, capacity, rate, cost, key, ...: every 4th from 1. */
+	if (RedisModule_CreateCommand(ctx, "sluice.takemany",
+				      sluice_rm_takemany, "write deny-oom", 1,
+				      -1, 4) != REDISMODULE_OK)
+		return REDISMODULE_ERR;
 	if (testclock) {
 		if (RedisModule_CreateCommand(ctx, "sluice.testclock",
 					      testclock_cmd, "fast", 0, 0,
@@ -134,8 +176,14 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			"sluice: TESTCLOCK loaded: SLUICE.TESTCLOCK can "
 			"set the module's clock (tests only)");
 	}
-	RedisModule_Log(ctx, "notice", "sluice %s: clock from %s",
+	RedisModule_Log(ctx, "notice",
+			"sluice %s: states through %s, clock from %s",
 			SLUICE_VERSION,
+			store == SLUICE_RM_STORE_INT
+				? "the key API (int-encoded values)"
+			: store == SLUICE_RM_STORE_STRING
+				? "the key API (string values)"
+				: "GET and SET (RedisModule_Call)",
 			RedisModule_CachedMicroseconds
 				? "RedisModule_CachedMicroseconds"
 				: "CLOCK_REALTIME in microseconds (the clock "

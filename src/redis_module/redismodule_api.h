@@ -25,7 +25,17 @@
 #define REDISMODULE_APIVER_1 1
 
 /* RedisModule_OpenKey() modes */
-#define REDISMODULE_READ (1 << 0)
+#define REDISMODULE_READ  (1 << 0)
+#define REDISMODULE_WRITE (1 << 1)
+
+/* RedisModule_NotifyKeyspaceEvent() classes */
+#define REDISMODULE_NOTIFY_GENERIC (1 << 2)
+#define REDISMODULE_NOTIFY_STRING  (1 << 3)
+
+/* RedisModule_SetModuleOptions(): keys opened for writing are not signalled
+ * as modified (WATCH, client tracking) on close; the module signals the
+ * keys it really writes with RedisModule_SignalModifiedKey(). */
+#define REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED (1 << 1)
 
 /* RedisModule_KeyType() */
 #define REDISMODULE_KEYTYPE_EMPTY  0
@@ -93,6 +103,32 @@ extern RedisModuleKey *(*RedisModule_OpenKey)(RedisModuleCtx *ctx,
 					      int mode);
 extern void (*RedisModule_CloseKey)(RedisModuleKey *key);
 extern int (*RedisModule_KeyType)(RedisModuleKey *key);
+
+/* The low-level key API (all in 7.0.0).  StringSet() stores the string
+ * object as given; SetAbsExpire() takes UNIX time in milliseconds;
+ * StringDMA() in READ mode returns the bytes of a string value (converting
+ * an int-encoded value to a raw string first, see take.c). */
+extern char *(*RedisModule_StringDMA)(RedisModuleKey *key, size_t *len,
+				      int mode);
+extern int (*RedisModule_StringSet)(RedisModuleKey *key,
+				    RedisModuleString *str);
+extern int (*RedisModule_SetAbsExpire)(RedisModuleKey *key, long long expire);
+extern RedisModuleString *(*RedisModule_CreateStringFromLongLong)(
+	RedisModuleCtx *ctx, long long ll);
+extern void (*RedisModule_FreeString)(RedisModuleCtx *ctx,
+				      RedisModuleString *str);
+extern void *(*RedisModule_Alloc)(size_t bytes);
+extern void (*RedisModule_Free)(void *ptr);
+extern int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *ctx,
+					    RedisModuleString *keyname);
+extern int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type,
+					      const char *event,
+					      RedisModuleString *key);
+extern void (*RedisModule_SetModuleOptions)(RedisModuleCtx *ctx, int options);
+/* Propagates a command to replicas and the AOF (inside MULTI/EXEC when a
+ * command propagates several). */
+extern int (*RedisModule_Replicate)(RedisModuleCtx *ctx, const char *cmdname,
+				    const char *fmt, ...);
 
 /* Running a server command (GET, SET) from inside the module.  The "!"
  * format flag replicates the command to replicas and the AOF. */

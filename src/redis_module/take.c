@@ -24,12 +24,18 @@
  * the bucket is full again (sluice_state_expiry_us(), rounded up to a whole
  * millisecond): the value the Redis script path writes, with an expiry
  * that, like the script's, never comes before the bucket is full, so the
- * module and the script can serve the same keys.  Writing goes through the
- * server's own SET, so the value is int-encoded like any SET of a number,
- * and the write is replicated as its effect,
- * `SET key state PXAT ms` (several keys: inside MULTI/EXEC), never as the
- * clock-dependent command itself.  A rejected request or a peek writes
- * nothing.
+ * module and the script can serve the same keys.  The key is opened once
+ * through the key API, read, written and given its expiry there (see
+ * "the server's string objects" below for how the value is kept
+ * int-encoded like any SET of a number), and the write is replicated as
+ * its effect, `SET key state PXAT ms` (several keys: inside MULTI/EXEC),
+ * never as the clock-dependent command itself.  A rejected request or a
+ * peek writes nothing.
+ *
+ *   SLUICE.TAKEMANY key capacity rate cost [key capacity rate cost ...]
+ *
+ * makes independent decisions, one key and one limit each, in one call
+ * (see sluice_rm_takemany()).
  */
 #include "redis_module/module.h"
 
@@ -48,6 +54,12 @@
 #define MULTI_USAGE                                                            \
 	"SLUICE.TAKEMULTI numkeys key [key ...] capacity rate "                \
 	"[capacity rate ...] [COST n]"
+#define MANY_USAGE                                                             \
+	"SLUICE.TAKEMANY key capacity rate cost "                              \
+	"[key capacity rate cost ...]"
+
+/* The most decisions one TAKEMANY accepts. */
+#define MANY_MAX 4096
 
 /* Longest piece of user input quoted back in an error message. */
 #define QUOTE_MAX 64
@@ -182,16 +194,129 @@ static int parse_state(const char *s, size_t len, sluice_state_t *out)
 	return 0;
 }
 
-/* Reads the state of key (0, "full", when there is none).  Replies with the
- * error and returns -1 when the key holds something else. */
-static int read_state(RedisModuleCtx *ctx, RedisModuleString *key,
-		      sluice_state_t *state)
+/* ------------------------------------------- the server's string objects */
+
+/*
+ * How the module stores a state (see module.c for the choice at load time
+ * and docs/REDIS.md for the figures):
+ *
+ *   SLUICE_RM_STORE_INT     the low-level key API, and the value is an
+ *                           int-encoded string object, as SET stores a
+ *                           decimal integer (16 bytes, the integer in the
+ *                           pointer).  The module API has no call that
+ *                           makes one (RedisModule_CreateString* make raw
+ *                           or embstr strings, RedisModule_StringSet stores
+ *                           the object as given, RedisModule_StringDMA
+ *                           turns an int-encoded value into a raw string
+ *                           even for reading), so the module reads and
+ *                           builds that object itself, after checking at
+ *                           load time that the server lays its objects out
+ *                           as Redis 7.0 - 8.0 do (sluice_rm_probe_objects()),
+ *                           and for every key that the open key handle is
+ *                           the one it expects.
+ *   SLUICE_RM_STORE_STRING  the low-level key API with public calls only:
+ *                           the value is an embstr string (about 24 bytes
+ *                           more per key).
+ *   SLUICE_RM_STORE_CALL    GET and SET through RedisModule_Call (the
+ *                           slowest; what every server runs).
+ *
+ * Every mode stores the same bytes with the same expiry and replicates the
+ * same SET key state PXAT ms.
+ */
+int sluice_rm_store = SLUICE_RM_STORE_CALL;
+
+/* The head of the server's object (robj) and of its open-key handle, as
+ * Redis 7.0 - 8.0 declare them (server.h, module.c). */
+struct server_obj {
+	unsigned type : 4;
+	unsigned encoding : 4;
+	unsigned lru : 24;
+	int refcount;
+	void *ptr;
+};
+
+struct server_key {
+	void *ctx;
+	void *db;
+	struct server_obj *key;
+	struct server_obj *value;
+};
+
+#define OBJ_STRING	    0
+#define OBJ_ENCODING_RAW    0
+#define OBJ_ENCODING_INT    1
+#define OBJ_ENCODING_EMBSTR 8
+
+int sluice_rm_probe_objects(void)
+{
+	static const char digits[] = "1234567890123456789";
+	RedisModuleString *s = RedisModule_CreateStringFromLongLong(
+		NULL, 1234567890123456789LL);
+	const struct server_obj *o = (const struct server_obj *)s;
+	size_t len;
+	const char *p = RedisModule_StringPtrLen(s, &len);
+	/* An embstr: the object, a 3-byte sds header, the bytes. */
+	int ok = o->type == OBJ_STRING && o->encoding == OBJ_ENCODING_EMBSTR &&
+		 o->refcount == 1 && o->ptr == (const void *)p &&
+		 p == (const char *)(o + 1) + 3 && len == sizeof(digits) - 1 &&
+		 memcmp(p, digits, len) == 0;
+
+	RedisModule_FreeString(NULL, s);
+	return ok;
+}
+
+/* The value object of an open key, when the handle is laid out as
+ * expected (its context and key name are the ones it was opened with);
+ * NULL otherwise or when the key is empty. */
+static struct server_obj *key_value(RedisModuleCtx *ctx, RedisModuleKey *k,
+				    RedisModuleString *keyname, int *known)
+{
+	const struct server_key *h = (const struct server_key *)k;
+
+	*known = h->ctx == (void *)ctx && h->key == (void *)keyname;
+	return *known ? h->value : NULL;
+}
+
+/* A new int-encoded string object holding v, as SET of a decimal number
+ * stores it.  Its LRU/LFU field is the key name's, an object the server
+ * made for this command under the current maxmemory-policy. */
+static RedisModuleString *int_object(RedisModuleString *keyname, int64_t v)
+{
+	const struct server_obj *name = (const struct server_obj *)keyname;
+	struct server_obj *o = RedisModule_Alloc(sizeof(*o));
+
+	o->type = OBJ_STRING;
+	o->encoding = OBJ_ENCODING_INT;
+	o->lru = name->lru;
+	o->refcount = 1;
+	o->ptr = (void *)(intptr_t)v;
+	return (RedisModuleString *)o;
+}
+
+/* ---------------------------------------------------------------- state */
+
+static int reply_not_state(RedisModuleCtx *ctx, RedisModuleString *key)
+{
+	size_t klen;
+	const char *s = RedisModule_StringPtrLen(key, &klen);
+
+	return reply_errorf(ctx,
+			    "ERR key \"%.*s\" does not hold a sluice state "
+			    "(a decimal integer)",
+			    (int)(klen > QUOTE_MAX ? QUOTE_MAX : klen), s);
+}
+
+/* SLUICE_RM_STORE_CALL: reads the state of key with GET (0, "full", when
+ * there is none).  Replies with the error and returns -1 when the key holds
+ * something else. */
+static int call_read_state(RedisModuleCtx *ctx, RedisModuleString *key,
+			   sluice_state_t *state)
 {
 	RedisModuleKey *k = RedisModule_OpenKey(ctx, key, REDISMODULE_READ);
 	int type = RedisModule_KeyType(k);
 	RedisModuleCallReply *r;
 	const char *s;
-	size_t len, klen;
+	size_t len;
 	int rc = 0;
 
 	/* The usual case for a limiter: the bucket is full, so there is no
@@ -205,9 +330,6 @@ static int read_state(RedisModuleCtx *ctx, RedisModuleString *key,
 		RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
 		return -1;
 	}
-	/* GET, not the key API: reading an int-encoded string through
-	 * RedisModule_StringDMA() would convert the stored value to a raw
-	 * string (more memory) even when nothing is written. */
 	r = RedisModule_Call(ctx, "GET", "s", key);
 	if (!r) {
 		RedisModule_ReplyWithError(ctx, "ERR sluice: GET failed");
@@ -221,11 +343,7 @@ static int read_state(RedisModuleCtx *ctx, RedisModuleString *key,
 		s = RedisModule_CallReplyStringPtr(r, &len);
 		if (parse_state(s, len, state) == 0)
 			break;
-		s = RedisModule_StringPtrLen(key, &klen);
-		reply_errorf(ctx,
-			     "ERR key \"%.*s\" does not hold a sluice state "
-			     "(a decimal integer)",
-			     (int)(klen > QUOTE_MAX ? QUOTE_MAX : klen), s);
+		reply_not_state(ctx, key);
 		rc = -1;
 		break;
 	default:
@@ -238,13 +356,12 @@ static int read_state(RedisModuleCtx *ctx, RedisModuleString *key,
 	return rc;
 }
 
-/* Stores a state until its bucket is full again; "!" replicates the SET
- * (with an absolute expiry, so replicas and the AOF need no clock). */
-static int write_state(RedisModuleCtx *ctx, RedisModuleString *key,
-		       sluice_state_t state)
+/* SLUICE_RM_STORE_CALL: stores a state until its bucket is full again; "!"
+ * replicates the SET (with an absolute expiry, so replicas and the AOF need
+ * no clock). */
+static int call_write_state(RedisModuleCtx *ctx, RedisModuleString *key,
+			    sluice_state_t state, long long exp_ms)
 {
-	int64_t exp_us = sluice_state_expiry_us(state);
-	long long exp_ms = (long long)sluice_div_ceil((uint64_t)exp_us, 1000);
 	RedisModuleCallReply *r = RedisModule_Call(
 		ctx, "SET", "!slcl", key, (long long)state, "PXAT", exp_ms);
 	int rc = 0;
@@ -261,6 +378,111 @@ static int write_state(RedisModuleCtx *ctx, RedisModuleString *key,
 	return rc;
 }
 
+/*
+ * Opens key for reading and writing and reads its state (0 when there is
+ * no key).  *kp is the open key, to be closed by the caller, or NULL in
+ * SLUICE_RM_STORE_CALL mode.  Replies with the error and returns -1 when
+ * the key holds something else (*kp is then closed and NULL).
+ */
+static int open_state(RedisModuleCtx *ctx, RedisModuleString *key,
+		      RedisModuleKey **kp, sluice_state_t *state)
+{
+	RedisModuleKey *k;
+	struct server_obj *v;
+	const char *s;
+	size_t len;
+	int type, known;
+
+	*kp = NULL;
+	if (sluice_rm_store == SLUICE_RM_STORE_CALL)
+		return call_read_state(ctx, key, state);
+	k = RedisModule_OpenKey(ctx, key, REDISMODULE_READ | REDISMODULE_WRITE);
+	type = RedisModule_KeyType(k);
+	*state = 0;
+	if (type == REDISMODULE_KEYTYPE_EMPTY) {
+		*kp = k;
+		return 0;
+	}
+	if (type != REDISMODULE_KEYTYPE_STRING) {
+		RedisModule_CloseKey(k);
+		RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+		return -1;
+	}
+	s = NULL;
+	len = 0;
+	if (sluice_rm_store == SLUICE_RM_STORE_INT &&
+	    (v = key_value(ctx, k, key, &known)) != NULL &&
+	    v->type == OBJ_STRING) {
+		if (v->encoding == OBJ_ENCODING_INT) {
+			*state = (sluice_state_t)(intptr_t)v->ptr;
+			*kp = k;
+			return 0;
+		}
+		/* raw or embstr: the object is a module string */
+		s = RedisModule_StringPtrLen((RedisModuleString *)v, &len);
+	} else {
+		s = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
+	}
+	if (!s || parse_state(s, len, state) != 0) {
+		RedisModule_CloseKey(k);
+		reply_not_state(ctx, key);
+		return -1;
+	}
+	*kp = k;
+	return 0;
+}
+
+/* Stores a state in the open key k (or with SET when k is NULL) until its
+ * bucket is full again, with the effects of SET key state PXAT ms:
+ * WATCH and client tracking see the key modified, keyspace events "set"
+ * and "expire", and that SET replicated (absolute expiry: replicas and the
+ * AOF need no clock). */
+static int write_state(RedisModuleCtx *ctx, RedisModuleKey *k,
+		       RedisModuleString *key, sluice_state_t state)
+{
+	int64_t exp_us = sluice_state_expiry_us(state);
+	long long exp_ms = (long long)sluice_div_ceil((uint64_t)exp_us, 1000);
+	struct server_obj *v;
+	RedisModuleString *o;
+	int known;
+
+	if (!k)
+		return call_write_state(ctx, key, state, exp_ms);
+	if (sluice_rm_store == SLUICE_RM_STORE_INT &&
+	    ((v = key_value(ctx, k, key, &known)) != NULL || known)) {
+		if (v && v->type == OBJ_STRING &&
+		    v->encoding == OBJ_ENCODING_INT && v->refcount == 1) {
+			/* Our own int object: overwrite the integer. */
+			v->ptr = (void *)(intptr_t)state;
+		} else {
+			o = int_object(key, state);
+			RedisModule_StringSet(k, o);
+			RedisModule_FreeString(NULL, o);
+		}
+	} else {
+		o = RedisModule_CreateStringFromLongLong(NULL, state);
+		RedisModule_StringSet(k, o);
+		RedisModule_FreeString(NULL, o);
+	}
+	RedisModule_SignalModifiedKey(ctx, key);
+	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set",
+					key);
+	RedisModule_SetAbsExpire(k, exp_ms);
+	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC,
+					"expire", key);
+	RedisModule_Replicate(ctx, "SET", "slcl", key, (long long)state, "PXAT",
+			      exp_ms);
+	return 0;
+}
+
+static void close_keys(RedisModuleKey **k, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		RedisModule_CloseKey(k[i]);
+}
+
 /* ------------------------------------------------------------- decision */
 
 static long long us_to_ms_ceil(uint64_t us)
@@ -268,42 +490,51 @@ static long long us_to_ms_ceil(uint64_t us)
 	return (long long)sluice_div_ceil(us, 1000);
 }
 
+static void reply_decision(RedisModuleCtx *ctx, const sluice_decision_t *d,
+			   int which)
+{
+	RedisModule_ReplyWithArray(ctx, which ? 6 : 5);
+	RedisModule_ReplyWithLongLong(ctx, d->allowed);
+	RedisModule_ReplyWithLongLong(ctx, (long long)d->limit);
+	RedisModule_ReplyWithLongLong(ctx, (long long)d->remaining);
+	RedisModule_ReplyWithLongLong(
+		ctx, d->never ? -1 : us_to_ms_ceil(d->retry_after_us));
+	RedisModule_ReplyWithLongLong(ctx, us_to_ms_ceil(d->reset_after_us));
+	if (which)
+		RedisModule_ReplyWithLongLong(ctx, (long long)d->which);
+}
+
 /*
- * Charges `cost` to keys[i] under limits[i], all-or-nothing, and replies.
- * `which` adds the index of the most restrictive limit to the reply.
+ * Charges `cost` to keys[i] under limits[i], all-or-nothing, and replies
+ * (`reply`: 0 replies only errors).  `which` adds the index of the most
+ * restrictive limit to the reply.  Returns 0, or -1 after replying with an
+ * error.
  */
 static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 		const sluice_limit_t *limits, size_t n, uint64_t cost,
-		int which)
+		int64_t now_us, int which)
 {
 	sluice_state_t states[MAX_KEYS], next[MAX_KEYS];
 	sluice_decision_t d[MAX_KEYS], summary;
+	RedisModuleKey *k[MAX_KEYS];
 	size_t i;
-	int allowed;
+	int allowed, rc = 0;
 
 	for (i = 0; i < n; i++)
-		if (read_state(ctx, keys[i], &states[i]) != 0)
-			return REDISMODULE_OK;
-	allowed = sluice_eval_all(limits, states, n, sluice_rm_now_us(), cost,
-				  next, d, &summary);
+		if (open_state(ctx, keys[i], &k[i], &states[i]) != 0) {
+			close_keys(k, i);
+			return -1;
+		}
+	allowed = sluice_eval_all(limits, states, n, now_us, cost, next, d,
+				  &summary);
 	if (allowed)
-		for (i = 0; i < n; i++)
-			if (next[i] != states[i] &&
-			    write_state(ctx, keys[i], next[i]) != 0)
-				return REDISMODULE_OK;
-
-	RedisModule_ReplyWithArray(ctx, which ? 6 : 5);
-	RedisModule_ReplyWithLongLong(ctx, summary.allowed);
-	RedisModule_ReplyWithLongLong(ctx, (long long)summary.limit);
-	RedisModule_ReplyWithLongLong(ctx, (long long)summary.remaining);
-	RedisModule_ReplyWithLongLong(
-		ctx,
-		summary.never ? -1 : us_to_ms_ceil(summary.retry_after_us));
-	RedisModule_ReplyWithLongLong(ctx,
-				      us_to_ms_ceil(summary.reset_after_us));
-	if (which)
-		RedisModule_ReplyWithLongLong(ctx, (long long)summary.which);
-	return REDISMODULE_OK;
+		for (i = 0; i < n && rc == 0; i++)
+			if (next[i] != states[i])
+				rc = write_state(ctx, k[i], keys[i], next[i]);
+	close_keys(k, n);
+	if (rc == 0)
+		reply_decision(ctx, &summary, which);
+	return rc;
 }
 
 /* ------------------------------------------------------------- commands */
@@ -321,7 +552,8 @@ int sluice_rm_take(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 		return REDISMODULE_OK;
 	if (argc == 6 && parse_cost(ctx, argv, 4, &cost) != 0)
 		return REDISMODULE_OK;
-	return take(ctx, &argv[1], &limit, 1, cost, 0);
+	take(ctx, &argv[1], &limit, 1, cost, sluice_rm_now_us(), 0);
+	return REDISMODULE_OK;
 }
 
 /* numkeys, or -1 when argv[1] is not a count 1 .. MAX_KEYS. */
@@ -389,5 +621,89 @@ int sluice_rm_takemulti(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			return REDISMODULE_OK;
 	if (rest == 3 * n + 2 && parse_cost(ctx, argv, 2 + 3 * n, &cost) != 0)
 		return REDISMODULE_OK;
-	return take(ctx, &argv[2], limits, (size_t)n, cost, 1);
+	take(ctx, &argv[2], limits, (size_t)n, cost, sluice_rm_now_us(), 1);
+	return REDISMODULE_OK;
+}
+
+/* The cost argument of TAKEMANY: a whole number 0 .. SLUICE_UNITS_MAX. */
+static int parse_many_cost(RedisModuleCtx *ctx, RedisModuleString *arg,
+			   int index, uint64_t *cost)
+{
+	size_t len;
+	const char *s;
+	int rc = parse_count(arg, SLUICE_UNITS_MAX, cost);
+
+	if (rc == 0)
+		return 0;
+	s = RedisModule_StringPtrLen(arg, &len);
+	if (rc == -2)
+		reply_errorf(ctx,
+			     "ERR decision %d: cost %.*s is too large: at most "
+			     "%llu",
+			     index, (int)(len > QUOTE_MAX ? QUOTE_MAX : len), s,
+			     (unsigned long long)SLUICE_UNITS_MAX);
+	else
+		reply_errorf(ctx,
+			     "ERR decision %d: cost \"%.*s\" is not a whole "
+			     "number >= 0",
+			     index, (int)(len > QUOTE_MAX ? QUOTE_MAX : len),
+			     s);
+	return -1;
+}
+
+/*
+ * SLUICE.TAKEMANY key capacity rate cost [key capacity rate cost ...]
+ *
+ * Independent decisions, one key and one limit each, in one call: the
+ * reply is an array with one element per decision, in order, each what
+ * SLUICE.TAKE would have replied to `SLUICE.TAKE key capacity rate COST
+ * cost` at that point (the array of five integers, or the error for a key
+ * that holds something else).  The same key may come more than once: its
+ * decisions follow each other.  Bad arguments fail the whole call before
+ * anything is decided.  All decisions are made at one instant, the
+ * command's time, as TAKEs one after the other at that instant.
+ */
+int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	sluice_limit_t stack_limits[64], *limits = stack_limits;
+	uint64_t stack_costs[64], *costs = stack_costs;
+	int64_t now;
+	int n, i;
+
+	if (argc < 5 || (argc - 1) % 4 != 0)
+		return RedisModule_ReplyWithError(
+			ctx, "ERR wrong number of arguments for "
+			     "'sluice.takemany' command: expected " MANY_USAGE);
+	n = (argc - 1) / 4;
+	if (n > MANY_MAX)
+		return reply_errorf(ctx,
+				    "ERR SLUICE.TAKEMANY takes at most %d "
+				    "decisions, got %d",
+				    MANY_MAX, n);
+	if (n > 64) {
+		limits = RedisModule_Alloc(sizeof(*limits) * (size_t)n);
+		costs = RedisModule_Alloc(sizeof(*costs) * (size_t)n);
+	}
+	for (i = 0; i < n; i++) {
+		RedisModuleString **a = &argv[1 + 4 * i], **prev = a - 4;
+
+		/* Runs of one limit are common: parse it once. */
+		if (i > 0 && same_string(a[1], prev[1]) &&
+		    same_string(a[2], prev[2]))
+			limits[i] = limits[i - 1];
+		else if (parse_limit(ctx, a[1], a[2], &limits[i]) != 0)
+			goto out;
+		if (parse_many_cost(ctx, a[3], i + 1, &costs[i]) != 0)
+			goto out;
+	}
+	now = sluice_rm_now_us();
+	RedisModule_ReplyWithArray(ctx, n);
+	for (i = 0; i < n; i++)
+		take(ctx, &argv[1 + 4 * i], &limits[i], 1, costs[i], now, 0);
+out:
+	if (limits != stack_limits) {
+		RedisModule_Free(limits);
+		RedisModule_Free(costs);
+	}
+	return REDISMODULE_OK;
 }

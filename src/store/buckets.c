@@ -182,8 +182,9 @@ static int grow(sluice_shard_t *s)
 		if (s->slots[i].h1)
 			place(next, old * 2 - 1, &s->slots[i]);
 	sluice_slots_free(s->slots, old);
-	s->slots = next;
-	s->mask = old * 2 - 1;
+	/* Atomic: prefetch_home() reads both without the lock. */
+	__atomic_store_n(&s->slots, next, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->mask, old * 2 - 1, __ATOMIC_RELAXED);
 	s->t->mask = s->mask;
 	s->t->hand &= s->mask;
 	s->t->cursor &= s->mask;
@@ -297,7 +298,7 @@ static int shard_lock(sluice_shard_t *s)
 }
 
 /* The shard of a key whose hash starts with h0: its top bits. */
-static size_t shard_of(const sluice_buckets_t *m, uint64_t h0)
+static size_t shard_index(const sluice_buckets_t *m, uint64_t h0)
 {
 	size_t i = m->nshards > 1 ? (size_t)(h0 >> m->shift) : 0;
 
@@ -576,29 +577,45 @@ static int seen_before(const uint64_t *h1, const uint64_t *h2, size_t i)
 	return 0;
 }
 
-/* A take, or (commit 0) the decision it would get, charging nothing. */
-static int decide(sluice_buckets_t *m, const void *key, size_t keylen,
-		  const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
-		  int64_t now_us, sluice_decision_t *decisions,
-		  sluice_decision_t *summary, int commit)
+/* The shard of a key's hash. */
+static sluice_shard_t *shard_of(sluice_buckets_t *m, const uint64_t h[2])
+{
+	return &m->shards[shard_index(m, h[0])];
+}
+
+/* A valid key and limits (as sluice_memstore_take() requires). */
+static int take_args_ok(const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits)
+{
+	size_t i;
+
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || !limits ||
+	    (!key && keylen))
+		return 0;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return 0;
+	return 1;
+}
+
+/* sluice_buckets_take() of a checked key whose hash is h, or (commit 0)
+ * the decision it would get, charging nothing. */
+static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
+		       const sluice_limit_t *limits, size_t nlimits,
+		       uint64_t cost, int64_t now_us,
+		       sluice_decision_t *decisions, sluice_decision_t *summary,
+		       int commit)
 {
 	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 	sluice_decision_t local[SLUICE_MAX_LIMITS], sum;
-	uint64_t h[2], h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
 	sluice_slot_t *at[SLUICE_MAX_LIMITS];
-	sluice_shard_t *s;
+	sluice_shard_t *s = shard_of(m, h);
 	size_t i;
 	int allowed;
 
-	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || (!key && keylen))
-		return SLUICE_EINVAL;
-	for (i = 0; i < nlimits; i++)
-		if (!sluice_limit_valid(&limits[i]))
-			return SLUICE_EINVAL;
 	if (!decisions)
 		decisions = local;
-	sluice_siphash13_128(m->seed, key, keylen, h);
-	s = &m->shards[shard_of(m, h[0])];
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 
@@ -638,8 +655,13 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 			sluice_decision_t *decisions,
 			sluice_decision_t *summary)
 {
-	return decide(m, key, keylen, limits, nlimits, cost, now_us, decisions,
-		      summary, 1);
+	uint64_t h[2];
+
+	if (!take_args_ok(key, keylen, limits, nlimits))
+		return SLUICE_EINVAL;
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	return take_hashed(m, h, limits, nlimits, cost, now_us, decisions,
+			   summary, 1);
 }
 
 int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
@@ -648,8 +670,74 @@ int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
 			sluice_decision_t *decisions,
 			sluice_decision_t *summary)
 {
-	return decide(m, key, keylen, limits, nlimits, cost, now_us, decisions,
-		      summary, 0);
+	uint64_t h[2];
+
+	if (!take_args_ok(key, keylen, limits, nlimits))
+		return SLUICE_EINVAL;
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	return take_hashed(m, h, limits, nlimits, cost, now_us, decisions,
+			   summary, 0);
+}
+
+/*
+ * Asks the memory system for the slot where a key's first bucket would
+ * start its probe, ahead of the take that reads it, so that the cache
+ * misses of several keys overlap.  It runs without the shard's lock: the
+ * slot array and its size are read atomically (grow() replaces them under
+ * the lock) and a prefetch of a stale address is only a wasted hint.
+ */
+static void prefetch_home(sluice_buckets_t *m, const uint64_t h[2],
+			  const sluice_limit_t *limit)
+{
+	sluice_shard_t *s = shard_of(m, h);
+	sluice_slot_t *slots = __atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+	uint64_t mask = __atomic_load_n(&s->mask, __ATOMIC_RELAXED);
+	uint64_t h1, h2;
+
+	bucket_id(h, limit, &h1, &h2);
+	__builtin_prefetch(&slots[h1 & mask], 1, 0);
+}
+
+/* Keys hashed and prefetched ahead of the one being decided. */
+#define EACH_AHEAD 8
+
+int sluice_buckets_take_each(sluice_buckets_t *m, sluice_take_item_t *items,
+			     size_t n, int64_t now_us)
+{
+	uint64_t h[EACH_AHEAD][2];
+	size_t i, ahead;
+	int allowed = 0, rc;
+
+	if (n > 0 && !items)
+		return SLUICE_EINVAL;
+	for (i = 0; i < n; i++)
+		if (!take_args_ok(items[i].key, items[i].keylen,
+				  items[i].limits, items[i].nlimits))
+			return SLUICE_EINVAL;
+	ahead = n < EACH_AHEAD ? n : EACH_AHEAD;
+	for (i = 0; i < ahead; i++) {
+		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen,
+				     h[i]);
+		prefetch_home(m, h[i], &items[i].limits[0]);
+	}
+	for (i = 0; i < n; i++) {
+		sluice_take_item_t *it = &items[i];
+		uint64_t *hi = h[i % EACH_AHEAD];
+		size_t j = i + EACH_AHEAD;
+
+		rc = take_hashed(m, hi, it->limits, it->nlimits, it->cost,
+				 now_us, NULL, &it->summary, 1);
+		if (rc < 0)
+			return rc;
+		it->allowed = rc;
+		allowed += rc;
+		if (j < n) {
+			sluice_siphash13_128(m->seed, items[j].key,
+					     items[j].keylen, hi);
+			prefetch_home(m, hi, &items[j].limits[0]);
+		}
+	}
+	return allowed;
 }
 
 /* -------------------------------------------------- reset and refund */
@@ -670,7 +758,7 @@ static int lock_key(sluice_buckets_t *m, const void *key, size_t keylen,
 		if (!sluice_limit_valid(&limits[i]))
 			return SLUICE_EINVAL;
 	sluice_siphash13_128(m->seed, key, keylen, h);
-	s = &m->shards[shard_of(m, h[0])];
+	s = &m->shards[shard_index(m, h[0])];
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 	if (shard_lock(s) != 0)
@@ -842,7 +930,7 @@ static void many_buckets(sluice_buckets_t *m, const sluice_take_item_t *items,
 		size_t shard;
 
 		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen, h);
-		shard = shard_of(m, h[0]);
+		shard = shard_index(m, h[0]);
 		*shards |= UINT64_C(1) << shard;
 		for (j = 0; j < items[i].nlimits; j++, k++) {
 			bucket_id(h, &items[i].limits[j], &b[k].h1, &b[k].h2);
@@ -946,6 +1034,12 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 			rc = SLUICE_ESTORE;
 			goto out;
 		}
+	}
+	/* Every bucket's home slot requested at once: the misses overlap. */
+	for (k = 0; k < total; k++) {
+		const sluice_shard_t *s = &m->shards[b[k].shard];
+
+		__builtin_prefetch(&s->slots[b[k].h1 & s->mask], 1, 0);
 	}
 	for (i = 0, k = 0; i < n; k += items[i++].nlimits)
 		if (!many_decide(m, &items[i], &b[k], b, now_us))

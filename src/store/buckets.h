@@ -74,6 +74,9 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 			sluice_decision_t *summary);
 int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 			     size_t n, int64_t now_us);
+/* As sluice_memstore_take_each(), over any table. */
+int sluice_buckets_take_each(sluice_buckets_t *m, sluice_take_item_t *items,
+			     size_t n, int64_t now_us);
 /* The memory and shared-memory stores' reset and refund (sluice.h). */
 int sluice_buckets_reset(sluice_buckets_t *m, const void *key, size_t keylen,
 			 const sluice_limit_t *limits, size_t nlimits);

@@ -92,6 +92,12 @@ int sluice_memstore_take_many(sluice_memstore_t *m, sluice_take_item_t *items,
 	return sluice_buckets_take_many(&m->b, items, n, now_us);
 }
 
+int sluice_memstore_take_each(sluice_memstore_t *m, sluice_take_item_t *items,
+			      size_t n, int64_t now_us)
+{
+	return sluice_buckets_take_each(&m->b, items, n, now_us);
+}
+
 void sluice_memstore_stats(sluice_memstore_t *m, sluice_memstore_stats_t *out)
 {
 	sluice_buckets_stats(&m->b, out);

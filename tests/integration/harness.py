@@ -96,6 +96,14 @@ class Proc:
         with open(self.logfile.name, "r", errors="replace") as f:
             return f.read()
 
+    def wait_log(self, text, count=1, timeout=30.0):
+        """Waits until the log holds `text` at least `count` times; true
+        if it does.  Read a log line only after this says it is there: a
+        counter, a port or an answer may come before the line is written
+        (on a busy machine, long before)."""
+        return bool(wait_until(lambda: self.log().count(text) >= count,
+                               timeout, 0.02))
+
     def signal(self, sig):
         if self.p.poll() is None:
             self.p.send_signal(sig)
@@ -152,26 +160,97 @@ def _cleanup():
 # ------------------------------------------------------------- sluice
 
 
+ADDR_IN_USE = "Address already in use"
+
+# What `sluice serve` logs once its sockets are bound, its signal handlers
+# installed and its threads started: only then may a test send it SIGHUP
+# (before, the signal's default action ends the process), and only a log
+# line of its own proves the port is its own (a port chosen free may be
+# taken by someone else before the server binds it; something then
+# answers on it, but not the server under test).
+LISTENING = "listening on 127.0.0.1:%d"
+
+# The last line of every SIGHUP's handling, written after the reload's
+# metrics and after every thread was handed the new rules.
+RELOAD_LINES = ("SIGHUP: reloaded", "SIGHUP: reload rejected",
+                "SIGHUP: out of memory", "SIGHUP: running the built-in")
+
+
+def start_listening(proc, init, attempts=5, timeout=60.0):
+    """Runs init(port) (which starts `proc`'s process listening on
+    127.0.0.1:port, taken from free_port()) until the process says it
+    listens there; a port taken between choosing and binding is chosen
+    again.  Returns the port."""
+    for _ in range(attempts):
+        port = free_port()
+        init(port)
+        text = LISTENING % port
+        if wait_until(lambda: text in proc.log() or proc.poll() is not None,
+                      timeout, 0.02) and text in proc.log():
+            return port
+        if proc.poll() is None:
+            raise RuntimeError("%s never said it listens on %d:\n%s"
+                               % (proc.argv[0], port, proc.log()))
+        log = proc.log()
+        Proc.stop(proc)  # this attempt's process and log only
+        if ADDR_IN_USE not in log:
+            raise RuntimeError("%s exited with %s before listening:\n%s"
+                               % (proc.argv[0], proc.returncode, log))
+    raise RuntimeError("no free port after %d attempts" % attempts)
+
+
+def reload(proc, timeout=30.0):
+    """Sends SIGHUP to a started `sluice serve` and waits for the line
+    that ends its handling; returns that line (\"SIGHUP: reloaded ...\",
+    \"SIGHUP: reload rejected ...\").  Then the log holds every line the
+    reload wrote, its metrics count it, and each thread takes the new
+    rules before the next request it reads.  Waiting for the metric
+    instead would read the log before the reload wrote it."""
+    def lines():
+        return [ln for ln in proc.log().splitlines()
+                if any(k in ln for k in RELOAD_LINES)]
+    before = len(lines())
+    proc.signal(signal.SIGHUP)
+    if not wait_until(lambda: len(lines()) > before, timeout, 0.02):
+        raise RuntimeError("SIGHUP: no reload line within %.0f s:\n%s"
+                           % (timeout, proc.log()))
+    return lines()[before]
+
+
 class Sluice(Proc):
-    """`sluice serve` on a free port, with an optional YAML config text."""
+    """`sluice serve` on a free port, with an optional YAML config text.
+    Returns once the server said it listens on its port (see LISTENING)."""
 
     def __init__(self, config=None, threads=None, extra=(), env=None):
-        self.port = free_port()
         self.config_path = None
-        argv = [SLUICE, "serve", "--listen", "127.0.0.1:%d" % self.port]
         if config is not None:
             fd, self.config_path = tempfile.mkstemp(prefix="sluice-",
                                                     suffix=".yaml")
             os.close(fd)
             self.write_config(config)
-            argv += ["-c", self.config_path]
-        if threads:
-            argv += ["--threads", str(threads)]
-        argv += list(extra)
         if env is not None:
             env = dict(os.environ, **env)
-        super().__init__(argv, env=env)
-        wait_for_port(self.port, proc=self)
+
+        def init(port):
+            self.port = port
+            argv = [SLUICE, "serve", "--listen", "127.0.0.1:%d" % port]
+            if self.config_path:
+                argv += ["-c", self.config_path]
+            if threads:
+                argv += ["--threads", str(threads)]
+            Proc.__init__(self, argv + list(extra), env=env)
+        try:
+            start_listening(self, init)
+        except BaseException:
+            if hasattr(self, "p"):
+                self.stop()
+            elif self.config_path:
+                os.unlink(self.config_path)
+            raise
+
+    def reload(self, timeout=30.0):
+        """SIGHUP, then the line that ends its handling (see reload())."""
+        return reload(self, timeout)
 
     def write_config(self, text):
         # Written whole and renamed, so a reload never sees half a file.
@@ -383,6 +462,16 @@ class RedisServer(DirProc):
         # Its working directory: a cluster node's nodes.conf, and the
         # snapshot a replica receives when it syncs.
         self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
+        # A port chosen free may be taken before redis-server binds it
+        # (and then PING is answered by someone else's server): the
+        # server's own "Ready" line, or another port.
+        for _ in range(4 if port is None else 0):
+            self.port = free_cluster_port() if cluster else free_port()
+            self._retry_in_use = True  # (a subclass's _start() takes none)
+            started = self._start()
+            self._retry_in_use = False
+            if started is not False:
+                return
         self.port = port or (free_cluster_port() if cluster
                              else free_port())
         self._start()
@@ -429,9 +518,17 @@ class RedisServer(DirProc):
                 os.unlink(previous.name)
             except OSError:
                 pass
-        if not wait_until(lambda: self.ping(), timeout=20):
+        wait_until(lambda: "Ready to accept connections" in self.log()
+                   or self.poll() is not None, 20)
+        if self.poll() is not None and ADDR_IN_USE in self.log() and \
+                getattr(self, "_retry_in_use", False):
+            Proc.stop(self)
+            return False
+        if not wait_until(lambda: self.poll() is None and self.ping(),
+                          timeout=20):
             raise RuntimeError("redis-server on %d never answered PING:\n%s"
                                % (self.port, self.log()))
+        return True
 
 
     def seed(self):
@@ -593,8 +690,18 @@ class Sentinel(DirProc):
         self.password = password
         self.tls = tls
         self.down_after_ms = down_after_ms
-        self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="sluice-sentinel-")
+        # A port taken between choosing and binding: another one (see
+        # RedisServer).
+        for attempt in range(4):
+            self.port = free_port()
+            if self._start(master, name, quorum, down_after_ms,
+                           failover_timeout_ms, password, tls,
+                           retry_in_use=attempt < 3):
+                return
+
+    def _start(self, master, name, quorum, down_after_ms,
+               failover_timeout_ms, password, tls, retry_in_use):
         conf = os.path.join(self.dir, "sentinel.conf")
         if tls:
             lines = ["port 0", "tls-port %d" % self.port,
@@ -619,10 +726,20 @@ class Sentinel(DirProc):
             lines.append("requirepass %s" % password)
         with open(conf, "w") as f:
             f.write("\n".join(lines) + "\n")
-        super().__init__(["redis-server", conf, "--sentinel"], cwd=self.dir)
-        if not wait_until(lambda: self.ping(), timeout=20):
+        Proc.__init__(self, ["redis-server", conf, "--sentinel"],
+                      cwd=self.dir)
+        # Logged once it listens (a Sentinel says no "Ready" line).
+        wait_until(lambda: "Running mode=sentinel" in self.log()
+                   or self.poll() is not None, 20)
+        if self.poll() is not None and retry_in_use and \
+                ADDR_IN_USE in self.log():
+            Proc.stop(self)
+            return False
+        if not wait_until(lambda: self.poll() is None and self.ping(),
+                          timeout=20):
             raise RuntimeError("sentinel on %d never answered PING:\n%s"
                                % (self.port, self.log()))
+        return True
 
 
     def addr(self):

@@ -11,7 +11,6 @@ timing.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -81,7 +80,7 @@ class Overrides(unittest.TestCase):
             self.assertEqual(passes(s, "customer-9"), 2)
             self.write('"customer-7": [{capacity: 1, rate: 1/h}]\n'
                        '"customer-9": [{capacity: 4, rate: 1/h}]\n')
-            s.signal(signal.SIGHUP)
+            self.assertIn("SIGHUP: reloaded", s.reload())
             harness.wait_until(
                 lambda: s.request("POST", "/v1/take", {}, json.dumps(
                     {"rule": "api", "key": "customer-9", "cost": 0}))

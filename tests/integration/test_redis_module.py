@@ -630,6 +630,181 @@ class ModuleTest(unittest.TestCase):
         self.assertIsInstance(reply, RespError)
         self.assertTrue(str(reply).startswith("CROSSSLOT"), reply)
 
+    # -- the key API and the STORE modes ---------------------------------
+
+    def test_takes_run_no_server_command_and_store_int_values(self):
+        """The module reads and writes states through the key API (no GET,
+        no SET run inside it), and the value is int-encoded as SET stores
+        a decimal integer; STORE call keeps GET and SET."""
+        for store, inner in (("int", False), ("call", True)):
+            srv = self.redis(module_args=["STORE", store, "TESTCLOCK"])
+            c = self.connect(srv)
+            # A fixed clock: the reset times below are exact.
+            c.call("SLUICE.TESTCLOCK", server_time_us(c))
+            self.assertEqual(c.call("SLUICE.TAKE", "k", 5, "1/day"),
+                             [1, 5, 4, 0, 86400000])
+            self.assertEqual(c.call("SLUICE.TAKE", "k", 5, "1/day"),
+                             [1, 5, 3, 0, 172800000])
+            self.assertEqual(c.call("SLUICE.TAKEMULTI", 2, "k", "m", 5,
+                                    "1/day", 2, "1/day")[:3], [1, 2, 1])
+            self.assertEqual(c.call("SLUICE.TAKEMANY", "x", 3, "1/day", 1,
+                                    "k", 5, "1/day", 1),
+                             [[1, 3, 2, 0, 86400000],
+                              [1, 5, 1, 0, 345600000]])
+            self.assertEqual(c.call("OBJECT", "ENCODING", "k"), b"int")
+            self.assertEqual(c.call("OBJECT", "ENCODING", "x"), b"int")
+            stats = c.info("commandstats")
+            self.assertEqual("cmdstat_get" in stats, inner, (store, stats))
+            self.assertEqual("cmdstat_set" in stats, inner, (store, stats))
+            # Small numbers are objects Redis shares between keys: a take
+            # on one key replaces its value and leaves the others alone.
+            c.call("SET", "s1", "5")
+            c.call("SET", "s2", "5")
+            c.call("APPEND", "raw", "7")  # a raw-encoded string
+            for k in ("s1", "raw"):
+                self.assertEqual(c.call("SLUICE.TAKE", k, 5, "1/day")[:3],
+                                 [1, 5, 4], k)
+                self.assertEqual(c.call("OBJECT", "ENCODING", k), b"int")
+            self.assertEqual(c.call("GET", "s2"), b"5")
+            self.assertEqual(c.call("PTTL", "s2"), -1)
+            self.assertEqual(c.call("GET", "s1"), c.call("GET", "raw"))
+
+    def test_store_modes_and_takemany_decide_alike(self):
+        """STORE int, string and call, and TAKEMANY against the same TAKEs
+        one after the other: the same replies, stored bytes and expiries
+        over random sequences (a state written in one mode is read in
+        another through the script-compatible format)."""
+        servers = {m: self.redis(module_args=["TESTCLOCK", "STORE", m])
+                   for m in ("int", "string", "call")}
+        cs = {m: self.connect(s) for m, s in servers.items()}
+        many = self.connect(self.redis(module_args=["TESTCLOCK"]))
+        rng = random.Random(21)
+        base = server_time_us(many) + 30 * DAY_US
+        keys = ["a", "b", "c", "{t}d"]
+        for step in range(120):
+            now = base + step * rng.choice([0, 1, 999, 250000, 60000000])
+            for c in list(cs.values()) + [many]:
+                c.call("SLUICE.TESTCLOCK", now)
+            batch = []
+            for _ in range(rng.randint(1, 5)):
+                cap, rate = random_limit(rng)
+                batch.append((rng.choice(keys), cap, rate,
+                              rng.choice([0, 1, 1, 1, 2, 7])))
+            singles = {}
+            for m, c in cs.items():
+                singles[m] = [c.call("SLUICE.TAKE", k, cap, rate, "COST",
+                                     cost) for k, cap, rate, cost in batch]
+            self.assertEqual(singles["int"], singles["string"])
+            self.assertEqual(singles["int"], singles["call"])
+            args = [a for d in batch for a in d]
+            self.assertEqual(many.call("SLUICE.TAKEMANY", *args),
+                             singles["int"], batch)
+            for k in keys:
+                got = [(c.call("GET", k), c.call("PEXPIRETIME", k))
+                       for c in list(cs.values()) + [many]]
+                self.assertEqual(len(set(got)), 1, (k, got))
+
+    def test_takemany_errors_and_keys(self):
+        srv = self.redis()
+        c = self.connect(srv)
+        c.call("LPUSH", "alist", "x")
+        c.call("SET", "text", "hello")
+        # A key holding something else fails its own decision only.
+        reply = c.call("SLUICE.TAKEMANY", "u", 2, "1/day", 1, "alist", 2,
+                       "1/day", 1, "text", 2, "1/day", 1, "u", 2, "1/day",
+                       1)
+        self.assertEqual(reply[0], [1, 2, 1, 0, 86400000])
+        self.assertTrue(str(reply[1]).startswith("WRONGTYPE"), reply)
+        self.assertTrue(str(reply[2]).startswith(
+            'ERR key "text" does not hold a sluice state'), reply)
+        self.assertEqual(reply[3], [1, 2, 0, 0, 172800000])
+        # Bad arguments fail the whole call, before anything is decided.
+        for args, prefix in [
+                ((), "ERR wrong number of arguments"),
+                (("u", 2, "1/day"), "ERR wrong number of arguments"),
+                (("u", 2, "1/day", 1, "v"), "ERR wrong number of arguments"),
+                (("v", 2, "1/day", 1, "u", 2, "1/day", "x"),
+                 'ERR decision 2: cost "x" is not a whole number'),
+                (("v", 2, "1/day", 1, "u", 2, "fast", 1), "ERR "),
+                (("v", 2, "1/day", 1, "u", 2, "1/day",
+                  "99999999999999999999"), "ERR decision 2: cost")]:
+            reply = c.call("SLUICE.TAKEMANY", *args)
+            self.assertIsInstance(reply, RespError, args)
+            self.assertTrue(str(reply).startswith(prefix), (args, reply))
+        self.assertEqual(c.call("EXISTS", "v"), 0)
+        self.assertEqual(c.call("SLUICE.TAKE", "u", 2, "1/day")[:3],
+                         [0, 2, 0])
+        # Cluster routing sees every key (each 4th argument from the 1st).
+        self.assertEqual(c.call("COMMAND", "GETKEYS", "SLUICE.TAKEMANY",
+                                "a", 1, "1/s", 1, "b", 1, "1/s", 1),
+                         [b"a", b"b"])
+
+    def test_written_keys_signal_watch_and_keyspace_events(self):
+        """As SET ... PXAT: an allowed take touches WATCH and fires "set"
+        and "expire"; a rejected one or a peek touches nothing."""
+        srv = self.redis()
+        c = self.connect(srv)
+        sub = self.connect(srv)
+        c.call("CONFIG", "SET", "notify-keyspace-events", "KEA")
+        sub.call("PSUBSCRIBE", "__keyspace@0__:w")
+        c.call("SLUICE.TAKE", "w", 1, "1/day")
+        self.assertEqual(sub.read()[3], b"set")
+        self.assertEqual(sub.read()[3], b"expire")
+        for args in (("w", 1, "1/day"), ("w", 1, "1/day", "COST", 0)):
+            c.call("WATCH", "w")
+            self.assertEqual(c.call("SLUICE.TAKE", *args)[0],
+                             1 if args[-1] == 0 else 0)
+            c.call("MULTI")
+            c.call("PING")
+            self.assertEqual(c.call("EXEC"), ["PONG"], args)
+        other = self.connect(srv)
+        c.call("WATCH", "w2")
+        self.assertEqual(other.call("SLUICE.TAKE", "w2", 1, "1/day")[0], 1)
+        c.call("MULTI")
+        c.call("PING")
+        self.assertIsNone(c.call("EXEC"))
+        # Nothing else was published: the next event is a new write.
+        c.call("SET", "w", "1")
+        self.assertEqual(sub.read()[3], b"set")
+
+    def test_takemany_in_a_cluster_needs_one_slot(self):
+        nodes = []
+        for _ in range(3):
+            port = free_port(also_bus=True)
+            nodes.append(self.redis("--cluster-enabled", "yes",
+                                    "--cluster-config-file", "nodes.conf",
+                                    "--cluster-node-timeout", "5000",
+                                    port=port))
+        addrs = ["127.0.0.1:%d" % n.port for n in nodes]
+        res = subprocess.run([REDIS_CLI, "--cluster", "create", *addrs,
+                              "--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        clients = {n.port: self.connect(n) for n in nodes}
+        deadline = time.time() + 20
+        while not all(b"cluster_state:ok" in cl.call("CLUSTER", "INFO")
+                      for cl in clients.values()):
+            self.assertLess(time.time(), deadline, "cluster never ok")
+            time.sleep(0.1)
+        first = clients[nodes[0].port]
+        # Keys of one slot (one hash tag) go to the node owning it.
+        reply = first.call("SLUICE.TAKEMANY", "{u7}:a", 5, "1/day", 1,
+                           "{u7}:b", 5, "1/day", 2)
+        port = nodes[0].port
+        if isinstance(reply, RespError):
+            self.assertTrue(str(reply).startswith("MOVED"), reply)
+            port = int(str(reply).split()[2].rsplit(":", 1)[1])
+            reply = clients[port].call("SLUICE.TAKEMANY", "{u7}:a", 5,
+                                       "1/day", 1, "{u7}:b", 5, "1/day", 2)
+        self.assertEqual(reply, [[1, 5, 4, 0, 86400000],
+                                 [1, 5, 3, 0, 172800000]])
+        self.assertEqual(clients[port].call("EXISTS", "{u7}:a", "{u7}:b"), 2)
+        # Keys of several slots are refused before anything is decided.
+        reply = clients[port].call("SLUICE.TAKEMANY", "a", 5, "1/day", 1,
+                                   "b", 5, "1/day", 1)
+        self.assertIsInstance(reply, RespError)
+        self.assertTrue(str(reply).startswith("CROSSSLOT"), reply)
+
     # -- bad input ----------------------------------------------------------
 
     def test_every_bad_argument_is_an_error(self):
@@ -705,8 +880,9 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(c.call("GET", "text"), b"hello")
 
     def test_module_refuses_unknown_load_arguments(self):
-        with self.assertRaises(RuntimeError):
-            Redis(module_args=["FASTER"])
+        for args in (["FASTER"], ["STORE", "fast"], ["STORE"]):
+            with self.assertRaises(RuntimeError):
+                Redis(module_args=args)
 
 
 if __name__ == "__main__":

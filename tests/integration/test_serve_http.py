@@ -651,10 +651,9 @@ class Operations(unittest.TestCase):
                 r = c.request("GET", "/v1/check", {"x-user-id": "r"})
             self.assertEqual(r.header("x-ratelimit-remaining"), "2")
             s.write_config(RELOAD_B)
-            s.signal(signal.SIGHUP)
-            self.assertTrue(harness.wait_until(
-                lambda: s.metrics().get(
-                    'sluice_config_reloads_total{result="ok"}') == 1))
+            self.assertIn("SIGHUP: reloaded", s.reload())
+            self.assertEqual(s.metrics().get(
+                'sluice_config_reloads_total{result="ok"}'), 1)
             # The open connection survived, the bucket too.
             r = c.request("GET", "/v1/check", {"x-user-id": "r"})
             self.assertEqual(r.header("x-ratelimit-remaining"), "1")
@@ -668,10 +667,9 @@ class Operations(unittest.TestCase):
     def test_sighup_reaches_every_thread(self):
         with Sluice(RELOAD_A, threads=2) as s:
             s.write_config(RELOAD_B)
-            s.signal(signal.SIGHUP)
-            self.assertTrue(harness.wait_until(
-                lambda: s.metrics().get(
-                    'sluice_config_reloads_total{result="ok"}') == 1))
+            self.assertIn("SIGHUP: reloaded", s.reload())
+            self.assertEqual(s.metrics().get(
+                'sluice_config_reloads_total{result="ok"}'), 1)
             # Fresh connections land on either thread; all see "extra".
             self.assertTrue(harness.wait_until(lambda: all(
                 s.request("POST", "/v1/take", {}, json.dumps(
@@ -682,10 +680,9 @@ class Operations(unittest.TestCase):
         with Sluice(RELOAD_A) as s:
             check(s, "b")
             s.write_config("rules:\n  - name: x\n    limits: nope\n")
-            s.signal(signal.SIGHUP)
-            self.assertTrue(harness.wait_until(
-                lambda: s.metrics().get(
-                    'sluice_config_reloads_total{result="error"}') == 1))
+            self.assertIn("SIGHUP: reload rejected", s.reload())
+            self.assertEqual(s.metrics().get(
+                'sluice_config_reloads_total{result="error"}'), 1)
             r = check(s, "b")
             self.assertEqual(r.status, 200)
             self.assertEqual(r.header("x-ratelimit-remaining"), "3")

@@ -8,6 +8,7 @@
  */
 #include "redis_harness.h"
 #include "sluice_redis.h"
+#include <unistd.h>
 
 /* ---------------------------------------------------------- certificates */
 
@@ -337,6 +338,29 @@ static void test_bad_files(void)
 	printf("unusable files and URLs are refused with a message\n");
 }
 
+/* The library reads its TLS files itself, the way the config does: a file
+ * swapped after the config was checked (a FIFO that would stall the open,
+ * another user's copy of the CA) is refused, never waited on or trusted. */
+static void test_swapped_files(void)
+{
+	sluice_redis_tls_t fifo = {.ca_file = path("fifo.crt")};
+	sluice_redis_tls_t fifo_key = {.cert_file = path("client.crt"),
+				       .key_file = path("fifo.key")};
+	sluice_redis_tls_t theirs = {.ca_file = path("theirs.crt")};
+
+	sh("mkfifo %s %s", path("fifo.crt"), path("fifo.key"));
+	expect_bad(&fifo, "rediss://127.0.0.1:1", "is a FIFO");
+	expect_bad(&fifo_key, "rediss://127.0.0.1:1", "is a FIFO");
+	if (geteuid() == 0) {
+		sh("cp %s %s && chown 65534 %s", path("ca.crt"),
+		   path("theirs.crt"), path("theirs.crt"));
+		expect_bad(&theirs, "rediss://127.0.0.1:1",
+			   "owned by uid 65534");
+	}
+	printf("a TLS file swapped for a FIFO or another user's file is "
+	       "refused at once\n");
+}
+
 int main(void)
 {
 	tls_redis_t s, mutual;
@@ -344,6 +368,7 @@ int main(void)
 	atexit(rh_cleanup);
 	make_certs();
 	test_bad_files();
+	test_swapped_files();
 	start(&s, "no");
 	test_tls_equals_plain(&s);
 	test_verification(&s);

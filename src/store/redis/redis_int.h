@@ -1,7 +1,8 @@
 /*
  * redis_int.h -- internals of the Redis store shared by its files:
  *
- *   client.c   the public API: calls, deadlines, circuit breaker
+ *   client.c   the public API: one-key calls, health, new and free
+ *   call.c     a call's life: deadline, circuit breaker, sending, retries
  *   node.c     connections to a node: handshake, reconnect with backoff,
  *              probing, the node's events
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
@@ -19,13 +20,15 @@
  *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
  *
- * Calls flow one way: client.c -> script.c/module_path.c/many.c ->
- * command.c -> link.c -> tls.c, and client.c -> node.c -> link.c; replies
+ * Calls flow one way: client.c -> many.c -> call.c ->
+ * script.c/module_path.c -> command.c -> link.c -> tls.c, and client.c ->
+ * node.c -> link.c; replies
  * come back as callbacks.  A connection's news for the topology (up,
  * failed) reaches cluster.c and sentinel.c through hooks they register
  * (sluice_redis_t.on_conn_up, on_conn_failed), not by calls from node.c.
  *
- * Ownership of a call: the user callback runs exactly once (call_finish);
+ * Ownership of a call: the user callback runs exactly once
+ * (sluice_redis__finish(), through the call's shape);
  * a link holds a reference for each command sent with the call as its
  * privdata, and runs that command's callback exactly once (with a NULL
  * reply when the link goes away).  The call is freed when it is finished
@@ -346,22 +349,25 @@ int sluice_redis__check_item(const sluice_redis_t *r, const void *key,
 			     size_t keylen, const sluice_limit_t *limits,
 			     size_t nlimits);
 
-/* client.c */
+/* call.c */
 /* Enqueues and sends a new call (see sluice_redis_take()). */
 void sluice_redis__start(sluice_redis_call_t *c);
-
+/* Sends every call waiting for a resend now (or fails it when closing). */
+void sluice_redis__retry_now(sluice_redis_t *r);
 void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* Runs the retry timer soon even with no call waiting (it also retries a
+ * lost slot map refresh). */
+void sluice_redis__wake_retry(sluice_redis_t *r);
+
+/* client.c */
 /* Sends a peek (cost 0, a key of its own routed to n) to a node that
  * refuses calls, unless one is in flight: a success makes it healthy. */
 void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n);
 /* A link or a timer of r's is closed: r's memory goes with the last. */
 void sluice_redis__released(sluice_redis_t *r);
-/* Runs the retry timer soon even with no call waiting (it also retries a
- * lost slot map refresh). */
-void sluice_redis__wake_retry(sluice_redis_t *r);
 void sluice_redis__handle_closed(uv_handle_t *h);
 
 /* node.c */

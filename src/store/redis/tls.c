@@ -10,9 +10,13 @@
  */
 #include "store/redis/tls.h"
 #include "util/errmsg.h"
+#include "util/file.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
@@ -42,6 +46,129 @@ static void tls_reason(char *buf, size_t len)
 
 /* ------------------------------------------------------------- context */
 
+/* The most a CA bundle, a certificate chain or a key file may hold. */
+#define TLS_FILE_MAX (4u << 20)
+
+/*
+ * Reads a TLS file the one way every file is read (util/file.h: without
+ * blocking, a regular file owned by this user or root) into a memory BIO,
+ * so OpenSSL never opens the path itself: a file swapped for a FIFO or
+ * another user's file after the config was checked is refused here too.
+ * NULL with why set when refused; the caller frees with tls_file_free().
+ */
+static BIO *tls_file(const char *path, char **buf, size_t *len, char *why,
+		     size_t whylen)
+{
+	BIO *b;
+
+	*buf = NULL;
+	if (sluice_file_read(path, TLS_FILE_MAX, SLUICE_FILE_OWNED, buf, len,
+			     NULL, why, whylen) != 0)
+		return NULL;
+	if (*len > INT32_MAX || !(b = BIO_new_mem_buf(*buf, (int)*len))) {
+		snprintf(why, whylen, "out of memory");
+		OPENSSL_clear_free(*buf, *len);
+		*buf = NULL;
+		return NULL;
+	}
+	return b;
+}
+
+static void tls_file_free(BIO *b, char *buf, size_t len)
+{
+	BIO_free(b);
+	if (buf)
+		OPENSSL_cleanse(buf, len);
+	free(buf);
+}
+
+/* Every certificate (and CRL) of a PEM bundle into the context's store. */
+static int load_ca(SSL_CTX *ctx, BIO *b)
+{
+	STACK_OF(X509_INFO) *infos =
+		PEM_X509_INFO_read_bio(b, NULL, NULL, NULL);
+	X509_STORE *store = SSL_CTX_get_cert_store(ctx);
+	int i, n = 0, ok = 1;
+
+	if (!infos)
+		return 0;
+	for (i = 0; ok && i < sk_X509_INFO_num(infos); i++) {
+		X509_INFO *info = sk_X509_INFO_value(infos, i);
+
+		if (info->x509) {
+			ok = X509_STORE_add_cert(store, info->x509) == 1;
+			n++;
+		}
+		if (ok && info->crl) {
+			ok = X509_STORE_add_crl(store, info->crl) == 1;
+			n++;
+		}
+	}
+	sk_X509_INFO_pop_free(infos, X509_INFO_free);
+	if (ok && n == 0)
+		ERR_raise(ERR_LIB_PEM, PEM_R_NO_START_LINE);
+	return ok && n > 0;
+}
+
+/* The first certificate of a PEM file as the client's, the rest as its
+ * chain (what SSL_CTX_use_certificate_chain_file() does with a path). */
+static int load_chain(SSL_CTX *ctx, BIO *b)
+{
+	X509 *x = PEM_read_bio_X509_AUX(b, NULL, NULL, NULL);
+	unsigned long e;
+
+	if (!x || SSL_CTX_use_certificate(ctx, x) != 1) {
+		X509_free(x);
+		return 0;
+	}
+	X509_free(x);
+	SSL_CTX_clear_chain_certs(ctx);
+	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+		if (SSL_CTX_add0_chain_cert(ctx, x) != 1) {
+			X509_free(x);
+			return 0;
+		}
+	}
+	/* The end of the file is the one error expected here. */
+	e = ERR_peek_last_error();
+	if (ERR_GET_LIB(e) == ERR_LIB_PEM &&
+	    ERR_GET_REASON(e) == PEM_R_NO_START_LINE) {
+		ERR_clear_error();
+		return 1;
+	}
+	return 0;
+}
+
+static int load_key(SSL_CTX *ctx, BIO *b)
+{
+	EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+	int ok = k && SSL_CTX_use_PrivateKey(ctx, k) == 1;
+
+	EVP_PKEY_free(k);
+	return ok;
+}
+
+/* Loads one TLS file with load(); 0, or -1 with the message in err. */
+static int tls_load(SSL_CTX *ctx, const char *what, const char *path,
+		    int (*load)(SSL_CTX *, BIO *), char *err, size_t errlen)
+{
+	char why[200], *buf;
+	size_t len = 0;
+	BIO *b = tls_file(path, &buf, &len, why, sizeof(why));
+	int ok;
+
+	if (!b)
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis tls: %s \"%s\" %s", what, path, why);
+	ok = load(ctx, b);
+	tls_file_free(b, buf, len);
+	if (ok)
+		return 0;
+	tls_reason(why, sizeof(why));
+	return sluice_fail(SLUICE_EINVAL, err, errlen,
+			   "redis tls: %s \"%s\": %s", what, path, why);
+}
+
 struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
 					     char *err, size_t errlen)
 {
@@ -60,10 +187,9 @@ struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
 		ctx, o && o->no_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
 		NULL);
 	if (o && o->ca_file) {
-		what = "ca_file";
-		file = o->ca_file;
-		if (SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL) != 1)
-			goto fail;
+		if (tls_load(ctx, "ca_file", o->ca_file, load_ca, err,
+			     errlen) != 0)
+			goto failed;
 	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
 		what = "the system's CA store";
 		goto fail;
@@ -75,15 +201,15 @@ struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
 		return NULL;
 	}
 	if (o && o->cert_file) {
-		what = "cert_file";
-		file = o->cert_file;
-		if (SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1)
-			goto fail;
+		if (tls_load(ctx, "cert_file", o->cert_file, load_chain, err,
+			     errlen) != 0 ||
+		    tls_load(ctx, "key_file",
+			     o->key_file ? o->key_file : o->cert_file, load_key,
+			     err, errlen) != 0)
+			goto failed;
 		what = "key_file";
 		file = o->key_file ? o->key_file : o->cert_file;
-		if (SSL_CTX_use_PrivateKey_file(ctx, file, SSL_FILETYPE_PEM) !=
-			    1 ||
-		    SSL_CTX_check_private_key(ctx) != 1)
+		if (SSL_CTX_check_private_key(ctx) != 1)
 			goto fail;
 	}
 	return ctx;
@@ -91,6 +217,7 @@ fail:
 	tls_reason(why, sizeof(why));
 	sluice_fail(SLUICE_EINVAL, err, errlen, "redis tls: %s%s%s%s: %s", what,
 		    file[0] ? " \"" : "", file, file[0] ? "\"" : "", why);
+failed:
 	SSL_CTX_free(ctx);
 	return NULL;
 }

@@ -1,0 +1,462 @@
+/*
+ * call.c -- a call's life, from start to answer: its deadline, the
+ * circuit breaker in front of it, sending it on a usable connection,
+ * redirections and retries, and answering its caller once.
+ *
+ * Deadlines: every call gets the same timeout, so the pending list in
+ * arrival order is also in deadline order, and one uv timer armed for the
+ * oldest deadline expires them all (no timer per call).  A call that times
+ * out is answered SLUICE_ETIMEDOUT at once; its command may still be in the
+ * connection's pipeline, so it keeps counting against the connection's
+ * in-flight cap until Redis answers or the connection is dropped.  A
+ * connection that keeps timing out is declared stuck and reopened.
+ *
+ * The breaker: SLUICE_REDIS_BREAKER_FAILURES consecutive failures open it;
+ * while open, calls fail fast (SLUICE_ESTORE) without touching Redis; after
+ * SLUICE_REDIS_BREAKER_OPEN_MS one probe call goes through (half-open) and
+ * its outcome closes or reopens it.  Any success closes it.  There is one
+ * breaker per node, guarding the calls routed to it: in a cluster, a dead
+ * master opens its own breaker and fails its own slots' calls, while the
+ * other masters' keys are decided as usual.
+ */
+#include "store/redis/redis_int.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The clock for deadlines: the real monotonic time, not the loop's cached
+ * uv_now(), which lags behind on a busy loop and would make calls time out
+ * early. */
+static uint64_t clock_ms(void)
+{
+	return uv_hrtime() / 1000000;
+}
+
+/* ------------------------------------------------------------ breaker */
+
+static void breaker_success(sluice_redis_t *r, sluice_redis_node_t *n)
+{
+	if (n->breaker_told) {
+		n->breaker_told = 0;
+		sluice_redis__event(r, n, SLUICE_REDIS_EV_BREAKER_CLOSED, "");
+	}
+	n->failures = 0;
+	n->breaker = BREAKER_CLOSED;
+	n->probing = 0;
+	n->refusals = 0;
+	n->refusal[0] = '\0';
+}
+
+static void breaker_failure(sluice_redis_t *r, sluice_redis_node_t *n,
+			    int probe)
+{
+	uint64_t now = uv_now(r->loop);
+
+	if (probe)
+		n->probing = 0;
+	if (n->breaker == BREAKER_OPEN && !probe)
+		return;
+	if (probe || ++n->failures >= SLUICE_REDIS_BREAKER_FAILURES) {
+		n->breaker = BREAKER_OPEN;
+		n->open_until_ms = now + SLUICE_REDIS_BREAKER_OPEN_MS;
+		/* Reported when it opens, not at each failed probe. */
+		if (!n->breaker_told) {
+			n->breaker_told = 1;
+			sluice_redis__event(r, n, SLUICE_REDIS_EV_BREAKER_OPEN,
+					    "consecutive calls failed");
+		}
+	}
+}
+
+/* 1 when a new call may go to the node it is routed to; marks the
+ * half-open probe. */
+static int breaker_admit(sluice_redis_t *r, sluice_redis_call_t *c)
+{
+	sluice_redis_node_t *n = c->guard;
+
+	if (n->breaker == BREAKER_CLOSED)
+		return 1;
+	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) >= n->open_until_ms) {
+		n->breaker = BREAKER_HALF_OPEN;
+		n->probing = 0;
+	}
+	if (n->breaker == BREAKER_HALF_OPEN && !n->probing) {
+		n->probing = 1;
+		c->probe = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+static void call_unlink(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (r->head == c)
+		r->head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else if (r->tail == c)
+		r->tail = c->prev;
+	c->prev = c->next = NULL;
+	/* Unref'd, the client holds the loop only while calls wait: the
+	 * sweep (their deadline) goes with the last one. */
+	if (!r->head && (r->flags & SLUICE_REDIS_UNREF) && !r->closing)
+		uv_timer_stop(&r->sweep);
+}
+
+static void call_maybe_free(sluice_redis_call_t *c)
+{
+	/* Freed only once finished (the caller answered), and only by the
+	 * last holder: no command in flight, not on the retry list. */
+	assert(c->done);
+	if (c->done && !c->refs && !c->waiting)
+		free(c);
+}
+
+/* Answers the caller (once).  reply is the decision when status is 0. */
+void sluice_redis__finish(sluice_redis_call_t *c, int status,
+			  const redisReply *reply)
+{
+	sluice_redis_t *r = c->r;
+	sluice_redis_outcome_t out;
+
+	if (c->done)
+		return;
+	assert(c->shape && c->shape->parse && c->shape->done);
+	memset(&out, 0, sizeof(out));
+	if (status == 0 && c->shape->parse(c, reply, &out) < 0) {
+		status = SLUICE_ESTORE;
+		c->fail = SLUICE_REDIS_ERR_PROTOCOL;
+	}
+	c->done = 1;
+	call_unlink(c);
+	if (status == 0)
+		breaker_success(r, c->guard);
+	else if (status != SLUICE_ENOMEM)
+		breaker_failure(r, c->guard, c->probe);
+	else if (c->probe)
+		c->guard->probing = 0;
+	/* After the breaker's update, so the gauges it carries are fresh. */
+	if (r->on_report && status != SLUICE_ENOMEM)
+		sluice_redis__report(
+			r, c->conn ? c->conn->node : c->guard,
+			SLUICE_REDIS_REPORT_CALL, uv_hrtime() - c->start_ns,
+			status == 0		     ? SLUICE_REDIS_ERR_NONE
+			: status == SLUICE_ETIMEDOUT ? SLUICE_REDIS_ERR_TIMEOUT
+			: c->fail		     ? c->fail
+				  : SLUICE_REDIS_ERR_CONNECTION);
+	c->shape->done(c, status, status == 0 ? &out : NULL);
+	call_maybe_free(c);
+}
+
+/* Fails a call that never reached Redis; does not count against the
+ * breaker when the breaker itself refused it. */
+static void call_fail_fast(sluice_redis_call_t *c, int count)
+{
+	c->done = 1;
+	call_unlink(c);
+	if (count)
+		breaker_failure(c->r, c->guard, c->probe);
+	else if (c->probe)
+		c->guard->probing = 0;
+	c->shape->done(c, SLUICE_ESTORE, NULL);
+	call_maybe_free(c);
+}
+
+static int is_error(const redisReply *rep, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	return rep->len >= n && memcmp(rep->str, prefix, n) == 0;
+}
+
+static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script);
+
+/* The server answered the call with an error that no retry cures (an
+ * unknown or renamed command, an ACL, maxmemory, a script error): its
+ * words (redacted as they were read, reply.c) become the node's last
+ * error and an event, once per change of those words and at most once a
+ * second, so that a Redis refusing every decision is said plainly rather
+ * than as a bare open breaker. */
+static void refused(sluice_redis_call_t *c, sluice_redis_node_t *n,
+		    const redisReply *rep)
+{
+	uint64_t now = uv_now(c->r->loop);
+
+	c->fail = is_error(rep, "NOPERM") ? SLUICE_REDIS_ERR_NOPERM
+		  : is_error(rep, "OOM")  ? SLUICE_REDIS_ERR_OOM
+					  : SLUICE_REDIS_ERR_REFUSED;
+	n->refusals++;
+	sluice_redis__node_error(n, rep->str);
+	if (strncmp(n->refusal, rep->str, sizeof(n->refusal) - 1) == 0 ||
+	    (n->refusal_told_ms && now - n->refusal_told_ms < 1000))
+		return;
+	snprintf(n->refusal, sizeof(n->refusal), "%s", rep->str);
+	n->refusal_told_ms = now ? now : 1;
+	sluice_redis__event(c->r, n, SLUICE_REDIS_EV_REFUSED, rep->str);
+}
+
+static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
+{
+	sluice_redis_conn_t *k = l->data;
+	sluice_redis_call_t *c = priv;
+
+	if (k && k->link == l) {
+		if (k->inflight)
+			k->inflight--;
+		if (rep) {
+			k->stuck = 0;
+			k->last_reply_ms = uv_now(k->r->loop);
+		}
+	}
+	assert(c->refs > 0); /* one per command sent carrying the call */
+	c->refs--;
+	if (c->done || c->r->closing) {
+		if (!c->done)
+			sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		call_maybe_free(c);
+		return;
+	}
+	if (!rep) {
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		return;
+	}
+	if (rep->type != REDIS_REPLY_ERROR) {
+		sluice_redis__finish(c, 0, rep);
+		return;
+	}
+	if (is_error(rep, "NOSCRIPT") && k && k->link == l &&
+	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
+		/* Reload, then the same call behind it on the same pipe. */
+		uint64_t now = uv_now(c->r->loop);
+
+		c->r->noscript++;
+		/* Every call in flight sees NOSCRIPT after a flush: report
+		 * it once a second at most. */
+		if (!k->node->noscript_told_ms ||
+		    now - k->node->noscript_told_ms >= 1000) {
+			k->node->noscript_told_ms = now ? now : 1;
+			sluice_redis__event(c->r, k->node,
+					    SLUICE_REDIS_EV_SCRIPT_RELOADED,
+					    "NOSCRIPT: the server lost the "
+					    "scripts");
+		}
+		sluice_redis__load_script(k, NULL);
+		if (send_on(k, c, 1) == 0)
+			return;
+	} else if (is_error(rep, "MOVED ") || is_error(rep, "ASK ")) {
+		if (sluice_redis__redirect(c, rep)) {
+			sluice_redis__send(c);
+			return;
+		}
+	} else if (is_error(rep, "READONLY") && c->r->sentinel) {
+		/* A master demoted under us: ask the Sentinels where the
+		 * master is now and resend there, within the deadline. */
+		sluice_redis__sentinel_lost(c->r, rep->str);
+		if (++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+			sluice_redis__retry_later(c);
+			return;
+		}
+	} else if (is_error(rep, "TRYAGAIN") || is_error(rep, "CLUSTERDOWN") ||
+		   is_error(rep, "LOADING")) {
+		/* Slot mid-migration or server warming up: retry shortly,
+		 * still within this call's deadline. */
+		if (++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+			sluice_redis__retry_later(c);
+			return;
+		}
+	} else if (k && k->module == 1 &&
+		   is_error(rep, "ERR unknown command")) {
+		/* The module was unloaded: back to the script. */
+		k->module = 0;
+		sluice_redis__send(c);
+		return;
+	}
+	refused(c, k && k->link == l ? k->node : c->guard, rep);
+	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+}
+
+/* Puts the call on k's pipeline, as a script call or a module command
+ * (ASKING first when the call was redirected so); 0 or -1. */
+static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
+{
+	sluice_redis_resp_t o;
+	int rc = -1;
+
+	c->script = script;
+	sluice_redis__resp_init(&o);
+	if (script)
+		sluice_redis__script_command(k->r, c, &o);
+	else
+		sluice_redis__module_command(c, &o);
+	if (!o.failed &&
+	    (!c->ask ||
+	     sluice_redis__command(k->link, NULL, NULL, "ASKING") == 0) &&
+	    sluice_redis__link_send(k->link, on_reply, c, o.buf, o.len) == 0) {
+		c->ask = NULL;
+		c->conn = k;
+		c->refs++;
+		k->inflight++;
+		rc = 0;
+	}
+	sluice_redis__resp_free(&o);
+	return rc;
+}
+
+/* Routes the call and puts it on a connection's pipeline. */
+void sluice_redis__send(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+	sluice_redis_node_t *n =
+		c->ask ? c->ask : sluice_redis__route(r, c->slot);
+	sluice_redis_conn_t *k = sluice_redis__pick(n);
+	int rc;
+
+	if (!k) {
+		/* Down or saturated: fail now rather than queue.  In a
+		 * cluster the slot may have a new master (failover): ask. */
+		if (!n->host && !n->path)
+			c->fail = SLUICE_REDIS_ERR_NO_MASTER;
+		sluice_redis__refresh_slots(r);
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		return;
+	}
+	rc = send_on(k, c, k->module != 1 || c->mk || c->peek);
+	if (rc < 0)
+		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+}
+
+/* ------------------------------------------------------ timers, retries */
+
+static void on_retry(uv_timer_t *t)
+{
+	sluice_redis_t *r = t->data;
+	sluice_redis_call_t *c = r->retry_head, *next;
+
+	r->retry_head = NULL;
+	if (r->refresh_lost)
+		sluice_redis__refresh_slots(r);
+	for (; c; c = next) {
+		next = c->retry_next;
+		c->retry_next = NULL;
+		c->waiting = 0;
+		if (c->done)
+			call_maybe_free(c);
+		else
+			sluice_redis__send(c);
+	}
+}
+
+void sluice_redis__wake_retry(sluice_redis_t *r)
+{
+	if (!r->closing && !uv_is_active((uv_handle_t *)&r->retry))
+		uv_timer_start(&r->retry, on_retry, SLUICE_REDIS_RETRY_MS, 0);
+}
+
+void sluice_redis__retry_later(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+
+	c->waiting = 1;
+	c->retry_next = r->retry_head;
+	r->retry_head = c;
+	sluice_redis__wake_retry(r);
+}
+
+static void arm_sweep(sluice_redis_t *r);
+
+/* Expires every call past its deadline; connections that only time out
+ * are dropped afterwards (dropping fails their other calls too, which
+ * must not happen while walking the list). */
+static void on_sweep(uv_timer_t *t)
+{
+	sluice_redis_t *r = t->data;
+	uint64_t now = clock_ms();
+	sluice_redis_call_t *c;
+	size_t i;
+	unsigned j;
+	int drops = 0;
+
+	while ((c = r->head) && c->deadline_ms <= now) {
+		if (c->refs && c->conn)
+			c->conn->stuck++;
+		sluice_redis__finish(c, SLUICE_ETIMEDOUT, NULL);
+	}
+	for (i = 0; i < r->nnodes; i++)
+		for (j = 0; j < r->nconns; j++) {
+			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
+
+			if (k->link && k->inflight &&
+			    k->stuck >= SLUICE_REDIS_STUCK_TIMEOUTS) {
+				k->drop = 1;
+				drops = 1;
+			}
+		}
+	if (drops)
+		for (i = 0; i < r->nnodes; i++)
+			for (j = 0; j < r->nconns; j++)
+				if (r->nodes[i]->conns[j].drop) {
+					sluice_redis__health(
+						r->nodes[i], HEALTH_TIMEOUT,
+						"calls unanswered; "
+						"reconnecting");
+					sluice_redis__conn_drop(
+						&r->nodes[i]->conns[j]);
+				}
+	arm_sweep(r);
+}
+
+static void arm_sweep(sluice_redis_t *r)
+{
+	uint64_t now = uv_now(r->loop);
+
+	/* Armed on the loop's clock, which is at most behind clock_ms(): the
+	 * timer fires at or after the deadline, and on_sweep checks it. */
+	if (!r->head || r->closing)
+		return;
+	uv_timer_start(
+		&r->sweep, on_sweep,
+		r->head->deadline_ms > now ? r->head->deadline_ms - now : 0, 0);
+}
+
+/* Puts a new call (r, cb/arg or many, slot set) on the pending list and
+ * sends it, or fails it fast when its node's breaker is open. */
+void sluice_redis__start(sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+
+	c->deadline_ms = clock_ms() + r->timeout_ms;
+	c->start_ns = uv_hrtime();
+	c->guard = sluice_redis__route(r, c->slot);
+
+	/* Pending list, oldest first. */
+	c->prev = r->tail;
+	if (r->tail)
+		r->tail->next = c;
+	else
+		r->head = c;
+	r->tail = c;
+	if (!uv_is_active((uv_handle_t *)&r->sweep))
+		arm_sweep(r);
+
+	if (!breaker_admit(r, c)) {
+		/* In a cluster the slot may have found a new master (a
+		 * replica promoted) while its old one's breaker is open. */
+		sluice_redis__refresh_slots(r);
+		call_fail_fast(c, 0);
+		return;
+	}
+	sluice_redis__send(c);
+}
+
+void sluice_redis__retry_now(sluice_redis_t *r)
+{
+	on_retry(&r->retry);
+}

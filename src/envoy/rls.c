@@ -81,16 +81,21 @@ static int validate(const sluice_rls_request_t *req, char *errbuf,
 	if (req->ndescriptors == 0)
 		return fail(errbuf, errlen,
 			    "rate limit descriptor list must not be empty", 0);
-	if (req->ndescriptors > SLUICE_ENVOY_MAX_DESCRIPTORS)
-		return fail(errbuf, errlen,
-			    "more than %zu descriptors in one request",
-			    SLUICE_ENVOY_MAX_DESCRIPTORS);
+	if (req->ndescriptors > SLUICE_ENVOY_MAX_DESCRIPTORS) {
+		snprintf(errbuf, errlen,
+			 "%zu descriptors in one request; at most %d",
+			 req->ndescriptors, SLUICE_ENVOY_MAX_DESCRIPTORS);
+		return SLUICE_EINVAL;
+	}
 	for (i = 0; i < req->ndescriptors; i++) {
 		const sluice_rls_descriptor_t *d = &req->descriptors[i];
 
-		if (d->nentries > SLUICE_ENVOY_MAX_ENTRIES)
-			return fail(errbuf, errlen,
-				    "descriptor %zu has too many entries", i);
+		if (d->nentries > SLUICE_ENVOY_MAX_ENTRIES) {
+			snprintf(errbuf, errlen,
+				 "descriptor %zu has %zu entries; at most %d",
+				 i, d->nentries, SLUICE_ENVOY_MAX_ENTRIES);
+			return SLUICE_EINVAL;
+		}
 		for (j = 0; j < d->nentries; j++)
 			if (!d->entries[j].key)
 				return fail(errbuf, errlen,

@@ -48,18 +48,25 @@ struct grpc_call_s {
 	unsigned has_timeout : 1;
 	unsigned have_prefix : 1;
 	unsigned headers_done : 1;
-	unsigned ended : 1;	/* the client ended the stream */
-	unsigned answered : 1;	/* an answer was submitted */
-	unsigned hold : 1;	/* the method answers later */
-	unsigned rst_after : 1; /* RST_STREAM once the answer is sent */
+	unsigned ended : 1;	 /* the client ended the stream */
+	unsigned answered : 1;	 /* an answer was submitted */
+	unsigned hold : 1;	 /* the method answers later */
+	unsigned rst_after : 1;	 /* RST_STREAM once the answer is sent */
+	unsigned streaming : 1;	 /* headers sent, messages follow */
+	unsigned stream_end : 1; /* trailers follow the messages */
+	int end_status;
+	char end_msg[128];
+	int tag; /* the streaming method's */
 };
 
 enum { CT_NONE, CT_GRPC, CT_GRPC_OTHER, CT_OTHER };
 
 static const grpc_method_t methods[] = {
 	{"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-	 grpc_rls_should_rate_limit},
-	{"/grpc.health.v1.Health/Check", grpc_health_check},
+	 grpc_rls_should_rate_limit, NULL},
+	{"/grpc.health.v1.Health/Check", grpc_health_check, NULL},
+	{"/grpc.health.v1.Health/Watch", grpc_health_watch,
+	 grpc_health_watch_update},
 };
 
 static const grpc_method_t *find_method(const char *path)
@@ -325,13 +332,143 @@ void grpc_call_reply(grpc_call_t *call, const ProtobufCMessage *msg)
 	after_answer(c);
 }
 
+/* ------------------------------------------------- streaming answers */
+
+int grpc_call_tag(const grpc_call_t *call)
+{
+	return call->tag;
+}
+
+void grpc_call_set_tag(grpc_call_t *call, int tag)
+{
+	call->tag = tag;
+}
+
+/* The messages of a streaming call as the stream can take them; with
+ * none waiting, the stream is deferred until grpc_call_send() or
+ * grpc_call_end() resumes it. */
+static ssize_t read_stream(nghttp2_session *s, int32_t id, uint8_t *buf,
+			   size_t len, uint32_t *flags,
+			   nghttp2_data_source *src, void *ud)
+{
+	grpc_call_t *call = src->ptr;
+	size_t n = call->resp.len - call->resp_off;
+
+	if (n == 0 && !call->stream_end)
+		return NGHTTP2_ERR_DEFERRED;
+	if (n > len)
+		n = len;
+	memcpy(buf, call->resp.data + call->resp_off, n);
+	call->resp_off += n;
+	if (call->resp_off == call->resp.len && call->stream_end) {
+		char code[16], emsg[512];
+		nghttp2_nv tr[2];
+
+		snprintf(code, sizeof(code), "%d", call->end_status);
+		tr[0] = (nghttp2_nv)NV("grpc-status", code, strlen(code));
+		tr[1] = (nghttp2_nv)NV(
+			"grpc-message", emsg,
+			pct_encode(emsg, sizeof(emsg), call->end_msg));
+		*flags |= NGHTTP2_DATA_FLAG_EOF;
+		if (nghttp2_submit_trailer(s, id, tr,
+					   call->end_msg[0] ? 2 : 1) == 0)
+			*flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+	}
+	return (ssize_t)n;
+}
+
+void grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg)
+{
+	nghttp2_nv nv[] = {
+		NV(":status", "200", 3),
+		NV("content-type", "application/grpc", 16),
+		NV("grpc-accept-encoding", "identity", 8),
+	};
+	grpc_conn_t *c = call->conn;
+	nghttp2_data_provider prd;
+	size_t len;
+	uint8_t *p;
+
+	if (!c || call->stream_end || (call->answered && !call->streaming))
+		return;
+	/* What was sent is dropped; what waits stays (a status message is
+	 * a few bytes, and one goes at most every sweep). */
+	sluice_buf_consume(&call->resp, call->resp_off);
+	call->resp_off = 0;
+	len = protobuf_c_message_get_packed_size(msg);
+	if (sluice_buf_reserve(&call->resp, PREFIX_LEN + len) < 0) {
+		grpc_call_end(call, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	p = (uint8_t *)call->resp.data + call->resp.len;
+	p[0] = 0;
+	p[1] = (uint8_t)(len >> 24);
+	p[2] = (uint8_t)(len >> 16);
+	p[3] = (uint8_t)(len >> 8);
+	p[4] = (uint8_t)len;
+	protobuf_c_message_pack(msg, p + PREFIX_LEN);
+	call->resp.len += PREFIX_LEN + len;
+	if (call->streaming) {
+		nghttp2_session_resume_data(c->session, call->id);
+	} else {
+		call->streaming = 1;
+		call->answered = 1;
+		prd.source.ptr = call;
+		prd.read_callback = read_stream;
+		if (nghttp2_submit_response(c->session, call->id, nv,
+					    sizeof(nv) / sizeof(nv[0]),
+					    &prd) != 0)
+			nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE,
+						  call->id,
+						  NGHTTP2_INTERNAL_ERROR);
+	}
+	after_answer(c);
+}
+
+void grpc_call_end(grpc_call_t *call, int status, const char *msg)
+{
+	grpc_conn_t *c = call->conn;
+
+	if (!c || call->stream_end)
+		return;
+	if (!call->streaming) {
+		answer_error(call, 200, status, msg, 0);
+		return;
+	}
+	call->stream_end = 1;
+	call->end_status = status;
+	snprintf(call->end_msg, sizeof(call->end_msg), "%s", msg ? msg : "");
+	count_answer(call, status);
+	nghttp2_session_resume_data(c->session, call->id);
+	after_answer(c);
+}
+
+void grpc_call_update_streams(grpc_conn_t *c)
+{
+	grpc_call_t *call, *next;
+	unsigned was = c->in_recv;
+
+	/* No flush while walking the list (a flush may free calls). */
+	c->in_recv = 1;
+	for (call = c->calls; call; call = next) {
+		next = call->next;
+		if (call->streaming && !call->stream_end &&
+		    call->method->update)
+			call->method->update(call);
+	}
+	c->in_recv = was;
+}
+
 /* ------------------------------------------------------------- headers */
 
 static void on_deadline(uv_timer_t *t)
 {
 	grpc_call_t *call = t->data;
 
-	if (call)
+	if (call && call->streaming)
+		grpc_call_end(call, GRPC_DEADLINE_EXCEEDED,
+			      "deadline (grpc-timeout) exceeded");
+	else if (call)
 		fail(call, GRPC_DEADLINE_EXCEEDED,
 		     "deadline (grpc-timeout) exceeded");
 }
@@ -603,7 +740,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame,
 	grpc_call_t *call;
 
 	if (frame->hd.type == NGHTTP2_RST_STREAM) {
-		c->resets++;
+		grpc_conn_count_reset(c);
 		return 0;
 	}
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -684,6 +821,7 @@ void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout)
 
 	/* No flush while walking the list (a flush may free calls): the
 	 * caller flushes after. */
+	grpc_call_update_streams(c);
 	c->in_recv = 1;
 	for (call = c->calls; call; call = next) {
 		next = call->next;

@@ -2,13 +2,16 @@
  * internal.h -- shared by the files of the gRPC front end:
  *
  *   listen.c   listening sockets (TCP or Unix), accepting
- *   conn.c     one HTTP/2 connection: bytes in and out, nghttp2, limits,
- *              timeouts, GOAWAY
+ *   conn.c     one connection's socket: reading, writing, closing
+ *   session.c  one connection's HTTP/2 session, bytes in -> bytes out
+ *              (nghttp2, limits, floods cut off, GOAWAY): no socket, so a
+ *              fuzz harness drives it from memory
  *   call.c     one gRPC call on a stream: headers checked, the 5-byte
  *              message prefix, deadlines, answers and trailers; the
  *              method table
  *   rls.c      ShouldRateLimit: protobuf-c <-> the RLS engine
- *   health.c   grpc.health.v1.Health/Check
+ *   health.c   grpc.health.v1.Health/Check and Watch
+ *   wire.c     string fields found on the wire (NULs protobuf-c hides)
  */
 #ifndef SLUICE_GRPC_INTERNAL_H
 #define SLUICE_GRPC_INTERNAL_H
@@ -51,8 +54,32 @@ enum {
 #define GRPC_RESET_RATE	 100
 #define GRPC_RESET_TOTAL 10000
 
+/* Why a connection is cut off: the index of the reason label of
+ * sluice_grpc_connections_refused_total (serve/metrics.c names them). */
+typedef enum grpc_refusal_e {
+	GRPC_REFUSE_RESET_FLOOD = 0,  /* too many streams reset */
+	GRPC_REFUSE_FRAME_FLOOD = 1,  /* PING/SETTINGS/... beyond bounds */
+	GRPC_REFUSE_HEADER_FLOOD = 2, /* CONTINUATION without end */
+	GRPC_REFUSE_PROTOCOL = 3,     /* any other HTTP/2 connection error */
+} grpc_refusal_t;
+
 typedef struct grpc_conn_s grpc_conn_t;
 typedef struct grpc_call_s grpc_call_t;
+
+/* What carries a connection's bytes (conn.c: a socket). */
+typedef struct grpc_io_s {
+	/* Takes c->out (what it cannot take at once it keeps, setting
+	 * c->writing until done, then calls grpc_conn_flush).  Returns -1
+	 * when the connection closed. */
+	int (*write)(grpc_conn_t *c);
+	/* Reads on (grpc_conn_feed with what arrives) or not. */
+	void (*read)(grpc_conn_t *c, int on);
+	/* grpc_conn_close() is done with c: calls grpc_conn_release(c)
+	 * later, when no callback of c's is on the stack, then frees it. */
+	void (*close)(grpc_conn_t *c);
+	/* The client's address, for the log. */
+	void (*peer)(grpc_conn_t *c, char *out, size_t len);
+} grpc_io_t;
 
 /* One row of the method table (call.c): an RPC is one row and one
  * function. */
@@ -62,6 +89,11 @@ typedef struct grpc_method_s {
 	 * grpc_call_reply() or grpc_call_fail(), now or later (after
 	 * grpc_call_hold()).  msg is valid until the call is answered. */
 	void (*handle)(grpc_call_t *call, const uint8_t *msg, size_t len);
+	/* A server-streaming method: called for each of its calls still
+	 * streaming at every sweep and at the drain, to send what changed
+	 * (grpc_call_send) or end the call (grpc_call_end).  NULL for a
+	 * unary method. */
+	void (*update)(grpc_call_t *call);
 } grpc_method_t;
 
 struct sluice_grpc_s {
@@ -79,11 +111,14 @@ struct sluice_grpc_s {
 	grpc_conn_t *conns; /* list (conn.c) */
 	size_t nconns;
 	size_t held, held_budget; /* request bytes all connections buffer */
+	uint64_t log_ms;	  /* last cut-off logged (one a second) */
+	uint64_t log_skipped;	  /* cut-offs not logged since */
 	char rbuf[16 * 1024];	  /* read buffer shared by the connections */
 };
 
 struct grpc_conn_s {
 	sluice_grpc_t *g;
+	const grpc_io_t *io;
 	union {
 		uv_tcp_t tcp;
 		uv_pipe_t pipe;
@@ -96,10 +131,12 @@ struct grpc_conn_s {
 	sluice_buf_t wbuf;  /* frames in a uv_write */
 	grpc_call_t *calls; /* calls on open streams */
 	grpc_conn_t *prev, *next;
-	uint64_t touch_ms; /* last frame in or out */
-	size_t held;	   /* request bytes this connection's calls buffer */
-	size_t preface;	   /* bytes of the client preface checked so far */
-	uint64_t resets;   /* streams the client reset */
+	uint64_t touch_ms;   /* last frame in or out */
+	size_t held;	     /* request bytes this connection's calls buffer */
+	size_t preface;	     /* bytes of the client preface checked so far */
+	uint64_t resets;     /* streams the client reset */
+	double reset_tokens; /* the reset bucket: GRPC_RESET_BURST at most */
+	uint64_t reset_ms;   /* when it was last refilled */
 	unsigned writing : 1;
 	unsigned reading : 1;
 	unsigned closing : 1;
@@ -107,14 +144,31 @@ struct grpc_conn_s {
 	unsigned goaway : 1;  /* GOAWAY submitted: close when done */
 	unsigned notice : 1;  /* draining: the final GOAWAY follows the
 				 last call in flight */
+	unsigned refused : 1; /* cut off (grpc_conn_refuse) */
 };
 
 /* listen.c -> conn.c */
 void grpc_conn_accept(sluice_grpc_t *g);
+
+/* session.c, for a transport: c (zeroed but for the transport's own
+ * fields) joins g and its session starts (it reads on); -1 when it
+ * could not (c is closed then).  grpc_conn_feed() takes bytes read;
+ * grpc_conn_release() frees what the session holds (not c). */
+int grpc_conn_start(sluice_grpc_t *g, grpc_conn_t *c, const grpc_io_t *io);
+void grpc_conn_feed(grpc_conn_t *c, const uint8_t *p, size_t n);
+void grpc_conn_release(grpc_conn_t *c);
 /* Writes what nghttp2 has to send, then reads on or closes. */
 void grpc_conn_flush(grpc_conn_t *c);
 void grpc_conn_close(grpc_conn_t *c);
 void grpc_conn_goaway(grpc_conn_t *c, uint32_t error, const char *why);
+/* A flood or protocol error: GOAWAY (ENHANCE_YOUR_CALM for a flood,
+ * PROTOCOL_ERROR otherwise), the connection closes once it is sent; the
+ * cut-off is counted and logged (the peer and the reason, at most one
+ * line a second per thread). */
+void grpc_conn_refuse(grpc_conn_t *c, grpc_refusal_t why);
+/* A stream reset by the client: one token of the reset bucket; an empty
+ * bucket cuts the connection off (a rapid-reset flood). */
+void grpc_conn_count_reset(grpc_conn_t *c);
 /* SIGTERM: GOAWAY now when no call is in flight; else a shutdown notice
  * now and the GOAWAY after the last call (grpc_conn_flush). */
 void grpc_conn_drain(grpc_conn_t *c);
@@ -125,8 +179,11 @@ size_t grpc_conn_max_message(const grpc_conn_t *c);
 void grpc_call_install(nghttp2_session_callbacks *cbs);
 /* The connection is going: calls in flight finish without it. */
 void grpc_call_detach_all(grpc_conn_t *c);
-/* Streams whose request has not arrived within the idle timeout. */
+/* Streams whose request has not arrived within the idle timeout; and
+ * the streaming calls' update (the caller flushes after). */
 void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout);
+/* The streaming calls' update alone (the drain; the caller flushes). */
+void grpc_call_update_streams(grpc_conn_t *c);
 
 /* call.c: for the methods */
 sluice_svc_t *grpc_call_svc(const grpc_call_t *call);
@@ -139,10 +196,36 @@ void grpc_call_hold(grpc_call_t *call);
 void grpc_call_reply(grpc_call_t *call, const ProtobufCMessage *msg);
 void grpc_call_fail(grpc_call_t *call, int status, const char *fmt, ...)
 	SLUICE_PRINTF(3, 4);
+/* A server-streaming call: grpc_call_send() sends one message (the
+ * response HEADERS before the first) and keeps the stream open;
+ * grpc_call_end() ends it with the trailers' status and message (before
+ * any message: trailers-only).  Neither touches a call whose stream is
+ * gone.  A streaming call keeps one int for its method (the tag). */
+void grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg);
+void grpc_call_end(grpc_call_t *call, int status, const char *msg);
+int grpc_call_tag(const grpc_call_t *call);
+void grpc_call_set_tag(grpc_call_t *call, int tag);
+
+/* wire.c: where a message's string fields are (bit N of strings: field
+ * N is a string), and which fields are messages to look into. */
+#define GRPC_WIRE_SUBS 2
+typedef struct grpc_wire_msg_s {
+	uint32_t strings;
+	struct {
+		uint32_t field;
+		const struct grpc_wire_msg_s *msg;
+	} subs[GRPC_WIRE_SUBS];
+} grpc_wire_msg_t;
+
+/* 1 when a string field of the message m describes (at any depth m
+ * names) holds a NUL byte; 0 otherwise. */
+int grpc_wire_has_nul(const uint8_t *p, size_t n, const grpc_wire_msg_t *m);
 
 /* The methods (rls.c, health.c). */
 void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,
 				size_t len);
 void grpc_health_check(grpc_call_t *call, const uint8_t *msg, size_t len);
+void grpc_health_watch(grpc_call_t *call, const uint8_t *msg, size_t len);
+void grpc_health_watch_update(grpc_call_t *call);
 
 #endif /* SLUICE_GRPC_INTERNAL_H */

@@ -198,6 +198,8 @@ void sluice_grpc_drain(sluice_grpc_t *g)
 	stop_listening(g);
 	for (c = g->conns; c; c = next) {
 		next = c->next;
+		/* Health watches hear NOT_SERVING, then end. */
+		grpc_call_update_streams(c);
 		grpc_conn_drain(c);
 		grpc_conn_flush(c);
 	}

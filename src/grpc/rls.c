@@ -13,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* More descriptors than any Envoy route sends; a request with more is
- * refused before anything is allocated for them. */
-#define MAX_DESCRIPTORS 1024
+/* The string fields of a RateLimitRequest: domain (1); descriptors (2),
+ * each with entries (1) of key (1) and value (2). */
+static const grpc_wire_msg_t wire_entry = {(1u << 1) | (1u << 2), {{0}}};
+static const grpc_wire_msg_t wire_descriptor = {0, {{1, &wire_entry}}};
+static const grpc_wire_msg_t wire_request = {1u << 1, {{2, &wire_descriptor}}};
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest pb_request_t;
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse pb_response_t;
@@ -160,12 +162,9 @@ static int convert(rls_call_t *st, char *err, size_t errlen)
 	const pb_request_t *pb = st->pb;
 	size_t i, j, nent = 0, e = 0;
 
-	if (pb->n_descriptors > MAX_DESCRIPTORS) {
-		snprintf(err, errlen,
-			 "%zu descriptors in one request; at most %d",
-			 pb->n_descriptors, MAX_DESCRIPTORS);
-		return GRPC_INVALID_ARGUMENT;
-	}
+	/* The count is the engine's to judge (one cap for both front ends,
+	 * SLUICE_ENVOY_MAX_DESCRIPTORS); what protobuf-c unpacked is
+	 * already bounded by the message size cap. */
 	for (i = 0; i < pb->n_descriptors; i++)
 		nent += pb->descriptors[i]->n_entries;
 	st->descs = calloc(pb->n_descriptors + 1, sizeof(*st->descs));
@@ -220,6 +219,12 @@ void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,
 		rls_free(st);
 		grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
 			       "the RateLimitRequest message does not parse");
+		return;
+	}
+	if (grpc_wire_has_nul(msg, len, &wire_request)) {
+		rls_free(st);
+		grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
+			       "a domain, key or value holds a NUL byte");
 		return;
 	}
 	if ((r = convert(st, err, sizeof(err))) != 0) {

@@ -19,7 +19,12 @@
 #define SLUICE_METRIC_SLOTS    256 /* distinct rule names; more share the last */
 #define SLUICE_METRIC_ADHOC    0   /* slot of POST /v1/take ad-hoc limits */
 #define SLUICE_LATENCY_BUCKETS 13
-#define SLUICE_GRPC_METHODS    3 /* ShouldRateLimit, Health/Check, other */
+#define SLUICE_GRPC_METHODS                                                    \
+	4 /* ShouldRateLimit, Health/Check, Health/Watch, other */
+/* Why the gRPC listener cut a connection off (src/grpc/conn.c). */
+#define SLUICE_GRPC_REFUSALS                                                   \
+	4 /* reset_flood, frame_flood, header_flood,                           \
+	     protocol_error */
 
 typedef enum {
 	SLUICE_RESULT_ALLOWED = 0,
@@ -41,8 +46,12 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t accepted;
 	sluice_counter_t timeouts;
 	/* gRPC calls answered (src/grpc/), by method (ShouldRateLimit,
-	 * Health/Check, any other path) and grpc-status (0..16). */
+	 * Health/Check, Health/Watch, any other path) and grpc-status
+	 * (0..16). */
 	sluice_counter_t grpc_calls[SLUICE_GRPC_METHODS][17];
+	sluice_counter_t grpc_connections; /* open now (gauge) */
+	sluice_counter_t grpc_accepted;
+	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
 

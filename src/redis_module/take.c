@@ -514,7 +514,7 @@ static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 		const sluice_limit_t *limits, size_t n, uint64_t cost,
 		int64_t now_us, int which)
 {
-	sluice_state_t states[MAX_KEYS], next[MAX_KEYS];
+	sluice_state_t states[MAX_KEYS] = {0}, next[MAX_KEYS];
 	sluice_decision_t d[MAX_KEYS], summary;
 	RedisModuleKey *k[MAX_KEYS];
 	size_t i;

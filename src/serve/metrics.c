@@ -146,11 +146,14 @@ static void render_rules(sluice_buf_t *out, size_t n)
 		       NULL, NULL, SUM(store_errors[s]));
 }
 
+const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS] = {
+	"reset_flood", "frame_flood", "header_flood", "protocol_error"};
+
 /* gRPC calls by method and status; a series appears once it counts. */
 static void render_grpc(sluice_buf_t *out)
 {
 	static const char *const methods[SLUICE_GRPC_METHODS] = {
-		"ShouldRateLimit", "Health/Check", "other"};
+		"ShouldRateLimit", "Health/Check", "Health/Watch", "other"};
 	char code[8];
 	int m, c;
 
@@ -166,6 +169,20 @@ static void render_grpc(sluice_buf_t *out)
 			series(out, "sluice_grpc_calls_total", "method",
 			       methods[m], "code", code, v);
 		}
+	help(out, "sluice_grpc_connections", "gauge",
+	     "Open gRPC (HTTP/2) client connections.");
+	series(out, "sluice_grpc_connections", NULL, NULL, NULL, NULL,
+	       SUM(grpc_connections));
+	help(out, "sluice_grpc_connections_accepted_total", "counter",
+	     "gRPC client connections accepted.");
+	series(out, "sluice_grpc_connections_accepted_total", NULL, NULL, NULL,
+	       NULL, SUM(grpc_accepted));
+	help(out, "sluice_grpc_connections_refused_total", "counter",
+	     "gRPC connections cut off, by reason.");
+	for (m = 0; m < SLUICE_GRPC_REFUSALS; m++)
+		series(out, "sluice_grpc_connections_refused_total", "reason",
+		       sluice_grpc_refusal_names[m], NULL, NULL,
+		       SUM(grpc_refused[m]));
 }
 
 static void render_http(sluice_buf_t *out)

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The reason label of sluice_grpc_connections_refused_total. */
+extern const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS];
+
 void sluice_metrics_response(sluice_metrics_t *m, int status,
 			     uint64_t elapsed_ns);
 

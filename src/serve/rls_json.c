@@ -154,8 +154,6 @@ static const char *parse_descriptor(json_t *v, sluice_rls_descriptor_t *d,
 		return "entries: expected a list";
 	d->entries = entries + *used;
 	d->nentries = es && json_is_array(es) ? json_array_size(es) : 0;
-	if (d->nentries > SLUICE_ENVOY_MAX_ENTRIES)
-		return "entries: too many";
 	json_array_foreach(es, i, e)
 	{
 		sluice_rls_entry_t *en = &entries[(*used)++];
@@ -207,8 +205,9 @@ static const char *parse_request(json_req_t *j)
 		return "descriptors: expected a list";
 	if (!ds || !json_is_array(ds) || json_array_size(ds) == 0)
 		return "rate limit descriptor list must not be empty";
-	if (json_array_size(ds) > SLUICE_ENVOY_MAX_DESCRIPTORS)
-		return "descriptors: too many";
+	/* How many descriptors and entries a request may have is the RLS
+	 * engine's to judge, for both front ends alike; the body size cap
+	 * bounds what is allocated here. */
 	json_array_foreach(ds, i, d)
 	{
 		json_t *es = json_is_object(d) ? json_object_get(d, "entries")

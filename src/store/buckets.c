@@ -649,11 +649,11 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 	return allowed;
 }
 
-int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
-			const sluice_limit_t *limits, size_t nlimits,
-			uint64_t cost, int64_t now_us,
-			sluice_decision_t *decisions,
-			sluice_decision_t *summary)
+/* A take (commit 1) or a peek of a key not yet checked or hashed. */
+static int take_key(sluice_buckets_t *m, const void *key, size_t keylen,
+		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+		    int64_t now_us, sluice_decision_t *decisions,
+		    sluice_decision_t *summary, int commit)
 {
 	uint64_t h[2];
 
@@ -661,7 +661,17 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 		return SLUICE_EINVAL;
 	sluice_siphash13_128(m->seed, key, keylen, h);
 	return take_hashed(m, h, limits, nlimits, cost, now_us, decisions,
-			   summary, 1);
+			   summary, commit);
+}
+
+int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary)
+{
+	return take_key(m, key, keylen, limits, nlimits, cost, now_us,
+			decisions, summary, 1);
 }
 
 int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
@@ -670,13 +680,8 @@ int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
 			sluice_decision_t *decisions,
 			sluice_decision_t *summary)
 {
-	uint64_t h[2];
-
-	if (!take_args_ok(key, keylen, limits, nlimits))
-		return SLUICE_EINVAL;
-	sluice_siphash13_128(m->seed, key, keylen, h);
-	return take_hashed(m, h, limits, nlimits, cost, now_us, decisions,
-			   summary, 0);
+	return take_key(m, key, keylen, limits, nlimits, cost, now_us,
+			decisions, summary, 0);
 }
 
 /*

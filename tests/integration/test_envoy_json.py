@@ -491,6 +491,30 @@ class Protocol(Base):
         # Still answering.
         self.ok("messaging", desc(("to_number", "1")))
 
+    def test_a_nul_in_a_value_is_refused(self):
+        # "a\u0000x" and "a\u0000y" must not both be read as "a".
+        for body in [
+                '{"domain": "messaging", "descriptors": [{"entries":'
+                ' [{"key": "to_number", "value": "1\\u0000x"}]}]}',
+                '{"domain": "messaging", "descriptors": [{"entries":'
+                ' [{"key": "to\\u0000number", "value": "1"}]}]}',
+                '{"domain": "mess\\u0000aging", "descriptors":'
+                ' [{"entries": [{"key": "to_number", "value": "1"}]}]}']:
+            r = self.sluice.request("POST", "/json", None, body)
+            self.assertEqual(r.status, 400, body)
+        self.ok("messaging", desc(("to_number", "1")))
+
+    def test_the_descriptor_cap_is_the_engines_and_named(self):
+        many = [desc(("k", str(i))) for i in range(257)]
+        r = self.rl("nowhere", *many)
+        self.assertEqual(r.status, 400, r)
+        self.assertIn(b"257 descriptors in one request; at most 256", r.body)
+        self.assertEqual(self.rl("nowhere", *many[:256]).status, 200)
+        wide = desc(*[("k%d" % i, "v") for i in range(65)])
+        r = self.rl("nowhere", wide)
+        self.assertEqual(r.status, 400, r)
+        self.assertIn(b"descriptor 0 has 65 entries; at most 64", r.body)
+
     def test_healthcheck(self):
         r = self.sluice.request("GET", "/healthcheck")
         self.assertEqual((r.status, r.body), (200, b"OK"))

@@ -160,6 +160,22 @@ class Decisions:
             h.Check(p.HealthCheckRequest(service="other"), timeout=30)
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
 
+    def test_health_watch_of_an_unknown_service(self):
+        p = protos().health_pb2
+        h = self.s.health(self.ch)
+        for name in ("other", "ratelimit\x00x"):
+            it = h.Watch(p.HealthCheckRequest(service=name), timeout=60)
+            self.assertEqual(next(it).status, 3)  # SERVICE_UNKNOWN
+            it.cancel()
+        with self.assertRaises(grpc.RpcError) as e:
+            h.Check(p.HealthCheckRequest(service="ratelimit\x00x"),
+                    timeout=30)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        # A watch the client ends is counted nowhere and frees its stream:
+        # the server keeps answering.
+        self.assertEqual(h.Check(p.HealthCheckRequest(service=""),
+                                 timeout=30).status, 1)
+
     def test_concurrent_calls_on_one_key_are_exact(self):
         u = uniq()
         codes = self.hammer([self.stub] * 4, u, 40)
@@ -299,6 +315,37 @@ class RedisTest(Decisions, unittest.TestCase):
                 s.rls(ch).ShouldRateLimit(request("api", [("user", "x")]),
                                           timeout=30)
             self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+
+    def test_health_watch_follows_the_store_and_the_drain(self):
+        """Health/Watch (grpcio's stub from health.proto): the status at
+        once, then a message at each change: Redis gone, Redis back, and
+        SIGTERM (NOT_SERVING, then the stream ends)."""
+        p = protos().health_pb2
+        redis = RedisServer()
+        self.addCleanup(redis.stop)
+        s = GrpcSluice(config('{redis: {url: "%s", timeout_ms: 200}}'
+                              % redis.url()))
+        self.addCleanup(s.stop)
+        with s.channel() as ch:
+            h = s.health(ch)
+            # SERVING once the store is reached (the client connects in
+            # the background after start).
+            self.assertTrue(harness.wait_until(lambda: h.Check(
+                p.HealthCheckRequest(service="ratelimit"),
+                timeout=30).status == 1, 30))
+            it = h.Watch(p.HealthCheckRequest(service="ratelimit"),
+                         timeout=120)
+            self.assertEqual(next(it).status, 1)  # SERVING
+            redis.stop()
+            self.assertEqual(next(it).status, 2)  # NOT_SERVING
+            redis.start()
+            self.assertEqual(next(it).status, 1)  # SERVING again
+            s.signal(signal.SIGTERM)
+            self.assertEqual(next(it).status, 2)  # draining
+            with self.assertRaises(grpc.RpcError) as e:
+                next(it)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(s.wait(30), 0)
 
 
 class RedisClusterTest(Decisions, unittest.TestCase):

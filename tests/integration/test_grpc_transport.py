@@ -241,6 +241,52 @@ class GrpcTransportTest(unittest.TestCase):
                          grpc.StatusCode.RESOURCE_EXHAUSTED)
         self.assert_alive()
 
+    def test_a_nul_byte_in_a_domain_key_or_value_is_invalid_argument(self):
+        # protobuf-c reads strings up to their first NUL: "a\0x" would
+        # have shared the bucket of "a".
+        for req in [request("nowhere", [("k", "a\x00x")]),
+                    request("nowhere", [("k\x00", "a")]),
+                    request("nowhere", [("k", "v")], [("k", "\x00")]),
+                    request("no\x00where", [("k", "a")])]:
+            with self.assertRaises(grpc.RpcError) as e:
+                self.call(req)
+            self.assertEqual(e.exception.code(),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("NUL", e.exception.details())
+        self.assertEqual(self.call(request("nowhere", [("k", "a")]))
+                         .overall_code, OK)
+        self.assert_alive()
+
+    def test_the_descriptor_cap_is_one_and_named(self):
+        for n in (257, 1025):
+            req = request("nowhere", *[[("k", str(i))] for i in range(n)])
+            with self.assertRaises(grpc.RpcError) as e:
+                self.call(req)
+            self.assertEqual(e.exception.code(),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("%d descriptors in one request; at most 256" % n,
+                          e.exception.details())
+        r = self.call(request("nowhere", *[[("k", str(i))]
+                                           for i in range(256)]))
+        self.assertEqual(len(r.statuses), 256)
+
+    def test_grpc_connections_have_their_own_gauge(self):
+        m = self.s.metrics()
+        base = m.get("sluice_grpc_connections", -1)
+        self.assertGreaterEqual(base, 0)
+        with self.s.channel() as ch:
+            self.s.rls(ch).ShouldRateLimit(request("nowhere", [("a", "1")]),
+                                           timeout=20)
+            # The HTTP gauge counts HTTP connections only: the scrape's.
+            def counted():
+                m = self.s.metrics()
+                return (m["sluice_grpc_connections"] == base + 1 and
+                        m["sluice_connections"] == 1)
+            self.assertTrue(harness.wait_until(counted, 30),
+                            self.s.metrics())
+        harness.wait_until(lambda: self.s.metrics().get(
+            "sluice_grpc_connections") == base, 30)
+
     def test_compression_is_refused_unless_identity(self):
         body = self.body(request("nowhere", [("a", "1")]))
         hdrs, _, _ = self.raw(body, extra=[("grpc-encoding", "gzip")])
@@ -360,13 +406,21 @@ class GrpcTransportTest(unittest.TestCase):
                     if h.goaway():
                         break
             h.wait(lambda: h.goaway() is not None or h.closed, 30)
-            self.assertTrue(h.goaway() is not None or h.closed)
+            self.assertIsNotNone(h.goaway())
             self.assertLess(sent, 5000)  # cut off well before the end
-            if h.goaway():  # nghttp2 says INTERNAL_ERROR
-                self.assertNotEqual(h.goaway().error_code,
-                                    h2.errors.ErrorCodes.NO_ERROR)
+            self.assertEqual(h.goaway().error_code,
+                             h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
         finally:
             h.close()
+        # Said once in the log (with the peer) and counted.
+        self.assertTrue(harness.wait_until(
+            lambda: "too many streams reset" in self.s.log(), 30))
+        line = [x for x in self.s.log().splitlines()
+                if "too many streams reset" in x][0]
+        self.assertIn("127.0.0.1:", line)
+        self.assertGreaterEqual(self.s.metrics().get(
+            'sluice_grpc_connections_refused_total{reason="reset_flood"}',
+            0), 1)
         self.assert_alive()
 
     def raw_frames(self, frames):
@@ -421,7 +475,10 @@ class GrpcTransportTest(unittest.TestCase):
                 1, block[off:off + piece]).serialize())
         g = self.goaway_of(self.raw_frames(frames))
         self.assertIsNotNone(g)
-        self.assertNotEqual(g.error_code, 0)
+        self.assertEqual(g.error_code, 11)  # ENHANCE_YOUR_CALM
+        self.assertTrue(harness.wait_until(lambda: self.s.metrics().get(
+            'sluice_grpc_connections_refused_total{reason="header_flood"}',
+            0) >= 1, 30))
         self.assert_alive()
 
     def test_a_huge_header_list_resets_the_stream(self):
@@ -443,6 +500,73 @@ class GrpcTransportTest(unittest.TestCase):
             frames.append(SettingsFrame(0).serialize())
         self.raw_frames(frames)
         self.assert_alive()
+
+
+class GrpcCutOffLogTest(unittest.TestCase):
+    def test_each_cut_off_is_logged_once_and_lines_are_rate_limited(self):
+        """Connections cut off together make at most one log line a
+        second per thread; each line counts the ones it left out, so the
+        lines and their counts add up to every connection cut off, once
+        each."""
+        import re
+        import threading
+        import time
+        import hpack
+        from hyperframe.frame import (ContinuationFrame, HeadersFrame,
+                                      SettingsFrame)
+        block = hpack.Encoder().encode(
+            [(":method", "POST"), (":path", RLS)] +
+            [("x-flood-%d" % i, "v" * 50) for i in range(200)])
+        flood = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + \
+            SettingsFrame(0).serialize() + \
+            HeadersFrame(1, block[:64]).serialize() + b"".join(
+                ContinuationFrame(1, block[o:o + 64]).serialize()
+                for o in range(64, 64 * 40, 64))
+        line = re.compile(r"grpc: connection from 127\.0\.0\.1:\d+ cut off: "
+                          r"endless CONTINUATION frames"
+                          r"(?: \(and (\d+) more cut off since the last "
+                          r"such line\))?$")
+        protos()
+        with GrpcSluice(envoy_config(), threads=1) as s:
+            def one():
+                c = socket.create_connection(("127.0.0.1", s.grpc_port), 20)
+                try:
+                    c.sendall(flood)
+                    c.settimeout(20)
+                    while c.recv(65536):
+                        pass
+                except OSError:
+                    pass
+                finally:
+                    c.close()
+
+            def reported():
+                n = 0
+                for x in s.log().splitlines():
+                    m = line.search(x)
+                    if m:
+                        n += 1 + int(m.group(1) or 0)
+                return n
+
+            ts = [threading.Thread(target=one) for _ in range(10)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            refused = 'sluice_grpc_connections_refused_total' \
+                '{reason="header_flood"}'
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(refused) == 10, 30))
+            # One more, a second later: its line reports the ones the
+            # first second's line left out.
+            time.sleep(1.1)
+            one()
+            self.assertTrue(harness.wait_until(
+                lambda: s.metrics().get(refused) == 11, 30))
+            self.assertTrue(harness.wait_until(lambda: reported() == 11, 30),
+                            s.log())
+            self.assertLessEqual(len([x for x in s.log().splitlines()
+                                      if line.search(x)]), 11)
 
 
 class GrpcListenTest(unittest.TestCase):

@@ -11,6 +11,7 @@ timing.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile

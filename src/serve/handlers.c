@@ -1,5 +1,6 @@
 /*
- * handlers.c -- routing, /v1/check, health and metrics endpoints.
+ * handlers.c -- /v1/check, health and metrics endpoints, and the route
+ * table (at the end): an endpoint is one row and one function.
  */
 #include "serve/handlers.h"
 #include "policy/ratelimit_headers.h"

@@ -7,7 +7,7 @@
  */
 #include "core/test_clock.h"
 #include "envoy/config.h"
-#include "serve/config.h"
+#include "policy/config.h"
 #include "serve/server.h"
 #include "sim/sim.h"
 #include "sluice.h"

@@ -12,7 +12,7 @@
  */
 #include "envoy/config.h"
 #include "envoy/metrics.h"
-#include "serve/config_internal.h"
+#include "policy/config_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

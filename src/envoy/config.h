@@ -27,8 +27,8 @@
 #define SLUICE_ENVOY_CONFIG_H
 
 #include "envoy/rls.h"
-#include "serve/config.h"
-#include "serve/config_yaml.h"
+#include "policy/config.h"
+#include "policy/config_yaml.h"
 
 #include <stddef.h>
 #include <stdint.h>

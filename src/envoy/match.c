@@ -4,7 +4,7 @@
  */
 #include "envoy/config.h"
 #include "envoy/metrics.h"
-#include "serve/buf.h"
+#include "util/buf.h"
 
 #include <stdio.h>
 #include <string.h>

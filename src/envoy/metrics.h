@@ -22,7 +22,7 @@
 #ifndef SLUICE_ENVOY_METRICS_H
 #define SLUICE_ENVOY_METRICS_H
 
-#include "serve/buf.h"
+#include "util/buf.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

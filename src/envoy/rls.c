@@ -13,9 +13,9 @@
 #include "envoy/rls.h"
 #include "envoy/config.h"
 #include "envoy/metrics.h"
-#include "serve/buf.h"
-#include "serve/headers.h"
-#include "serve/svc.h"
+#include "policy/ratelimit_headers.h"
+#include "policy/svc.h"
+#include "util/buf.h"
 
 #include <assert.h>
 #include <stdio.h>

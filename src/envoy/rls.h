@@ -10,7 +10,7 @@
  *   - src/grpc/ converts protobuf-c RateLimitRequest -> sluice_rls_request_t,
  *     calls sluice_rls_decide(), converts sluice_rls_response_t ->
  *     RateLimitResponse.
- *   - Both take the loop thread's sluice_svc_t (src/serve/svc.h), whose
+ *   - Both take the loop thread's sluice_svc_t (src/policy/svc.h), whose
  *     live config snapshot holds the loaded envoy config directory.
  */
 #ifndef SLUICE_ENVOY_RLS_H
@@ -87,7 +87,7 @@ typedef struct sluice_rls_response_s {
 	size_t nheaders;
 } sluice_rls_response_t;
 
-struct sluice_svc_s; /* src/serve/svc.h: the loop thread's config + backend */
+struct sluice_svc_s; /* src/policy/svc.h: the loop thread's config + backend */
 
 typedef void (*sluice_rls_cb)(void *arg, sluice_rls_response_t *resp);
 

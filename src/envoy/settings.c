@@ -16,7 +16,7 @@
  * (SIGHUP, or a change in the directory) rereads all of them.
  */
 #include "envoy/config.h"
-#include "serve/config_internal.h"
+#include "policy/config_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

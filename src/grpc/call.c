@@ -16,7 +16,7 @@
  * is dropped.
  */
 #include "grpc/internal.h"
-#include "serve/log.h"
+#include "util/log.h"
 
 #include <assert.h>
 #include <stdarg.h>

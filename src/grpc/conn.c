@@ -9,7 +9,7 @@
  * close callback.
  */
 #include "grpc/internal.h"
-#include "serve/log.h"
+#include "util/log.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #ifndef SLUICE_GRPC_GRPC_H
 #define SLUICE_GRPC_GRPC_H
 
-#include "serve/svc.h"
+#include "policy/svc.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -17,7 +17,7 @@
 #define SLUICE_GRPC_INTERNAL_H
 
 #include "grpc/grpc.h"
-#include "serve/buf.h"
+#include "util/buf.h"
 
 #include <nghttp2/nghttp2.h>
 #include <protobuf-c/protobuf-c.h>

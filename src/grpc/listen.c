@@ -1,11 +1,11 @@
 /*
  * listen.c -- the gRPC listener of one loop thread: its socket (TCP with
- * SO_REUSEPORT as serve/listen.c makes them, or a Unix socket shared by
+ * SO_REUSEPORT as util/listen_socket.c makes them, or a Unix socket shared by
  * the threads) and accepting on it.
  */
 #include "grpc/internal.h"
-#include "serve/log.h"
-#include "serve/server.h"
+#include "util/listen_socket.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

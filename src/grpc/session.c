@@ -24,7 +24,7 @@
  * finish alone.
  */
 #include "grpc/internal.h"
-#include "serve/log.h"
+#include "util/log.h"
 
 #include <assert.h>
 #include <stdio.h>

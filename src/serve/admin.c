@@ -22,8 +22,9 @@
  * (sluice_rule_key(); ad-hoc keys in their own namespace), and the verbs
  * run on the store driver (memory, Redis scripts, same with the module).
  */
+#include "serve/answer.h"
 #include "serve/handlers.h"
-#include "serve/log.h"
+#include "util/log.h"
 #include "util/sha256.h"
 
 #include <jansson.h>

@@ -1,148 +1,17 @@
 /*
- * handlers.c -- routing, /v1/check, health and metrics endpoints.
+ * handlers.c -- /v1/check, health and metrics endpoints, and the route
+ * table (at the end): an endpoint is one row and one function.
  */
 #include "serve/handlers.h"
-#include "serve/headers.h"
-#include "serve/log.h"
-#include "serve/metrics_redis.h"
+#include "policy/ratelimit_headers.h"
+#include "serve/answer.h"
+#include "util/log.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------- helpers */
-
-sluice_take_t *sluice_take_get(sluice_svc_t *svc)
-{
-	sluice_take_t *t = svc->spare;
-
-	if (t) {
-		svc->spare = NULL;
-		return t;
-	}
-	return sluice_take_new();
-}
-
-void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
-{
-	if (!svc->spare)
-		svc->spare = t;
-	else
-		sluice_take_free(t);
-}
-
-void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
-{
-	size_t n = strlen(m->rule->name), t;
-
-	if (n >= len)
-		n = len - 1;
-	memcpy(buf, m->rule->name, n);
-	if (m->rule->ntiers > 0 && n + 1 < len) {
-		buf[n++] = '/';
-		t = strlen(m->set->name);
-		if (t >= len - n)
-			t = len - n - 1;
-		memcpy(buf + n, m->set->name, t);
-		n += t;
-	}
-	buf[n] = '\0';
-}
-
-void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)
-{
-	sluice_metrics_t *m = c->svc->metrics;
-	size_t i;
-
-	for (i = 0; i < t->nmatches; i++) {
-		const sluice_match_result_t *r = &t->results[i];
-		const sluice_rule_t *rule = t->matches[i].rule;
-		size_t slot =
-			rule == &t->scratch_rule
-				? SLUICE_METRIC_ADHOC
-				: c->req_live->slots[sluice_live_rule_index(
-					  c->req_live, rule)];
-
-		if (r->store_err)
-			sluice_count(&m->store_errors[slot], 1);
-		switch (r->outcome) {
-		case SLUICE_OUT_ALLOWED:
-			sluice_count(&m->decisions[slot][SLUICE_RESULT_ALLOWED],
-				     1);
-			break;
-		case SLUICE_OUT_LIMITED:
-			sluice_count(&m->decisions[slot][SLUICE_RESULT_LIMITED],
-				     1);
-			if (rule->shadow)
-				sluice_count(&m->shadow_rejections[slot], 1);
-			break;
-		case SLUICE_OUT_ERROR_OPEN:
-		case SLUICE_OUT_ERROR_CLOSED:
-			sluice_count(&m->decisions[slot][SLUICE_RESULT_ERROR],
-				     1);
-			break;
-		case SLUICE_OUT_SKIPPED:
-			break;
-		}
-	}
-}
-
-void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
-			    const sluice_verdict_t *v)
-{
-	const sluice_match_t *m;
-	char name[256];
-
-	if (v->report < 0)
-		return;
-	m = &t->matches[v->report];
-	/* A shadow rule never limits: a client must not read "Remaining: 0"
-	 * from it.  (The verdict reports one when only shadow rules
-	 * matched, for simulate and replay.) */
-	if (m->rule->shadow)
-		return;
-	sluice_policy_name(m, name, sizeof(name));
-	sluice_ratelimit_headers_set(&c->out, name, m->set->limits,
-				     m->set->nlimits, v->which, &v->summary,
-				     !v->allowed);
-}
-
-void sluice_resp_store_error(sluice_conn_t *c)
-{
-	static const char body[] =
-		"{\"error\":\"store_unavailable\",\"message\":\"the rate-limit "
-		"store failed and the rule fails closed\"}";
-
-	sluice_resp_begin(c, 503);
-	sluice_buf_puts(&c->out, "Retry-After: 1\r\n");
-	sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
-}
-
-static void method_not_allowed(sluice_conn_t *c, const char *allow)
-{
-	static const char body[] =
-		"{\"error\":\"method_not_allowed\",\"message\":\"see the Allow "
-		"header\"}";
-
-	sluice_resp_begin(c, 405);
-	sluice_buf_puts(&c->out, "Allow: ");
-	sluice_buf_puts(&c->out, allow);
-	sluice_buf_append(&c->out, "\r\n", 2);
-	sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
-}
-
-static void json_status_len(sluice_conn_t *c, int status, const char *text,
-			    size_t len)
-{
-	sluice_resp_begin(c, status);
-	sluice_resp_end(c, "application/json", text, len);
-}
-
-static void json_status(sluice_conn_t *c, int status, const char *text)
-{
-	json_status_len(c, status, text, strlen(text));
-}
 
 /* ------------------------------------------------------------ /v1/check */
 
@@ -242,11 +111,35 @@ static void warn_other_proxy(const sluice_conn_t *c, const char *uh)
 				known[i], uh, known[i]);
 }
 
+/* The status of a limited answer, from ?deny_status=: 429 (absent or
+ * "429") or 403; 0 for any other value. */
+static int deny_status(const char *query)
+{
+	const char *v;
+	size_t n;
+
+	v = query ? query_param(query, "deny_status", &n) : NULL;
+	if (!v || (n == 3 && memcmp(v, "429", 3) == 0))
+		return 429;
+	return n == 3 && memcmp(v, "403", 3) == 0 ? 403 : 0;
+}
+
+/* The query string of the request being answered (its URL stays in the
+ * connection until the answer), or NULL. */
+static const char *check_query(sluice_conn_t *c)
+{
+	const char *q = strchr(sluice_conn_url(c), '?');
+
+	return q ? q + 1 : NULL;
+}
+
 static void check_done(void *arg, const sluice_verdict_t *v)
 {
 	sluice_conn_t *c = arg;
 	sluice_take_t *t = c->take;
 	sluice_svc_t *svc = c->svc;
+
+	assert(t && t->finished && v == &t->verdict);
 
 	/* sluice_resp_end() may free c (its transport is gone): detach the
 	 * take first and touch nothing of c afterwards. */
@@ -267,7 +160,7 @@ static void check_done(void *arg, const sluice_verdict_t *v)
 		sluice_limited_body(&body, name,
 				    sluice_retry_us(&m->set->limits[v->which],
 						    &v->summary));
-		sluice_resp_begin(c, c->deny_status);
+		sluice_resp_begin(c, deny_status(check_query(c)));
 		sluice_verdict_headers(c, t, v);
 		sluice_resp_end(c, "application/json", body.data, body.len);
 		sluice_buf_free(&body);
@@ -279,21 +172,15 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 {
 	const sluice_config_t *cfg = c->req_live->cfg;
 	sluice_request_t req;
-	const char *method, *uri, *v, *mh, *uh;
-	size_t len, ulen, qlen;
+	const char *method, *uri, *mh, *uh;
+	size_t len, ulen;
 	sluice_take_t *t;
 	size_t i;
 
-	c->deny_status = 429;
-	v = query ? query_param(query, "deny_status", &qlen) : NULL;
-	if (v) {
-		if (qlen == 3 && memcmp(v, "403", 3) == 0) {
-			c->deny_status = 403;
-		} else if (!(qlen == 3 && memcmp(v, "429", 3) == 0)) {
-			sluice_resp_error(c, 400, "bad_parameter",
-					  "deny_status", "expected 403 or 429");
-			return;
-		}
+	if (!deny_status(query)) {
+		sluice_resp_error(c, 400, "bad_parameter", "deny_status",
+				  "expected 403 or 429");
+		return;
 	}
 
 	/* The original request: from the headers `proxy:` names (and only
@@ -329,12 +216,12 @@ static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 
 	t = sluice_take_get(c->svc);
 	if (!t) {
-		json_status(c, 500, "{\"error\":\"out_of_memory\"}");
+		sluice_resp_json(c, 500, "{\"error\":\"out_of_memory\"}");
 		return;
 	}
 	if (sluice_take_match(t, cfg, &req) < 0) {
 		sluice_take_put(c->svc, t);
-		json_status(c, 500, "{\"error\":\"out_of_memory\"}");
+		sluice_resp_json(c, 500, "{\"error\":\"out_of_memory\"}");
 		return;
 	}
 	if (t->nmatches == 0) {
@@ -373,7 +260,8 @@ static void handle_metrics(sluice_conn_t *c)
 	sluice_buf_free(&body);
 }
 
-/* 503 naming the Redis nodes that cannot be used and why, so that
+/* 503 naming the store's nodes that cannot be used and why (Redis's:
+ * metrics_redis.h), so that
  * "store_unavailable" comes with the reason (a refused password, a
  * certificate that does not verify) without reading the log. */
 static void readyz_unavailable(sluice_conn_t *c)
@@ -381,36 +269,137 @@ static void readyz_unavailable(sluice_conn_t *c)
 	sluice_buf_t body = {0};
 
 	sluice_buf_puts(&body, "{\"status\":\"store_unavailable\"");
-	sluice_redis_metrics_unready(&body);
+	sluice_metrics_store_unready(&body);
 	sluice_buf_puts(&body, "}");
 	if (body.oom)
-		json_status(c, 503, "{\"status\":\"store_unavailable\"}");
+		sluice_resp_json(c, 503, "{\"status\":\"store_unavailable\"}");
 	else
-		json_status_len(c, 503, body.data, body.len);
+		sluice_resp_json_len(c, 503, body.data, body.len);
 	sluice_buf_free(&body);
 }
 
 static void handle_readyz(sluice_conn_t *c)
 {
 	if (c->svc->draining)
-		json_status(c, 503, "{\"status\":\"draining\"}");
+		sluice_resp_json(c, 503, "{\"status\":\"draining\"}");
 	else if (!sluice_backend_healthy(&c->svc->backend))
 		readyz_unavailable(c);
 	else
-		json_status(c, 200, "{\"status\":\"ready\"}");
+		sluice_resp_json(c, 200, "{\"status\":\"ready\"}");
 }
 
 /* -------------------------------------------------------------- routing */
 
-static int is_get(const sluice_conn_t *c)
+/* Methods a route answers; any other gets 405 with the route's Allow. */
+enum { ROUTE_ANY = 0, ROUTE_GET, ROUTE_POST };
+
+typedef struct route_s {
+	const char *path;
+	unsigned subpaths : 1; /* also path + "/...", e.g. /v1/check/orig */
+	unsigned admin : 1;    /* on admin.listen, and only there when open */
+	int methods;
+	void (*handle)(sluice_conn_t *c, const char *path, const char *query);
+} route_t;
+
+static void route_take(sluice_conn_t *c, const char *path, const char *query)
 {
-	return c->method == HTTP_GET || c->method == HTTP_HEAD;
+	(void)path;
+	(void)query;
+	sluice_api_take(c);
+}
+
+/* /v1/reset, /v1/refund: with the admin endpoints off, any method gets
+ * admin.c's 404 (they are not there to be called at all). */
+static void route_admin(sluice_conn_t *c, const char *path, const char *query)
+{
+	(void)query;
+	if (c->method != HTTP_POST && c->req_live->cfg->admin_token) {
+		sluice_resp_method_not_allowed(c, "POST");
+		return;
+	}
+	sluice_api_admin(c, strcmp(path, "/v1/refund") == 0);
+}
+
+static void route_metrics(sluice_conn_t *c, const char *path, const char *query)
+{
+	(void)path;
+	(void)query;
+	handle_metrics(c);
+}
+
+static void route_healthz(sluice_conn_t *c, const char *path, const char *query)
+{
+	(void)path;
+	(void)query;
+	sluice_resp_json(c, 200, "{\"status\":\"ok\"}");
+}
+
+static void route_readyz(sluice_conn_t *c, const char *path, const char *query)
+{
+	(void)path;
+	(void)query;
+	handle_readyz(c);
+}
+
+static void route_rls_json(sluice_conn_t *c, const char *path,
+			   const char *query)
+{
+	(void)path;
+	(void)query;
+	sluice_rls_json(c);
+}
+
+static void route_healthcheck(sluice_conn_t *c, const char *path,
+			      const char *query)
+{
+	(void)path;
+	(void)query;
+	sluice_rls_healthcheck(c);
+}
+
+/* Every endpoint: a new one is a row here and its function. */
+static const route_t routes[] = {
+	{"/v1/check", 1, 0, ROUTE_ANY, handle_check},
+	{"/v1/take", 0, 0, ROUTE_POST, route_take},
+	{"/v1/reset", 0, 1, ROUTE_ANY, route_admin},
+	{"/v1/refund", 0, 1, ROUTE_ANY, route_admin},
+	{"/metrics", 0, 0, ROUTE_GET, route_metrics},
+	{"/healthz", 0, 0, ROUTE_GET, route_healthz},
+	{"/readyz", 0, 0, ROUTE_GET, route_readyz},
+	{"/json", 0, 0, ROUTE_POST, route_rls_json},
+	{"/healthcheck", 0, 0, ROUTE_GET, route_healthcheck},
+};
+
+static const route_t *route_find(const char *path)
+{
+	size_t i, n;
+
+	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		n = strlen(routes[i].path);
+		if (strncmp(path, routes[i].path, n) == 0 &&
+		    (path[n] == '\0' || (routes[i].subpaths && path[n] == '/')))
+			return &routes[i];
+	}
+	return NULL;
+}
+
+static int method_ok(const sluice_conn_t *c, int methods)
+{
+	switch (methods) {
+	case ROUTE_GET:
+		return c->method == HTTP_GET || c->method == HTTP_HEAD;
+	case ROUTE_POST:
+		return c->method == HTTP_POST;
+	default:
+		return 1;
+	}
 }
 
 void sluice_handle(sluice_conn_t *c)
 {
 	char path[2048];
 	const char *url = sluice_conn_url(c), *query = NULL, *q;
+	const route_t *r;
 	size_t plen;
 
 	q = strchr(url, '?');
@@ -424,69 +413,32 @@ void sluice_handle(sluice_conn_t *c)
 	}
 	memcpy(path, url, plen);
 	path[plen] = '\0';
+	r = route_find(path);
 
 	/* admin.listen's socket serves the admin endpoints, and only it
 	 * does when it is open. */
-	if (c->admin_port || c->svc->admin_apart) {
-		int admin_path = strcmp(path, "/v1/reset") == 0 ||
-				 strcmp(path, "/v1/refund") == 0;
-
-		if (c->admin_port && !admin_path) {
-			sluice_resp_error(c, 404, "not_found", NULL,
-					  "this is the admin listener: "
-					  "/v1/reset, /v1/refund");
-			return;
-		}
-		if (!c->admin_port && admin_path) {
-			sluice_resp_error(c, 404, "not_found", NULL,
-					  "the admin endpoints are served on "
-					  "admin.listen only");
-			return;
-		}
+	if (c->admin_port && !(r && r->admin)) {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "this is the admin listener: "
+				  "/v1/reset, /v1/refund");
+		return;
 	}
-
-	if (strcmp(path, "/v1/check") == 0 ||
-	    strncmp(path, "/v1/check/", 10) == 0) {
-		handle_check(c, path, query);
-	} else if (strcmp(path, "/v1/take") == 0) {
-		if (c->method == HTTP_POST)
-			sluice_api_take(c);
-		else
-			method_not_allowed(c, "POST");
-	} else if (strcmp(path, "/v1/reset") == 0 ||
-		   strcmp(path, "/v1/refund") == 0) {
-		if (c->method == HTTP_POST || !c->req_live->cfg->admin_token)
-			sluice_api_admin(c, strcmp(path, "/v1/refund") == 0);
-		else
-			method_not_allowed(c, "POST");
-	} else if (strcmp(path, "/metrics") == 0) {
-		if (is_get(c))
-			handle_metrics(c);
-		else
-			method_not_allowed(c, "GET, HEAD");
-	} else if (strcmp(path, "/healthz") == 0) {
-		if (is_get(c))
-			json_status(c, 200, "{\"status\":\"ok\"}");
-		else
-			method_not_allowed(c, "GET, HEAD");
-	} else if (strcmp(path, "/readyz") == 0) {
-		if (is_get(c))
-			handle_readyz(c);
-		else
-			method_not_allowed(c, "GET, HEAD");
-	} else if (strcmp(path, "/json") == 0) {
-		if (c->method == HTTP_POST)
-			sluice_rls_json(c);
-		else
-			method_not_allowed(c, "POST");
-	} else if (strcmp(path, "/healthcheck") == 0) {
-		if (is_get(c))
-			sluice_rls_healthcheck(c);
-		else
-			method_not_allowed(c, "GET, HEAD");
-	} else {
+	if (!c->admin_port && c->svc->admin_apart && r && r->admin) {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "the admin endpoints are served on "
+				  "admin.listen only");
+		return;
+	}
+	if (!r) {
 		sluice_resp_error(c, 404, "not_found", NULL,
 				  "no such endpoint; see /v1/check, /v1/take, "
 				  "/metrics, /healthz, /readyz");
+		return;
 	}
+	if (!method_ok(c, r->methods)) {
+		sluice_resp_method_not_allowed(
+			c, r->methods == ROUTE_POST ? "POST" : "GET, HEAD");
+		return;
+	}
+	r->handle(c, path, query);
 }

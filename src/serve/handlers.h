@@ -14,7 +14,7 @@
 #ifndef SLUICE_SERVE_HANDLERS_H
 #define SLUICE_SERVE_HANDLERS_H
 
-#include "serve/conn.h"
+#include "serve/http_conn.h"
 
 #include <jansson.h>
 
@@ -52,25 +52,5 @@ void sluice_rls_healthcheck(sluice_conn_t *c);
 
 /* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
 void sluice_api_admin(sluice_conn_t *c, int refund);
-
-/* ------------------------------------------- shared by the endpoints */
-
-/* A sluice_take_t for one request (cached per thread). */
-sluice_take_t *sluice_take_get(sluice_svc_t *svc);
-void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t);
-
-/* Counts the outcome of every matched rule in the thread's metrics. */
-void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t);
-
-/* The policy name of a match: the rule name, or "rule/tier". */
-void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len);
-
-/* Appends the rate-limit header lines for a verdict (nothing when no rule
- * produced a decision). */
-void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
-			    const sluice_verdict_t *v);
-
-/* The 503 answer when a fail-closed rule's store failed. */
-void sluice_resp_store_error(sluice_conn_t *c);
 
 #endif /* SLUICE_SERVE_HANDLERS_H */

@@ -19,8 +19,9 @@
  * bucket and cannot drain or poison this one.  Bad input gets 400 with the
  * offending field named.
  */
+#include "policy/ratelimit_headers.h"
+#include "serve/answer.h"
 #include "serve/handlers.h"
-#include "serve/headers.h"
 #include "util/sha256.h"
 
 #include <jansson.h>

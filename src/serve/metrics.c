@@ -1,9 +1,9 @@
 /*
- * metrics.c -- registry of per-thread counters and the Prometheus text.
+ * metrics.c -- the Prometheus text of every thread's counters
+ * (policy/counters.c keeps their registry) and of the stores.
  */
 #include "serve/metrics.h"
 #include "envoy/metrics.h"
-#include "serve/metrics_redis.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -22,48 +22,12 @@ static const char *const bucket_le[SLUICE_LATENCY_BUCKETS] = {
 static const int codes[16] = {200, 400, 403, 404, 405, 408,
 			      413, 429, 431, 500, 503, 0};
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static sluice_metrics_t *all;
-static char *slot_names[SLUICE_METRIC_SLOTS];
-static atomic_size_t nslots;
 static sluice_counter_t reloads_ok, reloads_failed;
-
-sluice_metrics_t *sluice_metrics_new(void)
-{
-	sluice_metrics_t *m = calloc(1, sizeof(*m));
-
-	if (!m)
-		return NULL;
-	pthread_mutex_lock(&lock);
-	m->next = all;
-	all = m;
-	pthread_mutex_unlock(&lock);
-	return m;
-}
-
-uint16_t sluice_metrics_slot(const char *name)
-{
-	size_t i, n;
-	uint16_t slot;
-
-	pthread_mutex_lock(&lock);
-	if (!slot_names[SLUICE_METRIC_ADHOC]) {
-		slot_names[SLUICE_METRIC_ADHOC] = strdup("adhoc");
-		atomic_store(&nslots, 1);
-	}
-	n = atomic_load(&nslots);
-	for (i = 0; i < n; i++)
-		if (slot_names[i] && strcmp(slot_names[i], name) == 0)
-			break;
-	if (i == n && n < SLUICE_METRIC_SLOTS) {
-		slot_names[n] = strdup(name);
-		atomic_store(&nslots, n + 1);
-	}
-	slot = (uint16_t)(i < SLUICE_METRIC_SLOTS ? i
-						  : SLUICE_METRIC_SLOTS - 1);
-	pthread_mutex_unlock(&lock);
-	return slot;
-}
+static const sluice_store_exposition_t *store_x;
+/* The registry as sluice_metrics_visit() shows it: set and read only
+ * under the registry's lock (render_counters). */
+static const sluice_metrics_t *all;
+static const char *const *slot_names;
 
 void sluice_metrics_response(sluice_metrics_t *m, int status,
 			     uint64_t elapsed_ns)
@@ -78,6 +42,17 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 		;
 	sluice_count(&m->latency[i], 1);
 	sluice_count(&m->latency_sum_ns, elapsed_ns);
+}
+
+void sluice_metrics_set_store(const sluice_store_exposition_t *x)
+{
+	store_x = x;
+}
+
+void sluice_metrics_store_unready(sluice_buf_t *out)
+{
+	if (store_x && store_x->unready)
+		store_x->unready(out);
 }
 
 void sluice_metrics_reload(int ok)
@@ -282,19 +257,25 @@ static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
 	       st->recovered);
 }
 
+static void render_counters(void *arg, const sluice_metrics_t *blocks,
+			    const char *const *names, size_t n)
+{
+	all = blocks;
+	slot_names = names;
+	render_rules(arg, n);
+	render_http(arg);
+	all = NULL;
+	slot_names = NULL;
+}
+
 void sluice_metrics_render(sluice_buf_t *out,
 			   const sluice_memstore_stats_t *stats)
 {
-	size_t n;
-
-	pthread_mutex_lock(&lock);
-	n = atomic_load(&nslots);
-	render_rules(out, n);
-	render_http(out);
-	pthread_mutex_unlock(&lock);
+	sluice_metrics_visit(render_counters, out);
 	if (stats)
 		render_store(out, stats);
-	sluice_redis_metrics_render(out);
+	if (store_x && store_x->render)
+		store_x->render(out);
 	sluice_envoy_metrics_render(out);
 	help(out, "sluice_build_info", "gauge",
 	     "Always 1; the version of this binary as a label.");

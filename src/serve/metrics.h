@@ -1,84 +1,40 @@
 /*
- * metrics.h -- counters for GET /metrics (Prometheus text format 0.0.4).
- *
- * Each loop thread owns one sluice_metrics_t and is its only writer, so
- * counting is a relaxed load and store (no locked instruction, no shared
- * cache line); /metrics sums every thread's block when scraped.  Rules are
- * counted in "slots" keyed by rule name, so counters survive a config
- * reload and a renamed rule simply starts a new series.
+ * metrics.h -- GET /metrics (Prometheus text format 0.0.4): the HTTP
+ * server's own counting and the exposition of every thread's counters
+ * (policy/counters.h).
  */
 #ifndef SLUICE_SERVE_METRICS_H
 #define SLUICE_SERVE_METRICS_H
 
-#include "serve/buf.h"
+#include "policy/counters.h"
 #include "sluice.h"
+#include "util/buf.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SLUICE_METRIC_SLOTS    256 /* distinct rule names; more share the last */
-#define SLUICE_METRIC_ADHOC    0   /* slot of POST /v1/take ad-hoc limits */
-#define SLUICE_LATENCY_BUCKETS 13
-#define SLUICE_GRPC_METHODS                                                    \
-	4 /* ShouldRateLimit, Health/Check, Health/Watch, other */
-/* Why the gRPC listener cut a connection off (src/grpc/conn.c). */
-#define SLUICE_GRPC_REFUSALS                                                   \
-	4 /* reset_flood, frame_flood, header_flood,                           \
-	     protocol_error */
-
-typedef enum {
-	SLUICE_RESULT_ALLOWED = 0,
-	SLUICE_RESULT_LIMITED,
-	SLUICE_RESULT_ERROR, /* the store failed */
-	SLUICE_RESULTS
-} sluice_result_t;
-
-typedef _Atomic uint64_t sluice_counter_t;
-
-typedef struct sluice_metrics_s {
-	sluice_counter_t decisions[SLUICE_METRIC_SLOTS][SLUICE_RESULTS];
-	sluice_counter_t shadow_rejections[SLUICE_METRIC_SLOTS];
-	sluice_counter_t store_errors[SLUICE_METRIC_SLOTS];
-	sluice_counter_t responses[16]; /* by status, see metrics.c */
-	sluice_counter_t latency[SLUICE_LATENCY_BUCKETS + 1];
-	sluice_counter_t latency_sum_ns;
-	sluice_counter_t connections; /* open now (gauge) */
-	sluice_counter_t accepted;
-	sluice_counter_t timeouts;
-	/* gRPC calls answered (src/grpc/), by method (ShouldRateLimit,
-	 * Health/Check, Health/Watch, any other path) and grpc-status
-	 * (0..16). */
-	sluice_counter_t grpc_calls[SLUICE_GRPC_METHODS][17];
-	sluice_counter_t grpc_connections; /* open now (gauge) */
-	sluice_counter_t grpc_accepted;
-	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
-	struct sluice_metrics_s *next;
-} sluice_metrics_t;
-
 /* The reason label of sluice_grpc_connections_refused_total. */
 extern const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS];
-
-/* Single-writer increment. */
-static inline void sluice_count(sluice_counter_t *c, uint64_t n)
-{
-	atomic_store_explicit(c,
-			      atomic_load_explicit(c, memory_order_relaxed) + n,
-			      memory_order_relaxed);
-}
-
-/* A zeroed block, registered for scraping (never freed: it is scraped
- * by other threads). */
-sluice_metrics_t *sluice_metrics_new(void);
-
-/* The slot for a rule name (registered on first use; thread-safe). */
-uint16_t sluice_metrics_slot(const char *name);
 
 void sluice_metrics_response(sluice_metrics_t *m, int status,
 			     uint64_t elapsed_ns);
 
 /* Process-wide events (any thread). */
 void sluice_metrics_reload(int ok);
+
+/* What the configured store adds to GET /metrics (its own series) and to
+ * the body of /readyz's 503 (`,"nodes":[...]`, see metrics_redis.h).
+ * server.c sets it once, before any loop thread runs; unset, a store adds
+ * nothing.  So nothing here knows which store it is. */
+typedef struct sluice_store_exposition_s {
+	void (*render)(sluice_buf_t *out);
+	void (*unready)(sluice_buf_t *out);
+} sluice_store_exposition_t;
+
+void sluice_metrics_set_store(const sluice_store_exposition_t *x);
+/* Appends the store's part of the /readyz 503 body (may be nothing). */
+void sluice_metrics_store_unready(sluice_buf_t *out);
 
 /* Appends the whole exposition; stats may be NULL. */
 void sluice_metrics_render(sluice_buf_t *out,

@@ -339,3 +339,8 @@ void sluice_redis_metrics_unready(sluice_buf_t *out)
 		sluice_buf_puts(out, "]");
 	pthread_mutex_unlock(&lock);
 }
+
+const sluice_store_exposition_t sluice_redis_exposition = {
+	.render = sluice_redis_metrics_render,
+	.unready = sluice_redis_metrics_unready,
+};

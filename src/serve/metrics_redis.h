@@ -10,8 +10,9 @@
 #ifndef SLUICE_SERVE_METRICS_REDIS_H
 #define SLUICE_SERVE_METRICS_REDIS_H
 
-#include "serve/buf.h"
+#include "serve/metrics.h"
 #include "sluice_redis.h"
+#include "util/buf.h"
 
 typedef struct sluice_redis_metrics_s sluice_redis_metrics_t;
 
@@ -37,5 +38,9 @@ void sluice_redis_metrics_render(sluice_buf_t *out);
  * when there is none.  The words were redacted as the client read them:
  * what it sent (AUTH arguments, keys) never comes back in them. */
 void sluice_redis_metrics_unready(sluice_buf_t *out);
+
+/* The two above as what the Redis store adds to /metrics and /readyz
+ * (sluice_metrics_set_store). */
+extern const sluice_store_exposition_t sluice_redis_exposition;
 
 #endif /* SLUICE_SERVE_METRICS_REDIS_H */

@@ -14,6 +14,7 @@
  */
 #include "envoy/config.h"
 #include "envoy/rls.h"
+#include "serve/answer.h"
 #include "serve/handlers.h"
 
 #include <stdio.h>

@@ -4,6 +4,7 @@
 #include "serve/server.h"
 #include "envoy/config.h"
 #include "grpc/grpc.h"
+#include "serve/metrics_redis.h"
 #include "serve/store_events.h"
 
 #include <arpa/inet.h>
@@ -14,8 +15,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#define DEFAULT_MAX_KEYS 1000000
 
 typedef struct sluice_server_s {
 	const sluice_serve_opts_t *opts;
@@ -81,118 +80,6 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts, char *err,
 	return cfg;
 }
 
-static const char *store_name(const sluice_config_t *cfg)
-{
-	switch (cfg->store.kind) {
-	case SLUICE_STORE_MEMORY:
-		return "memory";
-	case SLUICE_STORE_SHARED:
-		return "shared";
-	case SLUICE_STORE_REDIS:
-		return cfg->store.sentinel.master ? "redis sentinel" : "redis";
-	default:
-		return "redis cluster";
-	}
-}
-
-static int str_same(const char *a, const char *b)
-{
-	return a && b ? strcmp(a, b) == 0 : a == b;
-}
-
-static int tls_same(const sluice_store_tls_t *a, const sluice_store_tls_t *b)
-{
-	return a->enabled == b->enabled && a->verify == b->verify &&
-	       str_same(a->ca_file, b->ca_file) &&
-	       str_same(a->cert_file, b->cert_file) &&
-	       str_same(a->key_file, b->key_file) &&
-	       str_same(a->server_name, b->server_name);
-}
-
-static int sentinel_same(const sluice_store_sentinel_t *a,
-			 const sluice_store_sentinel_t *b)
-{
-	size_t i;
-
-	if (!str_same(a->master, b->master) || a->naddrs != b->naddrs ||
-	    !str_same(a->user, b->user) ||
-	    !str_same(a->password, b->password) || a->tls != b->tls)
-		return 0;
-	for (i = 0; i < a->naddrs; i++)
-		if (!str_same(a->addrs[i], b->addrs[i]))
-			return 0;
-	return 1;
-}
-
-/* 1 when two store settings open the same store. */
-static int store_same(const sluice_store_config_t *a,
-		      const sluice_store_config_t *b)
-{
-	size_t i;
-
-	if (a->kind != b->kind || a->max_keys != b->max_keys ||
-	    !str_same(a->url, b->url) || !str_same(a->shm_path, b->shm_path) ||
-	    !str_same(a->shm_group, b->shm_group) || a->nseeds != b->nseeds ||
-	    !str_same(a->key_prefix, b->key_prefix) ||
-	    a->timeout_ms != b->timeout_ms ||
-	    a->connections != b->connections || !tls_same(&a->tls, &b->tls) ||
-	    !sentinel_same(&a->sentinel, &b->sentinel))
-		return 0;
-	for (i = 0; i < a->nseeds; i++)
-		if (!str_same(a->seeds[i], b->seeds[i]))
-			return 0;
-	return 1;
-}
-
-/* Says, field by field, what a reload cannot apply (the sockets, threads
- * and store are set up once); returns the fields' names for the summary
- * line, "" when everything applies. */
-static const char *restart_fields(const sluice_config_t *cfg,
-				  const sluice_config_t *run, char *buf,
-				  size_t len)
-{
-	size_t n = 0;
-
-	buf[0] = '\0';
-	if (strcmp(cfg->listen, run->listen) != 0) {
-		sluice_log_warn("SIGHUP: listen changed to %s: not applied, "
-				"needs a restart; still listening on %s",
-				cfg->listen, run->listen);
-		n += (size_t)snprintf(buf + n, len - n, "listen");
-	}
-	if (!str_same(cfg->grpc.listen, run->grpc.listen)) {
-		sluice_log_warn("SIGHUP: grpc.listen changed to %s: not "
-				"applied, needs a restart; still %s",
-				cfg->grpc.listen ? cfg->grpc.listen : "none",
-				run->grpc.listen ? run->grpc.listen
-						 : "without gRPC");
-		n += (size_t)snprintf(buf + n, len - n, "%sgrpc.listen",
-				      n ? ", " : "");
-	}
-	if (cfg->threads != run->threads) {
-		sluice_log_warn("SIGHUP: threads changed to %u: not applied, "
-				"needs a restart; still running %u",
-				cfg->threads, run->threads);
-		n += (size_t)snprintf(buf + n, len - n, "%sthreads",
-				      n ? ", " : "");
-	}
-	if (!str_same(cfg->admin_listen, run->admin_listen)) {
-		sluice_log_warn("SIGHUP: admin.listen changed: not applied, "
-				"needs a restart");
-		n += (size_t)snprintf(buf + n, len - n, "%sadmin.listen",
-				      n ? ", " : "");
-	}
-	if (!store_same(&cfg->store, &run->store)) {
-		/* Not the URL: it may hold a password. */
-		sluice_log_warn("SIGHUP: store changed: not applied, needs a "
-				"restart; still on the %s store it started "
-				"with",
-				store_name(run));
-		snprintf(buf + n, len - n, "%sstore", n ? ", " : "");
-	}
-	return buf;
-}
-
 /* 1 when "HOST:PORT" binds a loopback address only. */
 static int loopback(const char *addr)
 {
@@ -252,7 +139,7 @@ static void reload(sluice_server_t *s)
 				 err);
 		return;
 	}
-	restart_fields(cfg, run, fields, sizeof(fields));
+	sluice_config_restart_fields(cfg, run, fields, sizeof(fields));
 	warn_admin_exposure(cfg, run);
 	live = sluice_live_new(cfg);
 	if (!live) {
@@ -286,7 +173,7 @@ static void reload(sluice_server_t *s)
  * connection is closed at most 25% late. */
 static uint64_t sweep_period(unsigned idle_timeout_ms)
 {
-	uint64_t period = idle_timeout_ms ? idle_timeout_ms / 4 : 1000;
+	uint64_t period = idle_timeout_ms / 4;
 
 	if (period < 20)
 		period = 20;
@@ -315,7 +202,8 @@ static void on_wakeup(uv_async_t *a)
 		sluice_live_unref(w->svc.live);
 		w->svc.live = live;
 		if (!uv_is_closing((uv_handle_t *)&w->sweep)) {
-			uint64_t p = sweep_period(live->cfg->idle_timeout_ms);
+			uint64_t p = sweep_period(
+				sluice_config_idle_timeout_ms(live->cfg));
 
 			uv_timer_start(&w->sweep, on_sweep, p, p);
 		}
@@ -366,7 +254,7 @@ static void worker_main(void *arg)
 static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 		       int fd, int *grpc_fd, char *err, size_t errlen)
 {
-	unsigned timeout = s->live->cfg->idle_timeout_ms;
+	unsigned timeout = sluice_config_idle_timeout_ms(s->live->cfg);
 	uint64_t period;
 	int r;
 
@@ -548,6 +436,8 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
 	sluice_store_set_hooks(&sluice_serve_store_hooks);
+	/* Redis nodes' series (none until a Redis client reports one). */
+	sluice_metrics_set_store(&sluice_redis_exposition);
 	cfg = load_config(opts, err, sizeof(err));
 	if (!cfg) {
 		sluice_log_error("%s", err);
@@ -569,8 +459,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		sluice_config_free(cfg);
 		return 2;
 	}
-	s.store = sluice_memstore_new(cfg->store.max_keys ? cfg->store.max_keys
-							  : DEFAULT_MAX_KEYS);
+	s.store = sluice_memstore_new(sluice_config_max_keys(cfg));
 	s.live = s.store ? sluice_live_new(cfg) : NULL;
 	if (!s.live) {
 		if (!s.store)
@@ -653,8 +542,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		sluice_log_info("sluice %s listening on %s (%u thread%s, %s "
 				"store, %zu rule%s, config %s)",
 				SLUICE_VERSION, cfg->listen, s.nworkers,
-				s.nworkers == 1 ? "" : "s", store_name(cfg),
-				cfg->nrules, cfg->nrules == 1 ? "" : "s",
+				s.nworkers == 1 ? "" : "s",
+				sluice_config_store_name(cfg), cfg->nrules,
+				cfg->nrules == 1 ? "" : "s",
 				cfg->path ? cfg->path : "built-in default");
 		if (s.workers[0].admin_listening)
 			sluice_log_info("admin endpoints listening on %s",

@@ -10,13 +10,15 @@
  *                   old config kept; bucket state is kept (the store
  *                   outlives configs); connections stay open
  *   SIGTERM/SIGINT  stop accepting, answer what is in progress, close
- *                   idle connections, exit 0 (forced after drain_ms)
+ *                   idle connections, exit 0 (forced after 10 s:
+ *                   DRAIN_MS in tcp.c)
  */
 #ifndef SLUICE_SERVE_SERVER_H
 #define SLUICE_SERVE_SERVER_H
 
-#include "serve/conn.h"
-#include "serve/svc.h"
+#include "policy/svc.h"
+#include "serve/http_conn.h"
+#include "util/listen_socket.h"
 
 #include <stdatomic.h>
 #include <uv.h>
@@ -24,9 +26,6 @@
 /* Answers one connection may have unsent before it parses no further
  * requests: a few socket buffers (tcp.c). */
 #define SLUICE_OUT_HIGH (32 * 1024)
-/* Request and answer bytes all connections together may buffer before
- * those with unsent answers parse no further, split over the threads. */
-#define SLUICE_HELD_BUDGET (16u * 1024 * 1024)
 
 typedef struct sluice_serve_opts_s {
 	const char *config_path; /* NULL: the built-in classic policy */
@@ -90,12 +89,6 @@ void sluice_tcp_on_connection(uv_stream_t *listener, int status);
 void sluice_tcp_sweep(sluice_worker_t *w);
 void sluice_tcp_drain(sluice_worker_t *w);
 void sluice_tcp_close_all(sluice_worker_t *w);
-
-/* listen.c: a non-blocking listening socket on "ADDRESS:PORT" or
- * "[IPV6]:PORT" with SO_REUSEPORT, so that every thread can bind one;
- * `first` also checks that no other process holds the address.  Returns
- * the descriptor, or -1 with a message. */
-int sluice_listen_socket(const char *addr, int first, char *err, size_t errlen);
 
 /* Runs the service until SIGTERM; returns the exit status. */
 int sluice_serve(const sluice_serve_opts_t *opts);

@@ -4,8 +4,8 @@
  * metrics (metrics_redis.c).
  */
 #include "serve/store_events.h"
-#include "serve/log.h"
 #include "serve/metrics_redis.h"
+#include "util/log.h"
 
 #include <pthread.h>
 #include <stdio.h>

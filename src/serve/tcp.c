@@ -18,11 +18,13 @@
  */
 #include "serve/server.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define LINGER_MS 2000
-#define DRAIN_MS  10000
+/* SIGTERM: connections still open this long after are closed. */
+#define DRAIN_MS 10000
 
 static const sluice_conn_io_t tcp_io;
 
@@ -33,9 +35,7 @@ static sluice_tcp_t *tcp_of(sluice_conn_t *c)
 
 static unsigned idle_timeout_ms(sluice_worker_t *w)
 {
-	unsigned t = w->svc.live->cfg->idle_timeout_ms;
-
-	return t ? t : 60000;
+	return sluice_config_idle_timeout_ms(w->svc.live->cfg);
 }
 
 static void list_remove(sluice_tcp_t *t)
@@ -60,6 +60,8 @@ static void account(sluice_tcp_t *t)
 {
 	size_t held = t->conn.in.len + t->conn.out.len + t->wbuf.len;
 
+	/* The loop's total is the sum of its connections' shares. */
+	assert(t->w->held >= t->held);
 	t->w->held = t->w->held - t->held + held;
 	t->held = held;
 }
@@ -75,6 +77,7 @@ static void on_close(uv_handle_t *h)
 	sluice_tcp_t *t = h->data;
 
 	sluice_count(&t->w->svc.metrics->connections, (uint64_t)-1);
+	assert(t->w->held >= t->held);
 	t->w->held -= t->held;
 	t->held = 0;
 	sluice_buf_free(&t->wbuf);

@@ -2,7 +2,7 @@
  * rulestate.h -- a config's rules with bucket state, in simulated time.
  *
  * Both `sluice simulate --config` and `sluice replay` decide requests with
- * the verdict engine of `sluice serve` (serve/verdict.h) over a memory
+ * the verdict engine of `sluice serve` (policy/verdict.h) over a memory
  * store of the config's size, at the request's own time: the same rules
  * match, the same keys are charged all-or-nothing, shadow rules the same
  * way, so the answers are serve's by construction.  A keymap numbers the
@@ -11,7 +11,7 @@
 #ifndef SLUICE_SIM_RULESTATE_H
 #define SLUICE_SIM_RULESTATE_H
 
-#include "serve/verdict.h"
+#include "policy/verdict.h"
 #include "sim/keymap.h"
 
 /* One matching rule of one request. */

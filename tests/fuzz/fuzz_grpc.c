@@ -22,9 +22,9 @@
  */
 #include "envoy/config.h"
 #include "grpc/internal.h"
-#include "serve/backend.h"
-#include "serve/live.h"
-#include "serve/server.h"
+#include "policy/live.h"
+#include "store/store.h"
+#include "util/listen_socket.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -13,8 +13,8 @@
  * that are well-formed status lines, never a crash, leak or undefined
  * behaviour.
  */
-#include "serve/conn.h"
 #include "serve/handlers.h"
+#include "serve/http_conn.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -6,7 +6,7 @@
  */
 #include "check.h"
 #include "fake_store.h"
-#include "serve/verdict.h"
+#include "policy/verdict.h"
 
 #include <pthread.h>
 

@@ -3,7 +3,7 @@
  * file is refused with "FILE:LINE: what is wrong; what was expected".
  */
 #include "check.h"
-#include "serve/config.h"
+#include "policy/config.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -1089,9 +1089,62 @@ static void test_listen_parse(void)
 	CHECK(strstr(err, "expected") != NULL);
 }
 
+/* A field left 0 (a config made by hand) reads as the documented
+ * default (docs/CONFIG.md), the same the file's defaults give: no reader
+ * keeps a fallback of its own. */
+static void test_zero_fields_read_as_the_documented_defaults(void)
+{
+	sluice_config_t zero, *d = sluice_config_default();
+
+	CHECK(d != NULL);
+	memset(&zero, 0, sizeof(zero));
+	CHECK(sluice_config_max_header_bytes(&zero) == 8192);
+	CHECK(sluice_config_max_body_bytes(&zero) == 16384);
+	CHECK(sluice_config_idle_timeout_ms(&zero) == 30000);
+	CHECK(sluice_config_max_keys(&zero) == 1000000);
+	CHECK(sluice_config_max_header_bytes(d) == 8192);
+	CHECK(sluice_config_max_body_bytes(d) == 16384);
+	CHECK(sluice_config_idle_timeout_ms(d) == 30000);
+	CHECK(sluice_config_max_keys(d) == 1000000);
+	CHECK(d->store.timeout_ms == 50 && d->store.connections == 1);
+	sluice_config_free(d);
+}
+
+/* What a reload cannot apply: named field by field, the store's settings
+ * compared as a whole (a password or a TLS file counts). */
+static void test_reload_names_what_needs_a_restart(void)
+{
+	char err[256], buf[128];
+	sluice_config_t *a = parse("store: {redis: {url: \"redis://h:1\", "
+				   "timeout_ms: 50}}\n",
+				   err, sizeof(err));
+	sluice_config_t *b = parse("store: {redis: {url: \"redis://h:1\", "
+				   "timeout_ms: 50}}\nthreads: 2\n",
+				   err, sizeof(err));
+	sluice_config_t *c = parse("store: {redis: {url: \"redis://h:1\", "
+				   "timeout_ms: 60}}\n",
+				   err, sizeof(err));
+
+	CHECK(a && b && c);
+	CHECK(sluice_config_store_same(&a->store, &b->store));
+	CHECK(!sluice_config_store_same(&a->store, &c->store));
+	CHECK(strcmp(sluice_config_restart_fields(a, a, buf, sizeof(buf)),
+		     "") == 0);
+	CHECK(strcmp(sluice_config_restart_fields(b, a, buf, sizeof(buf)),
+		     "threads") == 0);
+	CHECK(strcmp(sluice_config_restart_fields(c, b, buf, sizeof(buf)),
+		     "threads, store") == 0);
+	CHECK(strcmp(sluice_config_store_name(a), "redis") == 0);
+	sluice_config_free(a);
+	sluice_config_free(b);
+	sluice_config_free(c);
+}
+
 int main(void)
 {
 	RUN(test_default_is_the_classic_policy);
+	RUN(test_zero_fields_read_as_the_documented_defaults);
+	RUN(test_reload_names_what_needs_a_restart);
 	RUN(test_bad_redis_urls_fail_at_load_masked);
 	RUN(test_file_without_rules_gets_the_classic_rule);
 	RUN(test_issue_example_parses);

@@ -6,7 +6,7 @@
  */
 #include "check.h"
 #include "fake_store.h"
-#include "serve/conn.h"
+#include "serve/http_conn.h"
 
 #include <arpa/inet.h>
 #include <string.h>

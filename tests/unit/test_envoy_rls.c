@@ -11,7 +11,7 @@
 #include "check.h"
 #include "envoy/config.h"
 #include "envoy/rls.h"
-#include "serve/svc.h"
+#include "policy/svc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

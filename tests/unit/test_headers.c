@@ -4,7 +4,7 @@
  * RateLimit-Policy window, string escaping.
  */
 #include "check.h"
-#include "serve/headers.h"
+#include "policy/ratelimit_headers.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * grouping, IPv4-mapped peers).
  */
 #include "check.h"
-#include "serve/config.h"
+#include "policy/config.h"
 #include "util/sha256.h"
 
 #include <arpa/inet.h>

@@ -7,7 +7,7 @@
  */
 #include "check.h"
 #include "fake_store.h"
-#include "serve/verdict.h"
+#include "policy/verdict.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>

@@ -1,9 +1,10 @@
 /*
  * live.c -- reference-counted configs.
  */
-#include "serve/live.h"
-#include "serve/metrics.h"
+#include "policy/live.h"
+#include "policy/counters.h"
 
+#include <assert.h>
 #include <stdlib.h>
 
 sluice_live_t *sluice_live_new(sluice_config_t *cfg)
@@ -26,15 +27,23 @@ sluice_live_t *sluice_live_new(sluice_config_t *cfg)
 
 void sluice_live_ref(sluice_live_t *live)
 {
-	atomic_fetch_add_explicit(&live->refs, 1, memory_order_relaxed);
+	/* Only a holder takes another reference: never from 0 (freed). */
+	int was =
+		atomic_fetch_add_explicit(&live->refs, 1, memory_order_relaxed);
+
+	assert(was > 0);
+	(void)was;
 }
 
 void sluice_live_unref(sluice_live_t *live)
 {
 	if (!live)
 		return;
-	if (atomic_fetch_sub_explicit(&live->refs, 1, memory_order_acq_rel) !=
-	    1)
+	int was =
+		atomic_fetch_sub_explicit(&live->refs, 1, memory_order_acq_rel);
+
+	assert(was > 0); /* one unref per reference */
+	if (was != 1)
 		return;
 	sluice_config_free(live->cfg);
 	free(live->slots);

@@ -1,7 +1,8 @@
 /*
- * headers.c -- formatting of the rate-limit header fields and 429 body.
+ * ratelimit_headers.c -- formatting of the rate-limit header fields and 429
+ * body.
  */
-#include "serve/headers.h"
+#include "policy/ratelimit_headers.h"
 #include "util/num.h"
 
 #include <string.h>

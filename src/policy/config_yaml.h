@@ -5,8 +5,8 @@
  * Internal to the config reader (config.c); nothing here is exported from
  * the program.
  */
-#ifndef SLUICE_SERVE_CONFIG_YAML_H
-#define SLUICE_SERVE_CONFIG_YAML_H
+#ifndef SLUICE_POLICY_CONFIG_YAML_H
+#define SLUICE_POLICY_CONFIG_YAML_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -100,4 +100,4 @@ yaml_node_t *sluice_yaml_get_key(sluice_yaml_t *y, yaml_node_t *map,
 size_t sluice_yaml_seq_len(const yaml_node_t *seq);
 yaml_node_t *sluice_yaml_seq_at(sluice_yaml_t *y, yaml_node_t *seq, size_t i);
 
-#endif /* SLUICE_SERVE_CONFIG_YAML_H */
+#endif /* SLUICE_POLICY_CONFIG_YAML_H */

@@ -6,8 +6,8 @@
  * written with a single write(2), so lines from different threads never
  * interleave.
  */
-#ifndef SLUICE_SERVE_LOG_H
-#define SLUICE_SERVE_LOG_H
+#ifndef SLUICE_UTIL_LOG_H
+#define SLUICE_UTIL_LOG_H
 
 #if defined(__GNUC__)
 #define SLUICE_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -19,4 +19,4 @@ void sluice_log_info(const char *fmt, ...) SLUICE_PRINTF(1, 2);
 void sluice_log_warn(const char *fmt, ...) SLUICE_PRINTF(1, 2);
 void sluice_log_error(const char *fmt, ...) SLUICE_PRINTF(1, 2);
 
-#endif /* SLUICE_SERVE_LOG_H */
+#endif /* SLUICE_UTIL_LOG_H */

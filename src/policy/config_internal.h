@@ -2,11 +2,11 @@
  * config_internal.h -- shared between the parts of the config reader
  * (config.c: the file and its top-level settings; config_rule.c: rules).
  */
-#ifndef SLUICE_SERVE_CONFIG_INTERNAL_H
-#define SLUICE_SERVE_CONFIG_INTERNAL_H
+#ifndef SLUICE_POLICY_CONFIG_INTERNAL_H
+#define SLUICE_POLICY_CONFIG_INTERNAL_H
 
-#include "serve/config.h"
-#include "serve/config_yaml.h"
+#include "policy/config.h"
+#include "policy/config_yaml.h"
 
 /* Longest rule or tier name: keeps store keys well inside
  * sluice_match_t.key. */
@@ -16,6 +16,14 @@
  * not one).  Room for 100,000 overrides with keys of up to 256 bytes
  * (their documented form takes 48 bytes with a 12-byte key). */
 #define SLUICE_CONFIG_MAX_BYTES (32 * 1024 * 1024)
+
+/* Replaces *dst with a copy of src: 0, or -1 when out of memory. */
+int sluice_config_set_string(char **dst, const char *src);
+
+/* Parses `store:` into st (config_store.c); frees what it holds. */
+int sluice_config_parse_store(sluice_yaml_t *y, yaml_node_t *node,
+			      sluice_store_config_t *st);
+void sluice_config_free_store(sluice_store_config_t *st);
 
 /* Parses the `rules:` list into cfg->rules. */
 int sluice_config_parse_rules(sluice_yaml_t *y, yaml_node_t *node,
@@ -49,4 +57,4 @@ int sluice_config_parse_overrides(sluice_yaml_t *y, yaml_node_t *inline_map,
 				  const char *rule);
 void sluice_config_free_overrides(sluice_rule_t *r);
 
-#endif /* SLUICE_SERVE_CONFIG_INTERNAL_H */
+#endif /* SLUICE_POLICY_CONFIG_INTERNAL_H */

@@ -5,14 +5,14 @@
  * appends become no-ops, and the connection that owns it closes instead of
  * answering with a truncated message.
  */
-#ifndef SLUICE_SERVE_BUF_H
-#define SLUICE_SERVE_BUF_H
+#ifndef SLUICE_UTIL_BUF_H
+#define SLUICE_UTIL_BUF_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "serve/log.h"
+#include "util/log.h"
 
 typedef struct sluice_buf_s {
 	char *data;
@@ -50,4 +50,4 @@ void sluice_buf_json_str(sluice_buf_t *b, const char *s, size_t n);
 void sluice_buf_consume(sluice_buf_t *b, size_t n);
 void sluice_buf_free(sluice_buf_t *b);
 
-#endif /* SLUICE_SERVE_BUF_H */
+#endif /* SLUICE_UTIL_BUF_H */

@@ -9,11 +9,12 @@
  * answered synchronously need no reference: the switch runs on the same
  * thread, between requests.
  */
-#ifndef SLUICE_SERVE_LIVE_H
-#define SLUICE_SERVE_LIVE_H
+#ifndef SLUICE_POLICY_LIVE_H
+#define SLUICE_POLICY_LIVE_H
 
-#include "serve/config.h"
+#include "policy/config.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -33,7 +34,9 @@ void sluice_live_unref(sluice_live_t *live);
 static inline size_t sluice_live_rule_index(const sluice_live_t *live,
 					    const sluice_rule_t *rule)
 {
+	assert(rule >= live->cfg->rules &&
+	       rule < live->cfg->rules + live->cfg->nrules);
 	return (size_t)(rule - live->cfg->rules);
 }
 
-#endif /* SLUICE_SERVE_LIVE_H */
+#endif /* SLUICE_POLICY_LIVE_H */

@@ -6,7 +6,7 @@
  * can name the exact line of the offending value.  Aliases are kept as
  * shared nodes (never expanded), so a hostile file cannot blow up memory.
  */
-#include "serve/config_yaml.h"
+#include "policy/config_yaml.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /*
- * conn.h -- one HTTP/1.1 connection as a byte-processing state machine.
+ * http_conn.h -- one HTTP/1.1 connection as a byte-processing state machine.
  *
- * conn.c turns bytes into requests (http-parser), enforces the limits on
+ * http_conn.c turns bytes into requests (http-parser), enforces the limits on
  * what a client may send (431, 413, 400), calls the handlers, and appends
- * answers to `out`.  It never touches a socket: the transport (socket.c,
+ * answers to `out`.  It never touches a socket: the transport (tcp.c,
  * or a fuzzer) feeds bytes in with sluice_conn_feed(), writes out `out`,
  * and closes when `want_close` is set and `out` is empty.
  *
@@ -14,11 +14,12 @@
  * arrives, io->wake() tells the transport to write and call
  * sluice_conn_resume().
  */
-#ifndef SLUICE_SERVE_CONN_H
-#define SLUICE_SERVE_CONN_H
+#ifndef SLUICE_SERVE_HTTP_CONN_H
+#define SLUICE_SERVE_HTTP_CONN_H
 
-#include "serve/buf.h"
-#include "serve/svc.h"
+#include "policy/svc.h"
+#include "serve/metrics.h"
+#include "util/buf.h"
 
 #include <http_parser.h>
 #include <stdint.h>
@@ -62,7 +63,7 @@ struct sluice_conn_s {
 	unsigned value_at_end : 1; /* last value piece ended the chunk */
 	unsigned in_trailers : 1;  /* past the head: fields are trailers */
 	size_t trailer_bytes;	   /* of trailer fields, bounded too */
-	/* chunked framing, checked by conn.c beside the parser */
+	/* chunked framing, checked by http_conn.c beside the parser */
 	unsigned chunk_head : 1; /* paused at the end of a chunked head */
 	unsigned ck_active : 1;	 /* reading a chunked body */
 	unsigned ck_skip : 1;	 /* the next byte is the head's last LF */
@@ -74,7 +75,6 @@ struct sluice_conn_s {
 	int method; /* enum http_method */
 	int keep_alive;
 	int status;		 /* of the answer being written */
-	int deny_status;	 /* /v1/check: the status of a limited answer */
 	sluice_live_t *req_live; /* config the request was decided with */
 	sluice_take_t *take;	 /* decision in flight */
 
@@ -161,4 +161,4 @@ void sluice_conn_wait(sluice_conn_t *c);
 
 const char *sluice_status_text(int status);
 
-#endif /* SLUICE_SERVE_CONN_H */
+#endif /* SLUICE_SERVE_HTTP_CONN_H */

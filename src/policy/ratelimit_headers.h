@@ -1,5 +1,5 @@
 /*
- * headers.h -- the rate-limit answer in HTTP header fields.
+ * ratelimit_headers.h -- the rate-limit answer in HTTP header fields.
  *
  * Two vocabularies, both on every answer that carries a decision:
  *
@@ -19,11 +19,11 @@
  *
  * Everything here is pure formatting, unit-tested in tests/unit.
  */
-#ifndef SLUICE_SERVE_HEADERS_H
-#define SLUICE_SERVE_HEADERS_H
+#ifndef SLUICE_POLICY_RATELIMIT_HEADERS_H
+#define SLUICE_POLICY_RATELIMIT_HEADERS_H
 
-#include "serve/buf.h"
 #include "sluice.h"
+#include "util/buf.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -72,4 +72,4 @@ void sluice_sf_string(sluice_buf_t *out, const char *name);
 void sluice_limited_body(sluice_buf_t *out, const char *name,
 			 uint64_t retry_us);
 
-#endif /* SLUICE_SERVE_HEADERS_H */
+#endif /* SLUICE_POLICY_RATELIMIT_HEADERS_H */

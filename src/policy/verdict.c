@@ -9,8 +9,9 @@
  * started.  When the last one is in, finish() folds the results into the
  * verdict.
  */
-#include "serve/verdict.h"
+#include "policy/verdict.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,7 @@ static void finish(sluice_take_t *t);
 
 static void unref(sluice_take_t *t)
 {
+	assert(t->pending > 0 && !t->finished);
 	if (--t->pending == 0)
 		finish(t);
 }
@@ -240,6 +242,8 @@ static void finish(sluice_take_t *t)
 		}
 	if (v->status)
 		v->allowed = 0;
+	/* The callback runs exactly once per decide. */
+	assert(!t->finished);
 	t->finished = 1;
 	t->cb(t->arg, v);
 }
@@ -263,6 +267,10 @@ void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 {
 	size_t i, k = 0, enforcing, c = 0;
 
+	/* A take is decided once at a time: the last verdict is delivered
+	 * (or the take is new) before it is reused. */
+	assert(t->pending == 0);
+	assert(t->nmatches <= t->cap);
 	t->be = be;
 	t->cb = cb;
 	t->arg = arg;
@@ -282,5 +290,6 @@ void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 		issue(t, c++, 0, enforcing);
 	for (k = enforcing; k < t->nmatches; k++)
 		issue(t, c++, k, 1);
+	assert(k == t->nmatches);
 	unref(t);
 }

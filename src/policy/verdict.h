@@ -24,10 +24,10 @@
  * replay the request's simulated or logged time (a Redis store uses the
  * server's own clock whatever is passed).
  */
-#ifndef SLUICE_SERVE_VERDICT_H
-#define SLUICE_SERVE_VERDICT_H
+#ifndef SLUICE_POLICY_VERDICT_H
+#define SLUICE_POLICY_VERDICT_H
 
-#include "serve/config.h"
+#include "policy/config.h"
 #include "store/store.h"
 
 /* What became of one matched rule. */
@@ -116,4 +116,4 @@ int sluice_take_match(sluice_take_t *t, const sluice_config_t *cfg,
 void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 			   int64_t now_us, sluice_verdict_cb cb, void *arg);
 
-#endif /* SLUICE_SERVE_VERDICT_H */
+#endif /* SLUICE_POLICY_VERDICT_H */

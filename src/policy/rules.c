@@ -17,7 +17,7 @@
  * X-Forwarded-For is read from the right across all of its lines, and a
  * header used as an identity that comes on two lines is not used at all.
  */
-#include "serve/config.h"
+#include "policy/config.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

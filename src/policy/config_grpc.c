@@ -7,9 +7,9 @@
  *
  * Without the section (and without --grpc-listen) there is no gRPC
  * listener.  The address, like `listen`, is set up once: a reload that
- * changes it is logged and not applied (server.c).
+ * changes it is logged and not applied (config_reload.c).
  */
-#include "serve/config_internal.h"
+#include "policy/config_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * so again on SIGHUP); surrounding whitespace, such as the newline an
  * editor adds, is not part of the token.
  */
-#include "serve/config_internal.h"
+#include "policy/config_internal.h"
 #include "util/file.h"
 
 #include <ctype.h>

@@ -1,7 +1,7 @@
 /*
  * buf.c -- growable byte buffers.
  */
-#include "serve/buf.h"
+#include "util/buf.h"
 #include "util/num.h"
 
 #include <stdarg.h>

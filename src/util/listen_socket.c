@@ -1,18 +1,75 @@
 /*
- * listen.c -- listening sockets made by hand.
+ * listen_socket.c -- listening sockets made by hand.
  *
  * libuv 1.44 cannot set SO_REUSEPORT, so the socket is created here and
  * handed to the loop with uv_tcp_open().  Every loop thread binds its own
  * socket to the same address; the kernel balances connections across them.
  */
-#include "serve/server.h"
+#include "util/listen_socket.h"
 
+#include "sluice.h"
+
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+int sluice_listen_parse(const char *text, struct sockaddr_storage *ss,
+			char *err, size_t errlen)
+{
+	char host[INET6_ADDRSTRLEN + 1];
+	const char *port, *end;
+	unsigned long p;
+	size_t hlen;
+
+	memset(ss, 0, sizeof(*ss));
+	if (text[0] == '[') {
+		end = strchr(text, ']');
+		if (!end || end[1] != ':')
+			goto bad;
+		hlen = (size_t)(end - text - 1);
+		text++;
+		port = end + 2;
+	} else {
+		end = strrchr(text, ':');
+		if (!end || memchr(text, ':', (size_t)(end - text)))
+			goto bad;
+		hlen = (size_t)(end - text);
+		port = end + 1;
+	}
+	if (hlen == 0 || hlen >= sizeof(host) || !*port ||
+	    strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
+		goto bad;
+	p = strtoul(port, NULL, 10);
+	if (p == 0 || p > 65535)
+		goto bad;
+	memcpy(host, text, hlen);
+	host[hlen] = '\0';
+	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr)) {
+		ss->ss_family = AF_INET;
+		((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)p);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host,
+		      &((struct sockaddr_in6 *)ss)->sin6_addr)) {
+		ss->ss_family = AF_INET6;
+		((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)p);
+		return 0;
+	}
+bad:
+	if (err && errlen)
+		snprintf(err, errlen,
+			 "listen address \"%.80s\" is not valid; expected "
+			 "ADDRESS:PORT with a numeric address and a port from "
+			 "1 to 65535, e.g. 127.0.0.1:8080 or [::1]:8080",
+			 text);
+	return SLUICE_EINVAL;
+}
 
 /*
  * SO_REUSEPORT would also let a second sluice process (same user) bind the

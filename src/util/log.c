@@ -1,7 +1,7 @@
 /*
  * log.c -- timestamped single-line messages on stderr.
  */
-#include "serve/log.h"
+#include "util/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

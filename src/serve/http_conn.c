@@ -1,5 +1,6 @@
 /*
- * conn.c -- http-parser glue: bytes in, requests to the handlers, answers out.
+ * http_conn.c -- http-parser glue: bytes in, requests to the handlers, answers
+ * out.
  *
  * The parser pauses itself at the end of every request (on_message_complete)
  * so that requests are handled one at a time, in order, however many arrive
@@ -8,16 +9,14 @@
  * buffer is shared by every connection of the thread), each URL, name and
  * value NUL-terminated, so handlers see plain C strings.
  */
-#include "serve/conn.h"
+#include "serve/http_conn.h"
 #include "serve/handlers.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
-#define DEFAULT_MAX_HEADER_BYTES 8192
-#define DEFAULT_MAX_BODY_BYTES	 65536
 
 static uint64_t now_ns(void)
 {
@@ -34,16 +33,12 @@ static sluice_conn_t *conn_of(http_parser *p)
 
 static size_t max_header_bytes(const sluice_conn_t *c)
 {
-	size_t m = c->svc->live->cfg->max_header_bytes;
-
-	return m ? m : DEFAULT_MAX_HEADER_BYTES;
+	return sluice_config_max_header_bytes(c->svc->live->cfg);
 }
 
 static size_t max_body_bytes(const sluice_conn_t *c)
 {
-	size_t m = c->svc->live->cfg->max_body_bytes;
-
-	return m ? m : DEFAULT_MAX_BODY_BYTES;
+	return sluice_config_max_body_bytes(c->svc->live->cfg);
 }
 
 /* ---------------------------------------------------- parser callbacks */
@@ -641,6 +636,8 @@ static void trim(sluice_conn_t *c)
 
 static void dispatch(sluice_conn_t *c)
 {
+	/* One request at a time: nothing pending when the next is handled. */
+	assert(!c->waiting && !c->take);
 	c->req_live = c->svc->live;
 	c->dispatching = 1;
 	sluice_handle(c);
@@ -767,6 +764,7 @@ int sluice_conn_release(sluice_conn_t *c)
 
 void sluice_conn_wait(sluice_conn_t *c)
 {
+	assert(!c->waiting); /* at most one decision pending */
 	c->waiting = 1;
 }
 

@@ -1,0 +1,80 @@
+/*
+ * counters.h -- the counters every front end and the verdict engine count
+ * into: one block per loop thread.
+ *
+ * Each loop thread owns one sluice_metrics_t and is its only writer, so
+ * counting is a relaxed load and store (no locked instruction, no shared
+ * cache line); GET /metrics (serve/metrics.c) sums every thread's block
+ * when scraped.  Rules are counted in "slots" keyed by rule name, so
+ * counters survive a config reload and a renamed rule simply starts a new
+ * series.
+ */
+#ifndef SLUICE_POLICY_COUNTERS_H
+#define SLUICE_POLICY_COUNTERS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLUICE_METRIC_SLOTS    256 /* distinct rule names; more share the last */
+#define SLUICE_METRIC_ADHOC    0   /* slot of POST /v1/take ad-hoc limits */
+#define SLUICE_LATENCY_BUCKETS 13
+#define SLUICE_GRPC_METHODS                                                    \
+	4 /* ShouldRateLimit, Health/Check, Health/Watch, other */
+/* Why the gRPC listener cut a connection off (src/grpc/conn.c). */
+#define SLUICE_GRPC_REFUSALS                                                   \
+	4 /* reset_flood, frame_flood, header_flood,                           \
+	     protocol_error */
+
+typedef enum {
+	SLUICE_RESULT_ALLOWED = 0,
+	SLUICE_RESULT_LIMITED,
+	SLUICE_RESULT_ERROR, /* the store failed */
+	SLUICE_RESULTS
+} sluice_result_t;
+
+typedef _Atomic uint64_t sluice_counter_t;
+
+typedef struct sluice_metrics_s {
+	sluice_counter_t decisions[SLUICE_METRIC_SLOTS][SLUICE_RESULTS];
+	sluice_counter_t shadow_rejections[SLUICE_METRIC_SLOTS];
+	sluice_counter_t store_errors[SLUICE_METRIC_SLOTS];
+	sluice_counter_t responses[16]; /* by status, see metrics.c */
+	sluice_counter_t latency[SLUICE_LATENCY_BUCKETS + 1];
+	sluice_counter_t latency_sum_ns;
+	sluice_counter_t connections; /* open now (gauge) */
+	sluice_counter_t accepted;
+	sluice_counter_t timeouts;
+	/* gRPC calls answered (src/grpc/), by method (ShouldRateLimit,
+	 * Health/Check, Health/Watch, any other path) and grpc-status
+	 * (0..16). */
+	sluice_counter_t grpc_calls[SLUICE_GRPC_METHODS][17];
+	sluice_counter_t grpc_connections; /* open now (gauge) */
+	sluice_counter_t grpc_accepted;
+	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
+	struct sluice_metrics_s *next;
+} sluice_metrics_t;
+
+/* Single-writer increment. */
+static inline void sluice_count(sluice_counter_t *c, uint64_t n)
+{
+	atomic_store_explicit(c,
+			      atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
+/* A zeroed block, registered for scraping (never freed: it is scraped
+ * by other threads). */
+sluice_metrics_t *sluice_metrics_new(void);
+
+/* The slot for a rule name (registered on first use; thread-safe). */
+uint16_t sluice_metrics_slot(const char *name);
+
+/* Calls fn with every registered block (a list through ->next) and the
+ * slot names so far, holding the registry's lock (no slot is added
+ * meanwhile). */
+void sluice_metrics_visit(void (*fn)(void *arg, const sluice_metrics_t *all,
+				     const char *const *names, size_t n),
+			  void *arg);
+
+#endif /* SLUICE_POLICY_COUNTERS_H */

@@ -1,0 +1,28 @@
+/*
+ * svc.h -- what request handling needs from the thread it runs on: the
+ * policy engine's per-thread context, the same for every front end (HTTP
+ * in src/serve, gRPC in src/grpc, the RLS engine in src/envoy).
+ *
+ * One per event-loop thread (serve/server.c), or one per fuzz run: the
+ * current config, the decision backend, the thread's counters.  Nothing
+ * here knows about sockets, so tests and fuzzers drive request handling
+ * from memory.
+ */
+#ifndef SLUICE_POLICY_SVC_H
+#define SLUICE_POLICY_SVC_H
+
+#include "policy/counters.h"
+#include "policy/live.h"
+#include "policy/verdict.h"
+
+typedef struct sluice_svc_s {
+	sluice_live_t *live; /* this thread's current config (one ref) */
+	sluice_backend_t backend;
+	sluice_metrics_t *metrics;
+	sluice_memstore_t *store; /* the shared memory store (stats) */
+	int draining;		  /* SIGTERM: readyz fails, conns close */
+	sluice_take_t *spare;	  /* one cached sluice_take_t */
+	int admin_apart; /* admin endpoints only on admin.listen's socket */
+} sluice_svc_t;
+
+#endif /* SLUICE_POLICY_SVC_H */

@@ -423,9 +423,11 @@ class GrpcTransportTest(unittest.TestCase):
             0), 1)
         self.assert_alive()
 
-    def raw_frames(self, frames):
+    def raw_frames(self, frames, must_close=True):
         """Sends the preface and frames; returns what came back until
-        the server closed."""
+        the server closed (or, when must_close is false, until it has
+        been quiet for a while: a server that keeps up with a flood of
+        frames it must only acknowledge may leave the connection open)."""
         from hyperframe.frame import SettingsFrame
         c = socket.create_connection(("127.0.0.1", self.s.grpc_port), 20)
         out = b""
@@ -442,6 +444,10 @@ class GrpcTransportTest(unittest.TestCase):
                 try:
                     b = c.recv(65536)
                 except ConnectionResetError:
+                    break
+                except TimeoutError:
+                    if must_close:
+                        raise
                     break
                 if not b:
                     break
@@ -498,7 +504,11 @@ class GrpcTransportTest(unittest.TestCase):
         for i in range(5000):
             frames.append(PingFrame(0, opaque_data=b"12345678").serialize())
             frames.append(SettingsFrame(0).serialize())
-        self.raw_frames(frames)
+        # Whether nghttp2 cuts the connection off (its queue of unsent
+        # acknowledgements full) or keeps up depends on how fast this
+        # client's socket drains on a busy machine; either way the server
+        # must stay up and answer others.
+        self.raw_frames(frames, must_close=False)
         self.assert_alive()
 
 

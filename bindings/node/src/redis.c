@@ -35,6 +35,9 @@ typedef struct rclient_s {
 	 * "" once that node answers again: the why of a failed take. */
 	char why[320];
 	char why_node[128];
+	/* Its kind, so a failed take's error can carry a code saying it
+	 * (ERR_SLUICE_REFUSED); 0 with no why. */
+	int why_kind;
 } rclient_t;
 
 typedef struct rcall_s {
@@ -212,19 +215,30 @@ static void on_event(void *arg, const sluice_redis_event_t *ev)
 	case SLUICE_REDIS_EV_UNREACHABLE:
 	case SLUICE_REDIS_EV_TIMEOUT:
 	case SLUICE_REDIS_EV_NO_MASTER:
+	/* The server's words, redacted by the client as it read them. */
+	case SLUICE_REDIS_EV_REFUSED:
 		snprintf(c->why, sizeof(c->why), "%.100s: %s%s%.180s", ev->node,
 			 sluice_redis_event_name(ev->kind),
 			 ev->detail[0] ? ": " : "", ev->detail);
 		snprintf(c->why_node, sizeof(c->why_node), "%s", ev->node);
+		c->why_kind = (int)ev->kind;
 		break;
 	case SLUICE_REDIS_EV_CONNECTED:
-		if (strcmp(c->why_node, ev->node) == 0)
+	case SLUICE_REDIS_EV_BREAKER_CLOSED:
+		/* A closing breaker is calls answered again: not a cure for
+		 * a node that cannot be reached, only for refusals. */
+		if (strcmp(c->why_node, ev->node) == 0 &&
+		    (ev->kind == SLUICE_REDIS_EV_CONNECTED ||
+		     c->why_kind == SLUICE_REDIS_EV_REFUSED)) {
 			c->why[0] = '\0';
+			c->why_kind = 0;
+		}
 		break;
 	case SLUICE_REDIS_EV_MASTER_CHANGED:
 		/* Sentinel: the one data node moved; what failed before
 		 * was about the old master, or about having none. */
 		c->why[0] = '\0';
+		c->why_kind = 0;
 		break;
 	default:
 		break;
@@ -655,12 +669,12 @@ static napi_value redis_healthy(napi_env env, napi_callback_info info)
 	return res;
 }
 
-/* redisLastError(client) -> "node: kind: reason" of the last failure a
- * node reported and still has, or "" */
+/* redisLastError(client) -> ["node: kind: reason", kind] of the last
+ * failure a node reported and still has, or ["", ""] */
 static napi_value redis_last_error(napi_env env, napi_callback_info info)
 {
 	size_t argc = 1;
-	napi_value argv[1], res;
+	napi_value argv[1], res, why, kind;
 	rclient_t *c;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
@@ -668,7 +682,18 @@ static napi_value redis_last_error(napi_env env, napi_callback_info info)
 	if (!c)
 		return addon_throw_last(env);
 	CHECK(env,
-	      napi_create_string_utf8(env, c->why, NAPI_AUTO_LENGTH, &res));
+	      napi_create_string_utf8(env, c->why, NAPI_AUTO_LENGTH, &why));
+	CHECK(env,
+	      napi_create_string_utf8(
+		      env,
+		      c->why[0] && c->why_kind
+			      ? sluice_redis_event_name(
+					(sluice_redis_event_kind_t)c->why_kind)
+			      : "",
+		      NAPI_AUTO_LENGTH, &kind));
+	CHECK(env, napi_create_array_with_length(env, 2, &res));
+	CHECK(env, napi_set_element(env, res, 0, why));
+	CHECK(env, napi_set_element(env, res, 1, kind));
 	return res;
 }
 

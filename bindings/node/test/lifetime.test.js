@@ -77,6 +77,56 @@ test('onError and the error event: once per change of a node\'s state, with the 
   }
 });
 
+test('a Redis refusing the calls: onError and the error event say refused with its redacted words; takes fail ERR_SLUICE_REFUSED', async () => {
+  const redis = await Redis.start(['--rename-command', 'EVALSHA', '']);
+  const errors = [];
+  const events = [];
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 2000, scriptOnly: true } }, onError: (e) => errors.push(e) });
+  limiter.on('error', (e) => events.push(e));
+  const pol = sluice.policy([{ capacity: 5, rate: '1/s' }]);
+  try {
+    const e = await limiter.take('secret-key-name', pol).then(() => null, (err) => err);
+    assert.ok(e, 'the take was refused');
+    assert.equal(e.code, 'ERR_SLUICE_REFUSED', e.message);
+    assert.match(e.message, /refused.*unknown command/i);
+    assert.ok(!e.message.includes('secret-key-name'), e.message);
+    await waitFor(() => errors.length > 0, 'onError');
+    assert.equal(errors[0].code, 'ERR_SLUICE_REFUSED');
+    assert.equal(errors[0].reason, 'refused');
+    assert.equal(errors[0].node, `127.0.0.1:${redis.port}`);
+    assert.match(errors[0].detail, /unknown command/i);
+    assert.ok(!errors[0].detail.includes('secret-key-name'), errors[0].detail);
+    assert.deepEqual(events.map((x) => x.message), errors.map((x) => x.message));
+  } finally {
+    await limiter.close();
+    await redis.stop();
+  }
+});
+
+test('a Redis that may evict buckets: onError and the error event say so (ERR_SLUICE_EVICTION); takes go on', async () => {
+  const redis = await Redis.start(['--maxmemory', '64mb', '--maxmemory-policy', 'allkeys-lru']);
+  const errors = [];
+  const events = [];
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 2000 } }, onError: (e) => errors.push(e) });
+  limiter.on('error', (e) => events.push(e));
+  const pol = sluice.policy([{ capacity: 5, rate: '1/s' }]);
+  try {
+    await waitFor(() => errors.length > 0, 'onError');
+    assert.equal(errors[0].code, 'ERR_SLUICE_EVICTION');
+    assert.equal(errors[0].reason, 'eviction_policy');
+    assert.equal(errors[0].node, `127.0.0.1:${redis.port}`);
+    assert.match(errors[0].detail, /allkeys-lru/);
+    assert.match(errors[0].message, /may evict buckets/);
+    assert.equal(events.length, 1);
+    assert.equal((await limiter.take('k', pol)).allowed, true);
+    await sleep(300);
+    assert.equal(errors.length, 1, 'told once');
+  } finally {
+    await limiter.close();
+    await redis.stop();
+  }
+});
+
 test('no error listener: a failing node is no uncaught error (takes say it)', async () => {
   const port = await freePort();
   const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 200 } } });

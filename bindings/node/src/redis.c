@@ -588,6 +588,14 @@ static void call_js(rclient_t *c, rcall_t *call, napi_value recv)
  * failing at once) join this batch; those queued by the checkpoint wait
  * for the next turn.
  */
+static void stop_handles(rclient_t *c)
+{
+	if (!c->closed) {
+		uv_check_stop(&c->check);
+		uv_idle_stop(&c->idle);
+	}
+}
+
 static void deliver(rclient_t *c)
 {
 	napi_env env = c->env;
@@ -596,12 +604,11 @@ static void deliver(rclient_t *c)
 	napi_value owner, global;
 	rcall_t *call;
 
-	if (c->flushing || !c->q_head || c->teardown)
+	if (c->flushing || c->teardown)
 		return;
-	if (!c->closed) {
-		uv_check_stop(&c->check);
-		uv_idle_stop(&c->idle);
-	}
+	stop_handles(c);
+	if (!c->q_head)
+		return;
 	if (napi_open_handle_scope(env, &hs) != napi_ok)
 		return;
 	if (napi_get_reference_value(env, c->owner, &owner) != napi_ok ||
@@ -624,6 +631,9 @@ static void deliver(rclient_t *c)
 		napi_delete_reference(env, call->cb);
 		free(call);
 	}
+	/* What joined meanwhile was delivered here: an idle handle left
+	 * running would keep the loop from ever waiting. */
+	stop_handles(c);
 	c->flushing = 0;
 	napi_close_callback_scope(env, cs);
 	napi_close_handle_scope(env, hs);

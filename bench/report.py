@@ -282,6 +282,20 @@ def node_section(w, plots, nd):
              "limiter's own node CPU µs/call, in-process",
              "Redis CPU µs/request",
              "one key: passed of 105"], rows))
+    spread = []
+    for app, label, _ in NODE_APPS:
+        runs = nd.get(app + "_runs") or []
+        if len(runs) > 1:
+            spread.append([label] + [", ".join(fmt(r.get(k)) for r in runs)
+                                     for k in ("rps", "p99_ms",
+                                               "cpu_us_per_req")])
+    if spread:
+        w("\nThe apps the targets compare ran %s times each, in turn "
+          "(a pass over every app, then sluice Redis, the classic, bare and "
+          "sluice memory again, in that order, per further round); "
+          "the table gives each figure's median. Every run, in order:\n"
+          % fmt(nd.get("rounds")))
+        w(table(["app", "req/s", "p99 ms", "node CPU µs/request"], spread))
     loads = [nd[a + "_loadavg_1m"] for a, _, _ in NODE_APPS
              if nd.get(a + "_loadavg_1m") is not None]
     if loads:

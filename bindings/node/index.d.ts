@@ -93,13 +93,14 @@ export interface RedisOptions {
 }
 
 export interface LimiterOptions {
-  /** 'memory' (default), { memory: { maxKeys } }, { shared: { path, maxKeys } }
+  /** 'memory' (default), { memory: { maxKeys } }, { shared: { path, maxKeys, group } }
    * (the host's shared-memory store: every process that opens the same file
-   * shares its buckets) or { redis: RedisOptions }. */
+   * shares its buckets; group, a name or gid, shares it across users) or
+   * { redis: RedisOptions }. */
   store?:
     | 'memory'
     | { memory: { maxKeys?: number } }
-    | { shared: { path: string; maxKeys?: number } }
+    | { shared: { path: string; maxKeys?: number; group?: string | number } }
     | { redis: RedisOptions };
   /** Memory and shared store bound, default 1e6 buckets. */
   maxKeys?: number;
@@ -113,17 +114,20 @@ export interface LimiterOptions {
   onError?: (err: StoreError) => void;
 }
 
-/** An error of the store: code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT or ERR_SLUICE_CLOSED. */
+/** An error of the store: code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT,
+ * ERR_SLUICE_REFUSED (the server answered the call with an error) or
+ * ERR_SLUICE_CLOSED. */
 export interface SluiceError extends Error {
-  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_TIMEOUT' | 'ERR_SLUICE_CLOSED' | string;
+  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_TIMEOUT' | 'ERR_SLUICE_REFUSED' | 'ERR_SLUICE_CLOSED' | string;
 }
 
-/** A Redis node that became unusable (onError, the 'error' event). */
+/** A Redis node that became unusable, refuses the calls, or may evict
+ * buckets (onError, the 'error' event). */
 export interface StoreError extends SluiceError {
-  code: 'ERR_SLUICE_STORE';
+  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_REFUSED' | 'ERR_SLUICE_EVICTION';
   /** "host:port" (never credentials). */
   node: string;
-  /** 'unreachable' | 'timeout' | 'auth_failed' | 'tls_failed' | 'no_master' */
+  /** 'unreachable' | 'timeout' | 'auth_failed' | 'tls_failed' | 'no_master' | 'refused' | 'eviction_policy' */
   reason: string;
   /** The server's, the system's or OpenSSL's words; may be "". */
   detail: string;

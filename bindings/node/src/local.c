@@ -46,27 +46,36 @@ static void free_shmstore(napi_env env, void *data, void *hint)
 	sluice_shmstore_close(data);
 }
 
-/* shmNew(path, maxKeys) -> external; throws the store's message (which
- * names the file) when it cannot be opened or is of another layout. */
+/* shmNew(path, maxKeys, group) -> external; group "" is none.  Throws
+ * the store's message (which names the file) when it cannot be opened, is
+ * of another layout, owned by someone not trusted, or damaged. */
 static napi_value shm_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 2, len = 0;
-	napi_value argv[2], ext;
+	size_t argc = 3, len = 0, glen = 0;
+	napi_value argv[3], ext;
 	double max_keys;
 	sluice_shmstore_t *s;
-	char path[4096], err[512];
+	char path[4096], group[256], err[512];
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_value_string_utf8(env, argv[0], path, sizeof(path),
 					      &len));
 	CHECK(env, napi_get_value_double(env, argv[1], &max_keys));
+	CHECK(env, napi_get_value_string_utf8(env, argv[2], group,
+					      sizeof(group), &glen));
 	if (len >= sizeof(path) - 1) {
 		napi_throw_range_error(env, "ERR_SLUICE_STORE",
 				       "store.shared.path is too long");
 		return NULL;
 	}
-	rc = sluice_shmstore_open(&s, path, (size_t)max_keys, err, sizeof(err));
+	if (glen >= sizeof(group) - 1) {
+		napi_throw_range_error(env, "ERR_SLUICE_STORE",
+				       "store.shared.group is too long");
+		return NULL;
+	}
+	rc = sluice_shmstore_open_group(&s, path, (size_t)max_keys, group, err,
+					sizeof(err));
 	if (rc != 0) {
 		napi_throw_error(env, "ERR_SLUICE_STORE", err);
 		return NULL;

@@ -18,11 +18,22 @@
  * while it may still call back) and keeps the loop alive through its
  * connections; close() releases both, so the process may exit.
  */
+typedef struct rcall_s rcall_t;
+
 typedef struct rclient_s {
 	sluice_redis_t *r;
 	napi_env env;
 	napi_async_context actx;
 	napi_ref owner;
+	/* Answers wait here until the loop's check phase (or the next
+	 * turn's idle phase, when one came outside the poll phase), then
+	 * are all delivered under one callback scope: one microtask and
+	 * nextTick checkpoint per batch, not one per reply. */
+	rcall_t *q_head, *q_tail;
+	uv_check_t check;
+	uv_idle_t idle;
+	int handles_open; /* check and idle not yet closed */
+	int flushing;
 	/* Until the client has released its handles, the environment must
 	 * not go away (a worker's loop stops, the addon may be unloaded):
 	 * an async cleanup hook holds it. */
@@ -35,12 +46,22 @@ typedef struct rclient_s {
 	 * "" once that node answers again: the why of a failed take. */
 	char why[320];
 	char why_node[128];
+	/* Its kind, so a failed take's error can carry a code saying it
+	 * (ERR_SLUICE_REFUSED); 0 with no why. */
+	int why_kind;
 } rclient_t;
 
-typedef struct rcall_s {
+/* One call waiting for its answer, then for its delivery (first in an
+ * admin call, which is freed through it). */
+struct rcall_s {
 	rclient_t *c;
 	napi_ref cb;
-} rcall_t;
+	rcall_t *next;
+	int admin; /* cb(status) only */
+	int status;
+	int allowed;
+	double nums[DECISION_FIELDS];
+};
 
 /* An admin call: its item and the key it names live until it answers. */
 typedef struct radmin_s {
@@ -51,11 +72,10 @@ typedef struct radmin_s {
 
 /* The struct lives until both the client is released and the external
  * is collected, whichever comes last. */
-static void on_released(void *arg)
+static void maybe_free(rclient_t *c)
 {
-	rclient_t *c = arg;
-
-	c->released = 1;
+	if (!c->released || c->handles_open)
+		return;
 	if (c->hook) {
 		napi_remove_async_cleanup_hook(c->hook);
 		c->hook = NULL;
@@ -64,18 +84,66 @@ static void on_released(void *arg)
 		free(c);
 }
 
+static void on_released(void *arg)
+{
+	rclient_t *c = arg;
+
+	c->released = 1;
+	maybe_free(c);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+	rclient_t *c = h->data;
+
+	c->handles_open--;
+	maybe_free(c);
+}
+
+static void deliver(rclient_t *c);
+
+static void on_check(uv_check_t *h)
+{
+	deliver(h->data);
+}
+
+static void on_idle(uv_idle_t *h)
+{
+	deliver(h->data);
+}
+
+/* Frees the answers not delivered (the environment is going away: no
+ * JS, and its references go with it). */
+static void drop_queue(rclient_t *c)
+{
+	rcall_t *call;
+
+	while ((call = c->q_head)) {
+		c->q_head = call->next;
+		free(call);
+	}
+	c->q_tail = NULL;
+}
+
 static void rclient_close(rclient_t *c)
 {
 	if (c->closed)
 		return;
 	c->closed = 1;
-	/* Pending calls are answered SLUICE_ESTORE from inside this, through
-	 * the async context: release that only afterwards. */
+	/* Pending calls are answered SLUICE_ESTORE from inside this, and
+	 * delivered here, through the async context: release that only
+	 * afterwards. */
 	sluice_redis_free_then(c->r, on_released, c);
 	c->r = NULL;
 	if (!c->teardown) {
+		deliver(c);
 		napi_async_destroy(c->env, c->actx);
 		napi_delete_reference(c->env, c->owner);
+	}
+	drop_queue(c);
+	if (c->handles_open) {
+		uv_close((uv_handle_t *)&c->check, on_handle_closed);
+		uv_close((uv_handle_t *)&c->idle, on_handle_closed);
 	}
 }
 
@@ -94,7 +162,7 @@ static void free_rclient(napi_env env, void *data, void *hint)
 	rclient_t *c = data;
 
 	c->finalized = 1;
-	if (c->released)
+	if (c->released && !c->handles_open)
 		free(c);
 }
 
@@ -212,19 +280,30 @@ static void on_event(void *arg, const sluice_redis_event_t *ev)
 	case SLUICE_REDIS_EV_UNREACHABLE:
 	case SLUICE_REDIS_EV_TIMEOUT:
 	case SLUICE_REDIS_EV_NO_MASTER:
+	/* The server's words, redacted by the client as it read them. */
+	case SLUICE_REDIS_EV_REFUSED:
 		snprintf(c->why, sizeof(c->why), "%.100s: %s%s%.180s", ev->node,
 			 sluice_redis_event_name(ev->kind),
 			 ev->detail[0] ? ": " : "", ev->detail);
 		snprintf(c->why_node, sizeof(c->why_node), "%s", ev->node);
+		c->why_kind = (int)ev->kind;
 		break;
 	case SLUICE_REDIS_EV_CONNECTED:
-		if (strcmp(c->why_node, ev->node) == 0)
+	case SLUICE_REDIS_EV_BREAKER_CLOSED:
+		/* A closing breaker is calls answered again: not a cure for
+		 * a node that cannot be reached, only for refusals. */
+		if (strcmp(c->why_node, ev->node) == 0 &&
+		    (ev->kind == SLUICE_REDIS_EV_CONNECTED ||
+		     c->why_kind == SLUICE_REDIS_EV_REFUSED)) {
 			c->why[0] = '\0';
+			c->why_kind = 0;
+		}
 		break;
 	case SLUICE_REDIS_EV_MASTER_CHANGED:
 		/* Sentinel: the one data node moved; what failed before
 		 * was about the old master, or about having none. */
 		c->why[0] = '\0';
+		c->why_kind = 0;
 		break;
 	default:
 		break;
@@ -403,10 +482,21 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 		napi_throw_error(env, "ERR_SLUICE_REDIS", err);
 		goto out;
 	}
+	/* Never fail (they only link the handles into the loop); started
+	 * only while answers wait, so they hold the loop no longer. */
+	uv_check_init(loop, &c->check);
+	uv_idle_init(loop, &c->idle);
+	c->check.data = c;
+	c->idle.data = c;
+	c->handles_open = 2;
 	if (napi_create_string_utf8(env, "sluice:redis", NAPI_AUTO_LENGTH,
 				    &name) != napi_ok ||
 	    napi_async_init(env, argv[0], name, &c->actx) != napi_ok) {
-		sluice_redis_free(c->r);
+		/* As a close: the handles go first, then the struct. */
+		c->teardown = 1;
+		c->finalized = 1;
+		rclient_close(c);
+		c = NULL;
 		goto napi_fail;
 	}
 	if (napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
@@ -430,51 +520,123 @@ out:
 	return ret;
 }
 
-/* Runs on Node's loop when Redis (or the client's timeout or breaker)
- * answers: calls the JS callback inside a callback scope, so that promise
- * continuations run right after it. */
-static void on_redis(void *arg, int status, int allowed,
-		     const sluice_decision_t *summary, size_t which)
+/* An answer (from Redis, the client's timeout or breaker, or a close)
+ * joins the queue; the first one of a batch starts the check handle,
+ * which delivers them once the loop has read all it could this turn, and
+ * the idle handle, which keeps the loop from waiting in poll when the
+ * answer came outside it (a timer, a call that failed at once). */
+static void enqueue(rclient_t *c, rcall_t *call)
 {
-	rcall_t *call = arg;
-	rclient_t *c = call->c;
-	napi_env env = c->env;
-	napi_handle_scope scope;
-	napi_value fn, argv[2 + DECISION_FIELDS], global;
-	double nums[DECISION_FIELDS] = {0};
-	size_t i;
-
 	if (c->teardown) {
 		free(call);
 		return;
 	}
-	if (napi_open_handle_scope(env, &scope) != napi_ok)
-		goto out;
-	if (status == 0)
-		addon_decision(summary, which, nums);
-	if (napi_get_reference_value(env, call->cb, &fn) == napi_ok &&
-	    napi_get_global(env, &global) == napi_ok &&
-	    napi_create_int32(env, status, &argv[0]) == napi_ok &&
-	    napi_get_boolean(env, status == 0 && allowed, &argv[1]) ==
-		    napi_ok) {
-		for (i = 0; i < DECISION_FIELDS; i++)
-			napi_create_double(env, nums[i], &argv[2 + i]);
-		if (napi_make_callback(env, c->actx, global, fn,
-				       2 + DECISION_FIELDS, argv,
-				       NULL) == napi_pending_exception) {
-			napi_value e;
-
-			/* An exception thrown by the callback is the app's:
-			 * report it as uncaught, as Node does for I/O. */
-			if (napi_get_and_clear_last_exception(env, &e) ==
-			    napi_ok)
-				napi_fatal_exception(env, e);
-		}
+	call->next = NULL;
+	if (c->q_tail)
+		c->q_tail->next = call;
+	else
+		c->q_head = call;
+	c->q_tail = call;
+	if (!c->closed && !uv_is_active((uv_handle_t *)&c->check)) {
+		uv_check_start(&c->check, on_check);
+		uv_idle_start(&c->idle, on_idle);
 	}
-	napi_close_handle_scope(env, scope);
-out:
-	napi_delete_reference(env, call->cb);
-	free(call);
+}
+
+static void on_redis(void *arg, int status, int allowed,
+		     const sluice_decision_t *summary, size_t which)
+{
+	rcall_t *call = arg;
+
+	call->status = status;
+	call->allowed = status == 0 && allowed;
+	if (status == 0)
+		addon_decision(summary, which, call->nums);
+	enqueue(call->c, call);
+}
+
+/* Calls one answer's JS callback (inside deliver()'s scopes). */
+static void call_js(rclient_t *c, rcall_t *call, napi_value recv)
+{
+	napi_env env = c->env;
+	napi_value fn, argv[2 + DECISION_FIELDS];
+	size_t i, argc = call->admin ? 1 : 2 + DECISION_FIELDS;
+
+	if (napi_get_reference_value(env, call->cb, &fn) != napi_ok ||
+	    napi_create_int32(env, call->status, &argv[0]) != napi_ok)
+		return;
+	if (!call->admin) {
+		napi_get_boolean(env, call->allowed, &argv[1]);
+		for (i = 0; i < DECISION_FIELDS; i++)
+			napi_create_double(env, call->nums[i], &argv[2 + i]);
+	}
+	if (napi_call_function(env, recv, fn, argc, argv, NULL) ==
+	    napi_pending_exception) {
+		napi_value e;
+
+		/* An exception thrown by the callback is the app's: report
+		 * it as uncaught, as Node does for I/O. */
+		if (napi_get_and_clear_last_exception(env, &e) == napi_ok)
+			napi_fatal_exception(env, e);
+	}
+}
+
+/*
+ * Delivers the answers waiting, each callback called in turn inside one
+ * callback scope; closing it runs the promise jobs and nextTicks they
+ * queued, once.  Answers that arrive meanwhile (a callback's new call
+ * failing at once) join this batch; those queued by the checkpoint wait
+ * for the next turn.
+ */
+static void stop_handles(rclient_t *c)
+{
+	if (!c->closed) {
+		uv_check_stop(&c->check);
+		uv_idle_stop(&c->idle);
+	}
+}
+
+static void deliver(rclient_t *c)
+{
+	napi_env env = c->env;
+	napi_handle_scope hs;
+	napi_callback_scope cs;
+	napi_value owner, global;
+	rcall_t *call;
+
+	if (c->flushing || c->teardown)
+		return;
+	stop_handles(c);
+	if (!c->q_head)
+		return;
+	if (napi_open_handle_scope(env, &hs) != napi_ok)
+		return;
+	if (napi_get_reference_value(env, c->owner, &owner) != napi_ok ||
+	    !owner || napi_get_global(env, &global) != napi_ok ||
+	    napi_open_callback_scope(env, owner, c->actx, &cs) != napi_ok) {
+		napi_close_handle_scope(env, hs);
+		return;
+	}
+	c->flushing = 1;
+	while ((call = c->q_head)) {
+		napi_handle_scope one;
+
+		c->q_head = call->next;
+		if (!c->q_head)
+			c->q_tail = NULL;
+		if (napi_open_handle_scope(env, &one) == napi_ok) {
+			call_js(c, call, global);
+			napi_close_handle_scope(env, one);
+		}
+		napi_delete_reference(env, call->cb);
+		free(call);
+	}
+	/* What joined meanwhile was delivered here: an idle handle left
+	 * running would keep the loop from ever waiting. */
+	stop_handles(c);
+	c->flushing = 0;
+	napi_close_callback_scope(env, cs);
+	napi_close_handle_scope(env, hs);
 }
 
 /*
@@ -509,6 +671,7 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 		return NULL;
 	}
 	call->c = c;
+	call->admin = 0;
 	if (napi_create_reference(env, argv[4], 1, &call->cb) != napi_ok) {
 		free(call);
 		return addon_throw_last(env);
@@ -536,36 +699,14 @@ static napi_value redis_peek(napi_env env, napi_callback_info info)
 	return redis_call(env, info, 1);
 }
 
-/* An admin call answered: cb(status) inside a callback scope. */
+/* An admin call answered: cb(status), delivered as takes are. */
 static void on_admin(void *arg, int status, int allowed)
 {
 	radmin_t *a = arg;
-	rclient_t *c = a->call.c;
-	napi_env env = c->env;
-	napi_handle_scope scope;
-	napi_value fn, global, st;
 
 	(void)allowed;
-	if (c->teardown) {
-		free(a);
-		return;
-	}
-	if (napi_open_handle_scope(env, &scope) != napi_ok)
-		goto out;
-	if (napi_get_reference_value(env, a->call.cb, &fn) == napi_ok &&
-	    napi_get_global(env, &global) == napi_ok &&
-	    napi_create_int32(env, status, &st) == napi_ok &&
-	    napi_make_callback(env, c->actx, global, fn, 1, &st, NULL) ==
-		    napi_pending_exception) {
-		napi_value e;
-
-		if (napi_get_and_clear_last_exception(env, &e) == napi_ok)
-			napi_fatal_exception(env, e);
-	}
-	napi_close_handle_scope(env, scope);
-out:
-	napi_delete_reference(env, a->call.cb);
-	free(a);
+	a->call.status = status;
+	enqueue(a->call.c, &a->call);
 }
 
 /*
@@ -609,6 +750,7 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	a->item.nlimits = p->nlimits;
 	a->item.cost = n;
 	a->call.c = c;
+	a->call.admin = 1;
 	if (napi_create_reference(env, argv[5], 1, &a->call.cb) != napi_ok) {
 		free(a);
 		return addon_throw_last(env);
@@ -655,12 +797,12 @@ static napi_value redis_healthy(napi_env env, napi_callback_info info)
 	return res;
 }
 
-/* redisLastError(client) -> "node: kind: reason" of the last failure a
- * node reported and still has, or "" */
+/* redisLastError(client) -> ["node: kind: reason", kind] of the last
+ * failure a node reported and still has, or ["", ""] */
 static napi_value redis_last_error(napi_env env, napi_callback_info info)
 {
 	size_t argc = 1;
-	napi_value argv[1], res;
+	napi_value argv[1], res, why, kind;
 	rclient_t *c;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
@@ -668,7 +810,18 @@ static napi_value redis_last_error(napi_env env, napi_callback_info info)
 	if (!c)
 		return addon_throw_last(env);
 	CHECK(env,
-	      napi_create_string_utf8(env, c->why, NAPI_AUTO_LENGTH, &res));
+	      napi_create_string_utf8(env, c->why, NAPI_AUTO_LENGTH, &why));
+	CHECK(env,
+	      napi_create_string_utf8(
+		      env,
+		      c->why[0] && c->why_kind
+			      ? sluice_redis_event_name(
+					(sluice_redis_event_kind_t)c->why_kind)
+			      : "",
+		      NAPI_AUTO_LENGTH, &kind));
+	CHECK(env, napi_create_array_with_length(env, 2, &res));
+	CHECK(env, napi_set_element(env, res, 0, why));
+	CHECK(env, napi_set_element(env, res, 1, kind));
 	return res;
 }
 

@@ -306,6 +306,21 @@ test('stacked limiters: the most restrictive answer\'s headers stay; RateLimit-P
   }
 });
 
+test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {
+  for (const headers of [undefined, false]) {
+    const { server, close } = await serve({ policy: pol(5), headers }, {
+      route: (req, res) => res.json({ own: Object.getOwnPropertySymbols(res).map(String).concat(Object.keys(res)).filter((k) => /sluice|remaining/i.test(k)) }),
+    });
+    try {
+      const r = await get(server);
+      assert.equal(r.status, 200);
+      assert.deepEqual(JSON.parse(r.body).own, [], `headers ${headers}`);
+    } finally {
+      await close();
+    }
+  }
+});
+
 test('requestPropertyName: rateLimit by default, another name, or none', async () => {
   const a = await serve({ policy: pol(5, 'a') });
   const b = await serve({ policy: pol(5, 'b'), requestPropertyName: 'quota' }, { route: (req, res) => res.json([req.quota, req.rateLimit || null]) });

@@ -32,6 +32,26 @@ test('decisions on Redis, stored as sluice stores them', async () => {
   await limiter.close();
 });
 
+test('answers read together are delivered together: every callback of a batch runs before their promise jobs', async () => {
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000, keyPrefix: 'batch:' } } });
+  const pol = sluice.policy([{ capacity: 10, rate: '1/s' }], { name: 'b' });
+  await limiter.take('warm', pol);
+  // Count the addon's callbacks; each take's continuation notes how many
+  // had run.  One microtask checkpoint per answer would let continuation
+  // i see exactly i + 1 of them.
+  let calls = 0;
+  const decide = limiter._decide;
+  limiter._decide = function (key, p, cost, done, peek) {
+    decide.call(this, key, p, cost, (...a) => { calls++; done(...a); }, peek);
+  };
+  const seen = [];
+  await Promise.all(Array.from({ length: 200 }, (_, i) => limiter.take(`k${i}`, pol).then(() => { seen.push(calls); })));
+  assert.equal(seen.length, 200);
+  const ahead = seen.filter((n, i) => n > i + 1).length;
+  assert.ok(ahead > 0, `no continuation ran after a later answer's callback: ${seen.slice(0, 20).join(',')}...`);
+  await limiter.close();
+});
+
 test('three Node processes, 200 concurrent callers on one key: the limit holds exactly', async () => {
   const capacity = 100, perSecond = 5, durationMs = 10000;
   const goAt = Date.now() + 3000;

@@ -59,6 +59,40 @@ test('a file made for another maxKeys is refused, naming it', async (t) => {
   assert.throws(() => new sluice.Limiter({ store: { shared: {} } }), TypeError);
 });
 
+test('group: the file is made with that group and mode 0660, and a bad group is refused', async (t) => {
+  const file = shmPath(t);
+  const gid = Number(require('node:child_process').execFileSync('getent', ['group', 'daemon']).toString().split(':')[2]);
+  const a = new sluice.Limiter({ store: { shared: { path: file, maxKeys: 100, group: 'daemon' } } });
+  const st = fs.statSync(file);
+  assert.equal(st.mode & 0o777, 0o660);
+  assert.equal(st.gid, gid);
+  await a.close();
+  // The same file again, through its gid.
+  const b = new sluice.Limiter({ store: { shared: { path: file, maxKeys: 100, group: gid } } });
+  await b.close();
+  const other = shmPath(t);
+  assert.throws(() => new sluice.Limiter({ store: { shared: { path: other, group: 'no-such-group-sluice' } } }),
+    (e) => e.code === 'ERR_SLUICE_STORE' && e.message.includes('no-such-group-sluice'));
+  assert.equal(fs.existsSync(other), false);
+  assert.throws(() => new sluice.Limiter({ store: { shared: { path: other, group: 'a b' } } }), /store.shared.group/);
+  assert.throws(() => new sluice.Limiter({ store: { shared: { path: other, group: -1 } } }), /store.shared.group/);
+});
+
+test('a file another user owns, or writable by others, is refused naming why', async (t) => {
+  const file = shmPath(t);
+  const a = new sluice.Limiter({ store: { shared: { path: file, maxKeys: 100 } } });
+  await a.close();
+  fs.chmodSync(file, 0o666);
+  assert.throws(() => new sluice.Limiter({ store: { shared: { path: file, maxKeys: 100 } } }),
+    (e) => e.code === 'ERR_SLUICE_STORE' && e.message.includes(file));
+  fs.chmodSync(file, 0o600);
+  if (process.getuid() === 0) {
+    fs.chownSync(file, 1, 1); // daemon: not this user, not root
+    assert.throws(() => new sluice.Limiter({ store: { shared: { path: file, maxKeys: 100 } } }),
+      (e) => e.code === 'ERR_SLUICE_STORE' && e.message.includes(file));
+  }
+});
+
 test('node and sluice serve on one file share a bucket', async (t) => {
   const file = shmPath(t);
   const s = await startSluice(`store: {shared: {path: ${file}, max_keys: 10000}}

@@ -66,19 +66,6 @@ sluice_envoy_series_t *sluice_envoy_series(const char *domain, const char *path)
 	return s ? s : &lost;
 }
 
-/* A label value: backslash, quote and newline escaped. */
-static void label(sluice_buf_t *out, const char *v)
-{
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			sluice_buf_append(out, "\\", 1);
-		if (*v == '\n')
-			sluice_buf_puts(out, "\\n");
-		else
-			sluice_buf_append(out, v, 1);
-	}
-}
-
 void sluice_envoy_metrics_render(sluice_buf_t *out)
 {
 	static const char *const names[4] = {"sluice_envoy_total_hits_total",
@@ -105,9 +92,9 @@ void sluice_envoy_metrics_render(sluice_buf_t *out)
 
 			sluice_buf_puts(out, names[k]);
 			sluice_buf_puts(out, "{domain=\"");
-			label(out, s->domain);
+			sluice_buf_label(out, s->domain);
 			sluice_buf_puts(out, "\",descriptor=\"");
-			label(out, s->path);
+			sluice_buf_label(out, s->path);
 			sluice_buf_puts(out, "\"} ");
 			sluice_buf_u64(out,
 				       atomic_load_explicit(

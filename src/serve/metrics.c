@@ -88,29 +88,17 @@ static void help(sluice_buf_t *out, const char *name, const char *type,
 			  type);
 }
 
-static void label(sluice_buf_t *out, const char *v)
-{
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			sluice_buf_append(out, "\\", 1);
-		if (*v == '\n')
-			sluice_buf_puts(out, "\\n");
-		else
-			sluice_buf_append(out, v, 1);
-	}
-}
-
 static void series(sluice_buf_t *out, const char *name, const char *k1,
 		   const char *v1, const char *k2, const char *v2, uint64_t v)
 {
 	sluice_buf_puts(out, name);
 	if (k1) {
 		sluice_buf_printf(out, "{%s=\"", k1);
-		label(out, v1);
+		sluice_buf_label(out, v1);
 		sluice_buf_append(out, "\"", 1);
 		if (k2) {
 			sluice_buf_printf(out, ",%s=\"", k2);
-			label(out, v2);
+			sluice_buf_label(out, v2);
 			sluice_buf_append(out, "\"", 1);
 		}
 		sluice_buf_append(out, "}", 1);

@@ -168,28 +168,13 @@ static void head(sluice_buf_t *out, const char *name, const char *type,
 			  type);
 }
 
-/* A label value as Prometheus escapes it. */
-static void escaped(sluice_buf_t *out, const char *v)
-{
-	const char *p;
-
-	for (p = v; *p; p++) {
-		if (*p == '\\' || *p == '"')
-			sluice_buf_append(out, "\\", 1);
-		if (*p == '\n')
-			sluice_buf_puts(out, "\\n");
-		else
-			sluice_buf_append(out, p, 1);
-	}
-}
-
 /* name{node="...",k="v"} value; node names are host:port or a path,
  * escaped as Prometheus wants all the same. */
 static void line(sluice_buf_t *out, const char *name, const char *node,
 		 const char *k, const char *v, uint64_t value)
 {
 	sluice_buf_printf(out, "%s{node=\"", name);
-	escaped(out, node);
+	sluice_buf_label(out, node);
 	sluice_buf_append(out, "\"", 1);
 	if (k)
 		sluice_buf_printf(out, ",%s=\"%s\"", k, v);
@@ -259,7 +244,7 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				worst = ld(&m->evict[s]);
 		sluice_buf_printf(
 			out, "sluice_redis_eviction_policy_unsafe{node=\"");
-		escaped(out, names[s]);
+		sluice_buf_label(out, names[s]);
 		sluice_buf_puts(out, worst == 3	  ? "\"} 1\n"
 				     : worst == 1 ? "\"} 0\n"
 						  : "\"} -1\n");
@@ -275,11 +260,11 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 			     names[s], "le",
 			     b < BUCKETS ? bucket_le[b] : "+Inf", cum);
 		}
-		sluice_buf_printf(
-			out,
-			"sluice_redis_call_duration_seconds_sum{node=\"%s\"} "
-			"%.9f\n",
-			names[s], (double)SUM(latency_sum_ns[s], 0) / 1e9);
+		sluice_buf_puts(
+			out, "sluice_redis_call_duration_seconds_sum{node=\"");
+		sluice_buf_label(out, names[s]);
+		sluice_buf_printf(out, "\"} %.9f\n",
+				  (double)SUM(latency_sum_ns[s], 0) / 1e9);
 		line(out, "sluice_redis_call_duration_seconds_count", names[s],
 		     NULL, NULL, cum);
 	}

@@ -67,6 +67,18 @@ void sluice_buf_printf(sluice_buf_t *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
+void sluice_buf_label(sluice_buf_t *b, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			sluice_buf_append(b, "\\", 1);
+		if (*s == '\n')
+			sluice_buf_puts(b, "\\n");
+		else
+			sluice_buf_append(b, s, 1);
+	}
+}
+
 void sluice_buf_json_str(sluice_buf_t *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";

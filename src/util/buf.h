@@ -44,6 +44,9 @@ static inline void sluice_buf_puts(sluice_buf_t *b, const char *s)
 void sluice_buf_u64(sluice_buf_t *b, uint64_t v);
 void sluice_buf_printf(sluice_buf_t *b, const char *fmt, ...)
 	SLUICE_PRINTF(2, 3);
+/* Appends s as a Prometheus label value: backslash, quote and newline
+ * escaped (no quotes added). */
+void sluice_buf_label(sluice_buf_t *b, const char *s);
 /* Appends s as the inside of a JSON string (no quotes added). */
 void sluice_buf_json_str(sluice_buf_t *b, const char *s, size_t n);
 /* Drops the first n bytes. */

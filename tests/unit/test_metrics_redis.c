@@ -127,6 +127,28 @@ static void test_eviction_policy_gauge(void)
 	sluice_redis_metrics_retire(a);
 }
 
+/* A node name (a Unix socket path may hold any byte) is escaped in every
+ * series, the latency sum included. */
+static void test_node_names_escaped_in_every_series(void)
+{
+	sluice_redis_metrics_t *m = sluice_redis_metrics_new();
+	const char *text, *p;
+	size_t lines = 0;
+
+	CHECK(m != NULL);
+	report(m, SLUICE_REDIS_REPORT_CALL, "/run/a\"b.sock", 0, 1,
+	       SLUICE_REDIS_ERR_NONE, NULL);
+	text = render();
+	for (p = text; (p = strstr(p, "node=\"/run/a")); p++) {
+		CHECK(strncmp(p, "node=\"/run/a\\\"b.sock\"", 20) == 0);
+		lines++;
+	}
+	CHECK(strstr(text, "sluice_redis_call_duration_seconds_sum{node=\"/"
+			   "run/a\\\"b.sock\"} ") != NULL);
+	CHECK(lines > 3);
+	sluice_redis_metrics_retire(m);
+}
+
 /* A node some client cannot use is listed with its last error (escaped
  * for JSON); the error's words never reach /metrics. */
 static void test_unready_nodes_carry_their_last_error(void)
@@ -174,5 +196,6 @@ int main(void)
 	RUN(test_every_error_kind_is_named);
 	RUN(test_unready_nodes_carry_their_last_error);
 	RUN(test_eviction_policy_gauge);
+	RUN(test_node_names_escaped_in_every_series);
 	TESTS_DONE();
 }

@@ -42,10 +42,13 @@ static int same_decision(const sluice_decision_t *a, const sluice_decision_t *b)
 
 static void test_batches_decide_as_single_takes(void)
 {
-	/* Room for every key: neither store evicts, so both hold the same
-	 * states whatever their hash seeds. */
-	sluice_memstore_t *each = sluice_memstore_new(5000);
-	sluice_memstore_t *one = sluice_memstore_new(5000);
+	/* Room for every bucket (4000 keys times 6 distinct limits, each
+	 * shard far below its share): neither store evicts, so both hold the
+	 * same states whatever their hash seeds.  A bound near the bucket
+	 * count let one seed in a hundred evict a drained bucket in one store
+	 * and not the other. */
+	sluice_memstore_t *each = sluice_memstore_new(200000);
+	sluice_memstore_t *one = sluice_memstore_new(200000);
 	sluice_limit_t limits[3][2] = {
 		{lim(3, "1/s"), lim(10, "1/min")},
 		{lim(1, "5/s"), lim(2, "1/h")},
@@ -96,6 +99,14 @@ static void test_batches_decide_as_single_takes(void)
 	CHECK_EQ_U64((uint64_t)mismatches, 0);
 	/* Both allowed and rejected decisions were exercised. */
 	CHECK(allowed_total > 1000);
+	{
+		sluice_memstore_stats_t st;
+
+		sluice_memstore_stats(each, &st);
+		CHECK_EQ_U64(st.evicted_lossy + st.evicted_full, 0);
+		sluice_memstore_stats(one, &st);
+		CHECK_EQ_U64(st.evicted_lossy + st.evicted_full, 0);
+	}
 	sluice_memstore_free(each);
 	sluice_memstore_free(one);
 }

@@ -228,7 +228,7 @@ static int bench_store(const opts_t *o)
 		sluice_shmstore_open(&bs.shm, o->shared, max_keys, err,
 				     sizeof(err));
 	else
-		bs.mem = sluice_memstore_new(max_keys);
+		sluice_memstore_open(&bs.mem, max_keys, NULL, 0);
 	if ((!bs.mem && !bs.shm) || o->threads < 1 || o->threads > 64 ||
 	    o->batch > 256 || (o->batch && o->shared)) {
 		fprintf(stderr,
@@ -308,7 +308,8 @@ static int bench_memory(const opts_t *o)
 
 	/* Room for a quarter more than N, so that no shard evicts. */
 	before = rss_bytes();
-	st = sluice_memstore_new((size_t)(o->keys + o->keys / 4 + 16));
+	sluice_memstore_open(&st, (size_t)(o->keys + o->keys / 4 + 16), NULL,
+			     0);
 	if (!st) {
 		fprintf(stderr, "sluice_bench: memory: out of memory\n");
 		return 1;
@@ -490,7 +491,7 @@ static int bench_redis(const opts_t *o)
 	b.caplat = 4000000;
 	b.lat_us = malloc(b.caplat * sizeof(*b.lat_us));
 	if (!b.lat_us ||
-	    sluice_redis_new(&loop, &ro, &b.r, err, sizeof(err)) != 0) {
+	    sluice_redis_open(&b.r, &loop, &ro, err, sizeof(err)) != 0) {
 		fprintf(stderr, "sluice_bench: redis: %s\n", err);
 		return 1;
 	}

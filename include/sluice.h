@@ -19,23 +19,60 @@
  *      shared-memory store for every process of a host (sluice_shmstore_*)
  *      here; the Redis store has its own header.
  *
- * Conventions: every exported name starts with sluice_.  Functions that
- * can fail return a negative SLUICE_E* code on failure (sluice_strerror()
- * explains it) and, on success, 0, except the decisions: the take and
- * peek functions (sluice_eval(), sluice_memstore_take/_take_many/_peek,
- * sluice_shmstore_take/_take_many/_peek) return 1 when allowed and 0 when
- * rejected.  Predicates (sluice_limit_valid(), sluice_limit_same(),
- * sluice_decision_merge(), sluice_redis_healthy()) answer 1 or 0, and the
- * functions that write text or state return it (or its length).
- * sluice_memstore_new() returns NULL when out of memory (its only
- * failure).  Functions that open or parse also write a human-readable
- * message into a caller-supplied buffer.  The library reads no environment
- * variable.
+ * Conventions (every function keeps them; tests/unit/test_api_contract.c
+ * checks each one's documented failures):
  *
- * Ownership: a function copies what it needs of its arguments before it
- * returns (keys, limits, options), unless its comment says otherwise; the
- * asynchronous Redis calls (sluice_redis.h) say which of their arguments
- * must stay valid until the callback.
+ *   Names.  Every exported name starts with sluice_, every type is
+ *   sluice_*_t.
+ *
+ *   Results.  A function that can fail returns 0 on success and a negative
+ *   SLUICE_E* code on failure (sluice_strerror() says it in words).  One
+ *   that takes `char *err, size_t errlen` also writes a one-line message
+ *   there when it fails (err may be NULL; the message is cut to errlen and
+ *   never holds a password).  The exceptions, each said at the function:
+ *     - decisions return 1 when allowed, 0 when rejected, or a negative
+ *       code: the take, take-many and peek of the local stores
+ *       (sluice_memstore_take(), sluice_shmstore_peek(), ...), and
+ *       sluice_eval_all() (1 or 0: it cannot fail);
+ *       sluice_memstore_take_each() returns how many items were allowed,
+ *       or a negative code;
+ *     - predicates return 1 or 0: sluice_limit_valid(),
+ *       sluice_limit_same(), sluice_decision_merge(),
+ *       sluice_redis_healthy();
+ *     - functions that write text return its length (sluice_rate_format(),
+ *       sluice_limit_id(), sluice_key_make()) or the text itself
+ *       (sluice_strerror(), sluice_redis_url_mask(),
+ *       sluice_redis_event_name(): never NULL);
+ *     - functions that cannot fail return their value (the pure bucket
+ *       functions: sluice_refund(), sluice_penalize(), sluice_block(),
+ *       sluice_debt_max_units(), sluice_state_expiry_us(); sluice_now_us())
+ *       or nothing (sluice_eval(), the _free, _close and _stats
+ *       functions).
+ *
+ *   Constructors.  Every store is made by one shape:
+ *       int sluice_X_open(sluice_X_t **out, <arguments>, char *err,
+ *                         size_t errlen);
+ *   (sluice_memstore_open(), sluice_shmstore_open(), sluice_redis_open()):
+ *   0 with *out set, or a negative code with *out set to NULL and a message
+ *   in err (a NULL out is refused with SLUICE_EINVAL).  Its destructor
+ *   (_free, _close) accepts NULL.
+ *
+ *   Arguments.  A pointer argument must not be NULL unless its comment
+ *   says it may be (err may always be NULL).  A store refuses with
+ *   SLUICE_EINVAL a limit that is not valid (sluice_limit_valid()), no
+ *   limits or more than SLUICE_MAX_LIMITS, and a NULL key of non-zero
+ *   length.
+ *
+ *   Ownership.  Every pointer argument is borrowed for the call only: the
+ *   function copies what it keeps (keys, limits, options, paths, TLS
+ *   settings) before it returns, and the caller may free or reuse it as
+ *   soon as the call returns.  The only exception is
+ *   sluice_redis_take_many(), whose items are borrowed until its callback
+ *   (which writes their outputs).  Callback arguments (`arg`, `event_arg`)
+ *   are handed back as given, never read.  What the library hands to a
+ *   callback (a decision, an event, a report) is valid during the
+ *   callback only; the text the library returns is static (or the
+ *   caller's own buffer).  The library reads no environment variable.
  *
  * Time is measured in microseconds (int64, e.g. since the Unix epoch).  A
  * rate's emission interval (time per token) is kept as interval/per
@@ -326,10 +363,13 @@ typedef struct sluice_memstore_stats_s {
  * with n limits has n buckets).  It is safe for concurrent callers (the
  * table is split into shards, each with its own lock).  When full it
  * evicts what loses least: a full bucket, else the one nearest to full,
- * so a flood of fresh keys does not reset drained buckets.  Returns NULL
- * when out of memory.
+ * so a flood of fresh keys does not reset drained buckets.  Returns 0 with
+ * *out set, or, with a message in err, SLUICE_EINVAL (out is NULL),
+ * SLUICE_ERANGE (max_keys is 0) or SLUICE_ENOMEM.
  */
-SLUICE_API sluice_memstore_t *sluice_memstore_new(size_t max_keys);
+SLUICE_API int sluice_memstore_open(sluice_memstore_t **out, size_t max_keys,
+				    char *err, size_t errlen);
+/* Frees the store and its buckets (NULL: nothing). */
 SLUICE_API void sluice_memstore_free(sluice_memstore_t *store);
 
 /*

@@ -161,11 +161,16 @@ typedef struct sluice_redis_tls_s {
 	const char *cert_file;	 /* client certificate (mutual TLS) */
 	const char *key_file;	 /* its private key; NULL: in cert_file */
 	const char *server_name; /* SNI and the name verified; NULL: host */
-	/* 1: accept any certificate (tests only).  Negative on purpose: a
-	 * zeroed struct verifies.  The config's `tls.verify: false` sets
-	 * it (docs/CONFIG.md). */
-	int no_verify;
+	/* Whether the server's certificate (and its name) is verified, as
+	 * the config's `tls.verify` (docs/CONFIG.md), and on by default:
+	 * SLUICE_REDIS_TLS_VERIFY_ON, or 0 (so a zeroed struct verifies),
+	 * verifies; only SLUICE_REDIS_TLS_VERIFY_OFF accepts any certificate
+	 * (tests only).  Any other value verifies too. */
+	int verify;
 } sluice_redis_tls_t;
+
+#define SLUICE_REDIS_TLS_VERIFY_ON  1
+#define SLUICE_REDIS_TLS_VERIFY_OFF (-1)
 
 /*
  * Redis Sentinel: the master of `master` is asked of the Sentinels
@@ -186,7 +191,7 @@ typedef struct sluice_redis_sentinel_s {
 
 /* Checks a Redis URL ("redis[s]://[user:pass@]host[:port][/db]",
  * "unix:///path[?db=N]" or a bare "host[:port]") exactly as
- * sluice_redis_new() reads it: 0, or SLUICE_EINVAL with a message in err
+ * sluice_redis_open() reads it: 0, or SLUICE_EINVAL with a message in err
  * that shows the URL masked (sluice_redis_url_mask()). */
 SLUICE_API int sluice_redis_url_check(const char *url, char *err,
 				      size_t errlen);
@@ -240,19 +245,21 @@ typedef struct sluice_redis_opts_s {
  * failure the decision is not set and the caller applies its fail mode.
  * summary is the most restrictive decision (sluice_decision_merge()) and
  * `which` the caller's index of the limit it came from (summary->which
- * too, as from the memory store).
+ * too, as from the memory store); it is valid during the callback only.
  */
 typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 				const sluice_decision_t *summary, size_t which);
 
 /* Creates a client on `loop`; connects in the background.  opts and
  * everything it points to (URL, seeds, TLS files, Sentinel) are copied:
- * they need not outlive the call.  Returns 0 with *out set, or
- * SLUICE_EINVAL (a bad URL, seed or prefix) / SLUICE_ENOMEM with a message
- * in err; on failure nothing is left on the loop. */
-SLUICE_API int sluice_redis_new(uv_loop_t *loop,
-				const sluice_redis_opts_t *opts,
-				sluice_redis_t **out, char *err, size_t errlen);
+ * they need not outlive the call; loop must outlive the client.  Returns
+ * 0 with *out set, or, with *out NULL (unless out is NULL) and a message in
+ * err (may be NULL), SLUICE_EINVAL (out, loop or opts NULL, a bad URL,
+ * seed, prefix or TLS file) or SLUICE_ENOMEM; on failure nothing is left
+ * on the loop.  The shape of every store's constructor (sluice.h). */
+SLUICE_API int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
+				 const sluice_redis_opts_t *opts, char *err,
+				 size_t errlen);
 
 /*
  * Charges `cost` against every limit of `key`, all-or-nothing (cost 0
@@ -308,8 +315,9 @@ SLUICE_API int sluice_redis_take_many(sluice_redis_t *r,
  * back to its buckets (never beyond full), sluice_redis_reset() makes
  * them full.  Both run refund.lua, one atomic call per item, whether or
  * not the module is loaded (it keeps the same state).  cb runs once, with
- * the first failure or 0 (allowed is 1).  Returns 0, or SLUICE_EINVAL /
- * SLUICE_ENOMEM; the callback is then not called.
+ * the first failure or 0 (allowed is 1).  Returns 0, or SLUICE_EINVAL (n
+ * 0, an item malformed as for sluice_redis_take()) / SLUICE_ENOMEM; the
+ * callback is then not called.
  */
 SLUICE_API int sluice_redis_refund(sluice_redis_t *r,
 				   const sluice_take_item_t *items, size_t n,
@@ -324,7 +332,8 @@ SLUICE_API int sluice_redis_reset(sluice_redis_t *r,
  * (sluice_penalize(): a debt that delays the next allowed take);
  * sluice_redis_block() lets no take of the items' buckets pass for ms
  * milliseconds (sluice_block()).  Both run adjust.lua, one atomic call
- * per item; the state is the one takes read and write.
+ * per item; the state is the one takes read and write.  The items are
+ * copied, and the results and callback are sluice_redis_refund()'s.
  */
 SLUICE_API int sluice_redis_penalize(sluice_redis_t *r,
 				     const sluice_take_item_t *items, size_t n,
@@ -339,6 +348,7 @@ SLUICE_API int sluice_redis_block(sluice_redis_t *r,
  * charging nothing: the script is sent more than a bucketful, which it
  * never charges, and the client decides `cost` on the shortfalls it
  * answers.  Always the script path (the module keeps the same state).
+ * key and limits are copied, as for sluice_redis_take().
  */
 SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
 				 size_t keylen, const sluice_limit_t *limits,

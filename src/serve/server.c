@@ -459,7 +459,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		sluice_config_free(cfg);
 		return 2;
 	}
-	s.store = sluice_memstore_new(sluice_config_max_keys(cfg));
+	sluice_memstore_open(&s.store, sluice_config_max_keys(cfg), NULL, 0);
 	s.live = s.store ? sluice_live_new(cfg) : NULL;
 	if (!s.live) {
 		if (!s.store)

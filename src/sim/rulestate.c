@@ -14,8 +14,10 @@ int sluice_rulestate_init(sluice_rulestate_t *rs, const sluice_config_t *cfg)
 	memset(rs, 0, sizeof(*rs));
 	rs->cfg = cfg;
 	rs->keys = sluice_keymap_new();
-	rs->store = sluice_memstore_new(
-		cfg->store.max_keys ? cfg->store.max_keys : DEFAULT_MAX_KEYS);
+	sluice_memstore_open(&rs->store,
+			     cfg->store.max_keys ? cfg->store.max_keys
+						 : DEFAULT_MAX_KEYS,
+			     NULL, 0);
 	rs->take = sluice_take_new();
 	if (!rs->keys || !rs->store || !rs->take) {
 		sluice_rulestate_free(rs);

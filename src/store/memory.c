@@ -5,6 +5,7 @@
  * it fills.
  */
 #include "store/buckets.h"
+#include "util/errmsg.h"
 #include "util/siphash.h"
 
 #include <stdlib.h>
@@ -24,18 +25,25 @@ struct sluice_memstore_s {
 	mem_shard_t shards[];
 };
 
-sluice_memstore_t *sluice_memstore_new(size_t max_keys)
+int sluice_memstore_open(sluice_memstore_t **out, size_t max_keys, char *err,
+			 size_t errlen)
 {
 	sluice_memstore_t *m;
 	unsigned bits;
 	size_t n, i;
 
+	if (!out)
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "memory store: out is NULL");
+	*out = NULL;
 	if (max_keys == 0)
-		return NULL;
+		return sluice_fail(SLUICE_ERANGE, err, errlen,
+				   "memory store: max_keys must be at least 1");
 	n = sluice_buckets_nshards(max_keys, &bits);
 	m = calloc(1, sizeof(*m) + n * sizeof(mem_shard_t));
 	if (!m)
-		return NULL;
+		return sluice_fail(SLUICE_ENOMEM, err, errlen,
+				   "memory store: out of memory");
 	sluice_random_bytes(m->seed, sizeof(m->seed));
 	m->b.seed = m->seed;
 	m->b.nshards = n;
@@ -57,10 +65,12 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 		v->slots = sluice_slots_alloc(FIRST_SLOTS);
 		if (!v->slots) {
 			sluice_memstore_free(m);
-			return NULL;
+			return sluice_fail(SLUICE_ENOMEM, err, errlen,
+					   "memory store: out of memory");
 		}
 	}
-	return m;
+	*out = m;
+	return 0;
 }
 
 void sluice_memstore_free(sluice_memstore_t *m)

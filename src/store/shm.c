@@ -630,6 +630,9 @@ int sluice_shmstore_open_group(sluice_shmstore_t **out, const char *path,
 	gid_t gid;
 	int fd, rc;
 
+	if (!out)
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "shared store: out is NULL");
 	*out = NULL;
 	if (!path || !*path)
 		return sluice_fail(SLUICE_EINVAL, err, errlen,

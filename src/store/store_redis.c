@@ -175,7 +175,8 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 		tls.cert_file = store->tls.cert_file;
 		tls.key_file = store->tls.key_file;
 		tls.server_name = store->tls.server_name;
-		tls.no_verify = !store->tls.verify;
+		tls.verify = store->tls.verify ? SLUICE_REDIS_TLS_VERIFY_ON
+					       : SLUICE_REDIS_TLS_VERIFY_OFF;
 		o.tls = &tls;
 	}
 	o.key_prefix = store->key_prefix;
@@ -184,7 +185,7 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	o.on_event = h->on_event;
 	o.on_report = h->on_report;
 	o.event_arg = d->hook_arg;
-	rc = sluice_redis_new(loop, &o, &d->r, err, errlen);
+	rc = sluice_redis_open(&d->r, loop, &o, err, errlen);
 	if (rc < 0) {
 		detach(d->hook_arg);
 		free(d);

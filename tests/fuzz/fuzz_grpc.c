@@ -80,7 +80,7 @@ static void init(void)
 
 	if (uv_loop_init(&loop) != 0)
 		abort();
-	store = sluice_memstore_new(512);
+	sluice_memstore_open(&store, 512, NULL, 0);
 	cfg = sluice_config_default();
 	if (!store || !cfg)
 		abort();

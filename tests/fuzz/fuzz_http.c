@@ -84,7 +84,7 @@ static void init(void)
 	char err[512];
 
 	/* Small, so eviction runs too. */
-	store = sluice_memstore_new(512);
+	sluice_memstore_open(&store, 512, NULL, 0);
 	if (!store)
 		abort();
 	atexit(fini);

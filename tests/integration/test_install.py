@@ -48,7 +48,7 @@ int main(void)
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
-	store = sluice_memstore_new(16);
+	sluice_memstore_open(&store, 16, NULL, 0);
 	if (!store)
 		return 1;
 	for (i = 0; i < 5; i++)
@@ -73,7 +73,7 @@ int main(void)
 	char err[128];
 
 	uv_loop_init(&loop);
-	if (sluice_redis_new(&loop, &opts, &r, err, sizeof(err))) {
+	if (sluice_redis_open(&r, &loop, &opts, err, sizeof(err))) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}

@@ -543,7 +543,7 @@ static inline void rh_close_client(uv_loop_t *loop, sluice_redis_t *r)
 	uv_run(loop, UV_RUN_DEFAULT);
 }
 
-/* sluice_redis_new() refuses o with SLUICE_EINVAL, a message holding
+/* sluice_redis_open() refuses o with SLUICE_EINVAL, a message holding
  * msg, and nothing left on a loop. */
 static inline void rh_expect_refused(const sluice_redis_opts_t *o,
 				     const char *msg)
@@ -553,7 +553,7 @@ static inline void rh_expect_refused(const sluice_redis_opts_t *o,
 	char err[256];
 
 	uv_loop_init(&loop);
-	CHECK(sluice_redis_new(&loop, o, &r, err, sizeof(err)) ==
+	CHECK(sluice_redis_open(&r, &loop, o, err, sizeof(err)) ==
 	      SLUICE_EINVAL);
 	CHECK(r == NULL);
 	if (!strstr(err, msg)) {

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "fake_store.h"
 #include "policy/verdict.h"
+#include "stores.h"
 
 #include <pthread.h>
 
@@ -120,7 +121,7 @@ static sluice_take_t *fresh(sluice_take_t **t)
 
 static void test_one_rule_charges_and_reports(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_backend_t be = memory_backend(m);
 	static sluice_take_t *t;
 
@@ -139,7 +140,7 @@ static void test_one_rule_charges_and_reports(void)
 
 static void test_rejected_request_charges_no_rule(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_backend_t be = memory_backend(m);
 	static sluice_take_t *t, *peek;
 	int i;
@@ -169,7 +170,7 @@ static void test_rejected_request_charges_no_rule(void)
 
 static void test_fail_open_allows_without_decision(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_backend_t be = {&failing_ops, NULL, m};
 	static sluice_take_t *t;
 
@@ -186,7 +187,7 @@ static void test_fail_open_allows_without_decision(void)
 
 static void test_fail_closed_is_a_store_error(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_backend_t be = {&failing_ops, NULL, m};
 	static sluice_take_t *t;
 
@@ -202,7 +203,7 @@ static void test_fail_closed_is_a_store_error(void)
 
 static void test_fail_local_decides_on_the_local_store(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_backend_t be = {&failing_ops, NULL, m};
 	static sluice_take_t *t;
 	int i;
@@ -221,7 +222,7 @@ static void test_fail_local_decides_on_the_local_store(void)
 
 static void test_shadow_never_rejects_nor_fails_closed(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_backend_t be = memory_backend(m), bad = {&failing_ops, NULL, m};
 	static sluice_take_t *t;
 	int i;
@@ -248,7 +249,7 @@ static void test_deferred_driver_answers_once_after_every_take(void)
 	static sluice_take_t *t;
 	int i;
 
-	d.store = sluice_memstore_new(100);
+	d.store = open_memstore(100);
 	for (i = 0; i < 3; i++) {
 		fresh(&t);
 		add(t, "tight", "d");

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "fake_store.h"
 #include "serve/http_conn.h"
+#include "stores.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -671,7 +672,7 @@ static const char one_rule[] = "rules:\n"
 
 int main(void)
 {
-	store.store = sluice_memstore_new(1000);
+	store.store = open_memstore(1000);
 	svc.live = sluice_live_new(sluice_config_parse(
 		"t.yaml", one_rule, sizeof(one_rule) - 1, NULL, 0));
 	svc.metrics = sluice_metrics_new();

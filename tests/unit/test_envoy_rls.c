@@ -12,6 +12,7 @@
 #include "envoy/config.h"
 #include "envoy/rls.h"
 #include "policy/svc.h"
+#include "stores.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static void start(const char *extra, const char *name, const char *text)
 	if (!cfg)
 		fprintf(stderr, "%s\n", err);
 	CHECK(cfg != NULL);
-	CHECK((store = sluice_memstore_new(10000)) != NULL);
+	CHECK((store = open_memstore(10000)) != NULL);
 	memset(&svc, 0, sizeof(svc));
 	sluice_backend_memory(&svc.backend, store);
 	CHECK((svc.live = sluice_live_new(cfg)) != NULL);

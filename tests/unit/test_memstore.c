@@ -4,6 +4,7 @@
  */
 #include "check.h"
 #include "sluice.h"
+#include "stores.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -53,7 +54,7 @@ static void *hammer(void *arg)
 static void test_eight_threads_one_key_exact(void)
 {
 	sluice_limit_t l = limit("1000", "1/day");
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	pthread_t th[8];
 	worker_t w[8];
 	uint64_t total = 0;
@@ -98,7 +99,7 @@ static void *hammer_multi(void *arg)
 static void test_eight_threads_several_limits_all_or_nothing(void)
 {
 	sluice_limit_t l[2] = {limit("1000", "1000/h"), limit("20", "20/h")};
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_decision_t sum;
 	pthread_t th[8];
 	multi_worker_t w[8];
@@ -125,7 +126,7 @@ static void test_eight_threads_several_limits_all_or_nothing(void)
 static void test_flood_of_keys_stays_bounded(void)
 {
 	sluice_limit_t l = limit("10", "1/min");
-	sluice_memstore_t *m = sluice_memstore_new(100000);
+	sluice_memstore_t *m = open_memstore(100000);
 	sluice_memstore_stats_t st;
 	sluice_decision_t sum;
 	uint64_t i, refused = 0;
@@ -161,7 +162,7 @@ static void test_full_bucket_eviction_loses_nothing(void)
 {
 	enum { KEYS = 3000 };
 	sluice_limit_t l = limit("5", "1/s");
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	static sluice_state_t ref[KEYS];
 	sluice_memstore_stats_t st;
 	uint64_t seed = 99, step;
@@ -200,7 +201,7 @@ static void test_full_bucket_eviction_loses_nothing(void)
 static void test_expired_states_are_reclaimed_incrementally(void)
 {
 	sluice_limit_t l = limit("3", "1/s");
-	sluice_memstore_t *m = sluice_memstore_new(100000);
+	sluice_memstore_t *m = open_memstore(100000);
 	sluice_memstore_stats_t st;
 	sluice_decision_t sum;
 	int i;
@@ -227,7 +228,7 @@ static void test_expired_states_are_reclaimed_incrementally(void)
 static void test_multi_limit_all_or_nothing(void)
 {
 	sluice_limit_t l[2] = {limit("10", "1/s"), limit("3", "3/day")};
-	sluice_memstore_t *m = sluice_memstore_new(10);
+	sluice_memstore_t *m = open_memstore(10);
 	sluice_decision_t d[2], sum;
 	int i;
 
@@ -257,7 +258,7 @@ static void test_switching_tiers_keeps_every_limit_state(void)
 	sluice_limit_t grown[2] = {limit("1000", "1000/day"),
 				   limit("100", "100/h")};
 	sluice_limit_t dup[2] = {limit("5", "1/h"), limit("5", "1/h")};
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_decision_t d[2], sum;
 	int i;
 
@@ -299,7 +300,7 @@ static void test_switching_tiers_keeps_every_limit_state(void)
 static void test_flood_of_fresh_keys_resets_no_drained_bucket(void)
 {
 	sluice_limit_t l = limit("10", "1/min");
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_memstore_stats_t st;
 	sluice_decision_t sum;
 	int64_t now = T0;
@@ -338,7 +339,7 @@ static void test_bound_holds_below_one_calls_limits(void)
 {
 	sluice_limit_t l[3] = {limit("5", "1/s"), limit("50", "1/min"),
 			       limit("500", "1/h")};
-	sluice_memstore_t *m = sluice_memstore_new(2);
+	sluice_memstore_t *m = open_memstore(2);
 	sluice_memstore_stats_t st;
 	sluice_decision_t sum;
 	int i;
@@ -360,12 +361,12 @@ static void test_bound_holds_below_one_calls_limits(void)
 static void test_bad_arguments(void)
 {
 	sluice_limit_t l = limit("10", "1/s");
-	sluice_memstore_t *m = sluice_memstore_new(10);
+	sluice_memstore_t *m = open_memstore(10);
 	static char big[70000];
 	sluice_decision_t sum;
 
 	CHECK(m);
-	CHECK(sluice_memstore_new(0) == NULL);
+	CHECK(open_memstore(0) == NULL);
 	CHECK(sluice_memstore_take(m, "k", 1, &l, 0, 1, T0, NULL, &sum) ==
 	      SLUICE_EINVAL);
 	CHECK(sluice_memstore_take(m, "k", 1, &l, SLUICE_MAX_LIMITS + 1, 1, T0,
@@ -400,7 +401,7 @@ static void test_bad_arguments(void)
 
 static void test_reset_and_refund(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_limit_t l[2] = {limit("10", "1/h"), limit("4", "1/day")};
 	sluice_limit_t other = limit("3", "1/h");
 	sluice_decision_t sum;
@@ -458,7 +459,7 @@ static void test_refund_inverts_a_charge(void)
  * block lets nothing pass for a while; each limit once. */
 static void test_peek_penalize_block(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_limit_t l[3] = {limit("3", "1/s"), limit("10", "10/min"),
 			       limit("3", "1/s")};
 	sluice_decision_t sum;

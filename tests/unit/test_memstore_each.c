@@ -6,6 +6,7 @@
  */
 #include "check.h"
 #include "sluice.h"
+#include "stores.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +48,8 @@ static void test_batches_decide_as_single_takes(void)
 	 * same states whatever their hash seeds.  A bound near the bucket
 	 * count let one seed in a hundred evict a drained bucket in one store
 	 * and not the other. */
-	sluice_memstore_t *each = sluice_memstore_new(200000);
-	sluice_memstore_t *one = sluice_memstore_new(200000);
+	sluice_memstore_t *each = open_memstore(200000);
+	sluice_memstore_t *one = open_memstore(200000);
 	sluice_limit_t limits[3][2] = {
 		{lim(3, "1/s"), lim(10, "1/min")},
 		{lim(1, "5/s"), lim(2, "1/h")},
@@ -113,7 +114,7 @@ static void test_batches_decide_as_single_takes(void)
 
 static void test_malformed_items_decide_nothing(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_limit_t l = lim(1, "1/h"), bad;
 	sluice_take_item_t it[2];
 	sluice_decision_t sum;

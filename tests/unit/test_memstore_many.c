@@ -4,6 +4,7 @@
  */
 #include "check.h"
 #include "sluice.h"
+#include "stores.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -46,7 +47,7 @@ static const int64_t T0 = INT64_C(1700000000000000);
 
 static void test_one_rejecting_key_charges_none(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_limit_t big = lim(10, "1/h"), small = lim(1, "1/h");
 	sluice_take_item_t it[2];
 
@@ -64,7 +65,7 @@ static void test_one_rejecting_key_charges_none(void)
 
 static void test_which_names_the_most_restrictive_limit(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_limit_t two[2] = {lim(10, "1/s"), lim(3, "1/h")};
 	sluice_take_item_t it;
 
@@ -77,7 +78,7 @@ static void test_which_names_the_most_restrictive_limit(void)
 
 static void test_a_repeated_key_is_charged_for_each_item(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_limit_t l = lim(3, "1/h");
 	sluice_take_item_t it[2];
 
@@ -94,7 +95,7 @@ static void test_a_repeated_key_is_charged_for_each_item(void)
 
 static void test_malformed_items_are_refused(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_limit_t two[SLUICE_MAX_LIMITS + 1];
 	sluice_take_item_t it[1];
 
@@ -118,7 +119,7 @@ static void test_malformed_items_are_refused(void)
  * before (another tier, another rule's set) meets that limit's state. */
 static void test_a_shared_limit_keeps_its_state_across_items(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(100);
+	sluice_memstore_t *m = open_memstore(100);
 	sluice_limit_t a = lim(5, "1/h"), both[2] = {lim(100, "1/h"), a};
 	sluice_take_item_t it[2];
 
@@ -172,7 +173,7 @@ static void *worker(void *arg)
 
 static void test_threads_charge_exactly_the_allowed(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(10000);
+	sluice_memstore_t *m = open_memstore(10000);
 	sluice_limit_t shared = lim(500, "1/h"), own = lim(1000, "1/h");
 	pthread_t th[THREADS];
 	worker_t w[THREADS];

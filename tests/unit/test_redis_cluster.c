@@ -103,7 +103,7 @@ static sluice_redis_t *client(uv_loop_t *loop)
 	o.nseeds = 1;
 	o.timeout_ms = 2000;
 	o.connections = 2;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	return r;
 }
 

@@ -46,7 +46,7 @@ static sluice_redis_t *client(uv_loop_t *loop, int port)
 	events = 0;
 	detail[0] = '\0';
 	reported = -2;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	CHECK(rh_wait_healthy(loop, r, 10000));
 	return r;
 }

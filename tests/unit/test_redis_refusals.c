@@ -46,7 +46,7 @@ static sluice_redis_t *client(uv_loop_t *loop, const char *url)
 	memset(kinds, 0, sizeof(kinds));
 	refused_events = 0;
 	refused_detail[0] = '\0';
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	CHECK(rh_wait_healthy(loop, r, 10000));
 	return r;
 }

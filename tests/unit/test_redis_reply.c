@@ -209,7 +209,7 @@ static void expect_call_refused(const char *reply, size_t len,
 	o.timeout_ms = 60000; /* a call that waits for it fails the test */
 	o.flags = SLUICE_REDIS_SCRIPT_ONLY;
 	uv_loop_init(&loop);
-	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
 	CHECK(rh_wait_healthy(&loop, r, 10000));
 	rh_limit(&l, 10, "1/s");
 	res = rh_take(&loop, r, "alice", &l, 1, 1);
@@ -277,7 +277,7 @@ static void test_refused_auth_never_shows_the_password(void)
 	o.timeout_ms = 2000;
 	o.on_event = on_event;
 	uv_loop_init(&loop);
-	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
 	until = rh_ms() + 10000;
 	while (!auth_events && rh_ms() < until) {
 		uv_run(&loop, UV_RUN_NOWAIT);

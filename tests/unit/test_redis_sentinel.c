@@ -125,7 +125,7 @@ static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
 	o.timeout_ms = 500;
 	o.on_event = on_event;
 	o.event_arg = seen;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	return r;
 }
 

@@ -30,7 +30,7 @@ static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned timeout,
 	o.timeout_ms = timeout;
 	o.connections = conns;
 	o.key_prefix = prefix;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	return r;
 }
 

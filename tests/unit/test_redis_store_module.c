@@ -35,7 +35,7 @@ static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned flags)
 	o.url = url;
 	o.timeout_ms = 2000;
 	o.flags = flags;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	while (!sluice_redis_healthy(r) && rh_ms() < until)
 		uv_run(loop, UV_RUN_NOWAIT);
 	/* Let the COMMAND INFO answer of the handshake arrive. */

@@ -161,7 +161,7 @@ static sluice_redis_t *client(uv_loop_t *loop, const char *url,
 	o.on_event = on_event;
 	o.on_report = on_report;
 	o.event_arg = seen;
-	CHECK(sluice_redis_new(loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	return r;
 }
 
@@ -254,7 +254,9 @@ static void test_verification(const tls_redis_t *s)
 	sluice_redis_tls_t right_name = {.ca_file = path("ca.crt"),
 					 .server_name = "localhost"};
 	sluice_redis_tls_t no_verify = {.ca_file = path("other.crt"),
-					.no_verify = 1};
+					.verify = SLUICE_REDIS_TLS_VERIFY_OFF};
+	sluice_redis_tls_t wrong_ca_on = {.ca_file = path("other.crt"),
+					  .verify = SLUICE_REDIS_TLS_VERIFY_ON};
 	seen_t seen = {0};
 	sluice_redis_t *r;
 	uv_loop_t loop;
@@ -262,6 +264,8 @@ static void test_verification(const tls_redis_t *s)
 
 	expect_refused(s, &wrong_ca, "certificate verify failed");
 	expect_refused(s, &wrong_ca, "certificate in certificate chain");
+	/* verify said outright is the default's verification. */
+	expect_refused(s, &wrong_ca_on, "certificate verify failed");
 	/* The system's CA store knows nothing of the test CA. */
 	expect_refused(s, NULL, "certificate verify failed");
 	expect_refused(s, &wrong_name, "certificate verify failed");

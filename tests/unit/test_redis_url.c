@@ -66,7 +66,7 @@ static void opts_bad(const char *url, const char *prefix, const char *seed,
 		o.seeds = seeds;
 		o.nseeds = 1;
 	}
-	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) ==
+	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) ==
 	      SLUICE_EINVAL);
 	CHECK(r == NULL);
 	if (!strstr(err, needle)) {
@@ -97,7 +97,7 @@ static void test_unreachable_redis(void)
 
 	uv_loop_init(&loop);
 	o.url = "redis://127.0.0.1:1";
-	CHECK(sluice_redis_new(&loop, &o, &r, err, sizeof(err)) == 0);
+	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
 	CHECK(!sluice_redis_healthy(r));
 	CHECK(sluice_limit_parse(&l, "10", "1/s", NULL, 0) == 0);
 	CHECK(sluice_redis_take(r, "k", 1, &l, 1, 1, on_answer, NULL) == 0);

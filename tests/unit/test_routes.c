@@ -9,6 +9,7 @@
 #include "fake_store.h"
 #include "serve/handlers.h"
 #include "serve/metrics.h"
+#include "stores.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -189,7 +190,7 @@ int main(void)
 {
 	char err[256];
 
-	store.store = sluice_memstore_new(1000);
+	store.store = open_memstore(1000);
 	svc.live = sluice_live_new(sluice_config_parse(
 		"t.yaml", config, sizeof(config) - 1, err, sizeof(err)));
 	CHECK(svc.live != NULL);

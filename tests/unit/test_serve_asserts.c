@@ -9,6 +9,7 @@
 #include "policy/live.h"
 #include "policy/verdict.h"
 #include "serve/http_conn.h"
+#include "stores.h"
 
 #include <arpa/inet.h>
 #include <signal.h>
@@ -83,7 +84,7 @@ static void decide_while_pending(void)
 	struct sockaddr_in peer;
 	sluice_request_t req;
 
-	store.store = sluice_memstore_new(100);
+	store.store = open_memstore(100);
 	memset(&peer, 0, sizeof(peer));
 	peer.sin_family = AF_INET;
 	peer.sin_addr.s_addr = htonl(0x7f000001);

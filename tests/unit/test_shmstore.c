@@ -6,6 +6,7 @@
 #include "check.h"
 #include "sluice.h"
 #include "store/shm.h"
+#include "stores.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,7 +82,7 @@ static void hammer(const char *path, int shared, int64_t start,
 		   int64_t duration_us, const sluice_limit_t *l, int fd)
 {
 	sluice_shmstore_t *s = shared ? open_store(path, 1000) : NULL;
-	sluice_memstore_t *m = shared ? NULL : sluice_memstore_new(1000);
+	sluice_memstore_t *m = shared ? NULL : open_memstore(1000);
 	int64_t t = start;
 	uint64_t allowed = 0;
 	int rc, phase;
@@ -387,7 +388,7 @@ static void test_decides_as_the_memory_store(void)
 {
 	const char *path = shm_path("same");
 	sluice_shmstore_t *s = open_store(path, 1000);
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_limit_t ls[3] = {limit("5", "1/s"), limit("20", "10/min"),
 				limit("3", "2/s")};
 	sluice_decision_t ds[3], dm[3], sums, summ;

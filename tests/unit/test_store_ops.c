@@ -6,6 +6,7 @@
  */
 #include "check.h"
 #include "store/store.h"
+#include "stores.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -94,7 +95,7 @@ static void every_verb(const sluice_store_ops_t *ops, void *impl)
 
 static void test_memory_driver(void)
 {
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_backend_t be;
 
 	CHECK(m);

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "fake_store.h"
 #include "policy/verdict.h"
+#include "stores.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>
@@ -112,7 +113,7 @@ static void test_a_rule_after_sixteen_matching_ones_still_counts(void)
 	char yaml[8192];
 	size_t n = 0;
 	int i;
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_backend_t be;
 	sluice_config_t *cfg;
 	sluice_take_t *t = sluice_take_new();
@@ -153,7 +154,7 @@ static void test_every_one_of_a_thousand_matching_rules_counts(void)
 {
 	size_t cap = 1024 * 120, n = 0;
 	char *yaml = malloc(cap);
-	sluice_memstore_t *m = sluice_memstore_new(4096);
+	sluice_memstore_t *m = open_memstore(4096);
 	sluice_backend_t be;
 	sluice_config_t *cfg;
 	sluice_take_t *t = sluice_take_new();
@@ -215,7 +216,7 @@ static void test_racing_requests_charge_wide_only_for_the_allowed(void)
 	req_t q;
 	int i;
 
-	d.store = sluice_memstore_new(1000);
+	d.store = open_memstore(1000);
 	d.n = 0;
 	nallowed = 0;
 	for (i = 0; i < RACERS; i++) {
@@ -273,7 +274,7 @@ static void *racer(void *arg)
 static void test_threads_charge_wide_only_for_the_allowed(void)
 {
 	enum { THREADS = 8 };
-	sluice_memstore_t *m = sluice_memstore_new(1000);
+	sluice_memstore_t *m = open_memstore(1000);
 	sluice_config_t *cfg = parse(wide_narrow);
 	sluice_backend_t be;
 	pthread_t th[THREADS];

@@ -25,7 +25,7 @@ static napi_value memory_new(napi_env env, napi_callback_info info)
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_value_double(env, argv[0], &max_keys));
-	s = sluice_memstore_new((size_t)max_keys);
+	sluice_memstore_open(&s, (size_t)max_keys, NULL, 0);
 	if (!s) {
 		napi_throw_error(env, "ERR_SLUICE_NOMEM",
 				 "out of memory for the memory store");

@@ -354,7 +354,7 @@ static void tell_js(rclient_t *c, const sluice_redis_event_t *ev)
 
 /*
  * The strings redisNew() copies out of its options object.  They live
- * only through sluice_redis_new(), which keeps its own copies of all it
+ * only through sluice_redis_open(), which keeps its own copies of all it
  * needs later (the URL parsed, the prefix, the TLS server name, the
  * Sentinels' names and credentials; the TLS files are read into the
  * OpenSSL context there and then).
@@ -425,7 +425,9 @@ static int redis_opts(napi_env env, napi_value v, sluice_redis_opts_t *o,
 		tls->cert_file = st->cert_file;
 		tls->key_file = st->key_file;
 		tls->server_name = st->server_name;
-		tls->no_verify = get_uint_prop(env, t, "noVerify") != 0;
+		tls->verify = get_uint_prop(env, t, "noVerify")
+				      ? SLUICE_REDIS_TLS_VERIFY_OFF
+				      : SLUICE_REDIS_TLS_VERIFY_ON;
 		o->tls = tls;
 	}
 
@@ -478,7 +480,7 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 	c->env = env;
 	o.on_event = on_event;
 	o.event_arg = c;
-	if (sluice_redis_new(loop, &o, &c->r, err, sizeof(err)) < 0) {
+	if (sluice_redis_open(&c->r, loop, &o, err, sizeof(err)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE_REDIS", err);
 		goto out;
 	}

@@ -403,26 +403,32 @@ static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
 	return 0;
 }
 
-int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
-		     sluice_redis_t **out, char *err, size_t errlen)
+int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
+		      const sluice_redis_opts_t *opts, char *err, size_t errlen)
 {
 	char scratch[256];
 	sluice_redis_t *r;
 	int rc;
 
-	*out = NULL;
 	if (!err || !errlen) {
 		err = scratch;
 		errlen = sizeof(scratch);
 	}
 	err[0] = '\0';
+	if (!out)
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis store: out is NULL");
+	*out = NULL;
 	if (!loop || !opts)
-		return SLUICE_EINVAL;
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis store: %s is NULL",
+				   !loop ? "loop" : "opts");
 	if ((rc = check_opts(opts, err, errlen)) < 0)
 		return rc;
 	r = calloc(1, sizeof(*r));
 	if (!r)
-		return SLUICE_ENOMEM;
+		return sluice_fail(SLUICE_ENOMEM, err, errlen,
+				   "redis store: out of memory");
 	if (!opts->nseeds && opts->url &&
 	    (rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen)) <
 		    0) {

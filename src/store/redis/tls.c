@@ -183,9 +183,11 @@ struct ssl_ctx_st *sluice_redis__tls_context(const sluice_redis_tls_t *o,
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-	SSL_CTX_set_verify(
-		ctx, o && o->no_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
-		NULL);
+	SSL_CTX_set_verify(ctx,
+			   o && o->verify == SLUICE_REDIS_TLS_VERIFY_OFF
+				   ? SSL_VERIFY_NONE
+				   : SSL_VERIFY_PEER,
+			   NULL);
 	if (o && o->ca_file) {
 		if (tls_load(ctx, "ca_file", o->ca_file, load_ca, err,
 			     errlen) != 0)

@@ -7,10 +7,10 @@
  * bare host[:port] as well).  host is a name, an IPv4 address or an IPv6
  * address in brackets ("[::1]:6379").
  *
- * One parser for every reader: sluice_redis_new(), the config loader
- * (sluice_redis_url_check(), so `check-config` and `serve` agree) and the
- * Node package.  The userinfo ends at the last '@' (a host, port or db
- * never holds one), so a password may contain '@' or '/'.
+ * One parser for every reader: sluice_redis_open(so `check-config` and `serve`
+ * agree) and the Node package.  The userinfo ends at the last '@' (a host, ),
+ * the config loader (sluice_redis_url_check(), port or db never holds one), so
+ * a password may contain '@' or '/'.
  *
  * A URL is never printed as given: every message shows it through
  * sluice_redis_url_mask(), "redis://user:***@host:port".

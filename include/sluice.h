@@ -66,13 +66,15 @@
  *   Ownership.  Every pointer argument is borrowed for the call only: the
  *   function copies what it keeps (keys, limits, options, paths, TLS
  *   settings) before it returns, and the caller may free or reuse it as
- *   soon as the call returns.  The only exception is
- *   sluice_redis_take_many(), whose items are borrowed until its callback
- *   (which writes their outputs).  Callback arguments (`arg`, `event_arg`)
- *   are handed back as given, never read.  What the library hands to a
- *   callback (a decision, an event, a report) is valid during the
- *   callback only; the text the library returns is static (or the
- *   caller's own buffer).  The library reads no environment variable.
+ *   soon as the call returns.  The exceptions: sluice_redis_take_many()'s
+ *   items are borrowed until its callback (which writes their outputs),
+ *   and the uv_loop_t given to sluice_redis_open() must outlive the
+ *   client.  A store is the caller's from its _open to its _free or
+ *   _close.  Callback arguments (`arg`, `event_arg`) are handed back as
+ *   given, never read.  What the library hands to a callback (a decision,
+ *   an event, a report) is valid during the callback only; the text the
+ *   library returns is static (or the caller's own buffer).  The library
+ *   reads no environment variable.
  *
  * Time is measured in microseconds (int64, e.g. since the Unix epoch).  A
  * rate's emission interval (time per token) is kept as interval/per

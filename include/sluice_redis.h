@@ -161,11 +161,11 @@ typedef struct sluice_redis_tls_s {
 	const char *cert_file;	 /* client certificate (mutual TLS) */
 	const char *key_file;	 /* its private key; NULL: in cert_file */
 	const char *server_name; /* SNI and the name verified; NULL: host */
-	/* Whether the server's certificate (and its name) is verified, as
-	 * the config's `tls.verify` (docs/CONFIG.md), and on by default:
-	 * SLUICE_REDIS_TLS_VERIFY_ON, or 0 (so a zeroed struct verifies),
-	 * verifies; only SLUICE_REDIS_TLS_VERIFY_OFF accepts any certificate
-	 * (tests only).  Any other value verifies too. */
+	/* Verification of the server's certificate and name, as the
+	 * config's `tls.verify` (docs/CONFIG.md), on by default:
+	 * SLUICE_REDIS_TLS_VERIFY_ON and 0 (a zeroed struct) verify, and so
+	 * does any other value but SLUICE_REDIS_TLS_VERIFY_OFF, which
+	 * accepts any certificate (tests only). */
 	int verify;
 } sluice_redis_tls_t;
 

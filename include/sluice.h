@@ -61,7 +61,10 @@
  *   says it may be (err may always be NULL).  A store refuses with
  *   SLUICE_EINVAL a limit that is not valid (sluice_limit_valid()), no
  *   limits or more than SLUICE_MAX_LIMITS, and a NULL key of non-zero
- *   length.
+ *   length; the pure functions (sluice_eval(), sluice_refund(),
+ *   sluice_rate_format(), sluice_limit_id(), ...) do not check, and take
+ *   rates and limits as sluice_rate_parse() and sluice_limit_init() make
+ *   them.
  *
  *   Ownership.  Every pointer argument is borrowed for the call only: the
  *   function copies what it keeps (keys, limits, options, paths, TLS

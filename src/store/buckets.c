@@ -230,7 +230,50 @@ static int shard_recover(sluice_shard_t *s)
  * hold forever (stopped, or a lock word that names no live thread): after
  * wait_ms the caller gets ETIMEDOUT and a store error, never a hang.  The
  * uncontended path is one trylock, as before.
+ *
+ * The wait is cut into slices of LOCK_SLICE_MS, each its own timed lock:
+ * a process killed inside pthread_mutex_unlock(), after it cleared the
+ * lock word and before it woke a waiter, leaves that waiter asleep on a
+ * free lock (the kernel's robust-list cleanup sees no owner to clean up,
+ * and the next holder's unlock finds no waiter bit).  The next slice finds
+ * the lock free, so a lost wakeup costs one slice, not the call.
  */
+#define LOCK_SLICE_MS 20
+
+static void realtime_after_ms(struct timespec *ts, unsigned ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* pthread_mutex_timedlock() for wait_ms in all, slice by slice. */
+static int timedlock_sliced(pthread_mutex_t *lock, unsigned wait_ms)
+{
+	int64_t end = monotonic_ms() + wait_ms, left = wait_ms;
+	struct timespec ts;
+	int rc;
+
+	for (;;) {
+		realtime_after_ms(&ts, left < LOCK_SLICE_MS ? (unsigned)left
+							    : LOCK_SLICE_MS);
+		rc = pthread_mutex_timedlock(lock, &ts);
+		if (rc != ETIMEDOUT || (left = end - monotonic_ms()) <= 0)
+			return rc;
+	}
+}
 /*
  * A shared lock's type lives in the file: one overwritten with another
  * type makes glibc take another path (priority inheritance: kernel calls
@@ -272,16 +315,7 @@ static int shard_lock(sluice_shard_t *s)
 		return ETIMEDOUT;
 	if (rc == EBUSY) {
 		if (s->wait_ms) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += (time_t)(s->wait_ms / 1000);
-			ts.tv_nsec += (long)(s->wait_ms % 1000) * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			rc = pthread_mutex_timedlock(s->lock, &ts);
+			rc = timedlock_sliced(s->lock, s->wait_ms);
 			if (rc == ETIMEDOUT)
 				__atomic_store_n(&s->stuck, 1,
 						 __ATOMIC_RELAXED);

@@ -804,6 +804,74 @@ static void test_lock_never_released_fails_the_call(void)
 	unlink(path);
 }
 
+/* 1 when thread `pid` sleeps (state S), in a futex wait where the kernel
+ * says so. */
+static int sleeping_in_futex(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	int ok = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) != NULL)
+		ok = p[1] == ' ' && p[2] == 'S';
+	fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+	if (ok && (f = fopen(path, "r")) != NULL) {
+		if (fgets(buf, sizeof(buf), f) && strcmp(buf, "0") != 0)
+			ok = strstr(buf, "futex") != NULL;
+		fclose(f);
+	}
+	return ok;
+}
+
+/* A holder killed inside pthread_mutex_unlock(), after it cleared the
+ * lock word and before it woke the waiter, leaves that waiter asleep on
+ * a free lock: no robust-list cleanup wakes it.  Played here by writing
+ * the lock word by hand: held (by a thread no one has, with the waiters
+ * bit), then, once the waiter sleeps, free without a wake.  The waiter's
+ * take must still pass, not fail when its whole wait runs out. */
+static void test_lost_wakeup_costs_no_call(void)
+{
+	const char *path = shm_path("wakeup");
+	sluice_limit_t l = limit("10", "1/s");
+	sluice_shmstore_t *s = open_store(path, 100);
+	uint32_t held = 0x80000000u | 0x3fffffffu, freed = 0;
+	int64_t deadline;
+	pid_t child;
+	int i, status = 0, slept = 0;
+
+	CHECK(s);
+	for (i = 0; i < 2; i++)
+		CHECK(patch(path, (off_t)(4096 + i * 128), &held, 4) == 0);
+	if ((child = fork()) == 0) {
+		sluice_shmstore_t *c = open_store(path, 100);
+
+		if (!c)
+			_exit(3);
+		sluice_shmstore__set_lock_wait(c, 5000);
+		_exit(sluice_shmstore_take(c, "a", 1, &l, 1, 1, T0, NULL,
+					   NULL) == 1
+			      ? 0
+			      : 4);
+	}
+	CHECK(child > 0);
+	deadline = mono_us() + 60 * 1000000LL;
+	while (!(slept = sleeping_in_futex(child)) && mono_us() < deadline)
+		usleep(1000);
+	/* Asleep for a moment longer: inside the futex wait for sure. */
+	usleep(20000);
+	for (i = 0; i < 2; i++)
+		CHECK(patch(path, (off_t)(4096 + i * 128), &freed, 4) == 0);
+	CHECK(waitpid(child, &status, 0) == child);
+	CHECK(slept);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	sluice_shmstore_close(s);
+	unlink(path);
+}
+
 #ifdef __GLIBC__
 /* A lock's type overwritten in a live file (here: lock elision, which
  * glibc runs with instructions this CPU may lack, and priority
@@ -884,6 +952,7 @@ int main(void)
 	RUN(test_damaged_counters_crash_nothing_and_are_refused);
 	RUN(test_table_filled_by_hand_does_not_hang);
 	RUN(test_lock_never_released_fails_the_call);
+	RUN(test_lost_wakeup_costs_no_call);
 #ifdef __GLIBC__
 	RUN(test_lock_type_overwritten_is_not_used);
 #endif

@@ -6,7 +6,7 @@
  *   session.c  one connection's HTTP/2 session, bytes in -> bytes out
  *              (nghttp2, limits, floods cut off, GOAWAY): no socket, so a
  *              fuzz harness drives it from memory
- *   call.c     one gRPC call on a stream: headers checked, the 5-byte
+ *   rpc.c      one gRPC call on a stream: headers checked, the 5-byte
  *              message prefix, deadlines, answers and trailers; the
  *              method table
  *   rls.c      ShouldRateLimit: protobuf-c <-> the RLS engine
@@ -81,7 +81,7 @@ typedef struct grpc_io_s {
 	void (*peer)(grpc_conn_t *c, char *out, size_t len);
 } grpc_io_t;
 
-/* One row of the method table (call.c): an RPC is one row and one
+/* One row of the method table (rpc.c): an RPC is one row and one
  * function. */
 typedef struct grpc_method_s {
 	const char *path; /* "/package.Service/Method" */
@@ -175,7 +175,7 @@ void grpc_conn_drain(grpc_conn_t *c);
 unsigned grpc_conn_idle_timeout_ms(const grpc_conn_t *c);
 size_t grpc_conn_max_message(const grpc_conn_t *c);
 
-/* call.c: nghttp2 callbacks and stream bookkeeping for conn.c */
+/* rpc.c: nghttp2 callbacks and stream bookkeeping for conn.c */
 void grpc_call_install(nghttp2_session_callbacks *cbs);
 /* The connection is going: calls in flight finish without it. */
 void grpc_call_detach_all(grpc_conn_t *c);
@@ -185,7 +185,7 @@ void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout);
 /* The streaming calls' update alone (the drain; the caller flushes). */
 void grpc_call_update_streams(grpc_conn_t *c);
 
-/* call.c: for the methods */
+/* rpc.c: for the methods */
 sluice_svc_t *grpc_call_svc(const grpc_call_t *call);
 /* The answer will come later (an asynchronous decision): the call stays
  * until grpc_call_reply()/grpc_call_fail(), even if its stream goes. */

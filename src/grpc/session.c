@@ -3,7 +3,7 @@
  * to bytes out, whatever carries them.
  *
  * grpc_conn_feed() checks the client preface and hands what arrives to
- * nghttp2_session_mem_recv(), whose callbacks (call.c) run the calls;
+ * nghttp2_session_mem_recv(), whose callbacks (rpc.c) run the calls;
  * grpc_conn_flush() drains what nghttp2 has to send with
  * nghttp2_session_mem_send() into `out` and gives it to the transport
  * (grpc_io_t: conn.c's socket, or a fuzz harness's memory).  While a
@@ -15,7 +15,7 @@
  * SETTINGS frame at the start: GRPC_MAX_STREAMS streams, a header list
  * size), by its limits on CONTINUATION frames and queued control frames
  * (CVE-2024-28182), by the reset bucket here (CVE-2023-44487), and by
- * call.c's caps on header and message bytes.  A flood ends in
+ * rpc.c's caps on header and message bytes.  A flood ends in
  * GOAWAY(ENHANCE_YOUR_CALM), counted and logged (grpc_conn_refuse).
  *
  * The transport frees a connection (grpc_conn_release) only after

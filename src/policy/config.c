@@ -6,8 +6,8 @@
  * YAML walking helpers live in config_yaml.c.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
-#include "envoy/config.h"
 #include "policy/config_internal.h"
+#include "policy/envoy_config.h"
 #include "util/file.h"
 
 #include <arpa/inet.h>

@@ -87,8 +87,8 @@ typedef struct sluice_config_s {
 	int proxy_set;
 	char proxy_method[64], proxy_uri[64];
 	sluice_grpc_config_t grpc;
-	/* The `envoy:` section and its loaded directory (src/envoy/
-	 * config.h); NULL when absent. */
+	/* The `envoy:` section and its loaded directory (envoy_config.h);
+	 * NULL when absent. */
 	struct sluice_envoy_config_s *envoy;
 } sluice_config_t;
 

@@ -2,7 +2,7 @@
  * fuzz_grpc.c -- libFuzzer harness for the gRPC front end.
  *
  * Drives one connection's HTTP/2 session and gRPC framing (src/grpc/
- * session.c, call.c, rls.c, health.c, wire.c) from a buffer, without a
+ * session.c, rpc.c, rls.c, health.c, wire.c) from a buffer, without a
  * socket: bytes in through grpc_conn_feed(), bytes out through a memory
  * transport, decisions by the RLS engine over the memory store and an
  * envoyproxy/ratelimit YAML config.  The first input byte cuts the rest
@@ -20,8 +20,8 @@
  * for real calls (ShouldRateLimit, Health/Check and Watch, errors) and
  * raw floods; tests/fuzz/grpc_seeds.py records them.
  */
-#include "envoy/config.h"
 #include "grpc/internal.h"
+#include "policy/envoy_config.h"
 #include "policy/live.h"
 #include "store/store.h"
 #include "util/listen_socket.h"

@@ -1,5 +1,5 @@
 /*
- * config.c -- loading a directory of envoyproxy/ratelimit YAML files.
+ * envoy_config.c -- loading a directory of envoyproxy/ratelimit YAML files.
  *
  * Every file is read and every error reported (check-config shows them
  * all), each naming its file and line; a directory with any error is
@@ -10,9 +10,9 @@
  * without a wildcard), made per level rather than against one list of
  * every field name, so a field in the wrong place is caught too.
  */
-#include "envoy/config.h"
-#include "envoy/metrics.h"
+#include "policy/envoy_config.h"
 #include "policy/config_internal.h"
+#include "policy/envoy_metrics.h"
 
 #include <dirent.h>
 #include <errno.h>

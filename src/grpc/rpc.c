@@ -1,5 +1,5 @@
 /*
- * call.c -- gRPC calls on HTTP/2 streams (the nghttp2 callbacks).
+ * rpc.c -- gRPC calls on HTTP/2 streams (the nghttp2 callbacks).
  *
  * A call is made when a stream's request HEADERS begin, checked when they
  * end (method, content-type, grpc-encoding, grpc-timeout), fed its DATA

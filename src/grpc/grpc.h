@@ -21,10 +21,6 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* Largest request message by default (grpc.max_message_bytes): Envoy's
- * rate limit requests are well under a kilobyte. */
-#define SLUICE_GRPC_DEFAULT_MAX_MESSAGE (64 * 1024)
-
 typedef struct sluice_grpc_s sluice_grpc_t;
 
 /*

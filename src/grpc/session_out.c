@@ -18,18 +18,15 @@
 
 /* ------------------------------------------------------------- limits */
 
+/* The running config's, their defaults in the config code alone. */
 unsigned grpc_conn_idle_timeout_ms(const grpc_conn_t *c)
 {
-	unsigned t = c->g->svc->live->cfg->idle_timeout_ms;
-
-	return t ? t : 30000;
+	return sluice_config_idle_timeout_ms(c->g->svc->live->cfg);
 }
 
 size_t grpc_conn_max_message(const grpc_conn_t *c)
 {
-	size_t n = c->g->svc->live->cfg->grpc.max_message_bytes;
-
-	return n ? n : SLUICE_GRPC_DEFAULT_MAX_MESSAGE;
+	return sluice_config_grpc_max_message(c->g->svc->live->cfg);
 }
 
 /* ---------------------------------------------------------- closing */

@@ -11,8 +11,8 @@
  * protocol asks.  At the drain a watch gets NOT_SERVING and then ends
  * (UNAVAILABLE), so that it does not hold the drain up.
  */
-#include "envoy/rls.h"
 #include "grpc/internal.h"
+#include "policy/envoy_rls.h"
 #include "proto/grpc/health/v1/health.pb-c.h"
 
 #include <string.h>

@@ -3,12 +3,15 @@
  *
  *   listen.c   listening sockets (TCP or Unix), accepting
  *   conn.c     one connection's socket: reading, writing, closing
- *   session.c  one connection's HTTP/2 session, bytes in -> bytes out
- *              (nghttp2, limits, floods cut off, GOAWAY): no socket, so a
- *              fuzz harness drives it from memory
- *   call.c     one gRPC call on a stream: headers checked, the 5-byte
- *              message prefix, deadlines, answers and trailers; the
- *              method table
+ *   session.c  one connection's HTTP/2 session: started, bytes in
+ *              (nghttp2): no socket, so a fuzz harness drives it from
+ *              memory
+ *   session_out.c  bytes out, GOAWAY, the drain, floods cut off
+ *   stream.c   a call's request on its stream: the nghttp2 callbacks,
+ *              headers checked, the 5-byte message prefix, deadlines;
+ *              the method table
+ *   rpc.c      a call's life and its answers and trailers (what the
+ *              methods call)
  *   rls.c      ShouldRateLimit: protobuf-c <-> the RLS engine
  *   health.c   grpc.health.v1.Health/Check and Watch
  *   wire.c     string fields found on the wire (NULs protobuf-c hides)
@@ -81,7 +84,7 @@ typedef struct grpc_io_s {
 	void (*peer)(grpc_conn_t *c, char *out, size_t len);
 } grpc_io_t;
 
-/* One row of the method table (call.c): an RPC is one row and one
+/* One row of the method table (stream.c): an RPC is one row and one
  * function. */
 typedef struct grpc_method_s {
 	const char *path; /* "/package.Service/Method" */
@@ -157,7 +160,9 @@ void grpc_conn_accept(sluice_grpc_t *g);
 int grpc_conn_start(sluice_grpc_t *g, grpc_conn_t *c, const grpc_io_t *io);
 void grpc_conn_feed(grpc_conn_t *c, const uint8_t *p, size_t n);
 void grpc_conn_release(grpc_conn_t *c);
-/* Writes what nghttp2 has to send, then reads on or closes. */
+
+/* session_out.c, for the session, the transport and the calls.  Writes
+ * what nghttp2 has to send, then reads on or closes. */
 void grpc_conn_flush(grpc_conn_t *c);
 void grpc_conn_close(grpc_conn_t *c);
 void grpc_conn_goaway(grpc_conn_t *c, uint32_t error, const char *why);
@@ -175,17 +180,69 @@ void grpc_conn_drain(grpc_conn_t *c);
 unsigned grpc_conn_idle_timeout_ms(const grpc_conn_t *c);
 size_t grpc_conn_max_message(const grpc_conn_t *c);
 
-/* call.c: nghttp2 callbacks and stream bookkeeping for conn.c */
+/* A call: rpc.c's, whose fields stream.c fills as the request arrives.
+ * GRPC_PREFIX_LEN: the message prefix (1 byte compressed flag, 4 bytes
+ * length). */
+#define GRPC_PREFIX_LEN 5
+
+struct grpc_call_s {
+	grpc_conn_t *conn; /* NULL once detached */
+	grpc_call_t *prev, *next;
+	int32_t id;
+	const grpc_method_t *method;
+	unsigned method_ix; /* its row in the method table (stream.c) */
+	sluice_buf_t in;    /* request bytes: prefix and message */
+	sluice_buf_t resp;  /* the answer's DATA: prefix and message */
+	size_t resp_off;
+	uv_timer_t *timer; /* grpc-timeout */
+	uint64_t start_ms;
+	size_t hdr_bytes;
+	uint32_t msg_len; /* from the prefix */
+	char path[128];
+	char encoding[32];
+	char timeout[16];
+	int ctype; /* CT_* (stream.c) */
+	unsigned post : 1;
+	unsigned path_long : 1;
+	unsigned has_encoding : 1;
+	unsigned has_timeout : 1;
+	unsigned have_prefix : 1;
+	unsigned headers_done : 1;
+	unsigned ended : 1;	 /* the client ended the stream */
+	unsigned answered : 1;	 /* an answer was submitted */
+	unsigned hold : 1;	 /* the method answers later */
+	unsigned rst_after : 1;	 /* RST_STREAM once the answer is sent */
+	unsigned streaming : 1;	 /* headers sent, messages follow */
+	unsigned stream_end : 1; /* trailers follow the messages */
+	int end_status;
+	char end_msg[128];
+	int tag; /* the streaming method's */
+};
+
+/* stream.c: nghttp2 callbacks for session.c */
 void grpc_call_install(nghttp2_session_callbacks *cbs);
-/* The connection is going: calls in flight finish without it. */
-void grpc_call_detach_all(grpc_conn_t *c);
 /* Streams whose request has not arrived within the idle timeout; and
  * the streaming calls' update (the caller flushes after). */
 void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout);
+
+/* rpc.c, for the session: the connection is going: calls in flight
+ * finish without it. */
+void grpc_call_detach_all(grpc_conn_t *c);
 /* The streaming calls' update alone (the drain; the caller flushes). */
 void grpc_call_update_streams(grpc_conn_t *c);
 
-/* call.c: for the methods */
+/* rpc.c: for stream.c.  Drops the request bytes and their share of the
+ * budgets; takes the call off its connection (its answer is dropped);
+ * frees it (neither attached nor held); answers an error before anything
+ * was sent (HEADERS only: http is the :status, 200 for gRPC errors;
+ * accept_identity adds grpc-accept-encoding). */
+void grpc_call_release_in(grpc_call_t *call);
+void grpc_call_detach(grpc_call_t *call);
+void grpc_call_free(grpc_call_t *call);
+void grpc_call_answer_error(grpc_call_t *call, int http, int status,
+			    const char *msg, int accept_identity);
+
+/* rpc.c: for the methods */
 sluice_svc_t *grpc_call_svc(const grpc_call_t *call);
 /* The answer will come later (an asynchronous decision): the call stays
  * until grpc_call_reply()/grpc_call_fail(), even if its stream goes. */

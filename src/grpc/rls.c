@@ -1,12 +1,12 @@
 /*
  * rls.c -- envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit:
  * the protobuf-c RateLimitRequest becomes a sluice_rls_request_t, the RLS
- * engine (src/envoy/rls.h) decides, and its sluice_rls_response_t becomes
- * the RateLimitResponse: overall_code, one status per descriptor in
+ * engine (src/policy/envoy_rls.h) decides, and its sluice_rls_response_t
+ * becomes the RateLimitResponse: overall_code, one status per descriptor in
  * order, and the response headers the engine gives.
  */
-#include "envoy/rls.h"
 #include "grpc/internal.h"
+#include "policy/envoy_rls.h"
 #include "proto/envoy/service/ratelimit/v3/rls.pb-c.h"
 
 #include <stdio.h>

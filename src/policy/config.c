@@ -2,13 +2,13 @@
  * config.c -- the configuration: its defaults, its lifetime, reading the
  * file and its top-level settings (listen, threads, trusted proxies, http
  * limits).  The store section is read by config_store.c, rules by
- * config_rule.c; what a reload cannot apply is config_reload.c's; the
- * YAML walking helpers live in config_yaml.c.  docs/CONFIG.md documents every
+ * config_rule.c (their limits by config_limits.c); what a reload cannot
+ * apply is config_reload.c's; the YAML walking, file reading and string
+ * helpers live in config_yaml.c.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
-#include "envoy/config.h"
 #include "policy/config_internal.h"
-#include "util/file.h"
+#include "policy/envoy_config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -125,19 +125,6 @@ sluice_config_t *sluice_config_default(void)
 		return NULL;
 	}
 	return cfg;
-}
-
-/* ------------------------------------------------------------- strings */
-
-int sluice_config_set_string(char **dst, const char *src)
-{
-	char *s = strdup(src);
-
-	if (!s)
-		return -1;
-	free(*dst);
-	*dst = s;
-	return 0;
 }
 
 /* ------------------------------------------------------------- freeing */
@@ -485,27 +472,6 @@ sluice_config_t *sluice_config_parse(const char *name, const char *text,
 				     size_t len, char *err, size_t errlen)
 {
 	return parse_file(name, text, len, 1, err, errlen);
-}
-
-/* Reads a whole config or overrides file (at most SLUICE_CONFIG_MAX_BYTES)
- * into *out, NUL terminated, through sluice_file_read(): a regular file,
- * owned by the user sluice runs as or root, opened without blocking (a
- * FIFO is refused, not waited on).  *quotable (may be NULL) says whether
- * messages may quote its content.  Returns 0, or -1 with "FILE:1: ..." in
- * err. */
-int sluice_config_read_file(const char *path, char **out, size_t *outlen,
-			    int *quotable, char *err, size_t errlen)
-{
-	char why[256];
-
-	if (sluice_file_read(path, SLUICE_CONFIG_MAX_BYTES, SLUICE_FILE_OWNED,
-			     out, outlen, quotable, why, sizeof(why)) == 0)
-		return 0;
-	snprintf(err, errlen,
-		 "%s:1: %s; expected a regular YAML file (at most %d MiB) "
-		 "owned by the user sluice runs as or root",
-		 path, why, SLUICE_CONFIG_MAX_BYTES >> 20);
-	return -1;
 }
 
 sluice_config_t *sluice_config_load(const char *path, char *err, size_t errlen)

@@ -59,6 +59,9 @@ typedef struct sluice_grpc_config_s {
 	size_t max_message_bytes; /* RESOURCE_EXHAUSTED beyond; 0: 64 KiB */
 } sluice_grpc_config_t;
 
+/* grpc.max_message_bytes by default: Envoy's rate limit requests are
+ * well under a kilobyte. */
+#define SLUICE_DEFAULT_GRPC_MAX_MESSAGE (64 * 1024)
 /* Upper end of grpc.max_message_bytes. */
 #define SLUICE_GRPC_MAX_MESSAGE_CAP (4 * 1024 * 1024)
 
@@ -87,8 +90,8 @@ typedef struct sluice_config_s {
 	int proxy_set;
 	char proxy_method[64], proxy_uri[64];
 	sluice_grpc_config_t grpc;
-	/* The `envoy:` section and its loaded directory (src/envoy/
-	 * config.h); NULL when absent. */
+	/* The `envoy:` section and its loaded directory (envoy_config.h);
+	 * NULL when absent. */
 	struct sluice_envoy_config_s *envoy;
 } sluice_config_t;
 
@@ -133,8 +136,9 @@ const char *sluice_config_restart_fields(const sluice_config_t *cfg,
 					 const sluice_config_t *run, char *buf,
 					 size_t len);
 
-/* http.max_header_bytes, http.max_body_bytes, http.idle_timeout_ms and
- * store.max_keys, their defaults when 0. */
+/* http.max_header_bytes, http.max_body_bytes, http.idle_timeout_ms,
+ * grpc.max_message_bytes and store.max_keys, their defaults when 0 (the
+ * one place the front ends read them from). */
 static inline size_t sluice_config_max_header_bytes(const sluice_config_t *cfg)
 {
 	return cfg->max_header_bytes ? cfg->max_header_bytes
@@ -151,6 +155,12 @@ static inline unsigned sluice_config_idle_timeout_ms(const sluice_config_t *cfg)
 {
 	return cfg->idle_timeout_ms ? cfg->idle_timeout_ms
 				    : SLUICE_DEFAULT_IDLE_TIMEOUT_MS;
+}
+
+static inline size_t sluice_config_grpc_max_message(const sluice_config_t *cfg)
+{
+	return cfg->grpc.max_message_bytes ? cfg->grpc.max_message_bytes
+					   : SLUICE_DEFAULT_GRPC_MAX_MESSAGE;
 }
 
 static inline size_t sluice_config_max_keys(const sluice_config_t *cfg)

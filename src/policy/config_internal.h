@@ -1,6 +1,10 @@
 /*
  * config_internal.h -- shared between the parts of the config reader
- * (config.c: the file and its top-level settings; config_rule.c: rules).
+ * (config.c: the file and its top-level settings; config_rule.c: rules;
+ * config_limits.c: lists of limits; config_override.c: overrides;
+ * config_store.c, config_admin.c, config_proxy.c, config_grpc.c: their
+ * sections; envoy_settings.c: `envoy:`; config_yaml.c: the YAML walking,
+ * file and string helpers they all use).
  */
 #ifndef SLUICE_POLICY_CONFIG_INTERNAL_H
 #define SLUICE_POLICY_CONFIG_INTERNAL_H
@@ -17,7 +21,8 @@
  * (their documented form takes 48 bytes with a 12-byte key). */
 #define SLUICE_CONFIG_MAX_BYTES (32 * 1024 * 1024)
 
-/* Replaces *dst with a copy of src: 0, or -1 when out of memory. */
+/* Replaces *dst with a copy of src: 0, or -1 when out of memory
+ * (config_yaml.c). */
 int sluice_config_set_string(char **dst, const char *src);
 
 /* Parses `store:` into st (config_store.c); frees what it holds. */
@@ -40,11 +45,11 @@ int sluice_config_parse_proxy(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 			     sluice_config_t *cfg);
 
-/* A list of limits ([{capacity, rate}, ...]) into set (config_rule.c). */
+/* A list of limits ([{capacity, rate}, ...]) into set (config_limits.c). */
 int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,
 			       sluice_limit_set_t *set, const char *what);
 
-/* Reads a whole config or overrides file (config.c): a regular file owned
+/* Reads a whole config or overrides file (config_yaml.c): a regular file owned
  * by the user sluice runs as or root; *quotable says whether messages may
  * quote it (sluice_file_t).  -1 with "FILE:1: ..." in err. */
 int sluice_config_read_file(const char *path, char **out, size_t *outlen,

@@ -5,8 +5,11 @@
  * tree of nodes, each with the position it started at, so every message
  * can name the exact line of the offending value.  Aliases are kept as
  * shared nodes (never expanded), so a hostile file cannot blow up memory.
+ * Also the helpers every section reader uses: reading a config or
+ * overrides file, copying a string.
  */
-#include "policy/config_yaml.h"
+#include "policy/config_internal.h"
+#include "util/file.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -527,4 +530,38 @@ size_t sluice_yaml_seq_len(const yaml_node_t *seq)
 yaml_node_t *sluice_yaml_seq_at(sluice_yaml_t *y, yaml_node_t *seq, size_t i)
 {
 	return sluice_yaml_node(y, seq->data.sequence.items.start[i]);
+}
+
+/* ------------------------------------------------ files and strings */
+
+/* Reads a whole config or overrides file (at most SLUICE_CONFIG_MAX_BYTES)
+ * into *out, NUL terminated, through sluice_file_read(): a regular file,
+ * owned by the user sluice runs as or root, opened without blocking (a
+ * FIFO is refused, not waited on).  *quotable (may be NULL) says whether
+ * messages may quote its content.  Returns 0, or -1 with "FILE:1: ..." in
+ * err. */
+int sluice_config_read_file(const char *path, char **out, size_t *outlen,
+			    int *quotable, char *err, size_t errlen)
+{
+	char why[256];
+
+	if (sluice_file_read(path, SLUICE_CONFIG_MAX_BYTES, SLUICE_FILE_OWNED,
+			     out, outlen, quotable, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(err, errlen,
+		 "%s:1: %s; expected a regular YAML file (at most %d MiB) "
+		 "owned by the user sluice runs as or root",
+		 path, why, SLUICE_CONFIG_MAX_BYTES >> 20);
+	return -1;
+}
+
+int sluice_config_set_string(char **dst, const char *src)
+{
+	char *s = strdup(src);
+
+	if (!s)
+		return -1;
+	free(*dst);
+	*dst = s;
+	return 0;
 }

@@ -12,7 +12,8 @@
 #ifndef SLUICE_POLICY_COUNTERS_H
 #define SLUICE_POLICY_COUNTERS_H
 
-#include <stdatomic.h>
+#include "util/counter.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,8 +34,6 @@ typedef enum {
 	SLUICE_RESULTS
 } sluice_result_t;
 
-typedef _Atomic uint64_t sluice_counter_t;
-
 typedef struct sluice_metrics_s {
 	sluice_counter_t decisions[SLUICE_METRIC_SLOTS][SLUICE_RESULTS];
 	sluice_counter_t shadow_rejections[SLUICE_METRIC_SLOTS];
@@ -54,14 +53,6 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
-
-/* Single-writer increment. */
-static inline void sluice_count(sluice_counter_t *c, uint64_t n)
-{
-	atomic_store_explicit(c,
-			      atomic_load_explicit(c, memory_order_relaxed) + n,
-			      memory_order_relaxed);
-}
 
 /* A zeroed block, registered for scraping (never freed: it is scraped
  * by other threads). */

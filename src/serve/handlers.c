@@ -261,7 +261,7 @@ static void handle_metrics(sluice_conn_t *c)
 }
 
 /* 503 naming the store's nodes that cannot be used and why (Redis's:
- * metrics_redis.h), so that
+ * store/store_redis_metrics.h), so that
  * "store_unavailable" comes with the reason (a refused password, a
  * certificate that does not verify) without reading the log. */
 static void readyz_unavailable(sluice_conn_t *c)

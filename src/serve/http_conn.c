@@ -1,6 +1,6 @@
 /*
- * http_conn.c -- http-parser glue: bytes in, requests to the handlers, answers
- * out.
+ * http_conn.c -- http-parser glue: bytes in, requests to the handlers
+ * (handlers.c), answers out (written by http_resp.c).
  *
  * The parser pauses itself at the end of every request (on_message_complete)
  * so that requests are handled one at a time, in order, however many arrive
@@ -16,15 +16,6 @@
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static sluice_conn_t *conn_of(http_parser *p)
 {
@@ -57,7 +48,7 @@ static int on_message_begin(http_parser *p)
 	c->err_status = 0;
 	c->err_msg = NULL;
 	c->in_message = 1;
-	c->t_start_ns = now_ns();
+	c->t_start_ns = sluice_conn_clock_ns();
 	if (c->io && c->io->begin)
 		c->io->begin(c);
 	return 0;
@@ -600,7 +591,7 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 	c->keep_alive = 0;
 	c->method = HTTP_GET;
 	if (!c->in_message)
-		c->t_start_ns = now_ns();
+		c->t_start_ns = sluice_conn_clock_ns();
 	c->in_message = 0;
 	switch (status) {
 	case 413:
@@ -624,16 +615,6 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 	c->want_close = 1;
 }
 
-/* A connection keeps its buffers between requests, but not big ones: a
- * single large request must not pin memory for the connection's life. */
-static void trim(sluice_conn_t *c)
-{
-	if (c->head.cap > 4096)
-		sluice_buf_free(&c->head);
-	if (c->body.cap > 4096)
-		sluice_buf_free(&c->body);
-}
-
 static void dispatch(sluice_conn_t *c)
 {
 	/* One request at a time: nothing pending when the next is handled. */
@@ -645,7 +626,7 @@ static void dispatch(sluice_conn_t *c)
 	if (c->waiting) /* spans loop iterations: keep the config alive */
 		sluice_live_ref(c->req_live);
 	else
-		trim(c);
+		sluice_conn_trim(c);
 	if (c->parser.upgrade) /* we speak no other protocol */
 		c->want_close = 1;
 }
@@ -745,185 +726,11 @@ void sluice_conn_eof(sluice_conn_t *c)
 		c->want_close = 1;
 }
 
-static void conn_free_bufs(sluice_conn_t *c)
-{
-	sluice_buf_free(&c->head);
-	sluice_buf_free(&c->body);
-	sluice_buf_free(&c->in);
-	sluice_buf_free(&c->out);
-}
-
 int sluice_conn_release(sluice_conn_t *c)
 {
 	c->released = 1;
 	if (c->waiting)
 		return 0;
-	conn_free_bufs(c);
+	sluice_conn_free_bufs(c);
 	return 1;
-}
-
-void sluice_conn_wait(sluice_conn_t *c)
-{
-	assert(!c->waiting); /* at most one decision pending */
-	c->waiting = 1;
-}
-
-/* ------------------------------------------------------------ answers */
-
-const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
-			       size_t *len)
-{
-	size_t i, n = strlen(lname);
-
-	for (i = 0; i < c->nhdrs; i++) {
-		const sluice_hdr_t *h = &c->hdrs[i];
-
-		if (h->name_len == n &&
-		    memcmp(c->head.data + h->name_off, lname, n) == 0) {
-			if (len)
-				*len = h->value_len;
-			return c->head.data + h->value_off;
-		}
-	}
-	return NULL;
-}
-
-const char *sluice_status_text(int status)
-{
-	switch (status) {
-	case 100:
-		return "Continue";
-	case 200:
-		return "OK";
-	case 400:
-		return "Bad Request";
-	case 401:
-		return "Unauthorized";
-	case 403:
-		return "Forbidden";
-	case 404:
-		return "Not Found";
-	case 405:
-		return "Method Not Allowed";
-	case 408:
-		return "Request Timeout";
-	case 413:
-		return "Content Too Large";
-	case 429:
-		return "Too Many Requests";
-	case 431:
-		return "Request Header Fields Too Large";
-	case 500:
-		return "Internal Server Error";
-	case 501:
-		return "Not Implemented";
-	case 503:
-		return "Service Unavailable";
-	case 505:
-		return "HTTP Version Not Supported";
-	default:
-		return "Unknown";
-	}
-}
-
-/* "Date: <IMF-fixdate>\r\n" (RFC 9110 asks an origin server with a clock
- * to send it), formatted once a second per thread. */
-static const char *date_line(size_t *len)
-{
-	static _Thread_local char line[64];
-	static _Thread_local size_t n;
-	static _Thread_local time_t cached = -1;
-	time_t now = time(NULL);
-
-	if (now != cached) {
-		struct tm tm;
-
-		gmtime_r(&now, &tm);
-		n = strftime(line, sizeof(line),
-			     "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
-		cached = now;
-	}
-	*len = n;
-	return line;
-}
-
-void sluice_resp_begin(sluice_conn_t *c, int status)
-{
-	const char *date;
-	size_t dlen;
-
-	sluice_buf_reserve(&c->out, 512); /* one answer, usually */
-	sluice_buf_puts(&c->out, "HTTP/1.1 ");
-	sluice_buf_u64(&c->out, (uint64_t)status);
-	sluice_buf_append(&c->out, " ", 1);
-	sluice_buf_puts(&c->out, sluice_status_text(status));
-	sluice_buf_append(&c->out, "\r\n", 2);
-	date = date_line(&dlen);
-	sluice_buf_append(&c->out, date, dlen);
-	c->status = status;
-}
-
-void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
-		     size_t len)
-{
-	sluice_buf_t *o = &c->out;
-	/* After a 400 the client and we may disagree on where the next
-	 * request starts (docs/HTTP.md): close. */
-	int close = !c->keep_alive || c->want_close || c->svc->draining ||
-		    c->status == 400;
-
-	if (ctype) {
-		sluice_buf_puts(o, "Content-Type: ");
-		sluice_buf_puts(o, ctype);
-		sluice_buf_append(o, "\r\n", 2);
-	}
-	sluice_buf_puts(o, "Content-Length: ");
-	sluice_buf_u64(o, len);
-	if (close) {
-		sluice_buf_puts(o, "\r\nConnection: close\r\n\r\n");
-		c->want_close = 1;
-	} else if (c->parser.http_minor == 0) {
-		sluice_buf_puts(o, "\r\nConnection: keep-alive\r\n\r\n");
-	} else {
-		sluice_buf_append(o, "\r\n\r\n", 4);
-	}
-	if (c->method != HTTP_HEAD)
-		sluice_buf_append(o, body, len);
-
-	sluice_metrics_response(c->svc->metrics, c->status,
-				now_ns() - c->t_start_ns);
-	if (c->waiting) {
-		c->waiting = 0;
-		if (!c->dispatching) {
-			sluice_live_unref(c->req_live);
-			if (c->released) {
-				conn_free_bufs(c);
-				if (c->io && c->io->release)
-					c->io->release(c);
-			} else {
-				trim(c);
-				if (c->io && c->io->wake)
-					c->io->wake(c);
-			}
-		}
-	}
-}
-
-void sluice_resp_error(sluice_conn_t *c, int status, const char *code,
-		       const char *field, const char *message)
-{
-	sluice_buf_t body = {0};
-
-	sluice_buf_puts(&body, "{\"error\":\"");
-	sluice_buf_json_str(&body, code, strlen(code));
-	if (field) {
-		sluice_buf_puts(&body, "\",\"field\":\"");
-		sluice_buf_json_str(&body, field, strlen(field));
-	}
-	sluice_buf_puts(&body, "\",\"message\":\"");
-	sluice_buf_json_str(&body, message, strlen(message));
-	sluice_buf_puts(&body, "\"}");
-	sluice_resp_begin(c, status);
-	sluice_resp_end(c, "application/json", body.data, body.len);
-	sluice_buf_free(&body);
 }

@@ -130,6 +130,9 @@ int sluice_conn_release(sluice_conn_t *c);
 
 /* ------------------------------------------------ for the handlers */
 
+/* Defined in http_resp.c, which calls nothing of http_conn.c or of the
+ * handlers: the handlers and the parser glue both call it. */
+
 /* The request's header `lname` (lower-case), or NULL. */
 const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
 			       size_t *len);
@@ -160,5 +163,14 @@ void sluice_resp_error(sluice_conn_t *c, int status, const char *code,
 void sluice_conn_wait(sluice_conn_t *c);
 
 const char *sluice_status_text(int status);
+
+/* ------------------------------- between http_conn.c and http_resp.c */
+
+/* The monotonic clock a request's latency is measured on. */
+uint64_t sluice_conn_clock_ns(void);
+/* Frees the request buffers that grew large (kept small between
+ * requests); frees every buffer (the connection is done). */
+void sluice_conn_trim(sluice_conn_t *c);
+void sluice_conn_free_bufs(sluice_conn_t *c);
 
 #endif /* SLUICE_SERVE_HTTP_CONN_H */

@@ -8,6 +8,7 @@
 
 #include "policy/counters.h"
 #include "sluice.h"
+#include "store/store.h"
 #include "util/buf.h"
 
 #include <stdatomic.h>
@@ -23,15 +24,10 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 /* Process-wide events (any thread). */
 void sluice_metrics_reload(int ok);
 
-/* What the configured store adds to GET /metrics (its own series) and to
- * the body of /readyz's 503 (`,"nodes":[...]`, see metrics_redis.h).
- * server.c sets it once, before any loop thread runs; unset, a store adds
- * nothing.  So nothing here knows which store it is. */
-typedef struct sluice_store_exposition_s {
-	void (*render)(sluice_buf_t *out);
-	void (*unready)(sluice_buf_t *out);
-} sluice_store_exposition_t;
-
+/* What the configured store adds to GET /metrics and to the body of
+ * /readyz's 503 (sluice_store_exposition_t, store/store.h).  Set once,
+ * before any loop thread runs; unset, a store adds nothing.  So nothing
+ * here knows which store it is. */
 void sluice_metrics_set_store(const sluice_store_exposition_t *x);
 /* Appends the store's part of the /readyz 503 body (may be nothing). */
 void sluice_metrics_store_unready(sluice_buf_t *out);

@@ -2,9 +2,8 @@
  * server.c -- threads, listeners, signals, reload and drain.
  */
 #include "serve/server.h"
-#include "envoy/config.h"
 #include "grpc/grpc.h"
-#include "serve/metrics_redis.h"
+#include "policy/envoy_config.h"
 #include "serve/store_events.h"
 
 #include <arpa/inet.h>
@@ -29,7 +28,7 @@ typedef struct sluice_server_s {
 	sluice_worker_t *workers;
 	unsigned nworkers;
 	int stopping;
-	/* envoy.config_dir: polled for changes (envoy/watch.c) */
+	/* envoy.config_dir: polled for changes (policy/envoy_watch.c) */
 	uv_timer_t envoy_watch;
 	uint64_t envoy_stamp;
 } sluice_server_t;
@@ -435,9 +434,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
-	sluice_store_set_hooks(&sluice_serve_store_hooks);
-	/* Redis nodes' series (none until a Redis client reports one). */
-	sluice_metrics_set_store(&sluice_redis_exposition);
+	sluice_serve_store_events();
 	cfg = load_config(opts, err, sizeof(err));
 	if (!cfg) {
 		sluice_log_error("%s", err);

@@ -1,10 +1,11 @@
 /*
  * store_events.c -- the stores' events in the server's log (each change
  * said once for the process) and the Redis clients' reports in its
- * metrics (metrics_redis.c).
+ * metrics (store/store_redis_metrics.c counts and renders them).
  */
 #include "serve/store_events.h"
-#include "serve/metrics_redis.h"
+#include "serve/metrics.h"
+#include "store/store_redis_metrics.h"
 #include "util/log.h"
 
 #include <pthread.h>
@@ -157,10 +158,17 @@ static void detach(void *arg)
 	sluice_redis_metrics_retire(arg);
 }
 
-const sluice_store_hooks_t sluice_serve_store_hooks = {
+static const sluice_store_hooks_t hooks = {
 	.log_error = log_error,
 	.on_event = on_store_event,
 	.on_report = sluice_redis_metrics_report,
 	.attach = attach,
 	.detach = detach,
 };
+
+void sluice_serve_store_events(void)
+{
+	sluice_store_set_hooks(&hooks);
+	/* Redis nodes' series (none until a Redis client reports one). */
+	sluice_metrics_set_store(&sluice_redis_exposition);
+}

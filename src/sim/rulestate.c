@@ -6,18 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The memory store's size when the config leaves it out (as serve). */
-#define DEFAULT_MAX_KEYS 1000000
-
 int sluice_rulestate_init(sluice_rulestate_t *rs, const sluice_config_t *cfg)
 {
 	memset(rs, 0, sizeof(*rs));
 	rs->cfg = cfg;
 	rs->keys = sluice_keymap_new();
-	sluice_memstore_open(&rs->store,
-			     cfg->store.max_keys ? cfg->store.max_keys
-						 : DEFAULT_MAX_KEYS,
-			     NULL, 0);
+	/* store.max_keys, or its default (as serve) */
+	sluice_memstore_open(&rs->store, sluice_config_max_keys(cfg), NULL, 0);
 	rs->take = sluice_take_new();
 	if (!rs->keys || !rs->store || !rs->take) {
 		sluice_rulestate_free(rs);

@@ -98,6 +98,16 @@ typedef struct sluice_store_hooks_s {
 	void (*detach)(void *arg);
 } sluice_store_hooks_t;
 
+/* What a store adds to GET /metrics (its own series, Prometheus text)
+ * and to the body of /readyz's 503 (`,"nodes":[...]`): the Redis store's
+ * is sluice_redis_exposition (store_redis_metrics.h).  The host shows
+ * it; either member may be NULL. */
+struct sluice_buf_s; /* util/buf.h */
+typedef struct sluice_store_exposition_s {
+	void (*render)(struct sluice_buf_s *out);
+	void (*unready)(struct sluice_buf_s *out);
+} sluice_store_exposition_t;
+
 /* Keeps `hooks` (which must outlive every store) for the stores opened
  * from now on; NULL: none. */
 void sluice_store_set_hooks(const sluice_store_hooks_t *hooks);

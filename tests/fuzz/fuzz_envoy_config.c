@@ -1,14 +1,14 @@
 /*
  * fuzz_envoy_config.c -- libFuzzer harness for envoyproxy/ratelimit YAML
- * files (src/envoy/config.c) and the matching over what loads.
+ * files (src/policy/envoy_config.c) and the matching over what loads.
  *
  * Any bytes must give either a config or a "FILE:LINE: ..." message,
  * never a crash, a leak or undefined behaviour.  A file that loads is
  * matched against descriptors made from its own keys and some values, and
  * their bucket keys and metrics series are built.
  */
-#include "envoy/config.h"
-#include "envoy/metrics.h"
+#include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 
 #include <stdint.h>
 #include <stdlib.h>

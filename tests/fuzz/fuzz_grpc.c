@@ -2,10 +2,10 @@
  * fuzz_grpc.c -- libFuzzer harness for the gRPC front end.
  *
  * Drives one connection's HTTP/2 session and gRPC framing (src/grpc/
- * session.c, call.c, rls.c, health.c, wire.c) from a buffer, without a
- * socket: bytes in through grpc_conn_feed(), bytes out through a memory
- * transport, decisions by the RLS engine over the memory store and an
- * envoyproxy/ratelimit YAML config.  The first input byte cuts the rest
+ * session.c, session_out.c, stream.c, rpc.c, rls.c, health.c, wire.c)
+ * from a buffer, without a socket: bytes in through grpc_conn_feed(), bytes out
+ * through a memory transport, decisions by the RLS engine over the memory store
+ * and an envoyproxy/ratelimit YAML config.  The first input byte cuts the rest
  * into reads (1 to 253 bytes each, so frames and messages are split
  * anywhere) and says whether the response headers are on; the second
  * whether sweeps run between reads, whether the server starts draining
@@ -20,8 +20,8 @@
  * for real calls (ShouldRateLimit, Health/Check and Watch, errors) and
  * raw floods; tests/fuzz/grpc_seeds.py records them.
  */
-#include "envoy/config.h"
 #include "grpc/internal.h"
+#include "policy/envoy_config.h"
 #include "policy/live.h"
 #include "store/store.h"
 #include "util/listen_socket.h"

@@ -90,11 +90,29 @@ static void test_bad_fields_are_refused(void)
 	CHECK(parse("grpc: 127.0.0.1:1\n", err, sizeof(err)) == NULL);
 }
 
+/* grpc.max_message_bytes as the front end reads it: the default lives in
+ * the config code (64 KiB), a value set is taken as it is. */
+static void test_max_message_default_and_set(void)
+{
+	char err[512];
+	sluice_config_t *d =
+		parse("listen: 127.0.0.1:9000\n", err, sizeof(err));
+	sluice_config_t *set =
+		parse("grpc: {max_message_bytes: 2048}\n", err, sizeof(err));
+
+	CHECK(d && set);
+	CHECK(sluice_config_grpc_max_message(d) == 65536);
+	CHECK(sluice_config_grpc_max_message(set) == 2048);
+	sluice_config_free(d);
+	sluice_config_free(set);
+}
+
 int main(void)
 {
 	RUN(test_no_section_means_no_listener);
 	RUN(test_every_address_form);
 	RUN(test_bad_addresses_are_refused);
 	RUN(test_bad_fields_are_refused);
+	RUN(test_max_message_default_and_set);
 	TESTS_DONE();
 }

@@ -3,7 +3,7 @@
  * list, fed with reports as a client sends them (no server needed).
  */
 #include "check.h"
-#include "serve/metrics_redis.h"
+#include "store/store_redis_metrics.h"
 
 #include <string.h>
 

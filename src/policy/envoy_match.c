@@ -1,9 +1,9 @@
 /*
- * match.c -- which limit a descriptor gets, its bucket key and its
+ * envoy_match.c -- which limit a descriptor gets, its bucket key and its
  * metrics series.
  */
-#include "envoy/config.h"
-#include "envoy/metrics.h"
+#include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 #include "util/buf.h"
 
 #include <stdio.h>

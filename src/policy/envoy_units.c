@@ -1,9 +1,9 @@
 /*
- * units.c -- Envoy's rate limit units, and the token bucket that
+ * envoy_units.c -- Envoy's rate limit units, and the token bucket that
  * "requests_per_unit N per unit U" becomes: capacity N (or burst),
  * refilling N per U, kept exact where the rate allows.
  */
-#include "envoy/config.h"
+#include "policy/envoy_config.h"
 
 #include <stdio.h>
 #include <strings.h>

@@ -1,7 +1,8 @@
 /*
- * metrics.c -- the registry of Envoy descriptor series (see metrics.h).
+ * envoy_metrics.c -- the registry of Envoy descriptor series (see
+ * envoy_metrics.h).
  */
-#include "envoy/metrics.h"
+#include "policy/envoy_metrics.h"
 
 #include <pthread.h>
 #include <stdlib.h>

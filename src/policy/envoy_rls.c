@@ -1,7 +1,7 @@
 /*
- * rls.c -- deciding an Envoy RateLimitRequest (see rls.h).
+ * envoy_rls.c -- deciding an Envoy RateLimitRequest (see envoy_rls.h).
  *
- * Each descriptor is matched against its domain's tree (match.c) and
+ * Each descriptor is matched against its domain's tree (envoy_match.c) and
  * becomes one bucket set; every enforcing one goes to the store in a
  * single all-or-nothing take through the verdict engine (verdict.h), so
  * "one descriptor over the limit charges none of the others" holds on
@@ -10,9 +10,9 @@
  * our token buckets differ (limit_remaining, duration_until_reset), the
  * answer describes the bucket: whole tokens left, time until full.
  */
-#include "envoy/rls.h"
-#include "envoy/config.h"
-#include "envoy/metrics.h"
+#include "policy/envoy_rls.h"
+#include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 #include "policy/ratelimit_headers.h"
 #include "policy/svc.h"
 #include "util/buf.h"

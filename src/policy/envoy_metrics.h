@@ -1,5 +1,5 @@
 /*
- * metrics.h -- envoyproxy/ratelimit's statistics as Prometheus counters.
+ * envoy_metrics.h -- envoyproxy/ratelimit's statistics as Prometheus counters.
  *
  * One series per domain and descriptor path, the path as
  * envoyproxy/ratelimit names its stats ("message_type_marketing.to_number":
@@ -19,8 +19,8 @@
  * as long as the process (a reload keeps their counts), and any thread
  * may count: the counters are atomic.
  */
-#ifndef SLUICE_ENVOY_METRICS_H
-#define SLUICE_ENVOY_METRICS_H
+#ifndef SLUICE_POLICY_ENVOY_METRICS_H
+#define SLUICE_POLICY_ENVOY_METRICS_H
 
 #include "util/buf.h"
 
@@ -47,7 +47,7 @@ static inline void sluice_envoy_add(_Atomic uint64_t *c, uint64_t n)
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
-/* Appends the series in Prometheus text (metrics.c calls it). */
+/* Appends the series in Prometheus text (serve/metrics.c calls it). */
 void sluice_envoy_metrics_render(sluice_buf_t *out);
 
-#endif /* SLUICE_ENVOY_METRICS_H */
+#endif /* SLUICE_POLICY_ENVOY_METRICS_H */

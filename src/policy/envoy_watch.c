@@ -1,5 +1,5 @@
 /*
- * watch.c -- noticing that the envoy config directory changed.
+ * envoy_watch.c -- noticing that the envoy config directory changed.
  *
  * Polled rather than watched with inotify: a Kubernetes ConfigMap volume
  * changes by swapping the "..data" symlink, which an inotify watch on the
@@ -9,7 +9,7 @@
  * device, inode, size and times as stat() (through symlinks) reports
  * them -- changes whenever any of that does.
  */
-#include "envoy/config.h"
+#include "policy/envoy_config.h"
 
 #include <dirent.h>
 #include <limits.h>

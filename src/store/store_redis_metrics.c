@@ -1,8 +1,9 @@
 /*
- * metrics_redis.c -- per Redis node gauges, call latency and errors.
+ * store_redis_metrics.c -- per Redis node gauges, call latency and
+ * errors.
  */
-#include "serve/metrics_redis.h"
-#include "serve/metrics.h"
+#include "store/store_redis_metrics.h"
+#include "util/counter.h"
 
 #include <pthread.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * config.h -- envoyproxy/ratelimit's configuration, as sluice reads it.
+ * envoy_config.h -- envoyproxy/ratelimit's configuration, as sluice reads it.
  *
  * A directory of YAML files (what envoyproxy/ratelimit finds at
  * RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/ *.yaml), each
@@ -23,12 +23,12 @@
  * from requests_per_unit, and `limits:` in rate_limit gives one
  * descriptor several limits (all must pass).
  */
-#ifndef SLUICE_ENVOY_CONFIG_H
-#define SLUICE_ENVOY_CONFIG_H
+#ifndef SLUICE_POLICY_ENVOY_CONFIG_H
+#define SLUICE_POLICY_ENVOY_CONFIG_H
 
-#include "envoy/rls.h"
 #include "policy/config.h"
 #include "policy/config_yaml.h"
+#include "policy/envoy_rls.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,7 +42,7 @@
 #define SLUICE_ENVOY_MAX_ENTRIES     64
 #define SLUICE_ENVOY_MAX_DESCRIPTORS 256
 
-struct sluice_envoy_series_s; /* envoy/metrics.h */
+struct sluice_envoy_series_s; /* policy/envoy_metrics.h */
 
 /* One limit of a rate_limit block, as Envoy's RateLimit reports it. */
 typedef struct sluice_envoy_unit_limit_s {
@@ -247,7 +247,7 @@ sluice_envoy_match_series(const char *domain, const sluice_rls_entry_t *entries,
 			  size_t n, const sluice_envoy_match_t *m);
 
 /*
- * A stamp of the directory as the loader would read it (watch.c): it
+ * A stamp of the directory as the loader would read it (envoy_watch.c): it
  * changes when a YAML file is added, removed, rewritten or replaced, or
  * when the directory or a symlink on the way to it or to a file points
  * elsewhere (a Kubernetes ConfigMap's "..data" swap).  `sluice serve`
@@ -255,4 +255,4 @@ sluice_envoy_match_series(const char *domain, const sluice_rls_entry_t *entries,
  */
 uint64_t sluice_envoy_dir_stamp(const char *dir);
 
-#endif /* SLUICE_ENVOY_CONFIG_H */
+#endif /* SLUICE_POLICY_ENVOY_CONFIG_H */

@@ -1,20 +1,20 @@
 /*
- * rls.h -- Envoy's rate limit service (RLS) decided by sluice: the engine
+ * envoy_rls.h -- Envoy's rate limit service (RLS) decided by sluice: the engine
  * that both front ends (gRPC ShouldRateLimit in src/grpc/, and the HTTP
  * POST /json endpoint in src/serve/) call.  Plain C structs, no protobuf:
  * each front end converts its wire format to and from these.
  *
- * CONTRACT between the two engineers (do not change without telling the lead):
- *   - src/envoy/ (engine + envoyproxy/ratelimit YAML config dir) implements
- *     everything declared here.
- *   - src/grpc/ converts protobuf-c RateLimitRequest -> sluice_rls_request_t,
- *     calls sluice_rls_decide(), converts sluice_rls_response_t ->
- *     RateLimitResponse.
- *   - Both take the loop thread's sluice_svc_t (src/policy/svc.h), whose
- *     live config snapshot holds the loaded envoy config directory.
+ * The engine is part of the policy engine (it decides through verdict.h);
+ * the front ends convert their wire format only:
+ *   - src/grpc/rls.c converts protobuf-c RateLimitRequest ->
+ *     sluice_rls_request_t, calls sluice_rls_decide(), converts
+ *     sluice_rls_response_t -> RateLimitResponse;
+ *   - src/serve/rls_json.c does the same from and to JSON.
+ * Both pass the loop thread's sluice_svc_t (svc.h), whose live config
+ * snapshot holds the loaded envoy config directory (envoy_config.h).
  */
-#ifndef SLUICE_ENVOY_RLS_H
-#define SLUICE_ENVOY_RLS_H
+#ifndef SLUICE_POLICY_ENVOY_RLS_H
+#define SLUICE_POLICY_ENVOY_RLS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -105,6 +105,6 @@ int sluice_rls_healthy(struct sluice_svc_s *svc);
 /* The envoy config the thread's live snapshot holds (svc->live) is what
  * sluice_rls_decide() uses; a request for a domain no file defines is
  * answered OK for every descriptor without a limit, as envoyproxy/ratelimit
- * does (check its behaviour and document). */
+ * does (docs/ENVOY.md). */
 
-#endif
+#endif /* SLUICE_POLICY_ENVOY_RLS_H */

@@ -1,17 +1,21 @@
 /*
- * metrics_redis.h -- per Redis node series for GET /metrics.
+ * store_redis_metrics.h -- the Redis store's per node series for
+ * GET /metrics and its part of /readyz (sluice_store_exposition_t).
  *
  * Each Redis client (one per loop thread) counts into a block of its own,
  * fed by the client's reports (sluice_redis_opts_t.on_report) on its loop
  * thread, its only writer; /metrics reads every block.  Nodes are named
  * "host:port" and numbered process-wide on first sight, so a cluster node
- * found later simply adds series.
+ * found later simply adds series.  `sluice serve` counts the reports
+ * through the store hooks (store.h: attach, on_report, detach) and shows
+ * them through sluice_redis_exposition; the rest of the server knows
+ * nothing of Redis.
  */
-#ifndef SLUICE_SERVE_METRICS_REDIS_H
-#define SLUICE_SERVE_METRICS_REDIS_H
+#ifndef SLUICE_STORE_STORE_REDIS_METRICS_H
+#define SLUICE_STORE_STORE_REDIS_METRICS_H
 
-#include "serve/metrics.h"
 #include "sluice_redis.h"
+#include "store/store.h"
 #include "util/buf.h"
 
 typedef struct sluice_redis_metrics_s sluice_redis_metrics_t;
@@ -39,8 +43,7 @@ void sluice_redis_metrics_render(sluice_buf_t *out);
  * what it sent (AUTH arguments, keys) never comes back in them. */
 void sluice_redis_metrics_unready(sluice_buf_t *out);
 
-/* The two above as what the Redis store adds to /metrics and /readyz
- * (sluice_metrics_set_store). */
+/* The two above as what the Redis store adds to /metrics and /readyz. */
 extern const sluice_store_exposition_t sluice_redis_exposition;
 
-#endif /* SLUICE_SERVE_METRICS_REDIS_H */
+#endif /* SLUICE_STORE_STORE_REDIS_METRICS_H */

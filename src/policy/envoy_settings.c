@@ -1,5 +1,5 @@
 /*
- * settings.c -- the `envoy:` section of sluice's config:
+ * envoy_settings.c -- the `envoy:` section of sluice's config:
  *
  *   envoy:
  *     config_dir: /etc/ratelimit/config   # envoyproxy/ratelimit's YAML files
@@ -15,8 +15,8 @@
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
  */
-#include "envoy/config.h"
 #include "policy/config_internal.h"
+#include "policy/envoy_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

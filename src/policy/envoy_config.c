@@ -1,0 +1,462 @@
+/*
+ * envoy_config.c -- loading a directory of envoyproxy/ratelimit YAML files
+ * (each file parsed by envoy_file.c), and the loaded config's lifetime.
+ *
+ * Every file is read and every error reported (check-config shows them
+ * all), each naming its file and line; a directory with any error is
+ * refused as a whole, so a reload never half-applies.  Checked here: what
+ * spans files (a domain in two files, unless merge_domains); each file's
+ * own checks are envoy_file.c's.
+ */
+#include "policy/envoy_config.h"
+#include "policy/config_internal.h"
+#include "policy/envoy_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+/* ------------------------------------------------------------- settings */
+
+void sluice_envoy_settings_init(sluice_envoy_settings_t *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->near_limit_percent = 80;
+	s->on_store_error = SLUICE_FAIL_CLOSED;
+	s->watch_ms = 1000;
+}
+
+static void settings_free(sluice_envoy_settings_t *s)
+{
+	free(s->config_dir);
+	free(s->header_limit);
+	free(s->header_remaining);
+	free(s->header_reset);
+}
+
+/* ------------------------------------------------------------- freeing */
+
+static void free_limit(sluice_envoy_limit_t *l)
+{
+	size_t i;
+
+	if (!l)
+		return;
+	free(l->name);
+	for (i = 0; i < l->nreplaces; i++)
+		free(l->replaces[i]);
+	free(l->replaces);
+	free(l->rule.name);
+	free(l);
+}
+
+static void free_nodes(sluice_envoy_node_t *nodes, size_t n)
+{
+	size_t i, j;
+
+	for (i = 0; i < n; i++) {
+		sluice_envoy_node_t *d = &nodes[i];
+
+		free(d->key);
+		free(d->value);
+		for (j = 0; j < d->nparts; j++)
+			free(d->parts[j]);
+		free(d->parts);
+		free_limit(d->limit);
+		free_nodes(d->children, d->nchildren);
+		free(d->stat_key);
+	}
+	free(nodes);
+}
+
+void sluice_envoy_config_free(sluice_envoy_config_t *cfg)
+{
+	size_t i;
+
+	if (!cfg)
+		return;
+	for (i = 0; i < cfg->ndomains; i++) {
+		free(cfg->domains[i].name);
+		free_nodes(cfg->domains[i].children, cfg->domains[i].nchildren);
+	}
+	free(cfg->domains);
+	for (i = 0; i < cfg->nfiles; i++)
+		free(cfg->files[i]);
+	free(cfg->files);
+	free(cfg->dir);
+	settings_free(&cfg->settings);
+	free(cfg->override_rule.name);
+	free(cfg);
+}
+
+/* ------------------------------------------------------- the directory */
+
+typedef struct errs_s {
+	char *err;
+	size_t errlen;
+	char *report;
+	size_t reportlen, reportused;
+	unsigned max_errors, nerrors;
+} errs_t;
+
+static void errs_line(errs_t *e, const char *line)
+{
+	sluice_yaml_t y = {.err = e->err,
+			   .errlen = e->errlen,
+			   .report = e->report,
+			   .reportlen = e->reportlen,
+			   .reportused = e->reportused,
+			   .max_errors = e->max_errors,
+			   .nerrors = e->nerrors};
+
+	if (!e->nerrors && e->errlen)
+		snprintf(e->err, e->errlen, "%s", line);
+	sluice_yaml_report(&y, line);
+	e->reportused = y.reportused;
+	e->nerrors = y.nerrors;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_config_name(const char *n)
+{
+	size_t len = strlen(n);
+
+	/* Dot files are skipped: a Kubernetes ConfigMap volume holds
+	 * "..data" and "..2024_..." beside the files' symlinks. */
+	if (n[0] == '.')
+		return 0;
+	return (len > 5 && strcmp(n + len - 5, ".yaml") == 0) ||
+	       (len > 4 && strcmp(n + len - 4, ".yml") == 0);
+}
+
+/* The sorted paths of dir's *.yaml / *.yml regular files (symlinks to
+ * them included).  Returns 0, or -1 with a message. */
+static int list_dir(const char *dir, sluice_envoy_config_t *cfg, errs_t *e)
+{
+	char line[1200];
+	struct dirent *de;
+	DIR *dp = opendir(dir);
+	size_t cap = 0;
+
+	if (!dp) {
+		snprintf(line, sizeof(line),
+			 "%.900s:1: cannot open the directory: %s; expected "
+			 "a readable directory of envoyproxy/ratelimit YAML "
+			 "files",
+			 dir, strerror(errno));
+		errs_line(e, line);
+		return -1;
+	}
+	while ((de = readdir(dp))) {
+		struct stat st;
+		char *path;
+
+		if (!is_config_name(de->d_name))
+			continue;
+		if (!(path = sluice_envoy_join(dir, "/", de->d_name, "", NULL)))
+			goto nomem;
+		if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
+			free(path); /* a directory named x.yaml, a dangling
+				       link: not a file to read */
+			continue;
+		}
+		if (cfg->nfiles == SLUICE_ENVOY_MAX_FILES) {
+			snprintf(line, sizeof(line),
+				 "%.900s:1: more than %d YAML files; expected "
+				 "fewer",
+				 dir, SLUICE_ENVOY_MAX_FILES);
+			free(path);
+			closedir(dp);
+			errs_line(e, line);
+			return -1;
+		}
+		if (cfg->nfiles == cap) {
+			char **nf;
+
+			cap = cap ? cap * 2 : 16;
+			if (!(nf = realloc(cfg->files, cap * sizeof(*nf)))) {
+				free(path);
+				goto nomem;
+			}
+			cfg->files = nf;
+		}
+		cfg->files[cfg->nfiles++] = path;
+	}
+	closedir(dp);
+	if (cfg->nfiles)
+		qsort(cfg->files, cfg->nfiles, sizeof(char *), cmp_str);
+	return 0;
+nomem:
+	closedir(dp);
+	snprintf(line, sizeof(line), "%.900s:1: out of memory", dir);
+	errs_line(e, line);
+	return -1;
+}
+
+/* Parses one file's text as files[f] into the next domain. */
+static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
+		     size_t len, int quotable, errs_t *e)
+{
+	char first[1024], line[1024];
+	sluice_yaml_t y = {.name = cfg->files[f],
+			   .err = first,
+			   .errlen = sizeof(first),
+			   .report = e->report,
+			   .reportlen = e->reportlen,
+			   .reportused = e->reportused,
+			   .max_errors = e->max_errors,
+			   .nerrors = e->nerrors,
+			   .withhold = !quotable};
+	sluice_envoy_domain_t *dom = &cfg->domains[cfg->ndomains];
+	unsigned before = e->nerrors;
+	int rc;
+
+	first[0] = '\0';
+	if (sluice_yaml_load(&y, text, len) < 0) {
+		/* The loader writes its one message into y.err only. */
+		snprintf(line, sizeof(line), "%s", first);
+		errs_line(e, line);
+		return -1;
+	}
+	cfg->ndomains++;
+	rc = sluice_envoy_parse_file(&y, cfg, cfg->files[f],
+				     sluice_yaml_root(&y), dom);
+	sluice_yaml_free(&y);
+	e->reportused = y.reportused;
+	e->nerrors = y.nerrors;
+	if (before == 0 && e->nerrors && e->errlen)
+		snprintf(e->err, e->errlen, "%s", first);
+	return rc < 0 || e->nerrors > before ? -1 : 0;
+}
+
+static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
+{
+	char line[1024];
+	char *text;
+	size_t len;
+	int rc, quotable = 0;
+
+	if (sluice_config_read_file(cfg->files[f], &text, &len, &quotable, line,
+				    sizeof(line)) < 0) {
+		errs_line(e, line);
+		return -1;
+	}
+	rc = load_text(cfg, f, text, len, quotable, e);
+	free(text);
+	return rc;
+}
+
+static int cmp_domain(const void *a, const void *b)
+{
+	const sluice_envoy_domain_t *x = a, *y = b;
+	int c = strcmp(x->name ? x->name : "", y->name ? y->name : "");
+
+	/* Equal names stay in file order, so the later file is named. */
+	if (!c)
+		c = strcmp(x->file, y->file);
+	return c;
+}
+
+/* MERGE_DOMAIN_CONFIG: b's top-level descriptors join a's, as
+ * envoyproxy/ratelimit loads a second file of a domain into the first (a
+ * key/value both give is an error). */
+static void merge_into(sluice_envoy_domain_t *a, sluice_envoy_domain_t *b,
+		       errs_t *e)
+{
+	char line[1400];
+	sluice_envoy_node_t *n;
+	size_t i, j, na = a->nchildren;
+
+	for (i = 0; i < b->nchildren; i++)
+		for (j = 0; j < na; j++)
+			if (sluice_envoy_same_str(a->children[j].key,
+						  b->children[i].key) &&
+			    sluice_envoy_same_str(a->children[j].value,
+						  b->children[i].value)) {
+				snprintf(line, sizeof(line),
+					 "%.500s:%d: duplicate descriptor "
+					 "composite key '%.100s.%.200s' (also "
+					 "in %.400s:%d); expected each "
+					 "key/value once per level",
+					 b->children[i].file,
+					 b->children[i].line, a->name,
+					 b->children[i].stat_key,
+					 a->children[j].file,
+					 a->children[j].line);
+				errs_line(e, line);
+			}
+	n = realloc(a->children, (na + b->nchildren + 1) * sizeof(*n));
+	if (!n) {
+		snprintf(line, sizeof(line), "%.500s:%d: out of memory",
+			 b->file, b->line);
+		errs_line(e, line);
+		return;
+	}
+	if (b->nchildren)
+		memcpy(n + na, b->children, b->nchildren * sizeof(*n));
+	a->children = n;
+	a->nchildren = na + b->nchildren;
+	free(b->children); /* the nodes moved; what they own did not */
+	b->children = NULL;
+	b->nchildren = 0;
+}
+
+static void check_domains(sluice_envoy_config_t *cfg, errs_t *e)
+{
+	char line[1200];
+	size_t i, out = 0;
+
+	qsort(cfg->domains, cfg->ndomains, sizeof(*cfg->domains), cmp_domain);
+	for (i = 0; i < cfg->ndomains; i++) {
+		sluice_envoy_domain_t *a = out ? &cfg->domains[out - 1] : NULL,
+				      *b = &cfg->domains[i];
+
+		if (!a || !a->name || !b->name ||
+		    strcmp(a->name, b->name) != 0) {
+			cfg->domains[out++] = *b;
+			continue;
+		}
+		if (cfg->settings.merge_domains) {
+			merge_into(a, b, e);
+			free(b->name);
+			continue;
+		}
+		snprintf(line, sizeof(line),
+			 "%.500s:%d: duplicate domain '%.100s' in config file "
+			 "(also in %.400s:%d); expected each domain in one "
+			 "file (or envoy.merge_domains: true)",
+			 b->file, b->line, b->name, a->file, a->line);
+		errs_line(e, line);
+		cfg->domains[out++] = *b;
+	}
+	cfg->ndomains = out;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+static int copy_settings(sluice_envoy_settings_t *d,
+			 const sluice_envoy_settings_t *s)
+{
+	*d = *s;
+	d->config_dir = dup_or_null(s->config_dir);
+	d->header_limit =
+		strdup(s->header_limit ? s->header_limit : "RateLimit-Limit");
+	d->header_remaining =
+		strdup(s->header_remaining ? s->header_remaining
+					   : "RateLimit-Remaining");
+	d->header_reset =
+		strdup(s->header_reset ? s->header_reset : "RateLimit-Reset");
+	return (s->config_dir && !d->config_dir) || !d->header_limit ||
+			       !d->header_remaining || !d->header_reset
+		       ? -1
+		       : 0;
+}
+
+sluice_envoy_config_t *
+sluice_envoy_load_dir(const char *dir, const sluice_envoy_settings_t *settings,
+		      char *err, size_t errlen, char *report, size_t reportlen,
+		      unsigned max_errors, unsigned *nerrors)
+{
+	errs_t e = {.err = err,
+		    .errlen = errlen,
+		    .report = report,
+		    .reportlen = reportlen,
+		    .max_errors = max_errors};
+	sluice_envoy_config_t *cfg = calloc(1, sizeof(*cfg));
+	size_t f;
+	char line[1100];
+
+	if (errlen)
+		err[0] = '\0';
+	if (report && reportlen)
+		report[0] = '\0';
+	if (!cfg || copy_settings(&cfg->settings, settings) < 0 ||
+	    !(cfg->dir = strdup(dir)) ||
+	    !(cfg->override_rule.name = strdup("override"))) {
+		snprintf(line, sizeof(line), "%.900s:1: out of memory", dir);
+		errs_line(&e, line);
+		goto fail;
+	}
+	cfg->override_rule.cost = 1;
+	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	if (list_dir(dir, cfg, &e) < 0)
+		goto fail;
+	if (!(cfg->domains = calloc(cfg->nfiles ? cfg->nfiles : 1,
+				    sizeof(*cfg->domains)))) {
+		snprintf(line, sizeof(line), "%.900s:1: out of memory", dir);
+		errs_line(&e, line);
+		goto fail;
+	}
+	for (f = 0; f < cfg->nfiles; f++)
+		load_file(cfg, f, &e);
+	check_domains(cfg, &e);
+	if (e.nerrors)
+		goto fail;
+	if (nerrors)
+		*nerrors = 0;
+	return cfg;
+fail:
+	if (nerrors)
+		*nerrors = e.nerrors ? e.nerrors : 1;
+	sluice_envoy_config_free(cfg);
+	return NULL;
+}
+
+sluice_envoy_config_t *
+sluice_envoy_load_text(const char *name, const char *text, size_t len,
+		       const sluice_envoy_settings_t *settings, char *err,
+		       size_t errlen)
+{
+	errs_t e = {.err = err, .errlen = errlen};
+	sluice_envoy_config_t *cfg = calloc(1, sizeof(*cfg));
+
+	if (errlen)
+		err[0] = '\0';
+	if (!cfg || copy_settings(&cfg->settings, settings) < 0 ||
+	    !(cfg->dir = strdup("")) ||
+	    !(cfg->override_rule.name = strdup("override")) ||
+	    !(cfg->files = calloc(1, sizeof(char *))) ||
+	    !(cfg->files[0] = strdup(name)) ||
+	    !(cfg->domains = calloc(1, sizeof(*cfg->domains)))) {
+		if (cfg && cfg->files && cfg->files[0])
+			cfg->nfiles = 1;
+		sluice_envoy_config_free(cfg);
+		snprintf(err, errlen, "%s:1: out of memory", name);
+		return NULL;
+	}
+	cfg->nfiles = 1;
+	cfg->override_rule.cost = 1;
+	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	if (load_text(cfg, 0, text, len, 1, &e) < 0 || e.nerrors) {
+		sluice_envoy_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
+}
+
+static int cmp_key(const void *key, const void *elem)
+{
+	const sluice_envoy_domain_t *d = elem;
+
+	return strcmp(key, d->name);
+}
+
+const sluice_envoy_domain_t *
+sluice_envoy_domain(const sluice_envoy_config_t *cfg, const char *name)
+{
+	if (!cfg || !cfg->ndomains)
+		return NULL;
+	return bsearch(name, cfg->domains, cfg->ndomains, sizeof(*cfg->domains),
+		       cmp_key);
+}

@@ -4,7 +4,7 @@
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
  * memory store and the host's shared-memory store (store_local.c), the
  * Redis store (store_redis.c, over include/sluice_redis.h).  Adding a
- * store is one driver file and one case in sluice_backend_open().
+ * store is one driver file and one case in sluice_backend_open() (store.c).
  *
  * Every call has one shape: items (sluice_take_item_t: key, limits,
  * cost; outputs written by take and peek) with a callback that runs once

@@ -1,7 +1,6 @@
 /*
- * store_local.c -- opening the configured store, and the drivers of the
- * stores in this process's memory: the memory store and the host's
- * shared-memory store.
+ * store_local.c -- the drivers of the stores in this process's memory:
+ * the memory store and the host's shared-memory store.
  */
 #include "store/shm.h"
 #include "store/store.h"
@@ -10,25 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ----------------------------------------------------------------- hooks */
-
-static const sluice_store_hooks_t no_hooks;
-static const sluice_store_hooks_t *hooks = &no_hooks;
-
-void sluice_store_set_hooks(const sluice_store_hooks_t *h)
-{
-	hooks = h ? h : &no_hooks;
-}
-
-const sluice_store_hooks_t *sluice_store_hooks(void)
-{
-	return hooks;
-}
-
 static void say_error(const char *msg)
 {
-	if (hooks->log_error)
-		hooks->log_error(msg);
+	const sluice_store_hooks_t *h = sluice_store_hooks();
+
+	if (h->log_error)
+		h->log_error(msg);
 }
 
 /* ----------------------------------------------------------- local stores */
@@ -319,61 +305,3 @@ static void local_free(void *impl)
 
 LOCAL_DRIVER(memory, "memory");
 LOCAL_DRIVER(shm, "shared");
-
-/* ------------------------------------------------------------ lifecycle */
-
-void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store)
-{
-	memset(be, 0, sizeof(*be));
-	be->ops = &sluice_memory_store_ops;
-	be->impl = store;
-	be->local = store;
-}
-
-int sluice_backend_open(sluice_backend_t *be,
-			const sluice_store_config_t *store, void *loop,
-			sluice_memstore_t *shared, sluice_shmstore_t *shm,
-			char *err, size_t errlen)
-{
-	memset(be, 0, sizeof(*be));
-	be->local = shared;
-	switch (store->kind) {
-	case SLUICE_STORE_MEMORY:
-		sluice_backend_memory(be, shared);
-		return 0;
-	case SLUICE_STORE_SHARED:
-		if (!shm) {
-			snprintf(err, errlen,
-				 "store: the shared store is not "
-				 "open");
-			return SLUICE_EINVAL;
-		}
-		be->ops = &sluice_shm_store_ops;
-		be->impl = shm;
-		return 0;
-	case SLUICE_STORE_REDIS:
-	case SLUICE_STORE_REDIS_CLUSTER:
-		if (sluice_redis_store_open(&be->impl, store, loop, err,
-					    errlen) < 0)
-			return SLUICE_EINVAL;
-		be->ops = &sluice_redis_store_ops;
-		return 0;
-	default:
-		snprintf(err, errlen, "store: unknown kind %d",
-			 (int)store->kind);
-		return SLUICE_EINVAL;
-	}
-}
-
-void sluice_backend_close(sluice_backend_t *be)
-{
-	if (be->ops && be->ops->free)
-		be->ops->free(be->impl);
-	be->ops = NULL;
-	be->impl = NULL;
-}
-
-int sluice_backend_healthy(sluice_backend_t *be)
-{
-	return be->ops && (!be->ops->healthy || be->ops->healthy(be->impl));
-}

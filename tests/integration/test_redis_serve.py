@@ -19,6 +19,8 @@ Counts are exact given the elapsed time measured around the requests;
 nothing asserts on speed.
 """
 import os
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -322,6 +324,61 @@ class BadUrls(unittest.TestCase):
             self.assertNotIn(self.SECRET, s.log())
         finally:
             s.stop()
+
+
+class DroppedBeforeTheHandshake(unittest.TestCase):
+    """A server that accepts the connection and drops it before answering
+    the handshake (as Redis refusing a client certificate may, with a
+    reset on the first write) is retried with the handshake backoff,
+    about once in two seconds, not hammered every 200 ms."""
+
+    def test_a_server_that_drops_us_is_not_hammered(self):
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(64)
+        lsock.settimeout(0.2)
+        port = lsock.getsockname()[1]
+        accepts = []
+        stop = threading.Event()
+
+        def accept_and_drop():
+            while not stop.is_set():
+                try:
+                    c, _ = lsock.accept()
+                except socket.timeout:
+                    continue
+                accepts.append(time.monotonic())
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", 1, 0))  # a reset
+                c.close()
+
+        t = threading.Thread(target=accept_and_drop)
+        t.start()
+        s = None
+        try:
+            s = Sluice("threads: 1\n" + CONFIG % {
+                "store": '{redis: {url: "redis://127.0.0.1:%d", '
+                         'connections: 1}}' % port,
+                "capacity": 5, "rate": "1/s", "mode": "open"})
+            # Past the first quick retries (10 ms, doubling).
+            self.assertTrue(harness.wait_until(lambda: len(accepts) >= 10,
+                                               timeout=60), s.log())
+            window = 8.0
+            first = len(accepts)
+            time.sleep(window)
+            seen = len(accepts) - first
+            print("accepted %d connections in %.0f s" % (seen, window),
+                  flush=True)
+            self.assertIsNone(s.poll(), s.log())
+            # 200 ms apart would be 40; the handshake backoff (2 s at
+            # most) makes 4 or 5.
+            self.assertLessEqual(seen, int(window / 2) + 2)
+        finally:
+            stop.set()
+            t.join()
+            lsock.close()
+            if s is not None:
+                s.stop()
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ static void on_link(sluice_redis_link_t *l, int status)
 					     SLUICE_REDIS_REPORT_ERROR, 0,
 					     SLUICE_REDIS_ERR_TLS);
 	}
+	k->lost_early = k->state == CONN_CONNECTING && l->reached;
 	l->data = NULL;
 	k->link = NULL;
 	k->inflight = 0;
@@ -151,14 +152,17 @@ static void on_link(sluice_redis_link_t *l, int status)
 }
 
 /* Waits backoff_ms, then reconnects; the next wait is twice as long, up
- * to a cap that is longer after a refused handshake or TLS handshake
- * (retrying a wrong password or a certificate that does not verify at
- * once only loads the server: each TLS handshake costs it a signature). */
+ * to a cap that is longer after a refused handshake or TLS handshake, or
+ * a connection the server dropped before answering the handshake (a
+ * refused client certificate can come as a reset on the first write):
+ * retrying a wrong password or a certificate that does not verify at
+ * once only loads the server, each TLS handshake costs it a signature. */
 static void conn_schedule(sluice_redis_conn_t *k)
 {
-	unsigned cap = k->hs_failed || k->node->health == HEALTH_TLS
-			       ? SLUICE_REDIS_HANDSHAKE_BACKOFF_MAX_MS
-			       : SLUICE_REDIS_BACKOFF_MAX_MS;
+	unsigned cap =
+		k->hs_failed || k->lost_early || k->node->health == HEALTH_TLS
+			? SLUICE_REDIS_HANDSHAKE_BACKOFF_MAX_MS
+			: SLUICE_REDIS_BACKOFF_MAX_MS;
 
 	k->probe_sent_ms = 0;
 	if (k->r->closing)
@@ -218,6 +222,7 @@ static void on_ready(sluice_redis_link_t *l, redisReply *reply, void *priv)
 	    reply->type == REDIS_REPLY_ERROR)
 		return;
 	k->state = CONN_UP;
+	k->lost_early = 0;
 	k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
 	k->last_reply_ms = uv_now(k->r->loop);
 	uv_timer_stop(&k->timer);

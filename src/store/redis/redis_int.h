@@ -150,6 +150,9 @@ struct sluice_redis_conn_s {
 	unsigned backoff_ms;
 	unsigned inflight_hs;	/* handshake replies still to come */
 	int hs_failed;		/* the handshake was refused: long backoff */
+	int lost_early;		/* lost after connecting, before the handshake
+				   was answered (a server refusing us, as a
+				   TLS reset): long backoff */
 	uint64_t last_reply_ms; /* loop clock of the last reply */
 	uint64_t probe_sent_ms; /* a PING in flight since; 0: none */
 	int module;		/* SLUICE.TAKE present: -1 unknown, 0, 1 */

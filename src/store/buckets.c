@@ -64,10 +64,17 @@
 #define RECLAIM_AWAY_EVERY 16
 #define RECLAIM_AWAY	   32
 
-/* 1 when the slot's bucket is full at now_us. */
+/* 1 when the slot's bucket is full at now_us: sluice_state_expiry_us()
+ * <= now_us, without its division (it runs for every slot reclaiming
+ * examines).  A state's expiry is ceil(state / 1000) (0 for state <= 0),
+ * at most INT64_MAX / 1000 + 1. */
 static int slot_dead(const sluice_slot_t *sl, int64_t now_us)
 {
-	return sluice_state_expiry_us(sl->state) <= now_us;
+	if (now_us < 0)
+		return 0;
+	if (now_us > INT64_MAX / 1000)
+		return 1;
+	return sl->state <= now_us * 1000;
 }
 
 /* ------------------------------------------------------------- the table */
@@ -598,6 +605,26 @@ static int take_args_ok(const void *key, size_t keylen,
 	return 1;
 }
 
+/*
+ * Asks the memory system for the lines a lookup of bucket h1 reads first:
+ * its home slot and the next one (a 24-byte slot may straddle two lines,
+ * and a probe usually ends one slot on), so that both misses overlap.
+ * Without the shard's lock: the slot array and its size are read
+ * atomically (grow() replaces them under the lock) and a prefetch of a
+ * stale address is only a wasted hint.
+ */
+static void prefetch_bucket(const sluice_shard_t *s, uint64_t h1)
+{
+	const sluice_slot_t *slots =
+		__atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+	uint64_t mask = __atomic_load_n(&s->mask, __ATOMIC_RELAXED);
+	const char *at = (const char *)&slots[h1 & mask];
+
+	__builtin_prefetch(at, 1, 0);
+	if ((h1 & mask) < mask)
+		__builtin_prefetch(at + 2 * sizeof(sluice_slot_t) - 1, 1, 0);
+}
+
 /* sluice_buckets_take() of a checked key whose hash is h, or (commit 0)
  * the decision it would get, charging nothing. */
 static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
@@ -616,8 +643,12 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 
 	if (!decisions)
 		decisions = local;
-	for (i = 0; i < nlimits; i++)
+	/* The slots' cache misses start before the lock is taken, and
+	 * overlap it. */
+	for (i = 0; i < nlimits; i++) {
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
+		prefetch_bucket(s, h1[i]);
+	}
 
 	if (shard_lock(s) != 0)
 		return SLUICE_ESTORE;

@@ -109,6 +109,87 @@ void sluice_slots_free(sluice_slot_t *slots, size_t n)
 		munmap(slots, n * sizeof(sluice_slot_t));
 }
 
+/* The arena's region for arrays of n slots, or -1. */
+static long arena_region(const sluice_arena_t *a, size_t n)
+{
+	size_t g;
+
+	if (!a || !a->base || n < a->from || (n & (n - 1)) != 0)
+		return -1;
+	g = (size_t)(__builtin_ctzll(n) - __builtin_ctzll(a->from));
+	return g < a->sizes ? (long)g : -1;
+}
+
+void sluice_arena_init(sluice_arena_t *a, size_t nshards, size_t max_slots)
+{
+	size_t from = 1, off = 0, g;
+	char *p;
+
+	memset(a, 0, sizeof(*a));
+	while (nshards * from * sizeof(sluice_slot_t) < HUGE_BYTES)
+		from *= 2;
+	if (nshards < 2 || from > max_slots)
+		return;
+	for (g = 0; g < SLUICE_ARENA_SIZES && (from << g) <= max_slots; g++) {
+		size_t region = nshards * (from << g) * sizeof(sluice_slot_t);
+
+		a->off[g] = off;
+		/* Regions start on a huge page (region sizes are multiples
+		 * of one). */
+		off += (region + HUGE_BYTES - 1) & ~(HUGE_BYTES - 1);
+	}
+	/* One huge page more, to align the start. */
+	p = mmap(NULL, off + HUGE_BYTES, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return;
+	a->base = (char *)(((uintptr_t)p + HUGE_BYTES - 1) &
+			   ~(uintptr_t)(HUGE_BYTES - 1));
+	if (a->base > p)
+		munmap(p, (size_t)(a->base - p));
+	munmap(a->base + off, HUGE_BYTES - (size_t)(a->base - p));
+	madvise(a->base, off, MADV_HUGEPAGE); /* a hint; fine if refused */
+	a->bytes = off;
+	a->nshards = nshards;
+	a->from = from;
+	a->sizes = g;
+}
+
+void sluice_arena_free(sluice_arena_t *a)
+{
+	if (a->base)
+		munmap(a->base, a->bytes);
+	a->base = NULL;
+}
+
+sluice_slot_t *sluice_shard_slots_alloc(sluice_shard_t *s, size_t n)
+{
+	long g = arena_region(s->arena, n);
+
+	if (g < 0)
+		return sluice_slots_alloc(n);
+	/* Each (size, shard) array is handed out once (tables only grow),
+	 * so it is still as mmap() zeroed it. */
+	return (sluice_slot_t *)(s->arena->base + s->arena->off[g]) +
+	       s->index * n;
+}
+
+void sluice_shard_slots_free(sluice_shard_t *s, sluice_slot_t *slots, size_t n)
+{
+	long g = arena_region(s->arena, n);
+	uintptr_t lo, hi, page = 4096;
+
+	if (g < 0) {
+		sluice_slots_free(slots, n);
+		return;
+	}
+	/* The pages only this array covers go back to the system. */
+	lo = ((uintptr_t)slots + page - 1) & ~(page - 1);
+	hi = ((uintptr_t)(slots + n)) & ~(page - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /*
  * Slot writes mark the slot used (h1) last and free (h1 = 0) first, so a
  * process killed in the middle of one leaves at worst a stray or repeated
@@ -182,13 +263,13 @@ static int grow(sluice_shard_t *s)
 
 	if (!s->can_grow)
 		return -1;
-	next = sluice_slots_alloc(old * 2);
+	next = sluice_shard_slots_alloc(s, old * 2);
 	if (!next)
 		return -1;
 	for (i = 0; i < old; i++)
 		if (s->slots[i].h1)
 			place(next, old * 2 - 1, &s->slots[i]);
-	sluice_slots_free(s->slots, old);
+	sluice_shard_slots_free(s, s->slots, old);
 	/* Atomic: prefetch_home() reads both without the lock. */
 	__atomic_store_n(&s->slots, next, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->mask, old * 2 - 1, __ATOMIC_RELAXED);

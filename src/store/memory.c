@@ -20,6 +20,7 @@ typedef struct mem_shard_s {
 struct sluice_memstore_s {
 	sluice_buckets_t b;
 	uint8_t seed[16];
+	sluice_arena_t arena; /* the shards' larger slot arrays */
 	sluice_shard_t views[SLUICE_MAX_SHARDS];
 	mem_shard_t shards[];
 };
@@ -42,6 +43,10 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 	m->b.shift = 64 - bits;
 	m->b.max_keys = max_keys;
 	m->b.shards = m->views;
+	/* The largest array a shard grows to holds its share of max_keys
+	 * at most 3/4 full. */
+	sluice_arena_init(&m->arena, n,
+			  sluice_buckets_fixed_slots(max_keys / n + 1));
 	for (i = 0; i < n; i++) {
 		mem_shard_t *s = &m->shards[i];
 		sluice_shard_t *v = &m->views[i];
@@ -54,7 +59,9 @@ sluice_memstore_t *sluice_memstore_new(size_t max_keys)
 		v->mask = s->t.mask;
 		v->max = s->t.max;
 		v->can_grow = 1;
-		v->slots = sluice_slots_alloc(FIRST_SLOTS);
+		v->arena = &m->arena;
+		v->index = i;
+		v->slots = sluice_shard_slots_alloc(v, FIRST_SLOTS);
 		if (!v->slots) {
 			sluice_memstore_free(m);
 			return NULL;
@@ -70,9 +77,13 @@ void sluice_memstore_free(sluice_memstore_t *m)
 	if (!m)
 		return;
 	for (i = 0; i < m->b.nshards; i++) {
-		sluice_slots_free(m->views[i].slots, m->shards[i].t.mask + 1);
+		/* An array the arena holds goes with it. */
+		if (m->views[i].slots)
+			sluice_shard_slots_free(&m->views[i], m->views[i].slots,
+						m->shards[i].t.mask + 1);
 		pthread_mutex_destroy(&m->shards[i].lock);
 	}
+	sluice_arena_free(&m->arena);
 	free(m);
 }
 

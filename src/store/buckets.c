@@ -760,11 +760,14 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 	if (!decisions)
 		decisions = local;
 	/* The slots' cache misses start before the lock is taken, and
-	 * overlap it. */
+	 * overlap it (and the sweep of another shard, whose own misses
+	 * would otherwise come after). */
 	for (i = 0; i < nlimits; i++) {
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
 		prefetch_bucket(s, h1[i]);
 	}
+	if (commit)
+		reclaim_elsewhere(m, now_us);
 
 	if (shard_lock(s) != 0)
 		return SLUICE_ESTORE;
@@ -789,7 +792,6 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
 	reclaim_step(s, now_us, RECLAIM_STEP);
 	shard_unlock(s);
-	reclaim_elsewhere(m, now_us);
 
 	if (summary)
 		*summary = sum;

@@ -3,8 +3,17 @@
  *
  *   sluice_bench core   [--seconds S]
  *       pure sluice_eval() decisions per second, one thread
- *   sluice_bench store  --keys N [--threads T] [--seconds S]
- *       memory store decisions per second over N resident 16-byte keys
+ *   sluice_bench store  --keys N [--threads T] [--seconds S] [--batch B]
+ *                       [--rounds R] [--compare-batch B] [--shared PATH]
+ *       memory store decisions per second over N resident 16-byte keys;
+ *       --rounds R repeats the timed part R times on the same store and
+ *       reports medians with their spread; --compare-batch B (one thread)
+ *       times batches of B through take_each in every round as well,
+ *       alternating with the single takes
+ *   sluice_bench latency --mib M [--seconds S]
+ *       nanoseconds per dependent random load over M MiB (huge pages
+ *       offered): the memory latency one decision on a table that size
+ *       waits for at least once
  *   sluice_bench memory --keys N
  *       resident bytes per key of the memory store (RSS growth / N)
  *   sluice_bench redis  --url URL --keys N [--seconds S] [--inflight K]
@@ -28,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +60,9 @@ typedef struct {
 	const char *shared; /* store mode on the shared-memory store here */
 	const char *tls_ca; /* redis mode: the CA of a rediss:// server */
 	unsigned batch;	    /* store mode: decisions per take_each call */
+	unsigned rounds;    /* store mode: timed rounds (medians) */
+	unsigned compare;   /* store mode: also batches of this many */
+	double mib;	    /* latency mode: the region's size */
 } opts_t;
 
 static double mono_s(void)
@@ -67,6 +80,13 @@ static uint64_t splitmix(uint64_t *s)
 	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
 	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
 	return z ^ (z >> 31);
+}
+
+/* A random key index below n, by multiplication (no division: the
+ * bench's own work per decision stays small next to the store's). */
+static uint64_t pick(uint64_t *s, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)splitmix(s) * n) >> 64);
 }
 
 /* Key i as 16 bytes: a fixed tag and the index (what a hashed API key or
@@ -145,6 +165,7 @@ static int btake(const bstore_t *s, const void *k, size_t klen,
 typedef struct {
 	const bstore_t *store;
 	const opts_t *o;
+	unsigned batch; /* 0: single takes; else take_each batches */
 	uint64_t seed;
 	uint64_t n;
 	double seconds;
@@ -168,7 +189,7 @@ static void *store_worker(void *arg)
 	sluice_decision_t sum;
 	unsigned char k[16], bk[256][16];
 	sluice_take_item_t items[256];
-	unsigned batch = w->o->batch, j;
+	unsigned batch = w->batch, j;
 	double t0 = mono_s(), c0 = thread_cpu_s(), el;
 	int64_t now = sluice_now_us();
 
@@ -188,7 +209,7 @@ static void *store_worker(void *arg)
 			 * bench_store() refuses --batch with --shared). */
 			for (i = 0; i < 1024; i += (int)batch) {
 				for (j = 0; j < batch; j++)
-					key16(splitmix(&w->seed) % w->o->keys,
+					key16(pick(&w->seed, w->o->keys),
 					      bk[j]);
 				sluice_memstore_take_each(w->store->mem, items,
 							  batch, now);
@@ -196,7 +217,7 @@ static void *store_worker(void *arg)
 			w->n += (uint64_t)i;
 		} else {
 			for (i = 0; i < 1024; i++) {
-				key16(splitmix(&w->seed) % w->o->keys, k);
+				key16(pick(&w->seed, w->o->keys), k);
 				btake(w->store, k, sizeof(k), &l, 1, now, &sum);
 			}
 			w->n += 1024;
@@ -207,6 +228,33 @@ static void *store_worker(void *arg)
 	w->seconds = el;
 	w->cpu_seconds = thread_cpu_s() - c0;
 	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* "name": the median of v[0..n), "name_min" and "name_max" (v is
+ * sorted). */
+static void print_spread(const char *name, double *v, unsigned n)
+{
+	double med;
+
+	qsort(v, n, sizeof(*v), cmp_double);
+	med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	printf("\"%s\": %.0f, \"%s_min\": %.0f, \"%s_max\": %.0f, ", name, med,
+	       name, v[0], name, v[n - 1]);
+}
+
+/* The machine's 1-minute load average (the bench shares it), or -1. */
+static double loadavg(void)
+{
+	double l[1];
+
+	return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
 static int bench_store(const opts_t *o)
@@ -222,7 +270,8 @@ static int bench_store(const opts_t *o)
 	unsigned char k[16];
 	uint64_t i, total = 0;
 	double secs = 0, cpu = 0;
-	unsigned t;
+	double dps[2][64], per_cpu[2][64];
+	unsigned t, r, rounds = o->rounds ? o->rounds : 1, kind;
 
 	if (o->shared)
 		sluice_shmstore_open(&bs.shm, o->shared, max_keys, err,
@@ -230,10 +279,13 @@ static int bench_store(const opts_t *o)
 	else
 		sluice_memstore_open(&bs.mem, max_keys, NULL, 0);
 	if ((!bs.mem && !bs.shm) || o->threads < 1 || o->threads > 64 ||
-	    o->batch > 256 || (o->batch && o->shared)) {
+	    o->batch > 256 || o->compare > 256 || rounds > 64 ||
+	    ((o->batch || o->compare) && o->shared) ||
+	    (o->compare && (o->threads > 1 || o->batch))) {
 		fprintf(stderr,
-			"sluice_bench: store: %s, or bad --threads or --batch "
-			"(1 .. 256, memory store only)\n",
+			"sluice_bench: store: %s, or bad --threads, --batch, "
+			"--compare-batch (1 .. 256, memory store only, one "
+			"thread) or --rounds (1 .. 64)\n",
 			err);
 		return 1;
 	}
@@ -244,23 +296,45 @@ static int bench_store(const opts_t *o)
 		key16(i, k);
 		btake(st, k, sizeof(k), &l, FILL_COST, sluice_now_us(), &sum);
 	}
-	for (t = 0; t < o->threads; t++) {
-		memset(&w[t], 0, sizeof(w[t]));
-		w[t].store = st;
-		w[t].o = o;
-		w[t].seed = 1000 + t;
-		if (pthread_create(&th[t], NULL, store_worker, &w[t]) != 0) {
-			fprintf(stderr,
-				"sluice_bench: pthread_create failed\n");
-			return 1;
+	/* Each round times the single takes (or --batch), then, with
+	 * --compare-batch, the batches; the order alternates from round to
+	 * round so that neither side always runs first on a busy machine. */
+	for (r = 0; r < rounds * (o->compare ? 2 : 1); r++) {
+		unsigned batch = o->batch;
+		uint64_t n = 0;
+		double rs = 0, rc = 0;
+
+		kind = o->compare ? (r / 2 + r) % 2 : 0;
+		if (kind)
+			batch = o->compare;
+		for (t = 0; t < o->threads; t++) {
+			memset(&w[t], 0, sizeof(w[t]));
+			w[t].store = st;
+			w[t].o = o;
+			w[t].batch = batch;
+			w[t].seed = 1000 + t + 64 * r;
+			if (pthread_create(&th[t], NULL, store_worker, &w[t]) !=
+			    0) {
+				fprintf(stderr, "sluice_bench: pthread_create "
+						"failed\n");
+				return 1;
+			}
 		}
-	}
-	for (t = 0; t < o->threads; t++) {
-		pthread_join(th[t], NULL);
-		total += w[t].n;
-		if (w[t].seconds > secs)
-			secs = w[t].seconds;
-		cpu += w[t].cpu_seconds;
+		for (t = 0; t < o->threads; t++) {
+			pthread_join(th[t], NULL);
+			n += w[t].n;
+			if (w[t].seconds > rs)
+				rs = w[t].seconds;
+			rc += w[t].cpu_seconds;
+		}
+		dps[kind][r / (o->compare ? 2 : 1)] = (double)n / rs;
+		per_cpu[kind][r / (o->compare ? 2 : 1)] =
+			rc > 0 ? (double)n / rc : 0;
+		if (!kind) {
+			total += n;
+			secs += rs;
+			cpu += rc;
+		}
 	}
 	if (bs.shm)
 		sluice_shmstore_stats(bs.shm, &stats);
@@ -269,12 +343,20 @@ static int bench_store(const opts_t *o)
 	/* dps_per_cpu_s: decisions per second of a thread's own CPU time,
 	 * what one core would do if nothing else ran on it. */
 	printf("{\"mode\": \"store\", \"keys\": %llu, \"threads\": %u, "
-	       "\"batch\": %u, \"resident_keys\": %llu, \"decisions\": "
-	       "%llu, \"seconds\": %.3f, \"dps\": %.0f, \"cpu_seconds\": "
-	       "%.3f, \"dps_per_cpu_s\": %.0f}\n",
-	       (unsigned long long)o->keys, o->threads, o->batch,
+	       "\"batch\": %u, \"rounds\": %u, \"resident_keys\": %llu, "
+	       "\"decisions\": %llu, \"seconds\": %.3f, \"cpu_seconds\": "
+	       "%.3f, ",
+	       (unsigned long long)o->keys, o->threads, o->batch, rounds,
 	       (unsigned long long)stats.keys, (unsigned long long)total, secs,
-	       (double)total / secs, cpu, cpu > 0 ? (double)total / cpu : 0);
+	       cpu);
+	print_spread("dps", dps[0], rounds);
+	print_spread("dps_per_cpu_s", per_cpu[0], rounds);
+	if (o->compare) {
+		printf("\"compare_batch\": %u, ", o->compare);
+		print_spread("batch_dps", dps[1], rounds);
+		print_spread("batch_dps_per_cpu_s", per_cpu[1], rounds);
+	}
+	printf("\"loadavg_1m\": %.2f}\n", loadavg());
 	sluice_memstore_free(bs.mem);
 	sluice_shmstore_close(bs.shm);
 	return 0;
@@ -331,6 +413,61 @@ static int bench_memory(const opts_t *o)
 	       (double)(after - before) /
 		       (double)(stats.keys ? stats.keys : 1));
 	sluice_memstore_free(st);
+	return 0;
+}
+
+/* -------------------------------------------------------------- latency */
+
+/*
+ * One dependent random load after another over M MiB: a cyclic random
+ * permutation of its 64-byte lines (Sattolo), each line holding the index
+ * of the next, so that no load can start before the previous one ends and
+ * no prefetcher can guess.  The region is offered huge pages, as the memory
+ * store's larger tables are.  A single take on a table of that size reads
+ * at least one such line it has not touched recently: 1e9 / ns is the
+ * most single takes per second a thread can make on it, whatever else
+ * they do.
+ */
+static int bench_latency(const opts_t *o)
+{
+	size_t bytes = (size_t)(o->mib * 1048576.0), lines = bytes / 64, i;
+	uint64_t *p, seed = 12345, at = 0, n = 0;
+	double c0, el;
+
+	if (lines < 2) {
+		fprintf(stderr, "sluice_bench: latency: --mib too small\n");
+		return 1;
+	}
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "sluice_bench: latency: out of memory\n");
+		return 1;
+	}
+	madvise(p, bytes, MADV_HUGEPAGE);
+	for (i = 0; i < lines; i++)
+		p[i * 8] = i;
+	for (i = lines - 1; i > 0; i--) {
+		size_t j = (size_t)pick(&seed, i), t = p[i * 8];
+
+		p[i * 8] = p[j * 8];
+		p[j * 8] = t;
+	}
+	c0 = thread_cpu_s();
+	do {
+		int k;
+
+		for (k = 0; k < 100000; k++)
+			at = p[at * 8];
+		n += 100000;
+		el = thread_cpu_s() - c0;
+	} while (el < o->seconds);
+	printf("{\"mode\": \"latency\", \"mib\": %.0f, \"loads\": %llu, "
+	       "\"ns_per_load\": %.1f, \"ceiling_dps\": %.0f, \"end\": "
+	       "%llu, \"loadavg_1m\": %.2f}\n",
+	       o->mib, (unsigned long long)n, el * 1e9 / (double)n,
+	       (double)n / el, (unsigned long long)at, loadavg());
+	munmap(p, bytes);
 	return 0;
 }
 
@@ -550,8 +687,10 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: sluice_bench core [--seconds S]\n"
 		"       sluice_bench store --keys N [--threads T] [--seconds "
-		"S] [--shared PATH] [--batch B]\n"
+		"S] [--shared PATH] [--batch B] [--rounds R] "
+		"[--compare-batch B]\n"
 		"       sluice_bench memory --keys N\n"
+		"       sluice_bench latency --mib M [--seconds S]\n"
 		"       sluice_bench redis --url URL --keys N [--seconds S] "
 		"[--inflight K] [--connections C] [--fill] [--tls-ca FILE]\n");
 	return 2;
@@ -618,6 +757,12 @@ int main(int argc, char **argv)
 			o.connections = (unsigned)v;
 		else if (strcmp(a, "--batch") == 0)
 			o.batch = (unsigned)v;
+		else if (strcmp(a, "--rounds") == 0)
+			o.rounds = (unsigned)v;
+		else if (strcmp(a, "--compare-batch") == 0)
+			o.compare = (unsigned)v;
+		else if (strcmp(a, "--mib") == 0)
+			o.mib = v;
 		else
 			return usage();
 	}
@@ -627,6 +772,8 @@ int main(int argc, char **argv)
 		return bench_store(&o);
 	if (strcmp(o.mode, "memory") == 0)
 		return bench_memory(&o);
+	if (strcmp(o.mode, "latency") == 0)
+		return bench_latency(&o);
 	if (strcmp(o.mode, "redis") == 0)
 		return o.url ? bench_redis(&o) : usage();
 	return usage();

@@ -23,10 +23,11 @@
 
 #include <limits.h>
 
-/* ceil(u / per) for the unit -> microsecond conversion. */
+/* ceil(u / per) for the unit -> microsecond conversion.  Most rates are
+ * whole microseconds per token (per = 1): no division then. */
 static uint64_t units_to_us_ceil(uint64_t u, uint32_t per)
 {
-	return sluice_div_ceil(u, per);
+	return per == 1 ? u : sluice_div_ceil(u, per);
 }
 
 /*
@@ -49,7 +50,7 @@ static uint64_t shortfall(sluice_state_t state, int64_t now_us, uint32_t per)
 	if (tat_us < now_us)
 		return 0;
 	delta = (uint64_t)tat_us - (uint64_t)now_us;
-	if (delta >= cap / per)
+	if (delta >= (per == 1 ? cap : cap / per))
 		return cap;
 	return delta * per + frac;
 }
@@ -57,6 +58,8 @@ static uint64_t shortfall(sluice_state_t state, int64_t now_us, uint32_t per)
 /* The state whose shortfall at now_us is d units (d > 0). */
 static sluice_state_t encode(int64_t now_us, uint64_t d, uint32_t per)
 {
+	if (per == 1)
+		return (now_us + (int64_t)d) * 1000;
 	return (now_us + (int64_t)(d / per)) * 1000 + (int64_t)(d % per);
 }
 
@@ -80,7 +83,6 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
 	d->which = 0;
 	d->limit = limit->capacity;
 	d->never = 0;
-	d->reset_after_us = units_to_us_ceil(D, per);
 	d->remaining = D >= tau ? 0 : (tau - D) / t;
 
 	if (cost > limit->capacity) {
@@ -88,6 +90,7 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
 		d->allowed = 0;
 		d->never = 1;
 		d->retry_after_us = UINT64_MAX;
+		d->reset_after_us = units_to_us_ceil(D, per);
 		return;
 	}
 	/* cost <= capacity, so cost * t <= tau <= 2^52: no overflow. */
@@ -96,12 +99,16 @@ void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
 
 		d->allowed = 1;
 		d->retry_after_us = 0;
+		/* No second division for what remains: with cost > 0,
+		 * D < tau and (tau - D - cost * t) / t is exactly
+		 * (tau - D) / t - cost. */
 		if (cost > 0) {
 			*next = encode(now_us, nd, per);
-			d->remaining = (tau - nd) / t;
-			d->reset_after_us = units_to_us_ceil(nd, per);
+			d->remaining -= cost;
 		}
+		d->reset_after_us = units_to_us_ceil(nd, per);
 	} else {
+		d->reset_after_us = units_to_us_ceil(D, per);
 		d->allowed = 0;
 		d->retry_after_us = units_to_us_ceil(D + cost * t - tau, per);
 	}

@@ -64,10 +64,17 @@
 #define RECLAIM_AWAY_EVERY 16
 #define RECLAIM_AWAY	   32
 
-/* 1 when the slot's bucket is full at now_us. */
+/* 1 when the slot's bucket is full at now_us: sluice_state_expiry_us()
+ * <= now_us, without its division (it runs for every slot reclaiming
+ * examines).  A state's expiry is ceil(state / 1000) (0 for state <= 0),
+ * at most INT64_MAX / 1000 + 1. */
 static int slot_dead(const sluice_slot_t *sl, int64_t now_us)
 {
-	return sluice_state_expiry_us(sl->state) <= now_us;
+	if (now_us < 0)
+		return 0;
+	if (now_us > INT64_MAX / 1000)
+		return 1;
+	return sl->state <= now_us * 1000;
 }
 
 /* ------------------------------------------------------------- the table */
@@ -100,6 +107,87 @@ void sluice_slots_free(sluice_slot_t *slots, size_t n)
 		free(slots);
 	else if (slots)
 		munmap(slots, n * sizeof(sluice_slot_t));
+}
+
+/* The arena's region for arrays of n slots, or -1. */
+static long arena_region(const sluice_arena_t *a, size_t n)
+{
+	size_t g;
+
+	if (!a || !a->base || n < a->from || (n & (n - 1)) != 0)
+		return -1;
+	g = (size_t)(__builtin_ctzll(n) - __builtin_ctzll(a->from));
+	return g < a->sizes ? (long)g : -1;
+}
+
+void sluice_arena_init(sluice_arena_t *a, size_t nshards, size_t max_slots)
+{
+	size_t from = 1, off = 0, g;
+	char *p;
+
+	memset(a, 0, sizeof(*a));
+	while (nshards * from * sizeof(sluice_slot_t) < HUGE_BYTES)
+		from *= 2;
+	if (nshards < 2 || from > max_slots)
+		return;
+	for (g = 0; g < SLUICE_ARENA_SIZES && (from << g) <= max_slots; g++) {
+		size_t region = nshards * (from << g) * sizeof(sluice_slot_t);
+
+		a->off[g] = off;
+		/* Regions start on a huge page (region sizes are multiples
+		 * of one). */
+		off += (region + HUGE_BYTES - 1) & ~(HUGE_BYTES - 1);
+	}
+	/* One huge page more, to align the start. */
+	p = mmap(NULL, off + HUGE_BYTES, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return;
+	a->base = (char *)(((uintptr_t)p + HUGE_BYTES - 1) &
+			   ~(uintptr_t)(HUGE_BYTES - 1));
+	if (a->base > p)
+		munmap(p, (size_t)(a->base - p));
+	munmap(a->base + off, HUGE_BYTES - (size_t)(a->base - p));
+	madvise(a->base, off, MADV_HUGEPAGE); /* a hint; fine if refused */
+	a->bytes = off;
+	a->nshards = nshards;
+	a->from = from;
+	a->sizes = g;
+}
+
+void sluice_arena_free(sluice_arena_t *a)
+{
+	if (a->base)
+		munmap(a->base, a->bytes);
+	a->base = NULL;
+}
+
+sluice_slot_t *sluice_shard_slots_alloc(sluice_shard_t *s, size_t n)
+{
+	long g = arena_region(s->arena, n);
+
+	if (g < 0)
+		return sluice_slots_alloc(n);
+	/* Each (size, shard) array is handed out once (tables only grow),
+	 * so it is still as mmap() zeroed it. */
+	return (sluice_slot_t *)(s->arena->base + s->arena->off[g]) +
+	       s->index * n;
+}
+
+void sluice_shard_slots_free(sluice_shard_t *s, sluice_slot_t *slots, size_t n)
+{
+	long g = arena_region(s->arena, n);
+	uintptr_t lo, hi, page = 4096;
+
+	if (g < 0) {
+		sluice_slots_free(slots, n);
+		return;
+	}
+	/* The pages only this array covers go back to the system. */
+	lo = ((uintptr_t)slots + page - 1) & ~(page - 1);
+	hi = ((uintptr_t)(slots + n)) & ~(page - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 /*
@@ -175,13 +263,13 @@ static int grow(sluice_shard_t *s)
 
 	if (!s->can_grow)
 		return -1;
-	next = sluice_slots_alloc(old * 2);
+	next = sluice_shard_slots_alloc(s, old * 2);
 	if (!next)
 		return -1;
 	for (i = 0; i < old; i++)
 		if (s->slots[i].h1)
 			place(next, old * 2 - 1, &s->slots[i]);
-	sluice_slots_free(s->slots, old);
+	sluice_shard_slots_free(s, s->slots, old);
 	/* Atomic: prefetch_home() reads both without the lock. */
 	__atomic_store_n(&s->slots, next, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->mask, old * 2 - 1, __ATOMIC_RELAXED);
@@ -300,13 +388,48 @@ static void shard_unlock(sluice_shard_t *s)
 	pthread_mutex_unlock(s->lock);
 }
 
+/*
+ * How many more times a busy lock is tried before the caller sleeps on
+ * it.  A critical section is a few dozen nanoseconds, while sleeping on a
+ * busy lock and being woken costs both sides a system call (microseconds):
+ * two processes on one shared file, or two threads, deciding random keys
+ * meet on a shard now and then, and a short wait for the holder to finish
+ * is far cheaper.  Bounded (8 x 16 pauses: a few microseconds at most),
+ * for a holder that lost its core.
+ */
+#define LOCK_SPINS 8
+
+/* A moment's wait for a busy lock: its word is only read (a trylock
+ * would take its cache line from the holder, who needs it to unlock)
+ * until it looks free, for at most a few dozen pauses. */
+static void lock_pause(const sluice_shard_t *s)
+{
+	int n;
+
+	for (n = 0; n < 16; n++) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+#ifdef __GLIBC__
+		if (__atomic_load_n(&s->lock->__data.__lock,
+				    __ATOMIC_RELAXED) == 0)
+			return;
+#endif
+	}
+	(void)s;
+}
+
 static int shard_lock(sluice_shard_t *s)
 {
-	int rc;
+	int rc, spins;
 
 	if (kind_changed(s))
 		return EINVAL;
 	rc = pthread_mutex_trylock(s->lock);
+	for (spins = 0; rc == EBUSY && spins < LOCK_SPINS; spins++) {
+		lock_pause(s);
+		rc = pthread_mutex_trylock(s->lock);
+	}
 	/* Once a wait timed out, the shard's lock fails at once while it
 	 * stays busy (a loop thread must not stall the whole wait per request
 	 * on a lock nobody releases); the first success ends that. */
@@ -632,6 +755,26 @@ static int take_args_ok(const void *key, size_t keylen,
 	return 1;
 }
 
+/*
+ * Asks the memory system for the lines a lookup of bucket h1 reads first:
+ * its home slot and the next one (a 24-byte slot may straddle two lines,
+ * and a probe usually ends one slot on), so that both misses overlap.
+ * Without the shard's lock: the slot array and its size are read
+ * atomically (grow() replaces them under the lock) and a prefetch of a
+ * stale address is only a wasted hint.
+ */
+static void prefetch_bucket(const sluice_shard_t *s, uint64_t h1)
+{
+	const sluice_slot_t *slots =
+		__atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+	uint64_t mask = __atomic_load_n(&s->mask, __ATOMIC_RELAXED);
+	const char *at = (const char *)&slots[h1 & mask];
+
+	__builtin_prefetch(at, 1, 0);
+	if ((h1 & mask) < mask)
+		__builtin_prefetch(at + 2 * sizeof(sluice_slot_t) - 1, 1, 0);
+}
+
 /* sluice_buckets_take() of a checked key whose hash is h, or (commit 0)
  * the decision it would get, charging nothing. */
 static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
@@ -650,8 +793,15 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 
 	if (!decisions)
 		decisions = local;
-	for (i = 0; i < nlimits; i++)
+	/* The slots' cache misses start before the lock is taken, and
+	 * overlap it (and the sweep of another shard, whose own misses
+	 * would otherwise come after). */
+	for (i = 0; i < nlimits; i++) {
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);
+		prefetch_bucket(s, h1[i]);
+	}
+	if (commit)
+		reclaim_elsewhere(m, now_us);
 
 	if (shard_lock(s) != 0)
 		return SLUICE_ESTORE;
@@ -676,7 +826,6 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 			insert(s, h1[i], h2[i], next[i], now_us, h1, nlimits);
 	reclaim_step(s, now_us, RECLAIM_STEP);
 	shard_unlock(s);
-	reclaim_elsewhere(m, now_us);
 
 	if (summary)
 		*summary = sum;

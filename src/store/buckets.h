@@ -20,16 +20,41 @@ typedef struct sluice_slot_s {
 	sluice_state_t state;
 } sluice_slot_t;
 
-/* A shard's table counters (no pointers: may live in shared memory). */
+/* A shard's table counters (no pointers: may live in shared memory).
+ * The ones every take touches come first: placed right after the shard's
+ * lock, they share its cache line (a glibc mutex is 40 bytes), so a take
+ * that another core's take preceded fetches one line of them, not two. */
 typedef struct sluice_table_s {
-	uint64_t mask; /* number of slots - 1 (a power of two minus one) */
+	uint64_t cursor; /* incremental reclaim position (moves every take) */
 	uint64_t count;
+	uint64_t mask; /* number of slots - 1 (a power of two minus one) */
 	uint64_t max;
-	uint64_t hand;	 /* where the next eviction starts looking */
-	uint64_t cursor; /* incremental reclaim position */
+	uint64_t hand; /* where the next eviction starts looking */
 	uint64_t expired, evicted_full, evicted_lossy, evicted_debt_us;
 	uint64_t recovered; /* repairs after a lock holder died */
 } sluice_table_t;
+
+/*
+ * The slot arrays of a memory store's shards from the size at which one
+ * size's arrays, across all shards, fill a huge page (2 MiB): one
+ * reservation where each size has a region, every shard's array of that
+ * size side by side in it, offered huge pages.  A shard's own array is
+ * smaller than a huge page up to millions of keys, so on its own it gets
+ * 4 KiB pages, and a random probe into tens of MiB of them costs a TLB
+ * miss (a page walk) on top of the cache miss; side by side, the shards
+ * share huge pages.  The shards grow together (keys spread evenly), so a
+ * region fills as its predecessor empties (released page by page).
+ */
+#define SLUICE_ARENA_SIZES 48
+
+typedef struct sluice_arena_s {
+	char *base;   /* NULL: every array is allocated on its own */
+	size_t bytes; /* reserved (address space; pages come on first use) */
+	size_t nshards;
+	size_t from;  /* the smallest array here, in slots (a power of two) */
+	size_t sizes; /* regions: arrays of from, 2 * from, ... slots */
+	size_t off[SLUICE_ARENA_SIZES]; /* each region's offset from base */
+} sluice_arena_t;
 
 /* A process's view of one shard. */
 typedef struct sluice_shard_s {
@@ -44,6 +69,8 @@ typedef struct sluice_shard_s {
 	unsigned wait_ms; /* longest wait for the lock; 0: forever */
 	int stuck;	  /* a wait timed out; fail at once while busy */
 	int lock_kind;	  /* glibc's type word the lock must keep; 0: any */
+	sluice_arena_t *arena; /* growing tables: where arrays may live */
+	size_t index;	       /* this shard's place in the arena's regions */
 } sluice_shard_t;
 
 #define SLUICE_MAX_SHARDS 64
@@ -108,5 +135,16 @@ int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen);
  * release; for tables a process allocates (the memory store). */
 sluice_slot_t *sluice_slots_alloc(size_t n);
 void sluice_slots_free(sluice_slot_t *slots, size_t n);
+
+/* Reserves an arena for nshards shards whose arrays grow up to max_slots
+ * slots each; on any failure (or tables too small to share a huge page)
+ * a->base stays NULL and arrays are allocated on their own. */
+void sluice_arena_init(sluice_arena_t *a, size_t nshards, size_t max_slots);
+void sluice_arena_free(sluice_arena_t *a);
+
+/* A zeroed array of n slots for shard s (from its arena when it has a
+ * region for n), and its release. */
+sluice_slot_t *sluice_shard_slots_alloc(sluice_shard_t *s, size_t n);
+void sluice_shard_slots_free(sluice_shard_t *s, sluice_slot_t *slots, size_t n);
 
 #endif

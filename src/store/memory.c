@@ -2,7 +2,9 @@
  * memory.c -- the embedded store: bucket states in this process's memory,
  * in the bucket table of buckets.c (identity, shards, eviction, expiry are
  * described there).  Each shard's slot array starts small and doubles as
- * it fills.
+ * it fills; from the size at which all shards' arrays of one size fill a
+ * huge page, they live side by side in the store's arena (buckets.h), so
+ * that a probe into a large table costs no page walk.
  */
 #include "store/buckets.h"
 #include "util/errmsg.h"
@@ -21,6 +23,7 @@ typedef struct mem_shard_s {
 struct sluice_memstore_s {
 	sluice_buckets_t b;
 	uint8_t seed[16];
+	sluice_arena_t arena; /* the shards' larger slot arrays */
 	sluice_shard_t views[SLUICE_MAX_SHARDS];
 	mem_shard_t shards[];
 };
@@ -50,6 +53,10 @@ int sluice_memstore_open(sluice_memstore_t **out, size_t max_keys, char *err,
 	m->b.shift = 64 - bits;
 	m->b.max_keys = max_keys;
 	m->b.shards = m->views;
+	/* The largest array a shard grows to holds its share of max_keys
+	 * at most 3/4 full. */
+	sluice_arena_init(&m->arena, n,
+			  sluice_buckets_fixed_slots(max_keys / n + 1));
 	for (i = 0; i < n; i++) {
 		mem_shard_t *s = &m->shards[i];
 		sluice_shard_t *v = &m->views[i];
@@ -62,7 +69,9 @@ int sluice_memstore_open(sluice_memstore_t **out, size_t max_keys, char *err,
 		v->mask = s->t.mask;
 		v->max = s->t.max;
 		v->can_grow = 1;
-		v->slots = sluice_slots_alloc(FIRST_SLOTS);
+		v->arena = &m->arena;
+		v->index = i;
+		v->slots = sluice_shard_slots_alloc(v, FIRST_SLOTS);
 		if (!v->slots) {
 			sluice_memstore_free(m);
 			return sluice_fail(SLUICE_ENOMEM, err, errlen,
@@ -80,9 +89,13 @@ void sluice_memstore_free(sluice_memstore_t *m)
 	if (!m)
 		return;
 	for (i = 0; i < m->b.nshards; i++) {
-		sluice_slots_free(m->views[i].slots, m->shards[i].t.mask + 1);
+		/* An array the arena holds goes with it. */
+		if (m->views[i].slots)
+			sluice_shard_slots_free(&m->views[i], m->views[i].slots,
+						m->shards[i].t.mask + 1);
 		pthread_mutex_destroy(&m->shards[i].lock);
 	}
+	sluice_arena_free(&m->arena);
 	free(m);
 }
 

@@ -66,8 +66,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHM_MAGIC    "SLUICESH"
-#define SHM_VERSION  1u
+#define SHM_MAGIC "SLUICESH"
+/* 2: the table counters that move on every take (cursor, count) moved
+ * into the lock's cache line.  A file of another version is refused. */
+#define SHM_VERSION  2u
 #define SHM_HEADER   4096u
 #define SHM_MAX_KEYS (UINT64_C(1) << 32)
 /* A lock held longer than this (by a stopped process, or a damaged lock

@@ -500,6 +500,67 @@ static void test_peek_penalize_block(void)
 	sluice_memstore_free(m);
 }
 
+/* Two threads fill a store with 240,000 keys, each taking its own cost,
+ * while every shard's table doubles several times (the larger arrays side
+ * by side in the store's arena): afterwards each key holds exactly what it
+ * took, and nothing was evicted or lost. */
+typedef struct filler_s {
+	sluice_memstore_t *store;
+	const sluice_limit_t *limit;
+	uint64_t first, n;
+	int failed;
+} filler_t;
+
+static void *fill(void *arg)
+{
+	filler_t *f = arg;
+	sluice_decision_t sum;
+	uint64_t i;
+
+	for (i = f->first; i < f->first + f->n; i++)
+		if (sluice_memstore_take(f->store, &i, sizeof(i), f->limit, 1,
+					 1 + i % 7, T0, NULL, &sum) != 1)
+			f->failed = 1;
+	return NULL;
+}
+
+static void test_keys_stay_exact_as_tables_grow(void)
+{
+	sluice_limit_t l = limit("10", "1/min");
+	sluice_memstore_t *m = sluice_memstore_new(300000);
+	sluice_memstore_stats_t st;
+	sluice_decision_t sum;
+	filler_t f[2];
+	pthread_t th[2];
+	uint64_t i, wrong = 0;
+	int t;
+
+	CHECK(m);
+	for (t = 0; t < 2; t++) {
+		f[t].store = m;
+		f[t].limit = &l;
+		f[t].first = (uint64_t)t * 120000;
+		f[t].n = 120000;
+		f[t].failed = 0;
+		CHECK(pthread_create(&th[t], NULL, fill, &f[t]) == 0);
+	}
+	for (t = 0; t < 2; t++) {
+		pthread_join(th[t], NULL);
+		CHECK(!f[t].failed);
+	}
+	for (i = 0; i < 240000; i++) {
+		CHECK(sluice_memstore_peek(m, &i, sizeof(i), &l, 1, 1, T0, NULL,
+					   &sum) >= 0);
+		/* What a take of 1 more would leave. */
+		wrong += sum.remaining != 10 - (1 + i % 7) - 1;
+	}
+	sluice_memstore_stats(m, &st);
+	sluice_memstore_free(m);
+	CHECK_EQ_U64(wrong, 0);
+	CHECK_EQ_U64(st.keys, 240000);
+	CHECK_EQ_U64(st.evicted_full + st.evicted_lossy + st.expired, 0);
+}
+
 int main(void)
 {
 	RUN(test_eight_threads_one_key_exact);
@@ -515,5 +576,6 @@ int main(void)
 	RUN(test_reset_and_refund);
 	RUN(test_refund_inverts_a_charge);
 	RUN(test_peek_penalize_block);
+	RUN(test_keys_stay_exact_as_tables_grow);
 	TESTS_DONE();
 }

@@ -490,6 +490,11 @@ static void test_files_of_another_layout_are_refused(void)
 	CHECK(strstr(err, "truncated"));
 	CHECK(truncate(path, st.st_size) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == 0);
+	/* A file of the previous layout (version 1: the table counters in
+	 * another order) is refused, not misread. */
+	CHECK(patch(path, 8, &(uint32_t){1}, sizeof(uint32_t)) == 0);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "layout version 1, this build reads version 2"));
 	/* Another layout version. */
 	CHECK(patch(path, 8, &version, sizeof(version)) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);

@@ -527,7 +527,7 @@ static void *fill(void *arg)
 static void test_keys_stay_exact_as_tables_grow(void)
 {
 	sluice_limit_t l = limit("10", "1/min");
-	sluice_memstore_t *m = sluice_memstore_new(300000);
+	sluice_memstore_t *m = open_memstore(300000);
 	sluice_memstore_stats_t st;
 	sluice_decision_t sum;
 	filler_t f[2];

@@ -233,6 +233,13 @@ typedef struct sluice_redis_opts_s {
  * running: only calls still waiting for an answer do (their deadline
  * timer).  For a host whose process should exit once idle. */
 #define SLUICE_REDIS_UNREF 2u
+/* Send every take on its own.  By default, where the server's module has
+ * SLUICE.TAKEMANY, the takes of one key under one limit that are queued
+ * for one connection within one loop turn go as one command
+ * (SLUICE.TAKEEACH when they share their limit and cost): Redis spends
+ * less per decision, and each caller still gets its own decision or
+ * error.  For comparisons. */
+#define SLUICE_REDIS_NO_BATCH 4u
 
 /*
  * Called once per sluice_redis_take(), on the loop's thread.  status is 0

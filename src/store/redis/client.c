@@ -461,7 +461,8 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	uv_timer_init(loop, &r->retry);
 	uv_timer_init(loop, &r->probe);
 	r->sweep.data = r->retry.data = r->probe.data = r;
-	r->open_handles = 3;
+	sluice_redis__batches_init(r);
+	r->open_handles = 4;
 	/* The probe alone must not keep a loop running (a Node.js process
 	 * exits when nothing else is pending). */
 	uv_unref((uv_handle_t *)&r->probe);
@@ -534,6 +535,7 @@ void sluice_redis_free(sluice_redis_t *r)
 	r->closing = 1;
 	while ((c = r->head))
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+	sluice_redis__batches_drop(r);
 	sluice_redis__retry_now(r);
 	if (r->sentinel)
 		sluice_redis__sentinel_free(r);
@@ -546,4 +548,5 @@ void sluice_redis_free(sluice_redis_t *r)
 	uv_close((uv_handle_t *)&r->probe, client_timer_closed);
 	uv_close((uv_handle_t *)&r->sweep, client_timer_closed);
 	uv_close((uv_handle_t *)&r->retry, client_timer_closed);
+	uv_close((uv_handle_t *)&r->gather, client_timer_closed);
 }

@@ -228,6 +228,14 @@ static void flush(link_t *l)
 		link_fail(l, "write: could not queue");
 }
 
+void sluice_redis__link_flush(sluice_redis_link_t *pub)
+{
+	link_t *l = (link_t *)pub;
+
+	if (!l->failing)
+		flush(l);
+}
+
 static void on_flush(uv_prepare_t *p)
 {
 	link_t *l = p->data;

@@ -122,6 +122,9 @@ int sluice_redis__link_send(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
 /* Every reply from now on is a push (SUBSCRIBE): each goes to fn. */
 void sluice_redis__link_on_push(sluice_redis_link_t *l,
 				sluice_redis_reply_fn *fn, void *priv);
+/* Writes what is queued now rather than at the end of the loop turn
+ * (for commands queued from the end of the turn itself). */
+void sluice_redis__link_flush(sluice_redis_link_t *l);
 /* Closes now: each command's callback runs with NULL (on_state does not);
  * safe from inside the link's own callbacks.  The memory goes once the
  * loop has closed the socket. */
@@ -153,8 +156,13 @@ struct sluice_redis_conn_s {
 	uint64_t last_reply_ms; /* loop clock of the last reply */
 	uint64_t probe_sent_ms; /* a PING in flight since; 0: none */
 	int module;		/* SLUICE.TAKE present: -1 unknown, 0, 1 */
-	int drop;		/* drop at the end of the current sweep */
-	uv_timer_t timer;	/* connect timeout / reconnect backoff */
+	int batch;		/* SLUICE_REDIS_BATCH_*: what it can batch */
+	/* Takes gathered for one command (call.c), sent at the end of the
+	 * loop turn; NULL: none.  On r->batches while not NULL. */
+	struct sluice_redis_batch_s *open_batch;
+	sluice_redis_conn_t *batch_next; /* r->batches list */
+	int drop;	  /* drop at the end of the current sweep */
+	uv_timer_t timer; /* connect timeout / reconnect backoff */
 };
 
 struct sluice_redis_node_s {
@@ -189,6 +197,15 @@ struct sluice_redis_node_s {
 	int health;    /* HEALTH_*: the state last reported */
 	uint64_t noscript_told_ms; /* last SCRIPT_RELOADED event */
 };
+
+/* What a connection's server can decide in one command (module_path.c). */
+enum {
+	SLUICE_REDIS_BATCH_NONE, /* no SLUICE.TAKEMANY */
+	SLUICE_REDIS_BATCH_MANY, /* SLUICE.TAKEMANY */
+	SLUICE_REDIS_BATCH_EACH	 /* SLUICE.TAKEMANY and SLUICE.TAKEEACH */
+};
+/* The most takes one batched command carries. */
+#define SLUICE_REDIS_BATCH_MAX 512
 
 enum { EVICT_UNCHECKED = -2, EVICT_UNKNOWN = -1, EVICT_SAFE, EVICT_UNSAFE };
 
@@ -301,6 +318,10 @@ struct sluice_redis_s {
 	uv_timer_t sweep;
 	uv_timer_t retry;
 	uv_timer_t probe; /* pings idle connections (node.c) */
+	/* Connections with gathered takes (call.c), sent by `gather` at the
+	 * end of the loop turn. */
+	sluice_redis_conn_t *batches;
+	uv_prepare_t gather;
 	unsigned probe_ticks;
 	sluice_redis_event_cb on_event;
 	sluice_redis_report_cb on_report;
@@ -358,6 +379,11 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* The batches' prepare handle (one of r->open_handles), and the release
+ * of the takes gathered and not sent (sluice_redis_free(): their calls
+ * are finished). */
+void sluice_redis__batches_init(sluice_redis_t *r);
+void sluice_redis__batches_drop(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a
  * lost slot map refresh). */
 void sluice_redis__wake_retry(sluice_redis_t *r);
@@ -492,6 +518,13 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k);
 /* The call as SLUICE.TAKE (one limit) or SLUICE.TAKEMULTI. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,
 				  sluice_redis_resp_t *o);
+/* calls[0..n) (one key and one limit each) as one command for a server
+ * that can `batch` (SLUICE_REDIS_BATCH_MANY or _EACH): SLUICE.TAKEEACH
+ * when they share their limit and cost and the server has it, else
+ * SLUICE.TAKEMANY; the one chosen. */
+int sluice_redis__module_batch_command(sluice_redis_call_t *const *calls,
+				       size_t n, int batch,
+				       sluice_redis_resp_t *o);
 
 /* reply.c */
 /* A RESP reader whose replies are bounded (SLUICE_REDIS_REPLY_MAX_*) and

@@ -501,11 +501,12 @@ static int batchable(const sluice_redis_conn_t *k, const sluice_redis_call_t *c)
 	       !c->ask && c->nlimits == 1;
 }
 
-void sluice_redis__batches_init(sluice_redis_t *r)
+void sluice_redis__calls_init(sluice_redis_t *r)
 {
 	uv_prepare_init(r->loop, &r->gather);
 	r->gather.data = r;
 	uv_unref((uv_handle_t *)&r->gather);
+	r->wake_retry = sluice_redis__wake_retry;
 }
 
 void sluice_redis__batches_drop(sluice_redis_t *r)

@@ -158,39 +158,24 @@ int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
 	return 0;
 }
 
-/* A node can take calls: its breaker is not open (or its open time is
- * over, so the next call probes it) and a connection is usable (handshake
- * done, pings answered). */
-static int node_healthy(const sluice_redis_t *r, const sluice_redis_node_t *n)
-{
-	unsigned j;
-
-	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) < n->open_until_ms)
-		return 0;
-	/* Up, and refusing every call: not a store that can decide. */
-	if (n->refusals >= SLUICE_REDIS_BREAKER_FAILURES)
-		return 0;
-	for (j = 0; j < r->nconns; j++)
-		if (sluice_redis__conn_usable(&n->conns[j]))
-			return 1;
-	return 0;
-}
-
 int sluice_redis_healthy(const sluice_redis_t *r)
 {
 	unsigned char ok[256];
 	size_t i;
 
 	if (!r->cluster)
-		return node_healthy(r, r->nodes[0]);
+		return sluice_redis__node_healthy(r, r->nodes[0]);
 	/* Every slot needs a healthy master. */
 	for (i = 0; i < r->nnodes && i < sizeof(ok); i++)
-		ok[i] = (unsigned char)node_healthy(r, r->nodes[i]);
+		ok[i] = (unsigned char)sluice_redis__node_healthy(r,
+								  r->nodes[i]);
 	for (i = 0; i < SLUICE_REDIS_NSLOTS; i++) {
 		size_t n = (size_t)r->slots[i];
 
 		if (r->slots[i] < 0 ||
-		    !(n < sizeof(ok) ? ok[n] : node_healthy(r, r->nodes[n])))
+		    !(n < sizeof(ok)
+			      ? ok[n]
+			      : sluice_redis__node_healthy(r, r->nodes[n])))
 			return 0;
 	}
 	return 1;
@@ -208,7 +193,10 @@ static void on_probe_call(void *arg, int status, int allowed,
 	n->refusal_probing = 0;
 }
 
-void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
+/* Sends a peek (cost 0, a key of its own routed to n) to a node that
+ * refuses calls, unless one is in flight: a success makes it healthy
+ * (r->probe_calls, from node.c's probe timer). */
+static void probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
 {
 	static const sluice_limit_t none = {0};
 	sluice_limit_t l = none;
@@ -240,32 +228,9 @@ void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
 		n->refusal_probing = 0;
 }
 
-void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
-			  sluice_redis_report_t what, uint64_t latency_ns,
-			  sluice_redis_error_t error)
-{
-	sluice_redis_node_report_t rep;
-	unsigned j;
-
-	if (!r->on_report || r->closing || !n)
-		return;
-	rep.what = what;
-	rep.node = n->name;
-	rep.index = n->index;
-	rep.up = node_healthy(r, n);
-	rep.breaker_open = n->breaker == BREAKER_OPEN;
-	rep.connections = 0;
-	for (j = 0; j < r->nconns; j++)
-		rep.connections +=
-			n->conns[j].link && n->conns[j].state == CONN_UP;
-	rep.last_error = n->last_error;
-	rep.eviction_unsafe = n->evict == EVICT_UNCHECKED ? -1 : n->evict;
-	rep.latency_ns = latency_ns;
-	rep.error = error;
-	r->on_report(r->event_arg, &rep);
-}
-
 /* --------------------------------------------------------- new and free */
+
+static void released(sluice_redis_t *r);
 
 static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 		       char *err, size_t errlen)
@@ -461,8 +426,10 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	uv_timer_init(loop, &r->retry);
 	uv_timer_init(loop, &r->probe);
 	r->sweep.data = r->retry.data = r->probe.data = r;
-	sluice_redis__batches_init(r);
+	sluice_redis__calls_init(r);
 	r->open_handles = 4;
+	r->released = released;
+	r->probe_calls = probe_calls;
 	/* The probe alone must not keep a loop running (a Node.js process
 	 * exits when nothing else is pending). */
 	uv_unref((uv_handle_t *)&r->probe);
@@ -479,8 +446,9 @@ int sluice_redis_new(uv_loop_t *loop, const sluice_redis_opts_t *opts,
 	return 0;
 }
 
-/* Frees the client once the loop has closed its last timer and link. */
-void sluice_redis__released(sluice_redis_t *r)
+/* Frees the client once the loop has closed its last timer and link
+ * (r->released, from every file that closes one). */
+static void released(sluice_redis_t *r)
 {
 	void (*done)(void *) = r->on_released;
 	void *done_arg = r->on_released_arg;
@@ -505,14 +473,9 @@ void sluice_redis__released(sluice_redis_t *r)
 		done(done_arg);
 }
 
-void sluice_redis__handle_closed(uv_handle_t *h)
-{
-	sluice_redis__released(((sluice_redis_conn_t *)h->data)->r);
-}
-
 static void client_timer_closed(uv_handle_t *h)
 {
-	sluice_redis__released(h->data);
+	released(h->data);
 }
 
 void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),

@@ -98,7 +98,7 @@ static void link_release(link_t *l)
 	free(l->fifo);
 	free(l->name);
 	free(l);
-	sluice_redis__released(r);
+	r->released(r);
 }
 
 static void on_handle_closed(uv_handle_t *h)

@@ -2,9 +2,11 @@
  * redis_int.h -- internals of the Redis store shared by its files:
  *
  *   client.c   the public API: one-key calls, health, new and free
- *   call.c     a call's life: deadline, circuit breaker, sending, retries
+ *   call.c     a call's life: deadline, circuit breaker, sending, retries,
+ *              and the batches of one loop turn's takes
  *   node.c     connections to a node: handshake, reconnect with backoff,
- *              probing, the node's events
+ *              probing
+ *   status.c   the node's events, health state, last error and reports
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
  *   sentinel.c Redis Sentinel: finding the master, following failovers
  *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
@@ -20,12 +22,25 @@
  *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
  *
- * Calls flow one way: client.c -> many.c -> call.c ->
- * script.c/module_path.c -> command.c -> link.c -> tls.c, and client.c ->
- * node.c -> link.c; replies
- * come back as callbacks.  A connection's news for the topology (up,
- * failed) reaches cluster.c and sentinel.c through hooks they register
- * (sluice_redis_t.on_conn_up, on_conn_failed), not by calls from node.c.
+ * Calls flow one way, down this list of layers (a file calls only files
+ * of the layers below its own; no ring):
+ *
+ *   client.c
+ *   many.c
+ *   call.c
+ *   cluster.c, sentinel.c
+ *   node.c
+ *   policy.c, script.c, module_path.c
+ *   command.c
+ *   link.c
+ *   reply.c, tls.c, url.c, status.c
+ *
+ * Replies come back as callbacks.  News travels up through hooks, never
+ * calls: a connection's news for the topology (up, failed) reaches
+ * cluster.c and sentinel.c through hooks they register
+ * (sluice_redis_t.on_conn_up, on_conn_failed); a closed handle, a node
+ * refusing calls and a lost slot map refresh reach client.c and call.c
+ * through r->released, r->probe_calls and r->wake_retry.
  *
  * Ownership of a call: the user callback runs exactly once
  * (sluice_redis__finish(), through the call's shape);
@@ -332,6 +347,14 @@ struct sluice_redis_s {
 	 * master is now); NULL: nobody.  So node.c calls neither. */
 	void (*on_conn_up)(sluice_redis_t *r);
 	void (*on_conn_failed)(sluice_redis_t *r, int health, const char *why);
+	/* Hooks of the layers above for those below, so that calls flow
+	 * one way: a handle or link of r's closed (client.c: the memory
+	 * goes with the last), a node refuses every call (client.c: send
+	 * it a peek), a slot map refresh was lost (call.c: run the retry
+	 * timer soon). */
+	void (*released)(sluice_redis_t *r);
+	void (*probe_calls)(sluice_redis_t *r, sluice_redis_node_t *n);
+	void (*wake_retry)(sluice_redis_t *r);
 	int closing;
 	unsigned open_handles; /* uv handles (and links) still to close */
 	/* sluice_redis_free_then(): told once the memory is released */
@@ -379,22 +402,22 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
-/* The batches' prepare handle (one of r->open_handles), and the release
- * of the takes gathered and not sent (sluice_redis_free(): their calls
- * are finished). */
-void sluice_redis__batches_init(sluice_redis_t *r);
+/* call.c's part of a new client: the batches' prepare handle (one of
+ * r->open_handles) and the r->wake_retry hook; and the release of the
+ * takes gathered and not sent (sluice_redis_free(): their calls are
+ * finished). */
+void sluice_redis__calls_init(sluice_redis_t *r);
 void sluice_redis__batches_drop(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a
- * lost slot map refresh). */
+ * lost slot map refresh); below call.c, r->wake_retry. */
 void sluice_redis__wake_retry(sluice_redis_t *r);
 
-/* client.c */
-/* Sends a peek (cost 0, a key of its own routed to n) to a node that
- * refuses calls, unless one is in flight: a success makes it healthy. */
-void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n);
-/* A link or a timer of r's is closed: r's memory goes with the last. */
-void sluice_redis__released(sluice_redis_t *r);
-void sluice_redis__handle_closed(uv_handle_t *h);
+/* status.c: the node's events, health and reports (calls nothing here) */
+/* 1 when the node can take calls: its breaker is not open (or its open
+ * time is over), it does not refuse every call, and a connection is
+ * usable. */
+int sluice_redis__node_healthy(const sluice_redis_t *r,
+			       const sluice_redis_node_t *n);
 
 /* node.c */
 /* host NULL and path NULL: an address not known yet (Sentinel), set by
@@ -405,17 +428,18 @@ void sluice_redis__node_free(sluice_redis_node_t *n);
 /* The node is now at host:port (NULL: nowhere known): its connections
  * are dropped (their calls fail) and reopened there. 0 or -1 (memory). */
 int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port);
-/* Records the node's last error in words (the log and metrics show it). */
+/* status.c: records the node's last error in words (the log and
+ * metrics show it). */
 void sluice_redis__node_error(sluice_redis_node_t *n, const char *what);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
-/* 1 when the connection finished its handshake and its last ping (if
- * any) was answered within timeout_ms. */
+/* status.c: 1 when the connection finished its handshake and its last
+ * ping (if any) was answered within timeout_ms. */
 int sluice_redis__conn_usable(const sluice_redis_conn_t *k);
 /* Starts the idle-connection probe timer (one per client). */
 void sluice_redis__probe_start(sluice_redis_t *r);
-/* Reports a node event to the host (any kind) ... */
+/* status.c: reports a node event to the host (any kind) ... */
 void sluice_redis__event(sluice_redis_t *r, sluice_redis_node_t *n,
 			 sluice_redis_event_kind_t kind, const char *detail);
 /* ... and a node state, only when it differs from the last one. */

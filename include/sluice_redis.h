@@ -242,12 +242,26 @@ typedef struct sluice_redis_opts_s {
 #define SLUICE_REDIS_NO_BATCH 4u
 
 /*
+ * Ownership, for every call below: what a call takes by pointer is either
+ * COPIED (it need not outlive the call: the key, the limits, the items of
+ * the admin verbs, the options) or BORROWED until the call's callback has
+ * run (the items of sluice_redis_take_many() and the decisions array of
+ * sluice_redis_take_decisions(): they must stay valid, and are written
+ * just before the callback).  What a callback receives by pointer is the
+ * client's, valid during the callback only.  A callback runs exactly once
+ * per call that returned 0, on the loop's thread, possibly before the
+ * call returns (a call that fails fast); never when the call returned an
+ * error.
+ */
+
+/*
  * Called once per sluice_redis_take(), on the loop's thread.  status is 0
  * or a negative SLUICE_E* code (SLUICE_ETIMEDOUT, SLUICE_ESTORE); on
  * failure the decision is not set and the caller applies its fail mode.
  * summary is the most restrictive decision (sluice_decision_merge()) and
  * `which` the caller's index of the limit it came from (summary->which
- * too, as from the memory store).
+ * too, as from the memory store); summary is valid during the callback
+ * only.
  */
 typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 				const sluice_decision_t *summary, size_t which);
@@ -278,15 +292,37 @@ SLUICE_API int sluice_redis_take(sluice_redis_t *r, const void *key,
 				 size_t nlimits, uint64_t cost,
 				 sluice_redis_cb cb, void *arg);
 
-/* Called once per sluice_redis_take_many(); on status 0 the items'
- * outputs are set and allowed is 1 when every item was charged. */
+/*
+ * sluice_redis_take() with the memory store's decision shape
+ * (sluice_memstore_take()): besides the summary, one decision per limit
+ * is written into decisions[0..nlimits) (decisions[i].which is i; the
+ * same limit given twice gets the same decision twice), when status is
+ * 0, before the callback runs; on failure decisions is left as it was.
+ * key and limits are copied; decisions (may be NULL: as
+ * sluice_redis_take()) is BORROWED until the callback.  Several limits
+ * then go through the script even where the module is loaded (the module
+ * answers the summary only); one limit goes to the module as usual.
+ * Times are whole milliseconds (rounded up), as the summary's.  Returns
+ * as sluice_redis_take().
+ */
+SLUICE_API int sluice_redis_take_decisions(sluice_redis_t *r, const void *key,
+					   size_t keylen,
+					   const sluice_limit_t *limits,
+					   size_t nlimits, uint64_t cost,
+					   sluice_decision_t *decisions,
+					   sluice_redis_cb cb, void *arg);
+
+/* Called once per sluice_redis_take_many() (and per admin verb); on
+ * status 0 the items' outputs are set and allowed is 1 when every item
+ * was charged (an admin verb: 1). */
 typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
 
 /*
  * Charges items[0..n) all-or-nothing (the shape of
- * sluice_memstore_take_many(); items stay valid and untouched until the
- * callback, which writes their outputs).  Each item is a key with its
- * limits and cost, named in Redis as sluice_redis_take() names it.
+ * sluice_memstore_take_many()).  items (and the keys and limits they
+ * point to) are BORROWED: they stay valid and untouched until the
+ * callback; their outputs are written just before it.  Each item is a key with
+ * its limits and cost, named in Redis as sluice_redis_take() names it.
  *
  * On one Redis server every key is charged by one atomic server-side
  * call: either all are charged or none, whatever runs concurrently.  In
@@ -326,6 +362,25 @@ SLUICE_API int sluice_redis_reset(sluice_redis_t *r,
 				  sluice_redis_many_cb cb, void *arg);
 
 /*
+ * The local stores' shape of reset and refund (sluice_memstore_reset(),
+ * sluice_memstore_refund()), asynchronous: one key under
+ * limits[0..nlimits), cb once with 0 or the failure (allowed is 1).  key
+ * and limits are copied.  Returns 0, or SLUICE_EINVAL (as
+ * sluice_redis_take()) / SLUICE_ENOMEM; the callback is then not called.
+ * The store's clock is the server's, so there is no now_us.
+ */
+SLUICE_API int sluice_redis_reset_key(sluice_redis_t *r, const void *key,
+				      size_t keylen,
+				      const sluice_limit_t *limits,
+				      size_t nlimits, sluice_redis_many_cb cb,
+				      void *arg);
+SLUICE_API int sluice_redis_refund_key(sluice_redis_t *r, const void *key,
+				       size_t keylen,
+				       const sluice_limit_t *limits,
+				       size_t nlimits, uint64_t cost,
+				       sluice_redis_many_cb cb, void *arg);
+
+/*
  * More admin verbs over items[0..n), as sluice_redis_refund():
  * sluice_redis_penalize() charges each item's cost with no check
  * (sluice_penalize(): a debt that delays the next allowed take);
@@ -346,6 +401,7 @@ SLUICE_API int sluice_redis_block(sluice_redis_t *r,
  * charging nothing: the script is sent more than a bucketful, which it
  * never charges, and the client decides `cost` on the shortfalls it
  * answers.  Always the script path (the module keeps the same state).
+ * key and limits are copied.
  */
 SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
 				 size_t keylen, const sluice_limit_t *limits,
@@ -354,7 +410,8 @@ SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
 
 /* 1 when the client believes the store can answer (a connection whose
  * handshake succeeded and whose last probe was answered within timeout_ms,
- * breaker not open; in a cluster, for every slot's master), for /readyz. */
+ * breaker not open; in a cluster, for every slot's master), for /readyz.
+ * Reads the client's state only (no I/O, no callback). */
 SLUICE_API int sluice_redis_healthy(const sluice_redis_t *r);
 
 /* Closes the connections; calls that are still pending fail with

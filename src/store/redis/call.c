@@ -552,7 +552,11 @@ void sluice_redis__send(sluice_redis_call_t *c)
 	}
 	if (batchable(k, c) && batch_add(k, c) == 0)
 		return;
-	rc = send_on(k, c, k->module != 1 || c->mk || c->peek);
+	/* The module answers a summary; per-limit decisions of several
+	 * limits come from the script's shortfalls. */
+	rc = send_on(k, c,
+		     k->module != 1 || c->mk || c->peek ||
+			     (c->decisions && c->nlimits > 1));
 	if (rc < 0)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }

@@ -21,10 +21,12 @@
 static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 		     sluice_redis_outcome_t *out)
 {
-	size_t which = 0;
-	int rc = c->script ? sluice_redis__parse_script_reply(
+	sluice_decision_t each[SLUICE_MAX_LIMITS];
+	size_t which = 0, j;
+	int rc = c->script ? sluice_redis__parse_script_reply_each(
 				     reply, c->limits, c->nlimits, c->cost,
-				     &out->allowed, &out->d, &which)
+				     &out->allowed, &out->d, &which,
+				     c->decisions ? each : NULL)
 			   : sluice_redis__parse_reply(reply, c->nlimits,
 						       &out->allowed, &out->d,
 						       &which);
@@ -32,6 +34,14 @@ static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 	if (rc < 0)
 		return rc;
 	assert(which < c->nlimits);
+	/* Per limit: the script answers each limit's shortfall; the module
+	 * is asked only for one limit (call.c sends several to the script
+	 * when decisions are wanted), whose decision is the summary. */
+	assert(!c->decisions || c->script || c->nlimits == 1);
+	for (j = 0; c->decisions && j < c->ncaller; j++) {
+		c->decisions[j] = c->script ? each[c->dist[j]] : out->d;
+		c->decisions[j].which = j;
+	}
 	out->d.which = c->orig[which];
 	return 0;
 }
@@ -87,7 +97,9 @@ static sluice_redis_call_t *one_call(sluice_redis_t *r,
 			c->orig[c->nlimits] = (unsigned char)i;
 			c->limits[c->nlimits++] = limits[i];
 		}
+		c->dist[i] = (unsigned char)j;
 	}
+	c->ncaller = nlimits;
 	c->keybase = (char *)(c->limits + nlimits);
 	memcpy(c->keybase, r->prefix, plen);
 	c->keybase[plen] = '{';
@@ -102,7 +114,8 @@ static sluice_redis_call_t *one_call(sluice_redis_t *r,
 
 static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
 			const sluice_limit_t *limits, size_t nlimits,
-			uint64_t cost, int peek, sluice_redis_cb cb, void *arg)
+			uint64_t cost, int peek, sluice_decision_t *decisions,
+			sluice_redis_cb cb, void *arg)
 {
 	sluice_redis_call_t *c;
 	int rc;
@@ -116,6 +129,7 @@ static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
 	c->cb = cb;
 	c->arg = arg;
 	c->peek = peek;
+	c->decisions = decisions;
 	sluice_redis__start(c);
 	return 0;
 }
@@ -124,14 +138,26 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, sluice_redis_cb cb, void *arg)
 {
-	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, cb, arg);
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, NULL, cb,
+			    arg);
+}
+
+int sluice_redis_take_decisions(sluice_redis_t *r, const void *key,
+				size_t keylen, const sluice_limit_t *limits,
+				size_t nlimits, uint64_t cost,
+				sluice_decision_t *decisions,
+				sluice_redis_cb cb, void *arg)
+{
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, decisions,
+			    cb, arg);
 }
 
 int sluice_redis_peek(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, sluice_redis_cb cb, void *arg)
 {
-	return take_or_peek(r, key, keylen, limits, nlimits, cost, 1, cb, arg);
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 1, NULL, cb,
+			    arg);
 }
 
 /* One item goes straight to a one-key call (its outputs written at the
@@ -156,6 +182,41 @@ int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
 	c->arg = arg;
 	sluice_redis__start(c);
 	return 0;
+}
+
+/* The local stores' shape of reset and refund: one item, copied by
+ * sluice_redis_reset() / _refund(). */
+static sluice_take_item_t one_item(const void *key, size_t keylen,
+				   const sluice_limit_t *limits, size_t nlimits,
+				   uint64_t cost)
+{
+	sluice_take_item_t it;
+
+	memset(&it, 0, sizeof(it));
+	it.key = key;
+	it.keylen = keylen;
+	it.limits = limits;
+	it.nlimits = nlimits;
+	it.cost = cost;
+	return it;
+}
+
+int sluice_redis_reset_key(sluice_redis_t *r, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   sluice_redis_many_cb cb, void *arg)
+{
+	sluice_take_item_t it = one_item(key, keylen, limits, nlimits, 0);
+
+	return sluice_redis_reset(r, &it, 1, cb, arg);
+}
+
+int sluice_redis_refund_key(sluice_redis_t *r, const void *key, size_t keylen,
+			    const sluice_limit_t *limits, size_t nlimits,
+			    uint64_t cost, sluice_redis_many_cb cb, void *arg)
+{
+	sluice_take_item_t it = one_item(key, keylen, limits, nlimits, cost);
+
+	return sluice_redis_refund(r, &it, 1, cb, arg);
 }
 
 int sluice_redis_healthy(const sluice_redis_t *r)

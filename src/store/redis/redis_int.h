@@ -281,6 +281,12 @@ struct sluice_redis_call_s {
 	sluice_redis_error_t fail; /* why it failed, when it does */
 	size_t nlimits;		   /* distinct limits (duplicates dropped) */
 	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
+	/* sluice_redis_take_decisions(): the caller's decision per limit,
+	 * written before its callback (NULL: not asked); ncaller of them,
+	 * the caller's limit j being distinct limit dist[j]. */
+	sluice_decision_t *decisions;
+	size_t ncaller;
+	unsigned char dist[SLUICE_MAX_LIMITS];
 	/* take_many: one entry per key (nlimits of them, limits[] flat),
 	 * NULL for a one-key call; `many` is the take it belongs to. */
 	struct sluice_redis_mkey_s *mk;
@@ -510,16 +516,23 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 void sluice_redis__load_script(sluice_redis_conn_t *k,
 			       sluice_redis_reply_fn *fn);
 /* The script's reply (its shortfalls) -> the decision (the core's);
- * 0 or -1. */
+ * 0 or -1.  _each also writes each limit's into each[0..n) (may be
+ * NULL). */
 int sluice_redis__parse_script_reply(const redisReply *reply,
 				     const sluice_limit_t *limits, size_t n,
 				     uint64_t cost, int *allowed,
 				     sluice_decision_t *d, size_t *which);
+int sluice_redis__parse_script_reply_each(const redisReply *reply,
+					  const sluice_limit_t *limits,
+					  size_t n, uint64_t cost, int *allowed,
+					  sluice_decision_t *d, size_t *which,
+					  sluice_decision_t *each);
 /* The same for n shortfalls el[0..n) of one key's limits. */
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    const sluice_limit_t *limits, size_t n,
 				    uint64_t cost, int *allowed,
-				    sluice_decision_t *d, size_t *which);
+				    sluice_decision_t *d, size_t *which,
+				    sluice_decision_t *each);
 /* The module's reply -> the decision; 0 or -1. */
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,

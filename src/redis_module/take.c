@@ -660,29 +660,29 @@ int sluice_rm_takemulti(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	return REDISMODULE_OK;
 }
 
-/* The cost argument of TAKEMANY: a whole number 0 .. SLUICE_UNITS_MAX. */
+/* The cost argument of TAKEMANY (decision `index`, from 1) and TAKEEACH
+ * (index 0): a whole number 0 .. SLUICE_UNITS_MAX. */
 static int parse_many_cost(RedisModuleCtx *ctx, RedisModuleString *arg,
 			   int index, uint64_t *cost)
 {
+	char where[32] = "";
 	size_t len;
 	const char *s;
 	int rc = parse_count(arg, SLUICE_UNITS_MAX, cost);
 
 	if (rc == 0)
 		return 0;
+	if (index > 0)
+		snprintf(where, sizeof(where), "decision %d: ", index);
 	s = RedisModule_StringPtrLen(arg, &len);
 	if (rc == -2)
-		reply_errorf(ctx,
-			     "ERR decision %d: cost %.*s is too large: at most "
-			     "%llu",
-			     index, (int)(len > QUOTE_MAX ? QUOTE_MAX : len), s,
+		reply_errorf(ctx, "ERR %scost %.*s is too large: at most %llu",
+			     where, (int)(len > QUOTE_MAX ? QUOTE_MAX : len), s,
 			     (unsigned long long)SLUICE_UNITS_MAX);
 	else
-		reply_errorf(ctx,
-			     "ERR decision %d: cost \"%.*s\" is not a whole "
-			     "number >= 0",
-			     index, (int)(len > QUOTE_MAX ? QUOTE_MAX : len),
-			     s);
+		reply_errorf(
+			ctx, "ERR %scost \"%.*s\" is not a whole number >= 0",
+			where, (int)(len > QUOTE_MAX ? QUOTE_MAX : len), s);
 	return -1;
 }
 
@@ -774,7 +774,7 @@ int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 				    "keys, got %d",
 				    MANY_MAX, n);
 	if (parse_limit(ctx, argv[1], argv[2], &limit) != 0 ||
-	    parse_many_cost(ctx, argv[3], 1, &cost) != 0)
+	    parse_many_cost(ctx, argv[3], 0, &cost) != 0)
 		return REDISMODULE_OK;
 	now = sluice_rm_now_us();
 	RedisModule_ReplyWithArray(ctx, n);

@@ -335,7 +335,8 @@ static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
  * command can carry is gathered: a take of one key under one limit
  * (peeks, several limits and several keys go alone), for a connection
  * whose server has SLUICE.TAKEMANY, and in a cluster only takes of one
- * slot (a take of another slot goes alone).  Each take stays a call of
+ * slot (a take of another slot sends the batch so far and starts the
+ * next one).  Each take stays a call of
  * its own: its deadline, its breaker, its answer, its error (an error
  * for the whole command, such as MOVED, is handled for each take as if
  * it had been its own reply).  A batch holds a reference to each call
@@ -459,10 +460,12 @@ static void on_gather(uv_prepare_t *p)
 static int batch_add(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 {
 	sluice_redis_t *r = k->r;
-	batch_t *b = k->open_batch;
+	batch_t *b;
 
-	if (b && r->cluster && b->slot != c->slot)
-		return -1;
+	/* In a cluster one command serves one slot: a take of another slot
+	 * sends the batch so far and starts the next. */
+	while ((b = k->open_batch) && r->cluster && b->slot != c->slot)
+		batch_send(k, 0);
 	if (!b) {
 		b = malloc(sizeof(*b) + 16 * sizeof(b->calls[0]));
 		if (!b)

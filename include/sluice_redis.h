@@ -187,17 +187,20 @@ typedef struct sluice_redis_sentinel_s {
 /* Checks a Redis URL ("redis[s]://[user:pass@]host[:port][/db]",
  * "unix:///path[?db=N]" or a bare "host[:port]") exactly as
  * sluice_redis_new() reads it: 0, or SLUICE_EINVAL with a message in err
- * that shows the URL masked (sluice_redis_url_mask()). */
+ * that shows the URL masked (sluice_redis_url_mask()).  url is read during
+ * the call only. */
 SLUICE_API int sluice_redis_url_check(const char *url, char *err,
 				      size_t errlen);
 
 /* url with its password replaced by "***" ("redis://user:***@host:6379"),
  * for logs and messages: a URL is never printed otherwise.  Writes out
- * (truncated to outlen) and returns it. */
+ * (the caller's, truncated to outlen) and returns it; url is read during
+ * the call only. */
 SLUICE_API const char *sluice_redis_url_mask(const char *url, char *out,
 					     size_t outlen);
 
-/* A name for each kind ("connected", "auth_failed", ...). */
+/* A name for each kind ("connected", "auth_failed", ...): a static
+ * string, valid for the program's life. */
 SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
 
 typedef struct sluice_redis_opts_s {
@@ -414,10 +417,11 @@ SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
  * Reads the client's state only (no I/O, no callback). */
 SLUICE_API int sluice_redis_healthy(const sluice_redis_t *r);
 
-/* Closes the connections; calls that are still pending fail with
- * SLUICE_ESTORE.  Call it from the loop's thread, outside the client's
- * callbacks; the memory is released once the loop has run again (it
- * closes the client's timers). */
+/* Closes the connections; calls that are still pending (those gathered
+ * for a batch too) fail with SLUICE_ESTORE, each callback once, before
+ * this returns; what they borrowed is then the caller's again.  Call it from
+ * the loop's thread, outside the client's callbacks; the memory is released
+ * once the loop has run again (it closes the client's timers). */
 SLUICE_API void sluice_redis_free(sluice_redis_t *r);
 
 /* As sluice_redis_free(), and then calls done(arg) from the loop once the

@@ -357,6 +357,11 @@ static void on_batch_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 		rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == b->n;
 
 	conn_answered(k, l, rep);
+	/* The batch counted as b->n commands in flight (the cap of
+	 * sluice_redis__pick() bounds takes, batched or not). */
+	if (k && k->link == l)
+		k->inflight -= k->inflight < b->n - 1 ? k->inflight
+						      : (unsigned)(b->n - 1);
 	/* Not an array of one answer per take: an error for all of them
 	 * (or NULL), or a reply they do not understand (protocol error). */
 	for (i = 0; i < b->n; i++)
@@ -431,7 +436,7 @@ static void batch_send(sluice_redis_conn_t *k, int flush)
 	sluice_redis__module_batch_command(b->calls, live, k->batch, &o);
 	if (!o.failed && sluice_redis__link_send(k->link, on_batch_reply, b,
 						 o.buf, o.len) == 0) {
-		k->inflight++;
+		k->inflight += (unsigned)live;
 		if (flush)
 			sluice_redis__link_flush(k->link);
 		b = NULL;

@@ -18,11 +18,13 @@
  *       resident bytes per key of the memory store (RSS growth / N)
  *   sluice_bench redis  --url URL --keys N [--seconds S] [--inflight K]
  *                       [--connections C] [--fill] [--tls-ca FILE]
+ *                       [--no-batch]
  *       decisions per second through the Redis store client (script path,
  *       or the module when the server has it), K decisions in flight, and
  *       the client's CPU time per decision; --fill takes once from each of
  *       N keys and stops (for memory); --tls-ca verifies a rediss:// server
- *       against the CA in FILE instead of the system's store
+ *       against the CA in FILE instead of the system's store; --no-batch
+ *       sends every take alone (SLUICE_REDIS_NO_BATCH)
  *
  * Each prints one JSON object on stdout.  Not a test: the figures depend
  * on the machine and go to docs/BENCHMARKS.md through bench/run.
@@ -57,6 +59,7 @@ typedef struct {
 	unsigned inflight;
 	unsigned connections;
 	int fill;
+	int no_batch;	    /* redis mode: SLUICE_REDIS_NO_BATCH */
 	const char *shared; /* store mode on the shared-memory store here */
 	const char *tls_ca; /* redis mode: the CA of a rediss:// server */
 	unsigned batch;	    /* store mode: decisions per take_each call */
@@ -615,6 +618,8 @@ static int bench_redis(const opts_t *o)
 	ro.url = o->url;
 	ro.timeout_ms = 1000;
 	ro.connections = o->connections;
+	if (o->no_batch)
+		ro.flags |= SLUICE_REDIS_NO_BATCH;
 	if (o->tls_ca) {
 		tls.enabled = 1;
 		tls.ca_file = o->tls_ca;
@@ -692,7 +697,8 @@ static int usage(void)
 		"       sluice_bench memory --keys N\n"
 		"       sluice_bench latency --mib M [--seconds S]\n"
 		"       sluice_bench redis --url URL --keys N [--seconds S] "
-		"[--inflight K] [--connections C] [--fill] [--tls-ca FILE]\n");
+		"[--inflight K] [--connections C] [--fill] [--tls-ca FILE] "
+		"[--no-batch]\n");
 	return 2;
 }
 
@@ -725,6 +731,10 @@ int main(int argc, char **argv)
 
 		if (strcmp(a, "--fill") == 0) {
 			o.fill = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-batch") == 0) {
+			o.no_batch = 1;
 			continue;
 		}
 		if (strcmp(a, "--url") == 0 && val) {

@@ -15,6 +15,8 @@ command, over random keys out of K:
   take       SLUICE.TAKE k:<n> 100 2/s
   multi16    SLUICE.TAKEMULTI 16 over 16 keys (one decision, 16 limits)
   many16     SLUICE.TAKEMANY over 16 keys (16 independent decisions)
+  each16     SLUICE.TAKEEACH over 16 keys (16 independent decisions
+             under one limit: the limit and cost stated once)
   script     sluice's Redis script path (EVALSHA of script.lua), and
   classic    the classic hash-bucket Lua script (bench/redis_classic.lua),
              both with the same policy, next to the first STORE mode only
@@ -31,7 +33,7 @@ when there are two or more.  Per run:
                  and protocol included) over the run, divided by the keys
 
 Reported: the median of the R runs with min and max, and the ratios
-take/set, multi16/take and many16/take computed per repetition (the runs
+take/set, multi16/take, many16/take and each16/take computed per repetition (the runs
 next to each other) and then their median.  Memory: used_memory growth per
 key with K keys, each holding a state with a TTL, for the module and for
 SET of the same value and TTL (key names "sluice:%09d").
@@ -156,6 +158,8 @@ def commands(shas=None):
     many = ["SLUICE.TAKEMANY"]
     for i in range(16):
         many += ["k%d:__rand_int__" % i, "100", "2/s", "1"]
+    each = ["SLUICE.TAKEEACH", "100", "2/s", "1"]
+    each += ["k%d:__rand_int__" % i for i in range(16)]
     extra = {}
     shas = shas or {}
     # The same policy (100 tokens, 2/s) through both scripts, driven by the
@@ -176,6 +180,7 @@ def commands(shas=None):
                                     "2/s"]),
         "multi16": ("sluice.takemulti", 16, multi),
         "many16": ("sluice.takemany", 16, many),
+        "each16": ("sluice.takeeach", 16, each),
     }, **extra)
 
 
@@ -292,7 +297,8 @@ def main():
                         [r[fig] for r in rs])
             for fig in ("usec_per_key", "cpu_us_per_key"):
                 for num, den in (("take", "set"), ("multi16", "take"),
-                                 ("many16", "take"), ("script", "set"),
+                                 ("many16", "take"), ("each16", "take"),
+                                 ("script", "set"),
                                  ("classic", "set"), ("take", "classic"),
                                  ("script", "classic")):
                     if num not in runs or den not in runs:
@@ -308,14 +314,15 @@ def main():
             out["stores"][store] = res
             r = res
             print("STORE %-6s take/set %.2f (usec %.2f vs %.2f), cpu "
-                  "take/set %.2f; per key at 16: multi %.2f, many %.2f of "
-                  "a take; bytes/key module %s set %s" % (
+                  "take/set %.2f; per key at 16: multi %.2f, many %.2f, "
+                  "each %.2f of a take; bytes/key module %s set %s" % (
                       store, r["take_over_set_usec_per_key"]["median"],
                       r["take_usec_per_key"]["median"],
                       r["set_usec_per_key"]["median"],
                       r["take_over_set_cpu_us_per_key"]["median"],
                       r["multi16_over_take_usec_per_key"]["median"],
                       r["many16_over_take_usec_per_key"]["median"],
+                      r["each16_over_take_usec_per_key"]["median"],
                       r["module_memory"]["bytes_per_key"],
                       r["set_memory"]["bytes_per_key"]), file=sys.stderr)
         finally:

@@ -184,6 +184,12 @@ TARGETS = [
     ("SLUICE.TAKEMANY of 16: redis-server CPU per key vs one SLUICE.TAKE",
      "redis", lambda r: r["redis"]["module_many16_vs_take_cpu"], "<=", 0.6,
      "x"),
+    ("SLUICE.TAKEEACH of 16 (one limit): redis-server CPU per key vs one "
+     "SLUICE.TAKE", "redis",
+     lambda r: r["redis"]["module_each16_vs_take_cpu"], "<=", 0.6, "x"),
+    ("store client on the module: decisions/s, takes of a loop turn batched "
+     "vs each alone", "redis",
+     lambda r: r["redis"]["module_batched_vs_alone"], ">=", 1.0, "x"),
     ("Redis bytes per key, module, 1M keys with a TTL", "redis",
      lambda r: r["redis"]["module_bytes_per_key_1m"], "<=", 110, "B"),
     ("module decisions/s vs script path", "redis",
@@ -430,6 +436,33 @@ def tls_costs(rd):
            fmt(rd.get("sluice_inflight"))))
 
 
+def batching_section(mb):
+    """bench/run's module_batching(): the store client, batched and not."""
+    if not mb:
+        return ""
+
+    def med(d):
+        return "%s [%s – %s]" % (fmt(d["median"]), fmt(d["min"]),
+                                 fmt(d["max"])) if d else "—"
+    rows = [["takes of a loop turn in one SLUICE.TAKEEACH (default)",
+             med(mb.get("batched_dps")),
+             med(mb.get("batched_client_us_per_decision")),
+             med(mb.get("batched_redis_us_per_decision"))],
+            ["each take alone, one SLUICE.TAKE (`--no-batch`)",
+             med(mb.get("alone_dps")),
+             med(mb.get("alone_client_us_per_decision")),
+             med(mb.get("alone_redis_us_per_decision"))]]
+    return ("\n### The store client batching its takes\n\n"
+            "`sluice_bench redis --keys 100000 --inflight 256` against one "
+            "redis-server with the module, with and without "
+            "`--no-batch` (SLUICE_REDIS_NO_BATCH), alternating on the same "
+            "server, %s rounds each; medians [min – max]. Load average %s."
+            "\n\n" % (fmt(mb.get("rounds")), fmt(mb.get("loadavg_1m")))
+            + table(["store client", "decisions/s",
+                     "client CPU µs/decision", "Redis CPU µs/decision"],
+                    rows) + "\n")
+
+
 def module_cost_section(mc):
     """bench/module_cost.py: the module's commands next to SET ... PX."""
     if not mc or not mc.get("stores"):
@@ -466,6 +499,7 @@ def module_cost_section(mc):
                            ("take", "SLUICE.TAKE"),
                            ("multi16", "SLUICE.TAKEMULTI, 16 keys"),
                            ("many16", "SLUICE.TAKEMANY, 16 keys"),
+                           ("each16", "SLUICE.TAKEEACH, 16 keys"),
                            ("script", "sluice script (EVALSHA)"),
                            ("classic", "classic hash script (EVALSHA)")):
             if cmd + "_cpu_us_per_key" not in st:
@@ -473,6 +507,7 @@ def module_cost_section(mc):
             ratio_key = {"take": "take_over_set",
                          "multi16": "multi16_over_take",
                          "many16": "many16_over_take",
+                         "each16": "each16_over_take",
                          "script": "script_over_set",
                          "classic": "classic_over_set"}.get(cmd)
             rows.append([
@@ -754,6 +789,7 @@ def write(results, outdir, docs):
                                fmt(rd.get("loadavg_1m_after")),
                                fmt(os.cpu_count())))
         w("\n" + tls_costs(rd))
+        w(batching_section(rd.get("module_batching")))
         w(module_cost_section(rd.get("module_cost")))
         w(img(plots.bars("redis", "Decisions per second through Redis",
                          "decisions/s",

@@ -192,17 +192,20 @@ typedef struct sluice_redis_sentinel_s {
 /* Checks a Redis URL ("redis[s]://[user:pass@]host[:port][/db]",
  * "unix:///path[?db=N]" or a bare "host[:port]") exactly as
  * sluice_redis_open() reads it: 0, or SLUICE_EINVAL with a message in err
- * that shows the URL masked (sluice_redis_url_mask()). */
+ * that shows the URL masked (sluice_redis_url_mask()).  url is read during
+ * the call only. */
 SLUICE_API int sluice_redis_url_check(const char *url, char *err,
 				      size_t errlen);
 
 /* url with its password replaced by "***" ("redis://user:***@host:6379"),
  * for logs and messages: a URL is never printed otherwise.  Writes out
- * (truncated to outlen) and returns it. */
+ * (the caller's, truncated to outlen) and returns it; url is read during
+ * the call only. */
 SLUICE_API const char *sluice_redis_url_mask(const char *url, char *out,
 					     size_t outlen);
 
-/* A name for each kind ("connected", "auth_failed", ...). */
+/* A name for each kind ("connected", "auth_failed", ...): a static
+ * string, valid for the program's life. */
 SLUICE_API const char *sluice_redis_event_name(sluice_redis_event_kind_t kind);
 
 typedef struct sluice_redis_opts_s {
@@ -238,6 +241,26 @@ typedef struct sluice_redis_opts_s {
  * running: only calls still waiting for an answer do (their deadline
  * timer).  For a host whose process should exit once idle. */
 #define SLUICE_REDIS_UNREF 2u
+/* Send every take on its own.  By default, where the server's module has
+ * SLUICE.TAKEMANY, the takes of one key under one limit that are queued
+ * for one connection within one loop turn go as one command
+ * (SLUICE.TAKEEACH when they share their limit and cost): Redis spends
+ * less per decision, and each caller still gets its own decision or
+ * error.  For comparisons. */
+#define SLUICE_REDIS_NO_BATCH 4u
+
+/*
+ * Ownership, for every call below: what a call takes by pointer is either
+ * COPIED (it need not outlive the call: the key, the limits, the items of
+ * the admin verbs, the options) or BORROWED until the call's callback has
+ * run (the items of sluice_redis_take_many() and the decisions array of
+ * sluice_redis_take_decisions(): they must stay valid, and are written
+ * just before the callback).  What a callback receives by pointer is the
+ * client's, valid during the callback only.  A callback runs exactly once
+ * per call that returned 0, on the loop's thread, possibly before the
+ * call returns (a call that fails fast); never when the call returned an
+ * error.
+ */
 
 /*
  * Called once per sluice_redis_take(), on the loop's thread.  status is 0
@@ -278,15 +301,37 @@ SLUICE_API int sluice_redis_take(sluice_redis_t *r, const void *key,
 				 size_t nlimits, uint64_t cost,
 				 sluice_redis_cb cb, void *arg);
 
-/* Called once per sluice_redis_take_many(); on status 0 the items'
- * outputs are set and allowed is 1 when every item was charged. */
+/*
+ * sluice_redis_take() with the memory store's decision shape
+ * (sluice_memstore_take()): besides the summary, one decision per limit
+ * is written into decisions[0..nlimits) (decisions[i].which is i; the
+ * same limit given twice gets the same decision twice), when status is
+ * 0, before the callback runs; on failure decisions is left as it was.
+ * key and limits are copied; decisions (may be NULL: as
+ * sluice_redis_take()) is BORROWED until the callback.  Several limits
+ * then go through the script even where the module is loaded (the module
+ * answers the summary only); one limit goes to the module as usual.
+ * Times are whole milliseconds (rounded up), as the summary's.  Returns
+ * as sluice_redis_take().
+ */
+SLUICE_API int sluice_redis_take_decisions(sluice_redis_t *r, const void *key,
+					   size_t keylen,
+					   const sluice_limit_t *limits,
+					   size_t nlimits, uint64_t cost,
+					   sluice_decision_t *decisions,
+					   sluice_redis_cb cb, void *arg);
+
+/* Called once per sluice_redis_take_many() (and per admin verb); on
+ * status 0 the items' outputs are set and allowed is 1 when every item
+ * was charged (an admin verb: 1). */
 typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
 
 /*
  * Charges items[0..n) all-or-nothing (the shape of
- * sluice_memstore_take_many(); items stay valid and untouched until the
- * callback, which writes their outputs).  Each item is a key with its
- * limits and cost, named in Redis as sluice_redis_take() names it.
+ * sluice_memstore_take_many()).  items (and the keys and limits they
+ * point to) are BORROWED: they stay valid and untouched until the
+ * callback; their outputs are written just before it.  Each item is a key with
+ * its limits and cost, named in Redis as sluice_redis_take() names it.
  *
  * On one Redis server every key is charged by one atomic server-side
  * call: either all are charged or none, whatever runs concurrently.  In
@@ -327,6 +372,25 @@ SLUICE_API int sluice_redis_reset(sluice_redis_t *r,
 				  sluice_redis_many_cb cb, void *arg);
 
 /*
+ * The local stores' shape of reset and refund (sluice_memstore_reset(),
+ * sluice_memstore_refund()), asynchronous: one key under
+ * limits[0..nlimits), cb once with 0 or the failure (allowed is 1).  key
+ * and limits are copied.  Returns 0, or SLUICE_EINVAL (as
+ * sluice_redis_take()) / SLUICE_ENOMEM; the callback is then not called.
+ * The store's clock is the server's, so there is no now_us.
+ */
+SLUICE_API int sluice_redis_reset_key(sluice_redis_t *r, const void *key,
+				      size_t keylen,
+				      const sluice_limit_t *limits,
+				      size_t nlimits, sluice_redis_many_cb cb,
+				      void *arg);
+SLUICE_API int sluice_redis_refund_key(sluice_redis_t *r, const void *key,
+				       size_t keylen,
+				       const sluice_limit_t *limits,
+				       size_t nlimits, uint64_t cost,
+				       sluice_redis_many_cb cb, void *arg);
+
+/*
  * More admin verbs over items[0..n), as sluice_redis_refund():
  * sluice_redis_penalize() charges each item's cost with no check
  * (sluice_penalize(): a debt that delays the next allowed take);
@@ -357,13 +421,15 @@ SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
 
 /* 1 when the client believes the store can answer (a connection whose
  * handshake succeeded and whose last probe was answered within timeout_ms,
- * breaker not open; in a cluster, for every slot's master), for /readyz. */
+ * breaker not open; in a cluster, for every slot's master), for /readyz.
+ * Reads the client's state only (no I/O, no callback). */
 SLUICE_API int sluice_redis_healthy(const sluice_redis_t *r);
 
-/* Closes the connections; calls that are still pending fail with
- * SLUICE_ESTORE.  Call it from the loop's thread, outside the client's
- * callbacks; the memory is released once the loop has run again (it
- * closes the client's timers). */
+/* Closes the connections; calls that are still pending (those gathered
+ * for a batch too) fail with SLUICE_ESTORE, each callback once, before
+ * this returns; what they borrowed is then the caller's again.  Call it from
+ * the loop's thread, outside the client's callbacks; the memory is released
+ * once the loop has run again (it closes the client's timers). */
 SLUICE_API void sluice_redis_free(sluice_redis_t *r);
 
 /* As sluice_redis_free(), and then calls done(arg) from the loop once the

@@ -34,6 +34,8 @@ int (*RedisModule_StringSet)(RedisModuleKey *, RedisModuleString *);
 int (*RedisModule_SetAbsExpire)(RedisModuleKey *, long long);
 RedisModuleString *(*RedisModule_CreateStringFromLongLong)(RedisModuleCtx *,
 							   long long);
+RedisModuleString *(*RedisModule_CreateString)(RedisModuleCtx *, const char *,
+					       size_t);
 void (*RedisModule_FreeString)(RedisModuleCtx *, RedisModuleString *);
 void *(*RedisModule_Alloc)(size_t);
 void (*RedisModule_Free)(void *);
@@ -76,6 +78,7 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(StringSet);
 	missing |= GET_API(SetAbsExpire);
 	missing |= GET_API(CreateStringFromLongLong);
+	missing |= GET_API(CreateString);
 	missing |= GET_API(FreeString);
 	missing |= GET_API(Alloc);
 	missing |= GET_API(Free);

@@ -3,10 +3,10 @@
  *
  *   redis-server --loadmodule /path/to/sluice-redis.so
  *
- * registers SLUICE.TAKE, SLUICE.TAKEMULTI and SLUICE.TAKEMANY (see
- * take.c).  They are "write deny-oom" commands with declared key positions,
- * so Redis Cluster routes them and replicas refuse them like any other
- * write.
+ * registers SLUICE.TAKE, SLUICE.TAKEMULTI, SLUICE.TAKEMANY and
+ * SLUICE.TAKEEACH (see take.c).  They are "write deny-oom" commands with
+ * declared key positions, so Redis Cluster routes them and replicas refuse them
+ * like any other write.
  *
  * Module argument STORE int|string|call chooses how states are read and
  * written (take.c): int, the default when the server's string objects are
@@ -146,6 +146,8 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	if (store < 0)
 		store = objects_ok ? SLUICE_RM_STORE_INT : SLUICE_RM_STORE_CALL;
 	sluice_rm_store = store;
+	if (sluice_rm_take_init() != 0)
+		return REDISMODULE_ERR;
 	/* The module signals the keys it writes itself: a rejected take
 	 * (key opened for writing, nothing written) leaves WATCH alone. */
 	RedisModule_SetModuleOptions(
@@ -165,6 +167,11 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	if (RedisModule_CreateCommand(ctx, "sluice.takemany",
 				      sluice_rm_takemany, "write deny-oom", 1,
 				      -1, 4) != REDISMODULE_OK)
+		return REDISMODULE_ERR;
+	/* TAKEEACH: capacity, rate, cost, then every argument a key. */
+	if (RedisModule_CreateCommand(ctx, "sluice.takeeach",
+				      sluice_rm_takeeach, "write deny-oom", 4,
+				      -1, 1) != REDISMODULE_OK)
 		return REDISMODULE_ERR;
 	if (testclock) {
 		if (RedisModule_CreateCommand(ctx, "sluice.testclock",

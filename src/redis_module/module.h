@@ -26,6 +26,9 @@ extern int sluice_rm_store;
  * them out (what SLUICE_RM_STORE_INT relies on). */
 int sluice_rm_probe_objects(void);
 
+/* What the commands keep for the module's life; 0 or -1 (memory). */
+int sluice_rm_take_init(void);
+
 /* SLUICE.TAKE key capacity rate [COST n] */
 int sluice_rm_take(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
@@ -35,5 +38,8 @@ int sluice_rm_takemulti(RedisModuleCtx *ctx, RedisModuleString **argv,
 
 /* SLUICE.TAKEMANY key capacity rate cost [key capacity rate cost ...] */
 int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+/* SLUICE.TAKEEACH capacity rate cost key [key ...] */
+int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 #endif /* SLUICE_REDIS_MODULE_H */

@@ -115,6 +115,9 @@ extern int (*RedisModule_StringSet)(RedisModuleKey *key,
 extern int (*RedisModule_SetAbsExpire)(RedisModuleKey *key, long long expire);
 extern RedisModuleString *(*RedisModule_CreateStringFromLongLong)(
 	RedisModuleCtx *ctx, long long ll);
+extern RedisModuleString *(*RedisModule_CreateString)(RedisModuleCtx *ctx,
+						      const char *ptr,
+						      size_t len);
 extern void (*RedisModule_FreeString)(RedisModuleCtx *ctx,
 				      RedisModuleString *str);
 extern void *(*RedisModule_Alloc)(size_t bytes);
@@ -126,7 +129,8 @@ extern int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type,
 					      RedisModuleString *key);
 extern void (*RedisModule_SetModuleOptions)(RedisModuleCtx *ctx, int options);
 /* Propagates a command to replicas and the AOF (inside MULTI/EXEC when a
- * command propagates several). */
+ * command propagates several).  Format "s" arguments are kept by
+ * reference (their reference count raised), not copied. */
 extern int (*RedisModule_Replicate)(RedisModuleCtx *ctx, const char *cmdname,
 				    const char *fmt, ...);
 

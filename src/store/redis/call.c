@@ -203,11 +203,10 @@ static void refused(sluice_redis_call_t *c, sluice_redis_node_t *n,
 	sluice_redis__event(c->r, n, SLUICE_REDIS_EV_REFUSED, rep->str);
 }
 
-static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
+/* A reply (or NULL: the link went away) to one command sent on l. */
+static void conn_answered(sluice_redis_conn_t *k, sluice_redis_link_t *l,
+			  const redisReply *rep)
 {
-	sluice_redis_conn_t *k = l->data;
-	sluice_redis_call_t *c = priv;
-
 	if (k && k->link == l) {
 		if (k->inflight)
 			k->inflight--;
@@ -216,6 +215,13 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 			k->last_reply_ms = uv_now(k->r->loop);
 		}
 	}
+}
+
+/* What Redis answered for call c (its own reply, or its element of a
+ * batch's; NULL when the link went away) on connection k's link l. */
+static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
+			sluice_redis_call_t *c, const redisReply *rep)
+{
 	assert(c->refs > 0); /* one per command sent carrying the call */
 	c->refs--;
 	if (c->done || c->r->closing) {
@@ -283,6 +289,14 @@ static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }
 
+static void on_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
+{
+	sluice_redis_conn_t *k = l->data;
+
+	conn_answered(k, l, rep);
+	call_answer(k, l, priv, rep);
+}
+
 /* Puts the call on k's pipeline, as a script call or a module command
  * (ASKING first when the call was redirected so); 0 or -1. */
 static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
@@ -310,6 +324,222 @@ static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
 	return rc;
 }
 
+/* ------------------------------------------------------------ batches */
+
+/*
+ * Takes for one connection, gathered while the loop handles one turn's
+ * events and sent as one SLUICE.TAKEEACH / SLUICE.TAKEMANY when the turn
+ * ends (the client's prepare handle, `gather`): Redis then reads,
+ * dispatches and answers one command for all of them, which costs it
+ * less per decision than one SLUICE.TAKE each.  Only what one such
+ * command can carry is gathered: a take of one key under one limit
+ * (peeks, several limits and several keys go alone), for a connection
+ * whose server has SLUICE.TAKEMANY, and in a cluster only takes of one
+ * slot (a take of another slot sends the batch so far and starts the
+ * next one).  Each take stays a call of
+ * its own: its deadline, its breaker, its answer, its error (an error
+ * for the whole command, such as MOVED, is handled for each take as if
+ * it had been its own reply).  A batch holds a reference to each call
+ * (c->refs) from the moment the take joins it until its reply.
+ */
+typedef struct sluice_redis_batch_s {
+	size_t n, cap;
+	int slot;
+	sluice_redis_call_t *calls[];
+} batch_t;
+
+static void on_batch_reply(sluice_redis_link_t *l, redisReply *rep, void *priv)
+{
+	sluice_redis_conn_t *k = l->data;
+	batch_t *b = priv;
+	size_t i;
+	int each =
+		rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == b->n;
+
+	conn_answered(k, l, rep);
+	/* The batch counted as b->n commands in flight (the cap of
+	 * sluice_redis__pick() bounds takes, batched or not). */
+	if (k && k->link == l)
+		k->inflight -= k->inflight < b->n - 1 ? k->inflight
+						      : (unsigned)(b->n - 1);
+	/* Not an array of one answer per take: an error for all of them
+	 * (or NULL), or a reply they do not understand (protocol error). */
+	for (i = 0; i < b->n; i++)
+		call_answer(k, l, b->calls[i], each ? rep->element[i] : rep);
+	free(b);
+}
+
+static void batch_unlist(sluice_redis_t *r, sluice_redis_conn_t *k)
+{
+	sluice_redis_conn_t **p = &r->batches;
+
+	while (*p && *p != k)
+		p = &(*p)->batch_next;
+	if (*p)
+		*p = k->batch_next;
+	k->batch_next = NULL;
+}
+
+/* Sends k's gathered takes now as one command (flush: write it at once,
+ * from the end of the turn); a take alone goes as SLUICE.TAKE, and
+ * takes whose connection went away meanwhile are routed again. */
+static void batch_send(sluice_redis_conn_t *k, int flush)
+{
+	sluice_redis_t *r = k->r;
+	batch_t *b = k->open_batch;
+	sluice_redis_resp_t o;
+	size_t i, live = 0;
+	int fit;
+
+	if (!b)
+		return;
+	k->open_batch = NULL;
+	batch_unlist(r, k);
+	/* The callbacks below may gather new takes on k: b is ours now. */
+	for (i = 0; i < b->n; i++) {
+		sluice_redis_call_t *c = b->calls[i];
+
+		if (c->done) {
+			c->refs--;
+			call_maybe_free(c);
+		} else {
+			b->calls[live++] = c;
+		}
+	}
+	b->n = live;
+	fit = k->link && k->state != CONN_DOWN && k->module == 1 &&
+	      k->batch != SLUICE_REDIS_BATCH_NONE;
+	if (live && !fit) {
+		/* The connection went away or lost the module meanwhile:
+		 * each take is routed again (never to k as a batch). */
+		for (i = 0; i < live; i++) {
+			b->calls[i]->refs--;
+			b->calls[i]->conn = NULL;
+			sluice_redis__send(b->calls[i]);
+		}
+		live = 0;
+	}
+	if (live == 1) {
+		/* Alone: as SLUICE.TAKE. */
+		b->calls[0]->refs--;
+		if (send_on(k, b->calls[0], 0) < 0)
+			sluice_redis__finish(b->calls[0], SLUICE_ESTORE, NULL);
+		else if (flush)
+			sluice_redis__link_flush(k->link);
+		live = 0;
+	}
+	if (!live) {
+		free(b);
+		return;
+	}
+	sluice_redis__resp_init(&o);
+	sluice_redis__module_batch_command(b->calls, live, k->batch, &o);
+	if (!o.failed && sluice_redis__link_send(k->link, on_batch_reply, b,
+						 o.buf, o.len) == 0) {
+		k->inflight += (unsigned)live;
+		if (flush)
+			sluice_redis__link_flush(k->link);
+		b = NULL;
+	}
+	sluice_redis__resp_free(&o);
+	if (b) {
+		for (i = 0; i < live; i++) {
+			b->calls[i]->refs--;
+			sluice_redis__finish(b->calls[i], SLUICE_ESTORE, NULL);
+		}
+		free(b);
+	}
+}
+
+static void on_gather(uv_prepare_t *p)
+{
+	sluice_redis_t *r = p->data;
+
+	uv_prepare_stop(p);
+	while (r->batches)
+		batch_send(r->batches, 1);
+}
+
+/* Gathers c (a take of one key and one limit) for k's next batch; 0, or
+ * -1 when it must go alone. */
+static int batch_add(sluice_redis_conn_t *k, sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = k->r;
+	batch_t *b;
+
+	/* In a cluster one command serves one slot: a take of another slot
+	 * sends the batch so far and starts the next. */
+	while ((b = k->open_batch) && r->cluster && b->slot != c->slot)
+		batch_send(k, 0);
+	if (!b) {
+		b = malloc(sizeof(*b) + 16 * sizeof(b->calls[0]));
+		if (!b)
+			return -1;
+		b->n = 0;
+		b->cap = 16;
+		b->slot = c->slot;
+		k->open_batch = b;
+		k->batch_next = r->batches;
+		r->batches = k;
+		if (!uv_is_active((uv_handle_t *)&r->gather))
+			uv_prepare_start(&r->gather, on_gather);
+	} else if (b->n == b->cap) {
+		batch_t *grown = realloc(
+			b, sizeof(*b) + 2 * b->cap * sizeof(b->calls[0]));
+
+		if (!grown)
+			return -1;
+		b = k->open_batch = grown;
+		b->cap *= 2;
+	}
+	b->calls[b->n++] = c;
+	c->refs++;
+	c->conn = k;
+	c->script = 0;
+	if (b->n == SLUICE_REDIS_BATCH_MAX)
+		batch_send(k, 0);
+	return 0;
+}
+
+/* A take that one batched command can carry, to a server that has it. */
+static int batchable(const sluice_redis_conn_t *k, const sluice_redis_call_t *c)
+{
+	return k->module == 1 && k->batch != SLUICE_REDIS_BATCH_NONE &&
+	       !(c->r->flags & SLUICE_REDIS_NO_BATCH) && !c->mk && !c->peek &&
+	       !c->ask && c->nlimits == 1;
+}
+
+void sluice_redis__calls_init(sluice_redis_t *r)
+{
+	uv_prepare_init(r->loop, &r->gather);
+	r->gather.data = r;
+	uv_unref((uv_handle_t *)&r->gather);
+	r->wake_retry = sluice_redis__wake_retry;
+}
+
+void sluice_redis__batches_drop(sluice_redis_t *r)
+{
+	sluice_redis_conn_t *k;
+	size_t i;
+
+	while ((k = r->batches)) {
+		batch_t *b = k->open_batch;
+
+		k->open_batch = NULL;
+		batch_unlist(r, k);
+		for (i = 0; b && i < b->n; i++) {
+			b->calls[i]->refs--;
+			if (!b->calls[i]->done)
+				sluice_redis__finish(b->calls[i], SLUICE_ESTORE,
+						     NULL);
+			else
+				call_maybe_free(b->calls[i]);
+		}
+		free(b);
+	}
+	uv_prepare_stop(&r->gather);
+}
+
 /* Routes the call and puts it on a connection's pipeline. */
 void sluice_redis__send(sluice_redis_call_t *c)
 {
@@ -328,7 +558,13 @@ void sluice_redis__send(sluice_redis_call_t *c)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}
-	rc = send_on(k, c, k->module != 1 || c->mk || c->peek);
+	if (batchable(k, c) && batch_add(k, c) == 0)
+		return;
+	/* The module answers a summary; per-limit decisions of several
+	 * limits come from the script's shortfalls. */
+	rc = send_on(k, c,
+		     k->module != 1 || c->mk || c->peek ||
+			     (c->decisions && c->nlimits > 1));
 	if (rc < 0)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }

@@ -21,10 +21,12 @@
 static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 		     sluice_redis_outcome_t *out)
 {
-	size_t which = 0;
-	int rc = c->script ? sluice_redis__parse_script_reply(
+	sluice_decision_t each[SLUICE_MAX_LIMITS];
+	size_t which = 0, j;
+	int rc = c->script ? sluice_redis__parse_script_reply_each(
 				     reply, c->limits, c->nlimits, c->cost,
-				     &out->allowed, &out->d, &which)
+				     &out->allowed, &out->d, &which,
+				     c->decisions ? each : NULL)
 			   : sluice_redis__parse_reply(reply, c->nlimits,
 						       &out->allowed, &out->d,
 						       &which);
@@ -32,6 +34,14 @@ static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 	if (rc < 0)
 		return rc;
 	assert(which < c->nlimits);
+	/* Per limit: the script answers each limit's shortfall; the module
+	 * is asked only for one limit (call.c sends several to the script
+	 * when decisions are wanted), whose decision is the summary. */
+	assert(!c->decisions || c->script || c->nlimits == 1);
+	for (j = 0; c->decisions && j < c->ncaller; j++) {
+		c->decisions[j] = c->script ? each[c->dist[j]] : out->d;
+		c->decisions[j].which = j;
+	}
 	out->d.which = c->orig[which];
 	return 0;
 }
@@ -87,7 +97,9 @@ static sluice_redis_call_t *one_call(sluice_redis_t *r,
 			c->orig[c->nlimits] = (unsigned char)i;
 			c->limits[c->nlimits++] = limits[i];
 		}
+		c->dist[i] = (unsigned char)j;
 	}
+	c->ncaller = nlimits;
 	c->keybase = (char *)(c->limits + nlimits);
 	memcpy(c->keybase, r->prefix, plen);
 	c->keybase[plen] = '{';
@@ -102,7 +114,8 @@ static sluice_redis_call_t *one_call(sluice_redis_t *r,
 
 static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
 			const sluice_limit_t *limits, size_t nlimits,
-			uint64_t cost, int peek, sluice_redis_cb cb, void *arg)
+			uint64_t cost, int peek, sluice_decision_t *decisions,
+			sluice_redis_cb cb, void *arg)
 {
 	sluice_redis_call_t *c;
 	int rc;
@@ -116,6 +129,7 @@ static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
 	c->cb = cb;
 	c->arg = arg;
 	c->peek = peek;
+	c->decisions = decisions;
 	sluice_redis__start(c);
 	return 0;
 }
@@ -124,14 +138,26 @@ int sluice_redis_take(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, sluice_redis_cb cb, void *arg)
 {
-	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, cb, arg);
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, NULL, cb,
+			    arg);
+}
+
+int sluice_redis_take_decisions(sluice_redis_t *r, const void *key,
+				size_t keylen, const sluice_limit_t *limits,
+				size_t nlimits, uint64_t cost,
+				sluice_decision_t *decisions,
+				sluice_redis_cb cb, void *arg)
+{
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 0, decisions,
+			    cb, arg);
 }
 
 int sluice_redis_peek(sluice_redis_t *r, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, sluice_redis_cb cb, void *arg)
 {
-	return take_or_peek(r, key, keylen, limits, nlimits, cost, 1, cb, arg);
+	return take_or_peek(r, key, keylen, limits, nlimits, cost, 1, NULL, cb,
+			    arg);
 }
 
 /* One item goes straight to a one-key call (its outputs written at the
@@ -158,22 +184,39 @@ int sluice_redis_take_many(sluice_redis_t *r, sluice_take_item_t *items,
 	return 0;
 }
 
-/* A node can take calls: its breaker is not open (or its open time is
- * over, so the next call probes it) and a connection is usable (handshake
- * done, pings answered). */
-static int node_healthy(const sluice_redis_t *r, const sluice_redis_node_t *n)
+/* The local stores' shape of reset and refund: one item, copied by
+ * sluice_redis_reset() / _refund(). */
+static sluice_take_item_t one_item(const void *key, size_t keylen,
+				   const sluice_limit_t *limits, size_t nlimits,
+				   uint64_t cost)
 {
-	unsigned j;
+	sluice_take_item_t it;
 
-	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) < n->open_until_ms)
-		return 0;
-	/* Up, and refusing every call: not a store that can decide. */
-	if (n->refusals >= SLUICE_REDIS_BREAKER_FAILURES)
-		return 0;
-	for (j = 0; j < r->nconns; j++)
-		if (sluice_redis__conn_usable(&n->conns[j]))
-			return 1;
-	return 0;
+	memset(&it, 0, sizeof(it));
+	it.key = key;
+	it.keylen = keylen;
+	it.limits = limits;
+	it.nlimits = nlimits;
+	it.cost = cost;
+	return it;
+}
+
+int sluice_redis_reset_key(sluice_redis_t *r, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   sluice_redis_many_cb cb, void *arg)
+{
+	sluice_take_item_t it = one_item(key, keylen, limits, nlimits, 0);
+
+	return sluice_redis_reset(r, &it, 1, cb, arg);
+}
+
+int sluice_redis_refund_key(sluice_redis_t *r, const void *key, size_t keylen,
+			    const sluice_limit_t *limits, size_t nlimits,
+			    uint64_t cost, sluice_redis_many_cb cb, void *arg)
+{
+	sluice_take_item_t it = one_item(key, keylen, limits, nlimits, cost);
+
+	return sluice_redis_refund(r, &it, 1, cb, arg);
 }
 
 int sluice_redis_healthy(const sluice_redis_t *r)
@@ -182,15 +225,18 @@ int sluice_redis_healthy(const sluice_redis_t *r)
 	size_t i;
 
 	if (!r->cluster)
-		return node_healthy(r, r->nodes[0]);
+		return sluice_redis__node_healthy(r, r->nodes[0]);
 	/* Every slot needs a healthy master. */
 	for (i = 0; i < r->nnodes && i < sizeof(ok); i++)
-		ok[i] = (unsigned char)node_healthy(r, r->nodes[i]);
+		ok[i] = (unsigned char)sluice_redis__node_healthy(r,
+								  r->nodes[i]);
 	for (i = 0; i < SLUICE_REDIS_NSLOTS; i++) {
 		size_t n = (size_t)r->slots[i];
 
 		if (r->slots[i] < 0 ||
-		    !(n < sizeof(ok) ? ok[n] : node_healthy(r, r->nodes[n])))
+		    !(n < sizeof(ok)
+			      ? ok[n]
+			      : sluice_redis__node_healthy(r, r->nodes[n])))
 			return 0;
 	}
 	return 1;
@@ -208,7 +254,10 @@ static void on_probe_call(void *arg, int status, int allowed,
 	n->refusal_probing = 0;
 }
 
-void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
+/* Sends a peek (cost 0, a key of its own routed to n) to a node that
+ * refuses calls, unless one is in flight: a success makes it healthy
+ * (r->probe_calls, from node.c's probe timer). */
+static void probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
 {
 	static const sluice_limit_t none = {0};
 	sluice_limit_t l = none;
@@ -240,32 +289,9 @@ void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n)
 		n->refusal_probing = 0;
 }
 
-void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
-			  sluice_redis_report_t what, uint64_t latency_ns,
-			  sluice_redis_error_t error)
-{
-	sluice_redis_node_report_t rep;
-	unsigned j;
-
-	if (!r->on_report || r->closing || !n)
-		return;
-	rep.what = what;
-	rep.node = n->name;
-	rep.index = n->index;
-	rep.up = node_healthy(r, n);
-	rep.breaker_open = n->breaker == BREAKER_OPEN;
-	rep.connections = 0;
-	for (j = 0; j < r->nconns; j++)
-		rep.connections +=
-			n->conns[j].link && n->conns[j].state == CONN_UP;
-	rep.last_error = n->last_error;
-	rep.eviction_unsafe = n->evict == EVICT_UNCHECKED ? -1 : n->evict;
-	rep.latency_ns = latency_ns;
-	rep.error = error;
-	r->on_report(r->event_arg, &rep);
-}
-
 /* --------------------------------------------------------- new and free */
+
+static void released(sluice_redis_t *r);
 
 static int setup_nodes(sluice_redis_t *r, const sluice_redis_opts_t *o,
 		       char *err, size_t errlen)
@@ -467,7 +493,10 @@ int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 	uv_timer_init(loop, &r->retry);
 	uv_timer_init(loop, &r->probe);
 	r->sweep.data = r->retry.data = r->probe.data = r;
-	r->open_handles = 3;
+	sluice_redis__calls_init(r);
+	r->open_handles = 4;
+	r->released = released;
+	r->probe_calls = probe_calls;
 	/* The probe alone must not keep a loop running (a Node.js process
 	 * exits when nothing else is pending). */
 	uv_unref((uv_handle_t *)&r->probe);
@@ -484,8 +513,9 @@ int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 	return 0;
 }
 
-/* Frees the client once the loop has closed its last timer and link. */
-void sluice_redis__released(sluice_redis_t *r)
+/* Frees the client once the loop has closed its last timer and link
+ * (r->released, from every file that closes one). */
+static void released(sluice_redis_t *r)
 {
 	void (*done)(void *) = r->on_released;
 	void *done_arg = r->on_released_arg;
@@ -510,14 +540,9 @@ void sluice_redis__released(sluice_redis_t *r)
 		done(done_arg);
 }
 
-void sluice_redis__handle_closed(uv_handle_t *h)
-{
-	sluice_redis__released(((sluice_redis_conn_t *)h->data)->r);
-}
-
 static void client_timer_closed(uv_handle_t *h)
 {
-	sluice_redis__released(h->data);
+	released(h->data);
 }
 
 void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
@@ -540,6 +565,7 @@ void sluice_redis_free(sluice_redis_t *r)
 	r->closing = 1;
 	while ((c = r->head))
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+	sluice_redis__batches_drop(r);
 	sluice_redis__retry_now(r);
 	if (r->sentinel)
 		sluice_redis__sentinel_free(r);
@@ -552,4 +578,5 @@ void sluice_redis_free(sluice_redis_t *r)
 	uv_close((uv_handle_t *)&r->probe, client_timer_closed);
 	uv_close((uv_handle_t *)&r->sweep, client_timer_closed);
 	uv_close((uv_handle_t *)&r->retry, client_timer_closed);
+	uv_close((uv_handle_t *)&r->gather, client_timer_closed);
 }

@@ -110,7 +110,7 @@ static void on_slots(sluice_redis_link_t *l, redisReply *rep, void *priv)
 		 * teardown of this connection. */
 		r->refresh_lost = 1;
 		r->refreshed_ms = 0;
-		sluice_redis__wake_retry(r);
+		r->wake_retry(r);
 		return;
 	}
 	r->refresh_lost = 0;

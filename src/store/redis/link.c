@@ -98,7 +98,7 @@ static void link_release(link_t *l)
 	free(l->fifo);
 	free(l->name);
 	free(l);
-	sluice_redis__released(r);
+	r->released(r);
 }
 
 static void on_handle_closed(uv_handle_t *h)
@@ -226,6 +226,14 @@ static void flush(link_t *l)
 	l->outlen = l->outcap = 0;
 	if (write_raw(l, buf, len) < 0)
 		link_fail(l, "write: could not queue");
+}
+
+void sluice_redis__link_flush(sluice_redis_link_t *pub)
+{
+	link_t *l = (link_t *)pub;
+
+	if (!l->failing)
+		flush(l);
 }
 
 static void on_flush(uv_prepare_t *p)

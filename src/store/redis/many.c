@@ -141,7 +141,7 @@ static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
 		if (sluice_redis__decide_shortfalls(
 			    (const redisReply *const *)reply->element + off,
 			    c->limits + off, run, c->mk[off].cost, &it->allowed,
-			    &it->summary, &which) < 0)
+			    &it->summary, &which, NULL) < 0)
 			return -1;
 		assert(off + which < c->nlimits);
 		it->summary.which = c->mk[off + which].orig;

@@ -6,33 +6,98 @@
  * the handshake with COMMAND INFO; until the answer is in, and wherever
  * the module is missing, the script path is used.  The module answers
  * the decision itself; its parser is here too.
+ *
+ * Where the module also has SLUICE.TAKEMANY (and SLUICE.TAKEEACH, its
+ * form for one limit), the single-limit takes gathered for a connection
+ * in one loop turn go as one command (call.c's batches): the server
+ * reads, dispatches and answers one command for all of them.
  */
 #include "store/redis/redis_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* COMMAND INFO answers an array per command named, nil for one the
+ * server does not have. */
+static int has_command(const redisReply *rep, size_t i)
+{
+	return rep->type == REDIS_REPLY_ARRAY && i < rep->elements &&
+	       rep->element[i]->type == REDIS_REPLY_ARRAY;
+}
+
 static void on_info(sluice_redis_link_t *l, redisReply *rep, void *priv)
 {
 	sluice_redis_conn_t *k = l->data;
-	size_t i;
-	int found = 1;
 
 	(void)priv;
 	if (!k || k->link != l || !rep)
 		return;
-	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
-		found = 0;
-	for (i = 0; found && i < rep->elements; i++)
-		if (rep->element[i]->type != REDIS_REPLY_ARRAY)
-			found = 0;
-	k->module = found;
+	k->module = has_command(rep, 0) && has_command(rep, 1);
+	k->batch = !k->module		 ? SLUICE_REDIS_BATCH_NONE
+		   : has_command(rep, 3) ? SLUICE_REDIS_BATCH_EACH
+		   : has_command(rep, 2) ? SLUICE_REDIS_BATCH_MANY
+					 : SLUICE_REDIS_BATCH_NONE;
 }
 
 void sluice_redis__detect_module(sluice_redis_conn_t *k)
 {
+	k->batch = SLUICE_REDIS_BATCH_NONE;
 	sluice_redis__command(k->link, on_info, NULL,
-			      "COMMAND INFO SLUICE.TAKE SLUICE.TAKEMULTI");
+			      "COMMAND INFO SLUICE.TAKE SLUICE.TAKEMULTI "
+			      "SLUICE.TAKEMANY SLUICE.TAKEEACH");
+}
+
+/* A limit as "capacity" and the exact rate "<per>/<interval>us", which
+ * the module's parser reads back to the same rate, without printf. */
+static void put_limit(sluice_redis_resp_t *o, const sluice_limit_t *l)
+{
+	char buf[64];
+	size_t n;
+
+	sluice_redis__resp_u64(o, l->capacity);
+	n = sluice_u64_dec(buf, l->rate.per);
+	buf[n++] = '/';
+	n += sluice_u64_dec(buf + n, l->rate.interval);
+	memcpy(buf + n, "us", 2);
+	sluice_redis__resp_arg(o, buf, n + 2);
+}
+
+/* 1 when every call decides the same limit at the same cost. */
+static int one_limit(sluice_redis_call_t *const *calls, size_t n)
+{
+	size_t i;
+
+	for (i = 1; i < n; i++)
+		if (calls[i]->cost != calls[0]->cost ||
+		    !sluice_limit_same(&calls[i]->limits[0],
+				       &calls[0]->limits[0]))
+			return 0;
+	return 1;
+}
+
+int sluice_redis__module_batch_command(sluice_redis_call_t *const *calls,
+				       size_t n, int batch,
+				       sluice_redis_resp_t *o)
+{
+	size_t i;
+
+	if (batch == SLUICE_REDIS_BATCH_EACH && one_limit(calls, n)) {
+		sluice_redis__resp_array(o, 4 + n);
+		sluice_redis__resp_arg(o, "SLUICE.TAKEEACH", 15);
+		put_limit(o, &calls[0]->limits[0]);
+		sluice_redis__resp_u64(o, calls[0]->cost);
+		for (i = 0; i < n; i++)
+			sluice_redis__resp_keys(o, calls[i]);
+		return SLUICE_REDIS_BATCH_EACH;
+	}
+	sluice_redis__resp_array(o, 1 + 4 * n);
+	sluice_redis__resp_arg(o, "SLUICE.TAKEMANY", 15);
+	for (i = 0; i < n; i++) {
+		sluice_redis__resp_keys(o, calls[i]);
+		put_limit(o, &calls[i]->limits[0]);
+		sluice_redis__resp_u64(o, calls[i]->cost);
+	}
+	return SLUICE_REDIS_BATCH_MANY;
 }
 
 /* SLUICE.TAKE key capacity rate COST n, or
@@ -51,20 +116,8 @@ void sluice_redis__module_command(const sluice_redis_call_t *c,
 		sluice_redis__resp_u64(o, c->nlimits);
 	}
 	sluice_redis__resp_keys(o, c);
-	for (i = 0; i < c->nlimits; i++) {
-		const sluice_rate_t *rate = &c->limits[i].rate;
-		char buf[64];
-		size_t n;
-
-		/* The exact form "<per>/<interval>us", which the module's
-		 * parser reads back to the same rate, without printf. */
-		sluice_redis__resp_u64(o, c->limits[i].capacity);
-		n = sluice_u64_dec(buf, rate->per);
-		buf[n++] = '/';
-		n += sluice_u64_dec(buf + n, rate->interval);
-		memcpy(buf + n, "us", 2);
-		sluice_redis__resp_arg(o, buf, n + 2);
-	}
+	for (i = 0; i < c->nlimits; i++)
+		put_limit(o, &c->limits[i]);
 	sluice_redis__resp_arg(o, "COST", 4);
 	sluice_redis__resp_u64(o, c->cost);
 }

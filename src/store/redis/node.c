@@ -12,81 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------- events */
-
-const char *sluice_redis_event_name(sluice_redis_event_kind_t kind)
-{
-	switch (kind) {
-	case SLUICE_REDIS_EV_CONNECTED:
-		return "connected";
-	case SLUICE_REDIS_EV_AUTH_FAILED:
-		return "auth_failed";
-	case SLUICE_REDIS_EV_UNREACHABLE:
-		return "unreachable";
-	case SLUICE_REDIS_EV_TIMEOUT:
-		return "timeout";
-	case SLUICE_REDIS_EV_BREAKER_OPEN:
-		return "breaker_open";
-	case SLUICE_REDIS_EV_BREAKER_CLOSED:
-		return "breaker_closed";
-	case SLUICE_REDIS_EV_SCRIPT_RELOADED:
-		return "script_reloaded";
-	case SLUICE_REDIS_EV_SLOTS_CHANGED:
-		return "slots_changed";
-	case SLUICE_REDIS_EV_TLS_FAILED:
-		return "tls_failed";
-	case SLUICE_REDIS_EV_MASTER_CHANGED:
-		return "master_changed";
-	case SLUICE_REDIS_EV_NO_MASTER:
-		return "no_master";
-	case SLUICE_REDIS_EV_REFUSED:
-		return "refused";
-	case SLUICE_REDIS_EV_EVICTION:
-		return "eviction_policy";
-	}
-	return "unknown";
-}
-
-void sluice_redis__event(sluice_redis_t *r, sluice_redis_node_t *n,
-			 sluice_redis_event_kind_t kind, const char *detail)
-{
-	sluice_redis_event_t ev;
-
-	if (!r->on_event || r->closing)
-		return;
-	ev.kind = kind;
-	ev.node = n ? n->name : "";
-	ev.detail = detail ? detail : "";
-	r->on_event(r->event_arg, &ev);
-}
-
-void sluice_redis__health(sluice_redis_node_t *n, int health,
-			  const char *detail)
-{
-	static const sluice_redis_event_kind_t kind[] = {
-		[HEALTH_UP] = SLUICE_REDIS_EV_CONNECTED,
-		[HEALTH_AUTH] = SLUICE_REDIS_EV_AUTH_FAILED,
-		[HEALTH_UNREACHABLE] = SLUICE_REDIS_EV_UNREACHABLE,
-		[HEALTH_TIMEOUT] = SLUICE_REDIS_EV_TIMEOUT,
-		[HEALTH_TLS] = SLUICE_REDIS_EV_TLS_FAILED,
-	};
-
-	/* One report per change: a node refusing every reconnect for an
-	 * hour is one line, not thousands. */
-	if (n->health == health)
-		return;
-	n->health = health;
-	sluice_redis__event(n->conns[0].r, n, kind[health], detail);
-}
-
 /* ------------------------------------------------------------ lifecycle */
 
 static void conn_schedule(sluice_redis_conn_t *k);
-
-void sluice_redis__node_error(sluice_redis_node_t *n, const char *what)
-{
-	snprintf(n->last_error, sizeof(n->last_error), "%s", what);
-}
 
 /* A failure of one connection: the node's state, its last error, and the
  * news for the topology (in Sentinel mode, a reason to ask where the
@@ -283,13 +211,6 @@ void sluice_redis__conn_start(sluice_redis_conn_t *k)
 
 /* ------------------------------------------------------------- probing */
 
-int sluice_redis__conn_usable(const sluice_redis_conn_t *k)
-{
-	return k->link && k->state == CONN_UP && !k->drop &&
-	       !(k->probe_sent_ms &&
-		 uv_now(k->r->loop) - k->probe_sent_ms > k->r->timeout_ms);
-}
-
 static void on_probe(sluice_redis_link_t *l, redisReply *reply, void *priv)
 {
 	sluice_redis_conn_t *k = l->data;
@@ -331,7 +252,7 @@ static void on_probe_tick(uv_timer_t *t)
 		/* A node refusing calls is asked again without traffic: an
 		 * unready instance gets none, and would never see it fixed. */
 		if (r->nodes[i]->refusals >= SLUICE_REDIS_BREAKER_FAILURES)
-			sluice_redis__probe_calls(r, r->nodes[i]);
+			r->probe_calls(r, r->nodes[i]);
 	}
 	for (i = 0; i < r->nnodes; i++)
 		for (j = 0; j < r->nconns; j++) {
@@ -400,6 +321,14 @@ sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n)
 
 /* ---------------------------------------------------------------- nodes */
 
+/* A connection's timer is closed: one handle of r's fewer. */
+static void conn_timer_closed(uv_handle_t *h)
+{
+	sluice_redis_t *r = ((sluice_redis_conn_t *)h->data)->r;
+
+	r->released(r);
+}
+
 sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 					    int port, const char *path)
 {
@@ -443,7 +372,7 @@ sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 }
 
 /* Closes a node's connections and timers; the memory goes once the loop
- * has closed the timers (sluice_redis__handle_closed). */
+ * has closed the timers (conn_timer_closed). */
 void sluice_redis__node_free(sluice_redis_node_t *n)
 {
 	unsigned i;
@@ -459,7 +388,7 @@ void sluice_redis__node_free(sluice_redis_node_t *n)
 			sluice_redis__link_close(l);
 		}
 		uv_timer_stop(&k->timer);
-		uv_close((uv_handle_t *)&k->timer, sluice_redis__handle_closed);
+		uv_close((uv_handle_t *)&k->timer, conn_timer_closed);
 	}
 }
 

@@ -2,9 +2,11 @@
  * redis_int.h -- internals of the Redis store shared by its files:
  *
  *   client.c   the public API: one-key calls, health, new and free
- *   call.c     a call's life: deadline, circuit breaker, sending, retries
+ *   call.c     a call's life: deadline, circuit breaker, sending, retries,
+ *              and the batches of one loop turn's takes
  *   node.c     connections to a node: handshake, reconnect with backoff,
- *              probing, the node's events
+ *              probing
+ *   status.c   the node's events, health state, last error and reports
  *   cluster.c  slots (CRC16, hash tags), the slot map, MOVED/ASK
  *   sentinel.c Redis Sentinel: finding the master, following failovers
  *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
@@ -20,12 +22,25 @@
  *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
  *
- * Calls flow one way: client.c -> many.c -> call.c ->
- * script.c/module_path.c -> command.c -> link.c -> tls.c, and client.c ->
- * node.c -> link.c; replies
- * come back as callbacks.  A connection's news for the topology (up,
- * failed) reaches cluster.c and sentinel.c through hooks they register
- * (sluice_redis_t.on_conn_up, on_conn_failed), not by calls from node.c.
+ * Calls flow one way, down this list of layers (a file calls only files
+ * of the layers below its own; no ring):
+ *
+ *   client.c
+ *   many.c
+ *   call.c
+ *   cluster.c, sentinel.c
+ *   node.c
+ *   policy.c, script.c, module_path.c
+ *   command.c
+ *   link.c
+ *   reply.c, tls.c, url.c, status.c
+ *
+ * Replies come back as callbacks.  News travels up through hooks, never
+ * calls: a connection's news for the topology (up, failed) reaches
+ * cluster.c and sentinel.c through hooks they register
+ * (sluice_redis_t.on_conn_up, on_conn_failed); a closed handle, a node
+ * refusing calls and a lost slot map refresh reach client.c and call.c
+ * through r->released, r->probe_calls and r->wake_retry.
  *
  * Ownership of a call: the user callback runs exactly once
  * (sluice_redis__finish(), through the call's shape);
@@ -122,6 +137,9 @@ int sluice_redis__link_send(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
 /* Every reply from now on is a push (SUBSCRIBE): each goes to fn. */
 void sluice_redis__link_on_push(sluice_redis_link_t *l,
 				sluice_redis_reply_fn *fn, void *priv);
+/* Writes what is queued now rather than at the end of the loop turn
+ * (for commands queued from the end of the turn itself). */
+void sluice_redis__link_flush(sluice_redis_link_t *l);
 /* Closes now: each command's callback runs with NULL (on_state does not);
  * safe from inside the link's own callbacks.  The memory goes once the
  * loop has closed the socket. */
@@ -156,8 +174,13 @@ struct sluice_redis_conn_s {
 	uint64_t last_reply_ms; /* loop clock of the last reply */
 	uint64_t probe_sent_ms; /* a PING in flight since; 0: none */
 	int module;		/* SLUICE.TAKE present: -1 unknown, 0, 1 */
-	int drop;		/* drop at the end of the current sweep */
-	uv_timer_t timer;	/* connect timeout / reconnect backoff */
+	int batch;		/* SLUICE_REDIS_BATCH_*: what it can batch */
+	/* Takes gathered for one command (call.c), sent at the end of the
+	 * loop turn; NULL: none.  On r->batches while not NULL. */
+	struct sluice_redis_batch_s *open_batch;
+	sluice_redis_conn_t *batch_next; /* r->batches list */
+	int drop;	  /* drop at the end of the current sweep */
+	uv_timer_t timer; /* connect timeout / reconnect backoff */
 };
 
 struct sluice_redis_node_s {
@@ -192,6 +215,15 @@ struct sluice_redis_node_s {
 	int health;    /* HEALTH_*: the state last reported */
 	uint64_t noscript_told_ms; /* last SCRIPT_RELOADED event */
 };
+
+/* What a connection's server can decide in one command (module_path.c). */
+enum {
+	SLUICE_REDIS_BATCH_NONE, /* no SLUICE.TAKEMANY */
+	SLUICE_REDIS_BATCH_MANY, /* SLUICE.TAKEMANY */
+	SLUICE_REDIS_BATCH_EACH	 /* SLUICE.TAKEMANY and SLUICE.TAKEEACH */
+};
+/* The most takes one batched command carries. */
+#define SLUICE_REDIS_BATCH_MAX 512
 
 enum { EVICT_UNCHECKED = -2, EVICT_UNKNOWN = -1, EVICT_SAFE, EVICT_UNSAFE };
 
@@ -252,6 +284,12 @@ struct sluice_redis_call_s {
 	sluice_redis_error_t fail; /* why it failed, when it does */
 	size_t nlimits;		   /* distinct limits (duplicates dropped) */
 	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
+	/* sluice_redis_take_decisions(): the caller's decision per limit,
+	 * written before its callback (NULL: not asked); ncaller of them,
+	 * the caller's limit j being distinct limit dist[j]. */
+	sluice_decision_t *decisions;
+	size_t ncaller;
+	unsigned char dist[SLUICE_MAX_LIMITS];
 	/* take_many: one entry per key (nlimits of them, limits[] flat),
 	 * NULL for a one-key call; `many` is the take it belongs to. */
 	struct sluice_redis_mkey_s *mk;
@@ -304,6 +342,10 @@ struct sluice_redis_s {
 	uv_timer_t sweep;
 	uv_timer_t retry;
 	uv_timer_t probe; /* pings idle connections (node.c) */
+	/* Connections with gathered takes (call.c), sent by `gather` at the
+	 * end of the loop turn. */
+	sluice_redis_conn_t *batches;
+	uv_prepare_t gather;
 	unsigned probe_ticks;
 	sluice_redis_event_cb on_event;
 	sluice_redis_report_cb on_report;
@@ -314,6 +356,14 @@ struct sluice_redis_s {
 	 * master is now); NULL: nobody.  So node.c calls neither. */
 	void (*on_conn_up)(sluice_redis_t *r);
 	void (*on_conn_failed)(sluice_redis_t *r, int health, const char *why);
+	/* Hooks of the layers above for those below, so that calls flow
+	 * one way: a handle or link of r's closed (client.c: the memory
+	 * goes with the last), a node refuses every call (client.c: send
+	 * it a peek), a slot map refresh was lost (call.c: run the retry
+	 * timer soon). */
+	void (*released)(sluice_redis_t *r);
+	void (*probe_calls)(sluice_redis_t *r, sluice_redis_node_t *n);
+	void (*wake_retry)(sluice_redis_t *r);
 	int closing;
 	unsigned open_handles; /* uv handles (and links) still to close */
 	/* sluice_redis_free_then(): told once the memory is released */
@@ -361,17 +411,22 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
+/* call.c's part of a new client: the batches' prepare handle (one of
+ * r->open_handles) and the r->wake_retry hook; and the release of the
+ * takes gathered and not sent (sluice_redis_free(): their calls are
+ * finished). */
+void sluice_redis__calls_init(sluice_redis_t *r);
+void sluice_redis__batches_drop(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a
- * lost slot map refresh). */
+ * lost slot map refresh); below call.c, r->wake_retry. */
 void sluice_redis__wake_retry(sluice_redis_t *r);
 
-/* client.c */
-/* Sends a peek (cost 0, a key of its own routed to n) to a node that
- * refuses calls, unless one is in flight: a success makes it healthy. */
-void sluice_redis__probe_calls(sluice_redis_t *r, sluice_redis_node_t *n);
-/* A link or a timer of r's is closed: r's memory goes with the last. */
-void sluice_redis__released(sluice_redis_t *r);
-void sluice_redis__handle_closed(uv_handle_t *h);
+/* status.c: the node's events, health and reports (calls nothing here) */
+/* 1 when the node can take calls: its breaker is not open (or its open
+ * time is over), it does not refuse every call, and a connection is
+ * usable. */
+int sluice_redis__node_healthy(const sluice_redis_t *r,
+			       const sluice_redis_node_t *n);
 
 /* node.c */
 /* host NULL and path NULL: an address not known yet (Sentinel), set by
@@ -382,17 +437,18 @@ void sluice_redis__node_free(sluice_redis_node_t *n);
 /* The node is now at host:port (NULL: nowhere known): its connections
  * are dropped (their calls fail) and reopened there. 0 or -1 (memory). */
 int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port);
-/* Records the node's last error in words (the log and metrics show it). */
+/* status.c: records the node's last error in words (the log and
+ * metrics show it). */
 void sluice_redis__node_error(sluice_redis_node_t *n, const char *what);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
-/* 1 when the connection finished its handshake and its last ping (if
- * any) was answered within timeout_ms. */
+/* status.c: 1 when the connection finished its handshake and its last
+ * ping (if any) was answered within timeout_ms. */
 int sluice_redis__conn_usable(const sluice_redis_conn_t *k);
 /* Starts the idle-connection probe timer (one per client). */
 void sluice_redis__probe_start(sluice_redis_t *r);
-/* Reports a node event to the host (any kind) ... */
+/* status.c: reports a node event to the host (any kind) ... */
 void sluice_redis__event(sluice_redis_t *r, sluice_redis_node_t *n,
 			 sluice_redis_event_kind_t kind, const char *detail);
 /* ... and a node state, only when it differs from the last one. */
@@ -463,16 +519,23 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 void sluice_redis__load_script(sluice_redis_conn_t *k,
 			       sluice_redis_reply_fn *fn);
 /* The script's reply (its shortfalls) -> the decision (the core's);
- * 0 or -1. */
+ * 0 or -1.  _each also writes each limit's into each[0..n) (may be
+ * NULL). */
 int sluice_redis__parse_script_reply(const redisReply *reply,
 				     const sluice_limit_t *limits, size_t n,
 				     uint64_t cost, int *allowed,
 				     sluice_decision_t *d, size_t *which);
+int sluice_redis__parse_script_reply_each(const redisReply *reply,
+					  const sluice_limit_t *limits,
+					  size_t n, uint64_t cost, int *allowed,
+					  sluice_decision_t *d, size_t *which,
+					  sluice_decision_t *each);
 /* The same for n shortfalls el[0..n) of one key's limits. */
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    const sluice_limit_t *limits, size_t n,
 				    uint64_t cost, int *allowed,
-				    sluice_decision_t *d, size_t *which);
+				    sluice_decision_t *d, size_t *which,
+				    sluice_decision_t *each);
 /* The module's reply -> the decision; 0 or -1. */
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,
@@ -495,6 +558,13 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k);
 /* The call as SLUICE.TAKE (one limit) or SLUICE.TAKEMULTI. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,
 				  sluice_redis_resp_t *o);
+/* calls[0..n) (one key and one limit each) as one command for a server
+ * that can `batch` (SLUICE_REDIS_BATCH_MANY or _EACH): SLUICE.TAKEEACH
+ * when they share their limit and cost and the server has it, else
+ * SLUICE.TAKEMANY; the one chosen. */
+int sluice_redis__module_batch_command(sluice_redis_call_t *const *calls,
+				       size_t n, int batch,
+				       sluice_redis_resp_t *o);
 
 /* reply.c */
 /* A RESP reader whose replies are bounded (SLUICE_REDIS_REPLY_MAX_*) and

@@ -167,6 +167,14 @@ static uint64_t ceil_ms(uint64_t us)
 	return us / 1000 + (us % 1000 != 0);
 }
 
+/* A decision's times in whole ms, rounded up, as the module answers. */
+static void whole_ms(sluice_decision_t *d)
+{
+	if (!d->never)
+		d->retry_after_us = ceil_ms(d->retry_after_us) * 1000;
+	d->reset_after_us = ceil_ms(d->reset_after_us) * 1000;
+}
+
 /*
  * The scripts answer the shortfall D of each bucket (an integer, or an
  * array of n for several limits).  The decision is the core's for a state
@@ -175,10 +183,11 @@ static uint64_t ceil_ms(uint64_t us)
  * scripts saturate where decide.c does, so a D just below 2^53 that
  * decide.c would saturate never arrives).
  */
-int sluice_redis__parse_script_reply(const redisReply *reply,
-				     const sluice_limit_t *limits, size_t n,
-				     uint64_t cost, int *allowed,
-				     sluice_decision_t *d, size_t *which)
+int sluice_redis__parse_script_reply_each(const redisReply *reply,
+					  const sluice_limit_t *limits,
+					  size_t n, uint64_t cost, int *allowed,
+					  sluice_decision_t *d, size_t *which,
+					  sluice_decision_t *each)
 {
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
@@ -187,13 +196,23 @@ int sluice_redis__parse_script_reply(const redisReply *reply,
 		return -1;
 	return sluice_redis__decide_shortfalls(
 		n == 1 ? &reply : (const redisReply *const *)reply->element,
-		limits, n, cost, allowed, d, which);
+		limits, n, cost, allowed, d, which, each);
+}
+
+int sluice_redis__parse_script_reply(const redisReply *reply,
+				     const sluice_limit_t *limits, size_t n,
+				     uint64_t cost, int *allowed,
+				     sluice_decision_t *d, size_t *which)
+{
+	return sluice_redis__parse_script_reply_each(reply, limits, n, cost,
+						     allowed, d, which, NULL);
 }
 
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    const sluice_limit_t *limits, size_t n,
 				    uint64_t cost, int *allowed,
-				    sluice_decision_t *d, size_t *which)
+				    sluice_decision_t *d, size_t *which,
+				    sluice_decision_t *each)
 {
 	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 	sluice_decision_t ds[SLUICE_MAX_LIMITS];
@@ -214,8 +233,10 @@ int sluice_redis__decide_shortfalls(const redisReply *const *el,
 	*allowed = sluice_eval_all(limits, states, n, 0, cost, next, ds, d);
 	*which = d->which;
 	/* Whole ms, rounded up, as the module answers them. */
-	if (!d->never)
-		d->retry_after_us = ceil_ms(d->retry_after_us) * 1000;
-	d->reset_after_us = ceil_ms(d->reset_after_us) * 1000;
+	whole_ms(d);
+	for (i = 0; each && i < n; i++) {
+		each[i] = ds[i];
+		whole_ms(&each[i]);
+	}
 	return 0;
 }

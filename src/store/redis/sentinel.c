@@ -460,7 +460,7 @@ static void on_timer_closed(uv_handle_t *h)
 	if (--s->handles)
 		return;
 	sentinel_destroy(s);
-	sluice_redis__released(r);
+	r->released(r);
 }
 
 void sluice_redis__sentinel_free(sluice_redis_t *r)

@@ -432,6 +432,10 @@ static void connected(link_t *l, int status)
 	int rc;
 
 	if (status < 0) {
+		/* A reset here came from a server that accepted us and then
+		 * dropped us before this callback ran: it was reached. */
+		if (status == UV_ECONNRESET)
+			l->pub.reached = 1;
 		snprintf(why, sizeof(why), "connect: %s", uv_strerror(status));
 		link_fail(l, why);
 		return;

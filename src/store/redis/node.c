@@ -37,10 +37,12 @@ static void on_timer(uv_timer_t *t)
 		sluice_redis__conn_start(k);
 	} else if (k->state == CONN_CONNECTING) {
 		/* Connect or handshake took too long: a node that accepts
-		 * and never answers ends up here. */
+		 * and never answers ends up here, and is retried as one
+		 * that drops us after accepting (the longer backoff). */
 		conn_failed(k, HEALTH_TIMEOUT,
 			    "no answer to connect and handshake within "
 			    "1000 ms");
+		k->lost_early = k->link && k->link->reached;
 		sluice_redis__conn_drop(k);
 	}
 }

@@ -63,6 +63,23 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
     return value
 
 
+def peer_has_read(sock):
+    """True once the other end of loopback TCP socket `sock` has read
+    every byte sent on it: the kernel's socket for that end (accepted or
+    still in the listener's backlog) holds nothing unread.  A test polls
+    it (wait_until) instead of sleeping for the server to read."""
+    def hexaddr(addr):
+        ip = "".join("%02X" % int(b) for b in reversed(addr[0].split(".")))
+        return "%s:%04X" % (ip, addr[1])
+    local, remote = hexaddr(sock.getpeername()), hexaddr(sock.getsockname())
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2] == remote:
+                return int(fields[4].split(":")[1], 16) == 0
+    return False
+
+
 def raise_nofile(n):
     """Raises this process's open-file limit to at least n (if allowed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

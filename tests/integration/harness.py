@@ -255,7 +255,10 @@ class Sluice(Proc):
                 argv += ["-c", self.config_path]
             if threads:
                 argv += ["--threads", str(threads)]
-            Proc.__init__(self, argv + list(extra), env=env)
+            # A callable gives each attempt its own arguments (its own
+            # further ports, chosen again with the listen port).
+            more = extra() if callable(extra) else extra
+            Proc.__init__(self, argv + list(more), env=env)
         try:
             start_listening(self, init)
         except BaseException:

@@ -235,7 +235,8 @@ def reload(proc, timeout=30.0):
 
 
 class Sluice(Proc):
-    """`sluice serve` on a free port, with an optional YAML config text.
+    """`sluice serve` on a free port, with an optional YAML config text
+    (or a callable giving it, called again at each start attempt).
     Returns once the server said it listens on its port (see LISTENING)."""
 
     def __init__(self, config=None, threads=None, extra=(), env=None):
@@ -244,12 +245,17 @@ class Sluice(Proc):
             fd, self.config_path = tempfile.mkstemp(prefix="sluice-",
                                                     suffix=".yaml")
             os.close(fd)
-            self.write_config(config)
+            if not callable(config):
+                self.write_config(config)
         if env is not None:
             env = dict(os.environ, **env)
 
         def init(port):
             self.port = port
+            if callable(config):
+                # Written again at each attempt: its own ports (e.g.
+                # admin.listen) are chosen again with the listen port.
+                self.write_config(config())
             argv = [SLUICE, "serve", "--listen", "127.0.0.1:%d" % port]
             if self.config_path:
                 argv += ["-c", self.config_path]

@@ -41,23 +41,23 @@ static struct {
 } log_master;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* 1 when a Sentinel event changes what the log last said of the master. */
+/* 1 when a Sentinel event changes what the log last said of the master
+ * (log_lock held). */
 static int master_is_news(const sluice_redis_event_t *ev)
 {
 	int news;
 
-	pthread_mutex_lock(&log_lock);
 	news = log_master.kind != (int)ev->kind ||
 	       (ev->kind == SLUICE_REDIS_EV_MASTER_CHANGED &&
 		strncmp(log_master.node, ev->node,
 			sizeof(log_master.node) - 1) != 0);
 	log_master.kind = (int)ev->kind;
 	snprintf(log_master.node, sizeof(log_master.node), "%s", ev->node);
-	pthread_mutex_unlock(&log_lock);
 	return news;
 }
 
-/* 1 when the event changes what the log last said about its node. */
+/* 1 when the event changes what the log last said about its node
+ * (log_lock held). */
 static int log_is_news(const sluice_redis_event_t *ev)
 {
 	int kind = (int)ev->kind, *slot = NULL, news = 1;
@@ -69,7 +69,6 @@ static int log_is_news(const sluice_redis_event_t *ev)
 	if (kind == SLUICE_REDIS_EV_MASTER_CHANGED ||
 	    kind == SLUICE_REDIS_EV_NO_MASTER)
 		return master_is_news(ev);
-	pthread_mutex_lock(&log_lock);
 	for (i = 0; i < LOG_NODES; i++) {
 		if (!log_nodes[i].node[0])
 			snprintf(log_nodes[i].node, sizeof(log_nodes[i].node),
@@ -100,17 +99,11 @@ static int log_is_news(const sluice_redis_event_t *ev)
 		news = *slot != kind;
 		*slot = kind;
 	}
-	pthread_mutex_unlock(&log_lock);
 	return news;
 }
 
-static void on_store_event(void *arg, const sluice_redis_event_t *ev)
+static void say(const sluice_redis_event_t *ev, const char *name)
 {
-	const char *name = sluice_redis_event_name(ev->kind);
-
-	(void)arg;
-	if (!log_is_news(ev))
-		return;
 	switch (ev->kind) {
 	case SLUICE_REDIS_EV_CONNECTED:
 	case SLUICE_REDIS_EV_BREAKER_CLOSED:
@@ -139,6 +132,23 @@ static void on_store_event(void *arg, const sluice_redis_event_t *ev)
 				ev->detail[0] ? ": " : "", ev->detail);
 		break;
 	}
+}
+
+static void on_store_event(void *arg, const sluice_redis_event_t *ev)
+{
+	const char *name = sluice_redis_event_name(ev->kind);
+
+	(void)arg;
+	/* The line is written under the lock that decided it is news: a
+	 * thread told "already said" returns only once it is in the log (its
+	 * own client may then answer /readyz 200 for a "connected" another
+	 * thread is still writing), and two threads' lines about one node
+	 * reach the log in the order the table took them, so its last line
+	 * is the node's last state. */
+	pthread_mutex_lock(&log_lock);
+	if (log_is_news(ev))
+		say(ev, name);
+	pthread_mutex_unlock(&log_lock);
 }
 
 /* ----------------------------------------------------------------- hooks */

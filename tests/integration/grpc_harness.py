@@ -133,16 +133,19 @@ class GrpcSluice(Sluice):
     the Unix socket `unix`)."""
 
     def __init__(self, config=None, threads=None, extra=(), unix=None):
-        if unix:
-            self.grpc_addr = "unix:" + unix
-            self.grpc_target = "unix:" + unix
-            self.grpc_port = None
-        else:
-            self.grpc_port = harness.free_port()
-            self.grpc_addr = "127.0.0.1:%d" % self.grpc_port
-            self.grpc_target = self.grpc_addr
-        super().__init__(config, threads,
-                         ["--grpc-listen", self.grpc_addr] + list(extra))
+        def argv():
+            # Chosen again at each attempt: a port taken between choosing
+            # and binding fails the attempt (harness.start_listening).
+            if unix:
+                self.grpc_addr = "unix:" + unix
+                self.grpc_target = "unix:" + unix
+                self.grpc_port = None
+            else:
+                self.grpc_port = harness.free_port()
+                self.grpc_addr = "127.0.0.1:%d" % self.grpc_port
+                self.grpc_target = self.grpc_addr
+            return ["--grpc-listen", self.grpc_addr] + list(extra)
+        super().__init__(config, threads, argv)
         if self.grpc_port:
             harness.wait_for_port(self.grpc_port, proc=self)
         else:

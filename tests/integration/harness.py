@@ -63,6 +63,23 @@ def wait_until(predicate, timeout=10.0, interval=0.02):
     return value
 
 
+def peer_has_read(sock):
+    """True once the other end of loopback TCP socket `sock` has read
+    every byte sent on it: the kernel's socket for that end (accepted or
+    still in the listener's backlog) holds nothing unread.  A test polls
+    it (wait_until) instead of sleeping for the server to read."""
+    def hexaddr(addr):
+        ip = "".join("%02X" % int(b) for b in reversed(addr[0].split(".")))
+        return "%s:%04X" % (ip, addr[1])
+    local, remote = hexaddr(sock.getpeername()), hexaddr(sock.getsockname())
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local and fields[2] == remote:
+                return int(fields[4].split(":")[1], 16) == 0
+    return False
+
+
 def raise_nofile(n):
     """Raises this process's open-file limit to at least n (if allowed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -218,7 +235,8 @@ def reload(proc, timeout=30.0):
 
 
 class Sluice(Proc):
-    """`sluice serve` on a free port, with an optional YAML config text.
+    """`sluice serve` on a free port, with an optional YAML config text
+    (or a callable giving it, called again at each start attempt).
     Returns once the server said it listens on its port (see LISTENING)."""
 
     def __init__(self, config=None, threads=None, extra=(), env=None):
@@ -227,18 +245,26 @@ class Sluice(Proc):
             fd, self.config_path = tempfile.mkstemp(prefix="sluice-",
                                                     suffix=".yaml")
             os.close(fd)
-            self.write_config(config)
+            if not callable(config):
+                self.write_config(config)
         if env is not None:
             env = dict(os.environ, **env)
 
         def init(port):
             self.port = port
+            if callable(config):
+                # Written again at each attempt: its own ports (e.g.
+                # admin.listen) are chosen again with the listen port.
+                self.write_config(config())
             argv = [SLUICE, "serve", "--listen", "127.0.0.1:%d" % port]
             if self.config_path:
                 argv += ["-c", self.config_path]
             if threads:
                 argv += ["--threads", str(threads)]
-            Proc.__init__(self, argv + list(extra), env=env)
+            # A callable gives each attempt its own arguments (its own
+            # further ports, chosen again with the listen port).
+            more = extra() if callable(extra) else extra
+            Proc.__init__(self, argv + list(more), env=env)
         try:
             start_listening(self, init)
         except BaseException:

@@ -82,11 +82,19 @@ class AdminListen(unittest.TestCase):
     """admin.listen: the admin endpoints on a listener of their own, and
     only there; a warning when they face a non-loopback address."""
 
+    def admin_on(self, host):
+        """A config with admin.listen on host and a free port, chosen
+        again at each start attempt (a port taken meanwhile fails one);
+        the port is self.admin_port."""
+        def cfg():
+            self.admin_port = harness.free_port()
+            return ('admin: {token: "%s", listen: "%s:%d"}\n%s'
+                    % (TOKEN, host, self.admin_port, RULES))
+        return cfg
+
     def test_admin_endpoints_only_on_their_listener(self):
-        port = harness.free_port()
-        cfg = ('admin: {token: "%s", listen: "127.0.0.1:%d"}\n%s'
-               % (TOKEN, port, RULES))
-        with Sluice(cfg) as s:
+        with Sluice(self.admin_on("127.0.0.1")) as s:
+            port = self.admin_port
             harness.wait_for_port(port, proc=s)
             body = json.dumps({"rule": "api", "key": "lp"})
             take(s, {"rule": "api", "key": "lp"})
@@ -108,10 +116,8 @@ class AdminListen(unittest.TestCase):
 
     def test_warning_when_admin_faces_a_network(self):
         # admin.listen on every address (traffic stays on loopback)
-        port = harness.free_port()
-        cfg = ('admin: {token: "%s", listen: "0.0.0.0:%d"}\n%s'
-               % (TOKEN, port, RULES))
-        with Sluice(cfg) as s:
+        with Sluice(self.admin_on("0.0.0.0")) as s:
+            port = self.admin_port
             self.assertTrue(harness.wait_until(
                 lambda: "not a loopback address" in s.log(), 20))
             self.assertIn("served on 0.0.0.0:%d" % port, s.log())

@@ -163,6 +163,11 @@ class Decisions:
     def test_health_watch_of_an_unknown_service(self):
         p = protos().health_pb2
         h = self.s.health(self.ch)
+        # SERVING once the store is reached (a Redis client connects in
+        # the background after start), so that the last Check below shows
+        # what the watches left behind, not how far the connect got.
+        self.assertTrue(harness.wait_until(lambda: h.Check(
+            p.HealthCheckRequest(service=""), timeout=30).status == 1, 60))
         for name in ("other", "ratelimit\x00x"):
             it = h.Watch(p.HealthCheckRequest(service=name), timeout=60)
             self.assertEqual(next(it).status, 3)  # SERVICE_UNKNOWN

@@ -152,32 +152,66 @@ class Redis:
         self.port = port or free_port()
         self.dir = workdir or tempfile.mkdtemp(prefix="sluice-redis-")
         self.own_dir = workdir is None
-        self.args = [REDIS_SERVER, "--port", str(self.port),
-                     "--bind", "127.0.0.1", "--dir", self.dir,
-                     "--save", "", "--appendonly", "no",
-                     "--enable-debug-command", "local",
-                     "--logfile", os.path.join(self.dir, "redis.log")]
-        if module:
-            self.args += ["--loadmodule", MODULE] + list(module_args)
-        self.args += list(extra)
+        self.extra = (["--loadmodule", MODULE] + list(module_args)
+                      if module else []) + list(extra)
         self.proc = None
         _servers.append(self)
         try:
+            # A port taken between choosing and binding is chosen again
+            # (not one the caller gave).
+            for _ in range(3 if port is None else 0):
+                if self.start(retry_in_use=True):
+                    return
+                self.port = free_port()
             self.start()
         except Exception:
             self.stop()
             raise
 
-    def start(self):
+    @property
+    def args(self):
+        return [REDIS_SERVER, "--port", str(self.port),
+                "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no",
+                "--enable-debug-command", "local",
+                "--logfile", os.path.join(self.dir, "redis.log")] + \
+            self.extra
+
+    def start(self, retry_in_use=False):
+        """Starts the server; returns once it said it is ready in its own
+        log (a PING alone may be answered by someone else's server on the
+        port), or False when retry_in_use and the port was taken."""
+        path = os.path.join(self.dir, "redis.log")
+        try:
+            seen = os.path.getsize(path)  # a restart appends to it
+        except OSError:
+            seen = 0
+
+        def new_log():
+            try:
+                with open(path) as f:
+                    f.seek(seen)
+                    return f.read()
+            except OSError:
+                return ""
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
+        deadline = time.time() + 30
+        while "Ready to accept connections" not in new_log():
+            if self.proc.poll() is not None or time.time() > deadline:
+                if retry_in_use and self.proc.poll() is not None and \
+                        "Address already in use" in new_log():
+                    self.proc = None
+                    return False
+                raise RuntimeError("redis-server did not start: %s" %
+                                   self.log())
+            time.sleep(0.02)
         while True:
             try:
                 c = Client(self.port, timeout=2)
                 if c.call("PING") == "PONG":
                     c.close()
-                    return
+                    return True
                 c.close()
             except (OSError, ConnectionError):
                 pass

@@ -708,7 +708,10 @@ class Operations(unittest.TestCase):
             busy = socket.create_connection(("127.0.0.1", s.port), 10)
             busy.sendall(b"GET /v1/check HTTP/1.1\r\nHost: x\r\n"
                         b"x-user-id: d\r\n")
-            time.sleep(0.2)  # the server has read the first half
+            # The server has read the first half (a connection it has
+            # not read from yet is idle, and a drain closes it).
+            self.assertTrue(harness.wait_until(
+                lambda: harness.peer_has_read(busy), 30))
             s.signal(signal.SIGTERM)
             self.assertTrue(harness.wait_until(lambda: "draining" in s.log()))
             busy.sendall(b"\r\n")

@@ -150,12 +150,16 @@ typedef struct rh_redis_s {
 	const char *const *extra;
 } rh_redis_t;
 
-static inline int rh_ping(int port)
+/* The process id of the server answering on port (its INFO), 0 when none
+ * answers, -1 when it answers INFO with an error (renamed away).  A PING
+ * alone may be answered by someone else's server that holds the port,
+ * while ours fails to bind it and exits. */
+static inline long rh_server_pid(int port)
 {
 	struct timeval tv = {0, 200000};
 	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
 	redisReply *rep;
-	int ok = 0;
+	long pid = 0;
 
 	if (!c || c->err) {
 		if (c)
@@ -163,12 +167,19 @@ static inline int rh_ping(int port)
 		return 0;
 	}
 	redisSetTimeout(c, tv);
-	rep = redisCommand(c, "PING");
-	ok = rep && rep->type == REDIS_REPLY_STATUS;
+	rep = redisCommand(c, "INFO server");
+	if (rep && rep->type == REDIS_REPLY_STRING) {
+		const char *p = strstr(rep->str, "process_id:");
+
+		if (p)
+			pid = atol(p + strlen("process_id:"));
+	} else if (rep && rep->type == REDIS_REPLY_ERROR) {
+		pid = -1;
+	}
 	if (rep)
 		freeReplyObject(rep);
 	redisFree(c);
-	return ok;
+	return pid;
 }
 
 /* Runs argv (a server) with its output discarded, killed when the test
@@ -191,28 +202,41 @@ static inline pid_t rh_spawn(char *const argv[])
 	return pid;
 }
 
-/* Waits until the server on port answers PING (10 s at most). */
-static inline void rh_wait_ping(int port, pid_t pid)
+/* Waits until our server (pid) answers on port (30 s at most): 1; 0 when
+ * it exited first (reaped), as it does when the port was taken between
+ * choosing and binding. */
+static inline int rh_wait_own(int port, pid_t pid)
 {
-	int64_t until = rh_ms() + 10000;
+	int64_t until = rh_ms() + 30000;
 
-	while (!rh_ping(port)) {
+	for (;;) {
+		long who = rh_server_pid(port);
+
+		if (who == (long)pid)
+			return 1;
+		/* A server without INFO: ours if ours still runs. */
+		if (waitpid(pid, NULL, WNOHANG) == pid) {
+			rh_forget(pid);
+			return 0;
+		}
+		if (who == -1)
+			return 1;
 		CHECK(rh_ms() < until);
-		CHECK(waitpid(pid, NULL, WNOHANG) == 0);
 		rh_sleep_ms(10);
 	}
 }
 
-/* Starts redis-server on s->port (0: pick one) and waits until it answers.
- * cluster: --cluster-enabled yes with its own config file. */
-static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
+/* Waits until our server (pid) answers on port; it must not exit. */
+static inline void rh_wait_ping(int port, pid_t pid)
+{
+	CHECK(rh_wait_own(port, pid));
+}
+
+/* Spawns redis-server on s->port; 1 once it answers, 0 if it exited. */
+static inline int rh_redis_spawn(rh_redis_t *s)
 {
 	char portbuf[16];
 
-	s->port = port	    ? port
-		  : cluster ? rh_free_cluster_port()
-			    : rh_free_port();
-	s->cluster = cluster;
 	if (!s->dir[0]) {
 		strcpy(s->dir, "/tmp/sluice-redis-XXXXXX");
 		CHECK(mkdtemp(s->dir) != NULL);
@@ -228,7 +252,7 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			NULL,		NULL,	  NULL,	   NULL};
 		int n = 11, i;
 
-		if (cluster) {
+		if (s->cluster) {
 			argv[n++] = "--cluster-enabled";
 			argv[n++] = "yes";
 			argv[n++] = "--cluster-config-file";
@@ -243,7 +267,27 @@ static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 			argv[n++] = (char *)s->extra[i];
 		s->pid = rh_spawn(argv);
 	}
-	rh_wait_ping(s->port, s->pid);
+	return rh_wait_own(s->port, s->pid);
+}
+
+/* Starts redis-server on s->port (0: pick one) and waits until it answers.
+ * cluster: --cluster-enabled yes with its own config file. */
+static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
+{
+	int attempt;
+
+	for (attempt = 0;; attempt++) {
+		s->port = port	    ? port
+			  : cluster ? rh_free_cluster_port()
+				    : rh_free_port();
+		s->cluster = cluster;
+		if (rh_redis_spawn(s))
+			return;
+		/* Exited before answering: the port was taken meanwhile
+		 * (another is chosen), unless the caller gave it. */
+		s->pid = 0;
+		CHECK(!port && attempt < 4);
+	}
 }
 
 static inline void rh_redis_kill(rh_redis_t *s, int sig)

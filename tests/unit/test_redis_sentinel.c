@@ -43,6 +43,24 @@ static void start_redis(proc_t *p, const proc_t *master)
 	}
 	p->pid = rh_spawn(argv);
 	rh_wait_ping(p->port, p->pid);
+	if (master) {
+		/* In sync with its master before the test goes on (the
+		 * master waits 5 s for more replicas before it sends). */
+		redisContext *c = rh_connect(p->port);
+		int64_t until = rh_ms() + 30000;
+		redisReply *rep;
+		int up = 0;
+
+		while (!up) {
+			CHECK(rh_ms() < until);
+			rep = rh_cmd(c, "INFO replication");
+			up = strstr(rep->str, "master_link_status:up") != NULL;
+			freeReplyObject(rep);
+			if (!up)
+				rh_sleep_ms(10);
+		}
+		redisFree(c);
+	}
 }
 
 static void start_sentinel(proc_t *p, int master_port, int i)
@@ -133,7 +151,7 @@ static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
 static void replicated(const proc_t *master)
 {
 	redisContext *c = rh_connect(master->port);
-	redisReply *rep = rh_cmd(c, "WAIT 1 5000");
+	redisReply *rep = rh_cmd(c, "WAIT 1 30000");
 
 	CHECK(rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
 	freeReplyObject(rep);

@@ -212,7 +212,7 @@ void sluice_shard_insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 			 sluice_state_t state, int64_t now_us,
 			 const uint64_t *keep, size_t nkeep);
 
-/* Identity of a call's buckets (buckets_take.c's header comment). */
+/* A call's buckets (their identity: buckets_table.c's header comment). */
 
 /*
  * A bucket's identity: the key's hash XORed with the limit's exact value.

@@ -1,10 +1,11 @@
 /*
  * memory.c -- the embedded store: bucket states in this process's memory,
- * in the bucket table of buckets.c (identity, shards, eviction, expiry are
- * described there).  Each shard's slot array starts small and doubles as
- * it fills; from the size at which all shards' arrays of one size fill a
- * huge page, they live side by side in the store's arena (buckets.h), so
- * that a probe into a large table costs no page walk.
+ * in the bucket table of buckets_*.c (identity and shards are described in
+ * buckets_table.c, eviction and expiry in buckets_expiry.c).  Each shard's slot
+ * array starts small and doubles as it fills; from the size at which all
+ * shards' arrays of one size fill a huge page, they live side by side in the
+ * store's arena (buckets.h), so that a probe into a large table costs no page
+ * walk.
  */
 #include "store/buckets.h"
 #include "util/errmsg.h"

@@ -15,6 +15,8 @@ folder calls itself back through other files of that folder (no call
 ring), apart from the rings KNOWN_CALL_RINGS lists: those are known work,
 and a ring that is not on the list, or grows past it, fails.
 
+And that no file there is longer than MAX_LINES (800) lines.
+
 A file's folder is its first directory below src/ (src/store/redis/x.c
 is in "store").  An include names a file below src/ ("policy/rules.h"),
 beside the includer, or in include/ ("sluice.h"); anything else is a
@@ -67,6 +69,9 @@ KNOWN_CALL_RINGS = [
     # the Redis module's command table (module.c) and its commands
     {"src/redis_module/module.c", "src/redis_module/take.c"},
 ]
+
+# The longest a file of src/ or include/ may be (issue 19).
+MAX_LINES = 800
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
@@ -282,6 +287,19 @@ class Layers(unittest.TestCase):
                if not any(set(r) <= k for k in KNOWN_CALL_RINGS)]
         self.assertEqual(new, [], "\n" + "\n".join(" <-> ".join(r)
                                                       for r in new))
+
+    def test_no_source_file_is_past_800_lines(self):
+        # Issue 19: a file past MAX_LINES is split by concern (the bucket
+        # table into buckets_*.c, the shared-memory store into shm.c and
+        # shm_file.c), so that its name says what it holds.
+        long = []
+        for f in sorted(self.graph):
+            with open(os.path.join(SRC_ROOT, f), encoding="utf-8",
+                      errors="replace") as fh:
+                n = sum(1 for _ in fh)
+            if n > MAX_LINES:
+                long.append("%s: %d lines" % (f, n))
+        self.assertEqual(long, [], "\n" + "\n".join(long))
 
     def test_the_checker_sees_a_ring_and_a_wrong_arrow(self):
         # The checks can fail: a made-up tree with both faults.

@@ -622,7 +622,7 @@ static void test_directory_others_can_write_is_refused(void)
 
 /* ----------------------------------------------- a damaged or shrunk file */
 
-/* Where shard i's table counters sit in the file (the layout shm.c
+/* Where shard i's table counters sit in the file (the layout shm_file.c
  * writes: a 4096-byte header, then 128-byte-aligned shards). */
 typedef struct {
 	pthread_mutex_t lock;

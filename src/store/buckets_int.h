@@ -1,0 +1,243 @@
+/*
+ * buckets_int.h -- what the files of the bucket table share among
+ * themselves (buckets.h is what the stores see):
+ *
+ *   buckets_table.c   slot arrays, the arena, placing, removing, growing
+ *   buckets_lock.c    shard locks, robust-mutex recovery, repair, check
+ *   buckets_expiry.c  expiry (reclaim) and eviction, inserting under the
+ *                     bound
+ *   buckets_take.c    single takes, takes of several keys one by one,
+ *                     peek
+ *   buckets_many.c    takes of several keys, all or nothing
+ *   buckets_adjust.c  reset, refund, penalize, block, stats
+ *
+ * The helpers every take runs (find, the lock's uncontended path, a
+ * reclaim step) are static inline here, so that each take path compiles
+ * with them in line as when the table was one file; only what was out of
+ * line then (inserting, removing, a contended lock, reclaiming another
+ * shard) is a call into another file.
+ */
+#ifndef SLUICE_STORE_BUCKETS_INT_H
+#define SLUICE_STORE_BUCKETS_INT_H
+
+#include "store/buckets.h"
+
+#include <assert.h>
+#include <errno.h>
+
+#define MIN_SLOTS	   16
+#define EVICT_WINDOW	   32
+#define RECLAIM_STEP	   2
+#define RECLAIM_AWAY_EVERY 16
+#define RECLAIM_AWAY	   32
+
+/* 1 when the slot's bucket is full at now_us: sluice_state_expiry_us()
+ * <= now_us, without its division (it runs for every slot reclaiming
+ * examines).  A state's expiry is ceil(state / 1000) (0 for state <= 0),
+ * at most INT64_MAX / 1000 + 1. */
+static inline int slot_dead(const sluice_slot_t *sl, int64_t now_us)
+{
+	if (now_us < 0)
+		return 0;
+	if (now_us > INT64_MAX / 1000)
+		return 1;
+	return sl->state <= now_us * 1000;
+}
+
+/*
+ * Slot writes mark the slot used (h1) last and free (h1 = 0) first, so a
+ * process killed in the middle of one leaves at worst a stray or repeated
+ * entry, which sluice_shard_repair() removes; never a used slot whose
+ * identity is half written with the state of another.
+ */
+static inline void slot_clear(sluice_slot_t *sl)
+{
+	__atomic_store_n(&sl->h1, 0, __ATOMIC_RELEASE);
+	sl->h2 = 0;
+	sl->state = 0;
+}
+
+static inline void slot_put(sluice_slot_t *dst, const sluice_slot_t *src)
+{
+	dst->h2 = src->h2;
+	dst->state = src->state;
+	__atomic_store_n(&dst->h1, src->h1, __ATOMIC_RELEASE);
+}
+
+static inline sluice_slot_t *find(const sluice_shard_t *s, uint64_t h1,
+				  uint64_t h2)
+{
+	size_t i = h1 & s->mask, n;
+	sluice_slot_t *sl;
+
+	for (n = 0; n <= s->mask && (sl = &s->slots[i])->h1 != 0; n++) {
+		if (sl->h1 == h1 && sl->h2 == h2)
+			return sl;
+		i = (i + 1) & s->mask;
+	}
+	return NULL;
+}
+
+/* Puts sl in the first free slot from its home; NULL when there is none
+ * (never in a table kept at most 3/4 full; a damaged shared one may be). */
+static inline sluice_slot_t *place(sluice_slot_t *slots, size_t mask,
+				   const sluice_slot_t *sl)
+{
+	size_t i = sl->h1 & mask, n;
+
+	for (n = 0; slots[i].h1; n++) {
+		if (n == mask)
+			return NULL;
+		i = (i + 1) & mask;
+	}
+	slot_put(&slots[i], sl);
+	return &slots[i];
+}
+
+/* buckets_table.c */
+
+/* Removes the key at slot i and shifts the following run back so that
+ * linear probing still finds every key (no tombstones). */
+void sluice_shard_remove_at(sluice_shard_t *s, size_t i);
+/* Doubles the slot array; returns -1 (leaving the table as it was) when
+ * out of memory or the array is fixed. */
+int sluice_shard_grow(sluice_shard_t *s);
+
+/* buckets_lock.c */
+
+/* The shard of a key whose hash starts with h0: its top bits. */
+static inline size_t shard_index(const sluice_buckets_t *m, uint64_t h0)
+{
+	size_t i = m->nshards > 1 ? (size_t)(h0 >> m->shift) : 0;
+
+	assert(m->nshards <= SLUICE_MAX_SHARDS && i < m->nshards);
+	return i;
+}
+
+/* The shard of a key's hash. */
+static inline sluice_shard_t *shard_of(sluice_buckets_t *m, const uint64_t h[2])
+{
+	return &m->shards[shard_index(m, h[0])];
+}
+
+/*
+ * A shared lock's type lives in the file: one overwritten with another
+ * type makes glibc take another path (priority inheritance: kernel calls
+ * on garbage; lock elision: instructions this CPU may not have, SIGILL).
+ * So a lock whose type changed is not locked at all, and a lock this
+ * process holds gets its type back before it is unlocked.
+ */
+static inline int kind_changed(const sluice_shard_t *s)
+{
+#ifdef __GLIBC__
+	return s->lock_kind && s->lock->__data.__kind != s->lock_kind;
+#else
+	(void)s;
+	return 0;
+#endif
+}
+
+static inline void shard_unlock(sluice_shard_t *s)
+{
+#ifdef __GLIBC__
+	if (kind_changed(s))
+		s->lock->__data.__kind = s->lock_kind;
+#endif
+	pthread_mutex_unlock(s->lock);
+}
+
+/* shard_lock() after its first trylock answered rc, unless that took the
+ * lock with nothing more to do: spins, waits, recovers (buckets_lock.c). */
+int sluice_shard_lock_rest(sluice_shard_t *s, int rc);
+
+/* Takes a shard's lock: 0, or an error number (the lock is then not
+ * held).  The uncontended path is one trylock. */
+static inline int shard_lock(sluice_shard_t *s)
+{
+	int rc;
+
+	if (kind_changed(s))
+		return EINVAL;
+	rc = pthread_mutex_trylock(s->lock);
+	if (rc == 0 &&
+	    !(s->wait_ms && __atomic_load_n(&s->stuck, __ATOMIC_RELAXED)))
+		return 0;
+	return sluice_shard_lock_rest(s, rc);
+}
+
+/* A trylock that recovers a lock whose holder died: 0 or an error
+ * number. */
+int sluice_shard_trylock(sluice_shard_t *s);
+
+/* buckets_expiry.c */
+
+/* Examines up to steps slots at the shard's cursor, removing full
+ * buckets; the caller holds the lock. */
+static inline void reclaim_step(sluice_shard_t *s, int64_t now_us, int steps)
+{
+	int n;
+
+	for (n = 0; n < steps && s->t->count > 0; n++) {
+		size_t i = s->t->cursor & s->mask;
+
+		if (s->slots[i].h1 && slot_dead(&s->slots[i], now_us)) {
+			/* remove_at may shift a live key into slot i: look
+			 * at the same slot again next time. */
+			sluice_shard_remove_at(s, i);
+			s->t->expired++;
+		} else {
+			s->t->cursor = (i + 1) & s->mask;
+		}
+	}
+}
+
+/* now_us as sluice_eval() sees it. */
+static inline int64_t clamp_now(int64_t now_us)
+{
+	return now_us < 0		     ? 0
+	       : now_us > SLUICE_TIME_MAX_US ? SLUICE_TIME_MAX_US
+					     : now_us;
+}
+
+/* Every RECLAIM_AWAY_EVERY calls of a thread, after its own shard is
+ * unlocked, sweeps part of another shard (round-robin; skipped when
+ * busy). */
+void sluice_buckets_reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us);
+
+/* Stores the state of a bucket that has none yet, evicting first when the
+ * shard is at its bound (never one of keep, the current call's buckets).
+ * On allocation failure the decision stands but the state is not kept
+ * (fails open, never crashes). */
+void sluice_shard_insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
+			 sluice_state_t state, int64_t now_us,
+			 const uint64_t *keep, size_t nkeep);
+
+/* A call's buckets (their identity: buckets_table.c's header comment). */
+
+/*
+ * A bucket's identity: the key's hash XORed with the limit's exact value.
+ * capacity <= 2^52 and per < 2^10 fill 63 bits of the first word, interval
+ * <= 2^52 the second: distinct limits (in lowest terms, as
+ * sluice_limit_init() keeps them) give distinct identities for one key.
+ */
+static inline void bucket_id(const uint64_t h[2], const sluice_limit_t *l,
+			     uint64_t *h1, uint64_t *h2)
+{
+	*h1 = h[0] ^ (l->capacity | (uint64_t)l->rate.per << 53);
+	*h1 += !*h1; /* 0 marks an empty slot */
+	*h2 = h[1] ^ l->rate.interval;
+}
+
+/* 1 when bucket i of a call repeats an earlier one (the same limit given
+ * twice is one bucket, charged once). */
+static inline int seen_before(const uint64_t *h1, const uint64_t *h2, size_t i)
+{
+	size_t j;
+
+	for (j = 0; j < i; j++)
+		if (h1[j] == h1[i] && h2[j] == h2[i])
+			return 1;
+	return 0;
+}
+
+#endif

@@ -1,0 +1,198 @@
+/*
+ * buckets_take.c -- takes in the bucket table: one key's (the hot path:
+ * sluice_memstore_take() and the shared-memory store's), several keys one
+ * by one with their cache misses overlapped, and peeks.  A key's buckets
+ * are its hash XORed with each limit (bucket_id(), buckets_int.h), all in
+ * the shard its hash names, charged under that shard's one lock.
+ */
+#include "store/buckets_int.h"
+#include "util/siphash.h"
+
+/* A valid key and limits (as sluice_memstore_take() requires). */
+static int take_args_ok(const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits)
+{
+	size_t i;
+
+	if (nlimits == 0 || nlimits > SLUICE_MAX_LIMITS || !limits ||
+	    (!key && keylen))
+		return 0;
+	for (i = 0; i < nlimits; i++)
+		if (!sluice_limit_valid(&limits[i]))
+			return 0;
+	return 1;
+}
+
+/*
+ * Asks the memory system for the lines a lookup of bucket h1 reads first:
+ * its home slot and the next one (a 24-byte slot may straddle two lines,
+ * and a probe usually ends one slot on), so that both misses overlap.
+ * Without the shard's lock: the slot array and its size are read
+ * atomically (sluice_shard_grow() replaces them under the lock) and a prefetch
+ * of a stale address is only a wasted hint.
+ */
+static void prefetch_bucket(const sluice_shard_t *s, uint64_t h1)
+{
+	const sluice_slot_t *slots =
+		__atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+	uint64_t mask = __atomic_load_n(&s->mask, __ATOMIC_RELAXED);
+	const char *at = (const char *)&slots[h1 & mask];
+
+	__builtin_prefetch(at, 1, 0);
+	if ((h1 & mask) < mask)
+		__builtin_prefetch(at + 2 * sizeof(sluice_slot_t) - 1, 1, 0);
+}
+
+/* sluice_buckets_take() of a checked key whose hash is h, or (commit 0)
+ * the decision it would get, charging nothing. */
+static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
+		       const sluice_limit_t *limits, size_t nlimits,
+		       uint64_t cost, int64_t now_us,
+		       sluice_decision_t *decisions, sluice_decision_t *summary,
+		       int commit)
+{
+	sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	sluice_decision_t local[SLUICE_MAX_LIMITS], sum;
+	uint64_t h1[SLUICE_MAX_LIMITS], h2[SLUICE_MAX_LIMITS];
+	sluice_slot_t *at[SLUICE_MAX_LIMITS];
+	sluice_shard_t *s = shard_of(m, h);
+	size_t i;
+	int allowed;
+
+	if (!decisions)
+		decisions = local;
+	/* The slots' cache misses start before the lock is taken, and
+	 * overlap it (and the sweep of another shard, whose own misses
+	 * would otherwise come after). */
+	for (i = 0; i < nlimits; i++) {
+		bucket_id(h, &limits[i], &h1[i], &h2[i]);
+		prefetch_bucket(s, h1[i]);
+	}
+	if (commit)
+		sluice_buckets_reclaim_elsewhere(m, now_us);
+
+	if (shard_lock(s) != 0)
+		return SLUICE_ESTORE;
+	for (i = 0; i < nlimits; i++) {
+		at[i] = find(s, h1[i], h2[i]);
+		cur[i] = at[i] ? at[i]->state : 0;
+	}
+	allowed = sluice_eval_all(limits, cur, nlimits, now_us, cost, next,
+				  decisions, &sum);
+	if (!commit) {
+		shard_unlock(s);
+		if (summary)
+			*summary = sum;
+		return allowed;
+	}
+	/* Update in place first: inserting may move slots. */
+	for (i = 0; i < nlimits; i++)
+		if (at[i] && next[i] != cur[i])
+			at[i]->state = next[i];
+	for (i = 0; i < nlimits; i++)
+		if (!at[i] && next[i] != cur[i] && !seen_before(h1, h2, i))
+			sluice_shard_insert(s, h1[i], h2[i], next[i], now_us,
+					    h1, nlimits);
+	reclaim_step(s, now_us, RECLAIM_STEP);
+	shard_unlock(s);
+
+	if (summary)
+		*summary = sum;
+	return allowed;
+}
+
+/* A take (commit 1) or a peek of a key not yet checked or hashed. */
+static int take_key(sluice_buckets_t *m, const void *key, size_t keylen,
+		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+		    int64_t now_us, sluice_decision_t *decisions,
+		    sluice_decision_t *summary, int commit)
+{
+	uint64_t h[2];
+
+	if (!take_args_ok(key, keylen, limits, nlimits))
+		return SLUICE_EINVAL;
+	sluice_siphash13_128(m->seed, key, keylen, h);
+	return take_hashed(m, h, limits, nlimits, cost, now_us, decisions,
+			   summary, commit);
+}
+
+int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary)
+{
+	return take_key(m, key, keylen, limits, nlimits, cost, now_us,
+			decisions, summary, 1);
+}
+
+int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t cost, int64_t now_us,
+			sluice_decision_t *decisions,
+			sluice_decision_t *summary)
+{
+	return take_key(m, key, keylen, limits, nlimits, cost, now_us,
+			decisions, summary, 0);
+}
+
+/*
+ * Asks the memory system for the slot where a key's first bucket would
+ * start its probe, ahead of the take that reads it, so that the cache
+ * misses of several keys overlap.  It runs without the shard's lock: the
+ * slot array and its size are read atomically (sluice_shard_grow() replaces
+ * them under the lock) and a prefetch of a stale address is only a wasted hint.
+ */
+static void prefetch_home(sluice_buckets_t *m, const uint64_t h[2],
+			  const sluice_limit_t *limit)
+{
+	sluice_shard_t *s = shard_of(m, h);
+	sluice_slot_t *slots = __atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+	uint64_t mask = __atomic_load_n(&s->mask, __ATOMIC_RELAXED);
+	uint64_t h1, h2;
+
+	bucket_id(h, limit, &h1, &h2);
+	__builtin_prefetch(&slots[h1 & mask], 1, 0);
+}
+
+/* Keys hashed and prefetched ahead of the one being decided. */
+#define EACH_AHEAD 8
+
+int sluice_buckets_take_each(sluice_buckets_t *m, sluice_take_item_t *items,
+			     size_t n, int64_t now_us)
+{
+	uint64_t h[EACH_AHEAD][2];
+	size_t i, ahead;
+	int allowed = 0, rc;
+
+	if (n > 0 && !items)
+		return SLUICE_EINVAL;
+	for (i = 0; i < n; i++)
+		if (!take_args_ok(items[i].key, items[i].keylen,
+				  items[i].limits, items[i].nlimits))
+			return SLUICE_EINVAL;
+	ahead = n < EACH_AHEAD ? n : EACH_AHEAD;
+	for (i = 0; i < ahead; i++) {
+		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen,
+				     h[i]);
+		prefetch_home(m, h[i], &items[i].limits[0]);
+	}
+	for (i = 0; i < n; i++) {
+		sluice_take_item_t *it = &items[i];
+		uint64_t *hi = h[i % EACH_AHEAD];
+		size_t j = i + EACH_AHEAD;
+
+		rc = take_hashed(m, hi, it->limits, it->nlimits, it->cost,
+				 now_us, NULL, &it->summary, 1);
+		if (rc < 0)
+			return rc;
+		it->allowed = rc;
+		allowed += rc;
+		if (j < n) {
+			sluice_siphash13_128(m->seed, items[j].key,
+					     items[j].keylen, hi);
+			prefetch_home(m, hi, &items[j].limits[0]);
+		}
+	}
+	return allowed;
+}

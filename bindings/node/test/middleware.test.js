@@ -306,6 +306,46 @@ test('stacked limiters: the most restrictive answer\'s headers stay; RateLimit-P
   }
 });
 
+test('headers are the response\'s own: getHeader/getHeaders/hasHeader see them, removeHeader drops them, a replaced setHeader receives them', async () => {
+  const seen = [];
+  const { server, close } = await serve({ policy: pol(5, 'hdr') }, {
+    extra: (app) => app.use((req, res, next) => {
+      if (req.query.wrap !== undefined) {
+        const own = res.setHeader;
+        res.setHeader = function setHeader(name, value) {
+          seen.push(name);
+          return own.call(this, name, value);
+        };
+      }
+      next();
+    }),
+    route: (req, res) => {
+      const names = res.getHeaderNames().filter((n) => /ratelimit/.test(n)).sort();
+      const got = { names, has: res.hasHeader('RateLimit'), one: res.getHeader('X-RateLimit-Remaining'), all: res.getHeaders().ratelimit };
+      res.removeHeader('x-ratelimit-limit');
+      res.json(got);
+    },
+  });
+  try {
+    const r = await get(server);
+    const b = JSON.parse(r.body);
+    assert.deepEqual(b.names, ['ratelimit', 'ratelimit-policy', 'x-ratelimit-remaining', 'x-ratelimit-reset']
+      .concat(['x-ratelimit-limit']).sort());
+    assert.equal(b.has, true);
+    assert.equal(String(b.one), '4');
+    assert.equal(b.all, '"hdr";r=4;t=3600');
+    assert.equal(r.headers.ratelimit, '"hdr";r=4;t=3600');
+    assert.equal(r.headers['x-ratelimit-limit'], undefined, 'removed by the route');
+    assert.equal(r.headers['x-ratelimit-remaining'], '4');
+    const w = await get(server, '/?wrap');
+    assert.equal(w.headers.ratelimit, '"hdr";r=3;t=7200');
+    assert.deepEqual(seen.filter((n) => /ratelimit/i.test(n)).sort(),
+      ['RateLimit', 'RateLimit-Policy', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);
+  } finally {
+    await close();
+  }
+});
+
 test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {
   for (const headers of [undefined, false]) {
     const { server, close } = await serve({ policy: pol(5), headers }, {

@@ -409,6 +409,10 @@ const ADMIN_REFUND = 1;
 const ADMIN_PENALIZE = 2;
 const ADMIN_BLOCK = 3;
 const CLOSED = -100;
+// The addon's answer table (src/redis.c): rows of id, status, allowed and
+// the decision's five numbers, up to ANSWER_BATCH rows per call.
+const ANSWER_FIELDS = 8;
+const ANSWER_BATCH = 256;
 
 // Node events that leave a Redis node unusable (sluice_redis_event_name()).
 const NODE_FAILURES = new Set(['unreachable', 'timeout', 'auth_failed', 'tls_failed', 'no_master', 'refused']);
@@ -467,7 +471,15 @@ class Limiter extends EventEmitter {
       this.store = 'redis';
       this._mem = null;
       this._take = null;
-      this._redis = native.redisNew(this, redisOptions(s.redis, unref));
+      // Calls waiting on Redis: id -> done (the addon answers an id, no
+      // function or reference per call), and ids free for reuse.
+      this._slots = [];
+      this._freeIds = [];
+      // The addon writes each batch of answers here (ANSWER_FIELDS
+      // numbers each) and calls _answers(n) once for the batch.
+      this._ans = new Float64Array(ANSWER_FIELDS * ANSWER_BATCH);
+      this._ansAt = 0;
+      this._redis = native.redisNew(this, redisOptions(s.redis, unref), this._ans);
     }
   }
 
@@ -489,7 +501,40 @@ class Limiter extends EventEmitter {
       done(0, allowed, b[0], b[1], b[2], b[3], b[4]);
       return;
     }
-    (peek ? native.redisPeek : native.redisTake)(this._redis, key, p._h, cost, done);
+    const id = this._slot(done);
+    try {
+      (peek ? native.redisPeek : native.redisTake)(this._redis, key, p._h, cost, id);
+    } catch (e) {
+      this._unslot(id);
+      throw e;
+    }
+  }
+
+  _slot(done) {
+    const id = this._freeIds.length > 0 ? this._freeIds.pop() : this._slots.length;
+    this._slots[id] = done;
+    return id;
+  }
+
+  _unslot(id) {
+    this._slots[id] = null;
+    this._freeIds.push(id);
+  }
+
+  // From the addon, inside one callback scope per batch: the first n rows
+  // of the answer table, each (id, status, allowed, limit, remaining,
+  // retryAfterMs, resetMs, which).  When a callback throws, the addon
+  // reports it as uncaught and calls again: _ansAt keeps the place.
+  _answers(n) {
+    const a = this._ans;
+    while (this._ansAt < n) {
+      const o = this._ansAt++ * ANSWER_FIELDS;
+      const id = a[o];
+      const done = this._slots[id];
+      this._unslot(id);
+      done(a[o + 1], a[o + 2] === 1, a[o + 3], a[o + 4], a[o + 5], a[o + 6], a[o + 7]);
+    }
+    this._ansAt = 0;
   }
 
   // The error of a failed call.  The message ends with what a Redis node
@@ -606,10 +651,16 @@ class Limiter extends EventEmitter {
       return Promise.resolve();
     }
     return new Promise((resolve, reject) => {
-      native.redisAdmin(this._redis, key, p._h, n, op, (status) => {
+      const id = this._slot((status) => {
         if (status !== 0) reject(this._error(status));
         else resolve();
       });
+      try {
+        native.redisAdmin(this._redis, key, p._h, n, op, id);
+      } catch (e) {
+        this._unslot(id);
+        throw e;
+      }
     });
   }
 

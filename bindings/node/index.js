@@ -823,13 +823,34 @@ const LIMITER_CLOSED = '{"error":"limiter_closed","message":"the rate limiter is
 const JSON_TYPE = 'application/json';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 
-// What an earlier limiter on the same response answered (stacked
-// limiters): its remaining tokens and the policies it listed.
 // The remaining count of the answer's winning limiter, per response, for
-// stacked limiters.  A WeakMap, not a property: a symbol added to every
-// ServerResponse changed its shape and cost more than the decision itself
-// (bench/node/overhead.js: 10.5 -> 6.0 µs per call on the memory store).
+// stacked limiters.  Not a property of the response: a symbol added to
+// every ServerResponse changed its shape and cost more than the decision
+// itself (bench/node/overhead.js: 10.5 -> 6.0 µs per call on the memory
+// store).  In the response's header store when sluice writes there (a
+// symbol key, which node never lists, sends or counts as a header), else
+// in a WeakMap (whose entries cost the garbage collector more).
 const REMAINING = new WeakMap();
+const K_REMAINING = Symbol('sluice.remaining');
+
+function prevRemaining(res, store) {
+  if (store !== null) return store[K_REMAINING];
+  const prev = REMAINING.get(res);
+  if (prev !== undefined || OUT_HEADERS === null) return prev;
+  const h = res[OUT_HEADERS];
+  return h === null || h === undefined ? undefined : h[K_REMAINING];
+}
+
+function keepRemaining(res, store, remaining) {
+  if (store !== null) store[K_REMAINING] = remaining;
+  else REMAINING.set(res, remaining);
+}
+
+// One header: straight into the store, or through the framework.
+function putHeader(io, res, store, lower, name, value) {
+  if (store !== null) store[lower] = [name, value];
+  else io.set(res, name, value);
+}
 
 const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
   'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'];
@@ -902,18 +923,21 @@ const OUT_HEADERS = (() => {
   return null;
 })();
 
-// Sets one header on a node response: lower is name lower-cased.
-function putHeader(res, lower, name, value) {
-  const h = OUT_HEADERS === null ? undefined : res[OUT_HEADERS];
-  if (h === undefined || res.setHeader !== SET_HEADER || res._header) res.setHeader(name, value);
-  else if (h === null) res[OUT_HEADERS] = { __proto__: null, [lower]: [name, value] };
-  else h[lower] = [name, value];
+// The header store of a plain node response, to write sluice's headers
+// into directly (made when the response has none yet), or null: then they
+// go through the framework's own call.
+function directHeaders(res) {
+  if (OUT_HEADERS === null || res.setHeader !== SET_HEADER || res._header) return null;
+  let h = res[OUT_HEADERS];
+  if (h === undefined) return null;
+  if (h === null) res[OUT_HEADERS] = h = { __proto__: null };
+  return h;
 }
 
 // How one framework writes an answer.
 const NODE_IO = {
   set: (res, name, value) => res.setHeader(name, value),
-  put: putHeader,
+  direct: directHeaders,
   get: (res, name) => res.getHeader(name),
   send(res, status, type, body) {
     res.statusCode = status;
@@ -923,7 +947,7 @@ const NODE_IO = {
 };
 const FASTIFY_IO = {
   set: (reply, name, value) => { reply.header(name, value); },
-  put: (reply, lower, name, value) => { reply.header(name, value); },
+  direct: () => null,
   get: (reply, name) => reply.getHeader(name),
   send(reply, status, type, body) {
     reply.code(status).type(type).send(body);
@@ -993,10 +1017,11 @@ function middlewareOptions(opts, what) {
   return c;
 }
 
-// The rate-limit headers of one decision.  `res` is what io writes to.
-function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed) {
+// The rate-limit headers of one decision.  `res` is what io writes to;
+// store is io.direct(res).
+function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
   const h = c.headers;
-  const prev = REMAINING.get(res);
+  const prev = prevRemaining(res, store);
   const stacked = prev !== undefined;
   // Several limiters on one answer: the most restrictive one's headers
   // stay (a rejection, else the fewest remaining; the first on a tie), and
@@ -1010,29 +1035,29 @@ function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allo
       const before = io.get(res, 'RateLimit-Policy');
       if (before !== undefined) pol = wins ? `${pol}, ${before}` : `${before}, ${pol}`;
     }
-    io.put(res, 'ratelimit-policy', 'RateLimit-Policy', pol);
+    putHeader(io, res, store, 'ratelimit-policy', 'RateLimit-Policy', pol);
     if (wins) {
       switch (h.standard) {
         case 'draft-11':
         case 'draft-8':
-          io.put(res, 'ratelimit', 'RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
+          putHeader(io, res, store, 'ratelimit', 'RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
           break;
         case 'draft-7':
-          io.put(res, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          putHeader(io, res, store, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
           break;
         default:
-          io.put(res, 'ratelimit-limit', 'RateLimit-Limit', limit);
-          io.put(res, 'ratelimit-remaining', 'RateLimit-Remaining', remaining);
-          io.put(res, 'ratelimit-reset', 'RateLimit-Reset', resetS);
+          putHeader(io, res, store, 'ratelimit-limit', 'RateLimit-Limit', limit);
+          putHeader(io, res, store, 'ratelimit-remaining', 'RateLimit-Remaining', remaining);
+          putHeader(io, res, store, 'ratelimit-reset', 'RateLimit-Reset', resetS);
       }
     }
   }
   if (wins && h.legacy) {
-    io.put(res, 'x-ratelimit-limit', 'X-RateLimit-Limit', limit);
-    io.put(res, 'x-ratelimit-remaining', 'X-RateLimit-Remaining', remaining);
-    io.put(res, 'x-ratelimit-reset', 'X-RateLimit-Reset', h.epoch ? Math.ceil((Date.now() + resetMs) / 1000) : resetS);
+    putHeader(io, res, store, 'x-ratelimit-limit', 'X-RateLimit-Limit', limit);
+    putHeader(io, res, store, 'x-ratelimit-remaining', 'X-RateLimit-Remaining', remaining);
+    putHeader(io, res, store, 'x-ratelimit-reset', 'X-RateLimit-Reset', h.epoch ? Math.ceil((Date.now() + resetMs) / 1000) : resetS);
   }
-  if (wins) REMAINING.set(res, remaining);
+  if (wins) keepRemaining(res, store, remaining);
   return wins;
 }
 
@@ -1083,12 +1108,13 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
 
 function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {
   let wins;
+  const store = io.direct(res);
   if (c.headers !== null) {
-    wins = writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed);
+    wins = writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed);
   } else {
-    const prev = REMAINING.get(res);
+    const prev = prevRemaining(res, store);
     wins = prev === undefined || !allowed || remaining < prev;
-    if (wins) REMAINING.set(res, remaining);
+    if (wins) keepRemaining(res, store, remaining);
   }
   // A cost that can never pass waits for a whole window, as sluice
   // serve says it.

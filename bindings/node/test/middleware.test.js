@@ -282,8 +282,22 @@ test('stacked limiters: the most restrictive answer\'s headers stay; RateLimit-P
   const app = express();
   app.get('/', sluice.express({ limiter, policy: burst }), sluice.express({ limiter, policy: daily }), (req, res) => res.json(req.rateLimit));
   app.get('/rev', sluice.express({ limiter, policy: daily }), sluice.express({ limiter, policy: burst }), (req, res) => res.json(req.rateLimit));
+  // Between the two, a middleware replaces setHeader: the second limiter
+  // writes through it, and still sees what the first one answered.
+  const wrapSetHeader = (req, res, next) => {
+    const own = res.setHeader;
+    res.setHeader = function setHeader(name, value) { return own.call(this, name, value); };
+    next();
+  };
+  const m1 = sluice.policy([{ capacity: 4, rate: '4/day' }], { name: 'm1' });
+  const m2 = sluice.policy([{ capacity: 10, rate: '1/s' }], { name: 'm2' });
+  app.get('/mixed', sluice.express({ limiter, policy: m1 }), wrapSetHeader, sluice.express({ limiter, policy: m2 }), (req, res) => res.json(req.rateLimit));
   const server = await listen(app);
   try {
+    const mixed = await get(server, '/mixed');
+    assert.equal(mixed.headers['ratelimit-policy'], '"m1";q=4;w=86400, "m2";q=10;w=10');
+    assert.equal(mixed.headers.ratelimit, '"m1";r=3;t=21600', 'the first limiter, the more restrictive, stays');
+    assert.equal(JSON.parse(mixed.body).policy, 'm1');
     const r = await get(server, '/');
     assert.equal(r.headers['ratelimit-policy'], '"daily";q=4;w=86400, "burst";q=10;w=10');
     assert.equal(r.headers.ratelimit, '"daily";r=3;t=21600');

@@ -1122,7 +1122,10 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
   let info = null;
   if (c.prop !== null && wins) {
     info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
-    req[c.prop] = info;
+    // The usual name as a named store, whose transition the inline cache
+    // keeps; a computed name goes through a keyed store.
+    if (c.prop === 'rateLimit') req.rateLimit = info;
+    else req[c.prop] = info;
   }
   if (allowed) {
     if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);

@@ -900,7 +900,8 @@ function partitionKey(key) {
 // probe response; when it is not found, or the response is not a plain
 // node one (no such property, headers sent, setHeader replaced), the
 // headers go through setHeader() as before.
-const SET_HEADER = http.OutgoingMessage.prototype.setHeader;
+const OUTGOING = http.OutgoingMessage.prototype;
+const SET_HEADER = OUTGOING.setHeader;
 const OUT_HEADERS = (() => {
   try {
     const res = new http.ServerResponse(new http.IncomingMessage(null));
@@ -926,8 +927,13 @@ const OUT_HEADERS = (() => {
 // The header store of a plain node response, to write sluice's headers
 // into directly (made when the response has none yet), or null: then they
 // go through the framework's own call.
+//
+// Whether setHeader was replaced is asked of the response's own properties
+// and of node's prototype, not through the response's prototype chain:
+// Express sets every response's prototype, which leaves a load through
+// that chain missing its inline cache on every request.
 function directHeaders(res) {
-  if (OUT_HEADERS === null || res.setHeader !== SET_HEADER || res._header) return null;
+  if (OUT_HEADERS === null || res._header || OUTGOING.setHeader !== SET_HEADER || Object.hasOwn(res, 'setHeader')) return null;
   let h = res[OUT_HEADERS];
   if (h === undefined) return null;
   if (h === null) res[OUT_HEADERS] = h = { __proto__: null };

@@ -318,11 +318,22 @@ def node_section(w, plots, nd):
                                      for k in ("rps", "p99_ms",
                                                "cpu_us_per_req")])
     if spread:
-        w("\nThe apps the targets compare ran %s times each, in turn "
-          "(a pass over every app, then sluice memory, bare, the classic "
-          "and sluice Redis again, the order reversed every other round); "
-          "the table gives each figure's median. Every run, in order:\n"
-          % fmt(nd.get("rounds")))
+        if nd.get("round_s") is not None:
+            w("\nThe apps the targets compare (bare, sluice on each store, "
+              "the classic) stay up side by side, each idle while another "
+              "is measured: after its warm-up, each is measured %s times "
+              "with `wrk -t1 -c50 -d%ss --latency`, in rounds over the four "
+              "(the order reversed every other round), Redis flushed before "
+              "every run; the table gives each figure's median, the other "
+              "apps' one run of `wrk %s`. Every run, in order:\n"
+              % (fmt(nd.get("rounds")), fmt(nd.get("round_s")),
+                 fmt(nd.get("wrk"))))
+        else:
+            w("\nThe apps the targets compare ran %s times each, in turn "
+              "(a pass over every app, then sluice memory, bare, the "
+              "classic and sluice Redis again, the order reversed every "
+              "other round); the table gives each figure's median. Every "
+              "run, in order:\n" % fmt(nd.get("rounds")))
         w(table(["app", "req/s", "p99 ms", "node CPU µs/request"], spread))
     loads = [nd[a + "_loadavg_1m"] for a, _, _ in NODE_APPS
              if nd.get(a + "_loadavg_1m") is not None]

@@ -29,6 +29,7 @@ typedef struct rclient_s {
 	 * by owner._answers(n) (a Float64Array the owner holds; referenced
 	 * here so it lives as long as the client). */
 	napi_ref answers_ref;
+	napi_ref answers_fn; /* owner._answers, looked up once */
 	double *answers;
 	size_t answers_cap; /* in answers */
 	/* Answers wait here until the loop's check phase (or the next
@@ -150,6 +151,7 @@ static void rclient_close(rclient_t *c)
 		napi_async_destroy(c->env, c->actx);
 		napi_delete_reference(c->env, c->owner);
 		napi_delete_reference(c->env, c->answers_ref);
+		napi_delete_reference(c->env, c->answers_fn);
 	}
 	drop_queue(c);
 	if (c->handles_open) {
@@ -472,7 +474,7 @@ static int redis_opts(napi_env env, napi_value v, sluice_redis_opts_t *o,
 static napi_value redis_new(napi_env env, napi_callback_info info)
 {
 	size_t argc = 3;
-	napi_value argv[3], ext, name;
+	napi_value argv[3], ext, name, fn;
 	napi_typedarray_type tt;
 	size_t alen = 0;
 	void *adata = NULL;
@@ -523,9 +525,11 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 		c = NULL;
 		goto napi_fail;
 	}
-	if (napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
+	if (napi_get_named_property(env, argv[0], "_answers", &fn) != napi_ok ||
+	    napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
 	    napi_create_reference(env, argv[2], 1, &c->answers_ref) !=
 		    napi_ok ||
+	    napi_create_reference(env, fn, 1, &c->answers_fn) != napi_ok ||
 	    napi_add_async_cleanup_hook(env, on_env_teardown, c, &c->hook) !=
 		    napi_ok ||
 	    napi_create_external(env, c, free_rclient, NULL, &ext) != napi_ok) {
@@ -639,7 +643,8 @@ static void deliver(rclient_t *c)
 		return;
 	if (napi_get_reference_value(env, c->owner, &owner) != napi_ok ||
 	    !owner ||
-	    napi_get_named_property(env, owner, "_answers", &fn) != napi_ok ||
+	    napi_get_reference_value(env, c->answers_fn, &fn) != napi_ok ||
+	    !fn ||
 	    napi_open_callback_scope(env, owner, c->actx, &cs) != napi_ok) {
 		napi_close_handle_scope(env, hs);
 		return;

@@ -348,8 +348,8 @@ def parse_ms(text):
     return {"us": v / 1000, "ms": v, "s": v * 1000}[m.group(2)]
 
 
-def wrk(ctx, url, pid, keys=100000, others=None, warmup=0):
-    """wrk -t1 -c50 -d10s --latency over `keys` random x-user-id keys.
+def wrk(ctx, url, pid, keys=100000, others=None, warmup=0, seconds=10):
+    """wrk -t1 -c50 -d<seconds>s --latency over `keys` random x-user-id keys.
     CPU per request is measured for `pid` (cpu_us_per_req) and for each
     {name: pid} in `others` (<name>_cpu_us_per_req), from /proc over the
     measured run.  `warmup` seconds of the same load run first, unmeasured
@@ -364,8 +364,8 @@ def wrk(ctx, url, pid, keys=100000, others=None, warmup=0):
     pids = {"": pid}
     pids.update({name + "_": p for name, p in (others or {}).items()})
     cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
-    out = run(["wrk", "-t1", "-c50", "-d%ds" % ctx.seconds(10), "--latency",
-               "-s", script, url], timeout=300).stdout
+    out = run(["wrk", "-t1", "-c50", "-d%ds" % ctx.seconds(seconds),
+               "--latency", "-s", script, url], timeout=300).stdout
     cpu1 = {k: cpu_seconds(p) for k, p in pids.items()}
     m = re.search(r"(\d+) requests in", out)
     rps = re.search(r"Requests/sec:\s+([0-9.]+)", out)

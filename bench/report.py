@@ -283,7 +283,7 @@ def node_section(w, plots, nd):
       "share one route (`GET /` answering `{\"ok\":true}`) and differ only "
       "in the limiter in front of it, each keyed by `x-user-id` with %s. "
       "One Redis serves them all (flushed between apps). Each app gets a "
-      "3 s warm-up, then `wrk %s --latency` with a Lua script that sends "
+      "%s s warm-up, then `wrk %s --latency` with a Lua script that sends "
       "one of %s random `x-user-id`s per request. node and Redis CPU per "
       "request are the utime + stime deltas of the node and redis-server "
       "processes over the measured run, divided by the requests wrk "
@@ -298,10 +298,17 @@ def node_section(w, plots, nd):
       "in-process (`bench/node/overhead.js`): each app's middleware called "
       "directly on Express request/response objects, 50 calls in flight "
       "against the same Redis, its node CPU per call beyond a no-op "
-      "middleware's (%s µs) driven the same way (median of 3 rounds).\n"
+      "middleware's (%s µs) driven the same way in the same round (median "
+      "over %s rounds of %s calls, every middleware once per round).\n"
       % (fmt(nd.get("node_version")), fmt(nd.get("policy")),
+         fmt(nd.get("warmup_s", 3)),
          fmt(nd.get("wrk")), fmt(nd.get("users")),
-         fmt(nd.get("inproc_noop_cpu_us_per_call"))))
+         fmt(nd.get("inproc_noop_cpu_us_per_call")),
+         fmt(nd.get("inproc_rounds", 3)), fmt(nd.get("inproc_calls"))))
+    if nd.get("pinned"):
+        w("\nPinned with CPU affinity (`sched_setaffinity`, as `taskset` "
+          "does): %s, so that the app and its load do not trade time "
+          "slices.\n" % nd["pinned"])
     rows = []
     for app, label, _ in NODE_APPS:
         rows.append([label, fmt(nd.get(app + "_rps")),
@@ -327,11 +334,22 @@ def node_section(w, plots, nd):
                                      for k in ("rps", "p99_ms",
                                                "cpu_us_per_req")])
     if spread:
-        w("\nThe apps the targets compare ran %s times each, in turn "
-          "(a pass over every app, then sluice Redis, the classic, bare and "
-          "sluice memory again, in that order, per further round); "
-          "the table gives each figure's median. Every run, in order:\n"
-          % fmt(nd.get("rounds")))
+        if nd.get("round_s") is not None:
+            w("\nThe apps the targets compare (bare, sluice on each store, "
+              "the classic) stay up side by side, each idle while another "
+              "is measured: after its warm-up, each is measured %s times "
+              "with `wrk -t1 -c50 -d%ss --latency`, in rounds over the four "
+              "(the order reversed every other round), Redis flushed before "
+              "every run; the table gives each figure's median, the other "
+              "apps' one run of `wrk %s`. Every run, in order:\n"
+              % (fmt(nd.get("rounds")), fmt(nd.get("round_s")),
+                 fmt(nd.get("wrk"))))
+        else:
+            w("\nThe apps the targets compare ran %s times each, in turn "
+              "(a pass over every app, then sluice memory, bare, the "
+              "classic and sluice Redis again, the order reversed every "
+              "other round); the table gives each figure's median. Every "
+              "run, in order:\n" % fmt(nd.get("rounds")))
         w(table(["app", "req/s", "p99 ms", "node CPU µs/request"], spread))
     loads = [nd[a + "_loadavg_1m"] for a, _, _ in NODE_APPS
              if nd.get(a + "_loadavg_1m") is not None]
@@ -352,6 +370,26 @@ def node_section(w, plots, nd):
           "redis_rps_vs_classic", "redis_p99_vs_classic",
           "memory_inproc_cpu_vs_classic", "redis_inproc_cpu_vs_classic",
           "memory_inproc_cpu_vs_peers", "memory_rps_vs_peers")))
+    def rng(k):
+        return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
+            else "n/a"
+    if nd.get("redis_rps_vs_classic_paired") is not None:
+        w("\nRound by round (each sluice run against the classic or bare run "
+          "next to it): sluice Redis req/s **%s** of the classic's (%s), "
+          "p99 **%s** of the classic's (%s); sluice memory req/s **%s** of "
+          "bare Express's (%s).\n"
+          % (fmt(nd.get("redis_rps_vs_classic_paired")),
+             rng("redis_rps_vs_classic_paired_range"),
+             fmt(nd.get("redis_p99_vs_classic_paired")),
+             rng("redis_p99_vs_classic_paired_range"),
+             fmt(nd.get("memory_rps_vs_bare_paired")),
+             rng("memory_rps_vs_bare_paired_range")))
+    inproc = [(label, nd.get(app + "_inproc_cpu_us_per_call_range"))
+              for app, label, _ in NODE_APPS[1:]]
+    if any(r for _, r in inproc):
+        w("\nIn-process µs per call, lowest to highest round: %s.\n"
+          % "; ".join("%s %s to %s" % (label, fmt(r[0]), fmt(r[1]))
+                      for label, r in inproc if r))
     w(img(plots.grouped(
         "node_cpu", "node and Redis CPU time per request", "µs per request",
         ["node", "Redis"],

@@ -9,7 +9,9 @@
 //   REDIS_URL=redis://127.0.0.1:6379 node overhead.js [calls] [variant ...]
 //
 // Prints one JSON object: { variant: µs of node CPU per call beyond the
-// no-op middleware's }, each the median of 3 rounds.
+// no-op middleware's }, each the median of OVERHEAD_ROUNDS rounds (default
+// 3; every middleware once per round, the order reversed every other
+// round), and under "range" each variant's [min, max] over the rounds.
 const http = require('http');
 const net = require('net');
 const path = require('path');
@@ -17,7 +19,7 @@ const express = require('express');
 
 const INFLIGHT = 50;
 const USERS = 10000;
-const ROUNDS = 3;
+const ROUNDS = Number(process.env.OVERHEAD_ROUNDS || 3);
 
 const app = express();
 const incoming = new http.IncomingMessage(new net.Socket());
@@ -83,16 +85,26 @@ async function main() {
       .middleware();
   }
   const cpu = {};
+  const entries = Object.entries(mws);
   for (let r = 0; r < ROUNDS; r++) {
-    for (const [n, mw] of Object.entries(mws)) {
+    for (const [n, mw] of r % 2 ? [...entries].reverse() : entries) {
       (cpu[n] = cpu[n] || []).push(await drive(mw, calls));
     }
   }
-  const median = (a) => a.sort((x, y) => x - y)[a.length >> 1];
-  const base = median(cpu.noop);
-  const out = {};
-  for (const n of names) out[n] = Math.round((median(cpu[n]) - base) * 100) / 100;
-  out.noop_us_per_call = Math.round(base * 100) / 100;
+  const median = (a) => {
+    const s = [...a].sort((x, y) => x - y);
+    const h = s.length >> 1;
+    return s.length % 2 ? s[h] : (s[h - 1] + s[h]) / 2;
+  };
+  const r2 = (v) => Math.round(v * 100) / 100;
+  // Each round's figure is against that round's no-op.
+  const own = (n) => cpu[n].map((v, i) => v - cpu.noop[i]);
+  const out = { range: {}, rounds: ROUNDS, calls };
+  for (const n of names) {
+    out[n] = r2(median(own(n)));
+    out.range[n] = [r2(Math.min(...own(n))), r2(Math.max(...own(n)))];
+  }
+  out.noop_us_per_call = r2(median(cpu.noop));
   console.log(JSON.stringify(out));
   process.exit(0);
 }

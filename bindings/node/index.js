@@ -11,6 +11,7 @@
 
 const { EventEmitter } = require('node:events');
 const fs = require('node:fs');
+const http = require('node:http');
 const path = require('node:path');
 
 // The addon is built by the install script (scripts/build.js).  npm may
@@ -408,6 +409,10 @@ const ADMIN_REFUND = 1;
 const ADMIN_PENALIZE = 2;
 const ADMIN_BLOCK = 3;
 const CLOSED = -100;
+// The addon's answer table (src/redis.c): rows of id, status, allowed and
+// the decision's five numbers, up to ANSWER_BATCH rows per call.
+const ANSWER_FIELDS = 8;
+const ANSWER_BATCH = 256;
 
 // Node events that leave a Redis node unusable (sluice_redis_event_name()).
 const NODE_FAILURES = new Set(['unreachable', 'timeout', 'auth_failed', 'tls_failed', 'no_master', 'refused']);
@@ -466,7 +471,15 @@ class Limiter extends EventEmitter {
       this.store = 'redis';
       this._mem = null;
       this._take = null;
-      this._redis = native.redisNew(this, redisOptions(s.redis, unref));
+      // Calls waiting on Redis: id -> done (the addon answers an id, no
+      // function or reference per call), and ids free for reuse.
+      this._slots = [];
+      this._freeIds = [];
+      // The addon writes each batch of answers here (ANSWER_FIELDS
+      // numbers each) and calls _answers(n) once for the batch.
+      this._ans = new Float64Array(ANSWER_FIELDS * ANSWER_BATCH);
+      this._ansAt = 0;
+      this._redis = native.redisNew(this, redisOptions(s.redis, unref), this._ans);
     }
   }
 
@@ -488,7 +501,40 @@ class Limiter extends EventEmitter {
       done(0, allowed, b[0], b[1], b[2], b[3], b[4]);
       return;
     }
-    (peek ? native.redisPeek : native.redisTake)(this._redis, key, p._h, cost, done);
+    const id = this._slot(done);
+    try {
+      (peek ? native.redisPeek : native.redisTake)(this._redis, key, p._h, cost, id);
+    } catch (e) {
+      this._unslot(id);
+      throw e;
+    }
+  }
+
+  _slot(done) {
+    const id = this._freeIds.length > 0 ? this._freeIds.pop() : this._slots.length;
+    this._slots[id] = done;
+    return id;
+  }
+
+  _unslot(id) {
+    this._slots[id] = null;
+    this._freeIds.push(id);
+  }
+
+  // From the addon, inside one callback scope per batch: the first n rows
+  // of the answer table, each (id, status, allowed, limit, remaining,
+  // retryAfterMs, resetMs, which).  When a callback throws, the addon
+  // reports it as uncaught and calls again: _ansAt keeps the place.
+  _answers(n) {
+    const a = this._ans;
+    while (this._ansAt < n) {
+      const o = this._ansAt++ * ANSWER_FIELDS;
+      const id = a[o];
+      const done = this._slots[id];
+      this._unslot(id);
+      done(a[o + 1], a[o + 2] === 1, a[o + 3], a[o + 4], a[o + 5], a[o + 6], a[o + 7]);
+    }
+    this._ansAt = 0;
   }
 
   // The error of a failed call.  The message ends with what a Redis node
@@ -605,10 +651,16 @@ class Limiter extends EventEmitter {
       return Promise.resolve();
     }
     return new Promise((resolve, reject) => {
-      native.redisAdmin(this._redis, key, p._h, n, op, (status) => {
+      const id = this._slot((status) => {
         if (status !== 0) reject(this._error(status));
         else resolve();
       });
+      try {
+        native.redisAdmin(this._redis, key, p._h, n, op, id);
+      } catch (e) {
+        this._unslot(id);
+        throw e;
+      }
     });
   }
 
@@ -771,13 +823,34 @@ const LIMITER_CLOSED = '{"error":"limiter_closed","message":"the rate limiter is
 const JSON_TYPE = 'application/json';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 
-// What an earlier limiter on the same response answered (stacked
-// limiters): its remaining tokens and the policies it listed.
 // The remaining count of the answer's winning limiter, per response, for
-// stacked limiters.  A WeakMap, not a property: a symbol added to every
-// ServerResponse changed its shape and cost more than the decision itself
-// (bench/node/overhead.js: 10.5 -> 6.0 µs per call on the memory store).
+// stacked limiters.  Not a property of the response: a symbol added to
+// every ServerResponse changed its shape and cost more than the decision
+// itself (bench/node/overhead.js: 10.5 -> 6.0 µs per call on the memory
+// store).  In the response's header store when sluice writes there (a
+// symbol key, which node never lists, sends or counts as a header), else
+// in a WeakMap (whose entries cost the garbage collector more).
 const REMAINING = new WeakMap();
+const K_REMAINING = Symbol('sluice.remaining');
+
+function prevRemaining(res, store) {
+  if (store !== null) return store[K_REMAINING];
+  const prev = REMAINING.get(res);
+  if (prev !== undefined || OUT_HEADERS === null) return prev;
+  const h = res[OUT_HEADERS];
+  return h === null || h === undefined ? undefined : h[K_REMAINING];
+}
+
+function keepRemaining(res, store, remaining) {
+  if (store !== null) store[K_REMAINING] = remaining;
+  else REMAINING.set(res, remaining);
+}
+
+// One header: straight into the store, or through the framework.
+function putHeader(io, res, store, lower, name, value) {
+  if (store !== null) store[lower] = [name, value];
+  else io.set(res, name, value);
+}
 
 const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
   'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'];
@@ -817,9 +890,60 @@ function partitionKey(key) {
   return require('node:crypto').createHash('sha256').update(key).digest().subarray(0, 12).toString('base64');
 }
 
+// node's ServerResponse keeps its headers in an own property under an
+// internal symbol (kOutHeaders), lower-cased name -> [name, value], which
+// setHeader() fills after checking the name and the value and which
+// getHeader(), writeHead() and the header block read.  The rate-limit
+// headers have fixed names and values sluice builds (numbers, policy names
+// of [A-Za-z0-9_.-], base64), so nothing needs checking: they go straight
+// there, for a fifth of setHeader()'s cost.  Found once by its effect on a
+// probe response; when it is not found, or the response is not a plain
+// node one (no such property, headers sent, setHeader replaced), the
+// headers go through setHeader() as before.
+const OUTGOING = http.OutgoingMessage.prototype;
+const SET_HEADER = OUTGOING.setHeader;
+const OUT_HEADERS = (() => {
+  try {
+    const res = new http.ServerResponse(new http.IncomingMessage(null));
+    for (const sym of Object.getOwnPropertySymbols(res)) {
+      if (res[sym] !== null) continue;
+      res.setHeader('X-Sluice-Probe', '1');
+      const h = res[sym];
+      const found = h !== null && typeof h === 'object' && Array.isArray(h['x-sluice-probe']);
+      res.removeHeader('X-Sluice-Probe');
+      if (!found) continue;
+      // And the other way: what is put there is what node reads.
+      h['x-sluice-probe'] = ['X-Sluice-Probe', 2];
+      const seen = res.getHeader('x-sluice-probe') === 2 && res.getHeaderNames().includes('x-sluice-probe');
+      delete h['x-sluice-probe'];
+      if (seen && res.getHeaderNames().length === 0) return sym;
+    }
+  } catch {
+    // Another node: setHeader() it is.
+  }
+  return null;
+})();
+
+// The header store of a plain node response, to write sluice's headers
+// into directly (made when the response has none yet), or null: then they
+// go through the framework's own call.
+//
+// Whether setHeader was replaced is asked of the response's own properties
+// and of node's prototype, not through the response's prototype chain:
+// Express sets every response's prototype, which leaves a load through
+// that chain missing its inline cache on every request.
+function directHeaders(res) {
+  if (OUT_HEADERS === null || res._header || OUTGOING.setHeader !== SET_HEADER || Object.hasOwn(res, 'setHeader')) return null;
+  let h = res[OUT_HEADERS];
+  if (h === undefined) return null;
+  if (h === null) res[OUT_HEADERS] = h = { __proto__: null };
+  return h;
+}
+
 // How one framework writes an answer.
 const NODE_IO = {
   set: (res, name, value) => res.setHeader(name, value),
+  direct: directHeaders,
   get: (res, name) => res.getHeader(name),
   send(res, status, type, body) {
     res.statusCode = status;
@@ -829,6 +953,7 @@ const NODE_IO = {
 };
 const FASTIFY_IO = {
   set: (reply, name, value) => { reply.header(name, value); },
+  direct: () => null,
   get: (reply, name) => reply.getHeader(name),
   send(reply, status, type, body) {
     reply.code(status).type(type).send(body);
@@ -898,10 +1023,11 @@ function middlewareOptions(opts, what) {
   return c;
 }
 
-// The rate-limit headers of one decision.  `res` is what io writes to.
-function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed) {
+// The rate-limit headers of one decision.  `res` is what io writes to;
+// store is io.direct(res).
+function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
   const h = c.headers;
-  const prev = REMAINING.get(res);
+  const prev = prevRemaining(res, store);
   const stacked = prev !== undefined;
   // Several limiters on one answer: the most restrictive one's headers
   // stay (a rejection, else the fewest remaining; the first on a tie), and
@@ -915,29 +1041,29 @@ function writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allo
       const before = io.get(res, 'RateLimit-Policy');
       if (before !== undefined) pol = wins ? `${pol}, ${before}` : `${before}, ${pol}`;
     }
-    io.set(res, 'RateLimit-Policy', pol);
+    putHeader(io, res, store, 'ratelimit-policy', 'RateLimit-Policy', pol);
     if (wins) {
       switch (h.standard) {
         case 'draft-11':
         case 'draft-8':
-          io.set(res, 'RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
+          putHeader(io, res, store, 'ratelimit', 'RateLimit', `${p._quotedName};r=${remaining};t=${resetS}`);
           break;
         case 'draft-7':
-          io.set(res, 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          putHeader(io, res, store, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
           break;
         default:
-          io.set(res, 'RateLimit-Limit', limit);
-          io.set(res, 'RateLimit-Remaining', remaining);
-          io.set(res, 'RateLimit-Reset', resetS);
+          putHeader(io, res, store, 'ratelimit-limit', 'RateLimit-Limit', limit);
+          putHeader(io, res, store, 'ratelimit-remaining', 'RateLimit-Remaining', remaining);
+          putHeader(io, res, store, 'ratelimit-reset', 'RateLimit-Reset', resetS);
       }
     }
   }
   if (wins && h.legacy) {
-    io.set(res, 'X-RateLimit-Limit', limit);
-    io.set(res, 'X-RateLimit-Remaining', remaining);
-    io.set(res, 'X-RateLimit-Reset', h.epoch ? Math.ceil((Date.now() + resetMs) / 1000) : resetS);
+    putHeader(io, res, store, 'x-ratelimit-limit', 'X-RateLimit-Limit', limit);
+    putHeader(io, res, store, 'x-ratelimit-remaining', 'X-RateLimit-Remaining', remaining);
+    putHeader(io, res, store, 'x-ratelimit-reset', 'X-RateLimit-Reset', h.epoch ? Math.ceil((Date.now() + resetMs) / 1000) : resetS);
   }
-  if (wins) REMAINING.set(res, remaining);
+  if (wins) keepRemaining(res, store, remaining);
   return wins;
 }
 
@@ -988,12 +1114,13 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
 
 function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {
   let wins;
+  const store = io.direct(res);
   if (c.headers !== null) {
-    wins = writeHeaders(io, res, c, p, key, limit, remaining, resetMs, which, allowed);
+    wins = writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed);
   } else {
-    const prev = REMAINING.get(res);
+    const prev = prevRemaining(res, store);
     wins = prev === undefined || !allowed || remaining < prev;
-    if (wins) REMAINING.set(res, remaining);
+    if (wins) keepRemaining(res, store, remaining);
   }
   // A cost that can never pass waits for a whole window, as sluice
   // serve says it.
@@ -1001,7 +1128,10 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
   let info = null;
   if (c.prop !== null && wins) {
     info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
-    req[c.prop] = info;
+    // The usual name as a named store, whose transition the inline cache
+    // keeps; a computed name goes through a keyed store.
+    if (c.prop === 'rateLimit') req.rateLimit = info;
+    else req[c.prop] = info;
   }
   if (allowed) {
     if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);
@@ -1219,3 +1349,5 @@ fastifyPlugin[Symbol.for('skip-override')] = true;
 fastifyPlugin[Symbol.for('fastify.display-name')] = 'sluice';
 
 module.exports = { Limiter, Policy, policy, express, fastify: fastifyPlugin, ipKey, version: native.version };
+// For the package's tests: whether the headers take the direct path.
+Object.defineProperty(module.exports, '_directHeaders', { value: OUT_HEADERS !== null });

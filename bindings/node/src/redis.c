@@ -25,6 +25,13 @@ typedef struct rclient_s {
 	napi_env env;
 	napi_async_context actx;
 	napi_ref owner;
+	/* The owner's answer table: ANSWER_FIELDS numbers per answer, read
+	 * by owner._answers(n) (a Float64Array the owner holds; referenced
+	 * here so it lives as long as the client). */
+	napi_ref answers_ref;
+	napi_ref answers_fn; /* owner._answers, looked up once */
+	double *answers;
+	size_t answers_cap; /* in answers */
 	/* Answers wait here until the loop's check phase (or the next
 	 * turn's idle phase, when one came outside the poll phase), then
 	 * are all delivered under one callback scope: one microtask and
@@ -52,16 +59,20 @@ typedef struct rclient_s {
 } rclient_t;
 
 /* One call waiting for its answer, then for its delivery (first in an
- * admin call, which is freed through it). */
+ * admin call, which is freed through it).  id names the call's slot on
+ * the JS side: no reference or function per call. */
 struct rcall_s {
 	rclient_t *c;
-	napi_ref cb;
+	uint32_t id;
 	rcall_t *next;
-	int admin; /* cb(status) only */
 	int status;
 	int allowed;
 	double nums[DECISION_FIELDS];
 };
+
+/* An answer in the owner's table: id, status, allowed, then the
+ * decision's DECISION_FIELDS numbers. */
+#define ANSWER_FIELDS (3 + DECISION_FIELDS)
 
 /* An admin call: its item and the key it names live until it answers. */
 typedef struct radmin_s {
@@ -139,6 +150,8 @@ static void rclient_close(rclient_t *c)
 		deliver(c);
 		napi_async_destroy(c->env, c->actx);
 		napi_delete_reference(c->env, c->owner);
+		napi_delete_reference(c->env, c->answers_ref);
+		napi_delete_reference(c->env, c->answers_fn);
 	}
 	drop_queue(c);
 	if (c->handles_open) {
@@ -454,14 +467,19 @@ static int redis_opts(napi_env env, napi_value v, sluice_redis_opts_t *o,
 
 /*
  * redisNew(owner, {url, seeds[], keyPrefix, timeoutMs, connections,
- *                  scriptOnly, tls, sentinel}) -> external
+ *                  scriptOnly, tls, sentinel}, answers) -> external
  * Values are checked by index.js; the URL, seeds, Sentinel addresses and
- * TLS files by libsluice (an Error with its message).
+ * TLS files by libsluice (an Error with its message).  answers is a
+ * Float64Array of ANSWER_FIELDS numbers per answer: the client writes
+ * each batch of answers there and calls owner._answers(n).
  */
 static napi_value redis_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 2;
-	napi_value argv[2], ext, name;
+	size_t argc = 3;
+	napi_value argv[3], ext, name, fn;
+	napi_typedarray_type tt;
+	size_t alen = 0;
+	void *adata = NULL;
 	sluice_redis_opts_t o = {0};
 	sluice_redis_tls_t tls = {0};
 	sluice_redis_sentinel_t sen = {0};
@@ -472,12 +490,20 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 	napi_value ret = NULL;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	CHECK(env, napi_get_typedarray_info(env, argv[2], &tt, &alen, &adata,
+					    NULL, NULL));
+	if (tt != napi_float64_array || alen < ANSWER_FIELDS) {
+		napi_throw_type_error(env, NULL, "answer table");
+		return NULL;
+	}
 	if (redis_opts(env, argv[1], &o, &tls, &sen, &st) < 0)
 		goto napi_fail;
 	c = calloc(1, sizeof(*c));
 	if (!c || napi_get_uv_event_loop(env, &loop) != napi_ok)
 		goto napi_fail;
 	c->env = env;
+	c->answers = adata;
+	c->answers_cap = alen / ANSWER_FIELDS;
 	o.on_event = on_event;
 	o.event_arg = c;
 	if (sluice_redis_open(&c->r, loop, &o, err, sizeof(err)) < 0) {
@@ -501,7 +527,11 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 		c = NULL;
 		goto napi_fail;
 	}
-	if (napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
+	if (napi_get_named_property(env, argv[0], "_answers", &fn) != napi_ok ||
+	    napi_create_reference(env, argv[0], 1, &c->owner) != napi_ok ||
+	    napi_create_reference(env, argv[2], 1, &c->answers_ref) !=
+		    napi_ok ||
+	    napi_create_reference(env, fn, 1, &c->answers_fn) != napi_ok ||
 	    napi_add_async_cleanup_hook(env, on_env_teardown, c, &c->hook) !=
 		    napi_ok ||
 	    napi_create_external(env, c, free_rclient, NULL, &ext) != napi_ok) {
@@ -554,30 +584,30 @@ static void on_redis(void *arg, int status, int allowed,
 	call->allowed = status == 0 && allowed;
 	if (status == 0)
 		addon_decision(summary, which, call->nums);
+	else
+		memset(call->nums, 0, sizeof(call->nums));
 	enqueue(call->c, call);
 }
 
-/* Calls one answer's JS callback (inside deliver()'s scopes). */
-static void call_js(rclient_t *c, rcall_t *call, napi_value recv)
+/* Calls owner._answers(n) for the n answers in the table (inside
+ * deliver()'s scopes).  An exception thrown by a callback is the app's:
+ * it is reported as uncaught, as Node does for I/O, and _answers() is
+ * called again to go on from the answer after it (it keeps its place). */
+static void call_js(rclient_t *c, napi_value owner, napi_value fn, size_t n)
 {
 	napi_env env = c->env;
-	napi_value fn, argv[2 + DECISION_FIELDS];
-	size_t i, argc = call->admin ? 1 : 2 + DECISION_FIELDS;
+	napi_value argv[1];
+	int rounds;
 
-	if (napi_get_reference_value(env, call->cb, &fn) != napi_ok ||
-	    napi_create_int32(env, call->status, &argv[0]) != napi_ok)
+	if (napi_create_uint32(env, (uint32_t)n, &argv[0]) != napi_ok)
 		return;
-	if (!call->admin) {
-		napi_get_boolean(env, call->allowed, &argv[1]);
-		for (i = 0; i < DECISION_FIELDS; i++)
-			napi_create_double(env, call->nums[i], &argv[2 + i]);
-	}
-	if (napi_call_function(env, recv, fn, argc, argv, NULL) ==
-	    napi_pending_exception) {
+	/* Bounded: each exception is one answer consumed. */
+	for (rounds = 0; rounds <= (int)n; rounds++) {
 		napi_value e;
 
-		/* An exception thrown by the callback is the app's: report
-		 * it as uncaught, as Node does for I/O. */
+		if (napi_call_function(env, owner, fn, 1, argv, NULL) !=
+		    napi_pending_exception)
+			return;
 		if (napi_get_and_clear_last_exception(env, &e) == napi_ok)
 			napi_fatal_exception(env, e);
 	}
@@ -603,7 +633,7 @@ static void deliver(rclient_t *c)
 	napi_env env = c->env;
 	napi_handle_scope hs;
 	napi_callback_scope cs;
-	napi_value owner, global;
+	napi_value owner, fn;
 	rcall_t *call;
 
 	if (c->flushing || c->teardown)
@@ -614,24 +644,34 @@ static void deliver(rclient_t *c)
 	if (napi_open_handle_scope(env, &hs) != napi_ok)
 		return;
 	if (napi_get_reference_value(env, c->owner, &owner) != napi_ok ||
-	    !owner || napi_get_global(env, &global) != napi_ok ||
+	    !owner ||
+	    napi_get_reference_value(env, c->answers_fn, &fn) != napi_ok ||
+	    !fn ||
 	    napi_open_callback_scope(env, owner, c->actx, &cs) != napi_ok) {
 		napi_close_handle_scope(env, hs);
 		return;
 	}
 	c->flushing = 1;
-	while ((call = c->q_head)) {
-		napi_handle_scope one;
+	/* The table filled from the queue, then handed over whole; what
+	 * joins the queue meanwhile (a callback's new call failing at once)
+	 * goes in the next table-full. */
+	while (c->q_head) {
+		size_t n = 0;
 
-		c->q_head = call->next;
-		if (!c->q_head)
-			c->q_tail = NULL;
-		if (napi_open_handle_scope(env, &one) == napi_ok) {
-			call_js(c, call, global);
-			napi_close_handle_scope(env, one);
+		while ((call = c->q_head) && n < c->answers_cap) {
+			double *a = c->answers + n * ANSWER_FIELDS;
+
+			c->q_head = call->next;
+			if (!c->q_head)
+				c->q_tail = NULL;
+			a[0] = (double)call->id;
+			a[1] = (double)call->status;
+			a[2] = call->allowed;
+			memcpy(a + 3, call->nums, sizeof(call->nums));
+			free(call);
+			n++;
 		}
-		napi_delete_reference(env, call->cb);
-		free(call);
+		call_js(c, owner, fn, n);
 	}
 	/* What joined meanwhile was delivered here: an idle handle left
 	 * running would keep the loop from ever waiting. */
@@ -642,10 +682,11 @@ static void deliver(rclient_t *c)
 }
 
 /*
- * redisTake(client, key, policy, cost, cb) -> undefined
- * cb(status, allowed, limit, remaining, retryAfterMs, resetMs, which) runs
- * once, possibly before this returns (an open breaker fails at once).
- * status is 0 or a negative SLUICE_E* code.
+ * redisTake(client, key, policy, cost, id) -> undefined
+ * The answer comes once, from the loop, as the row of the owner's answer
+ * table with this id: status (0 or a negative SLUICE_E* code), allowed,
+ * limit, remaining, retryAfterMs, resetMs, which.  Throws (and never
+ * answers) when the call cannot be made.
  */
 static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 {
@@ -673,15 +714,13 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 		return NULL;
 	}
 	call->c = c;
-	call->admin = 0;
-	if (napi_create_reference(env, argv[4], 1, &call->cb) != napi_ok) {
+	if (napi_get_value_uint32(env, argv[4], &call->id) != napi_ok) {
 		free(call);
 		return addon_throw_last(env);
 	}
 	rc = (peek ? sluice_redis_peek : sluice_redis_take)(
 		c->r, key, keylen, p->limits, p->nlimits, cost, on_redis, call);
 	if (rc < 0) {
-		napi_delete_reference(env, call->cb);
 		free(call);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
@@ -694,28 +733,31 @@ static napi_value redis_take(napi_env env, napi_callback_info info)
 	return redis_call(env, info, 0);
 }
 
-/* redisPeek(client, key, policy, cost, cb): as redisTake, charging
+/* redisPeek(client, key, policy, cost, id): as redisTake, charging
  * nothing (the decision a take of cost would get). */
 static napi_value redis_peek(napi_env env, napi_callback_info info)
 {
 	return redis_call(env, info, 1);
 }
 
-/* An admin call answered: cb(status), delivered as takes are. */
+/* An admin call answered: a row with its status, delivered as takes
+ * are. */
 static void on_admin(void *arg, int status, int allowed)
 {
 	radmin_t *a = arg;
 
 	(void)allowed;
 	a->call.status = status;
+	a->call.allowed = 0;
+	memset(a->call.nums, 0, sizeof(a->call.nums));
 	enqueue(a->call.c, &a->call);
 }
 
 /*
- * redisAdmin(client, key, policy, n, op, cb) -> undefined: op as for
- * memoryAdmin (reset, refund n, penalize n, block n ms); cb(status) runs
- * once, from the loop.  Reset and refund are the calls sluice serve's
- * /v1/reset and /v1/refund make.
+ * redisAdmin(client, key, policy, n, op, id) -> undefined: op as for
+ * memoryAdmin (reset, refund n, penalize n, block n ms); the answer's
+ * row (its status) comes once, from the loop, as a take's does.  Reset and
+ * refund are the calls sluice serve's /v1/reset and /v1/refund make.
  */
 static napi_value redis_admin(napi_env env, napi_callback_info info)
 {
@@ -752,8 +794,7 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	a->item.nlimits = p->nlimits;
 	a->item.cost = n;
 	a->call.c = c;
-	a->call.admin = 1;
-	if (napi_create_reference(env, argv[5], 1, &a->call.cb) != napi_ok) {
+	if (napi_get_value_uint32(env, argv[5], &a->call.id) != napi_ok) {
 		free(a);
 		return addon_throw_last(env);
 	}
@@ -774,7 +815,6 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 		rc = SLUICE_EINVAL;
 	}
 	if (rc < 0) {
-		napi_delete_reference(env, a->call.cb);
 		free(a);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;

@@ -282,8 +282,22 @@ test('stacked limiters: the most restrictive answer\'s headers stay; RateLimit-P
   const app = express();
   app.get('/', sluice.express({ limiter, policy: burst }), sluice.express({ limiter, policy: daily }), (req, res) => res.json(req.rateLimit));
   app.get('/rev', sluice.express({ limiter, policy: daily }), sluice.express({ limiter, policy: burst }), (req, res) => res.json(req.rateLimit));
+  // Between the two, a middleware replaces setHeader: the second limiter
+  // writes through it, and still sees what the first one answered.
+  const wrapSetHeader = (req, res, next) => {
+    const own = res.setHeader;
+    res.setHeader = function setHeader(name, value) { return own.call(this, name, value); };
+    next();
+  };
+  const m1 = sluice.policy([{ capacity: 4, rate: '4/day' }], { name: 'm1' });
+  const m2 = sluice.policy([{ capacity: 10, rate: '1/s' }], { name: 'm2' });
+  app.get('/mixed', sluice.express({ limiter, policy: m1 }), wrapSetHeader, sluice.express({ limiter, policy: m2 }), (req, res) => res.json(req.rateLimit));
   const server = await listen(app);
   try {
+    const mixed = await get(server, '/mixed');
+    assert.equal(mixed.headers['ratelimit-policy'], '"m1";q=4;w=86400, "m2";q=10;w=10');
+    assert.equal(mixed.headers.ratelimit, '"m1";r=3;t=21600', 'the first limiter, the more restrictive, stays');
+    assert.equal(JSON.parse(mixed.body).policy, 'm1');
     const r = await get(server, '/');
     assert.equal(r.headers['ratelimit-policy'], '"daily";q=4;w=86400, "burst";q=10;w=10');
     assert.equal(r.headers.ratelimit, '"daily";r=3;t=21600');
@@ -303,6 +317,48 @@ test('stacked limiters: the most restrictive answer\'s headers stay; RateLimit-P
   } finally {
     server.close();
     await limiter.close();
+  }
+});
+
+test('headers are the response\'s own: getHeader/getHeaders/hasHeader see them, removeHeader drops them, a replaced setHeader receives them', async () => {
+  const seen = [];
+  const { server, close } = await serve({ policy: pol(5, 'hdr') }, {
+    extra: (app) => app.use((req, res, next) => {
+      if (req.query.wrap !== undefined) {
+        const own = res.setHeader;
+        res.setHeader = function setHeader(name, value) {
+          seen.push(name);
+          return own.call(this, name, value);
+        };
+      }
+      next();
+    }),
+    route: (req, res) => {
+      const names = res.getHeaderNames().filter((n) => /ratelimit/.test(n)).sort();
+      const got = { names, has: res.hasHeader('RateLimit'), one: res.getHeader('X-RateLimit-Remaining'), all: res.getHeaders().ratelimit };
+      res.removeHeader('x-ratelimit-limit');
+      res.json(got);
+    },
+  });
+  try {
+    // node 18 to 24 keep a response's headers where sluice puts its own.
+    assert.equal(sluice._directHeaders, true);
+    const r = await get(server);
+    const b = JSON.parse(r.body);
+    assert.deepEqual(b.names, ['ratelimit', 'ratelimit-policy', 'x-ratelimit-remaining', 'x-ratelimit-reset']
+      .concat(['x-ratelimit-limit']).sort());
+    assert.equal(b.has, true);
+    assert.equal(String(b.one), '4');
+    assert.equal(b.all, '"hdr";r=4;t=3600');
+    assert.equal(r.headers.ratelimit, '"hdr";r=4;t=3600');
+    assert.equal(r.headers['x-ratelimit-limit'], undefined, 'removed by the route');
+    assert.equal(r.headers['x-ratelimit-remaining'], '4');
+    const w = await get(server, '/?wrap');
+    assert.equal(w.headers.ratelimit, '"hdr";r=3;t=7200');
+    assert.deepEqual(seen.filter((n) => /ratelimit/i.test(n)).sort(),
+      ['RateLimit', 'RateLimit-Policy', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);
+  } finally {
+    await close();
   }
 });
 

@@ -52,6 +52,47 @@ test('answers read together are delivered together: every callback of a batch ru
   await limiter.close();
 });
 
+test('600 calls in flight (more than one table of answers): each answered once with its own decision; a callback that throws is reported as uncaught and the others still run', async () => {
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000, keyPrefix: 'many:' } } });
+  const pol = sluice.policy([{ capacity: 1000, rate: '1/h' }], { name: 'm' });
+  await limiter.take('warm', pol);
+  const uncaught = [];
+  const listeners = process.listeners('uncaughtException');
+  process.removeAllListeners('uncaughtException');
+  const onUncaught = (e) => uncaught.push(e.message);
+  process.on('uncaughtException', onUncaught);
+  try {
+    // Key i is charged i % 7 + 1 times, so each answer's remaining says
+    // whose it is.
+    const answers = new Map();
+    let pending = 0;
+    await new Promise((resolve) => {
+      for (let i = 0; i < 600; i++) {
+        const key = `k${i}`;
+        const cost = (i % 7) + 1;
+        pending++;
+        limiter._decide(key, pol, cost, (status, allowed, limit, remaining) => {
+          assert.ok(!answers.has(key), `${key} answered twice`);
+          answers.set(key, { status, allowed, limit, remaining, cost });
+          if (--pending === 0) setImmediate(resolve);
+          if (i % 100 === 5) throw new Error(`thrown by ${key}`);
+        });
+      }
+    });
+    assert.equal(answers.size, 600);
+    for (const [key, a] of answers) {
+      assert.deepEqual([a.status, a.allowed, a.limit, a.remaining], [0, true, 1000, 1000 - a.cost], key);
+    }
+    assert.deepEqual(uncaught.sort(), [5, 105, 205, 305, 405, 505].map((i) => `thrown by k${i}`).sort());
+    // The slots are all free again, and a promise call still works.
+    assert.equal((await limiter.take('k0', pol)).remaining, 998);
+  } finally {
+    process.removeListener('uncaughtException', onUncaught);
+    for (const l of listeners) process.on('uncaughtException', l);
+    await limiter.close();
+  }
+});
+
 test('three Node processes, 200 concurrent callers on one key: the limit holds exactly', async () => {
   const capacity = 100, perSecond = 5, durationMs = 10000;
   const goAt = Date.now() + 3000;

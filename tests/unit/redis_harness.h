@@ -638,4 +638,61 @@ static inline int rh_wait_healthy(uv_loop_t *loop, sluice_redis_t *r, int ms)
 	return sluice_redis_healthy(r);
 }
 
+/* Starts n cluster-enabled servers (each with the extra arguments in
+ * `extra`, may be NULL), makes them one cluster (redis-cli --cluster
+ * create) and waits until every node says it is up; seeds[i] gets
+ * "127.0.0.1:port" of server i. */
+static inline void rh_cluster_create(rh_redis_t *servers, int n,
+				     const char *const *extra,
+				     char (*seeds)[32])
+{
+	char *argv[80];
+	int i, argc = 0, status;
+	int64_t until;
+	pid_t pid;
+
+	CHECK(n > 0 && n + 5 <= (int)(sizeof(argv) / sizeof(argv[0])));
+	for (i = 0; i < n; i++) {
+		servers[i].extra = extra;
+		rh_redis_start(&servers[i], 0, 1);
+		snprintf(seeds[i], 32, "127.0.0.1:%d", servers[i].port);
+	}
+	argv[argc++] = "redis-cli";
+	argv[argc++] = "--cluster";
+	argv[argc++] = "create";
+	for (i = 0; i < n; i++)
+		argv[argc++] = seeds[i];
+	argv[argc++] = "--cluster-yes";
+	argv[argc] = NULL;
+	fflush(stdout);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		if (null < 0 || dup2(null, 1) < 0)
+			_exit(127);
+		execvp("redis-cli", argv);
+		_exit(127);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Every node must agree the cluster is up. */
+	until = rh_ms() + 15000;
+	for (i = 0; i < n; i++) {
+		for (;;) {
+			redisContext *c = rh_connect(servers[i].port);
+			redisReply *rep = rh_cmd(c, "CLUSTER INFO");
+			int ok = strstr(rep->str, "cluster_state:ok") != NULL;
+
+			freeReplyObject(rep);
+			redisFree(c);
+			if (ok)
+				break;
+			CHECK(rh_ms() < until);
+			rh_sleep_ms(50);
+		}
+	}
+}
+
 #endif /* SLUICE_REDIS_HARNESS_H */

@@ -26,52 +26,8 @@ static void cluster_start(void)
 {
 	static const char *const module[] = {"--loadmodule", SLUICE_MODULE_PATH,
 					     NULL};
-	char *argv[16];
-	int i, argc = 0, status;
-	int64_t until;
-	pid_t pid;
 
-	for (i = 0; i < NODES; i++) {
-		servers[i].extra = module;
-		rh_redis_start(&servers[i], 0, 1);
-		snprintf(seeds_buf[i], sizeof(seeds_buf[i]), "127.0.0.1:%d",
-			 servers[i].port);
-	}
-	argv[argc++] = "redis-cli";
-	argv[argc++] = "--cluster";
-	argv[argc++] = "create";
-	for (i = 0; i < NODES; i++)
-		argv[argc++] = seeds_buf[i];
-	argv[argc++] = "--cluster-yes";
-	argv[argc] = NULL;
-	fflush(stdout);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		if (null < 0 || dup2(null, 1) < 0)
-			_exit(127);
-		execvp("redis-cli", argv);
-		_exit(127);
-	}
-	CHECK(waitpid(pid, &status, 0) == pid);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	until = rh_ms() + 15000;
-	for (i = 0; i < NODES; i++) {
-		for (;;) {
-			redisContext *c = rh_connect(servers[i].port);
-			redisReply *rep = rh_cmd(c, "CLUSTER INFO");
-			int ok = strstr(rep->str, "cluster_state:ok") != NULL;
-
-			freeReplyObject(rep);
-			redisFree(c);
-			if (ok)
-				break;
-			CHECK(rh_ms() < until);
-			rh_sleep_ms(50);
-		}
-	}
+	rh_cluster_create(servers, NODES, module, seeds_buf);
 }
 
 static long long calls(int port, const char *cmd)

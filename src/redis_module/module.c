@@ -1,5 +1,6 @@
 /*
- * module.c -- sluice-redis.so: loading, command registration and the clock.
+ * module.c -- sluice-redis.so: loading and command registration (the
+ * clock and SLUICE.TESTCLOCK are in clock.c).
  *
  *   redis-server --loadmodule /path/to/sluice-redis.so
  *
@@ -44,57 +45,7 @@
 #define MODULE_NAME    "sluice"
 #define MODULE_VERSION 100 /* 0.1.0 */
 
-/* ---------------------------------------------------------------- clock */
-
-static int64_t test_clock_us; /* 0: use the server clock */
-
-int64_t sluice_rm_now_us(void)
-{
-	if (test_clock_us)
-		return test_clock_us;
-	if (RedisModule_CachedMicroseconds)
-		return RedisModule_CachedMicroseconds();
-	return sluice_now_us(); /* the server's clock: we are in its process */
-}
-
-static int testclock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv,
-			 int argc)
-{
-	const char *s;
-	size_t len, i;
-	int64_t v = 0;
-
-	if (argc == 1)
-		return RedisModule_ReplyWithLongLong(ctx, sluice_rm_now_us());
-	if (argc != 2)
-		return RedisModule_ReplyWithError(
-			ctx, "ERR usage: SLUICE.TESTCLOCK [microseconds]");
-	s = RedisModule_StringPtrLen(argv[1], &len);
-	for (i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9' || i >= 18)
-			return RedisModule_ReplyWithError(
-				ctx,
-				"ERR SLUICE.TESTCLOCK: expected microseconds "
-				"since the epoch (a whole number, 0 to use "
-				"the server clock)");
-		v = v * 10 + (s[i] - '0');
-	}
-	if (len == 0)
-		return RedisModule_ReplyWithError(
-			ctx, "ERR SLUICE.TESTCLOCK: empty time");
-	test_clock_us = v;
-	return RedisModule_ReplyWithSimpleString(ctx, "OK");
-}
-
 /* --------------------------------------------------------------- loading */
-
-int sluice_rm_arg_is(RedisModuleString *arg, const char *word)
-{
-	size_t len;
-	const char *s = RedisModule_StringPtrLen(arg, &len);
-
-	return len == strlen(word) && strncasecmp(s, word, len) == 0;
-}
 
 static int bad_arg(RedisModuleCtx *ctx, RedisModuleString *arg)
 {
@@ -175,7 +126,7 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 		return REDISMODULE_ERR;
 	if (testclock) {
 		if (RedisModule_CreateCommand(ctx, "sluice.testclock",
-					      testclock_cmd, "fast", 0, 0,
+					      sluice_rm_testclock, "fast", 0, 0,
 					      0) != REDISMODULE_OK)
 			return REDISMODULE_ERR;
 		RedisModule_Log(

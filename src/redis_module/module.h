@@ -13,7 +13,11 @@
  * UNIX epoch, or the test clock when it is set (see SLUICE.TESTCLOCK). */
 int64_t sluice_rm_now_us(void);
 
-/* 1 when the argument is `word`, in any letter case (COST, cost). */
+/* SLUICE.TESTCLOCK [us] (clock.c; registered only with TESTCLOCK). */
+int sluice_rm_testclock(RedisModuleCtx *ctx, RedisModuleString **argv,
+			int argc);
+
+/* 1 when the argument is `word`, in any letter case (COST, cost): take.c. */
 int sluice_rm_arg_is(RedisModuleString *arg, const char *word);
 
 /* How states are read and written (take.c): the low-level key API with

@@ -48,6 +48,14 @@
 #include "sluice.h"
 #include "util/num.h"
 
+int sluice_rm_arg_is(RedisModuleString *arg, const char *word)
+{
+	size_t len;
+	const char *s = RedisModule_StringPtrLen(arg, &len);
+
+	return len == strlen(word) && strncasecmp(s, word, len) == 0;
+}
+
 /* The most keys one TAKEMULTI accepts: one per limit of a call. */
 #define MAX_KEYS SLUICE_MAX_LIMITS
 

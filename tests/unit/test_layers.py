@@ -66,8 +66,6 @@ KNOWN_CALL_RINGS = [
     {"src/store/redis/" + f for f in (
         "call.c", "client.c", "cluster.c", "command.c", "link.c", "many.c",
         "module_path.c", "node.c", "policy.c", "script.c", "sentinel.c")},
-    # the Redis module's command table (module.c) and its commands
-    {"src/redis_module/module.c", "src/redis_module/take.c"},
 ]
 
 # The longest a file of src/ or include/ may be (issue 19).

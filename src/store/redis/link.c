@@ -433,9 +433,9 @@ static void connected(link_t *l, int status)
 
 	if (status < 0) {
 		/* A reset here came from a server that accepted us and then
-		 * dropped us before this callback ran: it was reached. */
+		 * dropped us before this callback ran. */
 		if (status == UV_ECONNRESET)
-			l->pub.reached = 1;
+			l->pub.reset = 1;
 		snprintf(why, sizeof(why), "connect: %s", uv_strerror(status));
 		link_fail(l, why);
 		return;

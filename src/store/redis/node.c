@@ -73,7 +73,7 @@ static void on_link(sluice_redis_link_t *l, int status)
 					     SLUICE_REDIS_REPORT_ERROR, 0,
 					     SLUICE_REDIS_ERR_TLS);
 	}
-	k->lost_early = k->state == CONN_CONNECTING && l->reached;
+	k->lost_early = k->state == CONN_CONNECTING && (l->reached || l->reset);
 	l->data = NULL;
 	k->link = NULL;
 	k->inflight = 0;

@@ -119,6 +119,8 @@ struct sluice_redis_link_s {
 	char errstr[256]; /* why it failed, for the log */
 	int tls_failed;	  /* the failure was TLS's (handshake, alert) */
 	int reached;	  /* the socket connected (whatever came after) */
+	int reset;	  /* the connect itself ended in a reset: a server
+			     accepted, then dropped us */
 };
 
 /* Connects to host:port (a name or an address) or the unix socket at

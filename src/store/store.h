@@ -1,10 +1,14 @@
 /*
- * store.h -- the stores a verdict is decided on.
+ * store.h -- the stores a verdict is decided on, behind one interface.
  *
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
  * memory store and the host's shared-memory store (store_local.c), the
- * Redis store (store_redis.c, over include/sluice_redis.h).  Adding a
- * store is one driver file and one case in sluice_backend_open() (store.c).
+ * Redis store (store_redis.c, over include/sluice_redis.h).  Every host
+ * opens its store through sluice_backend_open() (store.c) and calls it
+ * through `ops` alone: `sluice serve`'s verdict engine (policy/verdict.h)
+ * and gRPC front end, the simulator, and the Node addon
+ * (bindings/node/src).  Adding a store is one driver file and one case in
+ * sluice_backend_open(): every host then has it.
  *
  * Every call has one shape: items (sluice_take_item_t: key, limits,
  * cost; outputs written by take and peek) with a callback that runs once
@@ -12,13 +16,20 @@
  * Ownership: the items (keys, limits) are the caller's and must stay
  * valid, and unchanged, until the callback has run; the driver writes
  * only their outputs.  The callback may run before the call returns (the
- * local stores always do).  Its take() charges several keys all-or-nothing,
- * atomically with respect to every other take on the same store: it has the
- * shape of sluice_redis_take_many(), asynchronous, one callback per call, which
- * may run before take() returns (the memory driver always does).  Each
- * event-loop thread owns its own driver instance.
+ * local stores always do: a host may rely on that for them, and the Node
+ * addon's memory and shared stores answer JS synchronously so).  take()
+ * charges several keys all-or-nothing, atomically with respect to every
+ * other take on the same store: it has the shape of
+ * sluice_redis_take_many(), asynchronous, one callback per call; one item
+ * (a single-key take, the common case) goes the single-key way in every
+ * driver (no many-key bookkeeping, the same wire command as
+ * sluice_redis_take()).  Each event-loop thread owns its own driver
+ * instance.
  *
- * The verdict engine (verdict.h) decides a whole request over a backend.
+ * What a store says (a Redis client's events and per-node reports) goes
+ * to the events given when its backend opened (sluice_store_events_t:
+ * one Node Limiter's own), else to the process's hooks
+ * (sluice_store_set_hooks(): `sluice serve`'s log and metrics).
  */
 #ifndef SLUICE_STORE_STORE_H
 #define SLUICE_STORE_STORE_H
@@ -70,7 +81,15 @@ typedef struct sluice_store_ops_s {
 	int (*healthy)(void *impl);
 	/* Store-specific counters for /metrics, may be NULL. */
 	void (*stats)(void *impl, sluice_memstore_stats_t *out);
+	/* Pending calls fail (SLUICE_ESTORE), each callback once, before
+	 * free returns; what they borrowed is the caller's again.  Whatever
+	 * the store keeps on the loop (the Redis client's handles) is
+	 * released once the loop has run again. */
 	void (*free)(void *impl);
+	/* As free, then done(arg) once everything is released (from the
+	 * loop, later: a host tearing its loop down waits for it); NULL:
+	 * the store holds nothing on a loop, free then done at once. */
+	void (*free_then)(void *impl, void (*done)(void *arg), void *arg);
 } sluice_store_ops_t;
 
 typedef struct sluice_backend_s {
@@ -108,33 +127,73 @@ typedef struct sluice_store_exposition_s {
 	void (*unready)(struct sluice_buf_s *out);
 } sluice_store_exposition_t;
 
+/* Where one backend's store speaks instead of the process's hooks (a
+ * host with several stores, each heard by its own owner: a Node
+ * Limiter's 'error' events and lastError).  The Redis client's events
+ * and per-node reports, with arg; NULL members: not heard.  Must outlive
+ * the backend; called on the backend's loop thread.  A failing local
+ * store still says so through the process's log_error hook. */
+typedef struct sluice_store_events_s {
+	void (*on_event)(void *arg, const sluice_redis_event_t *ev);
+	void (*on_report)(void *arg, const sluice_redis_node_report_t *rep);
+	void *arg;
+} sluice_store_events_t;
+
 /* Keeps `hooks` (which must outlive every store) for the stores opened
  * from now on; NULL: none. */
 void sluice_store_set_hooks(const sluice_store_hooks_t *hooks);
 const sluice_store_hooks_t *sluice_store_hooks(void);
 
-/* Opens the driver configured in `store` for one event-loop thread.
+/* Opens the driver configured in `store` for one event-loop thread
+ * (`loop`, a uv_loop_t: the Redis store's; NULL for the local stores).
  * `shared` is the process-wide memory store, `shm` the host's
- * shared-memory store (opened once per process; NULL unless the store is
- * shared).  Returns 0 or a negative code with a message. */
+ * shared-memory store (opened once per process and shared by its
+ * threads, as `sluice serve` does; NULL unless the store is shared).
+ * When the store is the memory or shared one and the host passes none,
+ * the backend opens its own from `store` (max_keys; shm_path, shm_group)
+ * and closes it with itself (the Node addon: one per Limiter); a shared
+ * store that cannot be opened gives the store's own message, naming the
+ * file.  The Redis client's events go to the process's hooks.  Returns 0
+ * or a negative code with a message. */
 int sluice_backend_open(sluice_backend_t *be,
 			const sluice_store_config_t *store, void *loop,
 			sluice_memstore_t *shared, sluice_shmstore_t *shm,
 			char *err, size_t errlen);
+/* As sluice_backend_open(), with the store's events to `events`
+ * (NULL: the process's hooks, as sluice_backend_open()). */
+int sluice_backend_open_events(sluice_backend_t *be,
+			       const sluice_store_config_t *store, void *loop,
+			       sluice_memstore_t *shared,
+			       sluice_shmstore_t *shm,
+			       const sluice_store_events_t *events, char *err,
+			       size_t errlen);
+/* Frees the driver (ops->free: pending calls fail first, and a local
+ * store the backend opened itself is closed); the struct may be opened
+ * again. */
 void sluice_backend_close(sluice_backend_t *be);
+/* As sluice_backend_close(), then done(arg) once the store has released
+ * everything (ops->free_then), maybe later, from the loop. */
+void sluice_backend_close_then(sluice_backend_t *be, void (*done)(void *arg),
+			       void *arg);
 int sluice_backend_healthy(sluice_backend_t *be);
 
 /* A backend on a memory store alone (simulate, replay, tests). */
 void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store);
 
-/* The memory and shared-memory drivers (store_local.c). */
+/* The memory and shared-memory drivers (store_local.c): over the host's
+ * store (left open), and over a store the backend opened itself (_owned:
+ * freeing the driver closes the store). */
 extern const sluice_store_ops_t sluice_memory_store_ops;
 extern const sluice_store_ops_t sluice_shm_store_ops;
+extern const sluice_store_ops_t sluice_memory_owned_ops;
+extern const sluice_store_ops_t sluice_shm_owned_ops;
 
 /* The Redis driver (store_redis.c): opens one Redis client for `loop`
- * (a uv_loop_t) into *impl. */
+ * (a uv_loop_t) into *impl; its events to `events`, NULL: the process's
+ * hooks. */
 extern const sluice_store_ops_t sluice_redis_store_ops;
 int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
-			    void *loop, char *err, size_t errlen);
+			    void *loop, const sluice_store_events_t *events,
+			    char *err, size_t errlen);
 
 #endif /* SLUICE_STORE_STORE_H */

@@ -54,6 +54,11 @@ typedef struct sluice_store_config_s {
 	unsigned connections; /* per thread, default 1 */
 	sluice_store_tls_t tls;
 	sluice_store_sentinel_t sentinel; /* redis only */
+	/* Not from the YAML (zero in sluice serve): set by a host that
+	 * builds its config itself (the Node addon, from a Limiter's
+	 * options).  SLUICE_REDIS_* flags for the Redis client
+	 * (sluice_redis.h: script only, unref). */
+	unsigned redis_flags;
 } sluice_store_config_t;
 
 #endif /* SLUICE_STORE_CONFIG_H */

@@ -246,9 +246,23 @@ static void local_free(void *impl)
 	(void)impl;
 }
 
+/* A driver's table of calls; free: what freeing the driver does to the
+ * store. */
+#define LOCAL_OPS(store, label, free_fn)                                       \
+	{                                                                      \
+		.name = label, .take = store##_take, .reset = store##_reset,   \
+		.refund = store##_refund, .peek = store##_peek,                \
+		.penalize = store##_penalize, .block = store##_block,          \
+		.healthy = NULL, .stats = store##_stats1, .free = free_fn,     \
+		.free_then = NULL,                                             \
+	}
+
 /* One driver per local store: its ops bind the store's table of calls.
- * Adding a local store is one LOCAL_CALLS and one LOCAL_DRIVER. */
-#define LOCAL_DRIVER(store, label)                                             \
+ * Two tables of them: over the host's store (shared by its threads, left
+ * open), and over a store the backend opened itself (closed with it:
+ * `close` is the store's own).  Adding a local store is one LOCAL_CALLS
+ * and one LOCAL_DRIVER. */
+#define LOCAL_DRIVER(store, label, type, close)                                \
 	static int store##_take(void *impl, sluice_take_item_t *items,         \
 				size_t n, int64_t now_us, sluice_store_cb cb,  \
 				void *arg)                                     \
@@ -290,18 +304,14 @@ static void local_free(void *impl)
 		return local_each(&store##_calls, impl, OP_BLOCK, items, n,    \
 				  ms, now_us, cb, arg);                        \
 	}                                                                      \
-	const sluice_store_ops_t sluice_##store##_store_ops = {                \
-		.name = label,                                                 \
-		.take = store##_take,                                          \
-		.reset = store##_reset,                                        \
-		.refund = store##_refund,                                      \
-		.peek = store##_peek,                                          \
-		.penalize = store##_penalize,                                  \
-		.block = store##_block,                                        \
-		.healthy = NULL,                                               \
-		.stats = store##_stats1,                                       \
-		.free = local_free,                                            \
-	}
+	static void store##_close(void *impl)                                  \
+	{                                                                      \
+		close((type *)impl);                                           \
+	}                                                                      \
+	const sluice_store_ops_t sluice_##store##_store_ops =                  \
+		LOCAL_OPS(store, label, local_free);                           \
+	const sluice_store_ops_t sluice_##store##_owned_ops =                  \
+		LOCAL_OPS(store, label, store##_close)
 
-LOCAL_DRIVER(memory, "memory");
-LOCAL_DRIVER(shm, "shared");
+LOCAL_DRIVER(memory, "memory", sluice_memstore_t, sluice_memstore_free);
+LOCAL_DRIVER(shm, "shared", sluice_shmstore_t, sluice_shmstore_close);

@@ -3,7 +3,8 @@
  * (include/sluice_redis.h) per event-loop thread, opened on that thread's
  * loop, so threads share nothing but the Redis server.  Its calls already
  * have the driver's shape; on_store_error is applied by the verdict engine.
- * What the client reports goes to the host's hooks (store.h).
+ * What the client reports goes to the events the backend was opened
+ * with, else to the host's hooks (store.h).
  */
 #include "store/store.h"
 
@@ -14,18 +15,20 @@
 /* ---------------------------------------------------------------- driver */
 
 /* The driver's instance: the client and the hooks' arg for its reports
- * (the block they count in). */
+ * (the block they count in; attached: the hooks' attach gave it, and
+ * their detach takes it back). */
 typedef struct {
 	sluice_redis_t *r;
 	void *hook_arg;
+	int attached;
 } redis_impl_t;
 
-static void detach(void *arg)
+static void detach(redis_impl_t *d)
 {
 	const sluice_store_hooks_t *h = sluice_store_hooks();
 
-	if (h->detach)
-		h->detach(arg);
+	if (d->attached && h->detach)
+		h->detach(d->hook_arg);
 }
 
 static int redis_take(void *impl, sluice_take_item_t *items, size_t n,
@@ -117,8 +120,17 @@ static void redis_free(void *impl)
 	 * client's handles (server.c runs it after closing the backend). */
 	redis_impl_t *d = impl;
 
-	detach(d->hook_arg);
+	detach(d);
 	sluice_redis_free(d->r);
+	free(d);
+}
+
+static void redis_free_then(void *impl, void (*done)(void *arg), void *arg)
+{
+	redis_impl_t *d = impl;
+
+	detach(d);
+	sluice_redis_free_then(d->r, done, arg);
 	free(d);
 }
 
@@ -133,10 +145,12 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.healthy = redis_healthy,
 	.stats = NULL,
 	.free = redis_free,
+	.free_then = redis_free_then,
 };
 
 int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
-			    void *loop, char *err, size_t errlen)
+			    void *loop, const sluice_store_events_t *events,
+			    char *err, size_t errlen)
 {
 	sluice_redis_opts_t o = {0};
 	sluice_redis_tls_t tls = {0};
@@ -149,8 +163,18 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 		snprintf(err, errlen, "redis store: out of memory");
 		return SLUICE_ENOMEM;
 	}
-	/* NULL (out of memory) only loses the node metrics. */
-	d->hook_arg = h->attach ? h->attach() : NULL;
+	if (events) {
+		/* The backend's own listener, not the process's. */
+		o.on_event = events->on_event;
+		o.on_report = events->on_report;
+		d->hook_arg = events->arg;
+	} else {
+		/* NULL (out of memory) only loses the node metrics. */
+		o.on_event = h->on_event;
+		o.on_report = h->on_report;
+		d->hook_arg = h->attach ? h->attach() : NULL;
+		d->attached = 1;
+	}
 	if (store->kind == SLUICE_STORE_REDIS_CLUSTER) {
 		o.seeds = (const char *const *)store->seeds;
 		o.nseeds = store->nseeds;
@@ -182,12 +206,11 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	o.key_prefix = store->key_prefix;
 	o.timeout_ms = store->timeout_ms;
 	o.connections = store->connections;
-	o.on_event = h->on_event;
-	o.on_report = h->on_report;
+	o.flags = store->redis_flags;
 	o.event_arg = d->hook_arg;
 	rc = sluice_redis_open(&d->r, loop, &o, err, errlen);
 	if (rc < 0) {
-		detach(d->hook_arg);
+		detach(d);
 		free(d);
 		return rc;
 	}

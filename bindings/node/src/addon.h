@@ -3,9 +3,16 @@
  * policy object, the arguments every take reads, and each file's table
  * of functions for the module's exports.
  *
- *   addon.c  helpers, policies, keys, the module's exports
- *   local.c  the memory and shared-memory stores (synchronous)
- *   redis.c  libsluice's Redis client on Node's loop
+ *   addon.c   helpers, policies, keys, the module's exports
+ *   config.c  a Limiter's store options into a store config
+ *   local.c   the stores that answer at once (memory, shared memory)
+ *   redis.c   the stores that answer from Node's loop (Redis)
+ *
+ * Every store is opened and called through the store interface
+ * (src/store/store.h: sluice_backend_open_events(), then ops->take,
+ * peek, reset, refund, penalize, block), as `sluice serve` calls it: the
+ * addon names no store's own functions, so a store added there is a
+ * store the addon can open.
  */
 #ifndef SLUICE_ADDON_H
 #define SLUICE_ADDON_H
@@ -14,6 +21,7 @@
 #include <node_api.h>
 
 #include "sluice.h"
+#include "store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +62,13 @@ void *addon_take_args(napi_env env, napi_value *argv, policy_t **p,
 
 /* What an admin call does (the op argument of memoryAdmin & co.). */
 enum { ADMIN_RESET, ADMIN_REFUND, ADMIN_PENALIZE, ADMIN_BLOCK };
+
+/* redisNew()'s options object into *cfg (its strings the caller's, freed
+ * by addon_config_free()); -1 on a Node-API failure, with what was
+ * copied in *cfg. */
+int addon_redis_config(napi_env env, napi_value opts,
+		       sluice_store_config_t *cfg);
+void addon_config_free(sluice_store_config_t *cfg);
 
 typedef struct addon_fn_s {
 	const char *name;

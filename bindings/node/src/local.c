@@ -1,49 +1,66 @@
 /*
- * local.c -- the memory store and the host's shared-memory store: every
- * call decides at once, on the caller's thread, and writes its decision
- * into a Float64Array the caller owns (no object per call).
+ * local.c -- the stores that answer at once (the memory store and the
+ * host's shared-memory store), through the store interface: each JS store
+ * is a backend (store.h) the addon opened itself; every call decides on
+ * the caller's thread, before the driver's call returns (store.h says so
+ * of the local stores), and writes its decision into a Float64Array the
+ * caller owns (no object per call).
  */
 #include "addon.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-/* -------------------------------------------------------- memory store */
+/* ------------------------------------------------------------- opening */
 
-static void free_memstore(napi_env env, void *data, void *hint)
+static void free_backend(napi_env env, void *data, void *hint)
 {
-	sluice_memstore_free(data);
+	sluice_backend_close(data);
+	free(data);
+}
+
+/* The backend of `cfg` as an external, or NULL with an exception pending
+ * (nomem: the message when the store cannot be opened, else the store's
+ * own, as ERR_SLUICE_STORE). */
+static napi_value open_backend(napi_env env, const sluice_store_config_t *cfg,
+			       const char *nomem)
+{
+	sluice_backend_t *be = calloc(1, sizeof(*be));
+	napi_value ext;
+	char err[512] = "";
+
+	if (!be || sluice_backend_open(be, cfg, NULL, NULL, NULL, err,
+				       sizeof(err)) < 0) {
+		free(be);
+		if (nomem || !be)
+			napi_throw_error(env, "ERR_SLUICE_NOMEM",
+					 nomem ? nomem : "out of memory");
+		else
+			napi_throw_error(env, "ERR_SLUICE_STORE", err);
+		return NULL;
+	}
+	if (napi_create_external(env, be, free_backend, NULL, &ext) !=
+	    napi_ok) {
+		free_backend(env, be, NULL);
+		return addon_throw_last(env);
+	}
+	return ext;
 }
 
 /* memoryNew(maxKeys) -> external */
 static napi_value memory_new(napi_env env, napi_callback_info info)
 {
 	size_t argc = 1;
-	napi_value argv[1], ext;
+	napi_value argv[1];
 	double max_keys;
-	sluice_memstore_t *s;
+	sluice_store_config_t cfg = {0};
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_value_double(env, argv[0], &max_keys));
-	sluice_memstore_open(&s, (size_t)max_keys, NULL, 0);
-	if (!s) {
-		napi_throw_error(env, "ERR_SLUICE_NOMEM",
-				 "out of memory for the memory store");
-		return NULL;
-	}
-	if (napi_create_external(env, s, free_memstore, NULL, &ext) !=
-	    napi_ok) {
-		sluice_memstore_free(s);
-		return addon_throw_last(env);
-	}
-	return ext;
-}
-
-/* ------------------------------------------------- shared-memory store */
-
-static void free_shmstore(napi_env env, void *data, void *hint)
-{
-	sluice_shmstore_close(data);
+	cfg.kind = SLUICE_STORE_MEMORY;
+	cfg.max_keys = (size_t)max_keys;
+	return open_backend(env, &cfg, "out of memory for the memory store");
 }
 
 /* shmNew(path, maxKeys, group) -> external; group "" is none.  Throws
@@ -52,11 +69,10 @@ static void free_shmstore(napi_env env, void *data, void *hint)
 static napi_value shm_new(napi_env env, napi_callback_info info)
 {
 	size_t argc = 3, len = 0, glen = 0;
-	napi_value argv[3], ext;
+	napi_value argv[3];
 	double max_keys;
-	sluice_shmstore_t *s;
-	char path[4096], group[256], err[512];
-	int rc;
+	char path[4096], group[256];
+	sluice_store_config_t cfg = {0};
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_value_string_utf8(env, argv[0], path, sizeof(path),
@@ -74,85 +90,65 @@ static napi_value shm_new(napi_env env, napi_callback_info info)
 				       "store.shared.group is too long");
 		return NULL;
 	}
-	rc = sluice_shmstore_open_group(&s, path, (size_t)max_keys, group, err,
-					sizeof(err));
-	if (rc != 0) {
-		napi_throw_error(env, "ERR_SLUICE_STORE", err);
-		return NULL;
-	}
-	if (napi_create_external(env, s, free_shmstore, NULL, &ext) !=
-	    napi_ok) {
-		sluice_shmstore_close(s);
-		return addon_throw_last(env);
-	}
-	return ext;
+	cfg.kind = SLUICE_STORE_SHARED;
+	cfg.shm_path = path;
+	cfg.shm_group = group;
+	cfg.max_keys = (size_t)max_keys;
+	return open_backend(env, &cfg, NULL);
 }
 
-/* ------------------------------------------------------- both local stores */
+/* ---------------------------------------------------------------- calls */
+
+/* What a call answered: the callback runs before the driver's call
+ * returns on these stores. */
+typedef struct answer_s {
+	int done, status, allowed;
+} answer_t;
+
+static void on_answer(void *arg, int status, int allowed)
+{
+	answer_t *a = arg;
+
+	a->done = 1;
+	a->status = status;
+	a->allowed = allowed;
+}
+
+/* The driver's return, else the status its callback gave. */
+static int answered(int rc, const answer_t *a)
+{
+	if (rc < 0)
+		return rc;
+	/* A store that answers later is never opened here (store.h). */
+	assert(a->done);
+	return a->done ? a->status : SLUICE_EINVAL;
+}
 
 /*
  * memoryTake / shmTake(store, key, policy, cost, out: Float64Array
  *   [, now_us]) -> allowed (bool)
  * Decides at once, at now_us when given (a Limiter's `clock`), else at
- * the wall clock; writes the decision into out.
+ * the wall clock; writes the decision into out.  memoryPeek / shmPeek:
+ * the same, charging nothing (the decision a take of cost would get).
  */
-typedef int take_fn(void *store, const void *key, size_t keylen,
-		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
-		    int64_t now_us, sluice_decision_t *decisions,
-		    sluice_decision_t *summary);
-
-static int mem_take(void *s, const void *key, size_t keylen,
-		    const sluice_limit_t *limits, size_t n, uint64_t cost,
-		    int64_t now, sluice_decision_t *ds, sluice_decision_t *sum)
-{
-	return sluice_memstore_take(s, key, keylen, limits, n, cost, now, ds,
-				    sum);
-}
-
-static int shm_take_(void *s, const void *key, size_t keylen,
-		     const sluice_limit_t *limits, size_t n, uint64_t cost,
-		     int64_t now, sluice_decision_t *ds, sluice_decision_t *sum)
-{
-	return sluice_shmstore_take(s, key, keylen, limits, n, cost, now, ds,
-				    sum);
-}
-
-static int mem_peek(void *s, const void *key, size_t keylen,
-		    const sluice_limit_t *limits, size_t n, uint64_t cost,
-		    int64_t now, sluice_decision_t *ds, sluice_decision_t *sum)
-{
-	return sluice_memstore_peek(s, key, keylen, limits, n, cost, now, ds,
-				    sum);
-}
-
-static int shm_peek_(void *s, const void *key, size_t keylen,
-		     const sluice_limit_t *limits, size_t n, uint64_t cost,
-		     int64_t now, sluice_decision_t *ds, sluice_decision_t *sum)
-{
-	return sluice_shmstore_peek(s, key, keylen, limits, n, cost, now, ds,
-				    sum);
-}
-
-static napi_value local_take(napi_env env, napi_callback_info info,
-			     take_fn *take)
+static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 {
 	size_t argc = 6;
 	napi_value argv[6], res;
-	void *s;
+	sluice_backend_t *be;
 	int64_t now;
 	policy_t *p;
-	uint64_t cost;
 	void *data;
 	size_t outlen = 0;
 	napi_typedarray_type tt;
 	char key[SLUICE_KEY_MAX];
-	size_t keylen;
-	sluice_decision_t sum;
-	int allowed;
+	sluice_take_item_t it;
+	answer_t a = {0};
+	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	s = addon_take_args(env, argv, &p, key, &keylen, &cost);
-	if (!s)
+	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	if (!be)
 		return NULL;
 	CHECK(env, napi_get_typedarray_info(env, argv[4], &tt, &outlen, &data,
 					    NULL, NULL));
@@ -162,37 +158,28 @@ static napi_value local_take(napi_env env, napi_callback_info info,
 	}
 	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
 		now = sluice_now_us();
-	allowed = take(s, key, keylen, p->limits, p->nlimits, cost, now, NULL,
-		       &sum);
-	if (allowed < 0) {
-		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(allowed));
+	it.key = key;
+	it.limits = p->limits;
+	it.nlimits = p->nlimits;
+	rc = (peek ? be->ops->peek : be->ops->take)(be->impl, &it, 1, now,
+						    on_answer, &a);
+	if ((rc = answered(rc, &a)) < 0) {
+		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
-	addon_decision(&sum, sum.which, data);
-	CHECK(env, napi_get_boolean(env, allowed == 1, &res));
+	addon_decision(&it.summary, it.summary.which, data);
+	CHECK(env, napi_get_boolean(env, a.allowed == 1, &res));
 	return res;
 }
 
-static napi_value memory_take(napi_env env, napi_callback_info info)
+static napi_value local_take(napi_env env, napi_callback_info info)
 {
-	return local_take(env, info, mem_take);
+	return local_call(env, info, 0);
 }
 
-static napi_value shm_take(napi_env env, napi_callback_info info)
+static napi_value local_peek(napi_env env, napi_callback_info info)
 {
-	return local_take(env, info, shm_take_);
-}
-
-/* memoryPeek / shmPeek: as memoryTake, charging nothing (the decision a
- * take of cost would get). */
-static napi_value memory_peek(napi_env env, napi_callback_info info)
-{
-	return local_take(env, info, mem_peek);
-}
-
-static napi_value shm_peek(napi_env env, napi_callback_info info)
-{
-	return local_take(env, info, shm_peek_);
+	return local_call(env, info, 1);
 }
 
 /*
@@ -201,75 +188,59 @@ static napi_value shm_peek(napi_env env, napi_callback_info info)
  * ADMIN_BLOCK (n ms).  The same state as sluice serve's /v1/reset and
  * /v1/refund change.
  */
-static napi_value local_admin(napi_env env, napi_callback_info info, int shared)
+static napi_value local_admin(napi_env env, napi_callback_info info)
 {
-	size_t argc = 6, keylen;
+	size_t argc = 6;
 	napi_value argv[6];
-	void *s;
+	sluice_backend_t *be;
+	const sluice_store_ops_t *ops;
 	int64_t now;
 	int32_t op = -1;
 	policy_t *p;
-	uint64_t n;
 	char key[SLUICE_KEY_MAX];
+	sluice_take_item_t it = {0};
+	answer_t a = {0};
 	int rc = SLUICE_EINVAL;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	s = addon_take_args(env, argv, &p, key, &keylen, &n);
-	if (!s)
+	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	if (!be)
 		return NULL;
 	CHECK(env, napi_get_value_int32(env, argv[4], &op));
 	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
 		now = sluice_now_us();
+	it.key = key;
+	it.limits = p->limits;
+	it.nlimits = p->nlimits;
+	ops = be->ops;
 	switch (op) {
 	case ADMIN_RESET:
-		rc = shared ? sluice_shmstore_reset(s, key, keylen, p->limits,
-						    p->nlimits)
-			    : sluice_memstore_reset(s, key, keylen, p->limits,
-						    p->nlimits);
+		rc = ops->reset(be->impl, &it, 1, on_answer, &a);
 		break;
 	case ADMIN_REFUND:
-		rc = shared ? sluice_shmstore_refund(s, key, keylen, p->limits,
-						     p->nlimits, n, now)
-			    : sluice_memstore_refund(s, key, keylen, p->limits,
-						     p->nlimits, n, now);
+		rc = ops->refund(be->impl, &it, 1, now, on_answer, &a);
 		break;
 	case ADMIN_PENALIZE:
-		rc = shared ? sluice_shmstore_penalize(s, key, keylen,
-						       p->limits, p->nlimits, n,
-						       now)
-			    : sluice_memstore_penalize(s, key, keylen,
-						       p->limits, p->nlimits, n,
-						       now);
+		rc = ops->penalize(be->impl, &it, 1, now, on_answer, &a);
 		break;
 	case ADMIN_BLOCK:
-		rc = shared ? sluice_shmstore_block(s, key, keylen, p->limits,
-						    p->nlimits, n, now)
-			    : sluice_memstore_block(s, key, keylen, p->limits,
-						    p->nlimits, n, now);
+		/* n is the block's length in ms. */
+		rc = ops->block(be->impl, &it, 1, it.cost, now, on_answer, &a);
 		break;
 	}
-	if (rc < 0) {
+	if ((rc = answered(rc, &a)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
 	return NULL;
 }
 
-static napi_value memory_admin(napi_env env, napi_callback_info info)
-{
-	return local_admin(env, info, 0);
-}
-
-static napi_value shm_admin(napi_env env, napi_callback_info info)
-{
-	return local_admin(env, info, 1);
-}
-
+/* Both local stores have the same calls: the backend knows which it is. */
 const addon_fn_t addon_local_fns[] = {
-	{"memoryNew", memory_new},   {"memoryTake", memory_take},
-	{"memoryPeek", memory_peek}, {"memoryAdmin", memory_admin},
-	{"shmNew", shm_new},	     {"shmTake", shm_take},
-	{"shmPeek", shm_peek},	     {"shmAdmin", shm_admin},
+	{"memoryNew", memory_new},  {"memoryTake", local_take},
+	{"memoryPeek", local_peek}, {"memoryAdmin", local_admin},
+	{"shmNew", shm_new},	    {"shmTake", local_take},
+	{"shmPeek", local_peek},    {"shmAdmin", local_admin},
 };
 const size_t addon_local_nfns =
 	sizeof(addon_local_fns) / sizeof(addon_local_fns[0]);

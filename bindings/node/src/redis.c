@@ -1,10 +1,11 @@
 /*
- * redis.c -- libsluice's Redis client on Node's own loop
- * (napi_get_uv_event_loop()): takes, peeks and admin calls answer a JS
- * callback from the loop; node events reach the limiter's JS side.
+ * redis.c -- the stores that answer from Node's own loop
+ * (napi_get_uv_event_loop()): the Redis store, a backend (store.h) opened
+ * on that loop with this Limiter's own events.  Takes, peeks and admin
+ * calls go through the store interface and answer a JS callback from
+ * the loop, batched; node events reach the limiter's JS side.
  */
 #include "addon.h"
-#include "sluice_redis.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,10 @@
 typedef struct rcall_s rcall_t;
 
 typedef struct rclient_s {
-	sluice_redis_t *r;
+	sluice_backend_t be;
+	/* Where the store's events go: this client (on_event below), not
+	 * the process (each Limiter hears its own nodes). */
+	sluice_store_events_t events;
 	napi_env env;
 	napi_async_context actx;
 	napi_ref owner;
@@ -58,28 +62,26 @@ typedef struct rclient_s {
 	int why_kind;
 } rclient_t;
 
-/* One call waiting for its answer, then for its delivery (first in an
- * admin call, which is freed through it).  id names the call's slot on
- * the JS side: no reference or function per call. */
+/* One call waiting for its answer, then for its delivery.  id names the
+ * call's slot on the JS side: no reference or function per call.  The
+ * item (its key and limits copied after the struct) is the store's until
+ * the answer (store.h: borrowed), so a policy the app drops meanwhile
+ * does not matter. */
 struct rcall_s {
 	rclient_t *c;
 	uint32_t id;
 	rcall_t *next;
 	int status;
 	int allowed;
+	int admin; /* an admin call: no decision */
 	double nums[DECISION_FIELDS];
+	sluice_take_item_t item;
+	sluice_limit_t limits[]; /* item.nlimits, then the key */
 };
 
 /* An answer in the owner's table: id, status, allowed, then the
  * decision's DECISION_FIELDS numbers. */
 #define ANSWER_FIELDS (3 + DECISION_FIELDS)
-
-/* An admin call: its item and the key it names live until it answers. */
-typedef struct radmin_s {
-	rcall_t call;
-	sluice_take_item_t item;
-	char key[SLUICE_KEY_MAX];
-} radmin_t;
 
 /* The struct lives until both the client is released and the external
  * is collected, whichever comes last. */
@@ -144,8 +146,7 @@ static void rclient_close(rclient_t *c)
 	/* Pending calls are answered SLUICE_ESTORE from inside this, and
 	 * delivered here, through the async context: release that only
 	 * afterwards. */
-	sluice_redis_free_then(c->r, on_released, c);
-	c->r = NULL;
+	sluice_backend_close_then(&c->be, on_released, c);
 	if (!c->teardown) {
 		deliver(c);
 		napi_async_destroy(c->env, c->actx);
@@ -177,99 +178,6 @@ static void free_rclient(napi_env env, void *data, void *hint)
 	c->finalized = 1;
 	if (c->released && !c->handles_open)
 		free(c);
-}
-
-static int get_string_prop(napi_env env, napi_value obj, const char *name,
-			   char **out)
-{
-	napi_value v;
-	napi_valuetype t;
-	size_t len;
-
-	*out = NULL;
-	if (napi_get_named_property(env, obj, name, &v) != napi_ok ||
-	    napi_typeof(env, v, &t) != napi_ok)
-		return -1;
-	if (t != napi_string)
-		return 0;
-	if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok)
-		return -1;
-	*out = malloc(len + 1);
-	if (!*out ||
-	    napi_get_value_string_utf8(env, v, *out, len + 1, &len) != napi_ok)
-		return -1;
-	return 0;
-}
-
-static unsigned get_uint_prop(napi_env env, napi_value obj, const char *name)
-{
-	napi_value v;
-	uint32_t u = 0;
-
-	if (napi_get_named_property(env, obj, name, &v) == napi_ok)
-		napi_get_value_uint32(env, v, &u);
-	return u;
-}
-
-/* obj[name] into *out when it is an object: 1, 0 when it is not (absent),
- * -1 on a Node-API failure. */
-static int get_object_prop(napi_env env, napi_value obj, const char *name,
-			   napi_value *out)
-{
-	napi_valuetype t;
-
-	if (napi_get_named_property(env, obj, name, out) != napi_ok ||
-	    napi_typeof(env, *out, &t) != napi_ok)
-		return -1;
-	return t == napi_object;
-}
-
-static void free_strings(char **v, size_t n)
-{
-	size_t i;
-
-	for (i = 0; v && i < n; i++)
-		free(v[i]);
-	free(v);
-}
-
-/* obj[name], an array of strings (checked by index.js), copied into *out
- * (NULL and 0 when it is not an array). */
-static int get_strings_prop(napi_env env, napi_value obj, const char *name,
-			    char ***out, size_t *n)
-{
-	napi_value arr;
-	bool is_array = false;
-	uint32_t len = 0, i;
-
-	*out = NULL;
-	*n = 0;
-	if (napi_get_named_property(env, obj, name, &arr) != napi_ok ||
-	    napi_is_array(env, arr, &is_array) != napi_ok)
-		return -1;
-	if (!is_array)
-		return 0;
-	if (napi_get_array_length(env, arr, &len) != napi_ok)
-		return -1;
-	*out = calloc(len ? len : 1, sizeof(**out));
-	if (!*out)
-		return -1;
-	for (i = 0; i < len; i++) {
-		napi_value s;
-		size_t slen;
-
-		/* Counted as it goes, so a failure frees what was copied. */
-		if (napi_get_element(env, arr, i, &s) != napi_ok ||
-		    napi_get_value_string_utf8(env, s, NULL, 0, &slen) !=
-			    napi_ok ||
-		    !((*out)[i] = malloc(slen + 1)))
-			return -1;
-		(*n)++;
-		if (napi_get_value_string_utf8(env, s, (*out)[i], slen + 1,
-					       &slen) != napi_ok)
-			return -1;
-	}
-	return 0;
 }
 
 /*
@@ -366,110 +274,12 @@ static void tell_js(rclient_t *c, const sluice_redis_event_t *ev)
 }
 
 /*
- * The strings redisNew() copies out of its options object.  They live
- * only through sluice_redis_open(), which keeps its own copies of all it
- * needs later (the URL parsed, the prefix, the TLS server name, the
- * Sentinels' names and credentials; the TLS files are read into the
- * OpenSSL context there and then).
- */
-typedef struct redis_strings_s {
-	char *url, *prefix;
-	char **seeds;
-	size_t nseeds;
-	char *ca_file, *cert_file, *key_file, *server_name;
-	char *master, *user, *password;
-	char **addrs;
-	size_t naddrs;
-} redis_strings_t;
-
-static void redis_strings_free(redis_strings_t *st)
-{
-	free(st->url);
-	free(st->prefix);
-	free_strings(st->seeds, st->nseeds);
-	free(st->ca_file);
-	free(st->cert_file);
-	free(st->key_file);
-	free(st->server_name);
-	free(st->master);
-	free(st->user);
-	free(st->password);
-	free_strings(st->addrs, st->naddrs);
-}
-
-/* redisNew()'s options into the library's: o->tls and o->sentinel point
- * at tls and sen when the options hold them.  -1 on a Node-API failure
- * (what was copied is in st, for redis_strings_free()). */
-static int redis_opts(napi_env env, napi_value v, sluice_redis_opts_t *o,
-		      sluice_redis_tls_t *tls, sluice_redis_sentinel_t *sen,
-		      redis_strings_t *st)
-{
-	napi_value t;
-	int has;
-
-	if (get_string_prop(env, v, "url", &st->url) < 0 ||
-	    get_string_prop(env, v, "keyPrefix", &st->prefix) < 0 ||
-	    get_strings_prop(env, v, "seeds", &st->seeds, &st->nseeds) < 0)
-		return -1;
-	o->url = st->url;
-	o->seeds = (const char *const *)st->seeds;
-	o->nseeds = st->nseeds;
-	o->key_prefix = st->prefix;
-	o->timeout_ms = get_uint_prop(env, v, "timeoutMs");
-	o->connections = get_uint_prop(env, v, "connections");
-	o->flags = get_uint_prop(env, v, "scriptOnly")
-			   ? SLUICE_REDIS_SCRIPT_ONLY
-			   : 0;
-	if (get_uint_prop(env, v, "unref"))
-		o->flags |= SLUICE_REDIS_UNREF;
-
-	/* tls: { caFile, certFile, keyFile, serverName, noVerify }; its
-	 * presence turns TLS on. */
-	if ((has = get_object_prop(env, v, "tls", &t)) < 0)
-		return -1;
-	if (has) {
-		if (get_string_prop(env, t, "caFile", &st->ca_file) < 0 ||
-		    get_string_prop(env, t, "certFile", &st->cert_file) < 0 ||
-		    get_string_prop(env, t, "keyFile", &st->key_file) < 0 ||
-		    get_string_prop(env, t, "serverName", &st->server_name) < 0)
-			return -1;
-		tls->enabled = 1;
-		tls->ca_file = st->ca_file;
-		tls->cert_file = st->cert_file;
-		tls->key_file = st->key_file;
-		tls->server_name = st->server_name;
-		tls->verify = get_uint_prop(env, t, "noVerify")
-				      ? SLUICE_REDIS_TLS_VERIFY_OFF
-				      : SLUICE_REDIS_TLS_VERIFY_ON;
-		o->tls = tls;
-	}
-
-	/* sentinel: { master, addrs[], user, password, tls } */
-	if ((has = get_object_prop(env, v, "sentinel", &t)) < 0)
-		return -1;
-	if (has) {
-		if (get_string_prop(env, t, "master", &st->master) < 0 ||
-		    get_string_prop(env, t, "user", &st->user) < 0 ||
-		    get_string_prop(env, t, "password", &st->password) < 0 ||
-		    get_strings_prop(env, t, "addrs", &st->addrs, &st->naddrs) <
-			    0)
-			return -1;
-		sen->master = st->master;
-		sen->addrs = (const char *const *)st->addrs;
-		sen->naddrs = st->naddrs;
-		sen->user = st->user;
-		sen->password = st->password;
-		sen->tls = get_uint_prop(env, t, "tls") != 0;
-		o->sentinel = sen;
-	}
-	return 0;
-}
-
-/*
  * redisNew(owner, {url, seeds[], keyPrefix, timeoutMs, connections,
- *                  scriptOnly, tls, sentinel}, answers) -> external
+ *                  scriptOnly, unref, tls, sentinel}, answers) -> external
  * Values are checked by index.js; the URL, seeds, Sentinel addresses and
- * TLS files by libsluice (an Error with its message).  answers is a
+ * TLS files by libsluice (an Error with its message).  The options become
+ * a store config (config.c), opened as any host opens one, with this
+ * client's own events.  answers is a
  * Float64Array of ANSWER_FIELDS numbers per answer: the client writes
  * each batch of answers there and calls owner._answers(n).
  */
@@ -480,10 +290,7 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 	napi_typedarray_type tt;
 	size_t alen = 0;
 	void *adata = NULL;
-	sluice_redis_opts_t o = {0};
-	sluice_redis_tls_t tls = {0};
-	sluice_redis_sentinel_t sen = {0};
-	redis_strings_t st = {0};
+	sluice_store_config_t cfg = {0};
 	char err[256];
 	rclient_t *c = NULL;
 	uv_loop_t *loop;
@@ -496,7 +303,7 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 		napi_throw_type_error(env, NULL, "answer table");
 		return NULL;
 	}
-	if (redis_opts(env, argv[1], &o, &tls, &sen, &st) < 0)
+	if (addon_redis_config(env, argv[1], &cfg) < 0)
 		goto napi_fail;
 	c = calloc(1, sizeof(*c));
 	if (!c || napi_get_uv_event_loop(env, &loop) != napi_ok)
@@ -504,9 +311,11 @@ static napi_value redis_new(napi_env env, napi_callback_info info)
 	c->env = env;
 	c->answers = adata;
 	c->answers_cap = alen / ANSWER_FIELDS;
-	o.on_event = on_event;
-	o.event_arg = c;
-	if (sluice_redis_open(&c->r, loop, &o, err, sizeof(err)) < 0) {
+	c->events.on_event = on_event;
+	c->events.arg = c;
+	/* The client copies all it keeps of cfg: its strings go below. */
+	if (sluice_backend_open_events(&c->be, &cfg, loop, NULL, NULL,
+				       &c->events, err, sizeof(err)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE_REDIS", err);
 		goto out;
 	}
@@ -548,7 +357,7 @@ napi_fail:
 	addon_throw_last(env);
 out:
 	free(c);
-	redis_strings_free(&st);
+	addon_config_free(&cfg);
 	return ret;
 }
 
@@ -575,15 +384,18 @@ static void enqueue(rclient_t *c, rcall_t *call)
 	}
 }
 
-static void on_redis(void *arg, int status, int allowed,
-		     const sluice_decision_t *summary, size_t which)
+/* The store's answer to a call (store.h's callback): the decision
+ * from the item's outputs, as numbers, then the queue. */
+static void on_answer(void *arg, int status, int allowed)
 {
 	rcall_t *call = arg;
+	int decided = status == 0 && !call->admin;
 
 	call->status = status;
-	call->allowed = status == 0 && allowed;
-	if (status == 0)
-		addon_decision(summary, which, call->nums);
+	call->allowed = decided && allowed;
+	if (decided)
+		addon_decision(&call->item.summary, call->item.summary.which,
+			       call->nums);
 	else
 		memset(call->nums, 0, sizeof(call->nums));
 	enqueue(call->c, call);
@@ -682,11 +494,53 @@ static void deliver(rclient_t *c)
 }
 
 /*
+ * A call of client c on (key, policy p, n), answered as row `id` (a
+ * uint32): its item holds copies of the key and the limits.  NULL with
+ * an exception pending when the limiter is closed or memory is short.
+ */
+static rcall_t *new_call(napi_env env, rclient_t *c, const policy_t *p,
+			 const char *key, size_t keylen, uint64_t n,
+			 napi_value id, int admin)
+{
+	size_t lsize = p->nlimits * sizeof(sluice_limit_t);
+	rcall_t *call;
+
+	if (c->closed) {
+		napi_throw_error(env, "ERR_SLUICE_CLOSED",
+				 "the limiter is closed");
+		return NULL;
+	}
+	call = malloc(sizeof(*call) + lsize + keylen);
+	if (!call) {
+		napi_throw_error(env, "ERR_SLUICE_NOMEM", "out of memory");
+		return NULL;
+	}
+	if (napi_get_value_uint32(env, id, &call->id) != napi_ok) {
+		free(call);
+		addon_throw_last(env);
+		return NULL;
+	}
+	call->c = c;
+	call->admin = admin;
+	memcpy(call->limits, p->limits, lsize);
+	memcpy((char *)call->limits + lsize, key, keylen);
+	memset(&call->item, 0, sizeof(call->item));
+	call->item.key = (char *)call->limits + lsize;
+	call->item.keylen = keylen;
+	call->item.limits = call->limits;
+	call->item.nlimits = p->nlimits;
+	call->item.cost = n;
+	return call;
+}
+
+/*
  * redisTake(client, key, policy, cost, id) -> undefined
  * The answer comes once, from the loop, as the row of the owner's answer
  * table with this id: status (0 or a negative SLUICE_E* code), allowed,
  * limit, remaining, retryAfterMs, resetMs, which.  Throws (and never
- * answers) when the call cannot be made.
+ * answers) when the call cannot be made.  A take of one key is the
+ * store's single-key take (store.h), batched by the client as
+ * sluice_redis_take()'s are.
  */
 static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 {
@@ -703,23 +557,12 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 	c = addon_take_args(env, argv, &p, key, &keylen, &cost);
 	if (!c)
 		return NULL;
-	if (c->closed) {
-		napi_throw_error(env, "ERR_SLUICE_CLOSED",
-				 "the limiter is closed");
+	call = new_call(env, c, p, key, keylen, cost, argv[4], 0);
+	if (!call)
 		return NULL;
-	}
-	call = malloc(sizeof(*call));
-	if (!call) {
-		napi_throw_error(env, "ERR_SLUICE_NOMEM", "out of memory");
-		return NULL;
-	}
-	call->c = c;
-	if (napi_get_value_uint32(env, argv[4], &call->id) != napi_ok) {
-		free(call);
-		return addon_throw_last(env);
-	}
-	rc = (peek ? sluice_redis_peek : sluice_redis_take)(
-		c->r, key, keylen, p->limits, p->nlimits, cost, on_redis, call);
+	/* Redis decides on its own clock: no now_us. */
+	rc = (peek ? c->be.ops->peek : c->be.ops->take)(c->be.impl, &call->item,
+							1, 0, on_answer, call);
 	if (rc < 0) {
 		free(call);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
@@ -740,19 +583,6 @@ static napi_value redis_peek(napi_env env, napi_callback_info info)
 	return redis_call(env, info, 1);
 }
 
-/* An admin call answered: a row with its status, delivered as takes
- * are. */
-static void on_admin(void *arg, int status, int allowed)
-{
-	radmin_t *a = arg;
-
-	(void)allowed;
-	a->call.status = status;
-	a->call.allowed = 0;
-	memset(a->call.nums, 0, sizeof(a->call.nums));
-	enqueue(a->call.c, &a->call);
-}
-
 /*
  * redisAdmin(client, key, policy, n, op, id) -> undefined: op as for
  * memoryAdmin (reset, refund n, penalize n, block n ms); the answer's
@@ -764,52 +594,34 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	size_t argc = 6, keylen;
 	napi_value argv[6];
 	rclient_t *c;
+	const sluice_store_ops_t *ops;
 	policy_t *p;
 	uint64_t n;
 	int32_t op = -1;
-	radmin_t *a;
+	char key[SLUICE_KEY_MAX];
+	rcall_t *a;
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	a = malloc(sizeof(*a));
-	if (!a) {
-		napi_throw_error(env, "ERR_SLUICE_NOMEM", "out of memory");
-		return NULL;
-	}
-	c = addon_take_args(env, argv, &p, a->key, &keylen, &n);
-	if (!c || napi_get_value_int32(env, argv[4], &op) != napi_ok) {
-		free(a);
+	c = addon_take_args(env, argv, &p, key, &keylen, &n);
+	if (!c || napi_get_value_int32(env, argv[4], &op) != napi_ok)
 		return addon_throw_last(env);
-	}
-	if (c->closed) {
-		free(a);
-		napi_throw_error(env, "ERR_SLUICE_CLOSED",
-				 "the limiter is closed");
+	a = new_call(env, c, p, key, keylen, n, argv[5], 1);
+	if (!a)
 		return NULL;
-	}
-	memset(&a->item, 0, sizeof(a->item));
-	a->item.key = a->key;
-	a->item.keylen = keylen;
-	a->item.limits = p->limits;
-	a->item.nlimits = p->nlimits;
-	a->item.cost = n;
-	a->call.c = c;
-	if (napi_get_value_uint32(env, argv[5], &a->call.id) != napi_ok) {
-		free(a);
-		return addon_throw_last(env);
-	}
+	ops = c->be.ops;
 	switch (op) {
 	case ADMIN_RESET:
-		rc = sluice_redis_reset(c->r, &a->item, 1, on_admin, a);
+		rc = ops->reset(c->be.impl, &a->item, 1, on_answer, a);
 		break;
 	case ADMIN_REFUND:
-		rc = sluice_redis_refund(c->r, &a->item, 1, on_admin, a);
+		rc = ops->refund(c->be.impl, &a->item, 1, 0, on_answer, a);
 		break;
 	case ADMIN_PENALIZE:
-		rc = sluice_redis_penalize(c->r, &a->item, 1, on_admin, a);
+		rc = ops->penalize(c->be.impl, &a->item, 1, 0, on_answer, a);
 		break;
 	case ADMIN_BLOCK:
-		rc = sluice_redis_block(c->r, &a->item, 1, n, on_admin, a);
+		rc = ops->block(c->be.impl, &a->item, 1, n, 0, on_answer, a);
 		break;
 	default:
 		rc = SLUICE_EINVAL;
@@ -834,8 +646,8 @@ static napi_value redis_healthy(napi_env env, napi_callback_info info)
 	if (!c)
 		return addon_throw_last(env);
 	CHECK(env,
-	      napi_get_boolean(env, !c->closed && sluice_redis_healthy(c->r),
-			       &res));
+	      napi_get_boolean(
+		      env, !c->closed && sluice_backend_healthy(&c->be), &res));
 	return res;
 }
 

@@ -4,11 +4,13 @@
  * A *store driver* (sluice_store_ops_t) charges a request's keys: the
  * memory store and the host's shared-memory store (store_local.c), the
  * Redis store (store_redis.c, over include/sluice_redis.h).  Every host
- * opens its store through sluice_backend_open() (store.c) and calls it
- * through `ops` alone: `sluice serve`'s verdict engine (policy/verdict.h)
- * and gRPC front end, the simulator, and the Node addon
- * (bindings/node/src).  Adding a store is one driver file and one case in
- * sluice_backend_open(): every host then has it.
+ * opens its store through sluice_backend_open() or _open_events()
+ * (store.c) and calls it through `ops` alone: `sluice serve`'s verdict
+ * engine (policy/verdict.h) and gRPC front end, the simulator, and the
+ * Node addon (bindings/node/src).  Adding a store is one driver file and
+ * one case in sluice_backend_open_events(): every host then has it (its
+ * settings: a field of store_config.h, read from the YAML by the config
+ * code and from a Limiter's options by the addon's config.c).
  *
  * Every call has one shape: items (sluice_take_item_t: key, limits,
  * cost; outputs written by take and peek) with a callback that runs once
@@ -90,6 +92,14 @@ typedef struct sluice_store_ops_s {
 	 * loop, later: a host tearing its loop down waits for it); NULL:
 	 * the store holds nothing on a loop, free then done at once. */
 	void (*free_then)(void *impl, void (*done)(void *arg), void *arg);
+	/* The synchronous path of a store that answers at once (the local
+	 * stores; NULL for the others): one item taken, or peeked when peek
+	 * is 1, as take() / peek() decide it, the outputs written and the
+	 * answer returned instead of called back: 1 allowed, 0 not, or a
+	 * negative code.  For a host's hottest path (the Node addon's
+	 * memory store: no callback, no answer to carry). */
+	int (*take_now)(void *impl, sluice_take_item_t *item, int64_t now_us,
+			int peek);
 } sluice_store_ops_t;
 
 typedef struct sluice_backend_s {

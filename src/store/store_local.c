@@ -127,6 +127,25 @@ static void shm_log_failure(void *impl)
 		return prefix##_block((type *)s, key, keylen, limits, nlimits, \
 				      ms, now_us);                             \
 	}                                                                      \
+	/* take_now: the store's own call, straight (the hottest path). */     \
+	static int name##_now(void *s, sluice_take_item_t *it, int64_t now_us, \
+			      int peek)                                        \
+	{                                                                      \
+		void (*failed)(void *) = on_failure;                           \
+		int r = peek ? prefix##_peek((type *)s, it->key, it->keylen,   \
+					     it->limits, it->nlimits,          \
+					     it->cost, now_us, NULL,           \
+					     &it->summary)                     \
+			     : prefix##_take((type *)s, it->key, it->keylen,   \
+					     it->limits, it->nlimits,          \
+					     it->cost, now_us, NULL,           \
+					     &it->summary);                    \
+		if (r >= 0)                                                    \
+			it->allowed = r;                                       \
+		else if (r == SLUICE_ESTORE && failed)                         \
+			failed(s);                                             \
+		return r;                                                      \
+	}                                                                      \
 	static void name##_stats1(void *s, sluice_memstore_stats_t *out)       \
 	{                                                                      \
 		prefix##_stats((type *)s, out);                                \
@@ -146,8 +165,24 @@ static void shm_log_failure(void *impl)
 LOCAL_CALLS(memory, sluice_memstore, sluice_memstore_t, NULL);
 LOCAL_CALLS(shm, sluice_shmstore, sluice_shmstore_t, shm_log_failure);
 
-/* Charges items[0..n): one key (the common case) by the single-key take,
- * the same decision with less bookkeeping. */
+/* One key taken (or peeked) at once, by the single-key call: take's
+ * common case (the same decision as take_many's, with less
+ * bookkeeping); the same as the driver's take_now (LOCAL_CALLS). */
+static int local_now(const local_calls_t *c, void *impl, sluice_take_item_t *it,
+		     int64_t now_us, int peek)
+{
+	int r = (peek ? c->peek : c->take)(impl, it->key, it->keylen,
+					   it->limits, it->nlimits, it->cost,
+					   now_us, NULL, &it->summary);
+
+	if (r >= 0)
+		it->allowed = r;
+	else if (r == SLUICE_ESTORE && c->failed)
+		c->failed(impl);
+	return r;
+}
+
+/* Charges items[0..n): one key (the common case) by local_now(). */
 static int local_take(const local_calls_t *c, void *impl,
 		      sluice_take_item_t *items, size_t n, int64_t now_us,
 		      sluice_store_cb cb, void *arg)
@@ -155,18 +190,14 @@ static int local_take(const local_calls_t *c, void *impl,
 	int r;
 
 	if (n == 1) {
-		r = c->take(impl, items->key, items->keylen, items->limits,
-			    items->nlimits, items->cost, now_us, NULL,
-			    &items->summary);
-		if (r >= 0)
-			items->allowed = r;
+		r = local_now(c, impl, items, now_us, 0);
 	} else {
 		r = c->take_many(impl, items, n, now_us);
+		if (r == SLUICE_ESTORE && c->failed)
+			c->failed(impl);
 	}
 	if (r == SLUICE_EINVAL)
 		return r;
-	if (r == SLUICE_ESTORE && c->failed)
-		c->failed(impl);
 	cb(arg, r < 0 ? r : 0, r > 0);
 	return 0;
 }
@@ -254,7 +285,7 @@ static void local_free(void *impl)
 		.refund = store##_refund, .peek = store##_peek,                \
 		.penalize = store##_penalize, .block = store##_block,          \
 		.healthy = NULL, .stats = store##_stats1, .free = free_fn,     \
-		.free_then = NULL,                                             \
+		.free_then = NULL, .take_now = store##_now,                    \
 	}
 
 /* One driver per local store: its ops bind the store's table of calls.

@@ -1,12 +1,15 @@
 /*
  * addon.c -- libsluice for Node.js (Node-API): glue only.  This file:
  * helpers, policies, keys and the module's exports; the stores are in
- * local.c (memory, shared memory) and redis.c (see addon.h).
+ * local.c (memory, shared memory) and redis.c (see addon.h), both opened
+ * and called through the store interface `sluice serve` uses
+ * (src/store/store.h).
  *
  * The decisions are libsluice's: policies parsed by sluice_limit_parse(),
  * keys built by sluice_key_make() (so a Node app and `sluice serve` reach
  * the same buckets), takes decided by the memory store, the host's
- * shared-memory store or libsluice's own Redis client.  The Redis client runs
+ * shared-memory store or libsluice's own Redis client, each behind its
+ * store driver.  The Redis client runs
  * on Node's own event loop (napi_get_uv_event_loop()); the addon does not link
  * libuv, so its uv_* calls bind to the libuv that Node carries.  The
  * client's TLS (OpenSSL) is linked as -lssl -lcrypto, but a node that

@@ -20,9 +20,10 @@ static void free_backend(napi_env env, void *data, void *hint)
 	free(data);
 }
 
-/* The backend of `cfg` as an external, or NULL with an exception pending
- * (nomem: the message when the store cannot be opened, else the store's
- * own, as ERR_SLUICE_STORE). */
+/* The backend of `cfg` (a store with a synchronous path: ops->take_now)
+ * as an external, or NULL with an exception pending (nomem: the message
+ * when the store cannot be opened, else the store's own, as
+ * ERR_SLUICE_STORE). */
 static napi_value open_backend(napi_env env, const sluice_store_config_t *cfg,
 			       const char *nomem)
 {
@@ -38,6 +39,13 @@ static napi_value open_backend(napi_env env, const sluice_store_config_t *cfg,
 					 nomem ? nomem : "out of memory");
 		else
 			napi_throw_error(env, "ERR_SLUICE_STORE", err);
+		return NULL;
+	}
+	if (!be->ops->take_now) {
+		/* A store that answers later is redis.c's kind. */
+		free_backend(env, be, NULL);
+		napi_throw_error(env, "ERR_SLUICE_STORE",
+				 "the store does not answer at once");
 		return NULL;
 	}
 	if (napi_create_external(env, be, free_backend, NULL, &ext) !=
@@ -143,7 +151,6 @@ static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 	napi_typedarray_type tt;
 	char key[SLUICE_KEY_MAX];
 	sluice_take_item_t it;
-	answer_t a = {0};
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
@@ -161,14 +168,15 @@ static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 	it.key = key;
 	it.limits = p->limits;
 	it.nlimits = p->nlimits;
-	rc = (peek ? be->ops->peek : be->ops->take)(be->impl, &it, 1, now,
-						    on_answer, &a);
-	if ((rc = answered(rc, &a)) < 0) {
+	/* The store's synchronous path (every store opened here has one):
+	 * the answer returned, no callback. */
+	rc = be->ops->take_now(be->impl, &it, now, peek);
+	if (rc < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
 	addon_decision(&it.summary, it.summary.which, data);
-	CHECK(env, napi_get_boolean(env, a.allowed == 1, &res));
+	CHECK(env, napi_get_boolean(env, rc == 1, &res));
 	return res;
 }
 

@@ -23,10 +23,6 @@ static void say_error(const char *msg)
  * on a different handle: one driver over a table of them.  Both answer at
  * once, so every callback runs before the driver's call returns. */
 typedef struct {
-	int (*take)(void *s, const void *key, size_t keylen,
-		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
-		    int64_t now_us, sluice_decision_t *per_limit,
-		    sluice_decision_t *summary);
 	int (*take_many)(void *s, sluice_take_item_t *items, size_t n,
 			 int64_t now_us);
 	int (*reset)(void *s, const void *key, size_t keylen,
@@ -34,10 +30,6 @@ typedef struct {
 	int (*refund)(void *s, const void *key, size_t keylen,
 		      const sluice_limit_t *limits, size_t nlimits,
 		      uint64_t cost, int64_t now_us);
-	int (*peek)(void *s, const void *key, size_t keylen,
-		    const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
-		    int64_t now_us, sluice_decision_t *per_limit,
-		    sluice_decision_t *summary);
 	int (*penalize)(void *s, const void *key, size_t keylen,
 			const sluice_limit_t *limits, size_t nlimits,
 			uint64_t cost, int64_t now_us);
@@ -47,6 +39,9 @@ typedef struct {
 	void (*stats)(void *s, sluice_memstore_stats_t *out);
 	/* A failure (SLUICE_ESTORE) to say; NULL: none to say. */
 	void (*failed)(void *s);
+	/* One item taken (peek 0) or peeked at once, its outputs written,
+	 * the failure said: the driver's take_now, take's common case, peek. */
+	int (*now)(void *s, sluice_take_item_t *it, int64_t now_us, int peek);
 } local_calls_t;
 
 /* A failing shared store is said in the log: once when the file shrank
@@ -75,15 +70,6 @@ static void shm_log_failure(void *impl)
 /* The calls of one local store, typed for the table: `type` is the
  * store's handle, `prefix` its functions' names (sluice.h). */
 #define LOCAL_CALLS(name, prefix, type, on_failure)                            \
-	static int name##_take1(void *s, const void *key, size_t keylen,       \
-				const sluice_limit_t *limits, size_t nlimits,  \
-				uint64_t cost, int64_t now_us,                 \
-				sluice_decision_t *per_limit,                  \
-				sluice_decision_t *summary)                    \
-	{                                                                      \
-		return prefix##_take((type *)s, key, keylen, limits, nlimits,  \
-				     cost, now_us, per_limit, summary);        \
-	}                                                                      \
 	static int name##_take_many(void *s, sluice_take_item_t *items,        \
 				    size_t n, int64_t now_us)                  \
 	{                                                                      \
@@ -103,15 +89,6 @@ static void shm_log_failure(void *impl)
 		return prefix##_refund((type *)s, key, keylen, limits,         \
 				       nlimits, cost, now_us);                 \
 	}                                                                      \
-	static int name##_peek1(void *s, const void *key, size_t keylen,       \
-				const sluice_limit_t *limits, size_t nlimits,  \
-				uint64_t cost, int64_t now_us,                 \
-				sluice_decision_t *per_limit,                  \
-				sluice_decision_t *summary)                    \
-	{                                                                      \
-		return prefix##_peek((type *)s, key, keylen, limits, nlimits,  \
-				     cost, now_us, per_limit, summary);        \
-	}                                                                      \
 	static int name##_penalize1(void *s, const void *key, size_t keylen,   \
 				    const sluice_limit_t *limits,              \
 				    size_t nlimits, uint64_t cost,             \
@@ -127,7 +104,7 @@ static void shm_log_failure(void *impl)
 		return prefix##_block((type *)s, key, keylen, limits, nlimits, \
 				      ms, now_us);                             \
 	}                                                                      \
-	/* take_now: the store's own call, straight (the hottest path). */     \
+	/* The store's own call, straight (the hottest path: no table). */     \
 	static int name##_now(void *s, sluice_take_item_t *it, int64_t now_us, \
 			      int peek)                                        \
 	{                                                                      \
@@ -151,38 +128,21 @@ static void shm_log_failure(void *impl)
 		prefix##_stats((type *)s, out);                                \
 	}                                                                      \
 	static const local_calls_t name##_calls = {                            \
-		.take = name##_take1,                                          \
 		.take_many = name##_take_many,                                 \
 		.reset = name##_reset1,                                        \
 		.refund = name##_refund1,                                      \
-		.peek = name##_peek1,                                          \
 		.penalize = name##_penalize1,                                  \
 		.block = name##_block1,                                        \
 		.stats = name##_stats1,                                        \
 		.failed = on_failure,                                          \
+		.now = name##_now,                                             \
 	}
 
 LOCAL_CALLS(memory, sluice_memstore, sluice_memstore_t, NULL);
 LOCAL_CALLS(shm, sluice_shmstore, sluice_shmstore_t, shm_log_failure);
 
-/* One key taken (or peeked) at once, by the single-key call: take's
- * common case (the same decision as take_many's, with less
- * bookkeeping); the same as the driver's take_now (LOCAL_CALLS). */
-static int local_now(const local_calls_t *c, void *impl, sluice_take_item_t *it,
-		     int64_t now_us, int peek)
-{
-	int r = (peek ? c->peek : c->take)(impl, it->key, it->keylen,
-					   it->limits, it->nlimits, it->cost,
-					   now_us, NULL, &it->summary);
-
-	if (r >= 0)
-		it->allowed = r;
-	else if (r == SLUICE_ESTORE && c->failed)
-		c->failed(impl);
-	return r;
-}
-
-/* Charges items[0..n): one key (the common case) by local_now(). */
+/* Charges items[0..n): one key (the common case) by the single-key
+ * call, the same decision as take_many's with less bookkeeping. */
 static int local_take(const local_calls_t *c, void *impl,
 		      sluice_take_item_t *items, size_t n, int64_t now_us,
 		      sluice_store_cb cb, void *arg)
@@ -190,7 +150,7 @@ static int local_take(const local_calls_t *c, void *impl,
 	int r;
 
 	if (n == 1) {
-		r = local_now(c, impl, items, now_us, 0);
+		r = c->now(impl, items, now_us, 0);
 	} else {
 		r = c->take_many(impl, items, n, now_us);
 		if (r == SLUICE_ESTORE && c->failed)
@@ -253,17 +213,13 @@ static int local_peek(const local_calls_t *c, void *impl,
 	for (i = 0; i < n; i++) {
 		sluice_take_item_t *it = &items[i];
 
-		r = c->peek(impl, it->key, it->keylen, it->limits, it->nlimits,
-			    it->cost, now_us, NULL, &it->summary);
+		r = c->now(impl, it, now_us, 1);
 		if (r == SLUICE_EINVAL)
 			return r;
 		if (r < 0) {
-			if (r == SLUICE_ESTORE && c->failed)
-				c->failed(impl);
 			cb(arg, r, 0);
 			return 0;
 		}
-		it->allowed = r;
 		all &= r;
 	}
 	cb(arg, 0, all);

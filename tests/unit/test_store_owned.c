@@ -143,11 +143,52 @@ static void test_shared_store_that_cannot_open_says_which_file(void)
 	CHECK(be.ops == NULL);
 }
 
+/* take_now, the local stores' synchronous path: the decision returned,
+ * outputs written, the same state as take; a peek charges nothing. */
+static void test_take_now_decides_as_take(void)
+{
+	sluice_store_config_t cfg;
+	sluice_backend_t be;
+	sluice_limit_t l;
+	sluice_take_item_t it;
+	char err[256];
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kind = SLUICE_STORE_MEMORY;
+	cfg.max_keys = 100;
+	CHECK(sluice_backend_open(&be, &cfg, NULL, NULL, NULL, err,
+				  sizeof(err)) == 0);
+	CHECK(be.ops->take_now != NULL);
+	CHECK(sluice_redis_store_ops.take_now == NULL);
+	CHECK(sluice_limit_parse(&l, "10", "1/h", NULL, 0) == 0);
+	memset(&it, 0, sizeof(it));
+	it.key = "k";
+	it.keylen = 1;
+	it.limits = &l;
+	it.nlimits = 1;
+	it.cost = 4;
+	CHECK(be.ops->take_now(be.impl, &it, T0, 0) == 1);
+	CHECK(it.allowed == 1 && it.summary.remaining == 6);
+	CHECK(take(&be, "k", 1) == 5);
+	/* A peek of 6: refused, nothing charged; of 5: allowed. */
+	it.cost = 6;
+	CHECK(be.ops->take_now(be.impl, &it, T0, 1) == 0 && it.allowed == 0);
+	it.cost = 5;
+	CHECK(be.ops->take_now(be.impl, &it, T0, 1) == 1);
+	CHECK(it.summary.remaining == 0);
+	CHECK(take(&be, "k", 1) == 4);
+	/* A malformed item: the code, as take() returns it. */
+	it.nlimits = 0;
+	CHECK(be.ops->take_now(be.impl, &it, T0, 0) == SLUICE_EINVAL);
+	sluice_backend_close(&be);
+}
+
 int main(void)
 {
 	RUN(test_memory_store_of_its_own);
 	RUN(test_memory_store_of_the_host_stays_open);
 	RUN(test_shared_store_of_its_own);
 	RUN(test_shared_store_that_cannot_open_says_which_file);
+	RUN(test_take_now_decides_as_take);
 	TESTS_DONE();
 }

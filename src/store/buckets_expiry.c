@@ -87,23 +87,14 @@ static int evict_one(sluice_shard_t *s, int64_t now_us, const uint64_t *keep,
 /* Reclaiming elsewhere is shared out by a per-thread call counter. */
 static __thread unsigned reclaim_tick;
 
-/* What sluice_buckets_reclaim_elsewhere() does on the calls that do
- * more than count (out of line: the others stay a few instructions). */
+/* The sweep of sluice_buckets_reclaim_elsewhere() (out of line: the
+ * calls that only count stay a few instructions). */
 static __attribute__((noinline)) void
-reclaim_elsewhere_turn(sluice_buckets_t *m, unsigned tick, int64_t now_us)
+reclaim_elsewhere_sweep(sluice_buckets_t *m, unsigned tick, int64_t now_us)
 {
-	sluice_shard_t *s;
+	sluice_shard_t *s =
+		&m->shards[(tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
 
-	if (tick % RECLAIM_AWAY_EVERY != 0) {
-		/* The next call sweeps: the slots it will read are asked for
-		 * now, so that their misses overlap this call's own instead
-		 * of stalling the next one (its unlock waits for them). */
-		s = &m->shards[(tick / RECLAIM_AWAY_EVERY + 1) &
-			       (m->nshards - 1)];
-		prefetch_slots(s, reclaim_cursor(s), RECLAIM_AWAY);
-		return;
-	}
-	s = &m->shards[(tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
 	if (sluice_shard_trylock(s) != 0)
 		return;
 	reclaim_step(s, now_us, RECLAIM_AWAY);
@@ -119,9 +110,8 @@ void sluice_buckets_reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
 	if (m->nshards < 2)
 		return;
 	tick = ++reclaim_tick;
-	/* The sweeping call, and the one before it (which prefetches). */
-	if ((tick + 1) % RECLAIM_AWAY_EVERY < 2)
-		reclaim_elsewhere_turn(m, tick, now_us);
+	if (tick % RECLAIM_AWAY_EVERY == 0)
+		reclaim_elsewhere_sweep(m, tick, now_us);
 }
 
 /* Stores the state of a bucket that has none yet.  On allocation failure

@@ -5,6 +5,7 @@
  * are its hash XORed with each limit (bucket_id(), buckets_int.h), all in
  * the shard its hash names, charged under that shard's one lock.
  */
+#include "core/decide.h"
 #include "store/buckets_int.h"
 #include "util/siphash.h"
 
@@ -25,11 +26,13 @@ static int take_args_ok(const void *key, size_t keylen,
 
 /*
  * Asks the memory system for the lines a lookup of bucket h1 reads first:
- * its home slot and the next one (a 24-byte slot may straddle two lines,
- * and a probe usually ends one slot on), so that both misses overlap.
- * Without the shard's lock: the slot array and its size are read
- * atomically (sluice_shard_grow() replaces them under the lock) and a prefetch
- * of a stale address is only a wasted hint.
+ * its home slot and the two after it, so that their misses overlap.  Three
+ * 24-byte slots span 72 bytes, at most two lines (a slot starts 8-byte
+ * aligned): the same two prefetches as for two slots, and a probe that
+ * ends two slots on (one in five in a table 3/5 full) waits for no second
+ * miss.  Without the shard's lock: the slot array and its size are read
+ * atomically (sluice_shard_grow() replaces them under the lock) and a
+ * prefetch of a stale address is only a wasted hint.
  */
 static void prefetch_bucket(const sluice_shard_t *s, uint64_t h1)
 {
@@ -39,8 +42,8 @@ static void prefetch_bucket(const sluice_shard_t *s, uint64_t h1)
 	const char *at = (const char *)&slots[h1 & mask];
 
 	__builtin_prefetch(at, 1, 0);
-	if ((h1 & mask) < mask)
-		__builtin_prefetch(at + 2 * sizeof(sluice_slot_t) - 1, 1, 0);
+	if ((h1 & mask) + 2 <= mask)
+		__builtin_prefetch(at + 3 * sizeof(sluice_slot_t) - 1, 1, 0);
 }
 
 /* sluice_buckets_take() of a checked key whose hash is h, or (commit 0)
@@ -107,14 +110,14 @@ static int take_hashed(sluice_buckets_t *m, const uint64_t h[2],
 /*
  * take_hashed() of one limit, committing: the same decision and the same
  * writes in the same order, without the bookkeeping of several limits
- * (sluice_eval_all() of one limit is sluice_eval(): a refused decision
- * leaves the state as it was).  The common take, arranged around its cache
- * miss on the bucket's slot: a processor runs only a few hundred
- * instructions past a load that waits, so a take costs that miss plus the
- * instructions from the slot's read to the next take's prefetch that do
- * not fit in that shadow.  What needs neither the slot nor a decision
- * (checking the limit when check is 1, the sweep elsewhere, the lock) runs
- * between the prefetch and the read.
+ * (sluice_eval_all() of one limit is sluice_eval(), here in line: a
+ * refused decision leaves the state as it was).  The common take, arranged
+ * around its cache miss on the bucket's slot: a processor runs only a few
+ * hundred instructions past a load that waits, so a take costs that miss plus
+ * the instructions from the slot's read to the next take's prefetch that do not
+ * fit in that shadow.  What needs neither the slot nor a decision (checking the
+ * limit when check is 1, the sweep elsewhere, the lock) runs between the
+ * prefetch and the read.
  */
 static inline __attribute__((always_inline)) int
 take_one_hashed(sluice_buckets_t *m, const uint64_t h[2],
@@ -140,7 +143,7 @@ take_one_hashed(sluice_buckets_t *m, const uint64_t h[2],
 		return SLUICE_ESTORE;
 	at = find(s, h1, h2);
 	cur = at ? at->state : 0;
-	sluice_eval(limit, cur, now_us, cost, &next, &d);
+	sluice_eval_inline(limit, cur, now_us, cost, &next, &d);
 	if (next != cur) {
 		if (at)
 			at->state = next;

@@ -16,102 +16,20 @@
  * product below fit in 53 bits: the Redis Lua script, whose numbers are
  * doubles, repeats this file's computation exactly.  Keep the two in step
  * (src/store/redis/script.lua and script_multi.lua; a test replays
- * both).
+ * both).  One decision's arithmetic is in decide.h, in line for the memory
+ * store's single take; sluice_eval() is that.
  */
+#include "core/decide.h"
 #include "sluice.h"
 #include "util/num.h"
 
 #include <limits.h>
 
-/* ceil(u / per) for the unit -> microsecond conversion.  Most rates are
- * whole microseconds per token (per = 1): no division then. */
-static uint64_t units_to_us_ceil(uint64_t u, uint32_t per)
-{
-	return per == 1 ? u : sluice_div_ceil(u, per);
-}
-
-/*
- * The shortfall D of `state` at `now`, in units, saturated at
- * SLUICE_UNITS_MAX * 2 (still "more than tau", and far from overflow).  A
- * fraction written by a policy with a larger `per` is clamped into range.
- */
-static uint64_t shortfall(sluice_state_t state, int64_t now_us, uint32_t per)
-{
-	const uint64_t cap = SLUICE_UNITS_MAX * 2;
-	int64_t tat_us;
-	uint64_t frac, delta;
-
-	if (state <= 0)
-		return 0;
-	tat_us = state / 1000;
-	frac = (uint64_t)(state % 1000);
-	if (frac >= per)
-		frac = per - 1;
-	if (tat_us < now_us)
-		return 0;
-	delta = (uint64_t)tat_us - (uint64_t)now_us;
-	if (delta >= (per == 1 ? cap : cap / per))
-		return cap;
-	return delta * per + frac;
-}
-
-/* The state whose shortfall at now_us is d units (d > 0). */
-static sluice_state_t encode(int64_t now_us, uint64_t d, uint32_t per)
-{
-	if (per == 1)
-		return (now_us + (int64_t)d) * 1000;
-	return (now_us + (int64_t)(d / per)) * 1000 + (int64_t)(d % per);
-}
-
 void sluice_eval(const sluice_limit_t *limit, sluice_state_t state,
 		 int64_t now_us, uint64_t cost, sluice_state_t *next,
 		 sluice_decision_t *d)
 {
-	const uint64_t t = limit->rate.interval;
-	const uint32_t per = limit->rate.per;
-	const uint64_t tau = limit->tau;
-	uint64_t D;
-
-	/* Keep (now + tau) * 1000 inside int64 whatever the caller's clock. */
-	if (now_us < 0)
-		now_us = 0;
-	else if (now_us > SLUICE_TIME_MAX_US)
-		now_us = SLUICE_TIME_MAX_US;
-	D = shortfall(state, now_us, per);
-
-	*next = state;
-	d->which = 0;
-	d->limit = limit->capacity;
-	d->never = 0;
-	d->remaining = D >= tau ? 0 : (tau - D) / t;
-
-	if (cost > limit->capacity) {
-		/* More than a full bucket: waiting cannot help. */
-		d->allowed = 0;
-		d->never = 1;
-		d->retry_after_us = UINT64_MAX;
-		d->reset_after_us = units_to_us_ceil(D, per);
-		return;
-	}
-	/* cost <= capacity, so cost * t <= tau <= 2^52: no overflow. */
-	if (D + cost * t <= tau) {
-		uint64_t nd = D + cost * t;
-
-		d->allowed = 1;
-		d->retry_after_us = 0;
-		/* No second division for what remains: with cost > 0,
-		 * D < tau and (tau - D - cost * t) / t is exactly
-		 * (tau - D) / t - cost. */
-		if (cost > 0) {
-			*next = encode(now_us, nd, per);
-			d->remaining -= cost;
-		}
-		d->reset_after_us = units_to_us_ceil(nd, per);
-	} else {
-		d->reset_after_us = units_to_us_ceil(D, per);
-		d->allowed = 0;
-		d->retry_after_us = units_to_us_ceil(D + cost * t - tau, per);
-	}
+	sluice_eval_inline(limit, state, now_us, cost, next, d);
 }
 
 int sluice_decision_merge(sluice_decision_t *a, const sluice_decision_t *b)
@@ -180,14 +98,14 @@ sluice_state_t sluice_refund(const sluice_limit_t *limit, sluice_state_t state,
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)
 		now_us = SLUICE_TIME_MAX_US;
-	D = shortfall(state, now_us, per);
+	D = decide_shortfall(state, now_us, per);
 	/* More than a bucketful back is a full bucket: cap before the
 	 * product so it cannot overflow. */
 	back = (cost < limit->capacity ? cost : limit->capacity) *
 	       limit->rate.interval;
 	if (D <= back)
 		return 0; /* full: never beyond */
-	return encode(now_us, D - back, per);
+	return decide_encode(now_us, D - back, per);
 }
 
 /*
@@ -216,7 +134,7 @@ sluice_state_t sluice_penalize(const sluice_limit_t *limit,
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)
 		now_us = SLUICE_TIME_MAX_US;
-	D = shortfall(state, now_us, per);
+	D = decide_shortfall(state, now_us, per);
 	if (cost == 0 || D >= max)
 		return state;
 	/* A charge with no check: the shortfall may pass tau (a debt the
@@ -225,7 +143,7 @@ sluice_state_t sluice_penalize(const sluice_limit_t *limit,
 		D = max;
 	else
 		D += cost * limit->rate.interval;
-	return encode(now_us, D, per);
+	return decide_encode(now_us, D, per);
 }
 
 sluice_state_t sluice_block(const sluice_limit_t *limit, sluice_state_t state,
@@ -240,7 +158,7 @@ sluice_state_t sluice_block(const sluice_limit_t *limit, sluice_state_t state,
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)
 		now_us = SLUICE_TIME_MAX_US;
-	D = shortfall(state, now_us, per);
+	D = decide_shortfall(state, now_us, per);
 	/*
 	 * A take of one token passes at time x iff D(x) + t <= tau, and D
 	 * falls by per units a microsecond: a shortfall of ms * 1000 * per +
@@ -256,5 +174,5 @@ sluice_state_t sluice_block(const sluice_limit_t *limit, sluice_state_t state,
 		target = ms * 1000 * per + limit->tau - t;
 	if (target <= D)
 		return state;
-	return encode(now_us, target, per);
+	return decide_encode(now_us, target, per);
 }

@@ -87,19 +87,31 @@ static int evict_one(sluice_shard_t *s, int64_t now_us, const uint64_t *keep,
 /* Reclaiming elsewhere is shared out by a per-thread call counter. */
 static __thread unsigned reclaim_tick;
 
-/* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
- * sweeps part of another shard (round-robin; skipped when busy). */
-void sluice_buckets_reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
+/* The sweep of sluice_buckets_reclaim_elsewhere() (out of line: the
+ * calls that only count stay a few instructions). */
+static __attribute__((noinline)) void
+reclaim_elsewhere_sweep(sluice_buckets_t *m, unsigned tick, int64_t now_us)
 {
-	sluice_shard_t *s;
+	sluice_shard_t *s =
+		&m->shards[(tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
 
-	if (m->nshards < 2 || ++reclaim_tick % RECLAIM_AWAY_EVERY != 0)
-		return;
-	s = &m->shards[(reclaim_tick / RECLAIM_AWAY_EVERY) & (m->nshards - 1)];
 	if (sluice_shard_trylock(s) != 0)
 		return;
 	reclaim_step(s, now_us, RECLAIM_AWAY);
 	shard_unlock(s);
+}
+
+/* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
+ * sweeps part of another shard (round-robin; skipped when busy). */
+void sluice_buckets_reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
+{
+	unsigned tick;
+
+	if (m->nshards < 2)
+		return;
+	tick = ++reclaim_tick;
+	if (tick % RECLAIM_AWAY_EVERY == 0)
+		reclaim_elsewhere_sweep(m, tick, now_us);
 }
 
 /* Stores the state of a bucket that has none yet.  On allocation failure

@@ -31,17 +31,16 @@
 #define RECLAIM_AWAY_EVERY 16
 #define RECLAIM_AWAY	   32
 
-/* 1 when the slot's bucket is full at now_us: sluice_state_expiry_us()
- * <= now_us, without its division (it runs for every slot reclaiming
- * examines).  A state's expiry is ceil(state / 1000) (0 for state <= 0),
- * at most INT64_MAX / 1000 + 1. */
-static inline int slot_dead(const sluice_slot_t *sl, int64_t now_us)
+/* A used slot's bucket is full at now_us (sluice_state_expiry_us() <=
+ * now_us) when now_us >= 0 and its state is <= dead_from(now_us): no
+ * division (it runs for every slot reclaiming examines).  A state's expiry
+ * is ceil(state / 1000) (0 for state <= 0), at most INT64_MAX / 1000 + 1;
+ * with now_us < 0 nothing is full. */
+static inline int64_t dead_from(int64_t now_us)
 {
-	if (now_us < 0)
-		return 0;
-	if (now_us > INT64_MAX / 1000)
-		return 1;
-	return sl->state <= now_us * 1000;
+	return now_us < 0		   ? 0
+	       : now_us > INT64_MAX / 1000 ? INT64_MAX
+					   : now_us * 1000;
 }
 
 /*
@@ -171,24 +170,73 @@ int sluice_shard_trylock(sluice_shard_t *s);
 
 /* buckets_expiry.c */
 
+/*
+ * Asks the memory system for the lines that hold slots from .. from + n - 1
+ * (cyclically), so that their misses overlap whatever comes before they
+ * are read.  Without the shard's lock: the slot array and its size are
+ * read atomically (sluice_shard_grow() replaces them under the lock) and a
+ * prefetch of a stale address is only a wasted hint.
+ */
+static inline void prefetch_slots(const sluice_shard_t *s, uint64_t from,
+				  size_t n)
+{
+	const sluice_slot_t *slots =
+		__atomic_load_n(&s->slots, __ATOMIC_RELAXED);
+	uint64_t mask = __atomic_load_n(&s->mask, __ATOMIC_RELAXED);
+	size_t j;
+
+	/* Every 64-byte line inside the run holds the start of every
+	 * other slot (48 bytes apart); the last slot's end may lie alone in
+	 * the line after. */
+	for (j = 0; j < n; j += 2)
+		__builtin_prefetch(&slots[(from + j) & mask], 1, 0);
+	__builtin_prefetch((const char *)&slots[(from + n - 1) & mask] +
+				   sizeof(sluice_slot_t) - 1,
+			   1, 0);
+}
+
+/* The slot reclaim_step() looks at next (read without the lock for a
+ * prefetch: the cursor is stored atomically). */
+static inline uint64_t reclaim_cursor(const sluice_shard_t *s)
+{
+	return __atomic_load_n(&s->t->cursor, __ATOMIC_RELAXED);
+}
+
+static inline void set_cursor(sluice_shard_t *s, uint64_t at)
+{
+	__atomic_store_n(&s->t->cursor, at, __ATOMIC_RELAXED);
+}
+
 /* Examines up to steps slots at the shard's cursor, removing full
  * buckets; the caller holds the lock. */
 static inline void reclaim_step(sluice_shard_t *s, int64_t now_us, int steps)
 {
-	int n;
+	/* The cursor is kept here and stored once (removing reads and
+	 * moves neither it nor the array; the count is read again). */
+	const sluice_slot_t *slots = s->slots;
+	size_t mask = s->mask, i = s->t->cursor & mask;
+	uint64_t count = s->t->count;
+	const int64_t full = dead_from(now_us);
+	const int some = now_us >= 0;
+	int n, moved = 0;
 
-	for (n = 0; n < steps && s->t->count > 0; n++) {
-		size_t i = s->t->cursor & s->mask;
-
-		if (s->slots[i].h1 && slot_dead(&s->slots[i], now_us)) {
+	for (n = 0; n < steps && count > 0; n++) {
+		/* One branch, not one on whether the slot is used: in a table
+		 * half full that is a coin toss, and a mispredicted branch
+		 * here throws away the work the processor had done ahead. */
+		if ((slots[i].h1 != 0) & (slots[i].state <= full) & some) {
 			/* remove_at may shift a live key into slot i: look
 			 * at the same slot again next time. */
 			sluice_shard_remove_at(s, i);
 			s->t->expired++;
+			count = s->t->count;
 		} else {
-			s->t->cursor = (i + 1) & s->mask;
+			i = (i + 1) & mask;
+			moved = 1;
 		}
 	}
+	if (moved)
+		set_cursor(s, i);
 }
 
 /* now_us as sluice_eval() sees it. */

@@ -189,7 +189,7 @@ void sluice_shard_repair(sluice_shard_t *s)
 		used += s->slots[i].h1 != 0;
 	s->t->count = used;
 	s->t->hand &= s->mask;
-	s->t->cursor &= s->mask;
+	set_cursor(s, s->t->cursor & s->mask);
 }
 
 int sluice_shard_check(sluice_shard_t *s, char *err, size_t errlen)

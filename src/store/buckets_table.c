@@ -194,7 +194,7 @@ int sluice_shard_grow(sluice_shard_t *s)
 	__atomic_store_n(&s->mask, old * 2 - 1, __ATOMIC_RELAXED);
 	s->t->mask = s->mask;
 	s->t->hand &= s->mask;
-	s->t->cursor &= s->mask;
+	set_cursor(s, s->t->cursor & s->mask);
 	return 0;
 }
 

@@ -148,6 +148,9 @@ typedef struct rh_redis_s {
 	/* More arguments for redis-server (at most 8), NULL-terminated;
 	 * NULL: none. */
 	const char *const *extra;
+	/* Environment for redis-server ("NAME=value", e.g. an LD_PRELOAD),
+	 * NULL-terminated; NULL: the test's own. */
+	const char *const *env;
 } rh_redis_t;
 
 /* The process id of the server answering on port (its INFO), 0 when none
@@ -182,9 +185,10 @@ static inline long rh_server_pid(int port)
 	return pid;
 }
 
-/* Runs argv (a server) with its output discarded, killed when the test
- * ends; returns its pid. */
-static inline pid_t rh_spawn(char *const argv[])
+/* Runs argv (a server) with its output discarded and env
+ * ("NAME=value", NULL-terminated; may be NULL) added to its environment,
+ * killed when the test ends; returns its pid. */
+static inline pid_t rh_spawn_env(char *const argv[], const char *const *env)
 {
 	pid_t pid = fork();
 
@@ -193,6 +197,9 @@ static inline pid_t rh_spawn(char *const argv[])
 		int null = open("/dev/null", O_WRONLY);
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (; env && *env; env++)
+			if (putenv((char *)*env) != 0)
+				_exit(127);
 		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
 			_exit(127);
 		execvp(argv[0], argv);
@@ -200,6 +207,11 @@ static inline pid_t rh_spawn(char *const argv[])
 	}
 	rh_remember(pid);
 	return pid;
+}
+
+static inline pid_t rh_spawn(char *const argv[])
+{
+	return rh_spawn_env(argv, NULL);
 }
 
 /* Waits until our server (pid) answers on port (30 s at most): 1; 0 when
@@ -265,7 +277,7 @@ static inline int rh_redis_spawn(rh_redis_t *s)
 		}
 		for (i = 0; s->extra && s->extra[i] && i < 8; i++)
 			argv[n++] = (char *)s->extra[i];
-		s->pid = rh_spawn(argv);
+		s->pid = rh_spawn_env(argv, s->env);
 	}
 	return rh_wait_own(s->port, s->pid);
 }

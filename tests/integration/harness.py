@@ -573,6 +573,14 @@ class DirProc(Proc):
             self.dir = None
         return rc
 
+    def discard(self):
+        """After a start that failed: stops the process, if one was
+        started, and removes the directory."""
+        if hasattr(self, "p"):
+            self.stop()
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
 
 class RedisServer(DirProc):
     """redis-server on a free loopback port (no persistence), working in a
@@ -617,10 +625,7 @@ class RedisServer(DirProc):
                                 choose=free_cluster_port if cluster
                                 else None)
         except BaseException:
-            if hasattr(self, "p"):
-                self.stop()
-            else:
-                shutil.rmtree(self.dir, ignore_errors=True)
+            self.discard()
             raise
         self._wait_ping()
 
@@ -855,10 +860,7 @@ class Sentinel(DirProc):
                                 ready=lambda port: "Running mode=sentinel"
                                 in self.log())
         except BaseException:
-            if hasattr(self, "p"):
-                self.stop()
-            else:
-                shutil.rmtree(self.dir, ignore_errors=True)
+            self.discard()
             raise
         if not wait_until(lambda: self.poll() is None and self.ping(),
                           timeout=20):

@@ -29,13 +29,114 @@ _procs = []
 _dirs = []  # temporary directories removed at exit
 
 
-def free_port():
-    """A loopback TCP port nobody listens on right now."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+def free_port(host="127.0.0.1"):
+    """A loopback TCP port nobody listens on right now (on host: an IPv4
+    or an IPv6 address).  Someone may take it before our server binds it:
+    start servers with start_on_free_ports(), which then chooses again."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.bind((host, 0))
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def in_use(text):
+    """True when text (a log, an error) says a bind failed because the
+    address was taken (EADDRINUSE), in the words of redis-server, sluice,
+    nginx ("Address already in use"), Caddy ("address already in use")
+    or Node ("EADDRINUSE")."""
+    return "address already in use" in text.lower() or "EADDRINUSE" in text
+
+
+def listens(pid, port):
+    """True when process pid itself holds a listening TCP socket on port
+    (IPv4 or IPv6, any address): a port chosen free and taken meanwhile
+    by someone else's server accepts connections too, so accepting is no
+    proof that ours is up."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "ADDR:PORT" (hex), state 0A is LISTEN
+            if fields[3] == "0A" and \
+                    int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add("socket:[%s]" % fields[9])
+    if not inodes:
+        return False
+    fds = "/proc/%d/fd" % pid
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            if os.readlink(os.path.join(fds, name)) in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def start_on_free_ports(proc, init, nports=1, host="127.0.0.1", ready=None,
+                        attempts=5, timeout=60.0, choose=None):
+    """Starts a server on ports chosen free, and again on new ones when a
+    port was taken between choosing and binding (EADDRINUSE): the one
+    way every test starts a server on a port of its own.
+
+    init(*ports) starts proc's process (Proc.__init__(proc, ...)) to
+    listen on `nports` distinct ports of `host`; ready(*ports) says when
+    it is up (default: the process itself listens on every one of them,
+    listens()).  An attempt whose process exits saying the address is in
+    use (in_use(), its log) is stopped and the next one chooses again;
+    any other exit, or a process never ready within `timeout` s, raises
+    RuntimeError with its log (the process stopped).  choose() gives a
+    port (default: free_port(host)).  Returns the ports."""
+    if choose is None:
+        def choose():
+            return free_port(host)
+    if ready is None:
+        def ready(*ports):
+            return all(listens(proc.pid, p) for p in ports)
+    for _ in range(attempts):
+        ports = []
+        while len(ports) < nports:
+            p = choose()
+            if p not in ports:
+                ports.append(p)
+        init(*ports)
+        if wait_until(lambda: ready(*ports) or proc.poll() is not None,
+                      timeout, 0.02) and ready(*ports):
+            return ports
+        log = proc.log()
+        if proc.poll() is None:
+            Proc.stop(proc)
+            raise RuntimeError("%s never got ready on %s:\n%s"
+                               % (proc.argv[0], ports, log))
+        Proc.stop(proc)  # this attempt's process and log only
+        if not in_use(log):
+            raise RuntimeError("%s exited with %s before listening:\n%s"
+                               % (proc.argv[0], proc.returncode, log))
+    raise RuntimeError("no free port after %d attempts" % attempts)
+
+
+def run_on_free_port(argv_for, attempts=5, timeout=60):
+    """Runs argv_for(port) (a `sluice serve --listen 127.0.0.1:port` that
+    is to fail for a reason of its own) to its end, again with a new port
+    while it fails because that port was taken meanwhile; returns the
+    subprocess.CompletedProcess."""
+    for _ in range(attempts):
+        port = free_port()
+        p = subprocess.run(argv_for(port), capture_output=True, text=True,
+                           timeout=timeout)
+        if not ("listen 127.0.0.1:%d: " % port in p.stderr
+                and in_use(p.stderr)):
+            return p
+    raise RuntimeError("no free port after %d attempts" % attempts)
 
 
 def wait_for_port(port, timeout=20.0, proc=None):
@@ -152,6 +253,24 @@ class Proc:
         self.stop()
 
 
+class Server(Proc):
+    """A process listening on ports of its own, started with
+    start_on_free_ports(): argv(*ports) gives its command line and
+    env(*ports) its environment (None: ours), both called again at each
+    attempt; ready(server, *ports) says when it is up (default: it
+    listens on every port).  self.ports, self.port the first."""
+
+    def __init__(self, argv, env=None, cwd=None, nports=1,
+                 host="127.0.0.1", ready=None):
+        def init(*ports):
+            self.ports, self.port = list(ports), ports[0]
+            Proc.__init__(self, argv(*ports),
+                          env=env(*ports) if callable(env) else env, cwd=cwd)
+        start_on_free_ports(self, init, nports, host,
+                            None if ready is None else
+                            lambda *ports: ready(self, *ports))
+
+
 @atexit.register
 def _cleanup():
     for p in list(_procs):
@@ -193,27 +312,20 @@ RELOAD_LINES = ("SIGHUP: reloaded", "SIGHUP: reload rejected",
                 "SIGHUP: out of memory", "SIGHUP: running the built-in")
 
 
-def start_listening(proc, init, attempts=5, timeout=60.0):
-    """Runs init(port) (which starts `proc`'s process listening on
-    127.0.0.1:port, taken from free_port()) until the process says it
-    listens there; a port taken between choosing and binding is chosen
-    again.  Returns the port."""
-    for _ in range(attempts):
-        port = free_port()
-        init(port)
-        text = LISTENING % port
-        if wait_until(lambda: text in proc.log() or proc.poll() is not None,
-                      timeout, 0.02) and text in proc.log():
-            return port
-        if proc.poll() is None:
-            raise RuntimeError("%s never said it listens on %d:\n%s"
-                               % (proc.argv[0], port, proc.log()))
-        log = proc.log()
-        Proc.stop(proc)  # this attempt's process and log only
-        if ADDR_IN_USE not in log:
-            raise RuntimeError("%s exited with %s before listening:\n%s"
-                               % (proc.argv[0], proc.returncode, log))
-    raise RuntimeError("no free port after %d attempts" % attempts)
+def listen_addr(host, port):
+    """host:port as sluice's --listen and its log write it ([::1]:80)."""
+    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
+
+def start_listening(proc, init, attempts=5, timeout=60.0, host="127.0.0.1"):
+    """Runs init(port) (which starts `proc`'s `sluice serve` listening on
+    host:port) until the process says it listens there (LISTENING), on a
+    new port when the one chosen was taken (start_on_free_ports()).
+    Returns the port."""
+    line = LISTENING.replace("127.0.0.1:%d", "%s")
+    return start_on_free_ports(
+        proc, init, host=host, attempts=attempts, timeout=timeout,
+        ready=lambda port: line % listen_addr(host, port) in proc.log())[0]
 
 
 def reload(proc, timeout=30.0):
@@ -235,11 +347,13 @@ def reload(proc, timeout=30.0):
 
 
 class Sluice(Proc):
-    """`sluice serve` on a free port, with an optional YAML config text
-    (or a callable giving it, called again at each start attempt).
-    Returns once the server said it listens on its port (see LISTENING)."""
+    """`sluice serve` on a free port of host (127.0.0.1, or ::1 for IPv6),
+    with an optional YAML config text (or a callable giving it, called
+    again at each start attempt).  Returns once the server said it listens
+    on its port (see LISTENING)."""
 
-    def __init__(self, config=None, threads=None, extra=(), env=None):
+    def __init__(self, config=None, threads=None, extra=(), env=None,
+                 host="127.0.0.1"):
         self.config_path = None
         if config is not None:
             fd, self.config_path = tempfile.mkstemp(prefix="sluice-",
@@ -256,7 +370,7 @@ class Sluice(Proc):
                 # Written again at each attempt: its own ports (e.g.
                 # admin.listen) are chosen again with the listen port.
                 self.write_config(config())
-            argv = [SLUICE, "serve", "--listen", "127.0.0.1:%d" % port]
+            argv = [SLUICE, "serve", "--listen", listen_addr(host, port)]
             if self.config_path:
                 argv += ["-c", self.config_path]
             if threads:
@@ -266,7 +380,7 @@ class Sluice(Proc):
             more = extra() if callable(extra) else extra
             Proc.__init__(self, argv + list(more), env=env)
         try:
-            start_listening(self, init)
+            start_listening(self, init, host=host)
         except BaseException:
             if hasattr(self, "p"):
                 self.stop()
@@ -459,6 +573,14 @@ class DirProc(Proc):
             self.dir = None
         return rc
 
+    def discard(self):
+        """After a start that failed: stops the process, if one was
+        started, and removes the directory."""
+        if hasattr(self, "p"):
+            self.stop()
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
 
 class RedisServer(DirProc):
     """redis-server on a free loopback port (no persistence), working in a
@@ -488,21 +610,41 @@ class RedisServer(DirProc):
         # Its working directory: a cluster node's nodes.conf, and the
         # snapshot a replica receives when it syncs.
         self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
+        if port is not None:
+            self.port = port
+            self._start()
+            return
         # A port chosen free may be taken before redis-server binds it
         # (and then PING is answered by someone else's server): the
         # server's own "Ready" line, or another port.
-        for _ in range(4 if port is None else 0):
-            self.port = free_cluster_port() if cluster else free_port()
-            self._retry_in_use = True  # (a subclass's _start() takes none)
-            started = self._start()
-            self._retry_in_use = False
-            if started is not False:
-                return
-        self.port = port or (free_cluster_port() if cluster
-                             else free_port())
-        self._start()
+        def init(port):
+            self.port = port
+            self._spawn()
+        try:
+            start_on_free_ports(self, init, attempts=4, ready=self._ready,
+                                choose=free_cluster_port if cluster
+                                else None)
+        except BaseException:
+            self.discard()
+            raise
+        self._wait_ping()
+
+    def _ready(self, port=None):
+        return "Ready to accept connections" in self.log()
 
     def _start(self):
+        """Starts it on self.port (no other): up once it answers PING."""
+        self._spawn()
+        wait_until(lambda: self._ready() or self.poll() is not None, 20)
+        self._wait_ping()
+
+    def _wait_ping(self):
+        if not wait_until(lambda: self.poll() is None and self.ping(),
+                          timeout=20):
+            raise RuntimeError("redis-server on %d never answered PING:\n%s"
+                               % (self.port, self.log()))
+
+    def _spawn(self):
         if self.dir is None:  # stopped, then started again
             self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
         try:  # what a replica received: a restart starts empty
@@ -544,18 +686,6 @@ class RedisServer(DirProc):
                 os.unlink(previous.name)
             except OSError:
                 pass
-        wait_until(lambda: "Ready to accept connections" in self.log()
-                   or self.poll() is not None, 20)
-        if self.poll() is not None and ADDR_IN_USE in self.log() and \
-                getattr(self, "_retry_in_use", False):
-            Proc.stop(self)
-            return False
-        if not wait_until(lambda: self.poll() is None and self.ping(),
-                          timeout=20):
-            raise RuntimeError("redis-server on %d never answered PING:\n%s"
-                               % (self.port, self.log()))
-        return True
-
 
     def seed(self):
         return "127.0.0.1:%d" % self.port
@@ -717,17 +847,28 @@ class Sentinel(DirProc):
         self.tls = tls
         self.down_after_ms = down_after_ms
         self.dir = tempfile.mkdtemp(prefix="sluice-sentinel-")
-        # A port taken between choosing and binding: another one (see
-        # RedisServer).
-        for attempt in range(4):
-            self.port = free_port()
-            if self._start(master, name, quorum, down_after_ms,
-                           failover_timeout_ms, password, tls,
-                           retry_in_use=attempt < 3):
-                return
 
-    def _start(self, master, name, quorum, down_after_ms,
-               failover_timeout_ms, password, tls, retry_in_use):
+        # A port taken between choosing and binding: another one (see
+        # RedisServer).  Its own line once it listens (a Sentinel says no
+        # "Ready" line).
+        def init(port):
+            self.port = port
+            self._spawn(master, name, quorum, down_after_ms,
+                        failover_timeout_ms, password, tls)
+        try:
+            start_on_free_ports(self, init, attempts=4,
+                                ready=lambda port: "Running mode=sentinel"
+                                in self.log())
+        except BaseException:
+            self.discard()
+            raise
+        if not wait_until(lambda: self.poll() is None and self.ping(),
+                          timeout=20):
+            raise RuntimeError("sentinel on %d never answered PING:\n%s"
+                               % (self.port, self.log()))
+
+    def _spawn(self, master, name, quorum, down_after_ms,
+               failover_timeout_ms, password, tls):
         conf = os.path.join(self.dir, "sentinel.conf")
         if tls:
             lines = ["port 0", "tls-port %d" % self.port,
@@ -754,18 +895,6 @@ class Sentinel(DirProc):
             f.write("\n".join(lines) + "\n")
         Proc.__init__(self, ["redis-server", conf, "--sentinel"],
                       cwd=self.dir)
-        # Logged once it listens (a Sentinel says no "Ready" line).
-        wait_until(lambda: "Running mode=sentinel" in self.log()
-                   or self.poll() is not None, 20)
-        if self.poll() is not None and retry_in_use and \
-                ADDR_IN_USE in self.log():
-            Proc.stop(self)
-            return False
-        if not wait_until(lambda: self.poll() is None and self.ping(),
-                          timeout=20):
-            raise RuntimeError("sentinel on %d never answered PING:\n%s"
-                               % (self.port, self.log()))
-        return True
 
 
     def addr(self):

@@ -123,13 +123,17 @@ class AdminListen(unittest.TestCase):
             self.assertIn("served on 0.0.0.0:%d" % port, s.log())
         # no admin.listen: the admin endpoints follow listen
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            main = harness.free_port()
-            f.write('listen: "0.0.0.0:%d"\nadmin: {token: "%s"}\n%s'
-                    % (main, TOKEN, RULES))
-            f.flush()
-            with harness.Proc([harness.SLUICE, "serve", "-c",
-                               f.name]) as p:
-                harness.wait_for_port(main, proc=p)
+            def argv(port):  # its config names the port chosen
+                f.seek(0)
+                f.truncate()
+                f.write('listen: "0.0.0.0:%d"\nadmin: {token: "%s"}\n%s'
+                        % (port, TOKEN, RULES))
+                f.flush()
+                return [harness.SLUICE, "serve", "-c", f.name]
+            with harness.Server(argv, ready=lambda p, port: (
+                    harness.LISTENING.replace("127.0.0.1", "0.0.0.0")
+                    % port in p.log())) as p:
+                main = p.port
                 self.assertTrue(harness.wait_until(
                     lambda: "served on 0.0.0.0:%d" % main in p.log(), 20))
         # loopback: no warning
@@ -365,12 +369,8 @@ class RedisStore(Behaviour, unittest.TestCase):
 class ModuleRedis(RedisServer):
     """redis-server with the sluice module loaded."""
 
-    def _start(self):
-        argv = ["redis-server", "--port", str(self.port), "--bind",
-                "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--loadmodule", MODULE]
-        harness.Proc.__init__(self, argv)
-        harness.wait_until(lambda: self.ping(), timeout=20)
+    def __init__(self):
+        super().__init__(extra=["--loadmodule", MODULE])
 
 
 @unittest.skipUnless(os.path.exists(MODULE), "module not built")

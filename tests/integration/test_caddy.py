@@ -41,26 +41,30 @@ class Caddy(harness.Proc):
         if not os.path.exists(CADDY):
             raise unittest.SkipTest("caddy is not installed (scripts/deps)")
         self.dir = tempfile.mkdtemp(prefix="sluice-caddy-")
-        self.port = harness.free_port()
-        self.upstream_port = harness.free_port()
-        with open(os.path.join(EXAMPLE, "Caddyfile.in")) as f:
-            text = f.read()
-        text = (text.replace("@LISTEN_PORT@", str(self.port))
-                .replace("@SLUICE_PORT@", str(sluice_port))
-                .replace("@UPSTREAM_PORT@", str(self.upstream_port)))
-        assert not re.search(r"@[A-Z_]+@", text), "unfilled placeholder"
-        text += UPSTREAM % self.upstream_port
         self.conf = os.path.join(self.dir, "Caddyfile")
-        with open(self.conf, "w") as f:
-            f.write(text)
         # Caddy's data and config directories: inside ours.
         env = dict(os.environ, HOME=self.dir,
                    XDG_DATA_HOME=os.path.join(self.dir, "data"),
                    XDG_CONFIG_HOME=os.path.join(self.dir, "config"))
-        super().__init__([CADDY, "run", "--config", self.conf,
-                          "--adapter", "caddyfile"], env=env)
-        harness.wait_for_port(self.port, proc=self)
-        harness.wait_for_port(self.upstream_port, proc=self)
+
+        def init(port, upstream_port):
+            # Written again at each attempt: its ports are chosen again.
+            self.port, self.upstream_port = port, upstream_port
+            with open(os.path.join(EXAMPLE, "Caddyfile.in")) as f:
+                text = f.read()
+            text = (text.replace("@LISTEN_PORT@", str(port))
+                    .replace("@SLUICE_PORT@", str(sluice_port))
+                    .replace("@UPSTREAM_PORT@", str(upstream_port)))
+            assert not re.search(r"@[A-Z_]+@", text), "unfilled placeholder"
+            with open(self.conf, "w") as f:
+                f.write(text + UPSTREAM % upstream_port)
+            harness.Proc.__init__(self, [CADDY, "run", "--config", self.conf,
+                                         "--adapter", "caddyfile"], env=env)
+        try:
+            harness.start_on_free_ports(self, init, 2)
+        except BaseException:
+            shutil.rmtree(self.dir, True)
+            raise
 
     def stop(self, timeout=15):
         rc = super().stop(timeout)

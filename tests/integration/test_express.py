@@ -53,13 +53,15 @@ def install():
 
 class App(harness.Proc):
     def __init__(self, script="app.js", **env):
-        self.port = harness.free_port()
         full = {k: v for k, v in os.environ.items()
                 if k not in ("ASAN_OPTIONS", "UBSAN_OPTIONS")}
-        full.update(env, PORT=str(self.port))
-        super().__init__([shutil.which("node"), script], env=full,
-                         cwd=EXAMPLE)
-        harness.wait_for_port(self.port, proc=self)
+
+        def init(port):
+            self.port = port
+            full.update(env, PORT=str(port))
+            harness.Proc.__init__(self, [shutil.which("node"), script],
+                                  env=full, cwd=EXAMPLE)
+        harness.start_on_free_ports(self, init)
 
     def request(self, method, path, headers=None, body=None):
         return harness.request(self.port, method, path, headers, body)

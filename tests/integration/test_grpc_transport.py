@@ -600,10 +600,9 @@ class GrpcListenTest(unittest.TestCase):
         path = os.path.join(d, "file")
         with open(path, "w") as f:
             f.write("mine")
-        p = subprocess.run([harness.SLUICE, "serve", "--listen",
-                            "127.0.0.1:%d" % harness.free_port(),
-                            "--grpc-listen", "unix:" + path],
-                           capture_output=True, text=True, timeout=60)
+        p = harness.run_on_free_port(lambda listen: [
+            harness.SLUICE, "serve", "--listen", "127.0.0.1:%d" % listen,
+            "--grpc-listen", "unix:" + path])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("not a socket", p.stderr)
         with open(path) as f:
@@ -636,10 +635,9 @@ class GrpcListenTest(unittest.TestCase):
         taken.listen(1)
         try:
             port = taken.getsockname()[1]
-            p = subprocess.run([harness.SLUICE, "serve", "--listen",
-                                "127.0.0.1:%d" % harness.free_port(),
-                                "--grpc-listen", "127.0.0.1:%d" % port],
-                               capture_output=True, text=True, timeout=60)
+            p = harness.run_on_free_port(lambda listen: [
+                harness.SLUICE, "serve", "--listen", "127.0.0.1:%d" % listen,
+                "--grpc-listen", "127.0.0.1:%d" % port])
         finally:
             taken.close()
         self.assertNotEqual(p.returncode, 0)

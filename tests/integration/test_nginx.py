@@ -79,8 +79,28 @@ class Nginx(harness.Proc):
         self.dir = tempfile.mkdtemp(prefix="sluice-nginx-")
         os.makedirs(os.path.join(self.dir, "logs"))
         os.makedirs(os.path.join(self.dir, "tmp"))
-        self.port = harness.free_port()
-        self.upstream_port = harness.free_port()
+        self.conf = os.path.join(self.dir, "nginx.conf")
+        harness.raise_nofile(8192)
+
+        def init(port, upstream_port):
+            # Written again at each attempt: its ports are chosen again.
+            self.port, self.upstream_port = port, upstream_port
+            for name in ("access.log", "error.log"):  # an attempt's own
+                try:
+                    os.unlink(os.path.join(self.dir, "logs", name))
+                except OSError:
+                    pass
+            with open(self.conf, "w") as f:
+                f.write(self._config(sluice_port, users))
+            harness.Proc.__init__(self, [NGINX, "-p", self.dir + "/", "-c",
+                                         self.conf, "-g", "daemon off;"])
+        try:
+            harness.start_on_free_ports(self, init, 2)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def _config(self, sluice_port, users):
         with open(TEMPLATE) as f:
             text = f.read()
         text = (text.replace("@LISTEN_PORT@", str(self.port))
@@ -92,15 +112,7 @@ class Nginx(harness.Proc):
         if users is not None:
             text = self._with_users(text, users)
         end = text.rstrip().rindex("}")
-        text = text[:end] + UPSTREAM % self.upstream_port
-        self.conf = os.path.join(self.dir, "nginx.conf")
-        with open(self.conf, "w") as f:
-            f.write(text)
-        harness.raise_nofile(8192)
-        super().__init__([NGINX, "-p", self.dir + "/", "-c", self.conf,
-                          "-g", "daemon off;"])
-        harness.wait_for_port(self.port, proc=self)
-        harness.wait_for_port(self.upstream_port, proc=self)
+        return text[:end] + UPSTREAM % self.upstream_port
 
     def _with_users(self, text, users):
         path = os.path.join(self.dir, "users")
@@ -524,23 +536,8 @@ rules:
     key: ["ip"]
     limits: [{capacity: 2, rate: 1/min}]
 """
-        port = harness.free_port()
-        fd, path = tempfile.mkstemp(prefix="sluice-", suffix=".yaml")
-        with os.fdopen(fd, "w") as f:
-            f.write(config)
-        p = harness.Proc([harness.SLUICE, "serve", "-c", path,
-                          "--listen", "[::1]:%d" % port])
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    socket.create_connection(("::1", port), 0.5).close()
-                    break
-                except OSError:
-                    if p.poll() is not None or time.monotonic() > deadline:
-                        self.fail("sluice did not listen on [::1]:\n"
-                                  + p.log())
-                    time.sleep(0.02)
+        with Sluice(config, host="::1") as s:
+            port = s.port
 
             def check(ip):
                 c = http.client.HTTPConnection("::1", port, timeout=10)
@@ -561,9 +558,6 @@ rules:
             # an IPv4-mapped address is that IPv4 client
             self.assertEqual([check("::ffff:192.0.2.9"), check("192.0.2.9"),
                               check("::ffff:192.0.2.9")], [200, 200, 429])
-        finally:
-            p.stop()
-            os.unlink(path)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,6 @@ class NodePackage(unittest.TestCase):
         try:
             npm(["init", "-y"], app)
             npm(["install", PKG, "express@4"], app)
-            port = harness.free_port()
             with open(os.path.join(app, "app.js"), "w") as f:
                 f.write("""
 const express = require('express');
@@ -75,13 +74,14 @@ const app = express();
 app.use(sluice.express({ limiter: new sluice.Limiter({ store: 'memory' }),
   policy: sluice.policy([{ capacity: 3, rate: '1/min' }], { name: 'api' }) }));
 app.get('/', (req, res) => res.send('hello'));
-app.listen(%d, '127.0.0.1');
-""" % port)
+app.listen(Number(process.env.PORT), '127.0.0.1');
+""")
             env = {k: v for k, v in os.environ.items()
                    if k not in ("ASAN_OPTIONS", "UBSAN_OPTIONS")}
-            with harness.Proc([shutil.which("node"), "app.js"], env=env,
-                              cwd=app) as proc:
-                harness.wait_for_port(port, proc=proc)
+            with harness.Server(lambda port: [shutil.which("node"), "app.js"],
+                                env=lambda port: dict(env, PORT=str(port)),
+                                cwd=app) as proc:
+                port = proc.port
                 got = [harness.request(port, "GET", "/", {"x-user-id": "a"})
                        for _ in range(4)]
                 self.assertEqual([r.status for r in got],

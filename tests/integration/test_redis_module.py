@@ -148,8 +148,9 @@ class Redis:
     exit whatever happens."""
 
     def __init__(self, *extra, module_args=(), module=True, port=None,
-                 workdir=None):
-        self.port = port or free_port()
+                 workdir=None, bus=False):
+        # bus: a cluster node, whose port + 10000 must be free too.
+        self.port = port or free_port(also_bus=bus)
         self.dir = workdir or tempfile.mkdtemp(prefix="sluice-redis-")
         self.own_dir = workdir is None
         self.extra = (["--loadmodule", MODULE] + list(module_args)
@@ -162,7 +163,7 @@ class Redis:
             for _ in range(3 if port is None else 0):
                 if self.start(retry_in_use=True):
                     return
-                self.port = free_port()
+                self.port = free_port(also_bus=bus)
             self.start()
         except Exception:
             self.stop()
@@ -614,11 +615,10 @@ class ModuleTest(unittest.TestCase):
     def test_cluster_routes_the_commands(self):
         nodes = []
         for _ in range(3):
-            port = free_port(also_bus=True)
             nodes.append(self.redis("--cluster-enabled", "yes",
                                     "--cluster-config-file", "nodes.conf",
                                     "--cluster-node-timeout", "5000",
-                                    port=port))
+                                    bus=True))
         addrs = ["127.0.0.1:%d" % n.port for n in nodes]
         res = subprocess.run([REDIS_CLI, "--cluster", "create", *addrs,
                               "--cluster-replicas", "0", "--cluster-yes"],
@@ -804,11 +804,10 @@ class ModuleTest(unittest.TestCase):
     def test_takemany_in_a_cluster_needs_one_slot(self):
         nodes = []
         for _ in range(3):
-            port = free_port(also_bus=True)
             nodes.append(self.redis("--cluster-enabled", "yes",
                                     "--cluster-config-file", "nodes.conf",
                                     "--cluster-node-timeout", "5000",
-                                    port=port))
+                                    bus=True))
         addrs = ["127.0.0.1:%d" % n.port for n in nodes]
         res = subprocess.run([REDIS_CLI, "--cluster", "create", *addrs,
                               "--cluster-replicas", "0", "--cluster-yes"],

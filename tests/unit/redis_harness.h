@@ -148,6 +148,9 @@ typedef struct rh_redis_s {
 	/* More arguments for redis-server (at most 8), NULL-terminated;
 	 * NULL: none. */
 	const char *const *extra;
+	/* Environment for redis-server ("NAME=value", e.g. an LD_PRELOAD),
+	 * NULL-terminated; NULL: the test's own. */
+	const char *const *env;
 } rh_redis_t;
 
 /* The process id of the server answering on port (its INFO), 0 when none
@@ -182,9 +185,10 @@ static inline long rh_server_pid(int port)
 	return pid;
 }
 
-/* Runs argv (a server) with its output discarded, killed when the test
- * ends; returns its pid. */
-static inline pid_t rh_spawn(char *const argv[])
+/* Runs argv (a server) with its output discarded and env
+ * ("NAME=value", NULL-terminated; may be NULL) added to its environment,
+ * killed when the test ends; returns its pid. */
+static inline pid_t rh_spawn_env(char *const argv[], const char *const *env)
 {
 	pid_t pid = fork();
 
@@ -193,6 +197,9 @@ static inline pid_t rh_spawn(char *const argv[])
 		int null = open("/dev/null", O_WRONLY);
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (; env && *env; env++)
+			if (putenv((char *)*env) != 0)
+				_exit(127);
 		if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
 			_exit(127);
 		execvp(argv[0], argv);
@@ -200,6 +207,11 @@ static inline pid_t rh_spawn(char *const argv[])
 	}
 	rh_remember(pid);
 	return pid;
+}
+
+static inline pid_t rh_spawn(char *const argv[])
+{
+	return rh_spawn_env(argv, NULL);
 }
 
 /* Waits until our server (pid) answers on port (30 s at most): 1; 0 when
@@ -232,10 +244,45 @@ static inline void rh_wait_ping(int port, pid_t pid)
 	CHECK(rh_wait_own(port, pid));
 }
 
-/* Spawns redis-server on s->port; 1 once it answers, 0 if it exited. */
-static inline int rh_redis_spawn(rh_redis_t *s)
+/* Starts a server listening on n loopback ports chosen free (ports[0]
+ * answering INFO), and again on others when it exits before answering,
+ * as it does when a port was taken between choosing and binding: the one
+ * way a test starts a server of its own.  choose() gives a port (NULL:
+ * rh_free_port()); spawn(ports, arg) starts the server on ports[0..n)
+ * and returns its pid.  Five attempts; returns the pid, ports filled. */
+typedef pid_t rh_spawn_fn(const int *ports, void *arg);
+
+static inline pid_t rh_start_on_free_ports(int *ports, int n,
+					   int (*choose)(void),
+					   rh_spawn_fn *spawn, void *arg)
 {
+	int attempt, i, j;
+
+	for (attempt = 0; attempt < 5; attempt++) {
+		pid_t pid;
+
+		for (i = 0; i < n; i++) {
+			do {
+				ports[i] = choose ? choose() : rh_free_port();
+				for (j = 0; j < i && ports[j] != ports[i]; j++)
+					;
+			} while (j < i);
+		}
+		pid = spawn(ports, arg);
+		if (rh_wait_own(ports[0], pid))
+			return pid;
+	}
+	fprintf(stderr, "harness: no free port after 5 attempts\n");
+	exit(1);
+}
+
+/* Spawns redis-server for s on ports[0]; its pid. */
+static inline pid_t rh_redis_spawn(const int *ports, void *arg)
+{
+	rh_redis_t *s = arg;
 	char portbuf[16];
+
+	s->port = ports[0];
 
 	if (!s->dir[0]) {
 		strcpy(s->dir, "/tmp/sluice-redis-XXXXXX");
@@ -265,29 +312,24 @@ static inline int rh_redis_spawn(rh_redis_t *s)
 		}
 		for (i = 0; s->extra && s->extra[i] && i < 8; i++)
 			argv[n++] = (char *)s->extra[i];
-		s->pid = rh_spawn(argv);
+		return rh_spawn_env(argv, s->env);
 	}
-	return rh_wait_own(s->port, s->pid);
 }
 
-/* Starts redis-server on s->port (0: pick one) and waits until it answers.
- * cluster: --cluster-enabled yes with its own config file. */
+/* Starts redis-server on port (0: one chosen free, and another when it is
+ * taken meanwhile) and waits until it answers.  cluster:
+ * --cluster-enabled yes with its own config file. */
 static inline void rh_redis_start(rh_redis_t *s, int port, int cluster)
 {
-	int attempt;
-
-	for (attempt = 0;; attempt++) {
-		s->port = port	    ? port
-			  : cluster ? rh_free_cluster_port()
-				    : rh_free_port();
-		s->cluster = cluster;
-		if (rh_redis_spawn(s))
-			return;
-		/* Exited before answering: the port was taken meanwhile
-		 * (another is chosen), unless the caller gave it. */
-		s->pid = 0;
-		CHECK(!port && attempt < 4);
+	s->cluster = cluster;
+	if (port) {
+		s->pid = rh_redis_spawn(&port, s);
+		rh_wait_ping(port, s->pid);
+		return;
 	}
+	s->pid = rh_start_on_free_ports(&s->port, 1,
+					cluster ? rh_free_cluster_port : NULL,
+					rh_redis_spawn, s);
 }
 
 static inline void rh_redis_kill(rh_redis_t *s, int sig)
@@ -356,8 +398,10 @@ static inline long long rh_info_int(redisContext *c, const char *section,
 
 /* ------------------------------------------------ a delaying TCP proxy */
 
-/* A child process accepting on `port` and forwarding to `to_port`, every
- * chunk held back `delay_ms` in each direction: a slow Redis. */
+/* A child process accepting on *port (0: one the kernel picks, written
+ * back: no one can take it between choosing and binding) and forwarding
+ * to `to_port`, every chunk held back `delay_ms` in each direction: a
+ * slow Redis. */
 typedef struct rh_pipe_s {
 	int from, to, delay_ms;
 } rh_pipe_t;
@@ -377,18 +421,21 @@ static inline void *rh_pump(void *arg)
 	return NULL;
 }
 
-static inline pid_t rh_proxy_start(int port, int to_port, int delay_ms)
+static inline pid_t rh_proxy_start(int *port, int to_port, int delay_ms)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
 	int lfd, one = 1;
 	pid_t pid;
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	a.sin_port = htons((uint16_t)port);
+	a.sin_port = htons((uint16_t)*port);
 	lfd = socket(AF_INET, SOCK_STREAM, 0);
 	CHECK(lfd >= 0);
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&a, &alen) == 0);
+	*port = ntohs(a.sin_port);
 	CHECK(listen(lfd, 64) == 0);
 	pid = fork();
 	CHECK(pid >= 0);

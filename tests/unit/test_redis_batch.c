@@ -17,7 +17,7 @@
 #include "sluice.h"
 #include "sluice_redis.h"
 
-#include "redis_harness.h"
+#include "redis_stores.h"
 
 #include <time.h>
 #include <uv.h>
@@ -36,55 +36,6 @@ static void fix_clock(redisContext *c)
 }
 
 #define MAXCALLS 64
-
-static void limit(sluice_limit_t *l, const char *cap, const char *rate)
-{
-	CHECK(sluice_limit_parse(l, cap, rate, NULL, 0) == 0);
-}
-
-/* A client that has finished its handshake (module detection included). */
-static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned flags)
-{
-	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r;
-	char url[64], err[256];
-	int64_t until = rh_ms() + 10000;
-
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-	o.url = url;
-	o.timeout_ms = 5000;
-	o.flags = flags;
-	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
-	while (!sluice_redis_healthy(r) && rh_ms() < until)
-		uv_run(loop, UV_RUN_NOWAIT);
-	CHECK(sluice_redis_healthy(r));
-	/* The handshake's COMMAND INFO is answered before the PING that
-	 * makes the client healthy; one more round trip to be sure. */
-	{
-		sluice_limit_t l;
-
-		limit(&l, "1", "1/s");
-		CHECK(rh_take(loop, r, "warm-up", &l, 1, 0).status == 0);
-	}
-	return r;
-}
-
-/* The calls of one command so far ("sluice.take"), from INFO
- * commandstats; 0 when it never ran. */
-static long long calls(redisContext *c, const char *cmd)
-{
-	redisReply *rep = rh_cmd(c, "INFO commandstats");
-	char field[64];
-	const char *p;
-	long long v = 0;
-
-	snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
-	p = strstr(rep->str, field);
-	if (p)
-		v = atoll(p + strlen(field));
-	freeReplyObject(rep);
-	return v;
-}
 
 /* One take of a batch: its inputs, and what its own callback got. */
 typedef struct {
@@ -265,9 +216,9 @@ static void test_one_turn_of_one_limit_is_one_command(int port)
 	freeReplyObject(rh_cmd(c, "FLUSHALL"));
 	fix_clock(c);
 	uv_loop_init(&loop);
-	batched = client(&loop, port, 0);
-	alone = client(&loop, port, SLUICE_REDIS_NO_BATCH);
-	limit(&l, "2", "1/day");
+	batched = rs_client(&loop, port, 0);
+	alone = rs_client(&loop, port, SLUICE_REDIS_NO_BATCH);
+	rs_limit(&l, "2", "1/day");
 	/* Each of 10 users three times: allowed, allowed, rejected. */
 	for (i = 0; i < 30; i++) {
 		snprintf(a[i].key, sizeof(a[i].key), "u%zu", i % 10);
@@ -278,13 +229,13 @@ static void test_one_turn_of_one_limit_is_one_command(int port)
 	}
 	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
 	run_turn(&loop, batched, a, 30);
-	CHECK(calls(c, "sluice.takeeach") == 1);
-	CHECK(calls(c, "sluice.take") == 0 && calls(c, "evalsha") == 0);
+	CHECK(rs_calls(c, "sluice.takeeach") == 1);
+	CHECK(rs_calls(c, "sluice.take") == 0 && rs_calls(c, "evalsha") == 0);
 	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
 	run_turn(&loop, alone, b, 30);
-	CHECK(calls(c, "sluice.take") == 30);
-	CHECK(calls(c, "sluice.takeeach") == 0 &&
-	      calls(c, "sluice.takemany") == 0);
+	CHECK(rs_calls(c, "sluice.take") == 30);
+	CHECK(rs_calls(c, "sluice.takeeach") == 0 &&
+	      rs_calls(c, "sluice.takemany") == 0);
 	for (i = 0; i < 30; i++) {
 		same_decision(&a[i].res, &b[i].res);
 		CHECK(a[i].res.allowed == (i < 20));
@@ -316,10 +267,10 @@ static void test_mixed_turn_is_one_takemany_and_errors_stay_apart(int port)
 	freeReplyObject(rh_cmd(c, "FLUSHALL"));
 	fix_clock(c);
 	uv_loop_init(&loop);
-	batched = client(&loop, port, 0);
-	alone = client(&loop, port, SLUICE_REDIS_NO_BATCH);
-	limit(&l[0], "5", "1/h");
-	limit(&l[1], "3", "2/s");
+	batched = rs_client(&loop, port, 0);
+	alone = rs_client(&loop, port, SLUICE_REDIS_NO_BATCH);
+	rs_limit(&l[0], "5", "1/h");
+	rs_limit(&l[1], "3", "2/s");
 	two[0] = l[0];
 	two[1] = l[1];
 	for (i = 0; i < 12; i++) {
@@ -346,10 +297,11 @@ static void test_mixed_turn_is_one_takemany_and_errors_stay_apart(int port)
 	while (!multi.done)
 		uv_run(&loop, UV_RUN_ONCE);
 	CHECK(multi.status == 0 && multi.allowed);
-	CHECK(calls(c, "sluice.takemany") == 1);
-	CHECK(calls(c, "sluice.takemulti") == 1);
-	CHECK(calls(c, "sluice.takeeach") == 0 && calls(c, "sluice.take") == 0);
-	CHECK(calls(c, "evalsha") == 1); /* the peek */
+	CHECK(rs_calls(c, "sluice.takemany") == 1);
+	CHECK(rs_calls(c, "sluice.takemulti") == 1);
+	CHECK(rs_calls(c, "sluice.takeeach") == 0 &&
+	      rs_calls(c, "sluice.take") == 0);
+	CHECK(rs_calls(c, "evalsha") == 1); /* the peek */
 	run_turn(&loop, alone, b, 12);
 	for (i = 0; i < 12; i++) {
 		if (i == 5) {
@@ -380,8 +332,8 @@ static void test_free_fails_gathered_takes_once(int port)
 	size_t i;
 
 	uv_loop_init(&loop);
-	r = client(&loop, port, 0);
-	limit(&l, "5", "1/s");
+	r = rs_client(&loop, port, 0);
+	rs_limit(&l, "5", "1/s");
 	for (i = 0; i < 8; i++) {
 		memset(&t[i].res, 0, sizeof(t[i].res));
 		CHECK(sluice_redis_take(r, "x", 1, &l, 1, 1, on_result,

@@ -8,7 +8,7 @@
  *
  * Needs SLUICE_MODULE_PATH (the built sluice-redis.so), set by CMake.
  */
-#include "redis_harness.h"
+#include "redis_stores.h"
 #include "sluice_redis.h"
 
 #ifndef SLUICE_MODULE_PATH
@@ -30,19 +30,12 @@ static void cluster_start(void)
 	rh_cluster_create(servers, NODES, module, seeds_buf);
 }
 
+/* The calls of cmd so far on the node at port. */
 static long long calls(int port, const char *cmd)
 {
 	redisContext *c = rh_connect(port);
-	redisReply *rep = rh_cmd(c, "INFO commandstats");
-	char field[64];
-	const char *p;
-	long long v = 0;
+	long long v = rs_calls(c, cmd);
 
-	snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
-	p = strstr(rep->str, field);
-	if (p)
-		v = atoll(p + strlen(field));
-	freeReplyObject(rep);
 	redisFree(c);
 	return v;
 }

@@ -15,37 +15,13 @@
 #include "sluice.h"
 #include "sluice_redis.h"
 
-#include "redis_harness.h"
+#include "redis_stores.h"
 
 #include <uv.h>
 
 #ifndef SLUICE_MODULE_PATH
 #error "SLUICE_MODULE_PATH must name the built sluice-redis.so"
 #endif
-
-static void limit(sluice_limit_t *l, const char *cap, const char *rate)
-{
-	CHECK(sluice_limit_parse(l, cap, rate, NULL, 0) == 0);
-}
-
-static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned flags)
-{
-	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r;
-	char url[64], err[256];
-	sluice_limit_t l;
-
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-	o.url = url;
-	o.timeout_ms = 5000;
-	o.flags = flags;
-	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
-	CHECK(rh_wait_healthy(loop, r, 10000));
-	/* One round trip after the handshake: module detection is in. */
-	limit(&l, "1", "1/s");
-	CHECK(rh_take(loop, r, "warm-up", &l, 1, 0).status == 0);
-	return r;
-}
 
 static void take_d(uv_loop_t *loop, sluice_redis_t *r, const char *key,
 		   const sluice_limit_t *l, size_t n, uint64_t cost,
@@ -84,9 +60,9 @@ static void sequence(uv_loop_t *loop, sluice_redis_t *r, const char *key)
 	size_t i, j, n;
 
 	CHECK(sluice_memstore_open(&m, 64, NULL, 0) == 0);
-	limit(&l[0], "5", "1/h");
-	limit(&l[1], "4", "1/day");
-	limit(&l[2], "5", "1/h"); /* l[0] again: one bucket */
+	rs_limit(&l[0], "5", "1/h");
+	rs_limit(&l[1], "4", "1/day");
+	rs_limit(&l[2], "5", "1/h"); /* l[0] again: one bucket */
 	for (n = 1; n <= 3; n += 2) {
 		char k[64];
 
@@ -116,8 +92,8 @@ static void test_take_decisions_match_the_memory_store(int with, int without)
 	uv_loop_t loop;
 
 	uv_loop_init(&loop);
-	mod = client(&loop, with, 0);
-	script = client(&loop, without, 0);
+	mod = rs_client(&loop, with, 0);
+	script = rs_client(&loop, without, 0);
 	sequence(&loop, mod, "m");
 	sequence(&loop, script, "s");
 	sluice_redis_free(mod);
@@ -157,9 +133,9 @@ static void test_reset_and_refund_take_a_key_and_its_limits(int port)
 	done_t d = {0};
 
 	uv_loop_init(&loop);
-	r = client(&loop, port, 0);
-	limit(&l[0], "3", "1/day");
-	limit(&l[1], "10", "1/day");
+	r = rs_client(&loop, port, 0);
+	rs_limit(&l[0], "3", "1/day");
+	rs_limit(&l[1], "10", "1/day");
 	CHECK(rh_take(&loop, r, "rk", l, 2, 3).allowed);
 	CHECK(!rh_take(&loop, r, "rk", l, 2, 1).allowed);
 	/* Two tokens back to both buckets. */

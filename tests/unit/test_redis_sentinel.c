@@ -22,18 +22,20 @@ typedef struct {
 
 static char dir[64];
 
-static void start_redis(proc_t *p, const proc_t *master)
+/* redis-server on ports[0], a replica of arg (a proc_t) unless NULL. */
+static pid_t spawn_redis(const int *ports, void *arg)
 {
+	const proc_t *master = arg;
 	char port[16], mport[16], d[128];
 	char *argv[] = {"redis-server", "--port", port, "--bind",
 			"127.0.0.1",	"--save", "",	"--appendonly",
 			"no",		"--dir",  d,	NULL,
 			NULL,		NULL,	  NULL};
-	p->port = rh_free_port();
-	snprintf(port, sizeof(port), "%d", p->port);
+
+	snprintf(port, sizeof(port), "%d", ports[0]);
 	/* A directory each: a replica's full sync leaves a dump.rdb that a
 	 * later server started there would load. */
-	snprintf(d, sizeof(d), "%s/%d", dir, p->port);
+	snprintf(d, sizeof(d), "%s/%d", dir, ports[0]);
 	CHECK(mkdir(d, 0700) == 0 || errno == EEXIST);
 	if (master) {
 		snprintf(mport, sizeof(mport), "%d", master->port);
@@ -41,8 +43,13 @@ static void start_redis(proc_t *p, const proc_t *master)
 		argv[12] = "127.0.0.1";
 		argv[13] = mport;
 	}
-	p->pid = rh_spawn(argv);
-	rh_wait_ping(p->port, p->pid);
+	return rh_spawn(argv);
+}
+
+static void start_redis(proc_t *p, const proc_t *master)
+{
+	p->pid = rh_start_on_free_ports(&p->port, 1, NULL, spawn_redis,
+					(void *)master);
 	if (master) {
 		/* In sync with its master before the test goes on (the
 		 * master waits 5 s for more replicas before it sends). */
@@ -63,16 +70,21 @@ static void start_redis(proc_t *p, const proc_t *master)
 	}
 }
 
-static void start_sentinel(proc_t *p, int master_port, int i)
+/* Which Sentinel to start, and whom it watches. */
+typedef struct sentinel_arg_s {
+	int master_port, i;
+} sentinel_arg_t;
+
+static pid_t spawn_sentinel(const int *ports, void *arg)
 {
+	const sentinel_arg_t *a = arg;
 	char conf[128], port[16];
 	char *argv[] = {"redis-server", conf, "--sentinel",
 			"--port",	port, NULL};
 	FILE *f;
 
-	p->port = rh_free_port();
-	snprintf(port, sizeof(port), "%d", p->port);
-	snprintf(conf, sizeof(conf), "%s/sentinel%d.conf", dir, i);
+	snprintf(port, sizeof(port), "%d", ports[0]);
+	snprintf(conf, sizeof(conf), "%s/sentinel%d.conf", dir, a->i);
 	f = fopen(conf, "w");
 	CHECK(f != NULL);
 	fprintf(f,
@@ -82,10 +94,16 @@ static void start_sentinel(proc_t *p, int master_port, int i)
 		"sentinel down-after-milliseconds mymaster %d\n"
 		"sentinel failover-timeout mymaster 5000\n"
 		"sentinel parallel-syncs mymaster 1\n",
-		dir, master_port, DOWN_AFTER_MS);
+		dir, a->master_port, DOWN_AFTER_MS);
 	fclose(f);
-	p->pid = rh_spawn(argv);
-	rh_wait_ping(p->port, p->pid);
+	return rh_spawn(argv);
+}
+
+static void start_sentinel(proc_t *p, int master_port, int i)
+{
+	sentinel_arg_t a = {master_port, i};
+
+	p->pid = rh_start_on_free_ports(&p->port, 1, NULL, spawn_sentinel, &a);
 }
 
 static void stop(proc_t *p)

@@ -362,8 +362,8 @@ static void test_slow_redis(int redis_port)
 	static load_t l;
 	uv_loop_t loop;
 	sluice_redis_t *r;
-	int pport = rh_free_port();
-	pid_t proxy = rh_proxy_start(pport, redis_port, 300);
+	int pport = 0;
+	pid_t proxy = rh_proxy_start(&pport, redis_port, 300);
 	const unsigned timeout = 50;
 
 	memset(&l, 0, sizeof(l));

@@ -1,75 +1,54 @@
 /*
- * test_redis_store_module.c -- the Redis store and the module together:
- * the store finds SLUICE.TAKE on a server that has the module and sends
- * every decision to it (no script call); on a server without the module it
- * uses the script; and store clients on either path serve the same keys
- * without losing or inventing a token.
+ * test_redis_store_module.c -- the Redis store and the module together,
+ * through the one store interface (store/store.h: a backend opened with
+ * sluice_backend_open(), every verb through be.ops): the store finds
+ * SLUICE.TAKE on a server that has the module and sends every decision to
+ * it (no script call); on a server without the module it uses the script;
+ * stores on either path serve the same keys without losing or inventing a
+ * token; and the same sequence of every verb on a module-backed store and
+ * on a script-backed store gives the same decisions and stores the same
+ * bytes, with the same expiry.
  *
- * Needs SLUICE_MODULE_PATH (the built sluice-redis.so), set by CMake.
+ * A store takes the script path on a server with the module when its user
+ * may not run COMMAND (an ACL): the handshake's COMMAND INFO is refused,
+ * so the module is not found (src/store/redis/module_path.c).
+ *
+ * Needs SLUICE_MODULE_PATH (the built sluice-redis.so) and
+ * SLUICE_FROZEN_CLOCK_PATH (tests/tools/frozen_clock.c, built), set by
+ * CMake.
  */
 #include "sluice.h"
-#include "sluice_redis.h"
 
-#include "redis_harness.h"
+#include "redis_stores.h"
 
 #include <uv.h>
 
 #ifndef SLUICE_MODULE_PATH
 #error "SLUICE_MODULE_PATH must name the built sluice-redis.so"
 #endif
+#ifndef SLUICE_FROZEN_CLOCK_PATH
+#error "SLUICE_FROZEN_CLOCK_PATH must name the built frozen_clock shim"
+#endif
 
-static void limit(sluice_limit_t *l, const char *cap, const char *rate)
+/* The user of the module's server that cannot see the module. */
+#define SCRIPT_USER "lua"
+
+/* The instant, in microseconds, the frozen servers' wall clocks stand at
+ * (2027-01-15). */
+#define FROZEN_US "1800000000123456"
+
+/* A store on the server at port, as `user` (NULL: the default user). */
+static void open_store(sluice_backend_t *be, uv_loop_t *loop, int port,
+		       const char *user)
 {
-	CHECK(sluice_limit_parse(l, cap, rate, NULL, 0) == 0);
-}
+	char url[96];
 
-/* A client that has finished its handshake (module detection included). */
-static sluice_redis_t *client(uv_loop_t *loop, int port, unsigned flags)
-{
-	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r;
-	char url[64], err[256];
-	int64_t until = rh_ms() + 5000;
-
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-	o.url = url;
-	o.timeout_ms = 2000;
-	o.flags = flags;
-	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
-	while (!sluice_redis_healthy(r) && rh_ms() < until)
-		uv_run(loop, UV_RUN_NOWAIT);
-	/* Let the COMMAND INFO answer of the handshake arrive. */
-	until = rh_ms() + 200;
-	while (rh_ms() < until)
-		uv_run(loop, UV_RUN_NOWAIT);
-	return r;
-}
-
-/* A decision that must reach Redis. */
-static result_t take(uv_loop_t *loop, sluice_redis_t *r, const char *key,
-		     const sluice_limit_t *l, size_t n, uint64_t cost)
-{
-	result_t res = rh_take(loop, r, key, l, n, cost);
-
-	CHECK(res.status == 0);
-	return res;
-}
-
-/* The calls of one command so far ("sluice.take", "evalsha"), from INFO
- * commandstats; 0 when it never ran. */
-static long long calls(redisContext *c, const char *cmd)
-{
-	redisReply *rep = rh_cmd(c, "INFO commandstats");
-	char field[64];
-	const char *p;
-	long long v = 0;
-
-	snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
-	p = strstr(rep->str, field);
-	if (p)
-		v = atoll(p + strlen(field));
-	freeReplyObject(rep);
-	return v;
+	if (user)
+		snprintf(url, sizeof(url), "redis://%s:%s@127.0.0.1:%d", user,
+			 user, port);
+	else
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	rs_store_open(be, loop, url);
 }
 
 /* --------------------------------------------------------------- tests */
@@ -78,75 +57,75 @@ static void test_store_uses_the_module_when_loaded(int port)
 {
 	redisContext *c = rh_connect(port);
 	sluice_limit_t l[2];
-	sluice_redis_t *r;
+	sluice_backend_t be;
 	uv_loop_t loop;
-	result_t res;
+	rs_result_t res;
 	int i;
 
 	uv_loop_init(&loop);
-	r = client(&loop, port, 0);
+	open_store(&be, &loop, port, NULL);
 	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
-	limit(&l[0], "5", "1/h");
+	rs_limit(&l[0], "5", "1/h");
 	for (i = 0; i < 5; i++) {
-		res = take(&loop, r, "alice", l, 1, 1);
+		res = rs_take(&be, &loop, "alice", l, 1, 1);
 		CHECK(res.allowed && res.d.remaining == (uint64_t)(4 - i));
 	}
-	res = take(&loop, r, "alice", l, 1, 1);
+	res = rs_take(&be, &loop, "alice", l, 1, 1);
 	CHECK(!res.allowed && res.d.retry_after_us > 3590000000ull &&
 	      res.d.retry_after_us <= 3600000000ull);
 	/* The module reports milliseconds; the store passes them on. */
 	CHECK(res.d.retry_after_us % 1000 == 0);
-	res = take(&loop, r, "alice", l, 1, 6);
+	res = rs_take(&be, &loop, "alice", l, 1, 6);
 	CHECK(!res.allowed && res.d.never &&
 	      res.d.retry_after_us == UINT64_MAX);
 	/* Several limits: SLUICE.TAKEMULTI, all-or-nothing. */
-	limit(&l[0], "10", "1/s");
-	limit(&l[1], "2", "2/day");
-	CHECK(take(&loop, r, "bob", l, 2, 1).allowed);
-	CHECK(take(&loop, r, "bob", l, 2, 1).allowed);
-	res = take(&loop, r, "bob", l, 2, 1);
-	CHECK(!res.allowed && res.which == 1 && res.d.limit == 2);
+	rs_limit(&l[0], "10", "1/s");
+	rs_limit(&l[1], "2", "2/day");
+	CHECK(rs_take(&be, &loop, "bob", l, 2, 1).allowed);
+	CHECK(rs_take(&be, &loop, "bob", l, 2, 1).allowed);
+	res = rs_take(&be, &loop, "bob", l, 2, 1);
+	CHECK(!res.allowed && res.d.which == 1 && res.d.limit == 2);
 
-	CHECK(calls(c, "sluice.take") == 7);
-	CHECK(calls(c, "sluice.takemulti") == 3);
-	CHECK(calls(c, "evalsha") == 0 && calls(c, "eval") == 0);
-	rh_close_client(&loop, r);
+	CHECK(rs_calls(c, "sluice.take") == 7);
+	CHECK(rs_calls(c, "sluice.takemulti") == 3);
+	CHECK(rs_calls(c, "evalsha") == 0 && rs_calls(c, "eval") == 0);
+	rs_store_close(&be, &loop);
 	uv_loop_close(&loop);
 	redisFree(c);
 	printf("the store sends every decision to the module when it is "
 	       "loaded\n");
 }
 
-static void test_module_and_script_clients_share_buckets(int port)
+static void test_module_and_script_stores_share_buckets(int port)
 {
 	redisContext *c = rh_connect(port);
-	sluice_redis_t *mod, *script;
+	sluice_backend_t mod, script;
 	sluice_limit_t l;
 	uv_loop_t loop;
-	result_t res;
+	rs_result_t res;
 	int i;
 
 	uv_loop_init(&loop);
-	mod = client(&loop, port, 0);
-	script = client(&loop, port, SLUICE_REDIS_SCRIPT_ONLY);
+	open_store(&mod, &loop, port, NULL);
+	open_store(&script, &loop, port, SCRIPT_USER);
 	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
-	limit(&l, "8", "1/day");
+	rs_limit(&l, "8", "1/day");
 	/* Alternating paths on one key: each take costs exactly one token. */
 	for (i = 0; i < 8; i++) {
-		res = take(&loop, i % 2 ? script : mod, "carol", &l, 1, 1);
+		res = rs_take(i % 2 ? &script : &mod, &loop, "carol", &l, 1, 1);
 		CHECK(res.allowed && res.d.remaining == (uint64_t)(7 - i));
 	}
-	CHECK(!take(&loop, mod, "carol", &l, 1, 1).allowed);
-	CHECK(!take(&loop, script, "carol", &l, 1, 1).allowed);
-	CHECK(calls(c, "sluice.take") == 5);
-	CHECK(calls(c, "evalsha") + calls(c, "eval") >= 5);
+	CHECK(!rs_take(&mod, &loop, "carol", &l, 1, 1).allowed);
+	CHECK(!rs_take(&script, &loop, "carol", &l, 1, 1).allowed);
+	CHECK(rs_calls(c, "sluice.take") == 5);
+	CHECK(rs_calls(c, "evalsha") + rs_calls(c, "eval") >= 5);
 	/* Both first: the loop runs until every client handle is closed. */
-	sluice_redis_free(mod);
-	sluice_redis_free(script);
+	sluice_backend_close(&mod);
+	sluice_backend_close(&script);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	uv_loop_close(&loop);
 	redisFree(c);
-	printf("module and script clients share buckets token for token\n");
+	printf("module and script stores share buckets token for token\n");
 }
 
 /*
@@ -157,59 +136,64 @@ static void test_module_and_script_clients_share_buckets(int port)
  * it still has; the same limit twice is one bucket, charged once.  The
  * drain goes through one path and the rest through the other.
  */
-static void tier_switch(uv_loop_t *loop, sluice_redis_t *one,
-			sluice_redis_t *other, const char *user,
+static void tier_switch(uv_loop_t *loop, sluice_backend_t *one,
+			sluice_backend_t *other, const char *user,
 			const char *fresh)
 {
 	sluice_limit_t free_[1], paid[2], grown[2], dup[2];
-	result_t res;
+	rs_result_t res;
 	int i;
 
-	limit(&free_[0], "5", "1/h");
-	limit(&paid[0], "100", "100/h");
+	rs_limit(&free_[0], "5", "1/h");
+	rs_limit(&paid[0], "100", "100/h");
 	paid[1] = free_[0];
 	for (i = 0; i < 5; i++)
-		CHECK(take(loop, one, user, free_, 1, 1).allowed);
-	CHECK(!take(loop, one, user, free_, 1, 1).allowed);
-	res = take(loop, other, user, paid, 2, 1);
-	CHECK(!res.allowed && res.which == 1 && res.d.limit == 5);
-	res = take(loop, one, user, free_, 1, 1);
+		CHECK(rs_take(one, loop, user, free_, 1, 1).allowed);
+	CHECK(!rs_take(one, loop, user, free_, 1, 1).allowed);
+	res = rs_take(other, loop, user, paid, 2, 1);
+	CHECK(!res.allowed && res.d.which == 1 && res.d.limit == 5);
+	res = rs_take(one, loop, user, free_, 1, 1);
 	CHECK(!res.allowed && res.d.remaining == 0);
 
 	/* "paid" loses its second limit, then gains another in front. */
 	for (i = 0; i < 3; i++)
-		CHECK(take(loop, one, fresh, paid, 2, 1).allowed);
-	res = take(loop, other, fresh, paid, 1, 1);
+		CHECK(rs_take(one, loop, fresh, paid, 2, 1).allowed);
+	res = rs_take(other, loop, fresh, paid, 1, 1);
 	CHECK(res.allowed && res.d.limit == 100 && res.d.remaining == 96);
-	limit(&grown[0], "1000", "1000/day");
+	rs_limit(&grown[0], "1000", "1000/day");
 	grown[1] = paid[0];
-	res = take(loop, one, fresh, grown, 2, 1);
-	CHECK(res.allowed && res.which == 1 && res.d.remaining == 95);
-	res = take(loop, other, fresh, free_, 1, 0);
+	res = rs_take(one, loop, fresh, grown, 2, 1);
+	CHECK(res.allowed && res.d.which == 1 && res.d.remaining == 95);
+	res = rs_take(other, loop, fresh, free_, 1, 0);
 	CHECK(res.allowed && res.d.remaining == 2);
 
 	/* The same limit twice: one bucket, charged once per request. */
 	dup[0] = free_[0];
 	dup[1] = free_[0];
-	res = take(loop, other, "dup", dup, 2, 1);
-	CHECK(res.allowed && res.d.remaining == 4 && res.which == 0);
-	res = take(loop, one, "dup", free_, 1, 0);
+	res = rs_take(other, loop, "dup", dup, 2, 1);
+	CHECK(res.allowed && res.d.remaining == 4 && res.d.which == 0);
+	res = rs_take(one, loop, "dup", free_, 1, 0);
 	CHECK(res.allowed && res.d.remaining == 4);
 }
 
 static void test_switching_tiers_keeps_every_limit_state(int port)
 {
 	redisContext *c = rh_connect(port);
-	sluice_redis_t *mod, *script;
+	sluice_backend_t mod, script;
 	uv_loop_t loop;
 
 	uv_loop_init(&loop);
-	mod = client(&loop, port, 0);
-	script = client(&loop, port, SLUICE_REDIS_SCRIPT_ONLY);
+	open_store(&mod, &loop, port, NULL);
+	open_store(&script, &loop, port, SCRIPT_USER);
 	freeReplyObject(rh_cmd(c, "FLUSHALL"));
-	tier_switch(&loop, mod, script, "tier-a", "reload-a");
+	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
+	tier_switch(&loop, &mod, &script, "tier-a", "reload-a");
 	freeReplyObject(rh_cmd(c, "FLUSHALL"));
-	tier_switch(&loop, script, mod, "tier-b", "reload-b");
+	tier_switch(&loop, &script, &mod, "tier-b", "reload-b");
+	/* Both paths took part: the script store's takes were scripts. */
+	CHECK(rs_calls(c, "sluice.take") > 0 &&
+	      rs_calls(c, "sluice.takemulti") > 0);
+	CHECK(rs_calls(c, "evalsha") + rs_calls(c, "eval") > 0);
 	/* The key names every path uses. */
 	{
 		redisReply *rep = rh_cmd(c, "EXISTS sluice:{dup}:5@1/h");
@@ -217,8 +201,8 @@ static void test_switching_tiers_keeps_every_limit_state(int port)
 		CHECK(rep->integer == 1);
 		freeReplyObject(rep);
 	}
-	sluice_redis_free(mod);
-	sluice_redis_free(script);
+	sluice_backend_close(&mod);
+	sluice_backend_close(&script);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	uv_loop_close(&loop);
 	redisFree(c);
@@ -229,39 +213,252 @@ static void test_switching_tiers_keeps_every_limit_state(int port)
 static void test_store_uses_the_script_without_the_module(int port)
 {
 	redisContext *c = rh_connect(port);
-	sluice_redis_t *r;
+	sluice_backend_t be;
 	sluice_limit_t l;
 	uv_loop_t loop;
 	int i;
 
 	uv_loop_init(&loop);
-	r = client(&loop, port, 0);
+	open_store(&be, &loop, port, NULL);
 	freeReplyObject(rh_cmd(c, "CONFIG RESETSTAT"));
-	limit(&l, "3", "1/h");
+	rs_limit(&l, "3", "1/h");
 	for (i = 0; i < 3; i++)
-		CHECK(take(&loop, r, "dave", &l, 1, 1).allowed);
-	CHECK(!take(&loop, r, "dave", &l, 1, 1).allowed);
-	CHECK(calls(c, "evalsha") + calls(c, "eval") >= 4);
-	CHECK(calls(c, "sluice.take") == 0);
-	rh_close_client(&loop, r);
+		CHECK(rs_take(&be, &loop, "dave", &l, 1, 1).allowed);
+	CHECK(!rs_take(&be, &loop, "dave", &l, 1, 1).allowed);
+	CHECK(rs_calls(c, "evalsha") + rs_calls(c, "eval") >= 4);
+	CHECK(rs_calls(c, "sluice.take") == 0);
+	rs_store_close(&be, &loop);
 	uv_loop_close(&loop);
 	redisFree(c);
 	printf("without the module the store uses the script\n");
 }
 
+/* ----------------------------------------- the same sequence, two paths */
+
+/* One step: a verb on a key with one of the limit sets below. */
+typedef struct step_s {
+	rs_verb_t verb;
+	const char *key;
+	int set;
+	uint64_t cost, ms;
+	int allowed; /* take and peek: what the step must decide */
+} step_t;
+
+/* Every verb, on one limit and several, a limit given twice, a rate with
+ * a fraction of a microsecond per token (50/min), a cost beyond the
+ * capacity. */
+static const step_t steps[] = {
+	{RS_TAKE, "alice", 0, 1, 0, 1},	     {RS_TAKE, "alice", 0, 1, 0, 1},
+	{RS_TAKE, "alice", 0, 2, 0, 1},	     {RS_TAKE, "alice", 0, 1, 0, 1},
+	{RS_TAKE, "alice", 0, 1, 0, 0},	     {RS_TAKE, "alice", 0, 6, 0, 0},
+	{RS_PEEK, "alice", 0, 0, 0, 1},	     {RS_REFUND, "alice", 0, 3, 0, 0},
+	{RS_PEEK, "alice", 0, 3, 0, 1},	     {RS_PEEK, "alice", 0, 4, 0, 0},
+	{RS_PENALIZE, "alice", 0, 2, 0, 0},  {RS_TAKE, "alice", 0, 1, 0, 1},
+	{RS_BLOCK, "alice", 0, 0, 90000, 0}, {RS_TAKE, "alice", 0, 1, 0, 0},
+	{RS_PEEK, "alice", 0, 1, 0, 0},	     {RS_RESET, "alice", 0, 0, 0, 0},
+	{RS_TAKE, "alice", 0, 2, 0, 1},	     {RS_TAKE, "bob", 1, 1, 0, 1},
+	{RS_TAKE, "bob", 1, 1, 0, 1},	     {RS_TAKE, "bob", 1, 1, 0, 0},
+	{RS_REFUND, "bob", 1, 1, 0, 0},	     {RS_TAKE, "bob", 1, 1, 0, 1},
+	{RS_PENALIZE, "bob", 1, 4, 0, 0},    {RS_TAKE, "bob", 1, 1, 0, 0},
+	{RS_RESET, "bob", 1, 0, 0, 0},	     {RS_TAKE, "bob", 1, 2, 0, 1},
+	{RS_TAKE, "frac", 2, 3, 0, 1},	     {RS_TAKE, "frac", 2, 3, 0, 1},
+	{RS_TAKE, "frac", 2, 3, 0, 0},	     {RS_PEEK, "frac", 2, 1, 0, 1},
+	{RS_PENALIZE, "frac", 2, 1, 0, 0},   {RS_REFUND, "frac", 2, 3, 0, 0},
+	{RS_TAKE, "frac", 2, 3, 0, 1},	     {RS_BLOCK, "frac", 2, 0, 1500, 0},
+	{RS_TAKE, "frac", 2, 1, 0, 0},	     {RS_TAKE, "dup", 3, 1, 0, 1},
+	{RS_TAKE, "dup", 3, 4, 0, 1},	     {RS_TAKE, "dup", 3, 1, 0, 0},
+	{RS_REFUND, "dup", 3, 1, 0, 0},	     {RS_TAKE, "dup", 3, 1, 0, 1},
+};
+
+/* The limit sets of the steps: sets[i][0..nset[i]). */
+static sluice_limit_t sets[4][2];
+static const size_t nset[4] = {1, 2, 1, 2};
+
+static void make_sets(void)
+{
+	rs_limit(&sets[0][0], "5", "1/h");
+	rs_limit(&sets[1][0], "10", "1/s");
+	rs_limit(&sets[1][1], "2", "2/day");
+	rs_limit(&sets[2][0], "7", "50/min");
+	rs_limit(&sets[3][0], "5", "1/h");
+	sets[3][1] = sets[3][0];
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every key of the two servers: the same names and the same bytes (GET);
+ * the same expiry, or the script's 1 ms earlier: where the module sets
+ * it (a take) it is the state's, rounded up to a ms, while the script
+ * sets PX, the time to full rounded up to a ms, from the server's clock
+ * cut down to a ms (src/store/redis/script.lua), so at an instant that
+ * is not a whole ms the script's key goes up to 1 ms before the bucket
+ * is full.  Returns the count of keys. */
+static size_t same_keyspace(redisContext *a, redisContext *b)
+{
+	redisReply *ka = rh_cmd(a, "KEYS *"), *kb = rh_cmd(b, "KEYS *");
+	char *na[64], *nb[64];
+	size_t i, n = ka->elements;
+
+	CHECK(ka->elements == kb->elements && n <= 64);
+	for (i = 0; i < n; i++) {
+		na[i] = ka->element[i]->str;
+		nb[i] = kb->element[i]->str;
+	}
+	qsort(na, n, sizeof(na[0]), cmp_str);
+	qsort(nb, n, sizeof(nb[0]), cmp_str);
+	for (i = 0; i < n; i++) {
+		redisReply *va = rh_cmd(a, "GET %s", na[i]);
+		redisReply *vb = rh_cmd(b, "GET %s", nb[i]);
+
+		CHECK(strcmp(na[i], nb[i]) == 0);
+		CHECK(va->type == REDIS_REPLY_STRING &&
+		      vb->type == REDIS_REPLY_STRING);
+		if (va->len != vb->len || memcmp(va->str, vb->str, va->len)) {
+			fprintf(stderr, "GET %s: module %s, script %s\n", na[i],
+				va->str, vb->str);
+			CHECK(0);
+		}
+		freeReplyObject(va);
+		freeReplyObject(vb);
+		va = rh_cmd(a, "PEXPIRETIME %s", na[i]);
+		vb = rh_cmd(b, "PEXPIRETIME %s", nb[i]);
+		if (vb->integer <= atoll(FROZEN_US) / 1000 ||
+		    vb->integer + 1 < va->integer ||
+		    vb->integer > va->integer) {
+			fprintf(stderr,
+				"PEXPIRETIME %s: module %lld, script %lld\n",
+				na[i], va->integer, vb->integer);
+			CHECK(0);
+		}
+		freeReplyObject(va);
+		freeReplyObject(vb);
+	}
+	freeReplyObject(ka);
+	freeReplyObject(kb);
+	return n;
+}
+
+static void same_result(const rs_result_t *a, const rs_result_t *b, size_t step)
+{
+	if (a->status == b->status && a->allowed == b->allowed &&
+	    a->d.allowed == b->d.allowed && a->d.never == b->d.never &&
+	    a->d.limit == b->d.limit && a->d.remaining == b->d.remaining &&
+	    a->d.retry_after_us == b->d.retry_after_us &&
+	    a->d.reset_after_us == b->d.reset_after_us &&
+	    a->d.which == b->d.which)
+		return;
+	fprintf(stderr,
+		"step %zu: module status %d allowed %d remaining %" PRIu64
+		" retry %" PRIu64 " reset %" PRIu64 " which %zu; script "
+		"status %d allowed %d remaining %" PRIu64 " retry %" PRIu64
+		" reset %" PRIu64 " which %zu\n",
+		step, a->status, a->allowed, a->d.remaining,
+		a->d.retry_after_us, a->d.reset_after_us, a->d.which, b->status,
+		b->allowed, b->d.remaining, b->d.retry_after_us,
+		b->d.reset_after_us, b->d.which);
+	CHECK(0);
+}
+
+/* The frozen clock is in effect: TIME answers the frozen instant. */
+static void check_frozen(redisContext *c)
+{
+	redisReply *rep = rh_cmd(c, "TIME");
+
+	CHECK(rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+	CHECK(atoll(rep->element[0]->str) == atoll(FROZEN_US) / 1000000 &&
+	      atoll(rep->element[1]->str) == atoll(FROZEN_US) % 1000000);
+	freeReplyObject(rep);
+}
+
+/* The servers' wall clocks stand at one instant (frozen_clock.c), so each
+ * decision's times and each stored state are exact on both paths: equal,
+ * not merely close.  Step after step, the module-backed store (a server
+ * with the module) and the script-backed store (one without) decide
+ * alike, and the two servers hold the same keys, bytes and expiries. */
+static void test_same_sequence_same_decisions_and_state(int mod_port,
+							int script_port)
+{
+	redisContext *cm = rh_connect(mod_port), *cs = rh_connect(script_port);
+	const size_t n = sizeof(steps) / sizeof(steps[0]);
+	sluice_backend_t mod, script;
+	uv_loop_t loop;
+	size_t i, keys = 0;
+
+	check_frozen(cm);
+	check_frozen(cs);
+	make_sets();
+	uv_loop_init(&loop);
+	open_store(&mod, &loop, mod_port, NULL);
+	open_store(&script, &loop, script_port, NULL);
+	freeReplyObject(rh_cmd(cm, "CONFIG RESETSTAT"));
+	for (i = 0; i < n; i++) {
+		const step_t *s = &steps[i];
+		rs_result_t a, b;
+
+		a = rs_call(&mod, &loop, s->verb, s->key, sets[s->set],
+			    nset[s->set], s->cost, s->ms);
+		b = rs_call(&script, &loop, s->verb, s->key, sets[s->set],
+			    nset[s->set], s->cost, s->ms);
+		CHECK(a.status == 0);
+		same_result(&a, &b, i);
+		if ((s->verb == RS_TAKE || s->verb == RS_PEEK) &&
+		    a.allowed != s->allowed) {
+			fprintf(stderr, "step %zu: allowed %d, not %d\n", i,
+				a.allowed, s->allowed);
+			CHECK(0);
+		}
+		keys = same_keyspace(cm, cs);
+	}
+	/* Every key (alice, bob's two buckets, frac, dup) is stored. */
+	CHECK(keys == 5);
+	/* The module decided the takes on its side. */
+	CHECK(rs_calls(cm, "sluice.take") > 0 &&
+	      rs_calls(cm, "sluice.takemulti") > 0);
+	CHECK(rs_calls(cs, "evalsha") + rs_calls(cs, "eval") > 0);
+	sluice_backend_close(&mod);
+	sluice_backend_close(&script);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+	redisFree(cm);
+	redisFree(cs);
+	printf("one sequence of every verb: the same decisions and the same "
+	       "stored state on the module and the script path\n");
+}
+
 int main(void)
 {
-	rh_redis_t with = {0}, without = {0};
+	static const char *const frozen_env[] = {
+		"LD_PRELOAD=" SLUICE_FROZEN_CLOCK_PATH,
+		"FROZEN_CLOCK_US=" FROZEN_US, NULL};
+	rh_redis_t with = {0}, without = {0}, fwith = {0}, fwithout = {0};
+	redisContext *c;
 
 	signal(SIGPIPE, SIG_IGN);
 	with.module = SLUICE_MODULE_PATH;
 	rh_redis_start(&with, 0, 0);
 	rh_redis_start(&without, 0, 0);
+	fwith.module = SLUICE_MODULE_PATH;
+	fwith.env = frozen_env;
+	rh_redis_start(&fwith, 0, 0);
+	fwithout.env = frozen_env;
+	rh_redis_start(&fwithout, 0, 0);
+	/* The user that cannot see the module (see the top). */
+	c = rh_connect(with.port);
+	freeReplyObject(rh_cmd(c, "ACL SETUSER " SCRIPT_USER " on >" SCRIPT_USER
+				  " ~* &* +@all -command"));
+	redisFree(c);
+
 	test_store_uses_the_module_when_loaded(with.port);
-	test_module_and_script_clients_share_buckets(with.port);
+	test_module_and_script_stores_share_buckets(with.port);
 	test_switching_tiers_keeps_every_limit_state(with.port);
 	test_store_uses_the_script_without_the_module(without.port);
+	test_same_sequence_same_decisions_and_state(fwith.port, fwithout.port);
 	rh_redis_stop(&with);
 	rh_redis_stop(&without);
+	rh_redis_stop(&fwith);
+	rh_redis_stop(&fwithout);
 	return 0;
 }

@@ -77,8 +77,9 @@ typedef struct {
 
 /* redis-server with a plain port (to see it is up) and a TLS port;
  * auth_clients: "yes" asks every client for a certificate. */
-static void start(tls_redis_t *s, const char *auth_clients)
+static pid_t spawn_tls(const int *ports, void *arg)
 {
+	const char *auth_clients = arg;
 	char port[16], tls_port[16];
 	char *argv[] = {"redis-server",
 			"--port",
@@ -103,14 +104,19 @@ static void start(tls_redis_t *s, const char *auth_clients)
 			(char *)auth_clients,
 			NULL};
 
-	s->port = rh_free_port();
-	do
-		s->tls_port = rh_free_port();
-	while (s->tls_port == s->port);
-	snprintf(port, sizeof(port), "%d", s->port);
-	snprintf(tls_port, sizeof(tls_port), "%d", s->tls_port);
-	s->pid = rh_spawn(argv);
-	rh_wait_ping(s->port, s->pid);
+	snprintf(port, sizeof(port), "%d", ports[0]);
+	snprintf(tls_port, sizeof(tls_port), "%d", ports[1]);
+	return rh_spawn(argv);
+}
+
+static void start(tls_redis_t *s, const char *auth_clients)
+{
+	int ports[2];
+
+	s->pid = rh_start_on_free_ports(ports, 2, NULL, spawn_tls,
+					(void *)auth_clients);
+	s->port = ports[0];
+	s->tls_port = ports[1];
 }
 
 static void stop(tls_redis_t *s)

@@ -1,0 +1,213 @@
+/*
+ * redis_stores.h -- the Redis store and the module's tests' shared
+ * fixture, over the servers of redis_harness.h:
+ *
+ *  - a store opened through the one store interface (store/store.h:
+ *    sluice_backend_open() on a sluice_store_config_t), and each of its
+ *    verbs (take, peek, reset, refund, penalize, block) called through
+ *    be.ops and waited for on the loop;
+ *  - a Redis client (include/sluice_redis.h) that has finished its
+ *    handshake, for the tests of the client's own options (flags);
+ *  - the calls of a command so far (INFO commandstats), which say which
+ *    path a decision took (module or script).
+ *
+ * sluice_backend_open() is called in rs_store_open() alone: a change of
+ * its signature is a change here only.
+ *
+ * Header-only (static inline) so each test stays one source file.
+ */
+#ifndef SLUICE_TEST_REDIS_STORES_H
+#define SLUICE_TEST_REDIS_STORES_H
+
+#include "redis_harness.h"
+#include "store/store.h"
+
+#include <uv.h>
+
+/* A limit of `cap` tokens at `rate` ("1/h", "0.5/s"). */
+static inline void rs_limit(sluice_limit_t *l, const char *cap,
+			    const char *rate)
+{
+	CHECK(sluice_limit_parse(l, cap, rate, NULL, 0) == 0);
+}
+
+/* The calls of one command so far ("sluice.take", "evalsha"), from INFO
+ * commandstats; 0 when it never ran. */
+static inline long long rs_calls(redisContext *c, const char *cmd)
+{
+	redisReply *rep = rh_cmd(c, "INFO commandstats");
+	char field[64];
+	const char *p;
+	long long v = 0;
+
+	snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
+	p = strstr(rep->str, field);
+	if (p)
+		v = atoll(p + strlen(field));
+	freeReplyObject(rep);
+	return v;
+}
+
+/* A client that has finished its handshake, module detection included:
+ * healthy, and one take answered after the handshake's COMMAND INFO. */
+static inline sluice_redis_t *rs_client(uv_loop_t *loop, int port,
+					unsigned flags)
+{
+	sluice_redis_opts_t o = {0};
+	sluice_redis_t *r;
+	char url[64], err[256];
+	sluice_limit_t l;
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	o.url = url;
+	o.timeout_ms = 5000;
+	o.flags = flags;
+	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
+	CHECK(rh_wait_healthy(loop, r, 10000));
+	rs_limit(&l, "1", "1/s");
+	CHECK(rh_take(loop, r, "warm-up", &l, 1, 0).status == 0);
+	return r;
+}
+
+/* ------------------------------------------------ the store interface */
+
+/* What one call through be.ops delivered: its status and `allowed`, and
+ * the item's outputs (take and peek; d.which is the limit the decision is
+ * about). */
+typedef struct rs_result_s {
+	int done, status, allowed;
+	sluice_decision_t d;
+} rs_result_t;
+
+static inline void rs_on_done(void *arg, int status, int allowed)
+{
+	rs_result_t *res = arg;
+
+	CHECK(!res->done); /* once per call */
+	res->done = 1;
+	res->status = status;
+	res->allowed = allowed;
+}
+
+/* Runs the loop until the call is answered (60 s at most: a loaded
+ * machine, never a hung test). */
+static inline void rs_wait(uv_loop_t *loop, const rs_result_t *res)
+{
+	int64_t until = rh_ms() + 60000;
+
+	while (!res->done) {
+		CHECK(rh_ms() < until);
+		uv_run(loop, UV_RUN_ONCE);
+	}
+}
+
+/* The verbs of store.h. */
+typedef enum {
+	RS_TAKE,
+	RS_PEEK,
+	RS_RESET,
+	RS_REFUND,
+	RS_PENALIZE,
+	RS_BLOCK,
+} rs_verb_t;
+
+/* One call of `verb` on one item (key, limits l[0..n), cost; ms for a
+ * block) through be->ops, answered: the call returned 0, its callback ran
+ * once, and (take, peek) the item's `allowed` is the call's. */
+static inline rs_result_t rs_call(sluice_backend_t *be, uv_loop_t *loop,
+				  rs_verb_t verb, const char *key,
+				  const sluice_limit_t *l, size_t n,
+				  uint64_t cost, uint64_t ms)
+{
+	const sluice_store_ops_t *ops = be->ops;
+	sluice_take_item_t it = {0};
+	rs_result_t res = {0};
+	int64_t now = sluice_now_us();
+	int rc = SLUICE_EINVAL;
+
+	it.key = key;
+	it.keylen = strlen(key);
+	it.limits = l;
+	it.nlimits = n;
+	it.cost = cost;
+	switch (verb) {
+	case RS_TAKE:
+		rc = ops->take(be->impl, &it, 1, now, rs_on_done, &res);
+		break;
+	case RS_PEEK:
+		rc = ops->peek(be->impl, &it, 1, now, rs_on_done, &res);
+		break;
+	case RS_RESET:
+		rc = ops->reset(be->impl, &it, 1, rs_on_done, &res);
+		break;
+	case RS_REFUND:
+		rc = ops->refund(be->impl, &it, 1, now, rs_on_done, &res);
+		break;
+	case RS_PENALIZE:
+		rc = ops->penalize(be->impl, &it, 1, now, rs_on_done, &res);
+		break;
+	case RS_BLOCK:
+		rc = ops->block(be->impl, &it, 1, ms, now, rs_on_done, &res);
+		break;
+	}
+	CHECK(rc == 0);
+	rs_wait(loop, &res);
+	if (verb == RS_TAKE || verb == RS_PEEK) {
+		res.d = it.summary;
+		if (res.status == 0)
+			CHECK(it.allowed == res.allowed);
+	}
+	return res;
+}
+
+/* A take that must reach Redis and be answered. */
+static inline rs_result_t rs_take(sluice_backend_t *be, uv_loop_t *loop,
+				  const char *key, const sluice_limit_t *l,
+				  size_t n, uint64_t cost)
+{
+	rs_result_t res = rs_call(be, loop, RS_TAKE, key, l, n, cost, 0);
+
+	CHECK(res.status == 0);
+	return res;
+}
+
+/* A store on loop from a `store:` section naming `url` (user, password
+ * and all), the other settings their defaults but a generous timeout
+ * (a loaded machine); returns once it is healthy and has answered one call
+ * after its handshake (module detection in).  The one call of
+ * sluice_backend_open() in the tests that use this header. */
+static inline void rs_store_open(sluice_backend_t *be, uv_loop_t *loop,
+				 const char *url)
+{
+	sluice_store_config_t cfg;
+	sluice_limit_t l;
+	char err[256];
+	int64_t until = rh_ms() + 10000;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kind = SLUICE_STORE_REDIS;
+	cfg.url = (char *)url;
+	cfg.timeout_ms = 5000;
+	if (sluice_backend_open(be, &cfg, loop, NULL, NULL, err, sizeof(err)) !=
+	    0) {
+		fprintf(stderr, "rs_store_open(%s): %s\n", url, err);
+		CHECK(0);
+	}
+	CHECK(strcmp(be->ops->name, "redis") == 0);
+	while (!sluice_backend_healthy(be) && rh_ms() < until) {
+		uv_run(loop, UV_RUN_NOWAIT);
+		rh_sleep_ms(5);
+	}
+	CHECK(sluice_backend_healthy(be));
+	rs_limit(&l, "1", "1/s");
+	CHECK(rs_call(be, loop, RS_PEEK, "warm-up", &l, 1, 0, 0).status == 0);
+}
+
+/* Closes the store and runs the loop until its handles are closed. */
+static inline void rs_store_close(sluice_backend_t *be, uv_loop_t *loop)
+{
+	sluice_backend_close(be);
+	uv_run(loop, UV_RUN_DEFAULT);
+}
+
+#endif /* SLUICE_TEST_REDIS_STORES_H */

@@ -37,6 +37,7 @@ RedisModuleString *(*RedisModule_CreateStringFromLongLong)(RedisModuleCtx *,
 RedisModuleString *(*RedisModule_CreateString)(RedisModuleCtx *, const char *,
 					       size_t);
 void (*RedisModule_FreeString)(RedisModuleCtx *, RedisModuleString *);
+void (*RedisModule_RetainString)(RedisModuleCtx *, RedisModuleString *);
 void *(*RedisModule_Alloc)(size_t);
 void (*RedisModule_Free)(void *);
 int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *, RedisModuleString *);
@@ -80,6 +81,7 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(CreateStringFromLongLong);
 	missing |= GET_API(CreateString);
 	missing |= GET_API(FreeString);
+	missing |= GET_API(RetainString);
 	missing |= GET_API(Alloc);
 	missing |= GET_API(Free);
 	missing |= GET_API(SignalModifiedKey);

@@ -120,6 +120,10 @@ extern RedisModuleString *(*RedisModule_CreateString)(RedisModuleCtx *ctx,
 						      size_t len);
 extern void (*RedisModule_FreeString)(RedisModuleCtx *ctx,
 				      RedisModuleString *str);
+/* Raises the reference count of str (with ctx NULL): one more
+ * RedisModule_FreeString(NULL, str) is then needed to release it. */
+extern void (*RedisModule_RetainString)(RedisModuleCtx *ctx,
+					RedisModuleString *str);
 extern void *(*RedisModule_Alloc)(size_t bytes);
 extern void (*RedisModule_Free)(void *ptr);
 extern int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *ctx,
@@ -129,8 +133,9 @@ extern int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type,
 					      RedisModuleString *key);
 extern void (*RedisModule_SetModuleOptions)(RedisModuleCtx *ctx, int options);
 /* Propagates a command to replicas and the AOF (inside MULTI/EXEC when a
- * command propagates several).  Format "s" arguments are kept by
- * reference (their reference count raised), not copied. */
+ * command propagates several).  Format "s" arguments, and the elements of
+ * a "v" vector (RedisModuleString **, size_t count), are kept by reference
+ * (their reference count raised), not copied. */
 extern int (*RedisModule_Replicate)(RedisModuleCtx *ctx, const char *cmdname,
 				    const char *fmt, ...);
 

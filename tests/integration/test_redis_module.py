@@ -534,6 +534,82 @@ class ModuleTest(unittest.TestCase):
         reply = c.call("SLUICE.TAKE", keys[4], 10, "1/day", "COST", 0)
         self.assertEqual(reply[:3], [1, 10, 5])
 
+    def _aof(self, srv):
+        data = b""
+        adir = os.path.join(srv.dir, "appendonlydir")
+        for name in sorted(os.listdir(adir)):
+            if name.endswith(".aof"):
+                with open(os.path.join(adir, name), "rb") as f:
+                    data += f.read()
+        return data
+
+    def test_batches_replicate_one_script_with_the_same_effect(self):
+        """TAKEEACH and TAKEMANY replicate their writes once per call: one
+        write as SET key state PXAT ms, several as one EVAL running those
+        SETs in order.  A replica without the module and the master
+        restarted from its AOF end with byte-identical values (DUMP),
+        expiries and encodings, over random batches with repeated keys,
+        peeks, rejections and keys of another type."""
+        master = self.redis("--appendonly", "yes", "--appendfsync",
+                            "always")
+        replica = self.redis(module=False)
+        m, r = self.connect(master), self.connect(replica)
+        self.assertEqual(r.call("REPLICAOF", "127.0.0.1", master.port), "OK")
+        deadline = time.time() + 30
+        while r.info("replication").get("master_link_status") != "up":
+            self.assertLess(time.time(), deadline, "replica never synced")
+            time.sleep(0.05)
+
+        # One call, three writes (one key twice): one EVAL, no MULTI.
+        self.assertEqual([d[:3] for d in m.call(
+            "SLUICE.TAKEEACH", 5, "1/day", 1, "e1", "e2", "e1", "e3")],
+            [[1, 5, 4], [1, 5, 4], [1, 5, 3], [1, 5, 4]])
+        self.assertEqual(m.call("SLUICE.TAKEEACH", 5, "1/day", 1, "e4")[0]
+                         [:3], [1, 5, 4])
+        aof = self._aof(master)
+        self.assertEqual(aof.count(b"$4\r\nEVAL\r\n"), 1, aof)
+        self.assertNotIn(b"MULTI", aof)
+        self.assertNotIn(b"SLUICE", aof.upper())
+        self.assertIn(b"$3\r\nSET\r\n$2\r\ne4\r\n", aof)  # one write
+
+        m.call("LPUSH", "alist", "x")
+        rng = random.Random(12)
+        keys = ["b:%d" % i for i in range(12)] + ["alist"]
+        for _ in range(150):
+            pick = [rng.choice(keys) for _ in range(rng.randint(1, 6))]
+            if rng.random() < 0.5:
+                reply = m.call("SLUICE.TAKEEACH", rng.randint(1, 6),
+                               rng.choice(["1/day", "1/h", "3/min"]),
+                               rng.choice([0, 1, 1, 2]), *pick)
+            else:
+                args = []
+                for k in pick:
+                    args += [k, rng.randint(1, 6),
+                             rng.choice(["1/day", "1/h", "3/min"]),
+                             rng.choice([0, 1, 1, 2, 9])]
+                reply = m.call("SLUICE.TAKEMANY", *args)
+            self.assertEqual(len(reply), len(pick), reply)
+        self.assertEqual(m.call("WAIT", 1, 10000), 1)
+        names = keys + ["e1", "e2", "e3", "e4"]
+        snap = {}
+        for k in names:
+            mine = (m.call("DUMP", k), m.call("PEXPIRETIME", k),
+                    m.call("OBJECT", "ENCODING", k))
+            theirs = (r.call("DUMP", k), r.call("PEXPIRETIME", k),
+                      r.call("OBJECT", "ENCODING", k))
+            self.assertEqual(theirs, mine, k)
+            snap[k] = mine
+        written = [k for k in names if snap[k][2] == b"int"]
+        self.assertGreater(len(written), 8, snap)
+
+        # The AOF replays to the same bytes.
+        master.stop(cleanup=False)
+        master.start()
+        m = self.connect(master)
+        for k in names:
+            self.assertEqual((m.call("DUMP", k), m.call("PEXPIRETIME", k),
+                              m.call("OBJECT", "ENCODING", k)), snap[k], k)
+
     # -- the script's state format ----------------------------------------
 
     def test_state_written_as_the_script_does_is_read_and_continued(self):

@@ -29,6 +29,7 @@ void (*RedisModule_FreeCallReply)(RedisModuleCallReply *);
 int (*RedisModule_CallReplyType)(RedisModuleCallReply *);
 const char *(*RedisModule_CallReplyStringPtr)(RedisModuleCallReply *, size_t *);
 long long (*RedisModule_CachedMicroseconds)(void);
+int (*RedisModule_GetServerVersion)(void);
 char *(*RedisModule_StringDMA)(RedisModuleKey *, size_t *, int);
 int (*RedisModule_StringSet)(RedisModuleKey *, RedisModuleString *);
 int (*RedisModule_SetAbsExpire)(RedisModuleKey *, long long);
@@ -91,6 +92,8 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	/* Optional: newer servers only. */
 	if (GET_API(CachedMicroseconds) != REDISMODULE_OK)
 		RedisModule_CachedMicroseconds = 0;
+	if (GET_API(GetServerVersion) != REDISMODULE_OK)
+		RedisModule_GetServerVersion = 0;
 	if (GET_API(IsModuleNameBusy) != REDISMODULE_OK)
 		RedisModule_IsModuleNameBusy = 0;
 	if (missing)

@@ -107,7 +107,7 @@ extern int (*RedisModule_KeyType)(RedisModuleKey *key);
 /* The low-level key API (all in 7.0.0).  StringSet() stores the string
  * object as given; SetAbsExpire() takes UNIX time in milliseconds;
  * StringDMA() in READ mode returns the bytes of a string value (converting
- * an int-encoded value to a raw string first, see take.c). */
+ * an int-encoded value to a raw string first, see state.c). */
 extern char *(*RedisModule_StringDMA)(RedisModuleKey *key, size_t *len,
 				      int mode);
 extern int (*RedisModule_StringSet)(RedisModuleKey *key,
@@ -152,6 +152,8 @@ extern const char *(*RedisModule_CallReplyStringPtr)(
 /* The server clock: UNIX time in microseconds, cached when the command
  * started.  Redis 7.2+; NULL on older servers. */
 extern long long (*RedisModule_CachedMicroseconds)(void);
+/* The server's version, 0x00MMmmpp (Redis 6.0.9 and later). */
+extern int (*RedisModule_GetServerVersion)(void);
 
 /*
  * Resolves every pointer above from the server behind ctx and registers the

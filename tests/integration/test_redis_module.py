@@ -814,6 +814,45 @@ class ModuleTest(unittest.TestCase):
                        for c in list(cs.values()) + [many]]
                 self.assertEqual(len(set(got)), 1, (k, got))
 
+    def test_prefetched_batches_decide_as_batches_without(self):
+        """On Redis 7.0 with STORE int the batches prefetch their keys
+        (prefetch.c reads the server's dictionaries); that changes nothing:
+        large TAKEEACH and TAKEMANY calls (windows of 16 and more, repeated
+        keys, a key of another type, dictionaries growing and rehashing)
+        reply and store exactly as on a server that does not prefetch."""
+        pf = self.redis(module_args=["TESTCLOCK"])
+        plain = self.redis(module_args=["TESTCLOCK", "STORE", "string"])
+        a, b = self.connect(pf), self.connect(plain)
+        on_70 = a.info("server")["redis_version"].startswith("7.0.")
+        self.assertIn("batches prefetched" if on_70 else
+                      "batches not prefetched", pf.log())
+        self.assertIn("batches not prefetched", plain.log())
+        for c in (a, b):
+            c.call("LPUSH", "alist", "x")
+        rng = random.Random(8)
+        pool = ["p:%d" % i for i in range(3000)] + ["alist"]
+        now = server_time_us(a)
+        for step in range(60):
+            now += rng.choice([0, 1, 1000, 400000, 3000000])
+            for c in (a, b):
+                c.call("SLUICE.TESTCLOCK", now)
+            pick = [rng.choice(pool) for _ in range(rng.randint(1, 120))]
+            if step % 2 == 0:
+                args = [rng.randint(1, 9), rng.choice(["2/s", "50/min"]),
+                        rng.choice([0, 1, 1, 3])] + pick
+                cmd = "SLUICE.TAKEEACH"
+            else:
+                args = []
+                for k in pick:
+                    args += [k, rng.randint(1, 9), rng.choice(["2/s", "7/h"]),
+                             rng.choice([0, 1, 2])]
+                cmd = "SLUICE.TAKEMANY"
+            self.assertEqual(a.call(cmd, *args), b.call(cmd, *args), step)
+        self.assertGreater(a.call("DBSIZE"), 1000)
+        for k in pool:
+            self.assertEqual((a.call("GET", k), a.call("PEXPIRETIME", k)),
+                             (b.call("GET", k), b.call("PEXPIRETIME", k)), k)
+
     def test_takemany_errors_and_keys(self):
         srv = self.redis()
         c = self.connect(srv)

@@ -1,6 +1,7 @@
 /*
- * prefetch.c -- the keys of a batch (SLUICE.TAKEMANY, SLUICE.TAKEEACH)
- * brought toward the cache before they are decided, on Redis 7.0.
+ * prefetch.c -- the keys of a batch (SLUICE.TAKEMANY, SLUICE.TAKEEACH) or
+ * of one SLUICE.TAKEMULTI brought toward the cache before they are
+ * decided, on Redis 7.0.
  *
  * Why: with a large key space most of what a decision costs the server is
  * waiting for memory: the bucket of the key's hash in the keyspace

@@ -199,6 +199,19 @@ static void reply_decision(RedisModuleCtx *ctx, const sluice_decision_t *d,
 }
 
 /*
+ * Before key i of n (keys[i * stride]) is opened, in a batch or in one
+ * TAKEMULTI: the first key tells the redisDb (sluice_rm_opened_db());
+ * from the second on, each window of 16 keys is prefetched together
+ * before its first is opened (prefetch.c; nothing when it is off).
+ */
+static void prefetch_ahead(RedisModuleString **keys, int stride, int i, int n)
+{
+	if (i > 0 && (i - 1) % 16 == 0 && sluice_rm_prefetch_on())
+		sluice_rm_prefetch(sluice_rm_opened_db(), keys + i * stride,
+				   stride, n - i);
+}
+
+/*
  * Charges `cost` to keys[i] under limits[i], all-or-nothing, and replies
  * (`reply`: 0 replies only errors).  `which` adds the index of the most
  * restrictive limit to the reply.  The writes are replicated at once, or
@@ -215,12 +228,16 @@ static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 	size_t i;
 	int allowed, rc = 0;
 
-	for (i = 0; i < n; i++)
+	if (n > 1)
+		sluice_rm_forget_db();
+	for (i = 0; i < n; i++) {
+		prefetch_ahead(keys, 1, i, (int)n);
 		if (sluice_rm_open_state(ctx, keys[i], &k[i], &states[i]) !=
 		    0) {
 			sluice_rm_close_keys(k, i);
 			return -1;
 		}
+	}
 	allowed = sluice_eval_all(limits, states, n, now_us, cost, next, d,
 				  &summary);
 	if (allowed)
@@ -321,19 +338,6 @@ int sluice_rm_takemulti(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	take(ctx, &argv[2], limits, (size_t)n, cost, sluice_rm_now_us(), 1,
 	     NULL);
 	return REDISMODULE_OK;
-}
-
-/*
- * Before decision i of a batch of n (keys[i * stride]): the first key
- * tells the redisDb (sluice_rm_opened_db()); from the second on, each
- * window of 16 keys is prefetched together before its first is decided
- * (prefetch.c; nothing when it is off).
- */
-static void prefetch_ahead(RedisModuleString **keys, int stride, int i, int n)
-{
-	if (i > 0 && (i - 1) % 16 == 0 && sluice_rm_prefetch_on())
-		sluice_rm_prefetch(sluice_rm_opened_db(), keys + i * stride,
-				   stride, n - i);
 }
 
 /* The cost argument of TAKEMANY (decision `index`, from 1) and TAKEEACH

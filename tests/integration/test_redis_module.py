@@ -815,11 +815,12 @@ class ModuleTest(unittest.TestCase):
                 self.assertEqual(len(set(got)), 1, (k, got))
 
     def test_prefetched_batches_decide_as_batches_without(self):
-        """On Redis 7.0 with STORE int the batches prefetch their keys
-        (prefetch.c reads the server's dictionaries); that changes nothing:
-        large TAKEEACH and TAKEMANY calls (windows of 16 and more, repeated
-        keys, a key of another type, dictionaries growing and rehashing)
-        reply and store exactly as on a server that does not prefetch."""
+        """On Redis 7.0 with STORE int the batches and TAKEMULTI prefetch
+        their keys (prefetch.c reads the server's dictionaries); that
+        changes nothing: large TAKEEACH and TAKEMANY calls (windows of 16
+        and more, repeated keys, a key of another type, dictionaries growing
+        and rehashing) and TAKEMULTI of up to 16 keys reply and store
+        exactly as on a server that does not prefetch."""
         pf = self.redis(module_args=["TESTCLOCK"])
         plain = self.redis(module_args=["TESTCLOCK", "STORE", "string"])
         a, b = self.connect(pf), self.connect(plain)
@@ -832,12 +833,18 @@ class ModuleTest(unittest.TestCase):
         rng = random.Random(8)
         pool = ["p:%d" % i for i in range(3000)] + ["alist"]
         now = server_time_us(a)
-        for step in range(60):
+        for step in range(90):
             now += rng.choice([0, 1, 1000, 400000, 3000000])
             for c in (a, b):
                 c.call("SLUICE.TESTCLOCK", now)
             pick = [rng.choice(pool) for _ in range(rng.randint(1, 120))]
-            if step % 2 == 0:
+            if step % 3 == 2:
+                multi = list(dict.fromkeys(pick))[:16]
+                args = [len(multi)] + multi
+                for _ in multi:
+                    args += [rng.randint(5, 30), rng.choice(["2/s", "7/h"])]
+                cmd = "SLUICE.TAKEMULTI"
+            elif step % 3 == 0:
                 args = [rng.randint(1, 9), rng.choice(["2/s", "50/min"]),
                         rng.choice([0, 1, 1, 3])] + pick
                 cmd = "SLUICE.TAKEEACH"

@@ -45,6 +45,12 @@ int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *, RedisModuleString *);
 int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *, int, const char *,
 				       RedisModuleString *);
 void (*RedisModule_SetModuleOptions)(RedisModuleCtx *, int);
+RedisModuleServerInfoData *(*RedisModule_GetServerInfo)(RedisModuleCtx *,
+							const char *);
+long long (*RedisModule_ServerInfoGetFieldSigned)(RedisModuleServerInfoData *,
+						  const char *, int *);
+void (*RedisModule_FreeServerInfo)(RedisModuleCtx *,
+				   RedisModuleServerInfoData *);
 int (*RedisModule_Replicate)(RedisModuleCtx *, const char *, const char *, ...);
 
 /* Looks up RedisModule_<name>; on failure the pointer stays NULL. */
@@ -88,6 +94,9 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(SignalModifiedKey);
 	missing |= GET_API(NotifyKeyspaceEvent);
 	missing |= GET_API(SetModuleOptions);
+	missing |= GET_API(GetServerInfo);
+	missing |= GET_API(ServerInfoGetFieldSigned);
+	missing |= GET_API(FreeServerInfo);
 	missing |= GET_API(Replicate);
 	/* Optional: newer servers only. */
 	if (GET_API(CachedMicroseconds) != REDISMODULE_OK)

@@ -57,6 +57,7 @@ typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
 				  int argc);
@@ -132,6 +133,13 @@ extern int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type,
 					      const char *event,
 					      RedisModuleString *key);
 extern void (*RedisModule_SetModuleOptions)(RedisModuleCtx *ctx, int options);
+/* A section of INFO, its fields read by name, then freed. */
+extern RedisModuleServerInfoData *(*RedisModule_GetServerInfo)(
+	RedisModuleCtx *ctx, const char *section);
+extern long long (*RedisModule_ServerInfoGetFieldSigned)(
+	RedisModuleServerInfoData *data, const char *field, int *out_err);
+extern void (*RedisModule_FreeServerInfo)(RedisModuleCtx *ctx,
+					  RedisModuleServerInfoData *data);
 /* Propagates a command to replicas and the AOF (inside MULTI/EXEC when a
  * command propagates several).  Format "s" arguments, and the elements of
  * a "v" vector (RedisModuleString **, size_t count), are kept by reference

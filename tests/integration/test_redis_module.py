@@ -543,39 +543,8 @@ class ModuleTest(unittest.TestCase):
                     data += f.read()
         return data
 
-    def test_batches_replicate_one_script_with_the_same_effect(self):
-        """TAKEEACH and TAKEMANY replicate their writes once per call: one
-        write as SET key state PXAT ms, several as one EVAL running those
-        SETs in order.  A replica without the module and the master
-        restarted from its AOF end with byte-identical values (DUMP),
-        expiries and encodings, over random batches with repeated keys,
-        peeks, rejections and keys of another type."""
-        master = self.redis("--appendonly", "yes", "--appendfsync",
-                            "always")
-        replica = self.redis(module=False)
-        m, r = self.connect(master), self.connect(replica)
-        self.assertEqual(r.call("REPLICAOF", "127.0.0.1", master.port), "OK")
-        deadline = time.time() + 30
-        while r.info("replication").get("master_link_status") != "up":
-            self.assertLess(time.time(), deadline, "replica never synced")
-            time.sleep(0.05)
-
-        # One call, three writes (one key twice): one EVAL, no MULTI.
-        self.assertEqual([d[:3] for d in m.call(
-            "SLUICE.TAKEEACH", 5, "1/day", 1, "e1", "e2", "e1", "e3")],
-            [[1, 5, 4], [1, 5, 4], [1, 5, 3], [1, 5, 4]])
-        self.assertEqual(m.call("SLUICE.TAKEEACH", 5, "1/day", 1, "e4")[0]
-                         [:3], [1, 5, 4])
-        aof = self._aof(master)
-        self.assertEqual(aof.count(b"$4\r\nEVAL\r\n"), 1, aof)
-        self.assertNotIn(b"MULTI", aof)
-        self.assertNotIn(b"SLUICE", aof.upper())
-        self.assertIn(b"$3\r\nSET\r\n$2\r\ne4\r\n", aof)  # one write
-
-        m.call("LPUSH", "alist", "x")
-        rng = random.Random(12)
-        keys = ["b:%d" % i for i in range(12)] + ["alist"]
-        for _ in range(150):
+    def _random_batches(self, m, rng, keys, count):
+        for _ in range(count):
             pick = [rng.choice(keys) for _ in range(rng.randint(1, 6))]
             if rng.random() < 0.5:
                 reply = m.call("SLUICE.TAKEEACH", rng.randint(1, 6),
@@ -589,6 +558,61 @@ class ModuleTest(unittest.TestCase):
                              rng.choice([0, 1, 1, 2, 9])]
                 reply = m.call("SLUICE.TAKEMANY", *args)
             self.assertEqual(len(reply), len(pick), reply)
+
+    def test_batches_replicate_one_script_unless_a_replica_listens(self):
+        """TAKEEACH and TAKEMANY replicate their writes once per call while
+        no replica is connected: one write as SET key state PXAT ms,
+        several as one EVAL running those SETs in order.  With a replica
+        connected (which runs a script slower than the SETs) they replicate
+        the SETs, in MULTI/EXEC.  The replica and the master restarted from
+        its AOF (which replays the scripts) end with byte-identical values
+        (DUMP), expiries and encodings, over random batches with repeated
+        keys, peeks, rejections and keys of another type."""
+        master = self.redis("--appendonly", "yes", "--appendfsync",
+                            "always")
+        m = self.connect(master)
+        # One call, three writes (one key twice): one EVAL, no MULTI.
+        self.assertEqual([d[:3] for d in m.call(
+            "SLUICE.TAKEEACH", 5, "1/day", 1, "e1", "e2", "e1", "e3")],
+            [[1, 5, 4], [1, 5, 4], [1, 5, 3], [1, 5, 4]])
+        self.assertEqual(m.call("SLUICE.TAKEEACH", 5, "1/day", 1, "e4")[0]
+                         [:3], [1, 5, 4])
+        aof = self._aof(master)
+        self.assertEqual(aof.count(b"$4\r\nEVAL\r\n"), 1, aof)
+        self.assertNotIn(b"MULTI", aof)
+        self.assertNotIn(b"SLUICE", aof.upper())
+        self.assertIn(b"$3\r\nSET\r\n$2\r\ne4\r\n", aof)  # one write
+        m.call("LPUSH", "alist", "x")
+        rng = random.Random(12)
+        keys = ["b:%d" % i for i in range(12)] + ["alist"]
+        self._random_batches(m, rng, keys, 80)
+        evals = self._aof(master).count(b"$4\r\nEVAL\r\n")
+        self.assertGreater(evals, 10)
+
+        replica = self.redis(module=False)
+        r = self.connect(replica)
+        self.assertEqual(r.call("REPLICAOF", "127.0.0.1", master.port), "OK")
+        deadline = time.time() + 30
+        while r.info("replication").get("master_link_status") != "up":
+            self.assertLess(time.time(), deadline, "replica never synced")
+            time.sleep(0.05)
+        # The master sees the replica within its check interval: from then
+        # on a batch of two writes goes as two SETs in MULTI/EXEC.
+        deadline = time.time() + 30
+        for i in range(10000):
+            before = len(self._aof(master))
+            m.call("SLUICE.TAKEEACH", 5, "1/day", 1, "w%d" % i, "x%d" % i)
+            tail = self._aof(master)[before:]
+            if b"MULTI" in tail:
+                break
+            self.assertIn(b"EVAL", tail)
+            self.assertLess(time.time(), deadline, "replica never seen")
+            time.sleep(0.02)
+        self.assertNotIn(b"EVAL", tail)
+        self.assertEqual(tail.count(b"$3\r\nSET\r\n"), 2, tail)
+        self._random_batches(m, rng, keys, 80)
+        self.assertEqual(self._aof(master).count(b"$4\r\nEVAL\r\n"),
+                         evals + i)
         self.assertEqual(m.call("WAIT", 1, 10000), 1)
         names = keys + ["e1", "e2", "e3", "e4"]
         snap = {}
@@ -602,7 +626,7 @@ class ModuleTest(unittest.TestCase):
         written = [k for k in names if snap[k][2] == b"int"]
         self.assertGreater(len(written), 8, snap)
 
-        # The AOF replays to the same bytes.
+        # The AOF (scripts, then SETs) replays to the same bytes.
         master.stop(cleanup=False)
         master.start()
         m = self.connect(master)

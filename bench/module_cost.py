@@ -36,7 +36,8 @@ Reported: the median of the R runs with min and max, and the ratios
 take/set, multi16/take, many16/take and each16/take computed per repetition (the runs
 next to each other) and then their median.  Memory: used_memory growth per
 key with K keys, each holding a state with a TTL, for the module and for
-SET of the same value and TTL (key names "sluice:%09d").
+SET of the same value and TTL (key names "sluice:%09d"), and the floor: that
+SET under the shortest decimal names for K keys ("%06d" for 1M).
 
 Prints a human summary on stderr and one JSON object on stdout.
 """
@@ -222,14 +223,14 @@ def summary(values):
             "min": round(vs[0], 3), "max": round(vs[-1], 3)}
 
 
-def mem_per_key(srv, keys, fmt):
+def mem_per_key(srv, keys, fmt, name="sluice:%09d"):
     srv.cli("FLUSHALL")
     m0 = int(srv.info("memory")["used_memory"])
     chunk = 100000
     for start in range(0, keys, chunk):
         out = []
         for i in range(start, min(keys, start + chunk)):
-            args = [a.replace("KEY", "sluice:%09d" % i) for a in fmt]
+            args = [a.replace("KEY", name % i) for a in fmt]
             out.append("*%d\r\n" % len(args) + "".join(
                 "$%d\r\n%s\r\n" % (len(a), a) for a in args))
         subprocess.run(["redis-cli", "-p", str(srv.port), "--pipe"],
@@ -237,7 +238,7 @@ def mem_per_key(srv, keys, fmt):
                        stderr=subprocess.PIPE, timeout=600, check=True)
     m1 = int(srv.info("memory")["used_memory"])
     got = int(srv.cli("DBSIZE"))
-    enc = srv.cli("OBJECT", "ENCODING", "sluice:000000001")
+    enc = srv.cli("OBJECT", "ENCODING", name % 1)
     srv.cli("FLUSHALL")
     if got != keys:
         raise RuntimeError("%d keys stored, expected %d" % (got, keys))
@@ -311,11 +312,19 @@ def main():
             res["set_memory"] = mem_per_key(
                 srv, mem_keys, ["SET", "KEY", "1796000000000000000", "PX",
                                 "86400000"])
+            # The floor for a key holding such a value with a TTL on this
+            # server: the same SET under the shortest decimal names that
+            # tell K keys apart (6 characters for 1M).
+            res["floor_memory"] = mem_per_key(
+                srv, mem_keys, ["SET", "KEY", "1796000000000000000", "PX",
+                                "86400000"],
+                name="%%0%dd" % len(str(max(mem_keys - 1, 1))))
             out["stores"][store] = res
             r = res
             print("STORE %-6s take/set %.2f (usec %.2f vs %.2f), cpu "
                   "take/set %.2f; per key at 16: multi %.2f, many %.2f, "
-                  "each %.2f of a take; bytes/key module %s set %s" % (
+                  "each %.2f of a take; bytes/key module %s set %s "
+                  "floor %s" % (
                       store, r["take_over_set_usec_per_key"]["median"],
                       r["take_usec_per_key"]["median"],
                       r["set_usec_per_key"]["median"],
@@ -324,7 +333,8 @@ def main():
                       r["many16_over_take_usec_per_key"]["median"],
                       r["each16_over_take_usec_per_key"]["median"],
                       r["module_memory"]["bytes_per_key"],
-                      r["set_memory"]["bytes_per_key"]), file=sys.stderr)
+                      r["set_memory"]["bytes_per_key"],
+                      r["floor_memory"]["bytes_per_key"]), file=sys.stderr)
         finally:
             srv.stop()
     out["loadavg_1m_after"] = round(os.getloadavg()[0], 2)

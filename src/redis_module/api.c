@@ -29,6 +29,7 @@ void (*RedisModule_FreeCallReply)(RedisModuleCallReply *);
 int (*RedisModule_CallReplyType)(RedisModuleCallReply *);
 const char *(*RedisModule_CallReplyStringPtr)(RedisModuleCallReply *, size_t *);
 long long (*RedisModule_CachedMicroseconds)(void);
+int (*RedisModule_GetServerVersion)(void);
 char *(*RedisModule_StringDMA)(RedisModuleKey *, size_t *, int);
 int (*RedisModule_StringSet)(RedisModuleKey *, RedisModuleString *);
 int (*RedisModule_SetAbsExpire)(RedisModuleKey *, long long);
@@ -37,12 +38,19 @@ RedisModuleString *(*RedisModule_CreateStringFromLongLong)(RedisModuleCtx *,
 RedisModuleString *(*RedisModule_CreateString)(RedisModuleCtx *, const char *,
 					       size_t);
 void (*RedisModule_FreeString)(RedisModuleCtx *, RedisModuleString *);
+void (*RedisModule_RetainString)(RedisModuleCtx *, RedisModuleString *);
 void *(*RedisModule_Alloc)(size_t);
 void (*RedisModule_Free)(void *);
 int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *, RedisModuleString *);
 int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *, int, const char *,
 				       RedisModuleString *);
 void (*RedisModule_SetModuleOptions)(RedisModuleCtx *, int);
+RedisModuleServerInfoData *(*RedisModule_GetServerInfo)(RedisModuleCtx *,
+							const char *);
+long long (*RedisModule_ServerInfoGetFieldSigned)(RedisModuleServerInfoData *,
+						  const char *, int *);
+void (*RedisModule_FreeServerInfo)(RedisModuleCtx *,
+				   RedisModuleServerInfoData *);
 int (*RedisModule_Replicate)(RedisModuleCtx *, const char *, const char *, ...);
 
 /* Looks up RedisModule_<name>; on failure the pointer stays NULL. */
@@ -80,15 +88,21 @@ int sluice_rm_api_init(RedisModuleCtx *ctx, const char *name, int ver)
 	missing |= GET_API(CreateStringFromLongLong);
 	missing |= GET_API(CreateString);
 	missing |= GET_API(FreeString);
+	missing |= GET_API(RetainString);
 	missing |= GET_API(Alloc);
 	missing |= GET_API(Free);
 	missing |= GET_API(SignalModifiedKey);
 	missing |= GET_API(NotifyKeyspaceEvent);
 	missing |= GET_API(SetModuleOptions);
+	missing |= GET_API(GetServerInfo);
+	missing |= GET_API(ServerInfoGetFieldSigned);
+	missing |= GET_API(FreeServerInfo);
 	missing |= GET_API(Replicate);
 	/* Optional: newer servers only. */
 	if (GET_API(CachedMicroseconds) != REDISMODULE_OK)
 		RedisModule_CachedMicroseconds = 0;
+	if (GET_API(GetServerVersion) != REDISMODULE_OK)
+		RedisModule_GetServerVersion = 0;
 	if (GET_API(IsModuleNameBusy) != REDISMODULE_OK)
 		RedisModule_IsModuleNameBusy = 0;
 	if (missing)

@@ -10,7 +10,7 @@
  * like any other write.
  *
  * Module argument STORE int|string|call chooses how states are read and
- * written (take.c): int, the default when the server's string objects are
+ * written (state.c): int, the default when the server's string objects are
  * laid out as the module expects (Redis 7.0 - 8.0, checked at load), else
  * call.  STORE int on another layout refuses to load.
  *
@@ -97,7 +97,8 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	if (store < 0)
 		store = objects_ok ? SLUICE_RM_STORE_INT : SLUICE_RM_STORE_CALL;
 	sluice_rm_store = store;
-	if (sluice_rm_take_init() != 0)
+	sluice_rm_prefetch_init(store == SLUICE_RM_STORE_INT);
+	if (sluice_rm_state_init() != 0)
 		return REDISMODULE_ERR;
 	/* The module signals the keys it writes itself: a rejected take
 	 * (key opened for writing, nothing written) leaves WATCH alone. */
@@ -135,7 +136,8 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			"set the module's clock (tests only)");
 	}
 	RedisModule_Log(ctx, "notice",
-			"sluice %s: states through %s, clock from %s",
+			"sluice %s: states through %s, clock from %s, "
+			"batches %s",
 			SLUICE_VERSION,
 			store == SLUICE_RM_STORE_INT
 				? "the key API (int-encoded values)"
@@ -145,6 +147,9 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			RedisModule_CachedMicroseconds
 				? "RedisModule_CachedMicroseconds"
 				: "CLOCK_REALTIME in microseconds (the clock "
-				  "behind TIME)");
+				  "behind TIME)",
+			sluice_rm_prefetch_on()
+				? "prefetched (Redis 7.0 dictionaries)"
+				: "not prefetched");
 	return REDISMODULE_OK;
 }

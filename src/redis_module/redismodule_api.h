@@ -57,6 +57,7 @@ typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
 				  int argc);
@@ -107,7 +108,7 @@ extern int (*RedisModule_KeyType)(RedisModuleKey *key);
 /* The low-level key API (all in 7.0.0).  StringSet() stores the string
  * object as given; SetAbsExpire() takes UNIX time in milliseconds;
  * StringDMA() in READ mode returns the bytes of a string value (converting
- * an int-encoded value to a raw string first, see take.c). */
+ * an int-encoded value to a raw string first, see state.c). */
 extern char *(*RedisModule_StringDMA)(RedisModuleKey *key, size_t *len,
 				      int mode);
 extern int (*RedisModule_StringSet)(RedisModuleKey *key,
@@ -120,6 +121,10 @@ extern RedisModuleString *(*RedisModule_CreateString)(RedisModuleCtx *ctx,
 						      size_t len);
 extern void (*RedisModule_FreeString)(RedisModuleCtx *ctx,
 				      RedisModuleString *str);
+/* Raises the reference count of str (with ctx NULL): one more
+ * RedisModule_FreeString(NULL, str) is then needed to release it. */
+extern void (*RedisModule_RetainString)(RedisModuleCtx *ctx,
+					RedisModuleString *str);
 extern void *(*RedisModule_Alloc)(size_t bytes);
 extern void (*RedisModule_Free)(void *ptr);
 extern int (*RedisModule_SignalModifiedKey)(RedisModuleCtx *ctx,
@@ -128,9 +133,17 @@ extern int (*RedisModule_NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type,
 					      const char *event,
 					      RedisModuleString *key);
 extern void (*RedisModule_SetModuleOptions)(RedisModuleCtx *ctx, int options);
+/* A section of INFO, its fields read by name, then freed. */
+extern RedisModuleServerInfoData *(*RedisModule_GetServerInfo)(
+	RedisModuleCtx *ctx, const char *section);
+extern long long (*RedisModule_ServerInfoGetFieldSigned)(
+	RedisModuleServerInfoData *data, const char *field, int *out_err);
+extern void (*RedisModule_FreeServerInfo)(RedisModuleCtx *ctx,
+					  RedisModuleServerInfoData *data);
 /* Propagates a command to replicas and the AOF (inside MULTI/EXEC when a
- * command propagates several).  Format "s" arguments are kept by
- * reference (their reference count raised), not copied. */
+ * command propagates several).  Format "s" arguments, and the elements of
+ * a "v" vector (RedisModuleString **, size_t count), are kept by reference
+ * (their reference count raised), not copied. */
 extern int (*RedisModule_Replicate)(RedisModuleCtx *ctx, const char *cmdname,
 				    const char *fmt, ...);
 
@@ -147,6 +160,8 @@ extern const char *(*RedisModule_CallReplyStringPtr)(
 /* The server clock: UNIX time in microseconds, cached when the command
  * started.  Redis 7.2+; NULL on older servers. */
 extern long long (*RedisModule_CachedMicroseconds)(void);
+/* The server's version, 0x00MMmmpp (Redis 6.0.9 and later). */
+extern int (*RedisModule_GetServerVersion)(void);
 
 /*
  * Resolves every pointer above from the server behind ctx and registers the

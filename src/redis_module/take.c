@@ -25,12 +25,11 @@
  * millisecond): the value the Redis script path writes, with an expiry
  * that, like the script's, never comes before the bucket is full, so the
  * module and the script can serve the same keys.  The key is opened once
- * through the key API, read, written and given its expiry there (see
- * "the server's string objects" below for how the value is kept
- * int-encoded like any SET of a number), and the write is replicated as
- * its effect, `SET key state PXAT ms` (several keys: inside MULTI/EXEC),
- * never as the clock-dependent command itself.  A rejected request or a
- * peek writes nothing.
+ * through the key API, read, written and given its expiry there, and the
+ * write is replicated as its effect, `SET key state PXAT ms` (several
+ * keys: inside MULTI/EXEC; the batches below: one script running those
+ * SETs), never as the clock-dependent command itself: state.c.  A
+ * rejected request or a peek writes nothing.
  *
  *   SLUICE.TAKEMANY key capacity rate cost [key capacity rate cost ...]
  *   SLUICE.TAKEEACH capacity rate cost key [key ...]
@@ -178,354 +177,6 @@ static int parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
 	return 0;
 }
 
-/* ---------------------------------------------------------------- state */
-
-/* A stored state: a decimal int64, as written by SET of a number. */
-static int parse_state(const char *s, size_t len, sluice_state_t *out)
-{
-	size_t i = 0;
-	int neg = 0;
-	uint64_t v = 0;
-
-	if (len > 0 && s[0] == '-') {
-		neg = 1;
-		i = 1;
-	}
-	if (i == len || len - i > 19)
-		return -1;
-	for (; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(s[i] - '0');
-	}
-	if (v > (uint64_t)INT64_MAX)
-		return -1;
-	*out = neg ? -(sluice_state_t)v : (sluice_state_t)v;
-	return 0;
-}
-
-/* ------------------------------------------- the server's string objects */
-
-/*
- * How the module stores a state (see module.c for the choice at load time
- * and docs/REDIS.md for the figures):
- *
- *   SLUICE_RM_STORE_INT     the low-level key API, and the value is an
- *                           int-encoded string object, as SET stores a
- *                           decimal integer (16 bytes, the integer in the
- *                           pointer).  The module API has no call that
- *                           makes one (RedisModule_CreateString* make raw
- *                           or embstr strings, RedisModule_StringSet stores
- *                           the object as given, RedisModule_StringDMA
- *                           turns an int-encoded value into a raw string
- *                           even for reading), so the module reads and
- *                           builds that object itself, after checking at
- *                           load time that the server lays its objects out
- *                           as Redis 7.0 - 8.0 do (sluice_rm_probe_objects()),
- *                           and for every key that the open key handle is
- *                           the one it expects.
- *   SLUICE_RM_STORE_STRING  the low-level key API with public calls only:
- *                           the value is an embstr string (about 24 bytes
- *                           more per key).
- *   SLUICE_RM_STORE_CALL    GET and SET through RedisModule_Call (the
- *                           slowest; what every server runs).
- *
- * Every mode stores the same bytes with the same expiry and replicates the
- * same SET key state PXAT ms.
- */
-int sluice_rm_store = SLUICE_RM_STORE_CALL;
-
-/* The head of the server's object (robj) and of its open-key handle, as
- * Redis 7.0 - 8.0 declare them (server.h, module.c). */
-struct server_obj {
-	unsigned type : 4;
-	unsigned encoding : 4;
-	unsigned lru : 24;
-	int refcount;
-	void *ptr;
-};
-
-struct server_key {
-	void *ctx;
-	void *db;
-	struct server_obj *key;
-	struct server_obj *value;
-};
-
-#define OBJ_STRING	    0
-#define OBJ_ENCODING_RAW    0
-#define OBJ_ENCODING_INT    1
-#define OBJ_ENCODING_EMBSTR 8
-
-int sluice_rm_probe_objects(void)
-{
-	static const char digits[] = "1234567890123456789";
-	RedisModuleString *s = RedisModule_CreateStringFromLongLong(
-		NULL, 1234567890123456789LL);
-	const struct server_obj *o = (const struct server_obj *)s;
-	size_t len;
-	const char *p = RedisModule_StringPtrLen(s, &len);
-	/* An embstr: the object, a 3-byte sds header, the bytes. */
-	int ok = o->type == OBJ_STRING && o->encoding == OBJ_ENCODING_EMBSTR &&
-		 o->refcount == 1 && o->ptr == (const void *)p &&
-		 p == (const char *)(o + 1) + 3 && len == sizeof(digits) - 1 &&
-		 memcmp(p, digits, len) == 0;
-
-	RedisModule_FreeString(NULL, s);
-	return ok;
-}
-
-/* The value object of an open key, when the handle is laid out as
- * expected (its context and key name are the ones it was opened with);
- * NULL otherwise or when the key is empty. */
-static struct server_obj *key_value(RedisModuleCtx *ctx, RedisModuleKey *k,
-				    RedisModuleString *keyname, int *known)
-{
-	const struct server_key *h = (const struct server_key *)k;
-
-	*known = h->ctx == (void *)ctx && h->key == (void *)keyname;
-	return *known ? h->value : NULL;
-}
-
-/* A new int-encoded string object holding v, as SET of a decimal number
- * stores it.  Its LRU/LFU field is the key name's, an object the server
- * made for this command under the current maxmemory-policy. */
-static RedisModuleString *int_object(RedisModuleString *keyname, int64_t v)
-{
-	const struct server_obj *name = (const struct server_obj *)keyname;
-	struct server_obj *o = RedisModule_Alloc(sizeof(*o));
-
-	o->type = OBJ_STRING;
-	o->encoding = OBJ_ENCODING_INT;
-	o->lru = name->lru;
-	o->refcount = 1;
-	o->ptr = (void *)(intptr_t)v;
-	return (RedisModuleString *)o;
-}
-
-/* ---------------------------------------------------------------- state */
-
-static int reply_not_state(RedisModuleCtx *ctx, RedisModuleString *key)
-{
-	size_t klen;
-	const char *s = RedisModule_StringPtrLen(key, &klen);
-
-	return reply_errorf(ctx,
-			    "ERR key \"%.*s\" does not hold a sluice state "
-			    "(a decimal integer)",
-			    (int)(klen > QUOTE_MAX ? QUOTE_MAX : klen), s);
-}
-
-/* SLUICE_RM_STORE_CALL: reads the state of key with GET (0, "full", when
- * there is none).  Replies with the error and returns -1 when the key holds
- * something else. */
-static int call_read_state(RedisModuleCtx *ctx, RedisModuleString *key,
-			   sluice_state_t *state)
-{
-	RedisModuleKey *k = RedisModule_OpenKey(ctx, key, REDISMODULE_READ);
-	int type = RedisModule_KeyType(k);
-	RedisModuleCallReply *r;
-	const char *s;
-	size_t len;
-	int rc = 0;
-
-	/* The usual case for a limiter: the bucket is full, so there is no
-	 * key (an expired one is deleted by the lookup) and nothing to GET. */
-	RedisModule_CloseKey(k);
-	if (type == REDISMODULE_KEYTYPE_EMPTY) {
-		*state = 0;
-		return 0;
-	}
-	if (type != REDISMODULE_KEYTYPE_STRING) {
-		RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-		return -1;
-	}
-	r = RedisModule_Call(ctx, "GET", "s", key);
-	if (!r) {
-		RedisModule_ReplyWithError(ctx, "ERR sluice: GET failed");
-		return -1;
-	}
-	switch (RedisModule_CallReplyType(r)) {
-	case REDISMODULE_REPLY_NULL:
-		*state = 0;
-		break;
-	case REDISMODULE_REPLY_STRING:
-		s = RedisModule_CallReplyStringPtr(r, &len);
-		if (parse_state(s, len, state) == 0)
-			break;
-		reply_not_state(ctx, key);
-		rc = -1;
-		break;
-	default:
-		/* WRONGTYPE: a list, hash, ... under this name. */
-		RedisModule_ReplyWithCallReply(ctx, r);
-		rc = -1;
-		break;
-	}
-	RedisModule_FreeCallReply(r);
-	return rc;
-}
-
-/* SLUICE_RM_STORE_CALL: stores a state until its bucket is full again; "!"
- * replicates the SET (with an absolute expiry, so replicas and the AOF need
- * no clock). */
-static int call_write_state(RedisModuleCtx *ctx, RedisModuleString *key,
-			    sluice_state_t state, long long exp_ms)
-{
-	RedisModuleCallReply *r = RedisModule_Call(
-		ctx, "SET", "!slcl", key, (long long)state, "PXAT", exp_ms);
-	int rc = 0;
-
-	if (!r) {
-		RedisModule_ReplyWithError(ctx, "ERR sluice: SET failed");
-		return -1;
-	}
-	if (RedisModule_CallReplyType(r) == REDISMODULE_REPLY_ERROR) {
-		RedisModule_ReplyWithCallReply(ctx, r);
-		rc = -1;
-	}
-	RedisModule_FreeCallReply(r);
-	return rc;
-}
-
-/*
- * Opens key for reading and writing and reads its state (0 when there is
- * no key).  *kp is the open key, to be closed by the caller, or NULL in
- * SLUICE_RM_STORE_CALL mode.  Replies with the error and returns -1 when
- * the key holds something else (*kp is then closed and NULL).
- */
-static int open_state(RedisModuleCtx *ctx, RedisModuleString *key,
-		      RedisModuleKey **kp, sluice_state_t *state)
-{
-	RedisModuleKey *k;
-	struct server_obj *v;
-	const char *s;
-	size_t len;
-	int type, known;
-
-	*kp = NULL;
-	if (sluice_rm_store == SLUICE_RM_STORE_CALL)
-		return call_read_state(ctx, key, state);
-	k = RedisModule_OpenKey(ctx, key, REDISMODULE_READ | REDISMODULE_WRITE);
-	type = RedisModule_KeyType(k);
-	*state = 0;
-	if (type == REDISMODULE_KEYTYPE_EMPTY) {
-		*kp = k;
-		return 0;
-	}
-	if (type != REDISMODULE_KEYTYPE_STRING) {
-		RedisModule_CloseKey(k);
-		RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-		return -1;
-	}
-	s = NULL;
-	len = 0;
-	if (sluice_rm_store == SLUICE_RM_STORE_INT &&
-	    (v = key_value(ctx, k, key, &known)) != NULL &&
-	    v->type == OBJ_STRING) {
-		if (v->encoding == OBJ_ENCODING_INT) {
-			*state = (sluice_state_t)(intptr_t)v->ptr;
-			*kp = k;
-			return 0;
-		}
-		/* raw or embstr: the object is a module string */
-		s = RedisModule_StringPtrLen((RedisModuleString *)v, &len);
-	} else {
-		s = RedisModule_StringDMA(k, &len, REDISMODULE_READ);
-	}
-	if (!s || parse_state(s, len, state) != 0) {
-		RedisModule_CloseKey(k);
-		reply_not_state(ctx, key);
-		return -1;
-	}
-	*kp = k;
-	return 0;
-}
-
-/* "PXAT", made once (sluice_rm_take_init()) and handed to every
- * replicated SET by reference. */
-static RedisModuleString *pxat_word;
-
-int sluice_rm_take_init(void)
-{
-	pxat_word = RedisModule_CreateString(NULL, "PXAT", 4);
-	return pxat_word ? 0 : -1;
-}
-
-/* A string object holding v, for a replicated argument: int-encoded (one
- * allocation) where the layout is known, else the public call. */
-static RedisModuleString *number_object(RedisModuleString *keyname, int64_t v)
-{
-	if (sluice_rm_store == SLUICE_RM_STORE_INT)
-		return int_object(keyname, v);
-	return RedisModule_CreateStringFromLongLong(NULL, v);
-}
-
-/*
- * Stores a state in the open key k (or with SET when k is NULL) until its
- * bucket is full again, with the effects of SET key state PXAT ms:
- * WATCH and client tracking see the key modified, keyspace events "set"
- * and "expire", and that SET replicated (absolute expiry: replicas and the
- * AOF need no clock).
- *
- * The replicated SET costs what a batch pays per key, so it is built from
- * objects that exist already, passed by reference ("s"): the key name, the
- * value object just stored and the "PXAT" word; only the expiry is a new
- * object.  Replicas and the AOF receive the same bytes as from formatted
- * numbers (the server writes an int-encoded argument as its decimal
- * digits).  A value object shared with the pending replication this way
- * is never overwritten in place (its reference count is above 1 then): a
- * second write of the key in the same command stores a new object.
- */
-static int write_state(RedisModuleCtx *ctx, RedisModuleKey *k,
-		       RedisModuleString *key, sluice_state_t state)
-{
-	int64_t exp_us = sluice_state_expiry_us(state);
-	long long exp_ms = (long long)sluice_div_ceil((uint64_t)exp_us, 1000);
-	struct server_obj *v;
-	RedisModuleString *o, *exp;
-	int known;
-
-	if (!k)
-		return call_write_state(ctx, key, state, exp_ms);
-	if (sluice_rm_store == SLUICE_RM_STORE_INT &&
-	    ((v = key_value(ctx, k, key, &known)) != NULL || known)) {
-		if (v && v->type == OBJ_STRING &&
-		    v->encoding == OBJ_ENCODING_INT && v->refcount == 1) {
-			/* Our own int object: overwrite the integer. */
-			v->ptr = (void *)(intptr_t)state;
-			o = (RedisModuleString *)v;
-		} else {
-			o = int_object(key, state);
-			RedisModule_StringSet(k, o);
-			RedisModule_FreeString(NULL, o);
-		}
-	} else {
-		o = RedisModule_CreateStringFromLongLong(NULL, state);
-		RedisModule_StringSet(k, o);
-		RedisModule_FreeString(NULL, o);
-	}
-	/* o is the key's value now: the key holds a reference to it. */
-	RedisModule_SignalModifiedKey(ctx, key);
-	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set",
-					key);
-	RedisModule_SetAbsExpire(k, exp_ms);
-	RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC,
-					"expire", key);
-	exp = number_object(key, exp_ms);
-	RedisModule_Replicate(ctx, "SET", "ssss", key, o, pxat_word, exp);
-	RedisModule_FreeString(NULL, exp);
-	return 0;
-}
-
-static void close_keys(RedisModuleKey **k, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		RedisModule_CloseKey(k[i]);
-}
-
 /* ------------------------------------------------------------- decision */
 
 static long long us_to_ms_ceil(uint64_t us)
@@ -548,14 +199,28 @@ static void reply_decision(RedisModuleCtx *ctx, const sluice_decision_t *d,
 }
 
 /*
+ * Before key i of n (keys[i * stride]) is opened, in a batch or in one
+ * TAKEMULTI: the first key tells the redisDb (sluice_rm_opened_db());
+ * from the second on, each window of 16 keys is prefetched together
+ * before its first is opened (prefetch.c; nothing when it is off).
+ */
+static void prefetch_ahead(RedisModuleString **keys, int stride, int i, int n)
+{
+	if (i > 0 && (i - 1) % 16 == 0 && sluice_rm_prefetch_on())
+		sluice_rm_prefetch(sluice_rm_opened_db(), keys + i * stride,
+				   stride, n - i);
+}
+
+/*
  * Charges `cost` to keys[i] under limits[i], all-or-nothing, and replies
  * (`reply`: 0 replies only errors).  `which` adds the index of the most
- * restrictive limit to the reply.  Returns 0, or -1 after replying with an
- * error.
+ * restrictive limit to the reply.  The writes are replicated at once, or
+ * gathered in rb when it is not NULL.  Returns 0, or -1 after replying
+ * with an error.
  */
 static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 		const sluice_limit_t *limits, size_t n, uint64_t cost,
-		int64_t now_us, int which)
+		int64_t now_us, int which, struct sluice_rm_repl *rb)
 {
 	sluice_state_t states[MAX_KEYS] = {0}, next[MAX_KEYS];
 	sluice_decision_t d[MAX_KEYS], summary;
@@ -563,18 +228,24 @@ static int take(RedisModuleCtx *ctx, RedisModuleString **keys,
 	size_t i;
 	int allowed, rc = 0;
 
-	for (i = 0; i < n; i++)
-		if (open_state(ctx, keys[i], &k[i], &states[i]) != 0) {
-			close_keys(k, i);
+	if (n > 1)
+		sluice_rm_forget_db();
+	for (i = 0; i < n; i++) {
+		prefetch_ahead(keys, 1, i, (int)n);
+		if (sluice_rm_open_state(ctx, keys[i], &k[i], &states[i]) !=
+		    0) {
+			sluice_rm_close_keys(k, i);
 			return -1;
 		}
+	}
 	allowed = sluice_eval_all(limits, states, n, now_us, cost, next, d,
 				  &summary);
 	if (allowed)
 		for (i = 0; i < n && rc == 0; i++)
 			if (next[i] != states[i])
-				rc = write_state(ctx, k[i], keys[i], next[i]);
-	close_keys(k, n);
+				rc = sluice_rm_write_state(ctx, k[i], keys[i],
+							   next[i], rb);
+	sluice_rm_close_keys(k, n);
 	if (rc == 0)
 		reply_decision(ctx, &summary, which);
 	return rc;
@@ -595,7 +266,7 @@ int sluice_rm_take(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 		return REDISMODULE_OK;
 	if (argc == 6 && parse_cost(ctx, argv, 4, &cost) != 0)
 		return REDISMODULE_OK;
-	take(ctx, &argv[1], &limit, 1, cost, sluice_rm_now_us(), 0);
+	take(ctx, &argv[1], &limit, 1, cost, sluice_rm_now_us(), 0, NULL);
 	return REDISMODULE_OK;
 }
 
@@ -664,7 +335,8 @@ int sluice_rm_takemulti(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			return REDISMODULE_OK;
 	if (rest == 3 * n + 2 && parse_cost(ctx, argv, 2 + 3 * n, &cost) != 0)
 		return REDISMODULE_OK;
-	take(ctx, &argv[2], limits, (size_t)n, cost, sluice_rm_now_us(), 1);
+	take(ctx, &argv[2], limits, (size_t)n, cost, sluice_rm_now_us(), 1,
+	     NULL);
 	return REDISMODULE_OK;
 }
 
@@ -710,6 +382,8 @@ int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
 	sluice_limit_t stack_limits[64], *limits = stack_limits;
 	uint64_t stack_costs[64], *costs = stack_costs;
+	RedisModuleString *stack_v[3 * 64], **v = stack_v;
+	struct sluice_rm_repl rb;
 	int64_t now;
 	int n, i;
 
@@ -726,6 +400,7 @@ int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	if (n > 64) {
 		limits = RedisModule_Alloc(sizeof(*limits) * (size_t)n);
 		costs = RedisModule_Alloc(sizeof(*costs) * (size_t)n);
+		v = RedisModule_Alloc(sizeof(*v) * 3 * (size_t)n);
 	}
 	for (i = 0; i < n; i++) {
 		RedisModuleString **a = &argv[1 + 4 * i], **prev = a - 4;
@@ -740,13 +415,20 @@ int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 			goto out;
 	}
 	now = sluice_rm_now_us();
+	sluice_rm_repl_init(&rb, v, n);
 	RedisModule_ReplyWithArray(ctx, n);
-	for (i = 0; i < n; i++)
-		take(ctx, &argv[1 + 4 * i], &limits[i], 1, costs[i], now, 0);
+	sluice_rm_forget_db();
+	for (i = 0; i < n; i++) {
+		prefetch_ahead(&argv[1], 4, i, n);
+		take(ctx, &argv[1 + 4 * i], &limits[i], 1, costs[i], now, 0,
+		     &rb);
+	}
+	sluice_rm_repl_flush(ctx, &rb);
 out:
 	if (limits != stack_limits) {
 		RedisModule_Free(limits);
 		RedisModule_Free(costs);
+		RedisModule_Free(v);
 	}
 	return REDISMODULE_OK;
 }
@@ -768,6 +450,8 @@ int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
 	sluice_limit_t limit;
 	uint64_t cost;
+	RedisModuleString *stack_v[3 * 64], **v = stack_v;
+	struct sluice_rm_repl rb;
 	int64_t now;
 	int n, i;
 
@@ -785,8 +469,17 @@ int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	    parse_many_cost(ctx, argv[3], 0, &cost) != 0)
 		return REDISMODULE_OK;
 	now = sluice_rm_now_us();
+	if (n > 64)
+		v = RedisModule_Alloc(sizeof(*v) * 3 * (size_t)n);
+	sluice_rm_repl_init(&rb, v, n);
 	RedisModule_ReplyWithArray(ctx, n);
-	for (i = 0; i < n; i++)
-		take(ctx, &argv[4 + i], &limit, 1, cost, now, 0);
+	sluice_rm_forget_db();
+	for (i = 0; i < n; i++) {
+		prefetch_ahead(&argv[4], 1, i, n);
+		take(ctx, &argv[4 + i], &limit, 1, cost, now, 0, &rb);
+	}
+	sluice_rm_repl_flush(ctx, &rb);
+	if (v != stack_v)
+		RedisModule_Free(v);
 	return REDISMODULE_OK;
 }

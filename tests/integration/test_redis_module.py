@@ -535,6 +535,106 @@ class ModuleTest(unittest.TestCase):
         reply = c.call("SLUICE.TAKE", keys[4], 10, "1/day", "COST", 0)
         self.assertEqual(reply[:3], [1, 10, 5])
 
+    def _aof(self, srv):
+        data = b""
+        adir = os.path.join(srv.dir, "appendonlydir")
+        for name in sorted(os.listdir(adir)):
+            if name.endswith(".aof"):
+                with open(os.path.join(adir, name), "rb") as f:
+                    data += f.read()
+        return data
+
+    def _random_batches(self, m, rng, keys, count):
+        for _ in range(count):
+            pick = [rng.choice(keys) for _ in range(rng.randint(1, 6))]
+            if rng.random() < 0.5:
+                reply = m.call("SLUICE.TAKEEACH", rng.randint(1, 6),
+                               rng.choice(["1/day", "1/h", "3/min"]),
+                               rng.choice([0, 1, 1, 2]), *pick)
+            else:
+                args = []
+                for k in pick:
+                    args += [k, rng.randint(1, 6),
+                             rng.choice(["1/day", "1/h", "3/min"]),
+                             rng.choice([0, 1, 1, 2, 9])]
+                reply = m.call("SLUICE.TAKEMANY", *args)
+            self.assertEqual(len(reply), len(pick), reply)
+
+    def test_batches_replicate_one_script_unless_a_replica_listens(self):
+        """TAKEEACH and TAKEMANY replicate their writes once per call while
+        no replica is connected: one write as SET key state PXAT ms,
+        several as one EVAL running those SETs in order.  With a replica
+        connected (which runs a script slower than the SETs) they replicate
+        the SETs, in MULTI/EXEC.  The replica and the master restarted from
+        its AOF (which replays the scripts) end with byte-identical values
+        (DUMP), expiries and encodings, over random batches with repeated
+        keys, peeks, rejections and keys of another type."""
+        master = self.redis("--appendonly", "yes", "--appendfsync",
+                            "always")
+        m = self.connect(master)
+        # One call, three writes (one key twice): one EVAL, no MULTI.
+        self.assertEqual([d[:3] for d in m.call(
+            "SLUICE.TAKEEACH", 5, "1/day", 1, "e1", "e2", "e1", "e3")],
+            [[1, 5, 4], [1, 5, 4], [1, 5, 3], [1, 5, 4]])
+        self.assertEqual(m.call("SLUICE.TAKEEACH", 5, "1/day", 1, "e4")[0]
+                         [:3], [1, 5, 4])
+        aof = self._aof(master)
+        self.assertEqual(aof.count(b"$4\r\nEVAL\r\n"), 1, aof)
+        self.assertNotIn(b"MULTI", aof)
+        self.assertNotIn(b"SLUICE", aof.upper())
+        self.assertIn(b"$3\r\nSET\r\n$2\r\ne4\r\n", aof)  # one write
+        m.call("LPUSH", "alist", "x")
+        rng = random.Random(12)
+        keys = ["b:%d" % i for i in range(12)] + ["alist"]
+        self._random_batches(m, rng, keys, 80)
+        evals = self._aof(master).count(b"$4\r\nEVAL\r\n")
+        self.assertGreater(evals, 10)
+
+        replica = self.redis(module=False)
+        r = self.connect(replica)
+        self.assertEqual(r.call("REPLICAOF", "127.0.0.1", master.port), "OK")
+        deadline = time.time() + 30
+        while r.info("replication").get("master_link_status") != "up":
+            self.assertLess(time.time(), deadline, "replica never synced")
+            time.sleep(0.05)
+        # The master sees the replica within its check interval: from then
+        # on a batch of two writes goes as two SETs in MULTI/EXEC.
+        deadline = time.time() + 30
+        for i in range(10000):
+            before = len(self._aof(master))
+            m.call("SLUICE.TAKEEACH", 5, "1/day", 1, "w%d" % i, "x%d" % i)
+            tail = self._aof(master)[before:]
+            if b"MULTI" in tail:
+                break
+            self.assertIn(b"EVAL", tail)
+            self.assertLess(time.time(), deadline, "replica never seen")
+            time.sleep(0.02)
+        self.assertNotIn(b"EVAL", tail)
+        self.assertEqual(tail.count(b"$3\r\nSET\r\n"), 2, tail)
+        self._random_batches(m, rng, keys, 80)
+        self.assertEqual(self._aof(master).count(b"$4\r\nEVAL\r\n"),
+                         evals + i)
+        self.assertEqual(m.call("WAIT", 1, 10000), 1)
+        names = keys + ["e1", "e2", "e3", "e4"]
+        snap = {}
+        for k in names:
+            mine = (m.call("DUMP", k), m.call("PEXPIRETIME", k),
+                    m.call("OBJECT", "ENCODING", k))
+            theirs = (r.call("DUMP", k), r.call("PEXPIRETIME", k),
+                      r.call("OBJECT", "ENCODING", k))
+            self.assertEqual(theirs, mine, k)
+            snap[k] = mine
+        written = [k for k in names if snap[k][2] == b"int"]
+        self.assertGreater(len(written), 8, snap)
+
+        # The AOF (scripts, then SETs) replays to the same bytes.
+        master.stop(cleanup=False)
+        master.start()
+        m = self.connect(master)
+        for k in names:
+            self.assertEqual((m.call("DUMP", k), m.call("PEXPIRETIME", k),
+                              m.call("OBJECT", "ENCODING", k)), snap[k], k)
+
     # -- the script's state format ----------------------------------------
 
     def test_state_written_as_the_script_does_is_read_and_continued(self):
@@ -737,6 +837,52 @@ class ModuleTest(unittest.TestCase):
                 got = [(c.call("GET", k), c.call("PEXPIRETIME", k))
                        for c in list(cs.values()) + [many]]
                 self.assertEqual(len(set(got)), 1, (k, got))
+
+    def test_prefetched_batches_decide_as_batches_without(self):
+        """On Redis 7.0 with STORE int the batches and TAKEMULTI prefetch
+        their keys (prefetch.c reads the server's dictionaries); that
+        changes nothing: large TAKEEACH and TAKEMANY calls (windows of 16
+        and more, repeated keys, a key of another type, dictionaries growing
+        and rehashing) and TAKEMULTI of up to 16 keys reply and store
+        exactly as on a server that does not prefetch."""
+        pf = self.redis(module_args=["TESTCLOCK"])
+        plain = self.redis(module_args=["TESTCLOCK", "STORE", "string"])
+        a, b = self.connect(pf), self.connect(plain)
+        on_70 = a.info("server")["redis_version"].startswith("7.0.")
+        self.assertIn("batches prefetched" if on_70 else
+                      "batches not prefetched", pf.log())
+        self.assertIn("batches not prefetched", plain.log())
+        for c in (a, b):
+            c.call("LPUSH", "alist", "x")
+        rng = random.Random(8)
+        pool = ["p:%d" % i for i in range(3000)] + ["alist"]
+        now = server_time_us(a)
+        for step in range(90):
+            now += rng.choice([0, 1, 1000, 400000, 3000000])
+            for c in (a, b):
+                c.call("SLUICE.TESTCLOCK", now)
+            pick = [rng.choice(pool) for _ in range(rng.randint(1, 120))]
+            if step % 3 == 2:
+                multi = list(dict.fromkeys(pick))[:16]
+                args = [len(multi)] + multi
+                for _ in multi:
+                    args += [rng.randint(5, 30), rng.choice(["2/s", "7/h"])]
+                cmd = "SLUICE.TAKEMULTI"
+            elif step % 3 == 0:
+                args = [rng.randint(1, 9), rng.choice(["2/s", "50/min"]),
+                        rng.choice([0, 1, 1, 3])] + pick
+                cmd = "SLUICE.TAKEEACH"
+            else:
+                args = []
+                for k in pick:
+                    args += [k, rng.randint(1, 9), rng.choice(["2/s", "7/h"]),
+                             rng.choice([0, 1, 2])]
+                cmd = "SLUICE.TAKEMANY"
+            self.assertEqual(a.call(cmd, *args), b.call(cmd, *args), step)
+        self.assertGreater(a.call("DBSIZE"), 1000)
+        for k in pool:
+            self.assertEqual((a.call("GET", k), a.call("PEXPIRETIME", k)),
+                             (b.call("GET", k), b.call("PEXPIRETIME", k)), k)
 
     def test_takemany_errors_and_keys(self):
         srv = self.redis()

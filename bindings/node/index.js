@@ -902,8 +902,38 @@ function partitionKey(key) {
 // headers go through setHeader() as before.
 const OUTGOING = http.OutgoingMessage.prototype;
 const SET_HEADER = OUTGOING.setHeader;
+
+// Whether node's setHeader is node's own: a library loaded before sluice
+// may have replaced it already (a header audit, a filter), and the direct
+// path must not go around that.  Asked of the function itself: given a
+// bad name, node's throws ERR_INVALID_HTTP_TOKEN from node:_http_outgoing,
+// called straight from here -- a wrapper would be a frame in between, or
+// throw its own error.  On any doubt, no.
+function nodesOwnSetHeader(fn) {
+  const { prepareStackTrace, stackTraceLimit } = Error;
+  let sites = null;
+  let code = null;
+  try {
+    Error.stackTraceLimit = 10;
+    Error.prepareStackTrace = (e, callSites) => callSites;
+    try {
+      fn.call(new http.ServerResponse(new http.IncomingMessage(null)), '', '');
+    } catch (e) {
+      code = e.code;
+      sites = e.stack;
+    }
+  } finally {
+    Error.prepareStackTrace = prepareStackTrace;
+    Error.stackTraceLimit = stackTraceLimit;
+  }
+  return code === 'ERR_INVALID_HTTP_TOKEN' && Array.isArray(sites) && sites.length >= 2 &&
+    sites[0].getFileName() === 'node:_http_outgoing' &&
+    sites[1].getFileName() === __filename && sites[1].getFunctionName() === 'nodesOwnSetHeader';
+}
+
 const OUT_HEADERS = (() => {
   try {
+    if (!nodesOwnSetHeader(SET_HEADER)) return null;
     const res = new http.ServerResponse(new http.IncomingMessage(null));
     for (const sym of Object.getOwnPropertySymbols(res)) {
       if (res[sym] !== null) continue;

@@ -7,6 +7,8 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
+const path = require('node:path');
+const { spawnSync } = require('node:child_process');
 const express = require('express');
 const sluice = require('..');
 const { Redis, freePort, waitFor } = require('./helpers');
@@ -422,6 +424,44 @@ test('a setHeader replaced on a prototype between the response and node\'s (app.
     server.close();
     await limiter.close();
   }
+});
+
+test('node\'s setHeader replaced before sluice is loaded receives sluice\'s headers (no direct path in that process)', async () => {
+  // A process of its own: the replacement is process-wide, and must come
+  // before sluice is required.
+  const script = `
+    const http = require('node:http');
+    const own = http.OutgoingMessage.prototype.setHeader;
+    const seen = [];
+    http.OutgoingMessage.prototype.setHeader = function setHeader(name, value) {
+      seen.push(name);
+      if (/^x-ratelimit-/i.test(name)) return this;
+      return own.call(this, name, value);
+    };
+    const sluice = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const express = require(${JSON.stringify(require.resolve('express'))});
+    const limiter = new sluice.Limiter();
+    const app = express();
+    app.get('/', sluice.express({ limiter, policy: sluice.policy([{ capacity: 5, rate: '1/h' }], { name: 'early' }) }), (req, res) => res.json({ ok: true }));
+    const server = app.listen(0, '127.0.0.1', () => {
+      http.get({ host: '127.0.0.1', port: server.address().port, path: '/' }, (res) => {
+        res.resume();
+        res.on('end', () => {
+          console.log(JSON.stringify({ direct: sluice._directHeaders, seen, ratelimit: res.headers.ratelimit || null,
+            legacy: Object.keys(res.headers).filter((n) => n.startsWith('x-ratelimit-')) }));
+          server.close();
+          limiter.close();
+        });
+      });
+    });`;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop());
+  assert.equal(out.direct, false, 'the direct path is off when node\'s setHeader is not node\'s own');
+  for (const n of ['RateLimit', 'RateLimit-Policy', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'])
+    assert.ok(out.seen.includes(n), `the replaced setHeader saw ${n} (it saw ${out.seen.join(', ')})`);
+  assert.equal(out.ratelimit, '"early";r=4;t=3600');
+  assert.deepEqual(out.legacy, [], 'what the replacement dropped is not sent');
 });
 
 test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {

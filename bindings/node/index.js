@@ -902,8 +902,38 @@ function partitionKey(key) {
 // headers go through setHeader() as before.
 const OUTGOING = http.OutgoingMessage.prototype;
 const SET_HEADER = OUTGOING.setHeader;
+
+// Whether node's setHeader is node's own: a library loaded before sluice
+// may have replaced it already (a header audit, a filter), and the direct
+// path must not go around that.  Asked of the function itself: given a
+// bad name, node's throws ERR_INVALID_HTTP_TOKEN from node:_http_outgoing,
+// called straight from here -- a wrapper would be a frame in between, or
+// throw its own error.  On any doubt, no.
+function nodesOwnSetHeader(fn) {
+  const { prepareStackTrace, stackTraceLimit } = Error;
+  let sites = null;
+  let code = null;
+  try {
+    Error.stackTraceLimit = 10;
+    Error.prepareStackTrace = (e, callSites) => callSites;
+    try {
+      fn.call(new http.ServerResponse(new http.IncomingMessage(null)), '', '');
+    } catch (e) {
+      code = e.code;
+      sites = e.stack;
+    }
+  } finally {
+    Error.prepareStackTrace = prepareStackTrace;
+    Error.stackTraceLimit = stackTraceLimit;
+  }
+  return code === 'ERR_INVALID_HTTP_TOKEN' && Array.isArray(sites) && sites.length >= 2 &&
+    sites[0].getFileName() === 'node:_http_outgoing' &&
+    sites[1].getFileName() === __filename && sites[1].getFunctionName() === 'nodesOwnSetHeader';
+}
+
 const OUT_HEADERS = (() => {
   try {
+    if (!nodesOwnSetHeader(SET_HEADER)) return null;
     const res = new http.ServerResponse(new http.IncomingMessage(null));
     for (const sym of Object.getOwnPropertySymbols(res)) {
       if (res[sym] !== null) continue;
@@ -928,16 +958,97 @@ const OUT_HEADERS = (() => {
 // into directly (made when the response has none yet), or null: then they
 // go through the framework's own call.
 //
-// Whether setHeader was replaced is asked of the response's own properties
-// and of node's prototype, not through the response's prototype chain:
-// Express sets every response's prototype, which leaves a load through
-// that chain missing its inline cache on every request.
+// Only when nothing replaced setHeader anywhere a call res.setHeader()
+// would look: not on the response itself, not on any prototype between it
+// and node's (Express's app.response and express.response, a library's
+// subclass), not on node's own.  A header filter or audit installed there
+// then sees sluice's headers like any other.  The lookup starts at the
+// response's prototype, not at the response: Express sets every
+// response's prototype, so a load through the response misses its inline
+// cache on every request, while the prototype (app.response, or node's
+// ServerResponse.prototype) keeps its shape and V8 revalidates the cached
+// load whenever any object of the chain changes -- the whole chain is
+// checked each time at the cost of one monomorphic load.
 function directHeaders(res) {
-  if (OUT_HEADERS === null || res._header || OUTGOING.setHeader !== SET_HEADER || Object.hasOwn(res, 'setHeader')) return null;
+  if (OUT_HEADERS === null || res._header || Object.hasOwn(res, 'setHeader')) return null;
+  const proto = Object.getPrototypeOf(res);
+  if (proto === null || proto.setHeader !== SET_HEADER) return null;
   let h = res[OUT_HEADERS];
   if (h === undefined) return null;
   if (h === null) res[OUT_HEADERS] = h = { __proto__: null };
   return h;
+}
+
+// req.rateLimit (or the configured name) without a property added to the
+// request.  Express gives every request its app's prototype
+// (Object.setPrototypeOf), and V8 then makes a new hidden class for each
+// property added to that request afterwards: a plain `req.rateLimit =
+// info` cost about 3 µs a request, more than the decision.  So on such a
+// prototype (not node's IncomingMessage.prototype, whose requests keep
+// cached shapes) sluice defines the name once, as an accessor reading the
+// decision from a symbol slot of the response's header store (which
+// sluice fills anyway, and which node never sends or lists), through
+// Express's req.res.  Assigning it (another limiter, the app) makes an
+// own property as before.  Where the slot cannot be used (no header store,
+// no req.res, a prototype that has the name already) the property is
+// assigned as before.
+const REQ_SLOTS = new Map(); // name -> { sym, get, set }
+const IN_PROTO = http.IncomingMessage.prototype;
+
+function requestSlot(name) {
+  let slot = REQ_SLOTS.get(name);
+  if (slot === undefined) {
+    const sym = Symbol(`sluice.${name}`);
+    slot = {
+      sym,
+      get() {
+        const res = this.res;
+        const h = res !== null && typeof res === 'object' && OUT_HEADERS !== null ? res[OUT_HEADERS] : undefined;
+        return h === null || h === undefined ? undefined : h[sym];
+      },
+      set(v) {
+        Object.defineProperty(this, name, { value: v, writable: true, enumerable: true, configurable: true });
+      },
+    };
+    REQ_SLOTS.set(name, slot);
+  }
+  return slot;
+}
+
+// Whether requests of this prototype read `name` from the slot: defines
+// the accessor when the prototype has no such name.  Not configurable, so
+// that the answer holds for the prototype's lifetime.
+function protoUsesSlot(proto, name) {
+  if (proto === null || proto === IN_PROTO || OUT_HEADERS === null || !Object.isExtensible(proto)) return false;
+  const slot = requestSlot(name);
+  const d = Object.getOwnPropertyDescriptor(proto, name);
+  if (d === undefined) {
+    if (name in proto) return false;
+    Object.defineProperty(proto, name, { get: slot.get, set: slot.set, enumerable: false, configurable: false });
+    return true;
+  }
+  return d.get === slot.get;
+}
+
+// Leaves the decision for later handlers as c.prop of req.
+function keepInfo(c, req, res, store, info) {
+  if (store !== null) {
+    const proto = Object.getPrototypeOf(req);
+    if (proto !== c.reqProto) {
+      c.reqSlot = protoUsesSlot(proto, c.prop);
+      c.reqProto = proto;
+    }
+    // An own property (assigned earlier for this request) shadows the
+    // slot: then it is assigned again.
+    if (c.reqSlot && req.res === res && !Object.hasOwn(req, c.prop)) {
+      store[c.reqSym] = info;
+      return;
+    }
+  }
+  // The usual name as a named store, whose transition the inline cache
+  // keeps; a computed name goes through a keyed store.
+  if (c.prop === 'rateLimit') req.rateLimit = info;
+  else req[c.prop] = info;
 }
 
 // How one framework writes an answer.
@@ -1010,6 +1121,9 @@ function middlewareOptions(opts, what) {
   if (prop !== false && (typeof prop !== 'string' || prop === ''))
     throw new TypeError(`${what}(): requestPropertyName must be a property name or false, got ${typeName(prop)}`);
   c.prop = prop === false ? null : prop;
+  c.reqSym = c.prop === null ? null : requestSlot(c.prop).sym;
+  c.reqProto = undefined; // the request prototype last seen, and
+  c.reqSlot = false; //      whether its requests read c.prop from the slot
   const ose = opts.onStoreError === undefined ? 'open' : opts.onStoreError;
   if (ose !== 'open' && ose !== 'closed' && typeof ose !== 'function')
     throw new RangeError(`${what}(): onStoreError must be 'open', 'closed' or a function (err, req, res, next), got ${JSON.stringify(ose)}`);
@@ -1128,10 +1242,7 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
   let info = null;
   if (c.prop !== null && wins) {
     info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
-    // The usual name as a named store, whose transition the inline cache
-    // keeps; a computed name goes through a keyed store.
-    if (c.prop === 'rateLimit') req.rateLimit = info;
-    else req[c.prop] = info;
+    keepInfo(c, req, res, store, info);
   }
   if (allowed) {
     if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);

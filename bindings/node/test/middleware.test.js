@@ -7,6 +7,8 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
+const path = require('node:path');
+const { spawnSync } = require('node:child_process');
 const express = require('express');
 const sluice = require('..');
 const { Redis, freePort, waitFor } = require('./helpers');
@@ -362,6 +364,106 @@ test('headers are the response\'s own: getHeader/getHeaders/hasHeader see them, 
   }
 });
 
+test('a setHeader replaced on a prototype between the response and node\'s (app.response, express.response) receives sluice\'s headers', async () => {
+  const RL = ['RateLimit', 'RateLimit-Policy', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
+  const limiter = new sluice.Limiter();
+  const app = express();
+  app.get('/', sluice.express({ limiter, policy: pol(10, 'chain') }), (req, res) => res.json({ ok: true }));
+  const server = await listen(app);
+  // Express's own response prototype is shared by every app of the
+  // process: put it back whatever happens.
+  const expressProto = Object.getPrototypeOf(app.response);
+  const restore = () => {
+    delete app.response.setHeader;
+    delete expressProto.setHeader;
+  };
+  try {
+    assert.equal(sluice._directHeaders, true);
+    assert.equal(Object.hasOwn(app.response, 'setHeader'), false);
+    assert.equal(Object.hasOwn(expressProto, 'setHeader'), false);
+    // First with nothing replaced: sluice has taken its direct path on
+    // this app's responses before the replacement comes.
+    const plain = await get(server);
+    assert.equal(plain.headers.ratelimit, '"chain";r=9;t=3600');
+
+    // A header filter on app.response: it sees every sluice header and
+    // what it drops is not sent.
+    const seen = [];
+    app.response.setHeader = function setHeader(name, value) {
+      seen.push(name);
+      if (/^x-ratelimit-/i.test(name)) return this;
+      return http.ServerResponse.prototype.setHeader.call(this, name, value);
+    };
+    const filtered = await get(server);
+    assert.equal(filtered.status, 200);
+    assert.deepEqual(RL.filter((n) => seen.includes(n)), RL, `app.response.setHeader saw ${seen.join(', ')}`);
+    assert.equal(filtered.headers.ratelimit, '"chain";r=8;t=7200');
+    for (const n of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'])
+      assert.equal(filtered.headers[n], undefined, `${n} was dropped by the app's filter`);
+
+    // The same one level up, on Express's shared response prototype.
+    delete app.response.setHeader;
+    seen.length = 0;
+    expressProto.setHeader = function setHeader(name, value) {
+      seen.push(name);
+      return http.ServerResponse.prototype.setHeader.call(this, name, String(value) + (/^ratelimit$/i.test(name) ? ';x' : ''));
+    };
+    const upper = await get(server);
+    assert.deepEqual(RL.filter((n) => seen.includes(n)), RL, `express.response.setHeader saw ${seen.join(', ')}`);
+    assert.equal(upper.headers.ratelimit, '"chain";r=7;t=10800;x');
+
+    // Taken away again: the headers are sluice's own once more.
+    restore();
+    seen.length = 0;
+    const back = await get(server);
+    assert.equal(back.headers.ratelimit, '"chain";r=6;t=14400');
+    assert.equal(back.headers['x-ratelimit-remaining'], '6');
+    assert.deepEqual(seen, []);
+  } finally {
+    restore();
+    server.close();
+    await limiter.close();
+  }
+});
+
+test('node\'s setHeader replaced before sluice is loaded receives sluice\'s headers (no direct path in that process)', async () => {
+  // A process of its own: the replacement is process-wide, and must come
+  // before sluice is required.
+  const script = `
+    const http = require('node:http');
+    const own = http.OutgoingMessage.prototype.setHeader;
+    const seen = [];
+    http.OutgoingMessage.prototype.setHeader = function setHeader(name, value) {
+      seen.push(name);
+      if (/^x-ratelimit-/i.test(name)) return this;
+      return own.call(this, name, value);
+    };
+    const sluice = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const express = require(${JSON.stringify(require.resolve('express'))});
+    const limiter = new sluice.Limiter();
+    const app = express();
+    app.get('/', sluice.express({ limiter, policy: sluice.policy([{ capacity: 5, rate: '1/h' }], { name: 'early' }) }), (req, res) => res.json({ ok: true }));
+    const server = app.listen(0, '127.0.0.1', () => {
+      http.get({ host: '127.0.0.1', port: server.address().port, path: '/' }, (res) => {
+        res.resume();
+        res.on('end', () => {
+          console.log(JSON.stringify({ direct: sluice._directHeaders, seen, ratelimit: res.headers.ratelimit || null,
+            legacy: Object.keys(res.headers).filter((n) => n.startsWith('x-ratelimit-')) }));
+          server.close();
+          limiter.close();
+        });
+      });
+    });`;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop());
+  assert.equal(out.direct, false, 'the direct path is off when node\'s setHeader is not node\'s own');
+  for (const n of ['RateLimit', 'RateLimit-Policy', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'])
+    assert.ok(out.seen.includes(n), `the replaced setHeader saw ${n} (it saw ${out.seen.join(', ')})`);
+  assert.equal(out.ratelimit, '"early";r=4;t=3600');
+  assert.deepEqual(out.legacy, [], 'what the replacement dropped is not sent');
+});
+
 test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {
   for (const headers of [undefined, false]) {
     const { server, close } = await serve({ policy: pol(5), headers }, {
@@ -390,6 +492,42 @@ test('requestPropertyName: rateLimit by default, another name, or none', async (
     assert.equal(JSON.parse((await get(c.server)).body).rateLimit, null);
   } finally {
     await Promise.all([a.close(), b.close(), c.close()]);
+  }
+});
+
+test('req.rateLimit on Express adds no property to the request (no new hidden class per request); the app may still assign it', async () => {
+  const limiter = new sluice.Limiter();
+  const p1 = pol(5, 'one');
+  const p2 = pol(3, 'two');
+  const app = express();
+  const look = (req) => ({ own: Object.hasOwn(req, 'rateLimit'), policy: req.rateLimit ? req.rateLimit.policy : null, remaining: req.rateLimit ? req.rateLimit.remaining : null });
+  app.get('/', sluice.express({ limiter, policy: p1 }), (req, res) => res.json(look(req)));
+  // Two limiters: the second, more restrictive, answer is the one left.
+  app.get('/two', sluice.express({ limiter, policy: pol(5, 'wide') }), sluice.express({ limiter, policy: p2 }), (req, res) => res.json(look(req)));
+  // The app assigns the name itself, before and after the limiter.
+  app.get('/mine', (req, res, next) => { req.rateLimit = 'before'; next(); }, sluice.express({ limiter, policy: p1 }), (req, res) => res.json(look(req)));
+  app.get('/after', sluice.express({ limiter, policy: p1 }), (req, res, next) => { req.rateLimit = { policy: 'app', remaining: -1 }; next(); },
+    (req, res) => res.json(look(req)));
+  // Not on Express: plain node:http keeps an own property, as before.
+  const plainMw = sluice.express({ limiter, policy: pol(5, 'plain') });
+  const plain = http.createServer((req, res) => plainMw(req, res, () => res.end(JSON.stringify(look(req)))));
+  const server = await listen(app);
+  await new Promise((resolve) => plain.listen(0, '127.0.0.1', resolve));
+  try {
+    assert.deepEqual(JSON.parse((await get(server)).body), { own: false, policy: 'one', remaining: 4 });
+    assert.deepEqual(JSON.parse((await get(server)).body), { own: false, policy: 'one', remaining: 3 });
+    assert.deepEqual(JSON.parse((await get(server, '/two')).body), { own: false, policy: 'two', remaining: 2 });
+    // The app's own value, assigned before: the limiter's decision replaces it.
+    assert.deepEqual(JSON.parse((await get(server, '/mine')).body), { own: true, policy: 'one', remaining: 2 });
+    const after = JSON.parse((await get(server, '/after')).body);
+    assert.deepEqual(after, { own: true, policy: 'app', remaining: -1 });
+    // A request the limiter never saw has none.
+    assert.equal(Object.getOwnPropertyDescriptor(express.request, 'rateLimit'), undefined, 'Express\'s shared prototype is left alone');
+    assert.deepEqual(JSON.parse((await get(plain)).body), { own: true, policy: 'plain', remaining: 4 });
+  } finally {
+    server.close();
+    plain.close();
+    await limiter.close();
   }
 });
 

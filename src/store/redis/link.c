@@ -10,11 +10,17 @@
  * sent before the link is up wait in the output buffer and go out once it is
  * (after the TLS handshake).
  *
- * Writes are batched: a command only appends to the output buffer, and a
- * prepare handle writes the buffer once per loop iteration, just before
- * the loop waits for I/O: every command queued while handling one batch of
- * events leaves in one write (one TLS record), as with hiredis's own
- * adapter, which waits for the socket to be writable.
+ * Writes are batched: a command only appends to the output buffer, and the
+ * buffer is written once per loop iteration: every command queued while
+ * handling one batch of events leaves in one write (one TLS record), as
+ * with hiredis's own adapter, which waits for the socket to be writable.
+ * Commands queued while the loop handles I/O (a request read, then its
+ * decision asked) leave from a check handle, right after the poll phase
+ * and before the other check callbacks -- such as the Node addon's, which
+ * delivers the replies read in that same poll phase and so runs the app's
+ * responses: Redis works on the new batch while the app answers the last
+ * one.  Commands queued anywhere else (a timer, a check callback) leave
+ * from a prepare handle, just before the loop waits for I/O.
  *
  * Closing: sluice_redis__link_close() (or a failure) runs every pending
  * callback with a NULL reply at once; the memory goes when the loop has
@@ -57,6 +63,7 @@ typedef struct link_s {
 	int io_inited;
 	int failing; /* failed inside link_open: told from the loop */
 	uv_prepare_t flush;
+	uv_check_t early; /* the flush after the poll phase */
 	uv_connect_t connect;
 	uv_getaddrinfo_t gai;
 	int port;
@@ -207,6 +214,7 @@ static void flush(link_t *l)
 	size_t len = l->outlen;
 
 	uv_prepare_stop(&l->flush);
+	uv_check_stop(&l->early);
 	if (l->state != L_UP || !len)
 		return;
 	if (l->tls) {
@@ -246,6 +254,25 @@ static void on_flush(uv_prepare_t *p)
 		flush(l);
 }
 
+static void on_early(uv_check_t *c)
+{
+	link_t *l = c->data;
+
+	if (!l->failing)
+		flush(l);
+}
+
+/* libuv runs the check handles last started first: started again, the
+ * flush comes before any check handle started since (the replies just
+ * read may have started the owner's). */
+static void flush_first(link_t *l)
+{
+	if (!uv_is_active((uv_handle_t *)&l->early))
+		return;
+	uv_check_stop(&l->early);
+	uv_check_start(&l->early, on_early);
+}
+
 /* A failure found while opening: the owner has no pointer to the link
  * yet, so it hears of it from the loop, like any other. */
 static void fail_soon(link_t *l, const char *why)
@@ -277,8 +304,10 @@ int sluice_redis__link_send(sluice_redis_link_t *pub, sluice_redis_reply_fn *fn,
 		return -1;
 	memcpy(l->out + l->outlen, resp, len);
 	l->outlen += len;
-	if (l->state == L_UP && !uv_is_active((uv_handle_t *)&l->flush))
+	if (l->state == L_UP && !uv_is_active((uv_handle_t *)&l->flush)) {
 		uv_prepare_start(&l->flush, on_flush);
+		uv_check_start(&l->early, on_early);
+	}
 	return 0;
 }
 
@@ -414,14 +443,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread == 0)
 		return;
 	if (l->tls) {
-		tls_input(l, buf->base, (size_t)nread);
+		if (tls_input(l, buf->base, (size_t)nread) == 0)
+			flush_first(l);
 		return;
 	}
 	if (redisReaderFeed(l->reader, buf->base, (size_t)nread) != REDIS_OK) {
 		link_fail(l, "out of memory");
 		return;
 	}
-	dispatch(l);
+	if (dispatch(l) == 0)
+		flush_first(l);
 }
 
 /* ------------------------------------------------------------ connecting */
@@ -547,10 +578,13 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 	}
 	/* Counted in the client's open handles until its memory goes. */
 	r->open_handles++;
-	l->open = 1; /* the prepare handle */
+	l->open = 2; /* the prepare and check handles */
 	uv_prepare_init(r->loop, &l->flush);
 	l->flush.data = l;
 	uv_unref((uv_handle_t *)&l->flush);
+	uv_check_init(r->loop, &l->early);
+	l->early.data = l;
+	uv_unref((uv_handle_t *)&l->early);
 
 	if (path) {
 		l->is_pipe = 1;
@@ -607,6 +641,8 @@ static void link_teardown(link_t *l)
 	l->state = L_CLOSED;
 	uv_prepare_stop(&l->flush);
 	uv_close((uv_handle_t *)&l->flush, on_handle_closed);
+	uv_check_stop(&l->early);
+	uv_close((uv_handle_t *)&l->early, on_handle_closed);
 	if (l->io_inited) {
 		l->io_inited = 0;
 		uv_close(&l->io.h, on_handle_closed);

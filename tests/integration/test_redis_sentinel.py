@@ -22,6 +22,11 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
 - The same with passwords: the master's from the URL (with a db), the
   Sentinels' own under sentinel.password; and with TLS everywhere
   (rediss://, Sentinels included).
+- After SENTINEL FAILOVER, and after SIGSTOP / failover / SIGCONT, the
+  old master keeps saying "master" (and accepting writes) for some 10 s
+  until the Sentinels demote it: no decision sluice allows after it has
+  followed the Sentinels goes there (every allowed key is on the new
+  master once the old one has resynced from it).
 - Sentinels in the list that are down are skipped.
 - Sentinels that are all unreachable: serve runs, /readyz 503, each
   rule's on_store_error applies, no_master is said once (and counted in
@@ -219,7 +224,7 @@ class SentinelTest(unittest.TestCase):
         for secret in secrets:
             self.assertNotIn(secret, log)
         if not restart_old:
-            return
+            return sluice
 
         # The old master comes back (empty: it lost everything) and the
         # Sentinels make it a replica of the new one.  Decisions stay on
@@ -232,6 +237,51 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(got, [429] * 3)
         self.assertEqual(ready(sluice), 200)
         self.assertEqual(g.master_port(), replica.port)
+        return sluice
+
+    def stays_on_the_new_master(self, sluice, label, fix=None):
+        """After the failover: until the old master has been made a
+        replica of the new one (Sentinel does it some 10 s later; until
+        then it still says it is a master and accepts writes), every
+        decision sluice allows is made on the new master, none on the old
+        one (whose writes its resync to the new master throws away).
+        fix: run once the old master is a replica, before the check."""
+        g = self.group
+        old, new = g.master, g.replica
+        sent = []
+        i = 0
+        old_was_master = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            i += 1
+            ident = "%s%d" % (label, i)
+            sent.append((ident, check(sluice, "wide", ident).status))
+            rep = old.info("replication")
+            if rep.get("role") == "master":
+                old_was_master += 1
+            elif rep.get("master_link_status") == "up" and \
+                    rep.get("master_port") == str(new.port):
+                break
+            time.sleep(0.02)
+        self.assertLess(time.monotonic(), deadline,
+                        "the old master never became a replica")
+        # The old master now holds a copy of the new one's data: a key
+        # it holds that the new master lacks was written to it alone.
+        self.assertEqual(new.cli("WAIT", 1, 5000), "1")
+        on_new = set(re.findall("\x1f(%s[0-9]+)}" % label,
+                                new.cli("KEYS", "*%s*" % label)))
+        allowed = [ident for ident, st in sent if st == 200]
+        lost = [ident for ident in allowed if ident not in on_new]
+        print("%d decisions while the old master still said it was one "
+              "(%d polls); allowed %d, lost %d"
+              % (len(sent), old_was_master, len(allowed), len(lost)),
+              flush=True)
+        self.assertGreater(old_was_master, 0)
+        self.assertEqual(set(st for _, st in sent) - {200}, set(), sent)
+        self.assertEqual(lost, [], sluice.log())
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+        self.assertEqual(ready(sluice), 200)
 
     def test_decisions_follow_a_failover(self):
         g = self.start_group()
@@ -253,6 +303,26 @@ class SentinelTest(unittest.TestCase):
         self.assertTrue(harness.wait_until(
             lambda: g.master.info("replication").get("role") == "slave",
             30, 0.1))
+
+    def test_no_decision_on_a_demoted_master_that_still_says_master(self):
+        # SENTINEL FAILOVER: once the Sentinels have named the new master,
+        # the old one stays up and keeps saying "master" for ~10 s, until
+        # they make it a replica.  sluice follows the Sentinels, not the
+        # old master's ROLE: no decision goes there (it would be lost).
+        g = self.start_group()
+        sluice = self.failover(config(g.addrs()), how="manual")
+        self.stays_on_the_new_master(sluice, "after_manual")
+
+    def test_a_resumed_old_master_gets_no_decisions(self):
+        # SIGSTOP, failover, SIGCONT: the old master comes back saying
+        # "master" (with the drained bucket, and connections sluice had
+        # open to it) until the Sentinels demote it.  Decisions stay on
+        # the new master, which the Sentinels name.
+        g = self.start_group()
+        sluice = self.failover(config(g.addrs()), how="stop")
+        g.master.signal(signal.SIGCONT)
+        self.frozen = None
+        self.stays_on_the_new_master(sluice, "after_resume")
 
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")

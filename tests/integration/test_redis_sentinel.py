@@ -36,6 +36,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import unittest
 
@@ -49,7 +50,7 @@ DOWN_AFTER_MS = 1000
 CONFIG = """
 store:
   redis:
-%(url)s%(tls)s    timeout_ms: 200
+%(url)s%(tls)s    timeout_ms: %(timeout)d
     sentinel: {master: mymaster, addrs: [%(addrs)s]%(extra)s}
 rules:
   - name: tight
@@ -66,7 +67,7 @@ rules:
 
 
 def config(addrs, mode="closed", url=None, password=None, tls=None,
-           ca_file=None):
+           ca_file=None, timeout_ms=200):
     """tls: sentinel.tls; ca_file: store.redis.tls.ca_file."""
     extra = ""
     if password is not None:
@@ -77,7 +78,7 @@ def config(addrs, mode="closed", url=None, password=None, tls=None,
         "url": '    url: "%s"\n' % url if url else "",
         "tls": '    tls: {ca_file: "%s"}\n' % ca_file if ca_file else "",
         "addrs": ", ".join('"%s"' % a for a in addrs), "extra": extra,
-        "tight": TIGHT, "mode": mode}
+        "tight": TIGHT, "mode": mode, "timeout": timeout_ms}
 
 
 def check(sluice, rule, ident):
@@ -323,6 +324,53 @@ class SentinelTest(unittest.TestCase):
         g.master.signal(signal.SIGCONT)
         self.frozen = None
         self.stays_on_the_new_master(sluice, "after_resume")
+
+    def test_calls_in_flight_on_a_hung_master_are_decided_by_the_new(self):
+        # timeout_ms 30 s: calls sent to a master that hangs (SIGSTOP)
+        # are still in flight when the Sentinels name the new master.
+        # Whatever the old one makes of them once resumed is lost (it is
+        # made a replica of the new one), so the new master decides them
+        # within their deadline: allowed (no 503 in closed mode), and
+        # written there.
+        g = self.start_group()
+        sluice = self.serve(config(g.addrs(), timeout_ms=30000))
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
+                                           15, 0.05), sluice.log())
+        got = [check(sluice, "tight", "drained").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(g.master.cli("WAIT", 1, 5000), "1")
+        g.master.signal(signal.SIGSTOP)
+        self.frozen = g.master
+        answers = {}
+
+        def one(ident):
+            c = harness.Client(sluice.port, timeout=120)
+            try:
+                answers[ident] = c.request("GET", "/v1/check", {
+                    "x-user-id": ident, "x-original-uri": "/wide",
+                    "x-original-method": "GET"}).status
+            except OSError as e:
+                answers[ident] = repr(e)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=one, args=("inflight%d" % i,))
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        self.assertTrue(all(not t.is_alive() for t in threads))
+        self.assertEqual(g.master_port(), g.replica.port)
+        print("answers to the calls in flight at the failover: %s"
+              % answers, flush=True)
+        self.assertEqual(set(answers.values()), {200}, sluice.log())
+        on_new = g.replica.cli("KEYS", "*inflight*")
+        for ident in answers:
+            self.assertIn("\x1f%s}" % ident, on_new)
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
 
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")

@@ -372,6 +372,61 @@ class SentinelTest(unittest.TestCase):
         got = [check(sluice, "tight", "drained").status for _ in range(3)]
         self.assertEqual(got, [429] * 3)
 
+    def test_min_replicas_to_write_closes_the_manual_failover_window(self):
+        # SENTINEL FAILOVER promotes the replica (REPLICAOF NO ONE), but
+        # the Sentinels announce it (+switch-master) only about 1 s
+        # later; meanwhile the old master still accepts writes, and what
+        # it writes is lost when it is made a replica of the new one.
+        # Redis's own remedy: min-replicas-to-write 1 on the old master,
+        # which refuses writes (NOREPLICAS) as soon as its only replica
+        # has left to become the master.  sluice takes the refusal as a
+        # store error (503 here, on_store_error closed), so no decision
+        # it allows is lost.  (The new master has no such setting: with
+        # its only replica gone it would refuse too.)
+        g = self.start_group()
+        old, new = g.master, g.replica
+        self.assertEqual(old.cli("CONFIG", "SET", "min-replicas-to-write",
+                                 1), "OK")
+        sluice = self.serve(config(g.addrs()))
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
+                                           15, 0.05), sluice.log())
+        got = [check(sluice, "tight", "drained").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(old.cli("WAIT", 1, 5000), "1")
+        self.assertEqual(g.sentinels[0].cli("SENTINEL", "FAILOVER", g.name),
+                         "OK")
+        sent = []
+        i = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            i += 1
+            ident = "mf%d" % i
+            sent.append((ident, check(sluice, "wide", ident).status))
+            rep = old.info("replication")
+            if rep.get("role") == "slave" and \
+                    rep.get("master_link_status") == "up" and \
+                    rep.get("master_port") == str(new.port):
+                break
+            time.sleep(0.02)
+        self.assertLess(time.monotonic(), deadline,
+                        "the old master never became a replica")
+        self.assertEqual(new.cli("WAIT", 1, 5000), "1")
+        on_new = set(re.findall("\x1f(mf[0-9]+)}", new.cli("KEYS", "*mf*")))
+        seen = {}
+        for _, st in sent:
+            seen[st] = seen.get(st, 0) + 1
+        lost = [ident for ident, st in sent
+                if st == 200 and ident not in on_new]
+        print("SENTINEL FAILOVER, min-replicas-to-write 1 on the old "
+              "master: answers %s, allowed but lost %d" % (seen, len(lost)),
+              flush=True)
+        self.assertEqual(set(seen) - {200, 503}, set(), seen)
+        self.assertEqual(lost, [], sluice.log())
+        self.assertIn(200, seen)
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")
         self.failover(config(g.addrs(), url="redis://:m4ster-Pw@mymaster/3",

@@ -3,7 +3,8 @@
 
 Each test starts its own group (harness.SentinelGroup): a master, a
 replica following it and three `redis-server --sentinel` processes
-watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
+watching it under a name of its own (quorum 2, down-after-milliseconds
+1000; see SentinelGroup for why the name is unique).
 
 - Decisions flow to the master the Sentinels name.  A key is drained
   (and acknowledged by the replica with WAIT), the master is SIGKILLed,
@@ -51,7 +52,7 @@ CONFIG = """
 store:
   redis:
 %(url)s%(tls)s    timeout_ms: %(timeout)d
-    sentinel: {master: mymaster, addrs: [%(addrs)s]%(extra)s}
+    sentinel: {master: %(name)s, addrs: [%(addrs)s]%(extra)s}
 rules:
   - name: tight
     match: {path: "/tight"}
@@ -67,7 +68,7 @@ rules:
 
 
 def config(addrs, mode="closed", url=None, password=None, tls=None,
-           ca_file=None, timeout_ms=200):
+           ca_file=None, timeout_ms=200, name="mymaster"):
     """tls: sentinel.tls; ca_file: store.redis.tls.ca_file."""
     extra = ""
     if password is not None:
@@ -78,7 +79,8 @@ def config(addrs, mode="closed", url=None, password=None, tls=None,
         "url": '    url: "%s"\n' % url if url else "",
         "tls": '    tls: {ca_file: "%s"}\n' % ca_file if ca_file else "",
         "addrs": ", ".join('"%s"' % a for a in addrs), "extra": extra,
-        "tight": TIGHT, "mode": mode, "timeout": timeout_ms}
+        "tight": TIGHT, "mode": mode, "timeout": timeout_ms,
+        "name": name}
 
 
 def check(sluice, rule, ident):
@@ -286,21 +288,21 @@ class SentinelTest(unittest.TestCase):
 
     def test_decisions_follow_a_failover(self):
         g = self.start_group()
-        self.failover(config(g.addrs()), restart_old=True)
+        self.failover(config(g.addrs(), name=g.name), restart_old=True)
 
     def test_failover_of_a_hung_master(self):
         # SIGSTOP: sluice's connections to the old master stay open and
         # nothing answers; only the timeouts and the Sentinels' news
         # (+switch-master) lead it to the new master.
         g = self.start_group()
-        self.failover(config(g.addrs()), how="stop")
+        self.failover(config(g.addrs(), name=g.name), how="stop")
 
     def test_manual_failover_while_the_old_master_lives(self):
         # SENTINEL FAILOVER: the old master stays up and is made a
         # replica of the new one; its connections are not lost, its
         # writes are refused (READONLY).
         g = self.start_group()
-        self.failover(config(g.addrs()), how="manual")
+        self.failover(config(g.addrs(), name=g.name), how="manual")
         self.assertTrue(harness.wait_until(
             lambda: g.master.info("replication").get("role") == "slave",
             30, 0.1))
@@ -311,7 +313,7 @@ class SentinelTest(unittest.TestCase):
         # they make it a replica.  sluice follows the Sentinels, not the
         # old master's ROLE: no decision goes there (it would be lost).
         g = self.start_group()
-        sluice = self.failover(config(g.addrs()), how="manual")
+        sluice = self.failover(config(g.addrs(), name=g.name), how="manual")
         self.stays_on_the_new_master(sluice, "after_manual")
 
     def test_a_resumed_old_master_gets_no_decisions(self):
@@ -320,7 +322,7 @@ class SentinelTest(unittest.TestCase):
         # open to it) until the Sentinels demote it.  Decisions stay on
         # the new master, which the Sentinels name.
         g = self.start_group()
-        sluice = self.failover(config(g.addrs()), how="stop")
+        sluice = self.failover(config(g.addrs(), name=g.name), how="stop")
         g.master.signal(signal.SIGCONT)
         self.frozen = None
         self.stays_on_the_new_master(sluice, "after_resume")
@@ -333,7 +335,8 @@ class SentinelTest(unittest.TestCase):
         # within their deadline: allowed (no 503 in closed mode), and
         # written there.
         g = self.start_group()
-        sluice = self.serve(config(g.addrs(), timeout_ms=30000))
+        sluice = self.serve(config(g.addrs(), name=g.name,
+                                   timeout_ms=30000))
         self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
                                            15, 0.05), sluice.log())
         got = [check(sluice, "tight", "drained").status
@@ -387,7 +390,7 @@ class SentinelTest(unittest.TestCase):
         old, new = g.master, g.replica
         self.assertEqual(old.cli("CONFIG", "SET", "min-replicas-to-write",
                                  1), "OK")
-        sluice = self.serve(config(g.addrs()))
+        sluice = self.serve(config(g.addrs(), name=g.name))
         self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
                                            15, 0.05), sluice.log())
         got = [check(sluice, "tight", "drained").status
@@ -429,7 +432,8 @@ class SentinelTest(unittest.TestCase):
 
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")
-        self.failover(config(g.addrs(), url="redis://:m4ster-Pw@mymaster/3",
+        self.failover(config(g.addrs(), name=g.name,
+                             url="redis://:m4ster-Pw@mymaster/3",
                              password="s3nt-Pw", tls=False), db=3,
                       secrets=("m4ster-Pw", "s3nt-Pw"))
         self.assertEqual(self.group.replica.cli("-n", 0, "DBSIZE"), "0")
@@ -440,7 +444,7 @@ class SentinelTest(unittest.TestCase):
         self.tls = harness.TlsFiles()
         try:
             g = self.start_group(password="m4ster-Pw", tls=self.tls)
-            self.failover(config(g.addrs(),
+            self.failover(config(g.addrs(), name=g.name,
                                  url="rediss://:m4ster-Pw@mymaster/0",
                                  ca_file=self.tls.ca),
                           secrets=("m4ster-Pw",))
@@ -453,7 +457,7 @@ class SentinelTest(unittest.TestCase):
         g = self.start_group()
         g.sentinels[0].stop()
         addrs = ["127.0.0.1:%d" % harness.free_port()] + g.addrs()
-        sluice = self.serve(config(addrs))
+        sluice = self.serve(config(addrs, name=g.name))
         self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
                                            15, 0.05), sluice.log())
         got = [check(sluice, "tight", "skip").status

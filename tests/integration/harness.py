@@ -837,12 +837,14 @@ class Sentinel(DirProc):
     stop().  password: the Sentinel's own requirepass (also what it
     presents to the other Sentinels); the master's password is taken from
     the master.  tls: a TlsFiles; the Sentinel then listens with TLS only
-    and reaches the servers and the other Sentinels over TLS."""
+    and reaches the servers and the other Sentinels over TLS.
+    slaveof: the name the servers know SLAVEOF by (rename-command)."""
 
     def __init__(self, master, name="mymaster", quorum=2,
                  down_after_ms=1000, failover_timeout_ms=5000,
-                 password=None, tls=None):
+                 password=None, tls=None, slaveof=None):
         self.name = name
+        self.slaveof = slaveof
         self.password = password
         self.tls = tls
         self.down_after_ms = down_after_ms
@@ -891,6 +893,9 @@ class Sentinel(DirProc):
                          % (name, master.password))
         if password:
             lines.append("requirepass %s" % password)
+        if self.slaveof:
+            lines.append("sentinel rename-command %s SLAVEOF %s"
+                         % (name, self.slaveof))
         with open(conf, "w") as f:
             f.write("\n".join(lines) + "\n")
         Proc.__init__(self, ["redis-server", conf, "--sentinel"],
@@ -931,18 +936,38 @@ class SentinelGroup:
     sync and every Sentinel knows the master, the replica and the other
     Sentinels (so a failover can happen as soon as the master dies).
     tls: a TlsFiles; every process then speaks TLS only.  stop() stops
-    every process, also when the constructor fails."""
+    every process, also when the constructor fails.
 
-    def __init__(self, n=3, name="mymaster", password=None,
+    Another group's Sentinels still running on this machine (a parallel
+    test, another checkout's) know the ports of the servers they watched;
+    one of those ports reused by this group's master got it demoted by
+    them to a replica of their master, and resynced empty (a drained
+    bucket lost although WAIT had confirmed it), and this group's
+    Sentinels, hearing the same master name with a higher epoch on it,
+    followed them.  So each group has its own master name (default:
+    unique), and its servers know SLAVEOF and REPLICAOF only by names
+    that its own Sentinels alone are told."""
+
+    _made = 0
+
+    def __init__(self, n=3, name=None, password=None,
                  sentinel_password=None, down_after_ms=1000,
                  failover_timeout_ms=5000, timeout=60, tls=None):
-        self.name = name
+        SentinelGroup._made += 1
+        tag = "%d-%d-%d" % (os.getpid(), SentinelGroup._made,
+                            random.randrange(1 << 30))
+        self.name = name or "mymaster-" + tag
+        slaveof = "SLAVEOF-" + tag
+        extra = ["--rename-command", "SLAVEOF", slaveof,
+                 "--rename-command", "REPLICAOF", "REPLICAOF-" + tag]
+        name = self.name
         self.master = self.replica = None
         self.sentinels = []
         try:
-            self.master = RedisServer(password=password, tls=tls)
+            self.master = RedisServer(password=password, tls=tls,
+                                      extra=extra)
             self.replica = RedisServer(password=password, tls=tls,
-                                       replicaof=self.master)
+                                       replicaof=self.master, extra=extra)
             deadline = time.monotonic() + timeout
             if not wait_until(lambda: self.replica.info("replication").get(
                     "master_link_status") == "up", timeout, 0.05):
@@ -950,7 +975,7 @@ class SentinelGroup:
                                    + self.replica.log())
             self.sentinels = [Sentinel(self.master, name, 2, down_after_ms,
                                        failover_timeout_ms,
-                                       sentinel_password, tls)
+                                       sentinel_password, tls, slaveof)
                               for _ in range(n)]
             others = {s.port for s in self.sentinels}
             for s in self.sentinels:

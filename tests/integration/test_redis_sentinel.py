@@ -3,7 +3,8 @@
 
 Each test starts its own group (harness.SentinelGroup): a master, a
 replica following it and three `redis-server --sentinel` processes
-watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
+watching it under a name of its own (quorum 2, down-after-milliseconds
+1000; see SentinelGroup for why the name is unique).
 
 - Decisions flow to the master the Sentinels name.  A key is drained
   (and acknowledged by the replica with WAIT), the master is SIGKILLed,
@@ -22,6 +23,11 @@ watching it as "mymaster" (quorum 2, down-after-milliseconds 1000).
 - The same with passwords: the master's from the URL (with a db), the
   Sentinels' own under sentinel.password; and with TLS everywhere
   (rediss://, Sentinels included).
+- After SENTINEL FAILOVER, and after SIGSTOP / failover / SIGCONT, the
+  old master keeps saying "master" (and accepting writes) for some 10 s
+  until the Sentinels demote it: no decision sluice allows after it has
+  followed the Sentinels goes there (every allowed key is on the new
+  master once the old one has resynced from it).
 - Sentinels in the list that are down are skipped.
 - Sentinels that are all unreachable: serve runs, /readyz 503, each
   rule's on_store_error applies, no_master is said once (and counted in
@@ -31,6 +37,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import unittest
 
@@ -44,8 +51,8 @@ DOWN_AFTER_MS = 1000
 CONFIG = """
 store:
   redis:
-%(url)s%(tls)s    timeout_ms: 200
-    sentinel: {master: mymaster, addrs: [%(addrs)s]%(extra)s}
+%(url)s%(tls)s    timeout_ms: %(timeout)d
+    sentinel: {master: %(name)s, addrs: [%(addrs)s]%(extra)s}
 rules:
   - name: tight
     match: {path: "/tight"}
@@ -61,7 +68,7 @@ rules:
 
 
 def config(addrs, mode="closed", url=None, password=None, tls=None,
-           ca_file=None):
+           ca_file=None, timeout_ms=200, name="mymaster"):
     """tls: sentinel.tls; ca_file: store.redis.tls.ca_file."""
     extra = ""
     if password is not None:
@@ -72,7 +79,8 @@ def config(addrs, mode="closed", url=None, password=None, tls=None,
         "url": '    url: "%s"\n' % url if url else "",
         "tls": '    tls: {ca_file: "%s"}\n' % ca_file if ca_file else "",
         "addrs": ", ".join('"%s"' % a for a in addrs), "extra": extra,
-        "tight": TIGHT, "mode": mode}
+        "tight": TIGHT, "mode": mode, "timeout": timeout_ms,
+        "name": name}
 
 
 def check(sluice, rule, ident):
@@ -219,7 +227,7 @@ class SentinelTest(unittest.TestCase):
         for secret in secrets:
             self.assertNotIn(secret, log)
         if not restart_old:
-            return
+            return sluice
 
         # The old master comes back (empty: it lost everything) and the
         # Sentinels make it a replica of the new one.  Decisions stay on
@@ -232,31 +240,200 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(got, [429] * 3)
         self.assertEqual(ready(sluice), 200)
         self.assertEqual(g.master_port(), replica.port)
+        return sluice
+
+    def stays_on_the_new_master(self, sluice, label, fix=None):
+        """After the failover: until the old master has been made a
+        replica of the new one (Sentinel does it some 10 s later; until
+        then it still says it is a master and accepts writes), every
+        decision sluice allows is made on the new master, none on the old
+        one (whose writes its resync to the new master throws away).
+        fix: run once the old master is a replica, before the check."""
+        g = self.group
+        old, new = g.master, g.replica
+        sent = []
+        i = 0
+        old_was_master = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            i += 1
+            ident = "%s%d" % (label, i)
+            sent.append((ident, check(sluice, "wide", ident).status))
+            rep = old.info("replication")
+            if rep.get("role") == "master":
+                old_was_master += 1
+            elif rep.get("master_link_status") == "up" and \
+                    rep.get("master_port") == str(new.port):
+                break
+            time.sleep(0.02)
+        self.assertLess(time.monotonic(), deadline,
+                        "the old master never became a replica")
+        # The old master now holds a copy of the new one's data: a key
+        # it holds that the new master lacks was written to it alone.
+        self.assertEqual(new.cli("WAIT", 1, 5000), "1")
+        on_new = set(re.findall("\x1f(%s[0-9]+)}" % label,
+                                new.cli("KEYS", "*%s*" % label)))
+        allowed = [ident for ident, st in sent if st == 200]
+        lost = [ident for ident in allowed if ident not in on_new]
+        print("%d decisions while the old master still said it was one "
+              "(%d polls); allowed %d, lost %d"
+              % (len(sent), old_was_master, len(allowed), len(lost)),
+              flush=True)
+        self.assertGreater(old_was_master, 0)
+        self.assertEqual(set(st for _, st in sent) - {200}, set(), sent)
+        self.assertEqual(lost, [], sluice.log())
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+        self.assertEqual(ready(sluice), 200)
 
     def test_decisions_follow_a_failover(self):
         g = self.start_group()
-        self.failover(config(g.addrs()), restart_old=True)
+        self.failover(config(g.addrs(), name=g.name), restart_old=True)
 
     def test_failover_of_a_hung_master(self):
         # SIGSTOP: sluice's connections to the old master stay open and
         # nothing answers; only the timeouts and the Sentinels' news
         # (+switch-master) lead it to the new master.
         g = self.start_group()
-        self.failover(config(g.addrs()), how="stop")
+        self.failover(config(g.addrs(), name=g.name), how="stop")
 
     def test_manual_failover_while_the_old_master_lives(self):
         # SENTINEL FAILOVER: the old master stays up and is made a
         # replica of the new one; its connections are not lost, its
         # writes are refused (READONLY).
         g = self.start_group()
-        self.failover(config(g.addrs()), how="manual")
+        self.failover(config(g.addrs(), name=g.name), how="manual")
         self.assertTrue(harness.wait_until(
             lambda: g.master.info("replication").get("role") == "slave",
             30, 0.1))
 
+    def test_no_decision_on_a_demoted_master_that_still_says_master(self):
+        # SENTINEL FAILOVER: once the Sentinels have named the new master,
+        # the old one stays up and keeps saying "master" for ~10 s, until
+        # they make it a replica.  sluice follows the Sentinels, not the
+        # old master's ROLE: no decision goes there (it would be lost).
+        g = self.start_group()
+        sluice = self.failover(config(g.addrs(), name=g.name), how="manual")
+        self.stays_on_the_new_master(sluice, "after_manual")
+
+    def test_a_resumed_old_master_gets_no_decisions(self):
+        # SIGSTOP, failover, SIGCONT: the old master comes back saying
+        # "master" (with the drained bucket, and connections sluice had
+        # open to it) until the Sentinels demote it.  Decisions stay on
+        # the new master, which the Sentinels name.
+        g = self.start_group()
+        sluice = self.failover(config(g.addrs(), name=g.name), how="stop")
+        g.master.signal(signal.SIGCONT)
+        self.frozen = None
+        self.stays_on_the_new_master(sluice, "after_resume")
+
+    def test_calls_in_flight_on_a_hung_master_are_decided_by_the_new(self):
+        # timeout_ms 30 s: calls sent to a master that hangs (SIGSTOP)
+        # are still in flight when the Sentinels name the new master.
+        # Whatever the old one makes of them once resumed is lost (it is
+        # made a replica of the new one), so the new master decides them
+        # within their deadline: allowed (no 503 in closed mode), and
+        # written there.
+        g = self.start_group()
+        sluice = self.serve(config(g.addrs(), name=g.name,
+                                   timeout_ms=30000))
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
+                                           15, 0.05), sluice.log())
+        got = [check(sluice, "tight", "drained").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(g.master.cli("WAIT", 1, 5000), "1")
+        g.master.signal(signal.SIGSTOP)
+        self.frozen = g.master
+        answers = {}
+
+        def one(ident):
+            c = harness.Client(sluice.port, timeout=120)
+            try:
+                answers[ident] = c.request("GET", "/v1/check", {
+                    "x-user-id": ident, "x-original-uri": "/wide",
+                    "x-original-method": "GET"}).status
+            except OSError as e:
+                answers[ident] = repr(e)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=one, args=("inflight%d" % i,))
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        self.assertTrue(all(not t.is_alive() for t in threads))
+        self.assertEqual(g.master_port(), g.replica.port)
+        print("answers to the calls in flight at the failover: %s"
+              % answers, flush=True)
+        self.assertEqual(set(answers.values()), {200}, sluice.log())
+        on_new = g.replica.cli("KEYS", "*inflight*")
+        for ident in answers:
+            self.assertIn("\x1f%s}" % ident, on_new)
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+
+    def test_min_replicas_to_write_closes_the_manual_failover_window(self):
+        # SENTINEL FAILOVER promotes the replica (REPLICAOF NO ONE), but
+        # the Sentinels announce it (+switch-master) only about 1 s
+        # later; meanwhile the old master still accepts writes, and what
+        # it writes is lost when it is made a replica of the new one.
+        # Redis's own remedy: min-replicas-to-write 1 on the old master,
+        # which refuses writes (NOREPLICAS) as soon as its only replica
+        # has left to become the master.  sluice takes the refusal as a
+        # store error (503 here, on_store_error closed), so no decision
+        # it allows is lost.  (The new master has no such setting: with
+        # its only replica gone it would refuse too.)
+        g = self.start_group()
+        old, new = g.master, g.replica
+        self.assertEqual(old.cli("CONFIG", "SET", "min-replicas-to-write",
+                                 1), "OK")
+        sluice = self.serve(config(g.addrs(), name=g.name))
+        self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
+                                           15, 0.05), sluice.log())
+        got = [check(sluice, "tight", "drained").status
+               for _ in range(TIGHT + 1)]
+        self.assertEqual(got, [200] * TIGHT + [429])
+        self.assertEqual(old.cli("WAIT", 1, 5000), "1")
+        self.assertEqual(g.sentinels[0].cli("SENTINEL", "FAILOVER", g.name),
+                         "OK")
+        sent = []
+        i = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            i += 1
+            ident = "mf%d" % i
+            sent.append((ident, check(sluice, "wide", ident).status))
+            rep = old.info("replication")
+            if rep.get("role") == "slave" and \
+                    rep.get("master_link_status") == "up" and \
+                    rep.get("master_port") == str(new.port):
+                break
+            time.sleep(0.02)
+        self.assertLess(time.monotonic(), deadline,
+                        "the old master never became a replica")
+        self.assertEqual(new.cli("WAIT", 1, 5000), "1")
+        on_new = set(re.findall("\x1f(mf[0-9]+)}", new.cli("KEYS", "*mf*")))
+        seen = {}
+        for _, st in sent:
+            seen[st] = seen.get(st, 0) + 1
+        lost = [ident for ident, st in sent
+                if st == 200 and ident not in on_new]
+        print("SENTINEL FAILOVER, min-replicas-to-write 1 on the old "
+              "master: answers %s, allowed but lost %d" % (seen, len(lost)),
+              flush=True)
+        self.assertEqual(set(seen) - {200, 503}, set(), seen)
+        self.assertEqual(lost, [], sluice.log())
+        self.assertIn(200, seen)
+        got = [check(sluice, "tight", "drained").status for _ in range(3)]
+        self.assertEqual(got, [429] * 3)
+
     def test_failover_with_passwords_and_a_db(self):
         g = self.start_group(password="m4ster-Pw", sentinel_password="s3nt-Pw")
-        self.failover(config(g.addrs(), url="redis://:m4ster-Pw@mymaster/3",
+        self.failover(config(g.addrs(), name=g.name,
+                             url="redis://:m4ster-Pw@mymaster/3",
                              password="s3nt-Pw", tls=False), db=3,
                       secrets=("m4ster-Pw", "s3nt-Pw"))
         self.assertEqual(self.group.replica.cli("-n", 0, "DBSIZE"), "0")
@@ -267,7 +444,7 @@ class SentinelTest(unittest.TestCase):
         self.tls = harness.TlsFiles()
         try:
             g = self.start_group(password="m4ster-Pw", tls=self.tls)
-            self.failover(config(g.addrs(),
+            self.failover(config(g.addrs(), name=g.name,
                                  url="rediss://:m4ster-Pw@mymaster/0",
                                  ca_file=self.tls.ca),
                           secrets=("m4ster-Pw",))
@@ -280,7 +457,7 @@ class SentinelTest(unittest.TestCase):
         g = self.start_group()
         g.sentinels[0].stop()
         addrs = ["127.0.0.1:%d" % harness.free_port()] + g.addrs()
-        sluice = self.serve(config(addrs))
+        sluice = self.serve(config(addrs, name=g.name))
         self.assertTrue(harness.wait_until(lambda: ready(sluice) == 200,
                                            15, 0.05), sluice.log())
         got = [check(sluice, "tight", "skip").status

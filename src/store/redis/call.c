@@ -231,6 +231,15 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		return;
 	}
 	if (!rep) {
+		/* Sentinel: the master moved with this call in flight on the
+		 * old one (its write there, if made, is lost when the old
+		 * master is made a replica): the new master decides it,
+		 * within the deadline. */
+		if (c->r->sentinel && c->r->nodes[0]->moving &&
+		    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+			sluice_redis__retry_later(c);
+			return;
+		}
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;
 	}

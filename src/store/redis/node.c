@@ -407,13 +407,18 @@ int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port)
 	for (i = 0; i < n->conns[0].r->nconns; i++) {
 		sluice_redis_conn_t *k = &n->conns[i];
 
+		/* Calls in flight on the old master are resent to the new one
+		 * (call_answer): a write the old master makes once the
+		 * Sentinels have promoted another is lost when it is made a
+		 * replica, so the new master must decide them. */
+		n->moving = 1;
 		sluice_redis__conn_drop(k);
+		n->moving = 0;
 		uv_timer_stop(&k->timer);
 		k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
 		sluice_redis__conn_start(k);
 	}
-	/* A new server: what the old one did (the calls just failed by the
-	 * drops included) says nothing of it. */
+	/* A new server: what the old one did says nothing of it. */
 	n->breaker = BREAKER_CLOSED;
 	n->failures = 0;
 	n->probing = 0;

@@ -208,6 +208,9 @@ struct sluice_redis_node_s {
 	char refusal[160];
 	uint64_t refusal_told_ms;
 	int refusal_probing; /* a peek (probe_calls) in flight */
+	/* Sentinel: the connections are being dropped because the master
+	 * moved (node_move); their calls in flight are resent there. */
+	int moving;
 	/* Can the server evict buckets (policy.c): EVICT_*, and what it
 	 * said ("policy/maxmemory"), so a change is told once. */
 	int evict;

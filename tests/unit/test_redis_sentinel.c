@@ -22,15 +22,52 @@ typedef struct {
 
 static char dir[64];
 
+/*
+ * Another group's Sentinels still running on this machine (a parallel
+ * test, another checkout's) know the ports of the servers they watched:
+ * one of those ports reused here got our master demoted to a replica of
+ * theirs, resynced empty (a drained bucket lost although WAIT had
+ * confirmed it).  So this process's master name is its own, and its
+ * servers know SLAVEOF and REPLICAOF only by names that its own
+ * Sentinels alone are told (as harness.py's SentinelGroup does).
+ */
+static char master_name[64], slaveof_cmd[48], replicaof_cmd[48];
+
+static void name_this_group(void)
+{
+	unsigned tag = (unsigned)getpid() ^ (unsigned)rh_ms() * 2654435761u;
+
+	snprintf(master_name, sizeof(master_name), "mymaster-%u", tag);
+	snprintf(slaveof_cmd, sizeof(slaveof_cmd), "SLAVEOF-%u", tag);
+	snprintf(replicaof_cmd, sizeof(replicaof_cmd), "REPLICAOF-%u", tag);
+}
+
 /* redis-server on ports[0], a replica of arg (a proc_t) unless NULL. */
 static pid_t spawn_redis(const int *ports, void *arg)
 {
 	const proc_t *master = arg;
 	char port[16], mport[16], d[128];
-	char *argv[] = {"redis-server", "--port", port, "--bind",
-			"127.0.0.1",	"--save", "",	"--appendonly",
-			"no",		"--dir",  d,	NULL,
-			NULL,		NULL,	  NULL};
+	char *argv[] = {"redis-server",
+			"--port",
+			port,
+			"--bind",
+			"127.0.0.1",
+			"--save",
+			"",
+			"--appendonly",
+			"no",
+			"--dir",
+			d,
+			"--rename-command",
+			"SLAVEOF",
+			slaveof_cmd,
+			"--rename-command",
+			"REPLICAOF",
+			replicaof_cmd,
+			NULL,
+			NULL,
+			NULL,
+			NULL};
 
 	snprintf(port, sizeof(port), "%d", ports[0]);
 	/* A directory each: a replica's full sync leaves a dump.rdb that a
@@ -39,9 +76,9 @@ static pid_t spawn_redis(const int *ports, void *arg)
 	CHECK(mkdir(d, 0700) == 0 || errno == EEXIST);
 	if (master) {
 		snprintf(mport, sizeof(mport), "%d", master->port);
-		argv[11] = "--replicaof";
-		argv[12] = "127.0.0.1";
-		argv[13] = mport;
+		argv[17] = "--replicaof";
+		argv[18] = "127.0.0.1";
+		argv[19] = mport;
 	}
 	return rh_spawn(argv);
 }
@@ -90,11 +127,13 @@ static pid_t spawn_sentinel(const int *ports, void *arg)
 	fprintf(f,
 		"bind 127.0.0.1\n"
 		"dir %s\n"
-		"sentinel monitor mymaster 127.0.0.1 %d 2\n"
-		"sentinel down-after-milliseconds mymaster %d\n"
-		"sentinel failover-timeout mymaster 5000\n"
-		"sentinel parallel-syncs mymaster 1\n",
-		dir, a->master_port, DOWN_AFTER_MS);
+		"sentinel monitor %s 127.0.0.1 %d 2\n"
+		"sentinel down-after-milliseconds %s %d\n"
+		"sentinel failover-timeout %s 5000\n"
+		"sentinel parallel-syncs %s 1\n"
+		"sentinel rename-command %s SLAVEOF %s\n",
+		dir, master_name, a->master_port, master_name, DOWN_AFTER_MS,
+		master_name, master_name, master_name, slaveof_cmd);
 	fclose(f);
 	return rh_spawn(argv);
 }
@@ -138,8 +177,9 @@ static void on_event(void *arg, const sluice_redis_event_t *ev)
 	}
 }
 
-static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
-			      size_t n, seen_t *seen)
+static sluice_redis_t *client_waiting(uv_loop_t *loop, const proc_t *sentinels,
+				      size_t n, seen_t *seen,
+				      unsigned timeout_ms)
 {
 	static char addrs[3][32];
 	static const char *ptrs[3];
@@ -154,15 +194,21 @@ static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
 			 sentinels[i].port);
 		ptrs[i] = addrs[i];
 	}
-	s.master = "mymaster";
+	s.master = master_name;
 	s.addrs = ptrs;
 	s.naddrs = n;
 	o.sentinel = &s;
-	o.timeout_ms = 500;
+	o.timeout_ms = timeout_ms;
 	o.on_event = on_event;
 	o.event_arg = seen;
 	CHECK(sluice_redis_open(&r, loop, &o, err, sizeof(err)) == 0);
 	return r;
+}
+
+static sluice_redis_t *client(uv_loop_t *loop, const proc_t *sentinels,
+			      size_t n, seen_t *seen)
+{
+	return client_waiting(loop, sentinels, n, seen, 500);
 }
 
 /* The replica has everything the master wrote (WAIT on the master). */
@@ -253,6 +299,7 @@ static struct {
 	volatile int asked;	 /* questions answered */
 	volatile int subscribes; /* SUBSCRIBEs answered */
 	volatile int mute;	 /* answers nothing (hangs) */
+	volatile int slow_ms;	 /* waits this long before naming */
 	volatile int stopped;	 /* the test is over */
 } fake;
 
@@ -267,6 +314,8 @@ static void fake_reply(int fd, const redisReply *cmd)
 	    strcasecmp(cmd->element[0]->str, "SENTINEL") == 0) {
 		char port[16];
 
+		if (fake.slow_ms)
+			rh_sleep_ms(fake.slow_ms);
 		snprintf(port, sizeof(port), "%d", fake.names);
 		n = snprintf(buf, sizeof(buf),
 			     "*2\r\n$9\r\n127.0.0.1\r\n$%zu\r\n%s\r\n",
@@ -414,18 +463,20 @@ static void test_role_and_readonly(void)
 	replicated(&a);
 
 	/* A hand-made failover the client hears nothing of: b promoted,
-	 * a demoted under the client's open connection.  The next call is
+	 * a demoted under the client's open connection.  The next write is
 	 * answered READONLY, the client asks the Sentinel, moves to b and
 	 * sends the call there, within its deadline. */
 	fake.names = b.port;
-	cli(b.port, "REPLICAOF NO ONE");
-	snprintf(cmd, sizeof(cmd), "REPLICAOF 127.0.0.1 %d", b.port);
+	snprintf(cmd, sizeof(cmd), "%s NO ONE", replicaof_cmd);
+	cli(b.port, cmd);
+	snprintf(cmd, sizeof(cmd), "%s 127.0.0.1 %d", replicaof_cmd, b.port);
 	cli(a.port, cmd);
 	res = rh_take(&loop, r, "drained", &l, 1, 1);
 	if (res.status != 0) /* the move may take two calls' time */
 		res = rh_take(&loop, r, "drained", &l, 1, 1);
 	CHECK(res.status == 0 && !res.allowed);
-	CHECK(rh_take(&loop, r, "fresh", &l, 1, 1).allowed);
+	res = rh_take(&loop, r, "fresh", &l, 1, 1);
+	CHECK(res.status == 0 && res.allowed);
 	CHECK(seen.master_changed >= 3);
 	snprintf(cmd, sizeof(cmd), "127.0.0.1:%d", b.port);
 	CHECK(strcmp(seen.master, cmd) == 0);
@@ -446,6 +497,28 @@ static void test_role_and_readonly(void)
 		uv_run(&loop, UV_RUN_NOWAIT);
 		rh_sleep_ms(5);
 	}
+	rh_close_client(&loop, r);
+
+	/* The same hand-made failover back (a promoted, b demoted), for a
+	 * client whose calls may wait 5 s, and a Sentinel that takes 600
+	 * ms to answer: the write answered READONLY waits for the answer
+	 * and is decided on a, well past the 20 retries 5 ms apart that
+	 * used to end it with SLUICE_ESTORE at about 100 ms. */
+	r = client_waiting(&loop, sentinels, 2, &seen, 5000);
+	CHECK(rh_wait_healthy(&loop, r, 10000));
+	CHECK(rh_take(&loop, r, "before-slow", &l, 1, 1).allowed);
+	fake.slow_ms = 600;
+	fake.names = a.port;
+	snprintf(cmd, sizeof(cmd), "%s NO ONE", replicaof_cmd);
+	cli(a.port, cmd);
+	snprintf(cmd, sizeof(cmd), "%s 127.0.0.1 %d", replicaof_cmd, a.port);
+	cli(b.port, cmd);
+	res = rh_take(&loop, r, "after-slow", &l, 1, 1);
+	CHECK(res.status == 0 && res.allowed);
+	CHECK(keys_on(a.port) >= 1);
+	snprintf(cmd, sizeof(cmd), "127.0.0.1:%d", a.port);
+	CHECK(strcmp(seen.master, cmd) == 0);
+	fake.slow_ms = 0;
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	fake.stopped = 1;
@@ -530,6 +603,7 @@ int main(void)
 	atexit(rh_cleanup);
 	strcpy(dir, "/tmp/sluice-sentinel-XXXXXX");
 	CHECK(mkdtemp(dir) != NULL);
+	name_this_group();
 	test_bad_options();
 	test_no_sentinel();
 	test_role_and_readonly();

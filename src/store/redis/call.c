@@ -273,9 +273,15 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		}
 	} else if (is_error(rep, "READONLY") && c->r->sentinel) {
 		/* A master demoted under us: ask the Sentinels where the
-		 * master is now and resend there, within the deadline. */
+		 * master is now and resend there, within the deadline.  The
+		 * deadline alone bounds the retries (the sweep ends a call
+		 * waiting past it): a count of them would end the call while
+		 * the Sentinels' answer is still on its way, however long the
+		 * caller said it may wait (it did, on a busy machine, after
+		 * 20 tries in 100 ms of a 500 ms deadline). */
 		sluice_redis__sentinel_lost(c->r, rep->str);
-		if (++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+		c->redirects++;
+		if (clock_ms() < c->deadline_ms) {
 			sluice_redis__retry_later(c);
 			return;
 		}

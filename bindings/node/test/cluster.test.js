@@ -1,7 +1,7 @@
 // The Redis store on a Redis Cluster of three masters: keys spread over
 // the nodes, each limit still exact.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const sluice = require('..');
 const { startCluster, storeReady } = require('./helpers');

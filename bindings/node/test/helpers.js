@@ -8,6 +8,8 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 
+const nodeTest = require('node:test');
+
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const BUILD = process.env.SLUICE_BUILD || path.join(ROOT, 'build');
 const children = new Set();
@@ -26,6 +28,9 @@ function freePort() {
     });
   });
 }
+
+// The bound of one redis-cli run.
+const CLI_TIMEOUT_MS = 60000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -86,7 +91,9 @@ class Redis {
   }
 
   cli(...args) {
-    const r = spawnSync('redis-cli', ['-p', String(this.port), ...args], { encoding: 'utf8' });
+    // Bounded: a spawnSync blocks the loop, so no test timeout could end
+    // a redis-cli waiting on a server that does not answer.
+    const r = spawnSync('redis-cli', ['-p', String(this.port), ...args], { encoding: 'utf8', timeout: CLI_TIMEOUT_MS });
     return r.stdout || '';
   }
 
@@ -150,7 +157,7 @@ async function startSentinel(port, { name = 'mymaster', certs = null } = {}) {
   fs.writeFileSync(path.join(dir, 'sentinel.conf'), `${lines.join('\n')}\n`);
   const proc = track(spawn('redis-server', [path.join(dir, 'sentinel.conf'), '--sentinel'],
     { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] }), 'sentinel');
-  const cli = (...args) => spawnSync('redis-cli', ['-p', String(sport), ...tls, ...args], { encoding: 'utf8' }).stdout || '';
+  const cli = (...args) => spawnSync('redis-cli', ['-p', String(sport), ...tls, ...args], { encoding: 'utf8', timeout: CLI_TIMEOUT_MS }).stdout || '';
   await waitFor(() => cli('PING').trim() === 'PONG', `sentinel on ${sport}`);
   return {
     addr: `127.0.0.1:${sport}`,
@@ -277,4 +284,26 @@ function limiterPool(sluice, test) {
   };
 }
 
-module.exports = { ROOT, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+// node:test's test() and hooks with a timeout unless one is given: a test
+// or hook still waiting after TEST_TIMEOUT_MS (SLUICE_TEST_TIMEOUT_MS,
+// else 3 minutes; the slowest test takes seconds) fails with its name
+// instead of hanging the run (a take whose callback never comes, a
+// close() or a server stop that never ends).  Every test file takes
+// `test` from here.
+const TEST_TIMEOUT_MS = Number(process.env.SLUICE_TEST_TIMEOUT_MS) || 180000;
+
+function withTimeout(opts) {
+  return { timeout: TEST_TIMEOUT_MS, ...opts };
+}
+
+function test(name, opts, fn) {
+  if (typeof name === 'function' || (name !== null && typeof name === 'object')) [name, opts, fn] = [undefined, name, opts];
+  if (typeof opts === 'function') [opts, fn] = [undefined, opts];
+  return name === undefined ? nodeTest(withTimeout(opts), fn) : nodeTest(name, withTimeout(opts), fn);
+}
+Object.assign(test, nodeTest);
+for (const hook of ['before', 'after', 'beforeEach', 'afterEach'])
+  test[hook] = (fn, opts) => nodeTest[hook](fn, withTimeout(opts));
+test.test = test;
+
+module.exports = { ROOT, test, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };

@@ -296,14 +296,33 @@ function withTimeout(opts) {
   return { timeout: TEST_TIMEOUT_MS, ...opts };
 }
 
+// A test or hook that fails leaves no server behind: the children it
+// started (track()) and did not stop are killed.  Their pipes would
+// otherwise hold the test process open after its last test, and `node
+// --test` would wait for it forever (a failed startSluice() after
+// startCluster() hung keys.test.js with three cluster nodes running).
+function stopsWhatItStarted(fn) {
+  if (typeof fn !== 'function') return fn;
+  return async function (t) {
+    const before = new Set(children);
+    try {
+      return await fn.call(this, t);
+    } catch (e) {
+      await Promise.all([...children].filter((c) => !before.has(c)).map((c) => stopChild(c, 'SIGKILL')));
+      throw e;
+    }
+  };
+}
+
 function test(name, opts, fn) {
   if (typeof name === 'function' || (name !== null && typeof name === 'object')) [name, opts, fn] = [undefined, name, opts];
   if (typeof opts === 'function') [opts, fn] = [undefined, opts];
+  fn = stopsWhatItStarted(fn);
   return name === undefined ? nodeTest(withTimeout(opts), fn) : nodeTest(name, withTimeout(opts), fn);
 }
 Object.assign(test, nodeTest);
 for (const hook of ['before', 'after', 'beforeEach', 'afterEach'])
-  test[hook] = (fn, opts) => nodeTest[hook](fn, withTimeout(opts));
+  test[hook] = (fn, opts) => nodeTest[hook](stopsWhatItStarted(fn), withTimeout(opts));
 test.test = test;
 
 module.exports = { ROOT, test, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };

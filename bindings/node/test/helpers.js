@@ -69,13 +69,36 @@ function stopChild(child, sig = 'SIGTERM') {
   });
 }
 
+// A server that ended while starting: its port, found free, may have been
+// taken before it could bind it (anyone on this machine may take one), so
+// a caller that chose the port may try another.
+class ExitedAtStart extends Error {}
+
+function exited(child) {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
+// start() again, at most `tries` times in all, while it ends ExitedAtStart.
+async function retryStart(start, tries = 3) {
+  for (let i = 1; ; i++) {
+    try {
+      return await start();
+    } catch (e) {
+      if (!(e instanceof ExitedAtStart) || i >= tries) throw e;
+    }
+  }
+}
+
 // redis-server on a free port, no persistence.  kill() ends it at once;
 // start() brings it back on the same port.
 class Redis {
   static async start(extra = [], port = undefined) {
-    const r = new Redis(port || await freePort(), extra);
-    await r.start();
-    return r;
+    const once = async () => {
+      const r = new Redis(port || await freePort(), extra);
+      await r.start();
+      return r;
+    };
+    return port ? once() : retryStart(once);
   }
 
   constructor(port, extra) {
@@ -87,7 +110,14 @@ class Redis {
   async start() {
     this.proc = track(spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1',
       '--save', '', '--appendonly', 'no', ...this.extra], { stdio: ['ignore', 'pipe', 'pipe'] }), 'redis-server');
-    await waitFor(() => this.cli('PING').trim() === 'PONG', `redis-server on ${this.port}`);
+    // Until this server answers, by its own pid (another may hold the
+    // port), or ends.
+    const proc = this.proc;
+    await waitFor(() => {
+      if (exited(proc)) throw new ExitedAtStart(`redis-server on ${this.port} ended at start: ${proc.log()}`);
+      const r = spawnSync('redis-cli', ['-p', String(this.port), 'INFO', 'server'], { encoding: 'utf8', timeout: 5000 });
+      return (r.stdout || '').includes(`process_id:${proc.pid}\r`);
+    }, `redis-server on ${this.port}`);
   }
 
   cli(...args) {
@@ -189,10 +219,12 @@ async function startCluster(n = 3) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-cluster-'));
   const nodes = [];
   for (let i = 0; i < n; i++) {
-    const port = await freeClusterPort();
-    const d = path.join(dir, String(port));
-    fs.mkdirSync(d);
-    nodes.push(await Redis.start(['--cluster-enabled', 'yes', '--dir', d, '--cluster-config-file', 'nodes.conf'], port));
+    nodes.push(await retryStart(async () => {
+      const port = await freeClusterPort();
+      const d = path.join(dir, String(port));
+      fs.mkdirSync(d);
+      return Redis.start(['--cluster-enabled', 'yes', '--dir', d, '--cluster-config-file', 'nodes.conf'], port);
+    }));
   }
   const r = spawnSync('redis-cli', ['--cluster', 'create', ...nodes.map((x) => `127.0.0.1:${x.port}`), '--cluster-yes'],
     { encoding: 'utf8', timeout: 60000 });
@@ -212,17 +244,27 @@ async function startCluster(n = 3) {
 async function startSluice(config) {
   const bin = path.join(BUILD, 'sluice');
   if (!fs.existsSync(bin)) throw new Error(`${bin} not found: build sluice first (make)`);
-  const port = await freePort();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-'));
-  const file = path.join(dir, 'sluice.yaml');
-  fs.writeFileSync(file, `listen: 127.0.0.1:${port}\n${config}`);
-  const proc = track(spawn(bin, ['serve', '-c', file], { stdio: ['ignore', 'pipe', 'pipe'] }), 'sluice');
-  await waitFor(() => canConnect(port), `sluice serve on ${port}`);
-  return {
-    port,
-    proc,
-    stop: async () => { await stopChild(proc); fs.rmSync(dir, { recursive: true, force: true }); },
-  };
+  return retryStart(async () => {
+    const port = await freePort();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-'));
+    const file = path.join(dir, 'sluice.yaml');
+    fs.writeFileSync(file, `listen: 127.0.0.1:${port}\n${config}`);
+    const proc = track(spawn(bin, ['serve', '-c', file], { stdio: ['ignore', 'pipe', 'pipe'] }), 'sluice');
+    try {
+      await waitFor(async () => {
+        if (exited(proc)) throw new ExitedAtStart(`sluice serve on ${port} ended at start: ${proc.log()}`);
+        return await canConnect(port) && !exited(proc);
+      }, `sluice serve on ${port}`);
+    } catch (e) {
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw e;
+    }
+    return {
+      port,
+      proc,
+      stop: async () => { await stopChild(proc); fs.rmSync(dir, { recursive: true, force: true }); },
+    };
+  });
 }
 
 // Resolves once the limiter's store answers (connected, script loaded):

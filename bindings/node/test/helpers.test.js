@@ -51,3 +51,26 @@ for (const kind of ['redis', 'cluster']) {
     assert.deepEqual(r.pids.filter(alive), [], 'no server left running');
   });
 }
+
+// Holds a port with a server that accepts and never answers.
+function silentServer() {
+  const net = require('node:net');
+  return new Promise((resolve) => {
+    const socks = new Set();
+    const s = net.createServer((c) => { socks.add(c); c.on('close', () => socks.delete(c)); });
+    s.listen(0, '127.0.0.1', () => resolve({
+      port: s.address().port,
+      close: () => new Promise((r) => { for (const c of socks) c.destroy(); s.close(r); }),
+    }));
+  });
+}
+
+test('a Redis whose port is taken by another server ends at start, said as such (no test stuck on the other server)', async () => {
+  const { Redis } = require('./helpers');
+  const other = await silentServer();
+  try {
+    await assert.rejects(Redis.start([], other.port), /redis-server on [0-9]+ ended at start: .*Address already in use/s);
+  } finally {
+    await other.close();
+  }
+});

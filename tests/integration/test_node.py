@@ -52,7 +52,17 @@ class NodePackage(unittest.TestCase):
         # The addon and node are not built with the sanitizers.
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD"):
             env.pop(k, None)
-        out = subprocess.run([shutil.which("node"), "--test"] + tests,
+        # Each test has a timeout (test/helpers.js); --test-force-exit
+        # then ends a test file whose timed-out test left its sockets or
+        # servers open, so a hang fails in minutes, naming the test,
+        # well inside this run's own bound.
+        node = shutil.which("node")
+        flags = ["--test"]
+        if "--test-force-exit" in subprocess.run(
+                [node, "--help"], capture_output=True, text=True,
+                timeout=60).stdout:
+            flags.append("--test-force-exit")
+        out = subprocess.run([node] + flags + tests,
                              cwd=PKG, env=env, capture_output=True,
                              text=True, timeout=800)
         summary = [line for line in out.stdout.splitlines()

@@ -2,7 +2,7 @@
 // an injected clock, through the addon's memory store and through
 // sluice_replay_core (sluice_eval_all), decision by decision.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');

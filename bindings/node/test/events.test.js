@@ -4,7 +4,7 @@
 // one process on two servers keep their 'error' events, onError and the
 // reason in a failed take's message apart.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const sluice = require('..');
 const { Redis, storeReady, waitFor, sleep } = require('./helpers');

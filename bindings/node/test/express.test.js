@@ -1,7 +1,7 @@
 // The Express middleware with real express from npm: headers, 429s,
 // tiers, routers, bad input, and a Redis that dies under load.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const express = require('express');

@@ -1,7 +1,7 @@
 // The same middleware on Express 5, a Router and a single route, Connect,
 // plain node:http, and the Fastify plugin -- real frameworks from npm.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const express5 = require('express5');

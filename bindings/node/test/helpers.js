@@ -8,6 +8,8 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 
+const nodeTest = require('node:test');
+
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const BUILD = process.env.SLUICE_BUILD || path.join(ROOT, 'build');
 const children = new Set();
@@ -26,6 +28,9 @@ function freePort() {
     });
   });
 }
+
+// The bound of one redis-cli run.
+const CLI_TIMEOUT_MS = 60000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -64,13 +69,36 @@ function stopChild(child, sig = 'SIGTERM') {
   });
 }
 
+// A server that ended while starting: its port, found free, may have been
+// taken before it could bind it (anyone on this machine may take one), so
+// a caller that chose the port may try another.
+class ExitedAtStart extends Error {}
+
+function exited(child) {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
+// start() again, at most `tries` times in all, while it ends ExitedAtStart.
+async function retryStart(start, tries = 3) {
+  for (let i = 1; ; i++) {
+    try {
+      return await start();
+    } catch (e) {
+      if (!(e instanceof ExitedAtStart) || i >= tries) throw e;
+    }
+  }
+}
+
 // redis-server on a free port, no persistence.  kill() ends it at once;
 // start() brings it back on the same port.
 class Redis {
   static async start(extra = [], port = undefined) {
-    const r = new Redis(port || await freePort(), extra);
-    await r.start();
-    return r;
+    const once = async () => {
+      const r = new Redis(port || await freePort(), extra);
+      await r.start();
+      return r;
+    };
+    return port ? once() : retryStart(once);
   }
 
   constructor(port, extra) {
@@ -82,11 +110,20 @@ class Redis {
   async start() {
     this.proc = track(spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1',
       '--save', '', '--appendonly', 'no', ...this.extra], { stdio: ['ignore', 'pipe', 'pipe'] }), 'redis-server');
-    await waitFor(() => this.cli('PING').trim() === 'PONG', `redis-server on ${this.port}`);
+    // Until this server answers, by its own pid (another may hold the
+    // port), or ends.
+    const proc = this.proc;
+    await waitFor(() => {
+      if (exited(proc)) throw new ExitedAtStart(`redis-server on ${this.port} ended at start: ${proc.log()}`);
+      const r = spawnSync('redis-cli', ['-p', String(this.port), 'INFO', 'server'], { encoding: 'utf8', timeout: 5000 });
+      return (r.stdout || '').includes(`process_id:${proc.pid}\r`);
+    }, `redis-server on ${this.port}`);
   }
 
   cli(...args) {
-    const r = spawnSync('redis-cli', ['-p', String(this.port), ...args], { encoding: 'utf8' });
+    // Bounded: a spawnSync blocks the loop, so no test timeout could end
+    // a redis-cli waiting on a server that does not answer.
+    const r = spawnSync('redis-cli', ['-p', String(this.port), ...args], { encoding: 'utf8', timeout: CLI_TIMEOUT_MS });
     return r.stdout || '';
   }
 
@@ -150,7 +187,7 @@ async function startSentinel(port, { name = 'mymaster', certs = null } = {}) {
   fs.writeFileSync(path.join(dir, 'sentinel.conf'), `${lines.join('\n')}\n`);
   const proc = track(spawn('redis-server', [path.join(dir, 'sentinel.conf'), '--sentinel'],
     { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] }), 'sentinel');
-  const cli = (...args) => spawnSync('redis-cli', ['-p', String(sport), ...tls, ...args], { encoding: 'utf8' }).stdout || '';
+  const cli = (...args) => spawnSync('redis-cli', ['-p', String(sport), ...tls, ...args], { encoding: 'utf8', timeout: CLI_TIMEOUT_MS }).stdout || '';
   await waitFor(() => cli('PING').trim() === 'PONG', `sentinel on ${sport}`);
   return {
     addr: `127.0.0.1:${sport}`,
@@ -182,10 +219,12 @@ async function startCluster(n = 3) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-cluster-'));
   const nodes = [];
   for (let i = 0; i < n; i++) {
-    const port = await freeClusterPort();
-    const d = path.join(dir, String(port));
-    fs.mkdirSync(d);
-    nodes.push(await Redis.start(['--cluster-enabled', 'yes', '--dir', d, '--cluster-config-file', 'nodes.conf'], port));
+    nodes.push(await retryStart(async () => {
+      const port = await freeClusterPort();
+      const d = path.join(dir, String(port));
+      fs.mkdirSync(d);
+      return Redis.start(['--cluster-enabled', 'yes', '--dir', d, '--cluster-config-file', 'nodes.conf'], port);
+    }));
   }
   const r = spawnSync('redis-cli', ['--cluster', 'create', ...nodes.map((x) => `127.0.0.1:${x.port}`), '--cluster-yes'],
     { encoding: 'utf8', timeout: 60000 });
@@ -205,17 +244,27 @@ async function startCluster(n = 3) {
 async function startSluice(config) {
   const bin = path.join(BUILD, 'sluice');
   if (!fs.existsSync(bin)) throw new Error(`${bin} not found: build sluice first (make)`);
-  const port = await freePort();
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-'));
-  const file = path.join(dir, 'sluice.yaml');
-  fs.writeFileSync(file, `listen: 127.0.0.1:${port}\n${config}`);
-  const proc = track(spawn(bin, ['serve', '-c', file], { stdio: ['ignore', 'pipe', 'pipe'] }), 'sluice');
-  await waitFor(() => canConnect(port), `sluice serve on ${port}`);
-  return {
-    port,
-    proc,
-    stop: async () => { await stopChild(proc); fs.rmSync(dir, { recursive: true, force: true }); },
-  };
+  return retryStart(async () => {
+    const port = await freePort();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-'));
+    const file = path.join(dir, 'sluice.yaml');
+    fs.writeFileSync(file, `listen: 127.0.0.1:${port}\n${config}`);
+    const proc = track(spawn(bin, ['serve', '-c', file], { stdio: ['ignore', 'pipe', 'pipe'] }), 'sluice');
+    try {
+      await waitFor(async () => {
+        if (exited(proc)) throw new ExitedAtStart(`sluice serve on ${port} ended at start: ${proc.log()}`);
+        return await canConnect(port) && !exited(proc);
+      }, `sluice serve on ${port}`);
+    } catch (e) {
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw e;
+    }
+    return {
+      port,
+      proc,
+      stop: async () => { await stopChild(proc); fs.rmSync(dir, { recursive: true, force: true }); },
+    };
+  });
 }
 
 // Resolves once the limiter's store answers (connected, script loaded):
@@ -277,4 +326,45 @@ function limiterPool(sluice, test) {
   };
 }
 
-module.exports = { ROOT, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+// node:test's test() and hooks with a timeout unless one is given: a test
+// or hook still waiting after TEST_TIMEOUT_MS (SLUICE_TEST_TIMEOUT_MS,
+// else 3 minutes; the slowest test takes seconds) fails with its name
+// instead of hanging the run (a take whose callback never comes, a
+// close() or a server stop that never ends).  Every test file takes
+// `test` from here.
+const TEST_TIMEOUT_MS = Number(process.env.SLUICE_TEST_TIMEOUT_MS) || 180000;
+
+function withTimeout(opts) {
+  return { timeout: TEST_TIMEOUT_MS, ...opts };
+}
+
+// A test or hook that fails leaves no server behind: the children it
+// started (track()) and did not stop are killed.  Their pipes would
+// otherwise hold the test process open after its last test, and `node
+// --test` would wait for it forever (a failed startSluice() after
+// startCluster() hung keys.test.js with three cluster nodes running).
+function stopsWhatItStarted(fn) {
+  if (typeof fn !== 'function') return fn;
+  return async function (t) {
+    const before = new Set(children);
+    try {
+      return await fn.call(this, t);
+    } catch (e) {
+      await Promise.all([...children].filter((c) => !before.has(c)).map((c) => stopChild(c, 'SIGKILL')));
+      throw e;
+    }
+  };
+}
+
+function test(name, opts, fn) {
+  if (typeof name === 'function' || (name !== null && typeof name === 'object')) [name, opts, fn] = [undefined, name, opts];
+  if (typeof opts === 'function') [opts, fn] = [undefined, opts];
+  fn = stopsWhatItStarted(fn);
+  return name === undefined ? nodeTest(withTimeout(opts), fn) : nodeTest(name, withTimeout(opts), fn);
+}
+Object.assign(test, nodeTest);
+for (const hook of ['before', 'after', 'beforeEach', 'afterEach'])
+  test[hook] = (fn, opts) => nodeTest[hook](stopsWhatItStarted(fn), withTimeout(opts));
+test.test = test;
+
+module.exports = { ROOT, test, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };

@@ -4,7 +4,7 @@
 // changes.  Keys with lone surrogates are refused; identities are encoded
 // by libsluice exactly as serve encodes them.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const http = require('node:http');

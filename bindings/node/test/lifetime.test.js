@@ -3,7 +3,7 @@
 // event hear of each change of a node's state once, with the reason, and
 // 'recover' when the node answers again.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');

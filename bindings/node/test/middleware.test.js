@@ -4,7 +4,7 @@
 // skipFailedRequests, the header sets, stacked limiters, req.rateLimit,
 // onStoreError, a closed limiter, and options checked with peers' names.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const path = require('node:path');

@@ -1,7 +1,7 @@
 // The Redis store through the addon: libsluice's own client on Node's
 // loop, against a real redis-server.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');

@@ -3,7 +3,7 @@
 // tests/integration/test_redis_sentinel.py; here, the options' way from
 // JavaScript to the client.)
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const sluice = require('..');
 const { Redis, failsWith, makeCerts, startTlsRedis, startSentinel, storeReady, limiterPool } = require('./helpers');

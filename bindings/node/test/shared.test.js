@@ -1,7 +1,7 @@
 // The shared-memory store: every process of the host that opens one file
 // shares its buckets, exactly, with each other and with `sluice serve`.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');

@@ -6,7 +6,7 @@
 // handshake really happens there, and that a certificate that does not
 // verify fails the takes (with OpenSSL's reason) rather than the process.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');

@@ -5,7 +5,7 @@
 // node.  A wrong option name in an example, or a type that does not cover
 // an option, fails here.
 'use strict';
-const test = require('node:test');
+const { test } = require('./helpers');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');

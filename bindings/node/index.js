@@ -451,18 +451,19 @@ class Limiter extends EventEmitter {
     if (s.kind === 'memory' || s.kind === 'shared') {
       // Both local stores decide at once, through the same path.
       this.store = s.kind;
+      // The store writes each decision here (the addon holds it).
+      this._buf = new Float64Array(5);
       if (s.kind === 'memory') {
-        this._mem = native.memoryNew(positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 40));
+        this._mem = native.memoryNew(positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 40), this._buf);
         this._take = native.memoryTake;
         this._peek = native.memoryPeek;
         this._admin = native.memoryAdmin;
       } else {
-        this._mem = native.shmNew(s.path, positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 32), s.group);
+        this._mem = native.shmNew(s.path, positiveInt(s.maxKeys, 'maxKeys', DEFAULT_MAX_KEYS, 2 ** 32), s.group, this._buf);
         this._take = native.shmTake;
         this._peek = native.shmPeek;
         this._admin = native.shmAdmin;
       }
-      this._buf = new Float64Array(5);
       this._redis = null;
       this._clock = optFunction(opts.clock, 'clock', '() -> microseconds since the epoch');
     } else {
@@ -496,8 +497,8 @@ class Limiter extends EventEmitter {
       const b = this._buf;
       const fn = peek ? this._peek : this._take;
       const allowed = this._clock === null
-        ? fn(this._mem, key, p._h, cost, b)
-        : fn(this._mem, key, p._h, cost, b, this._clock());
+        ? fn(this._mem, key, p._h, cost)
+        : fn(this._mem, key, p._h, cost, this._clock());
       done(0, allowed, b[0], b[1], b[2], b[3], b[4]);
       return;
     }
@@ -1216,7 +1217,7 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
   }
   if (limiter._mem !== null && limiter._clock === null) {
     const d = limiter._buf;
-    const allowed = limiter._take(limiter._mem, key, p._h, cost, d);
+    const allowed = limiter._take(limiter._mem, key, p._h, cost);
     answer(c, io, req, res, raw, next, p, key, cost, allowed, d[0], d[1], d[2], d[3], d[4]);
     return;
   }

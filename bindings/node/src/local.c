@@ -3,8 +3,9 @@
  * host's shared-memory store), through the store interface: each JS store
  * is a backend (store.h) the addon opened itself; every call decides on
  * the caller's thread, before the driver's call returns (store.h says so
- * of the local stores), and writes its decision into a Float64Array the
- * caller owns (no object per call).
+ * of the local stores), and writes its decision into the Float64Array the
+ * caller gave when it opened the store (no object per call, and no look-up
+ * of the array's data per call).
  */
 #include "addon.h"
 
@@ -14,27 +15,67 @@
 
 /* ------------------------------------------------------------- opening */
 
-static void free_backend(napi_env env, void *data, void *hint)
+/* One JS store: the backend (first, so that the external is also the
+ * backend addon_take_args returns) and the decision array, held by a
+ * reference for as long as the store lives, so that its data (out) stays
+ * where it is. */
+typedef struct local_s {
+	sluice_backend_t be;
+	napi_ref out_ref;
+	double *out;
+} local_t;
+
+static void free_local(napi_env env, void *data, void *hint)
 {
-	sluice_backend_close(data);
-	free(data);
+	local_t *l = data;
+
+	if (l->out_ref)
+		napi_delete_reference(env, l->out_ref);
+	sluice_backend_close(&l->be);
+	free(l);
+}
+
+/* The data of `arr`, which must be a Float64Array of DECISION_FIELDS or
+ * more, or NULL with a TypeError pending.  Looking it up also moves a
+ * small array's data out of V8's heap: from then on it does not move. */
+static double *decision_array(napi_env env, napi_value arr)
+{
+	napi_typedarray_type tt;
+	size_t len = 0;
+	void *data = NULL;
+	bool is = false;
+
+	if (napi_is_typedarray(env, arr, &is) != napi_ok || !is ||
+	    napi_get_typedarray_info(env, arr, &tt, &len, &data, NULL, NULL) !=
+		    napi_ok ||
+	    tt != napi_float64_array || len < DECISION_FIELDS || !data) {
+		napi_throw_type_error(env, NULL, "decision buffer");
+		return NULL;
+	}
+	return data;
 }
 
 /* The backend of `cfg` (a store with a synchronous path: ops->take_now)
- * as an external, or NULL with an exception pending (nomem: the message
- * when the store cannot be opened, else the store's own, as
- * ERR_SLUICE_STORE). */
+ * writing its decisions into `out` (a Float64Array), as an external, or
+ * NULL with an exception pending (nomem: the message when the store cannot
+ * be opened, else the store's own, as ERR_SLUICE_STORE). */
 static napi_value open_backend(napi_env env, const sluice_store_config_t *cfg,
-			       const char *nomem)
+			       napi_value out, const char *nomem)
 {
-	sluice_backend_t *be = calloc(1, sizeof(*be));
+	double *data = decision_array(env, out);
+	local_t *l;
+	sluice_backend_t *be;
 	napi_value ext;
 	char err[512] = "";
 
-	if (!be || sluice_backend_open(be, cfg, NULL, NULL, NULL, err,
-				       sizeof(err)) < 0) {
-		free(be);
-		if (nomem || !be)
+	if (!data)
+		return NULL;
+	l = calloc(1, sizeof(*l));
+	be = l ? &l->be : NULL;
+	if (!l || sluice_backend_open(be, cfg, NULL, NULL, NULL, err,
+				      sizeof(err)) < 0) {
+		free(l);
+		if (nomem || !l)
 			napi_throw_error(env, "ERR_SLUICE_NOMEM",
 					 nomem ? nomem : "out of memory");
 		else
@@ -43,24 +84,25 @@ static napi_value open_backend(napi_env env, const sluice_store_config_t *cfg,
 	}
 	if (!be->ops->take_now) {
 		/* A store that answers later is redis.c's kind. */
-		free_backend(env, be, NULL);
+		free_local(env, l, NULL);
 		napi_throw_error(env, "ERR_SLUICE_STORE",
 				 "the store does not answer at once");
 		return NULL;
 	}
-	if (napi_create_external(env, be, free_backend, NULL, &ext) !=
-	    napi_ok) {
-		free_backend(env, be, NULL);
+	l->out = data;
+	if (napi_create_reference(env, out, 1, &l->out_ref) != napi_ok ||
+	    napi_create_external(env, l, free_local, NULL, &ext) != napi_ok) {
+		free_local(env, l, NULL);
 		return addon_throw_last(env);
 	}
 	return ext;
 }
 
-/* memoryNew(maxKeys) -> external */
+/* memoryNew(maxKeys, out: Float64Array) -> external */
 static napi_value memory_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 1;
-	napi_value argv[1];
+	size_t argc = 2;
+	napi_value argv[2];
 	double max_keys;
 	sluice_store_config_t cfg = {0};
 
@@ -68,16 +110,18 @@ static napi_value memory_new(napi_env env, napi_callback_info info)
 	CHECK(env, napi_get_value_double(env, argv[0], &max_keys));
 	cfg.kind = SLUICE_STORE_MEMORY;
 	cfg.max_keys = (size_t)max_keys;
-	return open_backend(env, &cfg, "out of memory for the memory store");
+	return open_backend(env, &cfg, argv[1],
+			    "out of memory for the memory store");
 }
 
-/* shmNew(path, maxKeys, group) -> external; group "" is none.  Throws
+/* shmNew(path, maxKeys, group, out: Float64Array) -> external; group ""
+ * is none; out as memoryNew's.  Throws
  * the store's message (which names the file) when it cannot be opened, is
  * of another layout, owned by someone not trusted, or damaged. */
 static napi_value shm_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 3, len = 0, glen = 0;
-	napi_value argv[3];
+	size_t argc = 4, len = 0, glen = 0;
+	napi_value argv[4];
 	double max_keys;
 	char path[4096], group[256];
 	sluice_store_config_t cfg = {0};
@@ -102,7 +146,7 @@ static napi_value shm_new(napi_env env, napi_callback_info info)
 	cfg.shm_path = path;
 	cfg.shm_group = group;
 	cfg.max_keys = (size_t)max_keys;
-	return open_backend(env, &cfg, NULL);
+	return open_backend(env, &cfg, argv[3], NULL);
 }
 
 /* ---------------------------------------------------------------- calls */
@@ -133,22 +177,20 @@ static int answered(int rc, const answer_t *a)
 }
 
 /*
- * memoryTake / shmTake(store, key, policy, cost, out: Float64Array
- *   [, now_us]) -> allowed (bool)
+ * memoryTake / shmTake(store, key, policy, cost[, now_us]) -> allowed
+ * (bool)
  * Decides at once, at now_us when given (a Limiter's `clock`), else at
- * the wall clock; writes the decision into out.  memoryPeek / shmPeek:
- * the same, charging nothing (the decision a take of cost would get).
+ * the wall clock; writes the decision into the store's decision array.
+ * memoryPeek / shmPeek: the same, charging nothing (the decision a take of cost
+ * would get).
  */
 static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 {
-	size_t argc = 6;
-	napi_value argv[6], res;
+	size_t argc = 5;
+	napi_value argv[5], res;
 	sluice_backend_t *be;
 	int64_t now;
 	policy_t *p;
-	void *data;
-	size_t outlen = 0;
-	napi_typedarray_type tt;
 	char key[SLUICE_KEY_MAX];
 	sluice_take_item_t it;
 	int rc;
@@ -157,13 +199,7 @@ static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
 	if (!be)
 		return NULL;
-	CHECK(env, napi_get_typedarray_info(env, argv[4], &tt, &outlen, &data,
-					    NULL, NULL));
-	if (tt != napi_float64_array || outlen < DECISION_FIELDS) {
-		napi_throw_type_error(env, NULL, "decision buffer");
-		return NULL;
-	}
-	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
+	if (argc < 5 || napi_get_value_int64(env, argv[4], &now) != napi_ok)
 		now = sluice_now_us();
 	it.key = key;
 	it.limits = p->limits;
@@ -175,7 +211,7 @@ static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
-	addon_decision(&it.summary, it.summary.which, data);
+	addon_decision(&it.summary, it.summary.which, ((local_t *)be)->out);
 	CHECK(env, napi_get_boolean(env, rc == 1, &res));
 	return res;
 }

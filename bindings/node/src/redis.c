@@ -45,6 +45,10 @@ typedef struct rclient_s {
 	uv_idle_t idle;
 	int handles_open; /* check and idle not yet closed */
 	int flushing;
+	/* Calls done with, kept for the next ones (RCALL_POOL_MAX at most,
+	 * none once closed): no malloc and free per call. */
+	rcall_t *pool;
+	unsigned npool;
 	/* Until the client has released its handles, the environment must
 	 * not go away (a worker's loop stops, the addon may be unloaded):
 	 * an async cleanup hook holds it. */
@@ -73,11 +77,65 @@ struct rcall_s {
 	rcall_t *next;
 	int status;
 	int allowed;
-	int admin; /* an admin call: no decision */
+	int admin;  /* an admin call: no decision */
+	int pooled; /* of RCALL_POOL_TAIL: goes back to the client's pool */
 	double nums[DECISION_FIELDS];
 	sluice_take_item_t item;
 	sluice_limit_t limits[]; /* item.nlimits, then the key */
 };
+
+/* A call whose limits and key fit RCALL_POOL_TAIL bytes (four limits and
+ * a key of 128 bytes do) is allocated of that size and kept for reuse;
+ * a larger one is allocated and freed as it comes. */
+#define RCALL_POOL_TAIL 256
+#define RCALL_POOL_MAX	256
+
+/* A call of `tail` bytes of limits and key, from the pool if it can be,
+ * or NULL. */
+static rcall_t *get_call(rclient_t *c, size_t tail)
+{
+	rcall_t *call;
+
+	if (tail > RCALL_POOL_TAIL) {
+		call = malloc(sizeof(*call) + tail);
+		if (call)
+			call->pooled = 0;
+		return call;
+	}
+	if ((call = c->pool)) {
+		c->pool = call->next;
+		c->npool--;
+		return call;
+	}
+	call = malloc(sizeof(*call) + RCALL_POOL_TAIL);
+	if (call)
+		call->pooled = 1;
+	return call;
+}
+
+/* A call done with: back to the pool while the client is open and the
+ * pool not full, else freed. */
+static void put_call(rclient_t *c, rcall_t *call)
+{
+	if (!call->pooled || c->closed || c->npool >= RCALL_POOL_MAX) {
+		free(call);
+		return;
+	}
+	call->next = c->pool;
+	c->pool = call;
+	c->npool++;
+}
+
+static void drop_pool(rclient_t *c)
+{
+	rcall_t *call;
+
+	while ((call = c->pool)) {
+		c->pool = call->next;
+		free(call);
+	}
+	c->npool = 0;
+}
 
 /* An answer in the owner's table: id, status, allowed, then the
  * decision's DECISION_FIELDS numbers. */
@@ -136,6 +194,7 @@ static void drop_queue(rclient_t *c)
 		free(call);
 	}
 	c->q_tail = NULL;
+	drop_pool(c);
 }
 
 static void rclient_close(rclient_t *c)
@@ -480,7 +539,7 @@ static void deliver(rclient_t *c)
 			a[1] = (double)call->status;
 			a[2] = call->allowed;
 			memcpy(a + 3, call->nums, sizeof(call->nums));
-			free(call);
+			put_call(c, call);
 			n++;
 		}
 		call_js(c, owner, fn, n);
@@ -510,13 +569,13 @@ static rcall_t *new_call(napi_env env, rclient_t *c, const policy_t *p,
 				 "the limiter is closed");
 		return NULL;
 	}
-	call = malloc(sizeof(*call) + lsize + keylen);
+	call = get_call(c, lsize + keylen);
 	if (!call) {
 		napi_throw_error(env, "ERR_SLUICE_NOMEM", "out of memory");
 		return NULL;
 	}
 	if (napi_get_value_uint32(env, id, &call->id) != napi_ok) {
-		free(call);
+		put_call(c, call);
 		addon_throw_last(env);
 		return NULL;
 	}
@@ -564,7 +623,7 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 	rc = (peek ? c->be.ops->peek : c->be.ops->take)(c->be.impl, &call->item,
 							1, 0, on_answer, call);
 	if (rc < 0) {
-		free(call);
+		put_call(c, call);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
@@ -627,7 +686,7 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 		rc = SLUICE_EINVAL;
 	}
 	if (rc < 0) {
-		free(a);
+		put_call(c, a);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}

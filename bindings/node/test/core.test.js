@@ -105,3 +105,31 @@ test('the memory store is bounded by maxKeys', async () => {
   assert.equal((await limiter.take('k4999', pol)).allowed, false);
   await limiter.close();
 });
+
+test('each local store writes into the decision array it was opened with, across garbage collections', async () => {
+  const native = require(path.join(__dirname, '..', 'build', 'sluice.node'));
+  // The array is given once, when the store is opened, and checked then.
+  assert.throws(() => native.memoryNew(10), { name: 'TypeError', message: 'decision buffer' });
+  assert.throws(() => native.memoryNew(10, new Uint8Array(40)), { name: 'TypeError', message: 'decision buffer' });
+  assert.throws(() => native.memoryNew(10, new Float64Array(4)), { name: 'TypeError', message: 'decision buffer' });
+  assert.throws(() => native.shmNew('/dev/shm/unused', 10, '', [0, 0, 0, 0, 0]), { name: 'TypeError', message: 'decision buffer' });
+  require('node:v8').setFlagsFromString('--expose-gc');
+  const gc = require('node:vm').runInNewContext('gc');
+  const pol = sluice.policy([{ capacity: 3, rate: '1/h' }]);
+  const limiters = Array.from({ length: 20 }, () => new sluice.Limiter());
+  for (let round = 0; round < 5; round++) {
+    // Garbage and full collections between the takes: a store must keep
+    // writing where its limiter reads.
+    let junk = [];
+    for (let i = 0; i < 20000; i++) junk.push({ i, a: new Float64Array(5) });
+    junk = null;
+    gc();
+    for (const [n, l] of limiters.entries()) {
+      const d = await l.take(`k${n}`, pol);
+      assert.equal(d.allowed, round < 3, `limiter ${n} round ${round}`);
+      assert.equal(d.remaining, Math.max(0, 2 - round), `limiter ${n} round ${round}`);
+      assert.equal(d.limit, 3);
+    }
+  }
+  for (const l of limiters) await l.close();
+});

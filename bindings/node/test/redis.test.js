@@ -93,6 +93,28 @@ test('600 calls in flight (more than one table of answers): each answered once w
   }
 });
 
+test('calls of every size in waves (the addon reuses their memory): keys of 1 to 220 bytes, policies of 1, 5 and 16 limits, each answered with its own decision', async () => {
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000, keyPrefix: 'sizes:' } } });
+  const one = sluice.policy([{ capacity: 1000, rate: '1/h' }], { name: 'one' });
+  const limits = (n) => Array.from({ length: n }, (_, j) => ({ capacity: 1000 + j, rate: `${j + 1}/h` }));
+  const pols = [one, sluice.policy(limits(5), { name: 'five' }), sluice.policy(limits(16), { name: 'many' })];
+  try {
+    for (let wave = 1; wave <= 3; wave++) {
+      const got = await Promise.all(Array.from({ length: 400 }, (_, i) => {
+        // Key i: its own length and cost, so that an answer says whose it is.
+        const key = `${i}:`.padEnd(1 + (i * 37) % 220, 'x');
+        return limiter.take(key, pols[i % 3], { cost: (i % 5) + 1 }).then((d) => [i, d]);
+      }));
+      for (const [i, d] of got) {
+        const charged = wave * ((i % 5) + 1);
+        assert.deepEqual([d.allowed, d.limit, d.remaining], [true, 1000, 1000 - charged], `wave ${wave} call ${i}`);
+      }
+    }
+  } finally {
+    await limiter.close();
+  }
+});
+
 test('three Node processes, 200 concurrent callers on one key: the limit holds exactly', async () => {
   const capacity = 100, perSecond = 5, durationMs = 10000;
   const goAt = Date.now() + 3000;

@@ -235,7 +235,8 @@ class SentinelTest(unittest.TestCase):
         master.start()
         self.assertTrue(harness.wait_until(
             lambda: master.info("replication").get(
-                "master_link_status") == "up", 30, 0.1), master.log())
+                "master_link_status") == "up", 30, 0.1),
+            "\n".join([master.log()] + [s.log() for s in g.sentinels]))
         got = [check(sluice, "tight", "drained").status for _ in range(3)]
         self.assertEqual(got, [429] * 3)
         self.assertEqual(ready(sluice), 200)

@@ -23,24 +23,6 @@ static uint64_t rnd(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static sluice_limit_t lim(uint64_t capacity, const char *rate)
-{
-	sluice_limit_t l;
-
-	if (sluice_limit_parse(&l, "1", rate, NULL, 0) < 0 ||
-	    sluice_limit_init(&l, capacity, &l.rate, NULL, 0) < 0)
-		abort();
-	return l;
-}
-
-static int same_decision(const sluice_decision_t *a, const sluice_decision_t *b)
-{
-	return a->allowed == b->allowed && a->limit == b->limit &&
-	       a->remaining == b->remaining && a->never == b->never &&
-	       a->retry_after_us == b->retry_after_us &&
-	       a->reset_after_us == b->reset_after_us && a->which == b->which;
-}
-
 static void test_batches_decide_as_single_takes(void)
 {
 	/* Room for every bucket (4000 keys times 6 distinct limits, each

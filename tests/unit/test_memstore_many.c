@@ -10,16 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static sluice_limit_t lim(uint64_t capacity, const char *rate)
-{
-	sluice_limit_t l;
-
-	if (sluice_limit_parse(&l, "1", rate, NULL, 0) < 0 ||
-	    sluice_limit_init(&l, capacity, &l.rate, NULL, 0) < 0)
-		abort();
-	return l;
-}
-
 static void item(sluice_take_item_t *it, const char *key,
 		 const sluice_limit_t *limits, size_t n, uint64_t cost)
 {

@@ -18,24 +18,6 @@
 
 static const int64_t T0 = INT64_C(1700000000000000);
 
-static sluice_limit_t lim(uint64_t capacity, const char *rate)
-{
-	sluice_limit_t l;
-
-	if (sluice_limit_parse(&l, "1", rate, NULL, 0) < 0 ||
-	    sluice_limit_init(&l, capacity, &l.rate, NULL, 0) < 0)
-		abort();
-	return l;
-}
-
-static int same_decision(const sluice_decision_t *a, const sluice_decision_t *b)
-{
-	return a->allowed == b->allowed && a->limit == b->limit &&
-	       a->remaining == b->remaining && a->never == b->never &&
-	       a->retry_after_us == b->retry_after_us &&
-	       a->reset_after_us == b->reset_after_us && a->which == b->which;
-}
-
 /*
  * SipHash-1-3-128 under the key 00 01 .. 0f of the messages 00 01 .. of
  * these lengths, as this implementation has always computed it: a shared

@@ -923,6 +923,19 @@ class Sentinel(DirProc):
             return None
         return int(out[1]) if len(out) == 2 and out[1].isdigit() else None
 
+    def flags(self):
+        """The flags of the master this Sentinel watches (SENTINEL
+        MASTER): "master", plus "failover_in_progress" during a failover,
+        "s_down"/"o_down" while it thinks the master is down."""
+        try:
+            out = self.cli("SENTINEL", "master", self.name).splitlines()
+        except subprocess.TimeoutExpired:
+            return set()
+        for i in range(len(out) - 1):
+            if out[i] == "flags":
+                return set(out[i + 1].split(","))
+        return set()
+
     def known(self, what):
         """SENTINEL replicas|sentinels <name>: the ports listed."""
         out = self.cli("SENTINEL", what, self.name).splitlines()
@@ -1003,6 +1016,18 @@ class SentinelGroup:
             if s.poll() is None:
                 return s.master_port()
         return None
+
+    def settled_on(self, port):
+        """Whether every live Sentinel names `port` as the master and
+        none is in a failover.  Until then a Sentinel that has not yet
+        heard the new configuration still holds the old master as the
+        master: if that one comes back, it makes the new master a replica
+        of it (Sentinel "fixes" a replica that says it is a master)."""
+        live = [s for s in self.sentinels if s.poll() is None]
+        return bool(live) and all(
+            s.master_port() == port and
+            not s.flags() & {"failover_in_progress", "s_down", "o_down"}
+            for s in live)
 
     def stop(self):
         for p in self.sentinels + [self.replica, self.master]:

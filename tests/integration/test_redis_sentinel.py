@@ -231,7 +231,11 @@ class SentinelTest(unittest.TestCase):
 
         # The old master comes back (empty: it lost everything) and the
         # Sentinels make it a replica of the new one.  Decisions stay on
-        # the new master: the drained key is still refused.
+        # the new master: the drained key is still refused.  It comes
+        # back once the failover is over, as an operator would bring it
+        # back: a Sentinel still holding the old configuration would make
+        # the new master a replica of the empty old one.
+        self.wait_settled(replica)
         master.start()
         self.assertTrue(harness.wait_until(
             lambda: master.info("replication").get(
@@ -242,6 +246,15 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(ready(sluice), 200)
         self.assertEqual(g.master_port(), replica.port)
         return sluice
+
+    def wait_settled(self, new):
+        """Waits until every Sentinel names `new` and none is in a
+        failover."""
+        g = self.group
+        self.assertTrue(
+            harness.wait_until(lambda: g.settled_on(new.port), 60, 0.2),
+            "the Sentinels never all named %d:\n%s" % (
+                new.port, "\n".join(s.log() for s in g.sentinels)))
 
     def stays_on_the_new_master(self, sluice, label, fix=None):
         """After the failover: until the old master has been made a
@@ -324,6 +337,7 @@ class SentinelTest(unittest.TestCase):
         # the new master, which the Sentinels name.
         g = self.start_group()
         sluice = self.failover(config(g.addrs(), name=g.name), how="stop")
+        self.wait_settled(g.replica)
         g.master.signal(signal.SIGCONT)
         self.frozen = None
         self.stays_on_the_new_master(sluice, "after_resume")

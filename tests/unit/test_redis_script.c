@@ -80,15 +80,17 @@ static uint64_t ceil_ms(uint64_t us)
 	return us / 1000 + (us % 1000 != 0);
 }
 
-/* The server's real clock in ms (what SET ... PX counts from). */
-static long long server_ms(redisContext *c)
+/* The server's real clock in us.  The replayed clock runs a day ahead of
+ * it: the scripts write absolute expiries (PXAT), which the server would
+ * act on at once if they were behind its own clock. */
+static int64_t server_us(redisContext *c)
 {
 	redisReply *t = rh_cmd(c, "TIME");
-	long long ms = atoll(t->element[0]->str) * 1000 +
-		       atoll(t->element[1]->str) / 1000;
+	int64_t us = atoll(t->element[0]->str) * 1000000ll +
+		     atoll(t->element[1]->str);
 
 	freeReplyObject(t);
-	return ms;
+	return us;
 }
 
 /* decide.c's shortfall(), which the scripts answer: a second, independent
@@ -108,13 +110,14 @@ static uint64_t core_shortfall(sluice_state_t state, int64_t now, uint32_t per)
 }
 
 /* One sequence of `steps` requests on a key with n limits. */
-static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
+static void replay(redisContext *c, char *const scripts[2], int64_t base,
+		   int seq, int steps)
 {
 	sluice_limit_t limits[4];
 	sluice_state_t states[4] = {0}, next[4];
 	sluice_decision_t ds[4], sum;
 	size_t n = (size_t)rnd_in(1, 4), i, w;
-	int64_t now = 1764500000000000ll + (int64_t)rnd_in(0, 1ull << 40);
+	int64_t now = base + (int64_t)rnd_in(0, 1ull << 40);
 	char keys[4][64];
 	int s;
 
@@ -129,7 +132,6 @@ static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
 		int argc = 0, nn = 0, allowed;
 		sluice_decision_t got;
 		size_t which;
-		long long t0, t1;
 		uint64_t cost, tau_us = limits[0].tau / limits[0].rate.per;
 		redisReply *rep;
 
@@ -148,8 +150,7 @@ static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
 		/* States are int64 (tat_us * 1000): stay before ~2100, so
 		 * the clock jumps back, far behind the stored states. */
 		if (now > 4000000000000000ll)
-			now = 1764500000000000ll +
-			      (int64_t)rnd_in(0, 1ull << 40);
+			now = base + (int64_t)rnd_in(0, 1ull << 40);
 		cost = rnd() % 8 == 0 ? rnd_in(0, limits[0].capacity + 2)
 				      : rnd_in(0, 3);
 		/* Now and then a state written by someone else: empty,
@@ -209,9 +210,7 @@ static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
 		NUM(now / 1000000);
 		NUM(now % 1000000);
 #undef NUM
-		t0 = server_ms(c);
 		rep = redisCommandArgv(c, argc, argv, argl);
-		t1 = server_ms(c);
 		CHECK(rep != NULL);
 		if (rep->type == REDIS_REPLY_ERROR)
 			fprintf(stderr, "script error: %s\n", rep->str);
@@ -264,11 +263,7 @@ static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
 		for (i = 0; i < n; i++) {
 			redisReply *g = rh_cmd(c, "GET %s", keys[i]);
 
-			if (next[i] == 0 ||
-			    (g->type == REDIS_REPLY_NIL && sum.allowed &&
-			     cost > 0 && ds[i].reset_after_us <= 50000)) {
-				/* absent, or written with a PX of a few ms
-				 * that has run out in real time already */
+			if (next[i] == 0) {
 				CHECK(g->type == REDIS_REPLY_NIL);
 			} else {
 				char want[32];
@@ -290,16 +285,24 @@ static void replay(redisContext *c, char *const scripts[2], int seq, int steps)
 			}
 			freeReplyObject(g);
 			if (sum.allowed && cost > 0) {
-				/* PX = the core's time to full in whole ms,
-				 * exactly: SET ran between t0 and t1. */
+				/* PXAT = the instant the core's state is
+				 * full again, rounded up to a ms (never
+				 * before it), as the module writes it. */
 				redisReply *t =
 					rh_cmd(c, "PEXPIRETIME %s", keys[i]);
-				long long px = (long long)ceil_ms(
-					ds[i].reset_after_us);
+				long long at = (long long)ceil_ms(
+					(uint64_t)sluice_state_expiry_us(
+						next[i]));
 
-				CHECK((t->integer >= t0 + px &&
-				       t->integer <= t1 + px) ||
-				      (t->integer == -2 && px <= 50));
+				if (t->integer != at) {
+					fprintf(stderr,
+						"seq %d step %d key %zu: "
+						"PEXPIRETIME %lld, state %lld "
+						"full at %lld ms\n",
+						seq, s, i, t->integer,
+						(long long)next[i], at);
+					exit(1);
+				}
 				freeReplyObject(t);
 			}
 			states[i] = next[i];
@@ -312,10 +315,11 @@ static void test_script_equals_core(int port)
 	redisContext *c = rh_connect(port);
 	char *scripts[2] = {replay_script(sluice_redis__script),
 			    replay_script(sluice_redis__script_multi)};
+	int64_t base = server_us(c) + 86400000000ll;
 	int seq;
 
 	for (seq = 0; seq < 300; seq++)
-		replay(c, scripts, seq, 40);
+		replay(c, scripts, base, seq, 40);
 	printf("scripts == core over 300 random sequences x 40 steps\n");
 	free(scripts[0]);
 	free(scripts[1]);
@@ -373,10 +377,11 @@ static void test_adjust_equals_core(int port)
 	char *ret = strstr(adjust, "\nreturn 0");
 	int i, changed = 0;
 
-	/* The script reads back the state it wrote: a small debt's key
-	 * lives a millisecond or two, and a GET sent after the EVAL may
-	 * find it expired on a busy machine, while no key expires during
-	 * the script that wrote it. */
+	/* The replayed clock runs a day ahead of the server's (the
+	 * expiries written are absolute).  The script reads back the state
+	 * it wrote. */
+	int64_t base = server_us(c) + 86400000000ll;
+
 	CHECK(ret != NULL && strcmp(ret, "\nreturn 0\n") == 0);
 	adjust = realloc(adjust, strlen(adjust) + 64);
 	CHECK(adjust != NULL);
@@ -387,8 +392,7 @@ static void test_adjust_equals_core(int port)
 		sluice_limit_t l;
 		sluice_state_t state = 0, expect, next;
 		sluice_decision_t d;
-		int64_t now =
-			1764500000000000ll + (int64_t)rnd_in(0, 1ull << 40);
+		int64_t now = base + (int64_t)rnd_in(0, 1ull << 40);
 		uint64_t max, t, per, amount, add = 0, floor = 0;
 		int block = (int)(rnd() % 2), k;
 		char st[32], a1[32], a2[32], a3[32], a4[32], ts[32], tu[32];
@@ -452,8 +456,18 @@ static void test_adjust_equals_core(int port)
 			CHECK(r->type == REDIS_REPLY_STRING &&
 			      strcmp(r->str, st) == 0);
 		}
-		changed += expect != state;
 		freeReplyObject(r);
+		if (expect != state) {
+			/* Written: PXAT = when it is full, rounded up. */
+			r = rh_cmd(c, "PEXPIRETIME adj{k}");
+			CHECK(r->type == REDIS_REPLY_INTEGER &&
+			      r->integer ==
+				      (long long)ceil_ms(
+					      (uint64_t)sluice_state_expiry_us(
+						      expect)));
+			freeReplyObject(r);
+		}
+		changed += expect != state;
 	}
 	CHECK(changed > 1000);
 	printf("adjust.lua == core over 3000 random penalties and blocks "

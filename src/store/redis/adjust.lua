@@ -10,7 +10,7 @@
 -- ARGV[4i-1]  max_i: the largest shortfall to leave (< 2^53)
 -- ARGV[4i]    per_i
 -- The shortfall D now moves to min(max(D + add, floor), max); when that is
--- more than D, the state and its PX are written as a charge writes them.
+-- more than D, the state and its PXAT are written as a charge writes them.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 for i = 1, #KEYS do
@@ -38,12 +38,15 @@ for i = 1, #KEYS do
 		if nd > max then nd = max end
 	end
 	if nd > D then
-		local u, P = nd % p, p * 1000
-		local m = nd % P
-		local ms = (nd - m) / P
-		if m > 0 then ms = ms + 1 end
+		local u = nd % p
+		local tat = now + (nd - u) / p
+		local e = tat
+		if u > 0 then e = e + 1 end
+		local m = e % 1000
+		local at = (e - m) / 1000
+		if m > 0 then at = at + 1 end
 		redis.call('SET', KEYS[i],
-			string.format('%d%03d', now + (nd - u) / p, u), 'PX', ms)
+			string.format('%d%03d', tat, u), 'PXAT', at)
 	end
 end
 return 0

@@ -9,7 +9,7 @@
 -- ARGV[2i]    per_i
 -- The state moves back by need_i: D' = D - need, where D is the shortfall
 -- now; D' <= 0 means the bucket is full (the key is deleted), else the
--- state and its PX are written as the charge writes them.
+-- state and its PXAT are written as the charge writes them.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 for i = 1, #KEYS do
@@ -25,14 +25,16 @@ for i = 1, #KEYS do
 			if nd <= 0 then
 				redis.call('DEL', KEYS[i])
 			else
-				local u, P = nd % p, p * 1000
-				local m = nd % P
-				local ms = (nd - m) / P
-				if m > 0 then ms = ms + 1 end
+				local u = nd % p
+				local tat = now + (nd - u) / p
+				local e = tat
+				if u > 0 then e = e + 1 end
+				local m = e % 1000
+				local at = (e - m) / 1000
+				if m > 0 then at = at + 1 end
 				redis.call('SET', KEYS[i],
-					string.format('%d%03d',
-						now + (nd - u) / p, u),
-					'PX', ms)
+					string.format('%d%03d', tat, u),
+					'PXAT', at)
 			end
 		end
 	end

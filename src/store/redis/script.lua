@@ -24,7 +24,9 @@
 -- ARGV[3]  per, left out when 1 (one argument fewer to convert)
 -- Reply:   D, the shortfall (units) before this call, <= 2^53.  Allowed
 --          iff D + need <= tau; then the state moves to now + D + need,
---          written with PX = its time to full rounded up to a ms.
+--          written with PXAT = the instant it is full again
+--          (sluice_state_expiry_us()) rounded up to a ms, as the module
+--          writes it: never before the bucket is full.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 -- ARGV comes from the client and is always numeric: Lua's arithmetic
@@ -51,20 +53,19 @@ if s then
 end
 local nd = D + need
 if need > 0 and nd <= tau then
-	-- PX = ceil(ceil(nd / p) / 1000) = ceil(nd / (1000 p))
-	local P = p * 1000
-	local m = nd % P
-	local ms = (nd - m) / P
-	if m > 0 then ms = ms + 1 end
-	-- The state has 19 digits, more than a double holds: format the
-	-- microseconds (< 2^53) with %d and append the fraction.
-	if p == 1 then
-		redis.call('SET', KEYS[1], string.format('%d000', now + nd),
-			'PX', ms)
-	else
-		local u = nd % p
-		redis.call('SET', KEYS[1],
-			string.format('%d%03d', now + (nd - u) / p, u), 'PX', ms)
-	end
+	-- The new state: tat = now + floor(nd / p) us and u = nd % p
+	-- (1/p us); full at tat, or 1 us later with u > 0.  The state has 19
+	-- digits, more than a double holds: format the microseconds (< 2^53)
+	-- with %d and append the fraction.
+	local u = 0
+	if p > 1 then u = nd % p end
+	local tat = now + (nd - u) / p
+	local e = tat
+	if u > 0 then e = e + 1 end
+	local m = e % 1000
+	local at = (e - m) / 1000
+	if m > 0 then at = at + 1 end
+	redis.call('SET', KEYS[1], string.format('%d%03d', tat, u),
+		'PXAT', at)
 end
 return D

@@ -44,13 +44,15 @@ if ok then
 		local need, p = ARGV[3 * i - 2] + 0, ARGV[3 * i] + 0
 		if need > 0 then
 			local nd = Ds[i] + need
-			local u, P = nd % p, p * 1000
-			local m = nd % P
-			local ms = (nd - m) / P
-			if m > 0 then ms = ms + 1 end
+			local u = nd % p
+			local tat = now + (nd - u) / p
+			local e = tat
+			if u > 0 then e = e + 1 end
+			local m = e % 1000
+			local at = (e - m) / 1000
+			if m > 0 then at = at + 1 end
 			redis.call('SET', KEYS[i],
-				string.format('%d%03d', now + (nd - u) / p, u),
-				'PX', ms)
+				string.format('%d%03d', tat, u), 'PXAT', at)
 		end
 	end
 end

@@ -232,7 +232,7 @@ export interface MiddlewareOptions<Req = AnyRequest, Res = AnyResponse> {
   onStoreError?: 'open' | 'closed' | ((err: SluiceError, req: Req, res: Res, next: (err?: unknown) => void) => void);
   /** Give the tokens back when the response succeeds (requestWasSuccessful; default status < 400). */
   skipSuccessfulRequests?: boolean;
-  /** Give the tokens back when the response fails (status >= 400, or the connection closed first). */
+  /** Give the tokens back when the response finishes failed (status >= 400); a connection the client closes first keeps its charge. */
   skipFailedRequests?: boolean;
   requestWasSuccessful?: (req: Req, res: Res) => boolean;
 }

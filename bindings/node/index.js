@@ -1184,22 +1184,15 @@ function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, whic
 
 // Gives the charge back when the response finishes as the options say
 // it should not count (skipSuccessfulRequests / skipFailedRequests).  A
-// response that closes before it finished counts as failed.
+// connection closed before the response finished keeps its charge: the
+// client chose to hang up, and the handler may have done the work
+// anyway (were it refunded as a failure, a client hanging up on every
+// request would never be limited).
 function watchOutcome(c, req, res, key, p, cost) {
-  let settled = false;
-  const give = () => {
-    c.limiter.refund(key, p, cost).catch(() => {}); // best effort: an unreturned charge limits more, never less
-  };
   res.once('finish', () => {
-    if (settled) return;
-    settled = true;
     const ok = c.wasOk(req, res);
-    if (ok ? c.skipOk : c.skipFailed) give();
-  });
-  res.once('close', () => {
-    if (settled) return;
-    settled = true;
-    if (c.skipFailed) give();
+    if (ok ? c.skipOk : c.skipFailed)
+      c.limiter.refund(key, p, cost).catch(() => {}); // best effort: an unreturned charge limits more, never less
   });
 }
 

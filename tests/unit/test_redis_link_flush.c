@@ -7,9 +7,9 @@
  * the Node addon's, which delivers the answers read in that poll phase
  * and so runs the app's responses: Redis works on the new take
  * meanwhile, instead of after them.  A take asked from a timer still
- * leaves before the loop waits for I/O.  And of many takes asked at once
- * (a burst of requests read in one poll phase), the first ones leave
- * while the rest are still being asked.
+ * leaves before the loop waits for I/O.  And of many takes asked one
+ * after another in one poll phase, slowly (a burst of requests an app
+ * reads in one go), the first ones leave while the rest are being asked.
  *
  * The server is a fake one (redis_harness.h) that counts the commands it
  * has read: while a check callback holds the loop, what reaches it was
@@ -151,11 +151,12 @@ static void test_take_asked_from_a_timer_is_answered(void)
 	CHECK(uv_loop_close(&loop) == 0);
 }
 
-/* Takes asked in one go from the poll phase (a burst of requests read
- * in one turn): the first ones leave while the rest are still being
- * asked -- before the turn ends -- so that Redis works on them meanwhile
- * instead of waiting for the whole burst; every take is answered once. */
-#define BURST 64
+/* Takes asked one by one from the poll phase, each after a while (a
+ * burst of requests read in one turn, each costing the app some work):
+ * the first ones leave while the rest are still being asked -- before
+ * the turn ends -- so that Redis works on them meanwhile instead of
+ * waiting for the whole burst; every take is answered once. */
+#define BURST 16
 
 typedef struct burst_s {
 	sluice_redis_t *r;
@@ -181,6 +182,7 @@ static void on_burst(void *arg, int status, int allowed,
 		char key[16];
 
 		snprintf(key, sizeof(key), "burst%d", i);
+		rh_sleep_ms(1); /* the app's work on the request */
 		CHECK(sluice_redis_take(b->r, key, strlen(key), &b->l, 1, 1,
 					on_result, &b->res[i]) == 0);
 	}

@@ -11,9 +11,10 @@
  * (after the TLS handshake).
  *
  * Writes are batched: a command only appends to the output buffer, and the
- * buffer is written once per loop iteration, or as soon as it holds
- * LINK_EARLY_CMDS commands: the commands queued while handling one batch
- * of events leave in a few writes (TLS records), not one each.
+ * buffer is written once per loop iteration, or when it holds
+ * LINK_EARLY_CMDS commands queued over LINK_EARLY_NS or more: the commands
+ * queued while handling one batch of events leave in one write (one TLS
+ * record), or a few, never one each.
  * Commands queued while the loop handles I/O (a request read, then its
  * decision asked) leave from a check handle, right after the poll phase
  * and before the other check callbacks -- such as the Node addon's, which
@@ -39,12 +40,17 @@
 /* Output buffered beyond this, unwritten, refuses new commands. */
 #define LINK_OUT_MAX (64u << 20)
 #define LINK_READ_SZ 16384
-/* Commands queued in one go (a burst of requests read in one poll phase)
- * leave LINK_EARLY_CMDS at a time as they are queued, the rest at the end
- * of the phase: Redis starts on the first ones while the caller is still
- * reading the others, instead of idling until the whole burst is read --
- * and the caller then idling while Redis runs the burst. */
+/* Commands queued slowly in one go (a burst of requests read in one poll
+ * phase, each costing the app tens of µs, as an Express app's do) leave
+ * as soon as LINK_EARLY_CMDS of them wait and the first has waited
+ * LINK_EARLY_NS, the rest at the end of the phase: Redis starts on the
+ * first ones while the caller is still reading the others, instead of
+ * idling until the whole burst is read -- and the caller then idling
+ * while Redis runs the burst.  Commands queued quickly (a C server's, a
+ * benchmark's, µs apart) still leave in one write per phase, or a few:
+ * a write each few commands would cost more than it overlaps. */
 #define LINK_EARLY_CMDS 8
+#define LINK_EARLY_NS	100000
 
 typedef struct pending_s {
 	sluice_redis_reply_fn *fn;
@@ -80,7 +86,8 @@ typedef struct link_s {
 
 	char *out; /* plaintext queued, not yet written */
 	size_t outlen, outcap;
-	unsigned unsent; /* commands in out */
+	unsigned unsent;   /* commands in out */
+	uint64_t first_ns; /* uv_hrtime() when the first of them came */
 
 	pending_t *fifo; /* ring of callbacks, one per command */
 	size_t head, count, cap;
@@ -335,7 +342,10 @@ int sluice_redis__link_send(sluice_redis_link_t *pub, sluice_redis_reply_fn *fn,
 	l->outlen += len;
 	if (l->state != L_UP || l->failing)
 		return 0;
-	if (++l->unsent >= LINK_EARLY_CMDS) {
+	if (l->unsent++ == 0)
+		l->first_ns = uv_hrtime();
+	else if (l->unsent >= LINK_EARLY_CMDS &&
+		 uv_hrtime() - l->first_ns >= LINK_EARLY_NS) {
 		flush_out(l, 1);
 		return 0;
 	}

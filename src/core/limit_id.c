@@ -11,14 +11,47 @@
 #include "sluice.h"
 #include "util/num.h"
 
-#include <stdio.h>
+#include <string.h>
+
+/* The rate of a limit id as sluice_rate_format() writes it when one of
+ * its units holds a whole count ("2/s", "50/min"): the Redis client names
+ * every bucket it touches by its limit id, once per call, and snprintf was
+ * most of that.  0 for the rates it leaves to sluice_rate_format(). */
+static size_t rate_whole(const sluice_rate_t *rate, char *buf)
+{
+	/* sluice_rate_format()'s units, in its order. */
+	static const struct {
+		const char *name;
+		size_t len;
+		uint64_t us;
+	} unit[] = {{"s", 1, 1000000},
+		    {"min", 3, 60000000},
+		    {"h", 1, 3600000000},
+		    {"day", 3, 86400000000}};
+	size_t i, n;
+
+	/* per <= SLUICE_RATE_PER_MAX: us * per fits in 64 bits. */
+	if (rate->per > SLUICE_RATE_PER_MAX)
+		return 0;
+	for (i = 0; i < sizeof(unit) / sizeof(unit[0]); i++) {
+		uint64_t tok = unit[i].us * rate->per;
+
+		if (tok % rate->interval == 0) {
+			n = sluice_u64_dec(buf, tok / rate->interval);
+			buf[n++] = '/';
+			memcpy(buf + n, unit[i].name, unit[i].len + 1);
+			return n + unit[i].len;
+		}
+	}
+	return 0;
+}
 
 size_t sluice_limit_id(const sluice_limit_t *limit,
 		       char buf[SLUICE_LIMIT_ID_MAX])
 {
 	sluice_rate_t rate = limit->rate;
 	uint64_t g;
-	int n;
+	size_t n, r;
 
 	if (rate.interval == 0 || rate.per == 0) {
 		buf[0] = '\0'; /* not a limit: no id */
@@ -34,15 +67,18 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 		rate.interval /= g;
 		rate.per /= (uint32_t)g;
 	}
-	n = snprintf(buf, SLUICE_LIMIT_ID_MAX, "%llu@",
-		     (unsigned long long)limit->capacity);
-	n += sluice_rate_format(&rate, buf + n,
-				SLUICE_LIMIT_ID_MAX - (size_t)n);
+	/* "<capacity>@": at most 21 bytes. */
+	n = sluice_u64_dec(buf, limit->capacity);
+	buf[n++] = '@';
+	if ((r = rate_whole(&rate, buf + n)) > 0)
+		return n + r;
+	n += (size_t)sluice_rate_format(&rate, buf + n,
+					SLUICE_LIMIT_ID_MAX - n);
 	/* A valid limit needs at most 40 bytes; one out of range is cut
 	 * short rather than overrun the buffer. */
 	if (n >= SLUICE_LIMIT_ID_MAX)
 		n = SLUICE_LIMIT_ID_MAX - 1;
-	return (size_t)n;
+	return n;
 }
 
 int sluice_limit_valid(const sluice_limit_t *l)

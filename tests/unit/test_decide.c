@@ -519,6 +519,82 @@ static void test_limit_id_is_canonical(void)
 	CHECK(!sluice_limit_same(&a, &b));
 }
 
+/* The id is "<capacity>@" and the rate's canonical text (in lowest
+ * terms), as sluice_rate_format() writes it, cut to SLUICE_LIMIT_ID_MAX:
+ * checked against that over a deterministic sweep of capacities and
+ * rates, in lowest terms and not, whole counts per unit and not. */
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static void test_limit_id_matches_rate_format(void)
+{
+	static const uint64_t caps[] = {
+		1,	   2, 100, 999, 1000000, UINT64_C(4503599627370495),
+		UINT64_MAX};
+	uint64_t x = 12345;
+	size_t i, c, k;
+
+	for (i = 0; i < 20000; i++) {
+		sluice_limit_t l;
+		sluice_rate_t r;
+		char got[SLUICE_LIMIT_ID_MAX], want[SLUICE_LIMIT_ID_MAX];
+		uint64_t g;
+		int n;
+
+		/* A 64-bit LCG: the same sweep every run. */
+		x = x * UINT64_C(6364136223846793005) +
+		    UINT64_C(1442695040888963407);
+		switch (i % 4) {
+		case 0: /* a unit's whole count: 1..1000 per unit */
+			r.interval = (uint64_t[]){1000000, 60000000, 3600000000,
+						  86400000000}[(x >> 8) % 4];
+			r.per = (uint32_t)((x >> 16) % 1000 + 1);
+			break;
+		case 1: /* any interval, small */
+			r.interval = (x >> 8) % 5000000 + 1;
+			r.per = (uint32_t)((x >> 40) % 1000 + 1);
+			break;
+		case 2: /* any interval, large */
+			r.interval = (x >> 3) % (UINT64_C(1) << 52) + 1;
+			r.per = (uint32_t)((x >> 50) % 1000 + 1);
+			break;
+		default: /* beyond SLUICE_RATE_PER_MAX (hand-built) */
+			r.interval = (x >> 8) % 100000000 + 1;
+			r.per = (uint32_t)((x >> 40) % 100000 + 1);
+			break;
+		}
+		c = caps[(x >> 33) % (sizeof(caps) / sizeof(caps[0]))];
+		l.capacity = c == 999 ? (x >> 12) : c;
+		l.rate = r;
+		l.tau = 0;
+		g = gcd(r.interval, r.per);
+		r.interval /= g;
+		r.per /= (uint32_t)g;
+		n = snprintf(want, sizeof(want), "%llu@",
+			     (unsigned long long)l.capacity);
+		n += sluice_rate_format(&r, want + n, sizeof(want) - (size_t)n);
+		if (n >= SLUICE_LIMIT_ID_MAX)
+			n = SLUICE_LIMIT_ID_MAX - 1;
+		k = sluice_limit_id(&l, got);
+		if (strcmp(got, want) != 0 || k != (size_t)n)
+			fprintf(stderr,
+				"limit %llu %llu/%u: id %s (%zu), want %s "
+				"(%d)\n",
+				(unsigned long long)l.capacity,
+				(unsigned long long)l.rate.interval, l.rate.per,
+				got, k, want, n);
+		CHECK(strcmp(got, want) == 0 && k == (size_t)n);
+	}
+}
+
 int main(void)
 {
 	RUN(test_matches_exact_model);
@@ -534,5 +610,6 @@ int main(void)
 	RUN(test_state_expires_when_full);
 	RUN(test_all_or_nothing);
 	RUN(test_limit_id_is_canonical);
+	RUN(test_limit_id_matches_rate_format);
 	TESTS_DONE();
 }

@@ -7,7 +7,9 @@
  * the Node addon's, which delivers the answers read in that poll phase
  * and so runs the app's responses: Redis works on the new take
  * meanwhile, instead of after them.  A take asked from a timer still
- * leaves before the loop waits for I/O.
+ * leaves before the loop waits for I/O.  And of many takes asked one
+ * after another in one poll phase, slowly (a burst of requests an app
+ * reads in one go), the first ones leave while the rest are being asked.
  *
  * The server is a fake one (redis_harness.h) that counts the commands it
  * has read: while a check callback holds the loop, what reaches it was
@@ -149,11 +151,88 @@ static void test_take_asked_from_a_timer_is_answered(void)
 	CHECK(uv_loop_close(&loop) == 0);
 }
 
+/* Takes asked one by one from the poll phase, each after a while (a
+ * burst of requests read in one turn, each costing the app some work):
+ * the first ones leave while the rest are still being asked -- before
+ * the turn ends -- so that Redis works on them meanwhile instead of
+ * waiting for the whole burst; every take is answered once. */
+#define BURST 16
+
+typedef struct burst_s {
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	int before;  /* commands the server had read before the burst */
+	int written; /* some of the burst reached it before the turn ended */
+	int asked;
+	result_t res[BURST];
+} burst_t;
+
+static void on_burst(void *arg, int status, int allowed,
+		     const sluice_decision_t *d, size_t which)
+{
+	burst_t *b = arg;
+	int64_t until;
+	int i;
+
+	(void)d;
+	(void)which;
+	CHECK(status == 0 && allowed);
+	b->before = fake.commands;
+	for (i = 0; i < BURST; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "burst%d", i);
+		rh_sleep_ms(1); /* the app's work on the request */
+		CHECK(sluice_redis_take(b->r, key, strlen(key), &b->l, 1, 1,
+					on_result, &b->res[i]) == 0);
+	}
+	b->asked = 1;
+	/* Still inside the poll phase: no loop handle can have run. */
+	until = rh_ms() + 10000;
+	while (fake.commands <= b->before && rh_ms() < until)
+		rh_sleep_ms(1);
+	b->written = fake.commands > b->before;
+}
+
+static void test_burst_leaves_before_the_turn_ends(void)
+{
+	uv_loop_t loop;
+	burst_t b = {0};
+	int64_t until = rh_ms() + 60000;
+	int i, all = 0;
+
+	uv_loop_init(&loop);
+	b.r = client(&loop);
+	rh_limit(&b.l, 10, "1/s");
+	CHECK(sluice_redis_take(b.r, "first", 5, &b.l, 1, 1, on_burst, &b) ==
+	      0);
+	while (!b.asked && rh_ms() < until)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(b.asked);
+	if (!b.written)
+		fprintf(stderr,
+			"none of %d takes asked at once was written "
+			"before the loop turn ended\n",
+			BURST);
+	CHECK(b.written);
+	while (!all && rh_ms() < until) {
+		uv_run(&loop, UV_RUN_ONCE);
+		for (all = 1, i = 0; i < BURST; i++)
+			all &= b.res[i].done;
+	}
+	for (i = 0; i < BURST; i++)
+		CHECK(b.res[i].done && b.res[i].status == 0 &&
+		      b.res[i].allowed);
+	rh_close_client(&loop, b.r);
+	CHECK(uv_loop_close(&loop) == 0);
+}
+
 int main(void)
 {
 	rh_fake_start(&fake, answer);
 	test_take_asked_in_poll_phase_is_written_before_check_phase();
 	test_take_asked_from_a_timer_is_answered();
+	test_burst_leaves_before_the_turn_ends();
 	printf("test_redis_link_flush: ok\n");
 	return 0;
 }

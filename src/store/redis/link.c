@@ -11,9 +11,10 @@
  * (after the TLS handshake).
  *
  * Writes are batched: a command only appends to the output buffer, and the
- * buffer is written once per loop iteration: every command queued while
- * handling one batch of events leaves in one write (one TLS record), as
- * with hiredis's own adapter, which waits for the socket to be writable.
+ * buffer is written once per loop iteration, or when it holds
+ * LINK_EARLY_CMDS commands queued over LINK_EARLY_NS or more: the commands
+ * queued while handling one batch of events leave in one write (one TLS
+ * record), or a few, never one each.
  * Commands queued while the loop handles I/O (a request read, then its
  * decision asked) leave from a check handle, right after the poll phase
  * and before the other check callbacks -- such as the Node addon's, which
@@ -39,6 +40,17 @@
 /* Output buffered beyond this, unwritten, refuses new commands. */
 #define LINK_OUT_MAX (64u << 20)
 #define LINK_READ_SZ 16384
+/* Commands queued slowly in one go (a burst of requests read in one poll
+ * phase, each costing the app tens of µs, as an Express app's do) leave
+ * as soon as LINK_EARLY_CMDS of them wait and the first has waited
+ * LINK_EARLY_NS, the rest at the end of the phase: Redis starts on the
+ * first ones while the caller is still reading the others, instead of
+ * idling until the whole burst is read -- and the caller then idling
+ * while Redis runs the burst.  Commands queued quickly (a C server's, a
+ * benchmark's, µs apart) still leave in one write per phase, or a few:
+ * a write each few commands would cost more than it overlaps. */
+#define LINK_EARLY_CMDS 8
+#define LINK_EARLY_NS	100000
 
 typedef struct pending_s {
 	sluice_redis_reply_fn *fn;
@@ -74,6 +86,8 @@ typedef struct link_s {
 
 	char *out; /* plaintext queued, not yet written */
 	size_t outlen, outcap;
+	unsigned unsent;   /* commands in out */
+	uint64_t first_ns; /* uv_hrtime() when the first of them came */
 
 	pending_t *fifo; /* ring of callbacks, one per command */
 	size_t head, count, cap;
@@ -90,6 +104,7 @@ typedef struct write_s {
 } write_t;
 
 static void link_fail(link_t *l, const char *why);
+static void on_flush(uv_prepare_t *p);
 
 /* -------------------------------------------------------------- memory */
 
@@ -207,8 +222,23 @@ static int write_tls_out(link_t *l)
 	return n ? write_raw(l, buf, n) : 0;
 }
 
+/* A write that failed: at once, or (defer) from the prepare handle, when
+ * the caller is inside sluice_redis__link_send(), whose callers do not
+ * expect the callbacks to run before it returns. */
+static void write_failed(link_t *l, const char *why, int defer)
+{
+	if (!defer) {
+		link_fail(l, why);
+		return;
+	}
+	if (why)
+		snprintf(l->pub.errstr, sizeof(l->pub.errstr), "%s", why);
+	l->failing = 1;
+	uv_prepare_start(&l->flush, on_flush);
+}
+
 /* Writes the queued commands: in one write as they are, or through TLS. */
-static void flush(link_t *l)
+static void flush_out(link_t *l, int defer)
 {
 	char *buf = l->out;
 	size_t len = l->outlen;
@@ -217,23 +247,29 @@ static void flush(link_t *l)
 	uv_check_stop(&l->early);
 	if (l->state != L_UP || !len)
 		return;
+	l->unsent = 0;
 	if (l->tls) {
 		l->outlen = 0;
 		if (sluice_redis__tls_write(l->tls, buf, len, l->pub.errstr,
 					    sizeof(l->pub.errstr)) < 0) {
 			l->pub.tls_failed = 1;
-			link_fail(l, NULL);
+			write_failed(l, NULL, defer);
 			return;
 		}
 		if (write_tls_out(l) < 0)
-			link_fail(l, "write: out of memory");
+			write_failed(l, "write: out of memory", defer);
 		return;
 	}
 	/* The buffer itself goes to the socket; a new one starts. */
 	l->out = NULL;
 	l->outlen = l->outcap = 0;
 	if (write_raw(l, buf, len) < 0)
-		link_fail(l, "write: could not queue");
+		write_failed(l, "write: could not queue", defer);
+}
+
+static void flush(link_t *l)
+{
+	flush_out(l, 0);
 }
 
 void sluice_redis__link_flush(sluice_redis_link_t *pub)
@@ -304,7 +340,16 @@ int sluice_redis__link_send(sluice_redis_link_t *pub, sluice_redis_reply_fn *fn,
 		return -1;
 	memcpy(l->out + l->outlen, resp, len);
 	l->outlen += len;
-	if (l->state == L_UP && !uv_is_active((uv_handle_t *)&l->flush)) {
+	if (l->state != L_UP || l->failing)
+		return 0;
+	if (l->unsent++ == 0)
+		l->first_ns = uv_hrtime();
+	else if (l->unsent >= LINK_EARLY_CMDS &&
+		 uv_hrtime() - l->first_ns >= LINK_EARLY_NS) {
+		flush_out(l, 1);
+		return 0;
+	}
+	if (!uv_is_active((uv_handle_t *)&l->flush)) {
 		uv_prepare_start(&l->flush, on_flush);
 		uv_check_start(&l->early, on_early);
 	}

@@ -40,7 +40,10 @@
 //   flushes and compiles again -- it put the no-op at 35 µs instead of 15.
 //   The collector runs on the main thread (--single-threaded-gc): node is
 //   pinned to one CPU, where helper threads only take turns with it, and
-//   their work is then counted in the chunk that caused it.
+//   their work is then counted in the chunk that caused it.  And it
+//   scavenges when the young generation is full, not when an idle-time
+//   task happens to run (--no-minor-gc-task), so that where a scavenge
+//   falls does not depend on timing.
 // - Every variant (and the no-op) is warmed up first (OVERHEAD_WARMUP
 //   calls each, default 4 chunks' worth), so that the JIT has compiled it
 //   before the first measured chunk.
@@ -59,8 +62,8 @@ const path = require('path');
 
 const FLAGS = process.env.OVERHEAD_FLAGS !== undefined
   ? process.env.OVERHEAD_FLAGS.split(' ').filter(Boolean)
-  : ['--expose-gc', '--single-threaded-gc', '--min-semi-space-size=16',
-    '--max-semi-space-size=16'];
+  : ['--expose-gc', '--single-threaded-gc', '--no-minor-gc-task',
+    '--min-semi-space-size=16', '--max-semi-space-size=16'];
 
 if (require.main === module &&
     !FLAGS.every((f) => process.execArgv.includes(f))) {

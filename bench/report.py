@@ -352,8 +352,9 @@ def node_section(w, plots, nd):
       "the order rotates from pass to pass; each figure below is the "
       "median over the passes with the interquartile range in brackets. "
       "Every chunk starts after a young-generation collection, with fixed "
-      "16 MB semi-spaces and the collector on node's main thread (`%s`), "
-      "after a warm-up of every middleware (the load average was %s "
+      "16 MB semi-spaces, the collector on node's main thread and no "
+      "idle-time scavenges (`%s`), after a warm-up of every middleware, so "
+      "that no chunk pays for another's garbage (the load average was %s "
       "before and after).\n"
       % (fmt(nd.get("inproc_calls")), fmt(nd.get("inproc_passes")),
          fmt(nd.get("inproc_noop_cpu_us_per_call")), rng("inproc_noop_iqr"),

@@ -205,18 +205,26 @@ TARGETS = [
     ("Redis over TLS: redis-server CPU per decision vs plain (script)",
      "redis", lambda r: r["redis"]["redis_us_per_decision_sluice_tls"] /
      r["redis"]["redis_us_per_decision_sluice_script"], "<=", 1.25, "x"),
-    ("Node, sluice memory: limiter's own node CPU vs the classic's", "node",
+    ("Node, sluice memory: limiter's own node CPU vs the classic's "
+     "(fixed load)", "node",
      lambda r: r["node"]["memory_limiter_cpu_vs_classic"], "<=", 0.05, "x"),
-    ("Node, sluice Redis: limiter's own node CPU vs the classic's", "node",
+    ("Node, sluice Redis: limiter's own node CPU vs the classic's "
+     "(fixed load)", "node",
      lambda r: r["node"]["redis_limiter_cpu_vs_classic"], "<=", 0.5, "x"),
-    ("Node, sluice memory: the same, in-process (overhead.js)", "node",
+    ("Node, sluice memory: in-process (overhead.js), vs the "
+     "classic as written (2 headers)", "node",
      lambda r: r["node"]["memory_inproc_cpu_vs_classic"], "<=", 0.05, "x"),
-    ("Node, sluice Redis: the same, in-process (overhead.js)", "node",
+    ("Node, sluice Redis: in-process (overhead.js), vs the classic as "
+     "written (2 headers)", "node",
      lambda r: r["node"]["redis_inproc_cpu_vs_classic"], "<=", 0.3, "x"),
+    ("Node, sluice Redis: in-process (overhead.js), vs the classic "
+     "sending the same 5 headers", "node",
+     lambda r: r["node"]["redis_inproc_cpu_vs_classic_headers"], "<=", 0.3,
+     "x"),
     ("Node, sluice memory: req/s vs bare Express", "node",
      lambda r: r["node"]["memory_rps_vs_bare"], ">=", 0.95, "x"),
     ("Node, sluice memory: in-process CPU vs the cheaper Node peer's "
-     "memory store", "node",
+     "memory store (same 5 headers)", "node",
      lambda r: r["node"]["memory_inproc_cpu_vs_peers"], "<=", 0.5, "x"),
     ("Node, sluice Redis: req/s vs the classic app", "node",
      lambda r: r["node"]["redis_rps_vs_classic"], ">=", 1.05, "x"),
@@ -240,6 +248,8 @@ NODE_APPS = [
     ("sluice_memory", "Express + sluice, memory store", "sluice memory"),
     ("sluice_redis", "Express + sluice, Redis store", "sluice Redis"),
     ("classic", "classic: ioredis + Lua hash bucket (EVALSHA)", "classic"),
+    ("classic_headers", "the classic, sending sluice's 5 headers",
+     "classic 5 headers"),
     ("flexible", "rate-limiter-flexible RateLimiterRedis",
      "rl-flexible"),
     ("express_rate_limit", "express-rate-limit + rate-limit-redis",
@@ -249,6 +259,19 @@ NODE_APPS = [
     ("express_rate_limit_memory", "express-rate-limit MemoryStore",
      "erl memory"),
 ]
+
+
+# Targets whose figure has a spread in results.json, a [low, high] list
+# under the figure's key + "_spread": (section, key) by the target's label.
+TARGET_SPREADS = {
+    t[0]: ("node", k) for t, k in zip(
+        [t for t in TARGETS if t[1] == "node"][:5] + [
+            t for t in TARGETS if "cheaper Node peer" in t[0]],
+        ["memory_limiter_cpu_vs_classic", "redis_limiter_cpu_vs_classic",
+         "memory_inproc_cpu_vs_classic", "redis_inproc_cpu_vs_classic",
+         "redis_inproc_cpu_vs_classic_headers",
+         "memory_inproc_cpu_vs_peers"])
+}
 
 
 def targets_table(results):
@@ -268,8 +291,14 @@ def targets_table(results):
                          "%s %s" % (fmt(v), unit), "within the noise"])
             continue
         ok = v >= bound if op == ">=" else v <= bound
+        got = "%s %s" % (fmt(v), unit)
+        if what in TARGET_SPREADS:
+            sec, key = TARGET_SPREADS[what]
+            sp = (results.get(sec) or {}).get(key + "_spread")
+            if sp:
+                got += " (%s to %s)" % (fmt(sp[0]), fmt(sp[1]))
         rows.append([what, "%s %s %s" % (op, fmt(bound), unit),
-                     "%s %s" % (fmt(v), unit), "met" if ok else "**not met**"])
+                     got, "met" if ok else "**not met**"])
     return table(["target", "goal", "this run", ""], rows)
 
 
@@ -278,37 +307,59 @@ def img(path, alt):
 
 
 def node_section(w, plots, nd):
+    def rng(k):
+        return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
+            else "n/a"
+
+    def med_iqr(k):
+        v = fmt(nd.get(k))
+        return "%s (%s)" % (v, rng(k + "_iqr")) if nd.get(k + "_iqr") else v
+
     w("\n## node: Express apps, sluice's addon vs the Redis limiters "
       "people use\n")
-    w("Eight Express 4 apps (`bench/node/`, node %s, `NODE_ENV=production`) "
+    w("Nine Express 4 apps (`bench/node/`, node %s, `NODE_ENV=production`) "
       "share one route (`GET /` answering `{\"ok\":true}`) and differ only "
       "in the limiter in front of it, each keyed by `x-user-id` with %s. "
-      "One Redis serves them all (flushed between apps). Each app gets a "
+      "One Redis serves them all (flushed between runs). Each app gets a "
       "%s s warm-up, then `wrk %s --latency` with a Lua script that sends "
       "one of %s random `x-user-id`s per request. node and Redis CPU per "
       "request are the utime + stime deltas of the node and redis-server "
       "processes over the measured run, divided by the requests wrk "
-      "completed. The limiter's own cost is the app's node CPU per request "
-      "minus bare Express's. rate-limiter-flexible and express-rate-limit "
+      "completed. rate-limiter-flexible and express-rate-limit "
       "count fixed windows; 100 requests per 50 s is their nearest "
-      "equivalent. \"one key\" is how many of 105 back-to-back requests for "
+      "equivalent. The classic app sends X-RateLimit-Limit and "
+      "-Remaining, as the blog posts write it; \"the classic, sending "
+      "sluice's 5 headers\" is the same bucket sending RateLimit-Policy, "
+      "RateLimit and X-RateLimit-Limit/-Remaining/-Reset as sluice's "
+      "middleware does by default. \"one key\" is how many of 105 "
+      "back-to-back requests for "
       "a single user passed before the load (the bucket of 100 plus any "
       "token refilled meanwhile: the limit is really on).\n"
-      "\nThe limiter's own cost is a difference of two figures of 100 µs "
-      "or more that each move with the machine's load, so it is also measured "
-      "in-process (`bench/node/overhead.js`): each app's middleware called "
-      "directly on a request and a response made as node and Express make "
-      "them (the app's prototypes set on them, then Express's own "
-      "properties added), the response's head rendered after it (so the "
-      "headers a limiter sets are paid for), 50 calls in flight "
-      "against the same Redis, its node CPU per call beyond a no-op "
-      "middleware's (%s µs) driven the same way in the same round (median "
-      "over %s rounds of %s calls, every middleware once per round).\n"
       % (fmt(nd.get("node_version")), fmt(nd.get("policy")),
          fmt(nd.get("warmup_s", 3)),
-         fmt(nd.get("wrk")), fmt(nd.get("users")),
-         fmt(nd.get("inproc_noop_cpu_us_per_call")),
-         fmt(nd.get("inproc_rounds", 3)), fmt(nd.get("inproc_calls"))))
+         fmt(nd.get("wrk")), fmt(nd.get("users"))))
+    w("\nA limiter's own cost is the difference of two figures of 100 µs or "
+      "more that each move with the machine's load, so it is measured two "
+      "more ways. **In-process** (`bench/node/overhead.js`): each app's "
+      "middleware called directly on a request and a response made as node "
+      "and Express make them (the app's prototypes set on them, then "
+      "Express's own properties added), the response's head rendered after "
+      "it (so the headers a limiter sets are paid for), 50 calls in flight "
+      "against the same Redis, in chunks of %s calls; in each of %s passes "
+      "every middleware runs one chunk between two chunks of a no-op "
+      "middleware (%s µs per call, interquartile range %s) and its figure "
+      "for the pass is its node CPU per call minus the mean of those two; "
+      "the order rotates from pass to pass; each figure below is the "
+      "median over the passes with the interquartile range in brackets. "
+      "Every chunk starts after a young-generation collection, with fixed "
+      "16 MB semi-spaces, the collector on node's main thread and no "
+      "idle-time scavenges (`%s`), after a warm-up of every middleware, so "
+      "that no chunk pays for another's garbage (the load average was %s "
+      "before and after).\n"
+      % (fmt(nd.get("inproc_calls")), fmt(nd.get("inproc_passes")),
+         fmt(nd.get("inproc_noop_cpu_us_per_call")), rng("inproc_noop_iqr"),
+         nd.get("inproc_flags") or "n/a",
+         rng("inproc_loadavg_1m").replace(" to ", " and ")))
     if nd.get("pinned"):
         w("\nPinned with CPU affinity (`sched_setaffinity`, as `taskset` "
           "does): %s, so that the app and its load do not trade time "
@@ -320,16 +371,39 @@ def node_section(w, plots, nd):
                      fmt(nd.get(app + "_p99_ms")),
                      fmt(nd.get(app + "_node_cpu_us_per_req")),
                      "—" if app == "bare" else
-                     fmt(nd.get(app + "_limiter_cpu_us_per_req")),
-                     "—" if app == "bare" else
-                     fmt(nd.get(app + "_inproc_cpu_us_per_call")),
+                     med_iqr(app + "_inproc_cpu_us_per_call"),
                      fmt(nd.get(app + "_redis_cpu_us_per_req")),
                      fmt(nd.get(app + "_one_key_allowed_of_105"))])
     w(table(["app", "req/s", "p50 ms", "p99 ms", "node CPU µs/request",
-             "limiter's own node CPU µs/request",
-             "limiter's own node CPU µs/call, in-process",
+             "limiter's own node CPU µs/call, in-process (IQR)",
              "Redis CPU µs/request",
              "one key: passed of 105"], rows))
+    fixed = [(app, label) for app, label, _ in NODE_APPS
+             if nd.get(app + "_fixed_cpu_us_per_req") is not None]
+    if fixed:
+        w("\n**At a fixed load**: the apps the targets compare (bare, "
+          "sluice on each store, the classic) driven all at once, each by "
+          "its own `wrk %s` whose connections each wait 0 to %s ms "
+          "(uniform) before every request (about %s requests/s an app, well "
+          "below what the core serves, so that CPU per request is not a "
+          "function of saturation), %s windows after a warm-up; in every "
+          "window "
+          "each app's node CPU per request (from /proc/<pid>/task/*/"
+          "schedstat, to the nanosecond) minus bare Express's in the same "
+          "window is its limiter's own cost, so that every difference is "
+          "of two figures measured at the same moments of the machine. "
+          "Medians over the windows, interquartile range in brackets (load "
+          "average %s before and after):\n"
+          % (nd.get("fixed_wrk") or "n/a", fmt(nd.get("fixed_delay_ms")),
+             fmt(nd.get("bare_fixed_rps")), fmt(nd.get("fixed_windows")),
+             rng("fixed_loadavg_1m").replace(" to ", " and ")))
+        w(table(["app", "req/s", "node CPU µs/request",
+                 "above bare Express, µs/request (IQR)"],
+                [[label, fmt(nd.get(app + "_fixed_rps")),
+                  fmt(nd.get(app + "_fixed_cpu_us_per_req")),
+                  "—" if app == "bare" else
+                  med_iqr(app + "_fixed_limiter_cpu_us_per_req")]
+                 for app, label in fixed]))
     spread = []
     for app, label, _ in NODE_APPS:
         runs = nd.get(app + "_runs") or []
@@ -339,13 +413,13 @@ def node_section(w, plots, nd):
                                                "cpu_us_per_req")])
     if spread:
         if nd.get("round_s") is not None:
-            w("\nThe apps the targets compare (bare, sluice on each store, "
-              "the classic) stay up side by side, each idle while another "
+            w("\nFor req/s and p99 the apps the targets compare stay up side "
+              "by side, each idle while another "
               "is measured: after its warm-up, each is measured %s times "
               "with `wrk -t1 -c50 -d%ss --latency`, in rounds over the four "
               "(the order reversed every other round), Redis flushed before "
-              "every run; the table gives each figure's median, the other "
-              "apps' one run of `wrk %s`. Every run, in order:\n"
+              "every run; the first table gives each figure's median, the "
+              "other apps' one run of `wrk %s`. Every run, in order:\n"
               % (fmt(nd.get("rounds")), fmt(nd.get("round_s")),
                  fmt(nd.get("wrk"))))
         else:
@@ -361,22 +435,37 @@ def node_section(w, plots, nd):
         w("\nThe machine's 1-minute load average after each app's run: "
           "%s to %s (%s cores; wrk, node and Redis alone make about 2).\n"
           % (fmt(min(loads)), fmt(max(loads)), fmt(os.cpu_count())))
-    w("\nsluice memory: limiter CPU **%s** of the classic's, req/s **%s** "
-      "of bare Express's, p99 **%s** of the classic's. sluice Redis: "
-      "limiter CPU **%s** of the classic's, req/s **%s** of the classic's, "
-      "p99 **%s** of the classic's. In-process, the limiter's own CPU is "
-      "**%s** (memory) and **%s** (Redis) of the classic's, and the memory "
-      "store's **%s** of the cheaper Node peer's memory store (req/s "
-      "**%s** of the faster one's).\n"
+
+    def ratio_s(k):
+        v = fmt(nd.get(k))
+        sp = nd.get(k + "_spread")
+        return "**%s** (%s to %s)" % (v, fmt(sp[0]), fmt(sp[1])) if sp \
+            else "**%s**" % v
+    w("\nAt a fixed load, the limiter's own node CPU is %s (memory) and %s "
+      "(Redis) of the classic's. In-process, the limiter's own CPU is %s "
+      "(memory) and %s (Redis) of the classic's as written (2 headers), "
+      "%s (memory) and %s (Redis) of the classic sending the same 5 "
+      "headers, and the memory store's %s of the cheaper Node peer's "
+      "memory store (%s; the same 5 headers). In brackets: the ratio from "
+      "the far quartiles of the two figures (low over high, high over "
+      "low).\n"
+      % (ratio_s("memory_limiter_cpu_vs_classic"),
+         ratio_s("redis_limiter_cpu_vs_classic"),
+         ratio_s("memory_inproc_cpu_vs_classic"),
+         ratio_s("redis_inproc_cpu_vs_classic"),
+         ratio_s("memory_inproc_cpu_vs_classic_headers"),
+         ratio_s("redis_inproc_cpu_vs_classic_headers"),
+         ratio_s("memory_inproc_cpu_vs_peers"),
+         dict((a, l) for a, l, _ in NODE_APPS).get(
+             nd.get("memory_inproc_cheaper_peer"), "n/a")))
+    w("\nSaturated: sluice memory req/s **%s** of bare Express's, p99 "
+      "**%s** of the classic's; sluice Redis req/s **%s** of the classic's, "
+      "p99 **%s** of the classic's; the memory store's req/s **%s** of the "
+      "faster Node peer's memory store.\n"
       % tuple(fmt(nd.get(k)) for k in (
-          "memory_limiter_cpu_vs_classic", "memory_rps_vs_bare",
-          "memory_p99_vs_classic", "redis_limiter_cpu_vs_classic",
+          "memory_rps_vs_bare", "memory_p99_vs_classic",
           "redis_rps_vs_classic", "redis_p99_vs_classic",
-          "memory_inproc_cpu_vs_classic", "redis_inproc_cpu_vs_classic",
-          "memory_inproc_cpu_vs_peers", "memory_rps_vs_peers")))
-    def rng(k):
-        return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
-            else "n/a"
+          "memory_rps_vs_peers")))
     if nd.get("redis_rps_vs_classic_paired") is not None:
         w("\nRound by round (each sluice run against the classic or bare run "
           "next to it): sluice Redis req/s **%s** of the classic's (%s), "
@@ -391,7 +480,7 @@ def node_section(w, plots, nd):
     inproc = [(label, nd.get(app + "_inproc_cpu_us_per_call_range"))
               for app, label, _ in NODE_APPS[1:]]
     if any(r for _, r in inproc):
-        w("\nIn-process µs per call, lowest to highest round: %s.\n"
+        w("\nIn-process µs per call, lowest to highest pass: %s.\n"
           % "; ".join("%s %s to %s" % (label, fmt(r[0]), fmt(r[1]))
                       for label, r in inproc if r))
     w(img(plots.grouped(

@@ -2,7 +2,9 @@
 // blog post writes it: a Lua script keeping a hash per user (tokens, time
 // of the last refill; HMGET/HMSET/EXPIRE, bench/redis_classic.lua, the one
 // the redis section measures), loaded once with SCRIPT LOAD and called
-// with one EVALSHA per request, the app's clock passed in.
+// with one EVALSHA per request, the app's clock passed in.  It sends
+// X-RateLimit-Limit and X-RateLimit-Remaining, as the posts do;
+// classic-headers.js is the same bucket sending sluice's five headers.
 const fs = require('fs');
 const path = require('path');
 const Redis = require('ioredis');
@@ -11,7 +13,14 @@ const { main, userKey, redisUrl, CAPACITY, RATE_PER_S } = require('./common');
 const script = fs.readFileSync(path.join(__dirname, '..', 'redis_classic.lua'),
   'utf8');
 
-function tokenBucket(redis, sha) {
+// The blog post's two headers.
+function twoHeaders(res, tokens) {
+  res.set('X-RateLimit-Limit', String(CAPACITY));
+  res.set('X-RateLimit-Remaining', String(tokens));
+}
+
+// The middleware; `headers(res, tokens)` sets the response's headers.
+function tokenBucket(redis, sha, headers) {
   return async (req, res, next) => {
     const key = `rate:${userKey(req)}`;
     let allowed, tokens;
@@ -23,8 +32,7 @@ function tokenBucket(redis, sha) {
       console.error('rate limiter:', err.message);
       return next();
     }
-    res.set('X-RateLimit-Limit', String(CAPACITY));
-    res.set('X-RateLimit-Remaining', String(tokens));
+    headers(res, tokens);
     if (!allowed) {
       return res.status(429).json({ error: 'Too Many Requests' });
     }
@@ -32,8 +40,12 @@ function tokenBucket(redis, sha) {
   };
 }
 
-main(module, async () => {
+// Connects, loads the script, and returns the middleware.
+async function classic(headers) {
   const redis = new Redis(redisUrl());
   const sha = await redis.script('load', script);
-  return tokenBucket(redis, sha);
-});
+  return tokenBucket(redis, sha, headers);
+}
+
+main(module, () => classic(twoHeaders));
+module.exports.classic = classic;

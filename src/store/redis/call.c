@@ -236,7 +236,8 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		 * master is made a replica): the new master decides it,
 		 * within the deadline. */
 		if (c->r->sentinel && c->r->nodes[0]->moving &&
-		    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+		    clock_ms() < c->deadline_ms) {
+			c->redirects++;
 			sluice_redis__retry_later(c);
 			return;
 		}
@@ -287,9 +288,14 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		}
 	} else if (is_error(rep, "TRYAGAIN") || is_error(rep, "CLUSTERDOWN") ||
 		   is_error(rep, "LOADING")) {
-		/* Slot mid-migration or server warming up: retry shortly,
-		 * still within this call's deadline. */
-		if (++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS * 4) {
+		/* Slot mid-migration (its keys split between two nodes until
+		 * the next batch moves), cluster or server warming up: retry
+		 * every SLUICE_REDIS_RETRY_MS for as long as the call may
+		 * wait.  As with READONLY, the deadline alone bounds it: a
+		 * count of tries (20, about 100 ms) gave up in the middle of
+		 * a migration on a busy machine. */
+		c->redirects++;
+		if (clock_ms() < c->deadline_ms) {
 			sluice_redis__retry_later(c);
 			return;
 		}

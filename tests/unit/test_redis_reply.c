@@ -184,13 +184,11 @@ static const char *answer_decision(const redisReply *cmd, size_t *len)
 	return "+OK\r\n";
 }
 
-/* A call answered with reply fails at once, not at its (long) timeout,
- * and the node's last error names the bound. */
-static void expect_call_refused(const char *reply, size_t len,
-				const char *needle)
+/* One decision (script path) through a client of the scripted server on
+ * port; the node's last error is copied to last_error. */
+static result_t take_on_fake(int port, int timeout_ms, char *last_error,
+			     size_t n)
 {
-	static rh_fake_t fake;
-	static int started;
 	sluice_redis_opts_t o = {0};
 	sluice_redis_t *r;
 	sluice_limit_t l;
@@ -198,29 +196,45 @@ static void expect_call_refused(const char *reply, size_t len,
 	result_t res;
 	char url[64], err[256];
 
-	decision = reply;
-	decision_len = len;
-	if (!started) {
-		rh_fake_start(&fake, answer_decision);
-		started = 1;
-	}
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", fake.port);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
 	o.url = url;
-	o.timeout_ms = 60000; /* a call that waits for it fails the test */
+	o.timeout_ms = timeout_ms;
 	o.flags = SLUICE_REDIS_SCRIPT_ONLY;
 	uv_loop_init(&loop);
 	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
 	CHECK(rh_wait_healthy(&loop, r, 10000));
 	rh_limit(&l, 10, "1/s");
 	res = rh_take(&loop, r, "alice", &l, 1, 1);
-	CHECK(res.status == SLUICE_ESTORE);
-	if (!strstr(r->nodes[0]->last_error, needle)) {
-		fprintf(stderr, "last error \"%s\" lacks \"%s\"\n",
-			r->nodes[0]->last_error, needle);
-		CHECK(0);
-	}
+	snprintf(last_error, n, "%s", r->nodes[0]->last_error);
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
+	return res;
+}
+
+/* A call answered with reply fails at once, not at its (long) timeout,
+ * and the node's last error names the bound. */
+static void expect_call_refused(const char *reply, size_t len,
+				const char *needle)
+{
+	static rh_fake_t fake;
+	static int started;
+	result_t res;
+	char last[512];
+
+	decision = reply;
+	decision_len = len;
+	if (!started) {
+		rh_fake_start(&fake, answer_decision);
+		started = 1;
+	}
+	/* A call that waits for its timeout fails the test. */
+	res = take_on_fake(fake.port, 60000, last, sizeof(last));
+	CHECK(res.status == SLUICE_ESTORE);
+	if (!strstr(last, needle)) {
+		fprintf(stderr, "last error \"%s\" lacks \"%s\"\n", last,
+			needle);
+		CHECK(0);
+	}
 }
 
 static void test_huge_array_reply_is_an_error_at_once(void)
@@ -274,12 +288,7 @@ static result_t take_through_tryagain(int64_t for_ms, int timeout_ms)
 {
 	static rh_fake_t fake;
 	static int started;
-	sluice_redis_opts_t o = {0};
-	sluice_redis_t *r;
-	sluice_limit_t l;
-	uv_loop_t loop;
-	result_t res;
-	char url[64], err[256];
+	char last[512];
 
 	if (!started) {
 		rh_fake_start(&fake, answer_tryagain);
@@ -287,18 +296,7 @@ static result_t take_through_tryagain(int64_t for_ms, int timeout_ms)
 	}
 	tryagain_since = 0;
 	tryagain_ms = for_ms;
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", fake.port);
-	o.url = url;
-	o.timeout_ms = timeout_ms;
-	o.flags = SLUICE_REDIS_SCRIPT_ONLY;
-	uv_loop_init(&loop);
-	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
-	CHECK(rh_wait_healthy(&loop, r, 10000));
-	rh_limit(&l, 10, "1/s");
-	res = rh_take(&loop, r, "alice", &l, 1, 1);
-	rh_close_client(&loop, r);
-	uv_loop_close(&loop);
-	return res;
+	return take_on_fake(fake.port, timeout_ms, last, sizeof(last));
 }
 
 /* TRYAGAIN is retried for as long as the call may wait, not a count of

@@ -8,7 +8,7 @@ const express5 = require('express5');
 const connect = require('connect');
 const Fastify = require('fastify');
 const sluice = require('..');
-const { waitFor } = require('./helpers');
+const { waitFor, hangUpRoute } = require('./helpers');
 
 function listen(handler) {
   return new Promise((resolve) => {
@@ -184,42 +184,25 @@ test('Fastify: trustProxy and the IPv6 /64, skipFailedRequests, handler, message
 });
 
 test('Fastify: a client that hangs up before the answer gets no refund, whatever skip* says', async () => {
-  let ran = 0;
-  let closed = 0;
+  const { n, route, hangUp } = hangUpRoute(); // the route never answers
   const apps = [];
   for (const skip of ['skipFailedRequests', 'skipSuccessfulRequests']) {
     const app = Fastify();
     const limiter = new sluice.Limiter();
     const policy = sluice.policy([{ capacity: 2, rate: '1/h' }], { name: 'hang' });
     await app.register(sluice.fastify, { limiter, policy, [skip]: true });
-    app.get('/', (request, reply) => {
-      ran++;
-      reply.raw.on('close', () => { closed++; });
-    }); // never answers: only the client's hang-up ends it
+    app.get('/', (request, reply) => route(request.raw, reply.raw));
     await app.listen({ port: 0, host: '127.0.0.1' });
     apps.push({ app, limiter, policy, port: app.server.address().port });
   }
-  const hangUp = (port) => new Promise((resolve, reject) => {
-    const before = ran;
-    const req = http.request({ host: '127.0.0.1', port, path: '/' }, (res) => {
-      res.resume();
-      resolve(res.statusCode);
-    });
-    req.on('error', () => {});
-    req.end();
-    waitFor(() => ran > before, 'the handler').then(() => {
-      req.destroy();
-      return waitFor(() => closed === ran, 'the server to see the hang-up');
-    }).then(() => resolve('hung up'), reject);
-  });
   try {
     for (const [i, a] of apps.entries()) {
       const got = [];
-      for (let n = 0; n < 4; n++) got.push(await hangUp(a.port));
+      for (let k = 0; k < 4; k++) got.push(await hangUp(a.port));
       assert.deepEqual(got, ['hung up', 'hung up', 429, 429], `app ${i}`);
       assert.equal((await a.limiter.get('127.0.0.1', a.policy)).remaining, 0);
     }
-    assert.equal(ran, 4);
+    assert.equal(n.ran, 4);
   } finally {
     for (const a of apps) {
       await a.app.close();

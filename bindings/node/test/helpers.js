@@ -367,4 +367,30 @@ for (const hook of ['before', 'after', 'beforeEach', 'afterEach'])
   test[hook] = (fn, opts) => nodeTest[hook](stopsWhatItStarted(fn), withTimeout(opts));
 test.test = test;
 
-module.exports = { ROOT, test, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+// A route that never answers, counting the requests that reached it and
+// the responses the client closed, and a client that sends one request
+// and hangs up once it has reached the route: resolves 'hung up', or the
+// status when the limiter answered first.
+function hangUpRoute() {
+  const n = { ran: 0, closed: 0 };
+  const route = (req, res) => {
+    n.ran++;
+    res.on('close', () => { n.closed++; });
+  };
+  const hangUp = (port) => new Promise((resolve, reject) => {
+    const before = n.ran;
+    const req = require('node:http').request({ host: '127.0.0.1', port, path: '/' }, (res) => {
+      res.resume();
+      resolve(res.statusCode);
+    });
+    req.on('error', () => {});
+    req.end();
+    waitFor(() => n.ran > before, 'the handler').then(() => {
+      req.destroy();
+      return waitFor(() => n.closed === n.ran, 'the server to see the hang-up');
+    }).then(() => resolve('hung up'), reject);
+  });
+  return { n, route, hangUp };
+}
+
+module.exports = { ROOT, test, hangUpRoute, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };

@@ -11,7 +11,7 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const express = require('express');
 const sluice = require('..');
-const { Redis, freePort, waitFor } = require('./helpers');
+const { Redis, freePort, waitFor, hangUpRoute } = require('./helpers');
 
 function listen(app, host = '127.0.0.1') {
   return new Promise((resolve, reject) => {
@@ -240,38 +240,20 @@ test('a client that hangs up before the answer gets no refund, whatever skip* sa
   // finished once counted as a failure and got its token back: a client
   // that hung up as soon as its request reached the handler (which still
   // did the work) was never limited.
-  let ran = 0;
-  let closed = 0;
-  const route = (req, res) => {
-    ran++;
-    res.on('close', () => { closed++; });
-  }; // never answers: only the client's hang-up ends it
+  const { n, route, hangUp } = hangUpRoute(); // the route never answers
   const apps = await Promise.all([
     serve({ policy: pol(2, 'hf'), skipFailedRequests: true }, { route }),
     serve({ policy: pol(2, 'hs'), skipSuccessfulRequests: true }, { route }),
   ]);
-  const hangUp = (server) => new Promise((resolve, reject) => {
-    const before = ran;
-    const req = http.request({ host: '127.0.0.1', port: server.address().port, path: '/' }, (res) => {
-      res.resume();
-      resolve(res.statusCode);
-    });
-    req.on('error', () => {});
-    req.end();
-    waitFor(() => ran > before, 'the handler').then(() => {
-      req.destroy();
-      return waitFor(() => closed === ran, 'the server to see the hang-up');
-    }).then(() => resolve('hung up'), reject);
-  });
   try {
     for (const [i, a] of apps.entries()) {
       const got = [];
-      for (let n = 0; n < 4; n++) got.push(await hangUp(a.server));
+      for (let k = 0; k < 4; k++) got.push(await hangUp(a.server.address().port));
       assert.deepEqual(got, ['hung up', 'hung up', 429, 429], `app ${i}`);
       const d = await a.limiter.get('127.0.0.1', pol(2, i ? 'hs' : 'hf'));
       assert.equal(d.remaining, 0);
     }
-    assert.equal(ran, 4);
+    assert.equal(n.ran, 4);
   } finally {
     await Promise.all(apps.map((a) => a.close()));
   }

@@ -75,10 +75,15 @@ typedef struct sluice_shard_s {
 
 #define SLUICE_MAX_SHARDS 64
 
+struct sluice_aeshash_s;
+
 typedef struct sluice_buckets_s {
 	const uint8_t *seed; /* the SipHash key, 16 bytes */
-	unsigned shift;	     /* 64 - log2(nshards) */
-	size_t nshards;	     /* a power of two <= SLUICE_MAX_SHARDS */
+	/* The keys' identity for keys of at most 16 bytes when set (the
+	 * memory store, with AES-NI): util/aeshash.h; SipHash otherwise. */
+	const struct sluice_aeshash_s *aes;
+	unsigned shift; /* 64 - log2(nshards) */
+	size_t nshards; /* a power of two <= SLUICE_MAX_SHARDS */
 	uint64_t max_keys;
 	sluice_shard_t *shards;
 } sluice_buckets_t;

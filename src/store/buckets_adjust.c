@@ -23,7 +23,7 @@ static int lock_key(sluice_buckets_t *m, const void *key, size_t keylen,
 	for (i = 0; i < nlimits; i++)
 		if (!sluice_limit_valid(&limits[i]))
 			return SLUICE_EINVAL;
-	sluice_siphash13_128(m->seed, key, keylen, h);
+	key_hash(m, key, keylen, h);
 	s = &m->shards[shard_index(m, h[0])];
 	for (i = 0; i < nlimits; i++)
 		bucket_id(h, &limits[i], &h1[i], &h2[i]);

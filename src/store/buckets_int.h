@@ -21,6 +21,8 @@
 #define SLUICE_STORE_BUCKETS_INT_H
 
 #include "store/buckets.h"
+#include "util/aeshash.h"
+#include "util/siphash.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -261,6 +263,17 @@ void sluice_shard_insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 			 const uint64_t *keep, size_t nkeep);
 
 /* A call's buckets (their identity: buckets_table.c's header comment). */
+
+/* A key's 128-bit keyed hash, the identity its buckets start from: the
+ * table's AES hash for a key it takes (util/aeshash.h), else SipHash. */
+static inline void key_hash(const sluice_buckets_t *m, const void *key,
+			    size_t len, uint64_t h[2])
+{
+	if (m->aes && len <= SLUICE_AESHASH_MAX)
+		sluice_aeshash(m->aes, key, len, h);
+	else
+		sluice_siphash13_128(m->seed, key, len, h);
+}
 
 /*
  * A bucket's identity: the key's hash XORed with the limit's exact value.

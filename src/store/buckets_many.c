@@ -61,7 +61,7 @@ static void many_buckets(sluice_buckets_t *m, const sluice_take_item_t *items,
 		uint64_t h[2];
 		size_t shard;
 
-		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen, h);
+		key_hash(m, items[i].key, items[i].keylen, h);
 		shard = shard_index(m, h[0]);
 		*shards |= UINT64_C(1) << shard;
 		for (j = 0; j < items[i].nlimits; j++, k++) {

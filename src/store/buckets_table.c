@@ -5,16 +5,18 @@
  * in a shard.  buckets_int.h lists the table's other files.
  *
  * Identity.  A bucket is a key and one of its limits.  The key is known by
- * a 128-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation)
- * instead of its bytes, and the bucket by that hash XORed with the limit's
- * exact value (capacity, interval, per: they pack into 127 bits, so two
- * limits of one key never share a bucket).  A bucket is never identified
- * by the limit's position among the key's limits: a client that switches
- * tiers, or a rule that gains or loses a limit, finds every remaining
- * limit's state where it was.  Without the secret nobody can find two keys
- * with the same identity, and by chance two of a billion buckets share one
- * with probability below 2^-66; in exchange the table needs no key bytes,
- * and a decision touches one table slot per limit and nothing else.
+ * a 128-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation;
+ * in the memory store, keys of up to 16 bytes are encrypted with AES-128
+ * under secrets of their own where the processor has AES-NI:
+ * util/aeshash.h) instead of its bytes, and the bucket by that hash XORed with
+ * the limit's exact value (capacity, interval, per: they pack into 127 bits, so
+ * two limits of one key never share a bucket).  A bucket is never identified by
+ * the limit's position among the key's limits: a client that switches tiers, or
+ * a rule that gains or loses a limit, finds every remaining limit's state where
+ * it was.  Without the secret nobody can find two keys with the same identity,
+ * and by chance two of a billion buckets share one with probability below
+ * 2^-66; in exchange the table needs no key bytes, and a decision touches one
+ * table slot per limit and nothing else.
  *
  * Layout.  The table is split into shards (a power of two, up to 64; fewer
  * for a small max_keys, so that each has room for 2 * SLUICE_MAX_LIMITS

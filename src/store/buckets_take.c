@@ -160,6 +160,21 @@ take_one_hashed(sluice_buckets_t *m, const uint64_t h[2],
 	return d.allowed;
 }
 
+#if SLUICE_HAVE_AESHASH
+/* take_one() of a key the table's AES hash takes, the hash in line. */
+static SLUICE_AES_TARGET int
+take_one_aes(sluice_buckets_t *m, const void *key, size_t keylen,
+	     const sluice_limit_t *limit, uint64_t cost, int64_t now_us,
+	     sluice_decision_t *decisions, sluice_decision_t *summary)
+{
+	uint64_t h[2];
+
+	sluice_aeshash_in(m->aes, key, keylen, h);
+	return take_one_hashed(m, h, limit, cost, now_us, decisions, summary,
+			       1);
+}
+#endif
+
 /* sluice_buckets_take() of one limit: the key is hashed before the limit
  * is checked (as take_args_ok() would), so that the check runs in the
  * shadow of the slot's miss. */
@@ -171,6 +186,11 @@ static int take_one(sluice_buckets_t *m, const void *key, size_t keylen,
 
 	if (!limit || (!key && keylen))
 		return SLUICE_EINVAL;
+#if SLUICE_HAVE_AESHASH
+	if (m->aes && keylen <= SLUICE_AESHASH_MAX)
+		return take_one_aes(m, key, keylen, limit, cost, now_us,
+				    decisions, summary);
+#endif
 	sluice_siphash13_128_in(m->seed, key, keylen, h);
 	return take_one_hashed(m, h, limit, cost, now_us, decisions, summary,
 			       1);
@@ -186,7 +206,7 @@ static int take_key(sluice_buckets_t *m, const void *key, size_t keylen,
 
 	if (!take_args_ok(key, keylen, limits, nlimits))
 		return SLUICE_EINVAL;
-	sluice_siphash13_128(m->seed, key, keylen, h);
+	key_hash(m, key, keylen, h);
 	return take_hashed(m, h, limits, nlimits, cost, now_us, decisions,
 			   summary, commit);
 }
@@ -251,8 +271,7 @@ int sluice_buckets_take_each(sluice_buckets_t *m, sluice_take_item_t *items,
 			return SLUICE_EINVAL;
 	ahead = n < EACH_AHEAD ? n : EACH_AHEAD;
 	for (i = 0; i < ahead; i++) {
-		sluice_siphash13_128(m->seed, items[i].key, items[i].keylen,
-				     h[i]);
+		key_hash(m, items[i].key, items[i].keylen, h[i]);
 		prefetch_home(m, h[i], &items[i].limits[0]);
 	}
 	for (i = 0; i < n; i++) {
@@ -271,8 +290,7 @@ int sluice_buckets_take_each(sluice_buckets_t *m, sluice_take_item_t *items,
 		it->allowed = rc;
 		allowed += rc;
 		if (j < n) {
-			sluice_siphash13_128(m->seed, items[j].key,
-					     items[j].keylen, hi);
+			key_hash(m, items[j].key, items[j].keylen, hi);
 			prefetch_home(m, hi, &items[j].limits[0]);
 		}
 	}

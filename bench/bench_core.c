@@ -5,11 +5,16 @@
  *       pure sluice_eval() decisions per second, one thread
  *   sluice_bench store  --keys N [--threads T] [--seconds S] [--batch B]
  *                       [--rounds R] [--compare-batch B] [--shared PATH]
+ *                       [--floor]
  *       memory store decisions per second over N resident 16-byte keys;
  *       --rounds R repeats the timed part R times on the same store and
  *       reports medians with their spread; --compare-batch B (one thread)
  *       times batches of B through take_each in every round as well,
- *       alternating with the single takes
+ *       alternating with the single takes; --floor times, in every round
+ *       after the takes, what a single take cannot do without: one
+ *       dependent random load over a region the size and layout of the
+ *       table, the store's hash of a 16-byte key (and SipHash's), and a
+ *       lock and unlock of a mutex
  *   sluice_bench latency --mib M [--seconds S]
  *       nanoseconds per dependent random load over M MiB (huge pages
  *       offered): the memory latency one decision on a table that size
@@ -30,6 +35,8 @@
  * on the machine and go to docs/BENCHMARKS.md through bench/run.
  */
 #include "sluice.h"
+#include "util/aeshash.h"
+#include "util/siphash.h"
 #ifdef SLUICE_BENCH_REDIS
 #include "sluice_redis.h"
 #endif
@@ -65,6 +72,7 @@ typedef struct {
 	unsigned batch;	    /* store mode: decisions per take_each call */
 	unsigned rounds;    /* store mode: timed rounds (medians) */
 	unsigned compare;   /* store mode: also batches of this many */
+	int floor;	    /* store mode: time the floor too (--floor) */
 	double mib;	    /* latency mode: the region's size */
 } opts_t;
 
@@ -252,12 +260,157 @@ static void print_spread(const char *name, double *v, unsigned n)
 	       name, v[0], name, v[n - 1]);
 }
 
+/* print_spread() with one decimal (nanoseconds). */
+static void print_spread1(const char *name, double *v, unsigned n)
+{
+	double med;
+
+	qsort(v, n, sizeof(*v), cmp_double);
+	med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	printf("\"%s\": %.1f, \"%s_min\": %.1f, \"%s_max\": %.1f, ", name, med,
+	       name, v[0], name, v[n - 1]);
+}
+
 /* The machine's 1-minute load average (the bench shares it), or -1. */
 static double loadavg(void)
 {
 	double l[1];
 
 	return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+/*
+ * The floor of a single take (--floor): what each one waits for or runs
+ * whatever the store does around it, timed in the same process between the
+ * rounds of takes, so on the same machine under the same load.
+ */
+typedef struct {
+	unsigned char *region; /* slots the size and layout of the table */
+	size_t slots;
+	uint64_t at; /* where the chase stands */
+	sluice_aeshash_t aes;
+	int have_aes;
+	uint8_t seed[16];
+} floor_t;
+
+/* The table's slots for n keys: each shard's array doubles until it is at
+ * most 3/4 full, and the shards grow together, so all of them hold the
+ * smallest power of two of 24-byte slots with n at most 3/4 of it. */
+static size_t table_slots(uint64_t n)
+{
+	size_t slots = 16;
+
+	while ((uint64_t)slots * 3 / 4 < n)
+		slots *= 2;
+	return slots;
+}
+
+#define SLOT_BYTES 24
+
+/* A region of 24-byte slots as the table's arena holds them (one mapping,
+ * huge pages offered), each slot's first word the index of the next slot
+ * of a random cycle through all of them (Sattolo), so that no load can
+ * start before the previous one ends and no prefetcher can guess; a slot
+ * may straddle two lines, as a table's may. */
+static int floor_init(floor_t *f, uint64_t keys)
+{
+	uint64_t seed = 777;
+	size_t i;
+
+	memset(f, 0, sizeof(*f));
+	f->slots = table_slots(keys);
+	f->region = mmap(NULL, f->slots * SLOT_BYTES, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (f->region == MAP_FAILED)
+		return -1;
+	madvise(f->region, f->slots * SLOT_BYTES, MADV_HUGEPAGE);
+	for (i = 0; i < f->slots; i++) {
+		uint64_t v = i;
+
+		memcpy(f->region + i * SLOT_BYTES, &v, 8);
+	}
+	for (i = f->slots - 1; i > 0; i--) {
+		size_t j = (size_t)pick(&seed, i);
+		uint64_t a, b;
+
+		memcpy(&a, f->region + i * SLOT_BYTES, 8);
+		memcpy(&b, f->region + j * SLOT_BYTES, 8);
+		memcpy(f->region + i * SLOT_BYTES, &b, 8);
+		memcpy(f->region + j * SLOT_BYTES, &a, 8);
+	}
+	sluice_random_bytes(f->seed, sizeof(f->seed));
+	{
+		uint8_t k[32];
+
+		sluice_random_bytes(k, sizeof(k));
+		f->have_aes = sluice_aeshash_init(&f->aes, k) == 0;
+	}
+	return 0;
+}
+
+/* Nanoseconds per dependent load, over at least `seconds` of CPU time. */
+static double floor_load_ns(floor_t *f, double seconds)
+{
+	const unsigned char *r = f->region;
+	uint64_t at = f->at, n = 0;
+	double c0 = thread_cpu_s(), el;
+
+	do {
+		int k;
+
+		for (k = 0; k < 100000; k++)
+			memcpy(&at, r + at * SLOT_BYTES, 8);
+		n += 100000;
+		el = thread_cpu_s() - c0;
+	} while (el < seconds);
+	f->at = at;
+	return el * 1e9 / (double)n;
+}
+
+/* Nanoseconds per hash of a 16-byte key, each key made from the hash
+ * before (latency: a take's miss cannot start before its hash ends);
+ * aes 1: the memory store's hash of such keys, 0: SipHash-1-3-128. */
+static double floor_hash_ns(floor_t *f, int aes, double seconds)
+{
+	uint64_t h[2] = {1, 2}, n = 0;
+	unsigned char k[16];
+	double c0 = thread_cpu_s(), el;
+
+	do {
+		int i;
+
+		for (i = 0; i < 100000; i++) {
+			key16(h[0] ^ h[1], k);
+			if (aes)
+				sluice_aeshash(&f->aes, k, sizeof(k), h);
+			else
+				sluice_siphash13_128(f->seed, k, sizeof(k), h);
+		}
+		n += 100000;
+		el = thread_cpu_s() - c0;
+	} while (el < seconds);
+	f->at ^= h[0] & 1; /* keep the result */
+	return el * 1e9 / (double)n;
+}
+
+/* Nanoseconds per lock and unlock of an uncontended pthread mutex, as a
+ * shard's lock is taken (a trylock) and released. */
+static double floor_lock_ns(double seconds)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t n = 0;
+	double c0 = thread_cpu_s(), el;
+
+	do {
+		int i;
+
+		for (i = 0; i < 100000; i++)
+			if (pthread_mutex_trylock(&mu) == 0)
+				pthread_mutex_unlock(&mu);
+		n += 100000;
+		el = thread_cpu_s() - c0;
+	} while (el < seconds);
+	return el * 1e9 / (double)n;
 }
 
 static int bench_store(const opts_t *o)
@@ -274,7 +427,9 @@ static int bench_store(const opts_t *o)
 	uint64_t i, total = 0;
 	double secs = 0, cpu = 0;
 	double dps[2][64], per_cpu[2][64];
+	double fl_load[64], fl_hash[64], fl_sip[64], fl_lock[64];
 	unsigned t, r, rounds = o->rounds ? o->rounds : 1, kind;
+	floor_t fl;
 
 	if (o->shared)
 		sluice_shmstore_open(&bs.shm, o->shared, max_keys, err,
@@ -284,7 +439,8 @@ static int bench_store(const opts_t *o)
 	if ((!bs.mem && !bs.shm) || o->threads < 1 || o->threads > 64 ||
 	    o->batch > 256 || o->compare > 256 || rounds > 64 ||
 	    ((o->batch || o->compare) && o->shared) ||
-	    (o->compare && (o->threads > 1 || o->batch))) {
+	    (o->compare && (o->threads > 1 || o->batch)) ||
+	    (o->floor && floor_init(&fl, o->keys) != 0)) {
 		fprintf(stderr,
 			"sluice_bench: store: %s, or bad --threads, --batch, "
 			"--compare-batch (1 .. 256, memory store only, one "
@@ -338,6 +494,16 @@ static int bench_store(const opts_t *o)
 			secs += rs;
 			cpu += rc;
 		}
+		/* After the round's takes (both kinds): the floor. */
+		if (o->floor && (!o->compare || r % 2 == 1)) {
+			unsigned fr = r / (o->compare ? 2 : 1);
+
+			fl_load[fr] = floor_load_ns(&fl, 0.5);
+			fl_hash[fr] =
+				fl.have_aes ? floor_hash_ns(&fl, 1, 0.1) : 0;
+			fl_sip[fr] = floor_hash_ns(&fl, 0, 0.1);
+			fl_lock[fr] = floor_lock_ns(0.1);
+		}
 	}
 	if (bs.shm)
 		sluice_shmstore_stats(bs.shm, &stats);
@@ -358,6 +524,18 @@ static int bench_store(const opts_t *o)
 		printf("\"compare_batch\": %u, ", o->compare);
 		print_spread("batch_dps", dps[1], rounds);
 		print_spread("batch_dps_per_cpu_s", per_cpu[1], rounds);
+	}
+	if (o->floor) {
+		/* The store's hash of a 16-byte key: AES where it has it. */
+		printf("\"table_mib\": %.1f, \"store_hash\": \"%s\", ",
+		       (double)fl.slots * SLOT_BYTES / 1048576.0,
+		       fl.have_aes && bs.mem ? "aes" : "siphash");
+		print_spread1("floor_load_ns", fl_load, rounds);
+		print_spread1("floor_hash_ns",
+			      fl.have_aes && bs.mem ? fl_hash : fl_sip, rounds);
+		print_spread1("floor_siphash_ns", fl_sip, rounds);
+		print_spread1("floor_lock_ns", fl_lock, rounds);
+		munmap(fl.region, fl.slots * SLOT_BYTES);
 	}
 	printf("\"loadavg_1m\": %.2f}\n", loadavg());
 	sluice_memstore_free(bs.mem);
@@ -693,7 +871,7 @@ static int usage(void)
 		"usage: sluice_bench core [--seconds S]\n"
 		"       sluice_bench store --keys N [--threads T] [--seconds "
 		"S] [--shared PATH] [--batch B] [--rounds R] "
-		"[--compare-batch B]\n"
+		"[--compare-batch B] [--floor]\n"
 		"       sluice_bench memory --keys N\n"
 		"       sluice_bench latency --mib M [--seconds S]\n"
 		"       sluice_bench redis --url URL --keys N [--seconds S] "
@@ -731,6 +909,10 @@ int main(int argc, char **argv)
 
 		if (strcmp(a, "--fill") == 0) {
 			o.fill = 1;
+			continue;
+		}
+		if (strcmp(a, "--floor") == 0) {
+			o.floor = 1;
 			continue;
 		}
 		if (strcmp(a, "--no-batch") == 0) {

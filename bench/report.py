@@ -759,41 +759,71 @@ def write(results, outdir, docs):
             rows.append([fmt(counts.get(n, n)), fmt(sc.get("dps_" + n)),
                          spread("dps_%s_cpu" % n),
                          spread("dps_%s_batch16_cpu" % n),
-                         fmt(sc.get("dps_%s_2threads" % n)),
-                         fmt(sc.get("dram_ns_" + n)),
-                         fmt(sc.get("ceiling_" + n))])
+                         fmt(sc.get("dps_%s_2threads" % n))])
         w(table(["keys", "single takes, decisions/s",
                  "single takes, per CPU second",
                  "batches of 16, per CPU second",
-                 "2 threads, decisions/s (both)",
-                 "one memory load (ns)", "single-take ceiling"], rows))
+                 "2 threads, decisions/s (both)"], rows))
         w("\n\"Per CPU second\" divides the decisions by the thread's own "
           "CPU time (`CLOCK_THREAD_CPUTIME_ID`): what one core does when "
           "nothing else runs on it, steadier than decisions/s on a busy "
           "machine (the 1-minute load average was %s before this section "
-          "and %s after, on %s cores). \"One memory load\" is a dependent "
-          "random load over memory the size of the table (48 B a key, huge "
-          "pages offered, as the table's are): `sluice_bench latency "
-          "--mib M`. A single take must read its bucket's line, which at "
-          "these sizes is in memory, not in a cache, and cannot start "
-          "before its key is hashed (SipHash-1-3-128: the 128-bit hash is "
-          "the key's identity in the table), so 1e9 / that latency is what "
-          "single takes would reach if each waited for the one before "
-          "(\"single-take ceiling\"). The processor overlaps one take's "
-          "miss with the next one's hashing only a little; with a trivial "
-          "hash (an experiment, not a keyed one) single takes went past "
-          "the ceiling (7.3M against 5.4M a second at 1M keys), so the "
-          "hash's latency, not its instruction count, is what is left. "
-          "Batches fetch the next lines while one is decided.\n"
+          "and %s after, on %s cores).\n"
           % (fmt(sc.get("loadavg_1m_before")),
              fmt(sc.get("loadavg_1m_after")),
              fmt(results.get("machine", {}).get("nproc"))))
-        rows = [r[:3] for r in rows]
+        w("\n### The floor of a single take\n")
+        w("Timed by the same command with `--floor` (`sluice_bench store "
+          "--keys N --rounds %s --compare-batch 16 --seconds 2 --floor`), "
+          "in the same process between the same rounds, so under the same "
+          "load; medians of the rounds, lowest and highest in brackets. "
+          "\"One dependent load\": a random cycle through a region the "
+          "size and layout of the table (24-byte slots, the smallest power "
+          "of two of them at most 3/4 full, one mapping offered huge pages, "
+          "as the table's arena), each load's address the value of the one "
+          "before: the memory latency every single take pays at least once, "
+          "for its bucket's slot, which at these sizes is not in a cache. "
+          "\"Hash\": the memory store's hash of a 16-byte key (%s), each "
+          "key made from the hash before (latency; SipHash-1-3-128 beside "
+          "it). \"Lock\": a trylock and unlock of an uncontended pthread "
+          "mutex, as a take takes and releases its shard's lock. "
+          "\"1e9 / load\" is what single takes would reach if each waited "
+          "for the one before.\n"
+          % (fmt(sc.get("rounds", 1)),
+             "AES-128, util/aeshash.h" if sc.get("store_hash") == "aes"
+             else "SipHash-1-3-128: no AES-NI here"))
+        rows = []
+        for n in ("1m", "10m"):
+            if sc.get("dram_ns_" + n) is None:
+                continue
+            rows.append([fmt(counts.get(n, n)),
+                         fmt(sc.get("table_mib_" + n)),
+                         spread("dram_ns_" + n),
+                         fmt(sc.get("ceiling_" + n)),
+                         spread("dps_%s_cpu" % n),
+                         spread("hash_ns_" + n),
+                         spread("siphash_ns_" + n),
+                         spread("lock_ns_" + n)])
+        w(table(["keys", "table (MiB)", "one dependent load (ns)",
+                 "1e9 / load", "single takes, per CPU second",
+                 "hash (ns)", "SipHash (ns)", "lock + unlock (ns)"], rows))
+        w("\nA single take cannot start its slot's miss before its key is "
+          "hashed, and the caller cannot ask for the next key before the "
+          "take returns; what lets single takes pass 1e9 / load is the "
+          "processor running ahead: while one take waits for its slot, it "
+          "executes the instructions after it, up to a window of a few "
+          "hundred, and when the next take's hash and prefetch are inside "
+          "that window, that take's miss overlaps this one's. So a take's "
+          "instruction count, not the hash's latency, decides (the AES "
+          "hash has no lower latency than SipHash, but about 15 "
+          "instructions instead of about 130). Batches fetch the next "
+          "keys' lines while one is decided, and need no such luck.\n")
         w(img(plots.grouped(
             "scaling", "Memory store decisions/s by resident keys",
             "decisions/s", ["1 thread", "2 threads"],
-            [(r[0], [sc.get("dps_" + n), sc.get("dps_%s_2threads" % n)])
-             for r, n in zip(rows, ("1k", "1m", "10m"))]),
+            [(fmt(counts.get(n, n)),
+              [sc.get("dps_" + n), sc.get("dps_%s_2threads" % n)])
+             for n in ("1k", "1m", "10m")]),
             "memory store scaling"))
 
     sh = results.get("shared")

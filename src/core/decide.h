@@ -11,6 +11,17 @@
 #include "sluice.h"
 #include "util/num.h"
 
+/* sluice_limit_valid() in line (limit_id.c's is this): capacity and
+ * interval >= 1 (nothing downstream divides by zero), per in range, and
+ * tau = capacity * interval <= 2^52; no division. */
+static inline int sluice_limit_valid_inline(const sluice_limit_t *l)
+{
+	return l->capacity >= 1 && l->rate.interval >= 1 &&
+	       l->rate.per - 1u < SLUICE_RATE_PER_MAX &&
+	       l->tau <= SLUICE_UNITS_MAX &&
+	       (unsigned __int128)l->capacity * l->rate.interval == l->tau;
+}
+
 /* ceil(u / per) for the unit -> microsecond conversion.  Most rates are
  * whole microseconds per token (per = 1): no division then. */
 static inline uint64_t decide_units_to_us_ceil(uint64_t u, uint32_t per)

@@ -8,6 +8,7 @@
  * name a bucket by key + limit id, and every store (memory, Redis script,
  * Redis module) uses the same id.
  */
+#include "core/decide.h"
 #include "sluice.h"
 #include "util/num.h"
 
@@ -83,12 +84,7 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 
 int sluice_limit_valid(const sluice_limit_t *l)
 {
-	/* tau = capacity * interval <= 2^52, with capacity and interval >= 1
-	 * (so nothing downstream divides by zero); no division here. */
-	return l->capacity >= 1 && l->rate.interval >= 1 &&
-	       l->rate.per - 1u < SLUICE_RATE_PER_MAX &&
-	       l->tau <= SLUICE_UNITS_MAX &&
-	       (unsigned __int128)l->capacity * l->rate.interval == l->tau;
+	return sluice_limit_valid_inline(l);
 }
 
 int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b)

@@ -135,7 +135,7 @@ take_one_hashed(sluice_buckets_t *m, const uint64_t h[2],
 	prefetch_bucket(s, h1);
 	prefetch_slots(s, reclaim_cursor(s), RECLAIM_STEP);
 	/* A prefetch is only a hint: an invalid limit changes nothing. */
-	if (check && !sluice_limit_valid(limit))
+	if (check && !sluice_limit_valid_inline(limit))
 		return SLUICE_EINVAL;
 	sluice_buckets_reclaim_elsewhere(m, now_us);
 
@@ -175,15 +175,27 @@ take_one_aes(sluice_buckets_t *m, const void *key, size_t keylen,
 }
 #endif
 
+/* take_one() of a key SipHash names. */
+static __attribute__((noinline)) int
+take_one_sip(sluice_buckets_t *m, const void *key, size_t keylen,
+	     const sluice_limit_t *limit, uint64_t cost, int64_t now_us,
+	     sluice_decision_t *decisions, sluice_decision_t *summary)
+{
+	uint64_t h[2];
+
+	sluice_siphash13_128_in(m->seed, key, keylen, h);
+	return take_one_hashed(m, h, limit, cost, now_us, decisions, summary,
+			       1);
+}
+
 /* sluice_buckets_take() of one limit: the key is hashed before the limit
  * is checked (as take_args_ok() would), so that the check runs in the
- * shadow of the slot's miss. */
+ * shadow of the slot's miss.  Each road is a function of its own that
+ * this one jumps to, so that none pays for another's saved registers. */
 static int take_one(sluice_buckets_t *m, const void *key, size_t keylen,
 		    const sluice_limit_t *limit, uint64_t cost, int64_t now_us,
 		    sluice_decision_t *decisions, sluice_decision_t *summary)
 {
-	uint64_t h[2];
-
 	if (!limit || (!key && keylen))
 		return SLUICE_EINVAL;
 #if SLUICE_HAVE_AESHASH
@@ -191,9 +203,8 @@ static int take_one(sluice_buckets_t *m, const void *key, size_t keylen,
 		return take_one_aes(m, key, keylen, limit, cost, now_us,
 				    decisions, summary);
 #endif
-	sluice_siphash13_128_in(m->seed, key, keylen, h);
-	return take_one_hashed(m, h, limit, cost, now_us, decisions, summary,
-			       1);
+	return take_one_sip(m, key, keylen, limit, cost, now_us, decisions,
+			    summary);
 }
 
 /* A take (commit 1) or a peek of a key not yet checked or hashed. */
@@ -211,6 +222,18 @@ static int take_key(sluice_buckets_t *m, const void *key, size_t keylen,
 			   summary, commit);
 }
 
+/* sluice_buckets_take() of several limits (out of line, as take_one_sip()
+ * is). */
+static __attribute__((noinline)) int
+take_several(sluice_buckets_t *m, const void *key, size_t keylen,
+	     const sluice_limit_t *limits, size_t nlimits, uint64_t cost,
+	     int64_t now_us, sluice_decision_t *decisions,
+	     sluice_decision_t *summary)
+{
+	return take_key(m, key, keylen, limits, nlimits, cost, now_us,
+			decisions, summary, 1);
+}
+
 int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 			const sluice_limit_t *limits, size_t nlimits,
 			uint64_t cost, int64_t now_us,
@@ -220,8 +243,8 @@ int sluice_buckets_take(sluice_buckets_t *m, const void *key, size_t keylen,
 	if (nlimits == 1)
 		return take_one(m, key, keylen, limits, cost, now_us, decisions,
 				summary);
-	return take_key(m, key, keylen, limits, nlimits, cost, now_us,
-			decisions, summary, 1);
+	return take_several(m, key, keylen, limits, nlimits, cost, now_us,
+			    decisions, summary);
 }
 
 int sluice_buckets_peek(sluice_buckets_t *m, const void *key, size_t keylen,

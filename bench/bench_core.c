@@ -5,8 +5,9 @@
  *       pure sluice_eval() decisions per second, one thread
  *   sluice_bench store  --keys N [--threads T] [--seconds S] [--batch B]
  *                       [--rounds R] [--compare-batch B] [--shared PATH]
- *                       [--floor]
- *       memory store decisions per second over N resident 16-byte keys;
+ *                       [--floor] [--key-bytes L]
+ *       memory store decisions per second over N resident keys of L bytes
+ *       (16 unless given; 16 .. 64);
  *       --rounds R repeats the timed part R times on the same store and
  *       reports medians with their spread; --compare-batch B (one thread)
  *       times batches of B through take_each in every round as well,
@@ -73,6 +74,7 @@ typedef struct {
 	unsigned rounds;    /* store mode: timed rounds (medians) */
 	unsigned compare;   /* store mode: also batches of this many */
 	int floor;	    /* store mode: time the floor too (--floor) */
+	unsigned keylen;    /* store mode: bytes per key (--key-bytes) */
 	double mib;	    /* latency mode: the region's size */
 } opts_t;
 
@@ -106,6 +108,18 @@ static void key16(uint64_t i, unsigned char out[16])
 {
 	memcpy(out, "sluice-k", 8);
 	memcpy(out + 8, &i, 8);
+}
+
+/* Key i as len bytes (16 .. 64): key16() for 16, else 'k's and the index
+ * in the last 8 bytes (a longer name and identity). */
+static void key_n(uint64_t i, unsigned char *out, unsigned len)
+{
+	if (len == 16) {
+		key16(i, out);
+		return;
+	}
+	memset(out, 'k', len - 8);
+	memcpy(out + len - 8, &i, 8);
 }
 
 static sluice_limit_t classic_limit(void)
@@ -198,7 +212,8 @@ static void *store_worker(void *arg)
 	worker_t *w = arg;
 	sluice_limit_t l = classic_limit();
 	sluice_decision_t sum;
-	unsigned char k[16], bk[256][16];
+	unsigned char k[64], bk[256][64];
+	unsigned kl = w->o->keylen;
 	sluice_take_item_t items[256];
 	unsigned batch = w->batch, j;
 	double t0 = mono_s(), c0 = thread_cpu_s(), el;
@@ -207,7 +222,7 @@ static void *store_worker(void *arg)
 	for (j = 0; j < batch; j++) {
 		memset(&items[j], 0, sizeof(items[j]));
 		items[j].key = bk[j];
-		items[j].keylen = sizeof(bk[j]);
+		items[j].keylen = kl;
 		items[j].limits = &l;
 		items[j].nlimits = 1;
 		items[j].cost = 1;
@@ -220,16 +235,16 @@ static void *store_worker(void *arg)
 			 * bench_store() refuses --batch with --shared). */
 			for (i = 0; i < 1024; i += (int)batch) {
 				for (j = 0; j < batch; j++)
-					key16(pick(&w->seed, w->o->keys),
-					      bk[j]);
+					key_n(pick(&w->seed, w->o->keys), bk[j],
+					      kl);
 				sluice_memstore_take_each(w->store->mem, items,
 							  batch, now);
 			}
 			w->n += (uint64_t)i;
 		} else {
 			for (i = 0; i < 1024; i++) {
-				key16(pick(&w->seed, w->o->keys), k);
-				btake(w->store, k, sizeof(k), &l, 1, now, &sum);
+				key_n(pick(&w->seed, w->o->keys), k, kl);
+				btake(w->store, k, kl, &l, 1, now, &sum);
 			}
 			w->n += 1024;
 		}
@@ -423,7 +438,7 @@ static int bench_store(const opts_t *o)
 	sluice_memstore_stats_t stats;
 	worker_t w[64];
 	pthread_t th[64];
-	unsigned char k[16];
+	unsigned char k[64];
 	uint64_t i, total = 0;
 	double secs = 0, cpu = 0;
 	double dps[2][64], per_cpu[2][64];
@@ -439,12 +454,13 @@ static int bench_store(const opts_t *o)
 	if ((!bs.mem && !bs.shm) || o->threads < 1 || o->threads > 64 ||
 	    o->batch > 256 || o->compare > 256 || rounds > 64 ||
 	    ((o->batch || o->compare) && o->shared) ||
-	    (o->compare && (o->threads > 1 || o->batch)) ||
-	    (o->floor && floor_init(&fl, o->keys) != 0)) {
+	    (o->compare && (o->threads > 1 || o->batch)) || o->keylen < 16 ||
+	    o->keylen > 64 || (o->floor && floor_init(&fl, o->keys) != 0)) {
 		fprintf(stderr,
 			"sluice_bench: store: %s, or bad --threads, --batch, "
 			"--compare-batch (1 .. 256, memory store only, one "
-			"thread) or --rounds (1 .. 64)\n",
+			"thread), --rounds (1 .. 64) or --key-bytes (16 .. "
+			"64)\n",
 			err);
 		return 1;
 	}
@@ -452,8 +468,8 @@ static int bench_store(const opts_t *o)
 	 * keeps a key's state (not full) for 45 s, longer than the fill and
 	 * the run: a full bucket would be forgotten. */
 	for (i = 0; i < o->keys; i++) {
-		key16(i, k);
-		btake(st, k, sizeof(k), &l, FILL_COST, sluice_now_us(), &sum);
+		key_n(i, k, o->keylen);
+		btake(st, k, o->keylen, &l, FILL_COST, sluice_now_us(), &sum);
 	}
 	/* Each round times the single takes (or --batch), then, with
 	 * --compare-batch, the batches; the order alternates from round to
@@ -511,13 +527,14 @@ static int bench_store(const opts_t *o)
 		sluice_memstore_stats(bs.mem, &stats);
 	/* dps_per_cpu_s: decisions per second of a thread's own CPU time,
 	 * what one core would do if nothing else ran on it. */
-	printf("{\"mode\": \"store\", \"keys\": %llu, \"threads\": %u, "
+	printf("{\"mode\": \"store\", \"key_bytes\": %u, \"keys\": %llu, "
+	       "\"threads\": %u, "
 	       "\"batch\": %u, \"rounds\": %u, \"resident_keys\": %llu, "
 	       "\"decisions\": %llu, \"seconds\": %.3f, \"cpu_seconds\": "
 	       "%.3f, ",
-	       (unsigned long long)o->keys, o->threads, o->batch, rounds,
-	       (unsigned long long)stats.keys, (unsigned long long)total, secs,
-	       cpu);
+	       o->keylen, (unsigned long long)o->keys, o->threads, o->batch,
+	       rounds, (unsigned long long)stats.keys,
+	       (unsigned long long)total, secs, cpu);
 	print_spread("dps", dps[0], rounds);
 	print_spread("dps_per_cpu_s", per_cpu[0], rounds);
 	if (o->compare) {
@@ -871,7 +888,7 @@ static int usage(void)
 		"usage: sluice_bench core [--seconds S]\n"
 		"       sluice_bench store --keys N [--threads T] [--seconds "
 		"S] [--shared PATH] [--batch B] [--rounds R] "
-		"[--compare-batch B] [--floor]\n"
+		"[--compare-batch B] [--floor] [--key-bytes L]\n"
 		"       sluice_bench memory --keys N\n"
 		"       sluice_bench latency --mib M [--seconds S]\n"
 		"       sluice_bench redis --url URL --keys N [--seconds S] "
@@ -900,6 +917,7 @@ int main(int argc, char **argv)
 	o.mode = argv[1];
 	o.seconds = 3;
 	o.keys = 1000;
+	o.keylen = 16;
 	o.threads = 1;
 	o.inflight = 256;
 	o.connections = 1;
@@ -953,6 +971,8 @@ int main(int argc, char **argv)
 			o.rounds = (unsigned)v;
 		else if (strcmp(a, "--compare-batch") == 0)
 			o.compare = (unsigned)v;
+		else if (strcmp(a, "--key-bytes") == 0)
+			o.keylen = (unsigned)v;
 		else if (strcmp(a, "--mib") == 0)
 			o.mib = v;
 		else

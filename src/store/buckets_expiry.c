@@ -102,7 +102,11 @@ reclaim_elsewhere_sweep(sluice_buckets_t *m, unsigned tick, int64_t now_us)
 }
 
 /* Every RECLAIM_AWAY_EVERY calls, after its own shard is unlocked, a thread
- * sweeps part of another shard (round-robin; skipped when busy). */
+ * sweeps part of another shard (round-robin; skipped when busy).  The call
+ * before asks for the lines that sweep will read (RECLAIM_AWAY slots at
+ * that shard's cursor: a dozen lines nobody touched lately), so that they
+ * arrive while that call and the next one's own miss are waited for,
+ * instead of one after another inside the sweep. */
 void sluice_buckets_reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
 {
 	unsigned tick;
@@ -110,8 +114,15 @@ void sluice_buckets_reclaim_elsewhere(sluice_buckets_t *m, int64_t now_us)
 	if (m->nshards < 2)
 		return;
 	tick = ++reclaim_tick;
-	if (tick % RECLAIM_AWAY_EVERY == 0)
+	if (tick % RECLAIM_AWAY_EVERY == 0) {
 		reclaim_elsewhere_sweep(m, tick, now_us);
+	} else if (tick % RECLAIM_AWAY_EVERY == RECLAIM_AWAY_EVERY - 1) {
+		const sluice_shard_t *s =
+			&m->shards[((tick + 1) / RECLAIM_AWAY_EVERY) &
+				   (m->nshards - 1)];
+
+		prefetch_slots(s, reclaim_cursor(s), RECLAIM_AWAY);
+	}
 }
 
 /* Stores the state of a bucket that has none yet.  On allocation failure

@@ -813,11 +813,17 @@ def write(results, outdir, docs):
           "processor running ahead: while one take waits for its slot, it "
           "executes the instructions after it, up to a window of a few "
           "hundred, and when the next take's hash and prefetch are inside "
-          "that window, that take's miss overlaps this one's. So a take's "
-          "instruction count, not the hash's latency, decides (the AES "
-          "hash has no lower latency than SipHash, but about 15 "
-          "instructions instead of about 130). Batches fetch the next "
-          "keys' lines while one is decided, and need no such luck.\n")
+          "that window, that take's miss overlaps this one's. Both the "
+          "instructions from one take's slot to the next take's prefetch "
+          "and the latency of the chain that computes that prefetch's "
+          "address count: the AES hash of a 16-byte key takes longer than "
+          "SipHash (the table) but about 15 instructions instead of about "
+          "130, and made single takes faster; two chained AES encryptions "
+          "for a 24-byte key made them slower than SipHash, which such keys "
+          "keep. A miss inside a take on another line is paid in full: the "
+          "sweep of another shard every 16th take reads slots the call "
+          "before now prefetches. Batches fetch the next keys' lines while "
+          "one is decided, and need no such luck.\n")
         w(img(plots.grouped(
             "scaling", "Memory store decisions/s by resident keys",
             "decisions/s", ["1 thread", "2 threads"],

@@ -404,6 +404,47 @@ def node_section(w, plots, nd):
                   "—" if app == "bare" else
                   med_iqr(app + "_fixed_limiter_cpu_us_per_req")]
                  for app, label in fixed]))
+    side = [(app, label) for app, label, _ in NODE_APPS
+            if nd.get(app + "_side_cpu_us_per_req") is not None]
+    if side:
+        if nd.get("bare_again_side_cpu_us_per_req") is not None:
+            side.append(("bare_again", "bare Express again (a second "
+                         "instance of the same app)"))
+        w("\n**Saturated, side by side**: the same apps and a second bare "
+          "Express all driven at once at full speed, each by its own `wrk "
+          "%s` as in the runs below (node CPU is then shared among the %s "
+          "apps), %s windows after a warm-up, Redis flushed before each. "
+          "Every window gives each app the same moments of the machine, so "
+          "that the ratios of two apps are of figures measured together; "
+          "the second bare Express says how far the method puts two "
+          "identical apps apart. Medians over the windows (load average %s "
+          "before and after):\n"
+          % (nd.get("side_wrk") or "n/a", fmt(nd.get("side_apps")),
+             fmt(nd.get("side_windows")),
+             rng("side_loadavg_1m").replace(" to ", " and ")))
+        w(table(["app", "req/s", "p99 ms", "node CPU µs/request"],
+                [[label, fmt(nd.get(app + "_side_rps")),
+                  fmt(nd.get(app + "_side_p99_ms")),
+                  fmt(nd.get(app + "_side_cpu_us_per_req"))]
+                 for app, label in side]))
+
+        def side_ratio(k):
+            return "**%s** (IQR %s, range %s)" % (
+                fmt(nd.get(k)), rng(k + "_iqr"), rng(k + "_range"))
+        w("\nWindow by window, saturated side by side: sluice Redis serves "
+          "%s of the classic's req/s, and one core would serve %s of the "
+          "classic's req/s (1 / node CPU per request), p99 %s of the "
+          "classic's; sluice memory serves %s of bare Express's req/s, a "
+          "core %s of bare's, p99 %s of bare's; the second bare Express "
+          "serves %s of the first's, a core %s.\n"
+          % (side_ratio("side_redis_rps_ratio"),
+             side_ratio("side_redis_capacity_ratio"),
+             side_ratio("side_redis_p99_ratio"),
+             side_ratio("side_memory_rps_ratio"),
+             side_ratio("side_memory_capacity_ratio"),
+             side_ratio("side_memory_p99_ratio"),
+             side_ratio("side_bare_again_rps_ratio"),
+             side_ratio("side_bare_again_capacity_ratio")))
     spread = []
     for app, label, _ in NODE_APPS:
         runs = nd.get(app + "_runs") or []

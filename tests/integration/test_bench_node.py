@@ -237,6 +237,37 @@ class SideBySide(unittest.TestCase):
         self.assertIn("the second bare Express serves **1** (IQR 0.95 to "
                       "1.05, range 0.9 to 1.1) of the first's", text)
 
+    def test_report_rounds_of_the_same_app(self):
+        report = bench_module("bench_report", "report.py")
+        nd = {"rounds": 2, "round_s": 3, "wrk": "-t1 -c50 -d5s",
+              "redis_rps_vs_classic_paired": 1.0,
+              "bare_runs": [{"rps": 1000, "p99_ms": 10.0,
+                             "cpu_us_per_req": 150.0},
+                            {"rps": 900, "p99_ms": 12.0,
+                             "cpu_us_per_req": 160.0}],
+              "bare_again_runs": [{"rps": 950, "p99_ms": 11.0,
+                                   "cpu_us_per_req": 155.0},
+                                  {"rps": 990, "p99_ms": 9.0,
+                                   "cpu_us_per_req": 151.0}],
+              "bare_again_rps_vs_bare_paired": 1.025,
+              "bare_again_rps_vs_bare_paired_range": [0.95, 1.1],
+              "bare_again_cpu_vs_bare_paired": 0.989,
+              "bare_again_cpu_vs_bare_paired_range": [0.944, 1.033]}
+        out = []
+
+        class Plots:
+            ok = True
+
+            def grouped(self, *args):
+                return None
+        report.node_section(out.append, Plots(), nd)
+        text = "".join(out)
+        self.assertIn("| bare Express again (a second instance of the same "
+                      "app) | 950, 990 | 11, 9 | 155, 151 |", text)
+        self.assertIn("the second bare Express's req/s **1.02** of the "
+                      "first's (0.95 to 1.1), its node CPU per request "
+                      "**0.989** of the first's (0.944 to 1.03)", text)
+
     def test_report_without_side_by_side(self):
         report = bench_module("bench_report", "report.py")
         out = []

@@ -261,6 +261,11 @@ NODE_APPS = [
 ]
 
 
+# The second instance of bare Express that the rounds and the side-by-side
+# windows measure (bench/run's bare_again).
+BARE_AGAIN = "bare Express again (a second instance of the same app)"
+
+
 # Targets whose figure has a spread in results.json, a [low, high] list
 # under the figure's key + "_spread": (section, key) by the target's label.
 TARGET_SPREADS = {
@@ -404,8 +409,48 @@ def node_section(w, plots, nd):
                   "—" if app == "bare" else
                   med_iqr(app + "_fixed_limiter_cpu_us_per_req")]
                  for app, label in fixed]))
+    side = [(app, label) for app, label, _ in NODE_APPS
+            if nd.get(app + "_side_cpu_us_per_req") is not None]
+    if side:
+        if nd.get("bare_again_side_cpu_us_per_req") is not None:
+            side.append(("bare_again", BARE_AGAIN))
+        w("\n**Saturated, side by side**: the same apps and a second bare "
+          "Express all driven at once at full speed, each by its own `wrk "
+          "%s` as in the runs below (node CPU is then shared among the %s "
+          "apps), %s windows after a warm-up, Redis flushed before each. "
+          "Every window gives each app the same moments of the machine, so "
+          "that the ratios of two apps are of figures measured together; "
+          "the second bare Express says how far the method puts two "
+          "identical apps apart. Medians over the windows (load average %s "
+          "before and after):\n"
+          % (nd.get("side_wrk") or "n/a", fmt(nd.get("side_apps")),
+             fmt(nd.get("side_windows")),
+             rng("side_loadavg_1m").replace(" to ", " and ")))
+        w(table(["app", "req/s", "p99 ms", "node CPU µs/request"],
+                [[label, fmt(nd.get(app + "_side_rps")),
+                  fmt(nd.get(app + "_side_p99_ms")),
+                  fmt(nd.get(app + "_side_cpu_us_per_req"))]
+                 for app, label in side]))
+
+        def side_ratio(k):
+            return "**%s** (IQR %s, range %s)" % (
+                fmt(nd.get(k)), rng(k + "_iqr"), rng(k + "_range"))
+        w("\nWindow by window, saturated side by side: sluice Redis serves "
+          "%s of the classic's req/s, and one core would serve %s of the "
+          "classic's req/s (1 / node CPU per request), p99 %s of the "
+          "classic's; sluice memory serves %s of bare Express's req/s, a "
+          "core %s of bare's, p99 %s of bare's; the second bare Express "
+          "serves %s of the first's, a core %s.\n"
+          % (side_ratio("side_redis_rps_ratio"),
+             side_ratio("side_redis_capacity_ratio"),
+             side_ratio("side_redis_p99_ratio"),
+             side_ratio("side_memory_rps_ratio"),
+             side_ratio("side_memory_capacity_ratio"),
+             side_ratio("side_memory_p99_ratio"),
+             side_ratio("side_bare_again_rps_ratio"),
+             side_ratio("side_bare_again_capacity_ratio")))
     spread = []
-    for app, label, _ in NODE_APPS:
+    for app, label, _ in NODE_APPS + [("bare_again", BARE_AGAIN, "")]:
         runs = nd.get(app + "_runs") or []
         if len(runs) > 1:
             spread.append([label] + [", ".join(fmt(r.get(k)) for r in runs)
@@ -417,9 +462,12 @@ def node_section(w, plots, nd):
               "by side, each idle while another "
               "is measured: after its warm-up, each is measured %s times "
               "with `wrk -t1 -c50 -d%ss --latency`, in rounds over the four "
-              "(the order reversed every other round), Redis flushed before "
-              "every run; the first table gives each figure's median, the "
-              "other apps' one run of `wrk %s`. Every run, in order:\n"
+              "and a second bare Express (the same app again, measured "
+              "next to the first: what two identical apps give) in the "
+              "order below (reversed every other round), Redis flushed "
+              "before every run; the first table gives each figure's "
+              "median, the other apps' one run of `wrk %s`. Every run, in "
+              "order:\n"
               % (fmt(nd.get("rounds")), fmt(nd.get("round_s")),
                  fmt(nd.get("wrk"))))
         else:
@@ -477,6 +525,15 @@ def node_section(w, plots, nd):
              rng("redis_p99_vs_classic_paired_range"),
              fmt(nd.get("memory_rps_vs_bare_paired")),
              rng("memory_rps_vs_bare_paired_range")))
+    if nd.get("bare_again_rps_vs_bare_paired") is not None:
+        w("\nThe same app twice, round by round: the second bare Express's "
+          "req/s **%s** of the first's (%s), its node CPU per request "
+          "**%s** of the first's (%s) -- the spread the rounds give two "
+          "identical apps.\n"
+          % (fmt(nd.get("bare_again_rps_vs_bare_paired")),
+             rng("bare_again_rps_vs_bare_paired_range"),
+             fmt(nd.get("bare_again_cpu_vs_bare_paired")),
+             rng("bare_again_cpu_vs_bare_paired_range")))
     inproc = [(label, nd.get(app + "_inproc_cpu_us_per_call_range"))
               for app, label, _ in NODE_APPS[1:]]
     if any(r for _, r in inproc):

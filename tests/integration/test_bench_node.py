@@ -133,5 +133,153 @@ class BenchNode(unittest.TestCase):
         self.assertIn("needs --expose-gc", out.stderr)
 
 
+def bench_module(name, path):
+    """bench/run or bench/report.py, loaded as a module (no bytecode),
+    with bench/'s own harness (this directory's goes back afterwards)."""
+    from importlib.machinery import SourceFileLoader
+    import importlib.util
+    sys.dont_write_bytecode = True
+    bench = os.path.join(harness.SRC, "bench")
+    ours = sys.modules.pop("harness", None)
+    sys.path.insert(0, bench)
+    try:
+        loader = SourceFileLoader(name, os.path.join(bench, path))
+        spec = importlib.util.spec_from_loader(name, loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+    finally:
+        sys.path.remove(bench)
+        if ours is not None:
+            sys.modules["harness"] = ours
+    return mod
+
+
+class SideBySide(unittest.TestCase):
+    """The saturated side-by-side windows: their ratios, and the report's
+    table of them.  No process is started."""
+
+    # Three windows: {app: (node CPU us/request, req/s, p99 ms)}.
+    RUNS = [
+        {"bare": (100.0, 1000, 10.0), "bare_again": (110.0, 900, 12.0),
+         "sluice_memory": (125.0, 800, 20.0),
+         "classic": (150.0, 600, 30.0), "sluice_redis": (120.0, 750, 15.0)},
+        {"bare": (100.0, 1000, 10.0), "bare_again": (90.0, 1100, 8.0),
+         "sluice_memory": (110.0, 950, 11.0),
+         "classic": (150.0, 600, 30.0), "sluice_redis": (100.0, 900, 30.0)},
+        # A window without the classic (its wrk said nothing readable).
+        {"bare": (200.0, 500, 10.0), "bare_again": (200.0, 500, 10.0),
+         "sluice_memory": (250.0, 400, None)},
+    ]
+
+    def test_ratios_window_by_window(self):
+        run = bench_module("bench_run", "run")
+        res = {}
+        run.side_ratios(res, self.RUNS)
+        # sluice Redis against the classic: two windows only.
+        self.assertEqual(res["side_redis_rps_ratio"], 1.375)  # 1.25, 1.5
+        self.assertEqual(res["side_redis_rps_ratio_range"], [1.25, 1.5])
+        self.assertEqual(res["side_redis_capacity_ratio"], 1.375)
+        self.assertEqual(res["side_redis_p99_ratio"], 0.75)  # 0.5, 1.0
+        # sluice memory against bare: the p99 of None leaves window 3 out
+        # of the p99 ratio only.
+        self.assertEqual(res["side_memory_rps_ratio_range"], [0.8, 0.95])
+        self.assertEqual(res["side_memory_rps_ratio"], 0.8)
+        self.assertEqual(res["side_memory_capacity_ratio"], 0.8)
+        self.assertEqual(res["side_memory_capacity_ratio_range"],
+                         [0.8, 0.909])
+        self.assertEqual(res["side_memory_p99_ratio"], 1.55)
+        # The same app twice.
+        self.assertEqual(res["side_bare_again_rps_ratio"], 1.0)
+        self.assertEqual(res["side_bare_again_rps_ratio_range"], [0.9, 1.1])
+        for k, v in res.items():
+            if k.endswith("_iqr"):
+                mn, mx = res[k[:-4] + "_range"]
+                self.assertTrue(mn <= v[0] <= res[k[:-4]] <= v[1] <= mx,
+                                (k, res))
+
+    def test_no_window_gives_none(self):
+        run = bench_module("bench_run", "run")
+        res = {"side_redis_rps_ratio_iqr": [1, 2]}
+        run.side_ratios(res, [{"bare": (100.0, 1000, 10.0)}])
+        self.assertIsNone(res["side_redis_rps_ratio"])
+        self.assertNotIn("side_redis_rps_ratio_iqr", res)
+
+    def test_report_table(self):
+        run = bench_module("bench_run", "run")
+        report = bench_module("bench_report", "report.py")
+        nd = {"side_wrk": "-t1 -c50 -d3s --latency", "side_windows": 3,
+              "side_apps": 5, "side_loadavg_1m": [1.5, 2.5]}
+        for a in ("bare", "bare_again", "sluice_memory", "sluice_redis",
+                  "classic"):
+            nd[a + "_side_cpu_us_per_req"] = self.RUNS[0][a][0]
+            nd[a + "_side_rps"] = self.RUNS[0][a][1]
+            nd[a + "_side_p99_ms"] = self.RUNS[0][a][2]
+        run.side_ratios(nd, self.RUNS)
+        out = []
+
+        class Plots:
+            ok = True
+
+            def grouped(self, *args):
+                return None
+        report.node_section(out.append, Plots(), nd)
+        text = "".join(out)
+        self.assertIn("**Saturated, side by side**", text)
+        self.assertIn("(load average 1.5 and 2.5 before and after)", text)
+        self.assertIn("| Express + sluice, Redis store | 750 | 15 | 120 |",
+                      text)
+        self.assertIn("| classic: ioredis + Lua hash bucket (EVALSHA) | 600 "
+                      "| 30 | 150 |", text)
+        self.assertIn("| bare Express again (a second instance of the same "
+                      "app) | 900 | 12 | 110 |", text)
+        self.assertIn("sluice Redis serves **1.38** (IQR 1.31 to 1.44, "
+                      "range 1.25 to 1.5) of the classic's req/s", text)
+        self.assertIn("the second bare Express serves **1** (IQR 0.95 to "
+                      "1.05, range 0.9 to 1.1) of the first's", text)
+
+    def test_report_rounds_of_the_same_app(self):
+        report = bench_module("bench_report", "report.py")
+        nd = {"rounds": 2, "round_s": 3, "wrk": "-t1 -c50 -d5s",
+              "redis_rps_vs_classic_paired": 1.0,
+              "bare_runs": [{"rps": 1000, "p99_ms": 10.0,
+                             "cpu_us_per_req": 150.0},
+                            {"rps": 900, "p99_ms": 12.0,
+                             "cpu_us_per_req": 160.0}],
+              "bare_again_runs": [{"rps": 950, "p99_ms": 11.0,
+                                   "cpu_us_per_req": 155.0},
+                                  {"rps": 990, "p99_ms": 9.0,
+                                   "cpu_us_per_req": 151.0}],
+              "bare_again_rps_vs_bare_paired": 1.025,
+              "bare_again_rps_vs_bare_paired_range": [0.95, 1.1],
+              "bare_again_cpu_vs_bare_paired": 0.989,
+              "bare_again_cpu_vs_bare_paired_range": [0.944, 1.033]}
+        out = []
+
+        class Plots:
+            ok = True
+
+            def grouped(self, *args):
+                return None
+        report.node_section(out.append, Plots(), nd)
+        text = "".join(out)
+        self.assertIn("| bare Express again (a second instance of the same "
+                      "app) | 950, 990 | 11, 9 | 155, 151 |", text)
+        self.assertIn("the second bare Express's req/s **1.02** of the "
+                      "first's (0.95 to 1.1), its node CPU per request "
+                      "**0.989** of the first's (0.944 to 1.03)", text)
+
+    def test_report_without_side_by_side(self):
+        report = bench_module("bench_report", "report.py")
+        out = []
+
+        class Plots:
+            ok = True
+
+            def grouped(self, *args):
+                return None
+        report.node_section(out.append, Plots(), {})
+        self.assertNotIn("side by side**", "".join(out))
+
+
 if __name__ == "__main__":
     unittest.main()

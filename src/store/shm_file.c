@@ -280,10 +280,8 @@ static int use_hash(sluice_shmstore_t *s, const char *path, const header_t *h,
 		return sluice_fail(
 			SLUICE_ESTORE, err, errlen,
 			"%s: its keys are hashed with AES-128 (AES-NI), which "
-			"this %s; hashing them otherwise would split every "
-			"bucket in two, so it is refused (every process "
-			"sharing the file must run on the host that made "
-			"it; remove the file to start afresh)",
+			"this %s; refused, not hashed otherwise (that would "
+			"split buckets); remove the file to start afresh",
 			path,
 			SLUICE_HAVE_AESHASH ? "processor does not have"
 					    : "build does not compute");

@@ -36,6 +36,7 @@
  * on the machine and go to docs/BENCHMARKS.md through bench/run.
  */
 #include "sluice.h"
+#include "store/shm.h"
 #include "util/aeshash.h"
 #include "util/siphash.h"
 #ifdef SLUICE_BENCH_REDIS
@@ -537,6 +538,9 @@ static int bench_store(const opts_t *o)
 	       (unsigned long long)total, secs, cpu);
 	print_spread("dps", dps[0], rounds);
 	print_spread("dps_per_cpu_s", per_cpu[0], rounds);
+	if (bs.shm) /* the file's key hash: "aes" or "siphash" */
+		printf("\"shared_hash\": \"%s\", ",
+		       sluice_shmstore__hash(bs.shm));
 	if (o->compare) {
 		printf("\"compare_batch\": %u, ", o->compare);
 		print_spread("batch_dps", dps[1], rounds);

@@ -903,11 +903,13 @@ def write(results, outdir, docs):
           "cores, so the wall-clock rate measures the scheduler as much as "
           "the store; the CPU-time rate keeps what the processes cost each "
           "other: locks and cache lines that move between cores). Load "
-          "average %s before, %s after.\n"
+          "average %s before, %s after. The file's key hash: %s.\n"
           % (fmt(sh.get("rounds", 1)),
              fmt(results.get("machine", {}).get("nproc")),
              fmt(sh.get("loadavg_1m_before")),
-             fmt(sh.get("loadavg_1m_after"))))
+             fmt(sh.get("loadavg_1m_after")),
+             " and ".join(SHARED_HASH.get(h, h)
+                          for h in sh.get("hash", ["?"]))))
         rows = []
         for n in ("1k", "1m"):
             for what, label in (("", "decisions/s"),
@@ -1138,6 +1140,15 @@ def write(results, outdir, docs):
 
 
 # --------------------------------------------- sections not rerun this time
+
+# How the shared section names the file's key hash (bench_core.c's
+# shared_hash).
+SHARED_HASH = {
+    "aes": "AES-128, as the memory store's (one encryption per 16-byte key, "
+           "util/aeshash.h; the file's creator had AES-NI)",
+    "siphash": "SipHash-1-3-128 (the file's creator had no AES-NI)",
+    "?": "not recorded (a run before the file kept its hash)",
+}
 
 SECTIONS = ("core", "scaling", "shared", "memory", "http", "redis",
             "article_ab", "simulate", "node", "grpc")

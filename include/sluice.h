@@ -520,9 +520,13 @@ typedef struct sluice_shmstore_s sluice_shmstore_t;
  * Opens the store in the file at path, creating it (mode 0600, sized for
  * max_keys buckets, about 32 to 64 bytes each, all reserved at creation)
  * if it does not exist.  The file holds a magic, a layout version, its
- * parameters and the secret hash key (random at creation: clients cannot
- * predict which keys share a slot).  Whoever may write the file may
- * rewrite any bucket, so it is refused (the message names its owner)
+ * parameters, which key hash it uses and its secret keys (random at
+ * creation: clients cannot predict which keys share a slot).  Keys of up
+ * to 16 bytes are hashed with AES-128 when the creating process has
+ * AES-NI, else with SipHash-1-3-128, longer keys with SipHash; a process
+ * that cannot compute the file's hash refuses the file (SLUICE_ESTORE,
+ * the message says why) rather than hash another way.  Whoever may write the
+ * file may rewrite any bucket, so it is refused (the message names its owner)
  * unless it is a regular file (not a symbolic link) owned by this
  * process's user or root and writable by no one else, in a directory
  * others cannot swap it in (owned by this user or root; writable by

@@ -80,7 +80,8 @@ struct sluice_aeshash_s;
 typedef struct sluice_buckets_s {
 	const uint8_t *seed; /* the SipHash key, 16 bytes */
 	/* The keys' identity for keys of at most 16 bytes when set (the
-	 * memory store, with AES-NI): util/aeshash.h; SipHash otherwise. */
+	 * memory store with AES-NI, a shared file made with it):
+	 * util/aeshash.h; SipHash otherwise. */
 	const struct sluice_aeshash_s *aes;
 	unsigned shift; /* 64 - log2(nshards) */
 	size_t nshards; /* a power of two <= SLUICE_MAX_SHARDS */

@@ -6,8 +6,8 @@
  *
  * Identity.  A bucket is a key and one of its limits.  The key is known by
  * a 128-bit keyed hash (SipHash-1-3-128 under a secret drawn at creation;
- * in the memory store, keys of up to 16 bytes are encrypted with AES-128
- * under secrets of their own where the processor has AES-NI:
+ * keys of up to 16 bytes are encrypted with AES-128 under secrets of their
+ * own where the processor has AES-NI -- for a shared file, its creator's:
  * util/aeshash.h) instead of its bytes, and the bucket by that hash XORed with
  * the limit's exact value (capacity, interval, per: they pack into 127 bits, so
  * two limits of one key never share a bucket).  A bucket is never identified by

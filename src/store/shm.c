@@ -225,6 +225,11 @@ int sluice_shmstore__failed(const sluice_shmstore_t *s)
 	return __atomic_load_n(&s->broken, __ATOMIC_RELAXED);
 }
 
+const char *sluice_shmstore__hash(const sluice_shmstore_t *s)
+{
+	return s->hash_aes ? "aes" : "siphash";
+}
+
 int sluice_shmstore_take(sluice_shmstore_t *s, const void *key, size_t keylen,
 			 const sluice_limit_t *limits, size_t nlimits,
 			 uint64_t cost, int64_t now_us,

@@ -19,4 +19,13 @@ void sluice_shmstore__set_default_lock_wait(unsigned ms);
  * fails with SLUICE_ESTORE). */
 int sluice_shmstore__failed(const sluice_shmstore_t *s);
 
+/* The key hash of an open store's file: "aes" (AES-128 for keys of up to
+ * 16 bytes, SipHash for longer ones) or "siphash" (every key). */
+const char *sluice_shmstore__hash(const sluice_shmstore_t *s);
+
+/* Non-zero: this process acts as one without AES-NI from now on (files it
+ * creates hash with SipHash; files that hash with AES are refused); for
+ * tests. */
+void sluice_shmstore__set_no_aes(int on);
+
 #endif /* SLUICE_STORE_SHM_H */

@@ -6,15 +6,25 @@
  * File layout (little-endian, this machine's ABI):
  *
  *   [0, 4096)       the header: magic, layout version, the parameters the
- *                   layout derives from, the SipHash key, the ABI sizes
+ *                   layout derives from, the ABI sizes, the SipHash key,
+ *                   the key hash (hash kind) and the AES keys it uses
  *   [4096, ...)     one shard_t per shard: a robust process-shared mutex
  *                   and the table counters, each on its own cache lines
  *   then            every shard's slot array, fixed at creation, sized for
  *                   its share of max_keys (never more than 3/4 full)
  *
- * The hash key is drawn at random when the file is created and lives in
+ * The hash keys are drawn at random when the file is created and live in
  * the file (mode 0600): clients cannot predict which keys collide, and
- * every process that opens the file hashes alike.
+ * every process that opens the file hashes alike.  Which hash names a key
+ * is the file's too (its hash kind), chosen by its creator: AES-128 for
+ * keys of up to 16 bytes (util/aeshash.h, as the memory store) when the
+ * creating process has AES-NI, SipHash-1-3-128 otherwise, and SipHash for
+ * longer keys either way.  Every process sharing a file runs on its host,
+ * so they all have what its creator had; one that cannot compute the
+ * file's hash (a build without AES, a processor without AES-NI, a kind it
+ * does not know) refuses the file.  It never hashes another way: a key
+ * would then name other buckets than in the other processes, and get its
+ * limit once per hash.
  *
  * Creation and opening happen under flock(LOCK_EX) on the file, which the
  * kernel releases if its holder dies: a creator killed midway leaves a file
@@ -40,6 +50,7 @@
  * shm.c's (the SIGBUS guard).
  */
 #include "store/shm_int.h"
+#include "util/aeshash.h"
 #include "util/errmsg.h"
 #include "util/file.h"
 #include "util/siphash.h"
@@ -47,6 +58,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +69,10 @@
 
 #define SHM_MAGIC "SLUICESH"
 /* 2: the table counters that move on every take (cursor, count) moved
- * into the lock's cache line.  A file of another version is refused. */
-#define SHM_VERSION 2u
+ * into the lock's cache line.  3: the key hash is the file's (hash, aes
+ * below); a build of version 2 would read a version 3 file with SipHash.
+ * A file of another version is refused. */
+#define SHM_VERSION 3u
 #define SHM_HEADER  4096u
 /* A lock held longer than this (by a stopped process, or a damaged lock
  * word naming no live thread) fails the call instead of hanging it.  Far
@@ -77,8 +91,18 @@ typedef struct header_s {
 	uint64_t slots_per_shard;
 	uint32_t shard_bytes; /* sizeof(shard_t): the mutex ABI */
 	uint32_t slot_bytes;
-	uint8_t seed[16];
+	uint8_t seed[16]; /* the SipHash key */
+	uint32_t hash;	  /* SHM_HASH_*: the identity of keys <= 16 bytes */
+	uint32_t pad;
+	uint8_t aes[32]; /* SHM_HASH_AES: the AES keys A and B (aeshash.h) */
 } header_t;
+
+/* The file's key hash (its header's hash field; offset 72). */
+#define SHM_HASH_SIPHASH 1u /* SipHash-1-3-128 for every key */
+#define SHM_HASH_AES	 2u /* AES-128 for keys <= 16 bytes, else SipHash */
+
+_Static_assert(offsetof(header_t, hash) == 72 && offsetof(header_t, aes) == 80,
+	       "the header's hash fields moved (tests patch them)");
 
 typedef struct shard_s {
 	pthread_mutex_t lock;
@@ -123,6 +147,31 @@ out:
 	return rc;
 }
 
+static int no_aes; /* sluice_shmstore__set_no_aes() */
+
+void sluice_shmstore__set_no_aes(int on)
+{
+	no_aes = on != 0;
+}
+
+/* Draws a new file's hash keys and picks its hash: AES when this process
+ * can compute it. */
+static void draw_keys(header_t *h)
+{
+	sluice_aeshash_t a;
+
+	sluice_random_bytes(h->seed, sizeof(h->seed));
+	h->hash = SHM_HASH_SIPHASH;
+	if (!no_aes) {
+		sluice_random_bytes(h->aes, sizeof(h->aes));
+		if (sluice_aeshash_init(&a, h->aes) == 0)
+			h->hash = SHM_HASH_AES;
+		memset(&a, 0, sizeof(a));
+	}
+	if (h->hash != SHM_HASH_AES)
+		memset(h->aes, 0, sizeof(h->aes));
+}
+
 /* Lays out a new (or unfinished) file; the caller holds the flock. */
 static int create(int fd, const char *path, const header_t *want, char *err,
 		  size_t errlen)
@@ -151,7 +200,7 @@ static int create(int fd, const char *path, const header_t *want, char *err,
 	shards = (shard_t *)((char *)h + SHM_HEADER);
 	*h = *want;
 	memset(h->magic, 0, sizeof(h->magic));
-	sluice_random_bytes(h->seed, sizeof(h->seed));
+	draw_keys(h);
 	for (i = 0; i < want->nshards; i++) {
 		shards[i].t.max = want->max_keys / want->nshards +
 				  (i < want->max_keys % want->nshards);
@@ -208,6 +257,35 @@ static int validate(const char *path, const header_t *h, off_t size,
 			"or damaged)",
 			path, (long long)size,
 			(unsigned long long)h->file_bytes);
+	return 0;
+}
+
+/* The file's key hash, set up in s; refuses a hash this process cannot
+ * compute (never hashes another way: that would split every bucket). */
+static int use_hash(sluice_shmstore_t *s, const char *path, const header_t *h,
+		    char *err, size_t errlen)
+{
+	memcpy(s->seed, h->seed, sizeof(s->seed));
+	s->hash_aes = 0;
+	if (h->hash == SHM_HASH_SIPHASH)
+		return 0;
+	if (h->hash != SHM_HASH_AES)
+		return sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: its keys are hashed with hash kind %u, which "
+			"this build does not know (made by a newer build, or "
+			"damaged); remove the file to start afresh",
+			path, h->hash);
+	if (no_aes || sluice_aeshash_init(&s->aes, h->aes) != 0)
+		return sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: its keys are hashed with AES-128 (AES-NI), which "
+			"this %s; refused, not hashed otherwise (that would "
+			"split buckets); remove the file to start afresh",
+			path,
+			SLUICE_HAVE_AESHASH ? "processor does not have"
+					    : "build does not compute");
+	s->hash_aes = 1;
 	return 0;
 }
 
@@ -318,8 +396,8 @@ static int open_locked(sluice_shmstore_t *s, int fd, const char *path,
 	if (s->map == MAP_FAILED)
 		return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: mmap: %s",
 				   path, strerror(errno));
-	memcpy(s->seed, h.seed, sizeof(s->seed));
-	if ((rc = validate_shards(path, s->map, want, err, errlen)) != 0) {
+	if ((rc = use_hash(s, path, &h, err, errlen)) != 0 ||
+	    (rc = validate_shards(path, s->map, want, err, errlen)) != 0) {
 		munmap(s->map, s->map_bytes);
 		return rc;
 	}
@@ -343,6 +421,7 @@ static void attach(sluice_shmstore_t *s, const header_t *want)
 	size_t i;
 
 	s->b.seed = s->seed;
+	s->b.aes = s->hash_aes ? &s->aes : NULL;
 	s->b.nshards = want->nshards;
 	s->b.shift = 64 - bits;
 	s->b.max_keys = want->max_keys;

@@ -1,6 +1,6 @@
 /*
  * aeshash.h -- a keyed 128-bit hash of keys of at most 16 bytes, one AES-128
- * encryption (AES-NI): the memory store's key identity for such keys, in
+ * encryption (AES-NI): the local stores' key identity for such keys, in
  * place of SipHash-1-3-128 (siphash.h), with the same property: without the
  * secret keys nobody can aim two keys at one bucket.
  *
@@ -20,8 +20,10 @@
  *
  * x86-64 with AES-NI only (checked at run time); elsewhere
  * sluice_aeshash_init() returns -1 and the store keeps SipHash.  The
- * hashes live only in the process that computed them (the memory store):
- * the shared-memory store, whose file other builds read, keeps SipHash.
+ * memory store's hashes live only in the process that computed them.  The
+ * shared-memory store's file records which hash it uses (with its keys),
+ * chosen by its creator; every process sharing it runs on that host, and
+ * one that cannot compute it refuses the file (store/shm_file.c).
  */
 #ifndef SLUICE_UTIL_AESHASH_H
 #define SLUICE_UTIL_AESHASH_H

@@ -1,15 +1,17 @@
 /*
- * test_aeshash.c -- the memory store's hash of keys up to 16 bytes
+ * test_aeshash.c -- the stores' hash of keys up to 16 bytes
  * (util/aeshash.h): AES-128 as FIPS-197 defines it, each key's block as
  * the header says (checked against `openssl enc -aes-128-ecb -nopad` of
  * that block), the same in line and out of line, no byte read outside the
  * key, and the two classes of keys (shorter than 16 bytes, exactly 16)
  * apart even when their blocks are equal.  On a machine without AES-NI the
  * hash is not used (sluice_aeshash_init() refuses) and only that is
- * checked.
+ * checked.  The memory store and a shared-memory file of either hash
+ * decide alike.
  */
 #include "check.h"
 #include "sluice.h"
+#include "store/shm.h"
 #include "stores.h"
 #include "util/aeshash.h"
 
@@ -191,13 +193,15 @@ static void test_classes_apart(void)
 
 /*
  * A memory store (AES for keys up to 16 bytes, SipHash for longer ones)
- * and a shared-memory store (SipHash for all) given the same calls on keys
- * of 0 to 40 bytes, zero bytes included, answer alike, call after call:
- * single takes, takes of two limits, take_each, take_many, peeks, refunds,
+ * and a shared-memory store given the same calls on keys of 0 to 40
+ * bytes, zero bytes included, answer alike, call after call: single
+ * takes, takes of two limits, take_each, take_many, peeks, refunds,
  * resets, penalties and blocks.  Both have room for every bucket, so which
- * hash names a bucket cannot change a decision.
+ * hash names a bucket cannot change a decision.  The shared file hashes as
+ * the memory store (AES under other keys) or, no_aes, with SipHash for
+ * every key (a file made where AES is not: two hashes, one answer).
  */
-static void test_stores_agree_on_every_length(void)
+static void stores_agree(int no_aes)
 {
 	sluice_memstore_t *m = open_memstore(20000);
 	sluice_shmstore_t *s = NULL;
@@ -213,8 +217,12 @@ static void test_stores_agree_on_every_length(void)
 	snprintf(path, sizeof(path), "/dev/shm/sluice-test-aeshash-%d",
 		 getpid());
 	unlink(path);
+	sluice_shmstore__set_no_aes(no_aes);
 	CHECK(sluice_shmstore_open(&s, path, 20000, err, sizeof(err)) == 0);
-	CHECK(m);
+	sluice_shmstore__set_no_aes(0);
+	CHECK(m && s);
+	CHECK(strcmp(sluice_shmstore__hash(s),
+		     have && !no_aes ? "aes" : "siphash") == 0);
 	for (i = 0; i < 300; i++) {
 		lens[i] = i % 41;
 		for (j = 0; j < sizeof(keys[i]); j++) {
@@ -309,17 +317,28 @@ static void test_stores_agree_on_every_length(void)
 	unlink(path);
 }
 
+static void test_stores_agree_on_every_length(void)
+{
+	stores_agree(0);
+}
+
+static void test_stores_agree_on_every_length_shared_siphash(void)
+{
+	stores_agree(1);
+}
+
 int main(void)
 {
 	init();
 	if (!have)
-		fprintf(stderr, "no AES-NI here: the memory store keeps "
-				"SipHash; only that is checked\n");
+		fprintf(stderr, "no AES-NI here: the stores keep SipHash; "
+				"only that is checked\n");
 	RUN(test_fips197_vector);
 	RUN(test_pinned_vectors);
 	RUN(test_every_length_is_its_block);
 	RUN(test_reads_only_the_key);
 	RUN(test_classes_apart);
 	RUN(test_stores_agree_on_every_length);
+	RUN(test_stores_agree_on_every_length_shared_siphash);
 	TESTS_DONE();
 }

@@ -1,12 +1,15 @@
 /*
  * test_shmstore.c -- the shared-memory store: processes on one file share
  * buckets exactly, a process SIGKILLed at any instruction blocks no one and
- * corrupts nothing, and files of another layout are refused.
+ * corrupts nothing, files of another layout are refused, and every
+ * handle and process on one file names a key's buckets alike (with the
+ * file's key hash: AES where the processor has it), or refuses the file.
  */
 #include "check.h"
 #include "sluice.h"
 #include "store/shm.h"
 #include "stores.h"
+#include "util/aeshash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -490,11 +493,16 @@ static void test_files_of_another_layout_are_refused(void)
 	CHECK(strstr(err, "truncated"));
 	CHECK(truncate(path, st.st_size) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == 0);
-	/* A file of the previous layout (version 1: the table counters in
-	 * another order) is refused, not misread. */
+	/* Files of earlier layouts (version 1: the table counters in
+	 * another order; version 2: every key hashed with SipHash, no hash
+	 * kind) are refused, not misread. */
 	CHECK(patch(path, 8, &(uint32_t){1}, sizeof(uint32_t)) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
-	CHECK(strstr(err, "layout version 1, this build reads version 2"));
+	CHECK(strstr(err, "layout version 1, this build reads version 3"));
+	CHECK(patch(path, 8, &(uint32_t){2}, sizeof(uint32_t)) == 0);
+	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "layout version 2, this build reads version 3") &&
+	      strstr(err, path));
 	/* Another layout version. */
 	CHECK(patch(path, 8, &version, sizeof(version)) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
@@ -525,6 +533,199 @@ static void test_files_of_another_layout_are_refused(void)
 	CHECK(chmod(path, 0666) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
 	CHECK(strstr(err, "writable by every user"));
+	unlink(path);
+}
+
+/* ------------------------------------------------------ the key hash */
+
+/* Where the header keeps the file's key hash (shm_file.c): 1 SipHash,
+ * 2 AES for keys of up to 16 bytes. */
+#define HASH_AT 72
+
+/* 1 when this processor (and build) computes the AES hash. */
+static int have_aes(void)
+{
+	sluice_aeshash_t a;
+	uint8_t k[32] = {0};
+
+	return sluice_aeshash_init(&a, k) == 0;
+}
+
+#define NKEYS 300
+
+/* 1 when key i repeats an earlier one. */
+static int repeated(uint8_t keys[NKEYS][40], const size_t *lens, size_t i)
+{
+	size_t j;
+
+	for (j = 0; j < i; j++)
+		if (lens[j] == lens[i] && !memcmp(keys[j], keys[i], lens[i]))
+			return 1;
+	return 0;
+}
+
+/* NKEYS distinct keys of 0 to 40 bytes (every length the AES hash takes,
+ * and longer ones that keep SipHash), zero bytes included. */
+static void make_keys(uint8_t keys[NKEYS][40], size_t *lens, uint64_t seed)
+{
+	size_t i, j;
+	int tries;
+
+	for (i = 0; i < NKEYS; i++) {
+		lens[i] = i % 41;
+		for (tries = 0; tries < 100; tries++) {
+			for (j = 0; j < 40; j++) {
+				uint64_t r = test_rand(&seed);
+
+				keys[i][j] = r % 4 == 0 ? 0 : (uint8_t)(r >> 8);
+			}
+			if (!repeated(keys, lens, i))
+				break;
+			lens[i] = 1 + (lens[i] + 1) % 40; /* 0 is taken */
+		}
+		CHECK(!repeated(keys, lens, i));
+	}
+}
+
+/* Drains (3 of a capacity of 3) keys from .. to - 1 through s; 0 if every
+ * take went as expected. */
+static int drain_keys(sluice_shmstore_t *s, uint8_t keys[NKEYS][40],
+		      const size_t *lens, size_t from, size_t to)
+{
+	sluice_limit_t l = limit("3", "1/hour");
+	size_t i;
+
+	for (i = from; i < to; i++)
+		if (sluice_shmstore_take(s, keys[i], lens[i], &l, 1, 3, T0,
+					 NULL, NULL) != 1)
+			return -1;
+	return 0;
+}
+
+/* The number of keys from .. to - 1 whose bucket s finds empty. */
+static size_t drained(sluice_shmstore_t *s, uint8_t keys[NKEYS][40],
+		      const size_t *lens, size_t from, size_t to)
+{
+	sluice_limit_t l = limit("3", "1/hour");
+	size_t i, n = 0;
+
+	for (i = from; i < to; i++)
+		n += sluice_shmstore_peek(s, keys[i], lens[i], &l, 1, 1,
+					  T0 + 1000, NULL, NULL) == 0;
+	return n;
+}
+
+/* A file made here hashes with AES exactly when this processor has it;
+ * two handles on it find each other's buckets for keys of every length
+ * (one bucket per key: the file holds NKEYS of them, not more). */
+static void test_two_handles_name_keys_alike(void)
+{
+	const char *path = shm_path("handles");
+	sluice_shmstore_t *a = open_store(path, 1000);
+	sluice_shmstore_t *b = open_store(path, 1000);
+	static uint8_t keys[NKEYS][40];
+	size_t lens[NKEYS];
+	sluice_memstore_stats_t st;
+
+	CHECK(a && b);
+	make_keys(keys, lens, 11);
+	CHECK(strcmp(sluice_shmstore__hash(a),
+		     have_aes() ? "aes" : "siphash") == 0);
+	CHECK(strcmp(sluice_shmstore__hash(b), sluice_shmstore__hash(a)) == 0);
+	CHECK(drain_keys(a, keys, lens, 0, NKEYS / 2) == 0);
+	CHECK(drain_keys(b, keys, lens, NKEYS / 2, NKEYS) == 0);
+	CHECK(drained(b, keys, lens, 0, NKEYS) == NKEYS);
+	CHECK(drained(a, keys, lens, 0, NKEYS) == NKEYS);
+	sluice_shmstore_stats(a, &st);
+	CHECK_EQ_U64(st.keys, NKEYS);
+	sluice_shmstore_close(a);
+	sluice_shmstore_close(b);
+	unlink(path);
+}
+
+/* The same between processes: a child opens the file this process made,
+ * finds the buckets drained here, drains the others, and this process
+ * finds those; NKEYS buckets in all. */
+static void test_two_processes_name_keys_alike(void)
+{
+	const char *path = shm_path("procs");
+	sluice_shmstore_t *s = open_store(path, 1000);
+	static uint8_t keys[NKEYS][40];
+	size_t lens[NKEYS];
+	sluice_memstore_stats_t st;
+	pid_t pid;
+	int status = -1;
+
+	CHECK(s);
+	make_keys(keys, lens, 12);
+	CHECK(drain_keys(s, keys, lens, 0, NKEYS / 2) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		sluice_shmstore_t *c = open_store(path, 1000);
+
+		if (!c || strcmp(sluice_shmstore__hash(c),
+				 have_aes() ? "aes" : "siphash") != 0)
+			_exit(2);
+		if (drained(c, keys, lens, 0, NKEYS / 2) != NKEYS / 2 ||
+		    drained(c, keys, lens, NKEYS / 2, NKEYS) != 0)
+			_exit(3);
+		if (drain_keys(c, keys, lens, NKEYS / 2, NKEYS) != 0)
+			_exit(4);
+		sluice_shmstore_close(c);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(drained(s, keys, lens, 0, NKEYS) == NKEYS);
+	sluice_shmstore_stats(s, &st);
+	CHECK_EQ_U64(st.keys, NKEYS);
+	sluice_shmstore_close(s);
+	unlink(path);
+}
+
+/* A file whose hash this process cannot compute is refused with the
+ * reason, never opened with another hash: a file that hashes with AES
+ * where AES is refused (the test hook stands in for a processor or build
+ * without it), and a hash kind this build does not know. */
+static void test_file_with_a_hash_it_cannot_compute_is_refused(void)
+{
+	const char *path = shm_path("hash");
+	sluice_shmstore_t *s = open_store(path, 100);
+	uint32_t kind = 2;
+	char err[512];
+
+	CHECK(s);
+	sluice_shmstore_close(s);
+	/* Made here: AES when this processor has it; patched to AES
+	 * otherwise, so that the refusal is checked everywhere. */
+	if (!have_aes())
+		CHECK(patch(path, HASH_AT, &kind, sizeof(kind)) == 0);
+	sluice_shmstore__set_no_aes(1);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, path) && strstr(err, "AES-128") &&
+	      strstr(err, "refused"));
+	/* Files made without AES hash with SipHash, and open everywhere. */
+	unlink(path);
+	s = open_store(path, 100);
+	CHECK(s && strcmp(sluice_shmstore__hash(s), "siphash") == 0);
+	sluice_shmstore_close(s);
+	sluice_shmstore__set_no_aes(0);
+	s = open_store(path, 100);
+	CHECK(s && strcmp(sluice_shmstore__hash(s), "siphash") == 0);
+	sluice_shmstore_close(s);
+	/* Unknown kinds. */
+	kind = 77;
+	CHECK(patch(path, HASH_AT, &kind, sizeof(kind)) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, path) && strstr(err, "hash kind 77"));
+	kind = 0;
+	CHECK(patch(path, HASH_AT, &kind, sizeof(kind)) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, "hash kind 0"));
+	kind = 1;
+	CHECK(patch(path, HASH_AT, &kind, sizeof(kind)) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == 0);
 	unlink(path);
 }
 
@@ -947,6 +1148,9 @@ int main(void)
 	RUN(test_reopened_store_keeps_a_drained_bucket);
 	RUN(test_files_of_another_layout_are_refused);
 	RUN(test_unfinished_file_is_laid_out_again);
+	RUN(test_two_handles_name_keys_alike);
+	RUN(test_two_processes_name_keys_alike);
+	RUN(test_file_with_a_hash_it_cannot_compute_is_refused);
 	if (geteuid() == 0) { /* they chown to nobody */
 		RUN(test_file_of_another_user_is_refused_naming_the_owner);
 		RUN(test_configured_group_shares_the_file);

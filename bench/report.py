@@ -228,6 +228,12 @@ TARGETS = [
      lambda r: r["node"]["memory_inproc_cpu_vs_peers"], "<=", 0.5, "x"),
     ("Node, sluice Redis: req/s vs the classic app", "node",
      lambda r: r["node"]["redis_rps_vs_classic"], ">=", 1.05, "x"),
+    ("Node, sluice Redis: req/s vs the classic app, saturated side by side "
+     "(median of windows)", "node",
+     lambda r: r["node"]["side_redis_rps_ratio"], ">=", 1.05, "x"),
+    ("Node, sluice memory: req/s vs bare Express, saturated side by side "
+     "(median of windows)", "node",
+     lambda r: r["node"]["side_memory_rps_ratio"], ">=", 0.95, "x"),
     ("Node, sluice memory: p99 vs the classic app's", "node",
      lambda r: r["node"]["memory_p99_vs_classic"], "<=", 1.0, "x"),
     ("Node, sluice Redis: p99 vs the classic app's", "node",

@@ -154,6 +154,19 @@ def bench_module(name, path):
     return mod
 
 
+def node_section_text(report, nd):
+    """The report's node section for the figures nd, as text (no plots)."""
+    out = []
+
+    class Plots:
+        ok = True
+
+        def grouped(self, *args):
+            return None
+    report.node_section(out.append, Plots(), nd)
+    return "".join(out)
+
+
 class SideBySide(unittest.TestCase):
     """The saturated side-by-side windows: their ratios, and the report's
     table of them.  No process is started."""
@@ -215,15 +228,7 @@ class SideBySide(unittest.TestCase):
             nd[a + "_side_rps"] = self.RUNS[0][a][1]
             nd[a + "_side_p99_ms"] = self.RUNS[0][a][2]
         run.side_ratios(nd, self.RUNS)
-        out = []
-
-        class Plots:
-            ok = True
-
-            def grouped(self, *args):
-                return None
-        report.node_section(out.append, Plots(), nd)
-        text = "".join(out)
+        text = node_section_text(report, nd)
         self.assertIn("**Saturated, side by side**", text)
         self.assertIn("(load average 1.5 and 2.5 before and after)", text)
         self.assertIn("| Express + sluice, Redis store | 750 | 15 | 120 |",
@@ -253,15 +258,7 @@ class SideBySide(unittest.TestCase):
               "bare_again_rps_vs_bare_paired_range": [0.95, 1.1],
               "bare_again_cpu_vs_bare_paired": 0.989,
               "bare_again_cpu_vs_bare_paired_range": [0.944, 1.033]}
-        out = []
-
-        class Plots:
-            ok = True
-
-            def grouped(self, *args):
-                return None
-        report.node_section(out.append, Plots(), nd)
-        text = "".join(out)
+        text = node_section_text(report, nd)
         self.assertIn("| bare Express again (a second instance of the same "
                       "app) | 950, 990 | 11, 9 | 155, 151 |", text)
         self.assertIn("the second bare Express's req/s **1.02** of the "
@@ -270,15 +267,7 @@ class SideBySide(unittest.TestCase):
 
     def test_report_without_side_by_side(self):
         report = bench_module("bench_report", "report.py")
-        out = []
-
-        class Plots:
-            ok = True
-
-            def grouped(self, *args):
-                return None
-        report.node_section(out.append, Plots(), {})
-        self.assertNotIn("side by side**", "".join(out))
+        self.assertNotIn("side by side**", node_section_text(report, {}))
 
 
 if __name__ == "__main__":

@@ -488,6 +488,68 @@ test('node\'s setHeader replaced before sluice is loaded receives sluice\'s head
   assert.deepEqual(out.legacy, [], 'what the replacement dropped is not sent');
 });
 
+test('the header store sluice makes has fast properties and reads, renders and changes exactly as node\'s own', () => {
+  // A process of its own, for V8's %HasFastProperties.  Each response is
+  // rendered (writeHead) beside one given the same headers through
+  // setHeader alone (node's own store): the same bytes, names, lookups.
+  const script = `
+    const http = require('node:http');
+    const sluice = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const limiter = new sluice.Limiter();
+    const mw = sluice.express({ limiter, key: () => 'user', policy: sluice.policy([{ capacity: 5, rate: '1/h' }], { name: 'fast' }) });
+    const store = (res) => Object.getOwnPropertySymbols(res).map((s) => res[s])
+      .find((v) => v !== null && typeof v === 'object' && 'ratelimit' in v);
+    const out = [];
+    const responses = [];
+    for (let i = 0; i < 3; i++) {
+      const req = new http.IncomingMessage(null);
+      req.headers = {};
+      const res = new http.ServerResponse(req);
+      res.sendDate = false;
+      responses.push(res);
+      mw(req, res, (err) => {
+        if (err) throw err;
+        const fast = %HasFastProperties(store(res));
+        const ref = new http.ServerResponse(new http.IncomingMessage(null));
+        ref.sendDate = false;
+        for (const n of res.getHeaderNames()) ref.setHeader(res.getRawHeaderNames()[res.getHeaderNames().indexOf(n)], res.getHeader(n));
+        for (const r of [res, ref]) {
+          r.setHeader('Content-Type', 'text/plain');
+          r.setHeader('__proto__', 'p');
+          r.setHeader('ETag', 'x');
+          if (i === 1) r.appendHeader('X-RateLimit-Limit', 'more');
+          if (i === 2) r.removeHeader('ratelimit-policy');
+        }
+        const look = (r) => ({ names: r.getHeaderNames(), raw: r.getRawHeaderNames(), proto: r.getHeader('__proto__'),
+          toString: r.hasHeader('toString'), ctor: r.getHeader('constructor'), limit: r.getHeader('x-ratelimit-limit'),
+          all: Object.entries(r.getHeaders()) });
+        const a = look(res);
+        const b = look(ref);
+        res.writeHead(200);
+        ref.writeHead(200);
+        out.push({ fast, a, b, head: res._header, refHead: ref._header });
+      });
+    }
+    out.push({ first: responses[0].getHeader('x-ratelimit-limit') });
+    console.log(JSON.stringify(out));
+    limiter.close();`;
+  const r = spawnSync(process.execPath, ['--allow-natives-syntax', '-e', script], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop());
+  for (const [i, o] of out.slice(0, 3).entries()) {
+    assert.equal(o.fast, true, `response ${i}: the store has fast properties`);
+    assert.deepEqual(o.a, o.b, `response ${i}: read as node's own store reads`);
+    assert.equal(o.head, o.refHead, `response ${i}: rendered as node's own store renders`);
+    assert.equal(o.a.toString, false);
+    assert.equal(o.a.ctor, undefined);
+    assert.equal(o.a.proto, 'p');
+  }
+  assert.match(out[0].head, /^HTTP\/1\.1 200 OK\r\nRateLimit-Policy: "fast";q=5;w=18000\r\nRateLimit: "fast";r=4;t=3600\r\nX-RateLimit-Limit: 5\r\n/);
+  assert.match(out[1].head, /\r\nX-RateLimit-Limit: 5\r\nX-RateLimit-Limit: more\r\n/);
+  assert.doesNotMatch(out[2].head, /RateLimit-Policy/);
+  assert.equal(out[3].first, 5, 'appending to one response\'s header leaves another\'s alone');
+});
+
 test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {
   for (const headers of [undefined, false]) {
     const { server, close } = await serve({ policy: pol(5), headers }, {

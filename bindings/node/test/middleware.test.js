@@ -550,6 +550,70 @@ test('the header store sluice makes has fast properties and reads, renders and c
   assert.equal(out[3].first, 5, 'appending to one response\'s header leaves another\'s alone');
 });
 
+test('RateLimit values kept per policy: a new one whenever the remaining count or the reset changes, each policy its own; stacked, the most restrictive stays', () => {
+  let now = 1_700_000_000_000_000; // µs, the limiter's clock
+  const limiter = new sluice.Limiter({ clock: () => now });
+  const wide = sluice.policy([{ capacity: 40, rate: '1/s' }], { name: 'wide' });
+  const other = sluice.policy([{ capacity: 40, rate: '1/s' }], { name: 'other' });
+  const narrow = sluice.policy([{ capacity: 5, rate: '1/s' }], { name: 'narrow' });
+  const call = (mws, user) => {
+    const req = new http.IncomingMessage(null);
+    req.headers = {};
+    const res = new http.ServerResponse(req);
+    let i = 0;
+    const next = (err) => {
+      if (err) throw err;
+      if (i < mws.length) mws[i++](req, res, next);
+    };
+    next();
+    return { rl: res.getHeader('RateLimit'), policy: res.getHeader('RateLimit-Policy'), remaining: res.getHeader('X-RateLimit-Remaining') };
+  };
+  const byUser = (policy) => sluice.express({ limiter, policy, key: (req) => req.user });
+  const mwWide = byUser(wide);
+  const mwOther = byUser(other);
+  const user = (u, mw) => [(req, res, next) => { req.user = u; next(); }, mw];
+  try {
+    // Remaining 39 down to 0 for one user (every count, those that share a
+    // slot too), the reset growing a second a request.
+    for (let n = 1; n <= 40; n++) assert.equal(call(user('a', mwWide), 'a').rl, `"wide";r=${40 - n};t=${n}`);
+    // Another user at the same counts and resets; then at the same count
+    // with another reset (the clock moved); another policy at the same
+    // numbers has its own name.
+    assert.equal(call(user('b', mwWide)).rl, '"wide";r=39;t=1');
+    now += 500_000;
+    assert.equal(call(user('a', mwWide)).rl, '"wide";r=0;t=40');
+    assert.equal(call(user('c', mwOther)).rl, '"other";r=39;t=1');
+    assert.equal(call(user('a', mwOther)).rl, '"other";r=39;t=1');
+    assert.equal(call(user('a', mwOther)).rl, '"other";r=38;t=2');
+    assert.equal(call(user('c', mwWide)).rl, '"wide";r=39;t=1');
+    // The same remaining count with another reset: a bucket refilled by
+    // half a token (a token every 2 s) is full a second sooner.
+    const mwHalf = byUser(sluice.policy([{ capacity: 40, rate: '1/2s' }], { name: 'half' }));
+    for (let n = 1; n <= 3; n++) call(user('x', mwHalf));
+    assert.equal(call(user('y', mwHalf)).rl, '"half";r=39;t=2');
+    assert.equal(call(user('y', mwHalf)).rl, '"half";r=38;t=4');
+    assert.equal(call(user('x', mwHalf)).rl, '"half";r=36;t=8');
+    now += 1_000_000;
+    assert.equal(call(user('y', mwHalf)).rl, '"half";r=37;t=5');
+    assert.equal(call(user('z', mwHalf)).rl, '"half";r=39;t=2');
+    assert.equal(call(user('z', mwHalf)).rl, '"half";r=38;t=4');
+    assert.equal(call(user('z', mwHalf)).rl, '"half";r=37;t=6');
+    // Stacked: the narrow limiter, most restrictive, leaves its values,
+    // whichever order; RateLimit-Policy lists both.
+    const mwNarrow = byUser(narrow);
+    const s1 = call([(req, res, next) => { req.user = 'd'; next(); }, mwWide, mwNarrow]);
+    assert.equal(s1.rl, '"narrow";r=4;t=1');
+    assert.equal(s1.policy, '"narrow";q=5;w=5, "wide";q=40;w=40');
+    assert.equal(s1.remaining, 4);
+    const s2 = call([(req, res, next) => { req.user = 'e'; next(); }, mwNarrow, mwWide]);
+    assert.equal(s2.rl, '"narrow";r=4;t=1');
+    assert.equal(s2.policy, '"narrow";q=5;w=5, "wide";q=40;w=40');
+    assert.equal(call(user('e', mwWide)).rl, '"wide";r=38;t=2');
+  } finally {
+    limiter.close();
+  }
+});
+
 test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {
   for (const headers of [undefined, false]) {
     const { server, close } = await serve({ policy: pol(5), headers }, {

@@ -488,6 +488,132 @@ test('node\'s setHeader replaced before sluice is loaded receives sluice\'s head
   assert.deepEqual(out.legacy, [], 'what the replacement dropped is not sent');
 });
 
+test('the header store sluice makes has fast properties and reads, renders and changes exactly as node\'s own', () => {
+  // A process of its own, for V8's %HasFastProperties.  Each response is
+  // rendered (writeHead) beside one given the same headers through
+  // setHeader alone (node's own store): the same bytes, names, lookups.
+  const script = `
+    const http = require('node:http');
+    const sluice = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const limiter = new sluice.Limiter();
+    const mw = sluice.express({ limiter, key: () => 'user', policy: sluice.policy([{ capacity: 5, rate: '1/h' }], { name: 'fast' }) });
+    const store = (res) => Object.getOwnPropertySymbols(res).map((s) => res[s])
+      .find((v) => v !== null && typeof v === 'object' && 'ratelimit' in v);
+    const out = [];
+    const responses = [];
+    for (let i = 0; i < 3; i++) {
+      const req = new http.IncomingMessage(null);
+      req.headers = {};
+      const res = new http.ServerResponse(req);
+      res.sendDate = false;
+      responses.push(res);
+      mw(req, res, (err) => {
+        if (err) throw err;
+        const fast = %HasFastProperties(store(res));
+        const ref = new http.ServerResponse(new http.IncomingMessage(null));
+        ref.sendDate = false;
+        for (const n of res.getHeaderNames()) ref.setHeader(res.getRawHeaderNames()[res.getHeaderNames().indexOf(n)], res.getHeader(n));
+        for (const r of [res, ref]) {
+          r.setHeader('Content-Type', 'text/plain');
+          r.setHeader('__proto__', 'p');
+          r.setHeader('ETag', 'x');
+          if (i === 1) r.appendHeader('X-RateLimit-Limit', 'more');
+          if (i === 2) r.removeHeader('ratelimit-policy');
+        }
+        const look = (r) => ({ names: r.getHeaderNames(), raw: r.getRawHeaderNames(), proto: r.getHeader('__proto__'),
+          toString: r.hasHeader('toString'), ctor: r.getHeader('constructor'), limit: r.getHeader('x-ratelimit-limit'),
+          all: Object.entries(r.getHeaders()) });
+        const a = look(res);
+        const b = look(ref);
+        res.writeHead(200);
+        ref.writeHead(200);
+        out.push({ fast, a, b, head: res._header, refHead: ref._header });
+      });
+    }
+    out.push({ first: responses[0].getHeader('x-ratelimit-limit') });
+    console.log(JSON.stringify(out));
+    limiter.close();`;
+  const r = spawnSync(process.execPath, ['--allow-natives-syntax', '-e', script], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop());
+  for (const [i, o] of out.slice(0, 3).entries()) {
+    assert.equal(o.fast, true, `response ${i}: the store has fast properties`);
+    assert.deepEqual(o.a, o.b, `response ${i}: read as node's own store reads`);
+    assert.equal(o.head, o.refHead, `response ${i}: rendered as node's own store renders`);
+    assert.equal(o.a.toString, false);
+    assert.equal(o.a.ctor, undefined);
+    assert.equal(o.a.proto, 'p');
+  }
+  assert.match(out[0].head, /^HTTP\/1\.1 200 OK\r\nRateLimit-Policy: "fast";q=5;w=18000\r\nRateLimit: "fast";r=4;t=3600\r\nX-RateLimit-Limit: 5\r\n/);
+  assert.match(out[1].head, /\r\nX-RateLimit-Limit: 5\r\nX-RateLimit-Limit: more\r\n/);
+  assert.doesNotMatch(out[2].head, /RateLimit-Policy/);
+  assert.equal(out[3].first, 5, 'appending to one response\'s header leaves another\'s alone');
+});
+
+test('RateLimit values kept per policy: a new one whenever the remaining count or the reset changes, each policy its own; stacked, the most restrictive stays', () => {
+  let now = 1_700_000_000_000_000; // µs, the limiter's clock
+  const limiter = new sluice.Limiter({ clock: () => now });
+  const wide = sluice.policy([{ capacity: 40, rate: '1/s' }], { name: 'wide' });
+  const other = sluice.policy([{ capacity: 40, rate: '1/s' }], { name: 'other' });
+  const narrow = sluice.policy([{ capacity: 5, rate: '1/s' }], { name: 'narrow' });
+  const call = (mws, user) => {
+    const req = new http.IncomingMessage(null);
+    req.headers = {};
+    const res = new http.ServerResponse(req);
+    let i = 0;
+    const next = (err) => {
+      if (err) throw err;
+      if (i < mws.length) mws[i++](req, res, next);
+    };
+    next();
+    return { rl: res.getHeader('RateLimit'), policy: res.getHeader('RateLimit-Policy'), remaining: res.getHeader('X-RateLimit-Remaining') };
+  };
+  const byUser = (policy) => sluice.express({ limiter, policy, key: (req) => req.user });
+  const mwWide = byUser(wide);
+  const mwOther = byUser(other);
+  const user = (u, mw) => [(req, res, next) => { req.user = u; next(); }, mw];
+  try {
+    // Remaining 39 down to 0 for one user (every count, those that share a
+    // slot too), the reset growing a second a request.
+    for (let n = 1; n <= 40; n++) assert.equal(call(user('a', mwWide), 'a').rl, `"wide";r=${40 - n};t=${n}`);
+    // Another user at the same counts and resets; then at the same count
+    // with another reset (the clock moved); another policy at the same
+    // numbers has its own name.
+    assert.equal(call(user('b', mwWide)).rl, '"wide";r=39;t=1');
+    now += 500_000;
+    assert.equal(call(user('a', mwWide)).rl, '"wide";r=0;t=40');
+    assert.equal(call(user('c', mwOther)).rl, '"other";r=39;t=1');
+    assert.equal(call(user('a', mwOther)).rl, '"other";r=39;t=1');
+    assert.equal(call(user('a', mwOther)).rl, '"other";r=38;t=2');
+    assert.equal(call(user('c', mwWide)).rl, '"wide";r=39;t=1');
+    // The same remaining count with another reset: a bucket refilled by
+    // half a token (a token every 2 s) is full a second sooner.
+    const mwHalf = byUser(sluice.policy([{ capacity: 40, rate: '1/2s' }], { name: 'half' }));
+    for (let n = 1; n <= 3; n++) call(user('x', mwHalf));
+    assert.equal(call(user('y', mwHalf)).rl, '"half";r=39;t=2');
+    assert.equal(call(user('y', mwHalf)).rl, '"half";r=38;t=4');
+    assert.equal(call(user('x', mwHalf)).rl, '"half";r=36;t=8');
+    now += 1_000_000;
+    assert.equal(call(user('y', mwHalf)).rl, '"half";r=37;t=5');
+    assert.equal(call(user('z', mwHalf)).rl, '"half";r=39;t=2');
+    assert.equal(call(user('z', mwHalf)).rl, '"half";r=38;t=4');
+    assert.equal(call(user('z', mwHalf)).rl, '"half";r=37;t=6');
+    // Stacked: the narrow limiter, most restrictive, leaves its values,
+    // whichever order; RateLimit-Policy lists both.
+    const mwNarrow = byUser(narrow);
+    const s1 = call([(req, res, next) => { req.user = 'd'; next(); }, mwWide, mwNarrow]);
+    assert.equal(s1.rl, '"narrow";r=4;t=1');
+    assert.equal(s1.policy, '"narrow";q=5;w=5, "wide";q=40;w=40');
+    assert.equal(s1.remaining, 4);
+    const s2 = call([(req, res, next) => { req.user = 'e'; next(); }, mwNarrow, mwWide]);
+    assert.equal(s2.rl, '"narrow";r=4;t=1');
+    assert.equal(s2.policy, '"narrow";q=5;w=5, "wide";q=40;w=40');
+    assert.equal(call(user('e', mwWide)).rl, '"wide";r=38;t=2');
+  } finally {
+    limiter.close();
+  }
+});
+
 test('the response object is left as it was: no property of sluice\'s on it, with headers on or off', async () => {
   for (const headers of [undefined, false]) {
     const { server, close } = await serve({ policy: pol(5), headers }, {

@@ -71,9 +71,13 @@
 /* 2: the table counters that move on every take (cursor, count) moved
  * into the lock's cache line.  3: the key hash is the file's (hash, aes
  * below); a build of version 2 would read a version 3 file with SipHash.
- * A file of another version is refused. */
-#define SHM_VERSION 3u
-#define SHM_HEADER  4096u
+ * A version 2 file (the same layout, its hash fields zero: every key
+ * SipHash) is read as it is, so that processes of both builds share its
+ * buckets through an upgrade, and none restarts full; a file of any other
+ * version is refused. */
+#define SHM_VERSION	    3u
+#define SHM_VERSION_SIPHASH 2u
+#define SHM_HEADER	    4096u
 /* A lock held longer than this (by a stopped process, or a damaged lock
  * word naming no live thread) fails the call instead of hanging it.  Far
  * above any real critical section (microseconds) even on a host so
@@ -227,12 +231,12 @@ static int validate(const char *path, const header_t *h, off_t size,
 		return sluice_fail(SLUICE_ESTORE, err, errlen,
 				   "%s: not a sluice shared store (no magic)",
 				   path);
-	if (h->version != SHM_VERSION)
+	if (h->version != SHM_VERSION && h->version != SHM_VERSION_SIPHASH)
 		return sluice_fail(
 			SLUICE_ESTORE, err, errlen,
-			"%s: layout version %u, this build reads version "
-			"%u (remove the file to start afresh)",
-			path, h->version, SHM_VERSION);
+			"%s: layout version %u, this build reads versions "
+			"%u and %u (remove the file to start afresh)",
+			path, h->version, SHM_VERSION_SIPHASH, SHM_VERSION);
 	if (h->max_keys != want->max_keys)
 		return sluice_fail(SLUICE_ESTORE, err, errlen,
 				   "%s: made for max_keys %llu, asked for %llu "
@@ -265,8 +269,19 @@ static int validate(const char *path, const header_t *h, off_t size,
 static int use_hash(sluice_shmstore_t *s, const char *path, const header_t *h,
 		    char *err, size_t errlen)
 {
+	static const uint8_t zero[sizeof(h->aes)];
+
 	memcpy(s->seed, h->seed, sizeof(s->seed));
 	s->hash_aes = 0;
+	if (h->version == SHM_VERSION_SIPHASH) {
+		if (h->hash == 0 && h->pad == 0 &&
+		    memcmp(h->aes, zero, sizeof(zero)) == 0)
+			return 0;
+		return sluice_fail(SLUICE_ESTORE, err, errlen,
+				   "%s: layout version 2 with a key hash set "
+				   "(damaged); remove the file to start afresh",
+				   path);
+	}
 	if (h->hash == SHM_HASH_SIPHASH)
 		return 0;
 	if (h->hash != SHM_HASH_AES)

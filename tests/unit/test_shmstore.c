@@ -493,15 +493,13 @@ static void test_files_of_another_layout_are_refused(void)
 	CHECK(strstr(err, "truncated"));
 	CHECK(truncate(path, st.st_size) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == 0);
-	/* Files of earlier layouts (version 1: the table counters in
-	 * another order; version 2: every key hashed with SipHash, no hash
-	 * kind) are refused, not misread. */
+	/* A file of an earlier layout (version 1: the table counters in
+	 * another order) is refused, not misread (version 2 is read:
+	 * test_version_2_file_keeps_its_buckets). */
 	CHECK(patch(path, 8, &(uint32_t){1}, sizeof(uint32_t)) == 0);
 	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
-	CHECK(strstr(err, "layout version 1, this build reads version 3"));
-	CHECK(patch(path, 8, &(uint32_t){2}, sizeof(uint32_t)) == 0);
-	CHECK(open_err(path, 1000, err, sizeof(err)) == SLUICE_ESTORE);
-	CHECK(strstr(err, "layout version 2, this build reads version 3") &&
+	CHECK(strstr(err, "layout version 1, this build reads versions 2 "
+			  "and 3") &&
 	      strstr(err, path));
 	/* Another layout version. */
 	CHECK(patch(path, 8, &version, sizeof(version)) == 0);
@@ -681,6 +679,48 @@ static void test_two_processes_name_keys_alike(void)
 	sluice_shmstore_stats(s, &st);
 	CHECK_EQ_U64(st.keys, NKEYS);
 	sluice_shmstore_close(s);
+	unlink(path);
+}
+
+/*
+ * A file of layout version 2 (the same layout without a hash kind: every
+ * key SipHash) is read as it is, SipHash, so that an upgrade keeps its
+ * buckets (and processes of the old build share them meanwhile) instead
+ * of refusing to start or refilling every bucket; one whose hash fields
+ * are not zero, as version 2 left them, is damaged and refused.
+ */
+static void test_version_2_file_keeps_its_buckets(void)
+{
+	const char *path = shm_path("v2");
+	sluice_limit_t l = limit("3", "1/hour");
+	sluice_shmstore_t *s;
+	uint8_t zero[40] = {0};
+	char err[256];
+	int i;
+
+	/* A version 2 file as its build made it: SipHash, hash fields 0. */
+	sluice_shmstore__set_no_aes(1);
+	s = open_store(path, 100);
+	sluice_shmstore__set_no_aes(0);
+	CHECK(s);
+	for (i = 0; i < 3; i++)
+		CHECK(sluice_shmstore_take(s, "drained", 7, &l, 1, 1, T0, NULL,
+					   NULL) == 1);
+	sluice_shmstore_close(s);
+	CHECK(patch(path, 8, &(uint32_t){2}, sizeof(uint32_t)) == 0);
+	CHECK(patch(path, HASH_AT, zero, sizeof(zero)) == 0);
+
+	s = open_store(path, 100);
+	CHECK(s && strcmp(sluice_shmstore__hash(s), "siphash") == 0);
+	CHECK(sluice_shmstore_take(s, "drained", 7, &l, 1, 1, T0 + 1000, NULL,
+				   NULL) == 0);
+	CHECK(sluice_shmstore_take(s, "fresh", 5, &l, 1, 1, T0 + 1000, NULL,
+				   NULL) == 1);
+	sluice_shmstore_close(s);
+
+	CHECK(patch(path, HASH_AT, &(uint32_t){2}, sizeof(uint32_t)) == 0);
+	CHECK(open_err(path, 100, err, sizeof(err)) == SLUICE_ESTORE);
+	CHECK(strstr(err, path) && strstr(err, "version 2 with a key hash"));
 	unlink(path);
 }
 
@@ -1151,6 +1191,7 @@ int main(void)
 	RUN(test_two_handles_name_keys_alike);
 	RUN(test_two_processes_name_keys_alike);
 	RUN(test_file_with_a_hash_it_cannot_compute_is_refused);
+	RUN(test_version_2_file_keeps_its_buckets);
 	if (geteuid() == 0) { /* they chown to nobody */
 		RUN(test_file_of_another_user_is_refused_naming_the_owner);
 		RUN(test_configured_group_shares_the_file);

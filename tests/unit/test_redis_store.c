@@ -384,6 +384,63 @@ static void test_slow_redis(int redis_port)
 	rh_proc_kill(proxy);
 }
 
+/* A caller who sends more takes than a connection may carry at once,
+ * without letting the loop run (no reply can come back meanwhile): the
+ * connection holds SLUICE_REDIS_MAX_INFLIGHT of them and no more; every
+ * one past the cap fails at once, synchronously, as a store error (its
+ * node reported with the kind "saturated", the first few, before the
+ * breaker opens and refuses the rest by itself); those in flight are all
+ * decided.  The cap bounds what a burst can pile onto a slow Redis. */
+static long cap_saturated;
+
+static void on_cap_report(void *arg, const sluice_redis_node_report_t *rep)
+{
+	(void)arg;
+	if (rep->error == SLUICE_REDIS_ERR_SATURATED)
+		cap_saturated++;
+}
+
+static void test_inflight_cap_refuses_fast(int port)
+{
+	const int extra = 100, total = SLUICE_REDIS_MAX_INFLIGHT + extra;
+	sluice_redis_opts_t o = {0};
+	uv_loop_t loop;
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	many_t m = {0};
+	char url[64], err[256];
+	int i;
+
+	uv_loop_init(&loop);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	o.url = url;
+	o.timeout_ms = 60000; /* nothing here may time out */
+	o.connections = 1;
+	o.key_prefix = "cap:";
+	o.flags = SLUICE_REDIS_NO_BATCH; /* one command per take */
+	o.on_report = on_cap_report;
+	CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
+	CHECK(rh_wait_healthy(&loop, r, 10000));
+	limit(&l, 1000000, "1000/s");
+	cap_saturated = 0;
+	for (i = 0; i < total; i++)
+		CHECK(sluice_redis_take(r, "frank", 5, &l, 1, 1, on_many, &m) ==
+		      0);
+	/* Answered already, before the loop ran: exactly those past the
+	 * cap, all failed. */
+	CHECK(m.done == extra && m.failed == extra);
+	CHECK(r->nodes[0]->conns[0].inflight == SLUICE_REDIS_MAX_INFLIGHT);
+	CHECK(cap_saturated >= 1 && cap_saturated <= extra);
+	while (m.done < total)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(m.failed == extra && m.allowed == SLUICE_REDIS_MAX_INFLIGHT);
+	rh_close_client(&loop, r);
+	uv_loop_close(&loop);
+	printf("%d takes sent at once on one connection: %d in flight, %d "
+	       "failed at once (%ld reported saturated)\n",
+	       total, SLUICE_REDIS_MAX_INFLIGHT, extra, cap_saturated);
+}
+
 /* ----------------------------------------------------------- memory */
 
 typedef struct fill_s {
@@ -489,6 +546,7 @@ int main(void)
 	test_multi_limit_all_or_nothing(s.port);
 	test_pipelined_calls_share_one_bucket(s.port);
 	test_noscript_is_recovered(s.port);
+	test_inflight_cap_refuses_fast(s.port);
 	test_memory_per_key(s.port);
 	test_slow_redis(s.port);
 	test_sigkill_and_restart(&s); /* stops the server */

@@ -252,8 +252,10 @@ export const fastify: {
   (instance: any, opts: MiddlewareOptions<any, any>, done: (err?: Error) => void): void;
 };
 
-/** The default key of a client address: IPv4 as it is (an IPv4-mapped IPv6
- * address as its IPv4), IPv6 as its /subnet network, e.g. "2001:db8:1:2::/64". */
+/** The default key of a client address, as `sluice serve` keys it: a port,
+ * brackets and an IPv6 zone dropped; IPv4 as it is (an IPv4-mapped IPv6
+ * address as its IPv4), IPv6 as its /subnet network, e.g.
+ * "2001:db8:1:2::/64".  A TypeError for a text that is no address. */
 export function ipKey(address: string, subnet?: number | false): string;
 
 export const version: string;

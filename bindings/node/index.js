@@ -95,9 +95,11 @@ function policy(limits, opts = {}) {
   if (limits !== null && typeof limits === 'object' && !Array.isArray(limits)) limits = [limits];
   if (!Array.isArray(limits) || limits.length === 0)
     throw new TypeError('policy() takes an array of { capacity, rate } limits');
+  limits = ownList(limits);
   if (limits.length > MAX_LIMITS)
     throw new RangeError(`a policy holds at most ${MAX_LIMITS} limits, got ${limits.length}`);
   if (opts === null || typeof opts !== 'object') throw new TypeError('policy() options must be an object');
+  opts = own(opts);
   const name = opts.name === undefined ? 'default' : opts.name;
   if (typeof name !== 'string') throw new TypeError('policy name must be a string');
   if (!NAME_RE.test(name))
@@ -106,6 +108,7 @@ function policy(limits, opts = {}) {
   const rates = [];
   limits.forEach((l, i) => {
     if (l === null || typeof l !== 'object') throw new TypeError(`limit ${i} must be an object { capacity, rate }`);
+    l = own(l);
     checkCapacity(l.capacity, i);
     caps.push(l.capacity);
     rates.push(rateText(l.rate, i));
@@ -140,6 +143,26 @@ function knownOptions(obj, known, what, peers = {}) {
 }
 
 const typeName = (v) => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+
+// An options object as the app wrote it: its own enumerable properties,
+// copied into an object with no prototype.  Every option is read from
+// such a copy, so that nothing is inherited -- a polluted
+// Object.prototype.skip, .url or .cost would otherwise turn limiting off,
+// point the store elsewhere or make requests free.  (Own properties only
+// is also what the unknown-option check sees: Object.keys.)
+function own(obj) {
+  const out = Object.create(null);
+  for (const k of Object.keys(obj)) out[k] = obj[k];
+  return out;
+}
+
+// A list option as the app wrote it: its holes read as undefined, never
+// from Array.prototype or Object.prototype.
+function ownList(list) {
+  const out = new Array(list.length);
+  for (let i = 0; i < list.length; i++) out[i] = Object.hasOwn(list, i) ? list[i] : undefined;
+  return out;
+}
 
 function optFunction(v, what, shape) {
   if (v !== undefined && typeof v !== 'function') throw new TypeError(`${what} must be a function ${shape}, got ${typeName(v)}`);
@@ -257,23 +280,31 @@ function sharedGroup(g) {
 }
 
 function storeOptions(opts) {
-  const store = opts.store === undefined ? 'memory' : opts.store;
+  let store = opts.store === undefined ? 'memory' : opts.store;
   if (store === 'memory') return { kind: 'memory', maxKeys: opts.maxKeys };
   if (store !== null && typeof store === 'object' && !Array.isArray(store)) {
+    store = own(store);
     knownOptions(store, ['memory', 'shared', 'redis'], 'store', { shm: 'shared: { path }' });
     const kinds = Object.keys(store).filter((k) => store[k] !== undefined);
     if (kinds.length !== 1) throw new TypeError(`store takes one of memory, shared or redis, got ${kinds.length === 0 ? 'none' : kinds.join(' and ')}`);
     if (store.memory !== undefined) {
-      const m = store.memory || {};
+      let m = store.memory || {};
       plainObject(m, 'store.memory', '{ maxKeys: 1e6 }');
+      m = own(m);
       knownOptions(m, ['maxKeys'], 'store.memory');
       return { kind: 'memory', maxKeys: m.maxKeys ?? opts.maxKeys };
     }
     if (store.redis !== undefined) return { kind: 'redis', redis: store.redis };
-    const sh = store.shared;
-    if (sh === null || typeof sh !== 'object' || typeof sh.path !== 'string' || sh.path === '')
+    const sh = store.shared !== null && typeof store.shared === 'object' ? own(store.shared) : null;
+    if (sh === null || typeof sh.path !== 'string' || sh.path === '')
       throw new TypeError("store.shared must be { path: '/dev/shm/NAME', maxKeys, group }");
     knownOptions(sh, ['path', 'maxKeys', 'group'], 'store.shared');
+    // As sluice serve's config refuses it, in its words: a relative path
+    // names a file in whatever the working directory is (each process
+    // of the host may have another, and so another store), and puts a
+    // store of up to gigabytes there rather than on a tmpfs.
+    if (!sh.path.startsWith('/') || Buffer.byteLength(sh.path) > 4000)
+      throw new RangeError(`store.shared.path "${Buffer.from(sh.path).subarray(0, 100).toString()}" is not an absolute path; expected e.g. /dev/shm/sluice`);
     return {
       kind: 'shared', path: optString(sh.path, 'store.shared.path'), maxKeys: sh.maxKeys ?? opts.maxKeys,
       group: sharedGroup(sh.group),
@@ -319,6 +350,7 @@ const ADDR_RE = /^[^\s/@]+:([0-9]{1,5})$/; // "[::1]:26379" too
 // `tls:` block of sluice serve's config does).
 function tlsOptions(t) {
   plainObject(t, 'redis.tls', "{ caFile: '/etc/ssl/redis-ca.pem' }, or {} for the defaults");
+  t = own(t);
   knownKeys(t, TLS_KEYS, 'redis.tls');
   const o = {
     caFile: optString(t.caFile, 'redis.tls.caFile'),
@@ -341,6 +373,8 @@ function tlsOptions(t) {
 // reached over TLS when the master is.
 function sentinelOptions(s, masterTls) {
   plainObject(s, 'redis.sentinel', "{ master: 'mymaster', addrs: ['10.0.0.1:26379'] }");
+  s = own(s);
+  if (Array.isArray(s.addrs)) s.addrs = ownList(s.addrs);
   knownKeys(s, SENTINEL_KEYS, 'redis.sentinel');
   if (typeof s.master !== 'string')
     throw new TypeError('redis.sentinel.master must be a string: the name the Sentinels monitor');
@@ -374,6 +408,8 @@ const REDIS_KEYS = ['url', 'cluster', 'sentinel', 'tls', 'timeoutMs', 'connectio
 
 function redisOptions(r, unref) {
   if (r === null || typeof r !== 'object' || Array.isArray(r)) throw new TypeError('store.redis must be an object');
+  r = own(r);
+  if (Array.isArray(r.cluster)) r.cluster = ownList(r.cluster);
   knownOptions(r, REDIS_KEYS, 'store.redis', REDIS_PEERS);
   if (r.scriptOnly !== undefined) optBoolean(r.scriptOnly, 'redis.scriptOnly', false);
   const o = {
@@ -445,6 +481,7 @@ class Limiter extends EventEmitter {
   constructor(opts = {}) {
     super();
     if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw new TypeError('Limiter options must be an object');
+    opts = own(opts);
     knownOptions(opts, LIMITER_KEYS, 'new Limiter()', LIMITER_PEERS);
     const s = storeOptions(opts);
     this._closed = false;
@@ -740,6 +777,7 @@ function costOption(opts, what) {
   let cost = 1;
   if (opts !== undefined) {
     if (opts === null || typeof opts !== 'object') throw new TypeError(`${what}() options must be an object`);
+    opts = own(opts);
     knownOptions(opts, ['cost'], `${what}() options`);
     if (opts.cost !== undefined) cost = opts.cost;
   }
@@ -749,76 +787,80 @@ function costOption(opts, what) {
 
 // ---------------------------------------------------------- client addresses
 
-// The 8 16-bit groups of an IPv6 address (no zone), or null.
-function ipv6Groups(a) {
-  let head = a;
-  let tail = '';
-  const dc = a.indexOf('::');
-  if (dc !== -1) {
-    if (a.indexOf('::', dc + 1) !== -1) return null;
-    head = a.slice(0, dc);
-    tail = a.slice(dc + 2);
-  }
-  const parse = (part) => {
-    if (part === '') return [];
-    const out = [];
-    const pieces = part.split(':');
-    for (let i = 0; i < pieces.length; i++) {
-      const x = pieces[i];
-      if (i === pieces.length - 1 && x.includes('.')) {
-        // An IPv4 tail (::ffff:1.2.3.4, 64:ff9b::1.2.3.4).
-        const q = x.split('.');
-        if (q.length !== 4 || !q.every((d) => /^[0-9]{1,3}$/.test(d) && Number(d) < 256)) return null;
-        out.push((Number(q[0]) << 8) | Number(q[1]), (Number(q[2]) << 8) | Number(q[3]));
-      } else {
-        if (!/^[0-9a-fA-F]{1,4}$/.test(x)) return null;
-        out.push(parseInt(x, 16));
-      }
-    }
-    return out;
-  };
-  const h = parse(head);
-  const t = parse(tail);
-  if (h === null || t === null) return null;
-  if (dc === -1) return h.length === 8 ? h : null;
-  if (h.length + t.length > 7) return null;
-  return [...h, ...new Array(8 - h.length - t.length).fill(0), ...t];
+// A property of an object sluice did not make (a request, a socket), as
+// its own class defines it: never inherited from Object.prototype, where a
+// polluted `Object.prototype.ip` would answer for every request that has
+// no `ip` of its own (node:http's), and pick its bucket.  Costs one check
+// while Object.prototype has no such property.
+const OBJECT_PROTO = Object.prototype;
+
+function classProp(obj, name) {
+  if (!Object.hasOwn(OBJECT_PROTO, name)) return obj[name];
+  for (let o = obj; o !== null && o !== OBJECT_PROTO; o = Object.getPrototypeOf(o))
+    if (Object.hasOwn(o, name)) return obj[name];
+  return undefined;
+}
+
+// An IPv4 address exactly as inet_ntop writes it (no leading zero, each
+// part <= 255): its key is itself, with no call into the addon.  Every
+// other text goes to the addon's parser, sluice serve's own.
+const IPV4_KEY = /^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$/;
+
+// The key of an address text, or null when it is no address.
+function addressKey(address, bits) {
+  if (IPV4_KEY.test(address)) return address;
+  return native.ipKey(address, bits);
+}
+
+function subnetBits(subnet, what) {
+  if (subnet === false) return 128;
+  if (!Number.isInteger(subnet) || subnet < 1 || subnet > 128)
+    throw new RangeError(`${what} must be a prefix length from 1 to 128 (default 64) or false, got ${subnet}`);
+  return subnet;
 }
 
 /**
- * ipKey(address, subnet = 64) -> the bucket key of a client address: an
- * IPv4 address as it is (an IPv4-mapped IPv6 address as its IPv4), an
- * IPv6 address as its /subnet network ("2001:db8:1:2::/64"), since one
- * client commonly holds a whole /64.  subnet false keeps the address whole.
+ * ipKey(address, subnet = 64) -> the bucket key of a client address, as
+ * `sluice serve` keys it (the same parser, in the addon): a port, the
+ * brackets of "[2001:db8::1]:443" and an IPv6 zone are dropped; an IPv4
+ * address as it is (an IPv4-mapped IPv6 address as its IPv4); an IPv6
+ * address as its /subnet network ("2001:db8:1:2::/64"), since one client
+ * commonly holds a whole /64.  subnet false keeps the address whole.  A
+ * text that is no address is a TypeError.
  */
 function ipKey(address, subnet = 64) {
+  const bits = subnetBits(subnet, 'ipKey(): subnet');
   if (typeof address !== 'string' || address === '')
     throw new TypeError(`the client address is unknown (got ${typeName(address)}): the connection may be gone`);
-  if (address.indexOf(':') === -1) return address;
-  const pct = address.indexOf('%');
-  const a = pct === -1 ? address : address.slice(0, pct);
-  const g = ipv6Groups(a);
-  if (g === null) return address;
-  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff)
-    return `${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;
-  const bits = subnet === false ? 128 : subnet;
-  const out = [];
-  for (let i = 0; i < 8 && i * 16 < bits; i++) {
-    const keep = Math.min(16, bits - i * 16);
-    out.push((g[i] & (0xffff << (16 - keep)) & 0xffff).toString(16));
-  }
-  if (bits === 128) return out.join(':');
-  return `${out.join(':')}${out.length < 8 ? '::' : ''}/${bits}`;
+  const k = addressKey(address, bits);
+  if (k === null) throw new TypeError(`${JSON.stringify(address.slice(0, 100))} is not an IP address`);
+  return k;
 }
 
-// The client's address: Express's req.ip (which follows `trust proxy`),
-// Fastify's request.ip (`trustProxy`), else the socket's peer (node:http,
-// Connect).  Never a header the client could write.
-function clientAddress(req) {
-  const ip = req.ip;
-  if (typeof ip === 'string' && ip !== '') return ip;
-  const sock = req.socket || (req.raw && req.raw.socket);
-  return sock ? sock.remoteAddress : undefined;
+// The default key: the client's address -- Express's req.ip (which
+// follows `trust proxy`), Fastify's request.ip (`trustProxy`), else the
+// socket's peer (node:http, Connect); never a header the client could
+// write.  An address that does not parse (an X-Forwarded-For entry such
+// as "unknown" that the framework handed on) gives way to the socket's
+// peer, the proxy that sent it, as sluice serve's walk stops at an entry
+// it cannot read: never a bucket of the client's choosing.
+function defaultKey(req, bits) {
+  const ip = classProp(req, 'ip');
+  if (typeof ip === 'string' && ip !== '') {
+    const k = addressKey(ip, bits);
+    if (k !== null) return k;
+  }
+  let sock = classProp(req, 'socket');
+  if (sock === undefined || sock === null) {
+    const raw = classProp(req, 'raw');
+    if (raw !== null && typeof raw === 'object') sock = classProp(raw, 'socket');
+  }
+  const peer = sock !== null && typeof sock === 'object' ? classProp(sock, 'remoteAddress') : undefined;
+  if (typeof peer === 'string' && peer !== '') {
+    const k = addressKey(peer, bits);
+    if (k !== null) return k;
+  }
+  throw new TypeError(`the client address is unknown (got ${typeName(peer)}): the connection may be gone`);
 }
 
 // ---------------------------------------------------------------- middleware
@@ -877,6 +919,7 @@ function headerOptions(h, what) {
   }
   if (h === null || typeof h !== 'object' || Array.isArray(h))
     throw new TypeError(`${what}.headers must be 'draft-11', 'draft-8', 'draft-7', 'draft-6', false or { standard, legacy, reset }, got ${typeName(h)}`);
+  h = own(h);
   knownOptions(h, HEADER_KEYS, `${what}.headers`);
   if (h.standard !== undefined) {
     if (h.standard !== false && !STANDARDS.includes(h.standard))
@@ -1097,6 +1140,7 @@ const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then =
  */
 function middlewareOptions(opts, what) {
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw new TypeError(`${what}() takes an options object`);
+  opts = own(opts);
   knownOptions(opts, MIDDLEWARE_KEYS, `${what}()`, MIDDLEWARE_PEERS);
   const c = {};
   c.limiter = opts.limiter;
@@ -1106,12 +1150,9 @@ function middlewareOptions(opts, what) {
     throw new TypeError(`${what}(): policy must be a sluice.policy() or a function (req) -> policy`);
   c.policy = pol instanceof Policy ? pol : null;
   c.policyFn = typeof pol === 'function' ? pol : null;
-  if (opts.ipv6Subnet !== undefined && opts.ipv6Subnet !== false &&
-      (!Number.isInteger(opts.ipv6Subnet) || opts.ipv6Subnet < 1 || opts.ipv6Subnet > 128))
-    throw new RangeError(`${what}(): ipv6Subnet must be a prefix length from 1 to 128 (default 64) or false, got ${opts.ipv6Subnet}`);
-  const subnet = opts.ipv6Subnet === undefined ? 64 : opts.ipv6Subnet;
+  const bits = subnetBits(opts.ipv6Subnet === undefined ? 64 : opts.ipv6Subnet, `${what}(): ipv6Subnet`);
   c.keyFn = optFunction(opts.key, `${what}(): key`, '(req) -> string | Buffer');
-  if (c.keyFn === null) c.keyFn = (req) => ipKey(clientAddress(req), subnet);
+  if (c.keyFn === null) c.keyFn = (req) => defaultKey(req, bits);
   else if (opts.ipv6Subnet !== undefined) throw new TypeError(`${what}(): ipv6Subnet applies to the default key only (use sluice.ipKey(address, subnet) in yours)`);
   c.cost = 1;
   c.costFn = null;
@@ -1151,6 +1192,11 @@ function middlewareOptions(opts, what) {
   if (c.wasOk !== null && !c.skipOk && !c.skipFailed)
     throw new TypeError(`${what}(): requestWasSuccessful needs skipSuccessfulRequests or skipFailedRequests`);
   if (c.wasOk === null) c.wasOk = (req, res) => res.statusCode < 400;
+  // Called for a request that was charged (allowed, cost > 0), and only
+  // then: what may later be refunded is exactly what was charged.  A
+  // limited request that a handler passes on with next(), and one passed
+  // uncharged by onStoreError, have nothing to give back.
+  c.charged = c.skipOk || c.skipFailed ? watchOutcome : null;
   return c;
 }
 
@@ -1271,7 +1317,7 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
     keepInfo(c, req, res, store, info);
   }
   if (allowed) {
-    if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);
+    if (c.charged !== null && cost > 0) c.charged(c, req, raw, key, p, cost);
     next();
     return;
   }
@@ -1445,18 +1491,11 @@ function fastifyPlugin(instance, opts, done) {
   if (c.prop !== null && !instance.hasRequestDecorator(c.prop)) instance.decorateRequest(c.prop, null);
   const kCharge = Symbol('sluice.charge');
   const watch = c.skipOk || c.skipFailed;
-  // The outcome is read in onResponse (below), not on the socket.
-  const cw = watch ? { ...c, skipOk: false, skipFailed: false } : c;
+  // The outcome is read in onResponse (below), not on the socket: a
+  // charged request leaves what it was charged on the request.
+  const cw = watch ? { ...c, charged: (cc, request, raw, k, p, cost) => { request[kCharge] = { k, p, cost }; } } : c;
   instance.addHook('onRequest', (request, reply, next) => {
-    const go = (p, k, cost) => {
-      const done = watch && cost > 0
-        ? (err) => {
-          if (err === undefined) request[kCharge] = { k, p, cost };
-          next(err);
-        }
-        : next;
-      decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, done, p, k, cost);
-    };
+    const go = (p, k, cost) => decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, next, p, k, cost);
     let r;
     try {
       r = requestInputs(c, request, reply);
@@ -1471,7 +1510,9 @@ function fastifyPlugin(instance, opts, done) {
   if (watch) {
     instance.addHook('onResponse', (request, reply, next) => {
       const ch = request[kCharge];
-      if (ch !== undefined) {
+      // Only an answer that finished counts, as on the middleware: a
+      // connection that failed first keeps its charge.
+      if (ch !== undefined && reply.raw.writableFinished) {
         const ok = c.wasOk(request, reply);
         if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
       }

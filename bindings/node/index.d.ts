@@ -161,6 +161,14 @@ export class Limiter extends EventEmitter {
   block(key: string | Buffer, policy: Policy, ms: number): Promise<void>;
   /** true when the store can answer now (for a readiness probe). */
   healthy(): boolean;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use take(key, policy, { cost }). */
+  consume(...args: unknown[]): never;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use reset(key, policy). */
+  delete(...args: unknown[]): never;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use penalize(key, policy, n). */
+  penalty(...args: unknown[]): never;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use refund(key, policy, n). */
+  reward(...args: unknown[]): never;
   /** Rejects the calls still in flight; the process may then exit. */
   close(): Promise<void>;
 
@@ -235,6 +243,16 @@ export interface MiddlewareOptions<Req = AnyRequest, Res = AnyResponse> {
   /** Give the tokens back when the response finishes failed (status >= 400); a connection the client closes first keeps its charge. */
   skipFailedRequests?: boolean;
   requestWasSuccessful?: (req: Req, res: Res) => boolean;
+  /** A key that hits the limit passes nothing more for this many ms (limiter.block()). */
+  blockDuration?: number;
+}
+
+/** The middleware, with express-rate-limit's verbs on its key's buckets (the
+ * middleware's policy, or the one given: required with a policy function). */
+export interface Middleware<Req, Res> {
+  (req: Req, res: Res, next: (err?: unknown) => void): void;
+  resetKey(key: string | Buffer, policy?: Policy): Promise<void>;
+  getKey(key: string | Buffer, policy?: Policy): Promise<Decision>;
 }
 
 /** @deprecated the name of the options before the Fastify plugin; use MiddlewareOptions. */
@@ -244,7 +262,7 @@ export type ExpressOptions<Req = AnyRequest, Res = AnyResponse> = MiddlewareOpti
  * answer, 429 with Retry-After and a JSON body when limited. */
 export function express<Req extends IncomingMessage = AnyRequest, Res extends ServerResponse = AnyResponse>(
   opts: MiddlewareOptions<Req, Res>,
-): (req: Req, res: Res, next: (err?: unknown) => void) => void;
+): Middleware<Req, Res>;
 
 /** The Fastify plugin: app.register(sluice.fastify, options).  The functions
  * receive Fastify's request and reply. */

@@ -109,6 +109,7 @@ function policy(limits, opts = {}) {
   limits.forEach((l, i) => {
     if (l === null || typeof l !== 'object') throw new TypeError(`limit ${i} must be an object { capacity, rate }`);
     l = own(l);
+    knownOptions(l, ['capacity', 'rate'], `policy(): limit ${i}`, LIMIT_PEERS);
     checkCapacity(l.capacity, i);
     caps.push(l.capacity);
     rates.push(rateText(l.rate, i));
@@ -176,6 +177,11 @@ function optBoolean(v, what, dflt) {
 }
 
 // Names other limiters give to what sluice calls otherwise.
+const LIMIT_PEERS = {
+  burst: 'capacity (a token bucket\'s capacity is its burst: { capacity: 5, rate: \'1/s\' } allows 5 at once, then 1 a second)',
+  points: "capacity", duration: "rate (e.g. '100/min')", max: 'capacity', limit: 'capacity', windowMs: "rate (e.g. '100/min')",
+  refill: 'rate', refillRate: 'rate', per: "rate (e.g. '100/min')",
+};
 const POLICY_HINT = "policy: sluice.policy([{ capacity, rate }]) (a token bucket: capacity is the burst, rate the refill, e.g. '100/min')";
 const LIMITER_PEERS = {
   storeClient: "store: { redis: { url } } (sluice runs its own Redis client)",
@@ -186,7 +192,7 @@ const LIMITER_PEERS = {
   max: POLICY_HINT,
   limit: POLICY_HINT,
   keyPrefix: 'store: { redis: { keyPrefix } }',
-  blockDuration: 'limiter.block(key, policy, ms)',
+  blockDuration: "the middleware's blockDuration (ms), or limiter.block(key, policy, ms)",
   execEvenly: 'the token bucket itself (it spreads requests at the refill rate)',
   insuranceLimiter: "the middleware's onStoreError",
   inMemoryBlockOnConsumed: 'limiter.block(key, policy, ms)',
@@ -230,7 +236,6 @@ const MIDDLEWARE_PEERS = {
   onLimitReached: 'handler: (req, res, next, info) => ...',
   validate: 'nothing: sluice always checks its options',
   requestProperty: 'requestPropertyName',
-  blockDuration: 'limiter.block(key, policy, ms)',
 };
 
 // ---------------------------------------------------------------- limiters
@@ -315,7 +320,10 @@ function storeOptions(opts) {
 
 function positiveInt(v, what, dflt, max) {
   if (v === undefined) return dflt;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > max)
+  // A string ('1e6', '50' from an environment variable) is named as one:
+  // "got 50" would read as a number that was refused.
+  if (typeof v !== 'number') throw new TypeError(`${what} must be a number, got ${typeName(v)} ${JSON.stringify(v)}`);
+  if (!Number.isSafeInteger(v) || v < 1 || v > max)
     throw new RangeError(`${what} must be a whole number from 1 to ${max}, got ${v}`);
   return v;
 }
@@ -743,6 +751,16 @@ class Limiter extends EventEmitter {
     return this._adminCall(key, p, ms, ADMIN_BLOCK);
   }
 
+  // rate-limiter-flexible's method names: a TypeError pointing to
+  // sluice's, not "is not a function".
+  consume() { throw peerMethod('consume(key, points)', 'take(key, policy, { cost })'); }
+
+  delete() { throw peerMethod('delete(key)', 'reset(key, policy)'); }
+
+  penalty() { throw peerMethod('penalty(key, points)', 'penalize(key, policy, n)'); }
+
+  reward() { throw peerMethod('reward(key, points)', 'refund(key, policy, n)'); }
+
   /** true when the store can answer now (memory: always; Redis: connected,
    * breaker closed) -- for a readiness probe. */
   healthy() {
@@ -771,6 +789,10 @@ class Limiter extends EventEmitter {
     });
     return this._closing;
   }
+}
+
+function peerMethod(theirs, ours) {
+  return new TypeError(`sluice: ${theirs} is rate-limiter-flexible's; in sluice that is limiter.${ours}`);
 }
 
 function costOption(opts, what) {
@@ -901,7 +923,7 @@ function putHeader(io, res, store, lower, name, value) {
 }
 
 const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
-  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'];
+  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'blockDuration'];
 const STANDARDS = ['draft-11', 'draft-8', 'draft-7', 'draft-6'];
 const HEADER_KEYS = ['standard', 'legacy', 'reset'];
 
@@ -1197,6 +1219,11 @@ function middlewareOptions(opts, what) {
   // limited request that a handler passes on with next(), and one passed
   // uncharged by onStoreError, have nothing to give back.
   c.charged = c.skipOk || c.skipFailed ? watchOutcome : null;
+  c.blockMs = 0;
+  if (opts.blockDuration !== undefined) {
+    checkCount(opts.blockDuration, `${what}(): blockDuration`, 1);
+    c.blockMs = opts.blockDuration;
+  }
   return c;
 }
 
@@ -1328,6 +1355,11 @@ function limited(c, io, req, res, next, p, key, cost, info, limit, remaining, re
   if (c.headers !== null) io.set(res, 'Retry-After', Math.max(1, Math.ceil(retry / 1000)));
   if (c.headers !== null && c.headers.legacy) io.set(res, 'X-RateLimit-Retry-After-Ms', retry);
   if (info === null) info = { allowed: false, limit, remaining, retryAfterMs: retry, resetMs, policy: p.name, key, cost };
+  // blockDuration: a key that hits the limit passes nothing more for
+  // that long from its last refused request (a client that keeps trying
+  // while blocked stays blocked; a block already longer stays).  Best
+  // effort: when the store cannot block, the limit itself still holds.
+  if (c.blockMs > 0) c.limiter.block(key, p, c.blockMs).catch(() => {});
   if (c.handler !== null) {
     c.handler(req, res, next, info);
     return;
@@ -1457,7 +1489,7 @@ function continueAsync(c, req, res, stage, v, go, skip, fail, p, k) {
  */
 function express(opts) {
   const c = middlewareOptions(opts, 'express');
-  return function sluiceLimit(req, res, next) {
+  function sluiceLimit(req, res, next) {
     let r;
     try {
       r = requestInputs(c, req, res);
@@ -1468,7 +1500,23 @@ function express(opts) {
     if (r === GO) decideRequest(c, NODE_IO, req, res, res, next, IN.p, IN.k, IN.cost);
     else if (r === SKIP) next();
     else continueAsync(c, req, res, IN.stage, IN.v, (p, k, cost) => decideRequest(c, NODE_IO, req, res, res, next, p, k, cost), next, next, IN.p, IN.k);
+  }
+  keyVerbs(sluiceLimit, c, 'express');
+  return sluiceLimit;
+}
+
+// express-rate-limit's resetKey(key) and getKey(key) on the middleware:
+// the key's buckets under the middleware's policy (or the one given,
+// which a middleware with a policy function must name).
+function keyVerbs(fn, c, what) {
+  const policyOf = (p, verb) => {
+    if (p === undefined) p = c.policy;
+    if (p === null) throw new TypeError(`${what}().${verb}(key, policy): this middleware picks its policy per request: name one`);
+    checkPolicy(p);
+    return p;
   };
+  fn.resetKey = (key, p) => c.limiter.reset(key, policyOf(p, 'resetKey'));
+  fn.getKey = (key, p) => c.limiter.get(key, policyOf(p, 'getKey'));
 }
 
 // ------------------------------------------------------------------ fastify
@@ -1481,21 +1529,55 @@ function express(opts) {
  * (request.ip follows `trustProxy`), handler (request, reply, next, info).
  */
 function fastifyPlugin(instance, opts, done) {
-  let c;
+  let base;
   try {
-    c = middlewareOptions(opts, 'fastify');
+    base = fastifyOptions(opts, null, 'fastify');
   } catch (err) {
     done(err);
     return;
   }
-  if (c.prop !== null && !instance.hasRequestDecorator(c.prop)) instance.decorateRequest(c.prop, null);
+  // @fastify/rate-limit's per-route options: `config: { rateLimit: false }`
+  // leaves a route unlimited; `config: { rateLimit: { ...options } }`
+  // limits it with the plugin's options and these over them (its own
+  // policy, key, cost...).  Checked when the route is added, so a bad
+  // option stops the app at start-up with the route named.  Keyed by the
+  // rateLimit object, which Fastify's copy of the route's config keeps.
+  const routes = new WeakMap();
+  let perRoute = false;
+  instance.addHook('onRoute', (route) => {
+    const cfg = route.config;
+    if (cfg === null || typeof cfg !== 'object' || !Object.hasOwn(cfg, 'rateLimit')) return;
+    const rl = cfg.rateLimit;
+    const what = `fastify route ${route.method} ${route.url}: config.rateLimit`;
+    if (rl === false) {
+      perRoute = true;
+      return;
+    }
+    if (rl === null || typeof rl !== 'object' || Array.isArray(rl))
+      throw new TypeError(`${what} must be false or an object of the plugin's options, got ${typeName(rl)}`);
+    if (!routes.has(rl)) routes.set(rl, fastifyOptions(opts, rl, what));
+    perRoute = true;
+  });
+  // The options of this request's route: the plugin's, a route's own, or
+  // null (not limited).  request.routeOptions is built per read: read only
+  // once a route has options of its own.
+  const optionsOf = (request) => {
+    if (!perRoute) return base;
+    const cfg = request.routeOptions.config;
+    const rl = cfg !== null && typeof cfg === 'object' && Object.hasOwn(cfg, 'rateLimit') ? cfg.rateLimit : undefined;
+    if (rl === false) return null;
+    return rl === undefined ? base : routes.get(rl) || base;
+  };
+  if (base.c.prop !== null && !instance.hasRequestDecorator(base.c.prop)) instance.decorateRequest(base.c.prop, null);
   const kCharge = Symbol('sluice.charge');
-  const watch = c.skipOk || c.skipFailed;
-  // The outcome is read in onResponse (below), not on the socket: a
-  // charged request leaves what it was charged on the request.
-  const cw = watch ? { ...c, charged: (cc, request, raw, k, p, cost) => { request[kCharge] = { k, p, cost }; } } : c;
   instance.addHook('onRequest', (request, reply, next) => {
-    const go = (p, k, cost) => decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, next, p, k, cost);
+    const o = optionsOf(request);
+    if (o === null) {
+      next();
+      return;
+    }
+    const c = o.c;
+    const go = (p, k, cost) => decideRequest(o.cw, FASTIFY_IO, request, reply, reply.raw, next, p, k, cost);
     let r;
     try {
       r = requestInputs(c, request, reply);
@@ -1507,19 +1589,34 @@ function fastifyPlugin(instance, opts, done) {
     else if (r === SKIP) next();
     else continueAsync(c, request, reply, IN.stage, IN.v, go, next, next, IN.p, IN.k);
   });
-  if (watch) {
-    instance.addHook('onResponse', (request, reply, next) => {
-      const ch = request[kCharge];
-      // Only an answer that finished counts, as on the middleware: a
-      // connection that failed first keeps its charge.
-      if (ch !== undefined && reply.raw.writableFinished) {
-        const ok = c.wasOk(request, reply);
-        if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
-      }
-      next();
-    });
-  }
+  instance.addHook('onResponse', (request, reply, next) => {
+    const ch = request[kCharge];
+    // Only an answer that finished counts, as on the middleware: a
+    // connection that failed first keeps its charge.
+    if (ch !== undefined && reply.raw.writableFinished) {
+      const c = ch.c;
+      const ok = c.wasOk(request, reply);
+      if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
+    }
+    next();
+  });
   done();
+
+  // The checked options of the plugin (route null) or of a route: c as
+  // the middleware's, and cw, what a decision uses -- the outcome is read
+  // in onResponse, not on the socket: a charged request leaves what it
+  // was charged on the request.
+  function fastifyOptions(pluginOpts, route, what) {
+    let o = pluginOpts;
+    if (route !== null) {
+      if (o === null || typeof o !== 'object') throw new TypeError('fastify() takes an options object');
+      o = { ...own(o), ...own(route) };
+    }
+    const c = middlewareOptions(o, what);
+    const watch = c.skipOk || c.skipFailed;
+    const cw = watch ? { ...c, charged: (cc, request, raw, k, p, cost) => { request[kCharge] = { c, k, p, cost }; } } : c;
+    return { c, cw };
+  }
 }
 // Not encapsulated: the hook applies to the instance it is registered on
 // (what fastify-plugin does, without the dependency).

@@ -916,6 +916,37 @@ function keepRemaining(res, store, remaining) {
   else REMAINING.set(res, remaining);
 }
 
+// The RateLimit-Policy lists written so far on this response, in both
+// syntaxes (draft-11/8's named items, draft-6/7's plain ones), so that a
+// stacked limiter writes the whole list in the deciding limiter's syntax:
+// never two syntaxes in one field.  Beside the remaining count.
+const POLICIES = new WeakMap();
+const K_POL_NAMED = Symbol('sluice.policies.named');
+const K_POL_PLAIN = Symbol('sluice.policies.plain');
+
+function prevPolicies(res, store) {
+  if (store !== null) return store[K_POL_NAMED] === undefined ? undefined : [store[K_POL_NAMED], store[K_POL_PLAIN]];
+  const prev = POLICIES.get(res);
+  if (prev !== undefined || OUT_HEADERS === null) return prev;
+  const h = res[OUT_HEADERS];
+  return h === null || h === undefined || h[K_POL_NAMED] === undefined ? undefined : [h[K_POL_NAMED], h[K_POL_PLAIN]];
+}
+
+function keepPolicies(res, store, named, plain) {
+  if (store !== null) {
+    store[K_POL_NAMED] = named;
+    store[K_POL_PLAIN] = plain;
+  } else {
+    POLICIES.set(res, [named, plain]);
+  }
+}
+
+// Removes a header another limiter wrote on this response.
+function dropHeader(io, res, store, lower, name) {
+  if (store !== null) delete store[lower];
+  else io.remove(res, name);
+}
+
 // One header: straight into the store, or through the framework.
 function putHeader(io, res, store, lower, name, value) {
   if (store !== null) store[lower] = [name, value];
@@ -1138,6 +1169,7 @@ const NODE_IO = {
   set: (res, name, value) => res.setHeader(name, value),
   direct: directHeaders,
   get: (res, name) => res.getHeader(name),
+  remove: (res, name) => res.removeHeader(name),
   send(res, status, type, body) {
     res.statusCode = status;
     res.setHeader('Content-Type', type);
@@ -1148,6 +1180,7 @@ const FASTIFY_IO = {
   set: (reply, name, value) => { reply.header(name, value); },
   direct: () => null,
   get: (reply, name) => reply.getHeader(name),
+  remove: (reply, name) => { reply.removeHeader(name); },
   send(reply, status, type, body) {
     reply.code(status).type(type).send(body);
   },
@@ -1243,6 +1276,11 @@ function rateLimitItem(p, remaining, resetS) {
   return s;
 }
 
+const STANDARD_VALUE_HEADERS = [['ratelimit', 'RateLimit'], ['ratelimit-limit', 'RateLimit-Limit'],
+  ['ratelimit-remaining', 'RateLimit-Remaining'], ['ratelimit-reset', 'RateLimit-Reset']];
+const LEGACY_HEADERS = [['x-ratelimit-limit', 'X-RateLimit-Limit'], ['x-ratelimit-remaining', 'X-RateLimit-Remaining'],
+  ['x-ratelimit-reset', 'X-RateLimit-Reset']];
+
 // The rate-limit headers of one decision.  `res` is what io writes to;
 // store is io.direct(res).
 function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
@@ -1255,29 +1293,52 @@ function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, whic
   const wins = !stacked || !allowed || remaining < prev;
   const resetS = Math.ceil(resetMs / 1000);
   if (h.standard !== false) {
-    let pol = h.standard === 'draft-11' || h.standard === 'draft-8' ? p._policyHeaders[which] : p._plainHeaders[which];
-    if (h.standard === 'draft-8') pol += `;pk=:${partitionKey(key)}:`;
-    if (stacked) {
-      const before = io.get(res, 'RateLimit-Policy');
-      if (before !== undefined) pol = wins ? `${pol}, ${before}` : `${before}, ${pol}`;
+    const namedSyntax = h.standard === 'draft-11' || h.standard === 'draft-8';
+    let named = p._policyHeaders[which];
+    if (h.standard === 'draft-8') named += `;pk=:${partitionKey(key)}:`;
+    const plain = p._plainHeaders[which];
+    let pol = namedSyntax ? named : plain;
+    const before = stacked ? prevPolicies(res, store) : undefined;
+    if (before !== undefined) {
+      // Every policy of the answer, in one syntax: the deciding
+      // limiter's (this one when it wins, else the one before).
+      const namedAll = wins ? `${named}, ${before[0]}` : `${before[0]}, ${named}`;
+      const plainAll = wins ? `${plain}, ${before[1]}` : `${before[1]}, ${plain}`;
+      const useNamed = wins ? namedSyntax : io.get(res, 'RateLimit-Policy') === before[0];
+      pol = useNamed ? namedAll : plainAll;
+      keepPolicies(res, store, namedAll, plainAll);
+    } else {
+      keepPolicies(res, store, named, plain);
     }
     putHeader(io, res, store, 'ratelimit-policy', 'RateLimit-Policy', pol);
     if (wins) {
       switch (h.standard) {
         case 'draft-11':
         case 'draft-8':
-          putHeader(io, res, store, 'ratelimit', 'RateLimit', rateLimitItem(p, remaining, resetS));
-          break;
         case 'draft-7':
-          putHeader(io, res, store, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          if (h.standard === 'draft-7') putHeader(io, res, store, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          else putHeader(io, res, store, 'ratelimit', 'RateLimit', rateLimitItem(p, remaining, resetS));
+          // A draft-6 limiter before this one: its numbers are not this answer's.
+          if (stacked) {
+            dropHeader(io, res, store, 'ratelimit-limit', 'RateLimit-Limit');
+            dropHeader(io, res, store, 'ratelimit-remaining', 'RateLimit-Remaining');
+            dropHeader(io, res, store, 'ratelimit-reset', 'RateLimit-Reset');
+          }
           break;
         default:
           putHeader(io, res, store, 'ratelimit-limit', 'RateLimit-Limit', limit);
           putHeader(io, res, store, 'ratelimit-remaining', 'RateLimit-Remaining', remaining);
           putHeader(io, res, store, 'ratelimit-reset', 'RateLimit-Reset', resetS);
+          if (stacked) dropHeader(io, res, store, 'ratelimit', 'RateLimit');
       }
     }
+  } else if (wins && stacked) {
+    // The deciding limiter sends no RateLimit fields: another's would
+    // describe a limit that did not decide.
+    for (const [lower, name] of STANDARD_VALUE_HEADERS) dropHeader(io, res, store, lower, name);
   }
+  // Likewise the X-RateLimit-* of a limiter that no longer decides.
+  if (wins && stacked && !h.legacy) for (const [lower, name] of LEGACY_HEADERS) dropHeader(io, res, store, lower, name);
   if (wins && h.legacy) {
     putHeader(io, res, store, 'x-ratelimit-limit', 'X-RateLimit-Limit', limit);
     putHeader(io, res, store, 'x-ratelimit-remaining', 'X-RateLimit-Remaining', remaining);

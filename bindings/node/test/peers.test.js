@@ -115,3 +115,33 @@ test('Fastify per-route config.rateLimit: false leaves a route unlimited, an obj
   await bad.close();
   await limiter.close();
 });
+
+test('stacked limiters: one RateLimit-Policy syntax (the deciding limiter\'s), and no other limiter\'s numbers beside its own', async () => {
+  const limiter = new sluice.Limiter({ clock: () => 1.7e15 }); // time stands still: no refill between requests
+  const app = express();
+  app.use(sluice.express({ limiter, policy: sluice.policy([{ capacity: 100, rate: '2/s' }], { name: 'api' }) }));
+  app.get('/tight', sluice.express({ limiter, policy: sluice.policy([{ capacity: 1, rate: '1/h' }], { name: 'tight' }), headers: { standard: 'draft-7', legacy: false } }), (req, res) => res.send('t'));
+  app.get('/loose', sluice.express({ limiter, policy: sluice.policy([{ capacity: 500, rate: '10/s' }], { name: 'loose' }), headers: { standard: 'draft-6', legacy: false } }), (req, res) => res.send('l'));
+  const server = await listen(app);
+  const { port } = server.address();
+  const head = (url) => new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: url }, (res) => { res.resume(); res.on('end', () => resolve(res)); }).on('error', reject);
+  });
+  try {
+    await head('/tight');
+    const r = await head('/tight');
+    assert.equal(r.statusCode, 429);
+    assert.equal(r.headers['ratelimit-policy'], '1;w=3600, 100;w=50', 'the deciding limiter\'s (draft-7) syntax for every policy');
+    assert.equal(r.headers.ratelimit, 'limit=1, remaining=0, reset=3600');
+    assert.equal(r.headers['x-ratelimit-remaining'], undefined, 'no other limiter\'s remaining beside RateLimit');
+    const l = await head('/loose');
+    assert.equal(l.statusCode, 200);
+    assert.equal(l.headers['ratelimit-policy'], '"api";q=100;w=50, "loose";q=500;w=50', 'api decides (fewer left): its syntax');
+    assert.equal(l.headers.ratelimit, '"api";r=97;t=2');
+    assert.equal(l.headers['x-ratelimit-remaining'], '97');
+    assert.equal(l.headers['ratelimit-remaining'], undefined);
+  } finally {
+    server.close();
+    await limiter.close();
+  }
+});

@@ -112,6 +112,9 @@ export interface LimiterOptions {
   /** Called once per change of a Redis node into an unusable state, with the
    * node and the reason (as /readyz names them). */
   onError?: (err: StoreError) => void;
+  /** What sluice would log (a store node failing, recovering), through the app's
+   * logger: console, pino, winston, Fastify's app.log. */
+  logger?: { warn(message: string): unknown; info?(message: string): unknown };
 }
 
 /** An error of the store: code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT,

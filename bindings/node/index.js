@@ -466,7 +466,7 @@ const ANSWER_BATCH = 256;
 // Node events that leave a Redis node unusable (sluice_redis_event_name()).
 const NODE_FAILURES = new Set(['unreachable', 'timeout', 'auth_failed', 'tls_failed', 'no_master', 'refused']);
 
-const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError'];
+const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError', 'logger'];
 
 /**
  * new Limiter({ store: 'memory', maxKeys, clock })
@@ -495,6 +495,7 @@ class Limiter extends EventEmitter {
     this._closed = false;
     this._closing = null;
     this._onError = optFunction(opts.onError, 'onError', '(err) => ...');
+    this._logger = loggerOption(opts.logger);
     this._down = new Map(); // node -> "kind: detail" of its failure
     this._evicting = new Map(); // node -> why it may evict buckets
     const unref = optBoolean(opts.unref, 'unref', false);
@@ -626,7 +627,7 @@ class Limiter extends EventEmitter {
       (kind === 'breaker_closed' && (this._down.get(node) || '').startsWith('refused'))) {
       if (kind === 'master_changed') this._down.clear();
       else this._down.delete(node);
-      this.emit('recover', { node });
+      this._recovered(node);
     }
   }
 
@@ -635,7 +636,7 @@ class Limiter extends EventEmitter {
   // of, though takes go on; 'recover' once the node says it may not.
   _evictionChanged(node, detail) {
     if (detail.endsWith('buckets are never evicted')) {
-      if (this._evicting.delete(node)) this.emit('recover', { node });
+      if (this._evicting.delete(node)) this._recovered(node);
       return;
     }
     if (this._evicting.get(node) === detail) return;
@@ -644,10 +645,16 @@ class Limiter extends EventEmitter {
       node, 'eviction_policy', detail);
   }
 
+  _recovered(node) {
+    if (this._logger !== null && this._logger.info !== undefined) this._logger.info(`sluice: Redis node ${node} answers again`);
+    this.emit('recover', { node });
+  }
+
   _tell(err, node, kind, detail) {
     err.node = node;
     err.reason = kind;
     err.detail = detail;
+    if (this._logger !== null) this._logger.warn(err.message);
     if (this._onError !== null) this._onError(err);
     // 'error' without a listener would throw: an app that has not
     // asked is told through failed takes instead.
@@ -789,6 +796,21 @@ class Limiter extends EventEmitter {
     });
     return this._closing;
   }
+}
+
+// logger: what sluice would log (a store node failing, recovering, able
+// to evict buckets), through the app's logger -- console, pino, winston,
+// Fastify's app.log: an object with warn(message), and info(message) if
+// it has one.  Its own properties or its class's (pino's methods live on
+// its prototype), never Object.prototype's.
+function loggerOption(l) {
+  if (l === undefined) return null;
+  if (l === null || typeof l !== 'object' && typeof l !== 'function')
+    throw new TypeError(`logger must be an object with warn(message) (console, pino, winston, app.log), got ${typeName(l)}`);
+  const warn = classProp(l, 'warn');
+  const info = classProp(l, 'info');
+  if (typeof warn !== 'function') throw new TypeError('logger must have a warn(message) method (console, pino, winston, app.log)');
+  return { warn: (m) => warn.call(l, m), info: typeof info === 'function' ? (m) => info.call(l, m) : undefined };
 }
 
 function peerMethod(theirs, ours) {

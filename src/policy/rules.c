@@ -18,8 +18,8 @@
  * header used as an identity that comes on two lines is not used at all.
  */
 #include "policy/config.h"
+#include "util/addr.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -481,84 +481,7 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 
 /* ---------------------------------------------------------- client IP */
 
-/* An address in network byte order; IPv4-mapped IPv6 is folded to IPv4. */
-typedef struct addr_s {
-	int family;
-	uint8_t a[16];
-} addr_t;
-
-static void fold_mapped(addr_t *ad)
-{
-	static const uint8_t prefix[12] = {0, 0, 0, 0, 0,    0,
-					   0, 0, 0, 0, 0xff, 0xff};
-
-	if (ad->family == AF_INET6 && memcmp(ad->a, prefix, 12) == 0) {
-		memmove(ad->a, ad->a + 12, 4);
-		memset(ad->a + 4, 0, 12);
-		ad->family = AF_INET;
-	}
-}
-
-/* Parses "1.2.3.4", "1.2.3.4:80", "2001:db8::1", "[2001:db8::1]:80". */
-static int parse_addr(const char *s, size_t n, addr_t *ad)
-{
-	char buf[INET6_ADDRSTRLEN + 8];
-	const char *colon;
-
-	s = trim(s, &n);
-	if (n == 0 || n >= sizeof(buf))
-		return -1;
-	if (s[0] == '[') {
-		const char *end = memchr(s, ']', n);
-
-		if (!end)
-			return -1;
-		n = (size_t)(end - s - 1);
-		s++;
-	} else if ((colon = memchr(s, ':', n)) &&
-		   !memchr(colon + 1, ':', n - (size_t)(colon - s) - 1)) {
-		n = (size_t)(colon - s); /* IPv4 with a port */
-	}
-	memcpy(buf, s, n);
-	buf[n] = '\0';
-	memset(ad, 0, sizeof(*ad));
-	if (inet_pton(AF_INET, buf, ad->a) == 1) {
-		ad->family = AF_INET;
-		return 0;
-	}
-	if (inet_pton(AF_INET6, buf, ad->a) == 1) {
-		ad->family = AF_INET6;
-		fold_mapped(ad);
-		return 0;
-	}
-	return -1;
-}
-
-static int from_sockaddr(const struct sockaddr *sa, addr_t *ad)
-{
-	memset(ad, 0, sizeof(*ad));
-	if (!sa)
-		return -1;
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-
-		ad->family = AF_INET;
-		memcpy(ad->a, &in->sin_addr, 4);
-		return 0;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 =
-			(const struct sockaddr_in6 *)sa;
-
-		ad->family = AF_INET6;
-		memcpy(ad->a, &in6->sin6_addr, 16);
-		fold_mapped(ad);
-		return 0;
-	}
-	return -1;
-}
-
-static int cidr_contains(const sluice_cidr_t *c, const addr_t *ad)
+static int cidr_contains(const sluice_cidr_t *c, const sluice_addr_t *ad)
 {
 	unsigned full = c->prefix / 8, rest = c->prefix % 8;
 
@@ -575,7 +498,7 @@ static int cidr_contains(const sluice_cidr_t *c, const addr_t *ad)
 	return 1;
 }
 
-static int trusted(const sluice_config_t *cfg, const addr_t *ad)
+static int trusted(const sluice_config_t *cfg, const sluice_addr_t *ad)
 {
 	size_t i;
 
@@ -602,11 +525,11 @@ static int trusted(const sluice_config_t *cfg, const addr_t *ad)
  * entries (every one a trusted proxy, or none): the walk goes on into the
  * line before; 0 when it stopped. */
 static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
-		    addr_t *out, int *found)
+		    sluice_addr_t *out, int *found)
 {
 	while (n > 0) {
 		const char *comma = NULL, *p;
-		addr_t ad;
+		sluice_addr_t ad;
 
 		for (p = v + n; p > v; p--)
 			if (p[-1] == ',') {
@@ -614,7 +537,7 @@ static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
 				break;
 			}
 		p = comma ? comma + 1 : v;
-		if (parse_addr(p, (size_t)(v + n - p), &ad) < 0) {
+		if (sluice_addr_parse(p, (size_t)(v + n - p), &ad) < 0) {
 			size_t len = (size_t)(v + n - p);
 
 			trim(p, &len);
@@ -634,7 +557,7 @@ static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
 }
 
 static int from_xff(const sluice_config_t *cfg, const sluice_request_t *req,
-		    addr_t *out)
+		    sluice_addr_t *out)
 {
 	static const char name[] = "x-forwarded-for";
 	size_t lines = 0, k, n;
@@ -651,56 +574,27 @@ static int from_xff(const sluice_config_t *cfg, const sluice_request_t *req,
 	return found ? 0 : -1;
 }
 
-static size_t format_addr(const sluice_config_t *cfg, addr_t *ad, char *buf,
-			  size_t len)
-{
-	char text[INET6_ADDRSTRLEN];
-	unsigned prefix = cfg->ipv6_prefix, i;
-	int n;
-
-	if (ad->family == AF_INET6 && prefix < 128) {
-		for (i = 0; i < 16; i++) {
-			unsigned keep = prefix > 8 * i ? prefix - 8 * i : 0;
-
-			if (keep < 8)
-				ad->a[i] &= (uint8_t)(0xff00 >> keep);
-		}
-	}
-	if (!inet_ntop(ad->family, ad->a, text, sizeof(text)))
-		return 0;
-	if (ad->family == AF_INET6 && prefix < 128)
-		n = snprintf(buf, len, "%s/%u", text, prefix);
-	else
-		n = snprintf(buf, len, "%s", text);
-	if (n < 0 || (size_t)n >= len) {
-		if (len)
-			buf[0] = '\0';
-		return 0;
-	}
-	return (size_t)n;
-}
-
 size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 			char *buf, size_t len)
 {
-	addr_t peer, ad;
+	sluice_addr_t peer, ad;
 	const char *v;
 	size_t n;
 
 	if (len)
 		buf[0] = '\0';
-	if (from_sockaddr(req->peer, &peer) < 0)
+	if (sluice_addr_from_sockaddr(req->peer, &peer) < 0)
 		return 0;
 	ad = peer;
 	if (trusted(cfg, &peer)) {
 		/* X-Real-IP is one address: on two lines it is refused
 		 * (see identity_header()) and X-Forwarded-For decides. */
 		v = identity_header(req, "x-real-ip", &n);
-		if (!v || parse_addr(v, n, &ad) < 0) {
+		if (!v || sluice_addr_parse(v, n, &ad) < 0) {
 			ad = peer;
 			if (from_xff(cfg, req, &ad) < 0)
 				ad = peer;
 		}
 	}
-	return format_addr(cfg, &ad, buf, len);
+	return sluice_addr_key(&ad, cfg->ipv6_prefix, buf, len);
 }

@@ -6,6 +6,7 @@
  */
 #include "check.h"
 #include "policy/config.h"
+#include "util/addr.h"
 #include "util/sha256.h"
 
 #include <arpa/inet.h>
@@ -872,6 +873,60 @@ static void test_no_peer_means_no_ip(void)
 	sluice_config_free(c);
 }
 
+/*
+ * tests/unit/client_addresses.tsv: every spelling of a client address and
+ * its bucket key, the table the Node package's tests check too (its
+ * default key calls the same parser through the addon).  Each row as
+ * serve meets it: sluice_addr_parse() + sluice_addr_key() directly, and
+ * as X-Real-IP from a trusted proxy (a row that is no address leaves the
+ * proxy's own address, as an entry that does not parse stops the walk).
+ */
+static void test_client_addresses_table(void)
+{
+	FILE *f = fopen(SLUICE_SRC_DIR "/tests/unit/client_addresses.tsv", "r");
+	char line[256];
+	int rows = 0;
+
+	CHECK(f != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		char *addr = line, *t1, *t2, *want, text[128], cfgtext[128];
+		sluice_addr_t ad;
+		sluice_config_t *c;
+		unsigned prefix;
+		req_t q;
+		size_t n;
+
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		t1 = strchr(line, '\t');
+		t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+		CHECK(t1 && t2);
+		*t1 = *t2 = '\0';
+		prefix = (unsigned)atoi(t1 + 1);
+		want = t2 + 1;
+		n = 0;
+		if (sluice_addr_parse(addr, strlen(addr), &ad) == 0)
+			n = sluice_addr_key(&ad, prefix, text, sizeof(text));
+		if (strcmp(n ? text : "-", want) != 0) {
+			fprintf(stderr, "\"%s\" /%u: got %s, want %s\n", addr,
+				prefix, n ? text : "-", want);
+			CHECK(0);
+		}
+		snprintf(cfgtext, sizeof(cfgtext),
+			 "trusted_proxies: [127.0.0.1/32]\nipv6_prefix: %u\n",
+			 prefix);
+		c = load(cfgtext);
+		CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+						"X-Real-IP", addr, NULL)),
+			     strcmp(want, "-") == 0 ? "127.0.0.1" : want) == 0);
+		sluice_config_free(c);
+		rows++;
+	}
+	fclose(f);
+	CHECK(rows >= 20);
+}
+
 /* -------------------------------------------------------------- sha256 */
 
 static void hex(const uint8_t d[32], char out[65])
@@ -918,6 +973,7 @@ static void test_sha256_vectors(void)
 int main(void)
 {
 	RUN(test_glob);
+	RUN(test_client_addresses_table);
 	RUN(test_default_rule_keys_user_then_ip);
 	RUN(test_methods_paths_and_query_strings);
 	RUN(test_paths_are_normalised_before_matching);

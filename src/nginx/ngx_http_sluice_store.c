@@ -111,7 +111,10 @@ char *ngx_http_sluice_store_parse(ngx_conf_t *cf, ngx_http_sluice_zone_t *zone,
 		 * client on nginx's loop (ngx_http_sluice_store_open_loop). */
 		store->cfg.kind = SLUICE_STORE_REDIS;
 		store->cfg.url = conf_strdup(cf, value->data, value->len);
-		if (store->cfg.url == NULL)
+		store->shown.len = ngx_strlen(shown);
+		store->shown.data =
+			(u_char *)conf_strdup(cf, shown, store->shown.len);
+		if (store->cfg.url == NULL || store->shown.data == NULL)
 			return NGX_CONF_ERROR;
 		ngx_snprintf(msg, sizeof(msg),
 			     "store=\"%s\": a Redis store needs the Redis "

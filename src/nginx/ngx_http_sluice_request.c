@@ -341,6 +341,32 @@ static void ngx_http_sluice_delay_handler(ngx_http_request_t *r)
 	ngx_http_core_run_phases(r);
 }
 
+/* The request's decision survives an internal redirect (which clears
+ * the modules' contexts) in a marker on the request's pool: a request
+ * redirected after its decision is not charged again, as limit_req's
+ * r->main->limit_req_status keeps it from being, and the variables still
+ * say what was decided. */
+static void ctx_marker(void *data)
+{
+}
+
+static ngx_http_sluice_ctx_t *request_ctx(ngx_http_request_t *r)
+{
+	ngx_http_sluice_ctx_t *ctx;
+	ngx_pool_cleanup_t *c;
+
+	ctx = ngx_http_get_module_ctx(r, ngx_http_sluice_module);
+	if (ctx)
+		return ctx;
+	for (c = r->pool->cleanup; c; c = c->next)
+		if (c->handler == ctx_marker) {
+			ctx = c->data;
+			ngx_http_set_ctx(r, ctx, ngx_http_sluice_module);
+			return ctx;
+		}
+	return NULL;
+}
+
 ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 {
 	ngx_http_sluice_loc_conf_t *lcf;
@@ -348,9 +374,10 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 	ngx_uint_t i, which;
 	uint64_t delay_us;
 	ngx_msec_t delay;
+	ngx_pool_cleanup_t *cln;
 	ngx_int_t rc;
 
-	ctx = ngx_http_get_module_ctx(r, ngx_http_sluice_module);
+	ctx = r == r->main ? request_ctx(r) : NULL;
 	if (ctx && ctx->decided)
 		return NGX_DECLINED; /* back from a delay */
 	if (ctx && ctx->pending)
@@ -361,8 +388,11 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 		if (lcf->limits == NULL || r != r->main)
 			return NGX_DECLINED;
 		ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
-		if (ctx == NULL)
+		cln = ngx_pool_cleanup_add(r->pool, 0);
+		if (ctx == NULL || cln == NULL)
 			return NGX_HTTP_INTERNAL_SERVER_ERROR;
+		cln->handler = ctx_marker;
+		cln->data = ctx;
 		ctx->r = r;
 		rc = build_items(r, lcf, ctx);
 		if (rc != NGX_OK)
@@ -467,7 +497,7 @@ ngx_int_t ngx_http_sluice_variable(ngx_http_request_t *r,
 	uint64_t n;
 	u_char *p;
 
-	ctx = ngx_http_get_module_ctx(r->main, ngx_http_sluice_module);
+	ctx = request_ctx(r->main);
 	if (ctx == NULL || ctx->status == NGX_HTTP_SLUICE_NONE) {
 		v->not_found = 1;
 		return NGX_OK;

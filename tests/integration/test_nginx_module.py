@@ -232,6 +232,28 @@ class NoDelayAsLimitReq(unittest.TestCase):
             self.assertEqual(status.count("PASSED"), 6)
             self.assertEqual(status.count("REJECTED"), 4)
 
+    def test_an_internal_redirect_is_not_charged_twice(self):
+        # try_files falls back to a named location that is limited by the
+        # same zone: limit_req decides once per request, so must sluice.
+        http = """
+    sluice_limit_zone $http_x_user zone=s:1m rate=1r/m;
+    limit_req_zone $http_x_user zone=l:1m rate=1r/m;
+    server { listen 127.0.0.1:@PORT@;
+        sluice_limit_status 429; limit_req_status 429;
+        location /s { sluice_limit zone=s burst=2 nodelay;
+                      try_files /missing @s; }
+        location @s { sluice_limit zone=s burst=2 nodelay;
+                      try_files /index.html =404; }
+        location /l { limit_req zone=l burst=2 nodelay;
+                      try_files /missing @l; }
+        location @l { limit_req zone=l burst=2 nodelay;
+                      try_files /index.html =404; }
+    }"""
+        with NginxDaemon(http) as n:
+            s = n.statuses("/s", "r", 5)
+            self.assertEqual(s, n.statuses("/l", "r", 5))
+            self.assertEqual(s, [200, 200, 200, 429, 429])
+
     def test_refill_is_the_zone_rate(self):
         http = """
     sluice_limit_zone $http_x_user zone=r:1m rate=2r/s;

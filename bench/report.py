@@ -630,11 +630,13 @@ def nginx_section(w, ng, nproc):
       "%s), req/s **%sx** (rounds: %s). `auth_request` over `limit_req`: "
       "CPU **%sx**, req/s **%sx**. Same policy check, 105 back-to-back "
       "requests for one key: %s passed. Load average %s at the end (%s "
-      "cores; wrk shares them).\n"
+      "cores; wrk shares them). Command: `make bench ONLY=nginx`.\n"
       % (fmt(ng.get("cpu_ratio")), ng.get("cpu_ratio_rounds"),
          fmt(ng.get("rps_ratio")), ng.get("rps_ratio_rounds"),
          fmt(ng.get("auth_cpu_ratio")), fmt(ng.get("auth_rps_ratio")),
-         ng.get("one_key_allowed_of_105"), fmt(ng.get("loadavg_1m")),
+         ", ".join("%s %s" % (m, n) for m, n in
+                   (ng.get("one_key_allowed_of_105") or {}).items()),
+         fmt(ng.get("loadavg_1m")),
          fmt(nproc)))
 
 
@@ -804,8 +806,7 @@ def write(results, outdir, docs):
       "Every comparison below is a ratio of figures measured in the same "
       "run on the same machine. `make bench ONLY=<section>` reruns one "
       "section (core, scaling, shared, memory, http, redis, article_ab, "
-      "simulate, grpc, "
-      "node); "
+      "simulate, grpc, node, nginx); "
       "the harness is `bench/run`, the in-process figures come from "
       "`bench/bench_core.c`.\n" % m.get("date", "?"))
     if results.get("quick"):

@@ -311,6 +311,70 @@ static void test_bad_files_name_file_and_line(void)
 	refused("domain: d\n  descriptors: [\n", 2, "YAML syntax error");
 }
 
+/* An alias bomb in envoyproxy/ratelimit's own shape: each level a
+ * descriptor whose children are three aliases of the level before (3^k
+ * descriptors to walk from a line each).  It is refused while the file
+ * is read, at the alias past which aliases stand for more than 100,000
+ * nodes, before any descriptor is built; a shared rate_limit still
+ * loads. */
+static void test_alias_bomb_is_refused_at_the_alias(void)
+{
+	char text[4096], want[300];
+	uint64_t size = 5, aliased = 0; /* the map, key, k0 and 2 more */
+	int k, j, line = 0;
+	size_t n;
+
+	n = (size_t)snprintf(text, sizeof(text),
+			     "domain: d\ndescriptors:\n"
+			     "  - &l0 {key: k0, value: v}\n");
+	/* Up to the level that passes the bound: no further, so that a
+	 * loader without the bound still ends (and loads it). */
+	for (k = 1; k < 16 && !line; k++) {
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      "  - &l%d {key: k%d, descriptors: "
+				      "[*l%d, *l%d, *l%d]}\n",
+				      k, k, k - 1, k - 1, k - 1);
+		for (j = 0; j < 3 && !line; j++) {
+			aliased += size;
+			if (aliased > 100000)
+				line = 3 + k;
+		}
+		size = 6 + 3 * size; /* the map, 2 keys, a value, the list */
+	}
+	CHECK(n < sizeof(text) && line > 3);
+	new_dir();
+	put("bomb.yaml", text);
+	CHECK(load() == NULL);
+	snprintf(want, sizeof(want),
+		 "%s/bomb.yaml:%d: aliases stand for more "
+		 "than 100000 nodes",
+		 dir, line);
+	if (strncmp(err, want, strlen(want)) != 0)
+		fprintf(stderr, "got: %s\nwant: %s\n", err, want);
+	CHECK(strncmp(err, want, strlen(want)) == 0);
+	rm_dir();
+	refused("domain: d\ndescriptors: &d\n  - key: k\n    descriptors: "
+		"*d\n",
+		4, "the alias *d is inside the node it names");
+	{
+		sluice_envoy_config_t *cfg;
+
+		new_dir();
+		put("shared.yaml",
+		    "domain: d\ndescriptors:\n"
+		    "  - key: a\n    rate_limit: &rl {unit: second, "
+		    "requests_per_unit: 5}\n"
+		    "  - key: b\n    rate_limit: *rl\n");
+		cfg = load();
+		if (!cfg)
+			fprintf(stderr, "%s\n", err);
+		CHECK(cfg != NULL);
+		CHECK(cfg->ndomains == 1 && cfg->domains[0].nchildren == 2);
+		sluice_envoy_config_free(cfg);
+		rm_dir();
+	}
+}
+
 static void test_duplicate_domain_names_both_files(void)
 {
 	new_dir();
@@ -600,6 +664,7 @@ int main(void)
 	RUN(test_wildcards_as_upstream);
 	RUN(test_wildcard_parts_never_overlap);
 	RUN(test_bad_files_name_file_and_line);
+	RUN(test_alias_bomb_is_refused_at_the_alias);
 	RUN(test_duplicate_domain_names_both_files);
 	RUN(test_merge_domains);
 	RUN(test_every_error_is_reported);

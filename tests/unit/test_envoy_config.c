@@ -658,6 +658,69 @@ static void test_metric_paths_as_upstream(void)
 	rm_dir();
 }
 
+/* detailed_metric puts a client's value into a series' label: values of
+ * 60 KB made 578 MB of series and a 2.4 GB /metrics.  A label is kept to
+ * SLUICE_ENVOY_MAX_LABEL bytes (values differing past the head still
+ * count apart, by a hash suffix), the registry's label bytes to
+ * SLUICE_ENVOY_MAX_SERIES_BYTES, and the rendering follows. */
+static void test_detailed_metric_labels_are_bounded(void)
+{
+	enum { VLEN = 60000, NLONG = 300 };
+	sluice_envoy_series_t *first = NULL, *s;
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+	sluice_rls_entry_t e[1];
+	char *v = malloc(VLEN + 16), shortv[256];
+	sluice_buf_t out = {0};
+	size_t i, before;
+
+	CHECK(v != NULL);
+	new_dir();
+	put("d.yaml",
+	    "domain: big\ndescriptors:\n"
+	    "  - key: k\n    detailed_metric: true\n"
+	    "    rate_limit: {unit: minute, requests_per_unit: 10}\n");
+	cfg = load();
+	CHECK(cfg != NULL);
+	memset(v, 'v', VLEN);
+	e[0].key = "k";
+	e[0].value = v;
+	for (i = 0; i < NLONG; i++) {
+		snprintf(v + VLEN, 16, "%zu", i); /* only the tail differs */
+		sluice_envoy_match(sluice_envoy_domain(cfg, "big"), e, 1, &m);
+		s = sluice_envoy_match_series("big", e, 1, &m);
+		CHECK(strlen(s->path) <= SLUICE_ENVOY_MAX_LABEL);
+		CHECK(strcmp(s->path, "_overflow") != 0);
+		if (i == 0)
+			first = s;
+		else
+			CHECK(s != first); /* apart, by the hash suffix */
+	}
+	sluice_envoy_metrics_render(&out);
+	CHECK(!out.oom);
+	/* 4 counters a series, each line a label of at most 200 bytes and
+	 * some 100 of names and count. */
+	CHECK(out.len < 4 * (NLONG + 100) * (SLUICE_ENVOY_MAX_LABEL + 100));
+	sluice_buf_free(&out);
+	/* The bytes: 200-byte values until the registry is full, then
+	 * overflow, well before the count of series runs out. */
+	before = sluice_envoy_series_bytes();
+	CHECK(before <= SLUICE_ENVOY_MAX_SERIES_BYTES);
+	memset(shortv, 'w', 190);
+	e[0].value = shortv;
+	for (i = 0; i < 6000; i++) {
+		snprintf(shortv + 190, 16, "%zu", i);
+		sluice_envoy_match(sluice_envoy_domain(cfg, "big"), e, 1, &m);
+		s = sluice_envoy_match_series("big", e, 1, &m);
+		CHECK(sluice_envoy_series_bytes() <=
+		      SLUICE_ENVOY_MAX_SERIES_BYTES);
+	}
+	CHECK(strcmp(s->path, "_overflow") == 0);
+	free(v);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
 int main(void)
 {
 	RUN(test_basic_config_matches_as_upstream);
@@ -674,5 +737,6 @@ int main(void)
 	RUN(test_any_requests_per_unit_loads);
 	RUN(test_keys_are_injective_and_shared_by_pattern);
 	RUN(test_metric_paths_as_upstream);
+	RUN(test_detailed_metric_labels_are_bounded);
 	TESTS_DONE();
 }

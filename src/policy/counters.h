@@ -51,6 +51,8 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t grpc_connections; /* open now (gauge) */
 	sluice_counter_t grpc_accepted;
 	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
+	/* Requests shed while their message arrived (the budget short). */
+	sluice_counter_t grpc_shed;
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
 

@@ -171,6 +171,11 @@ static void render_grpc(sluice_buf_t *out)
 		series(out, "sluice_grpc_connections_refused_total", "reason",
 		       sluice_grpc_refusal_names[m], NULL, NULL,
 		       SUM(grpc_refused[m]));
+	help(out, "sluice_grpc_requests_shed_total", "counter",
+	     "gRPC requests shed while their message was still arriving, "
+	     "to make room in a short request budget.");
+	series(out, "sluice_grpc_requests_shed_total", NULL, NULL, NULL, NULL,
+	       SUM(grpc_shed));
 }
 
 static void render_http(sluice_buf_t *out)

@@ -448,6 +448,45 @@ static void test_reopened_store_keeps_a_drained_bucket(void)
 	unlink(path);
 }
 
+/*
+ * Eviction is no reset button whatever rates callers choose, on the shared
+ * table as on the memory store (max_keys 2,000): a drained rule bucket (5
+ * at 5/min) stays drained through 6,000 ad-hoc takes on fresh keys with
+ * capacity 1 at 1/day (a day of debt each), ad-hoc buckets being evicted
+ * among themselves; the flood holds the bound and its evictions are
+ * counted.
+ */
+static void test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket(void)
+{
+	static const char victim[] = "check\x1f"
+				     "10.0.0.1";
+	const char *path = shm_path("adhoc-flood");
+	sluice_limit_t rule = limit("5", "5/min"), slow = limit("1", "1/day");
+	sluice_shmstore_t *s = open_store(path, 2000);
+	sluice_memstore_stats_t st;
+	int64_t now = T0;
+	char key[40];
+	int i, n;
+
+	CHECK(s);
+	for (i = 0; i < 6; i++)
+		CHECK(sluice_shmstore_take(s, victim, sizeof(victim) - 1, &rule,
+					   1, 1, now++, NULL, NULL) == (i < 5));
+	for (i = 0; i < 6000; i++) {
+		n = snprintf(key, sizeof(key), "%cflood-%d", SLUICE_KEY_ADHOC,
+			     i);
+		CHECK(sluice_shmstore_take(s, key, (size_t)n, &slow, 1, 1,
+					   now++, NULL, NULL) == 1);
+	}
+	CHECK(sluice_shmstore_take(s, victim, sizeof(victim) - 1, &rule, 1, 1,
+				   now++, NULL, NULL) == 0);
+	sluice_shmstore_stats(s, &st);
+	CHECK(st.keys <= 2000);
+	CHECK(st.evicted_lossy >= 4000);
+	sluice_shmstore_close(s);
+	unlink(path);
+}
+
 /* ---------------------------------------------------- refused files */
 
 static int open_err(const char *path, size_t max_keys, char *err, size_t errlen)
@@ -1186,6 +1225,7 @@ int main(void)
 {
 	RUN(test_decides_as_the_memory_store);
 	RUN(test_reopened_store_keeps_a_drained_bucket);
+	RUN(test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket);
 	RUN(test_files_of_another_layout_are_refused);
 	RUN(test_unfinished_file_is_laid_out_again);
 	RUN(test_two_handles_name_keys_alike);

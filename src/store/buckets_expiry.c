@@ -34,7 +34,7 @@
  * What is given away is the ad-hoc buckets' state: under pressure they
  * give way to rule buckets, and among themselves they are compared in
  * time to full at rates their callers chose (one caller's slow ad-hoc
- * buckets can evict another's drained one).  docs/HTTP.md says so; every
+ * buckets can evict another's drained one).  docs/CONFIG.md says so; every
  * lossy eviction is counted, with the debt it forgave.
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no

@@ -64,7 +64,7 @@ store: %(store)s
 rules:
   - name: check
     key: ["header:x-user-id"]
-    limits: [{capacity: 5, rate: 5/min}]
+    limits: [{capacity: 5, rate: 5/h}]
 """
 
 

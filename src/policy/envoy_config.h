@@ -76,8 +76,8 @@ typedef struct sluice_envoy_node_s {
 	char **parts;	 /* value split at '*' when wildcard */
 	size_t nparts;	 /* 0 unless wildcard */
 	int shadow_mode; /* charged, never makes the answer OVER_LIMIT */
-	int quota_mode;	 /* charged apart; the answer is OVER_LIMIT only
-			    when every quota descriptor is over */
+	int quota_mode;	 /* the answer is OVER_LIMIT only when every
+			    quota descriptor is over (all or nothing) */
 	int detailed_metric;
 	int value_to_metric;
 	int share_threshold;	     /* one bucket for every value the pattern

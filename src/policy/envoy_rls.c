@@ -38,8 +38,14 @@ typedef struct desc_s {
 	sluice_envoy_unit_limit_t units[SLUICE_MAX_LIMITS];
 	int shadow;
 	int quota;    /* quota_mode: over only when every quota one is */
-	size_t match; /* index in the take (D_CHARGE) */
+	size_t match; /* index in the take (D_CHARGE, not settled) */
 	uint64_t cost;
+	uint64_t charge; /* the cost the take asks of its buckets */
+	/* Decided before the take's last round (a shadow_mode descriptor,
+	 * charged on its own; a quota descriptor found over): its result,
+	 * kept while the rest is taken again (quota_retake()). */
+	int settled;
+	sluice_match_result_t res;
 	sluice_envoy_series_t *series; /* NULL: not counted */
 	sluice_limit_set_t oset;       /* a request-supplied limit */
 	const char *name;	       /* for headers */
@@ -54,6 +60,7 @@ typedef struct rls_ctx_s {
 	void *arg;
 	sluice_take_t *t;
 	desc_t *d;
+	int blocked; /* a descriptor is always over: nothing is charged */
 } rls_ctx_t;
 
 /* ------------------------------------------------------------ helpers */
@@ -204,6 +211,8 @@ static void apply_replaces(rls_ctx_t *x, size_t n)
 	}
 }
 
+static void on_verdict(void *arg, const sluice_verdict_t *v);
+
 /* ------------------------------------------------------------ the answer */
 
 static void add_header(sluice_rls_response_t *r, const char *k, const char *v)
@@ -343,8 +352,8 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 				     : SLUICE_RLS_CODE_OVER_LIMIT;
 		break;
 	case D_CHARGE:
-		assert(x->t && d->match < x->t->nmatches);
-		res = &x->t->results[d->match];
+		assert(d->settled || (x->t && d->match < x->t->nmatches));
+		res = d->settled ? &d->res : &x->t->results[d->match];
 		if (!res->decided) {
 			/* The store failed and the rule failed open: no
 			 * decision to report. */
@@ -359,8 +368,8 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 		st->duration_until_reset_ms =
 			(res->d.reset_after_us + 999) / 1000;
 		if (res->outcome == SLUICE_OUT_SKIPPED)
-			uncharged(st, &d->set->limits[which],
-				  x->t->costs[d->match], &res->d);
+			uncharged(st, &d->set->limits[which], d->charge,
+				  &res->d);
 		count(x, d, over, &res->d);
 		if (over && !d->shadow)
 			st->code = SLUICE_RLS_CODE_OVER_LIMIT;
@@ -423,9 +432,77 @@ out:
 	free(x);
 }
 
+/*
+ * quota_mode, all or nothing: a request is refused when a normal
+ * descriptor is over, or when every quota descriptor is; refused, it
+ * charges nothing; allowed, it charges every descriptor but the quota
+ * ones that are over (those cannot be).  The store's take is all or
+ * nothing over every enforcing descriptor, quota ones included: when it
+ * refused only for quota descriptors and some other quota descriptor
+ * would pass, those found over are set aside (their answer kept) and the
+ * rest is taken again, atomically again -- at most once per quota
+ * descriptor.  shadow_mode descriptors were charged apart in the first
+ * round and are set aside too.  Returns 1 when a round was started.
+ */
+static int quota_retake(rls_ctx_t *x, const sluice_verdict_t *v)
+{
+	sluice_take_t *t = x->t;
+	size_t i, k, over = 0, left = 0;
+
+	if (!t || !v || v->allowed || v->status || x->blocked)
+		return 0;
+	for (i = 0; i < x->req->ndescriptors; i++) {
+		const desc_t *d = &x->d[i];
+		int limited =
+			d->kind == D_CHARGE && !d->settled &&
+			t->results[d->match].outcome == SLUICE_OUT_LIMITED;
+
+		if (d->shadow || d->kind == D_NONE)
+			continue;
+		if (!d->quota && limited)
+			return 0; /* a normal descriptor is over */
+		if (d->quota && limited)
+			over++;
+		else if (d->quota && (d->kind == D_UNLIMITED ||
+				      (d->kind == D_CHARGE && !d->settled)))
+			left++; /* a quota descriptor that is not over */
+	}
+	if (!over || !left)
+		return 0; /* every quota descriptor is over */
+	/* Set aside what is decided; compact the rest to the front. */
+	for (i = 0, k = 0; i < x->req->ndescriptors; i++) {
+		desc_t *d = &x->d[i];
+
+		if (d->kind != D_CHARGE || d->settled)
+			continue;
+		if (d->shadow || (d->quota && t->results[d->match].outcome ==
+						      SLUICE_OUT_LIMITED)) {
+			d->settled = 1;
+			d->res = t->results[d->match];
+			continue;
+		}
+		/* Compaction writes at or before the slot it reads. */
+		assert(k <= d->match);
+		if (k != d->match) {
+			t->matches[k] = t->matches[d->match];
+			t->costs[k] = t->costs[d->match];
+		}
+		d->match = k++;
+	}
+	if (k == 0)
+		return 0; /* nothing left to charge: the answer stands */
+	t->nmatches = k;
+	sluice_verdict_decide(&x->svc->backend, t, sluice_now_us(), on_verdict,
+			      x);
+	return 1;
+}
+
 static void on_verdict(void *arg, const sluice_verdict_t *v)
 {
-	finish(arg, v);
+	rls_ctx_t *x = arg;
+
+	if (!quota_retake(x, v))
+		finish(x, v);
 }
 
 /* A cost above every capacity can never pass, whatever its size: the
@@ -451,7 +528,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		svc->live && svc->live->cfg ? svc->live->cfg->envoy : NULL;
 	const sluice_envoy_domain_t *dom;
 	rls_ctx_t *x;
-	size_t i, k, n;
+	size_t i, k, n, nquota = 0, quota_blocked = 0;
 	int rc, blocked = 0;
 
 	if ((rc = validate(req, errbuf, errlen)) < 0)
@@ -501,7 +578,15 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		if (x->d[i].kind == D_BLOCKED && !x->d[i].shadow &&
 		    !x->d[i].quota)
 			blocked = 1;
+		if (x->d[i].quota && x->d[i].kind != D_NONE) {
+			nquota++;
+			quota_blocked += x->d[i].kind == D_BLOCKED;
+		}
 	}
+	/* Every quota descriptor always over: over as a blocked one. */
+	if (nquota && quota_blocked == nquota)
+		blocked = 1;
+	x->blocked = blocked;
 	/* The take: matches[i] was filled by classify() for config
 	 * matches (its key); compact the charged ones to the front. */
 	for (i = 0, k = 0; i < n; i++) {
@@ -528,6 +613,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		x->t->costs[k] = blocked && !m->rule->shadow
 					 ? 0
 					 : clamp_cost(d->cost, d->set);
+		d->charge = x->t->costs[k];
 		d->match = k++;
 	}
 	x->t->nmatches = k;

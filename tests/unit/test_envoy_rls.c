@@ -599,6 +599,98 @@ static void test_quota_mode(void)
 	stop();
 }
 
+/* quota_mode keeps all or nothing (docs/ENVOY.md): a refused request --
+ * a normal descriptor over, or every quota one -- charges no descriptor,
+ * quota ones included; an allowed one charges every descriptor but the
+ * quota ones that are over. */
+static void test_quota_mode_is_all_or_nothing(void)
+{
+	sluice_rls_response_t *r;
+	int i;
+
+	start(NULL, "q.yaml",
+	      "domain: q\n"
+	      "descriptors:\n"
+	      "  - key: qa\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	      "  - key: qb\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	      "  - key: qz\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 0}\n"
+	      "  - key: n\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 100}\n"
+	      "  - key: small\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 1}\n");
+	/* The only quota descriptor is over: refused, and the normal one
+	 * is not charged (97, 96, 95 before). */
+	r = decide("q", "qa=1|n=1");
+	CHECK(r->overall_code == OK);
+	CHECK_EQ_U64(r->statuses[1].limit_remaining, 99);
+	sluice_rls_response_free(r);
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "qa=1|n=1");
+		CHECK(r->overall_code == OVER);
+		CHECK(r->statuses[0].code == OVER);
+		CHECK(r->statuses[1].code == OK);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 99);
+		sluice_rls_response_free(r);
+	}
+	r = decide("q", "n=1");
+	CHECK_EQ_U64(r->statuses[0].limit_remaining, 98);
+	sluice_rls_response_free(r);
+
+	/* A normal descriptor over: the quota one is not charged. */
+	r = decide("q", "small=2");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "small=2|qb=2");
+		CHECK(r->overall_code == OVER);
+		CHECK(r->statuses[1].code == OK);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 10);
+		sluice_rls_response_free(r);
+	}
+	r = decide("q", "qb=2");
+	CHECK_EQ_U64(r->statuses[0].limit_remaining, 9);
+	sluice_rls_response_free(r);
+
+	/* One quota descriptor over, another not: allowed, and everything
+	 * but the one over is charged. */
+	r = decide("q", "qa=3");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "qa=3|qb=3|n=3");
+		CHECK(r->overall_code == OK);
+		CHECK(r->statuses[0].code == OVER);
+		CHECK(r->statuses[1].code == OK);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 9 - i);
+		CHECK_EQ_U64(r->statuses[2].limit_remaining, 99 - i);
+		sluice_rls_response_free(r);
+	}
+
+	/* A quota descriptor that is always over (requests_per_unit 0),
+	 * alone among the quota ones: refused, nothing charged. */
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "qz=4|n=4");
+		CHECK(r->overall_code == OVER);
+		CHECK(r->statuses[0].code == OVER);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 100);
+		sluice_rls_response_free(r);
+	}
+	/* Beside a quota descriptor that passes: allowed and charged. */
+	r = decide("q", "qz=5|qb=5|n=5");
+	CHECK(r->overall_code == OK);
+	CHECK(r->statuses[0].code == OVER);
+	CHECK_EQ_U64(r->statuses[1].limit_remaining, 9);
+	CHECK_EQ_U64(r->statuses[2].limit_remaining, 99);
+	sluice_rls_response_free(r);
+	stop();
+}
+
 int main(void)
 {
 	RUN(test_example2_marketing_five_a_day);
@@ -616,5 +708,6 @@ int main(void)
 	RUN(test_response_headers);
 	RUN(test_global_shadow_mode);
 	RUN(test_quota_mode);
+	RUN(test_quota_mode_is_all_or_nothing);
 	TESTS_DONE();
 }

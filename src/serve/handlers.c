@@ -423,7 +423,7 @@ void sluice_handle(sluice_conn_t *c)
 				  "/v1/reset, /v1/refund");
 		return;
 	}
-	if (!c->admin_port && c->svc->admin_apart && r && r->admin) {
+	if (!c->admin_port && c->admin_apart && r && r->admin) {
 		sluice_resp_error(c, 404, "not_found", NULL,
 				  "the admin endpoints are served on "
 				  "admin.listen only");

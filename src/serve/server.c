@@ -307,7 +307,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 }
 
 /* admin.listen: one socket, on the first worker's loop; the admin
- * endpoints are then served there only (svc.admin_apart). */
+ * endpoints are then served there only (admin_apart). */
 static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 			  size_t errlen)
 {
@@ -327,7 +327,7 @@ static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 		return -1;
 	}
 	for (i = 0; i < s->nworkers; i++)
-		s->workers[i].svc.admin_apart = 1;
+		s->workers[i].admin_apart = 1;
 	return 0;
 }
 

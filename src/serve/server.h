@@ -67,6 +67,9 @@ typedef struct sluice_worker_s {
 	/* admin.listen's socket (the first worker only) */
 	uv_tcp_t admin_listener;
 	int admin_listening;
+	/* admin.listen is open: the admin endpoints are served on its
+	 * socket only, on every worker (copied onto each connection). */
+	int admin_apart;
 	sluice_svc_t svc;
 	struct sluice_grpc_s *grpc; /* the gRPC listener (src/grpc), or NULL */
 	_Atomic(sluice_live_t *) next_live; /* handed over by SIGHUP */

@@ -285,9 +285,12 @@ rules:
       header: x-user-tier
       default: anonymous
       limits:
-        anonymous: [{capacity: 20, rate: 20/min}]
-        paid: [{capacity: 2000, rate: 2000/min}]
+        anonymous: [{capacity: 20, rate: 20/hour}]
+        paid: [{capacity: 2000, rate: 2000/day}]
 """
+        # Slow refills (a token every 3 min, every 43 s): the exact
+        # remaining counts below hold however slowly a busy machine
+        # runs these requests.
         users = {"u1": None, "u2": "paid", "u3": "platinum"}
         with Sluice(config) as s, Nginx(s.port, users) as n:
             anon = as_user("u1")
@@ -309,7 +312,7 @@ rules:
                 self.assertEqual(r.status, 200)
             self.assertEqual(r.header("x-ratelimit-remaining"), "1950")
             self.assertEqual(r.header("ratelimit-policy"),
-                             '"upload/paid";q=2000;w=60')
+                             '"upload/paid";q=2000;w=86400')
             odd = as_user("u3")
             r = n.request("POST", "/api/upload", odd, "x")
             self.assertEqual(r.header("x-ratelimit-limit"), "20")

@@ -390,6 +390,8 @@ sluice_envoy_load_dir(const char *dir, const sluice_envoy_settings_t *settings,
 	}
 	cfg->override_rule.cost = 1;
 	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	/* Before listing and reading: see the field. */
+	cfg->stamp = sluice_envoy_dir_stamp(dir);
 	if (list_dir(dir, cfg, &e) < 0)
 		goto fail;
 	if (!(cfg->domains = calloc(cfg->nfiles ? cfg->nfiles : 1,

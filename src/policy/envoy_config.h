@@ -123,6 +123,11 @@ typedef struct sluice_envoy_config_s {
 	sluice_envoy_settings_t settings;
 	char *dir; /* the directory as loaded (resolved against the config
 		      file's directory) */
+	/* sluice_envoy_dir_stamp(dir) taken before any file was read: a
+	 * file changed while loading makes the directory's stamp differ
+	 * from it, so a watcher that keeps it reloads again (never one
+	 * taken after reading, which would hide that change) */
+	uint64_t stamp;
 	sluice_envoy_domain_t *domains; /* sorted by name */
 	size_t ndomains;
 	char **files; /* every file read, sorted (nodes point into these) */

@@ -288,23 +288,43 @@ static void add_headers(rls_ctx_t *x, sluice_rls_response_t *r)
 	sluice_buf_free(&b);
 }
 
-/* Counts one descriptor's hits in its series. */
+/* A cost above every capacity can never pass, whatever its size: the
+ * store gets capacity + 1 (a client's hits_addend of 2^64 - 1 must not
+ * reach a store's arithmetic). */
+static uint64_t clamp_cost(uint64_t cost, const sluice_limit_set_t *set)
+{
+	uint64_t max = 0;
+	size_t i;
+
+	for (i = 0; i < set->nlimits; i++)
+		if (set->limits[i].capacity > max)
+			max = set->limits[i].capacity;
+	return cost > max ? max + 1 : cost;
+}
+
+/* Counts one descriptor's hits in its series: its cost as the store
+ * sees it (clamped to capacity + 1; a blocked limit's capacity is 0), so
+ * a client's hits_addend cannot run a counter up to its end in a few
+ * requests. */
 static void count(const rls_ctx_t *x, const desc_t *d, int over,
 		  const sluice_decision_t *dec)
 {
 	sluice_envoy_series_t *s = d->series;
 	unsigned near = x->cfg->settings.near_limit_percent;
+	uint64_t hits = d->kind == D_CHARGE ? clamp_cost(d->cost, d->set)
+			: d->cost > 1	    ? 1
+					    : d->cost;
 
 	if (!s)
 		return;
-	sluice_envoy_add(&s->total_hits, d->cost);
+	sluice_envoy_add(&s->total_hits, hits);
 	if (over) {
-		sluice_envoy_add(&s->over_limit, d->cost);
+		sluice_envoy_add(&s->over_limit, hits);
 		if (d->shadow)
-			sluice_envoy_add(&s->shadow_mode, d->cost);
+			sluice_envoy_add(&s->shadow_mode, hits);
 	} else if (dec && dec->limit &&
 		   (dec->limit - dec->remaining) * 100 > dec->limit * near) {
-		sluice_envoy_add(&s->near_limit, d->cost);
+		sluice_envoy_add(&s->near_limit, hits);
 	}
 }
 
@@ -379,12 +399,45 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 		st->limit_name = strdup(d->limit->name);
 }
 
+/* The metrics slot Envoy's store failures count in
+ * (sluice_store_errors_total{rule="envoy"}), found once. */
+static uint16_t envoy_slot(void)
+{
+	static _Atomic int slot = -1;
+	int s = atomic_load_explicit(&slot, memory_order_relaxed);
+
+	if (s < 0) {
+		s = sluice_metrics_slot("envoy");
+		atomic_store_explicit(&slot, s, memory_order_relaxed);
+	}
+	return (uint16_t)s;
+}
+
+/* Each descriptor the store failed on, whatever on_store_error made of
+ * it, is a store error, as a rule's is on the HTTP side. */
+static void count_store_errors(const rls_ctx_t *x)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < x->req->ndescriptors; i++) {
+		const desc_t *d = &x->d[i];
+
+		if (d->kind == D_CHARGE &&
+		    (d->settled ? d->res.store_err
+				: x->t && x->t->results[d->match].store_err))
+			n++;
+	}
+	if (n && x->svc->metrics)
+		sluice_count(&x->svc->metrics->store_errors[envoy_slot()], n);
+}
+
 static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 {
 	const sluice_rls_request_t *req = x->req;
 	sluice_rls_response_t *r = calloc(1, sizeof(*r));
 	size_t i, nquota = 0, quota_over = 0;
 
+	count_store_errors(x);
 	if (!r)
 		goto out; /* nothing to answer with: cb cannot run */
 	r->overall_code = SLUICE_RLS_CODE_OK;
@@ -503,20 +556,6 @@ static void on_verdict(void *arg, const sluice_verdict_t *v)
 
 	if (!quota_retake(x, v))
 		finish(x, v);
-}
-
-/* A cost above every capacity can never pass, whatever its size: the
- * store gets capacity + 1 (a client's hits_addend of 2^64 - 1 must not
- * reach a store's arithmetic). */
-static uint64_t clamp_cost(uint64_t cost, const sluice_limit_set_t *set)
-{
-	uint64_t max = 0;
-	size_t i;
-
-	for (i = 0; i < set->nlimits; i++)
-		if (set->limits[i].capacity > max)
-			max = set->limits[i].capacity;
-	return cost > max ? max + 1 : cost;
 }
 
 /* -------------------------------------------------------------- public */

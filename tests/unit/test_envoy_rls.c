@@ -10,6 +10,7 @@
  */
 #include "check.h"
 #include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 #include "policy/envoy_rls.h"
 #include "policy/svc.h"
 #include "stores.h"
@@ -691,6 +692,84 @@ static void test_quota_mode_is_all_or_nothing(void)
 	stop();
 }
 
+/* The hits counters add what a descriptor was charged, clamped as the
+ * store sees it (capacity + 1): a client's hits_addend near 2^64 neither
+ * wraps them nor runs them to their end. */
+static void test_hit_counters_never_wrap(void)
+{
+	sluice_rls_descriptor_t d = {.has_hits_addend = 1,
+				     .hits_addend = UINT64_MAX / 2 + 1};
+	sluice_envoy_series_t *s;
+	sluice_rls_response_t *r;
+	int i;
+
+	start(NULL, "h.yaml",
+	      "domain: hits\n"
+	      "descriptors:\n"
+	      "  - key: k\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n");
+	s = sluice_envoy_series("hits", "k");
+	CHECK(s->total_hits == 0);
+	for (i = 0; i < 3; i++) {
+		r = decide_ex("hits", "k=v", 0, &d);
+		CHECK(r->overall_code == OVER);
+		sluice_rls_response_free(r);
+	}
+	CHECK_EQ_U64(s->total_hits, 3 * 11);
+	CHECK_EQ_U64(s->over_limit, 3 * 11);
+	/* And a counter at its end stays there. */
+	s->total_hits = UINT64_MAX - 1;
+	r = decide("hits", "k=v");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	r = decide("hits", "k=v");
+	sluice_rls_response_free(r);
+	CHECK(s->total_hits == UINT64_MAX);
+	stop();
+}
+
+/* A store that fails every take. */
+static int failing_take(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	(void)impl;
+	(void)items;
+	(void)n;
+	(void)now_us;
+	cb(arg, SLUICE_ESTORE, 0);
+	return 0;
+}
+
+static const sluice_store_ops_t failing_ops = {.name = "failing",
+					       .take = failing_take};
+
+/* Envoy's store failures count in sluice_store_errors_total (its rule
+ * "envoy"), one per descriptor the store failed on, as a rule's do. */
+static void test_store_failures_are_counted(void)
+{
+	sluice_rls_response_t *r;
+	uint16_t slot = sluice_metrics_slot("envoy");
+
+	start("  on_store_error: open\n", "f.yaml",
+	      "domain: f\n"
+	      "descriptors:\n"
+	      "  - key: a\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	      "  - key: b\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n");
+	CHECK((svc.metrics = sluice_metrics_new()) != NULL);
+	svc.backend.ops = &failing_ops;
+	r = decide("f", "a=1|b=1|c=1");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	CHECK_EQ_U64(svc.metrics->store_errors[slot], 2);
+	r = decide("f", "a=1");
+	sluice_rls_response_free(r);
+	CHECK_EQ_U64(svc.metrics->store_errors[slot], 3);
+	sluice_backend_memory(&svc.backend, store);
+	stop();
+}
+
 int main(void)
 {
 	RUN(test_example2_marketing_five_a_day);
@@ -709,5 +788,7 @@ int main(void)
 	RUN(test_global_shadow_mode);
 	RUN(test_quota_mode);
 	RUN(test_quota_mode_is_all_or_nothing);
+	RUN(test_hit_counters_never_wrap);
+	RUN(test_store_failures_are_counted);
 	TESTS_DONE();
 }

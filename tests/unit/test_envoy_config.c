@@ -441,12 +441,16 @@ static void test_burst_and_several_limits(void)
 		5, "unit beside limits");
 }
 
-/* Every requests_per_unit envoyproxy/ratelimit takes loads: one sluice
- * cannot hold exactly is rounded to the nearest interval it can. */
+/* Every requests_per_unit envoyproxy/ratelimit takes loads (any uint32):
+ * one sluice cannot hold exactly is rounded to the nearest interval it
+ * can; above 10^9 a second the bucket keeps its capacity and refills at
+ * 10^9 a second, the finest rate (a token every 1/1000 us). */
 static void test_any_requests_per_unit_loads(void)
 {
-	static const uint32_t ns[] = {1,     7,	      1001,	 9999,
-				      65537, 1000000, 123456789, UINT32_MAX};
+	static const uint32_t ns[] = {1,	   7,	       1001,
+				      9999,	   65537,      1000000,
+				      123456789,   1000000000, 1000000001,
+				      3000000000u, UINT32_MAX};
 	size_t i, u;
 	char msg[256];
 
@@ -458,8 +462,6 @@ static void test_any_requests_per_unit_loads(void)
 				sluice_envoy_unit_seconds((sluice_rls_unit_t)u);
 			double want, got;
 
-			if (ns[i] > 1000000000ull * secs)
-				continue; /* finer than 1 ns a token */
 			if (sluice_envoy_limit_make(ns[i], (sluice_rls_unit_t)u,
 						    0, &l, msg,
 						    sizeof(msg)) != 0) {
@@ -468,6 +470,12 @@ static void test_any_requests_per_unit_loads(void)
 				CHECK(0);
 			}
 			CHECK_EQ_U64(l.capacity, ns[i]);
+			if (ns[i] > 1000000000ull * secs) {
+				/* finer than 1 ns a token: the finest rate */
+				CHECK_EQ_U64(l.rate.interval, 1);
+				CHECK_EQ_U64(l.rate.per, 1000);
+				continue;
+			}
 			want = (double)secs * 1e6 / ns[i];
 			got = (double)l.rate.interval / l.rate.per;
 			/* within 0.1%, or half a nanosecond (the finest

@@ -129,6 +129,38 @@ class SharedRedis(unittest.TestCase):
         self.assertEqual(r.status, 429)
         self.assertEqual(r.json()["statuses"][0]["limitRemaining"], 7)
 
+    def test_quota_mode_refused_charges_nothing(self):
+        """quota_mode on Redis: every quota descriptor over refuses the
+        request and charges no other descriptor; one quota descriptor
+        over beside another that passes: allowed, the others charged."""
+        with open(os.path.join(self.dir, "quota.yaml"), "w") as f:
+            f.write("domain: quota\ndescriptors:\n"
+                    "  - key: qa\n    quota_mode: true\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+                    "  - key: qb\n    quota_mode: true\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+                    "  - key: n\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+        s = self.start()
+
+        def req(*pairs):
+            descs = [{"entries": [{"key": k, "value": v}]}
+                     for k, v in pairs]
+            return self.post(s, json.dumps({"domain": "quota",
+                                            "descriptors": descs}))
+
+        self.assertEqual(req(("qa", "1"), ("n", "1")).status, 200)
+        for _ in range(3):
+            r = req(("qa", "1"), ("n", "1"))
+            self.assertEqual(r.status, 429)
+            self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 99)
+        r = req(("qa", "1"), ("qb", "1"), ("n", "1"))
+        self.assertEqual(r.status, 200)
+        st = r.json()["statuses"]
+        self.assertEqual(st[0]["code"], "OVER_LIMIT")
+        self.assertEqual([st[1]["limitRemaining"], st[2]["limitRemaining"]],
+                         [9, 98])
+
     def test_huge_hits_addend_is_refused_and_charges_nothing(self):
         s = self.instances[0]
         r = self.post(s, body("carol", "/x", route_hits="18446744073709551615"))

@@ -117,6 +117,10 @@ typedef enum sluice_redis_error_e {
 	SLUICE_REDIS_ERR_REFUSED,
 	SLUICE_REDIS_ERR_NOPERM, /* refused by an ACL (NOPERM) */
 	SLUICE_REDIS_ERR_OOM,	 /* refused: maxmemory reached (OOM) */
+	/* Not sent: every connection to the node already carries
+	 * SLUICE_REDIS_MAX_INFLIGHT (2048) unanswered commands (a Redis
+	 * slower than the calls arrive). */
+	SLUICE_REDIS_ERR_SATURATED,
 	SLUICE_REDIS_ERRORS
 } sluice_redis_error_t;
 

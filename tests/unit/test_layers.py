@@ -45,6 +45,9 @@ LAYERS = {
     "serve": {"grpc", "policy", "store", "core", "util"},
     "grpc": {"policy", "store", "core", "util"},
     "sim": {"policy", "store", "core", "util"},
+    # ngx_http_sluice_module inside nginx: the stores through their
+    # driver interface, and serve's header formatting (policy)
+    "nginx": {"policy", "store", "core", "util"},
     # the engine every front end drives: config (and its Envoy dialect),
     # rules, the verdict engine
     "policy": {"store", "core", "util"},

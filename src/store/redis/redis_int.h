@@ -452,6 +452,9 @@ void sluice_redis__node_error(sluice_redis_node_t *n, const char *what);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
+/* 1 when pick() found nothing only because every connection that is up
+ * carries SLUICE_REDIS_MAX_INFLIGHT commands (at least one is up). */
+int sluice_redis__node_saturated(const sluice_redis_node_t *n);
 /* status.c: 1 when the connection finished its handshake and its last
  * ping (if any) was answered within timeout_ms. */
 int sluice_redis__conn_usable(const sluice_redis_conn_t *k);

@@ -50,9 +50,17 @@ typedef struct sluice_envoy_series_s {
 sluice_envoy_series_t *sluice_envoy_series(const char *domain,
 					   const char *path);
 
+/* Adds n, saturating: a counter never wraps to a small number (the
+ * engine adds the hits a descriptor was charged, which are bounded, but a
+ * counter that wrapped would read as a reset to Prometheus). */
 static inline void sluice_envoy_add(_Atomic uint64_t *c, uint64_t n)
 {
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+	uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+
+	while (!atomic_compare_exchange_weak_explicit(
+		c, &v, v > UINT64_MAX - n ? UINT64_MAX : v + n,
+		memory_order_relaxed, memory_order_relaxed))
+		;
 }
 
 /* The label bytes the series hold (domain and path of each). */

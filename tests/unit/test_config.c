@@ -214,11 +214,14 @@ static void test_bad_redis_urls_fail_at_load_masked(void)
 		{"redis://app:S3CRETpw@h:99999", "port must be 1..65535"},
 		{"redis://app:S3CRETpw@h:6379/abc", "db number"},
 		{"redis://app:S3CRETpw@:6379", "no host"},
-		{"redis://app:S3CRETpw@h:6379/0?timeout=1", "db number"},
+		{"redis://app:S3CRETpw@h:6379/0?timeout=1",
+		 "unknown query parameter \"timeout\""},
+		{"redis://h:6379/0?password=S3CRETpw&timeout=1",
+		 "h:6379/0?password=***&timeout=1"},
 		{"redis://app:S3CRETpw@h:6379/0/1", "db number"},
 		{"redis://app:S3CRETpw@h x:6379", "white space"},
-		{"redis://app:S3CRETpw@h?x:6379", "the host may hold only"},
-		{"unix:///run/redis.sock?dbx=1", "unix:///path[?db=N]"},
+		{"redis://app:S3CRETpw@h;x:6379", "the host may hold only"},
+		{"unix:///run/redis.sock?dbx=1", "unknown query parameter"},
 	};
 	char text[256], err[512];
 	sluice_config_t *c;

@@ -505,12 +505,78 @@ static void test_burst_and_several_limits(void)
 		5, "unit beside limits");
 }
 
-/* Every requests_per_unit envoyproxy/ratelimit takes loads: one sluice
- * cannot hold exactly is rounded to the nearest interval it can. */
+/* A replaces cycle would drop every limit of it from a request that
+ * matches them all: refused, each limit of the cycle named with its file
+ * and line; a chain that runs one way loads. */
+static void test_replaces_cycle_is_refused(void)
+{
+	const char *two = "domain: d\n"
+			  "descriptors:\n"
+			  "  - key: k1\n"
+			  "    rate_limit:\n"
+			  "      name: a\n"
+			  "      replaces: [{name: b}]\n"
+			  "      unit: hour\n"
+			  "      requests_per_unit: 5\n"
+			  "  - key: k2\n"
+			  "    rate_limit:\n"
+			  "      name: b\n"
+			  "      replaces: [{name: a}]\n"
+			  "      unit: hour\n"
+			  "      requests_per_unit: 10\n";
+	const char *three = "domain: d\n"
+			    "descriptors:\n"
+			    "  - key: k0\n"
+			    "    rate_limit: {unit: hour, requests_per_unit: 1,"
+			    " replaces: [{name: a}]}\n"
+			    "  - key: k1\n"
+			    "    descriptors:\n"
+			    "      - key: x\n"
+			    "        rate_limit: {name: a, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: b}]}\n"
+			    "  - key: k2\n"
+			    "    rate_limit: {name: b, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: c}]}\n"
+			    "  - key: k3\n"
+			    "    rate_limit: {name: c, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: a}]}\n";
+	const char *chain = "domain: d\n"
+			    "descriptors:\n"
+			    "  - key: k1\n"
+			    "    rate_limit: {name: a, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: b}]}\n"
+			    "  - key: k2\n"
+			    "    rate_limit: {name: b, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: c}]}\n"
+			    "  - key: k3\n"
+			    "    rate_limit: {name: c, unit: hour, "
+			    "requests_per_unit: 1}\n";
+	sluice_envoy_config_t *cfg;
+
+	refused(two, 3, "rate_limit 'a' replaces 'b', and replaces lead back");
+	CHECK(nerr == 2);
+	CHECK(strstr(report, "bad.yaml:9: rate_limit 'b' replaces 'a'"));
+	/* Three long, one of them nested; k0 replaces into it but is not
+	 * on it. */
+	refused(three, 7, "rate_limit 'a' replaces 'b'");
+	CHECK(nerr == 3);
+	new_dir();
+	put("ok.yaml", chain);
+	CHECK((cfg = load()) != NULL);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+/* Every requests_per_unit envoyproxy/ratelimit takes loads (any uint32):
+ * one sluice cannot hold exactly is rounded to the nearest interval it
+ * can; above 10^9 a second the bucket keeps its capacity and refills at
+ * 10^9 a second, the finest rate (a token every 1/1000 us). */
 static void test_any_requests_per_unit_loads(void)
 {
-	static const uint32_t ns[] = {1,     7,	      1001,	 9999,
-				      65537, 1000000, 123456789, UINT32_MAX};
+	static const uint32_t ns[] = {1,	   7,	       1001,
+				      9999,	   65537,      1000000,
+				      123456789,   1000000000, 1000000001,
+				      3000000000u, UINT32_MAX};
 	size_t i, u;
 	char msg[256];
 
@@ -522,8 +588,6 @@ static void test_any_requests_per_unit_loads(void)
 				sluice_envoy_unit_seconds((sluice_rls_unit_t)u);
 			double want, got;
 
-			if (ns[i] > 1000000000ull * secs)
-				continue; /* finer than 1 ns a token */
 			if (sluice_envoy_limit_make(ns[i], (sluice_rls_unit_t)u,
 						    0, &l, msg,
 						    sizeof(msg)) != 0) {
@@ -532,6 +596,12 @@ static void test_any_requests_per_unit_loads(void)
 				CHECK(0);
 			}
 			CHECK_EQ_U64(l.capacity, ns[i]);
+			if (ns[i] > 1000000000ull * secs) {
+				/* finer than 1 ns a token: the finest rate */
+				CHECK_EQ_U64(l.rate.interval, 1);
+				CHECK_EQ_U64(l.rate.per, 1000);
+				continue;
+			}
 			want = (double)secs * 1e6 / ns[i];
 			got = (double)l.rate.interval / l.rate.per;
 			/* within 0.1%, or half a nanosecond (the finest
@@ -735,6 +805,7 @@ int main(void)
 	RUN(test_missing_directory_is_an_error);
 	RUN(test_burst_and_several_limits);
 	RUN(test_any_requests_per_unit_loads);
+	RUN(test_replaces_cycle_is_refused);
 	RUN(test_keys_are_injective_and_shared_by_pattern);
 	RUN(test_metric_paths_as_upstream);
 	RUN(test_detailed_metric_labels_are_bounded);

@@ -204,10 +204,18 @@ static void worker_finish(sluice_worker_t *w)
 		return;
 	uv_close((uv_handle_t *)&w->sweep, NULL);
 	uv_close((uv_handle_t *)&w->wakeup, NULL);
+	sluice_loop_lag_close(&w->lag, NULL);
 	sluice_backend_close(&w->svc.backend);
 }
 
 static void on_sweep(uv_timer_t *timer);
+
+static void on_lag(void *arg, uint64_t lag_ns)
+{
+	sluice_worker_t *w = arg;
+
+	sluice_metrics_loop_lag(w->svc.metrics, lag_ns);
+}
 
 static void on_wakeup(uv_async_t *a)
 {
@@ -320,6 +328,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	uv_timer_start(&w->sweep, on_sweep, period, period);
 	uv_async_init(&w->loop, &w->wakeup, on_wakeup);
 	w->wakeup.data = w;
+	sluice_loop_lag_start(&w->lag, &w->loop, 100, on_lag, w);
 	return 0;
 }
 

@@ -643,9 +643,14 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 				       x->t->matches[i].keylen + 1);
 			m->keylen = strlen(m->key);
 		} else {
+			/* The descriptor's own limit: a caller-chosen rate,
+			 * kept among the ad-hoc buckets so that a flood of
+			 * slow overrides evicts no configured bucket. */
+			char own[SLUICE_KEY_MAX];
+
 			sluice_envoy_key(req->domain, rd->entries, rd->nentries,
-					 NULL, m->key);
-			m->keylen = strlen(m->key);
+					 NULL, own);
+			sluice_adhoc_key(own, strlen(own), m);
 		}
 		m->rule = d->rule;
 		m->set = d->set;

@@ -20,6 +20,7 @@
  */
 #include "policy/config.h"
 #include "util/addr.h"
+#include "util/sha256.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,4 +479,36 @@ size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 		}
 	}
 	return sluice_addr_key(&ad, cfg->ipv6_prefix, buf, len);
+}
+
+/* ------------------------------------------------------ ad-hoc keys */
+
+void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m)
+{
+	static const char hex[] = "0123456789abcdef";
+	const void *buf = key;
+	uint8_t d[32];
+	size_t i;
+
+	/* \x1e cannot start a rule name, so ad-hoc keys never meet rule
+	 * keys ("<rule>\x1f<identity>"). */
+	m->key[0] = SLUICE_KEY_ADHOC;
+	if (len + 2 <= sizeof(m->key) && (len == 0 || key[0] != '~')) {
+		memcpy(m->key + 1, key, len);
+		m->keylen = len + 1;
+		m->key[m->keylen] = '\0';
+		return;
+	}
+	/* A key longer than m->key holds (a caller's may be 400 bytes)
+	 * becomes "~" and its SHA-256, as sluice_key_make() shortens
+	 * identities: bounded, and no two keys share a bucket.  A key that
+	 * starts with '~' is hashed too, so none can pose as a hash. */
+	sluice_sha256(&buf, &len, 1, d);
+	m->key[1] = '~';
+	for (i = 0; i < 32; i++) {
+		m->key[2 + 2 * i] = hex[d[i] >> 4];
+		m->key[3 + 2 * i] = hex[d[i] & 15];
+	}
+	m->keylen = 66;
+	m->key[66] = '\0';
 }

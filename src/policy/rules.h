@@ -245,4 +245,12 @@ void sluice_path_readings(const char *path, size_t len,
 			  sluice_path_readings_t *pr);
 void sluice_path_readings_free(sluice_path_readings_t *pr);
 
+/* The store key of an ad-hoc bucket, one whose limit its caller chose
+ * (POST /v1/take, the admin verbs on it, an Envoy descriptor's own
+ * `limit`): "\x1e<key>", or "\x1e~<sha256 hex>" for a key too long for
+ * m->key or starting with '~'.  The stores evict ad-hoc buckets among
+ * themselves (SLUICE_KEY_ADHOC), so a flood of caller-chosen slow limits
+ * cannot reset a configured rule's drained bucket. */
+void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m);
+
 #endif /* SLUICE_POLICY_RULES_H */

@@ -25,10 +25,6 @@ void sluice_handle(sluice_conn_t *c);
 /* POST /v1/take (json_api.c). */
 void sluice_api_take(sluice_conn_t *c);
 
-/* The store key of an ad-hoc bucket (json_api.c): "\x1e<key>", or
- * "\x1e~<sha256 hex>" for a key too long for m->key or starting with '~'. */
-void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m);
-
 /* The JSON body of a POST as an object, or NULL after answering 400
  * (json_api.c); the caller json_decref()s it. */
 json_t *sluice_api_object(sluice_conn_t *c);

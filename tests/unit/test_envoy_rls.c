@@ -24,6 +24,7 @@
 static char dir[64];
 static sluice_svc_t svc;
 static sluice_memstore_t *store;
+static size_t store_keys = 10000; /* the memory store's max_keys */
 
 static void put(const char *name, const char *text)
 {
@@ -52,7 +53,7 @@ static void start(const char *extra, const char *name, const char *text)
 	if (!cfg)
 		fprintf(stderr, "%s\n", err);
 	CHECK(cfg != NULL);
-	CHECK((store = open_memstore(10000)) != NULL);
+	CHECK((store = open_memstore(store_keys)) != NULL);
 	memset(&svc, 0, sizeof(svc));
 	sluice_backend_memory(&svc.backend, store);
 	CHECK((svc.live = sluice_live_new(cfg)) != NULL);
@@ -480,6 +481,43 @@ static void test_request_supplied_limit(void)
 	stop();
 }
 
+/* A descriptor's own `limit` is a rate its caller chose: a flood of them
+ * at 1/day (each bucket a day of debt) fills a full table, and the
+ * stores evict such buckets among themselves, never a configured
+ * descriptor's drained bucket. */
+static void test_override_flood_resets_no_configured_bucket(void)
+{
+	sluice_rls_descriptor_t d = {.has_limit = 1,
+				     .limit_requests_per_unit = 1,
+				     .limit_unit = SLUICE_RLS_UNIT_DAY};
+	sluice_rls_response_t *r;
+	char spec[64];
+	int i;
+
+	store_keys = 2000;
+	start(NULL, "tight.yaml",
+	      "domain: tight\n"
+	      "descriptors:\n"
+	      "  - key: user\n"
+	      "    rate_limit: {unit: day, requests_per_unit: 2}\n");
+	for (i = 0; i < 3; i++) {
+		r = decide("tight", "user=mallory");
+		CHECK(r->overall_code == (i < 2 ? OK : OVER));
+		sluice_rls_response_free(r);
+	}
+	for (i = 0; i < 6000; i++) {
+		snprintf(spec, sizeof(spec), "fresh=%d", i);
+		r = decide_ex("tight", spec, 0, &d);
+		CHECK(r->overall_code == OK);
+		sluice_rls_response_free(r);
+	}
+	r = decide("tight", "user=mallory");
+	CHECK(r->overall_code == OVER);
+	sluice_rls_response_free(r);
+	stop();
+	store_keys = 10000;
+}
+
 static void test_malformed_requests_are_refused(void)
 {
 	sluice_rls_request_t req = {.domain = ""};
@@ -783,6 +821,7 @@ int main(void)
 	RUN(test_unknown_domain_and_unmatched_are_ok);
 	RUN(test_hits_addend_request_and_descriptor);
 	RUN(test_request_supplied_limit);
+	RUN(test_override_flood_resets_no_configured_bucket);
 	RUN(test_malformed_requests_are_refused);
 	RUN(test_response_headers);
 	RUN(test_global_shadow_mode);

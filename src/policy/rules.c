@@ -29,19 +29,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-/* Trims HTTP optional whitespace (SP, HTAB) from both ends. */
-static const char *trim(const char *s, size_t *len)
-{
-	size_t n = *len;
-
-	while (n > 0 && (*s == ' ' || *s == '\t'))
-		s++, n--;
-	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-		n--;
-	*len = n;
-	return s;
-}
-
 /* The index-th line of header `name` (0 first), trimmed; NULL past the
  * last.  A request without header_line has at most one line per header. */
 static const char *header_line(const sluice_request_t *req, const char *name,
@@ -58,7 +45,7 @@ static const char *header_line(const sluice_request_t *req, const char *name,
 		*len = 0;
 		return NULL;
 	}
-	return trim(v, len);
+	return sluice_trim_ows(v, len);
 }
 
 /*
@@ -422,7 +409,7 @@ static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
 		if (sluice_addr_parse(p, (size_t)(v + n - p), &ad) < 0) {
 			size_t len = (size_t)(v + n - p);
 
-			trim(p, &len);
+			sluice_trim_ows(p, &len);
 			if (len == 0 && comma) { /* tolerate "a, , b" */
 				n = (size_t)(comma - v);
 				continue;

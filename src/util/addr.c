@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-static const char *trim(const char *s, size_t *len)
+const char *sluice_trim_ows(const char *s, size_t *len)
 {
 	size_t n = *len;
 
@@ -39,7 +39,7 @@ int sluice_addr_parse(const char *s, size_t n, sluice_addr_t *ad)
 	const char *colon, *pct;
 
 	memset(ad, 0, sizeof(*ad));
-	s = trim(s, &n);
+	s = sluice_trim_ows(s, &n);
 	if (n == 0 || n >= sizeof(buf))
 		return -1;
 	if (s[0] == '[') {

@@ -50,4 +50,8 @@ size_t sluice_addr_key(const sluice_addr_t *ad, unsigned ipv6_prefix, char *buf,
  * three digits. */
 #define SLUICE_ADDR_KEY_MAX (46 + 4)
 
+/* Trims HTTP optional whitespace (SP, HTAB) from both ends of s[0..*len):
+ * the start, with *len shortened. */
+const char *sluice_trim_ows(const char *s, size_t *len);
+
 #endif /* SLUICE_UTIL_ADDR_H */

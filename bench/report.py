@@ -165,6 +165,10 @@ TARGETS = [
      lambda r: r["shared"]["ratio_1k_2procs"], ">=", 0.7, "x"),
     ("memory store, bytes per key (no key bytes are stored)", "memory",
      lambda r: r["memory"]["memory_store"], "<=", 64, "B"),
+    ("nginx + sluice_limit CPU per request vs nginx + limit_req", "nginx",
+     lambda r: r["nginx"]["cpu_ratio"], "<=", 1.05, "x"),
+    ("nginx + sluice_limit req/s vs nginx + limit_req", "nginx",
+     lambda r: r["nginx"]["rps_ratio"], ">=", 0.95, "x"),
     ("/v1/check req/s vs nginx limit_req", "http",
      lambda r: r["http"]["ratio"], ">=", 1.0, "x"),
     ("/v1/check p99", "http", lambda r: r["http"]["sluice_p99_ms"], "<=",
@@ -593,6 +597,49 @@ def grpc_section(w, gr, nproc):
          fmt(nproc)))
 
 
+def nginx_section(w, ng, nproc):
+    w("\n## nginx: `sluice_limit` vs `limit_req` vs `auth_request`\n")
+    w("Three nginx (Debian's 1.22.1, one worker, `master_process off`) "
+      "up at once, each in front of the same static file behind "
+      "`try_files`, with the same policy (a bucket of 100 refilled 2/s "
+      "per `x-user-id`): `sluice_limit zone=users burst=99 nodelay` "
+      "(ngx_http_sluice_module, zone 4m on its shared-memory file in "
+      "/dev/shm), `limit_req zone=users burst=99 nodelay` (rate=2r/s), and "
+      "`auth_request` to `sluice serve --threads 1` `/v1/check` over a "
+      "keep-alive upstream. `wrk -t1 -c50 -d10s --latency` over 10,000 "
+      "random users, %s rounds, the three in a rotating order in each "
+      "round. CPU per request: nginx's (user + system, /proc), plus "
+      "sluice serve's for `auth_request`. Medians, [min, max] over the "
+      "rounds; the ratios are medians of the per-round ratios.\n"
+      % len(ng.get("rounds", {}).get("limit_req", [])))
+    rows = []
+    for mode, label in (("sluice_limit", "nginx + `sluice_limit`"),
+                        ("limit_req", "nginx + `limit_req`"),
+                        ("auth_request", "nginx + `auth_request` + sluice "
+                         "serve")):
+        rows.append([label, fmt(ng.get(mode + "_rps")),
+                     "%s–%s" % tuple(fmt(v) for v in
+                                     ng.get(mode + "_rps_range", [None] * 2)),
+                     fmt(ng.get(mode + "_cpu_us_per_req")),
+                     "%s–%s" % tuple(fmt(v) for v in
+                                     ng.get(mode + "_cpu_range", [None] * 2)),
+                     fmt(ng.get(mode + "_p99_ms"))])
+    w(table(["setup", "req/s", "range", "CPU µs/request", "range",
+             "p99 ms"], rows))
+    w("\n`sluice_limit` over `limit_req`: CPU per request **%sx** (rounds: "
+      "%s), req/s **%sx** (rounds: %s). `auth_request` over `limit_req`: "
+      "CPU **%sx**, req/s **%sx**. Same policy check, 105 back-to-back "
+      "requests for one key: %s passed. Load average %s at the end (%s "
+      "cores; wrk shares them). Command: `make bench ONLY=nginx`.\n"
+      % (fmt(ng.get("cpu_ratio")), ng.get("cpu_ratio_rounds"),
+         fmt(ng.get("rps_ratio")), ng.get("rps_ratio_rounds"),
+         fmt(ng.get("auth_cpu_ratio")), fmt(ng.get("auth_rps_ratio")),
+         ", ".join("%s %s" % (m, n) for m, n in
+                   (ng.get("one_key_allowed_of_105") or {}).items()),
+         fmt(ng.get("loadavg_1m")),
+         fmt(nproc)))
+
+
 def tls_costs(rd):
     """What TLS costs, and where, from this run's figures."""
     def delta(side, tls, plain):
@@ -759,8 +806,7 @@ def write(results, outdir, docs):
       "Every comparison below is a ratio of figures measured in the same "
       "run on the same machine. `make bench ONLY=<section>` reruns one "
       "section (core, scaling, shared, memory, http, redis, article_ab, "
-      "simulate, grpc, "
-      "node); "
+      "simulate, grpc, node, nginx); "
       "the harness is `bench/run`, the in-process figures come from "
       "`bench/bench_core.c`.\n" % m.get("date", "?"))
     if results.get("quick"):
@@ -1125,6 +1171,10 @@ def write(results, outdir, docs):
     if gr:
         grpc_section(w, gr, m.get("nproc"))
 
+    ng = results.get("nginx")
+    if ng:
+        nginx_section(w, ng, m.get("nproc"))
+
     missing = []
     for name in SECTIONS:
         for k, why in sorted(results.get(name, {}).get("reasons", {}).items()):
@@ -1157,7 +1207,7 @@ SHARED_HASH = {
 }
 
 SECTIONS = ("core", "scaling", "shared", "memory", "http", "redis",
-            "article_ab", "simulate", "node", "grpc")
+            "article_ab", "simulate", "node", "grpc", "nginx")
 
 
 def blocks(text):

@@ -327,6 +327,16 @@ SLUICE_API int64_t sluice_state_expiry_us(sluice_state_t state);
 #define SLUICE_KEY_MAX (SLUICE_KEY_NAME_MAX + 1 + SLUICE_IDENTITY_MAX + 1)
 
 /*
+ * The first byte of an ad-hoc key: a bucket whose limits its caller chose
+ * (sluice serve's POST /v1/take without a rule keys it "\x1e<key>").  The
+ * memory and shared-memory stores evict ad-hoc buckets among themselves
+ * while any is left to evict, so that a flood of them, whatever rates its
+ * callers pick, never empties the table of rule buckets (see
+ * sluice_memstore_open()).  No rule name starts with this byte.
+ */
+#define SLUICE_KEY_ADHOC 0x1e
+
+/*
  * Writes the store key of the bucket `name` for one identity into out:
  * "<name>\x1f<encoded identity>", the identity being the bytes of
  * parts[0..nparts) joined (a composite identity's parts separated by the
@@ -367,8 +377,11 @@ typedef struct sluice_memstore_stats_s {
  * Creates an in-memory store holding at most max_keys buckets (>= 1; a key
  * with n limits has n buckets).  It is safe for concurrent callers (the
  * table is split into shards, each with its own lock).  When full it
- * evicts what loses least: a full bucket, else the one nearest to full,
- * so a flood of fresh keys does not reset drained buckets.  Returns 0 with
+ * evicts what loses least: a full bucket, else the one nearest to full
+ * among the buckets of the new one's kind (rule or ad-hoc:
+ * SLUICE_KEY_ADHOC), so a flood of fresh keys does not reset drained
+ * buckets, and a flood of ad-hoc ones of any rate does not reach rule
+ * buckets while an ad-hoc one is left to evict.  Returns 0 with
  * *out set, or, with a message in err, SLUICE_EINVAL (out is NULL),
  * SLUICE_ERANGE (max_keys is 0) or SLUICE_ENOMEM.
  */

@@ -118,6 +118,10 @@ typedef enum sluice_redis_error_e {
 	SLUICE_REDIS_ERR_REFUSED,
 	SLUICE_REDIS_ERR_NOPERM, /* refused by an ACL (NOPERM) */
 	SLUICE_REDIS_ERR_OOM,	 /* refused: maxmemory reached (OOM) */
+	/* Not sent: every connection to the node already carries
+	 * SLUICE_REDIS_MAX_INFLIGHT (2048) unanswered commands (a Redis
+	 * slower than the calls arrive). */
+	SLUICE_REDIS_ERR_SATURATED,
 	SLUICE_REDIS_ERRORS
 } sluice_redis_error_t;
 
@@ -357,10 +361,13 @@ typedef void (*sluice_redis_many_cb)(void *arg, int status, int allowed);
  * they would have passed, never the reverse, and a refund that fails
  * leaves the charge in place (see docs/REDIS.md).
  *
+ * Items may share a key, and a bucket (the same key and limit: a request
+ * carrying one descriptor twice): as in sluice_memstore_take_many(), each
+ * item is decided on the state the items before it left, and the bucket
+ * is charged for every item (one server-side charge of the costs summed).
+ *
  * Returns 0, or SLUICE_EINVAL (n 0, an item malformed as for
- * sluice_redis_take(), more than 65536 limits over all the items, or one
- * key in two items: unlike the memory store,
- * one server-side call cannot chain two charges of one key) /
+ * sluice_redis_take(), more than 65536 limits over all the items) /
  * SLUICE_ENOMEM; the callback is then not called.
  */
 SLUICE_API int sluice_redis_take_many(sluice_redis_t *r,

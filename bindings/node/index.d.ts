@@ -112,6 +112,9 @@ export interface LimiterOptions {
   /** Called once per change of a Redis node into an unusable state, with the
    * node and the reason (as /readyz names them). */
   onError?: (err: StoreError) => void;
+  /** What sluice would log (a store node failing, recovering), through the app's
+   * logger: console, pino, winston, Fastify's app.log. */
+  logger?: { warn(message: string): unknown; info?(message: string): unknown };
 }
 
 /** An error of the store: code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT,
@@ -161,6 +164,14 @@ export class Limiter extends EventEmitter {
   block(key: string | Buffer, policy: Policy, ms: number): Promise<void>;
   /** true when the store can answer now (for a readiness probe). */
   healthy(): boolean;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use take(key, policy, { cost }). */
+  consume(...args: unknown[]): never;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use reset(key, policy). */
+  delete(...args: unknown[]): never;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use penalize(key, policy, n). */
+  penalty(...args: unknown[]): never;
+  /** @deprecated rate-limiter-flexible's name: throws a TypeError; use refund(key, policy, n). */
+  reward(...args: unknown[]): never;
   /** Rejects the calls still in flight; the process may then exit. */
   close(): Promise<void>;
 
@@ -235,6 +246,16 @@ export interface MiddlewareOptions<Req = AnyRequest, Res = AnyResponse> {
   /** Give the tokens back when the response finishes failed (status >= 400); a connection the client closes first keeps its charge. */
   skipFailedRequests?: boolean;
   requestWasSuccessful?: (req: Req, res: Res) => boolean;
+  /** A key that hits the limit passes nothing more for this many ms (limiter.block()). */
+  blockDuration?: number;
+}
+
+/** The middleware, with express-rate-limit's verbs on its key's buckets (the
+ * middleware's policy, or the one given: required with a policy function). */
+export interface Middleware<Req, Res> {
+  (req: Req, res: Res, next: (err?: unknown) => void): void;
+  resetKey(key: string | Buffer, policy?: Policy): Promise<void>;
+  getKey(key: string | Buffer, policy?: Policy): Promise<Decision>;
 }
 
 /** @deprecated the name of the options before the Fastify plugin; use MiddlewareOptions. */
@@ -244,7 +265,7 @@ export type ExpressOptions<Req = AnyRequest, Res = AnyResponse> = MiddlewareOpti
  * answer, 429 with Retry-After and a JSON body when limited. */
 export function express<Req extends IncomingMessage = AnyRequest, Res extends ServerResponse = AnyResponse>(
   opts: MiddlewareOptions<Req, Res>,
-): (req: Req, res: Res, next: (err?: unknown) => void) => void;
+): Middleware<Req, Res>;
 
 /** The Fastify plugin: app.register(sluice.fastify, options).  The functions
  * receive Fastify's request and reply. */
@@ -252,8 +273,10 @@ export const fastify: {
   (instance: any, opts: MiddlewareOptions<any, any>, done: (err?: Error) => void): void;
 };
 
-/** The default key of a client address: IPv4 as it is (an IPv4-mapped IPv6
- * address as its IPv4), IPv6 as its /subnet network, e.g. "2001:db8:1:2::/64". */
+/** The default key of a client address, as `sluice serve` keys it: a port,
+ * brackets and an IPv6 zone dropped; IPv4 as it is (an IPv4-mapped IPv6
+ * address as its IPv4), IPv6 as its /subnet network, e.g.
+ * "2001:db8:1:2::/64".  A TypeError for a text that is no address. */
 export function ipKey(address: string, subnet?: number | false): string;
 
 export const version: string;

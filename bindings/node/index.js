@@ -95,9 +95,11 @@ function policy(limits, opts = {}) {
   if (limits !== null && typeof limits === 'object' && !Array.isArray(limits)) limits = [limits];
   if (!Array.isArray(limits) || limits.length === 0)
     throw new TypeError('policy() takes an array of { capacity, rate } limits');
+  limits = ownList(limits);
   if (limits.length > MAX_LIMITS)
     throw new RangeError(`a policy holds at most ${MAX_LIMITS} limits, got ${limits.length}`);
   if (opts === null || typeof opts !== 'object') throw new TypeError('policy() options must be an object');
+  opts = own(opts);
   const name = opts.name === undefined ? 'default' : opts.name;
   if (typeof name !== 'string') throw new TypeError('policy name must be a string');
   if (!NAME_RE.test(name))
@@ -106,6 +108,8 @@ function policy(limits, opts = {}) {
   const rates = [];
   limits.forEach((l, i) => {
     if (l === null || typeof l !== 'object') throw new TypeError(`limit ${i} must be an object { capacity, rate }`);
+    l = own(l);
+    knownOptions(l, ['capacity', 'rate'], `policy(): limit ${i}`, LIMIT_PEERS);
     checkCapacity(l.capacity, i);
     caps.push(l.capacity);
     rates.push(rateText(l.rate, i));
@@ -141,6 +145,26 @@ function knownOptions(obj, known, what, peers = {}) {
 
 const typeName = (v) => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
 
+// An options object as the app wrote it: its own enumerable properties,
+// copied into an object with no prototype.  Every option is read from
+// such a copy, so that nothing is inherited -- a polluted
+// Object.prototype.skip, .url or .cost would otherwise turn limiting off,
+// point the store elsewhere or make requests free.  (Own properties only
+// is also what the unknown-option check sees: Object.keys.)
+function own(obj) {
+  const out = Object.create(null);
+  for (const k of Object.keys(obj)) out[k] = obj[k];
+  return out;
+}
+
+// A list option as the app wrote it: its holes read as undefined, never
+// from Array.prototype or Object.prototype.
+function ownList(list) {
+  const out = new Array(list.length);
+  for (let i = 0; i < list.length; i++) out[i] = Object.hasOwn(list, i) ? list[i] : undefined;
+  return out;
+}
+
 function optFunction(v, what, shape) {
   if (v !== undefined && typeof v !== 'function') throw new TypeError(`${what} must be a function ${shape}, got ${typeName(v)}`);
   return v === undefined ? null : v;
@@ -153,6 +177,11 @@ function optBoolean(v, what, dflt) {
 }
 
 // Names other limiters give to what sluice calls otherwise.
+const LIMIT_PEERS = {
+  burst: 'capacity (a token bucket\'s capacity is its burst: { capacity: 5, rate: \'1/s\' } allows 5 at once, then 1 a second)',
+  points: "capacity", duration: "rate (e.g. '100/min')", max: 'capacity', limit: 'capacity', windowMs: "rate (e.g. '100/min')",
+  refill: 'rate', refillRate: 'rate', per: "rate (e.g. '100/min')",
+};
 const POLICY_HINT = "policy: sluice.policy([{ capacity, rate }]) (a token bucket: capacity is the burst, rate the refill, e.g. '100/min')";
 const LIMITER_PEERS = {
   storeClient: "store: { redis: { url } } (sluice runs its own Redis client)",
@@ -163,7 +192,7 @@ const LIMITER_PEERS = {
   max: POLICY_HINT,
   limit: POLICY_HINT,
   keyPrefix: 'store: { redis: { keyPrefix } }',
-  blockDuration: 'limiter.block(key, policy, ms)',
+  blockDuration: "the middleware's blockDuration (ms), or limiter.block(key, policy, ms)",
   execEvenly: 'the token bucket itself (it spreads requests at the refill rate)',
   insuranceLimiter: "the middleware's onStoreError",
   inMemoryBlockOnConsumed: 'limiter.block(key, policy, ms)',
@@ -207,7 +236,6 @@ const MIDDLEWARE_PEERS = {
   onLimitReached: 'handler: (req, res, next, info) => ...',
   validate: 'nothing: sluice always checks its options',
   requestProperty: 'requestPropertyName',
-  blockDuration: 'limiter.block(key, policy, ms)',
 };
 
 // ---------------------------------------------------------------- limiters
@@ -257,23 +285,31 @@ function sharedGroup(g) {
 }
 
 function storeOptions(opts) {
-  const store = opts.store === undefined ? 'memory' : opts.store;
+  let store = opts.store === undefined ? 'memory' : opts.store;
   if (store === 'memory') return { kind: 'memory', maxKeys: opts.maxKeys };
   if (store !== null && typeof store === 'object' && !Array.isArray(store)) {
+    store = own(store);
     knownOptions(store, ['memory', 'shared', 'redis'], 'store', { shm: 'shared: { path }' });
     const kinds = Object.keys(store).filter((k) => store[k] !== undefined);
     if (kinds.length !== 1) throw new TypeError(`store takes one of memory, shared or redis, got ${kinds.length === 0 ? 'none' : kinds.join(' and ')}`);
     if (store.memory !== undefined) {
-      const m = store.memory || {};
+      let m = store.memory || {};
       plainObject(m, 'store.memory', '{ maxKeys: 1e6 }');
+      m = own(m);
       knownOptions(m, ['maxKeys'], 'store.memory');
       return { kind: 'memory', maxKeys: m.maxKeys ?? opts.maxKeys };
     }
     if (store.redis !== undefined) return { kind: 'redis', redis: store.redis };
-    const sh = store.shared;
-    if (sh === null || typeof sh !== 'object' || typeof sh.path !== 'string' || sh.path === '')
+    const sh = store.shared !== null && typeof store.shared === 'object' ? own(store.shared) : null;
+    if (sh === null || typeof sh.path !== 'string' || sh.path === '')
       throw new TypeError("store.shared must be { path: '/dev/shm/NAME', maxKeys, group }");
     knownOptions(sh, ['path', 'maxKeys', 'group'], 'store.shared');
+    // As sluice serve's config refuses it, in its words: a relative path
+    // names a file in whatever the working directory is (each process
+    // of the host may have another, and so another store), and puts a
+    // store of up to gigabytes there rather than on a tmpfs.
+    if (!sh.path.startsWith('/') || Buffer.byteLength(sh.path) > 4000)
+      throw new RangeError(`store.shared.path "${Buffer.from(sh.path).subarray(0, 100).toString()}" is not an absolute path; expected e.g. /dev/shm/sluice`);
     return {
       kind: 'shared', path: optString(sh.path, 'store.shared.path'), maxKeys: sh.maxKeys ?? opts.maxKeys,
       group: sharedGroup(sh.group),
@@ -284,7 +320,10 @@ function storeOptions(opts) {
 
 function positiveInt(v, what, dflt, max) {
   if (v === undefined) return dflt;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > max)
+  // A string ('1e6', '50' from an environment variable) is named as one:
+  // "got 50" would read as a number that was refused.
+  if (typeof v !== 'number') throw new TypeError(`${what} must be a number, got ${typeName(v)} ${JSON.stringify(v)}`);
+  if (!Number.isSafeInteger(v) || v < 1 || v > max)
     throw new RangeError(`${what} must be a whole number from 1 to ${max}, got ${v}`);
   return v;
 }
@@ -319,6 +358,7 @@ const ADDR_RE = /^[^\s/@]+:([0-9]{1,5})$/; // "[::1]:26379" too
 // `tls:` block of sluice serve's config does).
 function tlsOptions(t) {
   plainObject(t, 'redis.tls', "{ caFile: '/etc/ssl/redis-ca.pem' }, or {} for the defaults");
+  t = own(t);
   knownKeys(t, TLS_KEYS, 'redis.tls');
   const o = {
     caFile: optString(t.caFile, 'redis.tls.caFile'),
@@ -341,6 +381,8 @@ function tlsOptions(t) {
 // reached over TLS when the master is.
 function sentinelOptions(s, masterTls) {
   plainObject(s, 'redis.sentinel', "{ master: 'mymaster', addrs: ['10.0.0.1:26379'] }");
+  s = own(s);
+  if (Array.isArray(s.addrs)) s.addrs = ownList(s.addrs);
   knownKeys(s, SENTINEL_KEYS, 'redis.sentinel');
   if (typeof s.master !== 'string')
     throw new TypeError('redis.sentinel.master must be a string: the name the Sentinels monitor');
@@ -374,6 +416,8 @@ const REDIS_KEYS = ['url', 'cluster', 'sentinel', 'tls', 'timeoutMs', 'connectio
 
 function redisOptions(r, unref) {
   if (r === null || typeof r !== 'object' || Array.isArray(r)) throw new TypeError('store.redis must be an object');
+  r = own(r);
+  if (Array.isArray(r.cluster)) r.cluster = ownList(r.cluster);
   knownOptions(r, REDIS_KEYS, 'store.redis', REDIS_PEERS);
   if (r.scriptOnly !== undefined) optBoolean(r.scriptOnly, 'redis.scriptOnly', false);
   const o = {
@@ -422,7 +466,7 @@ const ANSWER_BATCH = 256;
 // Node events that leave a Redis node unusable (sluice_redis_event_name()).
 const NODE_FAILURES = new Set(['unreachable', 'timeout', 'auth_failed', 'tls_failed', 'no_master', 'refused']);
 
-const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError'];
+const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError', 'logger'];
 
 /**
  * new Limiter({ store: 'memory', maxKeys, clock })
@@ -445,11 +489,13 @@ class Limiter extends EventEmitter {
   constructor(opts = {}) {
     super();
     if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw new TypeError('Limiter options must be an object');
+    opts = own(opts);
     knownOptions(opts, LIMITER_KEYS, 'new Limiter()', LIMITER_PEERS);
     const s = storeOptions(opts);
     this._closed = false;
     this._closing = null;
     this._onError = optFunction(opts.onError, 'onError', '(err) => ...');
+    this._logger = loggerOption(opts.logger);
     this._down = new Map(); // node -> "kind: detail" of its failure
     this._evicting = new Map(); // node -> why it may evict buckets
     const unref = optBoolean(opts.unref, 'unref', false);
@@ -581,7 +627,7 @@ class Limiter extends EventEmitter {
       (kind === 'breaker_closed' && (this._down.get(node) || '').startsWith('refused'))) {
       if (kind === 'master_changed') this._down.clear();
       else this._down.delete(node);
-      this.emit('recover', { node });
+      this._recovered(node);
     }
   }
 
@@ -590,7 +636,7 @@ class Limiter extends EventEmitter {
   // of, though takes go on; 'recover' once the node says it may not.
   _evictionChanged(node, detail) {
     if (detail.endsWith('buckets are never evicted')) {
-      if (this._evicting.delete(node)) this.emit('recover', { node });
+      if (this._evicting.delete(node)) this._recovered(node);
       return;
     }
     if (this._evicting.get(node) === detail) return;
@@ -599,10 +645,16 @@ class Limiter extends EventEmitter {
       node, 'eviction_policy', detail);
   }
 
+  _recovered(node) {
+    if (this._logger !== null && this._logger.info !== undefined) this._logger.info(`sluice: Redis node ${node} answers again`);
+    this.emit('recover', { node });
+  }
+
   _tell(err, node, kind, detail) {
     err.node = node;
     err.reason = kind;
     err.detail = detail;
+    if (this._logger !== null) this._logger.warn(err.message);
     if (this._onError !== null) this._onError(err);
     // 'error' without a listener would throw: an app that has not
     // asked is told through failed takes instead.
@@ -706,6 +758,16 @@ class Limiter extends EventEmitter {
     return this._adminCall(key, p, ms, ADMIN_BLOCK);
   }
 
+  // rate-limiter-flexible's method names: a TypeError pointing to
+  // sluice's, not "is not a function".
+  consume() { throw peerMethod('consume(key, points)', 'take(key, policy, { cost })'); }
+
+  delete() { throw peerMethod('delete(key)', 'reset(key, policy)'); }
+
+  penalty() { throw peerMethod('penalty(key, points)', 'penalize(key, policy, n)'); }
+
+  reward() { throw peerMethod('reward(key, points)', 'refund(key, policy, n)'); }
+
   /** true when the store can answer now (memory: always; Redis: connected,
    * breaker closed) -- for a readiness probe. */
   healthy() {
@@ -736,10 +798,30 @@ class Limiter extends EventEmitter {
   }
 }
 
+// logger: what sluice would log (a store node failing, recovering, able
+// to evict buckets), through the app's logger -- console, pino, winston,
+// Fastify's app.log: an object with warn(message), and info(message) if
+// it has one.  Its own properties or its class's (pino's methods live on
+// its prototype), never Object.prototype's.
+function loggerOption(l) {
+  if (l === undefined) return null;
+  if (l === null || typeof l !== 'object' && typeof l !== 'function')
+    throw new TypeError(`logger must be an object with warn(message) (console, pino, winston, app.log), got ${typeName(l)}`);
+  const warn = classProp(l, 'warn');
+  const info = classProp(l, 'info');
+  if (typeof warn !== 'function') throw new TypeError('logger must have a warn(message) method (console, pino, winston, app.log)');
+  return { warn: (m) => warn.call(l, m), info: typeof info === 'function' ? (m) => info.call(l, m) : undefined };
+}
+
+function peerMethod(theirs, ours) {
+  return new TypeError(`sluice: ${theirs} is rate-limiter-flexible's; in sluice that is limiter.${ours}`);
+}
+
 function costOption(opts, what) {
   let cost = 1;
   if (opts !== undefined) {
     if (opts === null || typeof opts !== 'object') throw new TypeError(`${what}() options must be an object`);
+    opts = own(opts);
     knownOptions(opts, ['cost'], `${what}() options`);
     if (opts.cost !== undefined) cost = opts.cost;
   }
@@ -749,76 +831,80 @@ function costOption(opts, what) {
 
 // ---------------------------------------------------------- client addresses
 
-// The 8 16-bit groups of an IPv6 address (no zone), or null.
-function ipv6Groups(a) {
-  let head = a;
-  let tail = '';
-  const dc = a.indexOf('::');
-  if (dc !== -1) {
-    if (a.indexOf('::', dc + 1) !== -1) return null;
-    head = a.slice(0, dc);
-    tail = a.slice(dc + 2);
-  }
-  const parse = (part) => {
-    if (part === '') return [];
-    const out = [];
-    const pieces = part.split(':');
-    for (let i = 0; i < pieces.length; i++) {
-      const x = pieces[i];
-      if (i === pieces.length - 1 && x.includes('.')) {
-        // An IPv4 tail (::ffff:1.2.3.4, 64:ff9b::1.2.3.4).
-        const q = x.split('.');
-        if (q.length !== 4 || !q.every((d) => /^[0-9]{1,3}$/.test(d) && Number(d) < 256)) return null;
-        out.push((Number(q[0]) << 8) | Number(q[1]), (Number(q[2]) << 8) | Number(q[3]));
-      } else {
-        if (!/^[0-9a-fA-F]{1,4}$/.test(x)) return null;
-        out.push(parseInt(x, 16));
-      }
-    }
-    return out;
-  };
-  const h = parse(head);
-  const t = parse(tail);
-  if (h === null || t === null) return null;
-  if (dc === -1) return h.length === 8 ? h : null;
-  if (h.length + t.length > 7) return null;
-  return [...h, ...new Array(8 - h.length - t.length).fill(0), ...t];
+// A property of an object sluice did not make (a request, a socket), as
+// its own class defines it: never inherited from Object.prototype, where a
+// polluted `Object.prototype.ip` would answer for every request that has
+// no `ip` of its own (node:http's), and pick its bucket.  Costs one check
+// while Object.prototype has no such property.
+const OBJECT_PROTO = Object.prototype;
+
+function classProp(obj, name) {
+  if (!Object.hasOwn(OBJECT_PROTO, name)) return obj[name];
+  for (let o = obj; o !== null && o !== OBJECT_PROTO; o = Object.getPrototypeOf(o))
+    if (Object.hasOwn(o, name)) return obj[name];
+  return undefined;
+}
+
+// An IPv4 address exactly as inet_ntop writes it (no leading zero, each
+// part <= 255): its key is itself, with no call into the addon.  Every
+// other text goes to the addon's parser, sluice serve's own.
+const IPV4_KEY = /^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$/;
+
+// The key of an address text, or null when it is no address.
+function addressKey(address, bits) {
+  if (IPV4_KEY.test(address)) return address;
+  return native.ipKey(address, bits);
+}
+
+function subnetBits(subnet, what) {
+  if (subnet === false) return 128;
+  if (!Number.isInteger(subnet) || subnet < 1 || subnet > 128)
+    throw new RangeError(`${what} must be a prefix length from 1 to 128 (default 64) or false, got ${subnet}`);
+  return subnet;
 }
 
 /**
- * ipKey(address, subnet = 64) -> the bucket key of a client address: an
- * IPv4 address as it is (an IPv4-mapped IPv6 address as its IPv4), an
- * IPv6 address as its /subnet network ("2001:db8:1:2::/64"), since one
- * client commonly holds a whole /64.  subnet false keeps the address whole.
+ * ipKey(address, subnet = 64) -> the bucket key of a client address, as
+ * `sluice serve` keys it (the same parser, in the addon): a port, the
+ * brackets of "[2001:db8::1]:443" and an IPv6 zone are dropped; an IPv4
+ * address as it is (an IPv4-mapped IPv6 address as its IPv4); an IPv6
+ * address as its /subnet network ("2001:db8:1:2::/64"), since one client
+ * commonly holds a whole /64.  subnet false keeps the address whole.  A
+ * text that is no address is a TypeError.
  */
 function ipKey(address, subnet = 64) {
+  const bits = subnetBits(subnet, 'ipKey(): subnet');
   if (typeof address !== 'string' || address === '')
     throw new TypeError(`the client address is unknown (got ${typeName(address)}): the connection may be gone`);
-  if (address.indexOf(':') === -1) return address;
-  const pct = address.indexOf('%');
-  const a = pct === -1 ? address : address.slice(0, pct);
-  const g = ipv6Groups(a);
-  if (g === null) return address;
-  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff)
-    return `${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;
-  const bits = subnet === false ? 128 : subnet;
-  const out = [];
-  for (let i = 0; i < 8 && i * 16 < bits; i++) {
-    const keep = Math.min(16, bits - i * 16);
-    out.push((g[i] & (0xffff << (16 - keep)) & 0xffff).toString(16));
-  }
-  if (bits === 128) return out.join(':');
-  return `${out.join(':')}${out.length < 8 ? '::' : ''}/${bits}`;
+  const k = addressKey(address, bits);
+  if (k === null) throw new TypeError(`${JSON.stringify(address.slice(0, 100))} is not an IP address`);
+  return k;
 }
 
-// The client's address: Express's req.ip (which follows `trust proxy`),
-// Fastify's request.ip (`trustProxy`), else the socket's peer (node:http,
-// Connect).  Never a header the client could write.
-function clientAddress(req) {
-  const ip = req.ip;
-  if (typeof ip === 'string' && ip !== '') return ip;
-  const sock = req.socket || (req.raw && req.raw.socket);
-  return sock ? sock.remoteAddress : undefined;
+// The default key: the client's address -- Express's req.ip (which
+// follows `trust proxy`), Fastify's request.ip (`trustProxy`), else the
+// socket's peer (node:http, Connect); never a header the client could
+// write.  An address that does not parse (an X-Forwarded-For entry such
+// as "unknown" that the framework handed on) gives way to the socket's
+// peer, the proxy that sent it, as sluice serve's walk stops at an entry
+// it cannot read: never a bucket of the client's choosing.
+function defaultKey(req, bits) {
+  const ip = classProp(req, 'ip');
+  if (typeof ip === 'string' && ip !== '') {
+    const k = addressKey(ip, bits);
+    if (k !== null) return k;
+  }
+  let sock = classProp(req, 'socket');
+  if (sock === undefined || sock === null) {
+    const raw = classProp(req, 'raw');
+    if (raw !== null && typeof raw === 'object') sock = classProp(raw, 'socket');
+  }
+  const peer = sock !== null && typeof sock === 'object' ? classProp(sock, 'remoteAddress') : undefined;
+  if (typeof peer === 'string' && peer !== '') {
+    const k = addressKey(peer, bits);
+    if (k !== null) return k;
+  }
+  throw new TypeError(`the client address is unknown (got ${typeName(peer)}): the connection may be gone`);
 }
 
 // ---------------------------------------------------------------- middleware
@@ -852,6 +938,37 @@ function keepRemaining(res, store, remaining) {
   else REMAINING.set(res, remaining);
 }
 
+// The RateLimit-Policy lists written so far on this response, in both
+// syntaxes (draft-11/8's named items, draft-6/7's plain ones), so that a
+// stacked limiter writes the whole list in the deciding limiter's syntax:
+// never two syntaxes in one field.  Beside the remaining count.
+const POLICIES = new WeakMap();
+const K_POL_NAMED = Symbol('sluice.policies.named');
+const K_POL_PLAIN = Symbol('sluice.policies.plain');
+
+function prevPolicies(res, store) {
+  if (store !== null) return store[K_POL_NAMED] === undefined ? undefined : [store[K_POL_NAMED], store[K_POL_PLAIN]];
+  const prev = POLICIES.get(res);
+  if (prev !== undefined || OUT_HEADERS === null) return prev;
+  const h = res[OUT_HEADERS];
+  return h === null || h === undefined || h[K_POL_NAMED] === undefined ? undefined : [h[K_POL_NAMED], h[K_POL_PLAIN]];
+}
+
+function keepPolicies(res, store, named, plain) {
+  if (store !== null) {
+    store[K_POL_NAMED] = named;
+    store[K_POL_PLAIN] = plain;
+  } else {
+    POLICIES.set(res, [named, plain]);
+  }
+}
+
+// Removes a header another limiter wrote on this response.
+function dropHeader(io, res, store, lower, name) {
+  if (store !== null) delete store[lower];
+  else io.remove(res, name);
+}
+
 // One header: straight into the store, or through the framework.
 function putHeader(io, res, store, lower, name, value) {
   if (store !== null) store[lower] = [name, value];
@@ -859,7 +976,7 @@ function putHeader(io, res, store, lower, name, value) {
 }
 
 const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
-  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful'];
+  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'blockDuration'];
 const STANDARDS = ['draft-11', 'draft-8', 'draft-7', 'draft-6'];
 const HEADER_KEYS = ['standard', 'legacy', 'reset'];
 
@@ -877,6 +994,7 @@ function headerOptions(h, what) {
   }
   if (h === null || typeof h !== 'object' || Array.isArray(h))
     throw new TypeError(`${what}.headers must be 'draft-11', 'draft-8', 'draft-7', 'draft-6', false or { standard, legacy, reset }, got ${typeName(h)}`);
+  h = own(h);
   knownOptions(h, HEADER_KEYS, `${what}.headers`);
   if (h.standard !== undefined) {
     if (h.standard !== false && !STANDARDS.includes(h.standard))
@@ -1073,6 +1191,7 @@ const NODE_IO = {
   set: (res, name, value) => res.setHeader(name, value),
   direct: directHeaders,
   get: (res, name) => res.getHeader(name),
+  remove: (res, name) => res.removeHeader(name),
   send(res, status, type, body) {
     res.statusCode = status;
     res.setHeader('Content-Type', type);
@@ -1083,6 +1202,7 @@ const FASTIFY_IO = {
   set: (reply, name, value) => { reply.header(name, value); },
   direct: () => null,
   get: (reply, name) => reply.getHeader(name),
+  remove: (reply, name) => { reply.removeHeader(name); },
   send(reply, status, type, body) {
     reply.code(status).type(type).send(body);
   },
@@ -1097,6 +1217,7 @@ const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then =
  */
 function middlewareOptions(opts, what) {
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw new TypeError(`${what}() takes an options object`);
+  opts = own(opts);
   knownOptions(opts, MIDDLEWARE_KEYS, `${what}()`, MIDDLEWARE_PEERS);
   const c = {};
   c.limiter = opts.limiter;
@@ -1106,12 +1227,9 @@ function middlewareOptions(opts, what) {
     throw new TypeError(`${what}(): policy must be a sluice.policy() or a function (req) -> policy`);
   c.policy = pol instanceof Policy ? pol : null;
   c.policyFn = typeof pol === 'function' ? pol : null;
-  if (opts.ipv6Subnet !== undefined && opts.ipv6Subnet !== false &&
-      (!Number.isInteger(opts.ipv6Subnet) || opts.ipv6Subnet < 1 || opts.ipv6Subnet > 128))
-    throw new RangeError(`${what}(): ipv6Subnet must be a prefix length from 1 to 128 (default 64) or false, got ${opts.ipv6Subnet}`);
-  const subnet = opts.ipv6Subnet === undefined ? 64 : opts.ipv6Subnet;
+  const bits = subnetBits(opts.ipv6Subnet === undefined ? 64 : opts.ipv6Subnet, `${what}(): ipv6Subnet`);
   c.keyFn = optFunction(opts.key, `${what}(): key`, '(req) -> string | Buffer');
-  if (c.keyFn === null) c.keyFn = (req) => ipKey(clientAddress(req), subnet);
+  if (c.keyFn === null) c.keyFn = (req) => defaultKey(req, bits);
   else if (opts.ipv6Subnet !== undefined) throw new TypeError(`${what}(): ipv6Subnet applies to the default key only (use sluice.ipKey(address, subnet) in yours)`);
   c.cost = 1;
   c.costFn = null;
@@ -1151,6 +1269,16 @@ function middlewareOptions(opts, what) {
   if (c.wasOk !== null && !c.skipOk && !c.skipFailed)
     throw new TypeError(`${what}(): requestWasSuccessful needs skipSuccessfulRequests or skipFailedRequests`);
   if (c.wasOk === null) c.wasOk = (req, res) => res.statusCode < 400;
+  // Called for a request that was charged (allowed, cost > 0), and only
+  // then: what may later be refunded is exactly what was charged.  A
+  // limited request that a handler passes on with next(), and one passed
+  // uncharged by onStoreError, have nothing to give back.
+  c.charged = c.skipOk || c.skipFailed ? watchOutcome : null;
+  c.blockMs = 0;
+  if (opts.blockDuration !== undefined) {
+    checkCount(opts.blockDuration, `${what}(): blockDuration`, 1);
+    c.blockMs = opts.blockDuration;
+  }
   return c;
 }
 
@@ -1170,6 +1298,11 @@ function rateLimitItem(p, remaining, resetS) {
   return s;
 }
 
+const STANDARD_VALUE_HEADERS = [['ratelimit', 'RateLimit'], ['ratelimit-limit', 'RateLimit-Limit'],
+  ['ratelimit-remaining', 'RateLimit-Remaining'], ['ratelimit-reset', 'RateLimit-Reset']];
+const LEGACY_HEADERS = [['x-ratelimit-limit', 'X-RateLimit-Limit'], ['x-ratelimit-remaining', 'X-RateLimit-Remaining'],
+  ['x-ratelimit-reset', 'X-RateLimit-Reset']];
+
 // The rate-limit headers of one decision.  `res` is what io writes to;
 // store is io.direct(res).
 function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
@@ -1182,29 +1315,52 @@ function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, whic
   const wins = !stacked || !allowed || remaining < prev;
   const resetS = Math.ceil(resetMs / 1000);
   if (h.standard !== false) {
-    let pol = h.standard === 'draft-11' || h.standard === 'draft-8' ? p._policyHeaders[which] : p._plainHeaders[which];
-    if (h.standard === 'draft-8') pol += `;pk=:${partitionKey(key)}:`;
-    if (stacked) {
-      const before = io.get(res, 'RateLimit-Policy');
-      if (before !== undefined) pol = wins ? `${pol}, ${before}` : `${before}, ${pol}`;
+    const namedSyntax = h.standard === 'draft-11' || h.standard === 'draft-8';
+    let named = p._policyHeaders[which];
+    if (h.standard === 'draft-8') named += `;pk=:${partitionKey(key)}:`;
+    const plain = p._plainHeaders[which];
+    let pol = namedSyntax ? named : plain;
+    const before = stacked ? prevPolicies(res, store) : undefined;
+    if (before !== undefined) {
+      // Every policy of the answer, in one syntax: the deciding
+      // limiter's (this one when it wins, else the one before).
+      const namedAll = wins ? `${named}, ${before[0]}` : `${before[0]}, ${named}`;
+      const plainAll = wins ? `${plain}, ${before[1]}` : `${before[1]}, ${plain}`;
+      const useNamed = wins ? namedSyntax : io.get(res, 'RateLimit-Policy') === before[0];
+      pol = useNamed ? namedAll : plainAll;
+      keepPolicies(res, store, namedAll, plainAll);
+    } else {
+      keepPolicies(res, store, named, plain);
     }
     putHeader(io, res, store, 'ratelimit-policy', 'RateLimit-Policy', pol);
     if (wins) {
       switch (h.standard) {
         case 'draft-11':
         case 'draft-8':
-          putHeader(io, res, store, 'ratelimit', 'RateLimit', rateLimitItem(p, remaining, resetS));
-          break;
         case 'draft-7':
-          putHeader(io, res, store, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          if (h.standard === 'draft-7') putHeader(io, res, store, 'ratelimit', 'RateLimit', `limit=${limit}, remaining=${remaining}, reset=${resetS}`);
+          else putHeader(io, res, store, 'ratelimit', 'RateLimit', rateLimitItem(p, remaining, resetS));
+          // A draft-6 limiter before this one: its numbers are not this answer's.
+          if (stacked) {
+            dropHeader(io, res, store, 'ratelimit-limit', 'RateLimit-Limit');
+            dropHeader(io, res, store, 'ratelimit-remaining', 'RateLimit-Remaining');
+            dropHeader(io, res, store, 'ratelimit-reset', 'RateLimit-Reset');
+          }
           break;
         default:
           putHeader(io, res, store, 'ratelimit-limit', 'RateLimit-Limit', limit);
           putHeader(io, res, store, 'ratelimit-remaining', 'RateLimit-Remaining', remaining);
           putHeader(io, res, store, 'ratelimit-reset', 'RateLimit-Reset', resetS);
+          if (stacked) dropHeader(io, res, store, 'ratelimit', 'RateLimit');
       }
     }
+  } else if (wins && stacked) {
+    // The deciding limiter sends no RateLimit fields: another's would
+    // describe a limit that did not decide.
+    for (const [lower, name] of STANDARD_VALUE_HEADERS) dropHeader(io, res, store, lower, name);
   }
+  // Likewise the X-RateLimit-* of a limiter that no longer decides.
+  if (wins && stacked && !h.legacy) for (const [lower, name] of LEGACY_HEADERS) dropHeader(io, res, store, lower, name);
   if (wins && h.legacy) {
     putHeader(io, res, store, 'x-ratelimit-limit', 'X-RateLimit-Limit', limit);
     putHeader(io, res, store, 'x-ratelimit-remaining', 'X-RateLimit-Remaining', remaining);
@@ -1271,7 +1427,7 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
     keepInfo(c, req, res, store, info);
   }
   if (allowed) {
-    if ((c.skipOk || c.skipFailed) && cost > 0) watchOutcome(c, req, raw, key, p, cost);
+    if (c.charged !== null && cost > 0) c.charged(c, req, raw, key, p, cost);
     next();
     return;
   }
@@ -1282,6 +1438,11 @@ function limited(c, io, req, res, next, p, key, cost, info, limit, remaining, re
   if (c.headers !== null) io.set(res, 'Retry-After', Math.max(1, Math.ceil(retry / 1000)));
   if (c.headers !== null && c.headers.legacy) io.set(res, 'X-RateLimit-Retry-After-Ms', retry);
   if (info === null) info = { allowed: false, limit, remaining, retryAfterMs: retry, resetMs, policy: p.name, key, cost };
+  // blockDuration: a key that hits the limit passes nothing more for
+  // that long from its last refused request (a client that keeps trying
+  // while blocked stays blocked; a block already longer stays).  Best
+  // effort: when the store cannot block, the limit itself still holds.
+  if (c.blockMs > 0) c.limiter.block(key, p, c.blockMs).catch(() => {});
   if (c.handler !== null) {
     c.handler(req, res, next, info);
     return;
@@ -1411,7 +1572,7 @@ function continueAsync(c, req, res, stage, v, go, skip, fail, p, k) {
  */
 function express(opts) {
   const c = middlewareOptions(opts, 'express');
-  return function sluiceLimit(req, res, next) {
+  function sluiceLimit(req, res, next) {
     let r;
     try {
       r = requestInputs(c, req, res);
@@ -1422,7 +1583,23 @@ function express(opts) {
     if (r === GO) decideRequest(c, NODE_IO, req, res, res, next, IN.p, IN.k, IN.cost);
     else if (r === SKIP) next();
     else continueAsync(c, req, res, IN.stage, IN.v, (p, k, cost) => decideRequest(c, NODE_IO, req, res, res, next, p, k, cost), next, next, IN.p, IN.k);
+  }
+  keyVerbs(sluiceLimit, c, 'express');
+  return sluiceLimit;
+}
+
+// express-rate-limit's resetKey(key) and getKey(key) on the middleware:
+// the key's buckets under the middleware's policy (or the one given,
+// which a middleware with a policy function must name).
+function keyVerbs(fn, c, what) {
+  const policyOf = (p, verb) => {
+    if (p === undefined) p = c.policy;
+    if (p === null) throw new TypeError(`${what}().${verb}(key, policy): this middleware picks its policy per request: name one`);
+    checkPolicy(p);
+    return p;
   };
+  fn.resetKey = (key, p) => c.limiter.reset(key, policyOf(p, 'resetKey'));
+  fn.getKey = (key, p) => c.limiter.get(key, policyOf(p, 'getKey'));
 }
 
 // ------------------------------------------------------------------ fastify
@@ -1435,28 +1612,55 @@ function express(opts) {
  * (request.ip follows `trustProxy`), handler (request, reply, next, info).
  */
 function fastifyPlugin(instance, opts, done) {
-  let c;
+  let base;
   try {
-    c = middlewareOptions(opts, 'fastify');
+    base = fastifyOptions(opts, null, 'fastify');
   } catch (err) {
     done(err);
     return;
   }
-  if (c.prop !== null && !instance.hasRequestDecorator(c.prop)) instance.decorateRequest(c.prop, null);
+  // @fastify/rate-limit's per-route options: `config: { rateLimit: false }`
+  // leaves a route unlimited; `config: { rateLimit: { ...options } }`
+  // limits it with the plugin's options and these over them (its own
+  // policy, key, cost...).  Checked when the route is added, so a bad
+  // option stops the app at start-up with the route named.  Keyed by the
+  // rateLimit object, which Fastify's copy of the route's config keeps.
+  const routes = new WeakMap();
+  let perRoute = false;
+  instance.addHook('onRoute', (route) => {
+    const cfg = route.config;
+    if (cfg === null || typeof cfg !== 'object' || !Object.hasOwn(cfg, 'rateLimit')) return;
+    const rl = cfg.rateLimit;
+    const what = `fastify route ${route.method} ${route.url}: config.rateLimit`;
+    if (rl === false) {
+      perRoute = true;
+      return;
+    }
+    if (rl === null || typeof rl !== 'object' || Array.isArray(rl))
+      throw new TypeError(`${what} must be false or an object of the plugin's options, got ${typeName(rl)}`);
+    if (!routes.has(rl)) routes.set(rl, fastifyOptions(opts, rl, what));
+    perRoute = true;
+  });
+  // The options of this request's route: the plugin's, a route's own, or
+  // null (not limited).  request.routeOptions is built per read: read only
+  // once a route has options of its own.
+  const optionsOf = (request) => {
+    if (!perRoute) return base;
+    const cfg = request.routeOptions.config;
+    const rl = cfg !== null && typeof cfg === 'object' && Object.hasOwn(cfg, 'rateLimit') ? cfg.rateLimit : undefined;
+    if (rl === false) return null;
+    return rl === undefined ? base : routes.get(rl) || base;
+  };
+  if (base.c.prop !== null && !instance.hasRequestDecorator(base.c.prop)) instance.decorateRequest(base.c.prop, null);
   const kCharge = Symbol('sluice.charge');
-  const watch = c.skipOk || c.skipFailed;
-  // The outcome is read in onResponse (below), not on the socket.
-  const cw = watch ? { ...c, skipOk: false, skipFailed: false } : c;
   instance.addHook('onRequest', (request, reply, next) => {
-    const go = (p, k, cost) => {
-      const done = watch && cost > 0
-        ? (err) => {
-          if (err === undefined) request[kCharge] = { k, p, cost };
-          next(err);
-        }
-        : next;
-      decideRequest(cw, FASTIFY_IO, request, reply, reply.raw, done, p, k, cost);
-    };
+    const o = optionsOf(request);
+    if (o === null) {
+      next();
+      return;
+    }
+    const c = o.c;
+    const go = (p, k, cost) => decideRequest(o.cw, FASTIFY_IO, request, reply, reply.raw, next, p, k, cost);
     let r;
     try {
       r = requestInputs(c, request, reply);
@@ -1468,17 +1672,34 @@ function fastifyPlugin(instance, opts, done) {
     else if (r === SKIP) next();
     else continueAsync(c, request, reply, IN.stage, IN.v, go, next, next, IN.p, IN.k);
   });
-  if (watch) {
-    instance.addHook('onResponse', (request, reply, next) => {
-      const ch = request[kCharge];
-      if (ch !== undefined) {
-        const ok = c.wasOk(request, reply);
-        if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
-      }
-      next();
-    });
-  }
+  instance.addHook('onResponse', (request, reply, next) => {
+    const ch = request[kCharge];
+    // Only an answer that finished counts, as on the middleware: a
+    // connection that failed first keeps its charge.
+    if (ch !== undefined && reply.raw.writableFinished) {
+      const c = ch.c;
+      const ok = c.wasOk(request, reply);
+      if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
+    }
+    next();
+  });
   done();
+
+  // The checked options of the plugin (route null) or of a route: c as
+  // the middleware's, and cw, what a decision uses -- the outcome is read
+  // in onResponse, not on the socket: a charged request leaves what it
+  // was charged on the request.
+  function fastifyOptions(pluginOpts, route, what) {
+    let o = pluginOpts;
+    if (route !== null) {
+      if (o === null || typeof o !== 'object') throw new TypeError('fastify() takes an options object');
+      o = { ...own(o), ...own(route) };
+    }
+    const c = middlewareOptions(o, what);
+    const watch = c.skipOk || c.skipFailed;
+    const cw = watch ? { ...c, charged: (cc, request, raw, k, p, cost) => { request[kCharge] = { c, k, p, cost }; } } : c;
+    return { c, cw };
+  }
 }
 // Not encapsulated: the hook applies to the instance it is registered on
 // (what fastify-plugin does, without the dependency).

@@ -113,10 +113,16 @@ struct sluice_grpc_s {
 	int draining;
 	grpc_conn_t *conns; /* list (conn.c) */
 	size_t nconns;
-	size_t held, held_budget; /* request bytes all connections buffer */
-	uint64_t log_ms;	  /* last cut-off logged (one a second) */
-	uint64_t log_skipped;	  /* cut-offs not logged since */
-	char rbuf[16 * 1024];	  /* read buffer shared by the connections */
+	/* Bytes the calls of all connections hold (requests arriving,
+	 * unpacked requests being decided, answers not yet sent), and the
+	 * bound; a detached call's stay counted until it is freed. */
+	size_t held, held_budget;
+	/* Calls whose request message is arriving, oldest first: shed
+	 * from the front when the budget is short (take_data). */
+	grpc_call_t *partial, *partial_tail;
+	uint64_t log_ms;      /* last cut-off logged (one a second) */
+	uint64_t log_skipped; /* cut-offs not logged since */
+	char rbuf[16 * 1024]; /* read buffer shared by the connections */
 };
 
 struct grpc_conn_s {
@@ -135,7 +141,9 @@ struct grpc_conn_s {
 	grpc_call_t *calls; /* calls on open streams */
 	grpc_conn_t *prev, *next;
 	uint64_t touch_ms;   /* last frame in or out */
-	size_t held;	     /* request bytes this connection's calls buffer */
+	uint64_t answer_ms;  /* last sweep with no answer waiting on the
+				client's window, or last answer bytes out */
+	size_t held;	     /* bytes this connection's calls hold */
 	size_t preface;	     /* bytes of the client preface checked so far */
 	uint64_t resets;     /* streams the client reset */
 	double reset_tokens; /* the reset bucket: GRPC_RESET_BURST at most */
@@ -187,7 +195,10 @@ size_t grpc_conn_max_message(const grpc_conn_t *c);
 
 struct grpc_call_s {
 	grpc_conn_t *conn; /* NULL once detached */
+	sluice_grpc_t *g;
 	grpc_call_t *prev, *next;
+	grpc_call_t *pprev, *pnext; /* g's partial list */
+	size_t charge;		    /* bytes counted in the budgets */
 	int32_t id;
 	const grpc_method_t *method;
 	unsigned method_ix; /* its row in the method table (stream.c) */
@@ -209,6 +220,7 @@ struct grpc_call_s {
 	unsigned have_prefix : 1;
 	unsigned headers_done : 1;
 	unsigned ended : 1;	 /* the client ended the stream */
+	unsigned partial : 1;	 /* on g's partial list */
 	unsigned answered : 1;	 /* an answer was submitted */
 	unsigned hold : 1;	 /* the method answers later */
 	unsigned rst_after : 1;	 /* RST_STREAM once the answer is sent */
@@ -237,6 +249,14 @@ void grpc_call_update_streams(grpc_conn_t *c);
  * was sent (HEADERS only: http is the :status, 200 for gRPC errors;
  * accept_identity adds grpc-accept-encoding). */
 void grpc_call_release_in(grpc_call_t *call);
+/* Counts n more bytes the call holds in its connection's and thread's
+ * budgets: -1 (nothing counted) when either would pass its bound,
+ * unless force.  grpc_call_uncharge() gives n back. */
+int grpc_call_charge(grpc_call_t *call, size_t n, int force);
+void grpc_call_uncharge(grpc_call_t *call, size_t n);
+/* The call's request message has begun arriving / is whole or gone:
+ * on or off g's partial list. */
+void grpc_call_partial(grpc_call_t *call, int on);
 void grpc_call_detach(grpc_call_t *call);
 void grpc_call_free(grpc_call_t *call);
 void grpc_call_answer_error(grpc_call_t *call, int http, int status,

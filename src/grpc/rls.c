@@ -6,6 +6,7 @@
  * order, and the response headers the engine gives.
  */
 #include "grpc/internal.h"
+#include "policy/envoy_config.h"
 #include "policy/envoy_rls.h"
 #include "proto/envoy/service/ratelimit/v3/rls.pb-c.h"
 
@@ -156,6 +157,30 @@ static void on_decided(void *arg, sluice_rls_response_t *resp)
 
 /* -------------------------------------------------------------- request */
 
+static size_t count_entries(const rls_call_t *st)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < st->req.ndescriptors; i++)
+		n += st->descs[i].nentries;
+	return n;
+}
+
+/* 1 when the engine refuses the request for its counts at once (it is
+ * never held, so the budget need not judge it first: the client hears
+ * what is wrong with it). */
+static int too_many(const rls_call_t *st)
+{
+	size_t i;
+
+	if (st->req.ndescriptors > SLUICE_ENVOY_MAX_DESCRIPTORS)
+		return 1;
+	for (i = 0; i < st->req.ndescriptors; i++)
+		if (st->descs[i].nentries > SLUICE_ENVOY_MAX_ENTRIES)
+			return 1;
+	return 0;
+}
+
 /* Points the engine's request at the unpacked message. */
 static int convert(rls_call_t *st, char *err, size_t errlen)
 {
@@ -201,10 +226,25 @@ static int convert(rls_call_t *st, char *err, size_t errlen)
 	return 0;
 }
 
+/* protobuf-c's allocations counted (its default allocator's malloc and
+ * free, so free_unpacked(NULL) frees them). */
+static void *count_alloc(void *data, size_t size)
+{
+	*(size_t *)data += size;
+	return malloc(size);
+}
+
+static void count_free(void *data, void *p)
+{
+	free(p);
+}
+
 void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,
 				size_t len)
 {
 	rls_call_t *st = calloc(1, sizeof(*st));
+	size_t unpacked = 0;
+	ProtobufCAllocator counting = {count_alloc, count_free, &unpacked};
 	char err[256];
 	int r;
 
@@ -214,7 +254,7 @@ void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,
 	}
 	st->call = call;
 	st->pb = envoy__service__ratelimit__v3__rate_limit_request__unpack(
-		NULL, len, msg);
+		&counting, len, msg);
 	if (!st->pb) {
 		rls_free(st);
 		grpc_call_fail(call, GRPC_INVALID_ARGUMENT,
@@ -230,6 +270,20 @@ void grpc_rls_should_rate_limit(grpc_call_t *call, const uint8_t *msg,
 	if ((r = convert(st, err, sizeof(err))) != 0) {
 		rls_free(st);
 		grpc_call_fail(call, r, "%s", err);
+		return;
+	}
+	/* What the call holds while the store answers (a store that is
+	 * down holds it for its whole timeout) counts in the budget the
+	 * request bytes did: past it, RESOURCE_EXHAUSTED now. */
+	if (grpc_call_charge(
+		    call,
+		    sizeof(*st) + unpacked +
+			    (st->req.ndescriptors + 1) * sizeof(*st->descs) +
+			    (count_entries(st) + 1) * sizeof(*st->entries),
+		    too_many(st)) < 0) {
+		rls_free(st);
+		grpc_call_fail(call, GRPC_RESOURCE_EXHAUSTED,
+			       "too many request bytes in flight");
 		return;
 	}
 	grpc_call_hold(call);

@@ -28,20 +28,74 @@ static void free_handle(uv_handle_t *h)
 	free(h);
 }
 
+/* ------------------------------------------------------------- budgets */
+
+int grpc_call_charge(grpc_call_t *call, size_t n, int force)
+{
+	grpc_conn_t *c = call->conn;
+
+	if (!force && ((c && c->held + n > GRPC_CONN_BUDGET) ||
+		       call->g->held + n > call->g->held_budget))
+		return -1;
+	call->charge += n;
+	call->g->held += n;
+	if (c)
+		c->held += n;
+	return 0;
+}
+
+void grpc_call_uncharge(grpc_call_t *call, size_t n)
+{
+	assert(call->charge >= n && call->g->held >= n);
+	call->charge -= n;
+	call->g->held -= n;
+	if (call->conn) {
+		assert(call->conn->held >= n);
+		call->conn->held -= n;
+	}
+}
+
+void grpc_call_partial(grpc_call_t *call, int on)
+{
+	sluice_grpc_t *g = call->g;
+
+	if (on == (int)call->partial)
+		return;
+	if (on) {
+		call->pprev = g->partial_tail;
+		call->pnext = NULL;
+		if (g->partial_tail)
+			g->partial_tail->pnext = call;
+		else
+			g->partial = call;
+		g->partial_tail = call;
+	} else {
+		if (call->pprev)
+			call->pprev->pnext = call->pnext;
+		else
+			g->partial = call->pnext;
+		if (call->pnext)
+			call->pnext->pprev = call->pprev;
+		else
+			g->partial_tail = call->pprev;
+		call->pprev = call->pnext = NULL;
+	}
+	call->partial = (unsigned)on;
+}
+
 /* Drops the request bytes and their share of the budgets. */
 void grpc_call_release_in(grpc_call_t *call)
 {
-	if (call->conn) {
-		assert(call->conn->held >= call->in.len);
-		call->conn->held -= call->in.len;
-		call->conn->g->held -= call->in.len;
-	}
+	grpc_call_partial(call, 0);
+	grpc_call_uncharge(call, call->in.len);
 	sluice_buf_free(&call->in);
 }
 
 void grpc_call_free(grpc_call_t *call)
 {
 	assert(!call->conn && !call->hold);
+	grpc_call_partial(call, 0);
+	grpc_call_uncharge(call, call->charge);
 	sluice_buf_free(&call->in);
 	sluice_buf_free(&call->resp);
 	if (call->timer) {
@@ -59,6 +113,11 @@ void grpc_call_detach(grpc_call_t *call)
 	if (!c)
 		return;
 	grpc_call_release_in(call);
+	/* What the call still holds (a decision in flight) stays counted
+	 * in the thread's budget until it is freed; the connection's
+	 * share ends here. */
+	assert(c->held >= call->charge);
+	c->held -= call->charge;
 	if (call->prev)
 		call->prev->next = call->next;
 	else
@@ -172,6 +231,7 @@ void grpc_call_answer_error(grpc_call_t *call, int http, int status,
 	 * before: the reset would discard it), tell it to stop. */
 	call->rst_after = !call->ended;
 	grpc_call_release_in(call);
+	grpc_call_uncharge(call, call->charge); /* a decision's request */
 	after_answer(c);
 }
 
@@ -209,6 +269,8 @@ static ssize_t read_resp(nghttp2_session *s, int32_t id, uint8_t *buf,
 		n = len;
 	memcpy(buf, call->resp.data + call->resp_off, n);
 	call->resp_off += n;
+	if (n && call->conn)
+		call->conn->answer_ms = uv_now(call->g->loop);
 	if (call->resp_off == call->resp.len) {
 		nghttp2_nv tr[] = {NV("grpc-status", "0", 1)};
 
@@ -249,6 +311,10 @@ void grpc_call_reply(grpc_call_t *call, const ProtobufCMessage *msg)
 	protobuf_c_message_pack(msg,
 				(uint8_t *)call->resp.data + GRPC_PREFIX_LEN);
 	call->resp.len = GRPC_PREFIX_LEN + len;
+	/* The decision's request goes; the answer is counted until it is
+	 * sent (a client that never reads holds it). */
+	grpc_call_uncharge(call, call->charge - call->in.len);
+	grpc_call_charge(call, call->resp.len, 1);
 	call->answered = 1;
 	count_answer(call, GRPC_OK);
 	prd.source.ptr = call;
@@ -288,6 +354,8 @@ static ssize_t read_stream(nghttp2_session *s, int32_t id, uint8_t *buf,
 		n = len;
 	memcpy(buf, call->resp.data + call->resp_off, n);
 	call->resp_off += n;
+	if (n && call->conn)
+		call->conn->answer_ms = uv_now(call->g->loop);
 	if (call->resp_off == call->resp.len && call->stream_end) {
 		char code[16], emsg[512];
 		nghttp2_nv tr[2];
@@ -321,6 +389,7 @@ void grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg)
 		return;
 	/* What was sent is dropped; what waits stays (a status message is
 	 * a few bytes, and one goes at most every sweep). */
+	grpc_call_uncharge(call, call->resp_off);
 	sluice_buf_consume(&call->resp, call->resp_off);
 	call->resp_off = 0;
 	len = protobuf_c_message_get_packed_size(msg);
@@ -336,6 +405,7 @@ void grpc_call_send(grpc_call_t *call, const ProtobufCMessage *msg)
 	p[4] = (uint8_t)len;
 	protobuf_c_message_pack(msg, p + GRPC_PREFIX_LEN);
 	call->resp.len += GRPC_PREFIX_LEN + len;
+	grpc_call_charge(call, GRPC_PREFIX_LEN + len, 1);
 	if (call->streaming) {
 		nghttp2_session_resume_data(c->session, call->id);
 	} else {

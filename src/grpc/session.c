@@ -69,6 +69,7 @@ int grpc_conn_start(sluice_grpc_t *g, grpc_conn_t *c, const grpc_io_t *io)
 	sluice_count(&g->svc->metrics->grpc_connections, 1);
 	c->touch_ms = uv_now(g->loop);
 	c->reset_ms = c->touch_ms;
+	c->answer_ms = c->touch_ms;
 	c->reset_tokens = GRPC_RESET_BURST;
 	uv_once(&setup_once, setup);
 	if (!callbacks || !options ||

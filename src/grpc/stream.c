@@ -231,6 +231,54 @@ static void headers_done(grpc_call_t *call)
 
 /* ---------------------------------------------------------------- data */
 
+/* The call of c whose request began arriving first, or NULL. */
+static grpc_call_t *oldest_partial_on(grpc_conn_t *c)
+{
+	grpc_call_t *call, *best = NULL;
+
+	for (call = c->calls; call; call = call->next)
+		if (call->partial &&
+		    (!best || call->start_ms < best->start_ms ||
+		     (call->start_ms == best->start_ms && call->id < best->id)))
+			best = call;
+	return best;
+}
+
+/*
+ * Room for len more request bytes of call, in its connection's budget
+ * and the thread's.  When one is short, the request that has been
+ * arriving longest (on the connection, or on the thread) is shed first
+ * (answered RESOURCE_EXHAUSTED, its bytes dropped): a client that sends
+ * slowly to hold the budget loses its share to those that send whole
+ * messages, rather than the newcomer being refused.  Returns -1 when the
+ * call itself is the oldest (nothing younger to shed).
+ */
+static int make_room(grpc_call_t *call, size_t len)
+{
+	grpc_conn_t *c = call->conn;
+	sluice_grpc_t *g = c->g;
+
+	for (;;) {
+		grpc_call_t *victim;
+
+		if (c->held + len > GRPC_CONN_BUDGET)
+			victim = oldest_partial_on(c);
+		else if (g->held + len > g->held_budget)
+			victim = g->partial;
+		else
+			return 0;
+		if (!victim || victim == call ||
+		    (call->partial && victim->start_ms > call->start_ms))
+			return -1;
+		sluice_count(&g->svc->metrics->grpc_shed, 1);
+		grpc_call_answer_error(
+			victim, 200, GRPC_RESOURCE_EXHAUSTED,
+			"request shed: its message was still arriving when "
+			"the server's request budget ran short",
+			0);
+	}
+}
+
 static void take_data(grpc_call_t *call, const uint8_t *data, size_t len)
 {
 	grpc_conn_t *c = call->conn;
@@ -238,19 +286,19 @@ static void take_data(grpc_call_t *call, const uint8_t *data, size_t len)
 
 	if (!call->headers_done || call->answered)
 		return;
-	if (c->held + len > GRPC_CONN_BUDGET ||
-	    c->g->held + len > c->g->held_budget) {
+	if (make_room(call, len) < 0 || grpc_call_charge(call, len, 0) < 0) {
 		fail(call, GRPC_RESOURCE_EXHAUSTED,
 		     "too many request bytes in flight");
 		return;
 	}
+	grpc_call_partial(call, 1);
 	sluice_buf_append(&call->in, data, len);
 	if (call->in.oom) {
+		/* Counted above: the release takes what arrived back. */
+		grpc_call_uncharge(call, len);
 		fail(call, GRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	c->held += len;
-	c->g->held += len;
 	if (!call->have_prefix && call->in.len >= GRPC_PREFIX_LEN) {
 		const uint8_t *p = (const uint8_t *)call->in.data;
 
@@ -325,6 +373,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame,
 	if (!call)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	call->conn = c;
+	call->g = c->g;
 	call->id = frame->hd.stream_id;
 	call->start_ms = uv_now(c->g->loop);
 	call->next = c->calls;
@@ -420,6 +469,7 @@ void grpc_call_install(nghttp2_session_callbacks *cbs)
 void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout)
 {
 	grpc_call_t *call, *next;
+	int waiting = 0;
 
 	/* No flush while walking the list (a flush may free calls): the
 	 * caller flushes after. */
@@ -427,12 +477,24 @@ void grpc_call_sweep(grpc_conn_t *c, uint64_t now, uint64_t timeout)
 	c->in_recv = 1;
 	for (call = c->calls; call; call = next) {
 		next = call->next;
+		if (call->resp_off < call->resp.len)
+			waiting = 1; /* an answer the window holds back */
 		if (call->answered || call->hold)
 			continue; /* a decision has the store's timeout */
+		/* The deadline for a message to arrive whole, from the
+		 * stream's start (a slow sender is shed sooner when the
+		 * budget runs short: make_room). */
 		if (now - call->start_ms >= timeout)
 			fail(call, GRPC_DEADLINE_EXCEEDED,
 			     "the request did not arrive within the idle "
 			     "timeout (http.idle_timeout_ms)");
 	}
 	c->in_recv = 0;
+	/* A client that leaves its answers unread (a flow-control window
+	 * of 0) holds them and its streams: past the idle timeout without
+	 * taking a byte of them, the connection is closed. */
+	if (!waiting)
+		c->answer_ms = now;
+	else if (now - c->answer_ms >= timeout)
+		grpc_conn_close(c);
 }

@@ -4,7 +4,9 @@
  * The config reader uses libyaml's document API: the whole file becomes a
  * tree of nodes, each with the position it started at, so every message
  * can name the exact line of the offending value.  Aliases are kept as
- * shared nodes (never expanded), so a hostile file cannot blow up memory.
+ * shared nodes (never copied), and what they stand for once expanded is
+ * bounded before the document is built (check_shape), so a hostile file
+ * can blow up neither memory nor the time of a walk.
  * Also the helpers every section reader uses: reading a config or
  * overrides file, copying a string.
  */
@@ -42,17 +44,143 @@ static int syntax_error(sluice_yaml_t *y, const yaml_parser_t *parser)
 	return -1;
 }
 
+/* ------------------------------------------------------ anchors, aliases */
+
 /*
- * Refuses nesting deeper than SLUICE_YAML_MAX_DEPTH, event by event, before
- * any document is built: libyaml spends time quadratic in the depth (80,000
- * "[" took 33 s, and a reload with such a file delayed SIGTERM), and no
- * setting needs more than a few levels.  Syntax errors are left to the
- * loader, which reports them.  Returns 0, or -1 with the message set.
+ * What an anchor stands for once its aliases are expanded: the nodes of
+ * its tree counted with every alias inside it expanded, and its height
+ * (levels of lists and mappings).  libyaml shares an aliased node rather
+ * than copying it, but every reader walks the tree, and a walk visits a
+ * shared node once per reference: nine anchors of three aliases each are
+ * 3^9 nodes to walk from a few hundred bytes.  So the walk is bounded
+ * here, before any document is built.
  */
-static int check_depth(sluice_yaml_t *y, const char *text, size_t len)
+typedef struct anchor_s {
+	uint64_t size;
+	int height;
+	int open; /* its node is still being read: an alias to it is a
+		     cycle */
+	char name[];
+} anchor_t;
+
+/* Open addressing; an anchor stays where it was allocated (the nodes
+ * being read point at theirs while the table grows). */
+typedef struct anchors_s {
+	anchor_t **slot;
+	size_t cap, n; /* cap a power of two, n <= cap / 2 */
+} anchors_t;
+
+static size_t anchor_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return (size_t)h;
+}
+
+static anchor_t **anchor_slot(anchor_t **slot, size_t cap, const char *name)
+{
+	size_t i;
+
+	for (i = anchor_hash(name) & (cap - 1);
+	     slot[i] && strcmp(slot[i]->name, name) != 0;
+	     i = (i + 1) & (cap - 1))
+		;
+	return &slot[i];
+}
+
+static anchor_t *anchor_find(anchors_t *t, const char *name)
+{
+	return t->cap ? *anchor_slot(t->slot, t->cap, name) : NULL;
+}
+
+/* The entry of name, made when new (a redefined anchor replaces the
+ * old one from here on, as libyaml does).  NULL when out of memory. */
+static anchor_t *anchor_put(anchors_t *t, const char *name)
+{
+	anchor_t *a = anchor_find(t, name);
+	size_t i, len = strlen(name);
+
+	if (a)
+		return a;
+	if (2 * (t->n + 1) > t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 16;
+		anchor_t **slot = calloc(cap, sizeof(*slot));
+
+		if (!slot)
+			return NULL;
+		for (i = 0; i < t->cap; i++)
+			if (t->slot[i])
+				*anchor_slot(slot, cap, t->slot[i]->name) =
+					t->slot[i];
+		free(t->slot);
+		t->slot = slot;
+		t->cap = cap;
+	}
+	a = calloc(1, sizeof(*a) + len + 1);
+	if (!a)
+		return NULL;
+	memcpy(a->name, name, len + 1);
+	*anchor_slot(t->slot, t->cap, name) = a;
+	t->n++;
+	return a;
+}
+
+static void anchors_free(anchors_t *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->cap; i++)
+		free(t->slot[i]);
+	free(t->slot);
+}
+
+/* The anchor a node event carries, or NULL. */
+static const char *event_anchor(const yaml_event_t *ev)
+{
+	switch (ev->type) {
+	case YAML_SCALAR_EVENT:
+		return (const char *)ev->data.scalar.anchor;
+	case YAML_SEQUENCE_START_EVENT:
+		return (const char *)ev->data.sequence_start.anchor;
+	case YAML_MAPPING_START_EVENT:
+		return (const char *)ev->data.mapping_start.anchor;
+	default:
+		return NULL;
+	}
+}
+
+/* A list or mapping being read: where its count started, its anchor,
+ * the height of its deepest child so far. */
+typedef struct open_node_s {
+	uint64_t start;
+	anchor_t *anchor;
+	int height;
+} open_node_t;
+
+/*
+ * Walks the file's events once, before any document is built, and
+ * refuses:
+ *  - nesting deeper than SLUICE_YAML_MAX_DEPTH: libyaml spends time
+ *    quadratic in the depth (80,000 "[" took 33 s, and a reload with such
+ *    a file delayed SIGTERM), and no setting needs more than a few levels;
+ *    an alias counts with the depth of what it stands for;
+ *  - aliases that stand for more than SLUICE_YAML_MAX_ALIAS_NODES nodes in
+ *    all (each alias counted with its anchor's tree, aliases in that
+ *    included): the walk of every reader is then bounded by the file's own
+ *    nodes plus that;
+ *  - an alias inside the node its anchor names (a cycle no walk ends).
+ * Syntax errors and undefined aliases are left to the loader, which
+ * reports them.  Returns 0, or -1 with the message set.
+ */
+static int check_shape(sluice_yaml_t *y, const char *text, size_t len)
 {
 	yaml_parser_t parser;
 	yaml_event_t ev;
+	open_node_t open[SLUICE_YAML_MAX_DEPTH + 1];
+	anchors_t anchors = {NULL, 0, 0};
+	uint64_t total = 0, aliased = 0;
 	int depth = 0, r = 0, done = 0;
 
 	if (!yaml_parser_initialize(&parser)) {
@@ -61,24 +189,106 @@ static int check_depth(sluice_yaml_t *y, const char *text, size_t len)
 	}
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	while (!done && yaml_parser_parse(&parser, &ev)) {
-		switch (ev.type) {
+		size_t line = ev.start_mark.line + 1;
+		const char *aname = event_anchor(&ev);
+		anchor_t *a = NULL, *target;
+		int height = -1; /* of a node just read whole */
+
+		if (aname && !(a = anchor_put(&anchors, aname))) {
+			snprintf(y->err, y->errlen, "%s:%zu: out of memory",
+				 y->name, line);
+			r = -1;
+			done = 1;
+		}
+		switch (done ? YAML_NO_EVENT : ev.type) {
 		case YAML_SEQUENCE_START_EVENT:
 		case YAML_MAPPING_START_EVENT:
-			if (++depth > SLUICE_YAML_MAX_DEPTH) {
+			if (depth == SLUICE_YAML_MAX_DEPTH) {
 				snprintf(y->err, y->errlen,
 					 "%s:%zu: nesting deeper than %d "
 					 "levels; expected at most %d nested "
 					 "lists and mappings",
-					 y->name, ev.start_mark.line + 1,
-					 SLUICE_YAML_MAX_DEPTH,
+					 y->name, line, SLUICE_YAML_MAX_DEPTH,
 					 SLUICE_YAML_MAX_DEPTH);
 				r = -1;
 				done = 1;
+				break;
 			}
+			open[depth].start = total++;
+			open[depth].anchor = a;
+			open[depth].height = 0;
+			if (a)
+				a->open = 1;
+			depth++;
 			break;
 		case YAML_SEQUENCE_END_EVENT:
 		case YAML_MAPPING_END_EVENT:
+			if (depth == 0)
+				break;
 			depth--;
+			height = open[depth].height + 1;
+			if ((a = open[depth].anchor)) {
+				a->size = total - open[depth].start;
+				a->height = height;
+				a->open = 0;
+			}
+			break;
+		case YAML_SCALAR_EVENT:
+			total++;
+			height = 0;
+			if (a) {
+				a->size = 1;
+				a->height = 0;
+				a->open = 0;
+			}
+			break;
+		case YAML_ALIAS_EVENT:
+			target = anchor_find(
+				&anchors, (const char *)ev.data.alias.anchor);
+			if (!target)
+				break; /* undefined: the loader says so */
+			if (target->open) {
+				snprintf(y->err, y->errlen,
+					 "%s:%zu: the alias *%.64s is inside "
+					 "the node it names (a cycle); "
+					 "expected an alias to a node that "
+					 "ends before it",
+					 y->name, line,
+					 (const char *)ev.data.alias.anchor);
+				r = -1;
+				done = 1;
+				break;
+			}
+			if (depth + target->height > SLUICE_YAML_MAX_DEPTH) {
+				snprintf(y->err, y->errlen,
+					 "%s:%zu: nesting deeper than %d "
+					 "levels (through the alias "
+					 "*%.64s); expected at most %d nested "
+					 "lists and mappings",
+					 y->name, line, SLUICE_YAML_MAX_DEPTH,
+					 (const char *)ev.data.alias.anchor,
+					 SLUICE_YAML_MAX_DEPTH);
+				r = -1;
+				done = 1;
+				break;
+			}
+			aliased += target->size;
+			total += target->size;
+			height = target->height;
+			if (aliased > SLUICE_YAML_MAX_ALIAS_NODES) {
+				snprintf(y->err, y->errlen,
+					 "%s:%zu: aliases stand for more than "
+					 "%d nodes (the alias *%.64s passes "
+					 "the bound); expected at most %d "
+					 "nodes repeated through aliases in "
+					 "one file",
+					 y->name, line,
+					 SLUICE_YAML_MAX_ALIAS_NODES,
+					 (const char *)ev.data.alias.anchor,
+					 SLUICE_YAML_MAX_ALIAS_NODES);
+				r = -1;
+				done = 1;
+			}
 			break;
 		case YAML_STREAM_END_EVENT:
 			done = 1;
@@ -86,8 +296,11 @@ static int check_depth(sluice_yaml_t *y, const char *text, size_t len)
 		default:
 			break;
 		}
+		if (height >= 0 && depth > 0 && height > open[depth - 1].height)
+			open[depth - 1].height = height;
 		yaml_event_delete(&ev);
 	}
+	anchors_free(&anchors);
 	yaml_parser_delete(&parser);
 	return r;
 }
@@ -99,7 +312,7 @@ int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len)
 	yaml_node_t *root;
 
 	memset(&y->doc, 0, sizeof(y->doc));
-	if (check_depth(y, text, len) < 0)
+	if (check_shape(y, text, len) < 0)
 		return -1;
 	if (!yaml_parser_initialize(&parser)) {
 		snprintf(y->err, y->errlen, "%s:1: out of memory", y->name);

@@ -37,9 +37,17 @@ typedef struct sluice_yaml_s {
  * setting, a tier's limit, sits at 7). */
 #define SLUICE_YAML_MAX_DEPTH 32
 
+/* Nodes that aliases may stand for in one file, in all (each alias
+ * counted with the whole tree of its anchor, aliases inside included):
+ * every reader walks an aliased node once per reference, so this bounds
+ * the walk to the file's own nodes plus this many.  Far more than any
+ * config repeats through anchors (a rule or a limit is a few nodes). */
+#define SLUICE_YAML_MAX_ALIAS_NODES 100000
+
 /* Parses text into y->doc.  Returns 0, or -1 with a message (syntax
- * errors, nesting deeper than SLUICE_YAML_MAX_DEPTH, an empty file, a
- * root that is not a mapping). */
+ * errors, nesting deeper than SLUICE_YAML_MAX_DEPTH, aliases standing for
+ * more than SLUICE_YAML_MAX_ALIAS_NODES nodes or inside their own anchor's
+ * node, an empty file, a root that is not a mapping). */
 int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len);
 void sluice_yaml_free(sluice_yaml_t *y);
 

@@ -41,6 +41,10 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t responses[16]; /* by status, see metrics.c */
 	sluice_counter_t latency[SLUICE_LATENCY_BUCKETS + 1];
 	sluice_counter_t latency_sum_ns;
+	/* The loop thread's lag (util/loop_lag.h), one sample every
+	 * 100 ms (serve/server.c), in the latency buckets. */
+	sluice_counter_t loop_lag[SLUICE_LATENCY_BUCKETS + 1];
+	sluice_counter_t loop_lag_sum_ns;
 	sluice_counter_t connections; /* open now (gauge) */
 	sluice_counter_t accepted;
 	sluice_counter_t timeouts;
@@ -51,6 +55,8 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t grpc_connections; /* open now (gauge) */
 	sluice_counter_t grpc_accepted;
 	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
+	/* Requests shed while their message arrived (the budget short). */
+	sluice_counter_t grpc_shed;
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
 

@@ -309,6 +309,114 @@ static void merge_into(sluice_envoy_domain_t *a, sluice_envoy_domain_t *b,
 	b->nchildren = 0;
 }
 
+/* ------------------------------------------------ replaces, one way */
+
+/* The nodes of a tree that have a limit with a name or a replaces list,
+ * appended to *v (room grown as needed); -1 when out of memory. */
+static int gather(const sluice_envoy_node_t *nodes, size_t n,
+		  const sluice_envoy_node_t ***v, size_t *len, size_t *cap)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const sluice_envoy_limit_t *l = nodes[i].limit;
+
+		if (l && (l->name || l->nreplaces)) {
+			if (*len == *cap) {
+				size_t c = *cap ? *cap * 2 : 16;
+				void *p = realloc(*v, c * sizeof(**v));
+
+				if (!p)
+					return -1;
+				*v = p;
+				*cap = c;
+			}
+			(*v)[(*len)++] = &nodes[i];
+		}
+		if (gather(nodes[i].children, nodes[i].nchildren, v, len, cap) <
+		    0)
+			return -1;
+	}
+	return 0;
+}
+
+/* 1 when a's limit replaces b's (by name). */
+static int replaces(const sluice_envoy_node_t *a, const sluice_envoy_node_t *b)
+{
+	size_t k;
+
+	if (!b->limit->name)
+		return 0;
+	for (k = 0; k < a->limit->nreplaces; k++)
+		if (strcmp(a->limit->replaces[k], b->limit->name) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * A request matching every limit of a `replaces` cycle (a replaces b,
+ * b replaces a) would drop them all -- no limit at all -- so a cycle is
+ * refused, each of its limits named with its file and line.  The limits
+ * left once those that replace nothing left, or that nothing left
+ * replaces, are peeled off (repeatedly, both ways) are exactly those on
+ * or between cycles.
+ */
+static void check_replaces(const sluice_envoy_domain_t *dom, errs_t *e)
+{
+	const sluice_envoy_node_t **v = NULL;
+	size_t n = 0, cap = 0, i, j, left;
+	unsigned char *gone = NULL;
+	char line[1200];
+	int changed;
+
+	if (gather(dom->children, dom->nchildren, &v, &n, &cap) < 0 ||
+	    (n && !(gone = calloc(n, 1)))) {
+		snprintf(line, sizeof(line), "%.500s:%d: out of memory",
+			 dom->file, dom->line);
+		errs_line(e, line);
+		free(v);
+		return;
+	}
+	left = n;
+	do {
+		changed = 0;
+		for (i = 0; i < n; i++) {
+			int in = 0, out = 0;
+
+			if (gone[i])
+				continue;
+			for (j = 0; j < n && !(in && out); j++) {
+				if (gone[j])
+					continue;
+				out |= replaces(v[i], v[j]);
+				in |= replaces(v[j], v[i]);
+			}
+			if (!in || !out) {
+				gone[i] = 1;
+				left--;
+				changed = 1;
+			}
+		}
+	} while (changed && left);
+	for (i = 0; i < n; i++) {
+		if (gone[i])
+			continue;
+		for (j = 0; j < n && (gone[j] || !replaces(v[i], v[j])); j++)
+			;
+		snprintf(line, sizeof(line),
+			 "%.400s:%d: rate_limit '%.100s' replaces '%.100s', "
+			 "and replaces lead back to it (a cycle): a "
+			 "request matching them all would have no limit; "
+			 "expected replaces to run one way",
+			 v[i]->file ? v[i]->file : dom->file, v[i]->line,
+			 v[i]->limit->name ? v[i]->limit->name : "",
+			 j < n ? v[j]->limit->name : "");
+		errs_line(e, line);
+	}
+	free(gone);
+	free(v);
+}
+
 static void check_domains(sluice_envoy_config_t *cfg, errs_t *e)
 {
 	char line[1200];
@@ -338,6 +446,8 @@ static void check_domains(sluice_envoy_config_t *cfg, errs_t *e)
 		cfg->domains[out++] = *b;
 	}
 	cfg->ndomains = out;
+	for (i = 0; i < cfg->ndomains; i++)
+		check_replaces(&cfg->domains[i], e);
 }
 
 static char *dup_or_null(const char *s)
@@ -390,6 +500,8 @@ sluice_envoy_load_dir(const char *dir, const sluice_envoy_settings_t *settings,
 	}
 	cfg->override_rule.cost = 1;
 	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	/* Before listing and reading: see the field. */
+	cfg->stamp = sluice_envoy_dir_stamp(dir);
 	if (list_dir(dir, cfg, &e) < 0)
 		goto fail;
 	if (!(cfg->domains = calloc(cfg->nfiles ? cfg->nfiles : 1,
@@ -438,7 +550,9 @@ sluice_envoy_load_text(const char *name, const char *text, size_t len,
 	cfg->nfiles = 1;
 	cfg->override_rule.cost = 1;
 	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
-	if (load_text(cfg, 0, text, len, 1, &e) < 0 || e.nerrors) {
+	if (load_text(cfg, 0, text, len, 1, &e) == 0)
+		check_replaces(&cfg->domains[0], &e);
+	if (e.nerrors) {
 		sluice_envoy_config_free(cfg);
 		return NULL;
 	}

@@ -76,8 +76,8 @@ typedef struct sluice_envoy_node_s {
 	char **parts;	 /* value split at '*' when wildcard */
 	size_t nparts;	 /* 0 unless wildcard */
 	int shadow_mode; /* charged, never makes the answer OVER_LIMIT */
-	int quota_mode;	 /* charged apart; the answer is OVER_LIMIT only
-			    when every quota descriptor is over */
+	int quota_mode;	 /* the answer is OVER_LIMIT only when every
+			    quota descriptor is over (all or nothing) */
 	int detailed_metric;
 	int value_to_metric;
 	int share_threshold;	     /* one bucket for every value the pattern
@@ -123,6 +123,11 @@ typedef struct sluice_envoy_config_s {
 	sluice_envoy_settings_t settings;
 	char *dir; /* the directory as loaded (resolved against the config
 		      file's directory) */
+	/* sluice_envoy_dir_stamp(dir) taken before any file was read: a
+	 * file changed while loading makes the directory's stamp differ
+	 * from it, so a watcher that keeps it reloads again (never one
+	 * taken after reading, which would hide that change) */
+	uint64_t stamp;
 	sluice_envoy_domain_t *domains; /* sorted by name */
 	size_t ndomains;
 	char **files; /* every file read, sorted (nodes point into these) */

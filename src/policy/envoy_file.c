@@ -342,7 +342,7 @@ static int parse_node(load_t *L, yaml_node_t *it, const char *parent,
 				       "found key '%.100s'",
 				       d->stat_key);
 	if ((x = sluice_yaml_get(L->y, it, "rate_limit")) &&
-	    parse_rate_limit(L, x, d, d->shadow_mode || d->quota_mode) < 0)
+	    parse_rate_limit(L, x, d, d->shadow_mode) < 0)
 		rc = -1;
 	/* A series only where a limit is counted: a level without one
 	 * never has hits of its own. */

@@ -5,6 +5,7 @@
 #include "policy/envoy_metrics.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static sluice_envoy_series_t *table[NBUCKETS];
 static sluice_envoy_series_t *all;
 static size_t nseries;
+static size_t nbytes; /* label bytes of every series (domain, path) */
 /* When even the overflow series cannot be made (out of memory). */
 static sluice_envoy_series_t lost = {.domain = "", .path = "_lost"};
 
@@ -52,19 +54,58 @@ static sluice_envoy_series_t *get(const char *domain, const char *path,
 	s->all = all;
 	all = s;
 	nseries++;
+	nbytes += strlen(domain) + strlen(path);
 	return s;
+}
+
+/*
+ * A label value as kept: at most SLUICE_ENVOY_MAX_LABEL bytes.  A longer
+ * one (a client's header in a detailed_metric path) keeps its head and
+ * ends in "~" and 16 hex digits of a hash of the whole, so that values
+ * which differ after the head still count apart.
+ */
+static const char *bounded(const char *v, char *out)
+{
+	size_t n = strlen(v), head = SLUICE_ENVOY_MAX_LABEL - 17;
+	uint64_t h = 1469598103934665603ull;
+	size_t i;
+
+	if (n <= SLUICE_ENVOY_MAX_LABEL)
+		return v;
+	for (i = 0; i < n; i++)
+		h = (h ^ (unsigned char)v[i]) * 1099511628211ull;
+	memcpy(out, v, head);
+	snprintf(out + head, 18, "~%016llx", (unsigned long long)h);
+	return out;
 }
 
 sluice_envoy_series_t *sluice_envoy_series(const char *domain, const char *path)
 {
+	char bd[SLUICE_ENVOY_MAX_LABEL + 1], bp[SLUICE_ENVOY_MAX_LABEL + 1];
 	sluice_envoy_series_t *s;
 
+	domain = bounded(domain, bd);
+	path = bounded(path, bp);
 	pthread_mutex_lock(&lock);
-	s = get(domain, path, nseries < SLUICE_ENVOY_MAX_SERIES);
+	/* Past either cap, counts go to the domain's overflow series. */
+	s = get(domain, path,
+		nseries < SLUICE_ENVOY_MAX_SERIES &&
+			nbytes + strlen(domain) + strlen(path) <=
+				SLUICE_ENVOY_MAX_SERIES_BYTES);
 	if (!s)
 		s = get(domain, "_overflow", 1);
 	pthread_mutex_unlock(&lock);
 	return s ? s : &lost;
+}
+
+size_t sluice_envoy_series_bytes(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&lock);
+	n = nbytes;
+	pthread_mutex_unlock(&lock);
+	return n;
 }
 
 void sluice_envoy_metrics_render(sluice_buf_t *out)
@@ -79,14 +120,20 @@ void sluice_envoy_metrics_render(sluice_buf_t *out)
 		("Hits allowed with less than 1 - near_limit_ratio of the "
 		 "bucket left"),
 		"Hits over the limit of a shadow_mode descriptor (allowed)"};
-	sluice_envoy_series_t *s;
+	sluice_envoy_series_t *s, *head;
 	int k;
 
+	/* Only the head is read under the lock: a series is never changed
+	 * (but for its atomic counters) nor freed once it is on the list,
+	 * and new ones go in front, so the walk needs no lock, and a
+	 * scrape never holds up a decision that makes a series. */
 	pthread_mutex_lock(&lock);
-	for (k = 0; k < 4 && all; k++) {
+	head = all;
+	pthread_mutex_unlock(&lock);
+	for (k = 0; k < 4 && head; k++) {
 		sluice_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n",
 				  names[k], help[k], names[k]);
-		for (s = all; s; s = s->all) {
+		for (s = head; s; s = s->all) {
 			_Atomic uint64_t *c[4] = {
 				&s->total_hits, &s->over_limit, &s->near_limit,
 				&s->shadow_mode};
@@ -103,5 +150,4 @@ void sluice_envoy_metrics_render(sluice_buf_t *out)
 			sluice_buf_append(out, "\n", 1);
 		}
 	}
-	pthread_mutex_unlock(&lock);
 }

@@ -7,8 +7,9 @@
  * gives no value), so the number of series is bounded by the config, not
  * by what clients send.  Only `detailed_metric` and `value_to_metric` put
  * request values into the path; those series are capped at
- * SLUICE_ENVOY_MAX_SERIES, after which hits count under the path
- * "_overflow" of their domain.
+ * SLUICE_ENVOY_MAX_SERIES series and SLUICE_ENVOY_MAX_SERIES_BYTES label
+ * bytes (each value at most SLUICE_ENVOY_MAX_LABEL), after which hits
+ * count under the path "_overflow" of their domain.
  *
  *   sluice_envoy_total_hits_total{domain,descriptor}
  *   sluice_envoy_over_limit_total{domain,descriptor}
@@ -28,6 +29,13 @@
 #include <stdint.h>
 
 #define SLUICE_ENVOY_MAX_SERIES 10000
+/* A label value (domain, descriptor path) is kept to this many bytes: a
+ * longer one keeps its head and ends in "~" and 16 hex digits of a hash
+ * of the whole.  And the label bytes of every series together are capped
+ * too (past it, new paths count under "_overflow"), so /metrics stays a
+ * few megabytes whatever values clients send. */
+#define SLUICE_ENVOY_MAX_LABEL	      200
+#define SLUICE_ENVOY_MAX_SERIES_BYTES (1024 * 1024)
 
 typedef struct sluice_envoy_series_s {
 	_Atomic uint64_t total_hits, over_limit, near_limit, shadow_mode;
@@ -42,12 +50,24 @@ typedef struct sluice_envoy_series_s {
 sluice_envoy_series_t *sluice_envoy_series(const char *domain,
 					   const char *path);
 
+/* Adds n, saturating: a counter never wraps to a small number (the
+ * engine adds the hits a descriptor was charged, which are bounded, but a
+ * counter that wrapped would read as a reset to Prometheus). */
 static inline void sluice_envoy_add(_Atomic uint64_t *c, uint64_t n)
 {
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+	uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+
+	while (!atomic_compare_exchange_weak_explicit(
+		c, &v, v > UINT64_MAX - n ? UINT64_MAX : v + n,
+		memory_order_relaxed, memory_order_relaxed))
+		;
 }
 
-/* Appends the series in Prometheus text (serve/metrics.c calls it). */
+/* The label bytes the series hold (domain and path of each). */
+size_t sluice_envoy_series_bytes(void);
+
+/* Appends the series in Prometheus text (serve/metrics.c calls it).  The
+ * registry's lock is held only to read where the list starts. */
 void sluice_envoy_metrics_render(sluice_buf_t *out);
 
 #endif /* SLUICE_POLICY_ENVOY_METRICS_H */

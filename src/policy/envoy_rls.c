@@ -38,8 +38,14 @@ typedef struct desc_s {
 	sluice_envoy_unit_limit_t units[SLUICE_MAX_LIMITS];
 	int shadow;
 	int quota;    /* quota_mode: over only when every quota one is */
-	size_t match; /* index in the take (D_CHARGE) */
+	size_t match; /* index in the take (D_CHARGE, not settled) */
 	uint64_t cost;
+	uint64_t charge; /* the cost the take asks of its buckets */
+	/* Decided before the take's last round (a shadow_mode descriptor,
+	 * charged on its own; a quota descriptor found over): its result,
+	 * kept while the rest is taken again (quota_retake()). */
+	int settled;
+	sluice_match_result_t res;
 	sluice_envoy_series_t *series; /* NULL: not counted */
 	sluice_limit_set_t oset;       /* a request-supplied limit */
 	const char *name;	       /* for headers */
@@ -54,6 +60,7 @@ typedef struct rls_ctx_s {
 	void *arg;
 	sluice_take_t *t;
 	desc_t *d;
+	int blocked; /* a descriptor is always over: nothing is charged */
 } rls_ctx_t;
 
 /* ------------------------------------------------------------ helpers */
@@ -204,6 +211,8 @@ static void apply_replaces(rls_ctx_t *x, size_t n)
 	}
 }
 
+static void on_verdict(void *arg, const sluice_verdict_t *v);
+
 /* ------------------------------------------------------------ the answer */
 
 static void add_header(sluice_rls_response_t *r, const char *k, const char *v)
@@ -279,23 +288,43 @@ static void add_headers(rls_ctx_t *x, sluice_rls_response_t *r)
 	sluice_buf_free(&b);
 }
 
-/* Counts one descriptor's hits in its series. */
+/* A cost above every capacity can never pass, whatever its size: the
+ * store gets capacity + 1 (a client's hits_addend of 2^64 - 1 must not
+ * reach a store's arithmetic). */
+static uint64_t clamp_cost(uint64_t cost, const sluice_limit_set_t *set)
+{
+	uint64_t max = 0;
+	size_t i;
+
+	for (i = 0; i < set->nlimits; i++)
+		if (set->limits[i].capacity > max)
+			max = set->limits[i].capacity;
+	return cost > max ? max + 1 : cost;
+}
+
+/* Counts one descriptor's hits in its series: its cost as the store
+ * sees it (clamped to capacity + 1; a blocked limit's capacity is 0), so
+ * a client's hits_addend cannot run a counter up to its end in a few
+ * requests. */
 static void count(const rls_ctx_t *x, const desc_t *d, int over,
 		  const sluice_decision_t *dec)
 {
 	sluice_envoy_series_t *s = d->series;
 	unsigned near = x->cfg->settings.near_limit_percent;
+	uint64_t hits = d->kind == D_CHARGE ? clamp_cost(d->cost, d->set)
+			: d->cost > 1	    ? 1
+					    : d->cost;
 
 	if (!s)
 		return;
-	sluice_envoy_add(&s->total_hits, d->cost);
+	sluice_envoy_add(&s->total_hits, hits);
 	if (over) {
-		sluice_envoy_add(&s->over_limit, d->cost);
+		sluice_envoy_add(&s->over_limit, hits);
 		if (d->shadow)
-			sluice_envoy_add(&s->shadow_mode, d->cost);
+			sluice_envoy_add(&s->shadow_mode, hits);
 	} else if (dec && dec->limit &&
 		   (dec->limit - dec->remaining) * 100 > dec->limit * near) {
-		sluice_envoy_add(&s->near_limit, d->cost);
+		sluice_envoy_add(&s->near_limit, hits);
 	}
 }
 
@@ -343,8 +372,8 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 				     : SLUICE_RLS_CODE_OVER_LIMIT;
 		break;
 	case D_CHARGE:
-		assert(x->t && d->match < x->t->nmatches);
-		res = &x->t->results[d->match];
+		assert(d->settled || (x->t && d->match < x->t->nmatches));
+		res = d->settled ? &d->res : &x->t->results[d->match];
 		if (!res->decided) {
 			/* The store failed and the rule failed open: no
 			 * decision to report. */
@@ -359,8 +388,8 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 		st->duration_until_reset_ms =
 			(res->d.reset_after_us + 999) / 1000;
 		if (res->outcome == SLUICE_OUT_SKIPPED)
-			uncharged(st, &d->set->limits[which],
-				  x->t->costs[d->match], &res->d);
+			uncharged(st, &d->set->limits[which], d->charge,
+				  &res->d);
 		count(x, d, over, &res->d);
 		if (over && !d->shadow)
 			st->code = SLUICE_RLS_CODE_OVER_LIMIT;
@@ -370,12 +399,45 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 		st->limit_name = strdup(d->limit->name);
 }
 
+/* The metrics slot Envoy's store failures count in
+ * (sluice_store_errors_total{rule="envoy"}), found once. */
+static uint16_t envoy_slot(void)
+{
+	static _Atomic int slot = -1;
+	int s = atomic_load_explicit(&slot, memory_order_relaxed);
+
+	if (s < 0) {
+		s = sluice_metrics_slot("envoy");
+		atomic_store_explicit(&slot, s, memory_order_relaxed);
+	}
+	return (uint16_t)s;
+}
+
+/* Each descriptor the store failed on, whatever on_store_error made of
+ * it, is a store error, as a rule's is on the HTTP side. */
+static void count_store_errors(const rls_ctx_t *x)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < x->req->ndescriptors; i++) {
+		const desc_t *d = &x->d[i];
+
+		if (d->kind == D_CHARGE &&
+		    (d->settled ? d->res.store_err
+				: x->t && x->t->results[d->match].store_err))
+			n++;
+	}
+	if (n && x->svc->metrics)
+		sluice_count(&x->svc->metrics->store_errors[envoy_slot()], n);
+}
+
 static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 {
 	const sluice_rls_request_t *req = x->req;
 	sluice_rls_response_t *r = calloc(1, sizeof(*r));
 	size_t i, nquota = 0, quota_over = 0;
 
+	count_store_errors(x);
 	if (!r)
 		goto out; /* nothing to answer with: cb cannot run */
 	r->overall_code = SLUICE_RLS_CODE_OK;
@@ -423,23 +485,77 @@ out:
 	free(x);
 }
 
-static void on_verdict(void *arg, const sluice_verdict_t *v)
+/*
+ * quota_mode, all or nothing: a request is refused when a normal
+ * descriptor is over, or when every quota descriptor is; refused, it
+ * charges nothing; allowed, it charges every descriptor but the quota
+ * ones that are over (those cannot be).  The store's take is all or
+ * nothing over every enforcing descriptor, quota ones included: when it
+ * refused only for quota descriptors and some other quota descriptor
+ * would pass, those found over are set aside (their answer kept) and the
+ * rest is taken again, atomically again -- at most once per quota
+ * descriptor.  shadow_mode descriptors were charged apart in the first
+ * round and are set aside too.  Returns 1 when a round was started.
+ */
+static int quota_retake(rls_ctx_t *x, const sluice_verdict_t *v)
 {
-	finish(arg, v);
+	sluice_take_t *t = x->t;
+	size_t i, k, over = 0, left = 0;
+
+	if (!t || !v || v->allowed || v->status || x->blocked)
+		return 0;
+	for (i = 0; i < x->req->ndescriptors; i++) {
+		const desc_t *d = &x->d[i];
+		int limited =
+			d->kind == D_CHARGE && !d->settled &&
+			t->results[d->match].outcome == SLUICE_OUT_LIMITED;
+
+		if (d->shadow || d->kind == D_NONE)
+			continue;
+		if (!d->quota && limited)
+			return 0; /* a normal descriptor is over */
+		if (d->quota && limited)
+			over++;
+		else if (d->quota && (d->kind == D_UNLIMITED ||
+				      (d->kind == D_CHARGE && !d->settled)))
+			left++; /* a quota descriptor that is not over */
+	}
+	if (!over || !left)
+		return 0; /* every quota descriptor is over */
+	/* Set aside what is decided; compact the rest to the front. */
+	for (i = 0, k = 0; i < x->req->ndescriptors; i++) {
+		desc_t *d = &x->d[i];
+
+		if (d->kind != D_CHARGE || d->settled)
+			continue;
+		if (d->shadow || (d->quota && t->results[d->match].outcome ==
+						      SLUICE_OUT_LIMITED)) {
+			d->settled = 1;
+			d->res = t->results[d->match];
+			continue;
+		}
+		/* Compaction writes at or before the slot it reads. */
+		assert(k <= d->match);
+		if (k != d->match) {
+			t->matches[k] = t->matches[d->match];
+			t->costs[k] = t->costs[d->match];
+		}
+		d->match = k++;
+	}
+	if (k == 0)
+		return 0; /* nothing left to charge: the answer stands */
+	t->nmatches = k;
+	sluice_verdict_decide(&x->svc->backend, t, sluice_now_us(), on_verdict,
+			      x);
+	return 1;
 }
 
-/* A cost above every capacity can never pass, whatever its size: the
- * store gets capacity + 1 (a client's hits_addend of 2^64 - 1 must not
- * reach a store's arithmetic). */
-static uint64_t clamp_cost(uint64_t cost, const sluice_limit_set_t *set)
+static void on_verdict(void *arg, const sluice_verdict_t *v)
 {
-	uint64_t max = 0;
-	size_t i;
+	rls_ctx_t *x = arg;
 
-	for (i = 0; i < set->nlimits; i++)
-		if (set->limits[i].capacity > max)
-			max = set->limits[i].capacity;
-	return cost > max ? max + 1 : cost;
+	if (!quota_retake(x, v))
+		finish(x, v);
 }
 
 /* -------------------------------------------------------------- public */
@@ -451,7 +567,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		svc->live && svc->live->cfg ? svc->live->cfg->envoy : NULL;
 	const sluice_envoy_domain_t *dom;
 	rls_ctx_t *x;
-	size_t i, k, n;
+	size_t i, k, n, nquota = 0, quota_blocked = 0;
 	int rc, blocked = 0;
 
 	if ((rc = validate(req, errbuf, errlen)) < 0)
@@ -501,7 +617,15 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		if (x->d[i].kind == D_BLOCKED && !x->d[i].shadow &&
 		    !x->d[i].quota)
 			blocked = 1;
+		if (x->d[i].quota && x->d[i].kind != D_NONE) {
+			nquota++;
+			quota_blocked += x->d[i].kind == D_BLOCKED;
+		}
 	}
+	/* Every quota descriptor always over: over as a blocked one. */
+	if (nquota && quota_blocked == nquota)
+		blocked = 1;
+	x->blocked = blocked;
 	/* The take: matches[i] was filled by classify() for config
 	 * matches (its key); compact the charged ones to the front. */
 	for (i = 0, k = 0; i < n; i++) {
@@ -528,6 +652,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		x->t->costs[k] = blocked && !m->rule->shadow
 					 ? 0
 					 : clamp_cost(d->cost, d->set);
+		d->charge = x->t->costs[k];
 		d->match = k++;
 	}
 	x->t->nmatches = k;

@@ -73,7 +73,11 @@ static uint64_t gcd(uint64_t a, uint64_t b)
  * finest step that fits: 1/1000 us, else 1/100, 1/10, 1 us.  Any
  * requests_per_unit envoyproxy/ratelimit takes loads; the rounding moves
  * each token's interval by at most half a step (a year's refill needs
- * steps of 1/100 us to fit the exact range).
+ * steps of 1/100 us to fit the exact range).  Above 10^9 a second (a
+ * token more often than every 1/1000 us, which rounds to no interval at
+ * all), the bucket refills at 10^9 a second, the finest rate there is:
+ * its capacity stays requests_per_unit, and it never lets through more
+ * than the rule asks.
  */
 static int rounded(uint32_t n, uint64_t secs, uint64_t capacity,
 		   sluice_limit_t *out, char *err, size_t errlen)
@@ -88,8 +92,10 @@ static int rounded(uint32_t n, uint64_t secs, uint64_t capacity,
 		uint64_t interval = (steps_total + n / 2) / n, g;
 		sluice_rate_t rate;
 
-		if (!interval)
+		if (!interval && i > 0)
 			continue;
+		if (!interval)
+			interval = 1; /* the finest rate: see above */
 		g = gcd(interval, steps[i]);
 		rate.interval = interval / g;
 		rate.per = (uint32_t)(steps[i] / g);

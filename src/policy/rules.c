@@ -13,13 +13,14 @@
  * parts with \x1f, and a value holding \x1f is no part.
  *
  * What a client controls never picks its bucket: a path matches in every
- * spelling a router would send to the same handler (see path_matches()),
+ * spelling a router would send to the same handler (every reading of
+ * paths.c, see rule_applies()),
  * X-Forwarded-For is read from the right across all of its lines, and a
  * header used as an identity that comes on two lines is not used at all.
  */
 #include "policy/config.h"
+#include "util/addr.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,166 +131,6 @@ int sluice_glob_match_nocase(const char *pat, const char *s, size_t n)
 	return glob_match(pat, s, n, 1);
 }
 
-/*
- * Path normalisation, so that a client cannot step around a path rule by
- * spelling the path differently from how the application will route it:
- * percent-escapes are decoded (except %2F and %00, which would change the
- * segments or end the string), path parameters (";..." up to the end of
- * a segment) are dropped, runs of '/' collapse to one, and "." and ".."
- * segments are resolved ("/x/..;/api//%75pload;s=1" is "/api/upload").
- * nginx does the same to $uri, and Tomcat, Jetty and Spring drop path
- * parameters before routing; X-Original-URI carries the raw form.  An
- * escaped ';' (%3B) is decoded first and so dropped too: a router that
- * keeps it literal sends the request to another handler (usually none),
- * and charging such a request is harmless, missing one is not.
- * Works in place: the result is never longer than the input.
- */
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-static size_t decode_escapes(const char *in, size_t n, char *out)
-{
-	size_t i = 0, o = 0;
-
-	while (i < n) {
-		int hi, lo;
-
-		if (in[i] == '%' && i + 2 < n &&
-		    (hi = hexval(in[i + 1])) >= 0 &&
-		    (lo = hexval(in[i + 2])) >= 0) {
-			int v = hi * 16 + lo;
-
-			if (v == '/' || v == 0) { /* keep, in one spelling */
-				out[o++] = '%';
-				out[o++] = v ? '2' : '0';
-				out[o++] = v ? 'F' : '0';
-			} else {
-				out[o++] = (char)v;
-			}
-			i += 3;
-		} else {
-			out[o++] = in[i++];
-		}
-	}
-	return o;
-}
-
-static size_t resolve_segments(char *buf, size_t m)
-{
-	size_t r = 0, w = 0, s, seglen, i;
-
-	while (r < m) {
-		if (buf[r] != '/') {
-			buf[w++] = buf[r++];
-			continue;
-		}
-		while (r < m && buf[r] == '/')
-			r++;
-		s = r;
-		while (r < m && buf[r] != '/')
-			r++;
-		seglen = r - s;
-		/* Path parameters (";jsessionid=1", RFC 3986 section 3.3)
-		 * are not part of the segment for Tomcat, Jetty and Spring,
-		 * which route "/api;x/upload;" as "/api/upload": drop them,
-		 * before dot segments are looked at ("/..;/" is ".."). */
-		for (i = s; i < r; i++)
-			if (buf[i] == ';') {
-				seglen = i - s;
-				break;
-			}
-		if (seglen == 2 && buf[s] == '.' && buf[s + 1] == '.') {
-			while (w > 0 && buf[w - 1] != '/')
-				w--;
-			if (w > 0)
-				w--;
-			seglen = 0;
-		} else if (seglen == 1 && buf[s] == '.') {
-			seglen = 0;
-		}
-		if (seglen == 0) {
-			if (r == m) /* a trailing slash stays */
-				buf[w++] = '/';
-			continue;
-		}
-		buf[w++] = '/';
-		memmove(buf + w, buf + s, seglen);
-		w += seglen;
-	}
-	return w;
-}
-
-size_t sluice_path_normalize(const char *in, size_t n, char *out)
-{
-	return resolve_segments(out, decode_escapes(in, n, out));
-}
-
-/* Paths up to this size are normalised on the stack; longer ones (rare:
- * only with a large http.max_header_bytes) on the heap. */
-#define PATH_STACK 4096
-
-typedef struct npath_s {
-	const char *p;
-	size_t len;
-	char *heap;
-	char stack[PATH_STACK];
-} npath_t;
-
-/* "http://host:80/a?b" (an absolute-form target, RFC 9112 3.2.2, which a
- * proxy may pass on as the original URI) is the path "/a?b". */
-static const char *skip_authority(const char *in, size_t *n)
-{
-	const char *slash = memchr(in, '/', *n), *end = in + *n, *p;
-
-	if (*n == 0 || in[0] == '/' || !slash || slash == in ||
-	    slash[-1] != ':' || slash + 1 >= end || slash[1] != '/')
-		return in;
-	for (p = in; p < slash - 1; p++) /* scheme = ALPHA *( ALPHA / ... ) */
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		      (p > in && ((*p >= '0' && *p <= '9') || *p == '+' ||
-				  *p == '-' || *p == '.'))))
-			return in;
-	p = memchr(slash + 2, '/', (size_t)(end - slash - 2));
-	if (!p) { /* "http://host" or "http://host?q": the root */
-		*n = 1;
-		return "/";
-	}
-	*n = (size_t)(end - p);
-	return p;
-}
-
-static void normalize_path(const sluice_request_t *req, npath_t *np)
-{
-	const char *in = req->path ? req->path : "";
-	size_t n = req->path ? req->path_len : 0, i;
-	char *buf = np->stack;
-
-	in = skip_authority(in, &n);
-	for (i = 0; i < n; i++) /* the query and fragment are not the path */
-		if (in[i] == '?' || in[i] == '#')
-			n = i;
-	np->heap = NULL;
-	if (n > sizeof(np->stack)) {
-		np->heap = malloc(n);
-		if (!np->heap) { /* match the raw path rather than fail */
-			np->p = in;
-			np->len = n;
-			return;
-		}
-		buf = np->heap;
-	}
-	np->len = resolve_segments(buf, decode_escapes(in, n, buf));
-	np->p = buf;
-}
-
 /* GET names HEAD too: Express (and any router following RFC 9110 9.3.2)
  * answers HEAD with the GET handler, and nginx's limit_except GET allows
  * HEAD, so a client must not step around a GET rule with HEAD. */
@@ -309,19 +150,54 @@ static int method_matches(const char *rule, const char *m, size_t len)
  * and path_strict_slash turn each off, like Express's "case sensitive
  * routing" and "strict routing".
  */
-static int path_matches(const sluice_rule_t *r, const npath_t *np)
+static int spelling_matches(const sluice_rule_t *r, const char *p, size_t len)
 {
 	int nocase = !r->path_case_sensitive;
 
-	if (glob_match(r->path, np->p, np->len, nocase))
+	if (glob_match(r->path, p, len, nocase))
 		return 1;
-	return !r->path_strict_slash && np->len > 1 &&
-	       np->p[np->len - 1] == '/' &&
-	       glob_match(r->path, np->p, np->len - 1, nocase);
+	return !r->path_strict_slash && len > 1 && p[len - 1] == '/' &&
+	       glob_match(r->path, p, len - 1, nocase);
 }
 
+/*
+ * One reading of the path, with the endings routers ignore: Caddy's path
+ * matcher trims trailing dots and spaces ("/api/upload." and
+ * "/api/upload%20" are "/api/upload"), and Rails' "(.:format)" and
+ * Spring's suffix pattern match (before 5.3) give "/api/upload.json" to
+ * "/api/upload": the last segment is also tried cut at its first dot and
+ * at its last.  At most four more globs, whatever the path.
+ */
+static int reading_matches(const sluice_rule_t *r, const char *p, size_t len)
+{
+	int nocase = !r->path_case_sensitive;
+	size_t base = len, t, seg, i, first = 0, last = 0;
+
+	if (spelling_matches(r, p, len))
+		return 1;
+	if (!r->path_strict_slash && base > 1 && p[base - 1] == '/')
+		base--;
+	for (t = base; t > 1 && (p[t - 1] == '.' || p[t - 1] == ' ');)
+		t--;
+	if (t < base && glob_match(r->path, p, t, nocase))
+		return 1;
+	for (seg = base; seg > 0 && p[seg - 1] != '/';)
+		seg--;
+	for (i = seg + 1; i < base; i++) /* not a leading dot: ".json" */
+		if (p[i] == '.') {
+			if (!first)
+				first = i;
+			last = i;
+		}
+	if (first && glob_match(r->path, p, first, nocase))
+		return 1;
+	return last != first && glob_match(r->path, p, last, nocase);
+}
+
+/* Whether the rule applies: its method, and its path in any reading (so
+ * a rule is charged once however many readings meet it). */
 static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req,
-			const npath_t *np)
+			const sluice_path_readings_t *pr)
 {
 	size_t i;
 
@@ -334,7 +210,12 @@ static int rule_applies(const sluice_rule_t *r, const sluice_request_t *req,
 		if (i == r->nmethods)
 			return 0;
 	}
-	return !r->path || path_matches(r, np);
+	if (!r->path)
+		return 1;
+	for (i = 0; i < pr->n; i++)
+		if (reading_matches(r, pr->p[i], pr->len[i]))
+			return 1;
+	return 0;
 }
 
 /* --------------------------------------------------------------- keys */
@@ -458,15 +339,15 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 			  size_t max)
 {
 	ipcache_t ip = {0};
-	npath_t np;
+	sluice_path_readings_t pr;
 	size_t i, n = 0;
 
-	normalize_path(req, &np);
+	sluice_path_readings(req->path, req->path_len, &pr);
 
 	for (i = 0; i < cfg->nrules && n < max; i++) {
 		const sluice_rule_t *r = &cfg->rules[i];
 
-		if (!rule_applies(r, req, &np))
+		if (!rule_applies(r, req, &pr))
 			continue;
 		if (build_key(cfg, req, r, &ip, &out[n]) < 0)
 			continue;
@@ -475,90 +356,13 @@ size_t sluice_rules_match(const sluice_config_t *cfg,
 			out[n].set = pick_set(r, req);
 		n++;
 	}
-	free(np.heap);
+	sluice_path_readings_free(&pr);
 	return n;
 }
 
 /* ---------------------------------------------------------- client IP */
 
-/* An address in network byte order; IPv4-mapped IPv6 is folded to IPv4. */
-typedef struct addr_s {
-	int family;
-	uint8_t a[16];
-} addr_t;
-
-static void fold_mapped(addr_t *ad)
-{
-	static const uint8_t prefix[12] = {0, 0, 0, 0, 0,    0,
-					   0, 0, 0, 0, 0xff, 0xff};
-
-	if (ad->family == AF_INET6 && memcmp(ad->a, prefix, 12) == 0) {
-		memmove(ad->a, ad->a + 12, 4);
-		memset(ad->a + 4, 0, 12);
-		ad->family = AF_INET;
-	}
-}
-
-/* Parses "1.2.3.4", "1.2.3.4:80", "2001:db8::1", "[2001:db8::1]:80". */
-static int parse_addr(const char *s, size_t n, addr_t *ad)
-{
-	char buf[INET6_ADDRSTRLEN + 8];
-	const char *colon;
-
-	s = trim(s, &n);
-	if (n == 0 || n >= sizeof(buf))
-		return -1;
-	if (s[0] == '[') {
-		const char *end = memchr(s, ']', n);
-
-		if (!end)
-			return -1;
-		n = (size_t)(end - s - 1);
-		s++;
-	} else if ((colon = memchr(s, ':', n)) &&
-		   !memchr(colon + 1, ':', n - (size_t)(colon - s) - 1)) {
-		n = (size_t)(colon - s); /* IPv4 with a port */
-	}
-	memcpy(buf, s, n);
-	buf[n] = '\0';
-	memset(ad, 0, sizeof(*ad));
-	if (inet_pton(AF_INET, buf, ad->a) == 1) {
-		ad->family = AF_INET;
-		return 0;
-	}
-	if (inet_pton(AF_INET6, buf, ad->a) == 1) {
-		ad->family = AF_INET6;
-		fold_mapped(ad);
-		return 0;
-	}
-	return -1;
-}
-
-static int from_sockaddr(const struct sockaddr *sa, addr_t *ad)
-{
-	memset(ad, 0, sizeof(*ad));
-	if (!sa)
-		return -1;
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-
-		ad->family = AF_INET;
-		memcpy(ad->a, &in->sin_addr, 4);
-		return 0;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 =
-			(const struct sockaddr_in6 *)sa;
-
-		ad->family = AF_INET6;
-		memcpy(ad->a, &in6->sin6_addr, 16);
-		fold_mapped(ad);
-		return 0;
-	}
-	return -1;
-}
-
-static int cidr_contains(const sluice_cidr_t *c, const addr_t *ad)
+static int cidr_contains(const sluice_cidr_t *c, const sluice_addr_t *ad)
 {
 	unsigned full = c->prefix / 8, rest = c->prefix % 8;
 
@@ -575,7 +379,7 @@ static int cidr_contains(const sluice_cidr_t *c, const addr_t *ad)
 	return 1;
 }
 
-static int trusted(const sluice_config_t *cfg, const addr_t *ad)
+static int trusted(const sluice_config_t *cfg, const sluice_addr_t *ad)
 {
 	size_t i;
 
@@ -602,11 +406,11 @@ static int trusted(const sluice_config_t *cfg, const addr_t *ad)
  * entries (every one a trusted proxy, or none): the walk goes on into the
  * line before; 0 when it stopped. */
 static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
-		    addr_t *out, int *found)
+		    sluice_addr_t *out, int *found)
 {
 	while (n > 0) {
 		const char *comma = NULL, *p;
-		addr_t ad;
+		sluice_addr_t ad;
 
 		for (p = v + n; p > v; p--)
 			if (p[-1] == ',') {
@@ -614,7 +418,7 @@ static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
 				break;
 			}
 		p = comma ? comma + 1 : v;
-		if (parse_addr(p, (size_t)(v + n - p), &ad) < 0) {
+		if (sluice_addr_parse(p, (size_t)(v + n - p), &ad) < 0) {
 			size_t len = (size_t)(v + n - p);
 
 			trim(p, &len);
@@ -634,7 +438,7 @@ static int xff_line(const sluice_config_t *cfg, const char *v, size_t n,
 }
 
 static int from_xff(const sluice_config_t *cfg, const sluice_request_t *req,
-		    addr_t *out)
+		    sluice_addr_t *out)
 {
 	static const char name[] = "x-forwarded-for";
 	size_t lines = 0, k, n;
@@ -651,56 +455,27 @@ static int from_xff(const sluice_config_t *cfg, const sluice_request_t *req,
 	return found ? 0 : -1;
 }
 
-static size_t format_addr(const sluice_config_t *cfg, addr_t *ad, char *buf,
-			  size_t len)
-{
-	char text[INET6_ADDRSTRLEN];
-	unsigned prefix = cfg->ipv6_prefix, i;
-	int n;
-
-	if (ad->family == AF_INET6 && prefix < 128) {
-		for (i = 0; i < 16; i++) {
-			unsigned keep = prefix > 8 * i ? prefix - 8 * i : 0;
-
-			if (keep < 8)
-				ad->a[i] &= (uint8_t)(0xff00 >> keep);
-		}
-	}
-	if (!inet_ntop(ad->family, ad->a, text, sizeof(text)))
-		return 0;
-	if (ad->family == AF_INET6 && prefix < 128)
-		n = snprintf(buf, len, "%s/%u", text, prefix);
-	else
-		n = snprintf(buf, len, "%s", text);
-	if (n < 0 || (size_t)n >= len) {
-		if (len)
-			buf[0] = '\0';
-		return 0;
-	}
-	return (size_t)n;
-}
-
 size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 			char *buf, size_t len)
 {
-	addr_t peer, ad;
+	sluice_addr_t peer, ad;
 	const char *v;
 	size_t n;
 
 	if (len)
 		buf[0] = '\0';
-	if (from_sockaddr(req->peer, &peer) < 0)
+	if (sluice_addr_from_sockaddr(req->peer, &peer) < 0)
 		return 0;
 	ad = peer;
 	if (trusted(cfg, &peer)) {
 		/* X-Real-IP is one address: on two lines it is refused
 		 * (see identity_header()) and X-Forwarded-For decides. */
 		v = identity_header(req, "x-real-ip", &n);
-		if (!v || parse_addr(v, n, &ad) < 0) {
+		if (!v || sluice_addr_parse(v, n, &ad) < 0) {
 			ad = peer;
 			if (from_xff(cfg, req, &ad) < 0)
 				ad = peer;
 		}
 	}
-	return format_addr(cfg, &ad, buf, len);
+	return sluice_addr_key(&ad, cfg->ipv6_prefix, buf, len);
 }

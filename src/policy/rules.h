@@ -212,13 +212,37 @@ int sluice_glob_match(const char *pattern, const char *s, size_t len);
 int sluice_glob_match_nocase(const char *pattern, const char *s, size_t len);
 
 /*
- * The normalisation a request path gets before matching: percent-escapes
- * decoded (but %2F and %00), path parameters (";x=1" to the end of each
- * segment) dropped, runs of '/' collapsed, "." and ".." segments
- * resolved.  Writes at most n bytes into out (which may be in) and returns
- * the length.  The config refuses a path pattern that it would change,
- * since such a pattern could never match.
+ * The canonical form of a path, the one a pattern must already be in:
+ * percent-escapes decoded once (but %00), path parameters (";x=1" to the
+ * end of each segment) dropped, runs of '/' collapsed, "." and ".."
+ * segments resolved.  Writes at most n bytes into out (which may be in)
+ * and returns the length.  The config refuses a path pattern that it
+ * would change, since such a pattern could never match every reading.
  */
 size_t sluice_path_normalize(const char *in, size_t n, char *out);
+
+/*
+ * The paths the routers in front of and behind sluice may route a
+ * request target by (paths.c lists them: nginx's $uri and Caddy's,
+ * Tomcat/Spring's, Express's raw path, Fastify's), each once: the query,
+ * the fragment and an absolute-form authority are dropped first.  A path
+ * rule applies when it matches any of them.  No allocation for targets up
+ * to SLUICE_PATH_STACK / SLUICE_PATH_READINGS bytes; beyond that, when
+ * malloc fails, the one reading is the raw path.
+ */
+#define SLUICE_PATH_READINGS 6
+#define SLUICE_PATH_STACK    8192
+
+typedef struct sluice_path_readings_s {
+	const char *p[SLUICE_PATH_READINGS];
+	size_t len[SLUICE_PATH_READINGS];
+	size_t n;
+	char *heap;
+	char stack[SLUICE_PATH_STACK];
+} sluice_path_readings_t;
+
+void sluice_path_readings(const char *path, size_t len,
+			  sluice_path_readings_t *pr);
+void sluice_path_readings_free(sluice_path_readings_t *pr);
 
 #endif /* SLUICE_POLICY_RULES_H */

@@ -22,7 +22,6 @@ typedef struct sluice_svc_s {
 	sluice_memstore_t *store; /* the shared memory store (stats) */
 	int draining;		  /* SIGTERM: readyz fails, conns close */
 	sluice_take_t *spare;	  /* one cached sluice_take_t */
-	int admin_apart; /* admin endpoints only on admin.listen's socket */
 } sluice_svc_t;
 
 #endif /* SLUICE_POLICY_SVC_H */

@@ -383,6 +383,25 @@ static const route_t *route_find(const char *path)
 	return NULL;
 }
 
+/* The endpoints a 404 points at, read from routes[] (the admin ones, or
+ * the others), so that the list is never written by hand beside it. */
+static void route_list(char *out, size_t len, int admin)
+{
+	size_t i, n = 0;
+	int w;
+
+	out[0] = '\0';
+	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (routes[i].admin != admin)
+			continue;
+		w = snprintf(out + n, len - n, "%s%s", n ? ", " : "",
+			     routes[i].path);
+		if (w < 0 || (size_t)w >= len - n)
+			break;
+		n += (size_t)w;
+	}
+}
+
 static int method_ok(const sluice_conn_t *c, int methods)
 {
 	switch (methods) {
@@ -397,7 +416,7 @@ static int method_ok(const sluice_conn_t *c, int methods)
 
 void sluice_handle(sluice_conn_t *c)
 {
-	char path[2048];
+	char path[2048], list[256], msg[320];
 	const char *url = sluice_conn_url(c), *query = NULL, *q;
 	const route_t *r;
 	size_t plen;
@@ -418,21 +437,22 @@ void sluice_handle(sluice_conn_t *c)
 	/* admin.listen's socket serves the admin endpoints, and only it
 	 * does when it is open. */
 	if (c->admin_port && !(r && r->admin)) {
-		sluice_resp_error(c, 404, "not_found", NULL,
-				  "this is the admin listener: "
-				  "/v1/reset, /v1/refund");
+		route_list(list, sizeof(list), 1);
+		snprintf(msg, sizeof(msg), "this is the admin listener: %s",
+			 list);
+		sluice_resp_error(c, 404, "not_found", NULL, msg);
 		return;
 	}
-	if (!c->admin_port && c->svc->admin_apart && r && r->admin) {
+	if (!c->admin_port && c->admin_apart && r && r->admin) {
 		sluice_resp_error(c, 404, "not_found", NULL,
 				  "the admin endpoints are served on "
 				  "admin.listen only");
 		return;
 	}
 	if (!r) {
-		sluice_resp_error(c, 404, "not_found", NULL,
-				  "no such endpoint; see /v1/check, /v1/take, "
-				  "/metrics, /healthz, /readyz");
+		route_list(list, sizeof(list), 0);
+		snprintf(msg, sizeof(msg), "no such endpoint; see %s", list);
+		sluice_resp_error(c, 404, "not_found", NULL, msg);
 		return;
 	}
 	if (!method_ok(c, r->methods)) {

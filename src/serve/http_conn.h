@@ -82,9 +82,10 @@ struct sluice_conn_s {
 	unsigned ready : 1;	 /* a complete request awaits dispatch */
 	unsigned waiting : 1;	 /* a decision is pending */
 	unsigned dispatching : 1;
-	unsigned want_close : 1; /* close once out is written */
-	unsigned released : 1;	 /* the transport is gone */
-	unsigned admin_port : 1; /* accepted on admin.listen */
+	unsigned want_close : 1;  /* close once out is written */
+	unsigned released : 1;	  /* the transport is gone */
+	unsigned admin_port : 1;  /* accepted on admin.listen */
+	unsigned admin_apart : 1; /* admin endpoints on admin.listen only */
 
 	sluice_buf_t in;  /* received, not yet parsed (while waiting) */
 	sluice_buf_t out; /* answers not yet written */

@@ -290,7 +290,7 @@ void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m)
 
 	/* \x1e cannot start a rule name, so ad-hoc keys never meet rule
 	 * keys ("<rule>\x1f<identity>"). */
-	m->key[0] = '\x1e';
+	m->key[0] = SLUICE_KEY_ADHOC;
 	if (len + 2 <= sizeof(m->key) && (len == 0 || key[0] != '~')) {
 		memcpy(m->key + 1, key, len);
 		m->keylen = len + 1;

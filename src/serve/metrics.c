@@ -44,6 +44,16 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 	sluice_count(&m->latency_sum_ns, elapsed_ns);
 }
 
+void sluice_metrics_loop_lag(sluice_metrics_t *m, uint64_t lag_ns)
+{
+	size_t i;
+
+	for (i = 0; i < SLUICE_LATENCY_BUCKETS && lag_ns > bucket_ns[i]; i++)
+		;
+	sluice_count(&m->loop_lag[i], 1);
+	sluice_count(&m->loop_lag_sum_ns, lag_ns);
+}
+
 void sluice_metrics_set_store(const sluice_store_exposition_t *x)
 {
 	store_x = x;
@@ -171,6 +181,11 @@ static void render_grpc(sluice_buf_t *out)
 		series(out, "sluice_grpc_connections_refused_total", "reason",
 		       sluice_grpc_refusal_names[m], NULL, NULL,
 		       SUM(grpc_refused[m]));
+	help(out, "sluice_grpc_requests_shed_total", "counter",
+	     "gRPC requests shed while their message was still arriving, "
+	     "to make room in a short request budget.");
+	series(out, "sluice_grpc_requests_shed_total", NULL, NULL, NULL, NULL,
+	       SUM(grpc_shed));
 }
 
 static void render_http(sluice_buf_t *out)
@@ -199,6 +214,24 @@ static void render_http(sluice_buf_t *out)
 	sluice_buf_printf(out, "sluice_request_duration_seconds_sum %.9f\n",
 			  (double)SUM(latency_sum_ns) / 1e9);
 	series(out, "sluice_request_duration_seconds_count", NULL, NULL, NULL,
+	       NULL, cum);
+	/* The loop's own lag: a slow store's timeouts beside a large lag
+	 * are a busy host (or a long loop turn), not the store. */
+	help(out, "sluice_event_loop_lag_seconds", "histogram",
+	     "How late the loop threads ran a timer due every 100 ms "
+	     "(CPU starvation or long loop turns).");
+	cum = 0;
+	for (i = 0; i < SLUICE_LATENCY_BUCKETS; i++) {
+		cum += SUM(loop_lag[i]);
+		series(out, "sluice_event_loop_lag_seconds_bucket", "le",
+		       bucket_le[i], NULL, NULL, cum);
+	}
+	cum += SUM(loop_lag[SLUICE_LATENCY_BUCKETS]);
+	series(out, "sluice_event_loop_lag_seconds_bucket", "le", "+Inf", NULL,
+	       NULL, cum);
+	sluice_buf_printf(out, "sluice_event_loop_lag_seconds_sum %.9f\n",
+			  (double)SUM(loop_lag_sum_ns) / 1e9);
+	series(out, "sluice_event_loop_lag_seconds_count", NULL, NULL, NULL,
 	       NULL, cum);
 	help(out, "sluice_connections", "gauge", "Open client connections.");
 	series(out, "sluice_connections", NULL, NULL, NULL, NULL,

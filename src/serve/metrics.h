@@ -21,6 +21,9 @@ extern const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS];
 void sluice_metrics_response(sluice_metrics_t *m, int status,
 			     uint64_t elapsed_ns);
 
+/* One measurement of the calling loop thread's lag (util/loop_lag.h). */
+void sluice_metrics_loop_lag(sluice_metrics_t *m, uint64_t lag_ns);
+
 /* Process-wide events (any thread). */
 void sluice_metrics_reload(int ok);
 

@@ -117,6 +117,21 @@ static void warn_admin_exposure(const sluice_config_t *cfg,
 				at);
 }
 
+/* The running config's envoy directory, or NULL. */
+static const char *envoy_dir(const sluice_server_t *s)
+{
+	const sluice_envoy_config_t *e = s->live->cfg->envoy;
+
+	return e && e->settings.watch_ms ? e->dir : NULL;
+}
+
+/* What the running config's envoy directory looked like before it was
+ * read (sluice_envoy_config_t.stamp), or 0. */
+static uint64_t envoy_loaded_stamp(const sluice_server_t *s)
+{
+	return envoy_dir(s) ? s->live->cfg->envoy->stamp : 0;
+}
+
 static void reload(sluice_server_t *s)
 {
 	const sluice_config_t *run = s->boot->cfg;
@@ -157,6 +172,8 @@ static void reload(sluice_server_t *s)
 	}
 	sluice_live_unref(s->live);
 	s->live = live;
+	/* What the directory was before this load read it (SIGHUP too). */
+	s->envoy_stamp = envoy_loaded_stamp(s);
 	sluice_metrics_reload(1);
 	if (fields[0])
 		sluice_log_info("SIGHUP: reloaded %s (%zu rules); not applied "
@@ -187,10 +204,18 @@ static void worker_finish(sluice_worker_t *w)
 		return;
 	uv_close((uv_handle_t *)&w->sweep, NULL);
 	uv_close((uv_handle_t *)&w->wakeup, NULL);
+	sluice_loop_lag_close(&w->lag, NULL);
 	sluice_backend_close(&w->svc.backend);
 }
 
 static void on_sweep(uv_timer_t *timer);
+
+static void on_lag(void *arg, uint64_t lag_ns)
+{
+	sluice_worker_t *w = arg;
+
+	sluice_metrics_loop_lag(w->svc.metrics, lag_ns);
+}
 
 static void on_wakeup(uv_async_t *a)
 {
@@ -303,11 +328,12 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	uv_timer_start(&w->sweep, on_sweep, period, period);
 	uv_async_init(&w->loop, &w->wakeup, on_wakeup);
 	w->wakeup.data = w;
+	sluice_loop_lag_start(&w->lag, &w->loop, 100, on_lag, w);
 	return 0;
 }
 
 /* admin.listen: one socket, on the first worker's loop; the admin
- * endpoints are then served there only (svc.admin_apart). */
+ * endpoints are then served there only (admin_apart). */
 static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 			  size_t errlen)
 {
@@ -327,7 +353,7 @@ static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 		return -1;
 	}
 	for (i = 0; i < s->nworkers; i++)
-		s->workers[i].svc.admin_apart = 1;
+		s->workers[i].admin_apart = 1;
 	return 0;
 }
 
@@ -345,14 +371,6 @@ static void worker_fini(sluice_worker_t *w)
 }
 
 /* --------------------------------------------------- envoy.config_dir */
-
-/* The running config's envoy directory, or NULL. */
-static const char *envoy_dir(const sluice_server_t *s)
-{
-	const sluice_envoy_config_t *e = s->live->cfg->envoy;
-
-	return e && e->settings.watch_ms ? e->dir : NULL;
-}
 
 static void on_envoy_watch(uv_timer_t *t);
 
@@ -373,12 +391,13 @@ static void on_envoy_watch(uv_timer_t *t)
 
 	if (dir && stamp != s->envoy_stamp) {
 		/* Once per change: a bad file is logged once, not every
-		 * poll, and the next change tries again. */
+		 * poll, and the next change tries again.  A reload that
+		 * succeeds keeps the stamp its loader took before reading
+		 * (reload()), so a file rewritten while it read is seen at
+		 * the next poll, never taken for what was loaded. */
 		s->envoy_stamp = stamp;
 		sluice_log_info("envoy.config_dir %s changed: reloading", dir);
 		reload(s);
-		if (envoy_dir(s))
-			s->envoy_stamp = sluice_envoy_dir_stamp(envoy_dir(s));
 	}
 	envoy_watch_arm(s);
 }
@@ -518,8 +537,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	uv_signal_start(&s.sigint, on_signal, SIGINT);
 	uv_timer_init(s.main_loop, &s.envoy_watch);
 	s.envoy_watch.data = &s;
-	if (envoy_dir(&s))
-		s.envoy_stamp = sluice_envoy_dir_stamp(envoy_dir(&s));
+	s.envoy_stamp = envoy_loaded_stamp(&s);
 	envoy_watch_arm(&s);
 
 	for (i = 0; i < s.nworkers; i++) {

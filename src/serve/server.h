@@ -19,6 +19,7 @@
 #include "policy/svc.h"
 #include "serve/http_conn.h"
 #include "util/listen_socket.h"
+#include "util/loop_lag.h"
 
 #include <stdatomic.h>
 #include <uv.h>
@@ -60,6 +61,7 @@ typedef struct sluice_worker_s {
 	uv_loop_t loop;
 	uv_tcp_t listener;
 	uv_timer_t sweep;
+	sluice_loop_lag_t lag; /* sluice_event_loop_lag_seconds */
 	uv_async_t wakeup;
 	uv_thread_t thread;
 	int fd; /* the listening socket */
@@ -67,6 +69,9 @@ typedef struct sluice_worker_s {
 	/* admin.listen's socket (the first worker only) */
 	uv_tcp_t admin_listener;
 	int admin_listening;
+	/* admin.listen is open: the admin endpoints are served on its
+	 * socket only, on every worker (copied onto each connection). */
+	int admin_apart;
 	sluice_svc_t svc;
 	struct sluice_grpc_s *grpc; /* the gRPC listener (src/grpc), or NULL */
 	_Atomic(sluice_live_t *) next_live; /* handed over by SIGHUP */

@@ -330,6 +330,7 @@ void sluice_tcp_on_connection(uv_stream_t *listener, int status)
 	sluice_conn_init(&t->conn, &w->svc, &tcp_io,
 			 (const struct sockaddr *)&peer);
 	t->conn.admin_port = listener == (uv_stream_t *)&w->admin_listener;
+	t->conn.admin_apart = w->admin_apart != 0;
 	t->touch_ms = uv_now(&w->loop);
 	list_append(w, t);
 	w->nconns++;

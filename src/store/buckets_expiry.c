@@ -9,13 +9,33 @@
  * inserting, what loses least: a full bucket (its state expired: forgetting
  * it loses nothing), else the bucket nearest to full, the one whose state
  * expires first (the smallest debt, in time to full), among EVICT_WINDOW
- * buckets from a hand that moves on with each eviction (the whole shard
- * when it holds no more).  So a flood of fresh keys, each in debt by one
- * request, evicts other fresh keys, and a drained bucket goes only when
- * every bucket examined is in deeper debt (in a shard of fresh keys and a
- * few drained ones, never): eviction is no reset button.  A bounded window
- * keeps an eviction O(1).  Lossy evictions are counted, with the debt they
- * forgave.
+ * buckets of the new bucket's kind from a hand that moves on with each
+ * eviction.  So a flood of fresh keys, each in debt by one request, evicts
+ * other fresh keys, and a drained bucket goes only when every bucket
+ * examined is in deeper debt (in a shard of fresh keys and a few drained
+ * ones, never): eviction is no reset button.  A bounded window keeps an
+ * eviction O(1).  Lossy evictions are counted, with the debt they forgave.
+ *
+ * Kinds.  Debt in time to full compares buckets of rates the operator set;
+ * a caller who picks its own rate (an ad-hoc bucket: POST /v1/take, key
+ * SLUICE_KEY_ADHOC) could otherwise make every bucket it mints look deeper
+ * in debt than anyone's ("capacity 1, 1/day": a day of debt each) and so
+ * have eviction pick a drained rule bucket.  No measure on a bucket's state
+ * alone can tell the two apart (a capacity-1 bucket after one request is as
+ * drained as a drained rule bucket, whatever the measure), so the kinds
+ * are not compared: an ad-hoc insert evicts the nearest-to-full ad-hoc
+ * bucket within reach (EVICT_REACH buckets examined at most), and a rule
+ * bucket only when none is within reach (a table of rule buckets: the
+ * ad-hoc ones then gain a slot per eviction until about one bucket in
+ * EVICT_REACH is theirs); a rule insert evicts the nearest-to-full ad-hoc
+ * bucket within reach first, else the nearest-to-full rule bucket.  So no
+ * flood, of either kind and any rate, resets a rule bucket while an ad-hoc
+ * bucket is within reach, and among rule buckets the rule above holds.
+ * What is given away is the ad-hoc buckets' state: under pressure they
+ * give way to rule buckets, and among themselves they are compared in
+ * time to full at rates their callers chose (one caller's slow ad-hoc
+ * buckets can evict another's drained one).  docs/CONFIG.md says so; every
+ * lossy eviction is counted, with the debt it forgave.
  *
  * Expiry.  A state is dead once its bucket is full again.  There is no
  * background thread and no stop-the-world scan: every call also examines
@@ -39,24 +59,29 @@ static int busy(uint64_t h1, const uint64_t *keep, size_t nkeep)
 
 /*
  * Frees one slot to make room (the shard is at its bound, so not empty):
- * the first full bucket found, else the bucket nearest to full (earliest
- * expiry: the least debt) among EVICT_WINDOW buckets from the hand.  The
- * buckets of the current call (keep) are never chosen.  Debt is compared
- * in time to full, which orders buckets the same way at any instant.
- * Returns -1 when the shard holds nothing else (a shard smaller than one
- * call's limits).
+ * the first full bucket found, else the ad-hoc bucket nearest to full
+ * (earliest expiry: the least debt) among EVICT_WINDOW ad-hoc buckets from
+ * the hand, else (none of them within EVICT_REACH buckets) the rule bucket
+ * nearest to full among those examined; for a rule insert (adhoc 0) the
+ * same, with rule buckets examined up to EVICT_WINDOW only.  The buckets of
+ * the current call (keep) are never chosen.  Debt is compared in time to
+ * full, which orders buckets the same way at any instant.  Returns -1 when
+ * the shard holds nothing else (a shard smaller than one call's limits).
  */
 static int evict_one(sluice_shard_t *s, int64_t now_us, const uint64_t *keep,
-		     size_t nkeep)
+		     size_t nkeep, int adhoc)
 {
 	/* States order as their expiries do, and a state is full at now_us
 	 * iff it is <= now_us * 1000: compare states, no division. */
 	const sluice_state_t full = clamp_now(now_us) * 1000;
-	size_t i = s->t->hand & s->mask, seen = 0, scanned = 0;
-	sluice_state_t best = INT64_MAX;
-	long victim = -1;
+	size_t i = s->t->hand & s->mask, seen = 0, nadhoc = 0, nrule = 0;
+	size_t scanned = 0;
+	sluice_state_t best[2] = {INT64_MAX, INT64_MAX}; /* rule, ad-hoc */
+	long victim[2] = {-1, -1};
+	int kind;
 
-	for (; scanned <= s->mask && seen < EVICT_WINDOW;
+	for (; scanned <= s->mask && nadhoc < EVICT_WINDOW &&
+	       seen < EVICT_REACH && (adhoc || nrule < EVICT_WINDOW);
 	     i = (i + 1) & s->mask, scanned++) {
 		sluice_slot_t *sl = &s->slots[i];
 
@@ -69,17 +94,25 @@ static int evict_one(sluice_shard_t *s, int64_t now_us, const uint64_t *keep,
 			s->t->hand = i;
 			return 0;
 		}
-		if (sl->state < best) {
-			best = sl->state;
-			victim = (long)i;
+		kind = slot_adhoc(sl);
+		if (kind)
+			nadhoc++;
+		else
+			nrule++;
+		if (sl->state < best[kind]) {
+			best[kind] = sl->state;
+			victim[kind] = (long)i;
 		}
 	}
-	if (victim < 0)
+	/* Ad-hoc first, for either kind of insert; a rule bucket only when
+	 * none is within reach. */
+	kind = victim[1] >= 0 ? 1 : 0;
+	if (victim[kind] < 0)
 		return -1; /* only this call's buckets */
-	sluice_shard_remove_at(s, (size_t)victim);
+	sluice_shard_remove_at(s, (size_t)victim[kind]);
 	s->t->evicted_lossy++;
 	s->t->evicted_debt_us +=
-		(uint64_t)(sluice_state_expiry_us(best) - full / 1000);
+		(uint64_t)(sluice_state_expiry_us(best[kind]) - full / 1000);
 	s->t->hand = i;
 	return 0;
 }
@@ -134,7 +167,9 @@ void sluice_shard_insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 {
 	sluice_slot_t sl;
 
-	if (s->t->count >= s->max && evict_one(s, now_us, keep, nkeep) != 0) {
+	if (s->t->count >= s->max &&
+	    evict_one(s, now_us, keep, nkeep,
+		      (h2 & ADHOC_MASK) == ADHOC_MARK) != 0) {
 		/* No room but this call's own buckets: drop this state (the
 		 * bound holds; the bucket restarts full, counted as lost). */
 		s->t->evicted_lossy++;

@@ -29,6 +29,7 @@
 
 #define MIN_SLOTS	   16
 #define EVICT_WINDOW	   32
+#define EVICT_REACH	   (4 * EVICT_WINDOW)
 #define RECLAIM_STEP	   2
 #define RECLAIM_AWAY_EVERY 16
 #define RECLAIM_AWAY	   32
@@ -264,8 +265,42 @@ void sluice_shard_insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 
 /* A call's buckets (their identity: buckets_table.c's header comment). */
 
+/*
+ * Ad-hoc buckets (a key starting with SLUICE_KEY_ADHOC: limits its caller
+ * chose) carry a mark in the top 11 bits of their identity's second word,
+ * above every bit a limit's interval (< 2^53) can flip, so that eviction
+ * tells them apart from the slot alone (buckets_expiry.c).  The mark
+ * replaces 11 bits of the key's hash: an ad-hoc bucket is named by 117
+ * bits, still far from any chance collision.  Rule buckets keep their
+ * whole hash (the same identity as every earlier build, so a shared file
+ * keeps them through an upgrade); one in 2048 of them happens to carry the
+ * mark and is evicted among the ad-hoc buckets (which ones depends on the
+ * table's secret).
+ */
+#define ADHOC_SHIFT 53
+#define ADHOC_MASK  (~(uint64_t)0 << ADHOC_SHIFT)
+#define ADHOC_MARK  ((uint64_t)0x51e << ADHOC_SHIFT)
+
+static inline int key_adhoc(const void *key, size_t len)
+{
+	return len > 0 && *(const unsigned char *)key == SLUICE_KEY_ADHOC;
+}
+
+static inline int slot_adhoc(const sluice_slot_t *sl)
+{
+	return (sl->h2 & ADHOC_MASK) == ADHOC_MARK;
+}
+
+/* Marks the hash of an ad-hoc key. */
+static inline void mark_class(const void *key, size_t len, uint64_t h[2])
+{
+	if (key_adhoc(key, len))
+		h[1] = (h[1] & ~ADHOC_MASK) | ADHOC_MARK;
+}
+
 /* A key's 128-bit keyed hash, the identity its buckets start from: the
- * table's AES hash for a key it takes (util/aeshash.h), else SipHash. */
+ * table's AES hash for a key it takes (util/aeshash.h), else SipHash;
+ * marked when the key is ad-hoc. */
 static inline void key_hash(const sluice_buckets_t *m, const void *key,
 			    size_t len, uint64_t h[2])
 {
@@ -273,6 +308,7 @@ static inline void key_hash(const sluice_buckets_t *m, const void *key,
 		sluice_aeshash(m->aes, key, len, h);
 	else
 		sluice_siphash13_128(m->seed, key, len, h);
+	mark_class(key, len, h);
 }
 
 /*

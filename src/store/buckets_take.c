@@ -170,6 +170,7 @@ take_one_aes(sluice_buckets_t *m, const void *key, size_t keylen,
 	uint64_t h[2];
 
 	sluice_aeshash_in(m->aes, key, keylen, h);
+	mark_class(key, keylen, h);
 	return take_one_hashed(m, h, limit, cost, now_us, decisions, summary,
 			       1);
 }
@@ -184,6 +185,7 @@ take_one_sip(sluice_buckets_t *m, const void *key, size_t keylen,
 	uint64_t h[2];
 
 	sluice_siphash13_128_in(m->seed, key, keylen, h);
+	mark_class(key, keylen, h);
 	return take_one_hashed(m, h, limit, cost, now_us, decisions, summary,
 			       1);
 }

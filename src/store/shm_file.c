@@ -65,6 +65,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define SHM_MAGIC "SLUICESH"
@@ -176,7 +177,35 @@ static void draw_keys(header_t *h)
 		memset(h->aes, 0, sizeof(h->aes));
 }
 
-/* Lays out a new (or unfinished) file; the caller holds the flock. */
+/* Where a file that does not fit should go (docs/CONFIG.md). */
+#define SHM_WHERE                                                              \
+	"put the file on a tmpfs with room for it (/dev/shm or /run), or "     \
+	"lower max_keys"
+
+/* Refuses a layout the file's filesystem has no room for, before a block
+ * is taken: a disk filled by a reservation that then fails stays full
+ * (each restart trying again), and other writers there fail meanwhile. */
+static int check_room(int fd, const char *path, const header_t *want, char *err,
+		      size_t errlen)
+{
+	struct statvfs v;
+	unsigned long long room;
+
+	if (fstatvfs(fd, &v) != 0)
+		return 0; /* unknown: the reservation will say */
+	room = (unsigned long long)v.f_bavail * v.f_frsize;
+	if (room >= want->file_bytes)
+		return 0;
+	return sluice_fail(SLUICE_ESTORE, err, errlen,
+			   "%s: needs %llu bytes for max_keys %llu, its "
+			   "filesystem has %llu free; " SHM_WHERE,
+			   path, (unsigned long long)want->file_bytes,
+			   (unsigned long long)want->max_keys, room);
+}
+
+/* Lays out a new (or unfinished) file; the caller holds the flock.  On
+ * failure the file is left empty (unfinished: the next opener lays it out
+ * again), so that it holds no block. */
 static int create(int fd, const char *path, const header_t *want, char *err,
 		  size_t errlen)
 {
@@ -185,22 +214,36 @@ static int create(int fd, const char *path, const header_t *want, char *err,
 	size_t i;
 	int rc;
 
-	if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)want->file_bytes))
+	if (ftruncate(fd, 0) != 0)
 		return sluice_fail(SLUICE_ESTORE, err, errlen,
 				   "%s: cannot size: %s", path,
 				   strerror(errno));
+	if ((rc = check_room(fd, path, want, err, errlen)) != 0)
+		return rc;
+	if (ftruncate(fd, (off_t)want->file_bytes) != 0) {
+		rc = sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: cannot size it to %llu bytes: %s; " SHM_WHERE,
+			path, (unsigned long long)want->file_bytes,
+			strerror(errno));
+		goto empty;
+	}
 	/* Reserve every page now: a full tmpfs then fails here, clearly,
 	 * rather than as SIGBUS on some later write. */
-	if ((rc = posix_fallocate(fd, 0, (off_t)want->file_bytes)) != 0)
-		return sluice_fail(SLUICE_ESTORE, err, errlen,
-				   "%s: cannot reserve %llu bytes: %s", path,
-				   (unsigned long long)want->file_bytes,
-				   strerror(rc));
+	if ((rc = posix_fallocate(fd, 0, (off_t)want->file_bytes)) != 0) {
+		rc = sluice_fail(
+			SLUICE_ESTORE, err, errlen,
+			"%s: cannot reserve %llu bytes: %s; " SHM_WHERE, path,
+			(unsigned long long)want->file_bytes, strerror(rc));
+		goto empty;
+	}
 	h = mmap(NULL, want->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		 0);
-	if (h == MAP_FAILED)
-		return sluice_fail(SLUICE_ESTORE, err, errlen, "%s: mmap: %s",
-				   path, strerror(errno));
+	if (h == MAP_FAILED) {
+		rc = sluice_fail(SLUICE_ESTORE, err, errlen, "%s: mmap: %s",
+				 path, strerror(errno));
+		goto empty;
+	}
 	shards = (shard_t *)((char *)h + SHM_HEADER);
 	*h = *want;
 	memset(h->magic, 0, sizeof(h->magic));
@@ -216,11 +259,18 @@ static int create(int fd, const char *path, const header_t *want, char *err,
 		memcpy(h->magic, want->magic, sizeof(h->magic));
 	}
 	munmap(h, want->file_bytes);
-	if (rc != 0)
-		return sluice_fail(SLUICE_ESTORE, err, errlen,
-				   "%s: cannot make robust shared locks: %s",
-				   path, strerror(rc));
+	if (rc != 0) {
+		rc = sluice_fail(SLUICE_ESTORE, err, errlen,
+				 "%s: cannot make robust shared locks: %s",
+				 path, strerror(rc));
+		goto empty;
+	}
 	return 0;
+empty:
+	/* A failed reservation may keep the blocks it took (a disk
+	 * filesystem): give every one back. */
+	(void)!ftruncate(fd, 0);
+	return rc;
 }
 
 /* Refuses a file this build would not have laid out for max_keys. */
@@ -519,8 +569,8 @@ static int check_dir(const char *path, int dirfd, gid_t group, char *err,
 }
 
 /* Opens (or creates) the file in its checked directory. */
-static int open_file(const char *path, gid_t group, int *fdp, char *err,
-		     size_t errlen)
+static int open_file(const char *path, gid_t group, int *fdp, int *created,
+		     char *err, size_t errlen)
 {
 	const char *base = strrchr(path, '/');
 	char dir[4096], why[256];
@@ -573,26 +623,57 @@ static int open_file(const char *path, gid_t group, int *fdp, char *err,
 		return rc;
 	}
 	*fdp = f.fd;
+	*created = f.created;
 	return 0;
+}
+
+/*
+ * Removes the file this process created and failed to open (emptied, its
+ * blocks given back), so that a failed start leaves
+ * nothing behind; only while the name still names it (its directory is
+ * ours or sticky: check_dir()), and never a file another process made.
+ * A process that opened it meanwhile finds it unlinked once it has the
+ * flock, and opens the name again (sluice_shm_file_map()).
+ */
+static void remove_created(int fd, const char *path)
+{
+	struct stat mine, named;
+
+	if (fstat(fd, &mine) == 0 && lstat(path, &named) == 0 &&
+	    mine.st_dev == named.st_dev && mine.st_ino == named.st_ino &&
+	    mine.st_size == 0)
+		unlink(path);
 }
 
 int sluice_shm_file_map(sluice_shmstore_t *s, const char *path, size_t max_keys,
 			const char *group, char *err, size_t errlen)
 {
 	header_t want;
+	struct stat st;
 	gid_t gid;
-	int fd, rc;
+	int fd, rc, created, tries = 0;
 
 	if ((rc = group_id(path, group, &gid, err, errlen)) != 0)
 		return rc;
 	layout(max_keys, &want);
-	if ((rc = open_file(path, gid, &fd, err, errlen)) != 0)
+again:
+	if ((rc = open_file(path, gid, &fd, &created, err, errlen)) != 0)
 		return rc;
-	if (flock(fd, LOCK_EX) != 0)
+	if (flock(fd, LOCK_EX) != 0) {
 		rc = sluice_fail(SLUICE_ESTORE, err, errlen, "%s: flock: %s",
 				 path, strerror(errno));
-	else
+	} else if (fstat(fd, &st) == 0 && st.st_nlink == 0 && tries++ < 8) {
+		/* Its creator failed and removed it while we waited for the
+		 * lock: the name may name a new file by now. */
+		close(fd);
+		goto again;
+	} else {
 		rc = open_locked(s, fd, path, &want, err, errlen);
+		/* Nobody has mapped what we made (we hold the flock): a
+		 * failed start leaves no file and no block behind. */
+		if (rc != 0 && created && ftruncate(fd, 0) == 0)
+			remove_created(fd, path);
+	}
 	/* Unlock explicitly: the mapping keeps the open file (and with it a
 	 * flock) alive after close(), in this process and its children. */
 	flock(fd, LOCK_UN);

@@ -33,11 +33,12 @@ static const char *const error_kind[SLUICE_REDIS_ERRORS] = {
 	[SLUICE_REDIS_ERR_REFUSED] = "refused",
 	[SLUICE_REDIS_ERR_NOPERM] = "noperm",
 	[SLUICE_REDIS_ERR_OOM] = "oom",
+	[SLUICE_REDIS_ERR_SATURATED] = "saturated",
 };
 
 /* A kind added to the library must be named above (a NULL is skipped
  * when rendering, but its count would be lost). */
-_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_OOM + 1,
+_Static_assert(SLUICE_REDIS_ERRORS == SLUICE_REDIS_ERR_SATURATED + 1,
 	       "name every sluice_redis_error_t in error_kind[]");
 
 struct sluice_redis_metrics_s {
@@ -275,7 +276,8 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 	     "(cluster redirections followed), tls (handshake failed), "
 	     "no_master (no Sentinel named a usable master), refused (the "
 	     "server answered a call with an error), noperm (refused by an "
-	     "ACL), oom (refused: maxmemory reached).");
+	     "ACL), oom (refused: maxmemory reached), saturated (not sent: "
+	     "every connection already carried 2048 unanswered commands).");
 	for (s = 0; s < n; s++)
 		for (e = 1; e < SLUICE_REDIS_ERRORS; e++)
 			if (error_kind[e])

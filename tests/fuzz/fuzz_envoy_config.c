@@ -6,7 +6,13 @@
  * never a crash, a leak or undefined behaviour.  A file that loads is
  * matched against descriptors made from its own keys and some values, and
  * their bucket keys and metrics series are built.
+ *
+ * The node budget: a file's aliases may stand for at most
+ * SLUICE_YAML_MAX_ALIAS_NODES nodes, so what loads holds no more
+ * descriptors than the file's own nodes (fewer than its bytes) plus that;
+ * an alias bomb that slipped past the count would load more, and abort.
  */
+#include "policy/config_yaml.h"
 #include "policy/envoy_config.h"
 #include "policy/envoy_metrics.h"
 
@@ -46,8 +52,19 @@ static void walk(const sluice_envoy_domain_t *dom)
 	}
 }
 
+/* Descriptor nodes under n nodes (each counted once per reference). */
+static size_t count_nodes(const sluice_envoy_node_t *n, size_t len)
+{
+	size_t i, total = len;
+
+	for (i = 0; i < len; i++)
+		total += count_nodes(n[i].children, n[i].nchildren);
+	return total;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	size_t nodes = 0;
 	sluice_envoy_settings_t s;
 	sluice_envoy_config_t *cfg;
 	char err[1024];
@@ -61,8 +78,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort(); /* every error names the file */
 		return 0;
 	}
-	for (i = 0; i < cfg->ndomains; i++)
+	for (i = 0; i < cfg->ndomains; i++) {
+		nodes += count_nodes(cfg->domains[i].children,
+				     cfg->domains[i].nchildren);
 		walk(&cfg->domains[i]);
+	}
+	if (nodes > size + SLUICE_YAML_MAX_ALIAS_NODES)
+		abort(); /* the walk was not bounded */
 	sluice_envoy_config_free(cfg);
 	return 0;
 }

@@ -226,7 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(c);
 	/* Timers of the calls (grpc-timeout) close on the loop. */
 	uv_run(&loop, UV_RUN_NOWAIT);
-	if (g->held != 0 || g->nconns != 0)
+	if (g->held != 0 || g->nconns != 0 || g->partial || g->partial_tail)
 		__builtin_trap();
 	return 0;
 }

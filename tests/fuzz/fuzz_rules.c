@@ -1,6 +1,6 @@
 /*
  * fuzz_rules.c -- libFuzzer harness for request matching: path
- * normalisation and globs, key building, tiers and the client address
+ * readings (paths.c) and globs, key building, tiers and the client address
  * behind trusted proxies, over hostile header values.
  *
  * Input: lines "METHOD\nPATH\nX-FORWARDED-FOR\nX-REAL-IP\nX-USER-ID\nTIER";

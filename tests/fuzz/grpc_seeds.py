@@ -203,6 +203,31 @@ def main():
 
     save("http1", [0xff, 0x00],
          b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    budget_seeds(client, hdrs)
+
+
+def budget_seeds(client, hdrs):
+    """The budget's cases: slow senders holding partial messages (shed
+    oldest first), and a client whose window of 0 holds every answer."""
+    import h2.settings
+    c = client()
+    for i in range(40):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, hdrs)
+        # A 64 KiB message announced, 1,500 bytes of it sent, no end.
+        c.send_data(sid, b"\x00\x00\x01\x00\x00" + b"\x0a" * 1495)
+    save("slow_senders", [0xff, 0x01], c.data_to_send())
+
+    body = request("fuzz", *[[("k", "v%d" % i)] for i in range(64)]) \
+        .SerializeToString()
+    c = client()
+    c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    for i in range(30):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, hdrs)
+        c.send_data(sid, b"\x00" + len(body).to_bytes(4, "big") + body,
+                    end_stream=True)
+    save("window_zero", [0xff, 0x03], c.data_to_send())
 
 
 if __name__ == "__main__":

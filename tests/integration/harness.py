@@ -1033,3 +1033,40 @@ class SentinelGroup:
         for p in self.sentinels + [self.replica, self.master]:
             if p is not None:
                 p.stop()
+
+
+# The spellings of /api/upload (tests/data/path_spellings.tsv): one table
+# for the matcher's unit test and the tests through real nginx and Caddy.
+PATH_SPELLINGS = os.path.join(SRC, "tests", "data", "path_spellings.tsv")
+
+
+def path_spellings():
+    """[(target, nginx_uri or "400", caddy, charged: bool)] in file order."""
+    rows = []
+    with open(PATH_SPELLINGS, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            target, nginx, caddy, charged = line.split("\t")
+            assert caddy in ("upload", "other", "-"), line
+            assert charged in ("yes", "no"), line
+            rows.append((target, nginx, caddy, charged == "yes"))
+    return rows
+
+
+def routes_to(path, want="/api/upload"):
+    """Whether an app router given `path` (as a proxy routed it) takes it
+    to `want` by the app conventions sluice also reads: any case, one
+    trailing slash, trailing dots and spaces (Caddy), a .format suffix
+    (Rails, Spring <= 5.2)."""
+    p = path.lower()
+    if p.endswith("/") and len(p) > 1:
+        p = p[:-1]
+    cands = {p, p.rstrip(". ")}
+    last = p.rsplit("/", 1)
+    if len(last) == 2 and "." in last[1][1:]:
+        seg = last[1]
+        cands.add(last[0] + "/" + seg[:seg.index(".", 1)])
+        cands.add(last[0] + "/" + seg[:seg.rindex(".")])
+    return want in cands

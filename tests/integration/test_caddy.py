@@ -26,10 +26,17 @@ from harness import Sluice  # noqa: E402
 EXAMPLE = os.path.join(harness.SRC, "examples", "caddy")
 CADDY = shutil.which("caddy") or "/usr/bin/caddy"
 
-# The app behind Caddy: says what reached it.
+# The app behind Caddy: says what reached it, and whether Caddy's own path
+# matcher takes the path to /api/upload (Caddy's reading of a target).
 UPSTREAM = """
 http://127.0.0.1:%d {
-	respond "app [{http.request.header.X-User-Id}]"
+	@upload path /api/upload
+	handle @upload {
+		respond "upload [{http.request.header.X-User-Id}]"
+	}
+	handle {
+		respond "app [{http.request.header.X-User-Id}]"
+	}
 }
 """
 
@@ -94,7 +101,7 @@ class CaddyForwardAuth(unittest.TestCase):
             # upload: capacity 5 per address, whatever the client wrote
             self.assertEqual([r.status for r in got],
                              [200] * 5 + [429] * 2)
-            self.assertEqual(got[0].body, b"app []")
+            self.assertEqual(got[0].body, b"upload []")
             limited = got[5]
             self.assertEqual(limited.json()["policy"], "upload")
             self.assertGreaterEqual(int(limited.header("retry-after")), 1)
@@ -112,6 +119,29 @@ class CaddyForwardAuth(unittest.TestCase):
             self.assertEqual(r.header("x-ratelimit-limit"), "100")
             self.assertEqual(r.header("ratelimit-policy"),
                              '"api";q=100;w=50')
+
+    def test_every_spelling_caddy_routes_meets_its_rule(self):
+        """tests/data/path_spellings.tsv through the example: Caddy's path
+        matcher takes the table's targets where the table says, and every
+        target some router takes to /api/upload is limited once
+        /api/upload is drained (the example's upload rule, 5 per
+        address); the others are not."""
+        rows = [r for r in harness.path_spellings() if r[2] != "-"]
+        with Sluice(example_config()) as s, Caddy(s.port) as caddy:
+            # GET: the upload rule is POST only, so each reaches the app
+            for target, _, routed, _ in rows:
+                r = caddy.request("GET", target)
+                self.assertEqual(r.status, 200, target)
+                self.assertEqual(r.body.split(b" ")[0].decode(), routed
+                                 .replace("other", "app"), target)
+            got = [caddy.request("POST", "/api/upload", {}, "x").status
+                   for _ in range(5)]
+            self.assertEqual(got, [200] * 5)
+            for target, _, _, charged in rows:
+                r = caddy.request("POST", target, {}, "x")
+                self.assertEqual(r.status, 429 if charged else 200, target)
+                if charged:
+                    self.assertEqual(r.json()["policy"], "upload", target)
 
     def test_client_identity_headers_do_not_reach_sluice(self):
         user_rule = example_config().replace(

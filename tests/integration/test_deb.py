@@ -37,6 +37,10 @@ EXPECTED = {
                       "./usr/lib/{arch}/pkgconfig/sluice-redis.pc"],
     "sluice-redis-module": ["./usr/lib/redis/modules/sluice.so",
                             "./usr/share/man/man7/sluice-redis.7.gz"],
+    # As Debian's libnginx-mod-* (dh_nginx): the module, its load file.
+    "libnginx-mod-http-sluice": [
+        "./usr/lib/nginx/modules/ngx_http_sluice_module.so",
+        "./usr/share/nginx/modules-available/mod-http-sluice.conf"],
 }
 
 
@@ -100,6 +104,23 @@ class DebTest(unittest.TestCase):
                        self.deb("libsluice" + self.major), "Depends"])
         self.assertNotIn("libuv", depends)
         self.assertNotIn("hiredis", depends)
+
+    def test_nginx_module_is_enabled_as_debian_enables_its_own(self):
+        deb = self.deb("libnginx-mod-http-sluice")
+        depends = run(["dpkg-deb", "--field", deb, "Depends"])
+        self.assertIn("nginx-abi-", depends)
+        d = tempfile.mkdtemp(prefix="sluice-deb-ctl-", dir=self.tmp)
+        run(["dpkg-deb", "-e", deb, d])
+        with open(os.path.join(d, "postinst")) as f:
+            postinst = f.read()
+        self.assertIn("mod-http-sluice.conf:50-mod-http-sluice.conf",
+                      postinst)
+        self.assertIn("/etc/nginx/modules-enabled", postinst)
+        run(["dpkg-deb", "-x", deb, d])
+        with open(os.path.join(d, "usr/share/nginx/modules-available",
+                               "mod-http-sluice.conf")) as f:
+            self.assertEqual(f.read(), "load_module modules/"
+                             "ngx_http_sluice_module.so;\n")
 
     def test_lintian_reports_no_errors(self):
         if not shutil.which("lintian"):

@@ -628,6 +628,59 @@ class ConfigMapSwap(unittest.TestCase):
         self.assertTrue(harness.wait_until(lambda: self.limit() == 7, 30))
 
 
+class ChangeDuringReload(unittest.TestCase):
+    """A file rewritten while a reload runs is reloaded at the next poll:
+    the watcher keeps the stamp taken before the loader read the
+    directory, never one taken after (which would describe the new file
+    as loaded).  A shim (LD_PRELOAD of tests/tools/slow_stderr.c) holds
+    the reload's summary line back 5 s -- the server is then still inside
+    the reload, past reading -- and the file is rewritten meanwhile."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-race-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.write(5)
+        env = {"LD_PRELOAD": os.path.join(harness.BUILD,
+                                          "libslow_stderr.so"),
+               "SLOW_STDERR_MATCH": "SIGHUP: reloaded",
+               "SLOW_STDERR_MS": "5000",
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+               ":verify_asan_link_order=0"}
+        self.sluice = Sluice("envoy:\n  config_dir: %s\n  watch_ms: 100\n"
+                             % self.dir, env=env)
+        self.addCleanup(self.sluice.stop)
+
+    def write(self, n):
+        # A new file swapped in (a new inode, whatever the clock's grain).
+        tmp = os.path.join(self.dir, ".messaging.tmp")
+        with open(tmp, "w") as f:
+            f.write(EXAMPLES["messaging.yaml"].replace(
+                "requests_per_unit: 5", "requests_per_unit: %d" % n))
+        os.replace(tmp, os.path.join(self.dir, "messaging.yaml"))
+
+    def limit(self):
+        r = harness.request(self.sluice.port, "POST", "/json", None,
+                            json.dumps({"domain": "messaging",
+                                        "descriptors": [desc(
+                                            ("message_type", "marketing"),
+                                            ("to_number", "1"))]}))
+        return r.json()["statuses"][0]["currentLimit"]["requestsPerUnit"]
+
+    def reloads(self):
+        return self.sluice.metrics().get(
+            'sluice_config_reloads_total{result="ok"}', 0)
+
+    def test_file_rewritten_during_a_reload_is_reloaded(self):
+        self.assertEqual(self.limit(), 5)
+        self.write(7)
+        # The reload has read the directory and counted itself; its
+        # summary line is held back, so it has not returned yet.
+        self.assertTrue(harness.wait_until(lambda: self.reloads() >= 1, 30))
+        self.write(9)
+        self.assertTrue(harness.wait_until(lambda: self.limit() == 9, 60),
+                        self.limit())
+
+
 class CheckConfig(unittest.TestCase):
     """`sluice check-config DIR` and a config naming a bad directory:
     every error, each FILE:LINE; `sluice serve` refuses to start."""

@@ -98,6 +98,69 @@ class SharedRedis(unittest.TestCase):
         self.assertEqual(r.json()["statuses"][1]["code"], "OK")
         self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 1000)
 
+    def test_repeated_descriptor_is_charged_for_each(self):
+        """The same descriptor twice in one request, and a descriptor
+        with its own limit beside the one the config matches: the Redis
+        store charges each (as the memory store does), never answers
+        them as a store failure."""
+        s = self.instances[0]
+        twice = json.dumps({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": "erin"}]}] * 2})
+        for i in range(5):
+            r = self.post(s, twice)
+            self.assertEqual(r.status, 200, r.json())
+            st = r.json()["statuses"]
+            self.assertEqual([x.get("limitRemaining", 0) for x in st],
+                             [9 - 2 * i, 8 - 2 * i])
+        r = self.post(self.instances[1], twice)
+        self.assertEqual(r.status, 429)
+        # The request-supplied limit is a bucket of its own on the same
+        # key; both are charged.
+        own = json.dumps({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": "fay"}]},
+            {"entries": [{"key": "user", "value": "fay"}],
+             "limit": {"requestsPerUnit": 3, "unit": "HOUR"}}]})
+        for left in (2, 1, 0):
+            r = self.post(s, own)
+            self.assertEqual(r.status, 200, r.json())
+            self.assertEqual(r.json()["statuses"][1].get("limitRemaining", 0),
+                             left)
+        r = self.post(s, own)
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.json()["statuses"][0]["limitRemaining"], 7)
+
+    def test_quota_mode_refused_charges_nothing(self):
+        """quota_mode on Redis: every quota descriptor over refuses the
+        request and charges no other descriptor; one quota descriptor
+        over beside another that passes: allowed, the others charged."""
+        with open(os.path.join(self.dir, "quota.yaml"), "w") as f:
+            f.write("domain: quota\ndescriptors:\n"
+                    "  - key: qa\n    quota_mode: true\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+                    "  - key: qb\n    quota_mode: true\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+                    "  - key: n\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+        s = self.start()
+
+        def req(*pairs):
+            descs = [{"entries": [{"key": k, "value": v}]}
+                     for k, v in pairs]
+            return self.post(s, json.dumps({"domain": "quota",
+                                            "descriptors": descs}))
+
+        self.assertEqual(req(("qa", "1"), ("n", "1")).status, 200)
+        for _ in range(3):
+            r = req(("qa", "1"), ("n", "1"))
+            self.assertEqual(r.status, 429)
+            self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 99)
+        r = req(("qa", "1"), ("qb", "1"), ("n", "1"))
+        self.assertEqual(r.status, 200)
+        st = r.json()["statuses"]
+        self.assertEqual(st[0]["code"], "OVER_LIMIT")
+        self.assertEqual([st[1]["limitRemaining"], st[2]["limitRemaining"]],
+                         [9, 98])
+
     def test_huge_hits_addend_is_refused_and_charges_nothing(self):
         s = self.instances[0]
         r = self.post(s, body("carol", "/x", route_hits="18446744073709551615"))

@@ -478,9 +478,17 @@ class RedisClusterServeTest(unittest.TestCase):
         for r in resumed:
             self.assertIsNotNone(r)
             self.assertLess(r, 2.0)
-        for key in [("wide", live), ("tight", drained),
-                    ("wide", elsewhere)] + [("wide", c) for c in crowd]:
-            self.assertEqual(count(*key, *settled).get(503, 0), 0, key)
+        # Once settled, the failed master's keys are decided again.  A
+        # master still failing would answer 503 to nearly every call;
+        # what a healthy one may still show on an oversubscribed machine
+        # is the rare call that missed its 100 ms deadline (the key on
+        # another master, checked over the whole run above, has shown
+        # 2-4 such in this 1 s window beside 8 busy processes).
+        for key in [("wide", live), ("tight", drained)] + \
+                [("wide", c) for c in crowd]:
+            got = count(*key, *settled)
+            self.assertLessEqual(got.get(503, 0),
+                                 max(3, sum(got.values()) // 20), key)
         # Nobody waits on the dead master much beyond timeout_ms.  A
         # client thread stalled on a busy machine may see one answer
         # late; calls waiting on the dead master would be slow by the

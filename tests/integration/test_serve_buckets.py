@@ -12,7 +12,11 @@ On the memory store and on the Redis store alike:
 - an ad-hoc `POST /v1/take` with other limits on the same key never
   touches the bucket of a caller with different limits (an attacker's
   capacity 2 at one token per 4.46 years once made a victim with capacity
-  10 at 1/s wait 4.46 years).
+  10 at 1/s wait 4.46 years);
+- a flood of ad-hoc `POST /v1/take` buckets of a caller's choosing (6,000
+  fresh keys of capacity 1 at 1/day, a day of debt each, on a store of
+  2,000 buckets) never makes a drained rule bucket fresh (the local
+  stores evict ad-hoc buckets among themselves; Redis evicts nothing).
 
 Every count is exact: the limits refill at most one token an hour, far
 slower than the test runs.
@@ -53,6 +57,14 @@ rules:
   - name: api
     key: ["header:x-user-id"]
     limits: [{capacity: 1000, rate: 1000/day}, {capacity: 5, rate: 1/h}]
+"""
+
+CHECK_5 = """
+store: %(store)s
+rules:
+  - name: check
+    key: ["header:x-user-id"]
+    limits: [{capacity: 5, rate: 5/h}]
 """
 
 
@@ -123,10 +135,32 @@ class Buckets:
             # attacker's bucket as it was.
             self.assertEqual(take(s, attacker).status, 429)
 
+    def test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket(self):
+        with Sluice(self.config(CHECK_5), threads=1) as s:
+            c = s.client()
+            try:
+                who = {"x-user-id": "mallory"}
+                for _ in range(5):
+                    self.assertEqual(
+                        c.request("GET", "/v1/check", who).status, 200)
+                self.assertEqual(c.request("GET", "/v1/check", who).status,
+                                 429)
+                for i in range(6000):
+                    r = c.request("POST", "/v1/take", {},
+                                  {"key": "flood-%d" % i, "capacity": 1,
+                                   "rate": "1/day"})
+                    self.assertEqual(r.status, 200, r)
+                passed = sum(
+                    c.request("GET", "/v1/check", who).status == 200
+                    for _ in range(5))
+                self.assertEqual(passed, 0)
+            finally:
+                c.close()
+
 
 class MemoryStore(Buckets, unittest.TestCase):
     def store(self):
-        return "memory"
+        return "{memory: {max_keys: 2000}}"
 
 
 class SharedStore(Buckets, unittest.TestCase):
@@ -138,7 +172,7 @@ class SharedStore(Buckets, unittest.TestCase):
             os.unlink(self.path)
 
     def store(self):
-        return "{shared: {path: %s, max_keys: 10000}}" % self.path
+        return "{shared: {path: %s, max_keys: 2000}}" % self.path
 
 
 class RedisStore(Buckets, unittest.TestCase):

@@ -214,11 +214,14 @@ static void test_bad_redis_urls_fail_at_load_masked(void)
 		{"redis://app:S3CRETpw@h:99999", "port must be 1..65535"},
 		{"redis://app:S3CRETpw@h:6379/abc", "db number"},
 		{"redis://app:S3CRETpw@:6379", "no host"},
-		{"redis://app:S3CRETpw@h:6379/0?timeout=1", "db number"},
+		{"redis://app:S3CRETpw@h:6379/0?timeout=1",
+		 "unknown query parameter \"timeout\""},
+		{"redis://h:6379/0?password=S3CRETpw&timeout=1",
+		 "h:6379/0?password=***&timeout=1"},
 		{"redis://app:S3CRETpw@h:6379/0/1", "db number"},
 		{"redis://app:S3CRETpw@h x:6379", "white space"},
-		{"redis://app:S3CRETpw@h?x:6379", "the host may hold only"},
-		{"unix:///run/redis.sock?dbx=1", "unix:///path[?db=N]"},
+		{"redis://app:S3CRETpw@h;x:6379", "the host may hold only"},
+		{"unix:///run/redis.sock?dbx=1", "unknown query parameter"},
 	};
 	char text[256], err[512];
 	sluice_config_t *c;
@@ -944,6 +947,96 @@ static void test_deep_nesting_is_refused_early(void)
 	}
 }
 
+/* Level 0 anchors a list of three scalars; level k a list of three
+ * aliases of level k-1: 3^k nodes to walk from a line of text each.
+ * Written from line `first` on, one level a line, as the items of a
+ * list indented by `indent`.  Returns the line of the alias past which
+ * the aliases stand for more than SLUICE_YAML_MAX_ALIAS_NODES nodes. */
+static int alias_bomb(char *out, size_t len, int levels, int indent, int first)
+{
+	uint64_t size = 4, aliased = 0;
+	int k, j, line = 0;
+	size_t n;
+
+	n = (size_t)snprintf(out, len, "%*s- &a0 [x, x, x]\n", indent, "");
+	for (k = 1; k < levels; k++) {
+		n += (size_t)snprintf(out + n, len - n,
+				      "%*s- &a%d [*a%d, *a%d, *a%d]\n", indent,
+				      "", k, k - 1, k - 1, k - 1);
+		for (j = 0; j < 3 && !line; j++) {
+			aliased += size;
+			if (aliased > 100000)
+				line = first + k;
+		}
+		size = 1 + 3 * size;
+	}
+	CHECK(n < len);
+	return line;
+}
+
+/* An alias bomb: libyaml shares the aliased nodes, but a walk visits
+ * each once per reference (3^14 nodes from 743 bytes kept a reload busy
+ * with gigabytes).  What aliases stand for is counted as the file is
+ * read and refused past the bound, naming the alias that passes it. */
+static void test_alias_bomb_is_refused_at_the_alias(void)
+{
+	char text[4096], bomb[2048], err[512], want[32];
+	int line = alias_bomb(bomb, sizeof(bomb), 20, 2, 3);
+	sluice_config_t *c;
+
+	CHECK(line > 3);
+	snprintf(text, sizeof(text),
+		 "listen: 127.0.0.1:9000\nbomb:\n%s"
+		 "rules: [{name: r, limits: [{capacity: 1, rate: 1/s}]}]\n",
+		 bomb);
+	c = parse(text, err, sizeof(err));
+	CHECK(c == NULL);
+	snprintf(want, sizeof(want), "t.yaml:%d: ", line);
+	if (strncmp(err, want, strlen(want)) != 0)
+		fprintf(stderr, "want %s, got %s\n", want, err);
+	CHECK(strncmp(err, want, strlen(want)) == 0);
+	CHECK(strstr(err, "aliases stand for more than 100000 nodes") != NULL);
+	/* An alias inside the node it names is a walk without end. */
+	c = parse("listen: 127.0.0.1:9000\nrules: &r\n  - *r\n", err,
+		  sizeof(err));
+	CHECK(c == NULL);
+	CHECK(strncmp(err,
+		      "t.yaml:3: the alias *r is inside the node it "
+		      "names",
+		      36) == 0);
+	/* An alias adds the depth of what it names. */
+	c = parse("listen: 127.0.0.1:9000\n"
+		  "x: &d "
+		  "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+		  "]\n"
+		  "rules: [[[*d]]]\n",
+		  err, sizeof(err));
+	CHECK(c == NULL);
+	CHECK(strstr(err, "t.yaml:3: nesting deeper than 32 levels (through "
+			  "the alias *d)") != NULL);
+}
+
+/* Anchors that repeat a little (a shared limit) still load, and mean
+ * what they stand for. */
+static void test_anchors_for_shared_limits_load(void)
+{
+	char err[512];
+	sluice_config_t *c = parse(
+		"listen: 127.0.0.1:9000\n"
+		"rules:\n"
+		"  - {name: a, match: {path: /a}, limits: &l [{capacity: 7, "
+		"rate: 1/s}]}\n"
+		"  - {name: b, match: {path: /b}, limits: *l}\n",
+		err, sizeof(err));
+
+	if (!c)
+		fprintf(stderr, "%s\n", err);
+	CHECK(c != NULL);
+	CHECK(c->nrules == 2);
+	CHECK(c->rules[1].limits.limits[0].capacity == 7);
+	sluice_config_free(c);
+}
+
 static void test_load_reads_a_file_and_names_it(void)
 {
 	char path[] = "/tmp/sluice-test-config-XXXXXX";
@@ -1161,6 +1254,8 @@ int main(void)
 	RUN(test_check_reads_on_after_errors);
 	RUN(test_many_overrides_are_found_in_constant_time);
 	RUN(test_deep_nesting_is_refused_early);
+	RUN(test_alias_bomb_is_refused_at_the_alias);
+	RUN(test_anchors_for_shared_limits_load);
 	RUN(test_load_reads_a_file_and_names_it);
 	RUN(test_example_file_is_valid);
 	RUN(test_listen_parse);

@@ -189,6 +189,27 @@ static void test_empty_overrides_file_gets_the_right_message(void)
 	CHECK(check(config_with_overrides(ov), report, sizeof(report)) == 0);
 }
 
+/* The overrides file is read by the same YAML layer: an alias bomb in
+ * it is refused at its line, and its count of errors is one. */
+static void test_alias_bomb_in_overrides_is_refused(void)
+{
+	char text[2048], report[4096];
+	const char *ov;
+	size_t n;
+	int k;
+
+	n = (size_t)snprintf(text, sizeof(text), "a0: &a0 [x, x, x]\n");
+	for (k = 1; k < 10; k++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      "a%d: &a%d [*a%d, *a%d, *a%d]\n", k, k,
+				      k - 1, k - 1, k - 1);
+	CHECK(n < sizeof(text));
+	ov = write_file("bomb.yaml", text, 0644);
+	CHECK(check(config_with_overrides(ov), report, sizeof(report)) == 1);
+	CHECK(strstr(report, "bomb.yaml:10: aliases stand for more than "
+			     "100000 nodes") != NULL);
+}
+
 /* 100,000 overrides in the documented form ("customer-42": [{capacity:
  * 2000, rate: 50/s}]), 4.8 MB, load. */
 static void test_hundred_thousand_overrides_fit(void)
@@ -279,6 +300,7 @@ int main(void)
 	RUN(test_link_to_a_secret_file_is_not_quoted);
 	RUN(test_excerpts_are_short_and_printable);
 	RUN(test_empty_overrides_file_gets_the_right_message);
+	RUN(test_alias_bomb_in_overrides_is_refused);
 	RUN(test_hundred_thousand_overrides_fit);
 	RUN(test_token_file_newline_is_not_part_of_the_token);
 	RUN(test_shared_store_group_is_read);

@@ -311,6 +311,70 @@ static void test_bad_files_name_file_and_line(void)
 	refused("domain: d\n  descriptors: [\n", 2, "YAML syntax error");
 }
 
+/* An alias bomb in envoyproxy/ratelimit's own shape: each level a
+ * descriptor whose children are three aliases of the level before (3^k
+ * descriptors to walk from a line each).  It is refused while the file
+ * is read, at the alias past which aliases stand for more than 100,000
+ * nodes, before any descriptor is built; a shared rate_limit still
+ * loads. */
+static void test_alias_bomb_is_refused_at_the_alias(void)
+{
+	char text[4096], want[300];
+	uint64_t size = 5, aliased = 0; /* the map, key, k0 and 2 more */
+	int k, j, line = 0;
+	size_t n;
+
+	n = (size_t)snprintf(text, sizeof(text),
+			     "domain: d\ndescriptors:\n"
+			     "  - &l0 {key: k0, value: v}\n");
+	/* Up to the level that passes the bound: no further, so that a
+	 * loader without the bound still ends (and loads it). */
+	for (k = 1; k < 16 && !line; k++) {
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      "  - &l%d {key: k%d, descriptors: "
+				      "[*l%d, *l%d, *l%d]}\n",
+				      k, k, k - 1, k - 1, k - 1);
+		for (j = 0; j < 3 && !line; j++) {
+			aliased += size;
+			if (aliased > 100000)
+				line = 3 + k;
+		}
+		size = 6 + 3 * size; /* the map, 2 keys, a value, the list */
+	}
+	CHECK(n < sizeof(text) && line > 3);
+	new_dir();
+	put("bomb.yaml", text);
+	CHECK(load() == NULL);
+	snprintf(want, sizeof(want),
+		 "%s/bomb.yaml:%d: aliases stand for more "
+		 "than 100000 nodes",
+		 dir, line);
+	if (strncmp(err, want, strlen(want)) != 0)
+		fprintf(stderr, "got: %s\nwant: %s\n", err, want);
+	CHECK(strncmp(err, want, strlen(want)) == 0);
+	rm_dir();
+	refused("domain: d\ndescriptors: &d\n  - key: k\n    descriptors: "
+		"*d\n",
+		4, "the alias *d is inside the node it names");
+	{
+		sluice_envoy_config_t *cfg;
+
+		new_dir();
+		put("shared.yaml",
+		    "domain: d\ndescriptors:\n"
+		    "  - key: a\n    rate_limit: &rl {unit: second, "
+		    "requests_per_unit: 5}\n"
+		    "  - key: b\n    rate_limit: *rl\n");
+		cfg = load();
+		if (!cfg)
+			fprintf(stderr, "%s\n", err);
+		CHECK(cfg != NULL);
+		CHECK(cfg->ndomains == 1 && cfg->domains[0].nchildren == 2);
+		sluice_envoy_config_free(cfg);
+		rm_dir();
+	}
+}
+
 static void test_duplicate_domain_names_both_files(void)
 {
 	new_dir();
@@ -441,12 +505,78 @@ static void test_burst_and_several_limits(void)
 		5, "unit beside limits");
 }
 
-/* Every requests_per_unit envoyproxy/ratelimit takes loads: one sluice
- * cannot hold exactly is rounded to the nearest interval it can. */
+/* A replaces cycle would drop every limit of it from a request that
+ * matches them all: refused, each limit of the cycle named with its file
+ * and line; a chain that runs one way loads. */
+static void test_replaces_cycle_is_refused(void)
+{
+	const char *two = "domain: d\n"
+			  "descriptors:\n"
+			  "  - key: k1\n"
+			  "    rate_limit:\n"
+			  "      name: a\n"
+			  "      replaces: [{name: b}]\n"
+			  "      unit: hour\n"
+			  "      requests_per_unit: 5\n"
+			  "  - key: k2\n"
+			  "    rate_limit:\n"
+			  "      name: b\n"
+			  "      replaces: [{name: a}]\n"
+			  "      unit: hour\n"
+			  "      requests_per_unit: 10\n";
+	const char *three = "domain: d\n"
+			    "descriptors:\n"
+			    "  - key: k0\n"
+			    "    rate_limit: {unit: hour, requests_per_unit: 1,"
+			    " replaces: [{name: a}]}\n"
+			    "  - key: k1\n"
+			    "    descriptors:\n"
+			    "      - key: x\n"
+			    "        rate_limit: {name: a, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: b}]}\n"
+			    "  - key: k2\n"
+			    "    rate_limit: {name: b, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: c}]}\n"
+			    "  - key: k3\n"
+			    "    rate_limit: {name: c, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: a}]}\n";
+	const char *chain = "domain: d\n"
+			    "descriptors:\n"
+			    "  - key: k1\n"
+			    "    rate_limit: {name: a, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: b}]}\n"
+			    "  - key: k2\n"
+			    "    rate_limit: {name: b, unit: hour, "
+			    "requests_per_unit: 1, replaces: [{name: c}]}\n"
+			    "  - key: k3\n"
+			    "    rate_limit: {name: c, unit: hour, "
+			    "requests_per_unit: 1}\n";
+	sluice_envoy_config_t *cfg;
+
+	refused(two, 3, "rate_limit 'a' replaces 'b', and replaces lead back");
+	CHECK(nerr == 2);
+	CHECK(strstr(report, "bad.yaml:9: rate_limit 'b' replaces 'a'"));
+	/* Three long, one of them nested; k0 replaces into it but is not
+	 * on it. */
+	refused(three, 7, "rate_limit 'a' replaces 'b'");
+	CHECK(nerr == 3);
+	new_dir();
+	put("ok.yaml", chain);
+	CHECK((cfg = load()) != NULL);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
+/* Every requests_per_unit envoyproxy/ratelimit takes loads (any uint32):
+ * one sluice cannot hold exactly is rounded to the nearest interval it
+ * can; above 10^9 a second the bucket keeps its capacity and refills at
+ * 10^9 a second, the finest rate (a token every 1/1000 us). */
 static void test_any_requests_per_unit_loads(void)
 {
-	static const uint32_t ns[] = {1,     7,	      1001,	 9999,
-				      65537, 1000000, 123456789, UINT32_MAX};
+	static const uint32_t ns[] = {1,	   7,	       1001,
+				      9999,	   65537,      1000000,
+				      123456789,   1000000000, 1000000001,
+				      3000000000u, UINT32_MAX};
 	size_t i, u;
 	char msg[256];
 
@@ -458,8 +588,6 @@ static void test_any_requests_per_unit_loads(void)
 				sluice_envoy_unit_seconds((sluice_rls_unit_t)u);
 			double want, got;
 
-			if (ns[i] > 1000000000ull * secs)
-				continue; /* finer than 1 ns a token */
 			if (sluice_envoy_limit_make(ns[i], (sluice_rls_unit_t)u,
 						    0, &l, msg,
 						    sizeof(msg)) != 0) {
@@ -468,6 +596,12 @@ static void test_any_requests_per_unit_loads(void)
 				CHECK(0);
 			}
 			CHECK_EQ_U64(l.capacity, ns[i]);
+			if (ns[i] > 1000000000ull * secs) {
+				/* finer than 1 ns a token: the finest rate */
+				CHECK_EQ_U64(l.rate.interval, 1);
+				CHECK_EQ_U64(l.rate.per, 1000);
+				continue;
+			}
 			want = (double)secs * 1e6 / ns[i];
 			got = (double)l.rate.interval / l.rate.per;
 			/* within 0.1%, or half a nanosecond (the finest
@@ -594,12 +728,76 @@ static void test_metric_paths_as_upstream(void)
 	rm_dir();
 }
 
+/* detailed_metric puts a client's value into a series' label: values of
+ * 60 KB made 578 MB of series and a 2.4 GB /metrics.  A label is kept to
+ * SLUICE_ENVOY_MAX_LABEL bytes (values differing past the head still
+ * count apart, by a hash suffix), the registry's label bytes to
+ * SLUICE_ENVOY_MAX_SERIES_BYTES, and the rendering follows. */
+static void test_detailed_metric_labels_are_bounded(void)
+{
+	enum { VLEN = 60000, NLONG = 300 };
+	sluice_envoy_series_t *first = NULL, *s;
+	sluice_envoy_config_t *cfg;
+	sluice_envoy_match_t m;
+	sluice_rls_entry_t e[1];
+	char *v = malloc(VLEN + 16), shortv[256];
+	sluice_buf_t out = {0};
+	size_t i, before;
+
+	CHECK(v != NULL);
+	new_dir();
+	put("d.yaml",
+	    "domain: big\ndescriptors:\n"
+	    "  - key: k\n    detailed_metric: true\n"
+	    "    rate_limit: {unit: minute, requests_per_unit: 10}\n");
+	cfg = load();
+	CHECK(cfg != NULL);
+	memset(v, 'v', VLEN);
+	e[0].key = "k";
+	e[0].value = v;
+	for (i = 0; i < NLONG; i++) {
+		snprintf(v + VLEN, 16, "%zu", i); /* only the tail differs */
+		sluice_envoy_match(sluice_envoy_domain(cfg, "big"), e, 1, &m);
+		s = sluice_envoy_match_series("big", e, 1, &m);
+		CHECK(strlen(s->path) <= SLUICE_ENVOY_MAX_LABEL);
+		CHECK(strcmp(s->path, "_overflow") != 0);
+		if (i == 0)
+			first = s;
+		else
+			CHECK(s != first); /* apart, by the hash suffix */
+	}
+	sluice_envoy_metrics_render(&out);
+	CHECK(!out.oom);
+	/* 4 counters a series, each line a label of at most 200 bytes and
+	 * some 100 of names and count. */
+	CHECK(out.len < 4 * (NLONG + 100) * (SLUICE_ENVOY_MAX_LABEL + 100));
+	sluice_buf_free(&out);
+	/* The bytes: 200-byte values until the registry is full, then
+	 * overflow, well before the count of series runs out. */
+	before = sluice_envoy_series_bytes();
+	CHECK(before <= SLUICE_ENVOY_MAX_SERIES_BYTES);
+	memset(shortv, 'w', 190);
+	e[0].value = shortv;
+	for (i = 0; i < 6000; i++) {
+		snprintf(shortv + 190, 16, "%zu", i);
+		sluice_envoy_match(sluice_envoy_domain(cfg, "big"), e, 1, &m);
+		s = sluice_envoy_match_series("big", e, 1, &m);
+		CHECK(sluice_envoy_series_bytes() <=
+		      SLUICE_ENVOY_MAX_SERIES_BYTES);
+	}
+	CHECK(strcmp(s->path, "_overflow") == 0);
+	free(v);
+	sluice_envoy_config_free(cfg);
+	rm_dir();
+}
+
 int main(void)
 {
 	RUN(test_basic_config_matches_as_upstream);
 	RUN(test_wildcards_as_upstream);
 	RUN(test_wildcard_parts_never_overlap);
 	RUN(test_bad_files_name_file_and_line);
+	RUN(test_alias_bomb_is_refused_at_the_alias);
 	RUN(test_duplicate_domain_names_both_files);
 	RUN(test_merge_domains);
 	RUN(test_every_error_is_reported);
@@ -607,7 +805,9 @@ int main(void)
 	RUN(test_missing_directory_is_an_error);
 	RUN(test_burst_and_several_limits);
 	RUN(test_any_requests_per_unit_loads);
+	RUN(test_replaces_cycle_is_refused);
 	RUN(test_keys_are_injective_and_shared_by_pattern);
 	RUN(test_metric_paths_as_upstream);
+	RUN(test_detailed_metric_labels_are_bounded);
 	TESTS_DONE();
 }

@@ -10,6 +10,7 @@
  */
 #include "check.h"
 #include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 #include "policy/envoy_rls.h"
 #include "policy/svc.h"
 #include "stores.h"
@@ -599,6 +600,176 @@ static void test_quota_mode(void)
 	stop();
 }
 
+/* quota_mode keeps all or nothing (docs/ENVOY.md): a refused request --
+ * a normal descriptor over, or every quota one -- charges no descriptor,
+ * quota ones included; an allowed one charges every descriptor but the
+ * quota ones that are over. */
+static void test_quota_mode_is_all_or_nothing(void)
+{
+	sluice_rls_response_t *r;
+	int i;
+
+	start(NULL, "q.yaml",
+	      "domain: q\n"
+	      "descriptors:\n"
+	      "  - key: qa\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	      "  - key: qb\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	      "  - key: qz\n"
+	      "    quota_mode: true\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 0}\n"
+	      "  - key: n\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 100}\n"
+	      "  - key: small\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 1}\n");
+	/* The only quota descriptor is over: refused, and the normal one
+	 * is not charged (97, 96, 95 before). */
+	r = decide("q", "qa=1|n=1");
+	CHECK(r->overall_code == OK);
+	CHECK_EQ_U64(r->statuses[1].limit_remaining, 99);
+	sluice_rls_response_free(r);
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "qa=1|n=1");
+		CHECK(r->overall_code == OVER);
+		CHECK(r->statuses[0].code == OVER);
+		CHECK(r->statuses[1].code == OK);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 99);
+		sluice_rls_response_free(r);
+	}
+	r = decide("q", "n=1");
+	CHECK_EQ_U64(r->statuses[0].limit_remaining, 98);
+	sluice_rls_response_free(r);
+
+	/* A normal descriptor over: the quota one is not charged. */
+	r = decide("q", "small=2");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "small=2|qb=2");
+		CHECK(r->overall_code == OVER);
+		CHECK(r->statuses[1].code == OK);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 10);
+		sluice_rls_response_free(r);
+	}
+	r = decide("q", "qb=2");
+	CHECK_EQ_U64(r->statuses[0].limit_remaining, 9);
+	sluice_rls_response_free(r);
+
+	/* One quota descriptor over, another not: allowed, and everything
+	 * but the one over is charged. */
+	r = decide("q", "qa=3");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "qa=3|qb=3|n=3");
+		CHECK(r->overall_code == OK);
+		CHECK(r->statuses[0].code == OVER);
+		CHECK(r->statuses[1].code == OK);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 9 - i);
+		CHECK_EQ_U64(r->statuses[2].limit_remaining, 99 - i);
+		sluice_rls_response_free(r);
+	}
+
+	/* A quota descriptor that is always over (requests_per_unit 0),
+	 * alone among the quota ones: refused, nothing charged. */
+	for (i = 0; i < 3; i++) {
+		r = decide("q", "qz=4|n=4");
+		CHECK(r->overall_code == OVER);
+		CHECK(r->statuses[0].code == OVER);
+		CHECK_EQ_U64(r->statuses[1].limit_remaining, 100);
+		sluice_rls_response_free(r);
+	}
+	/* Beside a quota descriptor that passes: allowed and charged. */
+	r = decide("q", "qz=5|qb=5|n=5");
+	CHECK(r->overall_code == OK);
+	CHECK(r->statuses[0].code == OVER);
+	CHECK_EQ_U64(r->statuses[1].limit_remaining, 9);
+	CHECK_EQ_U64(r->statuses[2].limit_remaining, 99);
+	sluice_rls_response_free(r);
+	stop();
+}
+
+/* The hits counters add what a descriptor was charged, clamped as the
+ * store sees it (capacity + 1): a client's hits_addend near 2^64 neither
+ * wraps them nor runs them to their end. */
+static void test_hit_counters_never_wrap(void)
+{
+	sluice_rls_descriptor_t d = {.has_hits_addend = 1,
+				     .hits_addend = UINT64_MAX / 2 + 1};
+	sluice_envoy_series_t *s;
+	sluice_rls_response_t *r;
+	int i;
+
+	start(NULL, "h.yaml",
+	      "domain: hits\n"
+	      "descriptors:\n"
+	      "  - key: k\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n");
+	s = sluice_envoy_series("hits", "k");
+	CHECK(s->total_hits == 0);
+	for (i = 0; i < 3; i++) {
+		r = decide_ex("hits", "k=v", 0, &d);
+		CHECK(r->overall_code == OVER);
+		sluice_rls_response_free(r);
+	}
+	CHECK_EQ_U64(s->total_hits, 3 * 11);
+	CHECK_EQ_U64(s->over_limit, 3 * 11);
+	/* And a counter at its end stays there. */
+	s->total_hits = UINT64_MAX - 1;
+	r = decide("hits", "k=v");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	r = decide("hits", "k=v");
+	sluice_rls_response_free(r);
+	CHECK(s->total_hits == UINT64_MAX);
+	stop();
+}
+
+/* A store that fails every take. */
+static int failing_take(void *impl, sluice_take_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	(void)impl;
+	(void)items;
+	(void)n;
+	(void)now_us;
+	cb(arg, SLUICE_ESTORE, 0);
+	return 0;
+}
+
+static const sluice_store_ops_t failing_ops = {.name = "failing",
+					       .take = failing_take};
+
+/* Envoy's store failures count in sluice_store_errors_total (its rule
+ * "envoy"), one per descriptor the store failed on, as a rule's do. */
+static void test_store_failures_are_counted(void)
+{
+	sluice_rls_response_t *r;
+	uint16_t slot = sluice_metrics_slot("envoy");
+
+	start("  on_store_error: open\n", "f.yaml",
+	      "domain: f\n"
+	      "descriptors:\n"
+	      "  - key: a\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	      "  - key: b\n"
+	      "    rate_limit: {unit: hour, requests_per_unit: 10}\n");
+	CHECK((svc.metrics = sluice_metrics_new()) != NULL);
+	svc.backend.ops = &failing_ops;
+	r = decide("f", "a=1|b=1|c=1");
+	CHECK(r->overall_code == OK);
+	sluice_rls_response_free(r);
+	CHECK_EQ_U64(svc.metrics->store_errors[slot], 2);
+	r = decide("f", "a=1");
+	sluice_rls_response_free(r);
+	CHECK_EQ_U64(svc.metrics->store_errors[slot], 3);
+	sluice_backend_memory(&svc.backend, store);
+	stop();
+}
+
 int main(void)
 {
 	RUN(test_example2_marketing_five_a_day);
@@ -616,5 +787,8 @@ int main(void)
 	RUN(test_response_headers);
 	RUN(test_global_shadow_mode);
 	RUN(test_quota_mode);
+	RUN(test_quota_mode_is_all_or_nothing);
+	RUN(test_hit_counters_never_wrap);
+	RUN(test_store_failures_are_counted);
 	TESTS_DONE();
 }

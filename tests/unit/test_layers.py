@@ -45,6 +45,9 @@ LAYERS = {
     "serve": {"grpc", "policy", "store", "core", "util"},
     "grpc": {"policy", "store", "core", "util"},
     "sim": {"policy", "store", "core", "util"},
+    # ngx_http_sluice_module inside nginx: the stores through their
+    # driver interface, and serve's header formatting (policy)
+    "nginx": {"policy", "store", "core", "util"},
     # the engine every front end drives: config (and its Envoy dialect),
     # rules, the verdict engine
     "policy": {"store", "core", "util"},
@@ -281,6 +284,28 @@ class Layers(unittest.TestCase):
                if not any(set(r) <= k for k in KNOWN_CALL_RINGS)]
         self.assertEqual(new, [], "\n" + "\n".join(" <-> ".join(r)
                                                       for r in new))
+
+    def test_the_policy_engine_library_holds_no_front_end(self):
+        # libsluice_policy.a is what every front end links (serve, the
+        # simulator, the nginx module): it holds the engine and what lies
+        # below it, never a front end's object.
+        build = os.environ.get("SLUICE_BUILD")
+        if not build:
+            self.skipTest("SLUICE_BUILD is not set (CTest sets it)")
+        lib = os.path.join(build, "libsluice_policy.a")
+        self.assertTrue(os.path.exists(lib), lib + " was not built")
+        members = subprocess.run(["ar", "t", lib], capture_output=True,
+                                 text=True, check=True).stdout.split()
+        self.assertIn("verdict.c.o", members)
+        below = {"policy", "store", "core", "util"}
+        sources_by_name = {}
+        for f in self.graph:
+            if f.endswith(".c"):
+                sources_by_name.setdefault(os.path.basename(f) + ".o",
+                                           set()).add(folder(f))
+        wrong = sorted(m for m in members
+                       if not sources_by_name.get(m, set()) & below)
+        self.assertEqual(wrong, [], "front-end objects in " + lib)
 
     def test_no_source_file_is_past_800_lines(self):
         # Issue 19: a file past MAX_LINES is split by concern (the bucket

@@ -333,6 +333,57 @@ static void test_flood_of_fresh_keys_resets_no_drained_bucket(void)
 	CHECK(st.evicted_debt_us <= st.evicted_lossy * 60000000ull);
 }
 
+/* A rule bucket's key ("<rule>\x1f<identity>") and an ad-hoc key. */
+static const char VICTIM[] = "check\x1f"
+			     "10.0.0.1";
+#define VICTIM_LEN (sizeof(VICTIM) - 1)
+
+/*
+ * Eviction is no reset button whatever rates callers choose (max_keys
+ * 2,000): a client drains its rule bucket (5 at 5/min), then sends 6,000
+ * ad-hoc takes on fresh keys with capacity 1 at 1/day, each a day of debt,
+ * far deeper than the drained bucket's minute.  Ad-hoc buckets are evicted
+ * among themselves, so the drained bucket stays drained; the ad-hoc flood
+ * still holds the bound, and its evictions are counted.  A flood of fresh
+ * rule keys after it still evicts fresh keys, not the drained bucket.
+ */
+static void test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket(void)
+{
+	sluice_limit_t rule = limit("5", "5/min"), slow = limit("1", "1/day");
+	sluice_memstore_t *m = open_memstore(2000);
+	sluice_memstore_stats_t st;
+	sluice_decision_t sum;
+	int64_t now = T0;
+	char key[40];
+	int i, n;
+
+	CHECK(m);
+	for (i = 0; i < 6; i++)
+		CHECK(sluice_memstore_take(m, VICTIM, VICTIM_LEN, &rule, 1, 1,
+					   now++, NULL, &sum) == (i < 5));
+	for (i = 0; i < 6000; i++) {
+		n = snprintf(key, sizeof(key), "%cflood-%d", SLUICE_KEY_ADHOC,
+			     i);
+		CHECK(sluice_memstore_take(m, key, (size_t)n, &slow, 1, 1,
+					   now++, NULL, &sum) == 1);
+	}
+	CHECK(sluice_memstore_take(m, VICTIM, VICTIM_LEN, &rule, 1, 1, now++,
+				   NULL, &sum) == 0);
+	sluice_memstore_stats(m, &st);
+	CHECK(st.keys <= 2000);
+	CHECK(st.evicted_lossy >= 4000);
+
+	for (i = 0; i < 6000; i++) {
+		n = snprintf(key, sizeof(key), "check%c10.1.%d.%d", 0x1f,
+			     i / 250, i % 250);
+		CHECK(sluice_memstore_take(m, key, (size_t)n, &rule, 1, 1,
+					   now++, NULL, &sum) == 1);
+	}
+	CHECK(sluice_memstore_take(m, VICTIM, VICTIM_LEN, &rule, 1, 1, now++,
+				   NULL, &sum) == 0);
+	sluice_memstore_free(m);
+}
+
 /* A store smaller than one call's limits still holds its bound: what
  * does not fit is dropped (and counted), never kept beyond max_keys. */
 static void test_bound_holds_below_one_calls_limits(void)
@@ -571,6 +622,7 @@ int main(void)
 	RUN(test_multi_limit_all_or_nothing);
 	RUN(test_switching_tiers_keeps_every_limit_state);
 	RUN(test_flood_of_fresh_keys_resets_no_drained_bucket);
+	RUN(test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket);
 	RUN(test_bound_holds_below_one_calls_limits);
 	RUN(test_bad_arguments);
 	RUN(test_reset_and_refund);

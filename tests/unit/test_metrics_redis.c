@@ -83,6 +83,10 @@ static void test_every_error_kind_is_named(void)
 	CHECK(strstr(text, "kind=\"refused\"} 1\n") != NULL);
 	CHECK(strstr(text, "kind=\"noperm\"} 1\n") != NULL);
 	CHECK(strstr(text, "kind=\"oom\"} 1\n") != NULL);
+	/* So has a call refused because every connection was full. */
+	report(m, SLUICE_REDIS_REPORT_CALL, "10.0.0.1:6380", 0, 0,
+	       SLUICE_REDIS_ERR_SATURATED, NULL);
+	CHECK(strstr(render(), "kind=\"saturated\"} 1\n") != NULL);
 	{
 		/* One series per kind, NONE aside. */
 		const char *p = text;

@@ -132,14 +132,16 @@ int main(void)
 	bad("redis://h:1/abc", "db number");
 	bad("unix://relative", "absolute");
 	/* Everything after the db, odd hosts, spaces: refused. */
-	bad("redis://h:6379/0?timeout=1", "db number");
+	bad("redis://h:6379/0?timeout=1",
+	    "unknown query parameter \"timeout\"");
 	bad("redis://h:6379/0/1", "db number");
 	bad("redis://h:6379 x", "white space");
-	bad("redis://h?x", "the host may hold only");
+	bad("redis://h?x", "unknown query parameter \"x\"");
+	bad("redis://h;x", "the host may hold only");
 	bad("redis://", "no host");
 	bad("redis://[::1", "brackets");
 	bad("redis://[::1]x", "':port'");
-	bad("unix:///s?dbx=1", "unix:///path[?db=N]");
+	bad("unix:///s?dbx=1", "unknown query parameter \"dbx\"");
 	/* IPv6 in brackets; a password holding '@' and '/'. */
 	ok("redis://[::1]:7000/1", "::1", 7000, NULL, NULL, NULL, 1);
 	ok("redis://u:p@ss/w@h:1/2", "h", 1, NULL, "u", "p@ss/w", 2);
@@ -153,6 +155,31 @@ int main(void)
 	masked("redis://h:1", "redis://h:1");
 	masked("unix:///run/r.sock", "unix:///run/r.sock");
 	masked("a:S3CRETpw@h:7000", "a:***@h:7000");
+	/* The password in the query (redis-py's form): accepted, and
+	 * masked wherever the URL is shown. */
+	ok("redis://h/0?password=secret", "h", 6379, NULL, NULL, "secret", 0);
+	ok("rediss://h:1/2?username=bob&password=a%40b%26c+d", "h", 1, NULL,
+	   "bob", "a@b&c d", 2);
+	ok("redis://h?db=3&password=p", "h", 6379, NULL, NULL, "p", 3);
+	ok("unix:///run/r.sock?password=p&db=4", NULL, 0, "/run/r.sock", NULL,
+	   "p", 4);
+	ok("redis://:p?w@h:1", "h", 1, NULL, NULL, "p?w", 0);
+	bad("redis://h:99999/0?password=S3CRETpw",
+	    "\"redis://h:99999/0?password=***\"");
+	bad("redis://h/0?password=S3CRETpw&timeout=1",
+	    "\"redis://h/0?password=***&timeout=1\"");
+	bad("redis://:S3CRETpw@h/0?password=S3CRETpw", "given twice");
+	bad("redis://h/1?db=2&password=S3CRETpw", "db must be given once");
+	bad("redis://h/0?password=S3CRET%zz", "two hex digits");
+	masked("redis://h/0?password=S3CRETpw", "redis://h/0?password=***");
+	masked("rediss://u@h:1?db=1&password=S3CRETpw&username=u",
+	       "rediss://***@h:1?db=1&password=***&username=u");
+	masked("redis://a:S3CRETpw@h/0?password=S3CRETpw",
+	       "redis://a:***@h/0?password=***");
+	masked("unix:///s?password=S3CRETpw", "unix:///s?password=***");
+	masked("redis://h/0?password=S3CRET@pw", "redis://h/0?password=***");
+	opts_bad("redis://h:0?password=S3CRETpw", NULL, NULL,
+		 "h:0?password=***");
 	opts_bad("redis://app:S3CRETpw@h:0", NULL, NULL, "app:***@h:0");
 	opts_bad(NULL, NULL, NULL, "a url, cluster seeds or Sentinels");
 	opts_bad("redis://h:0", NULL, NULL, "port must be 1..65535");

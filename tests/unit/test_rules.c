@@ -6,6 +6,7 @@
  */
 #include "check.h"
 #include "policy/config.h"
+#include "util/addr.h"
 #include "util/sha256.h"
 
 #include <arpa/inet.h>
@@ -251,66 +252,137 @@ static void test_methods_paths_and_query_strings(void)
 	sluice_config_free(c);
 }
 
-static void test_paths_are_normalised_before_matching(void)
+/* One row of tests/data/path_spellings.tsv: a target, nginx's $uri for
+ * it ("400": refused), Caddy's routing and whether the rule is charged. */
+typedef struct spelling_s {
+	char target[256], nginx[256], caddy[16], charged[8];
+} spelling_t;
+
+static int next_spelling(FILE *f, spelling_t *sp)
+{
+	char line[1024];
+
+	while (fgets(line, sizeof(line), f)) {
+		char *fields[4], *p = line;
+		size_t k;
+
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		for (k = 0; k < 4; k++) {
+			fields[k] = p;
+			p = strchr(p, '\t');
+			if (!p && k < 3) {
+				fprintf(stderr, "bad row: %s\n", line);
+				exit(1);
+			}
+			if (p)
+				*p++ = '\0';
+		}
+		snprintf(sp->target, sizeof(sp->target), "%s", fields[0]);
+		snprintf(sp->nginx, sizeof(sp->nginx), "%s", fields[1]);
+		snprintf(sp->caddy, sizeof(sp->caddy), "%s", fields[2]);
+		snprintf(sp->charged, sizeof(sp->charged), "%s", fields[3]);
+		return 1;
+	}
+	return 0;
+}
+
+static void test_every_spelling_routers_route_meets_the_rule(void)
 {
 	sluice_config_t *c = load("rules:\n"
 				  "  - name: up\n"
 				  "    match: {path: \"/api/upload\"}\n"
 				  "    limits: [{capacity: 1, rate: 1/s}]\n");
-	/* every spelling that nginx or Express (by default) sends to the
-	 * handler of /api/upload: escapes, dot segments, repeated slashes,
-	 * a trailing slash, letter case, an absolute-form target */
-	static const char *const same[] = {
-		"/api/upload", "/api//upload", "//api/upload", "/api/./upload",
-		"/x/../api/upload", "/api/%75pload", "/api/%75pload?a=b",
-		"/x/%2e%2e/api/upload", "/../api/upload", "/api/upload/",
-		"/api/upload/?q=1", "/api/upload//", "/API/upload",
-		"/Api/UPLOAD/", "/api/%55pload", "/api/upload/.",
-		"/api/upload/x/..", "/api/upload#frag",
-		"http://example.com/api/upload",
-		"HTTPS://example.com:8443/API/upload/?x=1",
-		/* path parameters, which Tomcat, Jetty and Spring drop
-		 * from every segment before routing */
-		"/api/upload;jsessionid=1", "/api;x/upload", "/api/upload;",
-		"/api;/upload;a=b;c=d/", "/x/..;/api/upload", "/api/upload;x/",
-		"/api/upload%3Bjsessionid=1", "/api%3bx/upload",
-		"/api/upload;x?q=;y"};
-	static const char *const other[] = {
-		"/api%2Fupload",      "/api/uploads",
-		"/api/upload%00",     "/api/upload%2",
-		"/api/upload/x",      "/api/upload//x",
-		"/api/upl",	      "api/upload",
-		"http://example.com", "/http://example.com/api/upload",
-		"/api/upload;/x",     "/api/;upload",
-		"/api/uploads;x"};
+	FILE *f = fopen(SLUICE_PATH_SPELLINGS, "r");
+	spelling_t sp;
+	sluice_match_t m[4];
+	req_t q;
+	size_t rows = 0, charged = 0, k;
+
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	while (next_spelling(f, &sp)) {
+		sluice_path_readings_t pr;
+		size_t n = sluice_rules_match(
+			c, &mkreq(&q, "POST", sp.target, "10.0.0.1", NULL)->r,
+			m, 4);
+		int want = strcmp(sp.charged, "yes") == 0;
+
+		/* charged once however many readings meet the rule */
+		if (n != (size_t)want)
+			fprintf(stderr, "%s: %zu matches, want %d\n", sp.target,
+				n, want);
+		CHECK(n == (size_t)want);
+		CHECK(want || strcmp(sp.charged, "no") == 0);
+		charged += (size_t)want;
+		rows++;
+		/* nginx's own $uri is one of sluice's readings */
+		if (strcmp(sp.nginx, "400") == 0)
+			continue;
+		sluice_path_readings(sp.target, strlen(sp.target), &pr);
+		for (k = 0; k < pr.n; k++)
+			if (pr.len[k] == strlen(sp.nginx) &&
+			    memcmp(pr.p[k], sp.nginx, pr.len[k]) == 0)
+				break;
+		if (k == pr.n)
+			fprintf(stderr, "%s: nginx's %s is no reading\n",
+				sp.target, sp.nginx);
+		CHECK(k < pr.n);
+		sluice_path_readings_free(&pr);
+	}
+	fclose(f);
+	CHECK(rows > 40 && charged > 20 && rows - charged > 10);
+	sluice_config_free(c);
+}
+
+static void test_long_paths_are_read_on_the_heap(void)
+{
+	sluice_config_t *c = load("rules:\n"
+				  "  - name: up\n"
+				  "    match: {path: \"/api/upload\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n");
 	sluice_match_t m[1];
 	req_t q;
 	size_t i;
 	char big[6000];
 
-	for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
-		size_t n = sluice_rules_match(
-			c, &mkreq(&q, "GET", same[i], "10.0.0.1", NULL)->r, m,
-			1);
-		if (n != 1)
-			fprintf(stderr, "%s should match\n", same[i]);
-		CHECK(n == 1);
-	}
-	for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
-		size_t n = sluice_rules_match(
-			c, &mkreq(&q, "GET", other[i], "10.0.0.1", NULL)->r, m,
-			1);
-		if (n != 0)
-			fprintf(stderr, "%s should not match\n", other[i]);
-		CHECK(n == 0);
-	}
-	/* a long path is normalised too (on the heap) */
 	memset(big, 0, sizeof(big));
 	for (i = 0; i + 2 < 5000; i += 2)
 		memcpy(big + i, "/.", 2);
 	strcat(big, "/API/upload/");
 	CHECK(sluice_rules_match(c, &mkreq(&q, "GET", big, "10.0.0.1", NULL)->r,
 				 m, 1) == 1);
+	sluice_config_free(c);
+}
+
+/* Express matches routes on the raw path and Fastify on the decoded one,
+ * neither resolving dot segments: "/files/../x/meta" is the handler of
+ * "/files/:id/meta" with id "..", though nginx's $uri is "/x/meta". */
+static void test_unresolved_readings_meet_globs(void)
+{
+	sluice_config_t *c = load("rules:\n"
+				  "  - name: meta\n"
+				  "    match: {path: \"/files/*/meta\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n"
+				  "  - name: x\n"
+				  "    match: {path: \"/x/*\"}\n"
+				  "    limits: [{capacity: 1, rate: 1/s}]\n");
+	sluice_match_t m[4];
+	req_t q;
+
+	CHECK(sluice_rules_match(
+		      c,
+		      &mkreq(&q, "GET", "/files/../meta", "10.0.0.1", NULL)->r,
+		      m, 4) == 1);
+	CHECK(strcmp(m[0].rule->name, "meta") == 0);
+	/* Fastify: decoded, not resolved; nginx: "/x/meta" */
+	CHECK(sluice_rules_match(c,
+				 &mkreq(&q, "GET", "/files/%2e%2e/x/%6deta",
+					"10.0.0.1", NULL)
+					  ->r,
+				 m, 4) == 2);
 	sluice_config_free(c);
 }
 
@@ -375,8 +447,10 @@ static void test_exact_matching_is_per_rule(void)
 	CHECK(matches(c, "GET", "/x/a") == 1);
 	CHECK(matches(c, "GET", "/x/a/") == 1); /* '*' takes the slash */
 	CHECK(matches(c, "GET", "/X/a") == 0);
-	/* normalisation is not optional: no router would tell these apart */
-	CHECK(matches(c, "GET", "/x/../Api/%55pload") == 1);
+	/* normalisation is not optional: no router would tell these apart
+	 * (and Express routes the raw path to the "/x/" glob too) */
+	CHECK(matches(c, "GET", "/x/../Api/%55pload") == 2);
+	CHECK(matches(c, "GET", "/y/../Api/%55pload") == 1);
 	sluice_config_free(c);
 }
 
@@ -872,6 +946,60 @@ static void test_no_peer_means_no_ip(void)
 	sluice_config_free(c);
 }
 
+/*
+ * tests/unit/client_addresses.tsv: every spelling of a client address and
+ * its bucket key, the table the Node package's tests check too (its
+ * default key calls the same parser through the addon).  Each row as
+ * serve meets it: sluice_addr_parse() + sluice_addr_key() directly, and
+ * as X-Real-IP from a trusted proxy (a row that is no address leaves the
+ * proxy's own address, as an entry that does not parse stops the walk).
+ */
+static void test_client_addresses_table(void)
+{
+	FILE *f = fopen(SLUICE_SRC_DIR "/tests/unit/client_addresses.tsv", "r");
+	char line[256];
+	int rows = 0;
+
+	CHECK(f != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		char *addr = line, *t1, *t2, *want, text[128], cfgtext[128];
+		sluice_addr_t ad;
+		sluice_config_t *c;
+		unsigned prefix;
+		req_t q;
+		size_t n;
+
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		t1 = strchr(line, '\t');
+		t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+		CHECK(t1 && t2);
+		*t1 = *t2 = '\0';
+		prefix = (unsigned)atoi(t1 + 1);
+		want = t2 + 1;
+		n = 0;
+		if (sluice_addr_parse(addr, strlen(addr), &ad) == 0)
+			n = sluice_addr_key(&ad, prefix, text, sizeof(text));
+		if (strcmp(n ? text : "-", want) != 0) {
+			fprintf(stderr, "\"%s\" /%u: got %s, want %s\n", addr,
+				prefix, n ? text : "-", want);
+			CHECK(0);
+		}
+		snprintf(cfgtext, sizeof(cfgtext),
+			 "trusted_proxies: [127.0.0.1/32]\nipv6_prefix: %u\n",
+			 prefix);
+		c = load(cfgtext);
+		CHECK(strcmp(client_ip(c, mkreq(&q, "GET", "/", "127.0.0.1",
+						"X-Real-IP", addr, NULL)),
+			     strcmp(want, "-") == 0 ? "127.0.0.1" : want) == 0);
+		sluice_config_free(c);
+		rows++;
+	}
+	fclose(f);
+	CHECK(rows >= 20);
+}
+
 /* -------------------------------------------------------------- sha256 */
 
 static void hex(const uint8_t d[32], char out[65])
@@ -918,9 +1046,12 @@ static void test_sha256_vectors(void)
 int main(void)
 {
 	RUN(test_glob);
+	RUN(test_client_addresses_table);
 	RUN(test_default_rule_keys_user_then_ip);
 	RUN(test_methods_paths_and_query_strings);
-	RUN(test_paths_are_normalised_before_matching);
+	RUN(test_every_spelling_routers_route_meets_the_rule);
+	RUN(test_long_paths_are_read_on_the_heap);
+	RUN(test_unresolved_readings_meet_globs);
 	RUN(test_globs_get_the_same_spellings);
 	RUN(test_exact_matching_is_per_rule);
 	RUN(test_get_rules_cover_head);

@@ -17,7 +17,10 @@
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -445,6 +448,184 @@ static void test_reopened_store_keeps_a_drained_bucket(void)
 	CHECK(sluice_shmstore_take(s, "b", 1, &l, 1, 1, T0 + 1000, NULL,
 				   NULL) == 1);
 	sluice_shmstore_close(s);
+	unlink(path);
+}
+
+/*
+ * Eviction is no reset button whatever rates callers choose, on the shared
+ * table as on the memory store (max_keys 2,000): a drained rule bucket (5
+ * at 5/min) stays drained through 6,000 ad-hoc takes on fresh keys with
+ * capacity 1 at 1/day (a day of debt each), ad-hoc buckets being evicted
+ * among themselves; the flood holds the bound and its evictions are
+ * counted.
+ */
+static void test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket(void)
+{
+	static const char victim[] = "check\x1f"
+				     "10.0.0.1";
+	const char *path = shm_path("adhoc-flood");
+	sluice_limit_t rule = limit("5", "5/min"), slow = limit("1", "1/day");
+	sluice_shmstore_t *s = open_store(path, 2000);
+	sluice_memstore_stats_t st;
+	int64_t now = T0;
+	char key[40];
+	int i, n;
+
+	CHECK(s);
+	for (i = 0; i < 6; i++)
+		CHECK(sluice_shmstore_take(s, victim, sizeof(victim) - 1, &rule,
+					   1, 1, now++, NULL, NULL) == (i < 5));
+	for (i = 0; i < 6000; i++) {
+		n = snprintf(key, sizeof(key), "%cflood-%d", SLUICE_KEY_ADHOC,
+			     i);
+		CHECK(sluice_shmstore_take(s, key, (size_t)n, &slow, 1, 1,
+					   now++, NULL, NULL) == 1);
+	}
+	CHECK(sluice_shmstore_take(s, victim, sizeof(victim) - 1, &rule, 1, 1,
+				   now++, NULL, NULL) == 0);
+	sluice_shmstore_stats(s, &st);
+	CHECK(st.keys <= 2000);
+	CHECK(st.evicted_lossy >= 4000);
+	sluice_shmstore_close(s);
+	unlink(path);
+}
+
+/* ------------------------------------------------- a filesystem too small */
+
+static int open_err(const char *path, size_t max_keys, char *err,
+		    size_t errlen);
+
+/* A tmpfs of 1 MiB of our own (mounted for the test, as root), or NULL
+ * with the reason on stderr. */
+static const char *small_fs(void)
+{
+	static char dir[64];
+
+	snprintf(dir, sizeof(dir), "/tmp/sluice-test-%d-small", getpid());
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		return NULL;
+	if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV,
+		  "size=1m,mode=0700") != 0) {
+		fprintf(stderr, "skip: cannot mount a tmpfs on %s: %s\n", dir,
+			strerror(errno));
+		rmdir(dir);
+		return NULL;
+	}
+	return dir;
+}
+
+static void small_fs_gone(const char *dir)
+{
+	umount2(dir, MNT_DETACH);
+	rmdir(dir);
+}
+
+static unsigned long long free_bytes(const char *dir)
+{
+	struct statvfs v;
+
+	return statvfs(dir, &v) == 0
+		       ? (unsigned long long)v.f_bfree * v.f_frsize
+		       : 0;
+}
+
+/*
+ * A store that does not fit its filesystem (max_keys 1,000,000: about 50
+ * MB, on a 1 MiB tmpfs) is refused with a message that says what it needs,
+ * what is free and where to put it; the file it created is removed and
+ * every block is free again (a failed reservation once kept them all, so
+ * the disk stayed full and every restart tried again).  A store that fits
+ * is then made there as usual.  An empty file someone else made (an
+ * unfinished store) is left where it is.
+ */
+/* The steps of the test below on the mounted dir: 0, or the first step
+ * that failed (the caller unmounts whatever happens, then checks). */
+static int too_big_steps(const char *dir)
+{
+	char path[128], err[512];
+	unsigned long long before = free_bytes(dir);
+	sluice_shmstore_t *s;
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/store", dir);
+	if (before == 0)
+		return 1;
+	if (open_err(path, 1000000, err, sizeof(err)) != SLUICE_ESTORE)
+		return 2;
+	fprintf(stderr, "     refused: %s\n", err);
+	if (!strstr(err, path) || !strstr(err, "free") ||
+	    !strstr(err, "/dev/shm"))
+		return 3;
+	if (stat(path, &st) == 0 || errno != ENOENT)
+		return 4; /* the file it created is gone */
+	if (free_bytes(dir) != before)
+		return 5; /* and so is every block */
+
+	/* An empty file of ours that another process made stays. */
+	fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	if (fd < 0)
+		return 6;
+	close(fd);
+	if (open_err(path, 1000000, err, sizeof(err)) != SLUICE_ESTORE)
+		return 7;
+	if (stat(path, &st) != 0 || st.st_size != 0)
+		return 8;
+	if (free_bytes(dir) != before)
+		return 9;
+	unlink(path);
+
+	s = open_store(path, 1000); /* one that fits */
+	if (!s)
+		return 10;
+	sluice_shmstore_close(s);
+	unlink(path);
+	return 0;
+}
+
+static void test_store_too_big_for_its_filesystem_is_refused_and_removed(void)
+{
+	const char *dir = small_fs();
+	int failed;
+
+	if (!dir)
+		return;
+	failed = too_big_steps(dir);
+	small_fs_gone(dir);
+	CHECK_EQ_U64(failed, 0);
+}
+
+/*
+ * A reservation that fails after the room was checked (here the process's
+ * file size limit, RLIMIT_FSIZE: the same path as ENOSPC from a disk that
+ * filled meanwhile) leaves no file behind either.  In a child, whose
+ * limit dies with it.
+ */
+static void test_failed_reservation_leaves_no_file(void)
+{
+	const char *path = shm_path("fsize");
+	struct rlimit r = {64 << 10, 64 << 10};
+	struct stat st;
+	pid_t pid;
+	int status;
+
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char err[512];
+
+		signal(SIGXFSZ, SIG_IGN);
+		if (setrlimit(RLIMIT_FSIZE, &r) != 0)
+			_exit(2);
+		_exit(open_err(path, 100000, err, sizeof(err)) ==
+					      SLUICE_ESTORE &&
+				      strstr(err, "/dev/shm")
+			      ? 0
+			      : 1);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(stat(path, &st) != 0 && errno == ENOENT);
 	unlink(path);
 }
 
@@ -1186,12 +1367,20 @@ int main(void)
 {
 	RUN(test_decides_as_the_memory_store);
 	RUN(test_reopened_store_keeps_a_drained_bucket);
+	RUN(test_flood_of_slow_adhoc_buckets_resets_no_rule_bucket);
 	RUN(test_files_of_another_layout_are_refused);
 	RUN(test_unfinished_file_is_laid_out_again);
 	RUN(test_two_handles_name_keys_alike);
 	RUN(test_two_processes_name_keys_alike);
 	RUN(test_file_with_a_hash_it_cannot_compute_is_refused);
 	RUN(test_version_2_file_keeps_its_buckets);
+	RUN(test_failed_reservation_leaves_no_file);
+	if (geteuid() == 0) /* it mounts a tmpfs */
+		RUN(test_store_too_big_for_its_filesystem_is_refused_and_removed);
+	else
+		fprintf(stderr, "skip: test_store_too_big_for_its_filesystem_"
+				"is_refused_and_removed mounts a tmpfs: not "
+				"root\n");
 	if (geteuid() == 0) { /* they chown to nobody */
 		RUN(test_file_of_another_user_is_refused_naming_the_owner);
 		RUN(test_configured_group_shares_the_file);

@@ -29,6 +29,7 @@
  * capacity); `which` is the index of the most restrictive limit.
  */
 #include "addon.h"
+#include "util/addr.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -272,11 +273,43 @@ static napi_value str_error(napi_env env, napi_callback_info info)
 	return res;
 }
 
+/*
+ * ipKey(address, prefix) -> the bucket key of a client address, or null
+ * when the text is no address: sluice serve's own parser and formatter
+ * (src/util/addr.h), so a client is the same key in a Node app as in
+ * serve's X-Forwarded-For, whatever its spelling (ports, brackets, zones,
+ * IPv4-mapped IPv6, the /prefix grouping of IPv6).
+ */
+static napi_value ip_key(napi_env env, napi_callback_info info)
+{
+	size_t argc = 2, n = 0, len;
+	napi_value argv[2], res;
+	/* Longer than any address the parser takes: a longer text is
+	 * refused whole, never cut to one that parses. */
+	char text[128], key[SLUICE_ADDR_KEY_MAX];
+	uint32_t prefix = 0;
+	sluice_addr_t ad;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	CHECK(env,
+	      napi_get_value_string_utf8(env, argv[0], text, sizeof(text), &n));
+	CHECK(env, napi_get_value_uint32(env, argv[1], &prefix));
+	if (n + 1 >= sizeof(text) || memchr(text, '\0', n) ||
+	    sluice_addr_parse(text, n, &ad) < 0 ||
+	    (len = sluice_addr_key(&ad, prefix, key, sizeof(key))) == 0) {
+		CHECK(env, napi_get_null(env, &res));
+		return res;
+	}
+	CHECK(env, napi_create_string_utf8(env, key, len, &res));
+	return res;
+}
+
 static napi_value init(napi_env env, napi_value exports)
 {
 	static const addon_fn_t fns[] = {
 		{"policyNew", policy_new},
 		{"strerror", str_error},
+		{"ipKey", ip_key},
 	};
 	const struct {
 		const addon_fn_t *fns;

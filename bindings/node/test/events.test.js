@@ -48,3 +48,33 @@ test('two Limiters on two Redis servers: when one server goes, only its Limiter 
     await rb.stop();
   }
 });
+
+test('logger: a node that goes and comes back is told through the app\'s logger (warn, then info), with no listener', async () => {
+  const r = await Redis.start();
+  const lines = [];
+  // pino-like: methods on the prototype, called with the logger as this.
+  class Log {
+    warn(m) { lines.push(['warn', m, this instanceof Log]); }
+    info(m) { lines.push(['info', m, this instanceof Log]); }
+  }
+  const l = new sluice.Limiter({ store: { redis: { url: r.url, timeoutMs: 2000 } }, logger: new Log() });
+  const pol = sluice.policy([{ capacity: 10, rate: '1/h' }]);
+  const node = `127.0.0.1:${r.port}`;
+  try {
+    await storeReady(l, pol);
+    await r.kill();
+    await waitFor(() => lines.some(([lvl]) => lvl === 'warn'), 'the warning');
+    const [lvl, msg, bound] = lines.find(([x]) => x === 'warn');
+    assert.equal(lvl, 'warn');
+    assert.equal(bound, true);
+    assert.match(msg, new RegExp(`^sluice: Redis node ${node.replace(/\./g, '\\.')} cannot be used: unreachable`));
+    await r.start(); // the same port again
+    await waitFor(async () => { try { await l.take('k', pol); return true; } catch { return false; } }, 'the node back');
+    await waitFor(() => lines.some(([x]) => x === 'info'), 'the recovery');
+    assert.deepEqual(lines.find(([x]) => x === 'info'), ['info', `sluice: Redis node ${node} answers again`, true]);
+    assert.throws(() => new sluice.Limiter({ logger: {} }), { name: 'TypeError', message: /warn\(message\)/ });
+  } finally {
+    await l.close();
+    await r.stop();
+  }
+});

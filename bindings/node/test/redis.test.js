@@ -217,6 +217,21 @@ test('bad Redis options throw at once with the reason', () => {
   assert.throws(() => new sluice.Limiter({ store: { redis: { url: redis.url } }, clock: () => 0 }), TypeError);
 });
 
+test('a bad Redis URL\'s message never shows its password, in any of its forms', () => {
+  for (const [url, shown] of [
+    ['redis://app:S3CRETpw@h:99999', 'redis://app:***@h:99999'],
+    ['rediss://:S3CRETpw@h:99999/1', 'rediss://:***@h:99999/1'],
+    ['redis://h:99999/0?password=S3CRETpw', 'redis://h:99999/0?password=***'],
+    ['redis://h/0?password=S3CRETpw&timeout=1', 'redis://h/0?password=***&timeout=1'],
+  ]) {
+    assert.throws(() => new sluice.Limiter({ store: { redis: { url } } }), (e) => {
+      assert.ok(e.message.includes(shown), e.message);
+      assert.ok(!e.message.includes('S3CRET'), e.message);
+      return true;
+    });
+  }
+});
+
 test('a Redis that is down: takes reject within the timeout, and succeed once it is back', async () => {
   const r2 = await Redis.start();
   const limiter = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 100 } } });

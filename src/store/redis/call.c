@@ -594,6 +594,8 @@ void sluice_redis__send(sluice_redis_call_t *c)
 		 * cluster the slot may have a new master (failover): ask. */
 		if (!n->host && !n->path)
 			c->fail = SLUICE_REDIS_ERR_NO_MASTER;
+		else if (sluice_redis__node_saturated(n))
+			c->fail = SLUICE_REDIS_ERR_SATURATED;
 		sluice_redis__refresh_slots(r);
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 		return;

@@ -64,13 +64,41 @@ static size_t key_name(const sluice_redis_t *r, size_t plen,
 
 static const sluice_redis_shape_t many_shape, give_shape;
 
-/* A call over the items order[0..cnt): every limit of each, flattened
- * (the same limit twice in one item is one bucket, charged once). */
+/* FNV-1a of a bucket's name, for finding the items that share it. */
+static size_t name_hash(const char *name, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+	return (size_t)h;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/*
+ * A call over the items order[0..cnt): each bucket once, whichever items
+ * name it.  Two items may share a bucket (the same key and limit: a
+ * request carrying the same descriptor twice, two rules with the same
+ * key): the memory store decides each on the state the one before left,
+ * and so does this call -- the script charges the bucket once with the
+ * costs summed (it passes iff each item in turn would, the costs being
+ * whole and the need of each its cost times the interval), and
+ * many_parse() decides the items in turn from the shortfalls before.  The
+ * same limit twice in one item is one bucket, charged once (as in one
+ * memory take).
+ */
 static sluice_redis_call_t *new_call(sluice_redis_t *r,
 				     const sluice_take_item_t *items,
 				     const size_t *order, size_t cnt)
 {
-	size_t plen = strlen(r->prefix), keys = 0, bytes = 0, i, j, d, k = 0;
+	size_t plen = strlen(r->prefix), keys = 0, bytes = 0, mask = 1, i, j,
+	       k = 0, p = 0;
+	size_t *table; /* 1 + the mk index of a bucket, by name_hash() */
 	sluice_redis_call_t *c;
 	char *name;
 
@@ -81,35 +109,58 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 		bytes += it->nlimits *
 			 (plen + it->keylen + 3 + SLUICE_LIMIT_ID_MAX);
 	}
+	while (mask < 2 * keys)
+		mask <<= 1;
+	table = calloc(mask--, sizeof(*table));
 	c = calloc(1, sizeof(*c) + keys * sizeof(sluice_limit_t) +
-			      keys * sizeof(sluice_redis_mkey_t) + bytes);
-	if (!c)
+			      keys * sizeof(sluice_redis_mkey_t) +
+			      keys * sizeof(size_t) + bytes);
+	if (!c || !table) {
+		free(table);
+		free(c);
 		return NULL;
+	}
 	c->r = r;
 	c->mk = (sluice_redis_mkey_t *)(c->limits + keys);
-	name = (char *)(c->mk + keys);
+	c->bucket_of = (size_t *)(c->mk + keys);
+	name = (char *)(c->bucket_of + keys);
 	for (i = 0; i < cnt; i++) {
 		const sluice_take_item_t *it = &items[order[i]];
-		size_t first = k;
 
 		for (j = 0; j < it->nlimits; j++) {
-			for (d = first; d < k; d++)
-				if (sluice_limit_same(&c->limits[d],
-						      &it->limits[j]))
+			size_t len =
+				key_name(r, plen, it, &it->limits[j], name);
+			size_t h = name_hash(name, len) & mask, d;
+
+			/* Open addressing: the table has twice the room of
+			 * the buckets, so a free slot is always found. */
+			for (; table[h]; h = (h + 1) & mask) {
+				d = table[h] - 1;
+				if (c->mk[d].len == len &&
+				    memcmp(c->mk[d].name, name, len) == 0)
 					break;
-			if (d < k)
+			}
+			if (table[h]) {
+				/* Shared: charged for each item once. */
+				if (c->mk[d].item != order[i]) {
+					c->mk[d].cost = add_sat(c->mk[d].cost,
+								it->cost);
+					c->mk[d].item = order[i];
+				}
+				c->bucket_of[p++] = d;
 				continue;
+			}
+			table[h] = k + 1;
 			c->limits[k] = it->limits[j];
 			c->mk[k].cost = it->cost;
 			c->mk[k].item = order[i];
-			c->mk[k].orig = j;
 			c->mk[k].name = name;
-			c->mk[k].len =
-				key_name(r, plen, it, &it->limits[j], name);
-			name += c->mk[k].len;
-			k++;
+			c->mk[k].len = len;
+			name += len;
+			c->bucket_of[p++] = k++;
 		}
 	}
+	free(table);
 	c->nlimits = k;
 	c->shape = &many_shape;
 	c->slot = r->cluster
@@ -118,37 +169,55 @@ static sluice_redis_call_t *new_call(sluice_redis_t *r,
 	return c;
 }
 
-/* The shortfalls of every key -> each item's decision (the core's, as
- * for one key); *allowed is 1 when every item passed. */
-/* A group's reply: each of its items' outputs; allowed when every item
- * passed. */
+/*
+ * A group's reply, the shortfall of each bucket before the call: each of
+ * its items decided in turn by the core, as the memory store does
+ * (sluice_memstore_take_many()), each from the states the items before
+ * it left; allowed when every item passed.
+ */
 static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
 		      sluice_redis_outcome_t *out)
 {
-	size_t off = 0, run, which;
+	const many_t *m = c->many;
+	const size_t *order = m->order + m->first[c->group];
+	size_t cnt = m->first[c->group + 1] - m->first[c->group];
+	sluice_state_t stack[SLUICE_MAX_LIMITS], *st = stack;
+	size_t i, j, p = 0;
+	int rc = -1;
 
 	out->allowed = 0;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->nlimits)
 		return -1;
+	if (c->nlimits > SLUICE_MAX_LIMITS &&
+	    !(st = malloc(c->nlimits * sizeof(*st))))
+		return -1;
+	for (j = 0; j < c->nlimits; j++)
+		if (sluice_redis__shortfall_state(reply->element[j],
+						  &c->limits[j], &st[j]) < 0)
+			goto out;
 	out->allowed = 1;
-	for (off = 0; off < c->nlimits; off += run) {
-		sluice_take_item_t *it = &c->many->items[c->mk[off].item];
+	for (i = 0; i < cnt; i++) {
+		sluice_take_item_t *it = &m->items[order[i]];
+		sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+		sluice_decision_t ds[SLUICE_MAX_LIMITS];
 
-		for (run = 1; off + run < c->nlimits &&
-			      c->mk[off + run].item == c->mk[off].item;
-		     run++)
-			;
-		if (sluice_redis__decide_shortfalls(
-			    (const redisReply *const *)reply->element + off,
-			    c->limits + off, run, c->mk[off].cost, &it->allowed,
-			    &it->summary, &which, NULL) < 0)
-			return -1;
-		assert(off + which < c->nlimits);
-		it->summary.which = c->mk[off + which].orig;
+		assert(it->nlimits <= SLUICE_MAX_LIMITS);
+		for (j = 0; j < it->nlimits; j++)
+			cur[j] = st[c->bucket_of[p + j]];
+		it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, 0,
+					      it->cost, next, ds, &it->summary);
+		for (j = 0; j < it->nlimits; j++)
+			st[c->bucket_of[p + j]] = next[j];
+		p += it->nlimits;
+		sluice_redis__whole_ms(&it->summary);
 		if (!it->allowed)
 			out->allowed = 0;
 	}
-	return 0;
+	rc = 0;
+out:
+	if (st != stack)
+		free(st);
+	return rc;
 }
 
 /* --------------------------------------------------- the take as a whole */
@@ -214,7 +283,7 @@ static void many_done(sluice_redis_call_t *c, int status,
 static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		       size_t n)
 {
-	size_t i, j, buckets = 0;
+	size_t i, buckets = 0;
 
 	for (i = 0; i < n; i++) {
 		const sluice_take_item_t *it = &items[i];
@@ -225,16 +294,10 @@ static int check_items(const sluice_redis_t *r, const sluice_take_item_t *items,
 		if (buckets > SLUICE_REDIS_REPLY_MAX_AGGREGATE)
 			return SLUICE_EINVAL;
 
+		/* Items may share keys, and buckets (new_call()). */
 		if (sluice_redis__check_item(r, it->key, it->keylen, it->limits,
 					     it->nlimits) < 0)
 			return SLUICE_EINVAL;
-		/* One script call charges each key once: a key in two items
-		 * would be charged for one of them only. */
-		for (j = 0; j < i; j++)
-			if (items[j].keylen == it->keylen &&
-			    (!it->keylen ||
-			     memcmp(items[j].key, it->key, it->keylen) == 0))
-				return SLUICE_EINVAL;
 	}
 	return 0;
 }

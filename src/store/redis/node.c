@@ -329,6 +329,22 @@ sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n)
 	return NULL;
 }
 
+int sluice_redis__node_saturated(const sluice_redis_node_t *n)
+{
+	unsigned i, nc = n->conns[0].r->nconns, full = 0;
+
+	for (i = 0; i < nc; i++) {
+		const sluice_redis_conn_t *k = &n->conns[i];
+
+		if (!k->link || k->state == CONN_DOWN || k->drop)
+			continue;
+		if (k->inflight < SLUICE_REDIS_MAX_INFLIGHT)
+			return 0;
+		full++;
+	}
+	return full > 0;
+}
+
 /* ---------------------------------------------------------------- nodes */
 
 sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,

@@ -303,6 +303,10 @@ struct sluice_redis_call_s {
 	/* take_many: one entry per key (nlimits of them, limits[] flat),
 	 * NULL for a one-key call; `many` is the take it belongs to. */
 	struct sluice_redis_mkey_s *mk;
+	/* take_many: the bucket (index into mk) of each limit of each of
+	 * the call's items, in the call's order of items: items that share
+	 * a bucket share one entry of mk, charged with their costs summed */
+	size_t *bucket_of;
 	struct sluice_redis_many_s *many;
 	int refund;    /* gives back what a take of the same keys charged */
 	int adjust;    /* SLUICE_REDIS_ADJUST_*: a penalty or a block */
@@ -515,6 +519,9 @@ void sluice_redis__node_error(sluice_redis_node_t *n, const char *what);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
+/* 1 when pick() found nothing only because every connection that is up
+ * carries SLUICE_REDIS_MAX_INFLIGHT commands (at least one is up). */
+int sluice_redis__node_saturated(const sluice_redis_node_t *n);
 /* status.c: 1 when the connection finished its handshake and its last
  * ping (if any) was answered within timeout_ms. */
 int sluice_redis__conn_usable(const sluice_redis_conn_t *k);
@@ -609,6 +616,12 @@ int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    uint64_t cost, int *allowed,
 				    sluice_decision_t *d, size_t *which,
 				    sluice_decision_t *each);
+/* One bucket's shortfall el -> the state the core decides it from
+ * (its shortfall at time 0); 0 or -1 for a reply that is no shortfall. */
+int sluice_redis__shortfall_state(const redisReply *e, const sluice_limit_t *l,
+				  sluice_state_t *state);
+/* A decision's times in whole ms, rounded up, as the module answers. */
+void sluice_redis__whole_ms(sluice_decision_t *d);
 /* The module's reply -> the decision; 0 or -1. */
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,
@@ -618,9 +631,8 @@ int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 typedef struct sluice_redis_mkey_s {
 	const char *name; /* the full Redis key */
 	size_t len;
-	uint64_t cost;
-	size_t item; /* index into the take's items */
-	size_t orig; /* the limit's index in that item */
+	uint64_t cost; /* the costs of every item charging it, summed */
+	size_t item;   /* the last of the take's items charging it */
 } sluice_redis_mkey_t;
 /* A take over items[0..n) (n >= 2, already checked), in groups. */
 int sluice_redis__take_many(sluice_redis_t *r, sluice_take_item_t *items,

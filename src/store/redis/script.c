@@ -168,7 +168,7 @@ static uint64_t ceil_ms(uint64_t us)
 }
 
 /* A decision's times in whole ms, rounded up, as the module answers. */
-static void whole_ms(sluice_decision_t *d)
+void sluice_redis__whole_ms(sluice_decision_t *d)
 {
 	if (!d->never)
 		d->retry_after_us = ceil_ms(d->retry_after_us) * 1000;
@@ -208,6 +208,19 @@ int sluice_redis__parse_script_reply(const redisReply *reply,
 						     allowed, d, which, NULL);
 }
 
+int sluice_redis__shortfall_state(const redisReply *e, const sluice_limit_t *l,
+				  sluice_state_t *state)
+{
+	uint64_t D, per = l->rate.per;
+
+	if (e->type != REDIS_REPLY_INTEGER || e->integer < 0 ||
+	    (uint64_t)e->integer > SHORTFALL_MAX)
+		return -1;
+	D = (uint64_t)e->integer;
+	*state = (sluice_state_t)((D / per) * 1000 + D % per);
+	return 0;
+}
+
 int sluice_redis__decide_shortfalls(const redisReply *const *el,
 				    const sluice_limit_t *limits, size_t n,
 				    uint64_t cost, int *allowed,
@@ -220,23 +233,17 @@ int sluice_redis__decide_shortfalls(const redisReply *const *el,
 
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
-	for (i = 0; i < n; i++) {
-		const redisReply *e = el[i];
-		uint64_t D, per = limits[i].rate.per;
-
-		if (e->type != REDIS_REPLY_INTEGER || e->integer < 0 ||
-		    (uint64_t)e->integer > SHORTFALL_MAX)
+	for (i = 0; i < n; i++)
+		if (sluice_redis__shortfall_state(el[i], &limits[i],
+						  &states[i]) < 0)
 			return -1;
-		D = (uint64_t)e->integer;
-		states[i] = (sluice_state_t)((D / per) * 1000 + D % per);
-	}
 	*allowed = sluice_eval_all(limits, states, n, 0, cost, next, ds, d);
 	*which = d->which;
 	/* Whole ms, rounded up, as the module answers them. */
-	whole_ms(d);
+	sluice_redis__whole_ms(d);
 	for (i = 0; each && i < n; i++) {
 		each[i] = ds[i];
-		whole_ms(&each[i]);
+		sluice_redis__whole_ms(&each[i]);
 	}
 	return 0;
 }

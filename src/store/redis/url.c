@@ -1,8 +1,11 @@
 /*
  * url.c -- where the Redis store connects:
- *   redis://[[user]:pass@]host[:port][/db]   (port 6379, db 0 by default)
+ *   redis://[[user]:pass@]host[:port][/db][?query] (port 6379, db 0)
  *   rediss://...                              the same over TLS
- *   unix:///path/to/redis.sock[?db=N]
+ *   unix:///path/to/redis.sock[?query]
+ * where the query may give db, password and username as redis-py's
+ * from_url() reads them ("redis://host/0?password=X": each value
+ * percent-decoded, '+' a space; given once, either way).
  * plus "host:port" for cluster seeds (sluice_redis__parse_url() accepts a
  * bare host[:port] as well).  host is a name, an IPv4 address or an IPv6
  * address in brackets ("[::1]:6379").
@@ -13,7 +16,8 @@
  * a password may contain '@' or '/'.
  *
  * A URL is never printed as given: every message shows it through
- * sluice_redis_url_mask(), "redis://user:***@host:port".
+ * sluice_redis_url_mask(), "redis://user:***@host:port",
+ * "redis://host/0?password=***".
  */
 #include "store/redis/redis_int.h"
 #include "util/errmsg.h"
@@ -52,7 +56,7 @@ static int number(const char *s, const char *e, long lo, long hi, long *v)
 	return 0;
 }
 
-/* ------------------------------------------------------------- masking */
+/* ------------------------------------------------- the parts of a URL */
 
 /* Where the scheme ends ("redis://" etc.), or text itself. */
 static const char *after_scheme(const char *text)
@@ -62,9 +66,57 @@ static const char *after_scheme(const char *text)
 	return p ? p + 3 : text;
 }
 
+/* The query's parameters (redis-py's names). */
+static const char *const query_keys[] = {"db", "password", "username"};
+
+/* 1 when s starts with a known parameter and '='. */
+static int known_param(const char *s)
+{
+	size_t i, n;
+
+	for (i = 0; i < sizeof(query_keys) / sizeof(query_keys[0]); i++) {
+		n = strlen(query_keys[i]);
+		if (strncmp(s, query_keys[i], n) == 0 && s[n] == '=')
+			return 1;
+	}
+	return 0;
+}
+
+/* Where the userinfo of the text after the scheme ends: its last '@'
+ * before the query -- the first '?' that opens a known parameter (a
+ * password before '@' may hold '@', '/' and '?'; one in the query writes
+ * '@' as %40) -- or NULL. */
+static const char *userinfo_end(const char *p)
+{
+	const char *q, *at = NULL, *c;
+
+	for (q = strchr(p, '?'); q && !known_param(q + 1);
+	     q = strchr(q + 1, '?'))
+		;
+	for (c = p; *c && c != q; c++)
+		if (*c == '@')
+			at = c;
+	return at;
+}
+
+/* ------------------------------------------------------------- masking */
+
+/* Appends [s, s + n) to out (room left: *left), truncating. */
+static void put(char **o, size_t *left, const char *s, size_t n)
+{
+	if (n >= *left)
+		n = *left - 1;
+	memcpy(*o, s, n);
+	*o += n;
+	*left -= n;
+	**o = '\0';
+}
+
 const char *sluice_redis_url_mask(const char *url, char *out, size_t outlen)
 {
-	const char *p, *at, *colon;
+	const char *p, *at, *colon, *q, *e;
+	char *o = out;
+	size_t left = outlen;
 
 	if (!out || !outlen)
 		return "";
@@ -72,16 +124,32 @@ const char *sluice_redis_url_mask(const char *url, char *out, size_t outlen)
 		snprintf(out, outlen, "(none)");
 		return out;
 	}
+	out[0] = '\0';
 	p = after_scheme(url);
-	at = strrchr(p, '@');
-	if (!at) {
-		snprintf(out, outlen, "%s", url);
-		return out;
+	at = userinfo_end(p);
+	if (at) {
+		/* user:pass@ -> user:***@; pass@ (no user) -> ***@ */
+		colon = memchr(p, ':', (size_t)(at - p));
+		put(&o, &left, url, (size_t)((colon ? colon + 1 : p) - url));
+		put(&o, &left, "***", 3);
+		p = at;
+	} else {
+		put(&o, &left, url, (size_t)(p - url));
 	}
-	/* user:pass@ -> user:***@; pass@ (no user) -> ***@ */
-	colon = memchr(p, ':', (size_t)(at - p));
-	snprintf(out, outlen, "%.*s***%s", (int)((colon ? colon + 1 : p) - url),
-		 url, at);
+	/* ?password=X and &password=X -> password=*** (any '?' after the
+	 * host opens the query). */
+	q = strchr(p, '?');
+	put(&o, &left, p, q ? (size_t)(q - p) : strlen(p));
+	while (q) {
+		e = strchr(q + 1, '&');
+		if (strncmp(q + 1, "password=", 9) == 0) {
+			put(&o, &left, q, 10);
+			put(&o, &left, "***", 3);
+		} else {
+			put(&o, &left, q, e ? (size_t)(e - q) : strlen(q));
+		}
+		q = e;
+	}
 	return out;
 }
 
@@ -98,25 +166,112 @@ static int host_ok(const char *s, const char *e)
 	return 1;
 }
 
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* [s, e) percent-decoded ('+' a space, as a query is); NULL with *bad
+ * set for a '%' not followed by two hex digits or a decoded NUL. */
+static char *decode(const char *s, const char *e, int *bad)
+{
+	char *d = malloc((size_t)(e - s) + 1), *o = d;
+
+	*bad = 0;
+	if (!d)
+		return NULL;
+	for (; s < e; s++) {
+		if (*s == '%') {
+			int h = e - s > 2 ? hexval(s[1]) : -1,
+			    l = e - s > 2 ? hexval(s[2]) : -1;
+
+			if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+				*bad = 1;
+				free(d);
+				return NULL;
+			}
+			*o++ = (char)(h * 16 + l);
+			s += 2;
+		} else {
+			*o++ = *s == '+' ? ' ' : *s;
+		}
+	}
+	*o = '\0';
+	return d;
+}
+
+/* The query q (after '?'): db, password, username, each at most once
+ * and never beside the same thing given before it (the path's db, the
+ * userinfo).  *db_given says whether the path gave one. */
+static int parse_query(const char *q, sluice_redis_url_t *u, int db_given,
+		       const char *shown, char *err, size_t errlen)
+{
+	while (*q) {
+		const char *amp = strchr(q, '&'),
+			   *e = amp ? amp : q + strlen(q);
+		const char *eq = memchr(q, '=', (size_t)(e - q));
+		size_t klen = eq ? (size_t)(eq - q) : (size_t)(e - q);
+		char **slot = NULL;
+		int bad;
+		long db;
+
+		if (eq && klen == 2 && strncmp(q, "db", 2) == 0) {
+			if (db_given++ ||
+			    number(eq + 1, e, 0, 1 << 20, &db) < 0)
+				return sluice_fail(
+					SLUICE_EINVAL, err, errlen,
+					"redis url \"%s\": db must be given "
+					"once, a number (0..1048576)",
+					shown);
+			u->db = (int)db;
+		} else if (eq && klen == 8 && strncmp(q, "password", 8) == 0) {
+			slot = &u->pass;
+		} else if (eq && klen == 8 && strncmp(q, "username", 8) == 0) {
+			slot = &u->user;
+		} else {
+			return sluice_fail(
+				SLUICE_EINVAL, err, errlen,
+				"redis url \"%s\": unknown query parameter "
+				"\"%.*s\": expected db, password or username "
+				"(name=value, joined by '&')",
+				shown, (int)(klen > 40 ? 40 : klen), q);
+		}
+		if (slot && *slot)
+			return sluice_fail(
+				SLUICE_EINVAL, err, errlen,
+				"redis url \"%s\": the %s is given "
+				"twice (before '@' and in the query, "
+				"or twice in the query)",
+				shown, *q == 'p' ? "password" : "user");
+		if (slot && !(*slot = decode(eq + 1, e, &bad)))
+			return bad ? sluice_fail(SLUICE_EINVAL, err, errlen,
+						 "redis url \"%s\": a '%%' in "
+						 "the query must be followed "
+						 "by two hex digits (not %%00)",
+						 shown)
+				   : SLUICE_ENOMEM;
+		q = amp ? amp + 1 : e;
+	}
+	return 0;
+}
+
 static int parse_unix(const char *p, sluice_redis_url_t *u, const char *shown,
 		      char *err, size_t errlen)
 {
 	const char *q = strchr(p, '?');
-	long db = 0;
+	int rc;
 
 	if (*p != '/')
 		return sluice_fail(
 			SLUICE_EINVAL, err, errlen,
 			"redis url \"%s\": expected unix:///absolute/path",
 			shown);
-	if (q && (strncmp(q, "?db=", 4) != 0 ||
-		  number(q + 4, q + strlen(q), 0, 1 << 20, &db) < 0))
-		return sluice_fail(SLUICE_EINVAL, err, errlen,
-				   "redis url \"%s\": expected "
-				   "unix:///path[?db=N], db a number",
-				   shown);
+	if (q && (rc = parse_query(q + 1, u, 0, shown, err, errlen)) < 0)
+		return rc;
 	u->path = dupn(p, q ? (size_t)(q - p) : strlen(p));
-	u->db = (int)db;
 	return u->path ? 0 : SLUICE_ENOMEM;
 }
 
@@ -138,15 +293,18 @@ static int parse_userinfo(const char *p, const char *at, sluice_redis_url_t *u)
 static int parse_tcp(const char *p, sluice_redis_url_t *u, const char *shown,
 		     char *err, size_t errlen)
 {
-	const char *at = strrchr(p, '@'), *hs, *he, *end, *slash, *port = NULL;
+	const char *at = userinfo_end(p), *hs, *he, *end, *slash, *port = NULL,
+		   *q, *qe;
 	long portv = 6379, db = 0;
 	int rc;
 
 	if (at && (rc = parse_userinfo(p, at, u)) < 0)
 		return rc;
 	hs = at ? at + 1 : p;
-	slash = strchr(hs, '/');
-	end = slash ? slash : hs + strlen(hs);
+	q = strchr(hs, '?');
+	qe = q ? q : hs + strlen(hs);
+	slash = memchr(hs, '/', (size_t)(qe - hs));
+	end = slash ? slash : qe;
 	if (*hs == '[') {
 		/* [IPv6]:port */
 		const char *close = memchr(hs, ']', (size_t)(end - hs));
@@ -187,15 +345,19 @@ static int parse_tcp(const char *p, sluice_redis_url_t *u, const char *shown,
 		return sluice_fail(SLUICE_EINVAL, err, errlen,
 				   "redis url \"%s\": port must be 1..65535",
 				   shown);
-	if (slash && slash[1] &&
-	    number(slash + 1, slash + strlen(slash), 0, 1 << 20, &db) < 0)
+	if (slash && slash + 1 < qe &&
+	    number(slash + 1, qe, 0, 1 << 20, &db) < 0)
 		return sluice_fail(SLUICE_EINVAL, err, errlen,
 				   "redis url \"%s\": the path must be a db "
-				   "number (0..1048576) and nothing after it",
+				   "number (0..1048576) and nothing after it "
+				   "but a query (?password=...)",
 				   shown);
+	u->db = (int)db;
+	if (q && (rc = parse_query(q + 1, u, slash && slash + 1 < qe, shown,
+				   err, errlen)) < 0)
+		return rc;
 	u->host = dupn(hs, (size_t)(he - hs));
 	u->port = (int)portv;
-	u->db = (int)db;
 	return u->host ? 0 : SLUICE_ENOMEM;
 }
 

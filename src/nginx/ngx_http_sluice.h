@@ -1,0 +1,152 @@
+/*
+ * ngx_http_sluice.h -- ngx_http_sluice_module's shared types: a zone
+ * (sluice_limit_zone) and the store it decides on.
+ *
+ * The module: ngx_http_sluice_module.c (the directives' table, which is
+ * their reference, and the module's hooks), ngx_http_sluice_conf.c (what
+ * the directives say), ngx_http_sluice_request.c (a request's decision
+ * in the preaccess phase, its delay, variables and headers) and
+ * ngx_http_sluice_store.c (opening each zone's store through the store
+ * driver interface, store/store.h, and the seam where a store that
+ * answers from an event loop, Redis, is given nginx's).
+ */
+#ifndef NGX_HTTP_SLUICE_H
+#define NGX_HTTP_SLUICE_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "sluice.h"
+#include "store/store.h"
+
+/* Where a zone's shared-memory file goes when its store= names none:
+ * DIR/nginx-sluice-NAME (sluice_limit_store_dir overrides DIR).  A tmpfs,
+ * so the buckets stay in memory; a file, so they outlive the nginx that
+ * made them (a reload, a binary upgrade). */
+#define NGX_HTTP_SLUICE_STORE_DIR "/dev/shm"
+
+/* One bucket takes 32 to 64 bytes of the file (sluice.h): a zone of SIZE
+ * bytes holds SIZE / 64 buckets; the smallest zone nginx accepts for
+ * limit_req (8 pages) is the smallest here too. */
+#define NGX_HTTP_SLUICE_BUCKET_BYTES 64
+#define NGX_HTTP_SLUICE_ZONE_MIN     (32 * 1024)
+
+typedef struct ngx_http_sluice_zone_s ngx_http_sluice_zone_t;
+
+/* One store, opened once in the master (init_module) and inherited by
+ * the workers: zones naming the same store= share it, so a location's
+ * limits on it are charged in one all-or-nothing take. */
+typedef struct {
+	sluice_store_config_t cfg;
+	ngx_str_t shown; /* the store as messages print it (no password) */
+	sluice_backend_t be;
+	unsigned opened : 1;
+} ngx_http_sluice_store_t;
+
+struct ngx_http_sluice_zone_s {
+	ngx_str_t name;
+	ngx_http_complex_value_t key;
+	sluice_rate_t rate;
+	ngx_str_t rate_text; /* as written, for messages */
+	size_t size;	     /* bytes, from zone=NAME:SIZE */
+	ngx_http_sluice_store_t *store;
+	u_char *conf_file; /* where it was declared */
+	ngx_uint_t conf_line;
+};
+
+typedef struct {
+	ngx_array_t zones;  /* ngx_http_sluice_zone_t */
+	ngx_array_t stores; /* ngx_http_sluice_store_t * */
+	ngx_str_t store_dir;
+} ngx_http_sluice_main_conf_t;
+
+/* $sluice_limit_status, as $limit_req_status. */
+enum {
+	NGX_HTTP_SLUICE_NONE = 0,
+	NGX_HTTP_SLUICE_PASSED,
+	NGX_HTTP_SLUICE_DELAYED,
+	NGX_HTTP_SLUICE_REJECTED,
+	NGX_HTTP_SLUICE_DELAYED_DRY_RUN,
+	NGX_HTTP_SLUICE_REJECTED_DRY_RUN
+};
+
+/* sluice_limit_headers */
+/* sluice_limit_headers */
+enum {
+	NGX_HTTP_SLUICE_HEADERS_OFF = 0,
+	NGX_HTTP_SLUICE_HEADERS_ON,	/* both vocabularies, as sluice serve */
+	NGX_HTTP_SLUICE_HEADERS_LEGACY, /* X-RateLimit-* */
+	NGX_HTTP_SLUICE_HEADERS_DRAFT_11, /* RateLimit-Policy, RateLimit */
+};
+
+/* One sluice_limit directive. */
+/* One sluice_limit directive. */
+typedef struct {
+	ngx_http_sluice_zone_t *zone;
+	sluice_limit_t limit; /* capacity burst + 1, the zone's rate */
+	ngx_uint_t delay;     /* requests over the rate that pass at once */
+	ngx_uint_t cost;
+	ngx_http_complex_value_t *cost_cv; /* cost=$var, else NULL */
+	unsigned nodelay : 1;
+} ngx_http_sluice_limit_t;
+
+typedef struct {
+	ngx_array_t *limits; /* ngx_http_sluice_limit_t; NULL: inherited */
+	ngx_uint_t status;
+	ngx_uint_t log_level;
+	ngx_uint_t delay_log_level;
+	ngx_flag_t dry_run;
+	ngx_uint_t headers;
+} ngx_http_sluice_loc_conf_t;
+
+extern ngx_module_t ngx_http_sluice_module;
+
+/* The directives' handlers and the configurations (ngx_http_sluice_conf.c). */
+void *ngx_http_sluice_create_main_conf(ngx_conf_t *cf);
+char *ngx_http_sluice_init_main_conf(ngx_conf_t *cf, void *conf);
+void *ngx_http_sluice_create_loc_conf(ngx_conf_t *cf);
+char *ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+/* The request's decision (ngx_http_sluice_request.c): the preaccess
+ * phase's handler, and the variables' getter (data: NGX_HTTP_SLUICE_VAR_*). */
+ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_sluice_variable(ngx_http_request_t *r,
+				   ngx_http_variable_value_t *v,
+				   uintptr_t data);
+enum {
+	NGX_HTTP_SLUICE_VAR_STATUS,
+	NGX_HTTP_SLUICE_VAR_LIMIT,
+	NGX_HTTP_SLUICE_VAR_REMAINING,
+	NGX_HTTP_SLUICE_VAR_RETRY_AFTER,
+	NGX_HTTP_SLUICE_VAR_RESET,
+};
+
+/*
+ * Parses a store= value into `store` (kind, path or URL) for zone `zone`:
+ * "shared:PATH", "redis://...", "rediss://..."; an empty value is the
+ * zone's default file under dir.  Returns NGX_CONF_OK or a message (with
+ * any password masked) for nginx to print with the file and line.
+ */
+char *ngx_http_sluice_store_parse(ngx_conf_t *cf, ngx_http_sluice_zone_t *zone,
+				  ngx_str_t *value, ngx_str_t *dir,
+				  ngx_http_sluice_store_t *store);
+
+/* Opens every store of the configuration in the master (the workers
+ * inherit them), and closes them with the cycle. */
+ngx_int_t ngx_http_sluice_stores_open(ngx_cycle_t *cycle,
+				      ngx_http_sluice_main_conf_t *smcf);
+
+/*
+ * The seam for a store that answers from an event loop (Redis): opens
+ * `store` for this worker on nginx's own loop.  Called in each worker
+ * (init_process) for every store whose kind is Redis; the nginx loop
+ * adapter of the Redis client plugs in here.  Returns NGX_OK or
+ * NGX_ERROR (logged).
+ */
+ngx_int_t ngx_http_sluice_store_open_loop(ngx_http_sluice_store_t *store,
+					  ngx_cycle_t *cycle);
+
+#endif /* NGX_HTTP_SLUICE_H */

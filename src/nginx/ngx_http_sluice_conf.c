@@ -1,0 +1,440 @@
+/*
+ * ngx_http_sluice_conf.c -- what ngx_http_sluice_module's directives say
+ * (their reference is the command table, ngx_http_sluice_module.c): the
+ * zones, each location's limits and settings, each refused with nginx's
+ * "... in FILE:LINE" when it is wrong.
+ */
+#include "ngx_http_sluice.h"
+
+#include <ctype.h>
+
+void *ngx_http_sluice_create_main_conf(ngx_conf_t *cf)
+{
+	ngx_http_sluice_main_conf_t *smcf;
+
+	smcf = ngx_pcalloc(cf->pool, sizeof(*smcf));
+	if (smcf == NULL)
+		return NULL;
+	if (ngx_array_init(&smcf->zones, cf->pool, 4,
+			   sizeof(ngx_http_sluice_zone_t *)) != NGX_OK ||
+	    ngx_array_init(&smcf->stores, cf->pool, 4,
+			   sizeof(ngx_http_sluice_store_t *)) != NGX_OK)
+		return NULL;
+	return smcf;
+}
+
+/* Gives each zone with no store= its own file, now that the directory is
+ * known. */
+char *ngx_http_sluice_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+	ngx_http_sluice_main_conf_t *smcf = conf;
+	ngx_http_sluice_zone_t **zp = smcf->zones.elts, *z;
+	ngx_uint_t i;
+	u_char *p;
+
+	if (smcf->store_dir.data == NULL) {
+		ngx_str_set(&smcf->store_dir, NGX_HTTP_SLUICE_STORE_DIR);
+	}
+	for (i = 0; i < smcf->zones.nelts; i++) {
+		z = zp[i];
+		if (z->store->cfg.kind != SLUICE_STORE_SHARED ||
+		    z->store->cfg.shm_path)
+			continue;
+		p = ngx_pnalloc(cf->pool, smcf->store_dir.len + z->name.len +
+						  sizeof("/nginx-sluice-"));
+		if (p == NULL)
+			return NGX_CONF_ERROR;
+		z->store->shown.data = p;
+		p = ngx_sprintf(p, "%V/nginx-sluice-%V", &smcf->store_dir,
+				&z->name);
+		z->store->shown.len = p - z->store->shown.data;
+		*p = '\0';
+		z->store->cfg.shm_path = (char *)z->store->shown.data;
+	}
+	return NGX_CONF_OK;
+}
+
+void *ngx_http_sluice_create_loc_conf(ngx_conf_t *cf)
+{
+	ngx_http_sluice_loc_conf_t *conf;
+
+	conf = ngx_pcalloc(cf->pool, sizeof(*conf));
+	if (conf == NULL)
+		return NULL;
+	conf->limits = NULL;
+	conf->status = NGX_CONF_UNSET_UINT;
+	conf->log_level = NGX_CONF_UNSET_UINT;
+	conf->dry_run = NGX_CONF_UNSET;
+	conf->headers = NGX_CONF_UNSET_UINT;
+	return conf;
+}
+
+char *ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+	ngx_http_sluice_loc_conf_t *prev = parent;
+	ngx_http_sluice_loc_conf_t *conf = child;
+
+	if (conf->limits == NULL)
+		conf->limits = prev->limits;
+	ngx_conf_merge_uint_value(conf->log_level, prev->log_level,
+				  NGX_LOG_ERR);
+	conf->delay_log_level = (conf->log_level == NGX_LOG_INFO)
+					? NGX_LOG_INFO
+					: conf->log_level + 1;
+	ngx_conf_merge_uint_value(conf->status, prev->status,
+				  NGX_HTTP_SERVICE_UNAVAILABLE);
+	ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+	ngx_conf_merge_uint_value(conf->headers, prev->headers,
+				  NGX_HTTP_SLUICE_HEADERS_OFF);
+	return NGX_CONF_OK;
+}
+
+/* "10r/s", "30r/m" (nginx's) or sluice's exact forms ("2/s", "1/3s"). */
+static char *parse_rate(ngx_str_t *text, sluice_rate_t *rate)
+{
+	static u_char msg[300];
+	char buf[64], err[200];
+	size_t i, n = 0;
+
+	if (text->len >= sizeof(buf))
+		goto bad;
+	for (i = 0; i < text->len; i++) {
+		/* nginx's "r/" is sluice's "/" */
+		if (text->data[i] == 'r' && i + 1 < text->len &&
+		    text->data[i + 1] == '/' && i > 0)
+			continue;
+		buf[n++] = (char)text->data[i];
+	}
+	buf[n] = '\0';
+	if (sluice_rate_parse(buf, rate, err, sizeof(err)) == 0)
+		return NGX_CONF_OK;
+	ngx_snprintf(msg, sizeof(msg), "invalid rate \"%V\": %s%Z", text, err);
+	return (char *)msg;
+bad:
+	ngx_snprintf(msg, sizeof(msg), "invalid rate \"%V\"%Z", text);
+	return (char *)msg;
+}
+
+char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+	ngx_http_sluice_main_conf_t *smcf = conf;
+	ngx_http_compile_complex_value_t ccv;
+	ngx_http_sluice_store_t *store, **sp, **stores;
+	ngx_http_sluice_zone_t *zone, **zones, **zp;
+	ngx_str_t *value, name = ngx_null_string, size = ngx_null_string;
+	ngx_str_t rate = ngx_null_string, store_text = ngx_null_string;
+	ngx_uint_t i;
+	ssize_t bytes = 0;
+	u_char *p;
+	char *rv;
+
+	value = cf->args->elts;
+	for (i = 2; i < cf->args->nelts; i++) {
+		if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+			name.data = value[i].data + 5;
+			p = (u_char *)ngx_strchr(name.data, ':');
+			if (p == NULL) {
+				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+						   "invalid zone size \"%V\"",
+						   &value[i]);
+				return NGX_CONF_ERROR;
+			}
+			name.len = p - name.data;
+			size.data = p + 1;
+			size.len = value[i].data + value[i].len - size.data;
+			bytes = ngx_parse_size(&size);
+			if (bytes == NGX_ERROR) {
+				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+						   "invalid zone size \"%V\"",
+						   &value[i]);
+				return NGX_CONF_ERROR;
+			}
+			if (bytes < NGX_HTTP_SLUICE_ZONE_MIN) {
+				ngx_conf_log_error(
+					NGX_LOG_EMERG, cf, 0,
+					"zone \"%V\" is too small (at least "
+					"32k: %d buckets)",
+					&value[i],
+					NGX_HTTP_SLUICE_ZONE_MIN /
+						NGX_HTTP_SLUICE_BUCKET_BYTES);
+				return NGX_CONF_ERROR;
+			}
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
+			rate.data = value[i].data + 5;
+			rate.len = value[i].len - 5;
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "store=", 6) == 0) {
+			store_text.data = value[i].data + 6;
+			store_text.len = value[i].len - 6;
+			continue;
+		}
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "invalid parameter \"%V\"", &value[i]);
+		return NGX_CONF_ERROR;
+	}
+	if (name.len == 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"%V\" must have \"zone\" parameter",
+				   &cmd->name);
+		return NGX_CONF_ERROR;
+	}
+	if (name.len > SLUICE_KEY_NAME_MAX) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "zone name \"%V\" is longer than %d bytes",
+				   &name, SLUICE_KEY_NAME_MAX);
+		return NGX_CONF_ERROR;
+	}
+	for (i = 0; i < name.len; i++)
+		if (!(isalnum(name.data[i]) || name.data[i] == '_' ||
+		      name.data[i] == '-' || name.data[i] == '.')) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+					   "invalid zone name \"%V\" (letters, "
+					   "digits, '_', '-', '.')",
+					   &name);
+			return NGX_CONF_ERROR;
+		}
+	if (rate.len == 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"%V\" must have \"rate\" parameter",
+				   &cmd->name);
+		return NGX_CONF_ERROR;
+	}
+
+	zones = smcf->zones.elts;
+	for (i = 0; i < smcf->zones.nelts; i++)
+		if (zones[i]->name.len == name.len &&
+		    ngx_strncmp(zones[i]->name.data, name.data, name.len) ==
+			    0) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+					   "duplicate zone \"%V\" (first in "
+					   "%s:%ui)",
+					   &name, zones[i]->conf_file,
+					   zones[i]->conf_line);
+			return NGX_CONF_ERROR;
+		}
+
+	/* Limits point at it: allocated alone, never moved. */
+	zone = ngx_pcalloc(cf->pool, sizeof(*zone));
+	zp = ngx_array_push(&smcf->zones);
+	if (zone == NULL || zp == NULL)
+		return NGX_CONF_ERROR;
+	*zp = zone;
+	/* NUL-terminated: it names the zone's buckets (sluice_key_make). */
+	zone->name.data = ngx_pnalloc(cf->pool, name.len + 1);
+	if (zone->name.data == NULL)
+		return NGX_CONF_ERROR;
+	ngx_memcpy(zone->name.data, name.data, name.len);
+	zone->name.data[name.len] = '\0';
+	zone->name.len = name.len;
+	zone->size = (size_t)bytes;
+	zone->rate_text = rate;
+	zone->conf_file = cf->conf_file->file.name.data;
+	zone->conf_line = cf->conf_file->line;
+
+	rv = parse_rate(&rate, &zone->rate);
+	if (rv != NGX_CONF_OK) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
+		return NGX_CONF_ERROR;
+	}
+
+	ngx_memzero(&ccv, sizeof(ccv));
+	ccv.cf = cf;
+	ccv.value = &value[1];
+	ccv.complex_value = &zone->key;
+	if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+		return NGX_CONF_ERROR;
+
+	store = ngx_pcalloc(cf->pool, sizeof(*store));
+	if (store == NULL)
+		return NGX_CONF_ERROR;
+	rv = ngx_http_sluice_store_parse(cf, zone, &store_text,
+					 &smcf->store_dir, store);
+	if (rv != NGX_CONF_OK) {
+		if (rv != NGX_CONF_ERROR)
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
+		return NGX_CONF_ERROR;
+	}
+
+	/* Zones naming one file share one store (and must agree on its
+	 * size: the file is made for one number of buckets). */
+	stores = smcf->stores.elts;
+	for (i = 0; store->cfg.shm_path && i < smcf->stores.nelts; i++) {
+		if (stores[i]->cfg.shm_path == NULL ||
+		    ngx_strcmp(stores[i]->cfg.shm_path, store->cfg.shm_path) !=
+			    0)
+			continue;
+		if (stores[i]->cfg.max_keys != store->cfg.max_keys) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+					   "zone \"%V\" has another size than "
+					   "a zone before it on store \"%V\"",
+					   &zone->name, &store->shown);
+			return NGX_CONF_ERROR;
+		}
+		zone->store = stores[i];
+		return NGX_CONF_OK;
+	}
+	sp = ngx_array_push(&smcf->stores);
+	if (sp == NULL)
+		return NGX_CONF_ERROR;
+	*sp = store;
+	zone->store = store;
+	return NGX_CONF_OK;
+}
+
+char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+	ngx_http_sluice_loc_conf_t *lcf = conf;
+	ngx_http_sluice_main_conf_t *smcf;
+	ngx_http_sluice_limit_t *limit, *limits;
+	ngx_http_sluice_zone_t **zones, *zone = NULL;
+	ngx_str_t *value, s, zname = ngx_null_string;
+	ngx_int_t burst = 0, delay = 0, cost = 1;
+	ngx_http_complex_value_t *cost_cv = NULL;
+	ngx_uint_t i, nodelay = 0, has_delay = 0;
+	char err[200];
+
+	value = cf->args->elts;
+	for (i = 1; i < cf->args->nelts; i++) {
+		if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+			zname.len = value[i].len - 5;
+			zname.data = value[i].data + 5;
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "burst=", 6) == 0) {
+			burst = ngx_atoi(value[i].data + 6, value[i].len - 6);
+			if (burst < 0) {
+				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+						   "invalid burst value \"%V\"",
+						   &value[i]);
+				return NGX_CONF_ERROR;
+			}
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
+			delay = ngx_atoi(value[i].data + 6, value[i].len - 6);
+			if (delay < 0) {
+				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+						   "invalid delay value \"%V\"",
+						   &value[i]);
+				return NGX_CONF_ERROR;
+			}
+			has_delay = 1;
+			continue;
+		}
+		if (ngx_strcmp(value[i].data, "nodelay") == 0) {
+			nodelay = 1;
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "cost=", 5) == 0) {
+			s.data = value[i].data + 5;
+			s.len = value[i].len - 5;
+			if (s.len && s.data[0] == '$') {
+				ngx_http_compile_complex_value_t ccv;
+
+				cost_cv =
+					ngx_palloc(cf->pool, sizeof(*cost_cv));
+				if (cost_cv == NULL)
+					return NGX_CONF_ERROR;
+				ngx_memzero(&ccv, sizeof(ccv));
+				ccv.cf = cf;
+				ccv.value = &s;
+				ccv.complex_value = cost_cv;
+				if (ngx_http_compile_complex_value(&ccv) !=
+				    NGX_OK)
+					return NGX_CONF_ERROR;
+				continue;
+			}
+			cost = ngx_atoi(s.data, s.len);
+			if (cost <= 0) {
+				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+						   "invalid cost value \"%V\" "
+						   "(a positive integer or a "
+						   "variable)",
+						   &value[i]);
+				return NGX_CONF_ERROR;
+			}
+			continue;
+		}
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "invalid parameter \"%V\"", &value[i]);
+		return NGX_CONF_ERROR;
+	}
+
+	if (zname.len == 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"%V\" must have \"zone\" parameter",
+				   &cmd->name);
+		return NGX_CONF_ERROR;
+	}
+	if (nodelay && has_delay) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"nodelay\" and \"delay\" are mutually "
+				   "exclusive");
+		return NGX_CONF_ERROR;
+	}
+	if (delay > burst) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"delay=%i\" is more than \"burst=%i\"",
+				   delay, burst);
+		return NGX_CONF_ERROR;
+	}
+
+	/* Zones are declared at the http level, before any server: the
+	 * zone must be known here (limit_req's zones may come later; a
+	 * zone here is a store to open, checked at once). */
+	smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
+	zones = smcf->zones.elts;
+	for (i = 0; i < smcf->zones.nelts; i++)
+		if (zones[i]->name.len == zname.len &&
+		    ngx_strncmp(zones[i]->name.data, zname.data, zname.len) ==
+			    0)
+			zone = zones[i];
+	if (zone == NULL) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "unknown sluice_limit_zone \"%V\" (declare "
+				   "it before it is used)",
+				   &zname);
+		return NGX_CONF_ERROR;
+	}
+
+	if (lcf->limits == NULL) {
+		lcf->limits = ngx_array_create(cf->pool, 2, sizeof(*limit));
+		if (lcf->limits == NULL)
+			return NGX_CONF_ERROR;
+	}
+	limits = lcf->limits->elts;
+	for (i = 0; i < lcf->limits->nelts; i++)
+		if (limits[i].zone == zone) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+					   "duplicate sluice_limit zone \"%V\"",
+					   &zname);
+			return NGX_CONF_ERROR;
+		}
+	if (lcf->limits->nelts >= SLUICE_MAX_LIMITS) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "more than %d sluice_limit in one level",
+				   SLUICE_MAX_LIMITS);
+		return NGX_CONF_ERROR;
+	}
+
+	limit = ngx_array_push(lcf->limits);
+	if (limit == NULL)
+		return NGX_CONF_ERROR;
+	ngx_memzero(limit, sizeof(*limit));
+	limit->zone = zone;
+	limit->delay = (ngx_uint_t)delay;
+	limit->nodelay = nodelay;
+	limit->cost = (ngx_uint_t)cost;
+	limit->cost_cv = cost_cv;
+	if (sluice_limit_init(&limit->limit, (uint64_t)burst + 1, &zone->rate,
+			      err, sizeof(err)) != 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "burst=%i at rate \"%V\": %s", burst,
+				   &zone->rate_text, err);
+		return NGX_CONF_ERROR;
+	}
+	return NGX_CONF_OK;
+}

@@ -39,6 +39,7 @@
 #define SLUICE_REDIS_H
 
 #include "sluice.h"
+#include "sluice_loop.h"
 
 #include <uv.h>
 
@@ -287,6 +288,19 @@ typedef void (*sluice_redis_cb)(void *arg, int status, int allowed,
 SLUICE_API int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 				 const sluice_redis_opts_t *opts, char *err,
 				 size_t errlen);
+
+/* sluice_redis_open() on any event loop: the host gives the loop's table
+ * (sluice_loop.h), which must outlive the client (until the done of
+ * sluice_redis_free_then()).  sluice_redis_open(uv, ...) is this with
+ * sluice_loop_uv_new(uv), freed with the client. */
+SLUICE_API int sluice_redis_open_loop(sluice_redis_t **out, sluice_loop_t *loop,
+				      const sluice_redis_opts_t *opts,
+				      char *err, size_t errlen);
+
+/* The loop table of a libuv loop (NULL: uv NULL or out of memory), and its
+ * release (once no client uses it). */
+SLUICE_API sluice_loop_t *sluice_loop_uv_new(uv_loop_t *uv);
+SLUICE_API void sluice_loop_uv_free(sluice_loop_t *loop);
 
 /*
  * Charges `cost` against every limit of `key`, all-or-nothing (cost 0

@@ -27,11 +27,11 @@
 #include <string.h>
 
 /* The clock for deadlines: the real monotonic time, not the loop's cached
- * uv_now(), which lags behind on a busy loop and would make calls time out
- * early. */
+ * clock (sluice_redis__now()), which lags behind on a busy loop and would
+ * make calls time out early. */
 static uint64_t clock_ms(void)
 {
-	return uv_hrtime() / 1000000;
+	return sluice_redis__hrtime() / 1000000;
 }
 
 /* ------------------------------------------------------------ breaker */
@@ -52,7 +52,7 @@ static void breaker_success(sluice_redis_t *r, sluice_redis_node_t *n)
 static void breaker_failure(sluice_redis_t *r, sluice_redis_node_t *n,
 			    int probe)
 {
-	uint64_t now = uv_now(r->loop);
+	uint64_t now = sluice_redis__now(r);
 
 	if (probe)
 		n->probing = 0;
@@ -78,7 +78,8 @@ static int breaker_admit(sluice_redis_t *r, sluice_redis_call_t *c)
 
 	if (n->breaker == BREAKER_CLOSED)
 		return 1;
-	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) >= n->open_until_ms) {
+	if (n->breaker == BREAKER_OPEN &&
+	    sluice_redis__now(r) >= n->open_until_ms) {
 		n->breaker = BREAKER_HALF_OPEN;
 		n->probing = 0;
 	}
@@ -108,7 +109,7 @@ static void call_unlink(sluice_redis_call_t *c)
 	/* Unref'd, the client holds the loop only while calls wait: the
 	 * sweep (their deadline) goes with the last one. */
 	if (!r->head && (r->flags & SLUICE_REDIS_UNREF) && !r->closing)
-		uv_timer_stop(&r->sweep);
+		sluice_redis__timer_stop(r, r->sweep);
 }
 
 static void call_maybe_free(sluice_redis_call_t *c)
@@ -145,13 +146,14 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 		c->guard->probing = 0;
 	/* After the breaker's update, so the gauges it carries are fresh. */
 	if (r->on_report && status != SLUICE_ENOMEM)
-		sluice_redis__report(
-			r, c->conn ? c->conn->node : c->guard,
-			SLUICE_REDIS_REPORT_CALL, uv_hrtime() - c->start_ns,
-			status == 0		     ? SLUICE_REDIS_ERR_NONE
-			: status == SLUICE_ETIMEDOUT ? SLUICE_REDIS_ERR_TIMEOUT
-			: c->fail		     ? c->fail
-				  : SLUICE_REDIS_ERR_CONNECTION);
+		sluice_redis__report(r, c->conn ? c->conn->node : c->guard,
+				     SLUICE_REDIS_REPORT_CALL,
+				     sluice_redis__hrtime() - c->start_ns,
+				     status == 0 ? SLUICE_REDIS_ERR_NONE
+				     : status == SLUICE_ETIMEDOUT
+					     ? SLUICE_REDIS_ERR_TIMEOUT
+				     : c->fail ? c->fail
+					       : SLUICE_REDIS_ERR_CONNECTION);
 	c->shape->done(c, status, status == 0 ? &out : NULL);
 	call_maybe_free(c);
 }
@@ -188,7 +190,7 @@ static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script);
 static void refused(sluice_redis_call_t *c, sluice_redis_node_t *n,
 		    const redisReply *rep)
 {
-	uint64_t now = uv_now(c->r->loop);
+	uint64_t now = sluice_redis__now(c->r);
 
 	c->fail = is_error(rep, "NOPERM") ? SLUICE_REDIS_ERR_NOPERM
 		  : is_error(rep, "OOM")  ? SLUICE_REDIS_ERR_OOM
@@ -212,7 +214,7 @@ static void conn_answered(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 			k->inflight--;
 		if (rep) {
 			k->stuck = 0;
-			k->last_reply_ms = uv_now(k->r->loop);
+			k->last_reply_ms = sluice_redis__now(k->r);
 		}
 	}
 }
@@ -251,7 +253,7 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 	if (is_error(rep, "NOSCRIPT") && k && k->link == l &&
 	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
 		/* Reload, then the same call behind it on the same pipe. */
-		uint64_t now = uv_now(c->r->loop);
+		uint64_t now = sluice_redis__now(c->r);
 
 		c->r->noscript++;
 		/* Every call in flight sees NOSCRIPT after a flush: report
@@ -472,11 +474,11 @@ static void batch_send(sluice_redis_conn_t *k, int flush)
 	}
 }
 
-static void on_gather(uv_prepare_t *p)
+static void on_gather(void *arg)
 {
-	sluice_redis_t *r = p->data;
+	sluice_redis_t *r = arg;
 
-	uv_prepare_stop(p);
+	r->loop->ops->hook_stop(r->gather);
 	while (r->batches)
 		batch_send(r->batches, 1);
 }
@@ -502,8 +504,8 @@ static int batch_add(sluice_redis_conn_t *k, sluice_redis_call_t *c)
 		k->open_batch = b;
 		k->batch_next = r->batches;
 		r->batches = k;
-		if (!uv_is_active((uv_handle_t *)&r->gather))
-			uv_prepare_start(&r->gather, on_gather);
+		if (!r->loop->ops->hook_active(r->gather))
+			r->loop->ops->hook_start(r->gather);
 	} else if (b->n == b->cap) {
 		batch_t *grown = realloc(
 			b, sizeof(*b) + 2 * b->cap * sizeof(b->calls[0]));
@@ -530,12 +532,28 @@ static int batchable(const sluice_redis_conn_t *k, const sluice_redis_call_t *c)
 	       !c->ask && c->nlimits == 1;
 }
 
-void sluice_redis__calls_init(sluice_redis_t *r)
+static void on_retry(void *arg);
+static void on_sweep(void *arg);
+
+int sluice_redis__calls_init(sluice_redis_t *r)
 {
-	uv_prepare_init(r->loop, &r->gather);
-	r->gather.data = r;
-	uv_unref((uv_handle_t *)&r->gather);
 	r->wake_retry = sluice_redis__wake_retry;
+	r->sweep = sluice_redis__timer_new(r, on_sweep, r, 0);
+	r->retry = sluice_redis__timer_new(r, on_retry, r, 0);
+	/* Before the loop waits: the takes of the whole turn. */
+	r->gather = r->loop->ops->hook_new(r->loop, on_gather, r, 0);
+	if (r->gather)
+		r->open_handles++;
+	return r->sweep && r->retry && r->gather ? 0 : -1;
+}
+
+void sluice_redis__calls_close(sluice_redis_t *r)
+{
+	sluice_redis__timer_close(r, r->sweep);
+	sluice_redis__timer_close(r, r->retry);
+	if (r->gather)
+		r->loop->ops->hook_close(r->gather, sluice_redis__handle_closed,
+					 r);
 }
 
 void sluice_redis__batches_drop(sluice_redis_t *r)
@@ -558,7 +576,8 @@ void sluice_redis__batches_drop(sluice_redis_t *r)
 		}
 		free(b);
 	}
-	uv_prepare_stop(&r->gather);
+	if (r->gather)
+		r->loop->ops->hook_stop(r->gather);
 }
 
 /* Routes the call and puts it on a connection's pipeline. */
@@ -594,9 +613,9 @@ void sluice_redis__send(sluice_redis_call_t *c)
 
 /* ------------------------------------------------------ timers, retries */
 
-static void on_retry(uv_timer_t *t)
+static void on_retry(void *arg)
 {
-	sluice_redis_t *r = t->data;
+	sluice_redis_t *r = arg;
 	sluice_redis_call_t *c = r->retry_head, *next;
 
 	r->retry_head = NULL;
@@ -615,8 +634,9 @@ static void on_retry(uv_timer_t *t)
 
 void sluice_redis__wake_retry(sluice_redis_t *r)
 {
-	if (!r->closing && !uv_is_active((uv_handle_t *)&r->retry))
-		uv_timer_start(&r->retry, on_retry, SLUICE_REDIS_RETRY_MS, 0);
+	if (!r->closing && !sluice_redis__timer_active(r, r->retry))
+		sluice_redis__timer_start(r, r->retry, SLUICE_REDIS_RETRY_MS,
+					  0);
 }
 
 void sluice_redis__retry_later(sluice_redis_call_t *c)
@@ -634,9 +654,9 @@ static void arm_sweep(sluice_redis_t *r);
 /* Expires every call past its deadline; connections that only time out
  * are dropped afterwards (dropping fails their other calls too, which
  * must not happen while walking the list). */
-static void on_sweep(uv_timer_t *t)
+static void on_sweep(void *arg)
 {
-	sluice_redis_t *r = t->data;
+	sluice_redis_t *r = arg;
 	uint64_t now = clock_ms();
 	sluice_redis_call_t *c;
 	size_t i;
@@ -674,14 +694,14 @@ static void on_sweep(uv_timer_t *t)
 
 static void arm_sweep(sluice_redis_t *r)
 {
-	uint64_t now = uv_now(r->loop);
+	uint64_t now = sluice_redis__now(r);
 
 	/* Armed on the loop's clock, which is at most behind clock_ms(): the
 	 * timer fires at or after the deadline, and on_sweep checks it. */
 	if (!r->head || r->closing)
 		return;
-	uv_timer_start(
-		&r->sweep, on_sweep,
+	sluice_redis__timer_start(
+		r, r->sweep,
 		r->head->deadline_ms > now ? r->head->deadline_ms - now : 0, 0);
 }
 
@@ -692,7 +712,7 @@ void sluice_redis__start(sluice_redis_call_t *c)
 	sluice_redis_t *r = c->r;
 
 	c->deadline_ms = clock_ms() + r->timeout_ms;
-	c->start_ns = uv_hrtime();
+	c->start_ns = sluice_redis__hrtime();
 	c->guard = sluice_redis__route(r, c->slot);
 
 	/* Pending list, oldest first. */
@@ -702,7 +722,7 @@ void sluice_redis__start(sluice_redis_call_t *c)
 	else
 		r->head = c;
 	r->tail = c;
-	if (!uv_is_active((uv_handle_t *)&r->sweep))
+	if (!sluice_redis__timer_active(r, r->sweep))
 		arm_sweep(r);
 
 	if (!breaker_admit(r, c)) {
@@ -717,5 +737,5 @@ void sluice_redis__start(sluice_redis_call_t *c)
 
 void sluice_redis__retry_now(sluice_redis_t *r)
 {
-	on_retry(&r->retry);
+	on_retry(r);
 }

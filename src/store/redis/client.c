@@ -429,8 +429,18 @@ static int check_opts(const sluice_redis_opts_t *o, char *err, size_t errlen)
 	return 0;
 }
 
-int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
-		      const sluice_redis_opts_t *opts, char *err, size_t errlen)
+/* The client's timers and the gather hook; -1 when out of memory (those
+ * made are closed by sluice_redis_free()). */
+static int make_handles(sluice_redis_t *r)
+{
+	if (sluice_redis__calls_init(r) < 0 || sluice_redis__probe_start(r) < 0)
+		return -1;
+	return 0;
+}
+
+static int open_on(sluice_redis_t **out, sluice_loop_t *loop,
+		   sluice_loop_t *own_loop, const sluice_redis_opts_t *opts,
+		   char *err, size_t errlen)
 {
 	char scratch[256];
 	sluice_redis_t *r;
@@ -449,20 +459,27 @@ int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 		return sluice_fail(SLUICE_EINVAL, err, errlen,
 				   "redis store: %s is NULL",
 				   !loop ? "loop" : "opts");
-	if ((rc = check_opts(opts, err, errlen)) < 0)
+	if ((rc = check_opts(opts, err, errlen)) < 0) {
+		sluice_loop_uv_free(own_loop);
 		return rc;
+	}
 	r = calloc(1, sizeof(*r));
-	if (!r)
+	if (!r) {
+		sluice_loop_uv_free(own_loop);
 		return sluice_fail(SLUICE_ENOMEM, err, errlen,
 				   "redis store: out of memory");
+	}
+	r->own_loop = own_loop;
 	if (!opts->nseeds && opts->url &&
 	    (rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen)) <
 		    0) {
+		sluice_loop_uv_free(own_loop);
 		free(r);
 		return rc;
 	}
 	if (opts->sentinel && r->url.path) {
 		sluice_redis__url_free(&r->url);
+		sluice_loop_uv_free(own_loop);
 		free(r);
 		return sluice_fail(SLUICE_EINVAL, err, errlen,
 				   "redis store: under Sentinel the url gives "
@@ -471,6 +488,7 @@ int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 	}
 	if ((rc = setup_tls(r, opts, err, errlen)) < 0) {
 		sluice_redis__url_free(&r->url);
+		sluice_loop_uv_free(own_loop);
 		free(r);
 		return rc;
 	}
@@ -489,19 +507,14 @@ int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 	       sizeof(r->sha_refund));
 	memcpy(r->sha_adjust, sluice_redis__script_adjust_sha,
 	       sizeof(r->sha_adjust));
-	uv_timer_init(loop, &r->sweep);
-	uv_timer_init(loop, &r->retry);
-	uv_timer_init(loop, &r->probe);
-	r->sweep.data = r->retry.data = r->probe.data = r;
-	sluice_redis__calls_init(r);
-	r->open_handles = 4;
 	r->released = released;
 	r->probe_calls = probe_calls;
-	/* The probe alone must not keep a loop running (a Node.js process
-	 * exits when nothing else is pending). */
-	uv_unref((uv_handle_t *)&r->probe);
-	sluice_redis__probe_start(r);
-	rc = r->prefix ? setup_nodes(r, opts, err, errlen) : SLUICE_ENOMEM;
+	/* The client's own count, released by sluice_redis_free(): the
+	 * memory goes with the last of it and the handles. */
+	r->open_handles = 1;
+	rc = r->prefix && make_handles(r) == 0
+		     ? setup_nodes(r, opts, err, errlen)
+		     : SLUICE_ENOMEM;
 	if (rc < 0) {
 		/* The options were checked: only allocation fails here; the
 		 * loop frees the rest. */
@@ -511,6 +524,31 @@ int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
 	}
 	*out = r;
 	return 0;
+}
+
+int sluice_redis_open_loop(sluice_redis_t **out, sluice_loop_t *loop,
+			   const sluice_redis_opts_t *opts, char *err,
+			   size_t errlen)
+{
+	return open_on(out, loop, NULL, opts, err, errlen);
+}
+
+int sluice_redis_open(sluice_redis_t **out, uv_loop_t *loop,
+		      const sluice_redis_opts_t *opts, char *err, size_t errlen)
+{
+	static sluice_loop_t unused; /* never run: open_on() refuses first */
+	sluice_loop_t *l;
+
+	/* The checks of open_on() first, with their messages. */
+	if (!out || !loop || !opts)
+		return open_on(out, loop ? &unused : NULL, NULL, opts, err,
+			       errlen);
+	if (!(l = sluice_loop_uv_new(loop))) {
+		*out = NULL;
+		return sluice_fail(SLUICE_ENOMEM, err && errlen ? err : NULL,
+				   errlen, "redis store: out of memory");
+	}
+	return open_on(out, l, l, opts, err, errlen);
 }
 
 /* Frees the client once the loop has closed its last timer and link
@@ -535,14 +573,10 @@ static void released(sluice_redis_t *r)
 	sluice_redis__tls_context_free(r->tls);
 	free(r->tls_name);
 	sluice_redis__url_free(&r->url);
+	sluice_loop_uv_free(r->own_loop);
 	free(r);
 	if (done)
 		done(done_arg);
-}
-
-static void client_timer_closed(uv_handle_t *h)
-{
-	released(h->data);
 }
 
 void sluice_redis_free_then(sluice_redis_t *r, void (*done)(void *arg),
@@ -572,11 +606,9 @@ void sluice_redis_free(sluice_redis_t *r)
 	for (i = 0; i < r->nnodes; i++)
 		if (r->nodes[i])
 			sluice_redis__node_free(r->nodes[i]);
-	uv_timer_stop(&r->sweep);
-	uv_timer_stop(&r->retry);
-	uv_timer_stop(&r->probe);
-	uv_close((uv_handle_t *)&r->probe, client_timer_closed);
-	uv_close((uv_handle_t *)&r->sweep, client_timer_closed);
-	uv_close((uv_handle_t *)&r->retry, client_timer_closed);
-	uv_close((uv_handle_t *)&r->gather, client_timer_closed);
+	sluice_redis__timer_close(r, r->probe);
+	sluice_redis__calls_close(r);
+	/* The client's own count (open_on()): with no handle left to close,
+	 * the memory goes now. */
+	released(r);
 }

@@ -175,7 +175,7 @@ static void on_slots(sluice_redis_link_t *l, redisReply *rep, void *priv)
  * breaker says the node is failing. */
 void sluice_redis__refresh_slots(sluice_redis_t *r)
 {
-	uint64_t now = uv_now(r->loop);
+	uint64_t now = sluice_redis__now(r);
 	uint64_t wait = r->timeout_ms > 100 ? r->timeout_ms : 100;
 	size_t i, j;
 	int pass;

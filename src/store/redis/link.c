@@ -1,41 +1,52 @@
 /*
  * link.c -- one connection to a Redis server (or a Sentinel), owned by the
- * client on its libuv loop.
+ * client, on the loop the host gave it (sluice_loop.h).
  *
- * The link connects (a unix socket, an address, or a name resolved with
- * uv_getaddrinfo), optionally runs TLS over it (tls.c, memory BIOs), and
- * carries commands in RESP.  Replies come back in the order the commands
- * were sent, so a FIFO of callbacks pairs each reply with its command;
- * hiredis's redisReader parses RESP, bounded and redacted by reply.c.  Commands
- * sent before the link is up wait in the output buffer and go out once it is
- * (after the TLS handshake).
+ * The link owns its socket, as hiredis's does: it connects it without
+ * blocking (a unix socket, an address, or a name the loop resolves),
+ * reads and writes it itself; the loop only says when it is ready.  TLS
+ * runs over it (tls.c, memory BIOs); replies pair with commands in order
+ * (link_fifo.h), parsed by hiredis's redisReader (reply.c).  Commands sent
+ * before the link is up wait and go out once it is.
  *
  * Writes are batched: a command only appends to the output buffer, and the
  * buffer is written once per loop iteration, or when it holds
  * LINK_EARLY_CMDS commands queued over LINK_EARLY_NS or more: the commands
  * queued while handling one batch of events leave in one write (one TLS
- * record), or a few, never one each.
+ * record), or a few, never one each.  A write goes to the socket at once;
+ * only what the socket does not take waits for it to be writable.
  * Commands queued while the loop handles I/O (a request read, then its
- * decision asked) leave from a check handle, right after the poll phase
- * and before the other check callbacks -- such as the Node addon's, which
- * delivers the replies read in that same poll phase and so runs the app's
- * responses: Redis works on the new batch while the app answers the last
- * one.  Commands queued anywhere else (a timer, a check callback) leave
- * from a prepare handle, just before the loop waits for I/O.
+ * decision asked) leave from an after-I/O hook (libuv: a check handle),
+ * right after the poll phase and before the other check callbacks -- such
+ * as the Node addon's, which delivers the replies read in that same poll
+ * phase and so runs the app's responses: Redis works on the new batch
+ * while the app answers the last one.  Commands queued anywhere else (a
+ * timer, a check callback) leave from an end-of-turn hook (libuv: a
+ * prepare handle), just before the loop waits for I/O.
  *
  * Closing: sluice_redis__link_close() (or a failure) runs every pending
- * callback with a NULL reply at once; the memory goes when the loop has
- * closed the handles, so a link closed from inside its own callbacks stays
- * valid until they return.
+ * callback with a NULL reply at once and closes the socket; the memory
+ * goes once the loop has released the handles.  A write refused is told
+ * from the end-of-turn hook (the writer may be inside a call of ours).
  */
+#include "store/redis/link_fifo.h"
 #include "store/redis/redis_int.h"
 #include "store/redis/tls.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <hiredis/read.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 /* Output buffered beyond this, unwritten, refuses new commands. */
 #define LINK_OUT_MAX (64u << 20)
@@ -52,32 +63,23 @@
 #define LINK_EARLY_CMDS 8
 #define LINK_EARLY_NS	100000
 
-typedef struct pending_s {
-	sluice_redis_reply_fn *fn;
-	void *priv;
-} pending_t;
-
 enum { L_RESOLVING, L_CONNECTING, L_HANDSHAKE, L_UP, L_CLOSED };
 
 typedef struct link_s {
 	sluice_redis_link_t pub; /* first: the owner's view */
 	sluice_redis_t *r;
+	const sluice_loop_ops_t *ops; /* r's loop's */
 	sluice_redis_link_fn *on_state;
 	int state;
-	int is_pipe;
 	unsigned open; /* handles and requests still to finish */
-	union {
-		uv_handle_t h;
-		uv_stream_t s;
-		uv_tcp_t tcp;
-		uv_pipe_t pipe;
-	} io;
-	int io_inited;
-	int failing; /* failed inside link_open: told from the loop */
-	uv_prepare_t flush;
-	uv_check_t early; /* the flush after the poll phase */
-	uv_connect_t connect;
-	uv_getaddrinfo_t gai;
+	int fd;	       /* the socket, -1: none */
+	sluice_loop_io_t *io;
+	int watching;	  /* SLUICE_LOOP_READABLE/_WRITABLE asked of io */
+	int failing;	  /* failed where the owner cannot hear: told from
+			     the end-of-turn hook */
+	int write_failed; /* that failure was a write's */
+	sluice_loop_hook_t *flush; /* end of the turn */
+	sluice_loop_hook_t *early; /* the flush after the I/O events */
 	int port;
 	char *name; /* the TLS name: server_name or the host */
 
@@ -86,25 +88,21 @@ typedef struct link_s {
 
 	char *out; /* plaintext queued, not yet written */
 	size_t outlen, outcap;
+	/* Bytes handed to the socket that it has not taken yet (plaintext,
+	 * or TLS records): wbuf[woff..wlen). */
+	char *wbuf;
+	size_t woff, wlen, wcap;
 	unsigned unsent;   /* commands in out */
-	uint64_t first_ns; /* uv_hrtime() when the first of them came */
+	uint64_t first_ns; /* sluice_redis__hrtime() when the first came */
 
-	pending_t *fifo; /* ring of callbacks, one per command */
-	size_t head, count, cap;
+	link_fifo_t q; /* callbacks, one per command, in order */
 	sluice_redis_reply_fn *push_fn;
 	void *push_priv;
 
 	char rbuf[LINK_READ_SZ];
 } link_t;
 
-typedef struct write_s {
-	uv_write_t req;
-	link_t *l;
-	char *buf;
-} write_t;
-
 static void link_fail(link_t *l, const char *why);
-static void on_flush(uv_prepare_t *p);
 
 /* -------------------------------------------------------------- memory */
 
@@ -117,49 +115,43 @@ static void link_release(link_t *l)
 	sluice_redis__reader_free(l->reader);
 	sluice_redis__tls_free(l->tls);
 	free(l->out);
-	free(l->fifo);
+	free(l->wbuf);
+	free(l->q.v);
 	free(l->name);
 	free(l);
 	r->released(r);
 }
 
-static void on_handle_closed(uv_handle_t *h)
+static void on_handle_closed(void *arg)
 {
-	link_release(h->data);
+	link_release(arg);
 }
 
-/* ------------------------------------------------------------- callbacks */
-
-static int fifo_push(link_t *l, sluice_redis_reply_fn *fn, void *priv)
+/* "what: text" for an errno, in the words of libuv's messages (the
+ * system's, lower case). */
+static void say(char *why, size_t n, const char *what, int err)
 {
-	if (l->count == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16, i;
-		pending_t *grown = malloc(cap * sizeof(*grown));
+	int at = snprintf(why, n, "%s: ", what);
 
-		if (!grown)
-			return -1;
-		for (i = 0; i < l->count; i++)
-			grown[i] = l->fifo[(l->head + i) % l->cap];
-		free(l->fifo);
-		l->fifo = grown;
-		l->head = 0;
-		l->cap = cap;
+	snprintf(why + at, n - (size_t)at, "%s", strerror(err));
+	if (why[at] >= 'A' && why[at] <= 'Z' && why[at + 1] >= 'a' &&
+	    why[at + 1] <= 'z')
+		why[at] = (char)(why[at] - 'A' + 'a');
+}
+
+/* What the loop watches on the socket. */
+static void watch(link_t *l, int events)
+{
+	int rc;
+
+	if (events == l->watching || !l->io)
+		return;
+	l->watching = events;
+	if ((rc = l->ops->io_watch(l->io, events)) < 0) {
+		say(l->pub.errstr, sizeof(l->pub.errstr), "poll", -rc);
+		l->failing = 1;
+		l->ops->hook_start(l->flush);
 	}
-	assert(l->count < l->cap && l->head < l->cap);
-	l->fifo[(l->head + l->count++) % l->cap] = (pending_t){fn, priv};
-	return 0;
-}
-
-static int fifo_pop(link_t *l, pending_t *p)
-{
-	if (!l->count)
-		return -1;
-	/* FIFO pairing: the oldest command sent is the one answered. */
-	assert(l->count <= l->cap && l->head < l->cap);
-	*p = l->fifo[l->head];
-	l->head = (l->head + 1) % l->cap;
-	l->count--;
-	return 0;
 }
 
 /* Every command still waiting gets NULL, oldest first. */
@@ -167,49 +159,100 @@ static void fail_pending(link_t *l)
 {
 	pending_t p;
 
-	while (fifo_pop(l, &p) == 0)
+	while (fifo_pop(&l->q, &p) == 0)
 		if (p.fn)
 			p.fn(&l->pub, NULL, p.priv);
 }
 
 /* --------------------------------------------------------------- writing */
 
-static void on_written(uv_write_t *req, int status)
+/* A write that failed: told from the end-of-turn hook, as libuv tells a
+ * failed write from the loop: the callers of the write (link_send(), a
+ * batch being sent) do not expect the callbacks to run before it returns. */
+static void write_error(link_t *l, const char *why)
 {
-	write_t *w = (write_t *)req;
-	link_t *l = w->l;
-
-	free(w->buf);
-	free(w);
-	if (status < 0 && l->state != L_CLOSED) {
-		char why[128];
-
-		snprintf(why, sizeof(why), "write: %s", uv_strerror(status));
-		link_fail(l, why);
-	}
-	link_release(l);
+	if (why)
+		snprintf(l->pub.errstr, sizeof(l->pub.errstr), "%s", why);
+	l->failing = 1;
+	l->write_failed = 1;
+	l->ops->hook_start(l->flush);
 }
 
-/* Hands buf (malloc'd, len bytes) to the socket; it is freed when
- * written. */
-static int write_raw(link_t *l, char *buf, size_t len)
+/* Writes wbuf[woff..wlen) as far as the socket takes it; the rest waits
+ * for the socket to be writable.  -1 once the socket refused it. */
+static int write_pending(link_t *l)
 {
-	write_t *w = malloc(sizeof(*w));
-	uv_buf_t b = uv_buf_init(buf, (unsigned)len);
+	while (l->woff < l->wlen) {
+		ssize_t n = send(l->fd, l->wbuf + l->woff, l->wlen - l->woff,
+				 MSG_NOSIGNAL);
 
-	if (!w) {
-		free(buf);
-		return -1;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			watch(l, SLUICE_LOOP_READABLE | SLUICE_LOOP_WRITABLE);
+			return 0;
+		}
+		if (n < 0) {
+			char why[128];
+
+			say(why, sizeof(why), "write", errno);
+			write_error(l, why);
+			return -1;
+		}
+		l->woff += (size_t)n;
 	}
-	w->l = l;
-	w->buf = buf;
-	l->open++;
-	if (uv_write(&w->req, &l->io.s, &b, 1, on_written) < 0) {
-		free(buf);
-		free(w);
-		l->open--;
-		return -1;
+	l->woff = l->wlen = 0;
+	watch(l, SLUICE_LOOP_READABLE);
+	return 0;
+}
+
+/* Hands buf[0..len) to the socket: written now as far as it goes, the
+ * rest kept (copied) until the socket is writable.  -1 when out of
+ * memory (a write error is told later, write_error()). */
+static int write_raw(link_t *l, const char *buf, size_t len)
+{
+	if (l->wlen == l->woff) {
+		ssize_t n;
+
+		do
+			n = send(l->fd, buf, len, MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			char why[128];
+
+			say(why, sizeof(why), "write", errno);
+			write_error(l, why);
+			return 0;
+		}
+		if (n > 0) {
+			buf += n;
+			len -= (size_t)n;
+		}
+		l->woff = l->wlen = 0;
+		if (!len)
+			return 0;
 	}
+	if (l->wlen + len > l->wcap) {
+		size_t cap = l->wcap ? l->wcap : 4096;
+		char *grown;
+
+		if (l->woff) {
+			memmove(l->wbuf, l->wbuf + l->woff, l->wlen - l->woff);
+			l->wlen -= l->woff;
+			l->woff = 0;
+		}
+		while (cap < l->wlen + len)
+			cap *= 2;
+		if (cap > l->wcap) {
+			if (!(grown = realloc(l->wbuf, cap)))
+				return -1;
+			l->wbuf = grown;
+			l->wcap = cap;
+		}
+	}
+	memcpy(l->wbuf + l->wlen, buf, len);
+	l->wlen += len;
+	watch(l, SLUICE_LOOP_READABLE | SLUICE_LOOP_WRITABLE);
 	return 0;
 }
 
@@ -218,58 +261,41 @@ static int write_tls_out(link_t *l)
 {
 	char *buf;
 	size_t n = sluice_redis__tls_take_out(l->tls, &buf);
+	int rc;
 
-	return n ? write_raw(l, buf, n) : 0;
+	if (!n)
+		return 0;
+	rc = write_raw(l, buf, n);
+	free(buf);
+	return rc;
 }
 
-/* A write that failed: at once, or (defer) from the prepare handle, when
- * the caller is inside sluice_redis__link_send(), whose callers do not
- * expect the callbacks to run before it returns. */
-static void write_failed(link_t *l, const char *why, int defer)
+/* Writes the queued commands: in one write as they are, or through TLS.
+ * A failure is told from the end-of-turn hook (write_error()). */
+static void flush(link_t *l)
 {
-	if (!defer) {
-		link_fail(l, why);
-		return;
-	}
-	if (why)
-		snprintf(l->pub.errstr, sizeof(l->pub.errstr), "%s", why);
-	l->failing = 1;
-	uv_prepare_start(&l->flush, on_flush);
-}
-
-/* Writes the queued commands: in one write as they are, or through TLS. */
-static void flush_out(link_t *l, int defer)
-{
-	char *buf = l->out;
 	size_t len = l->outlen;
 
-	uv_prepare_stop(&l->flush);
-	uv_check_stop(&l->early);
-	if (l->state != L_UP || !len)
+	l->ops->hook_stop(l->flush);
+	l->ops->hook_stop(l->early);
+	if (l->state != L_UP || !len || l->failing)
 		return;
 	l->unsent = 0;
+	l->outlen = 0;
 	if (l->tls) {
-		l->outlen = 0;
-		if (sluice_redis__tls_write(l->tls, buf, len, l->pub.errstr,
+		if (sluice_redis__tls_write(l->tls, l->out, len, l->pub.errstr,
 					    sizeof(l->pub.errstr)) < 0) {
 			l->pub.tls_failed = 1;
-			write_failed(l, NULL, defer);
+			write_error(l, NULL);
 			return;
 		}
 		if (write_tls_out(l) < 0)
-			write_failed(l, "write: out of memory", defer);
+			write_error(l, "write: out of memory");
 		return;
 	}
-	/* The buffer itself goes to the socket; a new one starts. */
-	l->out = NULL;
-	l->outlen = l->outcap = 0;
-	if (write_raw(l, buf, len) < 0)
-		write_failed(l, "write: could not queue", defer);
-}
-
-static void flush(link_t *l)
-{
-	flush_out(l, 0);
+	/* The buffer stays; what the socket does not take is copied. */
+	if (write_raw(l, l->out, len) < 0)
+		write_error(l, "write: could not queue");
 }
 
 void sluice_redis__link_flush(sluice_redis_link_t *pub)
@@ -280,33 +306,38 @@ void sluice_redis__link_flush(sluice_redis_link_t *pub)
 		flush(l);
 }
 
-static void on_flush(uv_prepare_t *p)
-{
-	link_t *l = p->data;
+static void on_readable(link_t *l);
 
-	if (l->failing)
-		link_fail(l, NULL);
-	else
+static void on_flush(void *arg)
+{
+	link_t *l = arg;
+
+	if (!l->failing) {
 		flush(l);
+		return;
+	}
+	/* A write refused: what the server said before it went (a TLS
+	 * alert, the replies it sent) is read first, as libuv's loop
+	 * polls before it tells a failed write; its reason wins. */
+	if (l->write_failed && l->fd >= 0 && l->state != L_CLOSED)
+		on_readable(l);
+	link_fail(l, NULL);
 }
 
-static void on_early(uv_check_t *c)
+static void on_early(void *arg)
 {
-	link_t *l = c->data;
+	link_t *l = arg;
 
 	if (!l->failing)
 		flush(l);
 }
 
-/* libuv runs the check handles last started first: started again, the
- * flush comes before any check handle started since (the replies just
- * read may have started the owner's). */
+/* The flush comes before any after-I/O hook started since (the replies
+ * just read may have started the owner's). */
 static void flush_first(link_t *l)
 {
-	if (!uv_is_active((uv_handle_t *)&l->early))
-		return;
-	uv_check_stop(&l->early);
-	uv_check_start(&l->early, on_early);
+	if (l->ops->hook_first)
+		l->ops->hook_first(l->early);
 }
 
 /* A failure found while opening: the owner has no pointer to the link
@@ -315,7 +346,7 @@ static void fail_soon(link_t *l, const char *why)
 {
 	snprintf(l->pub.errstr, sizeof(l->pub.errstr), "%s", why);
 	l->failing = 1;
-	uv_prepare_start(&l->flush, on_flush);
+	l->ops->hook_start(l->flush);
 }
 
 int sluice_redis__link_send(sluice_redis_link_t *pub, sluice_redis_reply_fn *fn,
@@ -336,22 +367,22 @@ int sluice_redis__link_send(sluice_redis_link_t *pub, sluice_redis_reply_fn *fn,
 		l->out = grown;
 		l->outcap = cap;
 	}
-	if (fifo_push(l, fn, priv) < 0)
+	if (fifo_push(&l->q, fn, priv) < 0)
 		return -1;
 	memcpy(l->out + l->outlen, resp, len);
 	l->outlen += len;
 	if (l->state != L_UP || l->failing)
 		return 0;
 	if (l->unsent++ == 0)
-		l->first_ns = uv_hrtime();
+		l->first_ns = sluice_redis__hrtime();
 	else if (l->unsent >= LINK_EARLY_CMDS &&
-		 uv_hrtime() - l->first_ns >= LINK_EARLY_NS) {
-		flush_out(l, 1);
+		 sluice_redis__hrtime() - l->first_ns >= LINK_EARLY_NS) {
+		flush(l);
 		return 0;
 	}
-	if (!uv_is_active((uv_handle_t *)&l->flush)) {
-		uv_prepare_start(&l->flush, on_flush);
-		uv_check_start(&l->early, on_early);
+	if (!l->ops->hook_active(l->flush)) {
+		l->ops->hook_start(l->flush);
+		l->ops->hook_start(l->early);
 	}
 	return 0;
 }
@@ -386,7 +417,7 @@ static int dispatch(link_t *l)
 			return 0;
 		if (l->push_fn) {
 			l->push_fn(&l->pub, reply, l->push_priv);
-		} else if (fifo_pop(l, &p) < 0) {
+		} else if (fifo_pop(&l->q, &p) < 0) {
 			freeReplyObject(reply);
 			link_fail(l, "protocol error: a reply to no command");
 			return -1;
@@ -462,66 +493,63 @@ static int tls_input(link_t *l, const char *data, size_t len)
 	return 0;
 }
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+/* The socket is readable: what it holds goes to the reader (through TLS),
+ * in reads of rbuf's size, as long as they come back full (at most 32: a
+ * server that floods does not hold the loop). */
+static void on_readable(link_t *l)
 {
-	link_t *l = h->data;
+	unsigned reads = 0;
+	ssize_t n;
 
-	(void)hint;
-	*buf = uv_buf_init(l->rbuf, sizeof(l->rbuf));
-}
+	do {
+		n = recv(l->fd, l->rbuf, sizeof(l->rbuf), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			char why[128];
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-	link_t *l = s->data;
-
-	if (l->state == L_CLOSED)
-		return;
-	if (nread < 0) {
-		char why[128];
-
-		snprintf(why, sizeof(why), "%s",
-			 nread == UV_EOF ? "connection closed by the server"
-					 : uv_strerror((int)nread));
-		link_fail(l, why);
-		return;
-	}
-	if (nread == 0)
-		return;
-	if (l->tls) {
-		if (tls_input(l, buf->base, (size_t)nread) == 0)
-			flush_first(l);
-		return;
-	}
-	if (redisReaderFeed(l->reader, buf->base, (size_t)nread) != REDIS_OK) {
-		link_fail(l, "out of memory");
-		return;
-	}
-	if (dispatch(l) == 0)
+			if (n == 0)
+				snprintf(why, sizeof(why),
+					 "connection closed by the server");
+			else
+				say(why, sizeof(why), "read", errno);
+			link_fail(l, why);
+			return;
+		}
+		if (l->tls) {
+			if (tls_input(l, l->rbuf, (size_t)n) < 0)
+				return;
+		} else if (redisReaderFeed(l->reader, l->rbuf, (size_t)n) !=
+			   REDIS_OK) {
+			link_fail(l, "out of memory");
+			return;
+		} else if (dispatch(l) < 0) {
+			return;
+		}
 		flush_first(l);
+	} while (n == (ssize_t)sizeof(l->rbuf) && ++reads < 32 &&
+		 l->state != L_CLOSED);
 }
 
 /* ------------------------------------------------------------ connecting */
 
-static void connected(link_t *l, int status)
+static void connected(link_t *l, int err)
 {
 	char why[160];
-	int rc;
 
-	if (status < 0) {
+	if (err) {
 		/* A reset here came from a server that accepted us and then
-		 * dropped us before this callback ran. */
-		if (status == UV_ECONNRESET)
+		 * dropped us before the connect was seen through. */
+		if (err == ECONNRESET)
 			l->pub.reset = 1;
-		snprintf(why, sizeof(why), "connect: %s", uv_strerror(status));
+		say(why, sizeof(why), "connect", err);
 		link_fail(l, why);
 		return;
 	}
 	l->pub.reached = 1;
-	if ((rc = uv_read_start(&l->io.s, on_alloc, on_read)) < 0) {
-		snprintf(why, sizeof(why), "read: %s", uv_strerror(rc));
-		link_fail(l, why);
-		return;
-	}
+	watch(l, SLUICE_LOOP_READABLE);
 	if (!l->tls) {
 		link_up(l);
 		return;
@@ -530,63 +558,111 @@ static void connected(link_t *l, int status)
 	tls_advance(l);
 }
 
-static void on_connected(uv_connect_t *req, int status)
+static void on_io(void *arg, int events)
 {
-	link_t *l = req->data;
+	link_t *l = arg;
 
-	if (l->state != L_CLOSED)
-		connected(l, status);
-	link_release(l); /* the request's, which kept l alive until here */
+	if (l->state == L_CLOSED)
+		return;
+	if (l->state == L_CONNECTING) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+
+		if (!(events & SLUICE_LOOP_WRITABLE))
+			return;
+		if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+			err = errno;
+		connected(l, err);
+		return;
+	}
+	if ((events & SLUICE_LOOP_WRITABLE) && l->wlen > l->woff &&
+	    !l->failing && write_pending(l) < 0)
+		return;
+	if ((events & SLUICE_LOOP_READABLE) && l->state != L_CLOSED)
+		on_readable(l);
 }
 
-static void connect_to(link_t *l, const struct sockaddr *sa)
+/* Starts a non-blocking connect to sa; the loop says when it is done
+ * (writable).  Errors found now are told from the loop (fail_soon()). */
+static void connect_to(link_t *l, const struct sockaddr *sa, socklen_t salen)
 {
 	char why[160];
-	int rc;
+	int one = 1, rc;
 
 	l->state = L_CONNECTING;
-	if ((rc = uv_tcp_init(l->r->loop, &l->io.tcp)) < 0) {
-		snprintf(why, sizeof(why), "socket: %s", uv_strerror(rc));
+	l->fd = socket(sa->sa_family,
+		       SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0) {
+		say(why, sizeof(why), "socket", errno);
 		fail_soon(l, why);
 		return;
 	}
-	l->io.h.data = l;
-	l->io_inited = 1;
-	l->open++;
-	if (l->r->flags & SLUICE_REDIS_UNREF)
-		uv_unref(&l->io.h);
-	uv_tcp_nodelay(&l->io.tcp, 1);
-	l->connect.data = l;
-	if ((rc = uv_tcp_connect(&l->connect, &l->io.tcp, sa, on_connected)) <
-	    0) {
-		snprintf(why, sizeof(why), "connect: %s", uv_strerror(rc));
-		fail_soon(l, why);
+	if (sa->sa_family != AF_UNIX)
+		(void)setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one,
+				 sizeof(one));
+	l->io = l->ops->io_new(
+		l->r->loop, l->fd, on_io, l,
+		l->r->flags & SLUICE_REDIS_UNREF ? SLUICE_LOOP_WEAK : 0);
+	if (!l->io) {
+		fail_soon(l, "socket: out of memory");
 		return;
 	}
 	l->open++;
+	do
+		rc = connect(l->fd, sa, salen);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0 && errno != EINPROGRESS) {
+		if (errno == ECONNRESET)
+			l->pub.reset = 1;
+		say(why, sizeof(why), "connect", errno);
+		fail_soon(l, why);
+		return;
+	}
+	watch(l, SLUICE_LOOP_WRITABLE);
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+static void on_resolved(void *arg, int status, const struct sockaddr *sa,
+			const char *what)
 {
-	link_t *l = req->data;
-	struct addrinfo *a;
+	link_t *l = arg;
 	char why[160];
 
 	if (l->state != L_CLOSED) {
-		/* IPv4 first where a name has both: Redis binds 127.0.0.1
-		 * by default, and "localhost" often resolves to ::1 first. */
-		for (a = res; a && a->ai_family != AF_INET; a = a->ai_next)
-			;
-		if (status < 0 || !res) {
+		if (status < 0 || !sa) {
 			snprintf(why, sizeof(why), "resolve: %s",
-				 uv_strerror(status));
+				 what ? what : "no address");
 			link_fail(l, why);
 		} else {
-			connect_to(l, a ? a->ai_addr : res->ai_addr);
+			connect_to(l, sa,
+				   sa->sa_family == AF_INET6
+					   ? sizeof(struct sockaddr_in6)
+					   : sizeof(struct sockaddr_in));
 		}
 	}
-	uv_freeaddrinfo(res);
-	link_release(l);
+	link_release(l); /* the resolver's, which kept l alive until here */
+}
+
+/* A name, with no resolver in the loop: getaddrinfo() (IPv4 first). */
+static void resolve_here(link_t *l, const char *host, int port)
+{
+	struct addrinfo hints, *res = NULL, *a;
+	char portstr[16], why[160];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	if ((rc = getaddrinfo(host, portstr, &hints, &res)) != 0 || !res) {
+		snprintf(why, sizeof(why), "resolve: %s", gai_strerror(rc));
+		fail_soon(l, why);
+		return;
+	}
+	for (a = res; a && a->ai_family != AF_INET; a = a->ai_next)
+		;
+	a = a ? a : res;
+	connect_to(l, a->ai_addr, a->ai_addrlen);
+	freeaddrinfo(res);
 }
 
 sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
@@ -594,14 +670,22 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 					     const char *path, int tls,
 					     sluice_redis_link_fn *on_state)
 {
+	const sluice_loop_ops_t *ops = r->loop->ops;
 	link_t *l = calloc(1, sizeof(*l));
-	struct sockaddr_storage sa;
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in;
+		struct sockaddr_in6 in6;
+		struct sockaddr_un un;
+	} sa;
 	char why[160];
 	int rc;
 
 	if (!l)
 		return NULL;
 	l->r = r;
+	l->ops = ops;
+	l->fd = -1;
 	l->on_state = on_state;
 	l->port = port;
 	l->reader = sluice_redis__reader_new();
@@ -614,7 +698,15 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 							 sizeof(l->pub.errstr))
 				 : NULL;
 	}
-	if (!l->reader || (tls && (!r->tls || !l->tls))) {
+	l->flush = ops->hook_new(r->loop, on_flush, l, 0);
+	l->early = ops->hook_new(r->loop, on_early, l, SLUICE_LOOP_AFTER_IO);
+	if (!l->reader || (tls && (!r->tls || !l->tls)) || !l->flush ||
+	    !l->early) {
+		/* Hooks never started: closed with no one to tell. */
+		if (l->flush)
+			ops->hook_close(l->flush, NULL, NULL);
+		if (l->early)
+			ops->hook_close(l->early, NULL, NULL);
 		sluice_redis__reader_free(l->reader);
 		sluice_redis__tls_free(l->tls);
 		free(l->name);
@@ -623,74 +715,63 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 	}
 	/* Counted in the client's open handles until its memory goes. */
 	r->open_handles++;
-	l->open = 2; /* the prepare and check handles */
-	uv_prepare_init(r->loop, &l->flush);
-	l->flush.data = l;
-	uv_unref((uv_handle_t *)&l->flush);
-	uv_check_init(r->loop, &l->early);
-	l->early.data = l;
-	uv_unref((uv_handle_t *)&l->early);
+	l->open = 2; /* the two hooks */
 
+	memset(&sa, 0, sizeof(sa));
 	if (path) {
-		l->is_pipe = 1;
-		l->state = L_CONNECTING;
-		if ((rc = uv_pipe_init(r->loop, &l->io.pipe, 0)) < 0) {
-			snprintf(why, sizeof(why), "socket: %s",
-				 uv_strerror(rc));
+		if (strlen(path) >= sizeof(sa.un.sun_path)) {
+			l->state = L_CONNECTING;
+			say(why, sizeof(why), "connect", ENAMETOOLONG);
 			fail_soon(l, why);
 			return &l->pub;
 		}
-		l->io.h.data = l;
-		l->io_inited = 1;
-		if (r->flags & SLUICE_REDIS_UNREF)
-			uv_unref(&l->io.h);
-		l->open++;
-		l->connect.data = l;
-		uv_pipe_connect(&l->connect, &l->io.pipe, path, on_connected);
-		l->open++;
+		sa.un.sun_family = AF_UNIX;
+		memcpy(sa.un.sun_path, path, strlen(path) + 1);
+		connect_to(l, &sa.sa, sizeof(sa.un));
 		return &l->pub;
 	}
-	if (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) == 0 ||
-	    uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa) == 0) {
-		connect_to(l, (struct sockaddr *)&sa);
+	if (inet_pton(AF_INET, host, &sa.in.sin_addr) == 1) {
+		sa.in.sin_family = AF_INET;
+		sa.in.sin_port = htons((uint16_t)port);
+		connect_to(l, &sa.sa, sizeof(sa.in));
 		return &l->pub;
 	}
-	{
-		struct addrinfo hints;
-		char portstr[16];
-
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_family = AF_UNSPEC;
-		hints.ai_socktype = SOCK_STREAM;
-		snprintf(portstr, sizeof(portstr), "%d", port);
-		l->state = L_RESOLVING;
-		l->gai.data = l;
-		if ((rc = uv_getaddrinfo(r->loop, &l->gai, on_resolved, host,
-					 portstr, &hints)) < 0) {
-			snprintf(why, sizeof(why), "resolve: %s",
-				 uv_strerror(rc));
-			fail_soon(l, why);
-			return &l->pub;
-		}
-		l->open++;
+	if (inet_pton(AF_INET6, host, &sa.in6.sin6_addr) == 1) {
+		sa.in6.sin6_family = AF_INET6;
+		sa.in6.sin6_port = htons((uint16_t)port);
+		connect_to(l, &sa.sa, sizeof(sa.in6));
+		return &l->pub;
 	}
+	l->state = L_RESOLVING;
+	if (!ops->resolve) {
+		resolve_here(l, host, port);
+		return &l->pub;
+	}
+	if ((rc = ops->resolve(r->loop, host, port, on_resolved, l)) < 0) {
+		say(why, sizeof(why), "resolve", -rc);
+		fail_soon(l, why);
+		return &l->pub;
+	}
+	l->open++;
 	return &l->pub;
 }
 
 /* --------------------------------------------------------------- closing */
 
-/* Stops I/O and runs the pending callbacks; the memory goes once the
- * handles are closed. */
+/* Stops I/O, closes the socket and runs the pending callbacks; the
+ * memory goes once the loop has released the handles. */
 static void link_teardown(link_t *l)
 {
 	l->state = L_CLOSED;
-	uv_prepare_stop(&l->flush);
-	uv_close((uv_handle_t *)&l->flush, on_handle_closed);
-	uv_check_stop(&l->early);
-	uv_close((uv_handle_t *)&l->early, on_handle_closed);
-	if (l->io_inited) {
-		l->io_inited = 0;
-		uv_close(&l->io.h, on_handle_closed);
+	l->ops->hook_close(l->flush, on_handle_closed, l);
+	l->ops->hook_close(l->early, on_handle_closed, l);
+	if (l->io) {
+		l->ops->io_close(l->io, on_handle_closed, l);
+		l->io = NULL;
+	}
+	if (l->fd >= 0) {
+		close(l->fd);
+		l->fd = -1;
 	}
 	fail_pending(l);
 }

@@ -27,9 +27,9 @@ static void conn_failed(sluice_redis_conn_t *k, int health, const char *why)
 		k->r->on_conn_failed(k->r, health, why);
 }
 
-static void on_timer(uv_timer_t *t)
+static void on_timer(void *arg)
 {
-	sluice_redis_conn_t *k = t->data;
+	sluice_redis_conn_t *k = arg;
 
 	if (k->r->closing)
 		return;
@@ -97,7 +97,7 @@ static void conn_schedule(sluice_redis_conn_t *k)
 	k->probe_sent_ms = 0;
 	if (k->r->closing)
 		return;
-	uv_timer_start(&k->timer, on_timer, k->backoff_ms, 0);
+	sluice_redis__timer_start(k->r, k->timer, k->backoff_ms, 0);
 	k->backoff_ms *= 2;
 	if (k->backoff_ms > cap)
 		k->backoff_ms = cap;
@@ -154,8 +154,8 @@ static void on_ready(sluice_redis_link_t *l, redisReply *reply, void *priv)
 	k->state = CONN_UP;
 	k->lost_early = 0;
 	k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
-	k->last_reply_ms = uv_now(k->r->loop);
-	uv_timer_stop(&k->timer);
+	k->last_reply_ms = sluice_redis__now(k->r);
+	sluice_redis__timer_stop(k->r, k->timer);
 	sluice_redis__health(k->node, HEALTH_UP, "");
 	if (k->r->on_conn_up)
 		k->r->on_conn_up(k->r);
@@ -187,7 +187,8 @@ void sluice_redis__conn_start(sluice_redis_conn_t *k)
 	k->stuck = 0;
 	k->hs_failed = 0;
 	k->probe_sent_ms = 0;
-	uv_timer_start(&k->timer, on_timer, SLUICE_REDIS_CONNECT_TIMEOUT_MS, 0);
+	sluice_redis__timer_start(k->r, k->timer,
+				  SLUICE_REDIS_CONNECT_TIMEOUT_MS, 0);
 
 	/* The link buffers these until it is up; decisions queued after
 	 * them are answered after them (one ordered pipeline). */
@@ -223,7 +224,7 @@ static void on_probe(sluice_redis_link_t *l, redisReply *reply, void *priv)
 	k->probe_sent_ms = 0;
 	if (!reply)
 		return;
-	k->last_reply_ms = uv_now(k->r->loop);
+	k->last_reply_ms = sluice_redis__now(k->r);
 	sluice_redis__health(k->node, HEALTH_UP, "answering again");
 }
 
@@ -231,10 +232,10 @@ static void on_probe(sluice_redis_link_t *l, redisReply *reply, void *priv)
  * gets a PING (unless one is in flight); one whose PING went unanswered
  * for timeout_ms marks its node timing out.  Without this, a Redis that
  * accepts and never answers would look healthy to an idle server. */
-static void on_probe_tick(uv_timer_t *t)
+static void on_probe_tick(void *arg)
 {
-	sluice_redis_t *r = t->data;
-	uint64_t now = uv_now(r->loop);
+	sluice_redis_t *r = arg;
+	uint64_t now = sluice_redis__now(r);
 	size_t i;
 	unsigned j;
 
@@ -280,10 +281,17 @@ static void on_probe_tick(uv_timer_t *t)
 		}
 }
 
-void sluice_redis__probe_start(sluice_redis_t *r)
+int sluice_redis__probe_start(sluice_redis_t *r)
 {
-	uv_timer_start(&r->probe, on_probe_tick, SLUICE_REDIS_PROBE_MS,
-		       SLUICE_REDIS_PROBE_MS);
+	/* The probe alone must not keep a loop running (a Node.js process
+	 * exits when nothing else is pending). */
+	r->probe =
+		sluice_redis__timer_new(r, on_probe_tick, r, SLUICE_LOOP_WEAK);
+	if (!r->probe)
+		return -1;
+	sluice_redis__timer_start(r, r->probe, SLUICE_REDIS_PROBE_MS,
+				  SLUICE_REDIS_PROBE_MS);
+	return 0;
 }
 
 /* Closes the connection now: every command in flight gets its callback
@@ -339,14 +347,6 @@ int sluice_redis__node_saturated(const sluice_redis_node_t *n)
 
 /* ---------------------------------------------------------------- nodes */
 
-/* A connection's timer is closed: one handle of r's fewer. */
-static void conn_timer_closed(uv_handle_t *h)
-{
-	sluice_redis_t *r = ((sluice_redis_conn_t *)h->data)->r;
-
-	r->released(r);
-}
-
 sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 					    int port, const char *path)
 {
@@ -366,26 +366,32 @@ sluice_redis_node_t *sluice_redis__node_new(sluice_redis_t *r, const char *host,
 	else
 		snprintf(n->name, sizeof(n->name), "%s:%d", host ? host : "",
 			 port);
-	if (!n->conns || (host && !n->host) || (path && !n->path)) {
+	for (i = 0; n->conns && i < r->nconns; i++) {
+		sluice_redis_conn_t *k = &n->conns[i];
+
+		k->r = r;
+		k->node = n;
+		k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
+		k->timer = sluice_redis__timer_new(
+			r, on_timer, k,
+			r->flags & SLUICE_REDIS_UNREF ? SLUICE_LOOP_WEAK : 0);
+		if (!k->timer)
+			break;
+	}
+	if (!n->conns || i < r->nconns || (host && !n->host) ||
+	    (path && !n->path)) {
+		/* The timers made go (each releases r's count once closed:
+		 * their done needs r only, not n). */
+		while (n->conns && i-- > 0)
+			sluice_redis__timer_close(r, n->conns[i].timer);
 		free(n->conns);
 		free(n->host);
 		free(n->path);
 		free(n);
 		return NULL;
 	}
-	for (i = 0; i < r->nconns; i++) {
-		sluice_redis_conn_t *k = &n->conns[i];
-
-		k->r = r;
-		k->node = n;
-		k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
-		uv_timer_init(r->loop, &k->timer);
-		if (r->flags & SLUICE_REDIS_UNREF)
-			uv_unref((uv_handle_t *)&k->timer);
-		k->timer.data = k;
-		r->open_handles++;
-		sluice_redis__conn_start(k);
-	}
+	for (i = 0; i < r->nconns; i++)
+		sluice_redis__conn_start(&n->conns[i]);
 	return n;
 }
 
@@ -405,8 +411,8 @@ void sluice_redis__node_free(sluice_redis_node_t *n)
 			l->data = NULL;
 			sluice_redis__link_close(l);
 		}
-		uv_timer_stop(&k->timer);
-		uv_close((uv_handle_t *)&k->timer, conn_timer_closed);
+		sluice_redis__timer_close(k->r, k->timer);
+		k->timer = NULL;
 	}
 }
 
@@ -430,7 +436,7 @@ int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port)
 		n->moving = 1;
 		sluice_redis__conn_drop(k);
 		n->moving = 0;
-		uv_timer_stop(&k->timer);
+		sluice_redis__timer_stop(k->r, k->timer);
 		k->backoff_ms = SLUICE_REDIS_BACKOFF_MIN_MS;
 		sluice_redis__conn_start(k);
 	}

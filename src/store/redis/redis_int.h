@@ -14,8 +14,10 @@
  *   module_path.c  the SLUICE.TAKE module path and its reply parser
  *   many.c     takes over several keys: one call per slot, refunds
  *   command.c  commands in RESP: arguments, the writer, formatted ones
- *   link.c     one socket on libuv: connect, write, read replies in order
- *              (hiredis's redisReader parses RESP), TLS through tls.c
+ *   link.c     one socket: a non-blocking connect, write, read replies in
+ *              order (hiredis's redisReader parses RESP), TLS through
+ *              tls.c; on the loop of sluice_loop.h, which the host gives
+ *              (adapters/libuv.c: libuv's)
  *   tls.c      OpenSSL: the context, and a session over memory BIOs
  *   policy.c   the server's maxmemory policy: may it evict buckets?
  *   reply.c    the RESP reader with bounds on a reply's size, and the
@@ -34,6 +36,7 @@
  *   command.c
  *   link.c
  *   reply.c, tls.c, url.c, status.c
+ *   the loop (r->loop: sluice_loop.h's table, e.g. adapters/libuv.c)
  *
  * Replies come back as callbacks.  News travels up through hooks, never
  * calls: a connection's news for the topology (up, failed) reaches
@@ -52,10 +55,12 @@
 #ifndef SLUICE_REDIS_INT_H
 #define SLUICE_REDIS_INT_H
 
+#include "sluice_loop.h"
 #include "sluice_redis.h"
 #include "util/num.h"
 
 #include <hiredis/hiredis.h>
+#include <time.h>
 
 /* Replies outstanding per connection, including those whose caller already
  * timed out; beyond it calls fail fast instead of piling up on a slow Redis. */
@@ -181,8 +186,8 @@ struct sluice_redis_conn_s {
 	 * loop turn; NULL: none.  On r->batches while not NULL. */
 	struct sluice_redis_batch_s *open_batch;
 	sluice_redis_conn_t *batch_next; /* r->batches list */
-	int drop;	  /* drop at the end of the current sweep */
-	uv_timer_t timer; /* connect timeout / reconnect backoff */
+	int drop;		    /* drop at the end of the current sweep */
+	sluice_loop_timer_t *timer; /* connect timeout / reconnect backoff */
 };
 
 struct sluice_redis_node_s {
@@ -285,7 +290,7 @@ struct sluice_redis_call_s {
 	int script; /* last sent as EVALSHA (else to the module) */
 	int slot;
 	uint64_t cost;
-	uint64_t start_ns;	   /* uv_hrtime() when started */
+	uint64_t start_ns;	   /* sluice_redis__hrtime() when started */
 	sluice_redis_error_t fail; /* why it failed, when it does */
 	size_t nlimits;		   /* distinct limits (duplicates dropped) */
 	unsigned char orig[SLUICE_MAX_LIMITS]; /* caller's index of each */
@@ -322,7 +327,8 @@ enum {
 };
 
 struct sluice_redis_s {
-	uv_loop_t *loop;
+	sluice_loop_t *loop;
+	sluice_loop_t *own_loop; /* made by sluice_redis_open(): freed with r */
 	char *prefix;
 	unsigned timeout_ms;
 	unsigned nconns;
@@ -348,13 +354,13 @@ struct sluice_redis_s {
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;
-	uv_timer_t sweep;
-	uv_timer_t retry;
-	uv_timer_t probe; /* pings idle connections (node.c) */
+	sluice_loop_timer_t *sweep;
+	sluice_loop_timer_t *retry;
+	sluice_loop_timer_t *probe; /* pings idle connections (node.c) */
 	/* Connections with gathered takes (call.c), sent by `gather` at the
 	 * end of the loop turn. */
 	sluice_redis_conn_t *batches;
-	uv_prepare_t gather;
+	sluice_loop_hook_t *gather;
 	unsigned probe_ticks;
 	sluice_redis_event_cb on_event;
 	sluice_redis_report_cb on_report;
@@ -374,12 +380,70 @@ struct sluice_redis_s {
 	void (*probe_calls)(sluice_redis_t *r, sluice_redis_node_t *n);
 	void (*wake_retry)(sluice_redis_t *r);
 	int closing;
-	unsigned open_handles; /* uv handles (and links) still to close */
+	unsigned open_handles; /* loop handles (and links) still to close */
 	/* sluice_redis_free_then(): told once the memory is released */
 	void (*on_released)(void *arg);
 	void *on_released_arg;
 	uint64_t moved, asked, noscript; /* redirections followed (tests) */
 };
+
+/* The loop's clock (ms, cached for the turn) and the monotonic clock in ns
+ * (clock_gettime(): a vDSO call, no system call). */
+static inline uint64_t sluice_redis__now(const sluice_redis_t *r)
+{
+	return r->loop->ops->now(r->loop);
+}
+static inline uint64_t sluice_redis__hrtime(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+/* r's loop's timers and hooks (sluice_loop.h), in short. */
+static inline void sluice_redis__timer_start(const sluice_redis_t *r,
+					     sluice_loop_timer_t *t,
+					     uint64_t ms, uint64_t repeat_ms)
+{
+	r->loop->ops->timer_start(t, ms, repeat_ms);
+}
+static inline void sluice_redis__timer_stop(const sluice_redis_t *r,
+					    sluice_loop_timer_t *t)
+{
+	r->loop->ops->timer_stop(t);
+}
+static inline int sluice_redis__timer_active(const sluice_redis_t *r,
+					     const sluice_loop_timer_t *t)
+{
+	return r->loop->ops->timer_active(t);
+}
+/* A timer of r's that runs fn(arg), counted in r->open_handles until
+ * sluice_redis__timer_close() has released it; NULL: out of memory. */
+static inline sluice_loop_timer_t *sluice_redis__timer_new(sluice_redis_t *r,
+							   sluice_loop_fn *fn,
+							   void *arg,
+							   unsigned flags)
+{
+	sluice_loop_timer_t *t =
+		r->loop->ops->timer_new(r->loop, fn, arg, flags);
+
+	if (t)
+		r->open_handles++;
+	return t;
+}
+static inline void sluice_redis__handle_closed(void *arg)
+{
+	sluice_redis_t *r = arg;
+
+	r->released(r);
+}
+/* Stops and closes t (NULL: nothing); r->released runs once it is gone. */
+static inline void sluice_redis__timer_close(sluice_redis_t *r,
+					     sluice_loop_timer_t *t)
+{
+	if (t)
+		r->loop->ops->timer_close(t, sluice_redis__handle_closed, r);
+}
 
 /* command.c: a command in RESP, built on the stack (on the heap when it
  * grows beyond); `failed` once an allocation failed. */
@@ -420,11 +484,14 @@ void sluice_redis__send(sluice_redis_call_t *c);
 void sluice_redis__finish(sluice_redis_call_t *c, int status,
 			  const redisReply *reply);
 void sluice_redis__retry_later(sluice_redis_call_t *c);
-/* call.c's part of a new client: the batches' prepare handle (one of
- * r->open_handles) and the r->wake_retry hook; and the release of the
- * takes gathered and not sent (sluice_redis_free(): their calls are
+/* call.c's part of a new client: the deadline and retry timers, the
+ * batches' end-of-turn hook (each one of r->open_handles) and the
+ * r->wake_retry hook; 0, or -1 when out of memory (those made are closed
+ * by sluice_redis__calls_close()).  Then their closing, and the release of
+ * the takes gathered and not sent (sluice_redis_free(): their calls are
  * finished). */
-void sluice_redis__calls_init(sluice_redis_t *r);
+int sluice_redis__calls_init(sluice_redis_t *r);
+void sluice_redis__calls_close(sluice_redis_t *r);
 void sluice_redis__batches_drop(sluice_redis_t *r);
 /* Runs the retry timer soon even with no call waiting (it also retries a
  * lost slot map refresh); below call.c, r->wake_retry. */
@@ -458,8 +525,9 @@ int sluice_redis__node_saturated(const sluice_redis_node_t *n);
 /* status.c: 1 when the connection finished its handshake and its last
  * ping (if any) was answered within timeout_ms. */
 int sluice_redis__conn_usable(const sluice_redis_conn_t *k);
-/* Starts the idle-connection probe timer (one per client). */
-void sluice_redis__probe_start(sluice_redis_t *r);
+/* Makes and starts the idle-connection probe timer (one per client,
+ * r->probe); 0, or -1 when out of memory. */
+int sluice_redis__probe_start(sluice_redis_t *r);
 /* status.c: reports a node event to the host (any kind) ... */
 void sluice_redis__event(sluice_redis_t *r, sluice_redis_node_t *n,
 			 sluice_redis_event_kind_t kind, const char *detail);

@@ -54,13 +54,13 @@ struct sluice_redis_sentinel_state_s {
 	size_t tried;		  /* Sentinels that failed this round */
 	sluice_redis_link_t *sub; /* subscribed to +switch-master */
 	size_t sub_ix;
-	uint64_t sub_ping_ms; /* a PING on it unanswered since (0: none) */
-	uv_timer_t ping;      /* pings the subscription */
-	unsigned handles;     /* timers still to close on free */
-	uv_timer_t timer;     /* asking again later */
-	uint64_t asked_ms;    /* when the last question went out */
-	int told_none;	      /* NO_MASTER was reported */
-	char why[256];	      /* what the last Sentinel said */
+	uint64_t sub_ping_ms;	   /* a PING on it unanswered since (0: none) */
+	sluice_loop_timer_t *ping; /* pings the subscription */
+	unsigned handles;	   /* timers still to close on free */
+	sluice_loop_timer_t *timer; /* asking again later */
+	uint64_t asked_ms;	    /* when the last question went out */
+	int told_none;		    /* NO_MASTER was reported */
+	char why[256];		    /* what the last Sentinel said */
 };
 
 typedef struct sluice_redis_sentinel_state_s sentinel_t;
@@ -164,10 +164,10 @@ static void subscribe(sentinel_t *s, size_t ix)
  * one unanswered for twice SENTINEL_ANSWER_MS means that Sentinel hangs,
  * and a failover it announces would be missed: drop it, and ask (and
  * subscribe to) the next Sentinel. */
-static void on_ping(uv_timer_t *t)
+static void on_ping(void *arg)
 {
-	sentinel_t *s = t->data;
-	uint64_t now = uv_now(s->r->loop);
+	sentinel_t *s = arg;
+	uint64_t now = sluice_redis__now(s->r);
 	sluice_redis_link_t *l = s->sub;
 
 	if (!l || s->r->closing)
@@ -191,9 +191,9 @@ static void on_ping(uv_timer_t *t)
 
 static void next_sentinel(sentinel_t *s, const char *why);
 
-static void on_timer(uv_timer_t *t)
+static void on_timer(void *arg)
 {
-	sentinel_t *s = t->data;
+	sentinel_t *s = arg;
 	sluice_redis_link_t *l = s->query;
 
 	if (l) {
@@ -217,7 +217,7 @@ static void next_sentinel(sentinel_t *s, const char *why)
 	s->next = (s->query_ix + 1) % s->n;
 	if (++s->tried < s->n) {
 		s->asked_ms = 0;
-		uv_timer_start(&s->timer, on_timer, 0, 0);
+		sluice_redis__timer_start(s->r, s->timer, 0, 0);
 		return;
 	}
 	s->tried = 0;
@@ -229,7 +229,7 @@ static void next_sentinel(sentinel_t *s, const char *why)
 		sluice_redis__node_error(s->r->nodes[0], detail);
 		tell(s, SLUICE_REDIS_EV_NO_MASTER, s->master, detail);
 	}
-	uv_timer_start(&s->timer, on_timer, SENTINEL_RETRY_MS, 0);
+	sluice_redis__timer_start(s->r, s->timer, SENTINEL_RETRY_MS, 0);
 }
 
 static void on_query_state(sluice_redis_link_t *l, int status)
@@ -261,7 +261,7 @@ static void on_addr(sluice_redis_link_t *l, redisReply *rep, void *priv)
 
 	if (!rep || s->query != l)
 		return; /* closed: on_query_state or sentinel_free says why */
-	uv_timer_stop(&s->timer);
+	sluice_redis__timer_stop(s->r, s->timer);
 	s->query = NULL;
 	l->data = NULL;
 	sluice_redis__link_close(l);
@@ -289,27 +289,27 @@ static void on_addr(sluice_redis_link_t *l, redisReply *rep, void *priv)
 static void ask(sentinel_t *s)
 {
 	sluice_redis_t *r = s->r;
-	uint64_t now = uv_now(r->loop);
+	uint64_t now = sluice_redis__now(r);
 	sentinel_addr_t *a;
 	sluice_redis_link_t *l;
 
 	if (r->closing || s->query)
 		return;
 	if (s->asked_ms && now - s->asked_ms < SENTINEL_THROTTLE_MS) {
-		if (!uv_is_active((uv_handle_t *)&s->timer))
-			uv_timer_start(
-				&s->timer, on_timer,
+		if (!sluice_redis__timer_active(r, s->timer))
+			sluice_redis__timer_start(
+				r, s->timer,
 				SENTINEL_THROTTLE_MS - (now - s->asked_ms), 0);
 		return;
 	}
-	uv_timer_stop(&s->timer);
+	sluice_redis__timer_stop(r, s->timer);
 	s->asked_ms = now ? now : 1;
 	s->query_ix = s->next;
 	a = &s->addrs[s->query_ix];
 	l = sluice_redis__link_open(r, a->host, a->port, NULL, s->tls,
 				    on_query_state);
 	if (!l) {
-		uv_timer_start(&s->timer, on_timer, SENTINEL_RETRY_MS, 0);
+		sluice_redis__timer_start(r, s->timer, SENTINEL_RETRY_MS, 0);
 		return;
 	}
 	l->data = s;
@@ -321,7 +321,7 @@ static void ask(sentinel_t *s)
 		sluice_redis__command(l, on_auth, s, "AUTH %s", s->password);
 	sluice_redis__command(l, on_addr, s,
 			      "SENTINEL get-master-addr-by-name %s", s->master);
-	uv_timer_start(&s->timer, on_timer, SENTINEL_ANSWER_MS, 0);
+	sluice_redis__timer_start(r, s->timer, SENTINEL_ANSWER_MS, 0);
 }
 
 void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why)
@@ -436,25 +436,33 @@ int sluice_redis__sentinel_start(sluice_redis_t *r,
 				   "redis store: out of memory");
 	}
 	snprintf(r->nodes[0]->name, sizeof(r->nodes[0]->name), "%s", o->master);
-	uv_timer_init(r->loop, &s->timer);
-	uv_timer_init(r->loop, &s->ping);
-	s->timer.data = s->ping.data = s;
+	/* The ping alone must not keep a loop running. */
+	s->timer = r->loop->ops->timer_new(
+		r->loop, on_timer, s,
+		r->flags & SLUICE_REDIS_UNREF ? SLUICE_LOOP_WEAK : 0);
+	s->ping =
+		r->loop->ops->timer_new(r->loop, on_ping, s, SLUICE_LOOP_WEAK);
+	if (!s->timer || !s->ping) {
+		if (s->timer)
+			r->loop->ops->timer_close(s->timer, NULL, NULL);
+		if (s->ping)
+			r->loop->ops->timer_close(s->ping, NULL, NULL);
+		sentinel_destroy(s);
+		return sluice_fail(SLUICE_ENOMEM, err, errlen,
+				   "redis store: out of memory");
+	}
 	s->handles = 2;
 	r->open_handles++;
-	/* The ping alone must not keep a loop running. */
-	uv_unref((uv_handle_t *)&s->ping);
-	if (r->flags & SLUICE_REDIS_UNREF)
-		uv_unref((uv_handle_t *)&s->timer);
-	uv_timer_start(&s->ping, on_ping, 1000, 1000);
+	sluice_redis__timer_start(r, s->ping, 1000, 1000);
 	r->sentinel = s;
 	r->on_conn_failed = conn_failed;
 	ask(s);
 	return 0;
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static void on_timer_closed(void *arg)
 {
-	sentinel_t *s = h->data;
+	sentinel_t *s = arg;
 	sluice_redis_t *r = s->r;
 
 	if (--s->handles)
@@ -482,8 +490,6 @@ void sluice_redis__sentinel_free(sluice_redis_t *r)
 		l->data = NULL;
 		sluice_redis__link_close(l);
 	}
-	uv_timer_stop(&s->timer);
-	uv_timer_stop(&s->ping);
-	uv_close((uv_handle_t *)&s->timer, on_timer_closed);
-	uv_close((uv_handle_t *)&s->ping, on_timer_closed);
+	r->loop->ops->timer_close(s->timer, on_timer_closed, s);
+	r->loop->ops->timer_close(s->ping, on_timer_closed, s);
 }

@@ -88,7 +88,7 @@ int sluice_redis__conn_usable(const sluice_redis_conn_t *k)
 {
 	return k->link && k->state == CONN_UP && !k->drop &&
 	       !(k->probe_sent_ms &&
-		 uv_now(k->r->loop) - k->probe_sent_ms > k->r->timeout_ms);
+		 sluice_redis__now(k->r) - k->probe_sent_ms > k->r->timeout_ms);
 }
 
 /* A node can take calls: its breaker is not open (or its open time is
@@ -99,7 +99,8 @@ int sluice_redis__node_healthy(const sluice_redis_t *r,
 {
 	unsigned j;
 
-	if (n->breaker == BREAKER_OPEN && uv_now(r->loop) < n->open_until_ms)
+	if (n->breaker == BREAKER_OPEN &&
+	    sluice_redis__now(r) < n->open_until_ms)
 		return 0;
 	/* Up, and refusing every call: not a store that can decide. */
 	if (n->refusals >= SLUICE_REDIS_BREAKER_FAILURES)

@@ -130,5 +130,27 @@ class Shared(Stores, unittest.TestCase):
         return "{shared: {path: %s}}" % path
 
 
+REDIS = shutil.which("redis-server")
+MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
+
+
+@unittest.skipUnless(REDIS, "redis-server is not installed")
+class RedisScript(Stores, unittest.TestCase):
+    extra_redis = ()
+
+    def store(self):
+        redis = harness.RedisServer(extra=self.extra_redis)
+        self.addCleanup(redis.stop)
+        return '{redis: {url: "%s", timeout_ms: 2000}}' % redis.url()
+
+
+@unittest.skipUnless(REDIS and os.path.exists(MODULE),
+                     "redis-server or the module is missing")
+class RedisModule(RedisScript):
+    """Takes go through SLUICE.TAKE; the carry through carry.lua, on the
+    same state."""
+    extra_redis = ("--loadmodule", MODULE)
+
+
 if __name__ == "__main__":
     unittest.main()

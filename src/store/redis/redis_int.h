@@ -323,7 +323,8 @@ enum { BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN };
 enum {
 	SLUICE_REDIS_ADJUST_NONE,
 	SLUICE_REDIS_ADJUST_PENALIZE, /* mk[].cost: the cost */
-	SLUICE_REDIS_ADJUST_BLOCK     /* mk[].cost: the ms */
+	SLUICE_REDIS_ADJUST_BLOCK,    /* mk[].cost: the ms */
+	SLUICE_REDIS_ADJUST_CARRY     /* limits[0] now, the rest earlier */
 };
 
 struct sluice_redis_s {
@@ -351,6 +352,7 @@ struct sluice_redis_s {
 	char sha_multi[41];	  /* script_multi.lua */
 	char sha_refund[41];	  /* refund.lua */
 	char sha_adjust[41];	  /* adjust.lua */
+	char sha_carry[41];	  /* carry.lua */
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;
@@ -589,6 +591,8 @@ extern const char sluice_redis__script_refund_sha[41];
 extern const char sluice_redis__script_refund[];
 extern const char sluice_redis__script_adjust_sha[41];
 extern const char sluice_redis__script_adjust[];
+extern const char sluice_redis__script_carry_sha[41];
+extern const char sluice_redis__script_carry[];
 /* The call as EVALSHA of the script for its shape (one limit, several,
  * several keys, a refund). */
 void sluice_redis__script_command(const sluice_redis_t *r,

@@ -151,6 +151,40 @@ class RedisModule(RedisScript):
     same state."""
     extra_redis = ("--loadmodule", MODULE)
 
+    def test_carry_command_agrees_with_the_script(self):
+        """SLUICE.CARRY (for clients naming their own buckets) and
+        carry.lua leave the same bucket: drained on 5 at 1/h, carried
+        to 3 at 2/h, then a half-used 10 at 1/h carried to 10 at 1/day;
+        the earlier keys are gone either way."""
+        redis = harness.RedisServer(extra=self.extra_redis)
+        self.addCleanup(redis.stop)
+        with open(os.path.join(harness.SRC, "src", "store", "redis",
+                               "carry.lua")) as f:
+            script = f.read()
+        h, day = 3600 * 10**6, 86400 * 10**6
+        for cost, old, new, args in (
+                (5, ("5", "1/h"), ("3", "2/h"),
+                 [h // 2, 3 * h // 2, 1, h, 1]),
+                (5, ("10", "1/h"), ("10", "1/day"),
+                 [day, 10 * day, 1, h, 1])):
+            for side in ("m", "s"):
+                reply = redis.cli("SLUICE.TAKE", "%s{u}:old" % side,
+                                  old[0], old[1], "COST", cost)
+                self.assertTrue(reply.startswith("1"), reply)
+            self.assertEqual(redis.cli("SLUICE.CARRY", "m{u}:new", new[0],
+                                       new[1], "m{u}:old", old[0],
+                                       old[1]), "1")
+            self.assertEqual(redis.cli("EVAL", script, 2, "s{u}:new",
+                                       "s{u}:old", *args), "1")
+            got = [redis.cli("SLUICE.TAKE", "%s{u}:new" % side, new[0],
+                             new[1], "COST", 0).split("\n")
+                   for side in ("m", "s")]
+            self.assertEqual(got[0][:3], got[1][:3])  # allowed, limit, left
+            self.assertLess(abs(int(got[0][4]) - int(got[1][4])), 1000)
+            self.assertEqual(redis.cli("EXISTS", "m{u}:old", "s{u}:old"),
+                             "0")
+            redis.cli("DEL", "m{u}:new", "s{u}:new")
+
 
 if __name__ == "__main__":
     unittest.main()

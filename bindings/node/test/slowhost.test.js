@@ -125,3 +125,98 @@ test("no listener and no logger: the fallback is one console.warn each way; onSt
   assert.equal(warned.length, 1, r.err);
   assert.throws(() => new sluice.Limiter({ onStoreError: 'open' }), { name: 'RangeError', message: /onStoreError must be 'local' or 'reject'/ });
 });
+
+// Three Express apps with default options on one Redis, two CPU-bound
+// loops beside them, and Redis frozen (SIGSTOP) for a while in the middle:
+// the requests Redis decided never pass the limit, each process's local
+// fallback allows at most the policy itself while it is in use, and every
+// process that decided locally said so (console.warn: nobody listens).
+test('three processes, default options, busy host, Redis frozen mid-run: allowed <= 100 + the local fallback of each process that logged one', async () => {
+  const redis = await Redis.start();
+  const CAP = 100;
+  const app = `
+    const express = require('express');
+    const sluice = require(${JSON.stringify(PKG)});
+    const limiter = new sluice.Limiter({ store: { redis: { url: ${JSON.stringify(redis.url)} } } });
+    const policy = sluice.policy([{ capacity: ${CAP}, rate: '1/h' }], { name: 'three' });
+    const a = express();
+    a.use(sluice.express({ limiter, policy, key: () => 'one-client' }));
+    // Whether the decision was the local fallback's (read as it is made).
+    a.get('/', (req, res) => res.send(limiter.local ? 'local' : 'shared'));
+    const s = a.listen(0, '127.0.0.1', () => console.log('port ' + s.address().port));
+  `;
+  const burners = [];
+  const apps = [];
+  const logs = [];
+  try {
+    for (let i = 0; i < 2; i++)
+      burners.push(track(spawn(process.execPath, ['-e', 'const e = Date.now() + 120000; while (Date.now() < e) {}'],
+        { stdio: 'ignore' }), 'burner'));
+    for (let i = 0; i < 3; i++) {
+      const child = track(spawn(process.execPath, ['-e', app], { cwd: PKG, stdio: ['ignore', 'pipe', 'pipe'] }), `app${i}`);
+      logs.push('');
+      child.stderr.on('data', (d) => { logs[i] += d; });
+      child.port = new Promise((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (d) => {
+          out += d;
+          const m = /port (\d+)/.exec(out);
+          if (m) resolve(Number(m[1]));
+        });
+        child.on('exit', () => reject(new Error(`app${i} ended: ${logs[i]}`)));
+      });
+      apps.push(child);
+    }
+    const ports = await Promise.all(apps.map((c) => c.port));
+    const results = ports.map(() => []);
+    // n requests to each app, 8 at a time per app.
+    const round = async (n) => {
+      await Promise.all(ports.map(async (port, i) => {
+        for (let k = 0; k < n; k += 8)
+          await Promise.all(Array.from({ length: Math.min(8, n - k) }, () =>
+            request(port, '/').then((r) => results[i].push(r))));
+      }));
+    };
+    await round(30);
+    redis.proc.kill('SIGSTOP'); // hung: connections open, nothing answers
+    try {
+      await round(40);
+    } finally {
+      redis.proc.kill('SIGCONT');
+    }
+    await round(30);
+    await sleep(300); // the last transitions logged
+    let allowed = 0;
+    let shared = 0;
+    let bound = CAP;
+    const told = [];
+    for (let i = 0; i < 3; i++) {
+      const rs = results[i];
+      for (const r of rs) assert.ok(r.status === 200 || r.status === 429, `app${i}: ${r.status} ${r.body}`);
+      for (const r of rs) assert.ok(r.headers['x-ratelimit-limit'] === String(CAP), `app${i}: headers on every answer`);
+      const ok = rs.filter((r) => r.status === 200);
+      const local = ok.filter((r) => r.body === 'local').length;
+      allowed += ok.length;
+      shared += ok.length - local;
+      // The logged changes, in order: local, shared, local, ...
+      const changes = logs[i].split('\n').filter((l) => /decides alone|decisions are shared again/.test(l))
+        .map((l) => (/decides alone/.test(l) ? 'local' : 'shared'));
+      changes.forEach((c, k) => assert.equal(c, k % 2 === 0 ? 'local' : 'shared', `app${i} told in turn: ${changes}`));
+      told.push(changes.length);
+      if (local > 0) assert.ok(changes.length >= 1, `app${i} decided ${local} locally and logged no fallback: ${logs[i]}`);
+      // What its fallback may allow while in use: the policy's own bucket
+      // (its refill over this run, 1/h, is less than one token).
+      if (changes.length > 0) bound += CAP + 1;
+      // Nothing else is logged by default but the store's state.
+      assert.doesNotMatch(logs[i], /Error|uncaught/i, logs[i]);
+    }
+    console.log(`# three processes: allowed ${allowed} (by Redis ${shared}), bound ${bound}, fallback changes logged ${told}`);
+    assert.ok(shared <= CAP, `Redis's decisions allowed ${shared} > ${CAP}`);
+    assert.ok(allowed <= bound, `allowed ${allowed} > ${bound}`);
+    assert.ok(told.some((n) => n > 0), 'the frozen Redis made at least one process fall back');
+  } finally {
+    for (const c of [...apps, ...burners]) await stopChild(c, 'SIGKILL');
+    redis.proc.kill('SIGCONT');
+    await redis.stop();
+  }
+});

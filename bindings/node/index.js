@@ -624,21 +624,49 @@ class Limiter extends EventEmitter {
   // of a call sent during a fallback ends it (told).
   _fallbackAnswer(key, p, cost, peek, epoch, done, status, allowed, limit, remaining, retry, reset, which) {
     if (status === 0) {
-      if (this._fallback && epoch === this._epoch) this._fallbackEnds();
-      done(status, allowed, limit, remaining, retry, reset, which);
+      if (!this._fallback || epoch !== this._epoch) {
+        done(status, allowed, limit, remaining, retry, reset, which);
+        return;
+      }
+      // The app's listeners run first (the log reads in order); one that
+      // throws does not lose the answer.
+      try {
+        this._fallbackEnds();
+      } finally {
+        done(status, allowed, limit, remaining, retry, reset, which);
+      }
       return;
     }
     if (status === CLOSED || this._closed) {
       done(status, allowed, limit, remaining, retry, reset, which);
       return;
     }
-    if (!this._fallback) this._fallbackStarts(status);
-    if (this._local === null) {
-      this._localBuf = new Float64Array(5);
-      this._local = native.memoryNew(LOCAL_MAX_KEYS, this._localBuf);
+    if (this._fallback) {
+      this._decideLocally(key, p, cost, peek, done, status);
+      return;
+    }
+    try {
+      this._fallbackStarts(status);
+    } finally {
+      this._decideLocally(key, p, cost, peek, done, status);
+    }
+  }
+
+  // The local fallback's decision, to done; the store's failure (status)
+  // when not even an in-memory store can be made.
+  _decideLocally(key, p, cost, peek, done, status) {
+    let ok;
+    try {
+      if (this._local === null) {
+        this._localBuf = new Float64Array(5);
+        this._local = native.memoryNew(LOCAL_MAX_KEYS, this._localBuf);
+      }
+      ok = (peek ? native.memoryPeek : native.memoryTake)(this._local, key, p._h, cost);
+    } catch (e) {
+      done(status, false, 0, 0, 0, 0, 0);
+      return;
     }
     const b = this._localBuf;
-    const ok = (peek ? native.memoryPeek : native.memoryTake)(this._local, key, p._h, cost);
     done(0, ok, b[0], b[1], b[2], b[3], b[4]);
   }
 

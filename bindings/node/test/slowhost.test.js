@@ -126,6 +126,25 @@ test("no listener and no logger: the fallback is one console.warn each way; onSt
   assert.throws(() => new sluice.Limiter({ onStoreError: 'open' }), { name: 'RangeError', message: /onStoreError must be 'local' or 'reject'/ });
 });
 
+test("an 'error' listener that throws at the fallback's start loses no answer", async () => {
+  const port = await freePort(); // nothing listens there
+  const script = `
+    const sluice = require(${JSON.stringify(PKG)});
+    const p = sluice.policy([{ capacity: 2, rate: '1/h' }]);
+    const thrown = [];
+    process.on('uncaughtException', (e) => thrown.push(e.message));
+    const l = new sluice.Limiter({ store: { redis: { url: 'redis://127.0.0.1:${port}', timeoutMs: 100 } } });
+    l.on('error', () => { throw new Error('from the listener'); });
+    Promise.all([l.take('k', p), l.take('k', p), l.take('k', p)]).then(async (ds) => {
+      console.log(JSON.stringify({ allowed: ds.map((d) => d.allowed), thrown }));
+      await l.close();
+    });
+  `;
+  const r = await runScript(script);
+  assert.equal(r.code, 0, r.err);
+  assert.deepEqual(JSON.parse(r.out.trim()), { allowed: [true, true, false], thrown: ['from the listener'] });
+});
+
 // Three Express apps with default options on one Redis, two CPU-bound
 // loops beside them, and Redis frozen (SIGSTOP) for a while in the middle:
 // the requests Redis decided never pass the limit, each process's local

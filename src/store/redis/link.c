@@ -32,6 +32,7 @@
 #include "store/redis/link_fifo.h"
 #include "store/redis/redis_int.h"
 #include "store/redis/tls.h"
+#include "util/socket.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -625,8 +626,7 @@ static void connect_to(link_t *l, const struct sockaddr *sa, socklen_t salen)
 	int one = 1, rc;
 
 	l->state = L_CONNECTING;
-	l->fd = socket(sa->sa_family,
-		       SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	l->fd = sluice_stream_socket(sa->sa_family);
 	if (l->fd < 0) {
 		say(why, sizeof(why), "socket", errno);
 		fail_soon(l, why);

@@ -48,10 +48,29 @@ function checkoutRoot() {
 }
 
 // One build at a time (two apps installing, or cluster workers building
-// on first require): a lock directory, taken over when left for 10 minutes.
-function lock() {
-  const dir = path.join(out, '.lock');
-  fs.mkdirSync(out, { recursive: true });
+// on first require): a lock directory holding its owner's pid and host.
+// A lock whose owner is gone (a build killed by a test's timeout, or by
+// SIGKILL, never runs its exit handler) is taken over at once: waiting out
+// its age would hold every later install for 10 minutes.  A lock of
+// another host, or with no owner written yet, is taken over when left for
+// 10 minutes.
+const LOCK_STALE_MS = 600000;
+
+function lockOwnerGone(dir) {
+  let owner;
+  try { owner = fs.readFileSync(path.join(dir, 'owner'), 'utf8').split('\n'); } catch { return false; }
+  const pid = Number(owner[0]);
+  if (!Number.isSafeInteger(pid) || pid <= 0 || owner[1] !== os.hostname()) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (e) {
+    return e.code === 'ESRCH'; // EPERM: alive, another user's
+  }
+}
+
+function lock(dir = path.join(out, '.lock')) {
+  fs.mkdirSync(path.dirname(dir), { recursive: true });
   for (let waited = 0; ; waited += 100) {
     try {
       fs.mkdirSync(dir);
@@ -60,11 +79,16 @@ function lock() {
       if (e.code !== 'EEXIST') throw e;
       let age = 0;
       try { age = Date.now() - fs.statSync(dir).mtimeMs; } catch { continue; }
-      if (age > 600000) { fs.rmSync(dir, { recursive: true, force: true }); continue; }
+      if (age > LOCK_STALE_MS || lockOwnerGone(dir)) {
+        console.error(`sluice: taking over a lock its build left (${dir})`);
+        fs.rmSync(dir, { recursive: true, force: true });
+        continue;
+      }
       if (waited % 10000 === 0) console.error(`sluice: waiting for another build (${dir})`);
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
     }
   }
+  fs.writeFileSync(path.join(dir, 'owner'), `${process.pid}\n${os.hostname()}`);
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
 }
 

@@ -31,24 +31,25 @@ NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT",
 
 
 def install():
-    """npm ci, unless express and the package are already installed."""
-    if os.path.exists(os.path.join(EXAMPLE, "node_modules", "express",
-                                   "package.json")) and \
-            os.path.exists(os.path.join(EXAMPLE, "node_modules", "sluice")):
+    """npm ci, unless express and the package are already installed; the
+    addon built once (npm ci's install script builds it)."""
+    built = harness.node_addon_mtime()
+    if not (os.path.exists(os.path.join(EXAMPLE, "node_modules", "express",
+                                        "package.json")) and
+            os.path.exists(os.path.join(EXAMPLE, "node_modules", "sluice"))):
+        npm = shutil.which("npm")
+        if not npm or not shutil.which("node"):
+            raise AssertionError("node and npm are required (scripts/deps)")
+        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund"],
+                             cwd=EXAMPLE, capture_output=True, text=True,
+                             timeout=600)
+        if out.returncode != 0:
+            raise AssertionError("npm ci failed:\n" + out.stdout + out.stderr)
+    elif built is not None:
         return
-    npm = shutil.which("npm")
-    if not npm or not shutil.which("node"):
-        raise AssertionError("node and npm are required (scripts/deps)")
-    out = subprocess.run([npm, "ci", "--no-audit", "--no-fund"],
-                         cwd=EXAMPLE, capture_output=True, text=True,
-                         timeout=600)
-    if out.returncode != 0:
-        raise AssertionError("npm ci failed:\n" + out.stdout + out.stderr)
     # npm may hold the package's install script back: build the addon now
-    # rather than on the app's first require.
-    subprocess.run([shutil.which("node"), "scripts/build.js"],
-                   cwd=os.path.join(harness.SRC, "bindings", "node"),
-                   check=True, capture_output=True, timeout=600)
+    # rather than on the app's first require (within its start-up bound).
+    harness.build_node_addon(unless_built_since=built)
 
 
 class App(harness.Proc):

@@ -38,11 +38,12 @@ class NodePackage(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        built = harness.node_addon_mtime()
         npm(["ci"], PKG)
         # npm may hold install scripts back; the package then builds on
-        # first require.  Build now so the tests below start warm.
-        subprocess.run([shutil.which("node"), "scripts/build.js"], cwd=PKG,
-                       check=True, capture_output=True, timeout=600)
+        # first require.  Build now (unless npm ci's install script just
+        # did) so the tests below start warm.
+        harness.build_node_addon(unless_built_since=built)
 
     def test_package_tests(self):
         tests = sorted(os.path.join("test", f)

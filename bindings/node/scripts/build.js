@@ -14,7 +14,11 @@
 //
 // In a sluice checkout (bindings/node of the repository) the addon is
 // always built from source, after scripts/prepack.js has copied the
-// checkout's current libsluice sources into deps/.
+// checkout's current libsluice sources into deps/; and built again only
+// when what it is built from (deps/, src/, the compiler and its flags)
+// changed since the last build (build/inputs.sha256), so that each `npm
+// install` of the checkout does not spend minutes recompiling the same
+// sources.
 //
 // The addon links nothing but libc: the napi_*, uv_* and OpenSSL calls
 // bind, when node loads it, to what the node process already holds (Node
@@ -23,6 +27,7 @@
 // at require with the missing symbol's name, not later in a request.
 'use strict';
 const { execFileSync, spawn } = require('node:child_process');
+const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -31,6 +36,7 @@ const pkg = path.resolve(__dirname, '..');
 const out = path.join(pkg, 'build');
 const target = path.join(out, 'sluice.node');
 const deps = path.join(pkg, 'deps');
+const inputsFile = path.join(out, 'inputs.sha256');
 
 function die(msg) {
   console.error(`sluice: ${msg}`);
@@ -231,15 +237,57 @@ async function compile(dest, { strict = false } = {}) {
   fs.rmSync(objdir, { recursive: true, force: true });
 }
 
+// ------------------------------------------------------ up to date
+
+// A digest of everything a build reads: each file under `dirs` (its path
+// and content, in a fixed order) and `extra` (the compiler's identity and
+// flags).  Two builds with the same digest compile the same thing.
+function inputsKey(dirs, extra) {
+  const h = crypto.createHash('sha256');
+  h.update(JSON.stringify(extra));
+  const walk = (dir, rel) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+      const full = path.join(dir, e.name);
+      const name = `${rel}/${e.name}`;
+      if (e.isDirectory()) walk(full, name);
+      else if (e.isFile()) h.update(`\0${name}\0${fs.statSync(full).size}\0`).update(fs.readFileSync(full));
+    }
+  };
+  for (const d of dirs) walk(d, path.basename(d));
+  return h.digest('hex');
+}
+
+// The digest of a checkout build, or null when the compiler cannot say
+// what it is (then the build runs, and reports why if it fails).
+function checkoutKey() {
+  const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
+  let version;
+  try {
+    version = execFileSync(cc[0], [...cc.slice(1), '--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return null;
+  }
+  return inputsKey([deps, path.join(pkg, 'src')],
+    { cc, version, flags: compilerFlags(true), platform: process.platform, arch: process.arch });
+}
+
 async function main() {
   const fromSource = process.argv.includes('--build-from-source') ||
     /^(true|1|sluice)$/.test(process.env.npm_config_build_from_source || '');
   lock();
   const root = checkoutRoot();
   let why = null;
+  let key = null;
   if (root) {
     require('./prepack.js').collect(root);
     why = 'in a sluice checkout, the addon is built from its sources';
+    key = checkoutKey();
+    let last = null;
+    try { last = fs.readFileSync(inputsFile, 'utf8').trim(); } catch { /* never built here */ }
+    if (!fromSource && key && key === last && fs.existsSync(target)) {
+      console.log('sluice: the addon is up to date with the checkout\'s sources');
+      return;
+    }
   } else if (!fromSource) {
     why = installPrebuild();
     if (!why) return;
@@ -247,14 +295,16 @@ async function main() {
     why = '--build-from-source';
   }
   console.log(`sluice: building the addon from source (${why})`);
+  fs.rmSync(inputsFile, { force: true });
   try {
     await compile(target, { strict: !!root });
   } catch (e) {
     die(e.message);
   }
+  if (key) fs.writeFileSync(inputsFile, `${key}\n`);
   console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
 }
 
-module.exports = { compile, lock, deps, checkoutRoot };
+module.exports = { compile, lock, deps, checkoutRoot, inputsKey };
 
 if (require.main === module) main();

@@ -1,10 +1,11 @@
-// The install script's build lock (scripts/build.js): one build at a time,
-// and a lock left by a build that was killed (a test's timeout, SIGKILL:
-// no exit handler runs) does not hold the next install for 10 minutes.
+// The install script (scripts/build.js): one build at a time, and a lock
+// left by a build that was killed (a test's timeout, SIGKILL: no exit
+// handler runs) does not hold the next install for 10 minutes; in a
+// checkout, a build whose inputs did not change is not run again.
 'use strict';
 const { test } = require('./helpers');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
+const { spawn, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -73,4 +74,51 @@ test('a fresh build lock of another host is waited for, not taken over: its owne
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
+});
+
+test('the build inputs\' digest changes with any file\'s content, name or presence, and with the compiler', () => {
+  const { inputsKey } = require(BUILD_JS);
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-inputs-'));
+  try {
+    const src = path.join(tmp, 'src');
+    fs.mkdirSync(path.join(src, 'sub'), { recursive: true });
+    fs.writeFileSync(path.join(src, 'a.c'), 'int a;\n');
+    fs.writeFileSync(path.join(src, 'sub', 'b.h'), '#define B 1\n');
+    const cc = { cc: ['cc'], version: 'cc 12' };
+    const key = inputsKey([src], cc);
+    assert.match(key, /^[0-9a-f]{64}$/);
+    assert.equal(inputsKey([src], { ...cc }), key, 'the same inputs, the same digest');
+    fs.writeFileSync(path.join(src, 'sub', 'b.h'), '#define B 2\n');
+    const changed = inputsKey([src], cc);
+    assert.notEqual(changed, key, 'a header changed');
+    fs.renameSync(path.join(src, 'a.c'), path.join(src, 'c.c'));
+    const renamed = inputsKey([src], cc);
+    assert.notEqual(renamed, changed, 'a file renamed');
+    fs.writeFileSync(path.join(src, 'd.c'), '');
+    assert.notEqual(inputsKey([src], cc), renamed, 'an empty file added');
+    assert.notEqual(inputsKey([src], { ...cc, version: 'cc 13' }), inputsKey([src], cc), 'another compiler');
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+// Built once (npm ci's install script, or the first run here), a second
+// build of the unchanged checkout reuses the addon: an `npm install` of
+// the checkout (an app, the example) recompiled it each time, minutes on
+// a busy machine.
+test('in a checkout, building again with nothing changed reuses the addon', { timeout: 900000 }, () => {
+  const pkg = path.resolve(__dirname, '..');
+  const target = path.join(pkg, 'build', 'sluice.node');
+  const env = { ...process.env };
+  delete env.npm_config_build_from_source;
+  const build = () => spawnSync(process.execPath, [BUILD_JS], { cwd: pkg, env, encoding: 'utf8', timeout: 840000 });
+  const first = build();
+  assert.equal(first.status, 0, first.stdout + first.stderr);
+  const before = fs.statSync(target).mtimeMs;
+  const again = build();
+  assert.equal(again.status, 0, again.stdout + again.stderr);
+  assert.match(again.stdout, /up to date/, again.stdout + again.stderr);
+  assert.doesNotMatch(again.stdout, /building the addon/);
+  assert.equal(fs.statSync(target).mtimeMs, before, 'the addon was not rewritten');
+  assert.ok(fs.existsSync(path.join(pkg, 'build', 'inputs.sha256')));
 });

@@ -40,7 +40,8 @@ def install():
         npm = shutil.which("npm")
         if not npm or not shutil.which("node"):
             raise AssertionError("node and npm are required (scripts/deps)")
-        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund"],
+        out = subprocess.run([npm, "ci", "--prefer-offline", "--no-audit",
+                              "--no-fund"],
                              cwd=EXAMPLE, capture_output=True, text=True,
                              timeout=600)
         if out.returncode != 0:

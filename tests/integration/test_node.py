@@ -39,7 +39,10 @@ class NodePackage(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         built = harness.node_addon_mtime()
-        npm(["ci"], PKG)
+        # --prefer-offline: a package already in npm's cache is not
+        # revalidated with the registry (fetches of 35 s each were seen on
+        # a busy machine); a clean machine still downloads everything.
+        npm(["ci", "--prefer-offline"], PKG)
         # npm may hold install scripts back; the package then builds on
         # first require.  Build now (unless npm ci's install script just
         # did) so the tests below start warm.
@@ -76,7 +79,7 @@ class NodePackage(unittest.TestCase):
         app = tempfile.mkdtemp(prefix="sluice-app-")
         try:
             npm(["init", "-y"], app)
-            npm(["install", PKG, "express@4"], app)
+            npm(["install", "--prefer-offline", PKG, "express@4"], app)
             with open(os.path.join(app, "app.js"), "w") as f:
                 f.write("""
 const express = require('express');

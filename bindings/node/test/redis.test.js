@@ -247,7 +247,7 @@ test('a Redis that is down: takes reject within the timeout, and succeed once it
   // oversubscribed several times over (the first take, decided, says so);
   // a dead one refuses the connection, and the take fails well within it.
   const timeoutMs = 2000;
-  const limiter = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs } } });
+  const limiter = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs } }, onStoreError: 'reject' });
   const pol = sluice.policy([{ capacity: 100, rate: '1/s' }]);
   assert.equal((await limiter.take('a', pol)).allowed, true);
   assert.equal(limiter.healthy(), true);

@@ -87,8 +87,11 @@ UNTRUSTED = """
 trusted_proxies: []
 """
 
+# Short, but long enough that the test's own steps (connect, then send
+# half a request head) never straddle it on a busy machine: the half head
+# must arrive before the timeout for the 408.
 SHORT_IDLE = """
-http: {idle_timeout_ms: 300}
+http: {idle_timeout_ms: 2000}
 """
 
 

@@ -16,7 +16,11 @@
 //
 // In a sluice checkout (bindings/node of the repository) the addon is
 // always built from source, after scripts/prepack.js has copied the
-// checkout's current libsluice sources into deps/.
+// checkout's current libsluice sources into deps/; and built again only
+// when what it is built from (deps/, src/, the compiler and its flags)
+// changed since the last build (build/inputs.sha256), so that each `npm
+// install` of the checkout does not spend minutes recompiling the same
+// sources.
 //
 // Any POSIX system with a C compiler builds it: Linux, macOS (clang from
 // the Xcode command line tools), the BSDs.  Linux-only parts of libsluice
@@ -31,6 +35,7 @@
 // at require with the missing symbol's name, not later in a request.
 'use strict';
 const { execFileSync, spawn } = require('node:child_process');
+const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -39,6 +44,7 @@ const pkg = path.resolve(__dirname, '..');
 const out = path.join(pkg, 'build');
 const target = path.join(out, 'sluice.node');
 const deps = path.join(pkg, 'deps');
+const inputsFile = path.join(out, 'inputs.sha256');
 
 function die(msg) {
   console.error(`sluice: ${msg}`);
@@ -56,10 +62,29 @@ function checkoutRoot() {
 }
 
 // One build at a time (two apps installing, or cluster workers building
-// on first require): a lock directory, taken over when left for 10 minutes.
-function lock() {
-  const dir = path.join(out, '.lock');
-  fs.mkdirSync(out, { recursive: true });
+// on first require): a lock directory holding its owner's pid and host.
+// A lock whose owner is gone (a build killed by a test's timeout, or by
+// SIGKILL, never runs its exit handler) is taken over at once: waiting out
+// its age would hold every later install for 10 minutes.  A lock of
+// another host, or with no owner written yet, is taken over when left for
+// 10 minutes.
+const LOCK_STALE_MS = 600000;
+
+function lockOwnerGone(dir) {
+  let owner;
+  try { owner = fs.readFileSync(path.join(dir, 'owner'), 'utf8').split('\n'); } catch { return false; }
+  const pid = Number(owner[0]);
+  if (!Number.isSafeInteger(pid) || pid <= 0 || owner[1] !== os.hostname()) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (e) {
+    return e.code === 'ESRCH'; // EPERM: alive, another user's
+  }
+}
+
+function lock(dir = path.join(out, '.lock')) {
+  fs.mkdirSync(path.dirname(dir), { recursive: true });
   for (let waited = 0; ; waited += 100) {
     try {
       fs.mkdirSync(dir);
@@ -68,11 +93,16 @@ function lock() {
       if (e.code !== 'EEXIST') throw e;
       let age = 0;
       try { age = Date.now() - fs.statSync(dir).mtimeMs; } catch { continue; }
-      if (age > 600000) { fs.rmSync(dir, { recursive: true, force: true }); continue; }
+      if (age > LOCK_STALE_MS || lockOwnerGone(dir)) {
+        console.error(`sluice: taking over a lock its build left (${dir})`);
+        fs.rmSync(dir, { recursive: true, force: true });
+        continue;
+      }
       if (waited % 10000 === 0) console.error(`sluice: waiting for another build (${dir})`);
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
     }
   }
+  fs.writeFileSync(path.join(dir, 'owner'), `${process.pid}\n${os.hostname()}`);
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
 }
 
@@ -241,6 +271,40 @@ async function compile(dest, { strict = false, cc = null, platform = process.pla
   fs.rmSync(objdir, { recursive: true, force: true });
 }
 
+// ------------------------------------------------------ up to date
+
+// A digest of everything a build reads: each file under `dirs` (its path
+// and content, in a fixed order) and `extra` (the compiler's identity and
+// flags).  Two builds with the same digest compile the same thing.
+function inputsKey(dirs, extra) {
+  const h = crypto.createHash('sha256');
+  h.update(JSON.stringify(extra));
+  const walk = (dir, rel) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+      const full = path.join(dir, e.name);
+      const name = `${rel}/${e.name}`;
+      if (e.isDirectory()) walk(full, name);
+      else if (e.isFile()) h.update(`\0${name}\0${fs.statSync(full).size}\0`).update(fs.readFileSync(full));
+    }
+  };
+  for (const d of dirs) walk(d, path.basename(d));
+  return h.digest('hex');
+}
+
+// The digest of a checkout build, or null when the compiler cannot say
+// what it is (then the build runs, and reports why if it fails).
+function checkoutKey() {
+  const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
+  let version;
+  try {
+    version = execFileSync(cc[0], [...cc.slice(1), '--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return null;
+  }
+  return inputsKey([deps, path.join(pkg, 'src')],
+    { cc, version, flags: compilerFlags(true), platform: process.platform, arch: process.arch });
+}
+
 async function main() {
   if (process.platform === 'win32')
     die('Windows is not supported: libsluice needs a POSIX system (Linux, macOS, the BSDs); ' +
@@ -249,9 +313,17 @@ async function main() {
   lock();
   const root = checkoutRoot();
   let why = null;
+  let key = null;
   if (root) {
     require('./prepack.js').collect(root);
     why = 'in a sluice checkout, the addon is built from its sources';
+    key = checkoutKey();
+    let last = null;
+    try { last = fs.readFileSync(inputsFile, 'utf8').trim(); } catch { /* never built here */ }
+    if (!fromSource && key && key === last && fs.existsSync(target)) {
+      console.log('sluice: the addon is up to date with the checkout\'s sources');
+      return;
+    }
   } else if (!fromSource) {
     why = installPrebuild();
     if (!why) return;
@@ -259,14 +331,16 @@ async function main() {
     why = 'asked to build from source';
   }
   console.log(`sluice: building the addon from source (${why})`);
+  fs.rmSync(inputsFile, { force: true });
   try {
     await compile(target, { strict: !!root });
   } catch (e) {
     die(e.message);
   }
+  if (key) fs.writeFileSync(inputsFile, `${key}\n`);
   console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
 }
 
-module.exports = { compile, lock, deps, checkoutRoot, fromSourceAsked, hostLibc: libc };
+module.exports = { compile, lock, deps, checkoutRoot, fromSourceAsked, hostLibc: libc, inputsKey };
 
 if (require.main === module) main();

@@ -10,6 +10,10 @@ a real redis-server is started by the harness on a free loopback port.
   once, whichever nginx and worker the requests reach.
 - Delay mode works on Redis decisions: requests over the rate wait for
   their turn (the instant Redis gave back) instead of being refused.
+- Redis Sentinel (the master's password from the URL) and Redis Cluster
+  (each key on its own master) decide as one Redis does; a reload keeps
+  deciding, and the old workers exit (their Redis connections and
+  timers hold none of them).
 - Redis killed, paused (SIGSTOP: it holds its connections and answers
   nothing) and brought back under a bounded load: fail=open lets
   requests through, fail=closed refuses them, fail=local decides on the
@@ -34,6 +38,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -41,7 +46,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import RedisServer  # noqa: E402
+from harness import RedisServer, Sentinel  # noqa: E402
 from test_nginx_module import NginxDaemon, nginx_t, loc  # noqa: E402
 
 # A stalled worker would hold /healthz for as long as Redis stays away
@@ -136,6 +141,63 @@ class TwoHosts(unittest.TestCase):
                 # Ten at once at 10 r/s: only the first is on time.
                 self.assertGreaterEqual(st.count("DELAYED"), 5, st)
                 self.assertNotIn("REJECTED", st)
+
+    def test_sentinel_names_the_master_and_its_password_is_used(self):
+        with RedisServer(password="m-pw") as m, Sentinel(m, quorum=1) as s:
+            url = "sentinel://:m-pw@127.0.0.1:%d/mymaster" % s.port
+            http = zone("sen", url, extra="fail=closed") + server(
+                loc("/", "sluice_limit zone=sen burst=2 nodelay;"))
+            with NginxDaemon(http) as n:
+                self.assertEqual(n.statuses("/", "s1", 5),
+                                 [200, 200, 200, 429, 429])
+                self.assertIn("s1", m.cli("KEYS", "sluice:*"))
+                self.assertNotIn("m-pw", n.error_log())
+
+    def test_a_cluster_decides_each_key_on_its_own_master(self):
+        nodes = []
+        try:
+            nodes = [RedisServer(cluster=True) for _ in range(3)]
+            p = subprocess.run(["redis-cli", "--cluster", "create"] +
+                               [x.seed() for x in nodes] + ["--cluster-yes"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            for x in nodes:
+                self.assertTrue(harness.wait_until(
+                    lambda: "cluster_state:ok" in x.cli("CLUSTER", "INFO"),
+                    30))
+            http = zone("cl", "cluster:" + nodes[0].seed(),
+                        extra="fail=closed") + server(
+                loc("/", "sluice_limit zone=cl burst=1 nodelay;"))
+            with NginxDaemon(http) as n:
+                users = ["c%d" % i for i in range(8)]
+                for u in users:
+                    self.assertEqual(n.statuses("/", u, 3), [200, 200, 429],
+                                     u)
+                # The keys landed on several masters.
+                held = [x for x in nodes if x.cli("DBSIZE") != "0"]
+                self.assertGreaterEqual(len(held), 2)
+        finally:
+            for x in nodes:
+                x.stop()
+
+    def test_a_reload_keeps_deciding_and_the_old_workers_exit(self):
+        with RedisServer() as r:
+            http = zone("rl", redis_url(r)) + server(
+                loc("/", "sluice_limit zone=rl burst=1 nodelay;"))
+            with NginxDaemon(http) as n:
+                self.assertEqual(n.statuses("/", "k", 3), [200, 200, 429])
+                old = set(re.findall(r"start worker process (\d+)",
+                                     n.error_log()))
+                n.signal(signal.SIGHUP)
+                # The old workers hold no request: their Redis
+                # connections and timers keep none of them.
+                self.assertTrue(harness.wait_until(
+                    lambda: not any(os.path.exists("/proc/%s" % p)
+                                    for p in old), 60), n.error_log())
+                self.assertEqual(n.statuses("/", "k", 2), [429, 429])
+                log = n.error_log()
+                self.assertNotIn("[alert]", log)
+                self.assertNotIn("open socket", log)
 
 
 class FailModes(unittest.TestCase):

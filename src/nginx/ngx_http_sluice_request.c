@@ -11,7 +11,9 @@
  * callback: the local stores call it before take() returns, a store
  * with a loop of its own later, when the handler has returned NGX_DONE
  * with the request held (r->main->count) and the callback runs the
- * phases again.
+ * phases again.  A store that fails (Redis away, or slower than its
+ * timeout=) leaves each of its zones to its fail=: open, closed, or
+ * local (the worker's own buckets of the same limit).
  *
  * The bucket is GCRA's: after a take, reset_after is how far its
  * theoretical arrival time lies ahead.  A request that passes is delayed
@@ -269,10 +271,6 @@ static void refund_done(void *arg, int status, int allowed)
 {
 }
 
-/* A refused request charges nothing: the stores that had charged it
- * (those before the one that refused) give the cost back; items a
- * failed store let through were charged nowhere, those decided on the
- * worker's own buckets are given back there. */
 /* 0: decided by its store; 1: on the worker's own buckets; 2: not
  * decided (its store failed open). */
 static int item_class(ngx_http_sluice_ctx_t *ctx, ngx_uint_t i)
@@ -282,6 +280,10 @@ static int item_class(ngx_http_sluice_ctx_t *ctx, ngx_uint_t i)
 	return (ctx->open & bit) ? 2 : (ctx->local & bit) ? 1 : 0;
 }
 
+/* A refused request charges nothing: the stores that had charged it
+ * (those before the one that refused) give the cost back; items a
+ * failed store let through were charged nowhere, those decided on the
+ * worker's own buckets are given back there. */
 static void refund_taken(ngx_http_sluice_ctx_t *ctx)
 {
 	ngx_http_sluice_store_t *store;
@@ -439,11 +441,7 @@ static void ngx_http_sluice_delay_handler(ngx_http_request_t *r)
 	ngx_http_core_run_phases(r);
 }
 
-/* The request's decision survives an internal redirect (which clears
- * the modules' contexts) in a marker on the request's pool: a request
- * redirected after its decision is not charged again, as limit_req's
- * r->main->limit_req_status keeps it from being, and the variables still
- * say what was decided. */
+/* A context allocated off the pool, with its keys. */
 static void ctx_free(ngx_http_sluice_ctx_t *ctx)
 {
 	ngx_uint_t i;
@@ -453,8 +451,13 @@ static void ctx_free(ngx_http_sluice_ctx_t *ctx)
 	ngx_free(ctx);
 }
 
-/* The request's pool goes: a context of its own goes with it, unless a
- * call in flight still borrows its items (take_done frees it then). */
+/* The request's decision survives an internal redirect (which clears
+ * the modules' contexts) in a marker on the request's pool: a request
+ * redirected after its decision is not charged again, as limit_req's
+ * r->main->limit_req_status keeps it from being, and the variables still
+ * say what was decided.  The request's pool goes: a context of its own
+ * (heap) goes with it, unless a call in flight still borrows its items
+ * (take_done frees it then). */
 static void ctx_marker(void *data)
 {
 	ngx_http_sluice_ctx_t *ctx = data;

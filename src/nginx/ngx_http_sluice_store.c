@@ -74,6 +74,15 @@ static int is_host_port(const char *s, size_t len)
 	return port >= 1 && port <= 65535;
 }
 
+/* TLS towards Redis, as serve's config has it by default: the server's
+ * certificate and name verified (a zeroed verify would accept any
+ * certificate, store_config.h). */
+static void tls_on(ngx_http_sluice_store_t *store)
+{
+	store->cfg.tls.enabled = 1;
+	store->cfg.tls.verify = 1;
+}
+
 static char *parse_url(char *url, ngx_http_sluice_store_t *store)
 {
 	static char why[300];
@@ -83,7 +92,7 @@ static char *parse_url(char *url, ngx_http_sluice_store_t *store)
 	store->cfg.kind = SLUICE_STORE_REDIS;
 	store->cfg.url = url;
 	if (ngx_strncasecmp((u_char *)url, (u_char *)"rediss://", 9) == 0)
-		store->cfg.tls.enabled = 1;
+		tls_on(store);
 	return NGX_CONF_OK;
 }
 
@@ -135,7 +144,7 @@ static char *parse_cluster(ngx_conf_t *cf, char *list,
 		} else if (ngx_strncasecmp((u_char *)hp, (u_char *)"rediss://",
 					   9) == 0) {
 			hp += 9;
-			store->cfg.tls.enabled = 1;
+			tls_on(store);
 		}
 		if (!is_host_port(hp, ngx_strlen(hp)) ||
 		    sluice_redis_url_check(seeds[i], NULL, 0) < 0) {
@@ -215,7 +224,8 @@ static char *parse_sentinel(ngx_conf_t *cf, char *url,
 	store->cfg.sentinel.addrs = addrs;
 	store->cfg.sentinel.naddrs = n;
 	store->cfg.sentinel.tls = tls;
-	store->cfg.tls.enabled = tls;
+	if (tls)
+		tls_on(store);
 	return NGX_CONF_OK;
 }
 

@@ -46,7 +46,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import RedisServer, Sentinel  # noqa: E402
+from harness import RedisServer, Sentinel, TlsFiles  # noqa: E402
 from test_nginx_module import NginxDaemon, nginx_t, loc  # noqa: E402
 
 # A stalled worker would hold /healthz for as long as Redis stays away
@@ -361,6 +361,29 @@ class Password(unittest.TestCase):
                                  "logged more than once by a worker:\n"
                                  + "\n".join(lines))
                 self.assertIn(":***@", lines[0])
+
+    def test_a_certificate_that_does_not_verify_is_logged_once(self):
+        # rediss:// verifies against the system's CAs: the test CA is not
+        # one of them, so every handshake fails, the zone fails closed,
+        # and each worker says so once.
+        with RedisServer(tls=TlsFiles()) as r:
+            http = zone("tls", "rediss://127.0.0.1:%d" % r.port,
+                        extra="fail=closed") + server(
+                loc("/", "sluice_limit zone=tls burst=100 nodelay;"))
+            with NginxDaemon(http) as n:
+                got = []
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 4 and len(got) < 300:
+                    got.append(n.get("/", {"x-user": "t"})[0])
+                    time.sleep(0.01)
+                self.assertEqual(set(got), {429})
+                lines = [ln for ln in n.error_log().splitlines()
+                         if "tls_failed" in ln]
+                pids = [re.search(r"\] (\d+)#", ln).group(1) for ln in lines]
+                self.assertGreaterEqual(len(pids), 1, n.error_log())
+                self.assertEqual(len(pids), len(set(pids)),
+                                 "\n".join(lines))
+                self.assertNotIn(" connected", n.error_log())
 
 
 class BadStore(unittest.TestCase):

@@ -5,7 +5,9 @@
 //   1. A prebuilt binary from prebuilds/<platform>-<arch>/ (the
 //      prebuildify layout: node.napi[.glibc|.musl].node) when one matches
 //      this machine and loads: no compiler, nothing else needed.
-//   2. Otherwise (or with `npm install --build-from-source`, or
+//   2. Otherwise, or when asked (fromSourceAsked() below: the environment
+//      variable SLUICE_BUILD_FROM_SOURCE=1, npm's
+//      npm_config_build_from_source=true, or
 //      `node scripts/build.js --build-from-source`), from the sources the
 //      package carries: deps/sluice (libsluice, listed in
 //      deps/sluice/sources.json), deps/hiredis (hiredis's reply reader) and
@@ -15,6 +17,12 @@
 // In a sluice checkout (bindings/node of the repository) the addon is
 // always built from source, after scripts/prepack.js has copied the
 // checkout's current libsluice sources into deps/.
+//
+// Any POSIX system with a C compiler builds it: Linux, macOS (clang from
+// the Xcode command line tools), the BSDs.  Linux-only parts of libsluice
+// (the shared-memory store) are refused there at run time, with a message
+// (src/util/platform.h); SLUICE_PORTABLE=1 builds that side on Linux too.
+// Windows is refused here: libsluice needs POSIX (threads, sockets, mmap).
 //
 // The addon links nothing but libc: the napi_*, uv_* and OpenSSL calls
 // bind, when node loads it, to what the node process already holds (Node
@@ -117,7 +125,29 @@ function installPrebuild() {
 // --------------------------------------------------------- from source
 
 const INSTALL_CC = 'install a C compiler (Debian/Ubuntu: apt-get install gcc libc6-dev; ' +
-  'Fedora: dnf install gcc; Alpine: apk add gcc musl-dev) or set CC';
+  'Fedora: dnf install gcc; Alpine: apk add gcc musl-dev; macOS: xcode-select --install) or set CC';
+
+// Whether the user asked for a build from source: the command line, npm's
+// config as npm hands it to install scripts (npm_config_build_from_source,
+// set by `npm_config_build_from_source=true npm install`; npm 11 warns of
+// the `--build-from-source` flag as an unknown config), or sluice's own
+// SLUICE_BUILD_FROM_SOURCE.  A value naming other packages
+// (npm_config_build_from_source=sqlite3) does not ask for this one.
+function fromSourceAsked(argv = process.argv, env = process.env) {
+  if (argv.includes('--build-from-source')) return true;
+  const yes = (v, names) => v !== undefined &&
+    (/^(1|true|yes|on)$/i.test(v) || v.split(',').map((x) => x.trim()).some((x) => names.includes(x)));
+  return yes(env.SLUICE_BUILD_FROM_SOURCE, []) || yes(env.npm_config_build_from_source, ['sluice']);
+}
+
+// The link step for this system: a loadable module whose Node-API, libuv
+// and OpenSSL symbols are left for the node process to provide.
+function linkFlags(platform) {
+  if (platform === 'darwin') return ['-bundle', '-undefined', 'dynamic_lookup'];
+  // ELF (Linux, the BSDs): every symbol bound at load (-z now), so a node
+  // without one fails at require, naming it.
+  return ['-shared', '-Wl,-z,now', '-Wl,--as-needed'];
+}
 
 function compilerFlags(strict) {
   // Warnings are errors when the project builds its prebuilt binary; an
@@ -162,21 +192,25 @@ async function pool(jobs, width) {
   if (bad) throw bad.reason;
 }
 
-// Compiles deps/ and src/addon.c into `dest`.
-async function compile(dest, { strict = false } = {}) {
+// Compiles deps/ and src/addon.c into `dest`.  cc: the compiler command
+// (default CC, else cc); platform: the system the binary is for;
+// portable: the non-Linux side of libsluice's platform guard (default
+// SLUICE_PORTABLE=1 in the environment).
+async function compile(dest, { strict = false, cc = null, platform = process.platform,
+  portable = /^(1|true|yes|on)$/i.test(process.env.SLUICE_PORTABLE || '') } = {}) {
   const listFile = path.join(deps, 'sluice', 'sources.json');
   if (!fs.existsSync(listFile) || !fs.existsSync(path.join(deps, 'include', 'node_api.h')))
     die(`${path.relative(process.cwd(), deps) || deps} lacks the sources or headers the package carries ` +
       '(deps/sluice/sources.json, deps/include/node_api.h): in a sluice checkout, run `node scripts/prepack.js`');
   const list = JSON.parse(fs.readFileSync(listFile, 'utf8'));
-  const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
+  cc = (cc || process.env.CC || 'cc').split(/\s+/).filter(Boolean);
   const objdir = path.join(out, 'obj');
   fs.rmSync(objdir, { recursive: true, force: true });
   fs.mkdirSync(objdir, { recursive: true });
   const base = compilerFlags(strict);
   // libsluice's sources with the flags CMake gives each (sources.json).
   const flagsOf = (src) => [`-std=${src.std}`, ...base, '-Wextra', '-Wno-unused-parameter',
-    ...src.defines.map((d) => `-D${d}`),
+    ...src.defines.map((d) => `-D${d}`), ...(portable ? ['-DSLUICE_PORTABLE=1'] : []),
     ...src.includes.map((i) => `-I${path.join(deps, 'sluice', i)}`),
     `-I${path.join(deps, 'include')}`, `-I${deps}`];
   const jobs = [];
@@ -202,14 +236,16 @@ async function compile(dest, { strict = false } = {}) {
   await pool(jobs, width);
   fs.mkdirSync(path.dirname(dest), { recursive: true });
   const tmp = `${dest}.${process.pid}.tmp`;
-  await runCc(['-shared', '-Wl,-z,now', '-Wl,--as-needed', ...objs, '-lm', '-o', tmp], cc);
+  await runCc([...linkFlags(platform), ...objs, '-lm', '-o', tmp], cc);
   fs.renameSync(tmp, dest);
   fs.rmSync(objdir, { recursive: true, force: true });
 }
 
 async function main() {
-  const fromSource = process.argv.includes('--build-from-source') ||
-    /^(true|1|sluice)$/.test(process.env.npm_config_build_from_source || '');
+  if (process.platform === 'win32')
+    die('Windows is not supported: libsluice needs a POSIX system (Linux, macOS, the BSDs); ' +
+      'under Windows, run the app in WSL or a Linux container');
+  const fromSource = fromSourceAsked();
   lock();
   const root = checkoutRoot();
   let why = null;
@@ -220,7 +256,7 @@ async function main() {
     why = installPrebuild();
     if (!why) return;
   } else {
-    why = '--build-from-source';
+    why = 'asked to build from source';
   }
   console.log(`sluice: building the addon from source (${why})`);
   try {
@@ -231,6 +267,6 @@ async function main() {
   console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
 }
 
-module.exports = { compile, lock, deps, checkoutRoot };
+module.exports = { compile, lock, deps, checkoutRoot, fromSourceAsked, hostLibc: libc };
 
 if (require.main === module) main();

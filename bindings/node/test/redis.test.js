@@ -234,7 +234,7 @@ test('a bad Redis URL\'s message never shows its password, in any of its forms',
 
 test('a Redis that is down: takes reject within the timeout, and succeed once it is back', async () => {
   const r2 = await Redis.start();
-  const limiter = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 100 } } });
+  const limiter = new sluice.Limiter({ store: { redis: { url: r2.url, timeoutMs: 100 } }, onStoreError: 'reject' });
   const pol = sluice.policy([{ capacity: 100, rate: '1/s' }]);
   assert.equal((await limiter.take('a', pol)).allowed, true);
   assert.equal(limiter.healthy(), true);

@@ -198,6 +198,15 @@ int sluice_backend_open_events(sluice_backend_t *be,
 			       sluice_shmstore_t *shm,
 			       const sluice_store_events_t *events, char *err,
 			       size_t errlen);
+/* As sluice_backend_open_events(), for a host whose event loop is not
+ * libuv (the nginx module): a Redis store runs on `loop`, the host's
+ * table (sluice_loop.h), which must outlive the backend (until the done
+ * of sluice_backend_close_then()).  The local stores ignore it. */
+int sluice_backend_open_loop(sluice_backend_t *be,
+			     const sluice_store_config_t *store,
+			     sluice_loop_t *loop,
+			     const sluice_store_events_t *events, char *err,
+			     size_t errlen);
 /* Frees the driver (ops->free: pending calls fail first, and a local
  * store the backend opened itself is closed); the struct may be opened
  * again. */
@@ -226,5 +235,11 @@ extern const sluice_store_ops_t sluice_redis_store_ops;
 int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 			    void *loop, const sluice_store_events_t *events,
 			    char *err, size_t errlen);
+/* As sluice_redis_store_open(), on a host's loop table. */
+int sluice_redis_store_open_loop(void **impl,
+				 const sluice_store_config_t *store,
+				 sluice_loop_t *loop,
+				 const sluice_store_events_t *events, char *err,
+				 size_t errlen);
 
 #endif /* SLUICE_STORE_STORE_H */

@@ -201,9 +201,11 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.carry = redis_carry,
 };
 
-int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
-			    void *loop, const sluice_store_events_t *events,
-			    char *err, size_t errlen)
+/* Opens the client on a libuv loop (uv) or on a host's loop table
+ * (sloop): one of the two is given. */
+static int store_open(void **impl, const sluice_store_config_t *store, void *uv,
+		      sluice_loop_t *sloop, const sluice_store_events_t *events,
+		      char *err, size_t errlen)
 {
 	sluice_redis_opts_t o = {0};
 	sluice_redis_tls_t tls = {0};
@@ -261,7 +263,8 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	o.connections = store->connections;
 	o.flags = store->redis_flags;
 	o.event_arg = d->hook_arg;
-	rc = sluice_redis_open(&d->r, loop, &o, err, errlen);
+	rc = sloop ? sluice_redis_open_loop(&d->r, sloop, &o, err, errlen)
+		   : sluice_redis_open(&d->r, uv, &o, err, errlen);
 	if (rc < 0) {
 		detach(d);
 		free(d);
@@ -269,4 +272,24 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	}
 	*impl = d;
 	return 0;
+}
+
+int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
+			    void *loop, const sluice_store_events_t *events,
+			    char *err, size_t errlen)
+{
+	return store_open(impl, store, loop, NULL, events, err, errlen);
+}
+
+int sluice_redis_store_open_loop(void **impl,
+				 const sluice_store_config_t *store,
+				 sluice_loop_t *loop,
+				 const sluice_store_events_t *events, char *err,
+				 size_t errlen)
+{
+	if (!loop) {
+		snprintf(err, errlen, "redis store: no loop");
+		return SLUICE_EINVAL;
+	}
+	return store_open(impl, store, NULL, loop, events, err, errlen);
 }

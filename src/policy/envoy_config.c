@@ -11,6 +11,7 @@
 #include "policy/envoy_config.h"
 #include "policy/config_internal.h"
 #include "policy/envoy_internal.h"
+#include "util/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +29,7 @@ void sluice_envoy_settings_init(sluice_envoy_settings_t *s)
 	s->near_limit_percent = 80;
 	s->on_store_error = SLUICE_FAIL_CLOSED;
 	s->watch_ms = 1000;
+	s->trusted_group = (gid_t)-1;
 }
 
 static void settings_free(sluice_envoy_settings_t *s)
@@ -125,28 +127,76 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int is_config_name(const char *n)
-{
-	size_t len = strlen(n);
+/* What list_dir() gathers while walking the directory. */
+typedef struct listing_s {
+	sluice_envoy_config_t *cfg;
+	errs_t *e;
+	const char *dir;
+	size_t cap;
+	unsigned nskipped;
+	int failed;
+} listing_t;
 
-	/* Dot files are skipped: a Kubernetes ConfigMap volume holds
-	 * "..data" and "..2024_..." beside the files' symlinks. */
-	if (n[0] == '.')
-		return 0;
-	return (len > 5 && strcmp(n + len - 5, ".yaml") == 0) ||
-	       (len > 4 && strcmp(n + len - 4, ".yml") == 0);
+/* Each file the loader does not read is named, so that a file the
+ * operator meant to load (config.json, a folder of dot files) is not
+ * lost silently; a flood of them is cut short. */
+#define MAX_SKIP_LINES 32
+
+static void on_skip(void *arg, const char *path, const char *why)
+{
+	listing_t *l = arg;
+
+	if (l->nskipped++ < MAX_SKIP_LINES)
+		sluice_log_info("envoy.config_dir: skipped %s: %s", path, why);
+	else if (l->nskipped == MAX_SKIP_LINES + 1)
+		sluice_log_info("envoy.config_dir: skipped more entries under "
+				"%s; not naming them all",
+				l->dir);
+}
+
+static int on_file(void *arg, const char *path, const struct stat *st)
+{
+	listing_t *l = arg;
+	sluice_envoy_config_t *cfg = l->cfg;
+	char line[1200];
+	char *copy;
+
+	(void)st;
+	if (cfg->nfiles == SLUICE_ENVOY_MAX_FILES) {
+		snprintf(line, sizeof(line),
+			 "%.900s:1: more than %d YAML files; expected fewer",
+			 l->dir, SLUICE_ENVOY_MAX_FILES);
+		errs_line(l->e, line);
+		return l->failed = -1;
+	}
+	if (cfg->nfiles == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		char **nf = realloc(cfg->files, cap * sizeof(*nf));
+
+		if (!nf)
+			goto nomem;
+		cfg->files = nf;
+		l->cap = cap;
+	}
+	if (!(copy = strdup(path)))
+		goto nomem;
+	cfg->files[cfg->nfiles++] = copy;
+	return 0;
+nomem:
+	snprintf(line, sizeof(line), "%.900s:1: out of memory", l->dir);
+	errs_line(l->e, line);
+	return l->failed = -1;
 }
 
 /* The sorted paths of dir's *.yaml / *.yml regular files (symlinks to
- * them included).  Returns 0, or -1 with a message. */
+ * them included), in nested folders too; every other entry is named in
+ * the log.  Returns 0, or -1 with a message. */
 static int list_dir(const char *dir, sluice_envoy_config_t *cfg, errs_t *e)
 {
+	listing_t l = {.cfg = cfg, .e = e, .dir = dir};
 	char line[1200];
-	struct dirent *de;
-	DIR *dp = opendir(dir);
-	size_t cap = 0;
 
-	if (!dp) {
+	if (sluice_envoy_walk(dir, on_file, on_skip, &l) < 0 && !l.failed) {
 		snprintf(line, sizeof(line),
 			 "%.900s:1: cannot open the directory: %s; expected "
 			 "a readable directory of envoyproxy/ratelimit YAML "
@@ -155,50 +205,11 @@ static int list_dir(const char *dir, sluice_envoy_config_t *cfg, errs_t *e)
 		errs_line(e, line);
 		return -1;
 	}
-	while ((de = readdir(dp))) {
-		struct stat st;
-		char *path;
-
-		if (!is_config_name(de->d_name))
-			continue;
-		if (!(path = sluice_envoy_join(dir, "/", de->d_name, "", NULL)))
-			goto nomem;
-		if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
-			free(path); /* a directory named x.yaml, a dangling
-				       link: not a file to read */
-			continue;
-		}
-		if (cfg->nfiles == SLUICE_ENVOY_MAX_FILES) {
-			snprintf(line, sizeof(line),
-				 "%.900s:1: more than %d YAML files; expected "
-				 "fewer",
-				 dir, SLUICE_ENVOY_MAX_FILES);
-			free(path);
-			closedir(dp);
-			errs_line(e, line);
-			return -1;
-		}
-		if (cfg->nfiles == cap) {
-			char **nf;
-
-			cap = cap ? cap * 2 : 16;
-			if (!(nf = realloc(cfg->files, cap * sizeof(*nf)))) {
-				free(path);
-				goto nomem;
-			}
-			cfg->files = nf;
-		}
-		cfg->files[cfg->nfiles++] = path;
-	}
-	closedir(dp);
+	if (l.failed)
+		return -1;
 	if (cfg->nfiles)
 		qsort(cfg->files, cfg->nfiles, sizeof(char *), cmp_str);
 	return 0;
-nomem:
-	closedir(dp);
-	snprintf(line, sizeof(line), "%.900s:1: out of memory", dir);
-	errs_line(e, line);
-	return -1;
 }
 
 /* Parses one file's text as files[f] into the next domain. */
@@ -240,12 +251,19 @@ static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
 static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 {
 	char line[1024];
+	const sluice_envoy_settings_t *s = &cfg->settings;
+	sluice_file_trust_t trust = {.uids = s->trusted_uids,
+				     .nuids = s->ntrusted_uids,
+				     .group = s->trusted_group};
 	char *text;
 	size_t len;
 	int rc, quotable = 0;
 
-	if (sluice_config_read_file(cfg->files[f], &text, &len, &quotable, line,
-				    sizeof(line)) < 0) {
+	if (sluice_config_read_file_trusted(
+		    cfg->files[f],
+		    s->ntrusted_uids || s->trusted_group != (gid_t)-1 ? &trust
+								      : NULL,
+		    &text, &len, &quotable, line, sizeof(line)) < 0) {
 		errs_line(e, line);
 		return -1;
 	}

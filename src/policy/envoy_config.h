@@ -32,11 +32,14 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Bounds on what a directory may hold (a larger one is surely not a
  * rate-limit config, and each bound keeps load time and memory small). */
-#define SLUICE_ENVOY_MAX_FILES 1024
-#define SLUICE_ENVOY_MAX_DEPTH 16 /* nested descriptor levels */
+#define SLUICE_ENVOY_MAX_FILES	   1024
+#define SLUICE_ENVOY_MAX_DEPTH	   16 /* nested descriptor levels */
+#define SLUICE_ENVOY_MAX_DIR_DEPTH 8  /* nested folders below config_dir */
+#define SLUICE_ENVOY_MAX_TRUSTED   16 /* files.trusted_uids */
 /* Descriptor entries in one request descriptor, and descriptors in one
  * request: a request beyond these is refused (INVALID_ARGUMENT / 400). */
 #define SLUICE_ENVOY_MAX_ENTRIES     64
@@ -117,6 +120,17 @@ typedef struct sluice_envoy_settings_s {
 			      changes; 0: only on SIGHUP */
 	int merge_domains; /* MERGE_DOMAIN_CONFIG: one domain in several
 			      files */
+	/* The IETF RateLimit-Policy / RateLimit fields (draft-11), apart
+	 * from the three headers; their policy name is the limit's `name`
+	 * (else "default"), or with ietf_policy_path the descriptor's
+	 * path, which shows the config's keys and values to clients. */
+	int ietf_headers;
+	int ietf_policy_path;
+	/* files: owners of the directory's files trusted besides the user
+	 * sluice runs as and root (a sidecar that syncs them). */
+	uid_t trusted_uids[SLUICE_ENVOY_MAX_TRUSTED];
+	size_t ntrusted_uids;
+	gid_t trusted_group; /* (gid_t)-1: none */
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {

@@ -11,6 +11,9 @@
  *     on_store_error: closed              # open | closed | local
  *     watch_ms: 1000                      # 0: reload on SIGHUP only
  *     merge_domains: false                # MERGE_DOMAIN_CONFIG
+ *     ietf_headers: false                 # RateLimit-Policy / RateLimit
+ *     ietf_policy_names: name             # name | path
+ *     files: {trusted_uids: [65533], trusted_group: git-sync}
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
@@ -18,6 +21,7 @@
 #include "policy/config_internal.h"
 #include "policy/envoy_config.h"
 
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +69,95 @@ static int parse_header_names(sluice_yaml_t *y, yaml_node_t *node,
 		    dup_field(y, v, "envoy.header_names entry", dst[i]) < 0)
 			rc = -1;
 	return rc;
+}
+
+/* A group by name or number into *out. */
+static int parse_group(sluice_yaml_t *y, yaml_node_t *v, gid_t *out)
+{
+	struct group gr, *g = NULL;
+	char buf[4096], *end;
+	const char *s;
+	unsigned long n;
+
+	if (sluice_yaml_string(y, v, "envoy.files.trusted_group", &s) < 0)
+		return -1;
+	n = strtoul(s, &end, 10);
+	if (*s && !*end && n < (gid_t)-1) {
+		*out = (gid_t)n;
+		return 0;
+	}
+	if (getgrnam_r(s, &gr, buf, sizeof(buf), &g) != 0 || !g)
+		return sluice_yaml_error(y, v,
+					 "envoy.files.trusted_group \"%.60s\" "
+					 "is no group of this host; expected "
+					 "a group name or number",
+					 s);
+	*out = g->gr_gid;
+	return 0;
+}
+
+/* files: {trusted_uids: [...], trusted_group: NAME}: owners whose files
+ * the loader reads besides sluice's own user and root. */
+static int parse_files(sluice_yaml_t *y, yaml_node_t *node,
+		       sluice_envoy_settings_t *s)
+{
+	static const char *const keys[] = {"trusted_uids", "trusted_group",
+					   NULL};
+	yaml_node_t *v, *item;
+	uint64_t u;
+	size_t i, n;
+	int rc = 0;
+
+	if (sluice_yaml_expect_map(y, node, "envoy.files") < 0 ||
+	    sluice_yaml_check_keys(y, node, "envoy.files", keys) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, node, "trusted_uids"))) {
+		if (sluice_yaml_expect_seq(y, v, "envoy.files.trusted_uids") <
+		    0)
+			return -1;
+		n = sluice_yaml_seq_len(v);
+		if (n > SLUICE_ENVOY_MAX_TRUSTED)
+			return sluice_yaml_error(
+				y, v,
+				"envoy.files.trusted_uids holds %zu uids; "
+				"expected at most %d",
+				n, SLUICE_ENVOY_MAX_TRUSTED);
+		for (i = 0; i < n; i++) {
+			item = sluice_yaml_seq_at(y, v, i);
+			if (!item ||
+			    sluice_yaml_uint(y, item,
+					     "envoy.files.trusted_uids "
+					     "entry",
+					     0, (uid_t)-1 - 1, &u) < 0) {
+				rc = -1;
+				continue;
+			}
+			s->trusted_uids[s->ntrusted_uids++] = (uid_t)u;
+		}
+	}
+	if ((v = sluice_yaml_get(y, node, "trusted_group")) &&
+	    parse_group(y, v, &s->trusted_group) < 0)
+		rc = -1;
+	return rc;
+}
+
+/* ietf_policy_names: name (the limit's name, else "default") | path. */
+static int parse_policy_names(sluice_yaml_t *y, yaml_node_t *v, int *path)
+{
+	const char *s;
+
+	if (sluice_yaml_string(y, v, "envoy.ietf_policy_names", &s) < 0)
+		return -1;
+	if (strcmp(s, "name") == 0)
+		*path = 0;
+	else if (strcmp(s, "path") == 0)
+		*path = 1;
+	else
+		return sluice_yaml_error(y, v,
+					 "envoy.ietf_policy_names is "
+					 "\"%.40s\"; expected name or path",
+					 s);
+	return 0;
 }
 
 /* "0.8" (NEAR_LIMIT_RATIO) into a whole percentage. */
@@ -125,10 +218,18 @@ static char *resolve(const char *dir, const char *base)
 int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			       const char *base, sluice_envoy_config_t **out)
 {
-	static const char *const keys[] = {
-		"config_dir",  "response_headers", "header_names",
-		"shadow_mode", "near_limit_ratio", "on_store_error",
-		"watch_ms",    "merge_domains",	   NULL};
+	static const char *const keys[] = {"config_dir",
+					   "response_headers",
+					   "header_names",
+					   "shadow_mode",
+					   "near_limit_ratio",
+					   "on_store_error",
+					   "watch_ms",
+					   "merge_domains",
+					   "ietf_headers",
+					   "ietf_policy_names",
+					   "files",
+					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
 	const char *dir;
@@ -145,6 +246,15 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	if ((v = sluice_yaml_get(y, node, "response_headers")) &&
 	    sluice_yaml_bool(y, v, "envoy.response_headers",
 			     &s.response_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ietf_headers")) &&
+	    sluice_yaml_bool(y, v, "envoy.ietf_headers", &s.ietf_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ietf_policy_names")) &&
+	    parse_policy_names(y, v, &s.ietf_policy_path) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "files")) &&
+	    parse_files(y, v, &s) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
 	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s.merge_domains) < 0)

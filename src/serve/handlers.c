@@ -366,7 +366,9 @@ static const route_t routes[] = {
 	{"/metrics", 0, 0, ROUTE_GET, route_metrics},
 	{"/healthz", 0, 0, ROUTE_GET, route_healthz},
 	{"/readyz", 0, 0, ROUTE_GET, route_readyz},
-	{"/json", 0, 0, ROUTE_POST, route_rls_json},
+	/* Any method, as envoyproxy/ratelimit: the body decides (a GET
+	 * without one is a 400). */
+	{"/json", 0, 0, ROUTE_ANY, route_rls_json},
 	{"/healthcheck", 0, 0, ROUTE_GET, route_healthcheck},
 };
 

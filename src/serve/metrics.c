@@ -5,6 +5,7 @@
 #include "serve/metrics.h"
 #include "policy/envoy_metrics.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,9 @@ static const char *const bucket_le[SLUICE_LATENCY_BUCKETS] = {
 static const int codes[16] = {200, 400, 403, 404, 405, 408,
 			      413, 429, 431, 500, 503, 0};
 
-static sluice_counter_t reloads_ok, reloads_failed;
+/* Reloads by [trigger][ok]; the triggers' label values: */
+static sluice_counter_t reloads[2][2];
+static const char *const reload_triggers[2] = {"sighup", "config_dir"};
 static const sluice_store_exposition_t *store_x;
 /* The registry as sluice_metrics_visit() shows it: set and read only
  * under the registry's lock (render_counters). */
@@ -65,9 +68,11 @@ void sluice_metrics_store_unready(sluice_buf_t *out)
 		store_x->unready(out);
 }
 
-void sluice_metrics_reload(int ok)
+void sluice_metrics_reload(int ok, int trigger)
 {
-	atomic_fetch_add(ok ? &reloads_ok : &reloads_failed, 1);
+	assert(trigger == SLUICE_RELOAD_SIGHUP ||
+	       trigger == SLUICE_RELOAD_CONFIG_DIR);
+	atomic_fetch_add(&reloads[trigger][!!ok], 1);
 }
 
 /* ------------------------------------------------------------- rendering */
@@ -292,6 +297,8 @@ static void render_counters(void *arg, const sluice_metrics_t *blocks,
 void sluice_metrics_render(sluice_buf_t *out,
 			   const sluice_memstore_stats_t *stats)
 {
+	size_t i;
+
 	sluice_metrics_visit(render_counters, out);
 	if (stats)
 		render_store(out, stats);
@@ -303,9 +310,12 @@ void sluice_metrics_render(sluice_buf_t *out,
 	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,
 	       1);
 	help(out, "sluice_config_reloads_total", "counter",
-	     "SIGHUP reloads by result.");
-	series(out, "sluice_config_reloads_total", "result", "ok", NULL, NULL,
-	       ld(&reloads_ok));
-	series(out, "sluice_config_reloads_total", "result", "error", NULL,
-	       NULL, ld(&reloads_failed));
+	     "Config reloads by result and by what started them (sighup, "
+	     "or config_dir: a change in envoy.config_dir).");
+	for (i = 0; i < 2; i++) {
+		series(out, "sluice_config_reloads_total", "result", "ok",
+		       "trigger", reload_triggers[i], ld(&reloads[i][1]));
+		series(out, "sluice_config_reloads_total", "result", "error",
+		       "trigger", reload_triggers[i], ld(&reloads[i][0]));
+	}
 }

@@ -25,7 +25,11 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 void sluice_metrics_loop_lag(sluice_metrics_t *m, uint64_t lag_ns);
 
 /* Process-wide events (any thread). */
-void sluice_metrics_reload(int ok);
+/* What started a config reload (its label in
+ * sluice_config_reloads_total). */
+#define SLUICE_RELOAD_SIGHUP	 0
+#define SLUICE_RELOAD_CONFIG_DIR 1
+void sluice_metrics_reload(int ok, int trigger);
 
 /* What the configured store adds to GET /metrics and to the body of
  * /readyz's 503 (sluice_store_exposition_t, store/store.h).  Set once,

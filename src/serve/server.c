@@ -132,8 +132,14 @@ static uint64_t envoy_loaded_stamp(const sluice_server_t *s)
 	return envoy_dir(s) ? s->live->cfg->envoy->stamp : 0;
 }
 
-static void reload(sluice_server_t *s)
+/* trigger (SLUICE_RELOAD_*): what started it, named in the log line and
+ * the metric. */
+static void reload(sluice_server_t *s, int trigger)
 {
+	/* "SIGHUP: reloaded ...", "envoy.config_dir changed: reloaded ..." */
+	const char *why = trigger == SLUICE_RELOAD_SIGHUP
+				  ? "SIGHUP"
+				  : "envoy.config_dir changed";
 	const sluice_config_t *run = s->boot->cfg;
 	sluice_config_t *cfg;
 	sluice_live_t *live;
@@ -141,24 +147,25 @@ static void reload(sluice_server_t *s)
 	unsigned i;
 
 	if (!s->opts->config_path) {
-		sluice_log_warn("SIGHUP: running the built-in default config; "
-				"nothing to reload");
+		sluice_log_warn("%s: running the built-in default config; "
+				"nothing to reload",
+				why);
 		return;
 	}
 	cfg = load_config(s->opts, err, sizeof(err));
 	if (!cfg) {
-		sluice_metrics_reload(0);
-		sluice_log_error("SIGHUP: reload rejected, keeping the "
+		sluice_metrics_reload(0, trigger);
+		sluice_log_error("%s: reload rejected, keeping the "
 				 "running config: %s",
-				 err);
+				 why, err);
 		return;
 	}
 	sluice_config_restart_fields(cfg, run, fields, sizeof(fields));
 	warn_admin_exposure(cfg, run);
 	live = sluice_live_new(cfg);
 	if (!live) {
-		sluice_metrics_reload(0);
-		sluice_log_error("SIGHUP: out of memory, keeping the config");
+		sluice_metrics_reload(0, trigger);
+		sluice_log_error("%s: out of memory, keeping the config", why);
 		return;
 	}
 	for (i = 0; i < s->nworkers; i++) {
@@ -174,13 +181,13 @@ static void reload(sluice_server_t *s)
 	s->live = live;
 	/* What the directory was before this load read it (SIGHUP too). */
 	s->envoy_stamp = envoy_loaded_stamp(s);
-	sluice_metrics_reload(1);
+	sluice_metrics_reload(1, trigger);
 	if (fields[0])
-		sluice_log_info("SIGHUP: reloaded %s (%zu rules); not applied "
+		sluice_log_info("%s: reloaded %s (%zu rules); not applied "
 				"until a restart: %s",
-				cfg->path, cfg->nrules, fields);
+				why, cfg->path, cfg->nrules, fields);
 	else
-		sluice_log_info("SIGHUP: reloaded %s (%zu rules)", cfg->path,
+		sluice_log_info("%s: reloaded %s (%zu rules)", why, cfg->path,
 				cfg->nrules);
 }
 /* ------------------------------------------------------------- workers */
@@ -397,7 +404,7 @@ static void on_envoy_watch(uv_timer_t *t)
 		 * the next poll, never taken for what was loaded. */
 		s->envoy_stamp = stamp;
 		sluice_log_info("envoy.config_dir %s changed: reloading", dir);
-		reload(s);
+		reload(s, SLUICE_RELOAD_CONFIG_DIR);
 	}
 	envoy_watch_arm(s);
 }
@@ -410,7 +417,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 	unsigned i;
 
 	if (signum == SIGHUP) {
-		reload(s);
+		reload(s, SLUICE_RELOAD_SIGHUP);
 		return;
 	}
 	if (s->stopping)

@@ -237,7 +237,10 @@ class EnvoyDir:
             self.write(name, text)
 
     def write(self, name, text):
-        tmp = os.path.join(self.dir, "." + name + ".tmp")
+        # name may hold folders ("team/a/x.yaml"): made as needed.
+        sub, base = os.path.split(name)
+        os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+        tmp = os.path.join(self.dir, sub, "." + base + ".tmp")
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, os.path.join(self.dir, name))
@@ -485,9 +488,14 @@ class Protocol(Base):
         for body in bad:
             r = self.sluice.request("POST", "/json", None, body)
             self.assertEqual(r.status, 400, body)
+        # Any method, as envoyproxy/ratelimit: the body decides.
         r = self.sluice.request("GET", "/json")
-        self.assertEqual(r.status, 405)
-        self.assertEqual(r.header("allow"), "POST")
+        self.assertEqual(r.status, 400)
+        r = self.sluice.request("GET", "/json", None,
+                                '{"domain": "messaging", "descriptors":'
+                                ' [{"entries": [{"key": "to_number",'
+                                ' "value": "9"}]}]}')
+        self.assertEqual(r.status, 200)
         # Still answering.
         self.ok("messaging", desc(("to_number", "1")))
 
@@ -534,12 +542,19 @@ class Headers(Base):
         self.assertEqual(h["X-RateLimit-Remaining"], "4")
         # One token of a 5/day bucket: 17280 s until full.
         self.assertEqual(h["X-RateLimit-Reset"], "17280")
-        self.assertEqual(h["RateLimit-Policy"],
-                         '"messaging.message_type_marketing.to_number"'
-                         ';q=5;w=86400')
-        self.assertEqual(h["RateLimit"],
-                         '"messaging.message_type_marketing.to_number"'
-                         ';r=4;t=17280')
+        # The three, as envoyproxy/ratelimit: no config name leaks.
+        self.assertEqual(len(h), 3)
+
+
+class IetfHeaders(Base):
+    settings = "  ietf_headers: true\n"
+
+    def test_policy_named_without_descriptor_values(self):
+        s = self.ok("messaging", desc(("message_type", "marketing"),
+                                      ("to_number", "1")))
+        h = {x["key"]: x["value"] for x in s["responseHeadersToAdd"]}
+        self.assertEqual(h, {"RateLimit-Policy": '"default";q=5;w=86400',
+                             "RateLimit": '"default";r=4;t=17280'})
 
 
 class Reload(Base):
@@ -549,18 +564,19 @@ class Reload(Base):
         s = self.ok("messaging", desc(("to_number", "1")))
         return s["statuses"][0].get("limitRemaining", 0)
 
-    def reloads(self, result):
+    def reloads(self, result, trigger="config_dir"):
         return self.sluice.metrics().get(
-            'sluice_config_reloads_total{result="%s"}' % result, 0)
+            'sluice_config_reloads_total{result="%s",trigger="%s"}'
+            % (result, trigger), 0)
 
     def test_sighup_keeps_buckets(self):
         self.assertEqual(self.remaining(), 99)
         self.env.write("messaging.yaml", EXAMPLES["messaging.yaml"].replace(
             "requests_per_unit: 5", "requests_per_unit: 6"))
-        before = self.reloads("ok")
+        before = self.reloads("ok", "sighup")
         self.sluice.signal(signal.SIGHUP)
         self.assertTrue(harness.wait_until(
-            lambda: self.reloads("ok") > before, 20))
+            lambda: self.reloads("ok", "sighup") > before, 20))
         self.assertEqual(self.remaining(), 98)
 
     def test_changed_directory_reloads_and_keeps_buckets(self):
@@ -574,6 +590,46 @@ class Reload(Base):
         self.ok("more", desc(("k", "v")))
         self.over("more", desc(("k", "v")))
         self.assertEqual(self.remaining(), 98)
+        # The log and the metric say the directory started it, not a
+        # SIGHUP.
+        self.assertIn("envoy.config_dir changed: reloaded", self.sluice.log())
+        self.assertNotIn("SIGHUP", self.sluice.log())
+        self.assertEqual(self.reloads("ok", "sighup"), 0)
+
+    def test_nested_folders_are_read_and_skipped_files_named(self):
+        # RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/ with folders below,
+        # as envoyproxy/ratelimit reads them.
+        before = self.reloads("ok")
+        self.env.write("team/a/more.yaml", "domain: more\ndescriptors:\n"
+                       "  - key: k\n    rate_limit: {unit: hour, "
+                       "requests_per_unit: 1}\n")
+        self.env.write("team/notes.txt", "not a config\n")
+        self.assertTrue(harness.wait_until(
+            lambda: self.reloads("ok") > before, 30))
+        self.ok("more", desc(("k", "v")))
+        self.over("more", desc(("k", "v")))
+        self.assertIn("envoy.config_dir: skipped %s: not a .yaml or .yml "
+                      "file" % os.path.join(self.env.dir, "team/notes.txt"),
+                      self.sluice.log())
+
+    def test_a_file_of_a_trusted_uid_loads(self):
+        if os.geteuid() != 0:
+            self.skipTest("chown needs root")
+        before = self.reloads("error")
+        self.env.write("sidecar.yaml", "domain: sidecar\ndescriptors:\n"
+                       "  - key: k\n    rate_limit: {unit: hour, "
+                       "requests_per_unit: 1}\n")
+        os.chown(os.path.join(self.env.dir, "sidecar.yaml"), 65533, 65533)
+        # Another user's file is refused (it could rewrite the limits)...
+        self.assertTrue(harness.wait_until(
+            lambda: self.reloads("error") > before, 30))
+        self.assertIn("is owned by uid 65533", self.sluice.log())
+        # ... unless that uid is trusted.
+        self.sluice.write_config(self.config(
+            "  files: {trusted_uids: [65533]}\n"))
+        self.assertIn("SIGHUP: reloaded", self.sluice.reload())
+        self.ok("sidecar", desc(("k", "v")))
+        self.over("sidecar", desc(("k", "v")))
 
     def test_bad_file_is_rejected_naming_file_and_line(self):
         before = self.reloads("error")
@@ -642,7 +698,7 @@ class ChangeDuringReload(unittest.TestCase):
         self.write(5)
         env = {"LD_PRELOAD": os.path.join(harness.BUILD,
                                           "libslow_stderr.so"),
-               "SLOW_STDERR_MATCH": "SIGHUP: reloaded",
+               "SLOW_STDERR_MATCH": "config_dir changed: reloaded",
                "SLOW_STDERR_MS": "5000",
                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
                ":verify_asan_link_order=0"}
@@ -668,7 +724,8 @@ class ChangeDuringReload(unittest.TestCase):
 
     def reloads(self):
         return self.sluice.metrics().get(
-            'sluice_config_reloads_total{result="ok"}', 0)
+            'sluice_config_reloads_total{result="ok",trigger="config_dir"}',
+            0)
 
     def test_file_rewritten_during_a_reload_is_reloaded(self):
         self.assertEqual(self.limit(), 5)

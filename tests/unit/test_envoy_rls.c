@@ -556,7 +556,9 @@ static const char *header(const sluice_rls_response_t *r, const char *k)
 	return NULL;
 }
 
-static void test_response_headers(void)
+/* response_headers: envoyproxy/ratelimit's three headers, and nothing
+ * else -- no name of the config reaches the client. */
+static void test_response_headers_are_the_three(void)
 {
 	sluice_rls_response_t *r;
 
@@ -564,23 +566,68 @@ static void test_response_headers(void)
 	r = decide("messaging",
 		   "message_type=marketing,to_number=1|to_number=1");
 	/* The descriptor nearest its limit: 4 of 5 left. */
+	CHECK(r->nheaders == 3);
 	CHECK(header(r, "RateLimit-Limit") &&
 	      strcmp(header(r, "RateLimit-Limit"), "5") == 0);
 	CHECK(strcmp(header(r, "RateLimit-Remaining"), "4") == 0);
 	/* A bucket of 5 a day refills one token in 17280 s, and is full
 	 * again that much later. */
 	CHECK(strcmp(header(r, "RateLimit-Reset"), "17280") == 0);
+	CHECK(!header(r, "RateLimit-Policy") && !header(r, "RateLimit"));
+	sluice_rls_response_free(r);
+	stop();
+	start(NULL, "messaging.yaml", example2);
+	r = decide("messaging", "to_number=1");
+	CHECK(r->nheaders == 0);
+	sluice_rls_response_free(r);
+	stop();
+}
+
+/* ietf_headers: the draft-11 fields on their own, named by the limit's
+ * `name` or "default" -- never by the descriptor's keys and values
+ * unless ietf_policy_names: path. */
+static void test_ietf_headers_hide_descriptor_names(void)
+{
+	static const char named[] =
+		"domain: messaging\n"
+		"descriptors:\n"
+		"  - key: message_type\n"
+		"    value: marketing\n"
+		"    descriptors:\n"
+		"      - key: to_number\n"
+		"        rate_limit: {name: promo, unit: day, "
+		"requests_per_unit: 5}\n"
+		"  - key: to_number\n"
+		"    rate_limit: {unit: day, requests_per_unit: 100}\n";
+	sluice_rls_response_t *r;
+
+	start("  ietf_headers: true\n", "messaging.yaml", example2);
+	r = decide("messaging",
+		   "message_type=marketing,to_number=1|to_number=1");
+	CHECK(r->nheaders == 2 && !header(r, "RateLimit-Limit"));
+	CHECK(strcmp(header(r, "RateLimit-Policy"),
+		     "\"default\";q=5;w=86400") == 0);
+	CHECK(strcmp(header(r, "RateLimit"), "\"default\";r=4;t=17280") == 0);
+	sluice_rls_response_free(r);
+	stop();
+	start("  ietf_headers: true\n", "messaging.yaml", named);
+	r = decide("messaging", "message_type=marketing,to_number=1");
+	CHECK(strcmp(header(r, "RateLimit-Policy"), "\"promo\";q=5;w=86400") ==
+	      0);
+	sluice_rls_response_free(r);
+	stop();
+	start("  response_headers: true\n  ietf_headers: true\n"
+	      "  ietf_policy_names: path\n",
+	      "messaging.yaml", example2);
+	r = decide("messaging",
+		   "message_type=marketing,to_number=1|to_number=1");
+	CHECK(r->nheaders == 5);
 	CHECK(strcmp(header(r, "RateLimit-Policy"),
 		     "\"messaging.message_type_marketing.to_number\";q=5;"
 		     "w=86400") == 0);
 	CHECK(strcmp(header(r, "RateLimit"),
 		     "\"messaging.message_type_marketing.to_number\";r=4;"
 		     "t=17280") == 0);
-	sluice_rls_response_free(r);
-	stop();
-	start(NULL, "messaging.yaml", example2);
-	r = decide("messaging", "to_number=1");
-	CHECK(r->nheaders == 0);
 	sluice_rls_response_free(r);
 	stop();
 }
@@ -823,7 +870,8 @@ int main(void)
 	RUN(test_request_supplied_limit);
 	RUN(test_override_flood_resets_no_configured_bucket);
 	RUN(test_malformed_requests_are_refused);
-	RUN(test_response_headers);
+	RUN(test_response_headers_are_the_three);
+	RUN(test_ietf_headers_hide_descriptor_names);
 	RUN(test_global_shadow_mode);
 	RUN(test_quota_mode);
 	RUN(test_quota_mode_is_all_or_nothing);

@@ -43,6 +43,9 @@ int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_proxy(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);
 /* Parses `grpc:` into cfg->grpc (config_grpc.c). */
+/* The `log:` section (config_log.c). */
+int sluice_config_parse_log(sluice_yaml_t *y, yaml_node_t *node,
+			    sluice_config_t *cfg);
 int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 			     sluice_config_t *cfg);
 

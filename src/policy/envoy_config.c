@@ -11,6 +11,7 @@
 #include "policy/envoy_config.h"
 #include "policy/config_internal.h"
 #include "policy/envoy_internal.h"
+#include "policy/envoy_metrics.h"
 #include "util/log.h"
 
 #include <dirent.h>
@@ -30,6 +31,8 @@ void sluice_envoy_settings_init(sluice_envoy_settings_t *s)
 	s->on_store_error = SLUICE_FAIL_CLOSED;
 	s->watch_ms = 1000;
 	s->trusted_group = (gid_t)-1;
+	s->metrics_style = SLUICE_ENVOY_METRICS_SLUICE;
+	s->statsd_flush_ms = 10000; /* STATS_FLUSH_INTERVAL's default */
 }
 
 static void settings_free(sluice_envoy_settings_t *s)
@@ -38,6 +41,9 @@ static void settings_free(sluice_envoy_settings_t *s)
 	free(s->header_limit);
 	free(s->header_remaining);
 	free(s->header_reset);
+	free(s->statsd_addr);
+	free(s->statsd_prefix);
+	free(s->statsd_tags);
 }
 
 /* ------------------------------------------------------------- freeing */
@@ -90,6 +96,7 @@ void sluice_envoy_config_free(sluice_envoy_config_t *cfg)
 		free(cfg->files[i]);
 	free(cfg->files);
 	free(cfg->dir);
+	sluice_buf_free(&cfg->skipped);
 	settings_free(&cfg->settings);
 	free(cfg->override_rule.name);
 	free(cfg);
@@ -145,13 +152,35 @@ typedef struct listing_s {
 static void on_skip(void *arg, const char *path, const char *why)
 {
 	listing_t *l = arg;
+	sluice_buf_t *b = &l->cfg->skipped;
 
+	/* Kept, not logged here: loading has no side effects (a reload
+	 * may yet be refused), and the host logs them once the config's
+	 * own log settings apply (sluice_envoy_log_skipped()). */
 	if (l->nskipped++ < MAX_SKIP_LINES)
-		sluice_log_info("envoy.config_dir: skipped %s: %s", path, why);
+		sluice_buf_printf(b, "envoy.config_dir: skipped %s: %s\n", path,
+				  why);
 	else if (l->nskipped == MAX_SKIP_LINES + 1)
-		sluice_log_info("envoy.config_dir: skipped more entries under "
-				"%s; not naming them all",
-				l->dir);
+		sluice_buf_printf(b,
+				  "envoy.config_dir: skipped more entries "
+				  "under %s; not naming them all\n",
+				  l->dir);
+}
+
+void sluice_envoy_log_skipped(const sluice_envoy_config_t *cfg)
+{
+	const char *p, *nl;
+
+	if (!cfg || cfg->skipped.oom)
+		return;
+	for (p = cfg->skipped.data, nl = NULL;
+	     p && p < cfg->skipped.data + cfg->skipped.len; p = nl + 1) {
+		nl = memchr(p, '\n',
+			    (size_t)(cfg->skipped.data + cfg->skipped.len - p));
+		if (!nl)
+			break;
+		sluice_log_info("%.*s", (int)(nl - p), p);
+	}
 }
 
 static int on_file(void *arg, const char *path, const struct stat *st)
@@ -485,8 +514,14 @@ static int copy_settings(sluice_envoy_settings_t *d,
 					   : "RateLimit-Remaining");
 	d->header_reset =
 		strdup(s->header_reset ? s->header_reset : "RateLimit-Reset");
+	d->statsd_addr = dup_or_null(s->statsd_addr);
+	d->statsd_prefix = strdup(s->statsd_prefix ? s->statsd_prefix : "");
+	d->statsd_tags = dup_or_null(s->statsd_tags);
 	return (s->config_dir && !d->config_dir) || !d->header_limit ||
-			       !d->header_remaining || !d->header_reset
+			       !d->header_remaining || !d->header_reset ||
+			       (s->statsd_addr && !d->statsd_addr) ||
+			       !d->statsd_prefix ||
+			       (s->statsd_tags && !d->statsd_tags)
 		       ? -1
 		       : 0;
 }
@@ -591,4 +626,42 @@ sluice_envoy_domain(const sluice_envoy_config_t *cfg, const char *name)
 		return NULL;
 	return bsearch(name, cfg->domains, cfg->ndomains, sizeof(*cfg->domains),
 		       cmp_key);
+}
+
+/* ------------------------------------------------------------ the dump */
+
+static void dump_nodes(const sluice_envoy_domain_t *dom,
+		       const sluice_envoy_node_t *nodes, size_t n,
+		       sluice_buf_t *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const sluice_envoy_node_t *d = &nodes[i];
+		const sluice_envoy_limit_t *l = d->limit;
+
+		if (l)
+			sluice_buf_printf(
+				out,
+				"%s.%s: unit=%s requests_per_unit=%u, "
+				"shadow_mode: %s, quota_mode: %s\n",
+				dom->name, d->stat_key,
+				l->unlimited ? "UNKNOWN"
+					     : sluice_envoy_unit_name(
+						       l->units[0].unit),
+				l->unlimited ? 0u
+					     : l->units[0].requests_per_unit,
+				d->shadow_mode ? "true" : "false",
+				d->quota_mode ? "true" : "false");
+		dump_nodes(dom, d->children, d->nchildren, out);
+	}
+}
+
+void sluice_envoy_dump(const sluice_envoy_config_t *cfg, sluice_buf_t *out)
+{
+	size_t i;
+
+	for (i = 0; cfg && i < cfg->ndomains; i++)
+		dump_nodes(&cfg->domains[i], cfg->domains[i].children,
+			   cfg->domains[i].nchildren, out);
 }

@@ -129,8 +129,15 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 	sluice_envoy_match_t m;
 	char msg[160];
 
-	if (!dom)
-		return 0; /* an unknown domain limits nothing */
+	if (!dom) {
+		/* An unknown domain limits nothing; counted per descriptor,
+		 * as envoyproxy/ratelimit does, under the domain's own
+		 * series (bounded as every series is). */
+		sluice_envoy_add(&sluice_envoy_series(x->req->domain, "")
+					  ->domain_not_found,
+				 1);
+		return 0;
+	}
 	if (rd->has_limit) {
 		d->rule = &x->cfg->override_rule;
 		d->units[0].requests_per_unit = rd->limit_requests_per_unit;
@@ -343,9 +350,11 @@ static void count(const rls_ctx_t *x, const desc_t *d, int over,
 		sluice_envoy_add(&s->over_limit, hits);
 		if (d->shadow)
 			sluice_envoy_add(&s->shadow_mode, hits);
-	} else if (dec && dec->limit &&
-		   (dec->limit - dec->remaining) * 100 > dec->limit * near) {
-		sluice_envoy_add(&s->near_limit, hits);
+	} else {
+		sluice_envoy_add(&s->within_limit, hits);
+		if (dec && dec->limit &&
+		    (dec->limit - dec->remaining) * 100 > dec->limit * near)
+			sluice_envoy_add(&s->near_limit, hits);
 	}
 }
 
@@ -450,6 +459,8 @@ static void count_store_errors(const rls_ctx_t *x)
 	}
 	if (n && x->svc->metrics)
 		sluice_count(&x->svc->metrics->store_errors[envoy_slot()], n);
+	if (n)
+		sluice_envoy_count_service(SLUICE_ENVOY_STORE_ERROR);
 }
 
 static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
@@ -494,8 +505,11 @@ static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 	if (x->cfg->settings.response_headers || x->cfg->settings.ietf_headers)
 		add_headers(x, r);
 	/* SHADOW_MODE: statuses say what was decided, the answer is OK. */
-	if (x->cfg->settings.shadow_mode)
+	if (x->cfg->settings.shadow_mode &&
+	    r->overall_code == SLUICE_RLS_CODE_OVER_LIMIT) {
 		r->overall_code = SLUICE_RLS_CODE_OK;
+		sluice_envoy_count_service(SLUICE_ENVOY_GLOBAL_SHADOW_MODE);
+	}
 answer:
 	x->cb(x->arg, r);
 out:
@@ -591,8 +605,10 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 	size_t i, k, n, nquota = 0, quota_blocked = 0;
 	int rc, blocked = 0;
 
-	if ((rc = validate(req, errbuf, errlen)) < 0)
+	if ((rc = validate(req, errbuf, errlen)) < 0) {
+		sluice_envoy_count_service(SLUICE_ENVOY_SERVICE_ERROR);
 		return rc;
+	}
 	if (!cfg) {
 		snprintf(errbuf, errlen,
 			 "no rate limit configuration loaded (the config has "

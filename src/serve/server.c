@@ -4,6 +4,7 @@
 #include "serve/server.h"
 #include "grpc/grpc.h"
 #include "policy/envoy_config.h"
+#include "serve/statsd.h"
 #include "serve/store_events.h"
 
 #include <arpa/inet.h>
@@ -31,6 +32,7 @@ typedef struct sluice_server_s {
 	/* envoy.config_dir: polled for changes (policy/envoy_watch.c) */
 	uv_timer_t envoy_watch;
 	uint64_t envoy_stamp;
+	uv_timer_t statsd; /* envoy.statsd's flushes (serve/statsd.c) */
 } sluice_server_t;
 
 /* ------------------------------------------------------------- configs */
@@ -75,6 +77,18 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts, char *err,
 		sluice_config_free(cfg);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
+	}
+	/* A certificate that cannot be used refuses the start or the
+	 * reload, as any config error does. */
+	if (cfg && sluice_grpc_tls_check(cfg, err, errlen) < 0) {
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	/* log: {format, level} from here on, the reload's own lines too
+	 * (the first of them: what the envoy loader skipped). */
+	if (cfg) {
+		sluice_log_configure(cfg->log_json, cfg->log_level);
+		sluice_envoy_log_skipped(cfg->envoy);
 	}
 	return cfg;
 }
@@ -409,6 +423,21 @@ static void on_envoy_watch(uv_timer_t *t)
 	envoy_watch_arm(s);
 }
 
+/* envoy.statsd: a flush every flush_ms of the running config (a reload
+ * may change it, add or drop it: looked at each second without one). */
+static void on_statsd(uv_timer_t *t)
+{
+	sluice_server_t *s = t->data;
+	const sluice_envoy_config_t *e = s->live->cfg->envoy;
+
+	sluice_statsd_flush(e ? &e->settings : NULL);
+	uv_timer_start(&s->statsd, on_statsd,
+		       e && e->settings.statsd_addr
+			       ? e->settings.statsd_flush_ms
+			       : 1000,
+		       0);
+}
+
 /* ------------------------------------------------------------- signals */
 
 static void on_signal(uv_signal_t *sig, int signum)
@@ -431,6 +460,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 	}
 	uv_close((uv_handle_t *)&s->sighup, NULL);
 	uv_close((uv_handle_t *)&s->envoy_watch, NULL);
+	uv_close((uv_handle_t *)&s->statsd, NULL);
 	uv_close((uv_handle_t *)&s->sigterm, NULL);
 	uv_close((uv_handle_t *)&s->sigint, NULL);
 }
@@ -546,6 +576,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	s.envoy_watch.data = &s;
 	s.envoy_stamp = envoy_loaded_stamp(&s);
 	envoy_watch_arm(&s);
+	uv_timer_init(s.main_loop, &s.statsd);
+	s.statsd.data = &s;
+	uv_timer_start(&s.statsd, on_statsd, 1000, 0);
 
 	for (i = 0; i < s.nworkers; i++) {
 		if (uv_thread_create(&s.workers[i].thread, worker_main,

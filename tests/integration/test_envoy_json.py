@@ -24,9 +24,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -544,6 +546,135 @@ class Headers(Base):
         self.assertEqual(h["X-RateLimit-Reset"], "17280")
         # The three, as envoyproxy/ratelimit: no config name leaks.
         self.assertEqual(len(h), 3)
+
+
+class JsonLog(Base):
+    """log: {format: json, level}: every line one JSON object with
+    envoyproxy/ratelimit's fields (LOG_FORMAT=json); lines below the level
+    are not written, and a reload changes both."""
+    files = {"messaging.yaml": EXAMPLES["messaging.yaml"],
+             "notes.txt": "not a config\n"}
+    settings = ""
+
+    def config(self, extra=""):
+        return Base.config(self, extra) + "log: {format: json}\n"
+
+    def lines(self):
+        return [json.loads(ln) for ln in self.sluice.log().splitlines()
+                if ln.strip()]
+
+    def test_every_line_is_json_and_the_level_filters(self):
+        ls = self.lines()  # each parses, or this fails
+        self.assertTrue(ls)
+        for ln in ls:
+            self.assertEqual(set(ln), {"@timestamp", "level", "@message"})
+        self.assertIn({"level": "info", "@message":
+                       "envoy.config_dir: skipped %s: not a .yaml or .yml "
+                       "file" % os.path.join(self.env.dir, "notes.txt")},
+                      [{"level": ln["level"], "@message": ln["@message"]}
+                       for ln in ls])
+        # level: warn -- an info line (a skipped file) is no longer written.
+        self.sluice.write_config(self.config().replace(
+            "log: {format: json}", "log: {format: json, level: warn}"))
+        before = self.sluice.metrics().get(
+            'sluice_config_reloads_total{result="ok",trigger="sighup"}', 0)
+        self.sluice.signal(signal.SIGHUP)
+        self.assertTrue(harness.wait_until(lambda: self.sluice.metrics().get(
+            'sluice_config_reloads_total{result="ok",trigger="sighup"}',
+            0) > before, 20))
+        n = len(self.lines())
+        self.env.write("more.txt", "not a config either\n")
+        self.env.write("more.yaml", "domain: more\ndescriptors:\n"
+                       "  - key: k\n    rate_limit: {unit: hour, "
+                       "requests_per_unit: 1}\n")
+        self.assertTrue(harness.wait_until(
+            lambda: self.rl("more", desc(("k", "v"))).json().get(
+                "statuses", [{}])[0].get("currentLimit"), 30))
+        later = self.lines()[n:]
+        self.assertEqual([ln for ln in later if ln["level"] == "info"], [])
+
+
+class RlConfig(Base):
+    """GET /rlconfig, an admin endpoint: the loaded limits, one line each,
+    as envoyproxy/ratelimit's debug page lists them."""
+    files = {"messaging.yaml": EXAMPLES["messaging.yaml"]}
+
+    def config(self, extra=""):
+        return Base.config(self, extra) + "admin: {token: \"%s\"}\n" % (
+            "t" * 32)
+
+    def test_lists_each_limit_behind_the_admin_token(self):
+        r = self.sluice.request("GET", "/rlconfig")
+        self.assertEqual(r.status, 401)
+        r = self.sluice.request("GET", "/rlconfig",
+                                {"Authorization": "Bearer " + "t" * 32})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(
+            r.body.decode().splitlines(),
+            ["messaging.message_type_marketing.to_number: unit=DAY "
+             "requests_per_unit=5, shadow_mode: false, quota_mode: false",
+             "messaging.to_number: unit=DAY requests_per_unit=100, "
+             "shadow_mode: false, quota_mode: false"])
+
+
+class StatsD(Base):
+    """envoy.statsd: the counts, in envoyproxy/ratelimit's StatsD names,
+    sent as deltas over UDP to an agent (here a socket of the test's own
+    on loopback), DogStatsD tags appended."""
+    files = {"messaging.yaml": EXAMPLES["messaging.yaml"]}
+
+    def setUp(self):
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.addCleanup(self.udp.close)
+        Base.setUp(self)
+
+    def config(self, extra=""):
+        return Base.config(self, extra) + (
+            "  statsd: {addr: \"127.0.0.1:%d\", prefix: \"prod.\", "
+            "flush_ms: 200, dogstatsd: true, tags: {env: test}}\n"
+            % self.udp.getsockname()[1])
+
+    def received(self, want, timeout=30):
+        """The counter lines received until `want` (a dict name -> total)
+        is reached; the totals."""
+        got = {}
+        deadline = time.monotonic() + timeout
+        while any(got.get(k, 0) < v for k, v in want.items()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.udp.settimeout(left)
+            try:
+                data = self.udp.recv(65536).decode()
+            except socket.timeout:
+                break
+            for line in data.splitlines():
+                name, rest = line.split(":", 1)
+                n, kind, tags = rest.split("|")
+                self.assertEqual((kind, tags), ("c", "#env:test"))
+                got[name] = got.get(name, 0) + int(n)
+        return got
+
+    def test_counts_arrive_as_deltas_in_ratelimit_names(self):
+        for _ in range(3):
+            self.ok("messaging", desc(("to_number", "1")))
+        self.ok("nowhere", desc(("k", "v")))
+        want = {"prod.ratelimit.service.rate_limit.messaging.to_number."
+                "total_hits": 3,
+                "prod.ratelimit.service.rate_limit.messaging.to_number."
+                "within_limit": 3,
+                "prod.ratelimit.service.rate_limit.nowhere."
+                "domain_not_found": 1}
+        got = self.received(want)
+        for k, v in want.items():
+            self.assertEqual(got.get(k), v, got)
+        # Deltas: two more hits arrive as 2, not as the total of 5.
+        self.ok("messaging", desc(("to_number", "1")))
+        self.ok("messaging", desc(("to_number", "1")))
+        k = ("prod.ratelimit.service.rate_limit.messaging.to_number."
+             "total_hits")
+        self.assertEqual(self.received({k: 2}).get(k), 2)
 
 
 class IetfHeaders(Base):

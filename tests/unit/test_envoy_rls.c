@@ -855,6 +855,98 @@ static void test_store_failures_are_counted(void)
 	stop();
 }
 
+/* The line of `series` in a ratelimit-style exposition, its count; -1
+ * when absent; it must be there once at most. */
+static long long metric(const char *series)
+{
+	sluice_buf_t out = {0};
+	char *p, *nl;
+	long long v = -1;
+	size_t n = strlen(series);
+
+	sluice_envoy_metrics_render(&out,
+				    SLUICE_ENVOY_METRICS_SLUICE |
+					    SLUICE_ENVOY_METRICS_RATELIMIT);
+	sluice_buf_append(&out, "", 1);
+	CHECK(!out.oom);
+	for (p = out.data; p && *p; p = nl ? nl + 1 : NULL) {
+		nl = strchr(p, '\n');
+		if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+			CHECK(v == -1); /* never twice */
+			v = atoll(p + n + 1);
+		}
+	}
+	sluice_buf_free(&out);
+	return v;
+}
+
+/* envoy.metrics: ratelimit -- the series a statsd_exporter with
+ * envoyproxy/ratelimit's default mapping shows: one and two levels as
+ * {domain,key1[,key2]}, deeper ones under their escaped statsd name;
+ * within_limit, domain_not_found, global_shadow_mode counted. */
+static void test_ratelimit_metric_names(void)
+{
+	static const char deep[] =
+		"domain: mnames\n"
+		"descriptors:\n"
+		"  - key: a\n"
+		"    descriptors:\n"
+		"      - key: b\n"
+		"        rate_limit: {unit: day, requests_per_unit: 1}\n"
+		"        descriptors:\n"
+		"          - key: c\n"
+		"            rate_limit: {unit: day, requests_per_unit: 5}\n"
+		"  - key: k\n"
+		"    rate_limit: {unit: day, requests_per_unit: 1}\n";
+	sluice_rls_response_t *r;
+	long long shadow_before =
+		metric("sluice_envoy_global_shadow_mode_total");
+
+	start("  metrics: ratelimit\n  shadow_mode: true\n", "m.yaml", deep);
+	sluice_rls_response_free(decide("mnames", "k=1"));
+	sluice_rls_response_free(decide("mnames", "k=1")); /* over */
+	sluice_rls_response_free(decide("mnames", "a=x,b=y"));
+	sluice_rls_response_free(decide("mnames", "a=x,b=y,c=z"));
+	sluice_rls_response_free(decide("mnames_nowhere", "k=1|k=2"));
+	r = decide("mnames", "k=1");
+	CHECK(r->overall_code == OK); /* shadow_mode: OK, and counted */
+	sluice_rls_response_free(r);
+	CHECK(metric("ratelimit_service_rate_limit_total_hits"
+		     "{domain=\"mnames\",key1=\"k\"}") == 3);
+	CHECK(metric("ratelimit_service_rate_limit_within_limit"
+		     "{domain=\"mnames\",key1=\"k\"}") == 1);
+	CHECK(metric("ratelimit_service_rate_limit_over_limit"
+		     "{domain=\"mnames\",key1=\"k\"}") == 2);
+	CHECK(metric("ratelimit_service_rate_limit_total_hits"
+		     "{domain=\"mnames\",key1=\"a\",key2=\"b\"}") == 1);
+	CHECK(metric("ratelimit_service_rate_limit_a_b_c_total_hits") == -1);
+	CHECK(metric("ratelimit_service_rate_limit_mnames_a_b_c_total_hits") ==
+	      1);
+	CHECK(metric("ratelimit_service_rate_limit_mnames_nowhere_domain_not_"
+		     "found") == 2);
+	CHECK(metric("sluice_envoy_domain_not_found_total"
+		     "{domain=\"mnames_nowhere\"}") == 2);
+	CHECK(metric("sluice_envoy_within_limit_total"
+		     "{domain=\"mnames\",descriptor=\"k\"}") == 1);
+	CHECK(metric("ratelimit_service_global_shadow_mode") >= 1);
+	CHECK(metric("sluice_envoy_global_shadow_mode_total") ==
+	      (shadow_before < 0 ? 0 : shadow_before) + 2);
+	stop();
+}
+
+/* Two stats whose statsd_exporter names are one ("a.b_c" and "a_b.c"
+ * both escape to ..._a_b_c_...) are one series, summed: never a line
+ * twice, which would make a scraper refuse the whole page. */
+static void test_ratelimit_names_that_collide_are_summed(void)
+{
+	sluice_envoy_add(&sluice_envoy_series("mcoll", "a.b_c.d")->total_hits,
+			 2);
+	sluice_envoy_add(&sluice_envoy_series("mcoll", "a_b.c.d")->total_hits,
+			 3);
+	CHECK(metric("ratelimit_service_rate_limit_mcoll_a_b_c_d_total_hits") ==
+	      5);
+}
+
 int main(void)
 {
 	RUN(test_example2_marketing_five_a_day);
@@ -872,6 +964,8 @@ int main(void)
 	RUN(test_malformed_requests_are_refused);
 	RUN(test_response_headers_are_the_three);
 	RUN(test_ietf_headers_hide_descriptor_names);
+	RUN(test_ratelimit_metric_names);
+	RUN(test_ratelimit_names_that_collide_are_summed);
 	RUN(test_global_shadow_mode);
 	RUN(test_quota_mode);
 	RUN(test_quota_mode_is_all_or_nothing);

@@ -928,6 +928,26 @@ class GrpcTlsTest(unittest.TestCase):
             "cannot be used with the certificate" in s.log(), 30))
         self.assertNotIn("PRIVATE KEY", s.log())
 
+    def test_sighup_applies_other_certificate_files(self):
+        s = self.serve("{cert_file: %s, key_file: %s}"
+                       % (self.tls.server_cert, self.tls.server_key))
+        self.assertEqual(self.call(s), OK)
+        s.write_config(envoy_config(extra="grpc: {tls: {cert_file: %s, "
+                                    "key_file: %s}}\n"
+                                    % (self.tls.other_server_cert,
+                                       self.tls.other_server_key)))
+        self.assertIn("SIGHUP: reloaded", s.reload())
+        self.assertEqual(self.call(s, root=self.tls.other_ca), OK)
+        # A reload naming a key that does not fit is refused; the
+        # running certificate stays.
+        s.write_config(envoy_config(extra="grpc: {tls: {cert_file: %s, "
+                                    "key_file: %s}}\n"
+                                    % (self.tls.server_cert,
+                                       self.tls.client_key)))
+        self.assertIn("reload rejected", s.reload())
+        self.assertIn("grpc.tls.key_file", s.log())
+        self.assertEqual(self.call(s, root=self.tls.other_ca), OK)
+
     def test_a_certificate_that_cannot_be_used_refuses_the_start(self):
         fd, path = tempfile.mkstemp(suffix=".yaml")
         os.close(fd)

@@ -166,6 +166,7 @@ struct grpc_conn_s {
 	/* grpc.max_connection_age_ms, jittered, and its grace, as the
 	 * config was when accepted; 0: no age */
 	uint64_t age_ms, age_grace_ms;
+	uint64_t aged_ms;    /* when it was told GOAWAY for its age */
 	uint64_t answer_ms;  /* last sweep with no answer waiting on the
 				client's window, or last answer bytes out */
 	size_t held;	     /* bytes this connection's calls hold */

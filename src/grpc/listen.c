@@ -183,12 +183,15 @@ void sluice_grpc_sweep(sluice_grpc_t *g, uint64_t force_at_ms)
 		 * for a drain: calls in flight are answered), and past the
 		 * grace the connection closes, open streams or not. */
 		if (c->age_ms && !c->closing) {
-			if (now - c->born_ms >= c->age_ms + c->age_grace_ms) {
+			/* The grace counts from the GOAWAY, so a late sweep
+			 * never closes a connection that was not told. */
+			if (c->aged && now - c->aged_ms >= c->age_grace_ms) {
 				grpc_conn_close(c);
 				continue;
 			}
 			if (now - c->born_ms >= c->age_ms && !c->aged) {
 				c->aged = 1;
+				c->aged_ms = now;
 				grpc_conn_drain(c);
 			}
 		}

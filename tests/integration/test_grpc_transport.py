@@ -641,7 +641,7 @@ class GrpcListenTest(unittest.TestCase):
         s = GrpcSluice(envoy_config(
             extra="http: {idle_timeout_ms: 600000}\n"
                   "grpc: {max_connection_age_ms: 500, "
-                  "max_connection_age_grace_ms: 500}\n"))
+                  "max_connection_age_grace_ms: 2000}\n"))
         h = H2(s.grpc_port)
         try:
             sid = h.headers(path="/grpc.health.v1.Health/Watch")

@@ -23,6 +23,7 @@ static void on_close(uv_handle_t *h)
 	grpc_conn_t *c = h->data;
 
 	grpc_conn_release(c);
+	grpc_tls_free(c);
 	free(c);
 }
 
@@ -55,22 +56,23 @@ static void on_write(uv_write_t *req, int status)
 	grpc_conn_flush(c);
 }
 
-/* Hands out to the kernel; what it does not take goes through
- * uv_write.  Returns -1 when the connection closed. */
-static int write_out(grpc_conn_t *c)
+/* Hands src (c->out, or c->cipher under TLS) to the kernel; what it
+ * does not take goes through uv_write.  Returns -1 when the connection
+ * closed. */
+static int send_buf(grpc_conn_t *c, sluice_buf_t *src)
 {
 	sluice_buf_t tmp;
 	uv_buf_t b;
 	int r;
 
-	if (c->writing || c->out.len == 0)
+	if (c->writing || src->len == 0)
 		return 0;
-	b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+	b = uv_buf_init(src->data, (unsigned)src->len);
 	r = uv_try_write(&c->h.stream, &b, 1);
-	if (r == (int)c->out.len) {
-		c->out.len = 0;
-		if (c->out.cap > 65536)
-			sluice_buf_free(&c->out);
+	if (r == (int)src->len) {
+		src->len = 0;
+		if (src->cap > 65536)
+			sluice_buf_free(src);
 		return 0;
 	}
 	if (r < 0 && r != UV_EAGAIN) {
@@ -78,11 +80,11 @@ static int write_out(grpc_conn_t *c)
 		return -1;
 	}
 	if (r > 0)
-		sluice_buf_consume(&c->out, (size_t)r);
+		sluice_buf_consume(src, (size_t)r);
 	tmp = c->wbuf;
-	c->wbuf = c->out;
-	c->out = tmp;
-	c->out.len = 0;
+	c->wbuf = *src;
+	*src = tmp;
+	src->len = 0;
 	b = uv_buf_init(c->wbuf.data, (unsigned)c->wbuf.len);
 	c->wreq.data = c;
 	if (uv_write(&c->wreq, &c->h.stream, &b, 1, on_write) < 0) {
@@ -91,6 +93,23 @@ static int write_out(grpc_conn_t *c)
 	}
 	c->writing = 1;
 	return 0;
+}
+
+static int write_out(grpc_conn_t *c)
+{
+	return send_buf(c, &c->out);
+}
+
+/* Under TLS: what the session wrote, encrypted, then sent. */
+static int tls_write_out(grpc_conn_t *c)
+{
+	if (c->writing)
+		return 0;
+	if (grpc_tls_out(c) < 0) {
+		grpc_conn_close(c);
+		return -1;
+	}
+	return send_buf(c, &c->cipher);
 }
 
 static void set_reading(grpc_conn_t *c, int on)
@@ -144,11 +163,25 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		grpc_conn_close(c);
 		return;
 	}
-	grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
+	if (!c->ssl) {
+		grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
+		return;
+	}
+	if (grpc_tls_in(c, (const uint8_t *)buf->base, (size_t)n) < 0) {
+		/* A refused handshake's alert goes out if it can. */
+		send_buf(c, &c->cipher);
+		if (!c->closing)
+			grpc_conn_close(c);
+		return;
+	}
+	if (!c->closing)
+		tls_write_out(c);
 }
 
 static const grpc_io_t sock_io = {write_out, set_reading, sock_close,
 				  peer_name};
+static const grpc_io_t tls_io = {tls_write_out, set_reading, sock_close,
+				 peer_name};
 
 static void free_unaccepted(uv_handle_t *h)
 {
@@ -175,5 +208,14 @@ void grpc_conn_accept(sluice_grpc_t *g)
 	}
 	if (!g->is_unix)
 		uv_tcp_nodelay(&c->h.tcp, 1);
-	grpc_conn_start(g, c, &sock_io);
+	if (!g->svc->live->cfg->grpc.tls.cert_file) {
+		grpc_conn_start(g, c, &sock_io);
+		return;
+	}
+	c->io = &tls_io; /* for the log's peer name */
+	if (grpc_tls_start(c) < 0) {
+		uv_close(&c->h.handle, free_unaccepted);
+		return;
+	}
+	grpc_conn_start(g, c, &tls_io);
 }

@@ -123,7 +123,28 @@ struct sluice_grpc_s {
 	uint64_t log_ms;      /* last cut-off logged (one a second) */
 	uint64_t log_skipped; /* cut-offs not logged since */
 	char rbuf[16 * 1024]; /* read buffer shared by the connections */
+	/* grpc.tls (tls.c): this thread's server context, the settings and
+	 * files it was built from, when they were last looked at. */
+	struct ssl_ctx_st *tls_ctx;
+	const sluice_grpc_tls_config_t *tls_cfg;
+	uint64_t tls_stamp, tls_checked_ms;
 };
+
+/* ------------------------------------------------------------ tls.c */
+
+/* A server context from t's files; NULL with why in err. */
+struct ssl_ctx_st *grpc_tls_ctx_build(const sluice_grpc_tls_config_t *t,
+				      char *err, size_t errlen);
+/* TLS for a new connection (grpc.tls on): 0, or -1 (no context). */
+int grpc_tls_start(grpc_conn_t *c);
+/* The socket's bytes in: the handshake, then the plaintext to
+ * grpc_conn_feed(); records to send land in c->cipher.  -1: close. */
+int grpc_tls_in(grpc_conn_t *c, const uint8_t *p, size_t n);
+/* c->out encrypted into c->cipher.  -1: close. */
+int grpc_tls_out(grpc_conn_t *c);
+void grpc_tls_free(grpc_conn_t *c);
+/* The thread's context, at the listener's end. */
+void grpc_tls_release(sluice_grpc_t *g);
 
 struct grpc_conn_s {
 	sluice_grpc_t *g;
@@ -140,7 +161,12 @@ struct grpc_conn_s {
 	sluice_buf_t wbuf;  /* frames in a uv_write */
 	grpc_call_t *calls; /* calls on open streams */
 	grpc_conn_t *prev, *next;
-	uint64_t touch_ms;   /* last frame in or out */
+	uint64_t touch_ms; /* last frame in or out */
+	uint64_t born_ms;  /* accepted */
+	/* grpc.max_connection_age_ms, jittered, and its grace, as the
+	 * config was when accepted; 0: no age */
+	uint64_t age_ms, age_grace_ms;
+	uint64_t aged_ms;    /* when it was told GOAWAY for its age */
 	uint64_t answer_ms;  /* last sweep with no answer waiting on the
 				client's window, or last answer bytes out */
 	size_t held;	     /* bytes this connection's calls hold */
@@ -151,11 +177,15 @@ struct grpc_conn_s {
 	unsigned writing : 1;
 	unsigned reading : 1;
 	unsigned closing : 1;
-	unsigned in_recv : 1; /* in mem_recv or a sweep: flush after */
-	unsigned goaway : 1;  /* GOAWAY submitted: close when done */
-	unsigned notice : 1;  /* draining: the final GOAWAY follows the
-				 last call in flight */
-	unsigned refused : 1; /* cut off (grpc_conn_refuse) */
+	unsigned in_recv : 1;	/* in mem_recv or a sweep: flush after */
+	unsigned goaway : 1;	/* GOAWAY submitted: close when done */
+	unsigned notice : 1;	/* draining: the final GOAWAY follows the
+				   last call in flight */
+	unsigned refused : 1;	/* cut off (grpc_conn_refuse) */
+	unsigned aged : 1;	/* past max_connection_age: draining */
+	unsigned tls_ready : 1; /* TLS: the handshake is done */
+	struct ssl_st *ssl;	/* TLS (tls.c); NULL: cleartext */
+	sluice_buf_t cipher;	/* TLS records not yet sent */
 };
 
 /* listen.c -> conn.c */
@@ -202,6 +232,7 @@ struct grpc_call_s {
 	int32_t id;
 	const grpc_method_t *method;
 	unsigned method_ix; /* its row in the method table (stream.c) */
+	uint64_t start_ns;  /* uv_hrtime() at its headers: its latency */
 	sluice_buf_t in;    /* request bytes: prefix and message */
 	sluice_buf_t resp;  /* the answer's DATA: prefix and message */
 	size_t resp_off;

@@ -179,6 +179,22 @@ void sluice_grpc_sweep(sluice_grpc_t *g, uint64_t force_at_ms)
 			grpc_conn_close(c);
 			continue;
 		}
+		/* max_connection_age: GOAWAY (after a shutdown notice, as
+		 * for a drain: calls in flight are answered), and past the
+		 * grace the connection closes, open streams or not. */
+		if (c->age_ms && !c->closing) {
+			/* The grace counts from the GOAWAY, so a late sweep
+			 * never closes a connection that was not told. */
+			if (c->aged && now - c->aged_ms >= c->age_grace_ms) {
+				grpc_conn_close(c);
+				continue;
+			}
+			if (now - c->born_ms >= c->age_ms && !c->aged) {
+				c->aged = 1;
+				c->aged_ms = now;
+				grpc_conn_drain(c);
+			}
+		}
 		grpc_call_sweep(c, now, grpc_conn_idle_timeout_ms(c));
 		/* A connection with no stream open and no frame for the idle
 		 * timeout: GOAWAY, then it closes. */
@@ -223,5 +239,7 @@ void sluice_grpc_close_all(sluice_grpc_t *g)
 
 void sluice_grpc_free(sluice_grpc_t *g)
 {
+	if (g)
+		grpc_tls_release(g);
 	free(g);
 }

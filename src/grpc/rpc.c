@@ -181,16 +181,20 @@ static size_t pct_encode(char *out, size_t outlen, const char *s)
 }
 
 /* Counts an answer for /metrics: by method (the table's order, then
- * "other") and grpc-status. */
+ * "other") and grpc-status, and its time since the request's headers. */
 static void count_answer(grpc_call_t *call, int status)
 {
+	sluice_metrics_t *mx = call->conn->g->svc->metrics;
 	size_t m = call->method ? call->method_ix : SLUICE_GRPC_METHODS - 1;
+	uint64_t now = uv_hrtime();
 
 	if (m >= SLUICE_GRPC_METHODS)
 		m = SLUICE_GRPC_METHODS - 1;
 	if (status < 0 || status > 16)
 		status = GRPC_UNKNOWN;
-	sluice_count(&call->conn->g->svc->metrics->grpc_calls[m][status], 1);
+	sluice_count(&mx->grpc_calls[m][status], 1);
+	sluice_latency_count(mx->grpc_latency[m], &mx->grpc_latency_sum_ns[m],
+			     now > call->start_ns ? now - call->start_ns : 0);
 }
 
 /* After an answer: flush now unless nghttp2 is calling us (then

@@ -376,6 +376,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame,
 	call->g = c->g;
 	call->id = frame->hd.stream_id;
 	call->start_ms = uv_now(c->g->loop);
+	call->start_ns = uv_hrtime();
 	call->next = c->calls;
 	if (c->calls)
 		c->calls->prev = call;

@@ -36,6 +36,7 @@ static void init_defaults(sluice_config_t *cfg)
 	cfg->max_header_bytes = SLUICE_DEFAULT_MAX_HEADER_BYTES;
 	cfg->max_body_bytes = SLUICE_DEFAULT_MAX_BODY_BYTES;
 	cfg->idle_timeout_ms = SLUICE_DEFAULT_IDLE_TIMEOUT_MS;
+	cfg->log_level = SLUICE_DEFAULT_LOG_LEVEL;
 }
 
 static int default_trusted(sluice_config_t *cfg)
@@ -174,6 +175,11 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->admin_token);
 	free(cfg->admin_listen);
 	free(cfg->grpc.listen);
+	free(cfg->grpc.tls.cert_file);
+	free(cfg->grpc.tls.key_file);
+	free(cfg->grpc.tls.client_ca_file);
+	for (size_t k = 0; k < cfg->grpc.tls.nclient_sans; k++)
+		free(cfg->grpc.tls.client_sans[k]);
 	sluice_envoy_config_free(cfg->envoy);
 	free_rules(cfg);
 	free(cfg);
@@ -344,9 +350,9 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 {
 	static const char *const keys[] = {
-		"listen",      "threads", "store", "trusted_proxies",
-		"ipv6_prefix", "http",	  "admin", "proxy",
-		"rules",       "envoy",	  "grpc",  NULL};
+		"listen", "threads", "store", "trusted_proxies", "ipv6_prefix",
+		"http",	  "admin",   "proxy", "rules",		 "envoy",
+		"grpc",	  "log",     NULL};
 	yaml_node_t *v;
 	uint64_t u;
 	const char *s;
@@ -402,6 +408,9 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "grpc")) &&
 	    sluice_config_parse_grpc(y, v, cfg) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "log")) &&
+	    sluice_config_parse_log(y, v, cfg) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "rules"))) {
 		if (sluice_config_parse_rules(y, v, cfg) < 0)

@@ -17,6 +17,7 @@
 #include "sluice.h"
 #include "store/store_config.h"
 #include "util/listen_socket.h"
+#include "util/log.h"
 
 #include <netinet/in.h>
 #include <stddef.h>
@@ -39,6 +40,7 @@ typedef struct sluice_cidr_s {
 #define SLUICE_DEFAULT_STORE_TIMEOUT_MS 50
 #define SLUICE_DEFAULT_CONNECTIONS	1
 #define SLUICE_DEFAULT_IPV6_PREFIX	64
+#define SLUICE_DEFAULT_LOG_LEVEL	SLUICE_LOG_INFO
 #define SLUICE_DEFAULT_MAX_HEADER_BYTES (8 * 1024)
 #define SLUICE_DEFAULT_MAX_BODY_BYTES	(16 * 1024)
 #define SLUICE_DEFAULT_IDLE_TIMEOUT_MS	30000
@@ -54,10 +56,36 @@ typedef struct sluice_cidr_s {
 
 /* The gRPC listener (src/grpc/; config_grpc.c): off unless `grpc.listen`
  * or --grpc-listen gives an address. */
+/* grpc.tls: TLS on the gRPC listener (src/grpc/tls.c); off when
+ * cert_file is NULL. */
+#define SLUICE_GRPC_MAX_SANS 16
+typedef struct sluice_grpc_tls_config_s {
+	char *cert_file;      /* PEM chain, the server's first */
+	char *key_file;	      /* its PEM private key */
+	char *client_ca_file; /* mutual TLS: clients must present a
+				 certificate this CA signed; NULL: none */
+	/* With client_ca_file: the client certificate must name one of
+	 * these (DNS or IP SANs); none: any name. */
+	char *client_sans[SLUICE_GRPC_MAX_SANS];
+	size_t nclient_sans;
+} sluice_grpc_tls_config_t;
+
 typedef struct sluice_grpc_config_s {
 	char *listen; /* "HOST:PORT", "[V6]:PORT" or "unix:/PATH"; NULL: off */
 	size_t max_message_bytes; /* RESOURCE_EXHAUSTED beyond; 0: 64 KiB */
+	/* max_connection_age_ms / _grace_ms (envoyproxy/ratelimit's
+	 * GRPC_MAX_CONNECTION_AGE / _GRACE): a connection this old (give
+	 * or take 10%) is told GOAWAY, so that clients spread over the
+	 * replicas again; grace later it is closed.  0: never.  *_set: the
+	 * config gave it (else the default). */
+	uint64_t max_age_ms, max_age_grace_ms;
+	int max_age_set, max_age_grace_set;
+	sluice_grpc_tls_config_t tls;
 } sluice_grpc_config_t;
+
+/* envoyproxy/ratelimit's defaults: a day, then an hour's grace. */
+#define SLUICE_DEFAULT_GRPC_MAX_AGE_MS	     (24ull * 3600 * 1000)
+#define SLUICE_DEFAULT_GRPC_MAX_AGE_GRACE_MS (3600ull * 1000)
 
 /* grpc.max_message_bytes by default: Envoy's rate limit requests are
  * well under a kilobyte. */
@@ -90,6 +118,10 @@ typedef struct sluice_config_s {
 	int proxy_set;
 	char proxy_method[64], proxy_uri[64];
 	sluice_grpc_config_t grpc;
+	/* log: {format, level} (config_log.c): JSON lines or text, and
+	 * the lowest level written; text and info by default. */
+	int log_json;
+	sluice_log_level_t log_level;
 	/* The `envoy:` section and its loaded directory (envoy_config.h);
 	 * NULL when absent. */
 	struct sluice_envoy_config_s *envoy;
@@ -172,6 +204,20 @@ static inline size_t sluice_config_grpc_max_message(const sluice_config_t *cfg)
 {
 	return cfg->grpc.max_message_bytes ? cfg->grpc.max_message_bytes
 					   : SLUICE_DEFAULT_GRPC_MAX_MESSAGE;
+}
+
+static inline uint64_t sluice_config_grpc_max_age_ms(const sluice_config_t *cfg)
+{
+	return cfg->grpc.max_age_set ? cfg->grpc.max_age_ms
+				     : SLUICE_DEFAULT_GRPC_MAX_AGE_MS;
+}
+
+static inline uint64_t
+sluice_config_grpc_max_age_grace_ms(const sluice_config_t *cfg)
+{
+	return cfg->grpc.max_age_grace_set
+		       ? cfg->grpc.max_age_grace_ms
+		       : SLUICE_DEFAULT_GRPC_MAX_AGE_GRACE_MS;
 }
 
 static inline size_t sluice_config_max_keys(const sluice_config_t *cfg)

@@ -11,6 +11,7 @@
 
 #include "policy/config.h"
 #include "policy/config_yaml.h"
+#include "util/file.h"
 
 /* Longest rule or tier name: keeps store keys well inside
  * sluice_match_t.key. */
@@ -42,6 +43,9 @@ int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_proxy(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);
 /* Parses `grpc:` into cfg->grpc (config_grpc.c). */
+/* The `log:` section (config_log.c). */
+int sluice_config_parse_log(sluice_yaml_t *y, yaml_node_t *node,
+			    sluice_config_t *cfg);
 int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 			     sluice_config_t *cfg);
 
@@ -54,6 +58,11 @@ int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,
  * quote it (sluice_file_t).  -1 with "FILE:1: ..." in err. */
 int sluice_config_read_file(const char *path, char **out, size_t *outlen,
 			    int *quotable, char *err, size_t errlen);
+/* The same, trusting trust's owners as well (NULL: none). */
+int sluice_config_read_file_trusted(const char *path,
+				    const sluice_file_trust_t *trust,
+				    char **out, size_t *outlen, int *quotable,
+				    char *err, size_t errlen);
 
 /* A rule's `overrides:` and/or `overrides_file:` (either may be NULL)
  * into r->overrides (config_override.c). */

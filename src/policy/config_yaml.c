@@ -756,15 +756,28 @@ yaml_node_t *sluice_yaml_seq_at(sluice_yaml_t *y, yaml_node_t *seq, size_t i)
 int sluice_config_read_file(const char *path, char **out, size_t *outlen,
 			    int *quotable, char *err, size_t errlen)
 {
+	return sluice_config_read_file_trusted(path, NULL, out, outlen,
+					       quotable, err, errlen);
+}
+
+int sluice_config_read_file_trusted(const char *path,
+				    const sluice_file_trust_t *trust,
+				    char **out, size_t *outlen, int *quotable,
+				    char *err, size_t errlen)
+{
+	static const sluice_file_trust_t none = {.group = (gid_t)-1};
 	char why[256];
 
-	if (sluice_file_read(path, SLUICE_CONFIG_MAX_BYTES, SLUICE_FILE_OWNED,
-			     out, outlen, quotable, why, sizeof(why)) == 0)
+	if (sluice_file_read_trusted(path, SLUICE_CONFIG_MAX_BYTES,
+				     SLUICE_FILE_OWNED, trust ? trust : &none,
+				     out, outlen, quotable, why,
+				     sizeof(why)) == 0)
 		return 0;
 	snprintf(err, errlen,
 		 "%s:1: %s; expected a regular YAML file (at most %d MiB) "
-		 "owned by the user sluice runs as or root",
-		 path, why, SLUICE_CONFIG_MAX_BYTES >> 20);
+		 "owned by the user sluice runs as or root%s",
+		 path, why, SLUICE_CONFIG_MAX_BYTES >> 20,
+		 trust ? " (or a trusted owner: envoy.files)" : "");
 	return -1;
 }
 

@@ -12,6 +12,23 @@ static sluice_metrics_t *all;
 static char *slot_names[SLUICE_METRIC_SLOTS];
 static atomic_size_t nslots;
 
+const uint64_t sluice_latency_bucket_ns[SLUICE_LATENCY_BUCKETS] = {
+	25000,	 50000,	   100000,   250000,   500000,	  1000000,   2500000,
+	5000000, 10000000, 25000000, 50000000, 100000000, 1000000000};
+
+void sluice_latency_count(sluice_counter_t *hist, sluice_counter_t *sum,
+			  uint64_t ns)
+{
+	size_t i;
+
+	for (i = 0;
+	     i < SLUICE_LATENCY_BUCKETS && ns > sluice_latency_bucket_ns[i];
+	     i++)
+		;
+	sluice_count(&hist[i], 1);
+	sluice_count(sum, ns);
+}
+
 sluice_metrics_t *sluice_metrics_new(void)
 {
 	sluice_metrics_t *m = calloc(1, sizeof(*m));

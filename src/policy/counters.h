@@ -57,8 +57,22 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t grpc_refused[SLUICE_GRPC_REFUSALS];
 	/* Requests shed while their message arrived (the budget short). */
 	sluice_counter_t grpc_shed;
+	/* Each gRPC call's time from its request's headers to its answer,
+	 * by method, in the latency buckets. */
+	sluice_counter_t grpc_latency[SLUICE_GRPC_METHODS]
+				     [SLUICE_LATENCY_BUCKETS + 1];
+	sluice_counter_t grpc_latency_sum_ns[SLUICE_GRPC_METHODS];
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
+
+/* The latency histogram's upper bounds, in nanoseconds (the last
+ * bucket, SLUICE_LATENCY_BUCKETS, is everything above). */
+extern const uint64_t sluice_latency_bucket_ns[SLUICE_LATENCY_BUCKETS];
+
+/* Counts ns in a latency histogram (SLUICE_LATENCY_BUCKETS + 1 buckets)
+ * and its sum. */
+void sluice_latency_count(sluice_counter_t *hist, sluice_counter_t *sum,
+			  uint64_t ns);
 
 /* A zeroed block, registered for scraping (never freed: it is scraped
  * by other threads). */

@@ -11,6 +11,8 @@
 #include "policy/envoy_config.h"
 #include "policy/config_internal.h"
 #include "policy/envoy_internal.h"
+#include "policy/envoy_metrics.h"
+#include "util/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +30,9 @@ void sluice_envoy_settings_init(sluice_envoy_settings_t *s)
 	s->near_limit_percent = 80;
 	s->on_store_error = SLUICE_FAIL_CLOSED;
 	s->watch_ms = 1000;
+	s->trusted_group = (gid_t)-1;
+	s->metrics_style = SLUICE_ENVOY_METRICS_SLUICE;
+	s->statsd_flush_ms = 10000; /* STATS_FLUSH_INTERVAL's default */
 }
 
 static void settings_free(sluice_envoy_settings_t *s)
@@ -36,6 +41,9 @@ static void settings_free(sluice_envoy_settings_t *s)
 	free(s->header_limit);
 	free(s->header_remaining);
 	free(s->header_reset);
+	free(s->statsd_addr);
+	free(s->statsd_prefix);
+	free(s->statsd_tags);
 }
 
 /* ------------------------------------------------------------- freeing */
@@ -89,6 +97,7 @@ void sluice_envoy_config_free(sluice_envoy_config_t *cfg)
 		free(cfg->files[i]);
 	free(cfg->files);
 	free(cfg->dir);
+	sluice_buf_free(&cfg->skipped);
 	settings_free(&cfg->settings);
 	free(cfg->override_rule.name);
 	free(cfg);
@@ -126,28 +135,98 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int is_config_name(const char *n)
-{
-	size_t len = strlen(n);
+/* What list_dir() gathers while walking the directory. */
+typedef struct listing_s {
+	sluice_envoy_config_t *cfg;
+	errs_t *e;
+	const char *dir;
+	size_t cap;
+	unsigned nskipped;
+	int failed;
+} listing_t;
 
-	/* Dot files are skipped: a Kubernetes ConfigMap volume holds
-	 * "..data" and "..2024_..." beside the files' symlinks. */
-	if (n[0] == '.')
-		return 0;
-	return (len > 5 && strcmp(n + len - 5, ".yaml") == 0) ||
-	       (len > 4 && strcmp(n + len - 4, ".yml") == 0);
+/* Each file the loader does not read is named, so that a file the
+ * operator meant to load (config.json, a folder of dot files) is not
+ * lost silently; a flood of them is cut short. */
+#define MAX_SKIP_LINES 32
+
+static void on_skip(void *arg, const char *path, const char *why)
+{
+	listing_t *l = arg;
+	sluice_buf_t *b = &l->cfg->skipped;
+
+	/* Kept, not logged here: loading has no side effects (a reload
+	 * may yet be refused), and the host logs them once the config's
+	 * own log settings apply (sluice_envoy_log_skipped()). */
+	if (l->nskipped++ < MAX_SKIP_LINES)
+		sluice_buf_printf(b, "envoy.config_dir: skipped %s: %s\n", path,
+				  why);
+	else if (l->nskipped == MAX_SKIP_LINES + 1)
+		sluice_buf_printf(b,
+				  "envoy.config_dir: skipped more entries "
+				  "under %s; not naming them all\n",
+				  l->dir);
+}
+
+void sluice_envoy_log_skipped(const sluice_envoy_config_t *cfg)
+{
+	const char *p, *nl;
+
+	if (!cfg || cfg->skipped.oom)
+		return;
+	for (p = cfg->skipped.data, nl = NULL;
+	     p && p < cfg->skipped.data + cfg->skipped.len; p = nl + 1) {
+		nl = memchr(p, '\n',
+			    (size_t)(cfg->skipped.data + cfg->skipped.len - p));
+		if (!nl)
+			break;
+		sluice_log_info("%.*s", (int)(nl - p), p);
+	}
+}
+
+static int on_file(void *arg, const char *path, const struct stat *st)
+{
+	listing_t *l = arg;
+	sluice_envoy_config_t *cfg = l->cfg;
+	char line[1200];
+	char *copy;
+
+	(void)st;
+	if (cfg->nfiles == SLUICE_ENVOY_MAX_FILES) {
+		snprintf(line, sizeof(line),
+			 "%.900s:1: more than %d YAML files; expected fewer",
+			 l->dir, SLUICE_ENVOY_MAX_FILES);
+		errs_line(l->e, line);
+		return l->failed = -1;
+	}
+	if (cfg->nfiles == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		char **nf = realloc(cfg->files, cap * sizeof(*nf));
+
+		if (!nf)
+			goto nomem;
+		cfg->files = nf;
+		l->cap = cap;
+	}
+	if (!(copy = strdup(path)))
+		goto nomem;
+	cfg->files[cfg->nfiles++] = copy;
+	return 0;
+nomem:
+	snprintf(line, sizeof(line), "%.900s:1: out of memory", l->dir);
+	errs_line(l->e, line);
+	return l->failed = -1;
 }
 
 /* The sorted paths of dir's *.yaml / *.yml regular files (symlinks to
- * them included).  Returns 0, or -1 with a message. */
+ * them included), in nested folders too; every other entry is named in
+ * the log.  Returns 0, or -1 with a message. */
 static int list_dir(const char *dir, sluice_envoy_config_t *cfg, errs_t *e)
 {
+	listing_t l = {.cfg = cfg, .e = e, .dir = dir};
 	char line[1200];
-	struct dirent *de;
-	DIR *dp = opendir(dir);
-	size_t cap = 0;
 
-	if (!dp) {
+	if (sluice_envoy_walk(dir, on_file, on_skip, &l) < 0 && !l.failed) {
 		snprintf(line, sizeof(line),
 			 "%.900s:1: cannot open the directory: %s; expected "
 			 "a readable directory of envoyproxy/ratelimit YAML "
@@ -156,50 +235,11 @@ static int list_dir(const char *dir, sluice_envoy_config_t *cfg, errs_t *e)
 		errs_line(e, line);
 		return -1;
 	}
-	while ((de = readdir(dp))) {
-		struct stat st;
-		char *path;
-
-		if (!is_config_name(de->d_name))
-			continue;
-		if (!(path = sluice_envoy_join(dir, "/", de->d_name, "", NULL)))
-			goto nomem;
-		if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
-			free(path); /* a directory named x.yaml, a dangling
-				       link: not a file to read */
-			continue;
-		}
-		if (cfg->nfiles == SLUICE_ENVOY_MAX_FILES) {
-			snprintf(line, sizeof(line),
-				 "%.900s:1: more than %d YAML files; expected "
-				 "fewer",
-				 dir, SLUICE_ENVOY_MAX_FILES);
-			free(path);
-			closedir(dp);
-			errs_line(e, line);
-			return -1;
-		}
-		if (cfg->nfiles == cap) {
-			char **nf;
-
-			cap = cap ? cap * 2 : 16;
-			if (!(nf = realloc(cfg->files, cap * sizeof(*nf)))) {
-				free(path);
-				goto nomem;
-			}
-			cfg->files = nf;
-		}
-		cfg->files[cfg->nfiles++] = path;
-	}
-	closedir(dp);
+	if (l.failed)
+		return -1;
 	if (cfg->nfiles)
 		qsort(cfg->files, cfg->nfiles, sizeof(char *), cmp_str);
 	return 0;
-nomem:
-	closedir(dp);
-	snprintf(line, sizeof(line), "%.900s:1: out of memory", dir);
-	errs_line(e, line);
-	return -1;
 }
 
 /* Parses one file's text as files[f] into the next domain. */
@@ -241,12 +281,19 @@ static int load_text(sluice_envoy_config_t *cfg, size_t f, const char *text,
 static int load_file(sluice_envoy_config_t *cfg, size_t f, errs_t *e)
 {
 	char line[1024];
+	const sluice_envoy_settings_t *s = &cfg->settings;
+	sluice_file_trust_t trust = {.uids = s->trusted_uids,
+				     .nuids = s->ntrusted_uids,
+				     .group = s->trusted_group};
 	char *text;
 	size_t len;
 	int rc, quotable = 0;
 
-	if (sluice_config_read_file(cfg->files[f], &text, &len, &quotable, line,
-				    sizeof(line)) < 0) {
+	if (sluice_config_read_file_trusted(
+		    cfg->files[f],
+		    s->ntrusted_uids || s->trusted_group != (gid_t)-1 ? &trust
+								      : NULL,
+		    &text, &len, &quotable, line, sizeof(line)) < 0) {
 		errs_line(e, line);
 		return -1;
 	}
@@ -468,8 +515,14 @@ static int copy_settings(sluice_envoy_settings_t *d,
 					   : "RateLimit-Remaining");
 	d->header_reset =
 		strdup(s->header_reset ? s->header_reset : "RateLimit-Reset");
+	d->statsd_addr = dup_or_null(s->statsd_addr);
+	d->statsd_prefix = strdup(s->statsd_prefix ? s->statsd_prefix : "");
+	d->statsd_tags = dup_or_null(s->statsd_tags);
 	return (s->config_dir && !d->config_dir) || !d->header_limit ||
-			       !d->header_remaining || !d->header_reset
+			       !d->header_remaining || !d->header_reset ||
+			       (s->statsd_addr && !d->statsd_addr) ||
+			       !d->statsd_prefix ||
+			       (s->statsd_tags && !d->statsd_tags)
 		       ? -1
 		       : 0;
 }
@@ -574,4 +627,42 @@ sluice_envoy_domain(const sluice_envoy_config_t *cfg, const char *name)
 		return NULL;
 	return bsearch(name, cfg->domains, cfg->ndomains, sizeof(*cfg->domains),
 		       cmp_key);
+}
+
+/* ------------------------------------------------------------ the dump */
+
+static void dump_nodes(const sluice_envoy_domain_t *dom,
+		       const sluice_envoy_node_t *nodes, size_t n,
+		       sluice_buf_t *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const sluice_envoy_node_t *d = &nodes[i];
+		const sluice_envoy_limit_t *l = d->limit;
+
+		if (l)
+			sluice_buf_printf(
+				out,
+				"%s.%s: unit=%s requests_per_unit=%u, "
+				"shadow_mode: %s, quota_mode: %s\n",
+				dom->name, d->stat_key,
+				l->unlimited ? "UNKNOWN"
+					     : sluice_envoy_unit_name(
+						       l->units[0].unit),
+				l->unlimited ? 0u
+					     : l->units[0].requests_per_unit,
+				d->shadow_mode ? "true" : "false",
+				d->quota_mode ? "true" : "false");
+		dump_nodes(dom, d->children, d->nchildren, out);
+	}
+}
+
+void sluice_envoy_dump(const sluice_envoy_config_t *cfg, sluice_buf_t *out)
+{
+	size_t i;
+
+	for (i = 0; cfg && i < cfg->ndomains; i++)
+		dump_nodes(&cfg->domains[i], cfg->domains[i].children,
+			   cfg->domains[i].nchildren, out);
 }

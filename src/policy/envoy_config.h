@@ -29,14 +29,18 @@
 #include "policy/config.h"
 #include "policy/config_yaml.h"
 #include "policy/envoy_rls.h"
+#include "util/buf.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Bounds on what a directory may hold (a larger one is surely not a
  * rate-limit config, and each bound keeps load time and memory small). */
-#define SLUICE_ENVOY_MAX_FILES 1024
-#define SLUICE_ENVOY_MAX_DEPTH 16 /* nested descriptor levels */
+#define SLUICE_ENVOY_MAX_FILES	   1024
+#define SLUICE_ENVOY_MAX_DEPTH	   16 /* nested descriptor levels */
+#define SLUICE_ENVOY_MAX_DIR_DEPTH 8  /* nested folders below config_dir */
+#define SLUICE_ENVOY_MAX_TRUSTED   16 /* files.trusted_uids */
 /* Descriptor entries in one request descriptor, and descriptors in one
  * request: a request beyond these is refused (INVALID_ARGUMENT / 400). */
 #define SLUICE_ENVOY_MAX_ENTRIES     64
@@ -117,6 +121,28 @@ typedef struct sluice_envoy_settings_s {
 			      changes; 0: only on SIGHUP */
 	int merge_domains; /* MERGE_DOMAIN_CONFIG: one domain in several
 			      files */
+	/* The IETF RateLimit-Policy / RateLimit fields (draft-11), apart
+	 * from the three headers; their policy name is the limit's `name`
+	 * (else "default"), or with ietf_policy_path the descriptor's
+	 * path, which shows the config's keys and values to clients. */
+	int ietf_headers;
+	int ietf_policy_path;
+	/* statsd: {addr, prefix, tags, flush_ms, dogstatsd}: the counts
+	 * also sent over UDP in envoyproxy/ratelimit's StatsD names
+	 * (serve/statsd.c); statsd_addr NULL: not sent. */
+	char *statsd_addr;   /* "HOST:PORT", numeric */
+	char *statsd_prefix; /* before each name, e.g. "prod."; "" */
+	char *statsd_tags;   /* DogStatsD "k:v,k2:v2"; NULL: none */
+	unsigned statsd_flush_ms;
+	int statsd_dog; /* DogStatsD: tags after "|#" */
+	/* metrics: the names /metrics shows the Envoy counts under
+	 * (SLUICE_ENVOY_METRICS_* of envoy_metrics.h; sluice's by default) */
+	int metrics_style;
+	/* files: owners of the directory's files trusted besides the user
+	 * sluice runs as and root (a sidecar that syncs them). */
+	uid_t trusted_uids[SLUICE_ENVOY_MAX_TRUSTED];
+	size_t ntrusted_uids;
+	gid_t trusted_group; /* (gid_t)-1: none */
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {
@@ -132,6 +158,9 @@ typedef struct sluice_envoy_config_s {
 	size_t ndomains;
 	char **files; /* every file read, sorted (nodes point into these) */
 	size_t nfiles;
+	/* What the loader skipped, one line each ("envoy.config_dir:
+	 * skipped PATH: why"), for sluice_envoy_log_skipped(). */
+	sluice_buf_t skipped;
 	/* The rule a request-supplied limit (RateLimitDescriptor.limit) is
 	 * charged under: never shadow. */
 	sluice_rule_t override_rule;
@@ -179,6 +208,15 @@ sluice_envoy_domain(const sluice_envoy_config_t *cfg, const char *name);
 uint64_t sluice_envoy_unit_seconds(sluice_rls_unit_t unit);
 /* "SECOND", "MINUTE", ... (proto3 JSON enum names). */
 const char *sluice_envoy_unit_name(sluice_rls_unit_t unit);
+
+/* Logs (info) each entry of the directory the loader skipped. */
+void sluice_envoy_log_skipped(const sluice_envoy_config_t *cfg);
+
+/* envoyproxy/ratelimit's /rlconfig page: one line per limit, its
+ * domain and path, "messaging.message_type_marketing.to_number:
+ * unit=DAY requests_per_unit=5, shadow_mode: false, quota_mode: false"
+ * (the first limit of a `limits:` list). */
+void sluice_envoy_dump(const sluice_envoy_config_t *cfg, sluice_buf_t *out);
 /* The unit of a name in any case ("minute", "MINUTE"), or UNKNOWN. */
 sluice_rls_unit_t sluice_envoy_unit_parse(const char *name);
 

@@ -14,9 +14,18 @@
  *   sluice_envoy_total_hits_total{domain,descriptor}
  *   sluice_envoy_over_limit_total{domain,descriptor}
  *   sluice_envoy_near_limit_total{domain,descriptor}
+ *   sluice_envoy_within_limit_total{domain,descriptor}
  *   sluice_envoy_shadow_mode_total{domain,descriptor}
+ *   sluice_envoy_domain_not_found_total{domain}
+ *   sluice_envoy_global_shadow_mode_total
+ *   sluice_envoy_call_errors_total{type="store_error"|"service_error"}
  *
- * counting hits (hits_addend) as envoyproxy/ratelimit does.  Series live
+ * counting hits (hits_addend) as envoyproxy/ratelimit does.  The same
+ * counts are also shown in envoyproxy/ratelimit's own names, as a
+ * statsd_exporter with its default mapping exposes them
+ * (SLUICE_ENVOY_METRICS_RATELIMIT: ratelimit_service_rate_limit_total_hits
+ * {domain,key1,key2}, ...), so that a dashboard built on it works
+ * unchanged.  Series live
  * as long as the process (a reload keeps their counts), and any thread
  * may count: the counters are atomic.
  */
@@ -37,9 +46,14 @@
 #define SLUICE_ENVOY_MAX_LABEL	      200
 #define SLUICE_ENVOY_MAX_SERIES_BYTES (1024 * 1024)
 
+/* A series whose path is "" counts its domain: domain_not_found. */
 typedef struct sluice_envoy_series_s {
-	_Atomic uint64_t total_hits, over_limit, near_limit, shadow_mode;
+	_Atomic uint64_t total_hits, over_limit, near_limit, within_limit,
+		shadow_mode, domain_not_found;
 	char *domain, *path;
+	/* What StatsD was last sent of each counter (the flusher's own:
+	 * sluice_envoy_stats_delta()). */
+	uint64_t sent[6];
 	struct sluice_envoy_series_s *next; /* hash chain */
 	struct sluice_envoy_series_s *all;  /* every series, newest first */
 } sluice_envoy_series_t;
@@ -66,8 +80,32 @@ static inline void sluice_envoy_add(_Atomic uint64_t *c, uint64_t n)
 /* The label bytes the series hold (domain and path of each). */
 size_t sluice_envoy_series_bytes(void);
 
-/* Appends the series in Prometheus text (serve/metrics.c calls it).  The
- * registry's lock is held only to read where the list starts. */
-void sluice_envoy_metrics_render(sluice_buf_t *out);
+/* Service-wide counts, as envoyproxy/ratelimit's: a request answered OK
+ * only because of the global shadow_mode; a call the store failed; a call
+ * refused as malformed. */
+typedef enum {
+	SLUICE_ENVOY_GLOBAL_SHADOW_MODE = 0,
+	SLUICE_ENVOY_STORE_ERROR,   /* should_rate_limit.redis_error */
+	SLUICE_ENVOY_SERVICE_ERROR, /* should_rate_limit.service_error */
+	SLUICE_ENVOY_SERVICE_COUNTS
+} sluice_envoy_service_count_t;
+void sluice_envoy_count_service(sluice_envoy_service_count_t which);
+
+/* StatsD (envoy.statsd): cb with each of envoyproxy/ratelimit's stats
+ * (its statsd name, "ratelimit.service.rate_limit.messaging.to_number.
+ * total_hits") that counted since the last call, and by how much.  One
+ * caller only (the flusher on the main loop). */
+typedef void (*sluice_envoy_stat_cb)(void *arg, const char *name,
+				     uint64_t delta);
+void sluice_envoy_stats_delta(sluice_envoy_stat_cb cb, void *arg);
+
+/* Which names /metrics shows the counts under (envoy.metrics). */
+#define SLUICE_ENVOY_METRICS_SLUICE    1 /* sluice_envoy_* */
+#define SLUICE_ENVOY_METRICS_RATELIMIT 2 /* ratelimit_service_* */
+
+/* Appends the series in Prometheus text, in the names `style` asks for
+ * (serve/metrics.c calls it).  The registry's lock is held only to read
+ * where the list starts. */
+void sluice_envoy_metrics_render(sluice_buf_t *out, int style);
 
 #endif /* SLUICE_POLICY_ENVOY_METRICS_H */

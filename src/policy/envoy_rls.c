@@ -129,8 +129,15 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 	sluice_envoy_match_t m;
 	char msg[160];
 
-	if (!dom)
-		return 0; /* an unknown domain limits nothing */
+	if (!dom) {
+		/* An unknown domain limits nothing; counted per descriptor,
+		 * as envoyproxy/ratelimit does, under the domain's own
+		 * series (bounded as every series is). */
+		sluice_envoy_add(&sluice_envoy_series(x->req->domain, "")
+					  ->domain_not_found,
+				 1);
+		return 0;
+	}
 	if (rd->has_limit) {
 		d->rule = &x->cfg->override_rule;
 		d->units[0].requests_per_unit = rd->limit_requests_per_unit;
@@ -227,16 +234,60 @@ static void add_header(sluice_rls_response_t *r, const char *k, const char *v)
 	r->nheaders++;
 }
 
-/* envoyproxy/ratelimit's three headers for the descriptor nearest its
- * limit (or the one over it), and the draft-11 fields beside them. */
+/* The policy name of the IETF fields: the limit's own `name` (else
+ * "default"), so that a client is not shown the config's keys and
+ * values, unless the operator asked for the descriptor's path. */
+static const char *policy_name(const rls_ctx_t *x, const desc_t *d)
+{
+	if (x->cfg->settings.ietf_policy_path || !d->limit)
+		return d->name; /* a request's own limit: "override" */
+	return d->limit->name ? d->limit->name : "default";
+}
+
+/* draft-ietf-httpapi-ratelimit-headers-11's RateLimit-Policy and
+ * RateLimit for the descriptor d, whose status is st. */
+static void add_ietf(rls_ctx_t *x, sluice_rls_response_t *r, const desc_t *d,
+		     const sluice_rls_status_t *st, uint64_t reset_s)
+{
+	sluice_buf_t b = {0};
+	uint64_t window = sluice_envoy_unit_seconds(st->unit);
+	size_t i;
+
+	if (d->kind == D_CHARGE) {
+		size_t which = 0;
+
+		for (i = 0; i < d->set->nlimits; i++)
+			if (d->units[i].requests_per_unit ==
+				    st->requests_per_unit &&
+			    d->units[i].unit == st->unit)
+				which = i;
+		window = sluice_limit_window_s(&d->set->limits[which]);
+	}
+	sluice_sf_string(&b, policy_name(x, d));
+	sluice_buf_printf(&b, ";q=%u;w=%llu", st->requests_per_unit,
+			  (unsigned long long)window);
+	sluice_buf_append(&b, "", 1);
+	if (!b.oom)
+		add_header(r, "RateLimit-Policy", b.data);
+	b.len = 0;
+	sluice_sf_string(&b, policy_name(x, d));
+	sluice_buf_printf(&b, ";r=%u;t=%llu", st->limit_remaining,
+			  (unsigned long long)reset_s);
+	sluice_buf_append(&b, "", 1);
+	if (!b.oom)
+		add_header(r, "RateLimit", b.data);
+	sluice_buf_free(&b);
+}
+
+/* For the descriptor nearest its limit (or the one over it):
+ * envoyproxy/ratelimit's three headers (response_headers), and the IETF
+ * fields (ietf_headers), each a choice of its own. */
 static void add_headers(rls_ctx_t *x, sluice_rls_response_t *r)
 {
 	const sluice_envoy_settings_t *s = &x->cfg->settings;
 	const sluice_rls_status_t *st;
-	const desc_t *d;
 	char num[32];
-	sluice_buf_t b = {0};
-	uint64_t reset_s, window;
+	uint64_t reset_s;
 	size_t i, best = SIZE_MAX;
 
 	for (i = 0; i < r->nstatuses; i++) {
@@ -252,40 +303,17 @@ static void add_headers(rls_ctx_t *x, sluice_rls_response_t *r)
 	if (best == SIZE_MAX || !(r->headers = calloc(5, sizeof(*r->headers))))
 		return;
 	st = &r->statuses[best];
-	d = &x->d[best];
 	reset_s = (st->duration_until_reset_ms + 999) / 1000;
-	snprintf(num, sizeof(num), "%u", st->requests_per_unit);
-	add_header(r, s->header_limit, num);
-	snprintf(num, sizeof(num), "%u", st->limit_remaining);
-	add_header(r, s->header_remaining, num);
-	snprintf(num, sizeof(num), "%llu", (unsigned long long)reset_s);
-	add_header(r, s->header_reset, num);
-	/* draft-ietf-httpapi-ratelimit-headers-11 */
-	window = sluice_envoy_unit_seconds(st->unit);
-	if (d->kind == D_CHARGE) {
-		size_t which = 0;
-
-		for (i = 0; i < d->set->nlimits; i++)
-			if (d->units[i].requests_per_unit ==
-				    st->requests_per_unit &&
-			    d->units[i].unit == st->unit)
-				which = i;
-		window = sluice_limit_window_s(&d->set->limits[which]);
+	if (s->response_headers) {
+		snprintf(num, sizeof(num), "%u", st->requests_per_unit);
+		add_header(r, s->header_limit, num);
+		snprintf(num, sizeof(num), "%u", st->limit_remaining);
+		add_header(r, s->header_remaining, num);
+		snprintf(num, sizeof(num), "%llu", (unsigned long long)reset_s);
+		add_header(r, s->header_reset, num);
 	}
-	sluice_sf_string(&b, d->name);
-	sluice_buf_printf(&b, ";q=%u;w=%llu", st->requests_per_unit,
-			  (unsigned long long)window);
-	sluice_buf_append(&b, "", 1);
-	if (!b.oom)
-		add_header(r, "RateLimit-Policy", b.data);
-	b.len = 0;
-	sluice_sf_string(&b, d->name);
-	sluice_buf_printf(&b, ";r=%u;t=%llu", st->limit_remaining,
-			  (unsigned long long)reset_s);
-	sluice_buf_append(&b, "", 1);
-	if (!b.oom)
-		add_header(r, "RateLimit", b.data);
-	sluice_buf_free(&b);
+	if (s->ietf_headers)
+		add_ietf(x, r, &x->d[best], st, reset_s);
 }
 
 /* A cost above every capacity can never pass, whatever its size: the
@@ -322,9 +350,11 @@ static void count(const rls_ctx_t *x, const desc_t *d, int over,
 		sluice_envoy_add(&s->over_limit, hits);
 		if (d->shadow)
 			sluice_envoy_add(&s->shadow_mode, hits);
-	} else if (dec && dec->limit &&
-		   (dec->limit - dec->remaining) * 100 > dec->limit * near) {
-		sluice_envoy_add(&s->near_limit, hits);
+	} else {
+		sluice_envoy_add(&s->within_limit, hits);
+		if (dec && dec->limit &&
+		    (dec->limit - dec->remaining) * 100 > dec->limit * near)
+			sluice_envoy_add(&s->near_limit, hits);
 	}
 }
 
@@ -429,6 +459,8 @@ static void count_store_errors(const rls_ctx_t *x)
 	}
 	if (n && x->svc->metrics)
 		sluice_count(&x->svc->metrics->store_errors[envoy_slot()], n);
+	if (n)
+		sluice_envoy_count_service(SLUICE_ENVOY_STORE_ERROR);
 }
 
 static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
@@ -470,11 +502,14 @@ static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 	 * descriptor is. */
 	if (nquota && quota_over == nquota)
 		r->overall_code = SLUICE_RLS_CODE_OVER_LIMIT;
-	if (x->cfg->settings.response_headers)
+	if (x->cfg->settings.response_headers || x->cfg->settings.ietf_headers)
 		add_headers(x, r);
 	/* SHADOW_MODE: statuses say what was decided, the answer is OK. */
-	if (x->cfg->settings.shadow_mode)
+	if (x->cfg->settings.shadow_mode &&
+	    r->overall_code == SLUICE_RLS_CODE_OVER_LIMIT) {
 		r->overall_code = SLUICE_RLS_CODE_OK;
+		sluice_envoy_count_service(SLUICE_ENVOY_GLOBAL_SHADOW_MODE);
+	}
 answer:
 	x->cb(x->arg, r);
 out:
@@ -570,8 +605,10 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 	size_t i, k, n, nquota = 0, quota_blocked = 0;
 	int rc, blocked = 0;
 
-	if ((rc = validate(req, errbuf, errlen)) < 0)
+	if ((rc = validate(req, errbuf, errlen)) < 0) {
+		sluice_envoy_count_service(SLUICE_ENVOY_SERVICE_ERROR);
 		return rc;
+	}
 	if (!cfg) {
 		snprintf(errbuf, errlen,
 			 "no rate limit configuration loaded (the config has "

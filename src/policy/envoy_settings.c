@@ -11,13 +11,21 @@
  *     on_store_error: closed              # open | closed | local
  *     watch_ms: 1000                      # 0: reload on SIGHUP only
  *     merge_domains: false                # MERGE_DOMAIN_CONFIG
+ *     ietf_headers: false                 # RateLimit-Policy / RateLimit
+ *     ietf_policy_names: name             # name | path
+ *     files: {trusted_uids: [65533], trusted_group: git-sync}
+ *     metrics: sluice                     # sluice | ratelimit | both
+ *     statsd: {addr: "127.0.0.1:8125", prefix: "", tags: {env: prod},
+ *              flush_ms: 10000, dogstatsd: false}
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
  */
 #include "policy/config_internal.h"
 #include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +73,219 @@ static int parse_header_names(sluice_yaml_t *y, yaml_node_t *node,
 		    dup_field(y, v, "envoy.header_names entry", dst[i]) < 0)
 			rc = -1;
 	return rc;
+}
+
+/* A group by name or number into *out. */
+static int parse_group(sluice_yaml_t *y, yaml_node_t *v, gid_t *out)
+{
+	struct group gr, *g = NULL;
+	char buf[4096], *end;
+	const char *s;
+	unsigned long n;
+
+	if (sluice_yaml_string(y, v, "envoy.files.trusted_group", &s) < 0)
+		return -1;
+	n = strtoul(s, &end, 10);
+	if (*s && !*end && n < (gid_t)-1) {
+		*out = (gid_t)n;
+		return 0;
+	}
+	if (getgrnam_r(s, &gr, buf, sizeof(buf), &g) != 0 || !g)
+		return sluice_yaml_error(y, v,
+					 "envoy.files.trusted_group \"%.60s\" "
+					 "is no group of this host; expected "
+					 "a group name or number",
+					 s);
+	*out = g->gr_gid;
+	return 0;
+}
+
+/* files: {trusted_uids: [...], trusted_group: NAME}: owners whose files
+ * the loader reads besides sluice's own user and root. */
+static int parse_files(sluice_yaml_t *y, yaml_node_t *node,
+		       sluice_envoy_settings_t *s)
+{
+	static const char *const keys[] = {"trusted_uids", "trusted_group",
+					   NULL};
+	yaml_node_t *v, *item;
+	uint64_t u;
+	size_t i, n;
+	int rc = 0;
+
+	if (sluice_yaml_expect_map(y, node, "envoy.files") < 0 ||
+	    sluice_yaml_check_keys(y, node, "envoy.files", keys) < 0)
+		return -1;
+	if ((v = sluice_yaml_get(y, node, "trusted_uids"))) {
+		if (sluice_yaml_expect_seq(y, v, "envoy.files.trusted_uids") <
+		    0)
+			return -1;
+		n = sluice_yaml_seq_len(v);
+		if (n > SLUICE_ENVOY_MAX_TRUSTED)
+			return sluice_yaml_error(
+				y, v,
+				"envoy.files.trusted_uids holds %zu uids; "
+				"expected at most %d",
+				n, SLUICE_ENVOY_MAX_TRUSTED);
+		for (i = 0; i < n; i++) {
+			item = sluice_yaml_seq_at(y, v, i);
+			if (!item ||
+			    sluice_yaml_uint(y, item,
+					     "envoy.files.trusted_uids "
+					     "entry",
+					     0, (uid_t)-1 - 1, &u) < 0) {
+				rc = -1;
+				continue;
+			}
+			s->trusted_uids[s->ntrusted_uids++] = (uid_t)u;
+		}
+	}
+	if ((v = sluice_yaml_get(y, node, "trusted_group")) &&
+	    parse_group(y, v, &s->trusted_group) < 0)
+		rc = -1;
+	return rc;
+}
+
+/* ietf_policy_names: name (the limit's name, else "default") | path. */
+static int parse_policy_names(sluice_yaml_t *y, yaml_node_t *v, int *path)
+{
+	const char *s;
+
+	if (sluice_yaml_string(y, v, "envoy.ietf_policy_names", &s) < 0)
+		return -1;
+	if (strcmp(s, "name") == 0)
+		*path = 0;
+	else if (strcmp(s, "path") == 0)
+		*path = 1;
+	else
+		return sluice_yaml_error(y, v,
+					 "envoy.ietf_policy_names is "
+					 "\"%.40s\"; expected name or path",
+					 s);
+	return 0;
+}
+
+/* A StatsD name part or tag: no byte that ends a StatsD field. */
+static int statsd_safe(sluice_yaml_t *y, yaml_node_t *v, const char *what,
+		       const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (s[i] <= ' ' || s[i] == ':' || s[i] == '|' || s[i] == '#' ||
+		    s[i] == ',' || s[i] == 0x7f)
+			return sluice_yaml_error(y, v,
+						 "%s \"%.60s\" holds a space, "
+						 "':', '|', '#' or ','; "
+						 "expected a plain name",
+						 what, s);
+	return 0;
+}
+
+/* statsd: {addr, prefix, tags, flush_ms, dogstatsd}. */
+static int parse_statsd(sluice_yaml_t *y, yaml_node_t *node,
+			sluice_envoy_settings_t *s)
+{
+	static const char *const keys[] = {"addr",     "prefix",    "tags",
+					   "flush_ms", "dogstatsd", NULL};
+	struct sockaddr_storage ss;
+	sluice_buf_t tags = {0};
+	yaml_node_t *v;
+	yaml_node_pair_t *p;
+	const char *str, *k;
+	char msg[256];
+	uint64_t u;
+	int rc = 0;
+
+	if (sluice_yaml_expect_map(y, node, "envoy.statsd") < 0 ||
+	    sluice_yaml_check_keys(y, node, "envoy.statsd", keys) < 0)
+		return -1;
+	if (!(v = sluice_yaml_get(y, node, "addr")))
+		return sluice_yaml_error(y, node,
+					 "envoy.statsd has no addr; expected "
+					 "e.g. addr: \"127.0.0.1:8125\"");
+	if (sluice_yaml_string(y, v, "envoy.statsd.addr", &str) < 0)
+		return -1;
+	if (sluice_listen_parse(str, &ss, msg, sizeof(msg)) < 0)
+		return sluice_yaml_error(y, v, "envoy.statsd.addr: %s", msg);
+	if (sluice_config_set_string(&s->statsd_addr, str) < 0)
+		return sluice_yaml_nomem(y, v);
+	if ((v = sluice_yaml_get(y, node, "prefix"))) {
+		if (sluice_yaml_string(y, v, "envoy.statsd.prefix", &str) < 0 ||
+		    statsd_safe(y, v, "envoy.statsd.prefix", str) < 0)
+			rc = -1;
+		else if (sluice_config_set_string(&s->statsd_prefix, str) < 0)
+			return sluice_yaml_nomem(y, v);
+	}
+	if ((v = sluice_yaml_get(y, node, "flush_ms"))) {
+		if (sluice_yaml_uint(y, v, "envoy.statsd.flush_ms", 100,
+				     3600000, &u) < 0)
+			rc = -1;
+		else
+			s->statsd_flush_ms = (unsigned)u;
+	}
+	if ((v = sluice_yaml_get(y, node, "dogstatsd")) &&
+	    sluice_yaml_bool(y, v, "envoy.statsd.dogstatsd", &s->statsd_dog) <
+		    0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "tags"))) {
+		if (sluice_yaml_expect_map(y, v, "envoy.statsd.tags") < 0)
+			return -1;
+		for (p = v->data.mapping.pairs.start;
+		     p < v->data.mapping.pairs.top; p++) {
+			yaml_node_t *kn =
+				yaml_document_get_node(&y->doc, p->key);
+			yaml_node_t *vn =
+				yaml_document_get_node(&y->doc, p->value);
+
+			if (sluice_yaml_string(y, kn, "envoy.statsd.tags key",
+					       &k) < 0 ||
+			    statsd_safe(y, kn, "envoy.statsd.tags key", k) <
+				    0 ||
+			    sluice_yaml_string(y, vn, "envoy.statsd.tags value",
+					       &str) < 0 ||
+			    statsd_safe(y, vn, "envoy.statsd.tags value", str) <
+				    0) {
+				rc = -1;
+				continue;
+			}
+			sluice_buf_printf(&tags, "%s%s:%s", tags.len ? "," : "",
+					  k, str);
+		}
+		sluice_buf_append(&tags, "", 1);
+		if (tags.oom)
+			rc = sluice_yaml_nomem(y, v);
+		else if (tags.len > 1)
+			rc = sluice_config_set_string(&s->statsd_tags,
+						      tags.data) < 0
+				     ? sluice_yaml_nomem(y, v)
+				     : rc;
+		sluice_buf_free(&tags);
+	}
+	return rc;
+}
+
+/* metrics: sluice | ratelimit | both. */
+static int parse_metrics(sluice_yaml_t *y, yaml_node_t *v, int *style)
+{
+	const char *s;
+
+	if (sluice_yaml_string(y, v, "envoy.metrics", &s) < 0)
+		return -1;
+	if (strcmp(s, "sluice") == 0)
+		*style = SLUICE_ENVOY_METRICS_SLUICE;
+	else if (strcmp(s, "ratelimit") == 0)
+		*style = SLUICE_ENVOY_METRICS_RATELIMIT;
+	else if (strcmp(s, "both") == 0)
+		*style = SLUICE_ENVOY_METRICS_SLUICE |
+			 SLUICE_ENVOY_METRICS_RATELIMIT;
+	else
+		return sluice_yaml_error(y, v,
+					 "envoy.metrics is \"%.40s\"; expected "
+					 "sluice, ratelimit (envoyproxy/"
+					 "ratelimit's names, as a "
+					 "statsd_exporter shows them) or both",
+					 s);
+	return 0;
 }
 
 /* "0.8" (NEAR_LIMIT_RATIO) into a whole percentage. */
@@ -125,10 +346,20 @@ static char *resolve(const char *dir, const char *base)
 int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			       const char *base, sluice_envoy_config_t **out)
 {
-	static const char *const keys[] = {
-		"config_dir",  "response_headers", "header_names",
-		"shadow_mode", "near_limit_ratio", "on_store_error",
-		"watch_ms",    "merge_domains",	   NULL};
+	static const char *const keys[] = {"config_dir",
+					   "response_headers",
+					   "header_names",
+					   "shadow_mode",
+					   "near_limit_ratio",
+					   "on_store_error",
+					   "watch_ms",
+					   "merge_domains",
+					   "ietf_headers",
+					   "ietf_policy_names",
+					   "files",
+					   "metrics",
+					   "statsd",
+					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
 	const char *dir;
@@ -145,6 +376,21 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	if ((v = sluice_yaml_get(y, node, "response_headers")) &&
 	    sluice_yaml_bool(y, v, "envoy.response_headers",
 			     &s.response_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ietf_headers")) &&
+	    sluice_yaml_bool(y, v, "envoy.ietf_headers", &s.ietf_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ietf_policy_names")) &&
+	    parse_policy_names(y, v, &s.ietf_policy_path) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "statsd")) &&
+	    parse_statsd(y, v, &s) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "metrics")) &&
+	    parse_metrics(y, v, &s.metrics_style) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "files")) &&
+	    parse_files(y, v, &s) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
 	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s.merge_domains) < 0)
@@ -206,5 +452,8 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	free(s.header_limit);
 	free(s.header_remaining);
 	free(s.header_reset);
+	free(s.statsd_addr);
+	free(s.statsd_prefix);
+	free(s.statsd_tags);
 	return rc;
 }

@@ -22,6 +22,7 @@
  * (sluice_rule_key(); ad-hoc keys in their own namespace), and the verbs
  * run on the store driver (memory, Redis scripts, same with the module).
  */
+#include "policy/envoy_config.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
 #include "util/log.h"
@@ -316,12 +317,57 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 	return 0;
 }
 
-void sluice_api_admin(sluice_conn_t *c, int refund)
+/* Whether an admin endpoint may answer c: 1, or 0 after answering 404
+ * (no admin: in the config) or 401 (no or a wrong token). */
+static int admin_gate(sluice_conn_t *c)
 {
 	static const char unauthorized[] =
 		"{\"error\":\"unauthorized\",\"message\":\"expected "
 		"Authorization: Bearer <admin token>\"}";
 	const sluice_config_t *cfg = c->req_live->cfg;
+
+	if (!cfg->admin_token) {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "the admin endpoints are off (no admin: "
+				  "in the config)");
+		return 0;
+	}
+	if (!authorized(c, cfg->admin_token)) {
+		sluice_resp_begin(c, 401);
+		sluice_buf_puts(&c->out, "WWW-Authenticate: Bearer\r\n");
+		sluice_resp_end(c, "application/json", unauthorized,
+				sizeof(unauthorized) - 1);
+		return 0;
+	}
+	return 1;
+}
+
+void sluice_api_rlconfig(sluice_conn_t *c)
+{
+	const sluice_envoy_config_t *e = c->req_live->cfg->envoy;
+	sluice_buf_t body = {0};
+
+	if (!admin_gate(c))
+		return;
+	if (!e) {
+		sluice_resp_error(c, 404, "not_found", NULL,
+				  "no envoy: section in the config");
+		return;
+	}
+	sluice_envoy_dump(e, &body);
+	if (body.oom) {
+		sluice_buf_free(&body);
+		sluice_resp_error(c, 500, "out_of_memory", NULL,
+				  "out of memory");
+		return;
+	}
+	sluice_resp_begin(c, 200);
+	sluice_resp_end(c, "text/plain; charset=utf-8", body.data, body.len);
+	sluice_buf_free(&body);
+}
+
+void sluice_api_admin(sluice_conn_t *c, int refund)
+{
 	sluice_backend_t *be = &c->svc->backend;
 	json_t *obj = NULL, *jrule, *jcost;
 	admin_op_t *op = NULL;
@@ -329,19 +375,8 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 	const char *key;
 	size_t keylen, i;
 
-	if (!cfg->admin_token) {
-		sluice_resp_error(c, 404, "not_found", NULL,
-				  "the admin endpoints are off (no admin: "
-				  "in the config)");
+	if (!admin_gate(c))
 		return;
-	}
-	if (!authorized(c, cfg->admin_token)) {
-		sluice_resp_begin(c, 401);
-		sluice_buf_puts(&c->out, "WWW-Authenticate: Bearer\r\n");
-		sluice_resp_end(c, "application/json", unauthorized,
-				sizeof(unauthorized) - 1);
-		return;
-	}
 	obj = sluice_api_object(c);
 	if (!obj)
 		return;

@@ -3,6 +3,8 @@
  * table (at the end): an endpoint is one row and one function.
  */
 #include "serve/handlers.h"
+#include "policy/envoy_config.h"
+#include "policy/envoy_metrics.h"
 #include "policy/ratelimit_headers.h"
 #include "serve/answer.h"
 #include "util/log.h"
@@ -244,15 +246,20 @@ static void handle_metrics(sluice_conn_t *c)
 	sluice_memstore_stats_t st;
 	sluice_buf_t body = {0};
 	sluice_backend_t *be = &c->svc->backend;
+	const sluice_envoy_config_t *e = c->svc->live && c->svc->live->cfg
+						 ? c->svc->live->cfg->envoy
+						 : NULL;
+	/* The Envoy counts' names: envoy.metrics (sluice's by default). */
+	int style = e ? e->settings.metrics_style : SLUICE_ENVOY_METRICS_SLUICE;
 
 	if (be->ops && be->ops->stats) {
 		be->ops->stats(be->impl, &st);
-		sluice_metrics_render(&body, &st);
+		sluice_metrics_render(&body, &st, style);
 	} else if (c->svc->store) {
 		sluice_memstore_stats(c->svc->store, &st);
-		sluice_metrics_render(&body, &st);
+		sluice_metrics_render(&body, &st, style);
 	} else {
-		sluice_metrics_render(&body, NULL);
+		sluice_metrics_render(&body, NULL, style);
 	}
 	sluice_resp_begin(c, 200);
 	sluice_resp_end(c, "text/plain; version=0.0.4; charset=utf-8",
@@ -320,6 +327,14 @@ static void route_admin(sluice_conn_t *c, const char *path, const char *query)
 	sluice_api_admin(c, strcmp(path, "/v1/refund") == 0);
 }
 
+static void route_rlconfig(sluice_conn_t *c, const char *path,
+			   const char *query)
+{
+	(void)path;
+	(void)query;
+	sluice_api_rlconfig(c);
+}
+
 static void route_metrics(sluice_conn_t *c, const char *path, const char *query)
 {
 	(void)path;
@@ -363,10 +378,13 @@ static const route_t routes[] = {
 	{"/v1/take", 0, 0, ROUTE_POST, route_take},
 	{"/v1/reset", 0, 1, ROUTE_ANY, route_admin},
 	{"/v1/refund", 0, 1, ROUTE_ANY, route_admin},
+	{"/rlconfig", 0, 1, ROUTE_GET, route_rlconfig},
 	{"/metrics", 0, 0, ROUTE_GET, route_metrics},
 	{"/healthz", 0, 0, ROUTE_GET, route_healthz},
 	{"/readyz", 0, 0, ROUTE_GET, route_readyz},
-	{"/json", 0, 0, ROUTE_POST, route_rls_json},
+	/* Any method, as envoyproxy/ratelimit: the body decides (a GET
+	 * without one is a 400). */
+	{"/json", 0, 0, ROUTE_ANY, route_rls_json},
 	{"/healthcheck", 0, 0, ROUTE_GET, route_healthcheck},
 };
 

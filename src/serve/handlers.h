@@ -48,5 +48,8 @@ void sluice_rls_healthcheck(sluice_conn_t *c);
 
 /* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
 void sluice_api_admin(sluice_conn_t *c, int refund);
+/* GET /rlconfig (admin): the loaded envoy limits, one line each, as
+ * envoyproxy/ratelimit's debug page lists them. */
+void sluice_api_rlconfig(sluice_conn_t *c);
 
 #endif /* SLUICE_SERVE_HANDLERS_H */

@@ -5,15 +5,14 @@
 #include "serve/metrics.h"
 #include "policy/envoy_metrics.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Upper bounds of the latency histogram, in nanoseconds and as printed. */
-static const uint64_t bucket_ns[SLUICE_LATENCY_BUCKETS] = {
-	25000,	 50000,	   100000,   250000,   500000,	  1000000,   2500000,
-	5000000, 10000000, 25000000, 50000000, 100000000, 1000000000};
+/* Upper bounds of the latency histogram as printed
+ * (sluice_latency_bucket_ns[] in policy/counters.c). */
 static const char *const bucket_le[SLUICE_LATENCY_BUCKETS] = {
 	"0.000025", "0.00005", "0.0001", "0.00025", "0.0005", "0.001", "0.0025",
 	"0.005",    "0.01",    "0.025",	 "0.05",    "0.1",    "1"};
@@ -22,7 +21,9 @@ static const char *const bucket_le[SLUICE_LATENCY_BUCKETS] = {
 static const int codes[16] = {200, 400, 403, 404, 405, 408,
 			      413, 429, 431, 500, 503, 0};
 
-static sluice_counter_t reloads_ok, reloads_failed;
+/* Reloads by [trigger][ok]; the triggers' label values: */
+static sluice_counter_t reloads[2][2];
+static const char *const reload_triggers[2] = {"sighup", "config_dir"};
 static const sluice_store_exposition_t *store_x;
 /* The registry as sluice_metrics_visit() shows it: set and read only
  * under the registry's lock (render_counters). */
@@ -37,21 +38,12 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 	for (i = 0; codes[i] && codes[i] != status; i++)
 		;
 	sluice_count(&m->responses[i], 1);
-	for (i = 0; i < SLUICE_LATENCY_BUCKETS && elapsed_ns > bucket_ns[i];
-	     i++)
-		;
-	sluice_count(&m->latency[i], 1);
-	sluice_count(&m->latency_sum_ns, elapsed_ns);
+	sluice_latency_count(m->latency, &m->latency_sum_ns, elapsed_ns);
 }
 
 void sluice_metrics_loop_lag(sluice_metrics_t *m, uint64_t lag_ns)
 {
-	size_t i;
-
-	for (i = 0; i < SLUICE_LATENCY_BUCKETS && lag_ns > bucket_ns[i]; i++)
-		;
-	sluice_count(&m->loop_lag[i], 1);
-	sluice_count(&m->loop_lag_sum_ns, lag_ns);
+	sluice_latency_count(m->loop_lag, &m->loop_lag_sum_ns, lag_ns);
 }
 
 void sluice_metrics_set_store(const sluice_store_exposition_t *x)
@@ -65,9 +57,11 @@ void sluice_metrics_store_unready(sluice_buf_t *out)
 		store_x->unready(out);
 }
 
-void sluice_metrics_reload(int ok)
+void sluice_metrics_reload(int ok, int trigger)
 {
-	atomic_fetch_add(ok ? &reloads_ok : &reloads_failed, 1);
+	assert(trigger == SLUICE_RELOAD_SIGHUP ||
+	       trigger == SLUICE_RELOAD_CONFIG_DIR);
+	atomic_fetch_add(&reloads[trigger][!!ok], 1);
 }
 
 /* ------------------------------------------------------------- rendering */
@@ -144,14 +138,96 @@ static void render_rules(sluice_buf_t *out, size_t n)
 		       NULL, NULL, SUM(store_errors[s]));
 }
 
+/* One latency histogram per gRPC method in name{label=method}, the
+ * methods with no call left out; `unary`: only the unary ones
+ * (ShouldRateLimit, Health/Check), labelled by the method's last part,
+ * as envoyproxy/ratelimit's interceptor names them. */
+static void histograms(sluice_buf_t *out, const char *name, const char *text,
+		       const char *label, const char *const *methods, int unary)
+{
+	char bucket[96], lbl[64];
+	size_t m, i;
+
+	help(out, name, "histogram", text);
+	for (m = 0; m < SLUICE_GRPC_METHODS; m++) {
+		const char *mname = methods[m];
+		uint64_t cum = 0, total = 0;
+
+		if (unary && m != 0 && m != 1)
+			continue;
+		if (unary && strchr(mname, '/'))
+			mname = strchr(mname, '/') + 1;
+		for (i = 0; i <= SLUICE_LATENCY_BUCKETS; i++)
+			total += SUM(grpc_latency[m][i]);
+		if (!total)
+			continue;
+		snprintf(bucket, sizeof(bucket), "%s_bucket", name);
+		for (i = 0; i < SLUICE_LATENCY_BUCKETS; i++) {
+			cum += SUM(grpc_latency[m][i]);
+			series(out, bucket, label, mname, "le", bucket_le[i],
+			       cum);
+		}
+		cum += SUM(grpc_latency[m][SLUICE_LATENCY_BUCKETS]);
+		series(out, bucket, label, mname, "le", "+Inf", cum);
+		snprintf(lbl, sizeof(lbl), "%s", mname);
+		sluice_buf_printf(out, "%s_sum{%s=\"%s\"} %.9f\n", name, label,
+				  lbl,
+				  (double)SUM(grpc_latency_sum_ns[m]) / 1e9);
+		sluice_buf_printf(out, "%s_count{%s=\"%s\"} ", name, label,
+				  lbl);
+		sluice_buf_u64(out, cum);
+		sluice_buf_append(out, "\n", 1);
+	}
+}
+
+static const char *const grpc_methods[SLUICE_GRPC_METHODS] = {
+	"ShouldRateLimit", "Health/Check", "Health/Watch", "other"};
+
+/* envoyproxy/ratelimit's server and config counts in the names a
+ * statsd_exporter gives them (its default mapping): calls and their time
+ * by method, config loads (the first and every reload). */
+static void render_ratelimit(sluice_buf_t *out)
+{
+	uint64_t ok = 1, failed = 0, v;
+	size_t m, c, i;
+
+	help(out, "ratelimit_service_total_requests", "counter",
+	     "gRPC calls by method (envoyproxy/ratelimit's name).");
+	for (m = 0; m < 2; m++) {
+		for (v = 0, c = 0; c < 17; c++)
+			v += SUM(grpc_calls[m][c]);
+		if (v)
+			series(out, "ratelimit_service_total_requests",
+			       "grpc_method",
+			       strchr(grpc_methods[m], '/')
+				       ? strchr(grpc_methods[m], '/') + 1
+				       : grpc_methods[m],
+			       NULL, NULL, v);
+	}
+	histograms(out, "ratelimit_service_response_time_seconds",
+		   "gRPC call time by method (envoyproxy/ratelimit's name).",
+		   "grpc_method", grpc_methods, 1);
+	for (i = 0; i < 2; i++) {
+		ok += ld(&reloads[i][1]);
+		failed += ld(&reloads[i][0]);
+	}
+	help(out, "ratelimit_service_config_load_success", "counter",
+	     "Config loads (the first and each reload) that succeeded.");
+	series(out, "ratelimit_service_config_load_success", NULL, NULL, NULL,
+	       NULL, ok);
+	help(out, "ratelimit_service_config_load_error", "counter",
+	     "Config reloads refused.");
+	series(out, "ratelimit_service_config_load_error", NULL, NULL, NULL,
+	       NULL, failed);
+}
+
 const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS] = {
 	"reset_flood", "frame_flood", "header_flood", "protocol_error"};
 
 /* gRPC calls by method and status; a series appears once it counts. */
 static void render_grpc(sluice_buf_t *out)
 {
-	static const char *const methods[SLUICE_GRPC_METHODS] = {
-		"ShouldRateLimit", "Health/Check", "Health/Watch", "other"};
+	const char *const *methods = grpc_methods;
 	char code[8];
 	int m, c;
 
@@ -167,6 +243,10 @@ static void render_grpc(sluice_buf_t *out)
 			series(out, "sluice_grpc_calls_total", "method",
 			       methods[m], "code", code, v);
 		}
+	histograms(out, "sluice_grpc_request_duration_seconds",
+		   "Time from a gRPC call's request headers to its answer, by "
+		   "method.",
+		   "method", methods, 0);
 	help(out, "sluice_grpc_connections", "gauge",
 	     "Open gRPC (HTTP/2) client connections.");
 	series(out, "sluice_grpc_connections", NULL, NULL, NULL, NULL,
@@ -278,34 +358,51 @@ static void render_store(sluice_buf_t *out, const sluice_memstore_stats_t *st)
 	       st->recovered);
 }
 
+/* What one scrape renders. */
+typedef struct render_s {
+	sluice_buf_t *out;
+	int envoy_style; /* SLUICE_ENVOY_METRICS_* */
+} render_t;
+
 static void render_counters(void *arg, const sluice_metrics_t *blocks,
 			    const char *const *names, size_t n)
 {
+	render_t *r = arg;
+
 	all = blocks;
 	slot_names = names;
-	render_rules(arg, n);
-	render_http(arg);
+	render_rules(r->out, n);
+	render_http(r->out);
+	if (r->envoy_style & SLUICE_ENVOY_METRICS_RATELIMIT)
+		render_ratelimit(r->out);
 	all = NULL;
 	slot_names = NULL;
 }
 
 void sluice_metrics_render(sluice_buf_t *out,
-			   const sluice_memstore_stats_t *stats)
+			   const sluice_memstore_stats_t *stats,
+			   int envoy_style)
 {
-	sluice_metrics_visit(render_counters, out);
+	render_t r = {.out = out, .envoy_style = envoy_style};
+	size_t i;
+
+	sluice_metrics_visit(render_counters, &r);
 	if (stats)
 		render_store(out, stats);
 	if (store_x && store_x->render)
 		store_x->render(out);
-	sluice_envoy_metrics_render(out);
+	sluice_envoy_metrics_render(out, envoy_style);
 	help(out, "sluice_build_info", "gauge",
 	     "Always 1; the version of this binary as a label.");
 	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,
 	       1);
 	help(out, "sluice_config_reloads_total", "counter",
-	     "SIGHUP reloads by result.");
-	series(out, "sluice_config_reloads_total", "result", "ok", NULL, NULL,
-	       ld(&reloads_ok));
-	series(out, "sluice_config_reloads_total", "result", "error", NULL,
-	       NULL, ld(&reloads_failed));
+	     "Config reloads by result and by what started them (sighup, "
+	     "or config_dir: a change in envoy.config_dir).");
+	for (i = 0; i < 2; i++) {
+		series(out, "sluice_config_reloads_total", "result", "ok",
+		       "trigger", reload_triggers[i], ld(&reloads[i][1]));
+		series(out, "sluice_config_reloads_total", "result", "error",
+		       "trigger", reload_triggers[i], ld(&reloads[i][0]));
+	}
 }

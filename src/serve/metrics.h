@@ -25,7 +25,11 @@ void sluice_metrics_response(sluice_metrics_t *m, int status,
 void sluice_metrics_loop_lag(sluice_metrics_t *m, uint64_t lag_ns);
 
 /* Process-wide events (any thread). */
-void sluice_metrics_reload(int ok);
+/* What started a config reload (its label in
+ * sluice_config_reloads_total). */
+#define SLUICE_RELOAD_SIGHUP	 0
+#define SLUICE_RELOAD_CONFIG_DIR 1
+void sluice_metrics_reload(int ok, int trigger);
 
 /* What the configured store adds to GET /metrics and to the body of
  * /readyz's 503 (sluice_store_exposition_t, store/store.h).  Set once,
@@ -35,8 +39,12 @@ void sluice_metrics_set_store(const sluice_store_exposition_t *x);
 /* Appends the store's part of the /readyz 503 body (may be nothing). */
 void sluice_metrics_store_unready(sluice_buf_t *out);
 
-/* Appends the whole exposition; stats may be NULL. */
+/* Appends the whole exposition; stats may be NULL.  envoy_style
+ * (SLUICE_ENVOY_METRICS_* of policy/envoy_metrics.h, envoy.metrics) says
+ * in whose names the Envoy counts are shown: sluice's, envoyproxy/
+ * ratelimit's (as a statsd_exporter maps them) or both. */
 void sluice_metrics_render(sluice_buf_t *out,
-			   const sluice_memstore_stats_t *stats);
+			   const sluice_memstore_stats_t *stats,
+			   int envoy_style);
 
 #endif /* SLUICE_SERVE_METRICS_H */

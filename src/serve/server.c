@@ -4,6 +4,7 @@
 #include "serve/server.h"
 #include "grpc/grpc.h"
 #include "policy/envoy_config.h"
+#include "serve/statsd.h"
 #include "serve/store_events.h"
 
 #include <arpa/inet.h>
@@ -31,6 +32,7 @@ typedef struct sluice_server_s {
 	/* envoy.config_dir: polled for changes (policy/envoy_watch.c) */
 	uv_timer_t envoy_watch;
 	uint64_t envoy_stamp;
+	uv_timer_t statsd; /* envoy.statsd's flushes (serve/statsd.c) */
 } sluice_server_t;
 
 /* ------------------------------------------------------------- configs */
@@ -75,6 +77,18 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts, char *err,
 		sluice_config_free(cfg);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
+	}
+	/* A certificate that cannot be used refuses the start or the
+	 * reload, as any config error does. */
+	if (cfg && sluice_grpc_tls_check(cfg, err, errlen) < 0) {
+		sluice_config_free(cfg);
+		return NULL;
+	}
+	/* log: {format, level} from here on, the reload's own lines too
+	 * (the first of them: what the envoy loader skipped). */
+	if (cfg) {
+		sluice_log_configure(cfg->log_json, cfg->log_level);
+		sluice_envoy_log_skipped(cfg->envoy);
 	}
 	return cfg;
 }
@@ -132,8 +146,14 @@ static uint64_t envoy_loaded_stamp(const sluice_server_t *s)
 	return envoy_dir(s) ? s->live->cfg->envoy->stamp : 0;
 }
 
-static void reload(sluice_server_t *s)
+/* trigger (SLUICE_RELOAD_*): what started it, named in the log line and
+ * the metric. */
+static void reload(sluice_server_t *s, int trigger)
 {
+	/* "SIGHUP: reloaded ...", "envoy.config_dir changed: reloaded ..." */
+	const char *why = trigger == SLUICE_RELOAD_SIGHUP
+				  ? "SIGHUP"
+				  : "envoy.config_dir changed";
 	const sluice_config_t *run = s->boot->cfg;
 	sluice_config_t *cfg;
 	sluice_live_t *live;
@@ -141,16 +161,17 @@ static void reload(sluice_server_t *s)
 	unsigned i;
 
 	if (!s->opts->config_path) {
-		sluice_log_warn("SIGHUP: running the built-in default config; "
-				"nothing to reload");
+		sluice_log_warn("%s: running the built-in default config; "
+				"nothing to reload",
+				why);
 		return;
 	}
 	cfg = load_config(s->opts, err, sizeof(err));
 	if (!cfg) {
-		sluice_metrics_reload(0);
-		sluice_log_error("SIGHUP: reload rejected, keeping the "
+		sluice_metrics_reload(0, trigger);
+		sluice_log_error("%s: reload rejected, keeping the "
 				 "running config: %s",
-				 err);
+				 why, err);
 		return;
 	}
 	sluice_config_restart_fields(cfg, run, fields, sizeof(fields));
@@ -163,8 +184,8 @@ static void reload(sluice_server_t *s)
 				"full");
 	live = sluice_live_new(cfg);
 	if (!live) {
-		sluice_metrics_reload(0);
-		sluice_log_error("SIGHUP: out of memory, keeping the config");
+		sluice_metrics_reload(0, trigger);
+		sluice_log_error("%s: out of memory, keeping the config", why);
 		return;
 	}
 	for (i = 0; i < s->nworkers; i++) {
@@ -180,13 +201,13 @@ static void reload(sluice_server_t *s)
 	s->live = live;
 	/* What the directory was before this load read it (SIGHUP too). */
 	s->envoy_stamp = envoy_loaded_stamp(s);
-	sluice_metrics_reload(1);
+	sluice_metrics_reload(1, trigger);
 	if (fields[0])
-		sluice_log_info("SIGHUP: reloaded %s (%zu rules); not applied "
+		sluice_log_info("%s: reloaded %s (%zu rules); not applied "
 				"until a restart: %s",
-				cfg->path, cfg->nrules, fields);
+				why, cfg->path, cfg->nrules, fields);
 	else
-		sluice_log_info("SIGHUP: reloaded %s (%zu rules)", cfg->path,
+		sluice_log_info("%s: reloaded %s (%zu rules)", why, cfg->path,
 				cfg->nrules);
 }
 /* ------------------------------------------------------------- workers */
@@ -403,9 +424,24 @@ static void on_envoy_watch(uv_timer_t *t)
 		 * the next poll, never taken for what was loaded. */
 		s->envoy_stamp = stamp;
 		sluice_log_info("envoy.config_dir %s changed: reloading", dir);
-		reload(s);
+		reload(s, SLUICE_RELOAD_CONFIG_DIR);
 	}
 	envoy_watch_arm(s);
+}
+
+/* envoy.statsd: a flush every flush_ms of the running config (a reload
+ * may change it, add or drop it: looked at each second without one). */
+static void on_statsd(uv_timer_t *t)
+{
+	sluice_server_t *s = t->data;
+	const sluice_envoy_config_t *e = s->live->cfg->envoy;
+
+	sluice_statsd_flush(e ? &e->settings : NULL);
+	uv_timer_start(&s->statsd, on_statsd,
+		       e && e->settings.statsd_addr
+			       ? e->settings.statsd_flush_ms
+			       : 1000,
+		       0);
 }
 
 /* ------------------------------------------------------------- signals */
@@ -416,7 +452,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 	unsigned i;
 
 	if (signum == SIGHUP) {
-		reload(s);
+		reload(s, SLUICE_RELOAD_SIGHUP);
 		return;
 	}
 	if (s->stopping)
@@ -430,6 +466,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 	}
 	uv_close((uv_handle_t *)&s->sighup, NULL);
 	uv_close((uv_handle_t *)&s->envoy_watch, NULL);
+	uv_close((uv_handle_t *)&s->statsd, NULL);
 	uv_close((uv_handle_t *)&s->sigterm, NULL);
 	uv_close((uv_handle_t *)&s->sigint, NULL);
 }
@@ -545,6 +582,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	s.envoy_watch.data = &s;
 	s.envoy_stamp = envoy_loaded_stamp(&s);
 	envoy_watch_arm(&s);
+	uv_timer_init(s.main_loop, &s.statsd);
+	s.statsd.data = &s;
+	uv_timer_start(&s.statsd, on_statsd, 1000, 0);
 
 	for (i = 0; i < s.nworkers; i++) {
 		if (uv_thread_create(&s.workers[i].thread, worker_main,

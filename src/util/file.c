@@ -48,12 +48,14 @@ static const char *kind(mode_t m)
 }
 
 /* The checks on what was opened; 0 or -1 with why. */
-static int check(const sluice_file_t *f, unsigned how, gid_t group, char *why,
-		 size_t whylen)
+static int check(const sluice_file_t *f, unsigned how,
+		 const sluice_file_trust_t *trust, char *why, size_t whylen)
 {
 	const struct stat *st = &f->st;
+	gid_t group = trust->group;
 	uid_t me = geteuid();
 	char a[96], b[96];
+	size_t i;
 
 	if (!S_ISREG(st->st_mode)) {
 		snprintf(why, whylen, "is %s, not a regular file",
@@ -62,13 +64,18 @@ static int check(const sluice_file_t *f, unsigned how, gid_t group, char *why,
 	}
 	if (!(how & SLUICE_FILE_OWNED))
 		return 0;
-	if (st->st_uid != me && st->st_uid != 0 &&
+	/* An owner the operator named (a sidecar that writes the files
+	 * under its own uid) is trusted as we are. */
+	for (i = 0; i < trust->nuids && st->st_uid != trust->uids[i]; i++)
+		;
+	if (st->st_uid != me && st->st_uid != 0 && i == trust->nuids &&
 	    (group == (gid_t)-1 || st->st_gid != group)) {
 		snprintf(why, whylen,
-			 "is owned by %s, not by %s who runs sluice%s%s",
+			 "is owned by %s, not by %s who runs sluice%s%s%s",
 			 sluice_file_user(st->st_uid, a, sizeof(a)),
 			 sluice_file_user(me, b, sizeof(b)),
 			 me ? " nor root" : "",
+			 trust->nuids ? " nor a trusted uid" : "",
 			 group == (gid_t)-1 ? ""
 					    : " nor in the configured group");
 		return -1;
@@ -127,6 +134,16 @@ static int open_fd(int dirfd, const char *path, unsigned how, int follow,
 int sluice_file_open(sluice_file_t *f, int dirfd, const char *path,
 		     unsigned how, gid_t group, char *why, size_t whylen)
 {
+	sluice_file_trust_t trust = {.group = group};
+
+	return sluice_file_open_trusted(f, dirfd, path, how, &trust, why,
+					whylen);
+}
+
+int sluice_file_open_trusted(sluice_file_t *f, int dirfd, const char *path,
+			     unsigned how, const sluice_file_trust_t *trust,
+			     char *why, size_t whylen)
+{
 	int linked = 0;
 
 	memset(f, 0, sizeof(*f));
@@ -156,7 +173,7 @@ int sluice_file_open(sluice_file_t *f, int dirfd, const char *path,
 		f->fd = -1;
 		return -1;
 	}
-	if (check(f, how, group, why, whylen) < 0) {
+	if (check(f, how, trust, why, whylen) < 0) {
 		close(f->fd);
 		f->fd = -1;
 		return -1;
@@ -170,6 +187,17 @@ int sluice_file_open(sluice_file_t *f, int dirfd, const char *path,
 int sluice_file_read(const char *path, size_t max, unsigned how, char **out,
 		     size_t *len, int *quotable, char *why, size_t whylen)
 {
+	static const sluice_file_trust_t none = {.group = (gid_t)-1};
+
+	return sluice_file_read_trusted(path, max, how, &none, out, len,
+					quotable, why, whylen);
+}
+
+int sluice_file_read_trusted(const char *path, size_t max, unsigned how,
+			     const sluice_file_trust_t *trust, char **out,
+			     size_t *len, int *quotable, char *why,
+			     size_t whylen)
+{
 	sluice_file_t f;
 	char *buf;
 	size_t n = 0, cap;
@@ -177,8 +205,8 @@ int sluice_file_read(const char *path, size_t max, unsigned how, char **out,
 
 	*out = NULL;
 	*len = 0;
-	if (sluice_file_open(&f, AT_FDCWD, path, how, (gid_t)-1, why, whylen) <
-	    0)
+	if (sluice_file_open_trusted(&f, AT_FDCWD, path, how, trust, why,
+				     whylen) < 0)
 		return -1;
 	if ((uint64_t)f.st.st_size > max) {
 		snprintf(why, whylen, "is %llu bytes, larger than %zu",

@@ -51,6 +51,22 @@ int sluice_file_open(sluice_file_t *f, int dirfd, const char *path,
 		     unsigned how, gid_t group, char *why, size_t whylen);
 
 /*
+ * Owners trusted besides this process's user and root, for files that
+ * someone else writes on purpose (a sidecar syncing a config directory
+ * under its own uid): uids[0..nuids) and, when not (gid_t)-1, a group.
+ */
+typedef struct sluice_file_trust_s {
+	const uid_t *uids;
+	size_t nuids;
+	gid_t group;
+} sluice_file_trust_t;
+
+/* sluice_file_open() trusting trust's owners as well (SLUICE_FILE_OWNED). */
+int sluice_file_open_trusted(sluice_file_t *f, int dirfd, const char *path,
+			     unsigned how, const sluice_file_trust_t *trust,
+			     char *why, size_t whylen);
+
+/*
  * Reads a whole regular file of at most max bytes, opened by
  * sluice_file_open(path, how), into *out (NUL terminated; free() it).
  * *quotable as sluice_file_t's.  Returns 0, or -1 with why as above
@@ -58,6 +74,11 @@ int sluice_file_open(sluice_file_t *f, int dirfd, const char *path,
  */
 int sluice_file_read(const char *path, size_t max, unsigned how, char **out,
 		     size_t *len, int *quotable, char *why, size_t whylen);
+/* sluice_file_read() trusting trust's owners as well. */
+int sluice_file_read_trusted(const char *path, size_t max, unsigned how,
+			     const sluice_file_trust_t *trust, char **out,
+			     size_t *len, int *quotable, char *why,
+			     size_t whylen);
 
 /* "uid 65534 (nobody)" into buf, for messages. */
 const char *sluice_file_user(uid_t uid, char *buf, size_t len);

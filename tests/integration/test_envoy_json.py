@@ -24,9 +24,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -237,7 +239,10 @@ class EnvoyDir:
             self.write(name, text)
 
     def write(self, name, text):
-        tmp = os.path.join(self.dir, "." + name + ".tmp")
+        # name may hold folders ("team/a/x.yaml"): made as needed.
+        sub, base = os.path.split(name)
+        os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+        tmp = os.path.join(self.dir, sub, "." + base + ".tmp")
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, os.path.join(self.dir, name))
@@ -485,9 +490,14 @@ class Protocol(Base):
         for body in bad:
             r = self.sluice.request("POST", "/json", None, body)
             self.assertEqual(r.status, 400, body)
+        # Any method, as envoyproxy/ratelimit: the body decides.
         r = self.sluice.request("GET", "/json")
-        self.assertEqual(r.status, 405)
-        self.assertEqual(r.header("allow"), "POST")
+        self.assertEqual(r.status, 400)
+        r = self.sluice.request("GET", "/json", None,
+                                '{"domain": "messaging", "descriptors":'
+                                ' [{"entries": [{"key": "to_number",'
+                                ' "value": "9"}]}]}')
+        self.assertEqual(r.status, 200)
         # Still answering.
         self.ok("messaging", desc(("to_number", "1")))
 
@@ -534,12 +544,148 @@ class Headers(Base):
         self.assertEqual(h["X-RateLimit-Remaining"], "4")
         # One token of a 5/day bucket: 17280 s until full.
         self.assertEqual(h["X-RateLimit-Reset"], "17280")
-        self.assertEqual(h["RateLimit-Policy"],
-                         '"messaging.message_type_marketing.to_number"'
-                         ';q=5;w=86400')
-        self.assertEqual(h["RateLimit"],
-                         '"messaging.message_type_marketing.to_number"'
-                         ';r=4;t=17280')
+        # The three, as envoyproxy/ratelimit: no config name leaks.
+        self.assertEqual(len(h), 3)
+
+
+class JsonLog(Base):
+    """log: {format: json, level}: every line one JSON object with
+    envoyproxy/ratelimit's fields (LOG_FORMAT=json); lines below the level
+    are not written, and a reload changes both."""
+    files = {"messaging.yaml": EXAMPLES["messaging.yaml"],
+             "notes.txt": "not a config\n"}
+    settings = ""
+
+    def config(self, extra=""):
+        return Base.config(self, extra) + "log: {format: json}\n"
+
+    def lines(self):
+        return [json.loads(ln) for ln in self.sluice.log().splitlines()
+                if ln.strip()]
+
+    def test_every_line_is_json_and_the_level_filters(self):
+        ls = self.lines()  # each parses, or this fails
+        self.assertTrue(ls)
+        for ln in ls:
+            self.assertEqual(set(ln), {"@timestamp", "level", "@message"})
+        self.assertIn({"level": "info", "@message":
+                       "envoy.config_dir: skipped %s: not a .yaml or .yml "
+                       "file" % os.path.join(self.env.dir, "notes.txt")},
+                      [{"level": ln["level"], "@message": ln["@message"]}
+                       for ln in ls])
+        # level: warn -- an info line (a skipped file) is no longer written.
+        self.sluice.write_config(self.config().replace(
+            "log: {format: json}", "log: {format: json, level: warn}"))
+        before = self.sluice.metrics().get(
+            'sluice_config_reloads_total{result="ok",trigger="sighup"}', 0)
+        self.sluice.signal(signal.SIGHUP)
+        self.assertTrue(harness.wait_until(lambda: self.sluice.metrics().get(
+            'sluice_config_reloads_total{result="ok",trigger="sighup"}',
+            0) > before, 20))
+        n = len(self.lines())
+        self.env.write("more.txt", "not a config either\n")
+        self.env.write("more.yaml", "domain: more\ndescriptors:\n"
+                       "  - key: k\n    rate_limit: {unit: hour, "
+                       "requests_per_unit: 1}\n")
+        self.assertTrue(harness.wait_until(
+            lambda: self.rl("more", desc(("k", "v"))).json().get(
+                "statuses", [{}])[0].get("currentLimit"), 30))
+        later = self.lines()[n:]
+        self.assertEqual([ln for ln in later if ln["level"] == "info"], [])
+
+
+class RlConfig(Base):
+    """GET /rlconfig, an admin endpoint: the loaded limits, one line each,
+    as envoyproxy/ratelimit's debug page lists them."""
+    files = {"messaging.yaml": EXAMPLES["messaging.yaml"]}
+
+    def config(self, extra=""):
+        return Base.config(self, extra) + "admin: {token: \"%s\"}\n" % (
+            "t" * 32)
+
+    def test_lists_each_limit_behind_the_admin_token(self):
+        r = self.sluice.request("GET", "/rlconfig")
+        self.assertEqual(r.status, 401)
+        r = self.sluice.request("GET", "/rlconfig",
+                                {"Authorization": "Bearer " + "t" * 32})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(
+            r.body.decode().splitlines(),
+            ["messaging.message_type_marketing.to_number: unit=DAY "
+             "requests_per_unit=5, shadow_mode: false, quota_mode: false",
+             "messaging.to_number: unit=DAY requests_per_unit=100, "
+             "shadow_mode: false, quota_mode: false"])
+
+
+class StatsD(Base):
+    """envoy.statsd: the counts, in envoyproxy/ratelimit's StatsD names,
+    sent as deltas over UDP to an agent (here a socket of the test's own
+    on loopback), DogStatsD tags appended."""
+    files = {"messaging.yaml": EXAMPLES["messaging.yaml"]}
+
+    def setUp(self):
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.addCleanup(self.udp.close)
+        Base.setUp(self)
+
+    def config(self, extra=""):
+        return Base.config(self, extra) + (
+            "  statsd: {addr: \"127.0.0.1:%d\", prefix: \"prod.\", "
+            "flush_ms: 200, dogstatsd: true, tags: {env: test}}\n"
+            % self.udp.getsockname()[1])
+
+    def received(self, want, timeout=30):
+        """The counter lines received until `want` (a dict name -> total)
+        is reached; the totals."""
+        got = {}
+        deadline = time.monotonic() + timeout
+        while any(got.get(k, 0) < v for k, v in want.items()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.udp.settimeout(left)
+            try:
+                data = self.udp.recv(65536).decode()
+            except socket.timeout:
+                break
+            for line in data.splitlines():
+                name, rest = line.split(":", 1)
+                n, kind, tags = rest.split("|")
+                self.assertEqual((kind, tags), ("c", "#env:test"))
+                got[name] = got.get(name, 0) + int(n)
+        return got
+
+    def test_counts_arrive_as_deltas_in_ratelimit_names(self):
+        for _ in range(3):
+            self.ok("messaging", desc(("to_number", "1")))
+        self.ok("nowhere", desc(("k", "v")))
+        want = {"prod.ratelimit.service.rate_limit.messaging.to_number."
+                "total_hits": 3,
+                "prod.ratelimit.service.rate_limit.messaging.to_number."
+                "within_limit": 3,
+                "prod.ratelimit.service.rate_limit.nowhere."
+                "domain_not_found": 1}
+        got = self.received(want)
+        for k, v in want.items():
+            self.assertEqual(got.get(k), v, got)
+        # Deltas: two more hits arrive as 2, not as the total of 5.
+        self.ok("messaging", desc(("to_number", "1")))
+        self.ok("messaging", desc(("to_number", "1")))
+        k = ("prod.ratelimit.service.rate_limit.messaging.to_number."
+             "total_hits")
+        self.assertEqual(self.received({k: 2}).get(k), 2)
+
+
+class IetfHeaders(Base):
+    settings = "  ietf_headers: true\n"
+
+    def test_policy_named_without_descriptor_values(self):
+        s = self.ok("messaging", desc(("message_type", "marketing"),
+                                      ("to_number", "1")))
+        h = {x["key"]: x["value"] for x in s["responseHeadersToAdd"]}
+        self.assertEqual(h, {"RateLimit-Policy": '"default";q=5;w=86400',
+                             "RateLimit": '"default";r=4;t=17280'})
 
 
 class Reload(Base):
@@ -549,18 +695,19 @@ class Reload(Base):
         s = self.ok("messaging", desc(("to_number", "1")))
         return s["statuses"][0].get("limitRemaining", 0)
 
-    def reloads(self, result):
+    def reloads(self, result, trigger="config_dir"):
         return self.sluice.metrics().get(
-            'sluice_config_reloads_total{result="%s"}' % result, 0)
+            'sluice_config_reloads_total{result="%s",trigger="%s"}'
+            % (result, trigger), 0)
 
     def test_sighup_keeps_buckets(self):
         self.assertEqual(self.remaining(), 99)
         self.env.write("messaging.yaml", EXAMPLES["messaging.yaml"].replace(
             "requests_per_unit: 5", "requests_per_unit: 6"))
-        before = self.reloads("ok")
+        before = self.reloads("ok", "sighup")
         self.sluice.signal(signal.SIGHUP)
         self.assertTrue(harness.wait_until(
-            lambda: self.reloads("ok") > before, 20))
+            lambda: self.reloads("ok", "sighup") > before, 20))
         self.assertEqual(self.remaining(), 98)
 
     def test_changed_directory_reloads_and_keeps_buckets(self):
@@ -574,6 +721,46 @@ class Reload(Base):
         self.ok("more", desc(("k", "v")))
         self.over("more", desc(("k", "v")))
         self.assertEqual(self.remaining(), 98)
+        # The log and the metric say the directory started it, not a
+        # SIGHUP.
+        self.assertIn("envoy.config_dir changed: reloaded", self.sluice.log())
+        self.assertNotIn("SIGHUP", self.sluice.log())
+        self.assertEqual(self.reloads("ok", "sighup"), 0)
+
+    def test_nested_folders_are_read_and_skipped_files_named(self):
+        # RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/ with folders below,
+        # as envoyproxy/ratelimit reads them.
+        before = self.reloads("ok")
+        self.env.write("team/a/more.yaml", "domain: more\ndescriptors:\n"
+                       "  - key: k\n    rate_limit: {unit: hour, "
+                       "requests_per_unit: 1}\n")
+        self.env.write("team/notes.txt", "not a config\n")
+        self.assertTrue(harness.wait_until(
+            lambda: self.reloads("ok") > before, 30))
+        self.ok("more", desc(("k", "v")))
+        self.over("more", desc(("k", "v")))
+        self.assertIn("envoy.config_dir: skipped %s: not a .yaml or .yml "
+                      "file" % os.path.join(self.env.dir, "team/notes.txt"),
+                      self.sluice.log())
+
+    def test_a_file_of_a_trusted_uid_loads(self):
+        if os.geteuid() != 0:
+            self.skipTest("chown needs root")
+        before = self.reloads("error")
+        self.env.write("sidecar.yaml", "domain: sidecar\ndescriptors:\n"
+                       "  - key: k\n    rate_limit: {unit: hour, "
+                       "requests_per_unit: 1}\n")
+        os.chown(os.path.join(self.env.dir, "sidecar.yaml"), 65533, 65533)
+        # Another user's file is refused (it could rewrite the limits)...
+        self.assertTrue(harness.wait_until(
+            lambda: self.reloads("error") > before, 30))
+        self.assertIn("is owned by uid 65533", self.sluice.log())
+        # ... unless that uid is trusted.
+        self.sluice.write_config(self.config(
+            "  files: {trusted_uids: [65533]}\n"))
+        self.assertIn("SIGHUP: reloaded", self.sluice.reload())
+        self.ok("sidecar", desc(("k", "v")))
+        self.over("sidecar", desc(("k", "v")))
 
     def test_bad_file_is_rejected_naming_file_and_line(self):
         before = self.reloads("error")
@@ -642,7 +829,7 @@ class ChangeDuringReload(unittest.TestCase):
         self.write(5)
         env = {"LD_PRELOAD": os.path.join(harness.BUILD,
                                           "libslow_stderr.so"),
-               "SLOW_STDERR_MATCH": "SIGHUP: reloaded",
+               "SLOW_STDERR_MATCH": "config_dir changed: reloaded",
                "SLOW_STDERR_MS": "5000",
                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
                ":verify_asan_link_order=0"}
@@ -668,7 +855,8 @@ class ChangeDuringReload(unittest.TestCase):
 
     def reloads(self):
         return self.sluice.metrics().get(
-            'sluice_config_reloads_total{result="ok"}', 0)
+            'sluice_config_reloads_total{result="ok",trigger="config_dir"}',
+            0)
 
     def test_file_rewritten_during_a_reload_is_reloaded(self):
         self.assertEqual(self.limit(), 5)

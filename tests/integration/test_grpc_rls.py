@@ -198,6 +198,40 @@ class MemoryTest(Decisions, unittest.TestCase):
     def store(self):
         return "memory"
 
+    def test_calls_are_timed_per_method_and_named_as_ratelimit(self):
+        # envoy.metrics: both -- sluice's series and envoyproxy/ratelimit's
+        # (as a statsd_exporter maps them), side by side.
+        s = GrpcSluice(config(self.store()).replace(
+            "response_headers: true}",
+            "response_headers: true, metrics: both}"))
+        self.addCleanup(s.stop)
+        with s.channel() as ch:
+            stub = s.rls(ch)
+            u = uniq()
+            for _ in range(6):
+                stub.ShouldRateLimit(request("api", [("user", u)]),
+                                     timeout=30)
+        m = s.metrics()
+        # Every call timed, under its method: the histogram's count is
+        # the number of calls.
+        self.assertEqual(m.get('sluice_grpc_request_duration_seconds_count'
+                               '{method="ShouldRateLimit"}'), 6)
+        self.assertEqual(m.get('sluice_grpc_request_duration_seconds_bucket'
+                               '{method="ShouldRateLimit",le="+Inf"}'), 6)
+        self.assertEqual(m.get('ratelimit_service_total_requests'
+                               '{grpc_method="ShouldRateLimit"}'), 6)
+        self.assertEqual(m.get('ratelimit_service_response_time_seconds_count'
+                               '{grpc_method="ShouldRateLimit"}'), 6)
+        self.assertEqual(m.get('ratelimit_service_rate_limit_total_hits'
+                               '{domain="api",key1="user"}'), 6)
+        self.assertEqual(m.get('ratelimit_service_rate_limit_over_limit'
+                               '{domain="api",key1="user"}'), 1)
+        self.assertEqual(m.get('ratelimit_service_rate_limit_within_limit'
+                               '{domain="api",key1="user"}'), 5)
+        self.assertEqual(m.get('ratelimit_service_config_load_success'), 1)
+        self.assertEqual(m.get('sluice_envoy_total_hits_total'
+                               '{domain="api",descriptor="user"}'), 6)
+
     def test_a_reload_while_calls_are_in_flight_loses_none(self):
         errors, codes, stop = [], [], threading.Event()
 

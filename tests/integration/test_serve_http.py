@@ -668,7 +668,7 @@ class Operations(unittest.TestCase):
             s.write_config(RELOAD_B)
             self.assertIn("SIGHUP: reloaded", s.reload())
             self.assertEqual(s.metrics().get(
-                'sluice_config_reloads_total{result="ok"}'), 1)
+                'sluice_config_reloads_total{result="ok",trigger="sighup"}'), 1)
             # The open connection survived, the bucket too.
             r = c.request("GET", "/v1/check", {"x-user-id": "r"})
             self.assertEqual(r.header("x-ratelimit-remaining"), "1")
@@ -684,7 +684,7 @@ class Operations(unittest.TestCase):
             s.write_config(RELOAD_B)
             self.assertIn("SIGHUP: reloaded", s.reload())
             self.assertEqual(s.metrics().get(
-                'sluice_config_reloads_total{result="ok"}'), 1)
+                'sluice_config_reloads_total{result="ok",trigger="sighup"}'), 1)
             # Fresh connections land on either thread; all see "extra".
             self.assertTrue(harness.wait_until(lambda: all(
                 s.request("POST", "/v1/take", {}, json.dumps(
@@ -697,7 +697,7 @@ class Operations(unittest.TestCase):
             s.write_config("rules:\n  - name: x\n    limits: nope\n")
             self.assertIn("SIGHUP: reload rejected", s.reload())
             self.assertEqual(s.metrics().get(
-                'sluice_config_reloads_total{result="error"}'), 1)
+                'sluice_config_reloads_total{result="error",trigger="sighup"}'), 1)
             r = check(s, "b")
             self.assertEqual(r.status, 200)
             self.assertEqual(r.header("x-ratelimit-remaining"), "3")

@@ -142,7 +142,7 @@ class BusyMachine(unittest.TestCase):
                           line)
             self.assertIn("SIGHUP: reloaded", s.log())
             self.assertEqual(s.metrics().get(
-                'sluice_config_reloads_total{result="ok"}'), 1)
+                'sluice_config_reloads_total{result="ok",trigger="sighup"}'), 1)
             self.assertEqual(s.request("GET", "/v1/check", {
                 "x-user-id": "late"}).header("x-ratelimit-limit"), "20")
 

@@ -36,7 +36,7 @@ def redis_config(port, extra=""):
 
 
 def reloads(s, result):
-    return s.metrics().get('sluice_config_reloads_total{result="%s"}'
+    return s.metrics().get('sluice_config_reloads_total{result="%s",trigger="sighup"}'
                            % result)
 
 

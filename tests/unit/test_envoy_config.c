@@ -766,11 +766,13 @@ static void test_detailed_metric_labels_are_bounded(void)
 		else
 			CHECK(s != first); /* apart, by the hash suffix */
 	}
-	sluice_envoy_metrics_render(&out);
+	sluice_envoy_metrics_render(&out,
+				    SLUICE_ENVOY_METRICS_SLUICE |
+					    SLUICE_ENVOY_METRICS_RATELIMIT);
 	CHECK(!out.oom);
-	/* 4 counters a series, each line a label of at most 200 bytes and
-	 * some 100 of names and count. */
-	CHECK(out.len < 4 * (NLONG + 100) * (SLUICE_ENVOY_MAX_LABEL + 100));
+	/* 5 counters a series in each of 2 namings, each line a label of
+	 * at most 200 bytes and some 100 of names and count. */
+	CHECK(out.len < 2 * 5 * (NLONG + 100) * (SLUICE_ENVOY_MAX_LABEL + 100));
 	sluice_buf_free(&out);
 	/* The bytes: 200-byte values until the registry is full, then
 	 * overflow, well before the count of series runs out. */
@@ -791,9 +793,55 @@ static void test_detailed_metric_labels_are_bounded(void)
 	rm_dir();
 }
 
+/* Nested folders are read, as envoyproxy/ratelimit reads them; a symlink
+ * back up is a loop, skipped (named), never followed forever; a ConfigMap's
+ * dot entries (the same files again) are skipped; other names are named
+ * in the loader's skipped lines; the watcher's stamp sees a nested file. */
+static void test_nested_folders_loops_and_skips(void)
+{
+	sluice_envoy_config_t *cfg;
+	char path[512], link[512];
+	uint64_t before;
+
+	new_dir();
+	snprintf(path, sizeof(path), "%s/a", dir);
+	CHECK(mkdir(path, 0755) == 0);
+	snprintf(path, sizeof(path), "%s/a/b", dir);
+	CHECK(mkdir(path, 0755) == 0);
+	snprintf(path, sizeof(path), "%s/..data", dir);
+	CHECK(mkdir(path, 0755) == 0);
+	put("a/b/deep.yaml",
+	    "domain: deep\ndescriptors:\n  - key: k\n"
+	    "    rate_limit: {unit: minute, requests_per_unit: 1}\n");
+	put("..data/deep.yaml", "domain: deep\n"); /* would be a duplicate */
+	put("a/notes.md", "# not a config\n");
+	snprintf(link, sizeof(link), "%s/a/b/up", dir);
+	CHECK(symlink(dir, link) == 0);
+	cfg = load();
+	if (!cfg)
+		fprintf(stderr, "%s\n", err);
+	CHECK(cfg != NULL);
+	CHECK(cfg->nfiles == 1);
+	CHECK(sluice_envoy_domain(cfg, "deep") != NULL);
+	sluice_buf_append(&cfg->skipped, "", 1);
+	CHECK(strstr(cfg->skipped.data, "/a/notes.md: not a .yaml"));
+	CHECK(strstr(cfg->skipped.data,
+		     "/a/b/up: a directory that leads back"));
+	CHECK(strstr(cfg->skipped.data, "/..data: a dot file"));
+	sluice_envoy_config_free(cfg);
+	before = sluice_envoy_dir_stamp(dir);
+	put("a/b/deep.yaml",
+	    "domain: deep\ndescriptors:\n  - key: k\n"
+	    "    rate_limit: {unit: minute, requests_per_unit: 2}\n");
+	put("a/b/more.yaml", "domain: more\n"); /* a new file, two deep */
+	CHECK(sluice_envoy_dir_stamp(dir) != before);
+	rm_dir();
+}
+
 int main(void)
 {
 	RUN(test_basic_config_matches_as_upstream);
+	RUN(test_nested_folders_loops_and_skips);
 	RUN(test_wildcards_as_upstream);
 	RUN(test_wildcard_parts_never_overlap);
 	RUN(test_bad_files_name_file_and_line);

@@ -616,7 +616,9 @@ static const char *header(const sluice_rls_response_t *r, const char *k)
 	return NULL;
 }
 
-static void test_response_headers(void)
+/* response_headers: envoyproxy/ratelimit's three headers, and nothing
+ * else -- no name of the config reaches the client. */
+static void test_response_headers_are_the_three(void)
 {
 	sluice_rls_response_t *r;
 
@@ -624,23 +626,68 @@ static void test_response_headers(void)
 	r = decide("messaging",
 		   "message_type=marketing,to_number=1|to_number=1");
 	/* The descriptor nearest its limit: 4 of 5 left. */
+	CHECK(r->nheaders == 3);
 	CHECK(header(r, "RateLimit-Limit") &&
 	      strcmp(header(r, "RateLimit-Limit"), "5") == 0);
 	CHECK(strcmp(header(r, "RateLimit-Remaining"), "4") == 0);
 	/* A bucket of 5 a day refills one token in 17280 s, and is full
 	 * again that much later. */
 	CHECK(strcmp(header(r, "RateLimit-Reset"), "17280") == 0);
+	CHECK(!header(r, "RateLimit-Policy") && !header(r, "RateLimit"));
+	sluice_rls_response_free(r);
+	stop();
+	start(NULL, "messaging.yaml", example2);
+	r = decide("messaging", "to_number=1");
+	CHECK(r->nheaders == 0);
+	sluice_rls_response_free(r);
+	stop();
+}
+
+/* ietf_headers: the draft-11 fields on their own, named by the limit's
+ * `name` or "default" -- never by the descriptor's keys and values
+ * unless ietf_policy_names: path. */
+static void test_ietf_headers_hide_descriptor_names(void)
+{
+	static const char named[] =
+		"domain: messaging\n"
+		"descriptors:\n"
+		"  - key: message_type\n"
+		"    value: marketing\n"
+		"    descriptors:\n"
+		"      - key: to_number\n"
+		"        rate_limit: {name: promo, unit: day, "
+		"requests_per_unit: 5}\n"
+		"  - key: to_number\n"
+		"    rate_limit: {unit: day, requests_per_unit: 100}\n";
+	sluice_rls_response_t *r;
+
+	start("  ietf_headers: true\n", "messaging.yaml", example2);
+	r = decide("messaging",
+		   "message_type=marketing,to_number=1|to_number=1");
+	CHECK(r->nheaders == 2 && !header(r, "RateLimit-Limit"));
+	CHECK(strcmp(header(r, "RateLimit-Policy"),
+		     "\"default\";q=5;w=86400") == 0);
+	CHECK(strcmp(header(r, "RateLimit"), "\"default\";r=4;t=17280") == 0);
+	sluice_rls_response_free(r);
+	stop();
+	start("  ietf_headers: true\n", "messaging.yaml", named);
+	r = decide("messaging", "message_type=marketing,to_number=1");
+	CHECK(strcmp(header(r, "RateLimit-Policy"), "\"promo\";q=5;w=86400") ==
+	      0);
+	sluice_rls_response_free(r);
+	stop();
+	start("  response_headers: true\n  ietf_headers: true\n"
+	      "  ietf_policy_names: path\n",
+	      "messaging.yaml", example2);
+	r = decide("messaging",
+		   "message_type=marketing,to_number=1|to_number=1");
+	CHECK(r->nheaders == 5);
 	CHECK(strcmp(header(r, "RateLimit-Policy"),
 		     "\"messaging.message_type_marketing.to_number\";q=5;"
 		     "w=86400") == 0);
 	CHECK(strcmp(header(r, "RateLimit"),
 		     "\"messaging.message_type_marketing.to_number\";r=4;"
 		     "t=17280") == 0);
-	sluice_rls_response_free(r);
-	stop();
-	start(NULL, "messaging.yaml", example2);
-	r = decide("messaging", "to_number=1");
-	CHECK(r->nheaders == 0);
 	sluice_rls_response_free(r);
 	stop();
 }
@@ -868,6 +915,98 @@ static void test_store_failures_are_counted(void)
 	stop();
 }
 
+/* The line of `series` in a ratelimit-style exposition, its count; -1
+ * when absent; it must be there once at most. */
+static long long metric(const char *series)
+{
+	sluice_buf_t out = {0};
+	char *p, *nl;
+	long long v = -1;
+	size_t n = strlen(series);
+
+	sluice_envoy_metrics_render(&out,
+				    SLUICE_ENVOY_METRICS_SLUICE |
+					    SLUICE_ENVOY_METRICS_RATELIMIT);
+	sluice_buf_append(&out, "", 1);
+	CHECK(!out.oom);
+	for (p = out.data; p && *p; p = nl ? nl + 1 : NULL) {
+		nl = strchr(p, '\n');
+		if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+			CHECK(v == -1); /* never twice */
+			v = atoll(p + n + 1);
+		}
+	}
+	sluice_buf_free(&out);
+	return v;
+}
+
+/* envoy.metrics: ratelimit -- the series a statsd_exporter with
+ * envoyproxy/ratelimit's default mapping shows: one and two levels as
+ * {domain,key1[,key2]}, deeper ones under their escaped statsd name;
+ * within_limit, domain_not_found, global_shadow_mode counted. */
+static void test_ratelimit_metric_names(void)
+{
+	static const char deep[] =
+		"domain: mnames\n"
+		"descriptors:\n"
+		"  - key: a\n"
+		"    descriptors:\n"
+		"      - key: b\n"
+		"        rate_limit: {unit: day, requests_per_unit: 1}\n"
+		"        descriptors:\n"
+		"          - key: c\n"
+		"            rate_limit: {unit: day, requests_per_unit: 5}\n"
+		"  - key: k\n"
+		"    rate_limit: {unit: day, requests_per_unit: 1}\n";
+	sluice_rls_response_t *r;
+	long long shadow_before =
+		metric("sluice_envoy_global_shadow_mode_total");
+
+	start("  metrics: ratelimit\n  shadow_mode: true\n", "m.yaml", deep);
+	sluice_rls_response_free(decide("mnames", "k=1"));
+	sluice_rls_response_free(decide("mnames", "k=1")); /* over */
+	sluice_rls_response_free(decide("mnames", "a=x,b=y"));
+	sluice_rls_response_free(decide("mnames", "a=x,b=y,c=z"));
+	sluice_rls_response_free(decide("mnames_nowhere", "k=1|k=2"));
+	r = decide("mnames", "k=1");
+	CHECK(r->overall_code == OK); /* shadow_mode: OK, and counted */
+	sluice_rls_response_free(r);
+	CHECK(metric("ratelimit_service_rate_limit_total_hits"
+		     "{domain=\"mnames\",key1=\"k\"}") == 3);
+	CHECK(metric("ratelimit_service_rate_limit_within_limit"
+		     "{domain=\"mnames\",key1=\"k\"}") == 1);
+	CHECK(metric("ratelimit_service_rate_limit_over_limit"
+		     "{domain=\"mnames\",key1=\"k\"}") == 2);
+	CHECK(metric("ratelimit_service_rate_limit_total_hits"
+		     "{domain=\"mnames\",key1=\"a\",key2=\"b\"}") == 1);
+	CHECK(metric("ratelimit_service_rate_limit_a_b_c_total_hits") == -1);
+	CHECK(metric("ratelimit_service_rate_limit_mnames_a_b_c_total_hits") ==
+	      1);
+	CHECK(metric("ratelimit_service_rate_limit_mnames_nowhere_domain_not_"
+		     "found") == 2);
+	CHECK(metric("sluice_envoy_domain_not_found_total"
+		     "{domain=\"mnames_nowhere\"}") == 2);
+	CHECK(metric("sluice_envoy_within_limit_total"
+		     "{domain=\"mnames\",descriptor=\"k\"}") == 1);
+	CHECK(metric("ratelimit_service_global_shadow_mode") >= 1);
+	CHECK(metric("sluice_envoy_global_shadow_mode_total") ==
+	      (shadow_before < 0 ? 0 : shadow_before) + 2);
+	stop();
+}
+
+/* Two stats whose statsd_exporter names are one ("a.b_c" and "a_b.c"
+ * both escape to ..._a_b_c_...) are one series, summed: never a line
+ * twice, which would make a scraper refuse the whole page. */
+static void test_ratelimit_names_that_collide_are_summed(void)
+{
+	sluice_envoy_add(&sluice_envoy_series("mcoll", "a.b_c.d")->total_hits,
+			 2);
+	sluice_envoy_add(&sluice_envoy_series("mcoll", "a_b.c.d")->total_hits,
+			 3);
+	CHECK(metric("ratelimit_service_rate_limit_mcoll_a_b_c_d_total_hits") ==
+	      5);
+}
+
 int main(void)
 {
 	RUN(test_example2_marketing_five_a_day);
@@ -884,7 +1023,10 @@ int main(void)
 	RUN(test_override_flood_resets_no_configured_bucket);
 	RUN(test_reload_keeps_descriptor_usage);
 	RUN(test_malformed_requests_are_refused);
-	RUN(test_response_headers);
+	RUN(test_response_headers_are_the_three);
+	RUN(test_ietf_headers_hide_descriptor_names);
+	RUN(test_ratelimit_metric_names);
+	RUN(test_ratelimit_names_that_collide_are_summed);
 	RUN(test_global_shadow_mode);
 	RUN(test_quota_mode);
 	RUN(test_quota_mode_is_all_or_nothing);

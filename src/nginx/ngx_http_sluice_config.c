@@ -316,15 +316,35 @@ static const char *req_header(void *ctx, const char *name, size_t *len)
 	return req_header_line(ctx, name, 0, len);
 }
 
+/* One take kept for the worker's next request (a worker decides one
+ * request at a time): its arrays, grown to what requests match, are not
+ * allocated again for every request. */
+static sluice_take_t *spare_take;
+
+static void ctx_free(ngx_http_sluice_policy_ctx_t *ctx)
+{
+	if (ctx->take && spare_take == NULL && ctx->take->pending == 0)
+		spare_take = ctx->take;
+	else
+		sluice_take_free(ctx->take);
+	ngx_free(ctx);
+}
+
+/* The request's pool goes: its verdict goes with it, unless the store
+ * still holds the take (a request ended while its store answers later,
+ * the client gone): verdict_done frees it then. */
 static void policy_cleanup(void *data)
 {
 	ngx_http_sluice_policy_ctx_t *ctx = data;
 
-	sluice_take_free(ctx->take);
-	ctx->take = NULL;
+	if (ctx->pending) {
+		ctx->r = NULL;
+		return;
+	}
+	ctx_free(ctx);
 }
 
-/* The request's verdict lives on its pool, found by its cleanup: it
+/* The request's verdict hangs off its pool, found by its cleanup: it
  * survives an internal redirect (which clears the modules' contexts), so
  * a redirected request is not charged again, and sluice_limit's context
  * keeps the module's slot. */
@@ -346,6 +366,10 @@ static void verdict_done(void *arg, const sluice_verdict_t *v)
 
 	(void)v;
 	ctx->done = 1;
+	if (r == NULL) {
+		ctx_free(ctx); /* its request ended first */
+		return;
+	}
 	if (!ctx->pending)
 		return; /* answered inside decide(): the handler goes on */
 
@@ -358,6 +382,7 @@ static void verdict_done(void *arg, const sluice_verdict_t *v)
 		return;
 	}
 	r->main->count--;
+	r->read_event_handler = ngx_http_block_reading;
 	r->write_event_handler = ngx_http_core_run_phases;
 	ngx_http_core_run_phases(r);
 	ngx_http_run_posted_requests(c);
@@ -468,15 +493,20 @@ ngx_int_t ngx_http_sluice_config_handler(ngx_http_request_t *r)
 	if (lcf->policy == NULL || lcf->policy == &ngx_http_sluice_policy_off)
 		return NGX_DECLINED;
 
-	ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
+	/* Off the pool, as the take: a store answering later may outlive
+	 * the request (policy_cleanup). */
 	cln = ngx_pool_cleanup_add(r->pool, 0);
-	if (ctx == NULL || cln == NULL)
+	if (cln == NULL)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	ctx = ngx_calloc(sizeof(*ctx), r->connection->log);
+	if (ctx == NULL)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 	ctx->r = r;
 	ctx->policy = lcf->policy;
-	ctx->take = sluice_take_new();
 	cln->handler = policy_cleanup;
 	cln->data = ctx;
+	ctx->take = spare_take ? spare_take : sluice_take_new();
+	spare_take = NULL;
 	if (ctx->take == NULL)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
@@ -507,9 +537,12 @@ ngx_int_t ngx_http_sluice_config_handler(ngx_http_request_t *r)
 	sluice_verdict_decide(&ctx->policy->store->be, ctx->take,
 			      sluice_now_us(), verdict_done, ctx);
 	if (!ctx->done) {
-		/* Held until verdict_done runs the phases again. */
+		/* Held until verdict_done runs the phases again; a client
+		 * that goes away meanwhile ends the request. */
 		ctx->pending = 1;
 		r->main->count++;
+		r->read_event_handler = ngx_http_test_reading;
+		r->write_event_handler = ngx_http_request_empty_handler;
 		return NGX_DONE;
 	}
 	return answer(r, lcf, ctx);

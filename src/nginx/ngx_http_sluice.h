@@ -205,6 +205,14 @@ void ngx_http_sluice_config_refund(ngx_http_request_t *r);
 ngx_int_t ngx_http_sluice_config_outranks(ngx_http_request_t *r,
 					  const sluice_decision_t *d);
 
+/* The decision of the file's rules for the variables: 1 with the status
+ * (NGX_HTTP_SLUICE_PASSED, _REJECTED, _REJECTED_DRY_RUN), the decision
+ * reported and the wait a refusal asks for; 0 when no rule decided. */
+ngx_int_t ngx_http_sluice_config_decision(ngx_http_request_t *r,
+					  ngx_uint_t *status,
+					  sluice_decision_t *d,
+					  uint64_t *retry_us);
+
 /* Adds the header lines of buf ("Name: value\r\n" each) to the answer,
  * those the sluice_limit_headers mode keeps; each field added is stored in
  * added[] (up to max) and counted in *nadded (both may be NULL).

@@ -54,6 +54,7 @@ typedef struct {
 	unsigned pending : 1;  /* the handler returned NGX_DONE for it */
 	unsigned answered : 1; /* the handler has acted on it */
 	unsigned charged : 1;  /* allowed: enforcing rules hold its cost */
+	unsigned dry_run : 1;  /* answered under sluice_limit_dry_run on */
 } ngx_http_sluice_policy_ctx_t;
 
 /* ------------------------------------------------------------ the file */
@@ -420,6 +421,7 @@ static ngx_int_t answer(ngx_http_request_t *r, ngx_http_sluice_loc_conf_t *lcf,
 	ngx_uint_t i;
 
 	ctx->answered = 1;
+	ctx->dry_run = lcf->dry_run ? 1 : 0;
 	/* A shadow rule refuses nothing; what it would have refused is
 	 * said where refusals are. */
 	for (i = 0; i < t->nmatches; i++)
@@ -583,6 +585,37 @@ ngx_int_t ngx_http_sluice_config_outranks(ngx_http_request_t *r,
 	if (sluice_decision_merge(&mine, d)) {
 		withdraw_headers(ctx);
 		return 0;
+	}
+	return 1;
+}
+
+ngx_int_t ngx_http_sluice_config_decision(ngx_http_request_t *r,
+					  ngx_uint_t *status,
+					  sluice_decision_t *d,
+					  uint64_t *retry_us)
+{
+	ngx_http_sluice_policy_ctx_t *ctx = policy_ctx(r->main);
+	const sluice_verdict_t *v;
+	const sluice_match_t *m;
+
+	if (ctx == NULL || !ctx->answered || ctx->take->nmatches == 0)
+		return 0;
+	v = &ctx->take->verdict;
+	if (v->allowed) {
+		*status = NGX_HTTP_SLUICE_PASSED;
+	} else {
+		*status = ctx->dry_run ? NGX_HTTP_SLUICE_REJECTED_DRY_RUN
+				       : NGX_HTTP_SLUICE_REJECTED;
+	}
+	ngx_memzero(d, sizeof(*d));
+	d->allowed = v->allowed;
+	*retry_us = 0;
+	if (v->report >= 0) {
+		m = &ctx->take->matches[v->report];
+		*d = v->summary;
+		if (!v->allowed)
+			*retry_us = sluice_retry_us(&m->set->limits[v->which],
+						    &v->summary);
 	}
 	return 1;
 }

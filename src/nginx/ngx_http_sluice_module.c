@@ -91,6 +91,8 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
  * the limit reported), $sluice_limit_remaining (tokens left),
  * $sluice_limit_retry_after (seconds until a refused request could pass,
  * 0 when allowed), $sluice_limit_reset (seconds until the bucket is full).
+ * They describe the zones' decision, else sluice_config's (PASSED,
+ * REJECTED, REJECTED_DRY_RUN).
  */
 static ngx_command_t ngx_http_sluice_commands[] = {
 

@@ -514,11 +514,22 @@ ngx_int_t ngx_http_sluice_variable(ngx_http_request_t *r,
 				   ngx_http_variable_value_t *v, uintptr_t data)
 {
 	ngx_http_sluice_ctx_t *ctx;
-	uint64_t n;
+	ngx_uint_t status;
+	sluice_decision_t d;
+	uint64_t n, retry_us;
 	u_char *p;
 
+	/* The zones' decision, else the sluice_config rules'. */
 	ctx = request_ctx(r->main);
-	if (ctx == NULL || ctx->status == NGX_HTTP_SLUICE_NONE) {
+	if (ctx && ctx->status != NGX_HTTP_SLUICE_NONE) {
+		status = ctx->status;
+		d = ctx->d;
+		retry_us = d.allowed
+				   ? 0
+				   : sluice_retry_us(
+					     &ctx->lim[ctx->which]->limit, &d);
+	} else if (!ngx_http_sluice_config_decision(r->main, &status, &d,
+						    &retry_us)) {
 		v->not_found = 1;
 		return NGX_OK;
 	}
@@ -526,25 +537,22 @@ ngx_int_t ngx_http_sluice_variable(ngx_http_request_t *r,
 	v->no_cacheable = 0;
 	v->not_found = 0;
 	if (data == NGX_HTTP_SLUICE_VAR_STATUS) {
-		v->len = ngx_http_sluice_status_text[ctx->status].len;
-		v->data = ngx_http_sluice_status_text[ctx->status].data;
+		v->len = ngx_http_sluice_status_text[status].len;
+		v->data = ngx_http_sluice_status_text[status].data;
 		return NGX_OK;
 	}
 	switch (data) {
 	case NGX_HTTP_SLUICE_VAR_LIMIT:
-		n = ctx->d.limit;
+		n = d.limit;
 		break;
 	case NGX_HTTP_SLUICE_VAR_REMAINING:
-		n = ctx->d.remaining;
+		n = d.remaining;
 		break;
 	case NGX_HTTP_SLUICE_VAR_RETRY_AFTER:
-		n = ctx->d.allowed
-			    ? 0
-			    : sluice_retry_after_s(sluice_retry_us(
-				      &ctx->lim[ctx->which]->limit, &ctx->d));
+		n = d.allowed ? 0 : sluice_retry_after_s(retry_us);
 		break;
 	default:
-		n = sluice_us_to_s_ceil(ctx->d.reset_after_us);
+		n = sluice_us_to_s_ceil(d.reset_after_us);
 		break;
 	}
 	p = ngx_pnalloc(r->pool, NGX_INT64_LEN);

@@ -286,6 +286,59 @@ rules:
                               for _ in range(3)], [200, 200, 429])
 
 
+class Settings(unittest.TestCase):
+    RULES = """
+rules:
+  - name: one
+    key: ["header:x-user"]
+    limits: [{capacity: 1, rate: 1/min}]
+"""
+
+    def test_status_headers_and_dry_run_follow_the_levels_that_set_them(
+            self):
+        rules = write_file(self.RULES)
+        self.addCleanup(os.unlink, rules)
+        # http{} sets the headers, one location the status and no
+        # headers, one dry run; the refusals answer accordingly, and
+        # $sluice_limit_status says what the rules decided.
+        http = """
+    sluice_limit_headers draft-11;
+    sluice_config %s;
+    server { listen 127.0.0.1:@PORT@;
+        location /a { try_files /index.html =404; }
+        location /b { sluice_limit_status 503; sluice_limit_headers off;
+            try_files /index.html =404; }
+        location /c { sluice_limit_dry_run on; try_files /index.html =404; }
+        location /d { sluice_config off; try_files /index.html =404; }
+    }""" % rules
+        with NginxDaemon(http) as n:
+            a = [ask(n.port, "GET", "/a", {"x-user": "a"}) for _ in range(2)]
+            self.assertEqual([st for st, _ in a], [200, 429])
+            self.assertEqual(rl(a[1][1])["ratelimit-policy"],
+                             ['"one";q=1;w=60'])
+            self.assertNotIn("x-ratelimit-limit", rl(a[1][1]))
+            self.assertIn("retry-after", rl(a[1][1]))
+            b = [ask(n.port, "GET", "/b", {"x-user": "b"}) for _ in range(2)]
+            self.assertEqual([st for st, _ in b], [200, 503])
+            self.assertEqual(rl(b[1][1]), {})
+            c = [ask(n.port, "GET", "/c", {"x-user": "c"})[0]
+                 for _ in range(3)]
+            self.assertEqual(c, [200, 200, 200])
+            d = [ask(n.port, "GET", "/d", {"x-user": "d"})[0]
+                 for _ in range(3)]
+            self.assertEqual(d, [200, 200, 200])
+            self.assertIn('limiting requests, dry run, retry after',
+                          n.error_log())
+
+            def st(user):
+                return [f[2] for f in n.access_log() if f[0] == user]
+            self.assertTrue(harness.wait_until(
+                lambda: len(st("c")) == 3 and len(st("d")) == 3, 30))
+            self.assertEqual(st("c"), ["PASSED", "REJECTED_DRY_RUN",
+                                       "REJECTED_DRY_RUN"])
+            self.assertEqual(st("d"), ["-"] * 3)
+
+
 class Lifecycle(unittest.TestCase):
     def rules(self, capacity):
         return """

@@ -354,7 +354,7 @@ rules:
     limits: [{capacity: %d, rate: 1/min}]
 """ % capacity
 
-    def test_reload_reads_the_file_again_and_keeps_the_buckets(self):
+    def test_reload_reads_the_file_again_and_the_buckets_stay(self):
         rules = write_file(self.rules(2))
         self.addCleanup(os.unlink, rules)
         with NginxDaemon(nginx_http(rules)) as n:
@@ -380,6 +380,19 @@ rules:
                              [200] * 5 + [429])
             self.assertEqual(ask(n.port, "GET", "/kept", {"x-user": "k"})[0],
                              429)
+            # a binary upgrade (USR2, WINCH, QUIT) keeps them too
+            master = n.masters()[0]
+            n.signal(signal.SIGUSR2, master)
+            self.assertTrue(harness.wait_until(
+                lambda: len(n.masters()) == 2, 60), n.error_log())
+            os.kill(master, signal.SIGWINCH)
+            os.kill(master, signal.SIGQUIT)
+            self.assertTrue(harness.wait_until(
+                lambda: not os.path.exists("/proc/%d" % master), 60))
+            self.assertEqual(ask(n.port, "GET", "/kept", {"x-user": "k"})[0],
+                             429)
+            self.assertEqual(ask(n.port, "GET", "/changed",
+                                 {"x-user": "b"})[0], 429)
 
     def test_a_bad_file_is_refused_at_reload_and_the_old_rules_stay(self):
         rules = write_file(self.rules(2))

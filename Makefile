@@ -14,8 +14,9 @@
 #   make install  build, then install under PREFIX (default /usr/local),
 #                 staged under DESTDIR when set
 #   make deb      Debian packages (dpkg-buildpackage) -> build/deb/*.deb
-#   make node-prebuild  the npm package's prebuilt addon from this checkout
-#                 -> bindings/node/prebuilds/linux-x64/node.napi.glibc.node
+#   make node-prebuild  the npm package's prebuilt addons from this checkout
+#                 -> bindings/node/prebuilds/linux-{x64,arm64}/node.napi.glibc.node
+#                    and linux-x64/node.napi.musl.node
 #                 (what `npm pack` in bindings/node puts in the tarball)
 
 BUILD      ?= build

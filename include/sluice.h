@@ -36,6 +36,9 @@
  *       sluice_eval_all() (1 or 0: it cannot fail);
  *       sluice_memstore_take_each() returns how many items were allowed,
  *       or a negative code;
+ *     - the local stores' carry (sluice_memstore_carry(),
+ *       sluice_shmstore_carry()) returns 1 when it carried a usage, 0
+ *       when not, or a negative code;
  *     - predicates return 1 or 0: sluice_limit_valid(),
  *       sluice_limit_same(), sluice_decision_merge(),
  *       sluice_redis_healthy();
@@ -45,7 +48,8 @@
  *       sluice_redis_event_name(): never NULL);
  *     - functions that cannot fail return their value (the pure bucket
  *       functions: sluice_refund(), sluice_penalize(), sluice_block(),
- *       sluice_debt_max_units(), sluice_state_expiry_us(); sluice_now_us())
+ *       sluice_debt_max_units(), sluice_state_expiry_us(), sluice_carry(),
+ *       sluice_carry_units(); sluice_now_us())
  *       or nothing (sluice_eval(), the _free, _close and _stats
  *       functions).
  *
@@ -317,6 +321,32 @@ SLUICE_API uint64_t sluice_debt_max_units(const sluice_limit_t *limit);
  * may forget the state from then on.  0 for the empty state. */
 SLUICE_API int64_t sluice_state_expiry_us(sluice_state_t state);
 
+/* ----------------------------------------------------------- limit change */
+
+/*
+ * A bucket's usage carried across a change of its limit (an operator
+ * lowering or raising a named limit's capacity or rate): returns the state
+ * under `to` of a bucket whose state under `from` is `state` at `now_us`.
+ * The rule: what was used stays used, in the new limit's terms -- the
+ * tokens the bucket is short of full under `from` are short under `to`,
+ * at most to's capacity (a drained bucket stays drained, whatever the
+ * change) and never fewer than none; the bucket then refills at to's
+ * rate.  With the same rate the shortfall is kept exactly; across a
+ * change of rate the tokens used are counted whole, a token partly
+ * refilled counting as used.  0 when the bucket is full.  Pure, like
+ * sluice_eval(); every store carries with it (the Redis script repeats
+ * it).
+ */
+SLUICE_API sluice_state_t sluice_carry(const sluice_limit_t *from,
+				       sluice_state_t state,
+				       const sluice_limit_t *to,
+				       int64_t now_us);
+
+/* sluice_carry() on a shortfall D (in from's 1/per microsecond units):
+ * the shortfall under `to`, in to's units (<= to->tau). */
+SLUICE_API uint64_t sluice_carry_units(const sluice_limit_t *from, uint64_t D,
+				       const sluice_limit_t *to);
+
 /* ------------------------------------------------------------------ keys */
 
 /* Longest bucket name a key carries (longer names are cut). */
@@ -510,6 +540,24 @@ SLUICE_API int sluice_memstore_block(sluice_memstore_t *store, const void *key,
 				     size_t nlimits, uint64_t ms,
 				     int64_t now_us);
 
+/*
+ * Carries the usage of `key` to the limit `to` from the limits it had
+ * before (from[0..nfrom), the most recent first, at most
+ * SLUICE_MAX_LIMITS): when the bucket under `to` holds no state (it is
+ * full), the first bucket under from[] that does is carried into it with
+ * sluice_carry() (what was used stays used, in to's terms).  Every bucket
+ * under from[] is then forgotten, carried or not, so usage is counted
+ * once and a later change back to one of them finds nothing stale.  A
+ * host calls it before a take when the limit changed (a reload); a
+ * limit equal to `to` among from[] is skipped.  Returns 1 when a usage
+ * was carried, 0 when not, or SLUICE_EINVAL (a limit not valid, nfrom
+ * above SLUICE_MAX_LIMITS).
+ */
+SLUICE_API int sluice_memstore_carry(sluice_memstore_t *store, const void *key,
+				     size_t keylen, const sluice_limit_t *to,
+				     const sluice_limit_t *from, size_t nfrom,
+				     int64_t now_us);
+
 /* Copies the store's counters. */
 SLUICE_API void sluice_memstore_stats(sluice_memstore_t *store,
 				      sluice_memstore_stats_t *out);
@@ -621,6 +669,12 @@ SLUICE_API int sluice_shmstore_block(sluice_shmstore_t *store, const void *key,
 				     size_t keylen,
 				     const sluice_limit_t *limits,
 				     size_t nlimits, uint64_t ms,
+				     int64_t now_us);
+
+/* As sluice_memstore_carry(), for every process on the same file. */
+SLUICE_API int sluice_shmstore_carry(sluice_shmstore_t *store, const void *key,
+				     size_t keylen, const sluice_limit_t *to,
+				     const sluice_limit_t *from, size_t nfrom,
 				     int64_t now_us);
 
 /* The store's counters (over every process's takes). */

@@ -429,6 +429,21 @@ SLUICE_API int sluice_redis_block(sluice_redis_t *r,
 				  void *arg);
 
 /*
+ * A key's usage carried to its changed limit `to` from the limits it had
+ * (from[0..nfrom), the most recent first; nfrom below
+ * SLUICE_MAX_LIMITS), as sluice_memstore_carry() does it: carry.lua, one
+ * atomic call, whether or not the module is loaded (the state is the
+ * same; the stored format does not change).  Sent before a take on the
+ * same client, it reaches the server first.  key and limits are copied;
+ * cb once with 0 or the failure.  Returns 0, or SLUICE_EINVAL (a limit
+ * not valid, too many) / SLUICE_ENOMEM; the callback is then not called.
+ */
+SLUICE_API int sluice_redis_carry(sluice_redis_t *r, const void *key,
+				  size_t keylen, const sluice_limit_t *to,
+				  const sluice_limit_t *from, size_t nfrom,
+				  sluice_redis_many_cb cb, void *arg);
+
+/*
  * The decision a take of `cost` would get now (as sluice_redis_take()),
  * charging nothing: the script is sent more than a bucketful, which it
  * never charges, and the client decides `cost` on the shortfalls it

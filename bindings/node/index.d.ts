@@ -82,7 +82,7 @@ export interface RedisOptions {
   tls?: RedisTlsOptions;
   /** The master of a Sentinel group (not with cluster). */
   sentinel?: RedisSentinelOptions;
-  /** Per call, default 50. */
+  /** Per call, default 250 (above the p99.9 of answers on a busy host; docs/BENCHMARKS.md). */
   timeoutMs?: number;
   /** Connections per node, default 1 (every call is pipelined). */
   connections?: number;
@@ -115,22 +115,29 @@ export interface LimiterOptions {
   /** What sluice would log (a store node failing, recovering), through the app's
    * logger: console, pino, winston, Fastify's app.log. */
   logger?: { warn(message: string): unknown; info?(message: string): unknown };
+  /** Redis: while the store cannot answer, take() and get() are decided by an
+   * in-memory limiter of this process on the same policy ('local', the
+   * default; told once each way: the 'error' event with ERR_SLUICE_LOCAL,
+   * then 'recover' with reason 'local'; console.warn when nothing listens),
+   * or reject ('reject'). */
+  onStoreError?: 'local' | 'reject';
 }
 
 /** An error of the store: code ERR_SLUICE_STORE, ERR_SLUICE_TIMEOUT,
- * ERR_SLUICE_REFUSED (the server answered the call with an error) or
- * ERR_SLUICE_CLOSED. */
+ * ERR_SLUICE_REFUSED (the server answered the call with an error),
+ * ERR_SLUICE_CLOSED, or ERR_SLUICE_LOCAL (the 'error' event: the local
+ * fallback now decides). */
 export interface SluiceError extends Error {
-  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_TIMEOUT' | 'ERR_SLUICE_REFUSED' | 'ERR_SLUICE_CLOSED' | string;
+  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_TIMEOUT' | 'ERR_SLUICE_REFUSED' | 'ERR_SLUICE_CLOSED' | 'ERR_SLUICE_LOCAL' | string;
 }
 
 /** A Redis node that became unusable, refuses the calls, or may evict
  * buckets (onError, the 'error' event). */
 export interface StoreError extends SluiceError {
-  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_REFUSED' | 'ERR_SLUICE_EVICTION';
-  /** "host:port" (never credentials). */
+  code: 'ERR_SLUICE_STORE' | 'ERR_SLUICE_REFUSED' | 'ERR_SLUICE_EVICTION' | 'ERR_SLUICE_LOCAL';
+  /** "host:port" (never credentials); "" for ERR_SLUICE_LOCAL. */
   node: string;
-  /** 'unreachable' | 'timeout' | 'auth_failed' | 'tls_failed' | 'no_master' | 'refused' | 'eviction_policy' */
+  /** 'unreachable' | 'timeout' | 'auth_failed' | 'tls_failed' | 'no_master' | 'refused' | 'eviction_policy' | 'local' */
   reason: string;
   /** The server's, the system's or OpenSSL's words; may be "". */
   detail: string;
@@ -164,6 +171,8 @@ export class Limiter extends EventEmitter {
   block(key: string | Buffer, policy: Policy, ms: number): Promise<void>;
   /** true when the store can answer now (for a readiness probe). */
   healthy(): boolean;
+  /** true while store failures are decided by this process's local fallback. */
+  readonly local: boolean;
   /** @deprecated rate-limiter-flexible's name: throws a TypeError; use take(key, policy, { cost }). */
   consume(...args: unknown[]): never;
   /** @deprecated rate-limiter-flexible's name: throws a TypeError; use reset(key, policy). */
@@ -176,10 +185,10 @@ export class Limiter extends EventEmitter {
   close(): Promise<void>;
 
   on(event: 'error', listener: (err: StoreError) => void): this;
-  on(event: 'recover', listener: (info: { node: string }) => void): this;
+  on(event: 'recover', listener: (info: { node: string; reason?: 'local' }) => void): this;
   on(event: string | symbol, listener: (...args: any[]) => void): this;
   once(event: 'error', listener: (err: StoreError) => void): this;
-  once(event: 'recover', listener: (info: { node: string }) => void): this;
+  once(event: 'recover', listener: (info: { node: string; reason?: 'local' }) => void): this;
   once(event: string | symbol, listener: (...args: any[]) => void): this;
 }
 
@@ -238,9 +247,10 @@ export interface MiddlewareOptions<Req = AnyRequest, Res = AnyResponse> {
   headers?: HeaderStandard | HeaderOptions | boolean;
   /** Where the decision is left on the request (default 'rateLimit'), or false. */
   requestPropertyName?: string | false;
-  /** When the store fails: 'open' (default: pass, no headers), 'closed' (503),
+  /** When the store fails: 'local' (default: the limiter's local fallback
+   * decides, headers sent), 'open' (pass, no headers), 'closed' (503),
    * or a function deciding.  A closed limiter is no store failure: always 503. */
-  onStoreError?: 'open' | 'closed' | ((err: SluiceError, req: Req, res: Res, next: (err?: unknown) => void) => void);
+  onStoreError?: 'local' | 'open' | 'closed' | ((err: SluiceError, req: Req, res: Res, next: (err?: unknown) => void) => void);
   /** Give the tokens back when the response succeeds (requestWasSuccessful; default status < 400). */
   skipSuccessfulRequests?: boolean;
   /** Give the tokens back when the response finishes failed (status >= 400); a connection the client closes first keeps its charge. */

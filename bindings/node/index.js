@@ -33,6 +33,11 @@ const native = loadAddon();
 const NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 const MAX_LIMITS = native.MAX_LIMITS;
 const DEFAULT_MAX_KEYS = 1000000;
+// How long a call waits for Redis by default: above the p99.9 of Redis
+// answers a Node app sees on a busy 2-core host (docs/BENCHMARKS.md,
+// node_timeout: 228 ms with 64 takes in flight, 49 ms with 8), so that a
+// loaded host alone does not send decisions to the local fallback.
+const DEFAULT_TIMEOUT_MS = 250;
 const SLUICE_ETIMEDOUT = native.ETIMEDOUT;
 
 function sluiceError(code, message) {
@@ -194,7 +199,7 @@ const LIMITER_PEERS = {
   keyPrefix: 'store: { redis: { keyPrefix } }',
   blockDuration: "the middleware's blockDuration (ms), or limiter.block(key, policy, ms)",
   execEvenly: 'the token bucket itself (it spreads requests at the refill rate)',
-  insuranceLimiter: "the middleware's onStoreError",
+  insuranceLimiter: "onStoreError: 'local' (the default: an in-memory limiter on the same policy while the store cannot answer)",
   inMemoryBlockOnConsumed: 'limiter.block(key, policy, ms)',
 };
 const REDIS_PEERS = {
@@ -422,7 +427,7 @@ function redisOptions(r, unref) {
   if (r.scriptOnly !== undefined) optBoolean(r.scriptOnly, 'redis.scriptOnly', false);
   const o = {
     unref: unref ? 1 : 0,
-    timeoutMs: positiveInt(r.timeoutMs, 'redis.timeoutMs', 50, 3600000),
+    timeoutMs: positiveInt(r.timeoutMs, 'redis.timeoutMs', DEFAULT_TIMEOUT_MS, 3600000),
     connections: positiveInt(r.connections, 'redis.connections', 1, 64),
     scriptOnly: r.scriptOnly ? 1 : 0,
   };
@@ -466,7 +471,9 @@ const ANSWER_BATCH = 256;
 // Node events that leave a Redis node unusable (sluice_redis_event_name()).
 const NODE_FAILURES = new Set(['unreachable', 'timeout', 'auth_failed', 'tls_failed', 'no_master', 'refused']);
 
-const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError', 'logger'];
+const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError', 'logger', 'onStoreError'];
+// Buckets the local fallback keeps (least recently used evicted beyond).
+const LOCAL_MAX_KEYS = 100000;
 
 /**
  * new Limiter({ store: 'memory', maxKeys, clock })
@@ -484,6 +491,11 @@ const LIMITER_KEYS = ['store', 'maxKeys', 'clock', 'unref', 'onError', 'logger']
  * Every store: unref (an idle Redis limiter does not hold the process
  * open), onError(err) (a Redis node became unusable; also the 'error'
  * event when it has listeners, and 'recover' when the node answers again).
+ * onStoreError: 'local' (default) or 'reject': while Redis cannot answer,
+ * take() and get() decide with an in-memory limiter of this process on
+ * the same policy, or reject.  The change into local decisions and back
+ * is told once each ('error' with code ERR_SLUICE_LOCAL, then 'recover'
+ * with reason 'local'; the logger; console.warn when nothing listens).
  */
 class Limiter extends EventEmitter {
   constructor(opts = {}) {
@@ -497,6 +509,20 @@ class Limiter extends EventEmitter {
     this._onError = optFunction(opts.onError, 'onError', '(err) => ...');
     this._logger = loggerOption(opts.logger);
     this._down = new Map(); // node -> "kind: detail" of its failure
+    const ose = opts.onStoreError === undefined ? 'local' : opts.onStoreError;
+    if (ose !== 'local' && ose !== 'reject')
+      throw new RangeError(`new Limiter(): onStoreError must be 'local' or 'reject', got ${typeof ose === 'string' ? JSON.stringify(ose) : typeName(ose)}`);
+    this._localDefault = ose === 'local';
+    // The local fallback: an in-memory store made at the first failure,
+    // kept across outages (a store that flaps does not refill it), and
+    // whether decisions are local now.  _epoch counts the changes: a
+    // call ends or starts a fallback only if none happened while it was
+    // on its way (a call sent before Redis came back that fails after
+    // it did still decides locally, and says so).
+    this._local = null;
+    this._localBuf = null;
+    this._fallback = false;
+    this._epoch = 0;
     this._evicting = new Map(); // node -> why it may evict buckets
     const unref = optBoolean(opts.unref, 'unref', false);
     if (s.kind === 'memory' || s.kind === 'shared') {
@@ -527,6 +553,10 @@ class Limiter extends EventEmitter {
       // function or reference per call), and ids free for reuse.
       this._slots = [];
       this._freeIds = [];
+      // Per id: 1 when the call falls back to the local limiter, and
+      // what that needs (_fallbackAnswer).
+      this._fbOn = [];
+      this._fb = [];
       // The addon writes each batch of answers here (ANSWER_FIELDS
       // numbers each) and calls _answers(n) once for the batch.
       this._ans = new Float64Array(ANSWER_FIELDS * ANSWER_BATCH);
@@ -539,7 +569,9 @@ class Limiter extends EventEmitter {
   // numbers, to done(status, allowed, limit, remaining, retryAfterMs,
   // resetMs, which): synchronously on the local stores, from Node's loop
   // on Redis.  Arguments are already checked.
-  _decide(key, p, cost, done, peek = false) {
+  // local: on a store failure, decide with the local fallback instead
+  // (the answer then has status 0, and the fallback is told).
+  _decide(key, p, cost, done, peek = false, local = this._localDefault) {
     if (this._closed) {
       done(CLOSED, false, 0, 0, 0, 0, 0);
       return;
@@ -554,6 +586,18 @@ class Limiter extends EventEmitter {
       return;
     }
     const id = this._slot(done);
+    if (local) {
+      // What a local decision needs, in a record kept per id (no
+      // allocation per call once the ids are in use).
+      let f = this._fb[id];
+      if (f === undefined || f === null) f = this._fb[id] = { key: null, p: null, cost: 0, peek: false, epoch: 0 };
+      f.key = key;
+      f.p = p;
+      f.cost = cost;
+      f.peek = peek;
+      f.epoch = this._epoch;
+      this._fbOn[id] = 1;
+    }
     try {
       (peek ? native.redisPeek : native.redisTake)(this._redis, key, p._h, cost, id);
     } catch (e) {
@@ -565,12 +609,97 @@ class Limiter extends EventEmitter {
   _slot(done) {
     const id = this._freeIds.length > 0 ? this._freeIds.pop() : this._slots.length;
     this._slots[id] = done;
+    this._fbOn[id] = 0;
     return id;
   }
 
   _unslot(id) {
     this._slots[id] = null;
+    this._fbOn[id] = 0;
     this._freeIds.push(id);
+  }
+
+  // The answer of a call sent with the local fallback: a store failure
+  // is decided by the local limiter (told when that starts); a success
+  // of a call sent during a fallback ends it (told).
+  _fallbackAnswer(key, p, cost, peek, epoch, done, status, allowed, limit, remaining, retry, reset, which) {
+    if (status === 0) {
+      if (!this._fallback || epoch !== this._epoch) {
+        done(status, allowed, limit, remaining, retry, reset, which);
+        return;
+      }
+      // The app's listeners run first (the log reads in order); one that
+      // throws does not lose the answer.
+      try {
+        this._fallbackEnds();
+      } finally {
+        done(status, allowed, limit, remaining, retry, reset, which);
+      }
+      return;
+    }
+    if (status === CLOSED || this._closed) {
+      done(status, allowed, limit, remaining, retry, reset, which);
+      return;
+    }
+    if (this._fallback) {
+      this._decideLocally(key, p, cost, peek, done, status);
+      return;
+    }
+    try {
+      this._fallbackStarts(status);
+    } finally {
+      this._decideLocally(key, p, cost, peek, done, status);
+    }
+  }
+
+  // The local fallback's decision, to done; the store's failure (status)
+  // when not even an in-memory store can be made.
+  _decideLocally(key, p, cost, peek, done, status) {
+    let ok;
+    try {
+      if (this._local === null) {
+        this._localBuf = new Float64Array(5);
+        this._local = native.memoryNew(LOCAL_MAX_KEYS, this._localBuf);
+      }
+      ok = (peek ? native.memoryPeek : native.memoryTake)(this._local, key, p._h, cost);
+    } catch (e) {
+      done(status, false, 0, 0, 0, 0, 0);
+      return;
+    }
+    const b = this._localBuf;
+    done(0, ok, b[0], b[1], b[2], b[3], b[4]);
+  }
+
+  _fallbackStarts(status) {
+    this._fallback = true;
+    this._epoch++;
+    const cause = this._error(status);
+    const err = sluiceError('ERR_SLUICE_LOCAL',
+      `sluice: the Redis store cannot answer (${cause.message.replace(/^sluice: /, '')}); ` +
+      'each process decides alone, with an in-memory limiter on the same policy, until it answers again');
+    err.node = '';
+    err.reason = 'local';
+    err.detail = cause.message;
+    err.cause = cause;
+    const heard = this._logger !== null || this._onError !== null || this.listenerCount('error') > 0;
+    this._tell(err, '', 'local', cause.message);
+    // Nobody asked to hear of it: the limit is per process now, which
+    // an operator must know.
+    if (!heard) console.warn(err.message);
+  }
+
+  _fallbackEnds() {
+    this._fallback = false;
+    this._epoch++;
+    const msg = 'sluice: the Redis store answers again; decisions are shared again';
+    if (this._logger !== null) (this._logger.info !== undefined ? this._logger.info : this._logger.warn)(msg);
+    else if (this.listenerCount('recover') === 0) console.warn(msg);
+    this.emit('recover', { node: '', reason: 'local' });
+  }
+
+  /** true while store failures are decided by this process's local limiter. */
+  get local() {
+    return this._fallback;
   }
 
   // From the addon, inside one callback scope per batch: the first n rows
@@ -583,6 +712,17 @@ class Limiter extends EventEmitter {
       const o = this._ansAt++ * ANSWER_FIELDS;
       const id = a[o];
       const done = this._slots[id];
+      if (this._fbOn[id] === 1) {
+        // Read out first: the record is the id's, reused once it is free.
+        const f = this._fb[id];
+        const key = f.key;
+        const p = f.p;
+        f.key = f.p = null;
+        this._unslot(id);
+        this._fallbackAnswer(key, p, f.cost, f.peek, f.epoch, done,
+          a[o + 1], a[o + 2] === 1, a[o + 3], a[o + 4], a[o + 5], a[o + 6], a[o + 7]);
+        continue;
+      }
       this._unslot(id);
       done(a[o + 1], a[o + 2] === 1, a[o + 3], a[o + 4], a[o + 5], a[o + 6], a[o + 7]);
     }
@@ -1259,10 +1399,13 @@ function middlewareOptions(opts, what) {
   c.reqSym = c.prop === null ? null : requestSlot(c.prop).sym;
   c.reqProto = undefined; // the request prototype last seen, and
   c.reqSlot = false; //      whether its requests read c.prop from the slot
-  const ose = opts.onStoreError === undefined ? 'open' : opts.onStoreError;
-  if (ose !== 'open' && ose !== 'closed' && typeof ose !== 'function')
-    throw new RangeError(`${what}(): onStoreError must be 'open', 'closed' or a function (err, req, res, next), got ${JSON.stringify(ose)}`);
+  const ose = opts.onStoreError === undefined ? 'local' : opts.onStoreError;
+  if (ose !== 'local' && ose !== 'open' && ose !== 'closed' && typeof ose !== 'function')
+    throw new RangeError(`${what}(): onStoreError must be 'local', 'open', 'closed' or a function (err, req, res, next), got ${JSON.stringify(ose)}`);
   c.onStoreError = ose;
+  // 'local': the limiter's local fallback decides (and the headers go
+  // out as usual); the others see the failure.
+  c.local = ose === 'local';
   c.skipOk = optBoolean(opts.skipSuccessfulRequests, `${what}(): skipSuccessfulRequests`, false);
   c.skipFailed = optBoolean(opts.skipFailedRequests, `${what}(): skipFailedRequests`, false);
   c.wasOk = optFunction(opts.requestWasSuccessful, `${what}(): requestWasSuccessful`, '(req, res) -> boolean');
@@ -1405,7 +1548,7 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
   limiter._decide(key, p, cost, (status, allowed, limit, remaining, retryMs, resetMs, which) => {
     if (status !== 0) storeFailed(c, io, req, res, next, status);
     else answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which);
-  });
+  }, false, c.local);
 }
 
 function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {

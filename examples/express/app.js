@@ -1,13 +1,13 @@
 // app.js -- an Express app limited by sluice in its own process.
 //   REDIS_URL: share the buckets through Redis (every instance of the app,
 //   and any `sluice serve` on the same Redis); unset: the memory store.
-//   PORT (default 3000).
+//   REDIS_TIMEOUT_MS: how long a decision may wait for Redis before the
+//   rule's onStoreError applies (default 50).  PORT (default 3000).
 const express = require('express');
 const sluice = require('sluice');
 
-const limiter = new sluice.Limiter({
-  store: process.env.REDIS_URL ? { redis: { url: process.env.REDIS_URL } } : 'memory',
-});
+const redis = { url: process.env.REDIS_URL, timeoutMs: Number(process.env.REDIS_TIMEOUT_MS || 50) };
+const limiter = new sluice.Limiter({ store: redis.url ? { redis } : 'memory' });
 const api = sluice.policy([{ capacity: 100, rate: '2/s' }, { capacity: 10000, rate: '10000/day' }], { name: 'api' });
 const upload = sluice.policy([{ capacity: 5, rate: '5/min' }], { name: 'upload' });
 

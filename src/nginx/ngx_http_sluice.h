@@ -7,8 +7,9 @@
  * the directives say), ngx_http_sluice_request.c (a request's decision
  * in the preaccess phase, its delay, variables and headers) and
  * ngx_http_sluice_store.c (opening each zone's store through the store
- * driver interface, store/store.h, and the seam where a store that
- * answers from an event loop, Redis, is given nginx's), and
+ * driver interface, store/store.h: the shared-memory ones in the master,
+ * the Redis ones in each worker on nginx's event loop, which
+ * ngx_sluice_loop.c gives the Redis client), and
  * ngx_http_sluice_config.c (sluice_config: a `sluice serve` rules file
  * decided by the policy engine, src/policy).
  */
@@ -42,9 +43,25 @@ typedef struct ngx_http_sluice_zone_s ngx_http_sluice_zone_t;
 typedef struct {
 	sluice_store_config_t cfg;
 	ngx_str_t shown; /* the store as messages print it (no password) */
+	ngx_str_t text;	 /* store= as written: zones with the same share it */
 	sluice_backend_t be;
+	/* A Redis store, in each worker: the zones' fail=local buckets
+	 * (this worker's own, in memory, sized by the store's zones). */
+	sluice_backend_t local;
+	ngx_uint_t timeout_ms; /* timeout=, NGX_CONF_UNSET_UINT: not given */
+	u_char *timeout_file;  /* where timeout= was given, for messages */
+	ngx_uint_t timeout_line;
 	unsigned opened : 1;
+	unsigned local_opened : 1;
 } ngx_http_sluice_store_t;
+
+/* fail= of a zone on a Redis store: what a request gets when the store
+ * cannot answer within timeout= (as sluice serve's on_store_error). */
+enum {
+	NGX_HTTP_SLUICE_FAIL_OPEN = 0, /* not limited by this zone */
+	NGX_HTTP_SLUICE_FAIL_CLOSED,   /* refused (sluice_limit_status) */
+	NGX_HTTP_SLUICE_FAIL_LOCAL,    /* decided on the worker's own buckets */
+};
 
 struct ngx_http_sluice_zone_s {
 	ngx_str_t name;
@@ -53,6 +70,7 @@ struct ngx_http_sluice_zone_s {
 	ngx_str_t rate_text; /* as written, for messages */
 	size_t size;	     /* bytes, from zone=NAME:SIZE */
 	ngx_http_sluice_store_t *store;
+	ngx_uint_t fail;   /* NGX_HTTP_SLUICE_FAIL_* */
 	u_char *conf_file; /* where it was declared */
 	ngx_uint_t conf_line;
 };
@@ -157,6 +175,11 @@ char *ngx_http_sluice_store_parse(ngx_conf_t *cf, ngx_http_sluice_zone_t *zone,
 				  ngx_str_t *value, ngx_str_t *dir,
 				  ngx_http_sluice_store_t *store);
 
+/* Parses a zone's fail= and timeout= (store options, refused on a store
+ * other than Redis).  NGX_CONF_OK or a message. */
+char *ngx_http_sluice_store_option(ngx_conf_t *cf, ngx_http_sluice_zone_t *zone,
+				   ngx_str_t *value);
+
 /* Opens every store of the configuration in the master (the workers
  * inherit them), and closes them with the cycle. */
 ngx_int_t ngx_http_sluice_stores_open(ngx_cycle_t *cycle,
@@ -171,6 +194,21 @@ ngx_int_t ngx_http_sluice_stores_open(ngx_cycle_t *cycle,
  */
 ngx_int_t ngx_http_sluice_store_open_loop(ngx_http_sluice_store_t *store,
 					  ngx_cycle_t *cycle);
+
+/* The worker's side of the stores (init_process, exit_process): opens
+ * every Redis store on nginx's loop, and closes them when it exits. */
+ngx_int_t ngx_http_sluice_stores_worker_open(ngx_cycle_t *cycle);
+void ngx_http_sluice_stores_worker_close(ngx_cycle_t *cycle);
+/* Set by stores_worker_close (ngx_http_sluice_request.c): calls failed
+ * then leave their requests alone. */
+extern ngx_uint_t ngx_http_sluice_exiting;
+
+/* nginx's event loop as the Redis client's (ngx_sluice_loop.c): a table
+ * of sluice_loop.h over nginx's events, timers and posted events; freed
+ * once no client uses it (its close notices still waiting are delivered
+ * first). */
+sluice_loop_t *ngx_sluice_loop_new(ngx_log_t *log);
+void ngx_sluice_loop_free(sluice_loop_t *loop);
 
 /* ------------------------------------------------- sluice_config FILE */
 

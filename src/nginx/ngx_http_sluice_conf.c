@@ -124,7 +124,8 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 	ngx_http_sluice_zone_t *zone, **zones, **zp;
 	ngx_str_t *value, name = ngx_null_string, size = ngx_null_string;
 	ngx_str_t rate = ngx_null_string, store_text = ngx_null_string;
-	ngx_uint_t i;
+	ngx_str_t opts[2];
+	ngx_uint_t i, nopts = 0;
 	ssize_t bytes = 0;
 	u_char *p;
 	char *rv;
@@ -170,6 +171,13 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 		if (ngx_strncmp(value[i].data, "store=", 6) == 0) {
 			store_text.data = value[i].data + 6;
 			store_text.len = value[i].len - 6;
+			continue;
+		}
+		/* The store's options, read once the store is known. */
+		if ((ngx_strncmp(value[i].data, "fail=", 5) == 0 ||
+		     ngx_strncmp(value[i].data, "timeout=", 8) == 0) &&
+		    nopts < 2) {
+			opts[nopts++] = value[i];
 			continue;
 		}
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -277,11 +285,32 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 		zone->store = stores[i];
 		return NGX_CONF_OK;
 	}
-	sp = ngx_array_push(&smcf->stores);
-	if (sp == NULL)
-		return NGX_CONF_ERROR;
-	*sp = store;
+	/* Zones naming one Redis store share its clients: one connection
+	 * per worker per node. */
+	for (i = 0; store->text.len && i < smcf->stores.nelts; i++)
+		if (stores[i]->text.len == store->text.len &&
+		    ngx_strncmp(stores[i]->text.data, store->text.data,
+				store->text.len) == 0) {
+			store = stores[i];
+			break;
+		}
 	zone->store = store;
+	for (i = 0; i < smcf->stores.nelts; i++)
+		if (stores[i] == store)
+			break;
+	if (i == smcf->stores.nelts) {
+		sp = ngx_array_push(&smcf->stores);
+		if (sp == NULL)
+			return NGX_CONF_ERROR;
+		*sp = store;
+	}
+	for (i = 0; i < nopts; i++) {
+		rv = ngx_http_sluice_store_option(cf, zone, &opts[i]);
+		if (rv != NGX_CONF_OK) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
+			return NGX_CONF_ERROR;
+		}
+	}
 	return NGX_CONF_OK;
 }
 

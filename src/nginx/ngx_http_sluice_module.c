@@ -13,6 +13,8 @@
 static ngx_int_t ngx_http_sluice_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_sluice_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_sluice_init_worker(ngx_cycle_t *cycle);
+static void ngx_http_sluice_exit_worker(ngx_cycle_t *cycle);
 
 static ngx_conf_enum_t ngx_http_sluice_log_levels[] = {
 	{ngx_string("info"), NGX_LOG_INFO},
@@ -35,7 +37,8 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
  * The directives (this table is their reference, as nginx's own modules'
  * are; docs/NGINX.md shows them with examples):
  *
- * sluice_limit_zone KEY zone=NAME:SIZE rate=RATE [store=STORE];  (http)
+ * sluice_limit_zone KEY zone=NAME:SIZE rate=RATE [store=STORE]
+ *                   [fail=open|closed|local] [timeout=MS];  (http)
  *   As limit_req_zone.  KEY: any complex value ("$binary_remote_addr",
  *   "$http_x_user_id", "$a:$b"); a request whose key is empty is not
  *   limited by this zone.  SIZE: bytes (k, m suffixes) of buckets, 64
@@ -45,9 +48,16 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
  *   that every worker shares and a reload or a binary upgrade keeps;
  *   "shared:/PATH" a file of your choice (`sluice serve` with
  *   `store: {shared: {path: /PATH}}` shares its buckets: the zone NAME's
- *   key K is serve's rule NAME's identity K); "redis://..." and
- *   "rediss://..." are recognised and refused until the Redis client has
- *   its nginx loop adapter.
+ *   key K is serve's rule NAME's identity K); a Redis store, shared by
+ *   every nginx (and `sluice serve`) on it: "redis://[user:pass@]H:P[/db]",
+ *   "rediss://..." (TLS), "unix:///PATH", "cluster:H:P,H:P..." (Redis
+ *   Cluster seeds) or "sentinel://[user:pass@]H:P,H:P.../MASTER[/db]"
+ *   ("sentinels://": TLS), each worker with one connection per node on
+ *   its own event loop.  With a Redis store: fail=open|closed|local
+ *   (default open) is what a request gets when Redis does not answer
+ *   within timeout=MS (default 50): not limited by the zone, refused
+ *   (sluice_limit_status), or decided on the worker's own in-memory
+ *   buckets of the same limit.
  *
  * sluice_limit zone=NAME [burst=N] [nodelay | delay=N] [cost=N|$var];
  *   (http, server, location) As limit_req: capacity N + 1 at the zone's
@@ -97,7 +107,8 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
 static ngx_command_t ngx_http_sluice_commands[] = {
 
 	{ngx_string("sluice_limit_zone"),
-	 NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE3 | NGX_CONF_TAKE4,
+	 NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE3 | NGX_CONF_TAKE4 | NGX_CONF_TAKE5 |
+		 NGX_CONF_TAKE6,
 	 ngx_http_sluice_zone_cmd, 0, 0, NULL},
 
 	{ngx_string("sluice_limit"),
@@ -162,10 +173,10 @@ ngx_module_t ngx_http_sluice_module = {
 	NGX_HTTP_MODULE,	     /* module type */
 	NULL,			     /* init master */
 	ngx_http_sluice_init_module, /* init module */
-	NULL,			     /* init process */
+	ngx_http_sluice_init_worker, /* init process */
 	NULL,			     /* init thread */
 	NULL,			     /* exit thread */
-	NULL,			     /* exit process */
+	ngx_http_sluice_exit_worker, /* exit process */
 	NULL,			     /* exit master */
 	NGX_MODULE_V1_PADDING};
 
@@ -232,4 +243,16 @@ static ngx_int_t ngx_http_sluice_init_module(ngx_cycle_t *cycle)
 	if (smcf == NULL)
 		return NGX_OK;
 	return ngx_http_sluice_stores_open(cycle, smcf);
+}
+
+/* In each worker: the stores that answer from the worker's own event
+ * loop (Redis) open here, one client per worker. */
+static ngx_int_t ngx_http_sluice_init_worker(ngx_cycle_t *cycle)
+{
+	return ngx_http_sluice_stores_worker_open(cycle);
+}
+
+static void ngx_http_sluice_exit_worker(ngx_cycle_t *cycle)
+{
+	ngx_http_sluice_stores_worker_close(cycle);
 }

@@ -11,7 +11,9 @@
  * callback: the local stores call it before take() returns, a store
  * with a loop of its own later, when the handler has returned NGX_DONE
  * with the request held (r->main->count) and the callback runs the
- * phases again.
+ * phases again.  A store that fails (Redis away, or slower than its
+ * timeout=) leaves each of its zones to its fail=: open, closed, or
+ * local (the worker's own buckets of the same limit).
  *
  * The bucket is GCRA's: after a take, reset_after is how far its
  * theoretical arrival time lies ahead.  A request that passes is delayed
@@ -49,11 +51,21 @@ typedef struct {
 	ngx_uint_t status;    /* NGX_HTTP_SLUICE_* */
 	sluice_decision_t d;  /* the most restrictive decision */
 	ngx_uint_t which;     /* its item */
+	uint32_t open;	      /* items a failed store let through (fail=open) */
+	uint32_t local;	      /* items decided on the worker's own buckets */
 	unsigned decided : 1;
 	unsigned rejected : 1;
 	unsigned called : 1;  /* the take's callback has run */
 	unsigned pending : 1; /* the handler returned NGX_DONE for it */
+	/* Allocated off the request's pool (with its keys), for a location
+	 * whose stores answer later: a call in flight borrows the items,
+	 * so they outlive a request that ends first (the client gone). */
+	unsigned heap : 1;
 } ngx_http_sluice_ctx_t;
+
+/* Set when the worker exits (exit_process): a call that fails then
+ * leaves its request alone; the worker runs no more turns. */
+ngx_uint_t ngx_http_sluice_exiting;
 
 /* ------------------------------------------------------------ headers */
 
@@ -138,6 +150,73 @@ static ngx_int_t send_headers(ngx_http_request_t *r, ngx_uint_t mode,
 /* ----------------------------------------------------------- decision */
 
 static void take_done(void *arg, int status, int allowed);
+static void ctx_free(ngx_http_sluice_ctx_t *ctx);
+
+/* The store of the take under way failed (status < 0): each zone's fail=
+ * decides, as sluice serve's on_store_error.  A fail=closed zone refuses
+ * the request (ctx->error); otherwise the fail=local items are taken
+ * together on the worker's own buckets and the rest pass unlimited. */
+static void stage_failed(ngx_http_sluice_ctx_t *ctx, int status)
+{
+	ngx_http_sluice_store_t *store = ctx->lim[ctx->next]->zone->store;
+	sluice_take_item_t local[SLUICE_MAX_LIMITS];
+	ngx_uint_t i, k, at[SLUICE_MAX_LIMITS], nlocal = 0;
+	int rc;
+
+	/* A local store that fails (a damaged file) refuses, as limit_req
+	 * does when its zone cannot hold a key: fail= is a Redis store's. */
+	if (store->cfg.kind != SLUICE_STORE_REDIS &&
+	    store->cfg.kind != SLUICE_STORE_REDIS_CLUSTER) {
+		ctx->error = status;
+		return;
+	}
+	for (i = ctx->next; i < ctx->stage_end; i++)
+		if (ctx->lim[i]->zone->fail == NGX_HTTP_SLUICE_FAIL_CLOSED) {
+			ctx->error = status;
+			return;
+		}
+	for (i = ctx->next; i < ctx->stage_end; i++) {
+		if (ctx->lim[i]->zone->fail == NGX_HTTP_SLUICE_FAIL_LOCAL &&
+		    store->local_opened) {
+			at[nlocal] = i;
+			local[nlocal++] = ctx->items[i];
+			continue;
+		}
+		ctx->open |= (uint32_t)1 << i;
+		ctx->items[i].allowed = 1;
+	}
+	if (nlocal) {
+		rc = sluice_memstore_take_many(store->local.local, local,
+					       nlocal, sluice_now_us());
+		for (k = 0; k < nlocal; k++) {
+			i = at[k];
+			if (rc < 0) { /* out of memory: as fail=open */
+				ctx->open |= (uint32_t)1 << i;
+				ctx->items[i].allowed = 1;
+				continue;
+			}
+			ctx->local |= (uint32_t)1 << i;
+			ctx->items[i].allowed = local[k].allowed;
+			ctx->items[i].summary = local[k].summary;
+		}
+		if (rc == 0) {
+			ctx->rejected = 1;
+			return;
+		}
+	}
+	ctx->next = ctx->stage_end;
+}
+
+/* A take's answer, from inside take() or later. */
+static void stage_answer(ngx_http_sluice_ctx_t *ctx, int status, int allowed)
+{
+	if (status < 0)
+		stage_failed(ctx, status);
+	else if (!allowed)
+		ctx->rejected = 1;
+	else
+		ctx->next = ctx->stage_end;
+}
 
 /* Takes the items not yet charged, one store at a time (each store's
  * items in one all-or-nothing take).  NGX_OK: decided; NGX_AGAIN: a
@@ -159,8 +238,8 @@ static ngx_int_t take_stages(ngx_http_sluice_ctx_t *ctx)
 					 end - ctx->next, sluice_now_us(),
 					 take_done, ctx);
 		if (rc < 0) {
-			ctx->error = rc;
-			break;
+			stage_answer(ctx, rc, 0);
+			continue;
 		}
 		if (!ctx->called) {
 			ctx->pending = 1;
@@ -177,12 +256,15 @@ static void take_done(void *arg, int status, int allowed)
 	ngx_connection_t *c;
 
 	ctx->called = 1;
-	if (status < 0)
-		ctx->error = status;
-	else if (!allowed)
-		ctx->rejected = 1;
-	else
-		ctx->next = ctx->stage_end;
+	if (r == NULL) {
+		/* The request ended while Redis answered (the client went
+		 * away): the charge stands, the memory goes. */
+		ctx_free(ctx);
+		return;
+	}
+	if (ctx->pending && ngx_http_sluice_exiting)
+		return; /* failed by the worker's exit: no turn runs again */
+	stage_answer(ctx, status, allowed);
 	if (!ctx->pending)
 		return; /* answered inside take(): the handler goes on */
 
@@ -195,6 +277,7 @@ static void take_done(void *arg, int status, int allowed)
 		return;
 	}
 	r->main->count--;
+	r->read_event_handler = ngx_http_block_reading;
 	r->write_event_handler = ngx_http_core_run_phases;
 	ngx_http_core_run_phases(r);
 	ngx_http_run_posted_requests(c);
@@ -204,25 +287,41 @@ static void refund_done(void *arg, int status, int allowed)
 {
 }
 
+/* 0: decided by its store; 1: on the worker's own buckets; 2: not
+ * decided (its store failed open). */
+static int item_class(ngx_http_sluice_ctx_t *ctx, ngx_uint_t i)
+{
+	uint32_t bit = (uint32_t)1 << i;
+
+	return (ctx->open & bit) ? 2 : (ctx->local & bit) ? 1 : 0;
+}
+
 /* A refused request charges nothing: the stores that had charged it
- * (those before the one that refused) give the cost back. */
+ * (those before the one that refused) give the cost back; items a
+ * failed store let through were charged nowhere, those decided on the
+ * worker's own buckets are given back there. */
 static void refund_taken(ngx_http_sluice_ctx_t *ctx)
 {
 	ngx_http_sluice_store_t *store;
+	sluice_backend_t *be;
 	ngx_uint_t i, end;
+	int class;
 
 	for (i = 0; i < ctx->next; i = end) {
 		store = ctx->lim[i]->zone->store;
+		class = item_class(ctx, i);
 		for (end = i + 1;
-		     end < ctx->next && ctx->lim[end]->zone->store == store;
+		     end < ctx->next && ctx->lim[end]->zone->store == store &&
+		     item_class(ctx, end) == class;
 		     end++)
 			;
+		if (class == 2)
+			continue;
+		be = class == 1 ? &store->local : &store->be;
 		/* The local stores answer inside refund(); a store that
-		 * answers later must copy what it borrows (the items live
-		 * in the request). */
-		(void)store->be.ops->refund(store->be.impl, &ctx->items[i],
-					    end - i, sluice_now_us(),
-					    refund_done, NULL);
+		 * answers later copies the items (sluice_redis_refund()). */
+		(void)be->ops->refund(be->impl, &ctx->items[i], end - i,
+				      sluice_now_us(), refund_done, NULL);
 	}
 }
 
@@ -289,7 +388,8 @@ static ngx_int_t build_items(ngx_http_request_t *r,
 			len = sluice_key_make(
 				(const char *)order[j]->zone->name.data, &part,
 				&len, 1, keybuf);
-			k = ngx_pnalloc(r->pool, len);
+			k = ctx->heap ? ngx_alloc(len, r->connection->log)
+				      : ngx_pnalloc(r->pool, len);
 			if (k == NULL)
 				return NGX_ERROR;
 			ngx_memcpy(k, keybuf, len);
@@ -320,7 +420,7 @@ static uint64_t request_delay(ngx_http_sluice_ctx_t *ctx, ngx_uint_t *which)
 		const sluice_rate_t *rate = &lim->limit.rate;
 		unsigned __int128 u;
 
-		if (lim->nodelay)
+		if (lim->nodelay || item_class(ctx, i) == 2)
 			continue;
 		u = (unsigned __int128)(lim->delay + ctx->items[i].cost) *
 		    rate->interval;
@@ -357,13 +457,48 @@ static void ngx_http_sluice_delay_handler(ngx_http_request_t *r)
 	ngx_http_core_run_phases(r);
 }
 
+/* A context allocated off the pool, with its keys. */
+static void ctx_free(ngx_http_sluice_ctx_t *ctx)
+{
+	ngx_uint_t i;
+
+	for (i = 0; i < ctx->n; i++)
+		ngx_free((void *)ctx->items[i].key);
+	ngx_free(ctx);
+}
+
 /* The request's decision survives an internal redirect (which clears
  * the modules' contexts) in a marker on the request's pool: a request
  * redirected after its decision is not charged again, as limit_req's
  * r->main->limit_req_status keeps it from being, and the variables still
- * say what was decided. */
+ * say what was decided.  The request's pool goes: a context of its own
+ * (heap) goes with it, unless a call in flight still borrows its items
+ * (take_done frees it then). */
 static void ctx_marker(void *data)
 {
+	ngx_http_sluice_ctx_t *ctx = data;
+
+	if (!ctx->heap)
+		return;
+	if (ctx->pending) {
+		ctx->r = NULL;
+		return;
+	}
+	ctx_free(ctx);
+}
+
+/* 1 when a store of the location answers from the loop (Redis). */
+static int answers_later(ngx_http_sluice_loc_conf_t *lcf)
+{
+	ngx_http_sluice_limit_t *limits = lcf->limits->elts;
+	ngx_uint_t i;
+
+	for (i = 0; i < lcf->limits->nelts; i++)
+		if (limits[i].zone->store->cfg.kind == SLUICE_STORE_REDIS ||
+		    limits[i].zone->store->cfg.kind ==
+			    SLUICE_STORE_REDIS_CLUSTER)
+			return 1;
+	return 0;
 }
 
 static ngx_http_sluice_ctx_t *request_ctx(ngx_http_request_t *r)
@@ -403,9 +538,17 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 		lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
 		if (lcf->limits == NULL || r != r->main)
 			return NGX_DECLINED;
-		ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
 		cln = ngx_pool_cleanup_add(r->pool, 0);
-		if (ctx == NULL || cln == NULL)
+		if (cln == NULL)
+			return NGX_HTTP_INTERNAL_SERVER_ERROR;
+		if (answers_later(lcf)) {
+			ctx = ngx_calloc(sizeof(*ctx), r->connection->log);
+			if (ctx)
+				ctx->heap = 1;
+		} else {
+			ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
+		}
+		if (ctx == NULL)
 			return NGX_HTTP_INTERNAL_SERVER_ERROR;
 		cln->handler = ctx_marker;
 		cln->data = ctx;
@@ -420,15 +563,21 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 	lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
 
 	if (take_stages(ctx) == NGX_AGAIN) {
-		/* Held until take_done runs the phases again. */
+		/* Held until take_done runs the phases again; a client that
+		 * goes away meanwhile ends the request (the context stays
+		 * for the answer, ctx_marker). */
 		r->main->count++;
+		r->read_event_handler = ngx_http_test_reading;
+		r->write_event_handler = ngx_http_request_empty_handler;
 		return NGX_DONE;
 	}
 	ctx->decided = 1;
 
 	if (ctx->error) {
-		/* As limit_req when its zone is full: refused. */
-		ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+		/* A store failed and a zone of it says fail=closed (or, on
+		 * a local store, as limit_req when its zone is full):
+		 * refused. */
+		ngx_log_error(lcf->log_level, r->connection->log, 0,
 			      "sluice: store of zone \"%V\" failed: %s",
 			      &ctx->lim[ctx->next]->zone->name,
 			      sluice_strerror((int)ctx->error));
@@ -469,11 +618,19 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 		return lcf->status;
 	}
 
-	/* Allowed: the most restrictive limit is the one reported. */
-	ctx->which = 0;
-	ctx->d = ctx->items[0].summary;
-	for (i = 1; i < ctx->n; i++)
-		if (sluice_decision_merge(&ctx->d, &ctx->items[i].summary))
+	/* Allowed: the most restrictive limit is the one reported (of
+	 * those decided: a store that failed open decided nothing). */
+	for (i = 0; i < ctx->n && item_class(ctx, i) == 2; i++)
+		;
+	if (i == ctx->n) {
+		ctx->status = NGX_HTTP_SLUICE_PASSED;
+		return NGX_DECLINED;
+	}
+	ctx->which = i;
+	ctx->d = ctx->items[i].summary;
+	for (i++; i < ctx->n; i++)
+		if (item_class(ctx, i) != 2 &&
+		    sluice_decision_merge(&ctx->d, &ctx->items[i].summary))
 			ctx->which = i;
 
 	if (lcf->headers && !ngx_http_sluice_config_outranks(r, &ctx->d) &&

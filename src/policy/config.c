@@ -142,8 +142,11 @@ static void free_rule(sluice_rule_t *r)
 		for (j = 0; j < r->sources[i].nparts; j++)
 			free(r->sources[i].parts[j].header);
 	free(r->limits.name);
-	for (i = 0; i < r->ntiers; i++)
+	free(r->limits.carry);
+	for (i = 0; i < r->ntiers; i++) {
 		free(r->tiers[i].name);
+		free(r->tiers[i].carry);
+	}
 	free(r->tiers);
 	free(r->tier_header);
 	sluice_config_free_overrides(r);

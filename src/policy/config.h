@@ -122,6 +122,17 @@ sluice_config_t *sluice_config_default(void);
 
 void sluice_config_free(sluice_config_t *cfg);
 
+/*
+ * Tells each limit of cfg (a config loaded to replace `prev`, the running
+ * one; NULL: none) which limits a key's bucket may have been charged
+ * under instead, so that a changed limit keeps each key's usage
+ * (config_carry.c says which; the verdict engine hands them to the
+ * store's carry verb).  now_us is the reload's instant.  0, or
+ * SLUICE_ENOMEM (cfg is then usable, carrying less).
+ */
+int sluice_config_carry(sluice_config_t *cfg, const sluice_config_t *prev,
+			int64_t now_us);
+
 /* The store's kind in words ("memory", "redis sentinel", ...). */
 const char *sluice_config_store_name(const sluice_config_t *cfg);
 

@@ -40,8 +40,10 @@ static void overrides_free(sluice_overrides_t *o)
 		free(o->entries[i].key);
 	free(o->entries);
 	free(o->slots);
-	for (i = 0; i < o->nsets; i++)
+	for (i = 0; i < o->nsets; i++) {
 		free(o->sets[i].name);
+		free(o->sets[i].carry);
+	}
 	free(o->sets);
 	free(o);
 }

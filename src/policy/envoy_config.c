@@ -51,6 +51,7 @@ static void free_limit(sluice_envoy_limit_t *l)
 		free(l->replaces[i]);
 	free(l->replaces);
 	free(l->rule.name);
+	free(l->set.carry);
 	free(l);
 }
 

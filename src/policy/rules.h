@@ -47,11 +47,24 @@ typedef struct sluice_key_source_s {
 	size_t nparts;
 } sluice_key_source_t;
 
+/* The limits a key's bucket may have been charged under before a reload
+ * changed one limit of its set (config_carry.c): the most recent first,
+ * each until the instant from which any bucket under it is full again. */
+#define SLUICE_CARRY_MAX 4
+typedef struct sluice_carry_from_s {
+	sluice_limit_t from[SLUICE_CARRY_MAX];
+	int64_t until_us[SLUICE_CARRY_MAX];
+	size_t n;
+} sluice_carry_from_t;
+
 /* A named set of limits, all of which must pass. */
 typedef struct sluice_limit_set_s {
 	char *name; /* tier name, or the rule name for plain limits */
 	sluice_limit_t limits[SLUICE_MAX_LIMITS];
 	size_t nlimits;
+	/* carry[i]: the earlier limits of limits[i], whose usage a key
+	 * carries to it (sluice_config_carry()); NULL: none. */
+	sluice_carry_from_t *carry;
 } sluice_limit_set_t;
 
 /* Per-key limits of a rule (`overrides:`, `overrides_file:`): identity ->

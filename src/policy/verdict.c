@@ -263,6 +263,48 @@ static void set_item(sluice_take_t *t, size_t k, size_t i)
 	t->order[k] = i;
 }
 
+/* ------------------------------------------------------------- carrying */
+
+static void carried(void *arg, int status, int allowed)
+{
+	/* A carry that failed leaves the take to decide on what the store
+	 * holds; the take that follows says the store's failure itself. */
+	(void)arg;
+	(void)status;
+	(void)allowed;
+}
+
+void sluice_verdict_carry(sluice_backend_t *be, const sluice_limit_set_t *set,
+			  const void *key, size_t keylen, int64_t now_us)
+{
+	sluice_limit_t from[SLUICE_MAX_LIMITS][SLUICE_CARRY_MAX];
+	sluice_carry_item_t items[SLUICE_MAX_LIMITS];
+	size_t l, j, n = 0;
+
+	if (!set || !set->carry || !be->ops->carry)
+		return;
+	for (l = 0; l < set->nlimits; l++) {
+		const sluice_carry_from_t *c = &set->carry[l];
+		size_t k = 0;
+
+		/* Past until_us every bucket under the earlier limit is
+		 * full: nothing to carry, and no cost to the take. */
+		for (j = 0; j < c->n; j++)
+			if (c->until_us[j] > now_us)
+				from[n][k++] = c->from[j];
+		if (!k)
+			continue;
+		items[n].key = key;
+		items[n].keylen = keylen;
+		items[n].to = &set->limits[l];
+		items[n].from = from[n];
+		items[n].nfrom = k;
+		n++;
+	}
+	if (n)
+		be->ops->carry(be->impl, items, n, now_us, carried, NULL);
+}
+
 void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 			   int64_t now_us, sluice_verdict_cb cb, void *arg)
 {
@@ -286,6 +328,11 @@ void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 		if (t->matches[i].rule->shadow)
 			set_item(t, k++, i);
 
+	/* Each key keeps its usage across a changed limit: the store sees
+	 * the carry before the take. */
+	for (i = 0; i < t->nmatches; i++)
+		sluice_verdict_carry(be, t->matches[i].set, t->matches[i].key,
+				     t->matches[i].keylen, now_us);
 	t->pending = 1; /* held while issuing */
 	if (enforcing)
 		issue(t, c++, 0, enforcing);

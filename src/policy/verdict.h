@@ -110,6 +110,18 @@ int sluice_take_match(sluice_take_t *t, const sluice_config_t *cfg,
 		      const sluice_request_t *req);
 
 /*
+ * Carries key's usage to the limits of `set` that a reload changed, from
+ * their earlier limits still kept at now_us (set->carry: the store's carry
+ * verb, before whatever the host does next on the same driver).  Nothing
+ * when set is NULL, nothing changed, or the store cannot carry.
+ * sluice_verdict_decide() calls it for each match; an admin verb calls it
+ * before resetting or refunding, so that usage kept under an earlier
+ * limit is reset or refunded too, not carried back later.
+ */
+void sluice_verdict_carry(sluice_backend_t *be, const sluice_limit_set_t *set,
+			  const void *key, size_t keylen, int64_t now_us);
+
+/*
  * Decides the request described by t->matches[0..nmatches) at now_us.  cb
  * runs exactly once, possibly before this returns (always, with the memory
  * driver).

@@ -125,6 +125,11 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 				      sluice_rm_takeeach, "write deny-oom", 4,
 				      -1, 1) != REDISMODULE_OK)
 		return REDISMODULE_ERR;
+	/* CARRY: key, capacity, rate, from_key, ...: every 3rd from 1. */
+	if (RedisModule_CreateCommand(ctx, "sluice.carry", sluice_rm_carry,
+				      "write deny-oom", 1, -1,
+				      3) != REDISMODULE_OK)
+		return REDISMODULE_ERR;
 	if (testclock) {
 		if (RedisModule_CreateCommand(ctx, "sluice.testclock",
 					      sluice_rm_testclock, "fast", 0, 0,

@@ -109,4 +109,13 @@ int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 /* SLUICE.TAKEEACH capacity rate cost key [key ...] */
 int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
+/* Parses one capacity + rate pair as SLUICE.TAKE does; replies with the
+ * parser's message and returns -1 on bad input (take.c). */
+int sluice_rm_parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
+			  RedisModuleString *rate, sluice_limit_t *limit);
+
+/* SLUICE.CARRY key capacity rate from_key from_capacity from_rate [...]
+ * (carry.c) */
+int sluice_rm_carry(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
 #endif /* SLUICE_REDIS_MODULE_H */

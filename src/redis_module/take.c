@@ -483,3 +483,9 @@ int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 		RedisModule_Free(v);
 	return REDISMODULE_OK;
 }
+
+int sluice_rm_parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
+			  RedisModuleString *rate, sluice_limit_t *limit)
+{
+	return parse_limit(ctx, capacity, rate, limit);
+}

@@ -40,6 +40,8 @@ typedef struct admin_op_s {
 	sluice_conn_t *c;
 	int refund;
 	sluice_take_item_t items[TIERS_MAX + 1]; /* every tier, an override */
+	const sluice_limit_set_t *sets[TIERS_MAX + 1]; /* items' (the rule
+							  form), for carry */
 	size_t n;
 	/* One item per limit of items[], cost 0: which buckets hold state. */
 	sluice_take_item_t peek[(TIERS_MAX + 1) * SLUICE_MAX_LIMITS];
@@ -287,10 +289,12 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 		size_t nsets = rule->ntiers ? rule->ntiers : 1;
 
 		for (i = 0; i < nsets && i < TIERS_MAX; i++) {
+			op->sets[i] = &sets[i];
 			op->items[i].limits = sets[i].limits;
 			op->items[i].nlimits = sets[i].nlimits;
 		}
 		if (op->m.set) {
+			op->sets[i] = op->m.set;
 			op->items[i].limits = op->m.set->limits;
 			op->items[i].nlimits = op->m.set->nlimits;
 			i++;
@@ -303,6 +307,7 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 		      : sluice_rule_tier(rule,
 					 tier ? json_string_value(tier) : NULL,
 					 tier ? json_string_length(tier) : 0);
+	op->sets[0] = set;
 	op->items[0].limits = set->limits;
 	op->items[0].nlimits = set->nlimits;
 	op->n = 1;
@@ -386,6 +391,12 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 	/* First look whether any bucket holds state (peek_done() goes on
 	 * with the verb). */
 	op->now_us = sluice_now_us();
+	/* Usage still under a limit a reload replaced moves first, so the
+	 * verb covers it (a reset then forgets it: no later take carries
+	 * it back). */
+	for (i = 0; i < op->n; i++)
+		sluice_verdict_carry(be, op->sets[i], op->m.key, op->m.keylen,
+				     op->now_us);
 	build_peek(op);
 	op->ipeek = 0;
 	peek_next(op);

@@ -155,6 +155,12 @@ static void reload(sluice_server_t *s)
 	}
 	sluice_config_restart_fields(cfg, run, fields, sizeof(fields));
 	warn_admin_exposure(cfg, run);
+	/* Each key keeps its usage across a changed limit. */
+	if (sluice_config_carry(cfg, s->live ? s->live->cfg : NULL,
+				sluice_now_us()) < 0)
+		sluice_log_warn("SIGHUP: out of memory noting the changed "
+				"limits; some keys start their new limits "
+				"full");
 	live = sluice_live_new(cfg);
 	if (!live) {
 		sluice_metrics_reload(0);

@@ -127,6 +127,11 @@ int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
 			  const sluice_limit_t *limits, size_t nlimits,
 			  int block, uint64_t amount, int64_t now_us);
 void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out);
+/* The memory and shared-memory stores' carry (sluice_memstore_carry()):
+ * buckets_carry.c. */
+int sluice_buckets_carry(sluice_buckets_t *m, const void *key, size_t keylen,
+			 const sluice_limit_t *to, const sluice_limit_t *from,
+			 size_t nfrom, int64_t now_us);
 
 /* Rebuilds a shard's table from the entries it holds (after its lock's
  * holder died mid-update); the caller holds the lock.  Bounded whatever

@@ -4,6 +4,7 @@
  * check of a shard's table.
  */
 #include "store/buckets_int.h"
+#include "util/platform.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -22,9 +23,16 @@
  */
 static int shard_recover(sluice_shard_t *s)
 {
+#if SLUICE_LINUX
 	sluice_shard_repair(s);
 	s->t->recovered++;
 	return pthread_mutex_consistent(s->lock);
+#else
+	/* No robust mutex here (only the shared-memory store makes them,
+	 * and it needs Linux): EOWNERDEAD cannot come. */
+	(void)s;
+	return EINVAL;
+#endif
 }
 
 /*
@@ -43,6 +51,15 @@ static int shard_recover(sluice_shard_t *s)
  */
 #define LOCK_SLICE_MS 20
 
+static int64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#if SLUICE_LINUX
 static void realtime_after_ms(struct timespec *ts, unsigned ms)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
@@ -52,14 +69,6 @@ static void realtime_after_ms(struct timespec *ts, unsigned ms)
 		ts->tv_sec++;
 		ts->tv_nsec -= 1000000000L;
 	}
-}
-
-static int64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* pthread_mutex_timedlock() for wait_ms in all, slice by slice. */
@@ -77,6 +86,23 @@ static int timedlock_sliced(pthread_mutex_t *lock, unsigned wait_ms)
 			return rc;
 	}
 }
+#else
+/* Where pthread_mutex_timedlock() is missing (macOS): a trylock every
+ * millisecond until wait_ms has passed. */
+static int timedlock_sliced(pthread_mutex_t *lock, unsigned wait_ms)
+{
+	int64_t end = monotonic_ms() + wait_ms;
+	struct timespec ms = {0, 1000000L};
+	int rc;
+
+	while ((rc = pthread_mutex_trylock(lock)) == EBUSY) {
+		if (monotonic_ms() >= end)
+			return ETIMEDOUT;
+		nanosleep(&ms, NULL);
+	}
+	return rc;
+}
+#endif
 
 /*
  * How many more times a busy lock is tried before the caller sleeps on

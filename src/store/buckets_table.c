@@ -31,6 +31,7 @@
  * length.
  */
 #include "store/buckets_int.h"
+#include "util/platform.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,9 @@ sluice_slot_t *sluice_slots_alloc(size_t n)
 		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
+#if SLUICE_LINUX
 	madvise(p, bytes, MADV_HUGEPAGE); /* a hint; fine if refused */
+#endif
 	return p;
 }
 
@@ -105,7 +108,9 @@ void sluice_arena_init(sluice_arena_t *a, size_t nshards, size_t max_slots)
 	if (a->base > p)
 		munmap(p, (size_t)(a->base - p));
 	munmap(a->base + off, HUGE_BYTES - (size_t)(a->base - p));
+#if SLUICE_LINUX
 	madvise(a->base, off, MADV_HUGEPAGE); /* a hint; fine if refused */
+#endif
 	a->bytes = off;
 	a->nshards = nshards;
 	a->from = from;

@@ -181,3 +181,11 @@ int sluice_memstore_block(sluice_memstore_t *m, const void *key, size_t keylen,
 	return sluice_buckets_adjust(&m->b, key, keylen, limits, nlimits, 1, ms,
 				     now_us);
 }
+
+int sluice_memstore_carry(sluice_memstore_t *m, const void *key, size_t keylen,
+			  const sluice_limit_t *to, const sluice_limit_t *from,
+			  size_t nfrom, int64_t now_us)
+{
+	return sluice_buckets_carry(&m->b, key, keylen, to, from, nfrom,
+				    now_us);
+}

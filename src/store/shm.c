@@ -340,6 +340,18 @@ int sluice_shmstore_block(sluice_shmstore_t *s, const void *key, size_t keylen,
 	return rc;
 }
 
+int sluice_shmstore_carry(sluice_shmstore_t *s, const void *key, size_t keylen,
+			  const sluice_limit_t *to, const sluice_limit_t *from,
+			  size_t nfrom, int64_t now_us)
+{
+	int rc;
+
+	GUARDED(s, rc,
+		sluice_buckets_carry(&s->b, key, keylen, to, from, nfrom,
+				     now_us));
+	return rc;
+}
+
 int sluice_shmstore_check(sluice_shmstore_t *s, char *err, size_t errlen)
 {
 	int rc;

@@ -53,6 +53,7 @@
 #include "util/aeshash.h"
 #include "util/errmsg.h"
 #include "util/file.h"
+#include "util/platform.h"
 #include "util/siphash.h"
 
 #include <errno.h>
@@ -67,6 +68,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
+#if SLUICE_LINUX
 
 #define SHM_MAGIC "SLUICESH"
 /* 2: the table counters that move on every take (cursor, count) moved
@@ -683,3 +686,28 @@ again:
 	attach(s, &want);
 	return 0;
 }
+
+#else /* !SLUICE_LINUX */
+
+/* Elsewhere the store is refused at open (util/platform.h says why). */
+void sluice_shmstore__set_no_aes(int on)
+{
+	(void)on;
+}
+
+void sluice_shmstore__set_default_lock_wait(unsigned ms)
+{
+	(void)ms;
+}
+
+int sluice_shm_file_map(sluice_shmstore_t *s, const char *path, size_t max_keys,
+			const char *group, char *err, size_t errlen)
+{
+	(void)s;
+	(void)max_keys;
+	(void)group;
+	return sluice_fail(SLUICE_EINVAL, err, errlen,
+			   "%s: " SLUICE_SHM_UNSUPPORTED, path);
+}
+
+#endif /* SLUICE_LINUX */

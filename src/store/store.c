@@ -77,6 +77,27 @@ int sluice_backend_open_events(sluice_backend_t *be,
 	}
 }
 
+int sluice_backend_open_loop(sluice_backend_t *be,
+			     const sluice_store_config_t *store,
+			     sluice_loop_t *loop,
+			     const sluice_store_events_t *events, char *err,
+			     size_t errlen)
+{
+	int rc;
+
+	if (store->kind != SLUICE_STORE_REDIS &&
+	    store->kind != SLUICE_STORE_REDIS_CLUSTER)
+		return sluice_backend_open_events(be, store, NULL, NULL, NULL,
+						  events, err, errlen);
+	memset(be, 0, sizeof(*be));
+	rc = sluice_redis_store_open_loop(&be->impl, store, loop, events, err,
+					  errlen);
+	if (rc < 0)
+		return rc;
+	be->ops = &sluice_redis_store_ops;
+	return 0;
+}
+
 int sluice_backend_open(sluice_backend_t *be,
 			const sluice_store_config_t *store, void *loop,
 			sluice_memstore_t *shared, sluice_shmstore_t *shm,

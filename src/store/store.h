@@ -49,6 +49,17 @@
  * was charged and each item's outputs are set. */
 typedef void (*sluice_store_cb)(void *arg, int status, int allowed);
 
+/* One key's usage to carry to a changed limit (the carry verb): the limit
+ * `to` it has now, the limits from[0..nfrom) it had (the most recent
+ * first, at most SLUICE_MAX_LIMITS).  See sluice_memstore_carry(). */
+typedef struct sluice_carry_item_s {
+	const void *key;
+	size_t keylen;
+	const sluice_limit_t *to;
+	const sluice_limit_t *from;
+	size_t nfrom;
+} sluice_carry_item_t;
+
 typedef struct sluice_store_ops_s {
 	const char *name; /* "memory", "redis" */
 	/* Charges items[0..n) all-or-nothing (see
@@ -100,6 +111,16 @@ typedef struct sluice_store_ops_s {
 	 * memory store: no callback, no answer to carry). */
 	int (*take_now)(void *impl, sluice_take_item_t *item, int64_t now_us,
 			int peek);
+	/* Carries each item's usage to its changed limit
+	 * (sluice_memstore_carry(): what was used stays used), before a
+	 * take that follows it: a host calls it when the config that chose
+	 * the limit replaced one with other limits.  Items are read during
+	 * the call only (a store that answers later has written its command
+	 * by then), and a take issued after it on the same driver sees the
+	 * carried state.  cb's `allowed` is unused.  Same return as take;
+	 * NULL: the store cannot carry. */
+	int (*carry)(void *impl, const sluice_carry_item_t *items, size_t n,
+		     int64_t now_us, sluice_store_cb cb, void *arg);
 } sluice_store_ops_t;
 
 typedef struct sluice_backend_s {
@@ -177,6 +198,15 @@ int sluice_backend_open_events(sluice_backend_t *be,
 			       sluice_shmstore_t *shm,
 			       const sluice_store_events_t *events, char *err,
 			       size_t errlen);
+/* As sluice_backend_open_events(), for a host whose event loop is not
+ * libuv (the nginx module): a Redis store runs on `loop`, the host's
+ * table (sluice_loop.h), which must outlive the backend (until the done
+ * of sluice_backend_close_then()).  The local stores ignore it. */
+int sluice_backend_open_loop(sluice_backend_t *be,
+			     const sluice_store_config_t *store,
+			     sluice_loop_t *loop,
+			     const sluice_store_events_t *events, char *err,
+			     size_t errlen);
 /* Frees the driver (ops->free: pending calls fail first, and a local
  * store the backend opened itself is closed); the struct may be opened
  * again. */
@@ -205,5 +235,11 @@ extern const sluice_store_ops_t sluice_redis_store_ops;
 int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 			    void *loop, const sluice_store_events_t *events,
 			    char *err, size_t errlen);
+/* As sluice_redis_store_open(), on a host's loop table. */
+int sluice_redis_store_open_loop(void **impl,
+				 const sluice_store_config_t *store,
+				 sluice_loop_t *loop,
+				 const sluice_store_events_t *events, char *err,
+				 size_t errlen);
 
 #endif /* SLUICE_STORE_STORE_H */

@@ -37,6 +37,9 @@ typedef struct {
 		     const sluice_limit_t *limits, size_t nlimits, uint64_t ms,
 		     int64_t now_us);
 	void (*stats)(void *s, sluice_memstore_stats_t *out);
+	int (*carry)(void *s, const void *key, size_t keylen,
+		     const sluice_limit_t *to, const sluice_limit_t *from,
+		     size_t nfrom, int64_t now_us);
 	/* A failure (SLUICE_ESTORE) to say; NULL: none to say. */
 	void (*failed)(void *s);
 	/* One item taken (peek 0) or peeked at once, its outputs written,
@@ -127,6 +130,14 @@ static void shm_log_failure(void *impl)
 	{                                                                      \
 		prefix##_stats((type *)s, out);                                \
 	}                                                                      \
+	static int name##_carry1(void *s, const void *key, size_t keylen,      \
+				 const sluice_limit_t *to,                     \
+				 const sluice_limit_t *from, size_t nfrom,     \
+				 int64_t now_us)                               \
+	{                                                                      \
+		return prefix##_carry((type *)s, key, keylen, to, from, nfrom, \
+				      now_us);                                 \
+	}                                                                      \
 	static const local_calls_t name##_calls = {                            \
 		.take_many = name##_take_many,                                 \
 		.reset = name##_reset1,                                        \
@@ -134,6 +145,7 @@ static void shm_log_failure(void *impl)
 		.penalize = name##_penalize1,                                  \
 		.block = name##_block1,                                        \
 		.stats = name##_stats1,                                        \
+		.carry = name##_carry1,                                        \
 		.failed = on_failure,                                          \
 		.now = name##_now,                                             \
 	}
@@ -226,6 +238,33 @@ static int local_peek(const local_calls_t *c, void *impl,
 	return 0;
 }
 
+/* Carries each item's usage to its new limit (sluice_memstore_carry()),
+ * in turn. */
+static int local_carry(const local_calls_t *c, void *impl,
+		       const sluice_carry_item_t *items, size_t n,
+		       int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	size_t i;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		const sluice_carry_item_t *it = &items[i];
+
+		r = c->carry(impl, it->key, it->keylen, it->to, it->from,
+			     it->nfrom, now_us);
+		if (r == SLUICE_EINVAL)
+			return r;
+		if (r < 0) {
+			if (r == SLUICE_ESTORE && c->failed)
+				c->failed(impl);
+			cb(arg, r, 0);
+			return 0;
+		}
+	}
+	cb(arg, 0, 1);
+	return 0;
+}
+
 static void local_free(void *impl)
 {
 	/* The store is shared by every thread and outlives configs (the
@@ -242,6 +281,7 @@ static void local_free(void *impl)
 		.penalize = store##_penalize, .block = store##_block,          \
 		.healthy = NULL, .stats = store##_stats1, .free = free_fn,     \
 		.free_then = NULL, .take_now = store##_now,                    \
+		.carry = store##_carry,                                        \
 	}
 
 /* One driver per local store: its ops bind the store's table of calls.
@@ -290,6 +330,13 @@ static void local_free(void *impl)
 	{                                                                      \
 		return local_each(&store##_calls, impl, OP_BLOCK, items, n,    \
 				  ms, now_us, cb, arg);                        \
+	}                                                                      \
+	static int store##_carry(void *impl, const sluice_carry_item_t *items, \
+				 size_t n, int64_t now_us, sluice_store_cb cb, \
+				 void *arg)                                    \
+	{                                                                      \
+		return local_carry(&store##_calls, impl, items, n, now_us, cb, \
+				   arg);                                       \
 	}                                                                      \
 	static void store##_close(void *impl)                                  \
 	{                                                                      \

@@ -67,6 +67,58 @@ static int redis_block(void *impl, sluice_take_item_t *items, size_t n,
 				  arg);
 }
 
+/* A carry over several items: one sluice_redis_carry() each (the module
+ * keeps the script's state, so the script carries either way), the
+ * driver's callback once, with the first failure. */
+typedef struct {
+	size_t pending;
+	int status;
+	sluice_store_cb cb;
+	void *arg;
+} carry_t;
+
+static void carry_one_done(void *arg, int status, int allowed)
+{
+	carry_t *c = arg;
+
+	(void)allowed;
+	if (status && !c->status)
+		c->status = status;
+	if (--c->pending == 0) {
+		c->cb(c->arg, c->status, 1);
+		free(c);
+	}
+}
+
+static int redis_carry(void *impl, const sluice_carry_item_t *items, size_t n,
+		       int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	carry_t *c;
+	size_t i;
+	int rc;
+
+	(void)now_us; /* the server's clock */
+	if (!(c = calloc(1, sizeof(*c))))
+		return SLUICE_ENOMEM;
+	c->cb = cb;
+	c->arg = arg;
+	c->pending = 1; /* held while sending */
+	for (i = 0; i < n; i++) {
+		c->pending++;
+		rc = sluice_redis_carry(((redis_impl_t *)impl)->r, items[i].key,
+					items[i].keylen, items[i].to,
+					items[i].from, items[i].nfrom,
+					carry_one_done, c);
+		if (rc < 0) {
+			c->pending--;
+			if (!c->status)
+				c->status = rc;
+		}
+	}
+	carry_one_done(c, 0, 1);
+	return 0;
+}
+
 /* A peek of one item: its outputs, then the driver's callback. */
 typedef struct {
 	sluice_take_item_t *it;
@@ -146,11 +198,14 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.stats = NULL,
 	.free = redis_free,
 	.free_then = redis_free_then,
+	.carry = redis_carry,
 };
 
-int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
-			    void *loop, const sluice_store_events_t *events,
-			    char *err, size_t errlen)
+/* Opens the client on a libuv loop (uv) or on a host's loop table
+ * (sloop): one of the two is given. */
+static int store_open(void **impl, const sluice_store_config_t *store, void *uv,
+		      sluice_loop_t *sloop, const sluice_store_events_t *events,
+		      char *err, size_t errlen)
 {
 	sluice_redis_opts_t o = {0};
 	sluice_redis_tls_t tls = {0};
@@ -208,7 +263,8 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	o.connections = store->connections;
 	o.flags = store->redis_flags;
 	o.event_arg = d->hook_arg;
-	rc = sluice_redis_open(&d->r, loop, &o, err, errlen);
+	rc = sloop ? sluice_redis_open_loop(&d->r, sloop, &o, err, errlen)
+		   : sluice_redis_open(&d->r, uv, &o, err, errlen);
 	if (rc < 0) {
 		detach(d);
 		free(d);
@@ -216,4 +272,24 @@ int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
 	}
 	*impl = d;
 	return 0;
+}
+
+int sluice_redis_store_open(void **impl, const sluice_store_config_t *store,
+			    void *loop, const sluice_store_events_t *events,
+			    char *err, size_t errlen)
+{
+	return store_open(impl, store, loop, NULL, events, err, errlen);
+}
+
+int sluice_redis_store_open_loop(void **impl,
+				 const sluice_store_config_t *store,
+				 sluice_loop_t *loop,
+				 const sluice_store_events_t *events, char *err,
+				 size_t errlen)
+{
+	if (!loop) {
+		snprintf(err, errlen, "redis store: no loop");
+		return SLUICE_EINVAL;
+	}
+	return store_open(impl, store, NULL, loop, events, err, errlen);
 }

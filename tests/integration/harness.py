@@ -189,6 +189,34 @@ def raise_nofile(n):
     return want
 
 
+NODE_PKG = os.path.join(SRC, "bindings", "node")
+NODE_ADDON = os.path.join(NODE_PKG, "build", "sluice.node")
+
+
+def node_addon_mtime():
+    """bindings/node's built addon's mtime (ns), or None when not built."""
+    try:
+        return os.stat(NODE_ADDON).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def build_node_addon(unless_built_since):
+    """Builds bindings/node's addon (scripts/build.js) unless it was built
+    after `unless_built_since` (a node_addon_mtime() taken before an
+    `npm ci`/`npm install`).  npm runs the package's install script, which
+    builds it, but may hold install scripts back; building it a second time
+    doubled the longest step of the Node tests (minutes on a busy machine,
+    past the test's timeout)."""
+    now = node_addon_mtime()
+    if now is not None and now != unless_built_since:
+        return
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LD_PRELOAD")}
+    subprocess.run([shutil.which("node"), "scripts/build.js"], cwd=NODE_PKG,
+                   env=env, check=True, capture_output=True, timeout=600)
+
+
 class Proc:
     """A child process whose stdout+stderr go to a temporary log file."""
 

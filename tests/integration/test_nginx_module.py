@@ -516,8 +516,8 @@ class BadConfig(unittest.TestCase):
          "    sluice_limit_zone $a zone=z:1m rate=1r/s;",
          r'duplicate zone "z"'),
         ("sluice_limit_zone $a zone=z:1m rate=1r/s "
-         "store=redis://u:hunter2@127.0.0.1:6379;",
-         r'store="redis://u:\*\*\*@127.0.0.1:6379": a Redis store needs'),
+         "store=redis://u:hunter2@127.0.0.1:99999;",
+         r'store="redis://u:\*\*\*@127.0.0.1:99999": '),
         ("sluice_limit_zone $a zone=z:1m rate=1r/s store=memcached://x;",
          r'unknown store'),
         ("sluice_limit_zone $a zone=z:1m rate=1r/s store=shared:rel;",

@@ -86,8 +86,9 @@ class Overrides(unittest.TestCase):
                 lambda: s.request("POST", "/v1/take", {}, json.dumps(
                     {"rule": "api", "key": "customer-9", "cost": 0}))
                 .json()["limit"] == 4, timeout=30)
-            # A new limit is a new bucket: 4 from full.
-            self.assertEqual(passes(s, "customer-9"), 4)
+            # The raised limit keeps what was used (2 of 4): the
+            # difference passes, no more.
+            self.assertEqual(passes(s, "customer-9"), 2)
 
     def test_a_hundred_thousand_overrides(self):
         lines = ['"k%d": [{capacity: %d, rate: 1/h}]\n' % (i, 1 + i % 7)

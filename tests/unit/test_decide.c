@@ -166,6 +166,178 @@ static void test_matches_exact_model(void)
 	CHECK(steps >= 1000000);
 }
 
+/*
+ * The model's side of a limit change (sluice_carry()'s rule, written
+ * from its documentation in the model's own terms): the tokens used
+ * (capacity - level) stay used under the new limit, at most its capacity.
+ * With the same rate they are kept exactly; with another rate they are
+ * counted whole, a part of a token counting as one.
+ */
+static void model_change(model_t *m, int64_t now, uint64_t capacity,
+			 uint64_t tokens, uint64_t period)
+{
+	unsigned __int128 full = (unsigned __int128)m->capacity * m->period;
+	unsigned __int128 used, nfull;
+
+	model_take(m, now, 0); /* refill to now */
+	used = full - m->level;
+	if (tokens == m->tokens && period == m->period) {
+		nfull = (unsigned __int128)capacity * period;
+		m->level = used >= nfull ? 0 : nfull - used;
+	} else {
+		unsigned __int128 whole = (used + m->period - 1) / m->period;
+
+		if (whole > capacity)
+			whole = capacity;
+		m->level = (capacity - (uint64_t)whole) *
+			   (unsigned __int128)period;
+	}
+	m->capacity = capacity;
+	m->tokens = tokens;
+	m->period = period;
+}
+
+/* Limits an operator moves between: the same rate at other capacities
+ * (the shortfall kept exactly) and other rates (whole tokens). */
+static const policy_t changes[] = {
+	{"2/s", 2, 1000000, 100},    {"2/s", 2, 1000000, 10},
+	{"2/s", 2, 1000000, 300},    {"50/min", 50, 60000000, 50},
+	{"50/min", 50, 60000000, 5}, {"0.5/s", 1, 2000000, 10},
+	{"1/3s", 1, 3000000, 5},     {"7/day", 7, 86400000000ULL, 7},
+	{"3/s", 3, 1000000, 4},
+};
+
+/* Random takes with the limit changed at random instants (the store's
+ * carry applied each time, sluice_carry()): every decision as the model's,
+ * which applies the documented carry rule. */
+static void test_limit_changes_match_model(void)
+{
+	const size_t nc = sizeof(changes) / sizeof(changes[0]);
+	uint64_t seed = 2026;
+	size_t round, step, nchanges = 0;
+
+	for (round = 0; round < 40; round++) {
+		const policy_t *p = &changes[round % nc];
+		sluice_limit_t l;
+		sluice_state_t s = 0;
+		model_t m;
+		int64_t now = 1764500000000000LL + (int64_t)round;
+
+		limit_of(p, &l);
+		model_init(&m, p->capacity, p->tokens, p->period, now);
+		for (step = 0; step < 5000; step++) {
+			uint64_t r = test_rand(&seed);
+			uint64_t interval = p->period / p->tokens + 1, cost;
+			sluice_state_t next;
+			sluice_decision_t d;
+			answer_t a;
+
+			now += (int64_t)(r % 8 == 0
+						 ? test_rand(&seed) %
+							   (interval * 8)
+						 : test_rand(&seed) %
+							   (interval / 2 + 2));
+			if ((r >> 4) % 32 == 0) {
+				sluice_limit_t to;
+
+				p = &changes[test_rand(&seed) % nc];
+				limit_of(p, &to);
+				s = sluice_carry(&l, s, &to, now);
+				l = to;
+				model_change(&m, now, p->capacity, p->tokens,
+					     p->period);
+				nchanges++;
+			}
+			cost = (r >> 12) % 16 == 0 ? 0 : 1 + (r >> 16) % 3;
+			sluice_eval(&l, s, now, cost, &next, &d);
+			a = model_take(&m, now, cost);
+			if (d.allowed != a.allowed ||
+			    d.remaining != a.remaining ||
+			    d.retry_after_us != a.retry_after_us ||
+			    d.reset_after_us != a.reset_after_us) {
+				fprintf(stderr,
+					"round %zu step %zu (%s cap %llu): got "
+					"%d/%llu/%llu/%llu want %d/%llu/%llu/"
+					"%llu\n",
+					round, step, p->rate,
+					(unsigned long long)p->capacity,
+					d.allowed,
+					(unsigned long long)d.remaining,
+					(unsigned long long)d.retry_after_us,
+					(unsigned long long)d.reset_after_us,
+					a.allowed,
+					(unsigned long long)a.remaining,
+					(unsigned long long)a.retry_after_us,
+					(unsigned long long)a.reset_after_us);
+				CHECK(0);
+			}
+			s = next;
+		}
+	}
+	CHECK(nchanges >= 5000);
+}
+
+/* The carry rule at the instants an operator meets it. */
+static void test_carry_drained_lowered_raised_half_used(void)
+{
+	const int64_t T = 1764500000000000LL, H = 3600000000LL;
+	sluice_limit_t five, three, eight, two_h, ten_s, ten_m;
+	sluice_state_t s = 0, next, c;
+	sluice_decision_t d;
+	int i;
+
+	CHECK(sluice_limit_parse(&five, "5", "1/h", NULL, 0) == 0);
+	CHECK(sluice_limit_parse(&three, "3", "1/h", NULL, 0) == 0);
+	CHECK(sluice_limit_parse(&eight, "8", "1/h", NULL, 0) == 0);
+	CHECK(sluice_limit_parse(&two_h, "5", "2/h", NULL, 0) == 0);
+	for (i = 0; i < 5; i++) {
+		sluice_eval(&five, s, T, 1, &next, &d);
+		CHECK(d.allowed);
+		s = next;
+	}
+	/* Drained, lowered: still drained, one token of the new limit away
+	 * (1/h), not the old bucket's time. */
+	c = sluice_carry(&five, s, &three, T + 1);
+	sluice_eval(&three, c, T + 1, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.retry_after_us, (uint64_t)H);
+	CHECK_EQ_U64(d.reset_after_us, (uint64_t)(3 * H));
+	/* Raised: allowed by the difference (8 - 5), then refused. */
+	c = sluice_carry(&five, s, &eight, T + 1);
+	for (i = 0; i < 3; i++) {
+		sluice_eval(&eight, c, T + 1, 1, &next, &d);
+		CHECK(d.allowed);
+		c = next;
+	}
+	sluice_eval(&eight, c, T + 1, 1, &next, &d);
+	CHECK(!d.allowed);
+	/* A rate change keeps the count: 5 used stay 5 used, refilled at
+	 * 2/h (a token every 30 minutes). */
+	c = sluice_carry(&five, s, &two_h, T + 1);
+	sluice_eval(&two_h, c, T + 1, 1, &next, &d);
+	CHECK(!d.allowed);
+	CHECK_EQ_U64(d.retry_after_us, (uint64_t)(H / 2));
+	/* Half used across a rate change: 5 of 10 used at 1/s are 5 of 10
+	 * used at 1/min. */
+	CHECK(sluice_limit_parse(&ten_s, "10", "1/s", NULL, 0) == 0);
+	CHECK(sluice_limit_parse(&ten_m, "10", "1/min", NULL, 0) == 0);
+	s = 0;
+	for (i = 0; i < 5; i++) {
+		sluice_eval(&ten_s, s, T, 1, &next, &d);
+		s = next;
+	}
+	c = sluice_carry(&ten_s, s, &ten_m, T);
+	sluice_eval(&ten_m, c, T, 0, &next, &d);
+	CHECK_EQ_U64(d.remaining, 5);
+	CHECK_EQ_U64(d.reset_after_us, 5 * 60000000ULL);
+	/* Full carries nothing; a debt is cut at the new capacity. */
+	CHECK(sluice_carry(&ten_s, s, &ten_m, T + 6000000) == 0);
+	s = sluice_penalize(&five, 0, T, 50);
+	c = sluice_carry(&five, s, &three, T);
+	sluice_eval(&three, c, T, 0, &next, &d);
+	CHECK_EQ_U64(d.reset_after_us, (uint64_t)(3 * H));
+}
+
 /* For every interval [t0, t1] of a random trace, the accepted cost is at
  * most capacity + rate x (t1 - t0). */
 static void test_never_more_than_capacity_plus_rate(void)
@@ -598,6 +770,8 @@ static void test_limit_id_matches_rate_format(void)
 int main(void)
 {
 	RUN(test_matches_exact_model);
+	RUN(test_limit_changes_match_model);
+	RUN(test_carry_drained_lowered_raised_half_used);
 	RUN(test_never_more_than_capacity_plus_rate);
 	RUN(test_thirty_days_no_drift);
 	RUN(test_classic_thousand_in_one_second);

@@ -518,6 +518,66 @@ static void test_override_flood_resets_no_configured_bucket(void)
 	store_keys = 10000;
 }
 
+/* A reload as `sluice serve` does it: the directory read again into a
+ * new config that learns the running one's limits (sluice_config_carry()). */
+static void reload(void)
+{
+	char cfgtext[512], err[1024];
+	sluice_config_t *cfg;
+
+	snprintf(cfgtext, sizeof(cfgtext), "envoy:\n  config_dir: %s\n", dir);
+	cfg = sluice_config_parse("sluice.yaml", cfgtext, strlen(cfgtext), err,
+				  sizeof(err));
+	CHECK(cfg != NULL);
+	CHECK(sluice_config_carry(cfg, svc.live->cfg, sluice_now_us()) == 0);
+	sluice_live_unref(svc.live);
+	CHECK((svc.live = sluice_live_new(cfg)) != NULL);
+}
+
+static int passes(const char *domain, const char *spec)
+{
+	sluice_rls_response_t *r;
+	int n = 0, over = 0;
+
+	while (!over && n < 40) {
+		r = decide(domain, spec);
+		over = r->overall_code == OVER;
+		n += !over;
+		sluice_rls_response_free(r);
+	}
+	return n;
+}
+
+/* A descriptor's requests_per_unit (and unit) changed on reload: each
+ * client keeps what it used -- a drained one stays over at the lowered
+ * limit and gets only the difference of a raised one; a client never seen
+ * before starts full. */
+static void test_reload_keeps_descriptor_usage(void)
+{
+	start(NULL, "plan.yaml",
+	      "domain: plan\n"
+	      "descriptors:\n"
+	      "  - key: user\n"
+	      "    rate_limit: {unit: day, requests_per_unit: 5}\n");
+	CHECK(passes("plan", "user=mallory") == 5);
+	put("plan.yaml", "domain: plan\n"
+			 "descriptors:\n"
+			 "  - key: user\n"
+			 "    rate_limit: {unit: day, requests_per_unit: 3}\n");
+	reload();
+	CHECK(passes("plan", "user=mallory") == 0);
+	CHECK(passes("plan", "user=someone") == 3);
+	put("plan.yaml",
+	    "domain: plan\n"
+	    "descriptors:\n"
+	    "  - key: user\n"
+	    "    rate_limit: {unit: hour, requests_per_unit: 8}\n");
+	reload();
+	/* 3 used (the lowered limit's capacity) of 8. */
+	CHECK(passes("plan", "user=mallory") == 5);
+	stop();
+}
+
 static void test_malformed_requests_are_refused(void)
 {
 	sluice_rls_request_t req = {.domain = ""};
@@ -822,6 +882,7 @@ int main(void)
 	RUN(test_hits_addend_request_and_descriptor);
 	RUN(test_request_supplied_limit);
 	RUN(test_override_flood_resets_no_configured_bucket);
+	RUN(test_reload_keeps_descriptor_usage);
 	RUN(test_malformed_requests_are_refused);
 	RUN(test_response_headers);
 	RUN(test_global_shadow_mode);

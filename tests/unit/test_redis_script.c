@@ -329,18 +329,20 @@ static void test_script_equals_core(int port)
 /* SCRIPT LOAD's answer is the SHA-1 the build computed for EVALSHA. */
 static void test_script_sha_matches_server(int port)
 {
-	const char *scripts[4] = {
+	const char *scripts[5] = {
 		sluice_redis__script, sluice_redis__script_multi,
-		sluice_redis__script_refund, sluice_redis__script_adjust};
-	const char *shas[4] = {sluice_redis__script_sha,
+		sluice_redis__script_refund, sluice_redis__script_adjust,
+		sluice_redis__script_carry};
+	const char *shas[5] = {sluice_redis__script_sha,
 			       sluice_redis__script_multi_sha,
 			       sluice_redis__script_refund_sha,
-			       sluice_redis__script_adjust_sha};
+			       sluice_redis__script_adjust_sha,
+			       sluice_redis__script_carry_sha};
 	redisContext *c = rh_connect(port);
 	redisReply *rep;
 	int i;
 
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < 5; i++) {
 		rep = rh_cmd(c, "SCRIPT LOAD %s", scripts[i]);
 		CHECK(rep->type == REDIS_REPLY_STRING &&
 		      strcmp(rep->str, shas[i]) == 0);
@@ -477,6 +479,145 @@ static void test_adjust_equals_core(int port)
 	redisFree(c);
 }
 
+/* A random state of l at now: a few takes, maybe a penalty, maybe old,
+ * maybe none. */
+static sluice_state_t random_state(const sluice_limit_t *l, int64_t now)
+{
+	sluice_state_t state = 0, next;
+	sluice_decision_t d;
+	int k;
+
+	if (rnd() % 4 == 0)
+		return 0;
+	for (k = (int)rnd_in(1, 4); k > 0; k--) {
+		sluice_eval(l, state, now - (int64_t)rnd_in(0, 1ull << 34),
+			    rnd_in(0, l->capacity), &next, &d);
+		state = next;
+	}
+	if (rnd() % 4 == 0)
+		state = sluice_penalize(l, state, now,
+					rnd_in(0, 3 * l->capacity));
+	return state;
+}
+
+static void put_state(redisContext *c, const char *key, sluice_state_t st)
+{
+	if (st > 0)
+		freeReplyObject(rh_cmd(c, "SET %s %lld", key, (long long)st));
+	else
+		freeReplyObject(rh_cmd(c, "DEL %s", key));
+}
+
+/*
+ * carry.lua against the local stores' carry (sluice_carry() on the first
+ * earlier bucket holding state, only when the bucket now holds none):
+ * random limits (the same rate at another capacity, or another rate),
+ * random states in today's format (as script.lua and the module write
+ * them), the script run at the core's clock.  The state it leaves is the
+ * core's digit for digit, its expiry when it is full, and the earlier
+ * buckets are gone.
+ */
+static void test_carry_equals_core(int port)
+{
+	redisContext *c = rh_connect(port);
+	char *carry = replay_script(sluice_redis__script_carry);
+	int64_t base = server_us(c) + 86400000000ll;
+	int i, carried = 0;
+
+	for (i = 0; i < 3000; i++) {
+		sluice_limit_t to, from[2];
+		sluice_state_t now_st, old[2], expect = 0;
+		int64_t now = base + (int64_t)rnd_in(0, 1ull << 40);
+		char a[8][32], st[32];
+		size_t j;
+		redisReply *r;
+
+		random_limit(&to);
+		for (j = 0; j < 2; j++) {
+			random_limit(&from[j]);
+			if (rnd() % 3 == 0) {
+				/* Only the capacity changed. */
+				uint64_t cap = rnd_in(1, 2 * to.capacity);
+
+				if (sluice_limit_init(&from[j], cap, &to.rate,
+						      NULL, 0) != 0)
+					from[j] = to;
+			}
+			if (sluice_limit_same(&from[j], &to))
+				random_limit(&from[j]);
+			old[j] = random_state(&from[j], now);
+		}
+		if (sluice_limit_same(&from[0], &from[1]) ||
+		    sluice_limit_same(&from[0], &to) ||
+		    sluice_limit_same(&from[1], &to))
+			continue;
+		now_st = rnd() % 3 == 0 ? random_state(&to, now) : 0;
+		if (now_st > now * 1000)
+			expect = now_st;
+		else
+			for (j = 0; j < 2 && !expect; j++)
+				if (old[j] > now * 1000)
+					expect = sluice_carry(&from[j], old[j],
+							      &to, now);
+		put_state(c, "cn{k}", now_st);
+		put_state(c, "c0{k}", old[0]);
+		put_state(c, "c1{k}", old[1]);
+		snprintf(a[0], 32, "%" PRIu64, to.rate.interval);
+		snprintf(a[1], 32, "%" PRIu64, to.tau);
+		snprintf(a[2], 32, "%u", to.rate.per);
+		for (j = 0; j < 2; j++) {
+			snprintf(a[3 + 2 * j], 32, "%" PRIu64,
+				 from[j].rate.interval);
+			snprintf(a[4 + 2 * j], 32, "%u", from[j].rate.per);
+		}
+		snprintf(a[7], 32, "%lld", (long long)(now / 1000000));
+		freeReplyObject(rh_cmd(c,
+				       "EVAL %s 3 cn{k} c0{k} c1{k} %s %s %s "
+				       "%s %s %s %s %s %lld",
+				       carry, a[0], a[1], a[2], a[3], a[4],
+				       a[5], a[6], a[7],
+				       (long long)(now % 1000000)));
+		r = rh_cmd(c, "GET cn{k}");
+		if (expect > 0) {
+			snprintf(st, sizeof(st), "%lld", (long long)expect);
+			if (r->type != REDIS_REPLY_STRING ||
+			    strcmp(r->str, st) != 0)
+				fprintf(stderr, "case %d: core %s, script %s\n",
+					i, st,
+					r->type == REDIS_REPLY_STRING ? r->str
+								      : "nil");
+			CHECK(r->type == REDIS_REPLY_STRING &&
+			      strcmp(r->str, st) == 0);
+		} else {
+			/* Nothing to carry: the bucket is as it was. */
+			CHECK(now_st == 0 ? r->type == REDIS_REPLY_NIL
+					  : r->type == REDIS_REPLY_STRING &&
+						    strtoll(r->str, NULL, 10) ==
+							    now_st);
+		}
+		freeReplyObject(r);
+		if (expect > 0 && expect != now_st) {
+			r = rh_cmd(c, "PEXPIRETIME cn{k}");
+			CHECK(r->type == REDIS_REPLY_INTEGER &&
+			      r->integer ==
+				      (long long)ceil_ms(
+					      (uint64_t)sluice_state_expiry_us(
+						      expect)));
+			freeReplyObject(r);
+			carried++;
+		}
+		r = rh_cmd(c, "EXISTS c0{k} c1{k}");
+		CHECK(r->type == REDIS_REPLY_INTEGER && r->integer == 0);
+		freeReplyObject(r);
+	}
+	CHECK(carried > 500);
+	printf("carry.lua == core over 3000 random limit changes (%d "
+	       "carried)\n",
+	       carried);
+	free(carry);
+	redisFree(c);
+}
+
 int main(void)
 {
 	rh_redis_t s = {0};
@@ -486,6 +627,7 @@ int main(void)
 	test_state_is_an_integer(s.port);
 	test_script_equals_core(s.port);
 	test_adjust_equals_core(s.port);
+	test_carry_equals_core(s.port);
 	rh_redis_stop(&s);
 	return 0;
 }

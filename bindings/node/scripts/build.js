@@ -5,7 +5,9 @@
 //   1. A prebuilt binary from prebuilds/<platform>-<arch>/ (the
 //      prebuildify layout: node.napi[.glibc|.musl].node) when one matches
 //      this machine and loads: no compiler, nothing else needed.
-//   2. Otherwise (or with `npm install --build-from-source`, or
+//   2. Otherwise, or when asked (fromSourceAsked() below: the environment
+//      variable SLUICE_BUILD_FROM_SOURCE=1, npm's
+//      npm_config_build_from_source=true, or
 //      `node scripts/build.js --build-from-source`), from the sources the
 //      package carries: deps/sluice (libsluice, listed in
 //      deps/sluice/sources.json), deps/hiredis (hiredis's reply reader) and
@@ -14,7 +16,17 @@
 //
 // In a sluice checkout (bindings/node of the repository) the addon is
 // always built from source, after scripts/prepack.js has copied the
-// checkout's current libsluice sources into deps/.
+// checkout's current libsluice sources into deps/; and built again only
+// when what it is built from (deps/, src/, the compiler and its flags)
+// changed since the last build (build/inputs.sha256), so that each `npm
+// install` of the checkout does not spend minutes recompiling the same
+// sources.
+//
+// Any POSIX system with a C compiler builds it: Linux, macOS (clang from
+// the Xcode command line tools), the BSDs.  Linux-only parts of libsluice
+// (the shared-memory store) are refused there at run time, with a message
+// (src/util/platform.h); SLUICE_PORTABLE=1 builds that side on Linux too.
+// Windows is refused here: libsluice needs POSIX (threads, sockets, mmap).
 //
 // The addon links nothing but libc: the napi_*, uv_* and OpenSSL calls
 // bind, when node loads it, to what the node process already holds (Node
@@ -23,6 +35,7 @@
 // at require with the missing symbol's name, not later in a request.
 'use strict';
 const { execFileSync, spawn } = require('node:child_process');
+const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -31,6 +44,7 @@ const pkg = path.resolve(__dirname, '..');
 const out = path.join(pkg, 'build');
 const target = path.join(out, 'sluice.node');
 const deps = path.join(pkg, 'deps');
+const inputsFile = path.join(out, 'inputs.sha256');
 
 function die(msg) {
   console.error(`sluice: ${msg}`);
@@ -48,10 +62,29 @@ function checkoutRoot() {
 }
 
 // One build at a time (two apps installing, or cluster workers building
-// on first require): a lock directory, taken over when left for 10 minutes.
-function lock() {
-  const dir = path.join(out, '.lock');
-  fs.mkdirSync(out, { recursive: true });
+// on first require): a lock directory holding its owner's pid and host.
+// A lock whose owner is gone (a build killed by a test's timeout, or by
+// SIGKILL, never runs its exit handler) is taken over at once: waiting out
+// its age would hold every later install for 10 minutes.  A lock of
+// another host, or with no owner written yet, is taken over when left for
+// 10 minutes.
+const LOCK_STALE_MS = 600000;
+
+function lockOwnerGone(dir) {
+  let owner;
+  try { owner = fs.readFileSync(path.join(dir, 'owner'), 'utf8').split('\n'); } catch { return false; }
+  const pid = Number(owner[0]);
+  if (!Number.isSafeInteger(pid) || pid <= 0 || owner[1] !== os.hostname()) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (e) {
+    return e.code === 'ESRCH'; // EPERM: alive, another user's
+  }
+}
+
+function lock(dir = path.join(out, '.lock')) {
+  fs.mkdirSync(path.dirname(dir), { recursive: true });
   for (let waited = 0; ; waited += 100) {
     try {
       fs.mkdirSync(dir);
@@ -60,11 +93,16 @@ function lock() {
       if (e.code !== 'EEXIST') throw e;
       let age = 0;
       try { age = Date.now() - fs.statSync(dir).mtimeMs; } catch { continue; }
-      if (age > 600000) { fs.rmSync(dir, { recursive: true, force: true }); continue; }
+      if (age > LOCK_STALE_MS || lockOwnerGone(dir)) {
+        console.error(`sluice: taking over a lock its build left (${dir})`);
+        fs.rmSync(dir, { recursive: true, force: true });
+        continue;
+      }
       if (waited % 10000 === 0) console.error(`sluice: waiting for another build (${dir})`);
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
     }
   }
+  fs.writeFileSync(path.join(dir, 'owner'), `${process.pid}\n${os.hostname()}`);
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
 }
 
@@ -117,7 +155,29 @@ function installPrebuild() {
 // --------------------------------------------------------- from source
 
 const INSTALL_CC = 'install a C compiler (Debian/Ubuntu: apt-get install gcc libc6-dev; ' +
-  'Fedora: dnf install gcc; Alpine: apk add gcc musl-dev) or set CC';
+  'Fedora: dnf install gcc; Alpine: apk add gcc musl-dev; macOS: xcode-select --install) or set CC';
+
+// Whether the user asked for a build from source: the command line, npm's
+// config as npm hands it to install scripts (npm_config_build_from_source,
+// set by `npm_config_build_from_source=true npm install`; npm 11 warns of
+// the `--build-from-source` flag as an unknown config), or sluice's own
+// SLUICE_BUILD_FROM_SOURCE.  A value naming other packages
+// (npm_config_build_from_source=sqlite3) does not ask for this one.
+function fromSourceAsked(argv = process.argv, env = process.env) {
+  if (argv.includes('--build-from-source')) return true;
+  const yes = (v, names) => v !== undefined &&
+    (/^(1|true|yes|on)$/i.test(v) || v.split(',').map((x) => x.trim()).some((x) => names.includes(x)));
+  return yes(env.SLUICE_BUILD_FROM_SOURCE, []) || yes(env.npm_config_build_from_source, ['sluice']);
+}
+
+// The link step for this system: a loadable module whose Node-API, libuv
+// and OpenSSL symbols are left for the node process to provide.
+function linkFlags(platform) {
+  if (platform === 'darwin') return ['-bundle', '-undefined', 'dynamic_lookup'];
+  // ELF (Linux, the BSDs): every symbol bound at load (-z now), so a node
+  // without one fails at require, naming it.
+  return ['-shared', '-Wl,-z,now', '-Wl,--as-needed'];
+}
 
 function compilerFlags(strict) {
   // Warnings are errors when the project builds its prebuilt binary; an
@@ -162,21 +222,25 @@ async function pool(jobs, width) {
   if (bad) throw bad.reason;
 }
 
-// Compiles deps/ and src/addon.c into `dest`.
-async function compile(dest, { strict = false } = {}) {
+// Compiles deps/ and src/addon.c into `dest`.  cc: the compiler command
+// (default CC, else cc); platform: the system the binary is for;
+// portable: the non-Linux side of libsluice's platform guard (default
+// SLUICE_PORTABLE=1 in the environment).
+async function compile(dest, { strict = false, cc = null, platform = process.platform,
+  portable = /^(1|true|yes|on)$/i.test(process.env.SLUICE_PORTABLE || '') } = {}) {
   const listFile = path.join(deps, 'sluice', 'sources.json');
   if (!fs.existsSync(listFile) || !fs.existsSync(path.join(deps, 'include', 'node_api.h')))
     die(`${path.relative(process.cwd(), deps) || deps} lacks the sources or headers the package carries ` +
       '(deps/sluice/sources.json, deps/include/node_api.h): in a sluice checkout, run `node scripts/prepack.js`');
   const list = JSON.parse(fs.readFileSync(listFile, 'utf8'));
-  const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
+  cc = (cc || process.env.CC || 'cc').split(/\s+/).filter(Boolean);
   const objdir = path.join(out, 'obj');
   fs.rmSync(objdir, { recursive: true, force: true });
   fs.mkdirSync(objdir, { recursive: true });
   const base = compilerFlags(strict);
   // libsluice's sources with the flags CMake gives each (sources.json).
   const flagsOf = (src) => [`-std=${src.std}`, ...base, '-Wextra', '-Wno-unused-parameter',
-    ...src.defines.map((d) => `-D${d}`),
+    ...src.defines.map((d) => `-D${d}`), ...(portable ? ['-DSLUICE_PORTABLE=1'] : []),
     ...src.includes.map((i) => `-I${path.join(deps, 'sluice', i)}`),
     `-I${path.join(deps, 'include')}`, `-I${deps}`];
   const jobs = [];
@@ -202,35 +266,81 @@ async function compile(dest, { strict = false } = {}) {
   await pool(jobs, width);
   fs.mkdirSync(path.dirname(dest), { recursive: true });
   const tmp = `${dest}.${process.pid}.tmp`;
-  await runCc(['-shared', '-Wl,-z,now', '-Wl,--as-needed', ...objs, '-lm', '-o', tmp], cc);
+  await runCc([...linkFlags(platform), ...objs, '-lm', '-o', tmp], cc);
   fs.renameSync(tmp, dest);
   fs.rmSync(objdir, { recursive: true, force: true });
 }
 
+// ------------------------------------------------------ up to date
+
+// A digest of everything a build reads: each file under `dirs` (its path
+// and content, in a fixed order) and `extra` (the compiler's identity and
+// flags).  Two builds with the same digest compile the same thing.
+function inputsKey(dirs, extra) {
+  const h = crypto.createHash('sha256');
+  h.update(JSON.stringify(extra));
+  const walk = (dir, rel) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+      const full = path.join(dir, e.name);
+      const name = `${rel}/${e.name}`;
+      if (e.isDirectory()) walk(full, name);
+      else if (e.isFile()) h.update(`\0${name}\0${fs.statSync(full).size}\0`).update(fs.readFileSync(full));
+    }
+  };
+  for (const d of dirs) walk(d, path.basename(d));
+  return h.digest('hex');
+}
+
+// The digest of a checkout build, or null when the compiler cannot say
+// what it is (then the build runs, and reports why if it fails).
+function checkoutKey() {
+  const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
+  let version;
+  try {
+    version = execFileSync(cc[0], [...cc.slice(1), '--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return null;
+  }
+  return inputsKey([deps, path.join(pkg, 'src')],
+    { cc, version, flags: compilerFlags(true), platform: process.platform, arch: process.arch });
+}
+
 async function main() {
-  const fromSource = process.argv.includes('--build-from-source') ||
-    /^(true|1|sluice)$/.test(process.env.npm_config_build_from_source || '');
+  if (process.platform === 'win32')
+    die('Windows is not supported: libsluice needs a POSIX system (Linux, macOS, the BSDs); ' +
+      'under Windows, run the app in WSL or a Linux container');
+  const fromSource = fromSourceAsked();
   lock();
   const root = checkoutRoot();
   let why = null;
+  let key = null;
   if (root) {
     require('./prepack.js').collect(root);
     why = 'in a sluice checkout, the addon is built from its sources';
+    key = checkoutKey();
+    let last = null;
+    try { last = fs.readFileSync(inputsFile, 'utf8').trim(); } catch { /* never built here */ }
+    if (!fromSource && key && key === last && fs.existsSync(target)) {
+      console.log('sluice: the addon is up to date with the checkout\'s sources');
+      return;
+    }
   } else if (!fromSource) {
     why = installPrebuild();
     if (!why) return;
   } else {
-    why = '--build-from-source';
+    why = 'asked to build from source';
   }
   console.log(`sluice: building the addon from source (${why})`);
+  fs.rmSync(inputsFile, { force: true });
   try {
     await compile(target, { strict: !!root });
   } catch (e) {
     die(e.message);
   }
+  if (key) fs.writeFileSync(inputsFile, `${key}\n`);
   console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
 }
 
-module.exports = { compile, lock, deps, checkoutRoot };
+module.exports = { compile, lock, deps, checkoutRoot, fromSourceAsked, hostLibc: libc, inputsKey };
 
 if (require.main === module) main();

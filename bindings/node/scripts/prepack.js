@@ -16,13 +16,19 @@
 //              include (libuv1-dev, libssl-dev), with their licences.
 //            Any other header from outside the C library stops it: the
 //            package could not build from source without it.
-//   build    builds the addon from deps/ with warnings as errors and puts
-//            it at prebuilds/<platform>-<arch>/node.napi[.glibc].node,
-//            after checking that it needs no shared library but libc.
+//   build    builds the addon from deps/ with warnings as errors for each
+//            of PREBUILDS below and puts it at
+//            prebuilds/<platform>-<arch>/node.napi.<libc>.node (the
+//            prebuildify layout scripts/build.js reads), after checking
+//            that it needs no shared library but libc (and, for musl, no
+//            glibc symbol).
 //   LICENSE  the project's licence, copied from the top of the checkout.
 //
 // Needs what a checkout's build needs (scripts/deps): cmake, a C compiler,
-// libuv1-dev, libssl-dev; and `npm ci` here (node-api-headers).
+// libuv1-dev, libssl-dev, and for the other prebuilds Debian's
+// gcc-aarch64-linux-gnu and musl-tools; and `npm ci` here
+// (node-api-headers).  SLUICE_PREBUILDS=linux-x64-glibc (a comma list of
+// names below) builds only those, for a quick local pack.
 'use strict';
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -205,6 +211,76 @@ function checkLibcOnly(files) {
       'add them to CARRIED in scripts/prepack.js');
 }
 
+// The prebuilt binaries a tarball carries, built on a linux-x64 Debian
+// machine: the host's compiler, Debian's cross compiler, and Debian's
+// musl-gcc (musl-tools: musl's headers and libc, x86_64).  The headers in
+// deps/include are the host's: uv.h is the same on every Linux, and
+// OpenSSL's configuration.h differs for arm64 only in what the addon does
+// not use (RC4_INT, OPENSSL_NO_EC_NISTP_64_GCC_128).
+const PREBUILDS = [
+  { name: 'linux-x64-glibc', dir: 'linux-x64', libc: 'glibc', cc: 'x86_64-linux-gnu-gcc',
+    strip: 'strip', machine: 'X86-64', pkg: 'gcc' },
+  { name: 'linux-arm64-glibc', dir: 'linux-arm64', libc: 'glibc', cc: 'aarch64-linux-gnu-gcc',
+    strip: 'aarch64-linux-gnu-strip', machine: 'AArch64', pkg: 'gcc-aarch64-linux-gnu' },
+  { name: 'linux-x64-musl', dir: 'linux-x64', libc: 'musl', cc: 'musl-gcc',
+    strip: 'strip', machine: 'X86-64', pkg: 'musl-tools' },
+];
+
+// The compiler command for a prebuild: the host's cc (or CC) for its own
+// kind, through ccache when there is one (a second pack recompiles
+// nothing).
+function compilerFor(t) {
+  const host = `${process.platform}-${process.arch}-${build.hostLibc()}`;
+  let cc = host === t.name && process.env.CC ? process.env.CC : t.cc;
+  if (!which(cc.split(/\s+/)[0]))
+    die(`${cc.split(/\s+/)[0]} not found: the ${t.name} prebuild needs Debian's ${t.pkg} (scripts/deps installs it)`);
+  if (which('ccache') && !/\bccache\b/.test(cc)) cc = `ccache ${cc}`;
+  return cc;
+}
+
+function which(cmd) {
+  if (cmd.includes('/')) return fs.existsSync(cmd) ? cmd : null;
+  for (const d of (process.env.PATH || '').split(path.delimiter)) {
+    const f = path.join(d, cmd);
+    try { fs.accessSync(f, fs.constants.X_OK); return f; } catch { /* next */ }
+  }
+  return null;
+}
+
+// What a prebuilt binary is: its machine (readelf -h), the shared
+// libraries it needs and the symbol versions it binds (readelf -d, -V).
+function describe(file) {
+  const header = run('readelf', ['-h', file]);
+  const m = /Machine:\s+(.+)/.exec(header);
+  return {
+    machine: m ? m[1].trim() : '?',
+    needed: needed(file),
+    versions: [...new Set(run('readelf', ['-V', '-W', file]).match(/\bGLIBC_[\w.]+/g) || [])],
+  };
+}
+
+// Builds one prebuild and checks it; returns its path.
+async function prebuild(t) {
+  const dest = path.join(pkg, 'prebuilds', t.dir, `node.napi.${t.libc}.node`);
+  fs.rmSync(dest, { force: true });
+  try {
+    await build.compile(dest, { strict: true, cc: compilerFor(t), platform: 'linux', portable: false });
+  } catch (e) {
+    die(`${t.name}: ${e.message}`);
+  }
+  run(t.strip, ['--strip-unneeded', dest]);
+  const d = describe(dest);
+  if (!d.machine.includes(t.machine)) die(`${dest} is for ${d.machine}, not ${t.machine}`);
+  const libs = d.needed.filter((l) => !/^(libc|libm|libpthread|libdl|ld-linux[-\w]*)\.so/.test(l));
+  if (libs.length) die(`${dest} needs ${libs.join(', ')}: the prebuilt binary may need only libc`);
+  if (t.libc === 'musl' && (d.versions.length || d.needed.some((l) => /^libc\.so\.6$/.test(l))))
+    die(`${dest} binds glibc (${[...d.versions, ...d.needed].join(', ')}): musl-gcc must build it`);
+  // The one for this machine loads in this node.
+  if (t.name === `linux-${process.arch}-${build.hostLibc()}`) process.dlopen({ exports: {} }, dest);
+  console.log(`sluice prepack: ${path.relative(pkg, dest)} (${fs.statSync(dest).size} bytes, ${d.machine})`);
+  return dest;
+}
+
 // The shared libraries a binary needs, from its dynamic section.
 function needed(file) {
   return run('readelf', ['-d', file]).split('\n')
@@ -220,28 +296,19 @@ async function main() {
   }
   build.lock();
   collect(root);
-  if (process.platform !== 'linux') {
-    console.error('sluice prepack: no prebuilt binary (prebuilds are built on Linux)');
+  if (process.platform !== 'linux' || process.arch !== 'x64') {
+    console.error('sluice prepack: no prebuilt binaries (they are built on linux-x64)');
     return;
   }
-  const header = process.report.getReport().header;
-  const libc = header.glibcVersionRuntime ? 'glibc' : 'musl';
-  const dir = path.join(pkg, 'prebuilds', `${process.platform}-${process.arch}`);
-  const dest = path.join(dir, `node.napi.${libc}.node`);
-  fs.rmSync(dir, { recursive: true, force: true });
-  try {
-    await build.compile(dest, { strict: true });
-  } catch (e) {
-    die(e.message);
-  }
-  run(process.env.STRIP || 'strip', ['--strip-unneeded', dest]);
-  const libs = needed(dest).filter((l) => !/^(libc|libm|libpthread|libdl|ld-linux[-\w]*)\.so/.test(l));
-  if (libs.length) die(`${dest} needs ${libs.join(', ')}: the prebuilt binary may need only libc`);
-  // The binary loads in this node.
-  process.dlopen({ exports: {} }, dest);
-  console.log(`sluice prepack: ${path.relative(pkg, dest)} (${fs.statSync(dest).size} bytes)`);
+  const only = (process.env.SLUICE_PREBUILDS || '').split(',').map((x) => x.trim()).filter(Boolean);
+  const unknown = only.filter((n) => !PREBUILDS.some((t) => t.name === n));
+  if (unknown.length)
+    die(`SLUICE_PREBUILDS names ${unknown.join(', ')}; known: ${PREBUILDS.map((t) => t.name).join(', ')}`);
+  fs.rmSync(path.join(pkg, 'prebuilds'), { recursive: true, force: true });
+  // One after the other: each build already uses every core.
+  for (const t of PREBUILDS) if (!only.length || only.includes(t.name)) await prebuild(t);
 }
 
-module.exports = { collect };
+module.exports = { collect, PREBUILDS, describe };
 
 if (require.main === module) main();

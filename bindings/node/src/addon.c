@@ -173,6 +173,7 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		}
 	}
 	p->nlimits = n;
+	addon_policy_learn(p, sluice_now_us());
 	if (napi_create_external(env, p, free_ptr, NULL, &ext) != napi_ok)
 		goto napi_fail;
 	CHECK(env, napi_create_array_with_length(env, 2, &result));

@@ -45,11 +45,31 @@ void *addon_external(napi_env env, napi_value v);
 void addon_decision(const sluice_decision_t *d, size_t which,
 		    double out[DECISION_FIELDS]);
 
+/* The limits a key's bucket may hold usage under, for one limit of a
+ * policy that replaced one of the same name (carry.c). */
+#define ADDON_CARRY_MAX 4
+typedef struct addon_carry_s {
+	sluice_limit_t from[ADDON_CARRY_MAX];
+	int64_t until_us[ADDON_CARRY_MAX];
+	size_t n;
+} addon_carry_t;
+
 typedef struct policy_s {
 	char name[SLUICE_KEY_NAME_MAX + 1];
 	size_t nlimits;
 	sluice_limit_t limits[SLUICE_MAX_LIMITS];
+	addon_carry_t carry[SLUICE_MAX_LIMITS];
+	int carries; /* any carry[i].n */
 } policy_t;
+
+/* A new policy learns the limits of the last one of its name (its
+ * earlier limits, carry[]), and becomes the last one (carry.c). */
+void addon_policy_learn(policy_t *p, int64_t now_us);
+
+/* Before a call on key under p: the store's carry verb, when p replaced
+ * a policy of its name with other limits. */
+void addon_carry(sluice_backend_t *be, const policy_t *p, const void *key,
+		 size_t keylen, int64_t now_us);
 
 /*
  * The arguments every store call starts with: (store, key, policy, n, ...)

@@ -204,6 +204,7 @@ static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 	it.key = key;
 	it.limits = p->limits;
 	it.nlimits = p->nlimits;
+	addon_carry(be, p, key, it.keylen, now);
 	/* The store's synchronous path (every store opened here has one):
 	 * the answer returned, no callback. */
 	rc = be->ops->take_now(be->impl, &it, now, peek);
@@ -257,6 +258,9 @@ static napi_value local_admin(napi_env env, napi_callback_info info)
 	it.limits = p->limits;
 	it.nlimits = p->nlimits;
 	ops = be->ops;
+	/* Usage under an earlier policy of the name moves first: the verb
+	 * covers it. */
+	addon_carry(be, p, key, it.keylen, now);
 	switch (op) {
 	case ADMIN_RESET:
 		rc = ops->reset(be->impl, &it, 1, on_answer, &a);

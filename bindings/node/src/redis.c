@@ -619,6 +619,8 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 	call = new_call(env, c, p, key, keylen, cost, argv[4], 0);
 	if (!call)
 		return NULL;
+	/* Sent first on the same client: Redis carries, then decides. */
+	addon_carry(&c->be, p, key, keylen, sluice_now_us());
 	/* Redis decides on its own clock: no now_us. */
 	rc = (peek ? c->be.ops->peek : c->be.ops->take)(c->be.impl, &call->item,
 							1, 0, on_answer, call);
@@ -669,6 +671,7 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	if (!a)
 		return NULL;
 	ops = c->be.ops;
+	addon_carry(&c->be, p, key, keylen, sluice_now_us());
 	switch (op) {
 	case ADMIN_RESET:
 		rc = ops->reset(c->be.impl, &a->item, 1, on_answer, a);

@@ -14,7 +14,7 @@ test('two Limiters on two Redis servers: when one server goes, only its Limiter 
   const rb = await Redis.start();
   const heard = { a: [], b: [] };
   const open = (r, who) => {
-    const l = new sluice.Limiter({ store: { redis: { url: r.url, timeoutMs: 2000 } }, onError: (e) => heard[who].push(e) });
+    const l = new sluice.Limiter({ store: { redis: { url: r.url, timeoutMs: 2000 } }, onStoreError: 'reject', onError: (e) => heard[who].push(e) });
     l.on('error', () => {});
     return l;
   };
@@ -57,7 +57,7 @@ test('logger: a node that goes and comes back is told through the app\'s logger 
     warn(m) { lines.push(['warn', m, this instanceof Log]); }
     info(m) { lines.push(['info', m, this instanceof Log]); }
   }
-  const l = new sluice.Limiter({ store: { redis: { url: r.url, timeoutMs: 2000 } }, logger: new Log() });
+  const l = new sluice.Limiter({ store: { redis: { url: r.url, timeoutMs: 2000 } }, onStoreError: 'reject', logger: new Log() });
   const pol = sluice.policy([{ capacity: 10, rate: '1/h' }]);
   const node = `127.0.0.1:${r.port}`;
   try {

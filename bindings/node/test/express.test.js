@@ -160,16 +160,27 @@ test('bad input: options throw at once; a bad key or cost from the app is a 500,
 
 // Requests at a steady pace while Redis is killed and restarted: each is
 // answered within the timeout plus a margin (generous: a busy machine),
-// with the configured fail mode and no rate-limit headers while it is down.
-for (const mode of ['open', 'closed']) {
+// with the configured fail mode: 'local' (the default) decides with the
+// process's own limiter, headers and all, and says so once when it starts
+// and once when it ends; 'open' and 'closed' send no rate-limit headers.
+// The timeout is long enough that every request while Redis is up is
+// decided on a machine oversubscribed several times over (a 250 ms one
+// could be missed there, failing open or closed); the outage is longer
+// than the timeout plus the margin, so a request that waited for Redis to
+// come back is still the slowest by far.
+const OUTAGE_MS = 3500;
+for (const mode of ['local', 'open', 'closed']) {
   test(`Redis killed mid-load, onStoreError '${mode}'`, async () => {
     const redis = await Redis.start();
-    const timeoutMs = 250;
+    const timeoutMs = 1000;
     const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs } } });
     const policy = sluice.policy([{ capacity: 1000, rate: '100/s' }], { name: 'live' });
     await storeReady(limiter, policy);
+    const told = []; // the local fallback's changes, in order
+    limiter.on('error', (e) => { if (e.code === 'ERR_SLUICE_LOCAL') told.push('local'); });
+    limiter.on('recover', (info) => { if (info.reason === 'local') told.push('shared'); });
     const app = express();
-    app.use(sluice.express({ limiter, policy, key: byUser, onStoreError: mode }));
+    app.use(sluice.express({ limiter, policy, key: byUser, ...(mode === 'local' ? {} : { onStoreError: mode }) }));
     app.get('/', (req, res) => res.send('served'));
     const server = await listen(app);
     const { port } = server.address();
@@ -196,7 +207,7 @@ for (const mode of ['open', 'closed']) {
       phase = 'killing';
       await redis.kill();
       phase = 'down';
-      await sleep(1500);
+      await sleep(OUTAGE_MS);
       phase = 'restarting';
       await redis.start();
       phase = 'back';
@@ -217,15 +228,29 @@ for (const mode of ['open', 'closed']) {
     }
     const slowest = Math.max(...results.map((r) => r.ms));
     assert.ok(slowest < timeoutMs + 2000, `every answer within the timeout plus a margin: slowest ${slowest} ms`);
+    assert.ok(timeoutMs + 2000 < OUTAGE_MS, 'a request held through the outage would fail the bound above');
     const up = results.filter((r) => r.phase === 'up');
     assert.ok(up.length > 0 && up.every((r) => r.status === 200 && r.headers['x-ratelimit-limit'] === '1000'));
     const down = results.filter((r) => r.phase === 'down');
     assert.ok(down.length > 0, 'requests were made while Redis was down');
     for (const r of down) {
-      assert.equal(r.status, mode === 'open' ? 200 : 503, JSON.stringify(r.body));
+      assert.equal(r.status, mode === 'closed' ? 503 : 200, JSON.stringify(r.body));
+      if (mode === 'local') {
+        assert.equal(r.headers['x-ratelimit-limit'], '1000', 'decided by the local limiter, headers sent');
+        assert.equal(r.body, 'served');
+        continue;
+      }
       for (const h of RATE_HEADERS) assert.equal(r.headers[h], undefined, `no ${h} when the store failed`);
       if (mode === 'open') assert.equal(r.body, 'served');
       else assert.equal(JSON.parse(r.body).error, 'store_unavailable');
+    }
+    if (mode === 'local') {
+      // Told once per change: local, shared, local, ... ending shared.
+      assert.ok(told.length >= 2, `the fallback told: ${told}`);
+      told.forEach((t, i) => assert.equal(t, i % 2 === 0 ? 'local' : 'shared', `told in turn: ${told}`));
+      assert.equal(told[told.length - 1], 'shared', `the end of the fallback told: ${told}`);
+    } else {
+      assert.deepEqual(told, [], 'the fallback is never used');
     }
     const back = results.filter((r) => r.phase === 'back').slice(-8);
     assert.ok(back.length === 8 && back.every((r) => r.status === 200 && r.headers['x-ratelimit-limit'] === '1000'),

@@ -274,11 +274,13 @@ async function storeReady(limiter, policy, timeoutMs = 20000) {
   for (;;) {
     try {
       await limiter.take('ready', policy, { cost: 0 });
-      return;
+      // Answered by Redis, not by the local fallback.
+      if (!limiter.local) return;
+      if (Date.now() > end) throw new Error('the store answered only through the local fallback');
     } catch (e) {
       if (Date.now() > end) throw e;
-      await sleep(25);
     }
+    await sleep(25);
   }
 }
 
@@ -315,12 +317,14 @@ function request(port, urlPath, headers = {}, agent = undefined) {
 }
 
 // Limiters on the Redis store made by one test file, closed after each
-// test: limiter(redisOpts) makes one (timeoutMs 2000 unless given).
+// test: limiter(redisOpts) makes one (timeoutMs 2000 unless given).  They
+// reject on a store failure (onStoreError: 'reject'): these tests watch
+// what the Redis client does, which the local fallback would hide.
 function limiterPool(sluice, test) {
   const open = [];
   test.afterEach(async () => { while (open.length) await open.pop().close(); });
   return (redisOpts) => {
-    const l = new sluice.Limiter({ store: { redis: { timeoutMs: 2000, ...redisOpts } } });
+    const l = new sluice.Limiter({ store: { redis: { timeoutMs: 2000, ...redisOpts } }, onStoreError: 'reject' });
     open.push(l);
     return l;
   };

@@ -80,7 +80,7 @@ test('onError and the error event: once per change of a node\'s state, with the 
   const errors = [];
   const events = [];
   const recovered = [];
-  const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 300 } }, onError: (e) => errors.push(e) });
+  const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 300 } }, onStoreError: 'reject', onError: (e) => errors.push(e) });
   limiter.on('error', (e) => events.push(e));
   limiter.on('recover', (r) => recovered.push(r));
   const pol = sluice.policy([{ capacity: 100, rate: '10/s' }]);
@@ -114,7 +114,7 @@ test('a Redis refusing the calls: onError and the error event say refused with i
   const redis = await Redis.start(['--rename-command', 'EVALSHA', '']);
   const errors = [];
   const events = [];
-  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 2000, scriptOnly: true } }, onError: (e) => errors.push(e) });
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 2000, scriptOnly: true } }, onStoreError: 'reject', onError: (e) => errors.push(e) });
   limiter.on('error', (e) => events.push(e));
   const pol = sluice.policy([{ capacity: 5, rate: '1/s' }]);
   try {
@@ -162,7 +162,7 @@ test('a Redis that may evict buckets: onError and the error event say so (ERR_SL
 
 test('no error listener: a failing node is no uncaught error (takes say it)', async () => {
   const port = await freePort();
-  const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 200 } } });
+  const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 200 } }, onStoreError: 'reject' });
   const pol = sluice.policy([{ capacity: 1, rate: '1/s' }]);
   try {
     const e = await limiter.take('k', pol).then(() => null, (err) => err);

@@ -683,7 +683,7 @@ test('req.rateLimit on Express adds no property to the request (no new hidden cl
 
 test('onStoreError: a function gets the error with its code; a failed take\'s error carries a code', async () => {
   const port = await freePort(); // nothing listens there
-  const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 200 } } });
+  const limiter = new sluice.Limiter({ store: { redis: { url: `redis://127.0.0.1:${port}`, timeoutMs: 200 } }, onStoreError: 'reject' });
   const errors = [];
   const s = await serve({ limiter, policy: pol(5), onStoreError: (err, req, res, next) => { errors.push(err); res.status(502).send(err.code); } });
   try {

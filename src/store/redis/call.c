@@ -663,6 +663,16 @@ static void on_sweep(void *arg)
 	unsigned j;
 	int drops = 0;
 
+	/* The answers already in the sockets first: after a held loop
+	 * this timer runs before the loop polls them, and a call whose
+	 * answer is there was answered in time (the caller still gets it
+	 * within the timeout of its wait on the loop, which is what the
+	 * host allowed).  Only what is still unanswered expires. */
+	if (r->head && r->head->deadline_ms <= now) {
+		sluice_redis__poll_links(r);
+		if (r->closing)
+			return;
+	}
 	while ((c = r->head) && c->deadline_ms <= now) {
 		if (c->refs && c->conn)
 			c->conn->stuck++;

@@ -507,6 +507,8 @@ static int open_on(sluice_redis_t **out, sluice_loop_t *loop,
 	       sizeof(r->sha_refund));
 	memcpy(r->sha_adjust, sluice_redis__script_adjust_sha,
 	       sizeof(r->sha_adjust));
+	memcpy(r->sha_carry, sluice_redis__script_carry_sha,
+	       sizeof(r->sha_carry));
 	r->released = released;
 	r->probe_calls = probe_calls;
 	/* The client's own count, released by sluice_redis_free(): the

@@ -528,6 +528,35 @@ int sluice_redis_penalize(sluice_redis_t *r, const sluice_take_item_t *items,
 			 arg);
 }
 
+/* carry.lua moves a key's usage to its limit now from its earlier ones:
+ * one call over the buckets [to, from...] of the key (one hash tag, one
+ * slot), each limit once. */
+int sluice_redis_carry(sluice_redis_t *r, const void *key, size_t keylen,
+		       const sluice_limit_t *to, const sluice_limit_t *from,
+		       size_t nfrom, sluice_redis_many_cb cb, void *arg)
+{
+	sluice_limit_t limits[SLUICE_MAX_LIMITS];
+	sluice_take_item_t item;
+	size_t i, j, n = 1;
+
+	if (!to || (!from && nfrom) || nfrom >= SLUICE_MAX_LIMITS)
+		return SLUICE_EINVAL;
+	limits[0] = *to;
+	for (i = 0; i < nfrom; i++) {
+		for (j = 0; j < n; j++)
+			if (sluice_limit_same(&limits[j], &from[i]))
+				break;
+		if (j == n)
+			limits[n++] = from[i];
+	}
+	memset(&item, 0, sizeof(item));
+	item.key = key;
+	item.keylen = keylen;
+	item.limits = limits;
+	item.nlimits = n;
+	return give_back(r, &item, 1, 0, SLUICE_REDIS_ADJUST_CARRY, 0, cb, arg);
+}
+
 int sluice_redis_block(sluice_redis_t *r, const sluice_take_item_t *items,
 		       size_t n, uint64_t ms, sluice_redis_many_cb cb,
 		       void *arg)

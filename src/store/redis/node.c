@@ -36,6 +36,29 @@ static void on_timer(void *arg)
 	if (k->state == CONN_DOWN) {
 		sluice_redis__conn_start(k);
 	} else if (k->state == CONN_CONNECTING) {
+		uint64_t since;
+
+		/* A loop held past the deadline may run this before it
+		 * polls the socket: a connect done or answers waiting
+		 * there are taken first (the server did its part; the
+		 * host was slow).  And the server is judged on the time it
+		 * had since the link last moved on (the connect seen done,
+		 * a reply read), which a held loop may have noticed only
+		 * just now: it gets the rest of a whole timeout from there.
+		 * Replies are few in a handshake, so this ends. */
+		(void)sluice_redis__link_poll(k->link);
+		if (k->state != CONN_CONNECTING || !k->link)
+			return; /* answered, or failed and told, meanwhile */
+		since = k->link->progress_ns ? (sluice_redis__hrtime() -
+						k->link->progress_ns) /
+						       1000000
+					     : SLUICE_REDIS_CONNECT_TIMEOUT_MS;
+		if (since < SLUICE_REDIS_CONNECT_TIMEOUT_MS) {
+			sluice_redis__timer_start(
+				k->r, k->timer,
+				SLUICE_REDIS_CONNECT_TIMEOUT_MS - since, 0);
+			return;
+		}
 		/* Connect or handshake took too long: a node that accepts
 		 * and never answers ends up here, and is retried as one
 		 * that drops us after accepting (the longer backoff). */
@@ -228,6 +251,25 @@ static void on_probe(sluice_redis_link_t *l, redisReply *reply, void *priv)
 	sluice_redis__health(k->node, HEALTH_UP, "answering again");
 }
 
+/* Takes what every connection's socket holds now (sluice_redis__link_poll):
+ * the replies a held loop has not read yet answer their calls before a
+ * timer judges them late.  A reply may drop connections or change the
+ * nodes (a cluster's new slots), so each is looked up afresh. */
+void sluice_redis__poll_links(sluice_redis_t *r)
+{
+	size_t i;
+	unsigned j;
+
+	for (i = 0; i < r->nnodes && !r->closing; i++)
+		for (j = 0; j < r->nconns && i < r->nnodes && !r->closing;
+		     j++) {
+			sluice_redis_conn_t *k = &r->nodes[i]->conns[j];
+
+			if (k->link)
+				(void)sluice_redis__link_poll(k->link);
+		}
+}
+
 /* Every SLUICE_REDIS_PROBE_MS: a connection with no reply for that long
  * gets a PING (unless one is in flight); one whose PING went unanswered
  * for timeout_ms marks its node timing out.  Without this, a Redis that
@@ -239,6 +281,10 @@ static void on_probe_tick(void *arg)
 	size_t i;
 	unsigned j;
 
+	/* A PING answered while the loop was held is answered. */
+	sluice_redis__poll_links(r);
+	if (r->closing)
+		return;
 	/* Every minute, each node's eviction policy again (it may have
 	 * been changed by CONFIG SET without a reconnect). */
 	if (++r->probe_ticks % (60000 / SLUICE_REDIS_PROBE_MS) == 0)

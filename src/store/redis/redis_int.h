@@ -60,6 +60,7 @@
 #include "util/num.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <time.h>
 
 /* Replies outstanding per connection, including those whose caller already
@@ -126,6 +127,12 @@ struct sluice_redis_link_s {
 	int reached;	  /* the socket connected (whatever came after) */
 	int reset;	  /* the connect itself ended in a reset: a server
 			     accepted, then dropped us */
+	/* sluice_redis__hrtime() when the link last moved on: its connect
+	 * seen done, its TLS handshake done, a reply read (0: never).  A
+	 * deadline on the server counts from here, so that the time a held
+	 * loop took to notice is not charged to the server; bytes alone do
+	 * not count, so a server that trickles them gains nothing. */
+	uint64_t progress_ns;
 };
 
 /* Connects to host:port (a name or an address) or the unix socket at
@@ -137,6 +144,17 @@ sluice_redis_link_t *sluice_redis__link_open(sluice_redis_t *r,
 					     const char *host, int port,
 					     const char *path, int tls,
 					     sluice_redis_link_fn *on_state);
+/* url.c: the socket address of the unix socket at path, or of host:port
+ * when host is an address literal: 1 (*ss, *len set); 0 when host is a
+ * name to resolve; -1 when path is too long for a socket. */
+int sluice_redis__sockaddr(const char *host, int port, const char *path,
+			   struct sockaddr_storage *ss, socklen_t *len);
+/* url.c: host resolved with getaddrinfo() (IPv4 first), which blocks
+ * while it asks: for loops with no resolver of their own.  0, or -1 with
+ * why ("resolve: ..."). */
+int sluice_redis__resolve_now(const char *host, int port,
+			      struct sockaddr_storage *ss, socklen_t *len,
+			      char *why, size_t n);
 /* Queues a command already in RESP; fn (may be NULL: reply ignored) runs
  * once with its reply.  0, or -1 when the link is closed or full. */
 int sluice_redis__link_send(sluice_redis_link_t *l, sluice_redis_reply_fn *fn,
@@ -147,6 +165,11 @@ void sluice_redis__link_on_push(sluice_redis_link_t *l,
 /* Writes what is queued now rather than at the end of the loop turn
  * (for commands queued from the end of the turn itself). */
 void sluice_redis__link_flush(sluice_redis_link_t *l);
+/* Takes what the socket holds now (a connect done, replies, each
+ * dispatched as the loop would), without waiting for the loop: a timer
+ * calls it before it declares the server late.  1 when something
+ * happened, 0 when nothing was there. */
+int sluice_redis__link_poll(sluice_redis_link_t *l);
 /* Closes now: each command's callback runs with NULL (on_state does not);
  * safe from inside the link's own callbacks.  The memory goes once the
  * loop has closed the socket. */
@@ -323,7 +346,8 @@ enum { BREAKER_CLOSED, BREAKER_OPEN, BREAKER_HALF_OPEN };
 enum {
 	SLUICE_REDIS_ADJUST_NONE,
 	SLUICE_REDIS_ADJUST_PENALIZE, /* mk[].cost: the cost */
-	SLUICE_REDIS_ADJUST_BLOCK     /* mk[].cost: the ms */
+	SLUICE_REDIS_ADJUST_BLOCK,    /* mk[].cost: the ms */
+	SLUICE_REDIS_ADJUST_CARRY     /* limits[0] now, the rest earlier */
 };
 
 struct sluice_redis_s {
@@ -351,6 +375,7 @@ struct sluice_redis_s {
 	char sha_multi[41];	  /* script_multi.lua */
 	char sha_refund[41];	  /* refund.lua */
 	char sha_adjust[41];	  /* adjust.lua */
+	char sha_carry[41];	  /* carry.lua */
 
 	sluice_redis_call_t *head, *tail; /* pending, oldest first */
 	sluice_redis_call_t *retry_head;
@@ -518,6 +543,10 @@ int sluice_redis__node_move(sluice_redis_node_t *n, const char *host, int port);
 void sluice_redis__node_error(sluice_redis_node_t *n, const char *what);
 void sluice_redis__conn_start(sluice_redis_conn_t *k);
 void sluice_redis__conn_drop(sluice_redis_conn_t *k);
+/* Takes what every connection's socket holds now, before a timer judges
+ * a call or a ping late (a loop held past the deadline polls after its
+ * timers). */
+void sluice_redis__poll_links(sluice_redis_t *r);
 sluice_redis_conn_t *sluice_redis__pick(sluice_redis_node_t *n);
 /* 1 when pick() found nothing only because every connection that is up
  * carries SLUICE_REDIS_MAX_INFLIGHT commands (at least one is up). */
@@ -589,6 +618,8 @@ extern const char sluice_redis__script_refund_sha[41];
 extern const char sluice_redis__script_refund[];
 extern const char sluice_redis__script_adjust_sha[41];
 extern const char sluice_redis__script_adjust[];
+extern const char sluice_redis__script_carry_sha[41];
+extern const char sluice_redis__script_carry[];
 /* The call as EVALSHA of the script for its shape (one limit, several,
  * several keys, a refund). */
 void sluice_redis__script_command(const sluice_redis_t *r,

@@ -27,6 +27,8 @@ const char sluice_redis__script_multi_sha[41] = SLUICE_SCRIPT_MULTI_SHA1;
 const char sluice_redis__script_refund_sha[41] = SLUICE_REFUND_SHA1;
 const char sluice_redis__script_adjust[] = SLUICE_ADJUST_LUA;
 const char sluice_redis__script_adjust_sha[41] = SLUICE_ADJUST_SHA1;
+const char sluice_redis__script_carry[] = SLUICE_CARRY_LUA;
+const char sluice_redis__script_carry_sha[41] = SLUICE_CARRY_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -39,7 +41,8 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 {
 	static const char *const scripts[] = {
 		sluice_redis__script, sluice_redis__script_multi,
-		sluice_redis__script_refund, sluice_redis__script_adjust};
+		sluice_redis__script_refund, sluice_redis__script_adjust,
+		sluice_redis__script_carry};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
@@ -52,6 +55,31 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 static uint64_t need(const sluice_limit_t *l, uint64_t cost)
 {
 	return cost > l->capacity ? l->tau + 1 : cost * l->rate.interval;
+}
+
+/*
+ * A carry (carry.lua): EVALSHA sha_carry n key_now key_earlier...
+ * interval tau per (interval per)...: limits[0] is the limit now, the
+ * others the earlier ones (sluice_redis_carry()).
+ */
+static void carry_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
+			  sluice_redis_resp_t *o)
+{
+	size_t n = c->nlimits, i;
+
+	sluice_redis__resp_array(o, 3 + n + 1 + n * 2);
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, r->sha_carry, 40);
+	sluice_redis__resp_u64(o, n);
+	for (i = 0; i < n; i++)
+		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
+	sluice_redis__resp_u64(o, c->limits[0].rate.interval);
+	sluice_redis__resp_u64(o, c->limits[0].tau);
+	sluice_redis__resp_u64(o, c->limits[0].rate.per);
+	for (i = 1; i < n; i++) {
+		sluice_redis__resp_u64(o, c->limits[i].rate.interval);
+		sluice_redis__resp_u64(o, c->limits[i].rate.per);
+	}
 }
 
 /*
@@ -100,6 +128,10 @@ static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
 {
 	size_t n = c->nlimits, i;
 
+	if (c->adjust == SLUICE_REDIS_ADJUST_CARRY) {
+		carry_command(r, c, o);
+		return;
+	}
 	if (c->adjust) {
 		adjust_command(r, c, o);
 		return;

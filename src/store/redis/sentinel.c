@@ -172,6 +172,9 @@ static void on_ping(void *arg)
 
 	if (!l || s->r->closing)
 		return;
+	/* An answer a held loop has not read yet is an answer. */
+	if (s->sub_ping_ms && sluice_redis__link_poll(l) && s->sub != l)
+		return;
 	if (!s->sub_ping_ms) {
 		if (sluice_redis__command(l, NULL, NULL, "PING") == 0)
 			s->sub_ping_ms = now ? now : 1;
@@ -196,6 +199,25 @@ static void on_timer(void *arg)
 	sentinel_t *s = arg;
 	sluice_redis_link_t *l = s->query;
 
+	/* A held loop may run this before it polls the socket: a connect
+	 * done or an answer waiting there is taken first, and a Sentinel
+	 * is judged on the time it had since the link last moved on. */
+	if (l) {
+		uint64_t since;
+
+		(void)sluice_redis__link_poll(l);
+		if (s->query != l)
+			return; /* answered, or failed and told */
+		since = l->progress_ns
+				? (sluice_redis__hrtime() - l->progress_ns) /
+					  1000000
+				: SENTINEL_ANSWER_MS;
+		if (since < SENTINEL_ANSWER_MS) {
+			sluice_redis__timer_start(
+				s->r, s->timer, SENTINEL_ANSWER_MS - since, 0);
+			return;
+		}
+	}
 	if (l) {
 		s->query = NULL;
 		l->data = NULL;

@@ -8,7 +8,9 @@
  * percent-decoded, '+' a space; given once, either way).
  * plus "host:port" for cluster seeds (sluice_redis__parse_url() accepts a
  * bare host[:port] as well).  host is a name, an IPv4 address or an IPv6
- * address in brackets ("[::1]:6379").
+ * address in brackets ("[::1]:6379").  And the socket address a node's
+ * host, port or path leads to (sluice_redis__sockaddr(), a name resolved
+ * by sluice_redis__resolve_now() when the loop has no resolver).
  *
  * One parser for every reader: sluice_redis_open(so `check-config` and `serve`
  * agree) and the Node package.  The userinfo ends at the last '@' (a host, ),
@@ -22,10 +24,15 @@
 #include "store/redis/redis_int.h"
 #include "util/errmsg.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 static char *dupn(const char *s, size_t n)
 {
@@ -415,4 +422,62 @@ int sluice_redis_url_check(const char *url, char *err, size_t errlen)
 	if (rc == 0)
 		sluice_redis__url_free(&u);
 	return rc;
+}
+
+/* ------------------------------------------------ where a node leads */
+
+int sluice_redis__sockaddr(const char *host, int port, const char *path,
+			   struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct sockaddr_un *un = (struct sockaddr_un *)ss;
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (path) {
+		if (strlen(path) >= sizeof(un->sun_path))
+			return -1;
+		un->sun_family = AF_UNIX;
+		memcpy(un->sun_path, path, strlen(path) + 1);
+		*len = sizeof(*un);
+		return 1;
+	}
+	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in);
+		return 1;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return 1;
+	}
+	return 0;
+}
+
+int sluice_redis__resolve_now(const char *host, int port,
+			      struct sockaddr_storage *ss, socklen_t *len,
+			      char *why, size_t n)
+{
+	struct addrinfo hints, *res = NULL, *a;
+	char portstr[16];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	if ((rc = getaddrinfo(host, portstr, &hints, &res)) != 0 || !res) {
+		snprintf(why, n, "resolve: %s", gai_strerror(rc));
+		return -1;
+	}
+	for (a = res; a && a->ai_family != AF_INET; a = a->ai_next)
+		;
+	a = a ? a : res;
+	memcpy(ss, a->ai_addr, a->ai_addrlen);
+	*len = a->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
 }

@@ -20,7 +20,7 @@
  * the same buckets; a reload and a binary upgrade keep them); `shared`
  * is the file it names (shared with sluice serve or a Node app on the
  * host).  A Redis store is refused with the file and line of `store:`
- * until the module runs the Redis client on nginx's loop.
+ * (the zones' Redis stores are not yet given to the file's rules).
  *
  * The decision is made in the preaccess phase, before sluice_limit's: a
  * refused request answers sluice_limit_status (else 429) with the
@@ -83,8 +83,8 @@ static char *policy_store(ngx_conf_t *cf, ngx_http_sluice_main_conf_t *smcf,
 		ngx_conf_log_error(
 			NGX_LOG_EMERG, cf, 0,
 			"sluice_config: %s:%d: store: a %s store is not "
-			"available in the nginx module yet (memory and shared "
-			"are; sluice_limit_zone's store= says the same)",
+			"available to sluice_config yet (memory and shared "
+			"are; sluice_limit_zone's store=redis:// is)",
 			p->file.data,
 			p->cfg->store_line ? p->cfg->store_line : 1,
 			sluice_config_store_name(p->cfg));

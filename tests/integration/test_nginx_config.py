@@ -429,7 +429,7 @@ class BadFile(unittest.TestCase):
                            "rules:\n  - name: a\n    limits:"
                            " [{capacity: 2, rate: 1/min}]\n")
         self.assertRegex(out, r"sluice_config: %s:2: store: a redis store is"
-                         r" not available in the nginx module" %
+                         r" not available to sluice_config" %
                          re.escape(path))
         self.assertNotIn("hunter2", out)
 

@@ -9,7 +9,9 @@
  * ngx_http_sluice_store.c (opening each zone's store through the store
  * driver interface, store/store.h: the shared-memory ones in the master,
  * the Redis ones in each worker on nginx's event loop, which
- * ngx_sluice_loop.c gives the Redis client).
+ * ngx_sluice_loop.c gives the Redis client), and
+ * ngx_http_sluice_config.c (sluice_config: a `sluice serve` rules file
+ * decided by the policy engine, src/policy).
  */
 #ifndef NGX_HTTP_SLUICE_H
 #define NGX_HTTP_SLUICE_H
@@ -73,10 +75,19 @@ struct ngx_http_sluice_zone_s {
 	ngx_uint_t conf_line;
 };
 
+/* One file named by sluice_config: loaded once per configuration
+ * however many levels name it, with the store its rules decide on. */
+typedef struct {
+	ngx_str_t file;		     /* the full path, NUL-terminated */
+	struct sluice_config_s *cfg; /* the policy engine's (policy/config.h) */
+	ngx_http_sluice_store_t *store;
+} ngx_http_sluice_policy_t;
+
 typedef struct {
 	ngx_array_t zones;  /* ngx_http_sluice_zone_t */
 	ngx_array_t stores; /* ngx_http_sluice_store_t * */
 	ngx_str_t store_dir;
+	ngx_array_t policies; /* ngx_http_sluice_policy_t * (sluice_config) */
 } ngx_http_sluice_main_conf_t;
 
 /* $sluice_limit_status, as $limit_req_status. */
@@ -116,6 +127,18 @@ typedef struct {
 	ngx_uint_t delay_log_level;
 	ngx_flag_t dry_run;
 	ngx_uint_t headers;
+	/* sluice_config: NULL inherits, &ngx_http_sluice_policy_off is
+	 * "off"; its refusals' status and headers are sluice_limit_status
+	 * and sluice_limit_headers where a level sets them, else what
+	 * `sluice serve` answers (429, on), worked out at merge: raw_* are
+	 * the values set at this level or above (unset: none), the others
+	 * the defaults of sluice_limit (503, off). */
+	ngx_http_sluice_policy_t *policy;
+	ngx_uint_t policy_status;
+	ngx_uint_t policy_headers;
+	ngx_uint_t raw_status;
+	ngx_uint_t raw_headers;
+	unsigned merged : 1;
 } ngx_http_sluice_loc_conf_t;
 
 extern ngx_module_t ngx_http_sluice_module;
@@ -186,5 +209,55 @@ extern ngx_uint_t ngx_http_sluice_exiting;
  * first). */
 sluice_loop_t *ngx_sluice_loop_new(ngx_log_t *log);
 void ngx_sluice_loop_free(sluice_loop_t *loop);
+
+/* ------------------------------------------------- sluice_config FILE */
+
+/* (ngx_http_sluice_config.c) */
+extern ngx_http_sluice_policy_t ngx_http_sluice_policy_off;
+
+char *ngx_http_sluice_config_cmd(ngx_conf_t *cf, ngx_command_t *cmd,
+				 void *conf);
+/* Gives the files' memory stores their paths (init_main_conf), once
+ * sluice_limit_store_dir is known. */
+char *ngx_http_sluice_config_init_main(ngx_conf_t *cf,
+				       ngx_http_sluice_main_conf_t *smcf);
+/* Inherits sluice_config and works out the status and headers of its
+ * refusals (merge_loc_conf, before the defaults are applied). */
+void ngx_http_sluice_config_merge(ngx_http_sluice_loc_conf_t *conf,
+				  ngx_http_sluice_loc_conf_t *prev);
+/* The preaccess handler deciding a request by the file's rules; it runs
+ * before sluice_limit's (ngx_http_sluice_handler). */
+ngx_int_t ngx_http_sluice_config_handler(ngx_http_request_t *r);
+/*
+ * sluice_limit refused the request (or its store failed) after the file's
+ * rules allowed it: a request is charged all or nothing, so the rules'
+ * buckets get their tokens back and their headers are withdrawn.
+ */
+void ngx_http_sluice_config_refund(ngx_http_request_t *r);
+/*
+ * sluice_limit allowed the request with decision d and sends headers: 1
+ * when the file's rules reported a more restrictive decision (theirs stay
+ * and sluice_limit sends none), else 0 (theirs are withdrawn).  One
+ * answer reports one decision, the most restrictive, as sluice serve's do.
+ */
+ngx_int_t ngx_http_sluice_config_outranks(ngx_http_request_t *r,
+					  const sluice_decision_t *d);
+
+/* The decision of the file's rules for the variables: 1 with the status
+ * (NGX_HTTP_SLUICE_PASSED, _REJECTED, _REJECTED_DRY_RUN), the decision
+ * reported and the wait a refusal asks for; 0 when no rule decided. */
+ngx_int_t ngx_http_sluice_config_decision(ngx_http_request_t *r,
+					  ngx_uint_t *status,
+					  sluice_decision_t *d,
+					  uint64_t *retry_us);
+
+/* Adds the header lines of buf ("Name: value\r\n" each) to the answer,
+ * those the sluice_limit_headers mode keeps; each field added is stored in
+ * added[] (up to max) and counted in *nadded (both may be NULL).
+ * (ngx_http_sluice_request.c) */
+ngx_int_t ngx_http_sluice_header_lines(ngx_http_request_t *r, ngx_uint_t mode,
+				       const char *buf, size_t len,
+				       ngx_table_elt_t **added, ngx_uint_t max,
+				       ngx_uint_t *nadded);
 
 #endif /* NGX_HTTP_SLUICE_H */

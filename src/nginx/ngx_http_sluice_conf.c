@@ -51,7 +51,7 @@ char *ngx_http_sluice_init_main_conf(ngx_conf_t *cf, void *conf)
 		*p = '\0';
 		z->store->cfg.shm_path = (char *)z->store->shown.data;
 	}
-	return NGX_CONF_OK;
+	return ngx_http_sluice_config_init_main(cf, smcf);
 }
 
 void *ngx_http_sluice_create_loc_conf(ngx_conf_t *cf)
@@ -74,6 +74,7 @@ char *ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 	ngx_http_sluice_loc_conf_t *prev = parent;
 	ngx_http_sluice_loc_conf_t *conf = child;
 
+	ngx_http_sluice_config_merge(conf, prev);
 	if (conf->limits == NULL)
 		conf->limits = prev->limits;
 	ngx_conf_merge_uint_value(conf->log_level, prev->log_level,

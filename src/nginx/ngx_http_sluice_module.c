@@ -85,11 +85,24 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
  * sluice_limit_store_dir DIR;      (http; default /dev/shm) where the
  *                                  zones' own files go
  *
+ * sluice_config FILE | off;        (http, server, location) the rules of
+ *   a `sluice serve` YAML file decided by sluice's policy engine
+ *   (ngx_http_sluice_config.c): tiers, overrides, composite keys, path
+ *   rules, shadow rules, with $remote_addr (after realip) as the client
+ *   address.  Its store: memory (a file under sluice_limit_store_dir,
+ *   kept across reloads) or shared.  A refusal answers
+ *   sluice_limit_status where set, else 429, with the headers
+ *   sluice_limit_headers keeps, else all of serve's; with sluice_limit in
+ *   the same location, a request is charged all or nothing.  Read again
+ *   by a reload; an error names the YAML file and line.
+ *
  * Variables: $sluice_limit_status (PASSED, DELAYED, REJECTED,
  * DELAYED_DRY_RUN, REJECTED_DRY_RUN), $sluice_limit_limit (capacity of
  * the limit reported), $sluice_limit_remaining (tokens left),
  * $sluice_limit_retry_after (seconds until a refused request could pass,
  * 0 when allowed), $sluice_limit_reset (seconds until the bucket is full).
+ * They describe the zones' decision, else sluice_config's (PASSED,
+ * REJECTED, REJECTED_DRY_RUN).
  */
 static ngx_command_t ngx_http_sluice_commands[] = {
 
@@ -134,6 +147,11 @@ static ngx_command_t ngx_http_sluice_commands[] = {
 	 NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_conf_set_str_slot,
 	 NGX_HTTP_MAIN_CONF_OFFSET,
 	 offsetof(ngx_http_sluice_main_conf_t, store_dir), NULL},
+
+	{ngx_string("sluice_config"),
+	 NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
+		 NGX_CONF_TAKE1,
+	 ngx_http_sluice_config_cmd, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
 
 	ngx_null_command};
 
@@ -203,6 +221,12 @@ static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf)
 	if (h == NULL)
 		return NGX_ERROR;
 	*h = ngx_http_sluice_handler;
+	/* A phase's handlers run last pushed first: the file's rules decide
+	 * before sluice_limit, which gives their tokens back if it refuses. */
+	h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+	if (h == NULL)
+		return NGX_ERROR;
+	*h = ngx_http_sluice_config_handler;
 	return NGX_OK;
 }
 

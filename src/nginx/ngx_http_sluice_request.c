@@ -93,26 +93,15 @@ static ngx_int_t add_header(ngx_http_request_t *r, const char *line, size_t len)
 	return NGX_OK;
 }
 
-/* The decision's header fields, composed by the same code as sluice
- * serve's (policy/ratelimit_headers.c) and kept by the mode. */
-static ngx_int_t send_headers(ngx_http_request_t *r, ngx_uint_t mode,
-			      ngx_http_sluice_ctx_t *ctx, int limited)
+ngx_int_t ngx_http_sluice_header_lines(ngx_http_request_t *r, ngx_uint_t mode,
+				       const char *buf, size_t len,
+				       ngx_table_elt_t **added, ngx_uint_t max,
+				       ngx_uint_t *nadded)
 {
-	ngx_http_sluice_limit_t *lim = ctx->lim[ctx->which];
-	char name[SLUICE_KEY_NAME_MAX + 1];
-	sluice_buf_t buf = {0};
 	const char *p, *end, *eol;
-	ngx_int_t rc = NGX_OK;
 	int keep;
 
-	ngx_memcpy(name, lim->zone->name.data, lim->zone->name.len);
-	name[lim->zone->name.len] = '\0';
-	sluice_ratelimit_headers(&buf, name, &lim->limit, &ctx->d, limited);
-	if (buf.oom) {
-		sluice_buf_free(&buf);
-		return NGX_ERROR;
-	}
-	for (p = buf.data, end = buf.data + buf.len; p < end; p = eol + 2) {
+	for (p = buf, end = buf + len; p < end; p = eol + 2) {
 		eol = memchr(p, '\r', (size_t)(end - p));
 		if (eol == NULL)
 			break;
@@ -122,11 +111,38 @@ static ngx_int_t send_headers(ngx_http_request_t *r, ngx_uint_t mode,
 			keep = mode != NGX_HTTP_SLUICE_HEADERS_LEGACY;
 		else
 			keep = 1; /* Retry-After */
-		if (keep && add_header(r, p, (size_t)(eol - p)) != NGX_OK) {
-			rc = NGX_ERROR;
-			break;
-		}
+		if (!keep)
+			continue;
+		if (add_header(r, p, (size_t)(eol - p)) != NGX_OK)
+			return NGX_ERROR;
+		if (added && *nadded < max)
+			added[(*nadded)++] =
+				(ngx_table_elt_t *)
+					r->headers_out.headers.last->elts +
+				r->headers_out.headers.last->nelts - 1;
 	}
+	return NGX_OK;
+}
+
+/* The decision's header fields, composed by the same code as sluice
+ * serve's (policy/ratelimit_headers.c) and kept by the mode. */
+static ngx_int_t send_headers(ngx_http_request_t *r, ngx_uint_t mode,
+			      ngx_http_sluice_ctx_t *ctx, int limited)
+{
+	ngx_http_sluice_limit_t *lim = ctx->lim[ctx->which];
+	char name[SLUICE_KEY_NAME_MAX + 1];
+	sluice_buf_t buf = {0};
+	ngx_int_t rc;
+
+	ngx_memcpy(name, lim->zone->name.data, lim->zone->name.len);
+	name[lim->zone->name.len] = '\0';
+	sluice_ratelimit_headers(&buf, name, &lim->limit, &ctx->d, limited);
+	if (buf.oom) {
+		sluice_buf_free(&buf);
+		return NGX_ERROR;
+	}
+	rc = ngx_http_sluice_header_lines(r, mode, buf.data, buf.len, NULL, 0,
+					  NULL);
 	sluice_buf_free(&buf);
 	return rc;
 }
@@ -566,6 +582,7 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 			      &ctx->lim[ctx->next]->zone->name,
 			      sluice_strerror((int)ctx->error));
 		refund_taken(ctx);
+		ngx_http_sluice_config_refund(r);
 		ctx->status = NGX_HTTP_SLUICE_REJECTED;
 		return lcf->status;
 	}
@@ -581,6 +598,8 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 				break;
 			}
 		refund_taken(ctx);
+		if (!lcf->dry_run)
+			ngx_http_sluice_config_refund(r);
 		ngx_log_error(lcf->log_level, r->connection->log, 0,
 			      "limiting requests%s, retry after %uLms by zone "
 			      "\"%V\"",
@@ -614,7 +633,8 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 		    sluice_decision_merge(&ctx->d, &ctx->items[i].summary))
 			ctx->which = i;
 
-	if (lcf->headers && send_headers(r, lcf->headers, ctx, 0) != NGX_OK)
+	if (lcf->headers && !ngx_http_sluice_config_outranks(r, &ctx->d) &&
+	    send_headers(r, lcf->headers, ctx, 0) != NGX_OK)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
 	which = 0;
@@ -651,11 +671,22 @@ ngx_int_t ngx_http_sluice_variable(ngx_http_request_t *r,
 				   ngx_http_variable_value_t *v, uintptr_t data)
 {
 	ngx_http_sluice_ctx_t *ctx;
-	uint64_t n;
+	ngx_uint_t status;
+	sluice_decision_t d;
+	uint64_t n, retry_us;
 	u_char *p;
 
+	/* The zones' decision, else the sluice_config rules'. */
 	ctx = request_ctx(r->main);
-	if (ctx == NULL || ctx->status == NGX_HTTP_SLUICE_NONE) {
+	if (ctx && ctx->status != NGX_HTTP_SLUICE_NONE) {
+		status = ctx->status;
+		d = ctx->d;
+		retry_us = d.allowed
+				   ? 0
+				   : sluice_retry_us(
+					     &ctx->lim[ctx->which]->limit, &d);
+	} else if (!ngx_http_sluice_config_decision(r->main, &status, &d,
+						    &retry_us)) {
 		v->not_found = 1;
 		return NGX_OK;
 	}
@@ -663,25 +694,22 @@ ngx_int_t ngx_http_sluice_variable(ngx_http_request_t *r,
 	v->no_cacheable = 0;
 	v->not_found = 0;
 	if (data == NGX_HTTP_SLUICE_VAR_STATUS) {
-		v->len = ngx_http_sluice_status_text[ctx->status].len;
-		v->data = ngx_http_sluice_status_text[ctx->status].data;
+		v->len = ngx_http_sluice_status_text[status].len;
+		v->data = ngx_http_sluice_status_text[status].data;
 		return NGX_OK;
 	}
 	switch (data) {
 	case NGX_HTTP_SLUICE_VAR_LIMIT:
-		n = ctx->d.limit;
+		n = d.limit;
 		break;
 	case NGX_HTTP_SLUICE_VAR_REMAINING:
-		n = ctx->d.remaining;
+		n = d.remaining;
 		break;
 	case NGX_HTTP_SLUICE_VAR_RETRY_AFTER:
-		n = ctx->d.allowed
-			    ? 0
-			    : sluice_retry_after_s(sluice_retry_us(
-				      &ctx->lim[ctx->which]->limit, &ctx->d));
+		n = d.allowed ? 0 : sluice_retry_after_s(retry_us);
 		break;
 	default:
-		n = sluice_us_to_s_ceil(ctx->d.reset_after_us);
+		n = sluice_us_to_s_ceil(d.reset_after_us);
 		break;
 	}
 	p = ngx_pnalloc(r->pool, NGX_INT64_LEN);

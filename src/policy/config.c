@@ -377,9 +377,11 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 		else
 			cfg->threads = (unsigned)u;
 	}
-	if ((v = sluice_yaml_get(y, root, "store")) &&
-	    sluice_config_parse_store(y, v, &cfg->store) < 0)
-		rc = -1;
+	if ((v = sluice_yaml_get(y, root, "store"))) {
+		cfg->store_line = sluice_yaml_line(v);
+		if (sluice_config_parse_store(y, v, &cfg->store) < 0)
+			rc = -1;
+	}
 	/* With a Sentinel the URL only gives credentials: none is none. */
 	if (cfg->store.kind == SLUICE_STORE_REDIS && !cfg->store.url &&
 	    !cfg->store.sentinel.master &&

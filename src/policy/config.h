@@ -98,6 +98,7 @@ typedef struct sluice_config_s {
 	char *listen;	  /* "HOST:PORT", "[V6]:PORT"; default 127.0.0.1:8080 */
 	unsigned threads; /* default 1 */
 	sluice_store_config_t store;
+	int store_line; /* where `store:` is in the file; 0: absent */
 	sluice_cidr_t *trusted_proxies;
 	size_t ntrusted;
 	unsigned ipv6_prefix; /* default 64 */

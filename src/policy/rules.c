@@ -468,6 +468,26 @@ size_t sluice_client_ip(const sluice_config_t *cfg, const sluice_request_t *req,
 	return sluice_addr_key(&ad, cfg->ipv6_prefix, buf, len);
 }
 
+/* ---------------------------------------------------------- names */
+
+void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
+{
+	size_t n = strlen(m->rule->name), t;
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, m->rule->name, n);
+	if (m->rule->ntiers > 0 && n + 1 < len) {
+		buf[n++] = '/';
+		t = strlen(m->set->name);
+		if (t >= len - n)
+			t = len - n - 1;
+		memcpy(buf + n, m->set->name, t);
+		n += t;
+	}
+	buf[n] = '\0';
+}
+
 /* ------------------------------------------------------ ad-hoc keys */
 
 void sluice_adhoc_key(const char *key, size_t len, sluice_match_t *m)

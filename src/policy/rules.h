@@ -158,6 +158,10 @@ typedef struct sluice_match_s {
 	size_t keylen;
 } sluice_match_t;
 
+/* The policy name of a match, as the answers' headers and bodies give
+ * it: the rule name, or "rule/tier" for a rule with tiers. */
+void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len);
+
 /*
  * Fills out[] with the rules that apply to the request (up to max), each
  * with its store key and limit set.  A rule whose key sources are all empty

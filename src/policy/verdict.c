@@ -10,6 +10,7 @@
  * verdict.
  */
 #include "policy/verdict.h"
+#include "policy/ratelimit_headers.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -339,4 +340,52 @@ void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 		issue(t, c++, k, 1);
 	assert(k == t->nmatches);
 	unref(t);
+}
+
+/* ------------------------------------------------------------ answering */
+
+void sluice_verdict_header_lines(sluice_buf_t *out, const sluice_take_t *t,
+				 const sluice_verdict_t *v)
+{
+	const sluice_match_t *m;
+	char name[256];
+
+	if (v->report < 0)
+		return;
+	m = &t->matches[v->report];
+	/* (The verdict reports a shadow rule when only shadow rules
+	 * matched, for simulate and replay.) */
+	if (m->rule->shadow)
+		return;
+	sluice_policy_name(m, name, sizeof(name));
+	sluice_ratelimit_headers_set(out, name, m->set->limits, m->set->nlimits,
+				     v->which, &v->summary, !v->allowed);
+}
+
+static void refund_done(void *arg, int status, int allowed)
+{
+	(void)arg;
+	(void)status;
+	(void)allowed;
+}
+
+void sluice_verdict_refund(sluice_backend_t *be, sluice_take_t *t,
+			   int64_t now_us)
+{
+	size_t k;
+
+	assert(t->finished && t->pending == 0);
+	if (!t->verdict.allowed || t->verdict.status)
+		return;
+	/* Each charged item on its own: the local fallback may have moved
+	 * items about inside the enforcing ones. */
+	for (k = 0; k < t->nmatches; k++) {
+		const sluice_match_result_t *r = &t->results[t->order[k]];
+
+		if (t->matches[t->order[k]].rule->shadow ||
+		    r->outcome != SLUICE_OUT_ALLOWED || r->local)
+			continue;
+		(void)be->ops->refund(be->impl, &t->items[k], 1, now_us,
+				      refund_done, NULL);
+	}
 }

@@ -29,6 +29,7 @@
 
 #include "policy/config.h"
 #include "store/store.h"
+#include "util/buf.h"
 
 /* What became of one matched rule. */
 typedef enum {
@@ -127,5 +128,26 @@ void sluice_verdict_carry(sluice_backend_t *be, const sluice_limit_set_t *set,
  */
 void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 			   int64_t now_us, sluice_verdict_cb cb, void *arg);
+
+/*
+ * Appends to `out` the rate-limit header lines ("Name: value\r\n" each,
+ * policy/ratelimit_headers.h) that every front end sends with the verdict
+ * of take t: the reported rule's, under its policy name; nothing when no
+ * rule produced a decision or the one reported is a shadow rule (a shadow
+ * rule never limits: a client must not read "Remaining: 0" from it).
+ * `out->oom` says when memory ran out.
+ */
+void sluice_verdict_header_lines(sluice_buf_t *out, const sluice_take_t *t,
+				 const sluice_verdict_t *v);
+
+/*
+ * Gives back what an allowed verdict charged to its enforcing rules on the
+ * store (not the local fallback, not shadow rules, which count whatever
+ * becomes of the request), for a front end whose other limits then refuse
+ * the request: it is charged all or nothing.  Call it after the verdict
+ * was delivered; a store that answers later must copy what it borrows.
+ */
+void sluice_verdict_refund(sluice_backend_t *be, sluice_take_t *t,
+			   int64_t now_us);
 
 #endif /* SLUICE_POLICY_VERDICT_H */

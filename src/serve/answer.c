@@ -3,7 +3,6 @@
  * counting a verdict, its rate-limit headers, and the common answers.
  */
 #include "serve/answer.h"
-#include "policy/ratelimit_headers.h"
 
 #include <assert.h>
 #include <string.h>
@@ -27,24 +26,6 @@ void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
 		svc->spare = t;
 	else
 		sluice_take_free(t);
-}
-
-void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len)
-{
-	size_t n = strlen(m->rule->name), t;
-
-	if (n >= len)
-		n = len - 1;
-	memcpy(buf, m->rule->name, n);
-	if (m->rule->ntiers > 0 && n + 1 < len) {
-		buf[n++] = '/';
-		t = strlen(m->set->name);
-		if (t >= len - n)
-			t = len - n - 1;
-		memcpy(buf + n, m->set->name, t);
-		n += t;
-	}
-	buf[n] = '\0';
 }
 
 void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)
@@ -89,21 +70,7 @@ void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t)
 void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
 			    const sluice_verdict_t *v)
 {
-	const sluice_match_t *m;
-	char name[256];
-
-	if (v->report < 0)
-		return;
-	m = &t->matches[v->report];
-	/* A shadow rule never limits: a client must not read "Remaining: 0"
-	 * from it.  (The verdict reports one when only shadow rules
-	 * matched, for simulate and replay.) */
-	if (m->rule->shadow)
-		return;
-	sluice_policy_name(m, name, sizeof(name));
-	sluice_ratelimit_headers_set(&c->out, name, m->set->limits,
-				     m->set->nlimits, v->which, &v->summary,
-				     !v->allowed);
+	sluice_verdict_header_lines(&c->out, t, v);
 }
 
 void sluice_resp_store_error(sluice_conn_t *c)

@@ -15,9 +15,6 @@ void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t);
 /* Counts the outcome of every matched rule in the thread's metrics. */
 void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t);
 
-/* The policy name of a match: the rule name, or "rule/tier". */
-void sluice_policy_name(const sluice_match_t *m, char *buf, size_t len);
-
 /* Appends the rate-limit header lines for a verdict (nothing when no rule
  * produced a decision). */
 void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,

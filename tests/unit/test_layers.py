@@ -46,7 +46,7 @@ LAYERS = {
     "grpc": {"policy", "store", "core", "util"},
     "sim": {"policy", "store", "core", "util"},
     # ngx_http_sluice_module inside nginx: the stores through their
-    # driver interface, and serve's header formatting (policy)
+    # driver interface, and the policy engine (sluice_config, headers)
     "nginx": {"policy", "store", "core", "util"},
     # the engine every front end drives: config (and its Envoy dialect),
     # rules, the verdict engine

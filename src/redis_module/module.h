@@ -109,4 +109,7 @@ int sluice_rm_takemany(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 /* SLUICE.TAKEEACH capacity rate cost key [key ...] */
 int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
+/* SLUICE.RESERVE key capacity rate max_wait_us [COST n] */
+int sluice_rm_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
 #endif /* SLUICE_REDIS_MODULE_H */

@@ -127,6 +127,14 @@ int sluice_buckets_adjust(sluice_buckets_t *m, const void *key, size_t keylen,
 			  const sluice_limit_t *limits, size_t nlimits,
 			  int block, uint64_t amount, int64_t now_us);
 void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out);
+/* The memory and shared-memory stores' reserve and set (sluice.h). */
+int sluice_buckets_reserve(sluice_buckets_t *m, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   uint64_t cost, uint64_t max_wait_us, int64_t now_us,
+			   sluice_decision_t *summary, uint64_t *wait_us);
+int sluice_buckets_set(sluice_buckets_t *m, const void *key, size_t keylen,
+		       const sluice_limit_t *limits, size_t nlimits,
+		       uint64_t remaining, int64_t now_us);
 
 /* Rebuilds a shard's table from the entries it holds (after its lock's
  * holder died mid-update); the caller holds the lock.  Bounded whatever

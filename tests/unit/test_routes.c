@@ -130,7 +130,9 @@ static void test_every_route_takes_its_methods(void)
 static void test_admin_listener_split(void)
 {
 	CHECK_EQ_U64(ask_on(1, "GET", "/healthz"), 404);
-	CHECK(has("this is the admin listener: /v1/reset, /v1/refund\""));
+	CHECK(has("this is the admin listener: /v1/reset, /v1/refund, "
+		  "/v1/set\""));
+	CHECK_EQ_U64(ask_on(1, "POST", "/v1/set"), 401);
 	CHECK_EQ_U64(ask_on(1, "POST", "/v1/reset"), 401);
 	admin_apart = 1;
 	CHECK_EQ_U64(ask_on(0, "POST", "/v1/reset"), 404);

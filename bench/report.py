@@ -555,6 +555,25 @@ def node_section(w, plots, nd):
         w("\nIn-process µs per call, lowest to highest pass: %s.\n"
           % "; ".join("%s %s to %s" % (label, fmt(r[0]), fmt(r[1]))
                       for label, r in inproc if r))
+    if nd.get("wait_throughput_waits_per_s") is not None:
+        w("\n`limiter.wait()` on Redis (`bench/node/wait.js`, %s processes "
+          "at once on one key): **%s** reservations answered per second "
+          "(%s calls, a bucket that never drains). On one token refilled "
+          "at %s/s (%s waits): the turns on the server's clock come "
+          "%s/s, their largest spacing error **%s µs**; promises resolve "
+          "after their turn by %s ms (median), %s ms (p99), %s ms (max) "
+          "-- the time the reservation's answer took in a burst of calls, "
+          "since the timer starts when it arrives -- and %s before it.\n"
+          % (nd.get("wait_procs"), fmt(nd.get("wait_throughput_waits_per_s")),
+             nd.get("wait_throughput_waits"),
+             nd.get("wait_spacing_rate_per_s"),
+             nd.get("wait_spacing_waits"),
+             fmt(nd.get("wait_spacing_achieved_per_s")),
+             fmt(nd.get("wait_spacing_gap_error_us_max")),
+             fmt(nd.get("wait_spacing_late_ms_p50")),
+             fmt(nd.get("wait_spacing_late_ms_p99")),
+             fmt(nd.get("wait_spacing_late_ms_max")),
+             nd.get("wait_spacing_early")))
     w(img(plots.grouped(
         "node_cpu", "node and Redis CPU time per request", "µs per request",
         ["node", "Redis"],

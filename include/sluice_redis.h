@@ -455,6 +455,38 @@ SLUICE_API int sluice_redis_peek(sluice_redis_t *r, const void *key,
 				 size_t nlimits, uint64_t cost,
 				 sluice_redis_cb cb, void *arg);
 
+/*
+ * A reservation (sluice_reserve_all()) of `cost` on every limit of `key`,
+ * in one atomic server-side call at the server's clock: charged now, into
+ * debt if need be, answering the wait until this request's turn; refused,
+ * charging nothing, when the turn is more than max_wait_us away.  Any
+ * number of clients on one server are queued exactly by the refill.  One
+ * limit goes to SLUICE.RESERVE where the module has it, else (and several
+ * limits always) to reserve.lua; both write the same state.  cb runs once
+ * with status 0 and the reservation (res->now_us is the server's clock,
+ * res->summary's times whole ms rounded up, res->wait_us exact), or a
+ * failure (res NULL).  key and limits are copied.  Returns as
+ * sluice_redis_take().
+ */
+typedef void (*sluice_redis_reserve_cb)(void *arg, int status,
+					const sluice_reservation_t *res);
+SLUICE_API int sluice_redis_reserve(sluice_redis_t *r, const void *key,
+				    size_t keylen, const sluice_limit_t *limits,
+				    size_t nlimits, uint64_t cost,
+				    uint64_t max_wait_us,
+				    sluice_redis_reserve_cb cb, void *arg);
+
+/*
+ * An admin verb over items[0..n), as sluice_redis_refund(): each item's
+ * buckets hold `remaining` whole tokens from now (sluice_set_remaining();
+ * the capacity or more: full, the key deleted), whatever they held: one
+ * atomic call of set.lua per item.
+ */
+SLUICE_API int sluice_redis_set(sluice_redis_t *r,
+				const sluice_take_item_t *items, size_t n,
+				uint64_t remaining, sluice_redis_many_cb cb,
+				void *arg);
+
 /* 1 when the client believes the store can answer (a connection whose
  * handshake succeeded and whose last probe was answered within timeout_ms,
  * breaker not open; in a cluster, for every slot's master), for /readyz.

@@ -148,6 +148,40 @@ export interface TakeOptions {
   cost?: number;
 }
 
+export interface WaitOptions {
+  /** The longest wait for a turn, in ms (default 60000; at most about
+   * 12.7 days).  A turn further away rejects at once, charging nothing. */
+  maxWaitMs?: number;
+  /** Tokens to reserve, a whole number >= 0 (default 1). */
+  cost?: number;
+  /** Cancels the wait: the promise rejects with the signal's reason and the
+   * reserved tokens are given back (refund). */
+  signal?: AbortSignal;
+}
+
+/** A reserved turn: wait() resolved at it. */
+export interface Turn {
+  /** How long the turn was from the store's answer, in ms (fractional). */
+  waitMs: number;
+  /** The turn on the store's clock (Redis: the server's), in microseconds
+   * since the epoch: one clock for every process on the store. */
+  turnAtUs: number;
+  limit: number;
+  /** Whole tokens left once reserved (0 while the bucket is in debt). */
+  remaining: number;
+  policy: string;
+}
+
+/** Why wait() was refused (code ERR_SLUICE_WAIT): nothing was charged. */
+export interface WaitError extends SluiceError {
+  code: 'ERR_SLUICE_WAIT';
+  /** The wait the turn would have had (Infinity: the cost exceeds a capacity). */
+  waitMs: number;
+  /** When a wait of the same maxWaitMs would fit (Infinity: never). */
+  retryAfterMs: number;
+  policy: string;
+}
+
 export class Limiter extends EventEmitter {
   constructor(opts?: LimiterOptions);
   readonly store: 'memory' | 'shared' | 'redis';
@@ -169,6 +203,17 @@ export class Limiter extends EventEmitter {
   penalize(key: string | Buffer, policy: Policy, n?: number): Promise<void>;
   /** No request of the key passes for ms milliseconds (>= 1); the first after passes. */
   block(key: string | Buffer, policy: Policy, ms: number): Promise<void>;
+  /** Every bucket of the key under the policy holds `remaining` whole
+   * tokens from now (the capacity or more: full), whatever it held. */
+  set(key: string | Buffer, policy: Policy, remaining: number): Promise<void>;
+  /** Waits for this request's turn instead of being refused: one atomic
+   * reservation (the bucket may go into debt) answers when the turn is, and
+   * the promise resolves then.  Waiters in any number of processes on one
+   * store are spaced exactly by the refill.  Rejects at once with a
+   * WaitError, charging nothing, when the turn is more than maxWaitMs away. */
+  wait(key: string | Buffer, policy: Policy, opts?: WaitOptions): Promise<Turn>;
+  /** wait(), then fn(): its result (fn is not called when wait() rejects). */
+  schedule<T>(key: string | Buffer, policy: Policy, fn: () => T | PromiseLike<T>, opts?: WaitOptions): Promise<Awaited<T>>;
   /** true when the store can answer now (for a readiness probe). */
   healthy(): boolean;
   /** true while store failures are decided by this process's local fallback. */
@@ -258,6 +303,11 @@ export interface MiddlewareOptions<Req = AnyRequest, Res = AnyResponse> {
   requestWasSuccessful?: (req: Req, res: Res) => boolean;
   /** A key that hits the limit passes nothing more for this many ms (limiter.block()). */
   blockDuration?: number;
+  /** A request over the limit waits for its turn (limiter.wait()) instead
+   * of being refused, unless the turn is more than maxWaitMs away (then it
+   * is limited, charging nothing): rate-limiter-flexible's execEvenly,
+   * nginx's limit_req without nodelay. */
+  delay?: { maxWaitMs: number };
 }
 
 /** The middleware, with express-rate-limit's verbs on its key's buckets (the

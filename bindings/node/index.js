@@ -198,7 +198,8 @@ const LIMITER_PEERS = {
   limit: POLICY_HINT,
   keyPrefix: 'store: { redis: { keyPrefix } }',
   blockDuration: "the middleware's blockDuration (ms), or limiter.block(key, policy, ms)",
-  execEvenly: 'the token bucket itself (it spreads requests at the refill rate)',
+  execEvenly: "the middleware's delay: { maxWaitMs }, or limiter.wait(key, policy, { maxWaitMs })",
+  execEvenlyMinDelayMs: "the middleware's delay: { maxWaitMs }",
   insuranceLimiter: "onStoreError: 'local' (the default: an in-memory limiter on the same policy while the store cannot answer)",
   inMemoryBlockOnConsumed: 'limiter.block(key, policy, ms)',
 };
@@ -462,6 +463,11 @@ const ADMIN_RESET = 0;
 const ADMIN_REFUND = 1;
 const ADMIN_PENALIZE = 2;
 const ADMIN_BLOCK = 3;
+const ADMIN_SET = 4;
+// The longest wait a reservation accepts (the core's SLUICE_WAIT_MAX_US),
+// and wait()'s default.
+const WAIT_MAX_MS = 2 ** 40 / 1000;
+const WAIT_DEFAULT_MS = 60000;
 const CLOSED = -100;
 // The addon's answer table (src/redis.c): rows of id, status, allowed and
 // the decision's five numbers, up to ANSWER_BATCH rows per call.
@@ -898,6 +904,120 @@ class Limiter extends EventEmitter {
     return this._adminCall(key, p, ms, ADMIN_BLOCK);
   }
 
+  /** set(key, policy, remaining) -> Promise<void>: every bucket of the key
+   * under the policy holds `remaining` whole tokens from now (the
+   * capacity or more: full), whatever it held. */
+  set(key, p, remaining) {
+    checkKey(key);
+    checkPolicy(p);
+    checkCount(remaining, 'set: remaining', 0);
+    return this._adminCall(key, p, remaining, ADMIN_SET);
+  }
+
+  // ------------------------------------------------------ waiting a turn
+
+  // One reservation (the store's reserve: charged now, into debt if need
+  // be, the wait until this request's turn answered; refused, charging
+  // nothing, past maxWaitUs), to done(status, reserved, waitUs, nowUs,
+  // remaining, resetOrRetryMs, limit): synchronously on the local
+  // stores, from Node's loop on Redis.  waitUs -1: never.
+  _reserve(key, p, cost, maxWaitUs, done) {
+    if (this._closed) {
+      done(CLOSED, false, 0, 0, 0, 0, 0);
+      return;
+    }
+    if (this._mem !== null) {
+      const b = this._buf;
+      const fn = this.store === 'memory' ? native.memoryReserve : native.shmReserve;
+      const reserved = this._clock === null
+        ? fn(this._mem, key, p._h, cost, maxWaitUs)
+        : fn(this._mem, key, p._h, cost, maxWaitUs, this._clock());
+      done(0, reserved, b[0], b[1], b[2], b[3], b[4]);
+      return;
+    }
+    const id = this._slot(done);
+    try {
+      native.redisReserve(this._redis, key, p._h, cost, maxWaitUs, id);
+    } catch (e) {
+      this._unslot(id);
+      throw e;
+    }
+  }
+
+  /**
+   * wait(key, policy, { maxWaitMs = 60000, cost = 1, signal }) ->
+   * Promise<{ waitMs, turnAtUs, limit, remaining, policy }>: waits for
+   * this request's turn instead of being refused.  One atomic step
+   * reserves the cost (the bucket may go into debt) and answers when the
+   * turn is; the promise resolves then.  Waiters in any number of
+   * processes on one store are spaced exactly by the refill, with no
+   * retries.  turnAtUs is the turn on the store's clock (microseconds
+   * since the epoch; Redis: the server's), the same clock for every
+   * waiter.  Rejects at once, charging nothing, when the turn is more
+   * than maxWaitMs away (ERR_SLUICE_WAIT: err.waitMs says how long it
+   * would have been, err.retryAfterMs when one would fit); an AbortSignal
+   * that fires before the turn rejects (its reason) and gives the token
+   * back (refund).
+   */
+  wait(key, p, opts) {
+    checkKey(key);
+    checkPolicy(p);
+    const { cost, maxWaitMs, signal } = waitOptions(opts, 'wait');
+    if (signal !== null && signal.aborted) return Promise.reject(abortReason(signal));
+    return new Promise((resolve, reject) => {
+      this._reserve(key, p, cost, Math.floor(maxWaitMs * 1000), (status, reserved, waitUs, nowUs, remaining, ms, limit) => {
+        if (status !== 0) {
+          reject(this._error(status));
+          return;
+        }
+        if (!reserved) {
+          reject(waitRefused(p, waitUs, ms, maxWaitMs));
+          return;
+        }
+        const turn = { waitMs: waitUs / 1000, turnAtUs: nowUs + waitUs, limit, remaining, policy: p.name };
+        if (signal === null && waitUs <= 0) {
+          resolve(turn);
+          return;
+        }
+        this._waitTurn(key, p, cost, signal, waitUs, turn, resolve, reject);
+      });
+    });
+  }
+
+  // The timer of one reserved turn, and its abort: the timer cleared, the
+  // cost refunded, the promise rejected with the signal's reason.
+  _waitTurn(key, p, cost, signal, waitUs, turn, resolve, reject) {
+    let timer = null;
+    const onAbort = () => {
+      if (timer !== null) clearTimeout(timer);
+      // Best effort: a refund that fails leaves the charge (a turn
+      // unused), which limits more, never less.
+      if (cost > 0) this.refund(key, p, cost).catch(() => {});
+      reject(abortReason(signal));
+    };
+    if (signal !== null) {
+      if (signal.aborted) {
+        onAbort();
+        return;
+      }
+      signal.addEventListener('abort', onAbort, { once: true });
+    }
+    timer = setTimeout(() => {
+      if (signal !== null) signal.removeEventListener('abort', onAbort);
+      resolve(turn);
+    }, Math.ceil(waitUs / 1000));
+  }
+
+  /**
+   * schedule(key, policy, fn, { maxWaitMs, cost, signal }) ->
+   * Promise<fn's result>: wait() for the turn, then fn().  Rejects as
+   * wait() does, without calling fn.
+   */
+  schedule(key, p, fn, opts) {
+    if (typeof fn !== 'function') throw new TypeError(`schedule(key, policy, fn, opts): fn must be a function, got ${typeName(fn)}`);
+    return this.wait(key, p, opts).then(() => fn());
+  }
+
   // rate-limiter-flexible's method names: a TypeError pointing to
   // sluice's, not "is not a function".
   consume() { throw peerMethod('consume(key, points)', 'take(key, policy, { cost })'); }
@@ -936,6 +1056,48 @@ class Limiter extends EventEmitter {
     });
     return this._closing;
   }
+}
+
+// wait()'s options: { maxWaitMs, cost, signal }.
+function waitOptions(opts, what) {
+  if (opts === undefined) return { cost: 1, maxWaitMs: WAIT_DEFAULT_MS, signal: null };
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts))
+    throw new TypeError(`${what}(key, policy, opts): opts must be an object { maxWaitMs, cost, signal }, got ${typeName(opts)}`);
+  opts = own(opts);
+  knownKeys(opts, ['maxWaitMs', 'cost', 'signal'], `${what}()`);
+  const cost = opts.cost === undefined ? 1 : opts.cost;
+  checkCost(cost);
+  let maxWaitMs = WAIT_DEFAULT_MS;
+  if (opts.maxWaitMs !== undefined) {
+    if (typeof opts.maxWaitMs !== 'number' || !(opts.maxWaitMs >= 0))
+      throw new TypeError(`${what}(): maxWaitMs must be a number of milliseconds >= 0, got ${typeName(opts.maxWaitMs)}`);
+    maxWaitMs = Math.min(opts.maxWaitMs, WAIT_MAX_MS);
+  }
+  const signal = opts.signal === undefined ? null : opts.signal;
+  if (signal !== null && (typeof signal !== 'object' || typeof signal.addEventListener !== 'function' || !('aborted' in signal)))
+    throw new TypeError(`${what}(): signal must be an AbortSignal, got ${typeName(signal)}`);
+  return { cost, maxWaitMs, signal };
+}
+
+function abortReason(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  const e = new Error('The operation was aborted');
+  e.name = 'AbortError';
+  e.code = 'ABORT_ERR';
+  return e;
+}
+
+// A wait refused: its turn was past maxWaitMs (waitUs -1: the cost exceeds
+// a capacity and never passes).
+function waitRefused(p, waitUs, retryMs, maxWaitMs) {
+  const never = waitUs < 0;
+  const e = sluiceError('ERR_SLUICE_WAIT', never
+    ? `sluice: the cost exceeds the capacity of policy ${p.name}: it can never pass`
+    : `sluice: the turn is ${Math.ceil(waitUs / 1000)} ms away, more than maxWaitMs (${maxWaitMs}); nothing was charged`);
+  e.waitMs = never ? Infinity : waitUs / 1000;
+  e.retryAfterMs = retryMs < 0 ? Infinity : retryMs;
+  e.policy = p.name;
+  return e;
 }
 
 // logger: what sluice would log (a store node failing, recovering, able
@@ -1116,7 +1278,8 @@ function putHeader(io, res, store, lower, name, value) {
 }
 
 const MIDDLEWARE_KEYS = ['limiter', 'policy', 'key', 'ipv6Subnet', 'cost', 'skip', 'handler', 'statusCode', 'message',
-  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'blockDuration'];
+  'headers', 'requestPropertyName', 'onStoreError', 'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'blockDuration',
+  'delay'];
 const STANDARDS = ['draft-11', 'draft-8', 'draft-7', 'draft-6'];
 const HEADER_KEYS = ['standard', 'legacy', 'reset'];
 
@@ -1422,6 +1585,18 @@ function middlewareOptions(opts, what) {
     checkCount(opts.blockDuration, `${what}(): blockDuration`, 1);
     c.blockMs = opts.blockDuration;
   }
+  // delay: { maxWaitMs }: a request over the limit waits for its turn
+  // (nginx's limit_req without nodelay) instead of being refused, unless
+  // that turn is more than maxWaitMs away.
+  c.delayUs = 0;
+  if (opts.delay !== undefined) {
+    plainObject(opts.delay, `${what}(): delay`, '{ maxWaitMs: 2000 }');
+    const d = own(opts.delay);
+    knownKeys(d, ['maxWaitMs'], `${what}(): delay`);
+    if (typeof d.maxWaitMs !== 'number' || !(d.maxWaitMs > 0))
+      throw new TypeError(`${what}(): delay.maxWaitMs must be a number of milliseconds > 0, got ${typeName(d.maxWaitMs)}`);
+    c.delayUs = Math.floor(Math.min(d.maxWaitMs, WAIT_MAX_MS) * 1000);
+  }
   return c;
 }
 
@@ -1539,6 +1714,10 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
     storeFailed(c, io, req, res, next, CLOSED);
     return;
   }
+  if (c.delayUs > 0) {
+    delayRequest(c, io, req, res, raw, next, p, key, cost);
+    return;
+  }
   if (limiter._mem !== null && limiter._clock === null) {
     const d = limiter._buf;
     const allowed = limiter._take(limiter._mem, key, p._h, cost);
@@ -1549,6 +1728,26 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
     if (status !== 0) storeFailed(c, io, req, res, next, status);
     else answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which);
   }, false, c.local);
+}
+
+// delay: the request is reserved its turn and passed on then; refused
+// (nothing charged) as a limited request when the turn is past
+// delay.maxWaitMs.  Headers say what the reservation left.
+function delayRequest(c, io, req, res, raw, next, p, key, cost) {
+  c.limiter._reserve(key, p, cost, c.delayUs, (status, reserved, waitUs, nowUs, remaining, ms, limit) => {
+    if (status !== 0) {
+      storeFailed(c, io, req, res, next, status);
+      return;
+    }
+    if (!reserved) {
+      const retry = ms < 0 ? Infinity : ms;
+      answer(c, io, req, res, raw, next, p, key, cost, false, limit, remaining, retry, ms < 0 ? 0 : ms, 0);
+      return;
+    }
+    const go = () => answer(c, io, req, res, raw, next, p, key, cost, true, limit, remaining, 0, ms, 0);
+    if (waitUs <= 0) go();
+    else setTimeout(go, Math.ceil(waitUs / 1000));
+  });
 }
 
 function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {

@@ -1,6 +1,6 @@
 /*
  * config_admin.c -- the `admin:` section: the bearer token that opens the
- * admin endpoints (POST /v1/reset, /v1/refund; see admin.c).
+ * admin endpoints (POST /v1/reset, /v1/refund, /v1/set; see admin.c).
  *
  *   admin: {token_file: /etc/sluice/admin-token}   # or {token: "..."}
  *   admin: {token_file: ..., listen: "127.0.0.1:9090"}

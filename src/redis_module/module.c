@@ -4,10 +4,10 @@
  *
  *   redis-server --loadmodule /path/to/sluice-redis.so
  *
- * registers SLUICE.TAKE, SLUICE.TAKEMULTI, SLUICE.TAKEMANY and
- * SLUICE.TAKEEACH (see take.c).  They are "write deny-oom" commands with
- * declared key positions, so Redis Cluster routes them and replicas refuse them
- * like any other write.
+ * registers SLUICE.TAKE, SLUICE.TAKEMULTI, SLUICE.TAKEMANY,
+ * SLUICE.TAKEEACH and SLUICE.RESERVE (see take.c).  They are "write deny-oom"
+ * commands with declared key positions, so Redis Cluster routes them and
+ * replicas refuse them like any other write.
  *
  * Module argument STORE int|string|call chooses how states are read and
  * written (state.c): int, the default when the server's string objects are
@@ -129,6 +129,10 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	if (RedisModule_CreateCommand(ctx, "sluice.carry", sluice_rm_carry,
 				      "write deny-oom", 1, -1,
 				      3) != REDISMODULE_OK)
+		return REDISMODULE_ERR;
+	if (RedisModule_CreateCommand(ctx, "sluice.reserve", sluice_rm_reserve,
+				      "write deny-oom fast", 1, 1,
+				      1) != REDISMODULE_OK)
 		return REDISMODULE_ERR;
 	if (testclock) {
 		if (RedisModule_CreateCommand(ctx, "sluice.testclock",

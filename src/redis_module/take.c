@@ -489,3 +489,83 @@ int sluice_rm_parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
 {
 	return parse_limit(ctx, capacity, rate, limit);
 }
+
+/* ---------------------------------------------------------- reservations */
+
+#define RESERVE_USAGE "SLUICE.RESERVE key capacity rate max_wait_us [COST n]"
+
+/*
+ * SLUICE.RESERVE key capacity rate max_wait_us [COST n]
+ *
+ * A reservation (sluice_reserve_all()): charges now, into debt if need
+ * be, and answers the wait until this request's turn; refused, writing
+ * nothing, when that turn is more than max_wait_us microseconds away
+ * (at most 2^40; more is that).  Reply:
+ *
+ *   [reserved, limit, remaining, retry_after_ms, reset_ms, wait_us, now_us]
+ *
+ * reserved is 1 or 0; limit, remaining and reset_ms as SLUICE.TAKE's
+ * (after the charge); retry_after_ms 0 when reserved, else the time until
+ * a reservation with the same max_wait would pass (-1: never); wait_us
+ * the time from now_us to the turn (refused: the turn it would have had,
+ * -1 never); now_us the command's time, so now_us + wait_us is the turn
+ * on the server's one clock whoever asked.  The state written is the one
+ * the script path (reserve.lua) writes, so either serves the same keys.
+ */
+int sluice_rm_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	sluice_limit_t limit;
+	sluice_state_t state = 0, next;
+	sluice_decision_t d;
+	RedisModuleKey *k;
+	uint64_t cost = 1, max_wait, wait;
+	int64_t now;
+	size_t len;
+	const char *s;
+	int ok, rc = 0;
+
+	if (argc != 5 && argc != 7)
+		return RedisModule_ReplyWithError(
+			ctx,
+			"ERR wrong number of arguments for "
+			"'sluice.reserve' command: expected " RESERVE_USAGE);
+	if (parse_limit(ctx, argv[2], argv[3], &limit) != 0)
+		return REDISMODULE_OK;
+	rc = parse_count(argv[4], UINT64_MAX, &max_wait);
+	if (rc == -1) {
+		s = RedisModule_StringPtrLen(argv[4], &len);
+		return reply_errorf(
+			ctx,
+			"ERR max_wait_us \"%.*s\" is not a whole number >= 0",
+			(int)(len > QUOTE_MAX ? QUOTE_MAX : len), s);
+	}
+	if (rc == -2)
+		max_wait = UINT64_MAX; /* beyond the cap all the same */
+	if (argc == 7 && parse_cost(ctx, argv, 5, &cost) != 0)
+		return REDISMODULE_OK;
+	now = sluice_rm_now_us();
+	if (sluice_rm_open_state(ctx, argv[1], &k, &state) != 0)
+		return REDISMODULE_OK;
+	ok = sluice_reserve_all(&limit, &state, 1, now, cost, max_wait, &next,
+				&d, &wait);
+	rc = 0;
+	if (ok && next != state)
+		rc = sluice_rm_write_state(ctx, k, argv[1], next, NULL);
+	sluice_rm_close_keys(&k, 1);
+	if (rc != 0)
+		return REDISMODULE_OK;
+	RedisModule_ReplyWithArray(ctx, 7);
+	RedisModule_ReplyWithLongLong(ctx, ok);
+	RedisModule_ReplyWithLongLong(ctx, (long long)d.limit);
+	RedisModule_ReplyWithLongLong(ctx, (long long)d.remaining);
+	RedisModule_ReplyWithLongLong(
+		ctx, ok ? 0
+		     : d.retry_after_us == UINT64_MAX
+			     ? -1
+			     : us_to_ms_ceil(d.retry_after_us));
+	RedisModule_ReplyWithLongLong(ctx, us_to_ms_ceil(d.reset_after_us));
+	RedisModule_ReplyWithLongLong(
+		ctx, wait == UINT64_MAX ? -1 : (long long)wait);
+	RedisModule_ReplyWithLongLong(ctx, (long long)now);
+	return REDISMODULE_OK;
+}

@@ -9,10 +9,14 @@
  *                   {"key":"alice","capacity":100,"rate":"2/s","cost":3}
  *       gives cost tokens back (default: the rule's cost, or 1) to the
  *       buckets a take of the same fields charged, never beyond full.
+ *   POST /v1/set    {"rule":"api","key":"alice","remaining":5,"tier":"paid"}
+ *                   {"key":"alice","capacity":100,"rate":"2/s","remaining":5}
+ *       those buckets hold `remaining` whole tokens from now (the
+ *       capacity or more: full), whatever they held (full ones too).
  *
- * A key none of whose buckets holds state (all full: the same as none)
- * gets 404 {"status":"not_found",...} and nothing is changed: a reset or
- * refund that names a wrong key or identity says so.
+ * A reset or refund of a key none of whose buckets holds state (all
+ * full: the same as none) gets 404 {"status":"not_found",...} and nothing is
+ * changed: a reset or refund that names a wrong key or identity says so.
  *
  * Requests carry "Authorization: Bearer <token>"; a missing or wrong token
  * gets 401, and without `admin:` the paths do not exist (404).  The token
@@ -39,7 +43,8 @@
 /* One reset or refund in flight: what the store reads until it answers. */
 typedef struct admin_op_s {
 	sluice_conn_t *c;
-	int refund;
+	int verb;				 /* SLUICE_ADMIN_* */
+	uint64_t remaining;			 /* set: the tokens to leave */
 	sluice_take_item_t items[TIERS_MAX + 1]; /* every tier, an override */
 	const sluice_limit_set_t *sets[TIERS_MAX + 1]; /* items' (the rule
 							  form), for carry */
@@ -85,8 +90,10 @@ static void op_done(void *arg, int status, int allowed)
 {
 	admin_op_t *op = arg;
 	sluice_conn_t *c = op->c;
-	const char *body = op->refund ? "{\"status\":\"refunded\"}"
-				      : "{\"status\":\"reset\"}";
+	const char *body =
+		op->verb == SLUICE_ADMIN_REFUND ? "{\"status\":\"refunded\"}"
+		: op->verb == SLUICE_ADMIN_SET	? "{\"status\":\"set\"}"
+						: "{\"status\":\"reset\"}";
 
 	(void)allowed;
 	/* Admin actions are rare and change limits: each one is logged. */
@@ -141,10 +148,21 @@ static void peek_done(void *arg, int status, int allowed)
 		sluice_resp_end(c, "application/json", body, sizeof(body) - 1);
 		return;
 	}
-	rc = op->refund
+	rc = op->verb == SLUICE_ADMIN_REFUND
 		     ? be->ops->refund(be->impl, op->items, op->n, op->now_us,
 				       op_done, op)
 		     : be->ops->reset(be->impl, op->items, op->n, op_done, op);
+	if (rc < 0)
+		op_done(op, rc, 0);
+}
+
+/* set: whatever the buckets hold (full ones too), no peek first. */
+static void set_now(admin_op_t *op)
+{
+	sluice_backend_t *be = &op->c->svc->backend;
+	int rc = be->ops->set(be->impl, op->items, op->n, op->remaining,
+			      op->now_us, op_done, op);
+
 	if (rc < 0)
 		op_done(op, rc, 0);
 }
@@ -202,13 +220,18 @@ static void describe(admin_op_t *op, const char *rule, const char *key,
 	else
 		safe[n] = '\0';
 	snprintf(op->what, sizeof(op->what), "%s of %s%.*s%s key \"%s\"",
-		 op->refund ? "refund" : "reset", rule ? "rule \"" : "ad-hoc",
-		 rule ? 64 : 0, rule ? rule : "", rule ? "\"" : "", safe);
+		 op->verb == SLUICE_ADMIN_REFUND ? "refund"
+		 : op->verb == SLUICE_ADMIN_SET	 ? "set"
+						 : "reset",
+		 rule ? "rule \"" : "ad-hoc", rule ? 64 : 0, rule ? rule : "",
+		 rule ? "\"" : "", safe);
 }
 
 /* 400 for a field this verb does not take (as /v1/take is strict). */
-static int check_fields(sluice_conn_t *c, json_t *obj, int refund)
+static int check_fields(sluice_conn_t *c, json_t *obj, int verb)
 {
+	const int refund = verb == SLUICE_ADMIN_REFUND,
+		  set = verb == SLUICE_ADMIN_SET;
 	const char *name;
 	json_t *v;
 	char msg[160];
@@ -220,15 +243,18 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int refund)
 			    strcmp(name, "rule") == 0 ||
 			    strcmp(name, "capacity") == 0 ||
 			    strcmp(name, "rate") == 0 ||
-			    (refund && (strcmp(name, "cost") == 0 ||
-					strcmp(name, "tier") == 0));
+			    (refund && strcmp(name, "cost") == 0) ||
+			    (set && strcmp(name, "remaining") == 0) ||
+			    ((refund || set) && strcmp(name, "tier") == 0);
 
 		if (!known) {
 			snprintf(msg, sizeof(msg),
 				 "unknown field; expected key with rule%s, "
 				 "or key, capacity and rate%s",
-				 refund ? " (and tier)" : "",
-				 refund ? ", and cost" : "");
+				 refund || set ? " (and tier)" : "",
+				 refund ? ", and cost"
+				 : set	? ", and remaining"
+					: "");
 			bad(c, name, msg);
 			return -1;
 		}
@@ -260,8 +286,8 @@ static int adhoc(sluice_conn_t *c, json_t *obj, admin_op_t *op, const char *key,
 	return 0;
 }
 
-/* The rule form: a reset covers every tier, a refund the tier a take of
- * the same fields used. */
+/* The rule form: a reset covers every tier, a refund or set the tier a
+ * take of the same fields used. */
 static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 		      const char *name, const char *key, size_t keylen,
 		      uint64_t *cost)
@@ -284,7 +310,7 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 	}
 	/* Sets m.set when the key has an override. */
 	sluice_rule_key(rule, key, keylen, &op->m);
-	if (!op->refund) {
+	if (op->verb == SLUICE_ADMIN_RESET) {
 		const sluice_limit_set_t *sets =
 			rule->ntiers ? rule->tiers : &rule->limits;
 		size_t nsets = rule->ntiers ? rule->ntiers : 1;
@@ -366,7 +392,7 @@ void sluice_api_rlconfig(sluice_conn_t *c)
 	sluice_buf_free(&body);
 }
 
-void sluice_api_admin(sluice_conn_t *c, int refund)
+void sluice_api_admin(sluice_conn_t *c, int verb)
 {
 	sluice_backend_t *be = &c->svc->backend;
 	json_t *obj = NULL, *jrule, *jcost;
@@ -380,7 +406,7 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 	obj = sluice_api_object(c);
 	if (!obj)
 		return;
-	if (check_fields(c, obj, refund) < 0)
+	if (check_fields(c, obj, verb) < 0)
 		goto out;
 	key = sluice_api_key(c, obj, &keylen);
 	if (!key)
@@ -404,7 +430,19 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 		goto out;
 	}
 	op->c = c;
-	op->refund = refund;
+	op->verb = verb;
+	if (verb == SLUICE_ADMIN_SET) {
+		json_t *jr = json_object_get(obj, "remaining");
+
+		if (!jr || !json_is_integer(jr) || json_integer_value(jr) < 0 ||
+		    json_integer_value(jr) > UINT32_MAX) {
+			bad(c, "remaining",
+			    "expected the tokens to leave, an integer from 0 "
+			    "to 4294967295");
+			goto out;
+		}
+		op->remaining = (uint64_t)json_integer_value(jr);
+	}
 	if (jrule ? configured(c, obj, op, json_string_value(jrule), key,
 			       keylen, &cost)
 		  : adhoc(c, obj, op, key, keylen))
@@ -416,22 +454,27 @@ void sluice_api_admin(sluice_conn_t *c, int refund)
 		op->items[i].cost = cost;
 	}
 	json_decref(obj);
-	if (!be->ops || !be->ops->reset || !be->ops->refund) {
+	if (!be->ops || !be->ops->reset || !be->ops->refund ||
+	    (verb == SLUICE_ADMIN_SET && !be->ops->set)) {
 		free(op);
 		sluice_resp_error(c, 501, "not_supported", NULL,
-				  "this store has no reset or refund");
+				  "this store has no reset, refund or set");
 		return;
 	}
 	sluice_conn_wait(c);
-	/* First look whether any bucket holds state (peek_done() goes on
-	 * with the verb). */
 	op->now_us = sluice_now_us();
 	/* Usage still under a limit a reload replaced moves first, so the
 	 * verb covers it (a reset then forgets it: no later take carries
-	 * it back). */
+	 * it back; a set is not undone by a later carry). */
 	for (i = 0; i < op->n; i++)
 		sluice_verdict_carry(be, op->sets[i], op->m.key, op->m.keylen,
 				     op->now_us);
+	if (verb == SLUICE_ADMIN_SET) {
+		set_now(op);
+		return;
+	}
+	/* First look whether any bucket holds state (peek_done() goes on
+	 * with the verb). */
 	build_peek(op);
 	op->ipeek = 0;
 	peek_next(op);

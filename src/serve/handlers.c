@@ -315,7 +315,7 @@ static void route_take(sluice_conn_t *c, const char *path, const char *query)
 	sluice_api_take(c);
 }
 
-/* /v1/reset, /v1/refund: with the admin endpoints off, any method gets
+/* /v1/reset, /v1/refund, /v1/set: with the admin endpoints off, any method gets
  * admin.c's 404 (they are not there to be called at all). */
 static void route_admin(sluice_conn_t *c, const char *path, const char *query)
 {
@@ -324,7 +324,10 @@ static void route_admin(sluice_conn_t *c, const char *path, const char *query)
 		sluice_resp_method_not_allowed(c, "POST");
 		return;
 	}
-	sluice_api_admin(c, strcmp(path, "/v1/refund") == 0);
+	sluice_api_admin(c,
+			 strcmp(path, "/v1/refund") == 0 ? SLUICE_ADMIN_REFUND
+			 : strcmp(path, "/v1/set") == 0	 ? SLUICE_ADMIN_SET
+							 : SLUICE_ADMIN_RESET);
 }
 
 static void route_rlconfig(sluice_conn_t *c, const char *path,
@@ -378,6 +381,7 @@ static const route_t routes[] = {
 	{"/v1/take", 0, 0, ROUTE_POST, route_take},
 	{"/v1/reset", 0, 1, ROUTE_ANY, route_admin},
 	{"/v1/refund", 0, 1, ROUTE_ANY, route_admin},
+	{"/v1/set", 0, 1, ROUTE_ANY, route_admin},
 	{"/rlconfig", 0, 1, ROUTE_GET, route_rlconfig},
 	{"/metrics", 0, 0, ROUTE_GET, route_metrics},
 	{"/healthz", 0, 0, ROUTE_GET, route_healthz},

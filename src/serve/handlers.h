@@ -46,8 +46,9 @@ int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out);
 void sluice_rls_json(sluice_conn_t *c);
 void sluice_rls_healthcheck(sluice_conn_t *c);
 
-/* POST /v1/reset (refund 0) and /v1/refund (refund 1) (admin.c). */
-void sluice_api_admin(sluice_conn_t *c, int refund);
+/* POST /v1/reset, /v1/refund and /v1/set (admin.c): the verb. */
+enum { SLUICE_ADMIN_RESET, SLUICE_ADMIN_REFUND, SLUICE_ADMIN_SET };
+void sluice_api_admin(sluice_conn_t *c, int verb);
 /* GET /rlconfig (admin): the loaded envoy limits, one line each, as
  * envoyproxy/ratelimit's debug page lists them. */
 void sluice_api_rlconfig(sluice_conn_t *c);

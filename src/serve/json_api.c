@@ -8,6 +8,8 @@
  * only for rules with tiers).  The answer:
  *   {"allowed":true,"limit":100,"remaining":99,"retry_after_ms":0,
  *    "reset_ms":500}
+ * With "max_wait_ms" (either form) the request waits for its turn
+ * instead: a reservation, answered with "wait_ms" (see reserve_done()).
  * with the same rate-limit headers as /v1/check; status 429 when not
  * allowed.  A configured rule shares its buckets with /v1/check (the store
  * key is the same "<rule>\x1f<identity>"); ad-hoc keys live in their own
@@ -38,8 +40,9 @@ static void bad(sluice_conn_t *c, const char *field, const char *message)
  * when every field is known. */
 static int check_fields(sluice_conn_t *c, json_t *obj, int has_rule)
 {
-	static const char *const known[] = {"key",  "cost",	"rule",
-					    "tier", "capacity", "rate"};
+	static const char *const known[] = {"key",	  "cost",     "rule",
+					    "tier",	  "capacity", "rate",
+					    "max_wait_ms"};
 	const char *name;
 	json_t *v;
 	char msg[160];
@@ -61,8 +64,8 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int has_rule)
 					n--;
 			snprintf(msg, sizeof(msg),
 				 "unknown field \"%.*s\" (expected key, "
-				 "cost, and rule with tier, or capacity "
-				 "with rate)",
+				 "cost, max_wait_ms, and rule with tier, or "
+				 "capacity with rate)",
 				 (int)n, name);
 			bad(c, name, msg);
 			return -1;
@@ -142,6 +145,92 @@ static void take_done(void *arg, const sluice_verdict_t *v)
 		sluice_buf_free(&body);
 	}
 	sluice_take_put(svc, t);
+}
+
+/* ------------------------------------------------------ reservations */
+
+/*
+ * {"max_wait_ms": N} reserves instead of taking (store.h's reserve): the
+ * request is charged now, into debt if need be, and answered with
+ * "wait_ms", the time until its turn (200); a turn more than N ms away
+ * is refused, charging nothing (429, retry_after_ms: until a reservation
+ * with the same max_wait_ms would pass, and the wait_ms it would have
+ * had).  One key and its limits, as a take of the same body charges;
+ * a store that fails answers 503 (a reservation has no fail-open).
+ */
+static void reserve_done(void *arg, int status, const sluice_reservation_t *r)
+{
+	sluice_conn_t *c = arg;
+	sluice_take_t *t = c->take;
+	sluice_svc_t *svc = c->svc;
+	sluice_buf_t body = {0};
+	const sluice_decision_t *d;
+	uint64_t retry_ms;
+
+	/* sluice_resp_end() may free c: nothing of c after it. */
+	c->take = NULL;
+	if (status || !r) {
+		sluice_resp_store_error(c);
+		sluice_take_put(svc, t);
+		return;
+	}
+	d = &r->summary;
+	retry_ms = r->reserved ? 0
+		   : d->retry_after_us == UINT64_MAX
+			   ? 0
+			   : sluice_us_to_ms_ceil(d->retry_after_us);
+	sluice_buf_printf(&body, "{\"allowed\":%s,\"limit\":",
+			  r->reserved ? "true" : "false");
+	sluice_buf_u64(&body, d->limit);
+	sluice_buf_puts(&body, ",\"remaining\":");
+	sluice_buf_u64(&body, d->remaining);
+	sluice_buf_puts(&body, ",\"retry_after_ms\":");
+	sluice_buf_u64(&body, retry_ms);
+	sluice_buf_puts(&body, ",\"reset_ms\":");
+	sluice_buf_u64(&body, sluice_us_to_ms_ceil(d->reset_after_us));
+	if (r->wait_us != UINT64_MAX) {
+		sluice_buf_puts(&body, ",\"wait_ms\":");
+		sluice_buf_u64(&body, sluice_us_to_ms_ceil(r->wait_us));
+	}
+	sluice_buf_puts(&body, "}");
+	sluice_resp_begin(c, r->reserved ? 200 : 429);
+	if (!r->reserved && retry_ms)
+		sluice_buf_printf(&c->out, "Retry-After: %llu\r\n",
+				  (unsigned long long)(retry_ms + 999) / 1000);
+	sluice_resp_end(c, "application/json", body.data, body.len);
+	sluice_buf_free(&body);
+	sluice_take_put(svc, t);
+}
+
+/* Starts the reservation of t's one match (checked, built). */
+static void reserve_start(sluice_conn_t *c, sluice_take_t *t,
+			  uint64_t max_wait_ms)
+{
+	const sluice_store_ops_t *ops = c->svc->backend.ops;
+	const sluice_match_t *m = &t->matches[0];
+	sluice_take_item_t it;
+	int rc;
+
+	if (!ops->reserve) {
+		sluice_take_put(c->svc, t);
+		sluice_resp_error(c, 501, "not_implemented", "max_wait_ms",
+				  "this store cannot reserve");
+		return;
+	}
+	memset(&it, 0, sizeof(it));
+	it.key = m->key;
+	it.keylen = m->keylen;
+	it.limits = m->set->limits;
+	it.nlimits = m->set->nlimits;
+	it.cost = t->costs[0];
+	c->take = t;
+	sluice_conn_wait(c);
+	/* The item is copied by a store that answers later (Redis) and
+	 * used at once by the others. */
+	rc = ops->reserve(c->svc->backend.impl, &it, max_wait_ms * 1000,
+			  sluice_now_us(), reserve_done, c);
+	if (rc < 0)
+		reserve_done(c, rc, NULL);
 }
 
 /* Reads "rate": a string ("2/s", "50/min") or a number (per second). */
@@ -316,10 +405,10 @@ void sluice_api_take(sluice_conn_t *c)
 {
 	json_t *obj, *jrule;
 	sluice_take_t *t = NULL;
-	uint64_t cost = 1;
+	uint64_t cost = 1, max_wait_ms = 0;
 	const char *key;
 	size_t keylen;
-	int r;
+	int r, reserve;
 
 	obj = sluice_api_object(c);
 	if (!obj)
@@ -331,6 +420,11 @@ void sluice_api_take(sluice_conn_t *c)
 		goto out;
 	r = get_uint(c, obj, "cost", 0, UINT32_MAX, &cost);
 	if (r < 0)
+		goto out;
+	/* At most SLUICE_WAIT_MAX_US, about 12.7 days. */
+	reserve = get_uint(c, obj, "max_wait_ms", 0, SLUICE_WAIT_MAX_US / 1000,
+			   &max_wait_ms);
+	if (reserve < 0)
 		goto out;
 	jrule = json_object_get(obj, "rule");
 	if (jrule && !json_is_string(jrule)) {
@@ -351,6 +445,10 @@ void sluice_api_take(sluice_conn_t *c)
 		goto out;
 	}
 	json_decref(obj);
+	if (reserve == 0) {
+		reserve_start(c, t, max_wait_ms);
+		return;
+	}
 	c->take = t;
 	sluice_conn_wait(c);
 	sluice_verdict_decide(&c->svc->backend, t, sluice_now_us(), take_done,

@@ -133,6 +133,15 @@ int sluice_buckets_carry(sluice_buckets_t *m, const void *key, size_t keylen,
 			 const sluice_limit_t *to, const sluice_limit_t *from,
 			 size_t nfrom, int64_t now_us);
 
+/* The memory and shared-memory stores' reserve and set (sluice.h). */
+int sluice_buckets_reserve(sluice_buckets_t *m, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   uint64_t cost, uint64_t max_wait_us, int64_t now_us,
+			   sluice_decision_t *summary, uint64_t *wait_us);
+int sluice_buckets_set(sluice_buckets_t *m, const void *key, size_t keylen,
+		       const sluice_limit_t *limits, size_t nlimits,
+		       uint64_t remaining, int64_t now_us);
+
 /* Rebuilds a shard's table from the entries it holds (after its lock's
  * holder died mid-update); the caller holds the lock.  Bounded whatever
  * the slots hold. */

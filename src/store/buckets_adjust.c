@@ -139,3 +139,11 @@ void sluice_buckets_stats(sluice_buckets_t *m, sluice_memstore_stats_t *out)
 		shard_unlock(s);
 	}
 }
+
+/* lock_key() for the table's other files (buckets_reserve.c). */
+int sluice_buckets_lock_key(sluice_buckets_t *m, const void *key, size_t keylen,
+			    const sluice_limit_t *limits, size_t nlimits,
+			    uint64_t *h1, uint64_t *h2, sluice_shard_t **out)
+{
+	return lock_key(m, key, keylen, limits, nlimits, h1, h2, out);
+}

@@ -10,6 +10,7 @@
  *                     peek
  *   buckets_many.c    takes of several keys, all or nothing
  *   buckets_adjust.c  reset, refund, penalize, block, stats
+ *   buckets_reserve.c reservations (a turn to wait for) and set
  *
  * The helpers every take runs (find, the lock's uncontended path, a
  * reclaim step) are static inline here, so that each take path compiles
@@ -336,5 +337,12 @@ static inline int seen_before(const uint64_t *h1, const uint64_t *h2, size_t i)
 			return 1;
 	return 0;
 }
+
+/* Checks a key's limits, hashes them into h1/h2 (one bucket each) and
+ * locks the key's shard (buckets_adjust.c): 0 with *out set, SLUICE_EINVAL
+ * or SLUICE_ESTORE (the lock). */
+int sluice_buckets_lock_key(sluice_buckets_t *m, const void *key, size_t keylen,
+			    const sluice_limit_t *limits, size_t nlimits,
+			    uint64_t *h1, uint64_t *h2, sluice_shard_t **out);
 
 #endif

@@ -189,3 +189,21 @@ int sluice_memstore_carry(sluice_memstore_t *m, const void *key, size_t keylen,
 	return sluice_buckets_carry(&m->b, key, keylen, to, from, nfrom,
 				    now_us);
 }
+
+int sluice_memstore_reserve(sluice_memstore_t *m, const void *key,
+			    size_t keylen, const sluice_limit_t *limits,
+			    size_t nlimits, uint64_t cost, uint64_t max_wait_us,
+			    int64_t now_us, sluice_decision_t *summary,
+			    uint64_t *wait_us)
+{
+	return sluice_buckets_reserve(&m->b, key, keylen, limits, nlimits, cost,
+				      max_wait_us, now_us, summary, wait_us);
+}
+
+int sluice_memstore_set(sluice_memstore_t *m, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t remaining, int64_t now_us)
+{
+	return sluice_buckets_set(&m->b, key, keylen, limits, nlimits,
+				  remaining, now_us);
+}

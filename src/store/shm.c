@@ -365,3 +365,30 @@ int sluice_shmstore_check(sluice_shmstore_t *s, char *err, size_t errlen)
 				   s->path);
 	return rc;
 }
+
+int sluice_shmstore_reserve(sluice_shmstore_t *s, const void *key,
+			    size_t keylen, const sluice_limit_t *limits,
+			    size_t nlimits, uint64_t cost, uint64_t max_wait_us,
+			    int64_t now_us, sluice_decision_t *summary,
+			    uint64_t *wait_us)
+{
+	int rc;
+
+	GUARDED(s, rc,
+		sluice_buckets_reserve(&s->b, key, keylen, limits, nlimits,
+				       cost, max_wait_us, now_us, summary,
+				       wait_us));
+	return rc;
+}
+
+int sluice_shmstore_set(sluice_shmstore_t *s, const void *key, size_t keylen,
+			const sluice_limit_t *limits, size_t nlimits,
+			uint64_t remaining, int64_t now_us)
+{
+	int rc;
+
+	GUARDED(s, rc,
+		sluice_buckets_set(&s->b, key, keylen, limits, nlimits,
+				   remaining, now_us));
+	return rc;
+}

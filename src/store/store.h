@@ -48,6 +48,10 @@
 /* status 0 or a negative SLUICE_E*; when 0, allowed is 1 when every item
  * was charged and each item's outputs are set. */
 typedef void (*sluice_store_cb)(void *arg, int status, int allowed);
+/* A reservation's answer: status 0 with *res, or a negative SLUICE_E*
+ * with res NULL. */
+typedef void (*sluice_store_reserve_cb)(void *arg, int status,
+					const sluice_reservation_t *res);
 
 /* One key's usage to carry to a changed limit (the carry verb): the limit
  * `to` it has now, the limits from[0..nfrom) it had (the most recent
@@ -121,6 +125,20 @@ typedef struct sluice_store_ops_s {
 	 * NULL: the store cannot carry. */
 	int (*carry)(void *impl, const sluice_carry_item_t *items, size_t n,
 		     int64_t now_us, sluice_store_cb cb, void *arg);
+	/* A reservation of one item (its key, limits, cost): charged now,
+	 * into debt if need be, answering the wait until its turn; refused,
+	 * charging nothing, when the turn is later than max_wait_us
+	 * (sluice_reserve_all(), atomic with every take of the key; on
+	 * Redis at the server's clock).  cb once, as take's.  NULL: the
+	 * store cannot reserve. */
+	int (*reserve)(void *impl, const sluice_take_item_t *item,
+		       uint64_t max_wait_us, int64_t now_us,
+		       sluice_store_reserve_cb cb, void *arg);
+	/* An admin verb, as block: each item's buckets hold `remaining`
+	 * whole tokens from now (sluice_set_remaining()). */
+	int (*set)(void *impl, sluice_take_item_t *items, size_t n,
+		   uint64_t remaining, int64_t now_us, sluice_store_cb cb,
+		   void *arg);
 } sluice_store_ops_t;
 
 typedef struct sluice_backend_s {

@@ -45,6 +45,12 @@ typedef struct {
 	/* One item taken (peek 0) or peeked at once, its outputs written,
 	 * the failure said: the driver's take_now, take's common case, peek. */
 	int (*now)(void *s, sluice_take_item_t *it, int64_t now_us, int peek);
+	int (*reserve)(void *s, const sluice_take_item_t *it,
+		       uint64_t max_wait_us, int64_t now_us,
+		       sluice_reservation_t *res);
+	int (*set)(void *s, const void *key, size_t keylen,
+		   const sluice_limit_t *limits, size_t nlimits,
+		   uint64_t remaining, int64_t now_us);
 } local_calls_t;
 
 /* A failing shared store is said in the log: once when the file shrank
@@ -130,6 +136,23 @@ static void shm_log_failure(void *impl)
 	{                                                                      \
 		prefix##_stats((type *)s, out);                                \
 	}                                                                      \
+	static int name##_reserve1(void *s, const sluice_take_item_t *it,      \
+				   uint64_t max_wait_us, int64_t now_us,       \
+				   sluice_reservation_t *res)                  \
+	{                                                                      \
+		res->now_us = now_us;                                          \
+		return prefix##_reserve((type *)s, it->key, it->keylen,        \
+					it->limits, it->nlimits, it->cost,     \
+					max_wait_us, now_us, &res->summary,    \
+					&res->wait_us);                        \
+	}                                                                      \
+	static int name##_set1(void *s, const void *key, size_t keylen,        \
+			       const sluice_limit_t *limits, size_t nlimits,   \
+			       uint64_t remaining, int64_t now_us)             \
+	{                                                                      \
+		return prefix##_set((type *)s, key, keylen, limits, nlimits,   \
+				    remaining, now_us);                        \
+	}                                                                      \
 	static int name##_carry1(void *s, const void *key, size_t keylen,      \
 				 const sluice_limit_t *to,                     \
 				 const sluice_limit_t *from, size_t nfrom,     \
@@ -148,6 +171,8 @@ static void shm_log_failure(void *impl)
 		.carry = name##_carry1,                                        \
 		.failed = on_failure,                                          \
 		.now = name##_now,                                             \
+		.reserve = name##_reserve1,                                    \
+		.set = name##_set1,                                            \
 	}
 
 LOCAL_CALLS(memory, sluice_memstore, sluice_memstore_t, NULL);
@@ -238,6 +263,48 @@ static int local_peek(const local_calls_t *c, void *impl,
 	return 0;
 }
 
+/* A reservation of one item (sluice_reserve_all() under the key's
+ * lock), answered at once. */
+static int local_reserve(const local_calls_t *c, void *impl,
+			 const sluice_take_item_t *item, uint64_t max_wait_us,
+			 int64_t now_us, sluice_store_reserve_cb cb, void *arg)
+{
+	sluice_reservation_t res;
+	int r;
+
+	memset(&res, 0, sizeof(res));
+	r = c->reserve(impl, item, max_wait_us, now_us, &res);
+	if (r == SLUICE_EINVAL)
+		return r;
+	if (r < 0) {
+		if (r == SLUICE_ESTORE && c->failed)
+			c->failed(impl);
+		cb(arg, r, NULL);
+		return 0;
+	}
+	res.reserved = r;
+	cb(arg, 0, &res);
+	return 0;
+}
+
+/* Sets each item's buckets to `remaining` tokens. */
+static int local_set(const local_calls_t *c, void *impl,
+		     sluice_take_item_t *items, size_t n, uint64_t remaining,
+		     int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	size_t i;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		r = c->set(impl, items[i].key, items[i].keylen, items[i].limits,
+			   items[i].nlimits, remaining, now_us);
+		if (r < 0)
+			return r;
+	}
+	cb(arg, 0, 1);
+	return 0;
+}
+
 /* Carries each item's usage to its new limit (sluice_memstore_carry()),
  * in turn. */
 static int local_carry(const local_calls_t *c, void *impl,
@@ -281,6 +348,7 @@ static void local_free(void *impl)
 		.penalize = store##_penalize, .block = store##_block,          \
 		.healthy = NULL, .stats = store##_stats1, .free = free_fn,     \
 		.free_then = NULL, .take_now = store##_now,                    \
+		.reserve = store##_reserve, .set = store##_set,                \
 		.carry = store##_carry,                                        \
 	}
 
@@ -330,6 +398,20 @@ static void local_free(void *impl)
 	{                                                                      \
 		return local_each(&store##_calls, impl, OP_BLOCK, items, n,    \
 				  ms, now_us, cb, arg);                        \
+	}                                                                      \
+	static int store##_reserve(void *impl, const sluice_take_item_t *item, \
+				   uint64_t max_wait_us, int64_t now_us,       \
+				   sluice_store_reserve_cb cb, void *arg)      \
+	{                                                                      \
+		return local_reserve(&store##_calls, impl, item, max_wait_us,  \
+				     now_us, cb, arg);                         \
+	}                                                                      \
+	static int store##_set(void *impl, sluice_take_item_t *items,          \
+			       size_t n, uint64_t remaining, int64_t now_us,   \
+			       sluice_store_cb cb, void *arg)                  \
+	{                                                                      \
+		return local_set(&store##_calls, impl, items, n, remaining,    \
+				 now_us, cb, arg);                             \
 	}                                                                      \
 	static int store##_carry(void *impl, const sluice_carry_item_t *items, \
 				 size_t n, int64_t now_us, sluice_store_cb cb, \

@@ -67,6 +67,24 @@ static int redis_block(void *impl, sluice_take_item_t *items, size_t n,
 				  arg);
 }
 
+/* A reservation: sluice_redis_reserve() has the driver's shape. */
+static int redis_reserve(void *impl, const sluice_take_item_t *item,
+			 uint64_t max_wait_us, int64_t now_us,
+			 sluice_store_reserve_cb cb, void *arg)
+{
+	return sluice_redis_reserve(((redis_impl_t *)impl)->r, item->key,
+				    item->keylen, item->limits, item->nlimits,
+				    item->cost, max_wait_us, cb, arg);
+}
+
+static int redis_set(void *impl, sluice_take_item_t *items, size_t n,
+		     uint64_t remaining, int64_t now_us, sluice_store_cb cb,
+		     void *arg)
+{
+	return sluice_redis_set(((redis_impl_t *)impl)->r, items, n, remaining,
+				cb, arg);
+}
+
 /* A carry over several items: one sluice_redis_carry() each (the module
  * keeps the script's state, so the script carries either way), the
  * driver's callback once, with the first failure. */
@@ -198,6 +216,8 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.stats = NULL,
 	.free = redis_free,
 	.free_then = redis_free_then,
+	.reserve = redis_reserve,
+	.set = redis_set,
 	.carry = redis_carry,
 };
 

@@ -268,6 +268,38 @@ class Behaviour:
             # The rule "api" with the same key is another bucket.
             self.assertEqual(remaining(s, {"rule": "api", "key": "job"}), 3)
 
+    def test_set_leaves_the_tokens_asked(self):
+        """/v1/set: the key's buckets hold `remaining` tokens, whatever
+        they held -- a full one (no state) too, a drained one, the
+        capacity or more is full; and a reservation then waits."""
+        with self.start() as s:
+            body = {"rule": "api", "key": "sam"}
+            r = self.post(s, "/v1/set", dict(body, remaining=1))
+            self.assertEqual((r.status, r.json()), (200, {"status": "set"}))
+            self.assertEqual(drain(s, body), 1)
+            r = self.post(s, "/v1/set", dict(body, remaining=2))
+            self.assertEqual(r.status, 200)
+            self.assertEqual(remaining(s, body), 2)
+            self.assertEqual(self.post(s, "/v1/set",
+                                       dict(body, remaining=99)).status, 200)
+            # Full: the smaller limit's 3.
+            self.assertEqual(drain(s, body), 3)
+            adhoc = {"key": "set-job", "capacity": 4, "rate": "1/h"}
+            self.assertEqual(self.post(s, "/v1/set",
+                                       dict(adhoc, remaining=0)).status, 200)
+            r = take(s, dict(adhoc, max_wait_ms=3600000))
+            self.assertEqual(r.status, 200)
+            # One token an hour: an hour to wait.
+            self.assertTrue(3590000 < r.json()["wait_ms"] <= 3600000,
+                            r.json())
+            for bad in ({"remaining": -1}, {"remaining": "2"}, {},
+                        {"cost": 1, "remaining": 1}):
+                r = self.post(s, "/v1/set", dict(body, **bad))
+                self.assertEqual(r.status, 400, bad)
+            r = self.post(s, "/v1/set", dict(body, remaining=1),
+                          headers={})
+            self.assertEqual(r.status, 401)
+
     def test_a_key_without_state_is_not_found(self):
         """Nothing to reset or refund (every bucket full, the same as
         none): 404 not_found, and nothing changes."""

@@ -242,6 +242,55 @@ class ClassicPolicy(unittest.TestCase):
         self.assertEqual(answers[3].header("retry-after"),
                          str(math.ceil(last["retry_after_ms"] / 1000)))
 
+    def test_take_max_wait_ms_reserves_a_turn(self):
+        """max_wait_ms: a request over the limit is given its turn
+        (wait_ms) instead of a refusal, one refill after the one before;
+        a turn past max_wait_ms is refused and charges nothing."""
+        def take(max_wait_ms):
+            r = self.s.request("POST", "/v1/take", {}, json.dumps(
+                {"key": "queue-1", "capacity": 1, "rate": "1/min",
+                 "max_wait_ms": max_wait_ms}))
+            return r, r.json()
+
+        waits = []
+        for _ in range(3):
+            r, body = take(200000)
+            self.assertEqual(r.status, 200, body)
+            self.assertEqual(body["allowed"], True)
+            self.assertEqual(body["retry_after_ms"], 0)
+            waits.append(body["wait_ms"])
+        # Each turn a minute after the one before (less what elapsed
+        # between the requests: a busy machine may take seconds).
+        for want, got in zip([0, 60000, 120000], waits):
+            self.assertTrue(want - 30000 < got <= want, waits)
+        r, body = take(100000)
+        self.assertEqual(r.status, 429, body)
+        self.assertEqual(body["allowed"], False)
+        self.assertTrue(150000 < body["wait_ms"] <= 180000, body)
+        self.assertTrue(50000 < body["retry_after_ms"] <= 80000, body)
+        self.assertEqual(r.header("retry-after"),
+                         str(math.ceil(body["retry_after_ms"] / 1000)))
+        # Nothing was charged: the next turn is still three minutes on.
+        r, body = take(200000)
+        self.assertEqual(r.status, 200, body)
+        self.assertTrue(150000 < body["wait_ms"] <= 180000, body)
+        # A rule's bucket too, shared with /v1/check: a reservation of
+        # what is left waits for nothing.
+        r = self.s.request("POST", "/v1/take", {}, json.dumps(
+            {"rule": "default", "key": "queue-rule", "cost": 100,
+             "max_wait_ms": 0}))
+        self.assertEqual((r.status, r.json()["wait_ms"]), (200, 0))
+        r = self.s.request("POST", "/v1/take", {}, json.dumps(
+            {"rule": "default", "key": "queue-rule", "max_wait_ms": 0}))
+        self.assertEqual(r.status, 429)
+        self.assertTrue(0 < r.json()["wait_ms"] <= 500, r.json())
+        for bad in (-1, "5", 1.5, 2 ** 40):
+            r = self.s.request("POST", "/v1/take", {}, json.dumps(
+                {"key": "queue-2", "capacity": 1, "rate": "1/s",
+                 "max_wait_ms": bad}))
+            self.assertEqual(r.status, 400, bad)
+            self.assertEqual(r.json()["field"], "max_wait_ms")
+
     def test_take_numeric_rate_and_cost(self):
         r = self.s.request("POST", "/v1/take", {}, json.dumps(
             {"key": "adhoc-2", "capacity": 10, "rate": 2, "cost": 4}))

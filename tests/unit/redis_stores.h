@@ -4,7 +4,8 @@
  *
  *  - a store opened through the one store interface (store/store.h:
  *    sluice_backend_open() on a sluice_store_config_t), and each of its
- *    verbs (take, peek, reset, refund, penalize, block) called through
+ *    verbs (take, peek, reset, refund, penalize, block, reserve, set)
+ *    called through
  *    be.ops and waited for on the loop;
  *  - a Redis client (include/sluice_redis.h) that has finished its
  *    handshake, for the tests of the client's own options (flags);
@@ -77,6 +78,9 @@ static inline sluice_redis_t *rs_client(uv_loop_t *loop, int port,
 typedef struct rs_result_s {
 	int done, status, allowed;
 	sluice_decision_t d;
+	/* a reservation: its wait and the store's clock */
+	uint64_t wait_us;
+	int64_t now_us;
 } rs_result_t;
 
 static inline void rs_on_done(void *arg, int status, int allowed)
@@ -87,6 +91,23 @@ static inline void rs_on_done(void *arg, int status, int allowed)
 	res->done = 1;
 	res->status = status;
 	res->allowed = allowed;
+}
+
+static inline void rs_on_reserved(void *arg, int status,
+				  const sluice_reservation_t *r)
+{
+	rs_result_t *res = arg;
+
+	CHECK(!res->done); /* once per call */
+	CHECK((status == 0) == (r != NULL));
+	res->done = 1;
+	res->status = status;
+	if (r) {
+		res->allowed = r->reserved;
+		res->d = r->summary;
+		res->wait_us = r->wait_us;
+		res->now_us = r->now_us;
+	}
 }
 
 /* Runs the loop until the call is answered (60 s at most: a loaded
@@ -109,6 +130,8 @@ typedef enum {
 	RS_REFUND,
 	RS_PENALIZE,
 	RS_BLOCK,
+	RS_RESERVE, /* ms: the longest wait */
+	RS_SET,	    /* cost: the tokens to leave */
 } rs_verb_t;
 
 /* One call of `verb` on one item (key, limits l[0..n), cost; ms for a
@@ -148,6 +171,13 @@ static inline rs_result_t rs_call(sluice_backend_t *be, uv_loop_t *loop,
 		break;
 	case RS_BLOCK:
 		rc = ops->block(be->impl, &it, 1, ms, now, rs_on_done, &res);
+		break;
+	case RS_RESERVE:
+		rc = ops->reserve(be->impl, &it, ms * 1000, now, rs_on_reserved,
+				  &res);
+		break;
+	case RS_SET:
+		rc = ops->set(be->impl, &it, 1, cost, now, rs_on_done, &res);
 		break;
 	}
 	CHECK(rc == 0);

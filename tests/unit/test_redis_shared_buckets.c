@@ -1,7 +1,8 @@
 /*
  * test_redis_shared_buckets.c -- a take whose items share a key or a
  * bucket gets the same answer on every store, and is never a store
- * failure.
+ * failure; and so does a sequence of reservations (a turn to wait for),
+ * refunds and sets.
  *
  * A request may carry the same Envoy descriptor twice, a descriptor with
  * its own `limit` beside one the config matches (the same key, another
@@ -218,6 +219,74 @@ static void test_shared_buckets_same_answer_on_every_store(store_t *stores,
 	}
 }
 
+/* ------------------------------------------------------- reservations */
+
+/* One call of the reservation table: a reservation (max_wait in seconds)
+ * or a set (cost: the tokens to leave), and what it must answer. */
+typedef struct reserve_row_s {
+	const char *what;
+	rs_verb_t verb;
+	uint64_t cost, max_wait_s;
+	int reserved;
+	uint64_t wait_s; /* the turn, in whole seconds from now */
+} reserve_row_t;
+
+/* On "w" under 2 tokens at 1/h, in order. */
+static const reserve_row_t reserve_table[] = {
+	{"a full bucket: the first two now", RS_RESERVE, 1, 0, 1, 0},
+	{"", RS_RESERVE, 1, 0, 1, 0},
+	{"the third waits an hour", RS_RESERVE, 1, 3600, 1, 3600},
+	{"the fourth would wait two: refused past its max_wait", RS_RESERVE, 1,
+	 3600, 0, 7200},
+	{"nothing was charged by it: two hours with room for them", RS_RESERVE,
+	 1, 7200, 1, 7200},
+	{"a cost beyond the capacity never", RS_RESERVE, 3, 86400, 0, 0},
+	{"an aborted wait gives its token back (refund)", RS_REFUND, 1, 0, 0,
+	 0},
+	{"and the next one gets that turn", RS_RESERVE, 2, 10800, 1, 10800},
+	{"set leaves one token", RS_SET, 1, 0, 0, 0},
+	{"which a reservation takes at once", RS_RESERVE, 1, 0, 1, 0},
+	{"then an hour's wait again", RS_RESERVE, 1, 0, 0, 3600},
+};
+
+/* The same reservations get the same answers on every store: reserved
+ * or refused alike, each turn where the table says (the moments between
+ * calls shorten a wait by less than a minute). */
+static void test_reservations_same_answer_on_every_store(store_t *stores,
+							 size_t nstores)
+{
+	const size_t n = sizeof(reserve_table) / sizeof(reserve_table[0]);
+	sluice_limit_t l;
+	size_t r, s;
+
+	rs_limit(&l, "2", "1/h");
+	for (s = 0; s < nstores; s++) {
+		for (r = 0; r < n; r++) {
+			const reserve_row_t *row = &reserve_table[r];
+			rs_result_t a = rs_call(
+				&stores[s].be, stores[s].loop, row->verb, "w",
+				&l, 1, row->cost, row->max_wait_s * 1000);
+
+			CHECK(a.status == 0);
+			if (row->verb != RS_RESERVE)
+				continue;
+			if (a.allowed != row->reserved)
+				fprintf(stderr,
+					"%s: row %zu (%s): reserved %d\n",
+					stores[s].name, r, row->what,
+					a.allowed);
+			CHECK(a.allowed == row->reserved);
+			if (row->cost > 2) {
+				CHECK(a.wait_us == UINT64_MAX && a.d.never);
+				continue;
+			}
+			CHECK(a.wait_us <= row->wait_s * 1000000);
+			CHECK(a.wait_us + 60000000 > row->wait_s * 1000000);
+			CHECK(a.now_us > 0);
+		}
+	}
+}
+
 int main(void)
 {
 	rh_redis_t with = {0}, without = {0};
@@ -260,6 +329,7 @@ int main(void)
 	rs_store_open(&stores[3].be, &loops[1], url);
 
 	test_shared_buckets_same_answer_on_every_store(stores, NSTORES);
+	test_reservations_same_answer_on_every_store(stores, NSTORES);
 
 	rs_store_close(&stores[3].be, &loops[1]);
 	rs_store_close(&stores[2].be, &loops[0]);

@@ -241,38 +241,92 @@ typedef struct step_s {
 	const char *key;
 	int set;
 	uint64_t cost, ms;
-	int allowed; /* take and peek: what the step must decide */
+	int allowed;	  /* take, peek, reserve: what the step must decide */
+	uint64_t wait_us; /* reserve: the wait it must answer */
 } step_t;
 
 /* Every verb, on one limit and several, a limit given twice, a rate with
  * a fraction of a microsecond per token (50/min), a cost beyond the
  * capacity. */
 static const step_t steps[] = {
-	{RS_TAKE, "alice", 0, 1, 0, 1},	     {RS_TAKE, "alice", 0, 1, 0, 1},
-	{RS_TAKE, "alice", 0, 2, 0, 1},	     {RS_TAKE, "alice", 0, 1, 0, 1},
-	{RS_TAKE, "alice", 0, 1, 0, 0},	     {RS_TAKE, "alice", 0, 6, 0, 0},
-	{RS_PEEK, "alice", 0, 0, 0, 1},	     {RS_REFUND, "alice", 0, 3, 0, 0},
-	{RS_PEEK, "alice", 0, 3, 0, 1},	     {RS_PEEK, "alice", 0, 4, 0, 0},
-	{RS_PENALIZE, "alice", 0, 2, 0, 0},  {RS_TAKE, "alice", 0, 1, 0, 1},
-	{RS_BLOCK, "alice", 0, 0, 90000, 0}, {RS_TAKE, "alice", 0, 1, 0, 0},
-	{RS_PEEK, "alice", 0, 1, 0, 0},	     {RS_RESET, "alice", 0, 0, 0, 0},
-	{RS_TAKE, "alice", 0, 2, 0, 1},	     {RS_TAKE, "bob", 1, 1, 0, 1},
-	{RS_TAKE, "bob", 1, 1, 0, 1},	     {RS_TAKE, "bob", 1, 1, 0, 0},
-	{RS_REFUND, "bob", 1, 1, 0, 0},	     {RS_TAKE, "bob", 1, 1, 0, 1},
-	{RS_PENALIZE, "bob", 1, 4, 0, 0},    {RS_TAKE, "bob", 1, 1, 0, 0},
-	{RS_RESET, "bob", 1, 0, 0, 0},	     {RS_TAKE, "bob", 1, 2, 0, 1},
-	{RS_TAKE, "frac", 2, 3, 0, 1},	     {RS_TAKE, "frac", 2, 3, 0, 1},
-	{RS_TAKE, "frac", 2, 3, 0, 0},	     {RS_PEEK, "frac", 2, 1, 0, 1},
-	{RS_PENALIZE, "frac", 2, 1, 0, 0},   {RS_REFUND, "frac", 2, 3, 0, 0},
-	{RS_TAKE, "frac", 2, 3, 0, 1},	     {RS_BLOCK, "frac", 2, 0, 1500, 0},
-	{RS_TAKE, "frac", 2, 1, 0, 0},	     {RS_TAKE, "dup", 3, 1, 0, 1},
-	{RS_TAKE, "dup", 3, 4, 0, 1},	     {RS_TAKE, "dup", 3, 1, 0, 0},
-	{RS_REFUND, "dup", 3, 1, 0, 0},	     {RS_TAKE, "dup", 3, 1, 0, 1},
+	{RS_TAKE, "alice", 0, 1, 0, 1, 0},
+	{RS_TAKE, "alice", 0, 1, 0, 1, 0},
+	{RS_TAKE, "alice", 0, 2, 0, 1, 0},
+	{RS_TAKE, "alice", 0, 1, 0, 1, 0},
+	{RS_TAKE, "alice", 0, 1, 0, 0, 0},
+	{RS_TAKE, "alice", 0, 6, 0, 0, 0},
+	{RS_PEEK, "alice", 0, 0, 0, 1, 0},
+	{RS_REFUND, "alice", 0, 3, 0, 0, 0},
+	{RS_PEEK, "alice", 0, 3, 0, 1, 0},
+	{RS_PEEK, "alice", 0, 4, 0, 0, 0},
+	{RS_PENALIZE, "alice", 0, 2, 0, 0, 0},
+	{RS_TAKE, "alice", 0, 1, 0, 1, 0},
+	{RS_BLOCK, "alice", 0, 0, 90000, 0, 0},
+	{RS_TAKE, "alice", 0, 1, 0, 0, 0},
+	{RS_PEEK, "alice", 0, 1, 0, 0, 0},
+	{RS_RESET, "alice", 0, 0, 0, 0, 0},
+	{RS_TAKE, "alice", 0, 2, 0, 1, 0},
+	{RS_TAKE, "bob", 1, 1, 0, 1, 0},
+	{RS_TAKE, "bob", 1, 1, 0, 1, 0},
+	{RS_TAKE, "bob", 1, 1, 0, 0, 0},
+	{RS_REFUND, "bob", 1, 1, 0, 0, 0},
+	{RS_TAKE, "bob", 1, 1, 0, 1, 0},
+	{RS_PENALIZE, "bob", 1, 4, 0, 0, 0},
+	{RS_TAKE, "bob", 1, 1, 0, 0, 0},
+	{RS_RESET, "bob", 1, 0, 0, 0, 0},
+	{RS_TAKE, "bob", 1, 2, 0, 1, 0},
+	{RS_TAKE, "frac", 2, 3, 0, 1, 0},
+	{RS_TAKE, "frac", 2, 3, 0, 1, 0},
+	{RS_TAKE, "frac", 2, 3, 0, 0, 0},
+	{RS_PEEK, "frac", 2, 1, 0, 1, 0},
+	{RS_PENALIZE, "frac", 2, 1, 0, 0, 0},
+	{RS_REFUND, "frac", 2, 3, 0, 0, 0},
+	{RS_TAKE, "frac", 2, 3, 0, 1, 0},
+	{RS_BLOCK, "frac", 2, 0, 1500, 0, 0},
+	{RS_TAKE, "frac", 2, 1, 0, 0, 0},
+	{RS_TAKE, "dup", 3, 1, 0, 1, 0},
+	{RS_TAKE, "dup", 3, 4, 0, 1, 0},
+	{RS_TAKE, "dup", 3, 1, 0, 0, 0},
+	{RS_REFUND, "dup", 3, 1, 0, 0, 0},
+	{RS_TAKE, "dup", 3, 1, 0, 1, 0},
+	/* Reservations (ms: the longest wait): five tokens at once, the
+	 * sixth an hour later, the seventh refused (its turn two hours
+	 * on); a take refused meanwhile; a refund (an aborted wait) gives
+	 * the last turn back; a cost beyond the capacity never; set leaves
+	 * 3 tokens. */
+	{RS_RESERVE, "q", 0, 1, 3600000, 1, 0},
+	{RS_RESERVE, "q", 0, 2, 3600000, 1, 0},
+	{RS_RESERVE, "q", 0, 2, 3600000, 1, 0},
+	{RS_RESERVE, "q", 0, 1, 3600000, 1, 3600000000},
+	{RS_RESERVE, "q", 0, 1, 7199999, 0, 7200000000},
+	{RS_TAKE, "q", 0, 1, 0, 0, 0},
+	{RS_REFUND, "q", 0, 1, 0, 0, 0},
+	{RS_RESERVE, "q", 0, 1, 3600000, 1, 3600000000},
+	{RS_RESERVE, "q", 0, 6, 86400000, 0, UINT64_MAX},
+	{RS_SET, "q", 0, 3, 0, 0, 0},
+	{RS_TAKE, "q", 0, 3, 0, 1, 0},
+	{RS_TAKE, "q", 0, 1, 0, 0, 0},
+	/* One token at 3/s (a third of a microsecond per token): turns
+	 * 333334 and 666667 us on, the fraction kept in the state. */
+	{RS_RESERVE, "f", 4, 1, 1000, 1, 0},
+	{RS_RESERVE, "f", 4, 1, 1000, 1, 333334},
+	{RS_RESERVE, "f", 4, 1, 1000, 1, 666667},
+	{RS_RESERVE, "f", 4, 1, 999, 0, 1000000},
+	/* Several limits: the 2/day one sets the turn (12 h), the 1/s one
+	 * is charged at that turn; then set makes both full. */
+	{RS_RESERVE, "m", 1, 1, 0, 1, 0},
+	{RS_RESERVE, "m", 1, 1, 0, 1, 0},
+	{RS_RESERVE, "m", 1, 1, 43200000, 1, 43200000000},
+	{RS_RESERVE, "m", 1, 1, 0, 0, 86400000000},
+	{RS_SET, "m", 1, 10, 0, 0, 0},
+	{RS_TAKE, "m", 1, 2, 0, 1, 0},
+	/* Cost 0 reserves nothing, and waits for nothing. */
+	{RS_RESERVE, "z", 0, 0, 0, 1, 0},
 };
 
 /* The limit sets of the steps: sets[i][0..nset[i]). */
-static sluice_limit_t sets[4][2];
-static const size_t nset[4] = {1, 2, 1, 2};
+static sluice_limit_t sets[5][2];
+static const size_t nset[5] = {1, 2, 1, 2, 1};
 
 static void make_sets(void)
 {
@@ -282,6 +336,7 @@ static void make_sets(void)
 	rs_limit(&sets[2][0], "7", "50/min");
 	rs_limit(&sets[3][0], "5", "1/h");
 	sets[3][1] = sets[3][0];
+	rs_limit(&sets[4][0], "1", "3/s");
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -344,7 +399,8 @@ static void same_result(const rs_result_t *a, const rs_result_t *b, size_t step)
 	    a->d.limit == b->d.limit && a->d.remaining == b->d.remaining &&
 	    a->d.retry_after_us == b->d.retry_after_us &&
 	    a->d.reset_after_us == b->d.reset_after_us &&
-	    a->d.which == b->d.which)
+	    a->d.which == b->d.which && a->wait_us == b->wait_us &&
+	    a->now_us == b->now_us)
 		return;
 	fprintf(stderr,
 		"step %zu: module status %d allowed %d remaining %" PRIu64
@@ -400,16 +456,26 @@ static void test_same_sequence_same_decisions_and_state(int mod_port,
 			    nset[s->set], s->cost, s->ms);
 		CHECK(a.status == 0);
 		same_result(&a, &b, i);
-		if ((s->verb == RS_TAKE || s->verb == RS_PEEK) &&
+		if ((s->verb == RS_TAKE || s->verb == RS_PEEK ||
+		     s->verb == RS_RESERVE) &&
 		    a.allowed != s->allowed) {
 			fprintf(stderr, "step %zu: allowed %d, not %d\n", i,
 				a.allowed, s->allowed);
 			CHECK(0);
 		}
+		if (s->verb == RS_RESERVE && a.wait_us != s->wait_us) {
+			fprintf(stderr,
+				"step %zu: wait %" PRIu64 ", not %" PRIu64 "\n",
+				i, a.wait_us, s->wait_us);
+			CHECK(0);
+		}
 		keys = same_keyspace(cm, cs);
 	}
-	/* Every key (alice, bob's two buckets, frac, dup) is stored. */
-	CHECK(keys == 5);
+	/* Every key (alice, bob's two buckets, frac, dup; q, f and m's two
+	 * buckets) is stored. */
+	CHECK(keys == 9);
+	/* The module reserved one limit on its side. */
+	CHECK(rs_calls(cm, "sluice.reserve") > 0);
 	/* The module decided the takes on its side. */
 	CHECK(rs_calls(cm, "sluice.take") > 0 &&
 	      rs_calls(cm, "sluice.takemulti") > 0);

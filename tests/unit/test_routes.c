@@ -134,7 +134,8 @@ static void test_admin_listener_split(void)
 {
 	CHECK_EQ_U64(ask_on(1, "GET", "/healthz"), 404);
 	CHECK(has("this is the admin listener: /v1/reset, /v1/refund, "
-		  "/rlconfig\""));
+		  "/v1/set, /rlconfig\""));
+	CHECK_EQ_U64(ask_on(1, "POST", "/v1/set"), 401);
 	CHECK_EQ_U64(ask_on(1, "POST", "/v1/reset"), 401);
 	admin_apart = 1;
 	CHECK_EQ_U64(ask_on(0, "POST", "/v1/reset"), 404);

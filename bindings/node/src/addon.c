@@ -83,6 +83,23 @@ void addon_decision(const sluice_decision_t *d, size_t which,
 	out[4] = (double)which;
 }
 
+void addon_reservation(const sluice_reservation_t *r,
+		       double out[DECISION_FIELDS])
+{
+	const sluice_decision_t *d = &r->summary;
+
+	out[0] = r->wait_us == UINT64_MAX ? -1 : (double)r->wait_us;
+	out[1] = (double)r->now_us;
+	out[2] = (double)d->remaining;
+	if (r->reserved)
+		out[3] = ms_ceil(d->reset_after_us);
+	else
+		out[3] = d->retry_after_us == UINT64_MAX
+				 ? -1
+				 : ms_ceil(d->retry_after_us);
+	out[4] = (double)d->limit;
+}
+
 /* ------------------------------------------------------------- policies */
 
 static void free_ptr(napi_env env, void *data, void *hint)

@@ -10,7 +10,8 @@
  *
  * Every store is opened and called through the store interface
  * (src/store/store.h: sluice_backend_open_events(), then ops->take,
- * peek, reset, refund, penalize, block), as `sluice serve` calls it: the
+ * peek, reset, refund, penalize, block, reserve, set), as `sluice serve`
+ * calls it: the
  * addon names no store's own functions, so a store added there is a
  * store the addon can open.
  */
@@ -81,7 +82,15 @@ void *addon_take_args(napi_env env, napi_value *argv, policy_t **p,
 		      char key[SLUICE_KEY_MAX], size_t *keylen, uint64_t *n);
 
 /* What an admin call does (the op argument of memoryAdmin & co.). */
-enum { ADMIN_RESET, ADMIN_REFUND, ADMIN_PENALIZE, ADMIN_BLOCK };
+enum { ADMIN_RESET, ADMIN_REFUND, ADMIN_PENALIZE, ADMIN_BLOCK, ADMIN_SET };
+
+/* A reservation's answer as the DECISION_FIELDS numbers JS reads (in the
+ * place of a decision's): wait_us (-1: never), now_us (the store's
+ * clock), remaining, then reset_ms when reserved, else retry_after_ms
+ * (until a reservation with the same max_wait passes; -1 never), and
+ * limit. */
+void addon_reservation(const sluice_reservation_t *r,
+		       double out[DECISION_FIELDS]);
 
 /* redisNew()'s options object into *cfg (its strings the caller's, freed
  * by addon_config_free()); -1 on a Node-API failure, with what was

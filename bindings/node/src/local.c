@@ -275,6 +275,10 @@ static napi_value local_admin(napi_env env, napi_callback_info info)
 		/* n is the block's length in ms. */
 		rc = ops->block(be->impl, &it, 1, it.cost, now, on_answer, &a);
 		break;
+	case ADMIN_SET:
+		/* n is the tokens to leave. */
+		rc = ops->set(be->impl, &it, 1, it.cost, now, on_answer, &a);
+		break;
 	}
 	if ((rc = answered(rc, &a)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
@@ -283,12 +287,78 @@ static napi_value local_admin(napi_env env, napi_callback_info info)
 	return NULL;
 }
 
+/* A reservation's answer, given before the driver's call returns. */
+typedef struct reserved_s {
+	int done, status;
+	sluice_reservation_t res;
+} reserved_t;
+
+static void on_reserved(void *arg, int status, const sluice_reservation_t *r)
+{
+	reserved_t *a = arg;
+
+	a->done = 1;
+	a->status = status;
+	if (r)
+		a->res = *r;
+}
+
+/*
+ * memoryReserve / shmReserve(store, key, policy, cost, max_wait_us[,
+ * now_us]) -> reserved (bool): a reservation (store.h's reserve), its
+ * answer in the store's decision array as addon_reservation() lays it
+ * out.
+ */
+static napi_value local_reserve(napi_env env, napi_callback_info info)
+{
+	size_t argc = 6;
+	napi_value argv[6], res;
+	sluice_backend_t *be;
+	int64_t now;
+	double max_wait;
+	policy_t *p;
+	char key[SLUICE_KEY_MAX];
+	sluice_take_item_t it = {0};
+	reserved_t a = {0};
+	int rc;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	if (!be)
+		return NULL;
+	CHECK(env, napi_get_value_double(env, argv[4], &max_wait));
+	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
+		now = sluice_now_us();
+	it.key = key;
+	it.limits = p->limits;
+	it.nlimits = p->nlimits;
+	rc = be->ops->reserve(be->impl, &it,
+			      max_wait > 0 ? (uint64_t)max_wait : 0, now,
+			      on_reserved, &a);
+	assert(rc < 0 || a.done);
+	if (rc == 0)
+		rc = a.status;
+	if (rc < 0) {
+		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
+		return NULL;
+	}
+	addon_reservation(&a.res, ((local_t *)be)->out);
+	CHECK(env, napi_get_boolean(env, a.res.reserved, &res));
+	return res;
+}
+
 /* Both local stores have the same calls: the backend knows which it is. */
 const addon_fn_t addon_local_fns[] = {
-	{"memoryNew", memory_new},  {"memoryTake", local_take},
-	{"memoryPeek", local_peek}, {"memoryAdmin", local_admin},
-	{"shmNew", shm_new},	    {"shmTake", local_take},
-	{"shmPeek", local_peek},    {"shmAdmin", local_admin},
+	{"memoryNew", memory_new},
+	{"memoryTake", local_take},
+	{"memoryPeek", local_peek},
+	{"memoryAdmin", local_admin},
+	{"shmNew", shm_new},
+	{"shmTake", local_take},
+	{"shmPeek", local_peek},
+	{"shmAdmin", local_admin},
+	{"memoryReserve", local_reserve},
+	{"shmReserve", local_reserve},
 };
 const size_t addon_local_nfns =
 	sizeof(addon_local_fns) / sizeof(addon_local_fns[0]);

@@ -685,11 +685,64 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	case ADMIN_BLOCK:
 		rc = ops->block(c->be.impl, &a->item, 1, n, 0, on_answer, a);
 		break;
+	case ADMIN_SET:
+		rc = ops->set(c->be.impl, &a->item, 1, n, 0, on_answer, a);
+		break;
 	default:
 		rc = SLUICE_EINVAL;
 	}
 	if (rc < 0) {
 		put_call(c, a);
+		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
+		return NULL;
+	}
+	return NULL;
+}
+
+/* A reservation's answer (store.h's reserve callback): its numbers as
+ * addon_reservation() lays them out, then the queue, as a take's. */
+static void on_reserved(void *arg, int status, const sluice_reservation_t *r)
+{
+	rcall_t *call = arg;
+
+	call->status = status;
+	call->allowed = r && r->reserved;
+	if (r)
+		addon_reservation(r, call->nums);
+	else
+		memset(call->nums, 0, sizeof(call->nums));
+	enqueue(call->c, call);
+}
+
+/*
+ * redisReserve(client, key, policy, cost, max_wait_us, id) -> undefined:
+ * a reservation at the server's clock, answered as row `id` from the
+ * loop like a take (allowed: reserved; the numbers addon_reservation()'s).
+ */
+static napi_value redis_reserve(napi_env env, napi_callback_info info)
+{
+	size_t argc = 6, keylen;
+	napi_value argv[6];
+	rclient_t *c;
+	policy_t *p;
+	uint64_t cost;
+	double max_wait;
+	char key[SLUICE_KEY_MAX];
+	rcall_t *call;
+	int rc;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	c = addon_take_args(env, argv, &p, key, &keylen, &cost);
+	if (!c || napi_get_value_double(env, argv[4], &max_wait) != napi_ok)
+		return addon_throw_last(env);
+	call = new_call(env, c, p, key, keylen, cost, argv[5], 0);
+	if (!call)
+		return NULL;
+	rc = c->be.ops->reserve(c->be.impl, &call->item,
+				max_wait > 0 ? (uint64_t)max_wait : 0, 0,
+				on_reserved, call);
+	if (rc < 0) {
+		put_call(c, call);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
@@ -758,13 +811,10 @@ static napi_value redis_close(napi_env env, napi_callback_info info)
 }
 
 const addon_fn_t addon_redis_fns[] = {
-	{"redisNew", redis_new},
-	{"redisTake", redis_take},
-	{"redisPeek", redis_peek},
-	{"redisAdmin", redis_admin},
-	{"redisHealthy", redis_healthy},
-	{"redisClose", redis_close},
-	{"redisLastError", redis_last_error},
+	{"redisNew", redis_new},	 {"redisTake", redis_take},
+	{"redisPeek", redis_peek},	 {"redisAdmin", redis_admin},
+	{"redisReserve", redis_reserve}, {"redisHealthy", redis_healthy},
+	{"redisClose", redis_close},	 {"redisLastError", redis_last_error},
 };
 const size_t addon_redis_nfns =
 	sizeof(addon_redis_fns) / sizeof(addon_redis_fns[0]);

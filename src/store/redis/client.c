@@ -112,6 +112,15 @@ static sluice_redis_call_t *one_call(sluice_redis_t *r,
 	return c;
 }
 
+sluice_redis_call_t *sluice_redis__one_call(sluice_redis_t *r,
+					    const sluice_redis_shape_t *shape,
+					    const void *key, size_t keylen,
+					    const sluice_limit_t *limits,
+					    size_t nlimits, uint64_t cost)
+{
+	return one_call(r, shape, key, keylen, limits, nlimits, cost);
+}
+
 static int take_or_peek(sluice_redis_t *r, const void *key, size_t keylen,
 			const sluice_limit_t *limits, size_t nlimits,
 			uint64_t cost, int peek, sluice_decision_t *decisions,

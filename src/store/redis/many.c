@@ -494,7 +494,8 @@ static int give_back(sluice_redis_t *r, const sluice_take_item_t *items,
 		for (j = 0; j < calls[i]->nlimits; j++)
 			if (all)
 				calls[i]->mk[j].cost = UINT64_MAX;
-			else if (adjust == SLUICE_REDIS_ADJUST_BLOCK)
+			else if (adjust == SLUICE_REDIS_ADJUST_BLOCK ||
+				 adjust == SLUICE_REDIS_ADJUST_SET)
 				calls[i]->mk[j].cost = ms;
 		calls[i]->refund = !adjust;
 		calls[i]->adjust = adjust;
@@ -562,5 +563,14 @@ int sluice_redis_block(sluice_redis_t *r, const sluice_take_item_t *items,
 		       void *arg)
 {
 	return give_back(r, items, n, 0, SLUICE_REDIS_ADJUST_BLOCK, ms, cb,
+			 arg);
+}
+
+/* set.lua writes each state to hold ms tokens (here: the tokens). */
+int sluice_redis_set(sluice_redis_t *r, const sluice_take_item_t *items,
+		     size_t n, uint64_t remaining, sluice_redis_many_cb cb,
+		     void *arg)
+{
+	return give_back(r, items, n, 0, SLUICE_REDIS_ADJUST_SET, remaining, cb,
 			 arg);
 }

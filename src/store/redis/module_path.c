@@ -14,6 +14,7 @@
  */
 #include "store/redis/redis_int.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ static void on_info(sluice_redis_link_t *l, redisReply *rep, void *priv)
 	if (!k || k->link != l || !rep)
 		return;
 	k->module = has_command(rep, 0) && has_command(rep, 1);
+	k->module_reserve = k->module && has_command(rep, 4);
 	k->batch = !k->module		 ? SLUICE_REDIS_BATCH_NONE
 		   : has_command(rep, 3) ? SLUICE_REDIS_BATCH_EACH
 		   : has_command(rep, 2) ? SLUICE_REDIS_BATCH_MANY
@@ -44,7 +46,7 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k)
 	k->batch = SLUICE_REDIS_BATCH_NONE;
 	sluice_redis__command(k->link, on_info, NULL,
 			      "COMMAND INFO SLUICE.TAKE SLUICE.TAKEMULTI "
-			      "SLUICE.TAKEMANY SLUICE.TAKEEACH");
+			      "SLUICE.TAKEMANY SLUICE.TAKEEACH SLUICE.RESERVE");
 }
 
 /* A limit as "capacity" and the exact rate "<per>/<interval>us", which
@@ -100,6 +102,29 @@ int sluice_redis__module_batch_command(sluice_redis_call_t *const *calls,
 	return SLUICE_REDIS_BATCH_MANY;
 }
 
+/* SLUICE.RESERVE key capacity "<per>/<interval>us" max_wait_us COST n */
+static void reserve_command(const sluice_redis_call_t *c,
+			    sluice_redis_resp_t *o)
+{
+	const sluice_limit_t *l = &c->limits[0];
+	char rate[64];
+	size_t n;
+
+	assert(c->nlimits == 1);
+	sluice_redis__resp_array(o, 7);
+	sluice_redis__resp_arg(o, "SLUICE.RESERVE", 14);
+	sluice_redis__resp_keys(o, c);
+	sluice_redis__resp_u64(o, l->capacity);
+	n = sluice_u64_dec(rate, l->rate.per);
+	rate[n++] = '/';
+	n += sluice_u64_dec(rate + n, l->rate.interval);
+	memcpy(rate + n, "us", 2);
+	sluice_redis__resp_arg(o, rate, n + 2);
+	sluice_redis__resp_u64(o, c->max_wait_us);
+	sluice_redis__resp_arg(o, "COST", 4);
+	sluice_redis__resp_u64(o, c->cost);
+}
+
 /* SLUICE.TAKE key capacity rate COST n, or
  * SLUICE.TAKEMULTI n key... capacity rate ... COST n. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,
@@ -107,6 +132,10 @@ void sluice_redis__module_command(const sluice_redis_call_t *c,
 {
 	size_t i;
 
+	if (c->reserve) {
+		reserve_command(c, o);
+		return;
+	}
 	if (c->nlimits == 1) {
 		sluice_redis__resp_array(o, 6);
 		sluice_redis__resp_arg(o, "SLUICE.TAKE", 11);

@@ -204,6 +204,7 @@ struct sluice_redis_conn_s {
 	uint64_t last_reply_ms; /* loop clock of the last reply */
 	uint64_t probe_sent_ms; /* a PING in flight since; 0: none */
 	int module;		/* SLUICE.TAKE present: -1 unknown, 0, 1 */
+	int module_reserve;	/* SLUICE.RESERVE present too: 1 */
 	int batch;		/* SLUICE_REDIS_BATCH_*: what it can batch */
 	/* Takes gathered for one command (call.c), sent at the end of the
 	 * loop turn; NULL: none.  On r->batches while not NULL. */
@@ -273,6 +274,9 @@ enum {
 typedef struct sluice_redis_outcome_s {
 	int allowed;
 	sluice_decision_t d; /* one-key calls: d.which is the caller's index */
+	/* a reservation: its wait and the server's clock (reserve.c) */
+	uint64_t wait_us;
+	int64_t now_us;
 } sluice_redis_outcome_t;
 
 /* A kind of call: what its reply means and whom it answers.  client.c:
@@ -337,6 +341,11 @@ struct sluice_redis_call_s {
 	size_t group;  /* which of the take's calls this is */
 	char *keybase; /* "<prefix>{<key>}:" */
 	size_t keybaselen;
+	/* sluice_redis_reserve() (reserve.c): a reservation with its
+	 * longest wait, answered to reserve_cb */
+	int reserve;
+	uint64_t max_wait_us;
+	sluice_redis_reserve_cb reserve_cb;
 	sluice_limit_t limits[];
 };
 
@@ -347,7 +356,8 @@ enum {
 	SLUICE_REDIS_ADJUST_NONE,
 	SLUICE_REDIS_ADJUST_PENALIZE, /* mk[].cost: the cost */
 	SLUICE_REDIS_ADJUST_BLOCK,    /* mk[].cost: the ms */
-	SLUICE_REDIS_ADJUST_CARRY     /* limits[0] now, the rest earlier */
+	SLUICE_REDIS_ADJUST_CARRY,    /* limits[0] now, the rest earlier */
+	SLUICE_REDIS_ADJUST_SET	      /* mk[].cost: the tokens (set.lua) */
 };
 
 struct sluice_redis_s {
@@ -620,6 +630,10 @@ extern const char sluice_redis__script_adjust_sha[41];
 extern const char sluice_redis__script_adjust[];
 extern const char sluice_redis__script_carry_sha[41];
 extern const char sluice_redis__script_carry[];
+extern const char sluice_redis__script_reserve_sha[41];
+extern const char sluice_redis__script_reserve[];
+extern const char sluice_redis__script_set_sha[41];
+extern const char sluice_redis__script_set[];
 /* The call as EVALSHA of the script for its shape (one limit, several,
  * several keys, a refund). */
 void sluice_redis__script_command(const sluice_redis_t *r,
@@ -657,6 +671,14 @@ void sluice_redis__whole_ms(sluice_decision_t *d);
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,
 			      size_t *which);
+
+/* client.c's one-key call, for reserve.c: checked key, `shape`; NULL
+ * when out of memory. */
+sluice_redis_call_t *sluice_redis__one_call(sluice_redis_t *r,
+					    const sluice_redis_shape_t *shape,
+					    const void *key, size_t keylen,
+					    const sluice_limit_t *limits,
+					    size_t nlimits, uint64_t cost);
 
 /* many.c: calls over several keys (sluice_redis_take_many()) */
 typedef struct sluice_redis_mkey_s {

@@ -29,6 +29,10 @@ const char sluice_redis__script_adjust[] = SLUICE_ADJUST_LUA;
 const char sluice_redis__script_adjust_sha[41] = SLUICE_ADJUST_SHA1;
 const char sluice_redis__script_carry[] = SLUICE_CARRY_LUA;
 const char sluice_redis__script_carry_sha[41] = SLUICE_CARRY_SHA1;
+const char sluice_redis__script_reserve[] = SLUICE_RESERVE_LUA;
+const char sluice_redis__script_reserve_sha[41] = SLUICE_RESERVE_SHA1;
+const char sluice_redis__script_set[] = SLUICE_SET_LUA;
+const char sluice_redis__script_set_sha[41] = SLUICE_SET_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -40,9 +44,10 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 			       sluice_redis_reply_fn *fn)
 {
 	static const char *const scripts[] = {
-		sluice_redis__script, sluice_redis__script_multi,
+		sluice_redis__script,	     sluice_redis__script_multi,
 		sluice_redis__script_refund, sluice_redis__script_adjust,
-		sluice_redis__script_carry};
+		sluice_redis__script_carry,  sluice_redis__script_reserve,
+		sluice_redis__script_set};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
@@ -119,6 +124,57 @@ static void adjust_command(const sluice_redis_t *r,
 	}
 }
 
+/* EVALSHA reserve 1+n key... max_wait (need tau per max)... */
+static void reserve_command(const sluice_redis_call_t *c,
+			    sluice_redis_resp_t *o)
+{
+	size_t n = c->nlimits, i;
+
+	sluice_redis__resp_array(o, 4 + n + 4 * n);
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, sluice_redis__script_reserve_sha, 40);
+	sluice_redis__resp_u64(o, n);
+	sluice_redis__resp_keys(o, c);
+	sluice_redis__resp_u64(o, c->max_wait_us < SLUICE_WAIT_MAX_US
+					  ? c->max_wait_us
+					  : SLUICE_WAIT_MAX_US);
+	for (i = 0; i < n; i++) {
+		const sluice_limit_t *l = &c->limits[i];
+
+		/* As script.c's need(): tau + 1 says "more than a bucket". */
+		sluice_redis__resp_u64(o, c->cost > l->capacity
+						  ? l->tau + 1
+						  : c->cost * l->rate.interval);
+		sluice_redis__resp_u64(o, l->tau);
+		sluice_redis__resp_u64(o, l->rate.per);
+		sluice_redis__resp_u64(o, sluice_debt_max_units(l));
+	}
+}
+
+/* EVALSHA set n key... (D per)...: the shortfall that leaves mk[].cost
+ * tokens (sluice_set_remaining() at time 0 is that shortfall). */
+static void set_command(const sluice_redis_call_t *c, sluice_redis_resp_t *o)
+{
+	size_t n = c->nlimits, i;
+
+	sluice_redis__resp_array(o, 3 + n + 2 * n);
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, sluice_redis__script_set_sha, 40);
+	sluice_redis__resp_u64(o, n);
+	for (i = 0; i < n; i++)
+		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
+	for (i = 0; i < n; i++) {
+		const sluice_limit_t *l = &c->limits[i];
+		uint64_t rem = c->mk[i].cost;
+
+		sluice_redis__resp_u64(
+			o, rem >= l->capacity
+				   ? 0
+				   : l->tau - rem * l->rate.interval);
+		sluice_redis__resp_u64(o, l->rate.per);
+	}
+}
+
 /* Several keys (sluice_redis_take_many()):
  *   EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
  *   EVALSHA sha_refund n key... (need per)...
@@ -130,6 +186,10 @@ static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
 
 	if (c->adjust == SLUICE_REDIS_ADJUST_CARRY) {
 		carry_command(r, c, o);
+		return;
+	}
+	if (c->adjust == SLUICE_REDIS_ADJUST_SET) {
+		set_command(c, o);
 		return;
 	}
 	if (c->adjust) {
@@ -172,6 +232,10 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 {
 	size_t i, per = c->nlimits > 1 || c->limits[0].rate.per > 1;
 
+	if (c->reserve) {
+		reserve_command(c, o);
+		return;
+	}
 	if (c->mk) {
 		many_command(r, c, o);
 		return;

@@ -1,0 +1,215 @@
+// Waiting for a turn: wait(), schedule(), set() and the middleware's
+// delay option, on the memory store (with a clock of the test's own, so
+// every number is exact) and on a real Redis shared by three processes.
+// Nothing here is timed: turns are read from the answers (turnAtUs, on
+// the store's clock), never from when a promise happened to resolve.
+'use strict';
+const { test, Redis, storeReady, track } = require('./helpers');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const http = require('node:http');
+const express = require('express');
+const sluice = require('..');
+
+// A memory limiter whose clock stands where the test puts it.
+function clocked() {
+  const clock = { us: 1_700_000_000_000_000 };
+  const limiter = new sluice.Limiter({ clock: () => clock.us });
+  return { limiter, clock };
+}
+
+test('wait(): turns one refill apart from a drained bucket, on the store clock', async () => {
+  const { limiter, clock } = clocked();
+  const p = sluice.policy([{ capacity: 2, rate: '10/s' }], { name: 'w' });
+  const got = [];
+  // Two at once (the burst), then one every 100 ms: promises resolve at
+  // their turns, so wait for none of them here but the answers.
+  const turns = [];
+  for (let i = 0; i < 5; i++) {
+    const w = limiter.wait('k', p, { maxWaitMs: 1000 });
+    got.push(w);
+  }
+  for (const w of got) turns.push(await w);
+  assert.deepEqual(turns.map((t) => t.turnAtUs - clock.us), [0, 0, 100000, 200000, 300000]);
+  assert.deepEqual(turns.map((t) => t.waitMs), [0, 0, 100, 200, 300]);
+  assert.ok(turns.every((t) => t.policy === 'w' && t.limit === 2));
+  await limiter.close();
+});
+
+test('wait(): refused at once past maxWaitMs, charging nothing; a cost beyond the capacity never', async () => {
+  const { limiter } = clocked();
+  const p = sluice.policy([{ capacity: 1, rate: '1/s' }], { name: 'r' });
+  assert.equal((await limiter.wait('k', p, { maxWaitMs: 0 })).waitMs, 0);
+  await assert.rejects(limiter.wait('k', p, { maxWaitMs: 999 }), (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs === 1000 && e.retryAfterMs === 1);
+  // Nothing was charged: the next turn is still one second away.
+  const w = limiter.wait('k', p, { maxWaitMs: 1000 });
+  assert.equal((await w).waitMs, 1000);
+  await assert.rejects(limiter.wait('k', p, { cost: 2, maxWaitMs: 1e9 }), (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs === Infinity);
+  await limiter.close();
+});
+
+test('wait(): an aborted wait gives its token back; an aborted signal charges nothing', async () => {
+  const { limiter, clock } = clocked();
+  const p = sluice.policy([{ capacity: 1, rate: '1/s' }], { name: 'a' });
+  await limiter.wait('k', p, { maxWaitMs: 0 });
+  const ac = new AbortController();
+  const w = limiter.wait('k', p, { maxWaitMs: 5000, signal: ac.signal });
+  ac.abort();
+  await assert.rejects(w, (e) => e.name === 'AbortError');
+  // The aborted turn (1 s) is the next one's again, not 2 s.
+  const next = limiter.wait('k', p, { maxWaitMs: 5000 });
+  const t = await next;
+  assert.equal(t.turnAtUs - clock.us, 1_000_000);
+  const gone = new AbortController();
+  gone.abort();
+  await assert.rejects(limiter.wait('k', p, { signal: gone.signal }), (e) => e.name === 'AbortError');
+  // Still the 2 s turn next: the pre-aborted call reserved nothing.
+  await assert.rejects(limiter.wait('k', p, { maxWaitMs: 1999 }), (e) => e.waitMs === 2000);
+  await limiter.close();
+});
+
+test('schedule() runs fn at its turn; set() leaves a number of tokens', async () => {
+  const { limiter } = clocked();
+  const p = sluice.policy([{ capacity: 5, rate: '1/h' }], { name: 's' });
+  assert.equal(await limiter.schedule('k', p, () => 'ran'), 'ran');
+  let ran = false;
+  await assert.rejects(limiter.schedule('k', p, () => { ran = true; }, { cost: 9 }), { code: 'ERR_SLUICE_WAIT' });
+  assert.equal(ran, false);
+  await limiter.set('k', p, 2);
+  assert.deepEqual([(await limiter.take('k', p)).remaining, (await limiter.take('k', p)).allowed, (await limiter.take('k', p)).allowed], [1, true, false]);
+  await limiter.set('k', p, 99);
+  assert.equal((await limiter.take('k', p)).remaining, 4);
+  assert.throws(() => limiter.wait('k', p, { maxWait: 5 }), /maxWaitMs/);
+  assert.throws(() => limiter.wait('k', p, { signal: 'x' }), /AbortSignal/);
+  await limiter.close();
+});
+
+function get(server) {
+  return new Promise((resolve, reject) => {
+    http.get({ port: server.address().port, path: '/' }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    }).on('error', reject);
+  });
+}
+
+test("the middleware's delay: { maxWaitMs } delays a request instead of refusing it", async () => {
+  const limiter = new sluice.Limiter();
+  const p = sluice.policy([{ capacity: 1, rate: '20/s' }], { name: 'd' });
+  const app = express();
+  app.get('/', sluice.express({ limiter, policy: p, key: () => 'one', delay: { maxWaitMs: 5000 } }), (req, res) => res.send('ok'));
+  const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+  try {
+    // Four at once on a bucket of one: all served, none refused.
+    assert.deepEqual(await Promise.all([0, 1, 2, 3].map(() => get(server))), [200, 200, 200, 200]);
+  } finally {
+    server.close();
+    await limiter.close();
+  }
+  assert.throws(() => sluice.express({ limiter, policy: p, delay: { maxWaitMs: 0 } }), /delay.maxWaitMs/);
+  assert.throws(() => sluice.express({ limiter, policy: p, delay: { wait: 1 } }), /no option "wait"/);
+});
+
+// One process of the three: waits for "go" on stdin, then makes n wait()
+// calls at once and prints each answer's turn and wait, in call order.
+const WAITER = `
+const sluice = require(${JSON.stringify(require.resolve('..'))});
+const [url, n] = process.argv.slice(1);
+const limiter = new sluice.Limiter({ store: { redis: { url, timeoutMs: 5000 } } });
+const p = sluice.policy([{ capacity: 1, rate: '10/s' }], { name: 'pool' });
+(async () => {
+  // Until the store answers (a busy machine may take a few tries).
+  for (let i = 0; ; i++) {
+    try { await limiter.get('warm', p); break; } catch (e) {
+      if (i === 100) throw e;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  process.stdout.write('ready\\n');
+  await new Promise((r) => process.stdin.once('data', r));
+  const out = await Promise.all(Array.from({ length: Number(n) }, () =>
+    limiter.wait('api', p, { maxWaitMs: 600000 }).then((t) => [t.turnAtUs, t.waitMs], (e) => ['refused', e.code])));
+  process.stdout.write(JSON.stringify(out) + '\\n');
+  await limiter.close();
+})();
+`;
+
+function waiter(url, n) {
+  const child = track(spawn(process.execPath, ['-e', WAITER, url, String(n)], { stdio: ['pipe', 'pipe', 'pipe'] }), 'waiter');
+  let out = '';
+  const lines = [];
+  const waiters = [];
+  child.stdout.on('data', (d) => {
+    out += d;
+    let i;
+    while ((i = out.indexOf('\n')) >= 0) {
+      lines.push(out.slice(0, i));
+      out = out.slice(i + 1);
+      while (waiters.length && lines.length) waiters.shift()(lines.shift());
+    }
+  });
+  let err = '';
+  child.stderr.on('data', (d) => { err += d; });
+  const line = () => new Promise((resolve, reject) => {
+    if (lines.length) return resolve(lines.shift());
+    waiters.push(resolve);
+    child.once('exit', (code) => reject(new Error(`waiter exited ${code}: ${err}`)));
+  });
+  return { child, line };
+}
+
+test('3 processes x 100 wait() on one Redis at 10/s: turns exactly 100 ms apart, one order, none refused', { timeout: 600000 }, async () => {
+  const redis = await Redis.start();
+  try {
+    const ws = [0, 1, 2].map(() => waiter(redis.url, 100));
+    assert.deepEqual(await Promise.all(ws.map((w) => w.line())), ['ready', 'ready', 'ready']);
+    for (const w of ws) w.child.stdin.write('go\n');
+    const answers = (await Promise.all(ws.map((w) => w.line()))).map((l) => JSON.parse(l));
+    const all = [];
+    answers.forEach((calls, proc) => {
+      assert.equal(calls.length, 100);
+      assert.ok(calls.every(([turn]) => turn !== 'refused'), `process ${proc}: none refused`);
+      // One order: a process's calls get their turns in the order made.
+      for (let i = 1; i < calls.length; i++) assert.ok(calls[i][0] > calls[i - 1][0], `process ${proc}, call ${i}`);
+      for (const [turn, waitMs] of calls) all.push({ turn, waitMs });
+    });
+    all.sort((a, b) => a.turn - b.turn);
+    // On the server's one clock, every turn is one refill after the one
+    // before (a bucket of one: never two in one interval), exactly when
+    // it had to wait for it; a gap can only come where the queue ran dry
+    // (a call that did not wait).
+    for (let i = 1; i < all.length; i++) {
+      const gap = all[i].turn - all[i - 1].turn;
+      if (all[i].waitMs > 0) assert.equal(gap, 100000, `turn ${i}: ${gap} us after the one before`);
+      else assert.ok(gap >= 100000, `turn ${i}: ${gap} us after the one before`);
+    }
+    assert.ok(all.filter((a) => a.waitMs > 0).length >= 297, 'the three queued on one bucket');
+  } finally {
+    await redis.stop();
+  }
+});
+
+test('wait() on Redis: refused past maxWaitMs charging nothing, an aborted wait refunded, set()', async () => {
+  const redis = await Redis.start();
+  const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000 } } });
+  try {
+    const p = sluice.policy([{ capacity: 1, rate: '1/min' }], { name: 'ra' });
+    await storeReady(limiter, p);
+    const first = await limiter.wait('k', p, { maxWaitMs: 0 });
+    assert.equal(first.waitMs, 0);
+    await assert.rejects(limiter.wait('k', p, { maxWaitMs: 1000 }), (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs > 58000);
+    const ac = new AbortController();
+    const w = limiter.wait('k', p, { maxWaitMs: 120000, signal: ac.signal });
+    ac.abort();
+    await assert.rejects(w, (e) => e.name === 'AbortError');
+    // Refunded: the next turn is a minute away again, not two (the
+    // refund lands first: one connection answers in order).
+    await assert.rejects(limiter.wait('k', p, { maxWaitMs: 1000 }), (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs > 58000 && e.waitMs <= 60000);
+    await limiter.set('k', p, 1);
+    assert.equal((await limiter.take('k', p)).allowed, true);
+    assert.equal((await limiter.take('k', p)).allowed, false);
+  } finally {
+    await limiter.close();
+    await redis.stop();
+  }
+});

@@ -1,0 +1,135 @@
+/*
+ * reserve.c -- reservations on Redis (sluice_redis_reserve()).  A
+ * reservation is one call like a take, with its own command and reply:
+ * SLUICE.RESERVE where the module has it (one limit; module_path.c builds
+ * it), else reserve.lua (script.c), which answers the server's time and
+ * each bucket's shortfall; the answer is then the core's
+ * (sluice_reserve_all()) on those shortfalls, so both paths answer alike
+ * and write the same state.
+ */
+#include "store/redis/redis_int.h"
+
+#include <assert.h>
+#include <string.h>
+
+/* -------------------------------------------------------------- replies */
+
+static uint64_t ceil_ms_us(uint64_t us)
+{
+	return us == UINT64_MAX ? us : (us / 1000 + (us % 1000 != 0)) * 1000;
+}
+
+/* reserve.lua's {now, D_1, ..., D_n} -> the core's answer. */
+static int parse_script(const sluice_redis_call_t *c, const redisReply *reply,
+			sluice_redis_outcome_t *out)
+{
+	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	size_t i, n = c->nlimits;
+
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n + 1 ||
+	    reply->element[0]->type != REDIS_REPLY_INTEGER ||
+	    reply->element[0]->integer < 0)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (sluice_redis__shortfall_state(reply->element[i + 1],
+						  &c->limits[i],
+						  &states[i]) < 0)
+			return -1;
+	out->now_us = reply->element[0]->integer;
+	out->allowed = sluice_reserve_all(c->limits, states, n, 0, c->cost,
+					  c->max_wait_us, next, &out->d,
+					  &out->wait_us);
+	/* Whole ms, rounded up, as the module answers them. */
+	out->d.retry_after_us = ceil_ms_us(out->d.retry_after_us);
+	out->d.reset_after_us = ceil_ms_us(out->d.reset_after_us);
+	return 0;
+}
+
+/* SLUICE.RESERVE's [reserved, limit, remaining, retry_after_ms, reset_ms,
+ * wait_us, now_us]. */
+static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
+{
+	long long v[7];
+	size_t i;
+
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 7)
+		return -1;
+	for (i = 0; i < 7; i++) {
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
+			return -1;
+		v[i] = reply->element[i]->integer;
+	}
+	if (v[1] < 0 || v[2] < 0 || v[4] < 0 || v[6] < 0)
+		return -1;
+	memset(&out->d, 0, sizeof(out->d));
+	out->allowed = v[0] != 0;
+	out->d.allowed = out->allowed;
+	out->d.limit = (uint64_t)v[1];
+	out->d.remaining = (uint64_t)v[2];
+	out->wait_us = v[5] < 0 ? UINT64_MAX : (uint64_t)v[5];
+	out->d.never = v[5] < 0;
+	out->d.retry_after_us = out->allowed ? ceil_ms_us(out->wait_us)
+				: v[3] < 0   ? UINT64_MAX
+					     : (uint64_t)v[3] * 1000;
+	out->d.reset_after_us = (uint64_t)v[4] * 1000;
+	out->now_us = v[6];
+	return 0;
+}
+
+static int reserve_parse(sluice_redis_call_t *c, const redisReply *reply,
+			 sluice_redis_outcome_t *out)
+{
+	int rc = c->script ? parse_script(c, reply, out)
+			   : parse_module(reply, out);
+
+	if (rc < 0)
+		return rc;
+	assert(out->d.which < c->nlimits);
+	out->d.which = c->orig[out->d.which];
+	return 0;
+}
+
+static void reserve_done(sluice_redis_call_t *c, int status,
+			 const sluice_redis_outcome_t *out)
+{
+	sluice_reservation_t res;
+
+	if (!out) {
+		c->reserve_cb(c->arg, status, NULL);
+		return;
+	}
+	res.reserved = out->allowed;
+	res.wait_us = out->wait_us;
+	res.now_us = out->now_us;
+	res.summary = out->d;
+	c->reserve_cb(c->arg, status, &res);
+}
+
+static const sluice_redis_shape_t reserve_shape = {reserve_parse, reserve_done};
+
+/* ------------------------------------------------------------------ API */
+
+int sluice_redis_reserve(sluice_redis_t *r, const void *key, size_t keylen,
+			 const sluice_limit_t *limits, size_t nlimits,
+			 uint64_t cost, uint64_t max_wait_us,
+			 sluice_redis_reserve_cb cb, void *arg)
+{
+	sluice_redis_call_t *c;
+	int rc;
+
+	if (!cb || r->closing)
+		return SLUICE_EINVAL;
+	if ((rc = sluice_redis__check_item(r, key, keylen, limits, nlimits)))
+		return rc;
+	c = sluice_redis__one_call(r, &reserve_shape, key, keylen, limits,
+				   nlimits, cost);
+	if (!c)
+		return SLUICE_ENOMEM;
+	c->reserve = 1;
+	c->max_wait_us = max_wait_us < SLUICE_WAIT_MAX_US ? max_wait_us
+							  : SLUICE_WAIT_MAX_US;
+	c->reserve_cb = cb;
+	c->arg = arg;
+	sluice_redis__start(c);
+	return 0;
+}

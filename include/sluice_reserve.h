@@ -1,0 +1,89 @@
+/*
+ * sluice_reserve.h -- reservations: waiting for a turn instead of being
+ * refused, exact across every process on one store; and setting a
+ * bucket's tokens.  Part of libsluice's core: include sluice.h, which
+ * includes this after the types it uses.
+ */
+#ifndef SLUICE_RESERVE_H
+#define SLUICE_RESERVE_H
+
+#ifndef SLUICE_H
+#error "include sluice.h, which includes sluice_reserve.h"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------- reservations */
+
+/* The longest wait a reservation accepts, about 12.7 days: a longer
+ * max_wait is this.  It keeps every debt a reservation leaves inside the
+ * exact range (sluice_debt_max_units()). */
+#define SLUICE_WAIT_MAX_US (UINT64_C(1) << 40)
+
+/*
+ * Reserves `cost` tokens of every limit at once, for a caller that would
+ * rather wait for its turn than be refused (a worker calling someone
+ * else's API).  Where sluice_eval_all() refuses, a reservation charges
+ * anyway, letting the buckets go into debt, and answers the wait until
+ * the request's turn: the first instant at which the charge would have
+ * been allowed.  One GCRA step: the turn is the theoretical arrival time
+ * the charge leaves, less the time from empty to full, so reservations in
+ * any number of processes on one store are spaced exactly by the refill,
+ * each told its own turn, with no retries.  With several limits the turn
+ * is the latest of theirs, and each limit is charged at that instant
+ * (its state moves to max(TAT, turn) + cost), so no limit counts the
+ * request earlier than it runs.
+ *
+ * Refused, charging nothing, when the turn is later than max_wait_us from
+ * now (capped at SLUICE_WAIT_MAX_US), when the cost exceeds a capacity
+ * (never), or when a debt would pass sluice_debt_max_units().  A cost of
+ * 0 charges nothing and answers the wait until every bucket is out of
+ * debt.
+ *
+ * Writes next[i] (the states to commit: the charged ones when reserved,
+ * states[i] when refused), *wait_us (may be NULL: reserved, the time from
+ * now_us to the turn, 0 when it is now; refused, the turn it would have
+ * had, UINT64_MAX for never) and *summary (may be NULL): the decision of
+ * the limit whose turn is the latest (summary->which; among equal turns
+ * the fewest remaining): allowed is 1 when reserved; remaining and
+ * reset_after_us as the charge leaves the bucket (remaining 0 in debt);
+ * retry_after_us is the wait when reserved, and when refused the time
+ * until a reservation with the same max_wait would pass (UINT64_MAX:
+ * never).  Pure, like sluice_eval().  Returns 1 when reserved, 0 when
+ * refused.
+ */
+SLUICE_API int sluice_reserve_all(const sluice_limit_t *limits,
+				  const sluice_state_t *states, size_t n,
+				  int64_t now_us, uint64_t cost,
+				  uint64_t max_wait_us, sluice_state_t *next,
+				  sluice_decision_t *summary,
+				  uint64_t *wait_us);
+
+/* What a store answers for a reservation (the Redis store, the store
+ * drivers): sluice_reserve_all()'s answer, with the store's clock. */
+typedef struct sluice_reservation_s {
+	int reserved;	  /* 1: charged, the turn within max_wait */
+	uint64_t wait_us; /* reserved: from now_us to the turn; refused: the
+			     turn it would have had (UINT64_MAX: never) */
+	int64_t now_us;	  /* the store's clock at the decision (Redis: the
+			     server's TIME), so now_us + wait_us is the
+			     turn on one clock for every caller */
+	sluice_decision_t summary; /* sluice_reserve_all()'s summary */
+} sluice_reservation_t;
+
+/*
+ * The state of a bucket that holds `remaining` whole tokens at now_us, no
+ * fraction of one refilled (an admin's "set"): full (0) when remaining is
+ * the capacity or more.  Pure, like sluice_eval().
+ */
+SLUICE_API sluice_state_t sluice_set_remaining(const sluice_limit_t *limit,
+					       int64_t now_us,
+					       uint64_t remaining);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_RESERVE_H */

@@ -165,15 +165,20 @@ class InstallTest(unittest.TestCase):
                                   os.X_OK))
 
     def test_exports_only_the_api(self):
-        for lib, header in (("libsluice.so", "sluice.h"),
-                            ("libsluice-redis.so", "sluice_redis.h")):
+        for lib, headers in (("libsluice.so", ("sluice.h",
+                                               "sluice_reserve.h")),
+                             ("libsluice-redis.so", ("sluice_redis.h",))):
             out = run(["nm", "-D", "--defined-only", self.path("lib", lib)])
             names = {line.split()[-1] for line in out.splitlines()
                      if line.strip()}
-            api = header_api(self.path("include", header))
-            self.assertTrue(api, header)
-            self.assertEqual(header_unmarked(self.path("include", header)),
-                             [], "declared without SLUICE_API")
+            api = set()
+            for header in headers:
+                got = header_api(self.path("include", header))
+                self.assertTrue(got, header)
+                api |= got
+                self.assertEqual(
+                    header_unmarked(self.path("include", header)), [],
+                    "declared without SLUICE_API in " + header)
             self.assertEqual(names, api, "%s exports %s, lacks %s" % (
                 lib, sorted(names - api), sorted(api - names)))
         needed = run(["readelf", "-d", self.path("lib", "libsluice.so")])

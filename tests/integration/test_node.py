@@ -71,8 +71,12 @@ class NodePackage(unittest.TestCase):
                              text=True, timeout=800)
         summary = [line for line in out.stdout.splitlines()
                    if line.startswith(("# pass", "# fail", "not ok"))]
+        # The failures first: the tail alone may not reach them.
+        failed = [line for line in out.stdout.splitlines()
+                  if line.lstrip().startswith("not ok")]
         self.assertEqual(out.returncode, 0,
-                         out.stdout[-8000:] + out.stderr[-3000:])
+                         "\n".join(failed) + "\n" + out.stdout[-8000:] +
+                         out.stderr[-3000:])
         self.assertIn("# fail 0", summary)
 
     def test_fresh_app_installs_from_the_checkout(self):

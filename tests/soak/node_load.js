@@ -24,6 +24,10 @@ const sluice = require(path.resolve(__dirname, '..', '..', 'bindings', 'node'));
 const policy = sluice.policy([{ capacity: cfg.capacity, rate: cfg.rate }], { name: 'soak' });
 const limiter = new sluice.Limiter({
   store: { redis: { sentinel: { master: cfg.master, addrs: cfg.sentinels }, timeoutMs: cfg.timeoutMs } },
+  // As the serve instances' on_store_error: closed: the soak bounds what
+  // the shared store allows, so a store failure must refuse, not decide
+  // locally (the default 'local' lets each process through on its own).
+  onStoreError: 'reject',
 });
 
 const out = fs.openSync(cfg.out, 'w');

@@ -241,6 +241,10 @@ class SentinelTest(unittest.TestCase):
         # back: a Sentinel still holding the old configuration would make
         # the new master a replica of the empty old one.
         self.wait_settled(replica)
+        # Empty, it must never be promoted: on a loaded host a Sentinel
+        # can see the new master late for a second (down-after 1000 ms)
+        # and would otherwise fail over back to it, losing every bucket.
+        master.extra += ["--replica-priority", "0"]
         master.start()
         self.assertTrue(harness.wait_until(
             lambda: master.info("replication").get(

@@ -138,6 +138,18 @@ static void render_rules(sluice_buf_t *out, size_t n)
 		       NULL, NULL, SUM(store_errors[s]));
 }
 
+/* The methods' labels, and which are unary (a row with no `update`),
+ * from policy/grpc_tables.h; then "other". */
+#define METHOD_LABEL(id, path, label, handle, update) label,
+static const char *const grpc_methods[SLUICE_GRPC_METHODS] = {
+	SLUICE_GRPC_METHOD_ROWS(METHOD_LABEL) "other"};
+#undef METHOD_LABEL
+#define METHOD_UNARY(id, path, label, handle, update)                          \
+	sizeof(#update) == sizeof("NULL"),
+static const unsigned char grpc_unary[SLUICE_GRPC_METHODS] = {
+	SLUICE_GRPC_METHOD_ROWS(METHOD_UNARY) 0};
+#undef METHOD_UNARY
+
 /* One latency histogram per gRPC method in name{label=method}, the
  * methods with no call left out; `unary`: only the unary ones
  * (ShouldRateLimit, Health/Check), labelled by the method's last part,
@@ -153,7 +165,7 @@ static void histograms(sluice_buf_t *out, const char *name, const char *text,
 		const char *mname = methods[m];
 		uint64_t cum = 0, total = 0;
 
-		if (unary && m != 0 && m != 1)
+		if (unary && !grpc_unary[m])
 			continue;
 		if (unary && strchr(mname, '/'))
 			mname = strchr(mname, '/') + 1;
@@ -180,9 +192,6 @@ static void histograms(sluice_buf_t *out, const char *name, const char *text,
 	}
 }
 
-static const char *const grpc_methods[SLUICE_GRPC_METHODS] = {
-	"ShouldRateLimit", "Health/Check", "Health/Watch", "other"};
-
 /* envoyproxy/ratelimit's server and config counts in the names a
  * statsd_exporter gives them (its default mapping): calls and their time
  * by method, config loads (the first and every reload). */
@@ -193,7 +202,9 @@ static void render_ratelimit(sluice_buf_t *out)
 
 	help(out, "ratelimit_service_total_requests", "counter",
 	     "gRPC calls by method (envoyproxy/ratelimit's name).");
-	for (m = 0; m < 2; m++) {
+	for (m = 0; m < SLUICE_GRPC_METHODS; m++) {
+		if (!grpc_unary[m])
+			continue;
 		for (v = 0, c = 0; c < 17; c++)
 			v += SUM(grpc_calls[m][c]);
 		if (v)
@@ -221,8 +232,10 @@ static void render_ratelimit(sluice_buf_t *out)
 	       NULL, failed);
 }
 
+#define REFUSAL_LABEL(id, label, text) label,
 const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS] = {
-	"reset_flood", "frame_flood", "header_flood", "protocol_error"};
+	SLUICE_GRPC_REFUSAL_ROWS(REFUSAL_LABEL)};
+#undef REFUSAL_LABEL
 
 /* gRPC calls by method and status; a series appears once it counts. */
 static void render_grpc(sluice_buf_t *out)

@@ -189,10 +189,10 @@ typedef struct sluice_window_s {
  * a calendar quota (window.per != 0: capacity is the quota, rate is
  * {1, 1} and tau the quota, see sluice_quota.h). */
 typedef struct sluice_limit_s {
-	uint64_t capacity;  /* burst, >= 1 */
-	sluice_rate_t rate; /* refill, in lowest terms */
-	uint64_t tau;	    /* capacity * rate.interval: time from empty to
-			       full, in 1/rate.per microsecond units */
+	uint64_t capacity;	/* burst, >= 1 */
+	sluice_rate_t rate;	/* refill, in lowest terms */
+	uint64_t tau;		/* capacity * rate.interval: time from empty to
+				   full, in 1/rate.per microsecond units */
 	sluice_window_t window; /* all 0 for a token bucket */
 } sluice_limit_t;
 

@@ -64,13 +64,15 @@ extern "C" {
 #define SLUICE_PER_YEAR	  7
 
 /* window.align */
-#define SLUICE_ALIGN_CALENDAR  0 /* windows follow the calendar of the
-				    limit's zone (the default) */
-#define SLUICE_ALIGN_FIRST_USE 1 /* a window opens at the key's first
-				    request (that second) and lasts one
-				    unit: a month from Jan 31 10:00 ends
-				    Feb 28 (29) 10:00, the last day of a
-				    shorter month */
+#define SLUICE_ALIGN_CALENDAR                                                  \
+	0 /* windows follow the calendar of the                                \
+	     limit's zone (the default) */
+#define SLUICE_ALIGN_FIRST_USE                                                 \
+	1 /* a window opens at the key's first                                 \
+	     request (that second) and lasts one                               \
+	     unit: a month from Jan 31 10:00 ends                              \
+	     Feb 28 (29) 10:00, the last day of a                              \
+	     shorter month */
 
 /* The largest quota (and count) a window holds. */
 #define SLUICE_QUOTA_MAX UINT64_C(999999999)

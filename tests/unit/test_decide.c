@@ -668,7 +668,8 @@ static void test_limit_id_is_canonical(void)
 	{
 		sluice_limit_t l = {UINT64_C(4503599627370495),
 				    {UINT64_C(4503599627370495), 999},
-				    0};
+				    0,
+				    {0, 0, 0, 0}};
 		char id[SLUICE_LIMIT_ID_MAX];
 
 		CHECK(sluice_limit_id(&l, id) < SLUICE_LIMIT_ID_MAX);

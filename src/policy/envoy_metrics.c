@@ -3,6 +3,7 @@
  * envoy_metrics.h).
  */
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_import.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -456,6 +457,7 @@ void sluice_envoy_metrics_render(sluice_buf_t *out, int style)
 		render_sluice(out, head);
 	if (style & SLUICE_ENVOY_METRICS_RATELIMIT)
 		render_ratelimit(out, head);
+	sluice_envoy_import_render(out);
 }
 
 /* ------------------------------------------------------------- StatsD */

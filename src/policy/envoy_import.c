@@ -61,7 +61,7 @@ int sluice_envoy_counter_key(sluice_buf_t *out, const char *prefix,
 	sluice_buf_append(out, "_", 1);
 	for (i = 0; i < n; i++) {
 		const char *v = shared && shared[i] ? shared[i]
-			      : entries[i].value    ? entries[i].value
+				: entries[i].value  ? entries[i].value
 						    : "";
 
 		sluice_buf_puts(out, entries[i].key);
@@ -158,16 +158,15 @@ static void shared_of(const sluice_envoy_config_t *cfg,
 		      const sluice_rls_descriptor_t *rd,
 		      sluice_envoy_match_t *m)
 {
-	const sluice_envoy_domain_t *dom = sluice_envoy_domain(cfg,
-							       req->domain);
+	const sluice_envoy_domain_t *dom =
+		sluice_envoy_domain(cfg, req->domain);
 
 	memset(m->shared, 0, sizeof(m->shared));
 	if (dom)
 		sluice_envoy_match(dom, rd->entries, rd->nentries, m);
 }
 
-void sluice_envoy_import(sluice_backend_t *be,
-			 const sluice_envoy_config_t *cfg,
+void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 			 const sluice_rls_request_t *req,
 			 const sluice_envoy_import_item_t *items, size_t n,
 			 void (*then)(void *arg), void *arg)
@@ -260,14 +259,13 @@ int sluice_envoy_import_check(sluice_yaml_t *y, yaml_node_t *envoy,
 			"envoyproxy/ratelimit's counter and sluice's bucket "
 			"are in different slots, and cannot be read and "
 			"written in one atomic call");
-	return sluice_yaml_error(y, v,
-				 "envoy.import_counters needs store: redis "
-				 "(the Redis envoyproxy/ratelimit counts in); "
-				 "the %s store holds no envoyproxy/ratelimit "
-				 "counters",
-				 cfg->store.kind == SLUICE_STORE_SHARED
-					 ? "shared"
-					 : "memory");
+	return sluice_yaml_error(
+		y, v,
+		"envoy.import_counters needs store: redis "
+		"(the Redis envoyproxy/ratelimit counts in); "
+		"the %s store holds no envoyproxy/ratelimit "
+		"counters",
+		cfg->store.kind == SLUICE_STORE_SHARED ? "shared" : "memory");
 }
 
 void sluice_envoy_import_render(sluice_buf_t *out)

@@ -63,8 +63,7 @@ typedef struct sluice_envoy_import_item_s {
  * take, whose own answer says whether the store failed.  req and items
  * are read during the call only.
  */
-void sluice_envoy_import(sluice_backend_t *be,
-			 const sluice_envoy_config_t *cfg,
+void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 			 const sluice_rls_request_t *req,
 			 const sluice_envoy_import_item_t *items, size_t n,
 			 void (*then)(void *arg), void *arg);

@@ -20,8 +20,12 @@
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '')
-if not c or c < 1 then return 0 end
+-- Anything but an integer string (no key, another type, text) is no
+-- count: nothing to import, and no error that would fail every request.
+local v = redis.pcall('GET', KEYS[2])
+if type(v) ~= 'string' then return 0 end
+local c = tonumber(v)
+if not c or c ~= c or c < 1 then return 0 end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl < 1 then ttl = ARGV[5] + 0 end
 redis.call('SET', KEYS[3], '1', 'PX', ttl)

@@ -67,16 +67,15 @@ static void test_key_per_unit(void)
  * (key, '_', nothing, '_'); a value keeps its own underscores. */
 static void test_key_prefix_and_values(void)
 {
-	const sluice_rls_entry_t e[] = {{"remote_address", "10.0.0.1"},
-					{"path", ""},
-					{"user", "a_b"}};
+	const sluice_rls_entry_t e[] = {
+		{"remote_address", "10.0.0.1"}, {"path", ""}, {"user", "a_b"}};
 
 	CHECK(strcmp(key_of("ratelimit:", "edge", e, 1, NULL,
 			    SLUICE_RLS_UNIT_SECOND),
 		     "ratelimit:edge_remote_address_10.0.0.1_1700000123") == 0);
 	CHECK(strcmp(key_of("", "edge", e, 3, NULL, SLUICE_RLS_UNIT_MINUTE),
-		     "edge_remote_address_10.0.0.1_path__user_a_b_1700000100") ==
-	      0);
+		     "edge_remote_address_10.0.0.1_path__user_a_b_"
+		     "1700000100") == 0);
 	/* No entry: the domain and the window alone. */
 	CHECK(strcmp(key_of(NULL, "edge", e, 0, NULL, SLUICE_RLS_UNIT_HOUR),
 		     "edge_1699999200") == 0);

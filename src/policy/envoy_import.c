@@ -12,6 +12,7 @@
  * nothing after.
  */
 #include "policy/envoy_import.h"
+#include "policy/envoy_metrics.h"
 
 #include "util/log.h"
 
@@ -104,9 +105,7 @@ static int was_imported(uint64_t h)
 
 /* ----------------------------------------------------------- importing */
 
-static _Atomic uint64_t imported_total;
-static _Atomic int asked; /* an import was ever issued: render the count */
-static _Atomic int told;  /* the first import was logged */
+static _Atomic int told; /* the first import was logged */
 
 typedef struct import_s import_t;
 
@@ -139,8 +138,7 @@ static void one_done(void *arg, int status, int allowed)
 	if (status == 0)
 		seen[s->hash % SEEN_SLOTS] = s->hash;
 	if (status == 0 && allowed) {
-		atomic_fetch_add_explicit(&imported_total, 1,
-					  memory_order_relaxed);
+		sluice_envoy_count_import(1);
 		if (!atomic_exchange(&told, 1))
 			sluice_log_info("envoy.import_counters: a bucket "
 					"started with envoyproxy/ratelimit's "
@@ -191,7 +189,7 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 	im->then = then;
 	im->arg = arg;
 	im->pending = 1;
-	atomic_store_explicit(&asked, 1, memory_order_relaxed);
+	sluice_envoy_count_import(0);
 	for (i = 0, nb = 0; i < n; i++) {
 		const sluice_envoy_import_item_t *it = &items[i];
 		const sluice_rls_descriptor_t *rd = &req->descriptors[it->desc];
@@ -266,17 +264,4 @@ int sluice_envoy_import_check(sluice_yaml_t *y, yaml_node_t *envoy,
 		"the %s store holds no envoyproxy/ratelimit "
 		"counters",
 		cfg->store.kind == SLUICE_STORE_SHARED ? "shared" : "memory");
-}
-
-void sluice_envoy_import_render(sluice_buf_t *out)
-{
-	if (!atomic_load_explicit(&asked, memory_order_relaxed))
-		return;
-	sluice_buf_puts(out, "# HELP sluice_envoy_imported_total Buckets "
-			     "started with envoyproxy/ratelimit's count "
-			     "(envoy.import_counters)\n# TYPE "
-			     "sluice_envoy_imported_total counter\n"
-			     "sluice_envoy_imported_total ");
-	sluice_buf_u64(out, atomic_load(&imported_total));
-	sluice_buf_append(out, "\n", 1);
 }

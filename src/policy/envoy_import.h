@@ -79,7 +79,4 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 int sluice_envoy_import_check(sluice_yaml_t *y, yaml_node_t *envoy,
 			      const sluice_config_t *cfg);
 
-/* sluice_envoy_imported_total for /metrics (once an import was asked). */
-void sluice_envoy_import_render(sluice_buf_t *out);
-
 #endif /* SLUICE_POLICY_ENVOY_IMPORT_H */

@@ -16,6 +16,7 @@
 
 #include "util/log.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,8 @@ struct import_s {
 
 static void unref(import_t *im)
 {
+	/* then() runs once: the issuing reference is the last to go. */
+	assert(im->pending > 0);
 	if (--im->pending)
 		return;
 	im->then(im->arg);
@@ -170,7 +173,7 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 			 void (*then)(void *arg), void *arg)
 {
 	int64_t now_s = sluice_now_us() / 1000000;
-	size_t i, j, nb = 0;
+	size_t i, j, nb = 0, total;
 	import_t *im;
 	sluice_buf_t name = {0};
 	sluice_envoy_match_t *m = NULL;
@@ -181,6 +184,8 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 	}
 	for (i = 0; i < n; i++)
 		nb += items[i].set->nlimits;
+	total = nb;
+	(void)total; /* read by assert() alone */
 	if (!(im = calloc(1, sizeof(*im) + nb * sizeof(slot_t)))) {
 		/* Out of memory: the take goes on without the import. */
 		then(arg);
@@ -223,6 +228,8 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 			one.counterlen = name.len;
 			one.window_ms =
 				(uint64_t)divider(it->units[j].unit) * 1000;
+			/* One slot per limit of every item, counted above. */
+			assert(nb < total);
 			s->im = im;
 			s->hash = h;
 			nb++;

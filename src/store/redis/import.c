@@ -13,6 +13,7 @@
  */
 #include "store/redis/redis_int.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ int sluice_redis_import(sluice_redis_t *r, const void *key, size_t keylen,
 			size_t counterlen, uint64_t window_ms,
 			sluice_redis_many_cb cb, void *arg)
 {
-	size_t plen = strlen(r->prefix), blen;
+	size_t plen = strlen(r->prefix), blen, room;
 	sluice_redis_call_t *c;
 	sluice_redis_mkey_t *mk;
 	char *name;
@@ -59,8 +60,10 @@ int sluice_redis_import(sluice_redis_t *r, const void *key, size_t keylen,
 		return rc;
 	if (counterlen > 65535)
 		return SLUICE_EINVAL;
-	blen = plen + keylen + 3 + SLUICE_LIMIT_ID_MAX;
-	c = calloc(1, sizeof(*c) + sizeof(*limit) + 3 * sizeof(*mk) + 2 * blen +
+	/* The names: the bucket's, the counter's, the bucket's again with
+	 * MARK (each bucket name at most room bytes). */
+	room = plen + keylen + 3 + SLUICE_LIMIT_ID_MAX;
+	c = calloc(1, sizeof(*c) + sizeof(*limit) + 3 * sizeof(*mk) + 2 * room +
 			      MARK_LEN + counterlen);
 	if (!c)
 		return SLUICE_ENOMEM;
@@ -82,6 +85,7 @@ int sluice_redis_import(sluice_redis_t *r, const void *key, size_t keylen,
 	name[blen++] = '}';
 	name[blen++] = ':';
 	blen += sluice_limit_id(limit, name + blen);
+	assert(blen <= room);
 	mk[0].name = name;
 	mk[0].len = blen;
 	mk[0].cost = window_ms;

@@ -19,6 +19,7 @@ domain + "_" + key_value_... + the window's start), then asks sluice:
 - descriptor tricks (underscores that spell another descriptor's key, a
   request-supplied limit, hits_addend 0 first) never import less than
   envoyproxy/ratelimit counted for the descriptor;
+- POST /json (the same service over HTTP) imports as gRPC does;
 - the same with the SLUICE.TAKE module loaded (it reads the state
   import.lua writes);
 - import_counters with a memory store is refused with file:line.
@@ -26,6 +27,7 @@ domain + "_" + key_value_... + the window's start), then asks sluice:
 The windows are hours, and each counter is written for the current and
 the next window, so crossing an hour while the test runs changes nothing.
 """
+import json
 import os
 import subprocess
 import sys
@@ -126,6 +128,21 @@ class Import:
                          [2, 1, 0, None])
         m = self.s.metrics()
         self.assertGreaterEqual(m.get("sluice_envoy_imported_total", 0), 1)
+
+    def test_post_json_imports_too(self):
+        """The HTTP front end of the same service (POST /json)."""
+        u = uniq()
+        self.envoy_count("api", [("user", u)], 7)
+        body = json.dumps({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": u}]}]})
+        left = []
+        for _ in range(4):
+            r = harness.request(self.s.port, "POST", "/json", None, body)
+            self.assertIn(r.status, (200, 429), r)
+            st = r.json()["statuses"][0]
+            left.append(st.get("limitRemaining", 0)
+                        if r.status == 200 else None)
+        self.assertEqual(left, [2, 1, 0, None])
 
     def test_a_count_above_the_limit_is_over_at_once(self):
         u = [("user", uniq())]

@@ -21,7 +21,8 @@ domain + "_" + key_value_... + the window's start), then asks sluice:
   envoyproxy/ratelimit counted for the descriptor;
 - POST /json (the same service over HTTP) imports as gRPC does;
 - the same with the SLUICE.TAKE module loaded (it reads the state
-  import.lua writes);
+  import.lua writes), where every EVALSHA is an import: 20 requests on a
+  bucket cost at most one import per worker;
 - import_counters with a memory store is refused with file:line.
 
 The windows are hours, and each counter is written for the current and
@@ -302,6 +303,28 @@ class ModuleTest(Import, unittest.TestCase):
 
     def test_module_is_loaded(self):
         self.assertIn("sluice", self.redis.cli("MODULE", "LIST").lower())
+
+    def evalsha_calls(self):
+        for line in self.redis.cli("INFO", "commandstats").splitlines():
+            if line.startswith("cmdstat_evalsha:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    def test_a_bucket_is_imported_once_per_worker(self):
+        """With the module, takes are SLUICE.TAKE: every EVALSHA is an
+        import.  20 requests on one bucket, on an instance of two
+        workers: at most one import per worker, not one per request."""
+        u = [("user", uniq())]
+        self.envoy_count("api", u, 3)
+        self.remaining_after("api", u)  # the module detected, warmed up
+        before = self.evalsha_calls()
+        v = [("user", uniq())]
+        self.envoy_count("api", v, 3)
+        left = [self.remaining_after("api", v) for _ in range(8)]
+        self.assertEqual(left, [6, 5, 4, 3, 2, 1, 0, None])
+        for _ in range(12):
+            self.remaining_after("api", v)
+        self.assertIn(self.evalsha_calls() - before, (1, 2))
 
 
 class Config(unittest.TestCase):

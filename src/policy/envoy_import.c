@@ -182,8 +182,17 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 		then(arg);
 		return;
 	}
+	/* The common case, every bucket imported already by this thread:
+	 * no allocation, no store call. */
 	for (i = 0; i < n; i++)
-		nb += items[i].set->nlimits;
+		for (j = 0; j < items[i].set->nlimits; j++)
+			nb += !was_imported(
+				bucket_hash(items[i].key, items[i].keylen,
+					    &items[i].set->limits[j]));
+	if (nb == 0) {
+		then(arg);
+		return;
+	}
 	total = nb;
 	(void)total; /* read by assert() alone */
 	if (!(im = calloc(1, sizeof(*im) + nb * sizeof(slot_t)))) {
@@ -194,7 +203,6 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 	im->then = then;
 	im->arg = arg;
 	im->pending = 1;
-	sluice_envoy_count_import(0);
 	for (i = 0, nb = 0; i < n; i++) {
 		const sluice_envoy_import_item_t *it = &items[i];
 		const sluice_rls_descriptor_t *rd = &req->descriptors[it->desc];
@@ -230,6 +238,7 @@ void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
 				(uint64_t)divider(it->units[j].unit) * 1000;
 			/* One slot per limit of every item, counted above. */
 			assert(nb < total);
+			sluice_envoy_count_import(0);
 			s->im = im;
 			s->hash = h;
 			nb++;

@@ -143,6 +143,11 @@ typedef struct sluice_envoy_settings_s {
 	uid_t trusted_uids[SLUICE_ENVOY_MAX_TRUSTED];
 	size_t ntrusted_uids;
 	gid_t trusted_group; /* (gid_t)-1: none */
+	/* import_counters: a bucket's first touch reads envoyproxy/
+	 * ratelimit's window counter for the descriptor from the same Redis
+	 * (envoy_import.h); cache_key_prefix: its CACHE_KEY_PREFIX ("") */
+	int import_counters;
+	char *cache_key_prefix;
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {

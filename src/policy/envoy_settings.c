@@ -17,6 +17,8 @@
  *     metrics: sluice                     # sluice | ratelimit | both
  *     statsd: {addr: "127.0.0.1:8125", prefix: "", tags: {env: prod},
  *              flush_ms: 10000, dogstatsd: false}
+ *     import_counters: false              # envoyproxy's counters on first
+ *     cache_key_prefix: ""                #   touch (envoy_import.h)
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
@@ -359,6 +361,8 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "files",
 					   "metrics",
 					   "statsd",
+					   "import_counters",
+					   "cache_key_prefix",
 					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
@@ -392,6 +396,20 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	if ((v = sluice_yaml_get(y, node, "files")) &&
 	    parse_files(y, v, &s) < 0)
 		rc = -1;
+	/* The store is checked by sluice_envoy_import_check(). */
+	if ((v = sluice_yaml_get(y, node, "import_counters")) &&
+	    sluice_yaml_bool(y, v, "envoy.import_counters",
+			     &s.import_counters) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "cache_key_prefix"))) {
+		const char *str;
+
+		if (sluice_yaml_string(y, v, "envoy.cache_key_prefix", &str) <
+		    0)
+			rc = -1;
+		else if (sluice_config_set_string(&s.cache_key_prefix, str) < 0)
+			return sluice_yaml_nomem(y, v);
+	}
 	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
 	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s.merge_domains) < 0)
 		rc = -1;
@@ -455,5 +473,6 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	free(s.statsd_addr);
 	free(s.statsd_prefix);
 	free(s.statsd_tags);
+	free(s.cache_key_prefix);
 	return rc;
 }

@@ -17,6 +17,8 @@
  *     metrics: sluice                     # sluice | ratelimit | both
  *     statsd: {addr: "127.0.0.1:8125", prefix: "", tags: {env: prod},
  *              flush_ms: 10000, dogstatsd: false}
+ *     xds: {server: HOST:PORT, node_id: ...}  # instead of config_dir
+ *                                             # (policy/envoy_xds.h)
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
@@ -24,6 +26,7 @@
 #include "policy/config_internal.h"
 #include "policy/envoy_config.h"
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_xds.h"
 
 #include <grp.h>
 #include <stdio.h>
@@ -359,6 +362,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "files",
 					   "metrics",
 					   "statsd",
+					   "xds",
 					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
@@ -415,7 +419,19 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			s.watch_ms = (unsigned)u;
 	}
 	dirnode = sluice_yaml_get(y, node, "config_dir");
-	if (!dirnode)
+	if ((v = sluice_yaml_get(y, node, "xds"))) {
+		if (sluice_envoy_xds_parse(y, v, base, &s.xds) < 0)
+			rc = -1;
+		if (dirnode)
+			rc = sluice_yaml_error(y, dirnode,
+					       "envoy has both config_dir and "
+					       "xds; expected one source of "
+					       "the rate limit config");
+		s.watch_ms = 0; /* nothing to poll */
+		if (rc == 0 && !(*out = sluice_envoy_load_texts(
+					 NULL, 0, &s, y->err, y->errlen)))
+			rc = sluice_yaml_nomem(y, v);
+	} else if (!dirnode)
 		rc = sluice_yaml_error(y, node,
 				       "envoy has no config_dir; expected the "
 				       "directory of envoyproxy/ratelimit "
@@ -424,7 +440,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		rc = -1;
 	else if (!(path = resolve(dir, base)) || !(s.config_dir = strdup(dir)))
 		rc = sluice_yaml_nomem(y, dirnode);
-	if (rc == 0) {
+	if (rc == 0 && !s.xds) {
 		unsigned nerr = 0;
 		char first[1024];
 		size_t used = y->report ? strlen(y->report) : 0;
@@ -455,5 +471,10 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	free(s.statsd_addr);
 	free(s.statsd_prefix);
 	free(s.statsd_tags);
+	sluice_envoy_xds_free(s.xds);
+	if (rc < 0) {
+		sluice_envoy_config_free(*out);
+		*out = NULL;
+	}
 	return rc;
 }

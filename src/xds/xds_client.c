@@ -10,9 +10,9 @@
  * messages a minute, and a connect, a TLS handshake or a slow peer never
  * holds up the loop that reloads and serves the admin endpoints.
  */
-#include "xds/xds.h"
 #include "sluice.h"
 #include "util/log.h"
+#include "xds/xds.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,7 +71,8 @@ void sluice_xds_metrics_render(sluice_buf_t *out)
 		"sluice_envoy_xds_waiting %d\n",
 		(unsigned long long)atomic_load(&accepted),
 		(unsigned long long)atomic_load(&rejected),
-		atomic_load(&connected), (unsigned long long)atomic_load(&failures),
+		atomic_load(&connected),
+		(unsigned long long)atomic_load(&failures),
 		atomic_load(&waiting));
 }
 
@@ -103,14 +104,14 @@ struct sluice_xds_s {
 	SSL *ssl;
 	nghttp2_session *h2;
 	int32_t stream;
-	int closed; /* the stream ended */
-	sluice_buf_t in;	    /* the response stream's bytes */
-	sluice_buf_t body;	    /* request bytes for nghttp2 */
-	sluice_buf_t wire;	    /* bytes nghttp2 gave, not yet sent */
-	char *version;		    /* the last accepted version_info */
-	int responses;		    /* this connection's */
-	char why[512];		    /* how the connection ended */
-	int state;		    /* logged: 0 none, 1 up, 2 down */
+	int closed;	   /* the stream ended */
+	sluice_buf_t in;   /* the response stream's bytes */
+	sluice_buf_t body; /* request bytes for nghttp2 */
+	sluice_buf_t wire; /* bytes nghttp2 gave, not yet sent */
+	char *version;	   /* the last accepted version_info */
+	int responses;	   /* this connection's */
+	char why[512];	   /* how the connection ended */
+	int state;	   /* logged: 0 none, 1 up, 2 down */
 	unsigned rnd;
 };
 
@@ -189,8 +190,8 @@ static int dial(sluice_xds_t *x)
 
 static int handshake(sluice_xds_t *x)
 {
-	const char *name = x->cfg->server_name ? x->cfg->server_name
-					       : x->cfg->host;
+	const char *name =
+		x->cfg->server_name ? x->cfg->server_name : x->cfg->host;
 	X509_VERIFY_PARAM *vp;
 	long v;
 	int r;
@@ -292,8 +293,7 @@ static int pump_out(sluice_xds_t *x)
 		if (!x->wire.len) {
 			n = nghttp2_session_mem_send(x->h2, &p);
 			if (n < 0) {
-				fail(x, "HTTP/2: %s",
-				     nghttp2_strerror((int)n));
+				fail(x, "HTTP/2: %s", nghttp2_strerror((int)n));
 				return -1;
 			}
 			if (n == 0)
@@ -426,9 +426,8 @@ static int open_call(sluice_xds_t *x)
 	if (nghttp2_submit_settings(x->h2, NGHTTP2_FLAG_NONE, NULL, 0) != 0 ||
 	    queue(x, "", NULL) < 0)
 		return -1;
-	x->stream = nghttp2_submit_request(x->h2, NULL, hdrs,
-					   sizeof(hdrs) / sizeof(hdrs[0]),
-					   &body, x);
+	x->stream = nghttp2_submit_request(
+		x->h2, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &body, x);
 	return x->stream > 0 ? 0 : -1;
 }
 
@@ -531,8 +530,7 @@ static int drain_in(sluice_xds_t *x)
 			return -1;
 		}
 		if (n > SLUICE_XDS_MAX_MSG) {
-			fail(x, "a response larger than the %s limit",
-			     "4 MiB");
+			fail(x, "a response larger than the %s limit", "4 MiB");
 			return -1;
 		}
 		if (x->in.len < 5 + (size_t)n)

@@ -12,9 +12,9 @@
  * tree in a few MiB would exhaust the stack), checked by a walk over the
  * wire format that itself recurses at most SLUICE_ENVOY_MAX_DEPTH + 1.
  */
-#include "xds/xds.h"
 #include "policy/envoy_config.h"
 #include "sluice.h"
+#include "xds/xds.h"
 
 #include "envoy/service/discovery/v3/discovery.pb-c.h"
 #include "ratelimit/config/ratelimit/v3/rls_conf.pb-c.h"
@@ -106,7 +106,7 @@ static void indent(sluice_buf_t *b, int n)
 static const char *unit_name(int unit)
 {
 	static const char *const names[] = {"UNKNOWN", "SECOND", "MINUTE",
-					    "HOUR",    "DAY",    "MONTH",
+					    "HOUR",    "DAY",	 "MONTH",
 					    "YEAR",    "WEEK"};
 
 	return unit >= 0 && unit < 8 ? names[unit] : NULL;
@@ -120,8 +120,8 @@ static void render_descriptors(
 	size_t i, j;
 
 	for (i = 0; i < n; i++) {
-		const Ratelimit__Config__Ratelimit__V3__RateLimitDescriptor
-			*d = v[i];
+		const Ratelimit__Config__Ratelimit__V3__RateLimitDescriptor *d =
+			v[i];
 		const Ratelimit__Config__Ratelimit__V3__RateLimitPolicy *r =
 			d->rate_limit;
 
@@ -164,8 +164,9 @@ static void render_descriptors(
 			}
 			if (!r->unlimited || r->requests_per_unit) {
 				indent(b, in + 4);
-				sluice_buf_printf(b, "requests_per_unit: %u\n",
-						  (unsigned)r->requests_per_unit);
+				sluice_buf_printf(
+					b, "requests_per_unit: %u\n",
+					(unsigned)r->requests_per_unit);
 			}
 			if (r->unlimited) {
 				indent(b, in + 4);
@@ -232,7 +233,8 @@ static int one_resource(const Google__Protobuf__Any *any, size_t i,
 
 	if (!any->type_url || strcmp(any->type_url, SLUICE_XDS_TYPE_URL)) {
 		snprintf(err, errlen,
-			 "resource %zu has type %.100s; expected " SLUICE_XDS_TYPE_URL,
+			 "resource %zu has type %.100s; "
+			 "expected " SLUICE_XDS_TYPE_URL,
 			 i, any->type_url ? any->type_url : "");
 		return -1;
 	}
@@ -342,7 +344,8 @@ uint8_t *sluice_xds_request(const sluice_envoy_xds_t *s, const char *version,
 	req.version_info = (char *)(version ? version : "");
 	req.response_nonce = (char *)(nonce ? nonce : "");
 	if (error) {
-		st.code = 3; /* INVALID_ARGUMENT, as go-control-plane's clients */
+		st.code =
+			3; /* INVALID_ARGUMENT, as go-control-plane's clients */
 		st.message = (char *)error;
 		req.error_detail = &st;
 	}

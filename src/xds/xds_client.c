@@ -34,6 +34,9 @@
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 30000
 #define CONNECT_MS     10000 /* connect and TLS handshake */
+/* A control plane silent this long is sent a PING; silent twice as long,
+ * it is taken for gone (a peer that vanished without closing). */
+#define IDLE_PING_MS 30000
 
 /* ------------------------------------------------------------- metrics */
 
@@ -573,10 +576,19 @@ static void hang_up(sluice_xds_t *x)
 	x->in.len = x->body.len = x->wire.len = 0;
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* One connection, until it ends; returns the responses it carried. */
 static int session(sluice_xds_t *x)
 {
 	uint8_t buf[16384];
+	uint64_t heard = now_ms(), pinged = 0;
 	ssize_t n;
 	int r, up = 0;
 
@@ -591,7 +603,16 @@ static int session(sluice_xds_t *x)
 			    1000);
 		if (r < 0)
 			break;
+		if (now_ms() - heard >= 2 * IDLE_PING_MS) {
+			fail(x, "no answer to a PING%s", NULL);
+			break;
+		}
+		if (now_ms() - heard >= IDLE_PING_MS && pinged <= heard) {
+			nghttp2_submit_ping(x->h2, NGHTTP2_FLAG_NONE, NULL);
+			pinged = now_ms();
+		}
 		while ((n = io_recv(x, buf, sizeof(buf))) > 0) {
+			heard = now_ms();
 			if (nghttp2_session_mem_recv(x->h2, buf, (size_t)n) <
 			    0) {
 				fail(x, "HTTP/2: a protocol error%s", NULL);

@@ -43,6 +43,7 @@ grpc_harness.use_system_python()
 import grpc  # noqa: E402
 import harness  # noqa: E402
 from grpc_harness import GrpcSluice, protos, request  # noqa: E402
+from harness import RedisServer  # noqa: E402
 
 OK, OVER = 1, 2
 TYPE_URL = ("type.googleapis.com/"
@@ -189,8 +190,12 @@ class XdsBase(unittest.TestCase):
         self.addCleanup(cp.stop)
         return cp
 
+    def store(self):
+        return "memory"
+
     def serve(self, cp, extra_xds=""):
-        s = GrpcSluice(xds_config(cp.port, extra_xds))
+        s = GrpcSluice(xds_config(cp.port, extra_xds,
+                                  "store: %s\n" % self.store()))
         self.addCleanup(s.stop)
         ch = s.channel()
         self.addCleanup(ch.close)
@@ -222,7 +227,9 @@ ERRORS = "sluice_envoy_xds_errors_total"
 XDS_RELOADS = 'sluice_config_reloads_total{result="ok",trigger="xds"}'
 
 
-class Served(XdsBase):
+class Served:
+    """Run on each store (below)."""
+
     def test_served_acked_and_changed_live(self):
         cp = self.control_plane()
         s, stub = self.serve(cp)
@@ -266,6 +273,21 @@ class Served(XdsBase):
         # 3 used of the new 10: 7 left, not a full bucket of 10.
         self.assertEqual(self.allowed(stub, u, 12), 7)
 
+    def test_sighup_keeps_the_control_planes_domains(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        self.assertEqual(self.allowed(stub, u, 1), 1)
+        s.reload()
+        self.assertEqual(
+            self.metric(s, 'sluice_config_reloads_total'
+                        '{result="ok",trigger="sighup"}'), 1)
+        # The domain is still there, and u's use is still counted.
+        self.assertEqual(self.allowed(stub, u, 3), 1)
+        self.assertEqual(self.allowed(stub, uniq(), 3), 2)
+
     def test_several_domains_and_nested_descriptors(self):
         cp = self.control_plane()
         s, stub = self.serve(cp)
@@ -282,6 +304,33 @@ class Served(XdsBase):
         req = request("web", [("plan", "paid"), ("user", u)])
         self.assertEqual(stub.ShouldRateLimit(req, timeout=30).overall_code,
                          OK)
+
+
+class ServedMemory(Served, XdsBase):
+    pass
+
+
+class ServedRedis(Served, XdsBase):
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = RedisServer()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.redis.stop()
+
+    def store(self):
+        return '{redis: {url: "%s", timeout_ms: 3000}}' % self.redis.url()
+
+    def test_two_instances_on_one_redis_share_the_served_limit(self):
+        cp = self.control_plane()
+        (a, sa), (b, sb) = self.serve(cp), self.serve(cp)
+        cp.set("v1", [api_config(4)])
+        self.wait_metric(a, ACCEPTED, 1)
+        self.wait_metric(b, ACCEPTED, 1)
+        u = uniq()
+        got = sum(self.allowed(st, u, 3) for st in (sa, sb))
+        self.assertEqual(got, 4)
 
 
 class Broken(XdsBase):
@@ -451,6 +500,14 @@ class MutualTls(XdsBase):
         t = self.t
         s, _ = self.serve(cp, self.tls(t.other_ca, t.client_cert,
                                        t.client_key))
+        self.assert_never_served(s, cp, "the server's certificate")
+
+    def test_a_server_name_not_in_its_certificate_is_refused(self):
+        cp = self.control_plane(tls=self.creds())
+        t = self.t
+        s, _ = self.serve(cp, ", tls: {ca: %s, cert: %s, key: %s, "
+                          "server_name: elsewhere.example}"
+                          % (t.ca, t.client_cert, t.client_key))
         self.assert_never_served(s, cp, "the server's certificate")
 
     def test_plaintext_to_a_tls_server_is_never_served(self):

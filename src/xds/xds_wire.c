@@ -10,7 +10,7 @@
  * SLUICE_XDS_MAX_MSG), the number of resources, and the nesting of
  * descriptors (protobuf-c unpacks nested messages recursively; a deep
  * tree in a few MiB would exhaust the stack), checked by a walk over the
- * wire format that itself recurses at most SLUICE_ENVOY_MAX_DEPTH + 1.
+ * wire format that itself recurses at most MAX_LEVELS + 1.
  */
 #include "policy/envoy_config.h"
 #include "sluice.h"
@@ -24,6 +24,12 @@
 #include <string.h>
 
 /* ------------------------------------------------------ the depth check */
+
+/* Levels of descriptors a resource may nest: what a file can hold too
+ * (the YAML reader's 32 levels of nested lists and mappings hold the
+ * domain's mapping and 15 levels of a list and a mapping each), one
+ * below SLUICE_ENVOY_MAX_DEPTH. */
+#define MAX_LEVELS (SLUICE_ENVOY_MAX_DEPTH - 1)
 
 static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
 {
@@ -53,7 +59,7 @@ static int walk(const uint8_t *p, const uint8_t *end, uint64_t nested,
 	uint64_t key, len;
 	int rc;
 
-	if (level > SLUICE_ENVOY_MAX_DEPTH)
+	if (level > MAX_LEVELS)
 		return -2;
 	while (p < end) {
 		if (varint(&p, end, &key) < 0)
@@ -91,10 +97,13 @@ static int walk(const uint8_t *p, const uint8_t *end, uint64_t nested,
 
 /* ------------------------------------------------------------ the YAML */
 
-/* A YAML double-quoted scalar (JSON's escapes are YAML's). */
+/* A YAML double-quoted scalar (JSON's escapes are YAML's): whatever the
+ * string holds, it is one scalar, never YAML of its own. */
 static void quoted(sluice_buf_t *b, const char *s)
 {
+	sluice_buf_puts(b, "\"");
 	sluice_buf_json_str(b, s ? s : "", s ? strlen(s) : 0);
+	sluice_buf_puts(b, "\"");
 }
 
 static void indent(sluice_buf_t *b, int n)
@@ -238,14 +247,17 @@ static int one_resource(const Google__Protobuf__Any *any, size_t i,
 			 i, any->type_url ? any->type_url : "");
 		return -1;
 	}
-	rc = walk(any->value.data, any->value.data + any->value.len, 3, 0);
+	/* (an empty value is a NULL pointer: no arithmetic on it) */
+	rc = any->value.len ? walk(any->value.data,
+				   any->value.data + any->value.len, 3, 0)
+			    : 0;
 	if (rc < 0) {
 		snprintf(err, errlen,
 			 rc == -2 ? "resource %zu: descriptors nested more "
 				    "than %d deep; expected fewer levels"
 				  : "resource %zu: not a RateLimitConfig "
 				    "(malformed protobuf)",
-			 i, SLUICE_ENVOY_MAX_DEPTH);
+			 i, MAX_LEVELS);
 		return -1;
 	}
 	c = ratelimit__config__ratelimit__v3__rate_limit_config__unpack(

@@ -4,10 +4,23 @@
  */
 #include "policy/envoy_xds.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static atomic_int pending;
+
+int sluice_envoy_xds_pending(void)
+{
+	return atomic_load(&pending);
+}
+
+void sluice_envoy_xds_set_pending(int on)
+{
+	atomic_store(&pending, on);
+}
 
 static char *dup_or_null(const char *s)
 {

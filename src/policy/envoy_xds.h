@@ -60,4 +60,12 @@ int sluice_envoy_xds_same(const sluice_envoy_xds_t *a,
 
 void sluice_envoy_texts_free(sluice_envoy_text_t *t, size_t n);
 
+/* 1 while envoy.xds runs and no config from it has been accepted yet
+ * (any thread): the service is then not healthy (/readyz,
+ * /healthcheck, gRPC health), as envoyproxy/ratelimit with
+ * HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, so that no Envoy is sent to
+ * a service that knows no limit.  Set by the client (src/xds). */
+int sluice_envoy_xds_pending(void);
+void sluice_envoy_xds_set_pending(int pending);
+
 #endif /* SLUICE_POLICY_ENVOY_XDS_H */

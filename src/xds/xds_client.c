@@ -40,12 +40,12 @@
 
 /* ------------------------------------------------------------- metrics */
 
-static atomic_int started, waiting, connected;
+static atomic_int started, connected;
 static atomic_ullong accepted, rejected, failures;
 
 int sluice_xds_waiting(void)
 {
-	return atomic_load(&waiting);
+	return sluice_envoy_xds_pending();
 }
 
 void sluice_xds_metrics_render(sluice_buf_t *out)
@@ -76,7 +76,7 @@ void sluice_xds_metrics_render(sluice_buf_t *out)
 		(unsigned long long)atomic_load(&rejected),
 		atomic_load(&connected),
 		(unsigned long long)atomic_load(&failures),
-		atomic_load(&waiting));
+		sluice_envoy_xds_pending());
 }
 
 /* ------------------------------------------------------------ the state */
@@ -503,7 +503,7 @@ static int handle(sluice_xds_t *x, const uint8_t *msg, size_t len)
 		x->version = r.version;
 		r.version = NULL;
 		atomic_fetch_add(&accepted, 1);
-		atomic_store(&waiting, 0);
+		sluice_envoy_xds_set_pending(0);
 		sluice_log_info("envoy.xds: applied version \"%.100s\" from "
 				"%s",
 				x->version ? x->version : "", x->cfg->server);
@@ -715,7 +715,7 @@ sluice_xds_t *sluice_xds_start(uv_loop_t *loop, const sluice_envoy_xds_t *cfg,
 	uv_async_init(loop, &x->async, on_async);
 	x->async.data = x;
 	atomic_store(&started, 1);
-	atomic_store(&waiting, 1);
+	sluice_envoy_xds_set_pending(1);
 	if (pthread_create(&x->thread, NULL, run, x) != 0) {
 		snprintf(err, errlen, "cannot start the xDS thread");
 		x->thread = 0;
@@ -763,7 +763,7 @@ void sluice_xds_stop(sluice_xds_t *x)
 	close(x->wake[1]);
 	pthread_mutex_destroy(&x->mu);
 	pthread_cond_destroy(&x->cv);
-	atomic_store(&waiting, 0);
+	sluice_envoy_xds_set_pending(0);
 	atomic_store(&connected, 0);
 	uv_close((uv_handle_t *)&x->async, on_closed);
 }

@@ -237,6 +237,14 @@ class Served:
         r = s.request("GET", "/readyz")
         self.assertEqual(r.status, 503)
         self.assertIn(b"config_pending", r.body)
+        # Nor healthy to Envoy Gateway's probe or gRPC health: no Envoy
+        # is sent to a service that knows no limit yet.
+        self.assertEqual(s.request("GET", "/healthcheck").status, 500)
+        hp = protos().health_pb2
+        health = s.health()
+        self.assertEqual(health.Check(hp.HealthCheckRequest(service=""),
+                                      timeout=30).status,
+                         hp.HealthCheckResponse.NOT_SERVING)
         n1 = cp.set("v1", [api_config(3)])
         ack = cp.reply_to(n1)
         self.assertIsNotNone(ack, "no ACK of v1")
@@ -248,6 +256,10 @@ class Served:
         self.wait_metric(s, ACCEPTED, 1)
         self.assertTrue(harness.wait_until(
             lambda: s.request("GET", "/readyz").status == 200, 30))
+        self.assertEqual(s.request("GET", "/healthcheck").status, 200)
+        self.assertEqual(health.Check(hp.HealthCheckRequest(service=""),
+                                      timeout=30).status,
+                         hp.HealthCheckResponse.SERVING)
         u = uniq()
         self.assertEqual(self.allowed(stub, u, 5), 3)
         # v2: 6 a minute; a new user gets 6.

@@ -40,8 +40,7 @@ static void policy_init(policy_t *p, int unit, uint32_t rpu, int unlimited)
 
 /* A DiscoveryResponse holding one RateLimitConfig (domain, descriptors);
  * *len its size. */
-static uint8_t *response(const char *domain, desc_t **d, size_t n,
-			 size_t *len)
+static uint8_t *response(const char *domain, desc_t **d, size_t n, size_t *len)
 {
 	Envoy__Service__Discovery__V3__DiscoveryResponse r =
 		ENVOY__SERVICE__DISCOVERY__V3__DISCOVERY_RESPONSE__INIT;
@@ -97,7 +96,8 @@ static sluice_envoy_config_t *load(const uint8_t *msg, size_t len, char *err,
 static void test_strings_arrive_exactly(void)
 {
 	static const char *const evil[] = {
-		"a\"\n  rate_limit: {unit: second, requests_per_unit: 1}\nx: \"",
+		"a\"\n  rate_limit: {unit: second, requests_per_unit: 1}\nx: "
+		"\"",
 		"back\\slash 'single' \"double\" #hash: colon",
 		"\t\r\x01\x1f ctrl", "h\xc3\xa9llo \xe2\x9c\x93", "*"};
 	size_t i, len;
@@ -140,8 +140,8 @@ static void test_units_as_envoyproxy_reads_them(void)
 		uint32_t rpu;
 		const char *err; /* NULL: loads */
 	} cases[] = {
-		{0, 1, 0, NULL},	 /* unlimited: no unit */
-		{7, 0, 3, NULL},	 /* WEEK is 7 on the wire */
+		{0, 1, 0, NULL}, /* unlimited: no unit */
+		{7, 0, 3, NULL}, /* WEEK is 7 on the wire */
 		{0, 0, 5, "invalid rate limit unit"},
 		{1, 1, 0, "should not specify rate limit unit"},
 		{9, 0, 5, "invalid rate limit unit"},

@@ -7,14 +7,18 @@ an AggregatedDiscoveryService that pushes DiscoveryResponses of
 type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig to every
 open stream and records every DiscoveryRequest sluice sends.
 
-- Served, changed: the limits ShouldRateLimit enforces follow each
-  version; each one is ACKed (version_info, response_nonce, node id);
-  /readyz is 503 until the first config, 200 after; a changed limit keeps
-  what a key has used (limit carry, as a file reload).
+- Served, changed (on memory and on Redis): the limits ShouldRateLimit
+  and POST /json enforce follow each version; each one is ACKed
+  (version_info, response_nonce, node id); /readyz, /healthcheck and gRPC
+  health say not ready until the first config; a changed limit keeps
+  what a key has used (limit carry, as a file reload); SIGHUP keeps the
+  control plane's domains; two instances on one Redis share a limit.
 - Broken (a bad unit, a domain twice, descriptors nested too deep, a
   resource of another type, bytes that are no protobuf): NACKed with
   error_detail naming the problem and the last good version_info; the
   running config is still enforced.
+- A response over 4 MiB drops the stream (the config kept); the next
+  good version is taken.
 - The control plane goes away: sluice keeps enforcing the last config,
   logs the loss once however many retries fail, and when a control plane
   is back on the port, reconnects (with the last accepted version) and
@@ -24,6 +28,7 @@ open stream and records every DiscoveryRequest sluice sends.
   never served (readyz stays 503, errors counted).
 - A bad envoy.xds section is refused by check-config naming FILE:LINE.
 """
+import json
 import os
 import queue
 import subprocess
@@ -300,6 +305,21 @@ class Served:
         self.assertEqual(self.allowed(stub, u, 3), 1)
         self.assertEqual(self.allowed(stub, uniq(), 3), 2)
 
+    def test_the_json_endpoint_follows_the_served_config(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        body = json.dumps({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": u}]}]})
+        codes = [s.request("POST", "/json",
+                           {"Content-Type": "application/json"},
+                           body).status for _ in range(3)]
+        self.assertEqual(codes, [200, 200, 429])
+        # One bucket for both front ends: gRPC finds it spent.
+        self.assertEqual(self.decide(stub, u).overall_code, OVER)
+
     def test_several_domains_and_nested_descriptors(self):
         cp = self.control_plane()
         s, stub = self.serve(cp)
@@ -411,6 +431,30 @@ class Broken(XdsBase):
         nonce = self.cp.set("good2", [api_config(3)])
         self.assertFalse(self.cp.reply_to(nonce).HasField("error_detail"))
         self.assertEqual(self.allowed(self.stub, uniq(), 5), 3)
+
+
+class Huge(XdsBase):
+    def test_a_response_over_4_mib_is_refused_and_the_config_kept(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        errors = self.metric(s, ERRORS)
+        big = rl_config("big", "api", [("user", None, (MINUTE, 2), [])] +
+                        [("k%06d" % i, "v" * 100, (SECOND, 1), [])
+                         for i in range(45000)])
+        self.assertGreater(big.ByteSize(), 4 << 20)
+        cp.set("v2", [big])
+        # The stream is dropped (grpc-go's clients do the same), not
+        # read: sluice keeps v1 and tries again.
+        self.wait_metric(s, ERRORS, errors + 1)
+        self.assertTrue(s.wait_log("larger than the 4 MiB limit"))
+        self.assertEqual(self.metric(s, ACCEPTED), 1)
+        self.assertEqual(self.allowed(stub, uniq(), 3), 2)
+        # A good version after it is taken on the next stream.
+        cp.set("v3", [api_config(5)])
+        self.wait_metric(s, ACCEPTED, 2)
+        self.assertEqual(self.allowed(stub, uniq(), 6), 5)
 
 
 def varint(n):

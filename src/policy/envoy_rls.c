@@ -14,6 +14,7 @@
 #include "policy/envoy_config.h"
 #include "policy/envoy_import.h"
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_xds.h"
 #include "policy/ratelimit_headers.h"
 #include "policy/svc.h"
 #include "util/buf.h"
@@ -771,5 +772,6 @@ void sluice_rls_response_free(sluice_rls_response_t *resp)
 
 int sluice_rls_healthy(struct sluice_svc_s *svc)
 {
-	return !svc->draining && sluice_backend_healthy(&svc->backend);
+	return !svc->draining && sluice_backend_healthy(&svc->backend) &&
+	       !sluice_envoy_xds_pending();
 }

@@ -19,6 +19,8 @@
  *              flush_ms: 10000, dogstatsd: false}
  *     import_counters: false              # envoyproxy's counters on first
  *     cache_key_prefix: ""                #   touch (envoy_import.h)
+ *     xds: {server: HOST:PORT, node_id: ...}  # instead of config_dir
+ *                                             # (policy/envoy_xds.h)
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
@@ -26,6 +28,7 @@
 #include "policy/config_internal.h"
 #include "policy/envoy_config.h"
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_xds.h"
 
 #include <grp.h>
 #include <stdio.h>
@@ -363,6 +366,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "statsd",
 					   "import_counters",
 					   "cache_key_prefix",
+					   "xds",
 					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
@@ -433,7 +437,19 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			s.watch_ms = (unsigned)u;
 	}
 	dirnode = sluice_yaml_get(y, node, "config_dir");
-	if (!dirnode)
+	if ((v = sluice_yaml_get(y, node, "xds"))) {
+		if (sluice_envoy_xds_parse(y, v, base, &s.xds) < 0)
+			rc = -1;
+		if (dirnode)
+			rc = sluice_yaml_error(y, dirnode,
+					       "envoy has both config_dir and "
+					       "xds; expected one source of "
+					       "the rate limit config");
+		s.watch_ms = 0; /* nothing to poll */
+		if (rc == 0 && !(*out = sluice_envoy_load_texts(
+					 NULL, 0, &s, y->err, y->errlen)))
+			rc = sluice_yaml_nomem(y, v);
+	} else if (!dirnode)
 		rc = sluice_yaml_error(y, node,
 				       "envoy has no config_dir; expected the "
 				       "directory of envoyproxy/ratelimit "
@@ -442,7 +458,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		rc = -1;
 	else if (!(path = resolve(dir, base)) || !(s.config_dir = strdup(dir)))
 		rc = sluice_yaml_nomem(y, dirnode);
-	if (rc == 0) {
+	if (rc == 0 && !s.xds) {
 		unsigned nerr = 0;
 		char first[1024];
 		size_t used = y->report ? strlen(y->report) : 0;
@@ -474,5 +490,10 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	free(s.statsd_prefix);
 	free(s.statsd_tags);
 	free(s.cache_key_prefix);
+	sluice_envoy_xds_free(s.xds);
+	if (rc < 0) {
+		sluice_envoy_config_free(*out);
+		*out = NULL;
+	}
 	return rc;
 }

@@ -4,6 +4,7 @@
  */
 #include "serve/metrics.h"
 #include "policy/envoy_metrics.h"
+#include "xds/xds.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -22,8 +23,8 @@ static const int codes[16] = {200, 400, 403, 404, 405, 408,
 			      413, 429, 431, 500, 503, 0};
 
 /* Reloads by [trigger][ok]; the triggers' label values: */
-static sluice_counter_t reloads[2][2];
-static const char *const reload_triggers[2] = {"sighup", "config_dir"};
+static sluice_counter_t reloads[3][2];
+static const char *const reload_triggers[3] = {"sighup", "config_dir", "xds"};
 static const sluice_store_exposition_t *store_x;
 /* The registry as sluice_metrics_visit() shows it: set and read only
  * under the registry's lock (render_counters). */
@@ -60,7 +61,8 @@ void sluice_metrics_store_unready(sluice_buf_t *out)
 void sluice_metrics_reload(int ok, int trigger)
 {
 	assert(trigger == SLUICE_RELOAD_SIGHUP ||
-	       trigger == SLUICE_RELOAD_CONFIG_DIR);
+	       trigger == SLUICE_RELOAD_CONFIG_DIR ||
+	       trigger == SLUICE_RELOAD_XDS);
 	atomic_fetch_add(&reloads[trigger][!!ok], 1);
 }
 
@@ -405,14 +407,16 @@ void sluice_metrics_render(sluice_buf_t *out,
 	if (store_x && store_x->render)
 		store_x->render(out);
 	sluice_envoy_metrics_render(out, envoy_style);
+	sluice_xds_metrics_render(out);
 	help(out, "sluice_build_info", "gauge",
 	     "Always 1; the version of this binary as a label.");
 	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,
 	       1);
 	help(out, "sluice_config_reloads_total", "counter",
 	     "Config reloads by result and by what started them (sighup, "
-	     "or config_dir: a change in envoy.config_dir).");
-	for (i = 0; i < 2; i++) {
+	     "config_dir: a change in envoy.config_dir, or xds: a control "
+	     "plane's update).");
+	for (i = 0; i < 3; i++) {
 		series(out, "sluice_config_reloads_total", "result", "ok",
 		       "trigger", reload_triggers[i], ld(&reloads[i][1]));
 		series(out, "sluice_config_reloads_total", "result", "error",

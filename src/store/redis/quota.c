@@ -23,13 +23,8 @@
  */
 #include "store/redis/redis_int.h"
 
-#include "script_lua.h" /* generated from the .lua files by CMake */
-
 #include <string.h>
 #include <time.h>
-
-const char sluice_redis__script_quota[] = SLUICE_QUOTA_LUA;
-const char sluice_redis__script_quota_sha[41] = SLUICE_QUOTA_SHA1;
 
 int64_t sluice_redis__quota_skew_us;
 

@@ -33,7 +33,8 @@
  *   call.c
  *   cluster.c, sentinel.c
  *   node.c
- *   policy.c, script.c, module_path.c, quota.c
+ *   quota.c
+ *   policy.c, script.c, module_path.c
  *   command.c
  *   link.c
  *   reply.c, tls.c, url.c, status.c
@@ -668,7 +669,8 @@ int sluice_redis__shortfall_state(const redisReply *e, const sluice_limit_t *l,
 				  sluice_state_t *state);
 /* A decision's times in whole ms, rounded up, as the module answers. */
 void sluice_redis__whole_ms(sluice_decision_t *d);
-/* quota.c: calls whose limits include a calendar quota (quota.lua) */
+/* quota.c: calls whose limits include a calendar quota (quota.lua, held
+ * by script.c with the other scripts) */
 extern const char sluice_redis__script_quota[];
 extern const char sluice_redis__script_quota_sha[41];
 /* Added to the client's clock where it places calendar windows (tests

@@ -564,10 +564,6 @@ int sluice_redis_carry(sluice_redis_t *r, const void *key, size_t keylen,
 
 	if (!to || (!from && nfrom) || nfrom >= SLUICE_MAX_LIMITS)
 		return SLUICE_EINVAL;
-	/* carry.lua knows buckets only; the module (SLUICE.CARRY) carries
-	 * quotas. */
-	if (sluice_limit_is_quota(to) || sluice_redis__has_quota(from, nfrom))
-		return SLUICE_EINVAL;
 	limits[0] = *to;
 	for (i = 0; i < nfrom; i++) {
 		for (j = 0; j < n; j++)

@@ -29,7 +29,7 @@
 int64_t sluice_redis__quota_skew_us;
 
 /* quota.lua's ops (ARGV[1]). */
-enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET };
+enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET, OP_CARRY };
 
 /* quota.lua's kinds of limit. */
 enum { KIND_BUCKET, KIND_BOUNDS, KIND_FIRST_USE, KIND_PERIOD };
@@ -135,6 +135,8 @@ static int call_op(const sluice_redis_call_t *c)
 		return OP_BLOCK;
 	case SLUICE_REDIS_ADJUST_SET:
 		return OP_SET;
+	case SLUICE_REDIS_ADJUST_CARRY:
+		return OP_CARRY;
 	default:
 		return OP_TAKE;
 	}
@@ -153,6 +155,9 @@ static void bucket_args(sluice_redis_resp_t *o, const sluice_limit_t *l, int op,
 	case OP_TAKE:
 		put_bucket(o, amount > l->capacity ? l->tau + 1 : amount * t,
 			   l->tau, per, 0);
+		break;
+	case OP_CARRY:
+		put_bucket(o, t, l->tau, per, 0);
 		break;
 	case OP_REFUND:
 		put_bucket(o,
@@ -196,6 +201,8 @@ static int64_t quota_amount(const sluice_limit_t *l, int op, uint64_t amount)
 							   : SLUICE_QUOTA_MAX);
 	case OP_BLOCK:
 		return amount > 0;
+	case OP_CARRY:
+		return 0;
 	default:
 		return (int64_t)(amount < q ? amount : q);
 	}

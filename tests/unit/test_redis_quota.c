@@ -489,6 +489,13 @@ static void test_script_and_module_store_the_same_bytes(store_t *script,
 
 /* -------------------------------------------------- a clock far off */
 
+/* Counts the client's EV_REFUSED events that name the clock. */
+static void on_clock_event(void *arg, const sluice_redis_event_t *ev)
+{
+	if (ev->kind == SLUICE_REDIS_EV_REFUSED && strstr(ev->detail, "clock"))
+		++*(int *)arg;
+}
+
 /* A client whose clock is 40 days behind the server's cannot place a
  * month: refused (retry in 1 s), nothing written, however often it
  * asks; a UTC day is a fixed period the script places itself. */
@@ -516,6 +523,32 @@ static void test_client_clock_far_off_is_refused(store_t *script, int port)
 	key_named(c, "*{skew2}*", name, sizeof(name));
 	CHECK(name[0] == '\0');
 	CHECK(call(script, RS_TAKE, "skew3", day, 1).allowed);
+	/* The operator is told (an event naming the clock), at most once
+	 * a second however many calls are refused. */
+	{
+		sluice_redis_opts_t o = {0};
+		sluice_redis_t *r;
+		uv_loop_t loop;
+		int told = 0;
+		char url[64], err[256];
+
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+		o.url = url;
+		o.timeout_ms = 5000;
+		o.on_event = on_clock_event;
+		o.event_arg = &told;
+		uv_loop_init(&loop);
+		CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
+		for (i = 0; i < 5; i++) {
+			result_t t = rh_take(&loop, r, "skew4", &limits[MONTH5],
+					     1, 1);
+
+			CHECK(t.status == 0 && !t.allowed);
+		}
+		CHECK(told >= 1 && told <= 5);
+		rh_close_client(&loop, r);
+		uv_loop_close(&loop);
+	}
 	/* Ahead by 70 days (the windows sent: March to May): refused
 	 * too. */
 	sluice_redis__quota_skew_us += 110 * 86400 * S_TO_US;

@@ -197,8 +197,8 @@ static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
 	    !(st = malloc(c->nlimits * sizeof(*st))))
 		return -1;
 	if (quota) {
-		int q = sluice_redis__quota_states(reply, c->limits, c->nlimits,
-						   &now, st, &skew);
+		int q = sluice_redis__quota_states(c, reply, c->limits,
+						   c->nlimits, &now, st, &skew);
 
 		if (q < 0)
 			goto out;

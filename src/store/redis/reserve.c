@@ -54,8 +54,8 @@ static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
 	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 	int64_t now = 0;
 	size_t skew = 0;
-	int rc = sluice_redis__quota_states(reply, c->limits, c->nlimits, &now,
-					    states, &skew);
+	int rc = sluice_redis__quota_states(c, reply, c->limits, c->nlimits,
+					    &now, states, &skew);
 
 	if (rc < 0)
 		return -1;

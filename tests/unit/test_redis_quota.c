@@ -393,6 +393,110 @@ static void test_quota_table_same_answer_on_every_store(store_t *stores)
 	       "shared, script and module stores\n");
 }
 
+/* ------------------------------------------------ random sequences */
+
+/* Compares one call's answers on every store with the memory store's;
+ * 0 when they differ (told on stderr). */
+static int same_answers(store_t *stores, const rs_result_t *a, rs_verb_t v,
+			size_t step)
+{
+	size_t s;
+	int ok = 1;
+
+	for (s = 0; s < NSTORES; s++) {
+		int same = a[s].status == 0;
+
+		if (v == RS_TAKE || v == RS_PEEK || v == RS_RESERVE)
+			same = same && a[s].allowed == a[0].allowed &&
+			       a[s].d.remaining == a[0].d.remaining &&
+			       a[s].d.limit == a[0].d.limit &&
+			       a[s].d.which == a[0].d.which &&
+			       a[s].d.never == a[0].d.never &&
+			       ms_up(a[s].d.retry_after_us) ==
+				       ms_up(a[0].d.retry_after_us) &&
+			       ms_up(a[s].d.reset_after_us) ==
+				       ms_up(a[0].d.reset_after_us);
+		if (!same) {
+			fprintf(stderr,
+				"step %zu verb %d: %s status %d allowed %d "
+				"remaining %llu retry %llu reset %llu; memory "
+				"%d %llu %llu %llu\n",
+				step, (int)v, stores[s].name, a[s].status,
+				a[s].allowed,
+				(unsigned long long)a[s].d.remaining,
+				(unsigned long long)a[s].d.retry_after_us,
+				(unsigned long long)a[s].d.reset_after_us,
+				a[0].allowed,
+				(unsigned long long)a[0].d.remaining,
+				(unsigned long long)a[0].d.retry_after_us,
+				(unsigned long long)a[0].d.reset_after_us);
+			ok = 0;
+		}
+	}
+	return ok;
+}
+
+/*
+ * Random sequences of every verb on random quotas (and a bucket beside
+ * them), the clock stepping by random amounts -- a second, a minute, an
+ * hour, a day, a week, a month, now and then back an hour -- across
+ * midnights, months, DST changes in Berlin (the steps pass March and
+ * October) and leap days: every store answers as the memory store does.
+ */
+static void test_random_sequences_same_answer_on_every_store(store_t *stores)
+{
+	static const int64_t steps[] = {0,     1,	  59,	      3600,
+					86400, 7 * 86400, 31 * 86400, -3600};
+	static const rs_verb_t verbs[] = {
+		RS_TAKE,     RS_TAKE,  RS_TAKE, RS_PEEK,    RS_REFUND, RS_RESET,
+		RS_PENALIZE, RS_BLOCK, RS_SET,	RS_RESERVE, V_CARRY};
+	static const int quotas[] = {DAY3,  MONTH5,   BERLIN4, FIRST_MONTH,
+				     WEEK3, KOLKATA1, YEAR10,  FIRST_YEAR};
+	const size_t nq = sizeof(quotas) / sizeof(quotas[0]);
+	uint64_t seed = 0x9e3779b97f4a7c15u;
+	int64_t t = (T0 - 40 * 86400) * S_TO_US + 250000;
+	size_t step, s, allowed = 0, refused = 0;
+	int bad = 0;
+
+	for (step = 0; step < 400 && !bad; step++) {
+		rs_result_t a[NSTORES];
+		int lims[4] = {-1, -1, -1, -1};
+		rs_verb_t v;
+		uint64_t cost;
+		char key[16];
+
+		seed = seed * 6364136223846793005u + 1442695040888963407u;
+		t += steps[(seed >> 33) % 8] * S_TO_US;
+		set_clock(t);
+		v = verbs[(seed >> 40) % 11];
+		snprintf(key, sizeof(key), "rnd%u", (unsigned)(seed >> 50) % 3);
+		lims[0] = quotas[(seed >> 20) % nq];
+		if (v == V_CARRY)
+			lims[1] = (seed >> 12) % 4 == 0
+					  ? BUCKET3
+					  : quotas[(seed >> 14) % nq];
+		else if (v != RS_RESERVE && (seed >> 12) % 4 == 0)
+			lims[1] = BUCKET3;
+		if (lims[1] == lims[0])
+			lims[1] = -1;
+		cost = (seed >> 24) % 5;
+		if (v == RS_BLOCK)
+			cost *= 1000;
+		for (s = 0; s < NSTORES; s++)
+			a[s] = call(&stores[s], v, key, lims, cost);
+		if (!same_answers(stores, a, v, step))
+			bad = 1;
+		if (v == RS_TAKE || v == RS_RESERVE)
+			*(a[0].allowed ? &allowed : &refused) += 1;
+	}
+	CHECK(!bad);
+	/* Both answers occur, or the sequence shows little. */
+	CHECK(allowed > 20 && refused > 20);
+	printf("%zu random calls at random instants (takes and reservations: "
+	       "%zu allowed, %zu refused): the same answers on every store\n",
+	       step, allowed, refused);
+}
+
 /* -------------------------------------------- script and module bytes */
 
 /* The one key of pattern on c, into name (empty: none). */
@@ -721,6 +825,7 @@ int main(void)
 	}
 	print_memory_usage(without.port, "*{a}:3@day", "script");
 	print_memory_usage(with.port, "*{a}:3@day", "module");
+	test_random_sequences_same_answer_on_every_store(stores);
 	test_script_and_module_store_the_same_bytes(&stores[2], without.port,
 						    with.port);
 	test_client_clock_far_off_is_refused(&stores[2], without.port);

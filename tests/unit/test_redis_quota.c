@@ -585,10 +585,36 @@ static void test_script_and_module_store_the_same_bytes(store_t *script,
 			same_bytes(a, b, name);
 		}
 	}
+	/* A carry of a bucket into a quota: quota.lua (the store's carry)
+	 * and SLUICE.CARRY write the same bytes. */
+	{
+		static const int bucket[] = L1(BUCKET3),
+				 carry[] = L2(FIRST_MONTH, BUCKET3);
+		char qname[256], bname[256];
+		redisReply *r;
+
+		CHECK(call(script, RS_TAKE, "carry-b", bucket, 2).allowed);
+		key_named(a, "*{carry-b}*", bname, sizeof(bname));
+		CHECK(bname[0]);
+		r = rh_cmd(b, "SLUICE.TAKE %s 3 3/h COST 2", bname);
+		freeReplyObject(r);
+		same_bytes(a, b, bname);
+		CHECK(call(script, V_CARRY, "carry-b", carry, 0).status == 0);
+		key_named(a, "*{carry-b}*", qname, sizeof(qname));
+		CHECK(qname[0] && strcmp(qname, bname) != 0);
+		r = rh_cmd(b, "SLUICE.CARRY %s 2 %s %s 3 3/h", qname,
+			   rate_of(&limits[FIRST_MONTH], id), bname);
+		CHECK(r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+		freeReplyObject(r);
+		same_bytes(a, b, qname);
+		r = rh_cmd(b, "EXISTS %s", bname);
+		CHECK(r->integer == 0);
+		freeReplyObject(r);
+	}
 	redisFree(a);
 	redisFree(b);
 	printf("the script and the module store the same bytes with the "
-	       "same expiry\n");
+	       "same expiry (takes and a carry)\n");
 }
 
 /* -------------------------------------------------- a clock far off */

@@ -653,6 +653,20 @@ static void test_client_clock_far_off_is_refused(store_t *script, int port)
 	key_named(c, "*{skew2}*", name, sizeof(name));
 	CHECK(name[0] == '\0');
 	CHECK(call(script, RS_TAKE, "skew3", day, 1).allowed);
+	/* So is a zone's second (a second is UTC's in every zone). */
+	{
+		uint16_t zone;
+		sluice_limit_t saved = limits[NLIMITS - 1];
+		static const int last[] = L1(NLIMITS - 1);
+
+		CHECK(sluice_zone_load("Europe/Berlin", &zone, NULL, 0) == 0);
+		CHECK(sluice_quota_init(
+			      &limits[NLIMITS - 1], 2, SLUICE_PER_SECOND,
+			      SLUICE_ALIGN_CALENDAR, zone, NULL, 0) == 0);
+		CHECK(call(script, RS_TAKE, "skew5", last, 2).allowed);
+		CHECK(!call(script, RS_TAKE, "skew5", last, 1).allowed);
+		limits[NLIMITS - 1] = saved;
+	}
 	/* The operator is told (an event naming the clock), at most once
 	 * a second however many calls are refused. */
 	{

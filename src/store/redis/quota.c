@@ -8,7 +8,8 @@
  * client sends, for each calendar quota, the windows around its own clock
  * (the previous, current and next window, from the core's
  * sluice_quota_calendar()), and the script picks the one holding the
- * server's time.  A UTC calendar of seconds to weeks is a fixed period,
+ * server's time.  A UTC calendar of seconds to weeks (and any zone's
+ * seconds) is a fixed period,
  * which the script computes itself, so a client clock off by any amount
  * does not matter there; first-use windows (one unit from the first
  * request) are computed in the script too.  When the server's time lies
@@ -70,11 +71,15 @@ static void put_i64(sluice_redis_resp_t *o, int64_t v)
 			       1 + sluice_u64_dec(num + 1, (uint64_t)-v));
 }
 
-/* Seconds of a fixed unit in UTC (SLUICE_PER_SECOND .. _WEEK), else 0. */
+/* Seconds of a fixed unit: UTC's seconds to weeks, and any zone's
+ * seconds (offsets and transitions fall on whole seconds, so a zone's
+ * second is UTC's); else 0. */
 static int64_t fixed_len(const sluice_limit_t *l)
 {
 	static const int64_t len[] = {0, 1, 60, 3600, 86400, 604800};
 
+	if (l->window.per == SLUICE_PER_SECOND)
+		return 1;
 	if (l->window.zone != 0 || l->window.per > SLUICE_PER_WEEK)
 		return 0;
 	return len[l->window.per];

@@ -782,6 +782,20 @@ static void test_module_refuses_bad_quota_args(int port)
 	r = rh_cmd(c, "SLUICE.TAKEMULTI 2 g1 g2 5 @month 3 1/s");
 	CHECK(r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1);
 	freeReplyObject(r);
+	/* The batch verbs: two takes of one 1-a-day quota on one key, the
+	 * second refused; a quota and a bucket side by side. */
+	r = rh_cmd(c, "SLUICE.TAKEEACH 1 @day 1 e1 e1");
+	CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	CHECK(r->element[0]->element[0]->integer == 1 &&
+	      r->element[1]->element[0]->integer == 0);
+	freeReplyObject(r);
+	r = rh_cmd(c, "SLUICE.TAKEMANY m1 2 @week:first_use 2 m2 3 1/s 1");
+	CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	CHECK(r->element[0]->element[0]->integer == 1 &&
+	      r->element[0]->element[2]->integer == 0 &&
+	      r->element[1]->element[0]->integer == 1);
+	freeReplyObject(r);
+	module_refuses(c, "10", "@day:first_use:x", "first_use:x");
 	redisFree(c);
 	printf("the module refuses bad quota arguments with clear errors\n");
 }

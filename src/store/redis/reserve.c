@@ -45,6 +45,37 @@ static int parse_script(const sluice_redis_call_t *c, const redisReply *reply,
 	return 0;
 }
 
+/* A reservation with quotas (quota.lua's reserve: {now, states}): the
+ * answer is the core's, sluice_reserve_all() on the states at the
+ * server's time, as the script decided. */
+static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
+		       sluice_redis_outcome_t *out)
+{
+	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	int64_t now = 0;
+	size_t skew = 0;
+	int rc = sluice_redis__quota_states(c, reply, c->limits, c->nlimits,
+					    &now, states, &skew);
+
+	if (rc < 0)
+		return -1;
+	if (rc == 1) {
+		/* The client's clock is far off: refused, retry in 1 s. */
+		out->allowed = 0;
+		sluice_redis__quota_skewed(&c->limits[skew], skew, &out->d);
+		out->wait_us = out->d.retry_after_us;
+		out->now_us = 0;
+		return 0;
+	}
+	out->now_us = now;
+	out->allowed = sluice_reserve_all(c->limits, states, c->nlimits, now,
+					  c->cost, c->max_wait_us, next,
+					  &out->d, &out->wait_us);
+	out->d.retry_after_us = ceil_ms_us(out->d.retry_after_us);
+	out->d.reset_after_us = ceil_ms_us(out->d.reset_after_us);
+	return 0;
+}
+
 /* SLUICE.RESERVE's [reserved, limit, remaining, retry_after_ms, reset_ms,
  * wait_us, now_us]. */
 static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
@@ -79,8 +110,10 @@ static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
 static int reserve_parse(sluice_redis_call_t *c, const redisReply *reply,
 			 sluice_redis_outcome_t *out)
 {
-	int rc = c->script ? parse_script(c, reply, out)
-			   : parse_module(reply, out);
+	int rc = !c->script ? parse_module(reply, out)
+		 : sluice_redis__has_quota(c->limits, c->nlimits)
+			 ? parse_quota(c, reply, out)
+			 : parse_script(c, reply, out);
 
 	if (rc < 0)
 		return rc;

@@ -107,24 +107,90 @@ static void free_ptr(napi_env env, void *data, void *hint)
 	free(data);
 }
 
+/* A quota's unit in whole seconds, as RateLimit-Policy's w= says it: its
+ * nominal length (a day 86400, a month 30 days, a year 365 days), the
+ * same for every window of the unit. */
+static double quota_window_s(uint8_t per)
+{
+	switch (per) {
+	case SLUICE_PER_SECOND:
+		return 1;
+	case SLUICE_PER_MINUTE:
+		return 60;
+	case SLUICE_PER_HOUR:
+		return 3600;
+	case SLUICE_PER_DAY:
+		return 86400;
+	case SLUICE_PER_WEEK:
+		return 7 * 86400;
+	case SLUICE_PER_MONTH:
+		return 30 * 86400;
+	default:
+		return 365 * 86400;
+	}
+}
+
+/* quotas[i] ([unit, align, zone] strings, checked by index.js) into a
+ * quota of `quota` requests: 0, or SLUICE_E* with the core's message. */
+static int quota_limit(napi_env env, napi_value spec, double quota,
+		       sluice_limit_t *l, double *window, char *err,
+		       size_t errlen)
+{
+	napi_value v;
+	char per_text[32], align[16], tz[256];
+	size_t n;
+	uint8_t per = 0;
+	uint16_t zone = 0;
+	int rc;
+
+	if (napi_get_element(env, spec, 0, &v) != napi_ok ||
+	    napi_get_value_string_utf8(env, v, per_text, sizeof(per_text),
+				       &n) != napi_ok ||
+	    napi_get_element(env, spec, 1, &v) != napi_ok ||
+	    napi_get_value_string_utf8(env, v, align, sizeof(align), NULL) !=
+		    napi_ok ||
+	    napi_get_element(env, spec, 2, &v) != napi_ok ||
+	    napi_get_value_string_utf8(env, v, tz, sizeof(tz), NULL) != napi_ok)
+		return -1000;
+	if (n + 1 >= sizeof(per_text)) {
+		snprintf(err, errlen, "per is too long");
+		return SLUICE_EINVAL;
+	}
+	rc = sluice_per_parse(per_text, &per, err, errlen);
+	if (rc == 0 && tz[0])
+		rc = sluice_zone_load(tz, &zone, err, errlen);
+	if (rc == 0)
+		rc = sluice_quota_init(l, (uint64_t)quota, per,
+				       strcmp(align, "first_use") == 0
+					       ? SLUICE_ALIGN_FIRST_USE
+					       : SLUICE_ALIGN_CALENDAR,
+				       zone, err, errlen);
+	if (rc == 0)
+		*window = quota_window_s(per);
+	return rc;
+}
+
 /*
- * policyNew(name, capacities[], rates[]) -> [external, windows_s[]]
- * Capacities are whole numbers already checked by index.js; rates are
- * strings in the core's syntax.  Errors are RangeErrors with the core's
- * own message.
+ * policyNew(name, capacities[], rates[], quotas[]) -> [external,
+ * windows_s[]]
+ * Capacities (or quotas) are whole numbers already checked by index.js;
+ * rates are strings in the core's syntax; quotas[i] is null for a token
+ * bucket, else [unit, align, zone] of a calendar quota of capacities[i]
+ * requests.  Errors are RangeErrors with the core's own message.
  */
 static napi_value policy_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 3, i;
-	napi_value argv[3], ext, windows, result;
-	uint32_t n = 0, n2 = 0;
+	size_t argc = 4, i;
+	napi_value argv[4], ext, windows, result;
+	uint32_t n = 0, n2 = 0, n3 = 0;
 	policy_t *p;
 	char err[256];
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_array_length(env, argv[1], &n));
 	CHECK(env, napi_get_array_length(env, argv[2], &n2));
-	if (n == 0 || n != n2 || n > SLUICE_MAX_LIMITS) {
+	CHECK(env, napi_get_array_length(env, argv[3], &n3));
+	if (n == 0 || n != n2 || n != n3 || n > SLUICE_MAX_LIMITS) {
 		snprintf(err, sizeof(err),
 			 "a policy needs 1 to %d limits, got %u",
 			 SLUICE_MAX_LIMITS, n);
@@ -142,10 +208,11 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 	if (napi_create_array_with_length(env, n, &windows) != napi_ok)
 		goto napi_fail;
 	for (i = 0; i < n; i++) {
-		napi_value cv, rv, w;
+		napi_value cv, rv, qv, w;
+		napi_valuetype qt;
 		char rate[128];
 		size_t ratelen = 0;
-		double cap;
+		double cap, window = 0;
 		sluice_rate_t r;
 		sluice_limit_t *l = &p->limits[i];
 		int rc;
@@ -153,7 +220,18 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		if (napi_get_element(env, argv[1], (uint32_t)i, &cv) !=
 			    napi_ok ||
 		    napi_get_value_double(env, cv, &cap) != napi_ok ||
-		    napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
+		    napi_get_element(env, argv[3], (uint32_t)i, &qv) !=
+			    napi_ok ||
+		    napi_typeof(env, qv, &qt) != napi_ok)
+			goto napi_fail;
+		if (qt == napi_object) {
+			rc = quota_limit(env, qv, cap, l, &window, err,
+					 sizeof(err));
+			if (rc == -1000)
+				goto napi_fail;
+			goto checked;
+		}
+		if (napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
 			    napi_ok ||
 		    napi_get_value_string_utf8(env, rv, rate, sizeof(rate),
 					       &ratelen) != napi_ok)
@@ -168,6 +246,16 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		if (rc == 0)
 			rc = sluice_limit_init(l, (uint64_t)cap, &r, err,
 					       sizeof(err));
+		if (rc == 0) {
+			/* The window of RateLimit-Policy: time from empty
+			 * to full, in whole seconds rounded up (as sluice
+			 * serve says it). */
+			uint64_t us = l->tau / l->rate.per +
+				      (l->tau % l->rate.per != 0);
+
+			window = (double)(us / 1000000 + (us % 1000000 != 0));
+		}
+	checked:
 		if (rc < 0) {
 			char msg[320];
 
@@ -176,18 +264,9 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 			napi_throw_range_error(env, "ERR_SLUICE_POLICY", msg);
 			return NULL;
 		}
-		/* The window of RateLimit-Policy: time from empty to full,
-		 * in whole seconds rounded up (as sluice serve says it). */
-		{
-			uint64_t us = l->tau / l->rate.per +
-				      (l->tau % l->rate.per != 0);
-			double s = (double)(us / 1000000 + (us % 1000000 != 0));
-
-			if (napi_create_double(env, s, &w) != napi_ok ||
-			    napi_set_element(env, windows, (uint32_t)i, w) !=
-				    napi_ok)
-				goto napi_fail;
-		}
+		if (napi_create_double(env, window, &w) != napi_ok ||
+		    napi_set_element(env, windows, (uint32_t)i, w) != napi_ok)
+			goto napi_fail;
 	}
 	p->nlimits = n;
 	addon_policy_learn(p, sluice_now_us());

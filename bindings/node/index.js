@@ -70,9 +70,32 @@ class Policy {
     this._plainHeaders = limits.map((_, which) => [plain(which),
       ...limits.map((__, i) => i).filter((i) => i !== which).map(plain)].join(', '));
     this._windowsMs = windows.map((w) => w * 1000);
+    // A calendar quota's w= is its current window's length (a 23-hour
+    // day, a 28-day month), as sluice serve says it: such a policy's
+    // headers are written per decision (_headers()), the others' above.
+    this._caps = caps;
+    this._quotas = limits.map((l) => Object.hasOwn(l, 'quota'));
+    this._hasQuota = this._quotas.includes(true);
     // The last RateLimit values written (rateLimitItem()).
     this._items = { r: new Array(ITEM_SLOTS).fill(-1), t: new Array(ITEM_SLOTS).fill(-1), s: new Array(ITEM_SLOTS).fill('') };
     Object.freeze(this);
+  }
+
+  // Limit i's window in seconds at nowUs: a quota's, for the count
+  // resetMs from now when i decided (else the window a take would open).
+  _window(i, which, resetMs, nowUs) {
+    if (!this._quotas[i]) return this._windowsMs[i] / 1000;
+    return native.quotaWindow(this._h, i, i === which ? resetMs : 0, nowUs);
+  }
+
+  // [named, plain] RateLimit-Policy when `which` decided, its count
+  // resetting in resetMs at nowUs.
+  _headers(which, resetMs, nowUs) {
+    if (!this._hasQuota) return [this._policyHeaders[which], this._plainHeaders[which]];
+    const order = [which, ...this.limits.map((_, i) => i).filter((i) => i !== which)];
+    const w = order.map((i) => this._window(i, which, resetMs, nowUs));
+    return [order.map((i, k) => `"${k === 0 ? this.name : `${this.name}.${i + 1}`}";q=${this._caps[i]};w=${w[k]}`).join(', '),
+      order.map((i, k) => `${this._caps[i]};w=${w[k]}`).join(', ')];
   }
 }
 
@@ -1686,6 +1709,12 @@ const STANDARD_VALUE_HEADERS = [['ratelimit', 'RateLimit'], ['ratelimit-limit', 
 const LEGACY_HEADERS = [['x-ratelimit-limit', 'X-RateLimit-Limit'], ['x-ratelimit-remaining', 'X-RateLimit-Remaining'],
   ['x-ratelimit-reset', 'X-RateLimit-Reset']];
 
+// The limiter's time in microseconds (its clock, else the wall clock:
+// Redis decides on its own, which the wall clock approximates).
+function limiterNow(limiter) {
+  return limiter._clock !== null && limiter._clock !== undefined ? limiter._clock() : Date.now() * 1000;
+}
+
 // The rate-limit headers of one decision.  `res` is what io writes to;
 // store is io.direct(res).
 function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
@@ -1700,8 +1729,9 @@ function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, whic
   if (h.standard !== false) {
     const namedSyntax = h.standard === 'draft-11' || h.standard === 'draft-8';
     let named = p._policyHeaders[which];
+    let plain = p._plainHeaders[which];
+    if (p._hasQuota) [named, plain] = p._headers(which, resetMs, limiterNow(c.limiter));
     if (h.standard === 'draft-8') named += `;pk=:${partitionKey(key)}:`;
-    const plain = p._plainHeaders[which];
     let pol = namedSyntax ? named : plain;
     const before = stacked ? prevPolicies(res, store) : undefined;
     if (before !== undefined) {
@@ -1827,7 +1857,8 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
   }
   // A cost that can never pass waits for a whole window, as sluice
   // serve says it.
-  const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
+  const retry = retryMs !== Infinity ? retryMs
+    : p._quotas[which] ? p._window(which, -1, 0, limiterNow(c.limiter)) * 1000 : p._windowsMs[which];
   let info = null;
   if (c.prop !== null && wins) {
     info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };

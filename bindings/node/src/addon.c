@@ -107,29 +107,6 @@ static void free_ptr(napi_env env, void *data, void *hint)
 	free(data);
 }
 
-/* A quota's unit in whole seconds, as RateLimit-Policy's w= says it: its
- * nominal length (a day 86400, a month 30 days, a year 365 days), the
- * same for every window of the unit. */
-static double quota_window_s(uint8_t per)
-{
-	switch (per) {
-	case SLUICE_PER_SECOND:
-		return 1;
-	case SLUICE_PER_MINUTE:
-		return 60;
-	case SLUICE_PER_HOUR:
-		return 3600;
-	case SLUICE_PER_DAY:
-		return 86400;
-	case SLUICE_PER_WEEK:
-		return 7 * 86400;
-	case SLUICE_PER_MONTH:
-		return 30 * 86400;
-	default:
-		return 365 * 86400;
-	}
-}
-
 /* quotas[i] ([unit, align, zone] strings, checked by index.js) into a
  * quota of `quota` requests: 0, or SLUICE_E* with the core's message. */
 static int quota_limit(napi_env env, napi_value spec, double quota,
@@ -166,7 +143,7 @@ static int quota_limit(napi_env env, napi_value spec, double quota,
 					       : SLUICE_ALIGN_CALENDAR,
 				       zone, err, errlen);
 	if (rc == 0)
-		*window = quota_window_s(per);
+		*window = 0; /* per decision: quotaWindow() */
 	return rc;
 }
 
@@ -279,6 +256,51 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 napi_fail:
 	free(p);
 	return addon_throw_last(env);
+}
+
+/*
+ * quotaWindow(policy, i, resetMs, nowUs) -> seconds
+ * RateLimit-Policy's w= of the policy's quota i, as sluice serve says it
+ * (src/policy/ratelimit_headers.c): the length of the window a count
+ * resetMs from nowUs belongs to, else (resetMs 0) of the window a take
+ * at nowUs would open.  0 for a token bucket.
+ */
+static napi_value quota_window(napi_env env, napi_callback_info info)
+{
+	size_t argc = 4;
+	napi_value argv[4], res;
+	policy_t *p;
+	uint32_t i = 0;
+	double reset_ms = 0, now_us = 0, s = 0;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	p = addon_external(env, argv[0]);
+	if (!p)
+		return addon_throw_last(env);
+	CHECK(env, napi_get_value_uint32(env, argv[1], &i));
+	CHECK(env, napi_get_value_double(env, argv[2], &reset_ms));
+	CHECK(env, napi_get_value_double(env, argv[3], &now_us));
+	if (i < p->nlimits && sluice_limit_is_quota(&p->limits[i])) {
+		const sluice_limit_t *l = &p->limits[i];
+		int64_t now = (int64_t)now_us, start = 0, end;
+		sluice_state_t state = 0;
+
+		/* A count in a window ending resetMs from now: that window
+		 * (its end a whole second). */
+		if (reset_ms > 0 && reset_ms < 1e15) {
+			int64_t e = now + (int64_t)reset_ms * 1000;
+
+			state = sluice_quota_state(
+				(e / 1000000 + (e % 1000000 != 0)) * 1000000,
+				1);
+		}
+		end = sluice_quota_window(l, state, now, &start);
+		if (end > start)
+			s = (double)((end - start) / 1000000 +
+				     ((end - start) % 1000000 != 0));
+	}
+	CHECK(env, napi_create_double(env, s, &res));
+	return res;
 }
 
 /* ---------------------------------------------------------------- keys */
@@ -405,6 +427,7 @@ static napi_value init(napi_env env, napi_value exports)
 {
 	static const addon_fn_t fns[] = {
 		{"policyNew", policy_new},
+		{"quotaWindow", quota_window},
 		{"strerror", str_error},
 		{"ipKey", ip_key},
 	};

@@ -265,12 +265,21 @@ test('middleware: a quota\'s headers say the window (w=86400 for a day) and coun
   assert.equal(r.status, 200);
   assert.equal(r.rl, '"daily";r=2;t=86400');
   assert.equal(r.reset, '86400');
-  // Units: w= a unit's nominal seconds; a mixed policy lists each limit, the deciding one first.
-  const units = { second: 1, minute: 60, hour: 3600, day: 86400, week: 604800, month: 2592000, year: 31536000 };
+  // w= the current window's length, as sluice serve says it: December
+  // has 31 days, 2026 365, Berlin's 2026-03-29 23 hours; a mixed policy
+  // lists each limit, the deciding one first.
+  const units = { second: 1, minute: 60, hour: 3600, day: 86400, week: 604800, month: 31 * 86400, year: 365 * 86400 };
   for (const [per, w] of Object.entries(units)) {
     const p = sluice.policy([{ quota: 7, per }], { name: `u${per}` });
     assert.equal(call(sluice.express({ limiter, policy: p, key: () => 'x' }), 'x').policy, `"u${per}";q=7;w=${w}`);
   }
+  now = at('2026-03-29T12:00:00Z');
+  const dst = sluice.policy([{ quota: 7, per: 'day', tz: 'Europe/Berlin' }, { quota: 9, per: 'day', align: 'first_use' }], { name: 'dst' });
+  assert.equal(call(sluice.express({ limiter, policy: dst, key: () => 'x' }), 'x').policy, '"dst";q=7;w=82800, "dst.2";q=9;w=86400');
+  // A cost that can never pass waits a whole window.
+  const never = call(sluice.express({ limiter, policy: dst, key: () => 'y', cost: 8 }), 'y');
+  assert.equal(never.status, 429);
+  assert.equal(never.retry, '82800');
   const mixed = sluice.policy([{ capacity: 10, rate: '1/s' }, { quota: 2, per: 'hour' }], { name: 'mixed' });
   const mmw = sluice.express({ limiter, policy: mixed, key: (req) => req.user });
   now = at('2026-12-08T10:30:00Z');

@@ -406,3 +406,51 @@ test('bad quotas are refused with a TypeError or RangeError naming the limit and
     { quota: 1, per: 'hour', align: 'first_use', tz: 'UTC' }, { capacity: 1, rate: '1/s' }]);
   assert.ok(Object.isFrozen(p.limits[0]));
 });
+
+test('Redis (script and module): {quota: 3, per: \'day\'} refused at 23:59:59 UTC on the server\'s clock is allowed at 00:00 with remaining 2', async (t) => {
+  // The server's wall clock stands where the test writes it
+  // (tests/tools/frozen_clock.c, FROZEN_CLOCK_FILE): the script's TIME and
+  // the module's clock both read it.  The client's clock plays no part in
+  // a UTC day (the server computes the window).
+  const shim = path.join(BUILD, 'libfrozen_clock.so');
+  const module = path.join(BUILD, 'sluice-redis.so');
+  assert.ok(fs.existsSync(shim) && fs.existsSync(module), `${shim} and ${module} are built with sluice`);
+  const clockFile = path.join(fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'sluice-quota-')), 'now');
+  t.after(() => fs.rmSync(path.dirname(clockFile), { recursive: true, force: true }));
+  const setClock = (iso) => fs.writeFileSync(clockFile, String(at(iso)));
+  setClock('2026-12-07T12:00:00Z');
+  const saved = { LD_PRELOAD: process.env.LD_PRELOAD, FROZEN_CLOCK_FILE: process.env.FROZEN_CLOCK_FILE };
+  let redis;
+  try {
+    process.env.LD_PRELOAD = shim;
+    process.env.FROZEN_CLOCK_FILE = clockFile;
+    redis = await Redis.start(['--loadmodule', module]);
+  } finally {
+    for (const [k, v] of Object.entries(saved)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+  }
+  t.after(() => redis.stop());
+  assert.equal(serverNow(redis), at('2026-12-07T12:00:00Z'), 'the server reads the test\'s clock');
+  for (const scriptOnly of [true, false]) {
+    const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000, keyPrefix: scriptOnly ? 'bs:' : 'bm:', scriptOnly } } });
+    try {
+      const pol = sluice.policy([{ quota: 3, per: 'day' }], { name: uniq('rday') });
+      setClock('2026-12-07T23:59:58Z');
+      assert.deepEqual(brief(await limiter.take('k', pol)), { allowed: true, limit: 3, remaining: 2, retryAfterMs: 0, resetMs: 2000 });
+      setClock('2026-12-07T23:59:59Z');
+      assert.equal((await limiter.take('k', pol)).remaining, 1);
+      assert.equal((await limiter.take('k', pol)).remaining, 0);
+      assert.deepEqual(brief(await limiter.take('k', pol)), { allowed: false, limit: 3, remaining: 0, retryAfterMs: 1000, resetMs: 1000 });
+      setClock('2026-12-08T00:00:00Z');
+      assert.deepEqual(brief(await limiter.take('k', pol)), { allowed: true, limit: 3, remaining: 2, retryAfterMs: 0, resetMs: 86400000 });
+      // A clock stepping back never grants.
+      setClock('2026-12-07T23:59:59Z');
+      await limiter.take('k', pol);
+      assert.equal((await limiter.take('k', pol)).allowed, true, 'the later window keeps counting: 3 of 3');
+      assert.equal((await limiter.take('k', pol)).allowed, false);
+    } finally {
+      await limiter.close();
+    }
+  }
+  const stats = redis.cli('INFO', 'commandstats');
+  assert.match(stats, /cmdstat_sluice\.take[^:]*:calls=[1-9]/i, 'the module decided some');
+});

@@ -31,9 +31,7 @@ first request), so a run across a real midnight answers the same.
 import calendar
 import concurrent.futures
 import os
-import shutil
 import sys
-import tempfile
 import time
 import unittest
 
@@ -64,17 +62,26 @@ def server(body):
 
 
 class DayBoundary(unittest.TestCase):
+    NAMES = ("day", "berlin", "first", "mq", "mr")
+
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="sluice-ngx-quota-")
-        os.chmod(self.dir, 0o777)  # the workers (nobody) make the files
+        # Store files of their own, kept from one nginx to the next
+        # (/dev/shm: sticky, as a shared store's directory must be).
+        self.prefix = "/dev/shm/sluice-ngx-quota-%d-" % os.getpid()
+        self.tearDown()
 
     def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for name in self.NAMES:
+            for suffix in ("", ".lock"):
+                try:
+                    os.unlink(self.prefix + name + suffix)
+                except OSError:
+                    pass
 
     def http(self):
         def z(name, rate=""):
             return ("sluice_limit_zone $http_x_user zone=%s:1m %s "
-                    "store=shared:%s/%s;" % (name, rate, self.dir, name))
+                    "store=shared:%s%s;" % (name, rate, self.prefix, name))
         return (z("day") + z("berlin") + z("first") + z("mq") +
                 z("mr", "rate=1r/m") + server(
                     loc("/day", "sluice_limit zone=day quota=3/day;") +
@@ -178,8 +185,8 @@ class OnRedis(unittest.TestCase):
 
 
 class BadConfig(unittest.TestCase):
-    ZONES = ("sluice_limit_zone $a zone=q:1m;\n"
-             "    sluice_limit_zone $a zone=r:1m rate=1r/s;\n")
+    ZONES = ("sluice_limit_zone $remote_addr zone=q:1m;\n"
+             "    sluice_limit_zone $remote_addr zone=r:1m rate=1r/s;\n")
     CASES = [
         ("quota=0/day", r'invalid quota "0/day" \(N/UNIT'),
         ("quota=1000000000/day", r'invalid quota "1000000000/day"'),

@@ -204,6 +204,13 @@ for (const [store, opts] of localStores()) {
     assert.equal((await limiter.take('p', pol2)).allowed, false, 'a penalty is a debt within the window');
     clock.us = at('2026-12-08T00:00:00Z');
     assert.equal((await limiter.take('p', pol2)).remaining, 2, 'a new window starts unused');
+    // wait(): a turn is now or at the window's end, never a guess in between.
+    const w = await limiter.wait('p', pol2, { maxWaitMs: 1000 });
+    assert.equal(w.waitMs, 0);
+    await limiter.take('p', pol2);
+    await assert.rejects(limiter.wait('p', pol2, { maxWaitMs: 60000 }),
+      (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs === 86400000);
+    assert.equal(await left(), 0, 'the refused wait charged nothing');
   });
 
   test(`${store} store: a policy made again with the same name keeps each key's count`, async (t) => {

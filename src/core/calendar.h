@@ -43,9 +43,8 @@ sluice_state_t sluice_quota_refund(const sluice_limit_t *l,
 sluice_state_t sluice_quota_penalize(const sluice_limit_t *l,
 				     sluice_state_t state, int64_t now_us,
 				     uint64_t cost);
-sluice_state_t sluice_quota_block(const sluice_limit_t *l,
-				  sluice_state_t state, int64_t now_us,
-				  uint64_t ms);
+sluice_state_t sluice_quota_block(const sluice_limit_t *l, sluice_state_t state,
+				  int64_t now_us, uint64_t ms);
 sluice_state_t sluice_quota_set(const sluice_limit_t *l, int64_t now_us,
 				sluice_state_t state, uint64_t remaining);
 

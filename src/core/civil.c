@@ -14,9 +14,9 @@ int64_t sluice_days_from_civil(int64_t y, unsigned m, unsigned d)
 
 	y -= m <= 2;
 	era = sluice_floor_div(y, 400);
-	yoe = y - era * 400;				   /* [0, 399] */
+	yoe = y - era * 400;				       /* [0, 399] */
 	doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1; /* [0, 365] */
-	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;	   /* [0, 146096] */
+	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;	       /* [0, 146096] */
 	return era * 146097 + doe - 719468;
 }
 
@@ -26,10 +26,11 @@ void sluice_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
 
 	z += 719468;
 	era = sluice_floor_div(z, 146097);
-	doe = z - era * 146097;					     /* [0, 146096] */
-	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365; /* [0, 399] */
-	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);		     /* [0, 365] */
-	mp = (5 * doy + 2) / 153;				     /* [0, 11] */
+	doe = z - era * 146097; /* [0, 146096] */
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) /
+	      365;				       /* [0, 399] */
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100); /* [0, 365] */
+	mp = (5 * doy + 2) / 153;		       /* [0, 11] */
 	*d = (unsigned)(doy - (153 * mp + 2) / 5 + 1);
 	*m = (unsigned)(mp < 10 ? mp + 3 : mp - 9);
 	*y = yoe + era * 400 + (*m <= 2);

@@ -30,8 +30,8 @@
 
 #define US INT64_C(1000000)
 
-static const char *const per_names[] = {"",	"second", "minute", "hour",
-					"day",	"week",	  "month",  "year"};
+static const char *const per_names[] = {"",    "second", "minute", "hour",
+					"day", "week",	 "month",  "year"};
 
 const char *sluice_per_name(uint8_t per)
 {
@@ -130,8 +130,8 @@ int64_t sluice_quota_calendar(const sluice_limit_t *limit, int64_t t_us,
 		return 0;
 	}
 	end = sluice_calendar_window(sluice_zone_get(limit->window.zone),
-				     limit->window.per,
-				     clamp_now(t_us) / US, &start);
+				     limit->window.per, clamp_now(t_us) / US,
+				     &start);
 	if (start_us)
 		*start_us = start * US;
 	return end * US;
@@ -288,9 +288,8 @@ sluice_state_t sluice_quota_penalize(const sluice_limit_t *l,
 	return sluice_quota_state(end, used);
 }
 
-sluice_state_t sluice_quota_block(const sluice_limit_t *l,
-				  sluice_state_t state, int64_t now_us,
-				  uint64_t ms)
+sluice_state_t sluice_quota_block(const sluice_limit_t *l, sluice_state_t state,
+				  int64_t now_us, uint64_t ms)
 {
 	int64_t end;
 	uint64_t used;

@@ -30,10 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ZONEINFO   "/usr/share/zoneinfo"
-#define TZIF_MAX   (1u << 20) /* the largest file read (real ones: < 4 KiB) */
-#define TRANS_MAX  65536      /* the most transitions a zone holds */
-#define OFFSET_MAX (26 * 3600) /* |UTC offset|: RFC 8536 allows < 26 h */
+#define ZONEINFO      "/usr/share/zoneinfo"
+#define TZIF_MAX      (1u << 20) /* the largest file read (real ones: < 4 KiB) */
+#define TRANS_MAX     65536	 /* the most transitions a zone holds */
+#define OFFSET_MAX    (26 * 3600)  /* |UTC offset|: RFC 8536 allows < 26 h */
 #define RULE_TIME_MAX (167 * 3600) /* a TZ rule's time: -167 h .. 167 h */
 
 /* ------------------------------------------------------------- TZif */
@@ -91,8 +91,7 @@ static const char *tz_time(const char *p, int32_t max_h, int32_t *out)
 		return NULL;
 	if (*p == ':') {
 		p++;
-		if (!(p[0] >= '0' && p[0] <= '5' && p[1] >= '0' &&
-		      p[1] <= '9'))
+		if (!(p[0] >= '0' && p[0] <= '5' && p[1] >= '0' && p[1] <= '9'))
 			return NULL;
 		m = (p[0] - '0') * 10 + (p[1] - '0');
 		p += 2;
@@ -116,10 +115,9 @@ static const char *tz_name(const char *p)
 	const char *q = p;
 
 	if (*p == '<') {
-		for (q = ++p; (*q >= 'A' && *q <= 'Z') ||
-			      (*q >= 'a' && *q <= 'z') ||
-			      (*q >= '0' && *q <= '9') || *q == '+' ||
-			      *q == '-';
+		for (q = ++p;
+		     (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') ||
+		     (*q >= '0' && *q <= '9') || *q == '+' || *q == '-';
 		     q++)
 			;
 		return *q == '>' && q - p >= 3 ? q + 1 : NULL;
@@ -265,7 +263,8 @@ int sluice_tzif_parse(const unsigned char *buf, size_t len, sluice_zone_t *z,
 	for (i = 0; i < c[TYPE]; i++) {
 		int32_t o = (int32_t)be32(types + 6 * i);
 
-		if (o <= -OFFSET_MAX || o >= OFFSET_MAX || types[6 * i + 4] > 1) {
+		if (o <= -OFFSET_MAX || o >= OFFSET_MAX ||
+		    types[6 * i + 4] > 1) {
 			sluice_zone_release(z);
 			return sluice_fail(-1, err, errlen,
 					   "TZif time type %zu is out of range",
@@ -370,8 +369,8 @@ static int32_t rule_offset(const sluice_zone_t *z, int64_t t, int64_t *next)
 	for (y = yt - 2; y <= yt + 3; y++) {
 		int64_t s = rule_day(&z->start, y) * 86400 + z->start.time -
 			    z->std_off;
-		int64_t e = rule_day(&z->end, y) * 86400 + z->end.time -
-			    z->dst_off;
+		int64_t e =
+			rule_day(&z->end, y) * 86400 + z->end.time - z->dst_off;
 
 		at[n] = s;
 		dst[n++] = 1;

@@ -21,8 +21,8 @@
 /* One rule date of a POSIX TZ string: Jn, n or Mm.w.d, at `time` seconds
  * of local time (-167 h .. 167 h). */
 typedef struct sluice_tzrule_s {
-	char kind; /* 'J', 'D' (n) or 'M' */
-	uint16_t day;	/* Jn: 1..365; n: 0..365 */
+	char kind;		   /* 'J', 'D' (n) or 'M' */
+	uint16_t day;		   /* Jn: 1..365; n: 0..365 */
 	uint8_t month, week, wday; /* Mm.w.d */
 	int32_t time;
 } sluice_tzrule_t;
@@ -32,12 +32,12 @@ typedef struct sluice_zone_s {
 	uint64_t name_hash; /* of the name: names a quota's bucket in a
 			       shared store, where ids differ by process */
 	size_t ntrans;
-	int64_t *trans;	  /* transition instants (seconds), ascending */
-	int32_t *off;	  /* the UTC offset from trans[i] on */
-	int32_t off0;	  /* before the first transition */
+	int64_t *trans; /* transition instants (seconds), ascending */
+	int32_t *off;	/* the UTC offset from trans[i] on */
+	int32_t off0;	/* before the first transition */
 	/* The footer (instants from the last transition on; for every
 	 * instant when there is no transition). */
-	int has_tz;	  /* 0: the last offset holds on forever */
+	int has_tz; /* 0: the last offset holds on forever */
 	int has_dst;
 	int32_t std_off, dst_off; /* UTC offsets (east positive) */
 	sluice_tzrule_t start, end;

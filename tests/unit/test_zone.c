@@ -31,9 +31,8 @@ static uint8_t per_of(const char *unit)
  * holding T, for a calendar quota in that zone and unit. */
 static void test_windows_match_python_zoneinfo(void)
 {
-	FILE *f = popen("python3 " SLUICE_SRC_DIR
-			"/tests/unit/zone_reference.py",
-			"r");
+	FILE *f = popen(
+		"python3 " SLUICE_SRC_DIR "/tests/unit/zone_reference.py", "r");
 	char zone[64], unit[16];
 	long long t, off, start, end;
 	size_t lines = 0, bad = 0;
@@ -104,8 +103,8 @@ static void test_windows_tile_time(void)
 
 			CHECK(sluice_quota_init(&q, 1, pers[pi], 0, id, NULL,
 						0) == 0);
-			for (n = 0; n < 3000 && t < INT64_C(2051222400) *
-							    1000000;
+			for (n = 0;
+			     n < 3000 && t < INT64_C(2051222400) * 1000000;
 			     n++) {
 				end = sluice_quota_calendar(&q, t, &start);
 				CHECK(start <= t && t < end);
@@ -181,8 +180,7 @@ static void test_tzif_refuses_damaged_files(void)
 	fclose(f);
 	CHECK(len > 100);
 	CHECK(sluice_tzif_parse(buf, len, &z, err, sizeof(err)) == 0);
-	CHECK(z.has_tz && z.has_dst && z.std_off == 3600 &&
-	      z.dst_off == 7200);
+	CHECK(z.has_tz && z.has_dst && z.std_off == 3600 && z.dst_off == 7200);
 	sluice_zone_release(&z);
 	/* Every truncation is refused. */
 	for (cut = 0; cut < len; cut++) {

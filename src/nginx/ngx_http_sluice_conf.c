@@ -342,7 +342,7 @@ static char *parse_quota(ngx_str_t *text, ngx_str_t *tz, ngx_str_t *align,
 			     text, err);
 		return (char *)msg;
 	}
-	if (align->len) {
+	if (align->data) {
 		if (align->len == 8 &&
 		    ngx_strncmp(align->data, "calendar", 8) == 0) {
 			al = SLUICE_ALIGN_CALENDAR;
@@ -357,7 +357,7 @@ static char *parse_quota(ngx_str_t *text, ngx_str_t *tz, ngx_str_t *align,
 			return (char *)msg;
 		}
 	}
-	if (tz->len) {
+	if (tz->data) {
 		if (al == SLUICE_ALIGN_FIRST_USE) {
 			ngx_snprintf(msg, sizeof(msg),
 				     "\"tz=%V\" with \"align=first_use\": a "
@@ -366,7 +366,7 @@ static char *parse_quota(ngx_str_t *text, ngx_str_t *tz, ngx_str_t *align,
 				     tz);
 			return (char *)msg;
 		}
-		if (tz->len >= sizeof(zname) ||
+		if (tz->len == 0 || tz->len >= sizeof(zname) ||
 		    ngx_strlchr(tz->data, tz->data + tz->len, '\0')) {
 			ngx_snprintf(msg, sizeof(msg), "invalid tz \"%V\"%Z",
 				     tz);

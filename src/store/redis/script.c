@@ -47,7 +47,7 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 		sluice_redis__script,	     sluice_redis__script_multi,
 		sluice_redis__script_refund, sluice_redis__script_adjust,
 		sluice_redis__script_carry,  sluice_redis__script_reserve,
-		sluice_redis__script_set};
+		sluice_redis__script_set,    sluice_redis__script_quota};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
@@ -232,6 +232,12 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 {
 	size_t i, per = c->nlimits > 1 || c->limits[0].rate.per > 1;
 
+	/* Reservations and carries of quotas are refused before a call is
+	 * made (reserve.c, many.c). */
+	if (sluice_redis__has_quota(c->limits, c->nlimits)) {
+		sluice_redis__quota_command(c, o);
+		return;
+	}
 	if (c->reserve) {
 		reserve_command(c, o);
 		return;
@@ -287,6 +293,9 @@ int sluice_redis__parse_script_reply_each(const redisReply *reply,
 {
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
+	if (sluice_redis__has_quota(limits, n))
+		return sluice_redis__quota_decide(reply, limits, n, cost,
+						  allowed, d, which, each);
 	if (n == 1 ? reply->type != REDIS_REPLY_INTEGER
 		   : reply->type != REDIS_REPLY_ARRAY || reply->elements != n)
 		return -1;

@@ -56,10 +56,12 @@ static int parse_quota(sluice_yaml_t *y, yaml_node_t *node,
 	snprintf(field, sizeof(field), "%s.per", what);
 	if (sluice_yaml_string(y, per, field, &text) < 0)
 		return -1;
-	if (sluice_per_parse(text, &unit, msg, sizeof(msg)) < 0) {
-		semicolon(msg);
-		return sluice_yaml_error(y, per, "%s: %s", what, msg);
-	}
+	if (sluice_per_parse(text, &unit, msg, sizeof(msg)) < 0)
+		return sluice_yaml_error(y, per,
+					 "%s.per is \"%.40s\", not a unit; "
+					 "expected second, minute, hour, day, "
+					 "week, month or year",
+					 what, text);
 	if (align) {
 		snprintf(field, sizeof(field), "%s.align", what);
 		if (sluice_yaml_string(y, align, field, &text) < 0)
@@ -87,11 +89,12 @@ static int parse_quota(sluice_yaml_t *y, yaml_node_t *node,
 				"zone)",
 				what, sluice_per_name(unit));
 		if (sluice_zone_load(text, &zone, msg, sizeof(msg)) < 0)
-			return sluice_yaml_error(y, tz,
-						 "%s: %s; expected an IANA "
-						 "zone such as Europe/Berlin, "
-						 "or UTC",
-						 what, msg);
+			return sluice_yaml_error(
+				y, tz,
+				"%s.tz \"%.60s\": %s; expected "
+				"an IANA zone such as "
+				"Europe/Berlin, or UTC",
+				what, text, msg);
 	}
 	if (sluice_quota_init(limit, quota, unit, al, zone, msg, sizeof(msg)) <
 	    0)

@@ -745,6 +745,7 @@ static void test_limit_id_matches_rate_format(void)
 			break;
 		}
 		c = caps[(x >> 33) % (sizeof(caps) / sizeof(caps[0]))];
+		memset(&l, 0, sizeof(l)); /* a token bucket: window all 0 */
 		l.capacity = c == 999 ? (x >> 12) : c;
 		l.rate = r;
 		l.tau = 0;

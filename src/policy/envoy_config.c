@@ -44,6 +44,7 @@ static void settings_free(sluice_envoy_settings_t *s)
 	free(s->statsd_addr);
 	free(s->statsd_prefix);
 	free(s->statsd_tags);
+	free(s->calendar_domains);
 }
 
 /* ------------------------------------------------------------- freeing */
@@ -518,8 +519,11 @@ static int copy_settings(sluice_envoy_settings_t *d,
 	d->statsd_addr = dup_or_null(s->statsd_addr);
 	d->statsd_prefix = strdup(s->statsd_prefix ? s->statsd_prefix : "");
 	d->statsd_tags = dup_or_null(s->statsd_tags);
-	return (s->config_dir && !d->config_dir) || !d->header_limit ||
-			       !d->header_remaining || !d->header_reset ||
+	d->calendar_domains = dup_or_null(s->calendar_domains);
+	return (s->calendar_domains && !d->calendar_domains) ||
+			       (s->config_dir && !d->config_dir) ||
+			       !d->header_limit || !d->header_remaining ||
+			       !d->header_reset ||
 			       (s->statsd_addr && !d->statsd_addr) ||
 			       !d->statsd_prefix ||
 			       (s->statsd_tags && !d->statsd_tags)

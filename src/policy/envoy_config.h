@@ -143,6 +143,12 @@ typedef struct sluice_envoy_settings_s {
 	uid_t trusted_uids[SLUICE_ENVOY_MAX_TRUSTED];
 	size_t ntrusted_uids;
 	gid_t trusted_group; /* (gid_t)-1: none */
+	/* windows: calendar (all domains), or {calendar: [domain, ...]}:
+	 * those domains' descriptors are calendar quotas (UTC windows, as
+	 * envoyproxy/ratelimit's fixed windows) instead of token buckets.
+	 * calendar_domains: "\ndomain\n...\n", NULL for none. */
+	int windows_calendar;
+	char *calendar_domains;
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {
@@ -228,6 +234,20 @@ sluice_rls_unit_t sluice_envoy_unit_parse(const char *name);
 int sluice_envoy_limit_make(uint32_t requests_per_unit, sluice_rls_unit_t unit,
 			    uint64_t burst, sluice_limit_t *out, char *err,
 			    size_t errlen);
+
+/* The calendar quota of "requests_per_unit per unit" (windows: calendar):
+ * a count per UTC window of the unit.  0, or a negative code with a
+ * message. */
+int sluice_envoy_quota_make(uint32_t requests_per_unit, sluice_rls_unit_t unit,
+			    sluice_limit_t *out, char *err, size_t errlen);
+
+/* 1 when the settings make `domain`'s descriptors calendar quotas. */
+int sluice_envoy_calendar(const sluice_envoy_settings_t *s, const char *domain);
+
+/* Parses envoy.windows (buckets | calendar | {calendar: [domain, ...]})
+ * into s; -1 after an error in y. */
+int sluice_envoy_parse_windows(sluice_yaml_t *y, yaml_node_t *v,
+			       sluice_envoy_settings_t *s);
 
 /* ----------------------------------------------------------- matching */
 

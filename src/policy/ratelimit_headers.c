@@ -17,11 +17,32 @@ uint64_t sluice_us_to_ms_ceil(uint64_t us)
 	return sluice_div_ceil(us, 1000);
 }
 
+uint64_t sluice_quota_window_s(const sluice_limit_t *limit,
+			       uint64_t reset_after_us, int64_t now_us)
+{
+	sluice_state_t state = 0;
+	int64_t start = 0, end;
+
+	/* A count in a window ending reset_after_us from now: that window
+	 * (its end a whole second), else the one a take now would open. */
+	if (reset_after_us && reset_after_us < (uint64_t)INT64_MAX / 2)
+		state = sluice_quota_state(
+			(int64_t)sluice_div_ceil(
+				(uint64_t)now_us + reset_after_us, 1000000) *
+				1000000,
+			1);
+	end = sluice_quota_window(limit, state, now_us, &start);
+	return end > start ? sluice_us_to_s_ceil((uint64_t)(end - start)) : 0;
+}
+
 uint64_t sluice_limit_window_s(const sluice_limit_t *limit)
 {
 	uint32_t per = limit->rate.per ? limit->rate.per : 1;
-	uint64_t us = sluice_div_ceil(limit->tau, per);
+	uint64_t us;
 
+	if (sluice_limit_is_quota(limit))
+		return sluice_quota_window_s(limit, 0, sluice_now_us());
+	us = sluice_div_ceil(limit->tau, per);
 	return sluice_us_to_s_ceil(us);
 }
 
@@ -75,7 +96,8 @@ static void header_u64(sluice_buf_t *out, const char *name, uint64_t v)
  * the name for a limit other than the reported one (N: its position in
  * the rule, from 1), so each item has its own name. */
 static void policy_item(sluice_buf_t *out, const char *name,
-			const sluice_limit_t *limit, size_t pos)
+			const sluice_limit_t *limit, size_t pos,
+			const sluice_decision_t *d)
 {
 	char named[300];
 
@@ -94,7 +116,11 @@ static void policy_item(sluice_buf_t *out, const char *name,
 	sluice_buf_puts(out, ";q=");
 	sluice_buf_u64(out, limit->capacity);
 	sluice_buf_puts(out, ";w=");
-	sluice_buf_u64(out, sluice_limit_window_s(limit));
+	sluice_buf_u64(out,
+		       d && sluice_limit_is_quota(limit)
+			       ? sluice_quota_window_s(limit, d->reset_after_us,
+						       sluice_now_us())
+			       : sluice_limit_window_s(limit));
 }
 
 void sluice_ratelimit_headers_set(sluice_buf_t *out, const char *name,
@@ -113,11 +139,11 @@ void sluice_ratelimit_headers_set(sluice_buf_t *out, const char *name,
 	/* draft-11: a List, one item per limit of the rule; the reported
 	 * limit first, under the name RateLimit refers to. */
 	sluice_buf_puts(out, "RateLimit-Policy: ");
-	policy_item(out, name, limit, 0);
+	policy_item(out, name, limit, 0, d);
 	for (i = 0; i < n; i++)
 		if (i != which) {
 			sluice_buf_puts(out, ", ");
-			policy_item(out, name, &limits[i], i + 1);
+			policy_item(out, name, &limits[i], i + 1, NULL);
 		}
 	sluice_buf_append(out, "\r\n", 2);
 

@@ -176,7 +176,9 @@ class OnRedis(unittest.TestCase):
                 self.assertEqual(a.get("/", {"x-user": "u2"})[0], 200)
                 # The count is in Redis under the quota's id, expiring at
                 # the window's end.
-                keys = [k for k in r.cli("KEYS", "sluice:{rq*").split()
+                # (split on newlines only: the key holds a \x1f, which
+                # str.split() takes for whitespace)
+                keys = [k for k in r.cli("KEYS", "sluice:{rq*").split("\n")
                         if "u1" in k]
                 self.assertEqual(len(keys), 1, keys)
                 self.assertTrue(keys[0].endswith(":4@day:first_use"), keys)

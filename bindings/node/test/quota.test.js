@@ -467,3 +467,25 @@ test('Redis (script and module): {quota: 3, per: \'day\'} refused at 23:59:59 UT
   const stats = redis.cli('INFO', 'commandstats');
   assert.match(stats, /cmdstat_sluice\.take[^:]*:calls=[1-9]/i, 'the module decided some');
 });
+
+// The Redis store does not carry a quota's count yet: its script refuses
+// the carry of quotas by design (src/store/redis/many.c: carry.lua knows
+// buckets only) and a client with the module loaded did not carry either
+// when this was written.  Marked todo so the gap shows in every run
+// without failing it; the memory and shared stores carry (above).
+test('Redis (script and module): a policy made again with the same name keeps each key\'s quota count', { todo: 'the Redis store carries buckets only (quota-redis)' }, async (t) => {
+  const redis = await Redis.start(['--loadmodule', path.join(BUILD, 'sluice-redis.so')]);
+  t.after(() => redis.stop());
+  for (const scriptOnly of [true, false]) {
+    const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000, scriptOnly } } });
+    try {
+      const name = uniq('rcarry');
+      const q = (n) => sluice.policy([{ quota: n, per: 'day', align: 'first_use' }], { name });
+      for (let i = 0; i < 4; i++) await limiter.take('k', q(5));
+      const d = await limiter.take('k', q(3));
+      assert.equal(d.allowed, false, `scriptOnly ${scriptOnly}: 4 used stay used under a quota of 3`);
+    } finally {
+      await limiter.close();
+    }
+  }
+});

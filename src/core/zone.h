@@ -14,7 +14,7 @@
  * ":"). */
 #define SLUICE_ZONE_NAME_MAX 46
 
-/* The most zones one process loads (ids 1 .. SLUICE_ZONES_MAX - 1; 0 is
+/* The most zones one process loads (ids 1 .. SLUICE_ZONES_MAX; 0 is
  * UTC). */
 #define SLUICE_ZONES_MAX 1024
 
@@ -31,6 +31,7 @@ typedef struct sluice_zone_s {
 	char name[SLUICE_ZONE_NAME_MAX + 1];
 	uint64_t name_hash; /* of the name: names a quota's bucket in a
 			       shared store, where ids differ by process */
+	uint64_t serial;    /* this parse's own number (never 0) */
 	size_t ntrans;
 	int64_t *trans; /* transition instants (seconds), ascending */
 	int32_t *off;	/* the UTC offset from trans[i] on */
@@ -61,5 +62,10 @@ const sluice_zone_t *sluice_zone_get(uint16_t id);
 
 /* The hash of a zone's name (0 for UTC). */
 uint64_t sluice_zone_hash(uint16_t id);
+
+/* Tests only: read zone files from dir (NULL: /usr/share/zoneinfo again)
+ * -- the table-full test needs more zones than a system has.  The library
+ * itself never calls it. */
+void sluice__zone_root(const char *dir);
 
 #endif

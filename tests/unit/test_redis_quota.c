@@ -122,6 +122,11 @@ typedef struct store_s {
 	uv_loop_t *loop; /* NULL: a local store, answers at once */
 } store_t;
 
+/* A carry (store.h's carry verb): to lims[0] from lims[1..]. */
+#define V_CARRY ((rs_verb_t)100)
+/* A reservation's longest wait. */
+#define MAX_WAIT_US (3600 * S_TO_US)
+
 /* One call of verb on key under lims (-1 ends) at now_us, answered. */
 static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 			const int *lims, uint64_t cost)
@@ -140,7 +145,7 @@ static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 	it.limits = ls;
 	it.nlimits = n;
 	it.cost = cost;
-	switch (verb) {
+	switch ((int)verb) {
 	case RS_TAKE:
 		rc = ops->take(s->be.impl, &it, 1, now_us, rs_on_done, &res);
 		break;
@@ -165,6 +170,17 @@ static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 		rc = ops->set(s->be.impl, &it, 1, cost, now_us, rs_on_done,
 			      &res);
 		break;
+	case RS_RESERVE:
+		rc = ops->reserve(s->be.impl, &it, MAX_WAIT_US, now_us,
+				  rs_on_reserved, &res);
+		break;
+	case V_CARRY: {
+		sluice_carry_item_t ci = {key, strlen(key), &ls[0], &ls[1],
+					  n - 1};
+
+		rc = ops->carry(s->be.impl, &ci, 1, now_us, rs_on_done, &res);
+		break;
+	}
 	default:
 		break;
 	}
@@ -174,6 +190,9 @@ static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 	CHECK(res.done);
 	if (verb == RS_TAKE || verb == RS_PEEK)
 		res.d = it.summary;
+	if (verb == RS_RESERVE)
+		CHECK(res.allowed ? res.wait_us == 0
+				  : res.d.retry_after_us > 0);
 	return res;
 }
 
@@ -264,6 +283,28 @@ static const row_t table[] = {
 	{"gives the whole day back", 2, RS_TAKE, "s", L1(DAY3), 1, 1, 2},
 	{"a year from first use", 2, RS_TAKE, "fy", L1(FIRST_YEAR), 1, 1, 0},
 	{"spent for a year", 2, RS_TAKE, "fy", L1(FIRST_YEAR), 1, 0, 0},
+	{"a reservation of a quota passes at once", 2, RS_RESERVE, "r",
+	 L1(DAY3), 2, 1, 1},
+	{"one that does not fit the day is refused", 2, RS_RESERVE, "r",
+	 L1(DAY3), 2, 0, 1},
+	{"and charged nothing", 2, RS_TAKE, "r", L1(DAY3), 1, 1, 0},
+	{"a reservation of two quotas", 2, RS_RESERVE, "r2", L2(DAY3, MONTH5),
+	 3, 1, 0},
+	{"a bucket used 2 of 3", 2, RS_TAKE, "cb", L1(BUCKET3), 2, 1, 1},
+	{"carried to a day's quota", 2, V_CARRY, "cb", L2(DAY3, BUCKET3), 0, 0,
+	 0},
+	{"the quota counts 2", 2, RS_TAKE, "cb", L1(DAY3), 1, 1, 0},
+	{"the bucket is gone (full)", 2, RS_TAKE, "cb", L1(BUCKET3), 1, 1, 2},
+	{"a month used 2 of 5", 2, RS_TAKE, "cq", L1(MONTH5), 2, 1, 3},
+	{"carried to a bucket", 2, V_CARRY, "cq", L2(BUCKET3, MONTH5), 0, 0, 0},
+	{"the bucket is 2 short", 2, RS_TAKE, "cq", L1(BUCKET3), 1, 1, 0},
+	{"the month is gone", 2, RS_TAKE, "cq", L1(MONTH5), 1, 1, 4},
+	{"a day used 2 of 3", 2, RS_TAKE, "cqq", L1(DAY3), 2, 1, 1},
+	{"carried to a month", 2, V_CARRY, "cqq", L2(MONTH5, DAY3), 0, 0, 0},
+	{"the month counts 2", 2, RS_TAKE, "cqq", L1(MONTH5), 1, 1, 2},
+	{"a live state is never overwritten by a carry", 2, V_CARRY, "cqq",
+	 L2(MONTH5, BUCKET3), 0, 0, 0},
+	{"the month still counts 3", 2, RS_TAKE, "cqq", L1(MONTH5), 2, 1, 0},
 };
 
 #define NROWS (sizeof(table) / sizeof(table[0]))
@@ -281,7 +322,8 @@ static void test_quota_table_same_answer_on_every_store(store_t *stores)
 			a[s] = call(&stores[s], row->verb, row->key, row->lims,
 				    row->cost);
 			if (a[s].status != 0 ||
-			    ((row->verb == RS_TAKE || row->verb == RS_PEEK) &&
+			    ((row->verb == RS_TAKE || row->verb == RS_PEEK ||
+			      row->verb == RS_RESERVE) &&
 			     (a[s].allowed != row->allowed ||
 			      a[s].d.remaining != row->remaining)))
 				fprintf(stderr,
@@ -293,7 +335,8 @@ static void test_quota_table_same_answer_on_every_store(store_t *stores)
 					row->allowed,
 					(unsigned long long)row->remaining);
 			CHECK(a[s].status == 0);
-			if (row->verb != RS_TAKE && row->verb != RS_PEEK)
+			if (row->verb != RS_TAKE && row->verb != RS_PEEK &&
+			    row->verb != RS_RESERVE)
 				continue;
 			CHECK(a[s].allowed == row->allowed);
 			CHECK(a[s].d.remaining == row->remaining);
@@ -446,6 +489,13 @@ static void test_script_and_module_store_the_same_bytes(store_t *script,
 
 /* -------------------------------------------------- a clock far off */
 
+/* Counts the client's EV_REFUSED events that name the clock. */
+static void on_clock_event(void *arg, const sluice_redis_event_t *ev)
+{
+	if (ev->kind == SLUICE_REDIS_EV_REFUSED && strstr(ev->detail, "clock"))
+		++*(int *)arg;
+}
+
 /* A client whose clock is 40 days behind the server's cannot place a
  * month: refused (retry in 1 s), nothing written, however often it
  * asks; a UTC day is a fixed period the script places itself. */
@@ -473,6 +523,32 @@ static void test_client_clock_far_off_is_refused(store_t *script, int port)
 	key_named(c, "*{skew2}*", name, sizeof(name));
 	CHECK(name[0] == '\0');
 	CHECK(call(script, RS_TAKE, "skew3", day, 1).allowed);
+	/* The operator is told (an event naming the clock), at most once
+	 * a second however many calls are refused. */
+	{
+		sluice_redis_opts_t o = {0};
+		sluice_redis_t *r;
+		uv_loop_t loop;
+		int told = 0;
+		char url[64], err[256];
+
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+		o.url = url;
+		o.timeout_ms = 5000;
+		o.on_event = on_clock_event;
+		o.event_arg = &told;
+		uv_loop_init(&loop);
+		CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
+		for (i = 0; i < 5; i++) {
+			result_t t = rh_take(&loop, r, "skew4", &limits[MONTH5],
+					     1, 1);
+
+			CHECK(t.status == 0 && !t.allowed);
+		}
+		CHECK(told >= 1 && told <= 5);
+		rh_close_client(&loop, r);
+		uv_loop_close(&loop);
+	}
 	/* Ahead by 70 days (the windows sent: March to May): refused
 	 * too. */
 	sluice_redis__quota_skew_us += 110 * 86400 * S_TO_US;
@@ -502,6 +578,22 @@ static void test_bucket_in_todays_format_is_read(store_t *s)
 	CHECK(!r.allowed && r.d.which == 0);
 	r = call(s, RS_PEEK, "bf", bucket, 1);
 	CHECK(!r.allowed && r.d.remaining == 0);
+	/* A reservation mixing a bucket and a quota is refused on Redis
+	 * (quota.lua reserves quotas alone). */
+	{
+		sluice_take_item_t it = {0};
+		sluice_limit_t ls[2] = {limits[BUCKET3], limits[MONTH5]};
+		rs_result_t res = {0};
+
+		it.key = "bf";
+		it.keylen = 2;
+		it.limits = ls;
+		it.nlimits = 2;
+		it.cost = 1;
+		CHECK(s->be.ops->reserve(s->be.impl, &it, MAX_WAIT_US, now_us,
+					 rs_on_reserved, &res) != 0);
+		CHECK(!res.done);
+	}
 	r = call(s, RS_PEEK, "bf", mixed + 1, 1);
 	CHECK(r.allowed && r.d.remaining == 3); /* 5 - 1 used - 1 peeked */
 	printf("a bucket in today's format is read beside a quota\n");

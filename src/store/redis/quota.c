@@ -23,18 +23,13 @@
  */
 #include "store/redis/redis_int.h"
 
-#include "script_lua.h" /* generated from the .lua files by CMake */
-
 #include <string.h>
 #include <time.h>
-
-const char sluice_redis__script_quota[] = SLUICE_QUOTA_LUA;
-const char sluice_redis__script_quota_sha[41] = SLUICE_QUOTA_SHA1;
 
 int64_t sluice_redis__quota_skew_us;
 
 /* quota.lua's ops (ARGV[1]). */
-enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET };
+enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET, OP_CARRY };
 
 /* quota.lua's kinds of limit. */
 enum { KIND_BUCKET, KIND_BOUNDS, KIND_FIRST_USE, KIND_PERIOD };
@@ -140,6 +135,8 @@ static int call_op(const sluice_redis_call_t *c)
 		return OP_BLOCK;
 	case SLUICE_REDIS_ADJUST_SET:
 		return OP_SET;
+	case SLUICE_REDIS_ADJUST_CARRY:
+		return OP_CARRY;
 	default:
 		return OP_TAKE;
 	}
@@ -158,6 +155,9 @@ static void bucket_args(sluice_redis_resp_t *o, const sluice_limit_t *l, int op,
 	case OP_TAKE:
 		put_bucket(o, amount > l->capacity ? l->tau + 1 : amount * t,
 			   l->tau, per, 0);
+		break;
+	case OP_CARRY:
+		put_bucket(o, t, l->tau, per, 0);
 		break;
 	case OP_REFUND:
 		put_bucket(o,
@@ -201,6 +201,8 @@ static int64_t quota_amount(const sluice_limit_t *l, int op, uint64_t amount)
 							   : SLUICE_QUOTA_MAX);
 	case OP_BLOCK:
 		return amount > 0;
+	case OP_CARRY:
+		return 0;
 	default:
 		return (int64_t)(amount < q ? amount : q);
 	}
@@ -250,7 +252,25 @@ static int reply_int(const redisReply *e, long long lo, long long hi,
 	return 0;
 }
 
-int sluice_redis__quota_states(const redisReply *reply,
+/* A client clock far off is a misconfiguration the operator must see:
+ * every call with a calendar quota is refused until it is fixed. */
+static void tell_skew(const sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+	uint64_t now = sluice_redis__now(r);
+
+	if (r->quota_skew_told_ms && now - r->quota_skew_told_ms < 1000)
+		return;
+	r->quota_skew_told_ms = now ? now : 1;
+	sluice_redis__event(r, c->conn ? c->conn->node : c->guard,
+			    SLUICE_REDIS_EV_REFUSED,
+			    "calendar quota refused: this client's clock is "
+			    "more than a window away from the server's "
+			    "(Redis TIME); fix the clocks (NTP)");
+}
+
+int sluice_redis__quota_states(const sluice_redis_call_t *c,
+			       const redisReply *reply,
 			       const sluice_limit_t *limits, size_t n,
 			       int64_t *now_us, sluice_state_t *states,
 			       size_t *skew)
@@ -265,6 +285,7 @@ int sluice_redis__quota_states(const redisReply *reply,
 		if (reply_int(reply->element[1], 1, (long long)n, &v) < 0)
 			return -1;
 		*skew = (size_t)v - 1;
+		tell_skew(c);
 		return 1;
 	}
 	if (reply->elements != n + 1 ||
@@ -314,7 +335,8 @@ void sluice_redis__quota_skewed(const sluice_limit_t *l, size_t which,
 	d->which = which;
 }
 
-int sluice_redis__quota_decide(const redisReply *reply,
+int sluice_redis__quota_decide(const sluice_redis_call_t *c,
+			       const redisReply *reply,
 			       const sluice_limit_t *limits, size_t n,
 			       uint64_t cost, int *allowed,
 			       sluice_decision_t *d, size_t *which,
@@ -328,7 +350,8 @@ int sluice_redis__quota_decide(const redisReply *reply,
 
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
-	rc = sluice_redis__quota_states(reply, limits, n, &now, states, &skew);
+	rc = sluice_redis__quota_states(c, reply, limits, n, &now, states,
+					&skew);
 	if (rc < 0)
 		return -1;
 	if (rc == 1) {

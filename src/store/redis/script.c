@@ -33,6 +33,9 @@ const char sluice_redis__script_reserve[] = SLUICE_RESERVE_LUA;
 const char sluice_redis__script_reserve_sha[41] = SLUICE_RESERVE_SHA1;
 const char sluice_redis__script_set[] = SLUICE_SET_LUA;
 const char sluice_redis__script_set_sha[41] = SLUICE_SET_SHA1;
+/* Calls whose limits include a calendar quota (quota.c sends them). */
+const char sluice_redis__script_quota[] = SLUICE_QUOTA_LUA;
+const char sluice_redis__script_quota_sha[41] = SLUICE_QUOTA_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -232,12 +235,6 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 {
 	size_t i, per = c->nlimits > 1 || c->limits[0].rate.per > 1;
 
-	/* Reservations and carries of quotas are refused before a call is
-	 * made (reserve.c, many.c). */
-	if (sluice_redis__has_quota(c->limits, c->nlimits)) {
-		sluice_redis__quota_command(c, o);
-		return;
-	}
 	if (c->reserve) {
 		reserve_command(c, o);
 		return;
@@ -293,9 +290,6 @@ int sluice_redis__parse_script_reply_each(const redisReply *reply,
 {
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
-	if (sluice_redis__has_quota(limits, n))
-		return sluice_redis__quota_decide(reply, limits, n, cost,
-						  allowed, d, which, each);
 	if (n == 1 ? reply->type != REDIS_REPLY_INTEGER
 		   : reply->type != REDIS_REPLY_ARRAY || reply->elements != n)
 		return -1;

@@ -23,13 +23,15 @@ uint64_t sluice_quota_window_s(const sluice_limit_t *limit,
 	sluice_state_t state = 0;
 	int64_t start = 0, end;
 
-	/* A count in a window ending reset_after_us from now: that window
-	 * (its end a whole second), else the one a take now would open. */
+	/* A count in a window ending reset_after_us after the decision:
+	 * that window, else the one a take now would open.  Windows end on
+	 * a whole second and now_us is a little after the decision's
+	 * instant, so the end is the whole second at or before now_us +
+	 * reset_after_us. */
 	if (reset_after_us && reset_after_us < (uint64_t)INT64_MAX / 2)
 		state = sluice_quota_state(
-			(int64_t)sluice_div_ceil(
-				(uint64_t)now_us + reset_after_us, 1000000) *
-				1000000,
+			(int64_t)(((uint64_t)now_us + reset_after_us) /
+				  1000000 * 1000000),
 			1);
 	end = sluice_quota_window(limit, state, now_us, &start);
 	return end > start ? sluice_us_to_s_ceil((uint64_t)(end - start)) : 0;

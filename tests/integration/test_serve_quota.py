@@ -60,7 +60,7 @@ rules:
 
 
 def get(s, path, user):
-    return s.request("GET", path, {"x-user-id": user})
+    return s.request("GET", "/v1/check" + path, {"x-user-id": user})
 
 
 def take(s, body):

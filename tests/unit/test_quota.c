@@ -66,8 +66,8 @@ static int take(const sluice_limit_t *l, sluice_state_t *s, int64_t now,
  * with remaining 2, pure and on the memory store. */
 static void test_day_quota_resets_at_midnight(void)
 {
-	sluice_limit_t q = quota(3, SLUICE_PER_DAY, SLUICE_ALIGN_CALENDAR,
-				 NULL);
+	sluice_limit_t q =
+		quota(3, SLUICE_PER_DAY, SLUICE_ALIGN_CALENDAR, NULL);
 	sluice_memstore_t *m = open_memstore(64);
 	sluice_decision_t d;
 	sluice_state_t s = 0;
@@ -77,9 +77,8 @@ static void test_day_quota_resets_at_midnight(void)
 	for (i = 0; i < 3; i++) {
 		CHECK(take(&q, &s, at(2026, 12, 5, 9, 0, i), 1, &d));
 		CHECK(d.remaining == (uint64_t)(2 - i));
-		CHECK(d.reset_after_us ==
-		      (uint64_t)(at(2026, 12, 6, 0, 0, 0) -
-				 at(2026, 12, 5, 9, 0, i)));
+		CHECK(d.reset_after_us == (uint64_t)(at(2026, 12, 6, 0, 0, 0) -
+						     at(2026, 12, 5, 9, 0, i)));
 		CHECK(sluice_memstore_take(m, "k", 1, &q, 1, 1,
 					   at(2026, 12, 5, 9, 0, i), NULL,
 					   &d) == 1);
@@ -94,8 +93,8 @@ static void test_day_quota_resets_at_midnight(void)
 	CHECK(d.retry_after_us == 1);
 	CHECK(take(&q, &s, at(2026, 12, 6, 0, 0, 0), 1, &d));
 	CHECK(d.remaining == 2);
-	CHECK(sluice_memstore_take(m, "k", 1, &q, 1, 1, at(2026, 12, 6, 0, 0, 0),
-				   NULL, &d) == 1);
+	CHECK(sluice_memstore_take(m, "k", 1, &q, 1, 1,
+				   at(2026, 12, 6, 0, 0, 0), NULL, &d) == 1);
 	CHECK(d.remaining == 2 && d.limit == 3);
 	CHECK(d.reset_after_us == (uint64_t)(86400 * S));
 	sluice_memstore_free(m);
@@ -104,8 +103,8 @@ static void test_day_quota_resets_at_midnight(void)
 /* The state encoding: end_s * 10^9 + used, expiring just after the end. */
 static void test_state_encoding_and_expiry(void)
 {
-	sluice_limit_t q = quota(10, SLUICE_PER_MONTH, SLUICE_ALIGN_CALENDAR,
-				 NULL);
+	sluice_limit_t q =
+		quota(10, SLUICE_PER_MONTH, SLUICE_ALIGN_CALENDAR, NULL);
 	int64_t now = at(2024, 2, 10, 12, 0, 0), end, start;
 	sluice_decision_t d;
 	sluice_state_t s = 0;
@@ -119,8 +118,8 @@ static void test_state_encoding_and_expiry(void)
 	      at(2024, 3, 1, 0, 0, 0));
 	CHECK(start == at(2024, 2, 1, 0, 0, 0));
 	CHECK(sluice_state_expiry_us(s) == at(2024, 3, 1, 0, 0, 0) + 1);
-	CHECK(sluice_state_expiry_us(sluice_quota_state(
-		      at(2024, 3, 1, 0, 0, 0), SLUICE_QUOTA_MAX)) ==
+	CHECK(sluice_state_expiry_us(sluice_quota_state(at(2024, 3, 1, 0, 0, 0),
+							SLUICE_QUOTA_MAX)) ==
 	      at(2024, 3, 1, 0, 0, 0) + 1000000);
 	CHECK(sluice_quota_state(at(2024, 3, 1, 0, 0, 0), 0) == 0);
 	CHECK(sluice_quota_state(at(2024, 3, 1, 0, 0, 0),
@@ -218,10 +217,10 @@ static void test_iso_weeks(void)
  * from Feb 29 on Feb 28. */
 static void test_first_use_windows(void)
 {
-	sluice_limit_t mo = quota(2, SLUICE_PER_MONTH, SLUICE_ALIGN_FIRST_USE,
-				  NULL);
-	sluice_limit_t yr = quota(2, SLUICE_PER_YEAR, SLUICE_ALIGN_FIRST_USE,
-				  NULL);
+	sluice_limit_t mo =
+		quota(2, SLUICE_PER_MONTH, SLUICE_ALIGN_FIRST_USE, NULL);
+	sluice_limit_t yr =
+		quota(2, SLUICE_PER_YEAR, SLUICE_ALIGN_FIRST_USE, NULL);
 	sluice_limit_t mi = quota(2, SLUICE_PER_MINUTE, SLUICE_ALIGN_FIRST_USE,
 				  "Europe/Berlin");
 	sluice_state_t s = 0;
@@ -324,8 +323,8 @@ static void test_mixed_bucket_and_quota_all_or_nothing(void)
 	/* The quota refuses: the bucket is not charged either. */
 	CHECK(!sluice_eval_all(ls, st, 2, t, 1, next, ds, &sum));
 	CHECK(next[0] == st[0] && next[1] == st[1]);
-	CHECK(sum.which == 1 && sum.retry_after_us ==
-					(uint64_t)(at(2026, 6, 2, 0, 0, 0) - t));
+	CHECK(sum.which == 1 &&
+	      sum.retry_after_us == (uint64_t)(at(2026, 6, 2, 0, 0, 0) - t));
 	CHECK(ds[0].remaining == 7);
 	CHECK(sluice_memstore_take(m, "k", 1, ls, 2, 1, t, ds, &sum) == 0);
 	CHECK(sluice_memstore_take(m, "k", 1, &ls[0], 1, 0, t, NULL, &sum) ==
@@ -499,8 +498,8 @@ static void test_limit_ids(void)
 {
 	sluice_limit_t a = quota(10000, SLUICE_PER_MONTH, 0, NULL);
 	sluice_limit_t b = quota(3, SLUICE_PER_DAY, 0, "Europe/Berlin");
-	sluice_limit_t c = quota(100, SLUICE_PER_HOUR, SLUICE_ALIGN_FIRST_USE,
-				 NULL);
+	sluice_limit_t c =
+		quota(100, SLUICE_PER_HOUR, SLUICE_ALIGN_FIRST_USE, NULL);
 	sluice_limit_t d = quota(3, SLUICE_PER_DAY, 0, "Asia/Kolkata");
 	sluice_limit_t e = quota(3, SLUICE_PER_DAY, 0, "Etc/UTC");
 	sluice_limit_t bucket;
@@ -516,7 +515,8 @@ static void test_limit_ids(void)
 	 * another limit. */
 	CHECK(sluice_limit_init(&bucket, 3, &one, NULL, 0) == 0);
 	CHECK(strchr((sluice_limit_id(&bucket, id), id), '/') != NULL);
-	CHECK(!sluice_limit_same(&bucket, &e) && !sluice_limit_same(&e, &bucket));
+	CHECK(!sluice_limit_same(&bucket, &e) &&
+	      !sluice_limit_same(&e, &bucket));
 	CHECK(!sluice_limit_same(&b, &d) && sluice_limit_same(&b, &b));
 	CHECK(!sluice_limit_same(&b, &e));
 	CHECK(sluice_limit_valid(&a) && sluice_limit_valid(&b) &&

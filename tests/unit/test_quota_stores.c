@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S INT64_C(1000000)
+#define S    INT64_C(1000000)
 #define NLIM 4
 
 static int64_t at(int y, int m, int d, int hh, int mm, int ss)
@@ -63,13 +63,12 @@ typedef struct step_s {
 } step_t;
 
 /* Berlin goes to summer time at 2026-03-29 01:00 UTC (02:00 -> 03:00). */
-#define DAY0 INT64_C(1774656000) /* 2026-03-28 00:00:00 UTC */
-#define HMS(d, h, m, s)                                                        \
-	((DAY0 + (d) * 86400 + (h) * 3600 + (m) * 60 + (s)) * S)
-#define D0(h, m, s) HMS(0, h, m, s)
-#define D1(h, m, s) HMS(1, h, m, s)
-#define A28(h, m, s) HMS(31, h, m, s) /* 2026-04-28 */
-#define A29(h, m, s) HMS(32, h, m, s)
+#define DAY0		INT64_C(1774656000) /* 2026-03-28 00:00:00 UTC */
+#define HMS(d, h, m, s) ((DAY0 + (d)*86400 + (h)*3600 + (m)*60 + (s)) * S)
+#define D0(h, m, s)	HMS(0, h, m, s)
+#define D1(h, m, s)	HMS(1, h, m, s)
+#define A28(h, m, s)	HMS(31, h, m, s) /* 2026-04-28 */
+#define A29(h, m, s)	HMS(32, h, m, s)
 
 static const step_t steps[] = {
 	{'T', "a", 1, D0(22, 0, 0), 1, 1},
@@ -113,7 +112,6 @@ static const step_t steps[] = {
 	{'T', "b", 1, A28(23, 0, 3), 1, 0},
 	{'T', "b", 1, A29(0, 0, 0), 3, 1},
 };
-
 
 /* The pure functions over one state per key and limit. */
 typedef struct model_s {
@@ -296,8 +294,8 @@ static void test_one_table_on_every_store(void)
 				i, s->op, want.rc,
 				(unsigned long long)want.sum.remaining,
 				(unsigned long long)want.sum.retry_after_us,
-				m.rc, (unsigned long long)m.sum.remaining,
-				h.rc, (unsigned long long)h.sum.remaining,
+				m.rc, (unsigned long long)m.sum.remaining, h.rc,
+				(unsigned long long)h.sum.remaining,
 				s->allowed);
 		CHECK(same_answer(&want, &m, s->op));
 		CHECK(same_answer(&want, &h, s->op));
@@ -331,14 +329,14 @@ static void test_counts_expire_at_window_end(void)
 	CHECK(st.keys == 20);
 	/* Still counted at the day's last second... */
 	for (i = 0; i < 200; i++)
-		sluice_memstore_take(mem, "x", 1, &L[2], 1, 0,
-				     D0(23, 59, 59), NULL, &d);
+		sluice_memstore_take(mem, "x", 1, &L[2], 1, 0, D0(23, 59, 59),
+				     NULL, &d);
 	sluice_memstore_stats(mem, &st);
 	CHECK(st.keys >= 20);
 	/* ... and reclaimed once it is over. */
 	for (i = 0; i < 400; i++)
-		sluice_memstore_take(mem, "x", 1, &L[2], 1, 0,
-				     D1(0, 0, 1), NULL, &d);
+		sluice_memstore_take(mem, "x", 1, &L[2], 1, 0, D1(0, 0, 1),
+				     NULL, &d);
 	sluice_memstore_stats(mem, &st);
 	CHECK(st.keys <= 1);
 	CHECK(st.expired >= 20);
@@ -369,14 +367,15 @@ static void test_shared_file_names_zones_not_ids(void)
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		int ok = sluice_zone_load("Asia/Kolkata", &id_k, NULL, 0) == 0 &&
-			 sluice_zone_load("Europe/Berlin", &id_b, NULL, 0) ==
-				 0 &&
-			 sluice_quota_init(&berlin, 2, SLUICE_PER_DAY, 0, id_b,
-					   NULL, 0) == 0 &&
-			 sluice_shmstore_open(&shm, path, 64, NULL, 0) == 0 &&
-			 sluice_shmstore_take(shm, "k", 1, &berlin, 1, 2,
-					      D0(12, 0, 0), NULL, &d) == 1;
+		int ok =
+			sluice_zone_load("Asia/Kolkata", &id_k, NULL, 0) == 0 &&
+			sluice_zone_load("Europe/Berlin", &id_b, NULL, 0) ==
+				0 &&
+			sluice_quota_init(&berlin, 2, SLUICE_PER_DAY, 0, id_b,
+					  NULL, 0) == 0 &&
+			sluice_shmstore_open(&shm, path, 64, NULL, 0) == 0 &&
+			sluice_shmstore_take(shm, "k", 1, &berlin, 1, 2,
+					     D0(12, 0, 0), NULL, &d) == 1;
 
 		_exit(ok ? 0 : 1);
 	}
@@ -385,8 +384,8 @@ static void test_shared_file_names_zones_not_ids(void)
 	CHECK(sluice_zone_load("Europe/Berlin", &id_b, NULL, 0) == 0);
 	CHECK(sluice_zone_load("Asia/Kolkata", &id_k, NULL, 0) == 0);
 	CHECK(id_b < id_k); /* the child numbered them the other way */
-	CHECK(sluice_quota_init(&berlin, 2, SLUICE_PER_DAY, 0, id_b, NULL,
-				0) == 0);
+	CHECK(sluice_quota_init(&berlin, 2, SLUICE_PER_DAY, 0, id_b, NULL, 0) ==
+	      0);
 	CHECK(sluice_quota_init(&kolkata, 2, SLUICE_PER_DAY, 0, id_k, NULL,
 				0) == 0);
 	CHECK(sluice_shmstore_open(&shm, path, 64, NULL, 0) == 0);

@@ -28,11 +28,15 @@ uint64_t sluice_quota_window_s(const sluice_limit_t *limit,
 	 * a whole second and now_us is a little after the decision's
 	 * instant, so the end is the whole second at or before now_us +
 	 * reset_after_us. */
-	if (reset_after_us && reset_after_us < (uint64_t)INT64_MAX / 2)
-		state = sluice_quota_state(
-			(int64_t)(((uint64_t)now_us + reset_after_us) /
-				  1000000 * 1000000),
-			1);
+	if (reset_after_us && reset_after_us < (uint64_t)INT64_MAX / 2) {
+		end = (int64_t)(((uint64_t)now_us + reset_after_us) / 1000000 *
+				1000000);
+		state = sluice_quota_state(end, 1);
+		/* Asked as of the window's last instant: one that ended since
+		 * the decision is still the one reported. */
+		if (now_us >= end)
+			now_us = end - 1;
+	}
 	end = sluice_quota_window(limit, state, now_us, &start);
 	return end > start ? sluice_us_to_s_ceil((uint64_t)(end - start)) : 0;
 }

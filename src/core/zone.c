@@ -211,6 +211,8 @@ static int tz_parse(const char *s, sluice_zone_t *z)
 	return *p == '\0' ? 0 : -1;
 }
 
+static uint64_t zone_serial;
+
 int sluice_tzif_parse(const unsigned char *buf, size_t len, sluice_zone_t *z,
 		      char *err, size_t errlen)
 {
@@ -221,6 +223,8 @@ int sluice_tzif_parse(const unsigned char *buf, size_t len, sluice_zone_t *z,
 	size_t i;
 
 	memset(z, 0, sizeof(*z));
+	/* Names this parse for the footer's per-thread cache. */
+	z->serial = __atomic_add_fetch(&zone_serial, 1, __ATOMIC_RELAXED);
 	if (read_header(buf, len, c, err, errlen) != 0)
 		return -1;
 	p = buf + 44;
@@ -347,58 +351,89 @@ static int64_t rule_day(const sluice_tzrule_t *r, int64_t y)
 }
 
 /*
- * The offset the footer gives at t and the next change after it.  The
- * changes of the years around t's are listed in order (at most 12 of
- * them: a rule's time may reach a week into the next year), the last one
- * at or before t giving the offset.  A tie (a zone on summer time all
- * year: "EST5EDT,0/0,J365/25") puts the change to standard time first, so
- * that summer time holds.
+ * The footer's changes around year y, in order: those of y - 1, y and
+ * y + 1 (a rule's time may reach a week into the next or the previous
+ * year).  A tie (a zone on summer time all year: "EST5EDT,0/0,J365/25")
+ * puts the change to standard time first, so that summer time holds.
+ * The last zone and year each thread asked for are kept: a window's
+ * boundaries ask for the offsets of a few instants of one year, and a
+ * zone's files end their transitions (a slim file at its last rule
+ * change, a fat one at 2037) so that every later instant comes here.
  */
-static int32_t rule_offset(const sluice_zone_t *z, int64_t t, int64_t *next)
+typedef struct rule_year_s {
+	uint64_t serial; /* the zone's (0: none) */
+	int64_t y;
+	int64_t at[6];
+	int dst[6];
+} rule_year_t;
+
+static _Thread_local rule_year_t rule_cache;
+
+static const rule_year_t *rule_year(const sluice_zone_t *z, int64_t yt)
 {
-	int64_t at[12], y, yt;
-	int dst[12], n = 0, i, j;
-	unsigned m, d;
-	int32_t off = z->std_off;
+	rule_year_t *c = &rule_cache;
+	int64_t y;
+	int n = 0, i, j;
 
-	if (!z->has_dst) {
-		*next = INT64_MAX;
-		return z->std_off;
-	}
-	sluice_civil_from_days(sluice_floor_div(t, 86400), &yt, &m, &d);
-	for (y = yt - 2; y <= yt + 3; y++) {
-		int64_t s = rule_day(&z->start, y) * 86400 + z->start.time -
-			    z->std_off;
-		int64_t e =
+	if (c->serial == z->serial && c->y == yt)
+		return c;
+	for (y = yt - 1; y <= yt + 1; y++) {
+		c->at[n] = rule_day(&z->start, y) * 86400 + z->start.time -
+			   z->std_off;
+		c->dst[n++] = 1;
+		c->at[n] =
 			rule_day(&z->end, y) * 86400 + z->end.time - z->dst_off;
-
-		at[n] = s;
-		dst[n++] = 1;
-		at[n] = e;
-		dst[n++] = 0;
+		c->dst[n++] = 0;
 	}
 	/* Insertion sort, standard time first among equal instants. */
 	for (i = 1; i < n; i++) {
-		int64_t a = at[i];
-		int b = dst[i];
+		int64_t a = c->at[i];
+		int b = c->dst[i];
 
-		for (j = i; j > 0 && (at[j - 1] > a ||
-				      (at[j - 1] == a && dst[j - 1] > b));
+		for (j = i; j > 0 && (c->at[j - 1] > a ||
+				      (c->at[j - 1] == a && c->dst[j - 1] > b));
 		     j--) {
-			at[j] = at[j - 1];
-			dst[j] = dst[j - 1];
+			c->at[j] = c->at[j - 1];
+			c->dst[j] = c->dst[j - 1];
 		}
-		at[j] = a;
-		dst[j] = b;
+		c->at[j] = a;
+		c->dst[j] = b;
 	}
+	c->serial = z->serial;
+	c->y = yt;
+	return c;
+}
+
+/* The offset the footer gives at t and the next change after it: the
+ * last change of t's years at or before t gives it (standard time
+ * before them all). */
+static int32_t rule_offset(const sluice_zone_t *z, int64_t t, int64_t *next)
+{
+	const rule_year_t *c;
+	int64_t yt;
+	unsigned m, d;
+	int32_t off = z->std_off;
+	int i;
+
 	*next = INT64_MAX;
-	for (i = 0; i < n; i++) {
-		if (at[i] <= t) {
-			off = dst[i] ? z->dst_off : z->std_off;
-		} else {
-			*next = at[i];
+	if (!z->has_dst)
+		return z->std_off;
+	sluice_civil_from_days(sluice_floor_div(t, 86400), &yt, &m, &d);
+	c = rule_year(z, yt);
+	for (i = 0; i < 6; i++) {
+		if (c->at[i] > t) {
+			*next = c->at[i];
 			break;
 		}
+		off = c->dst[i] ? z->dst_off : z->std_off;
+	}
+	if (*next == INT64_MAX) {
+		/* After y + 1's changes (a rule reaching far into the
+		 * previous year): the next year's first. */
+		c = rule_year(z, yt + 1);
+		for (i = 0; i < 6 && *next == INT64_MAX; i++)
+			if (c->at[i] > t)
+				*next = c->at[i];
 	}
 	return off;
 }

@@ -31,6 +31,7 @@ typedef struct sluice_zone_s {
 	char name[SLUICE_ZONE_NAME_MAX + 1];
 	uint64_t name_hash; /* of the name: names a quota's bucket in a
 			       shared store, where ids differ by process */
+	uint64_t serial;    /* this parse's own number (never 0) */
 	size_t ntrans;
 	int64_t *trans; /* transition instants (seconds), ascending */
 	int32_t *off;	/* the UTC offset from trans[i] on */

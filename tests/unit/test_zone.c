@@ -199,6 +199,40 @@ static void test_tzif_refuses_damaged_files(void)
 	CHECK(strstr(err, "footer") != NULL);
 }
 
+/* A version 1 file (32-bit times, no footer): the same offsets as the
+ * version 2 file it was cut from, up to 2037, and the last offset after. */
+static void test_version_1_file(void)
+{
+	static unsigned char buf[1 << 16];
+	FILE *f = fopen("/usr/share/zoneinfo/Europe/Berlin", "rb");
+	sluice_zone_t v1, v2;
+	size_t len, size;
+	uint32_t c[6];
+	int64_t t;
+	int i;
+
+	CHECK(f != NULL);
+	len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	CHECK(sluice_tzif_parse(buf, len, &v2, NULL, 0) == 0);
+	for (i = 0; i < 6; i++)
+		c[i] = (uint32_t)buf[20 + 4 * i] << 24 |
+		       (uint32_t)buf[21 + 4 * i] << 16 |
+		       (uint32_t)buf[22 + 4 * i] << 8 | buf[23 + 4 * i];
+	/* isut, isstd, leap, time, type, char */
+	size = 44 + c[3] * 5 + c[4] * 6 + c[5] + c[2] * 8 + c[1] + c[0];
+	buf[4] = 0;
+	CHECK(sluice_tzif_parse(buf, size, &v1, NULL, 0) == 0);
+	CHECK(!v1.has_tz && v1.ntrans > 100);
+	for (t = 0; t < INT64_C(2140000000); t += 86400 * 7 + 3607)
+		CHECK(sluice_zone_offset(&v1, t, NULL) ==
+		      sluice_zone_offset(&v2, t, NULL));
+	CHECK(sluice_zone_offset(&v1, INT64_C(4102444800), NULL) ==
+	      v1.off[v1.ntrans - 1]);
+	sluice_zone_release(&v1);
+	sluice_zone_release(&v2);
+}
+
 /* POSIX TZ footers alone (a file with no transitions): offsets from the
  * rule for any year, southern-hemisphere summers across New Year, and a
  * zone on summer time all year. */
@@ -261,6 +295,7 @@ int main(void)
 	RUN(test_windows_tile_time);
 	RUN(test_zone_names_and_refusals);
 	RUN(test_tzif_refuses_damaged_files);
+	RUN(test_version_1_file);
 	RUN(test_footer_rules);
 	TESTS_DONE();
 }

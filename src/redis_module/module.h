@@ -114,6 +114,11 @@ int sluice_rm_takeeach(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int sluice_rm_parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
 			  RedisModuleString *rate, sluice_limit_t *limit);
 
+/* A quota's "capacity rate", rate "@<unit>[:<zone>|:first_use]"
+ * (quota.c): 0, or -1 with the reason in err. */
+int sluice_rm_quota_parse(const char *capacity, const char *rate,
+			  sluice_limit_t *limit, char *err, size_t errlen);
+
 /* SLUICE.CARRY key capacity rate from_key from_capacity from_rate [...]
  * (carry.c) */
 int sluice_rm_carry(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);

@@ -170,7 +170,9 @@ static int parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
 			"ERR capacity and rate must not contain NUL bytes");
 		return -1;
 	}
-	if (sluice_limit_parse(limit, c, r, err, sizeof(err)) != 0) {
+	if ((r[0] == '@' ? sluice_rm_quota_parse(c, r, limit, err, sizeof(err))
+			 : sluice_limit_parse(limit, c, r, err, sizeof(err))) !=
+	    0) {
 		reply_errorf(ctx, "ERR %s", err);
 		return -1;
 	}

@@ -9,14 +9,21 @@
  * the same sequence of decisions on the script path and on the module
  * path must store the same bytes, not merely close ones
  * (tests/unit/test_redis_store_module.c).  Keys never expire meanwhile.
+ *
+ * FROZEN_CLOCK_FILE, when set, names a file holding the instant (its
+ * decimal microseconds), read at every call: a test steps the server's
+ * clock by rewriting it (tests/unit/test_redis_quota.c: a quota across
+ * midnight).  It wins over FROZEN_CLOCK_US while it holds a number.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 int gettimeofday(struct timeval *restrict tv, void *restrict tz);
 int clock_gettime(clockid_t id, struct timespec *ts);
@@ -26,8 +33,22 @@ time_t time(time_t *out);
  * clock then). */
 static long long frozen_us(void)
 {
-	const char *v = getenv("FROZEN_CLOCK_US");
+	const char *v = getenv("FROZEN_CLOCK_US"),
+		   *f = getenv("FROZEN_CLOCK_FILE");
 
+	if (f && *f) {
+		char buf[32];
+		int fd = open(f, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+		if (fd >= 0)
+			close(fd);
+		if (n > 0) {
+			buf[n] = '\0';
+			if (atoll(buf) > 0)
+				return atoll(buf);
+		}
+	}
 	return v && *v ? atoll(v) : -1;
 }
 

@@ -354,6 +354,99 @@ static void test_keys_on_two_masters_are_refunded(void)
 	       RACERS, t.allowed, 1000 - (int)p.summary.remaining);
 }
 
+/* ----------------------------------------------------- calendar quotas */
+
+static void month_quota(sluice_limit_t *l, uint64_t q)
+{
+	CHECK(sluice_quota_init(l, q, SLUICE_PER_MONTH, SLUICE_ALIGN_CALENDAR,
+				0, NULL, 0) == 0);
+}
+
+/* Quotas route as buckets do (the key's hash tag): keys over three
+ * masters, a quota beside a bucket on each, each key allowed exactly its
+ * quota; and a take over two masters whose quota side is refunded when
+ * the other master refuses (quota.lua's refund). */
+static void test_quotas_over_three_masters(void)
+{
+	enum { KEYS = 120, RACERS = 100 };
+	static sluice_take_item_t it[RACERS][2];
+	static char narrow_key[32];
+	const char *wide_key = "qwide\x1f"
+			       "192.0.2.8";
+	sluice_limit_t l[2], wide, narrow;
+	uv_loop_t loop;
+	sluice_redis_t *r;
+	tally_t t = {0}, m = {0}, peek = {0};
+	sluice_take_item_t p;
+	int i, j, used[NODES] = {0};
+
+	uv_loop_init(&loop);
+	r = client(&loop);
+	month_quota(&l[0], 3);
+	limit(&l[1], 100, "100/day");
+	for (i = 0; i < KEYS; i++) {
+		char key[16];
+		int n = snprintf(key, sizeof(key), "quser%d", i);
+
+		for (j = 0; j < 5; j++)
+			CHECK(sluice_redis_take(r, key, (size_t)n, l, 2, 1,
+						on_tally, &t) == 0);
+	}
+	while (t.done < KEYS * 5)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(t.failed == 0 && t.allowed == KEYS * 3);
+	for (i = 0; i < NODES; i++) {
+		redisContext *c = rh_connect(servers[i].port);
+		redisReply *rep = rh_cmd(c, "KEYS *{quser*}:3@month");
+
+		used[i] = (int)rep->elements;
+		freeReplyObject(rep);
+		redisFree(c);
+		CHECK(used[i] > 0);
+	}
+	CHECK(used[0] + used[1] + used[2] == KEYS);
+
+	month_quota(&wide, 1000);
+	limit(&narrow, 20, "20/day");
+	for (i = 0;; i++) {
+		snprintf(narrow_key, sizeof(narrow_key), "qnarrow\x1fu%d", i);
+		if (node_of(r, narrow_key) >= 0 &&
+		    node_of(r, narrow_key) != node_of(r, wide_key))
+			break;
+	}
+	for (i = 0; i < RACERS; i++) {
+		it[i][0] = (sluice_take_item_t){.key = wide_key,
+						.keylen = strlen(wide_key),
+						.limits = &wide,
+						.nlimits = 1,
+						.cost = 1};
+		it[i][1] = (sluice_take_item_t){.key = narrow_key,
+						.keylen = strlen(narrow_key),
+						.limits = &narrow,
+						.nlimits = 1,
+						.cost = 1};
+		CHECK(sluice_redis_take_many(r, it[i], 2, on_many, &m) == 0);
+	}
+	while (m.done < RACERS || r->head)
+		uv_run(&loop, UV_RUN_ONCE); /* answers, then refunds */
+	CHECK(m.failed == 0 && m.allowed == 20);
+	p = (sluice_take_item_t){.key = wide_key,
+				 .keylen = strlen(wide_key),
+				 .limits = &wide,
+				 .nlimits = 1};
+	CHECK(sluice_redis_take_many(r, &p, 1, on_many, &peek) == 0);
+	while (!peek.done)
+		uv_run(&loop, UV_RUN_ONCE);
+	CHECK(peek.failed == 0);
+	CHECK(p.summary.remaining == 980);
+	sluice_redis_free(r);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
+	printf("quotas over three masters (%d/%d/%d keys): each allowed "
+	       "exactly its quota; a quota refunded across masters\n",
+	       used[0], used[1], used[2]);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -362,6 +455,7 @@ int main(void)
 	test_keys_over_three_masters();
 	test_slot_migration_mid_run();
 	test_keys_on_two_masters_are_refunded();
+	test_quotas_over_three_masters();
 	cluster_stop();
 	return 0;
 }

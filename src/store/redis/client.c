@@ -23,13 +23,18 @@ static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 {
 	sluice_decision_t each[SLUICE_MAX_LIMITS];
 	size_t which = 0, j;
-	int rc = c->script ? sluice_redis__parse_script_reply_each(
-				     reply, c->limits, c->nlimits, c->cost,
-				     &out->allowed, &out->d, &which,
-				     c->decisions ? each : NULL)
-			   : sluice_redis__parse_reply(reply, c->nlimits,
-						       &out->allowed, &out->d,
-						       &which);
+	int rc = !c->script ? sluice_redis__parse_reply(reply, c->nlimits,
+							&out->allowed, &out->d,
+							&which)
+		 : sluice_redis__has_quota(c->limits, c->nlimits)
+			 ? sluice_redis__quota_decide(
+				   reply, c->limits, c->nlimits, c->cost,
+				   &out->allowed, &out->d, &which,
+				   c->decisions ? each : NULL)
+			 : sluice_redis__parse_script_reply_each(
+				   reply, c->limits, c->nlimits, c->cost,
+				   &out->allowed, &out->d, &which,
+				   c->decisions ? each : NULL);
 
 	if (rc < 0)
 		return rc;

@@ -182,29 +182,51 @@ static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
 	const size_t *order = m->order + m->first[c->group];
 	size_t cnt = m->first[c->group + 1] - m->first[c->group];
 	sluice_state_t stack[SLUICE_MAX_LIMITS], *st = stack;
-	size_t i, j, p = 0;
+	size_t i, j, p = 0, skew = SIZE_MAX;
+	/* quota.lua answers the states at the server's time, the other
+	 * scripts the shortfalls (states at time 0). */
+	const int quota = sluice_redis__has_quota(c->limits, c->nlimits);
+	int64_t now = 0;
 	int rc = -1;
 
 	out->allowed = 0;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->nlimits)
+	if (reply->type != REDIS_REPLY_ARRAY ||
+	    (!quota && reply->elements != c->nlimits))
 		return -1;
 	if (c->nlimits > SLUICE_MAX_LIMITS &&
 	    !(st = malloc(c->nlimits * sizeof(*st))))
 		return -1;
-	for (j = 0; j < c->nlimits; j++)
+	if (quota) {
+		int q = sluice_redis__quota_states(reply, c->limits, c->nlimits,
+						   &now, st, &skew);
+
+		if (q < 0)
+			goto out;
+		if (q == 0)
+			skew = SIZE_MAX;
+	}
+	for (j = 0; !quota && j < c->nlimits; j++)
 		if (sluice_redis__shortfall_state(reply->element[j],
 						  &c->limits[j], &st[j]) < 0)
 			goto out;
-	out->allowed = 1;
+	out->allowed = skew == SIZE_MAX;
 	for (i = 0; i < cnt; i++) {
 		sluice_take_item_t *it = &m->items[order[i]];
 		sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 		sluice_decision_t ds[SLUICE_MAX_LIMITS];
 
 		assert(it->nlimits <= SLUICE_MAX_LIMITS);
+		if (skew != SIZE_MAX) {
+			/* A client clock far off: every item refused. */
+			it->allowed = 0;
+			sluice_redis__quota_skewed(&c->limits[skew], 0,
+						   &it->summary);
+			p += it->nlimits;
+			continue;
+		}
 		for (j = 0; j < it->nlimits; j++)
 			cur[j] = st[c->bucket_of[p + j]];
-		it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, 0,
+		it->allowed = sluice_eval_all(it->limits, cur, it->nlimits, now,
 					      it->cost, next, ds, &it->summary);
 		for (j = 0; j < it->nlimits; j++)
 			st[c->bucket_of[p + j]] = next[j];
@@ -541,6 +563,10 @@ int sluice_redis_carry(sluice_redis_t *r, const void *key, size_t keylen,
 	size_t i, j, n = 1;
 
 	if (!to || (!from && nfrom) || nfrom >= SLUICE_MAX_LIMITS)
+		return SLUICE_EINVAL;
+	/* carry.lua knows buckets only; the module (SLUICE.CARRY) carries
+	 * quotas. */
+	if (sluice_limit_is_quota(to) || sluice_redis__has_quota(from, nfrom))
 		return SLUICE_EINVAL;
 	limits[0] = *to;
 	for (i = 0; i < nfrom; i++) {

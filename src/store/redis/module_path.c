@@ -49,19 +49,36 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k)
 			      "SLUICE.TAKEMANY SLUICE.TAKEEACH SLUICE.RESERVE");
 }
 
-/* A limit as "capacity" and the exact rate "<per>/<interval>us", which
- * the module's parser reads back to the same rate, without printf. */
-static void put_limit(sluice_redis_resp_t *o, const sluice_limit_t *l)
+/* A limit's rate as the module reads it back: the exact rate
+ * "<per>/<interval>us" (without printf), or a quota's
+ * "@<unit>[:<zone>|:first_use]", its id's part from the '@'. */
+static void put_rate(sluice_redis_resp_t *o, const sluice_limit_t *l)
 {
-	char buf[64];
+	char buf[SLUICE_LIMIT_ID_MAX];
 	size_t n;
+	const char *at;
 
-	sluice_redis__resp_u64(o, l->capacity);
+	if (sluice_limit_is_quota(l)) {
+		n = sluice_limit_id(l, buf);
+		at = memchr(buf, '@', n);
+		if (at)
+			sluice_redis__resp_arg(o, at, n - (size_t)(at - buf));
+		else /* never: a quota's id has its '@' */
+			o->failed = 1;
+		return;
+	}
 	n = sluice_u64_dec(buf, l->rate.per);
 	buf[n++] = '/';
 	n += sluice_u64_dec(buf + n, l->rate.interval);
 	memcpy(buf + n, "us", 2);
 	sluice_redis__resp_arg(o, buf, n + 2);
+}
+
+/* A limit as "capacity" and its rate (put_rate()). */
+static void put_limit(sluice_redis_resp_t *o, const sluice_limit_t *l)
+{
+	sluice_redis__resp_u64(o, l->capacity);
+	put_rate(o, l);
 }
 
 /* 1 when every call decides the same limit at the same cost. */
@@ -106,20 +123,11 @@ int sluice_redis__module_batch_command(sluice_redis_call_t *const *calls,
 static void reserve_command(const sluice_redis_call_t *c,
 			    sluice_redis_resp_t *o)
 {
-	const sluice_limit_t *l = &c->limits[0];
-	char rate[64];
-	size_t n;
-
 	assert(c->nlimits == 1);
 	sluice_redis__resp_array(o, 7);
 	sluice_redis__resp_arg(o, "SLUICE.RESERVE", 14);
 	sluice_redis__resp_keys(o, c);
-	sluice_redis__resp_u64(o, l->capacity);
-	n = sluice_u64_dec(rate, l->rate.per);
-	rate[n++] = '/';
-	n += sluice_u64_dec(rate + n, l->rate.interval);
-	memcpy(rate + n, "us", 2);
-	sluice_redis__resp_arg(o, rate, n + 2);
+	put_limit(o, &c->limits[0]);
 	sluice_redis__resp_u64(o, c->max_wait_us);
 	sluice_redis__resp_arg(o, "COST", 4);
 	sluice_redis__resp_u64(o, c->cost);

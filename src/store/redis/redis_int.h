@@ -12,6 +12,7 @@
  *   script.c   the Lua script path (EVALSHA, NOSCRIPT) and reply parsing;
  *              the scripts and their SHA-1 come from the build
  *   module_path.c  the SLUICE.TAKE module path and its reply parser
+ *   quota.c    calls with calendar quotas on the script path (quota.lua)
  *   many.c     takes over several keys: one call per slot, refunds
  *   command.c  commands in RESP: arguments, the writer, formatted ones
  *   link.c     one socket: a non-blocking connect, write, read replies in
@@ -32,6 +33,7 @@
  *   call.c
  *   cluster.c, sentinel.c
  *   node.c
+ *   quota.c
  *   policy.c, script.c, module_path.c
  *   command.c
  *   link.c
@@ -667,6 +669,36 @@ int sluice_redis__shortfall_state(const redisReply *e, const sluice_limit_t *l,
 				  sluice_state_t *state);
 /* A decision's times in whole ms, rounded up, as the module answers. */
 void sluice_redis__whole_ms(sluice_decision_t *d);
+/* quota.c: calls whose limits include a calendar quota (quota.lua, held
+ * by script.c with the other scripts) */
+extern const char sluice_redis__script_quota[];
+extern const char sluice_redis__script_quota_sha[41];
+/* Added to the client's clock where it places calendar windows (tests
+ * of a client whose clock is far off; 0 otherwise). */
+extern int64_t sluice_redis__quota_skew_us;
+/* 1 when one of limits[0..n) is a calendar quota. */
+int sluice_redis__has_quota(const sluice_limit_t *limits, size_t n);
+/* The call (a take, peek, refund, reset, penalty, block or set, of one
+ * key or a take_many's group) as EVALSHA of quota.lua. */
+void sluice_redis__quota_command(const sluice_redis_call_t *c,
+				 sluice_redis_resp_t *o);
+/* quota.lua's reply -> the server's time and each limit's state at it:
+ * 0; 1 when limit *skew's window could not be placed (the client's clock
+ * is far off: nothing was written); -1 for a reply not expected. */
+int sluice_redis__quota_states(const redisReply *reply,
+			       const sluice_limit_t *limits, size_t n,
+			       int64_t *now_us, sluice_state_t *states,
+			       size_t *skew);
+/* The refusal of a call whose quota `which` could not be placed: retry
+ * in 1 s. */
+void sluice_redis__quota_skewed(const sluice_limit_t *l, size_t which,
+				sluice_decision_t *d);
+/* As sluice_redis__parse_script_reply_each(), for quota.lua's reply. */
+int sluice_redis__quota_decide(const redisReply *reply,
+			       const sluice_limit_t *limits, size_t n,
+			       uint64_t cost, int *allowed,
+			       sluice_decision_t *d, size_t *which,
+			       sluice_decision_t *each);
 /* The module's reply -> the decision; 0 or -1. */
 int sluice_redis__parse_reply(const redisReply *reply, size_t nlimits,
 			      int *allowed, sluice_decision_t *d,

@@ -121,6 +121,9 @@ int sluice_redis_reserve(sluice_redis_t *r, const void *key, size_t keylen,
 		return SLUICE_EINVAL;
 	if ((rc = sluice_redis__check_item(r, key, keylen, limits, nlimits)))
 		return rc;
+	/* reserve.lua knows buckets only. */
+	if (sluice_redis__has_quota(limits, nlimits))
+		return SLUICE_EINVAL;
 	c = sluice_redis__one_call(r, &reserve_shape, key, keylen, limits,
 				   nlimits, cost);
 	if (!c)

@@ -33,6 +33,9 @@ const char sluice_redis__script_reserve[] = SLUICE_RESERVE_LUA;
 const char sluice_redis__script_reserve_sha[41] = SLUICE_RESERVE_SHA1;
 const char sluice_redis__script_set[] = SLUICE_SET_LUA;
 const char sluice_redis__script_set_sha[41] = SLUICE_SET_SHA1;
+/* Calls whose limits include a calendar quota (quota.c sends them). */
+const char sluice_redis__script_quota[] = SLUICE_QUOTA_LUA;
+const char sluice_redis__script_quota_sha[41] = SLUICE_QUOTA_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -47,7 +50,7 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 		sluice_redis__script,	     sluice_redis__script_multi,
 		sluice_redis__script_refund, sluice_redis__script_adjust,
 		sluice_redis__script_carry,  sluice_redis__script_reserve,
-		sluice_redis__script_set};
+		sluice_redis__script_set,    sluice_redis__script_quota};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)

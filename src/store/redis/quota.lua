@@ -1,0 +1,242 @@
+-- sluice: a call whose limits include a calendar quota (sluice_quota.h):
+-- a take (all-or-nothing over every limit, buckets and quotas), a refund
+-- or reset, a penalty, a block or a set.  Calls of buckets alone never
+-- come here (script.lua and the others, unchanged).  Read script.lua
+-- first: a bucket here is decided and written exactly as there.
+--
+-- A quota's state is "<end_s><used:9 digits>" (end_s * 10^9 + used: the
+-- end of its window in whole seconds and its count), what the module
+-- stores, expiring at end_s * 1000 + ceil(used / 10^6) ms
+-- (sluice_state_expiry_us() rounded up to a ms).  It counts while end_s
+-- is after now; else the window is the one holding now, chosen here by
+-- the server's clock.  Lua cannot compute a zoned calendar, so the client
+-- sends either a fixed period (UTC units up to a week) or the boundaries
+-- of the calendar windows around its own clock (the previous, current and
+-- next window); a server clock outside them (the client's far off) is
+-- refused, writing nothing: never allowed on a guess.  First-use windows
+-- (one unit from now's second) are computed here; months and years with
+-- civil date arithmetic (the end day clamped to a shorter month's last).
+--
+-- KEYS[i]       state of limit i (each once; one hash tag in a cluster)
+-- ARGV[1]       op: 0 take, 1 refund, 2 penalize, 3 block, 4 set
+-- ARGV[7i-5..7i+1], for limit i: kind p1 .. p6
+--   kind 0, a bucket:  take: need tau per; refund: need - per;
+--                      penalize and block: add floor per max; set: D - per
+--   kind 1, a calendar by boundaries: quota amount b0 b1 b2 b3 (seconds;
+--                      windows [b0,b1) [b1,b2) [b2,b3))
+--   kind 2, first use: quota amount unit (SLUICE_PER_*)
+--   kind 3, a fixed period: quota amount length_s offset_s (windows start
+--                      at offset + k * length)
+--   amount: take the cost (at most quota + 1), refund the count (-1: a
+--   reset), penalize the cost, block 1 (0: nothing), set the remaining.
+-- Reply: {now_us, r_1, ..., r_n}: r_i a bucket's shortfall before the
+-- call; a quota's {end_s, used} before the call (its live window, or the
+-- window now opens, used 0).  {-1, i}: limit i's window could not be
+-- placed (the client's clock is far from the server's); nothing written.
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local now_s = t[1] + 0
+local op = ARGV[1] + 0
+local n = #KEYS
+local MAX = 999999999
+
+local function shortfall(s, p)
+	if not s then return 0 end
+	local tat = tonumber(string.sub(s, 1, -4))
+	if not tat or tat < now then return 0 end
+	local D = (tat - now) * p
+	if D > 9007199254740992 - p then return 9007199254740992 end
+	if p > 1 then
+		local frac = tonumber(string.sub(s, -3)) or 0
+		if frac >= p then frac = p - 1 end
+		D = D + frac
+	end
+	return D
+end
+
+local function put_bucket(key, nd, p)
+	local u = nd % p
+	local tat = now + (nd - u) / p
+	local e = tat
+	if u > 0 then e = e + 1 end
+	local m = e % 1000
+	local at = (e - m) / 1000
+	if m > 0 then at = at + 1 end
+	redis.call('SET', key, string.format('%d%03d', tat, u), 'PXAT', at)
+end
+
+-- Days since 1970-01-01 of a civil date, and back (H. Hinnant's
+-- algorithms; y, m, d integers, m 1..12).
+local function days_from_civil(y, m, d)
+	if m <= 2 then y = y - 1 end
+	local era = math.floor(y / 400)
+	local yoe = y - era * 400
+	local mp = (m + 9) % 12
+	local doy = math.floor((153 * mp + 2) / 5) + d - 1
+	local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) +
+		doy
+	return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+	z = z + 719468
+	local era = math.floor(z / 146097)
+	local doe = z - era * 146097
+	local yoe = math.floor((doe - math.floor(doe / 1460) +
+		math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+	local y = yoe + era * 400
+	local doy = doe - (365 * yoe + math.floor(yoe / 4) -
+		math.floor(yoe / 100))
+	local mp = math.floor((5 * doy + 2) / 153)
+	local d = doy - math.floor((153 * mp + 2) / 5) + 1
+	local m = mp + 3
+	if m > 12 then m = m - 12 end
+	if m <= 2 then y = y + 1 end
+	return y, m, d
+end
+
+local function month_days(y, m)
+	if m == 2 then
+		if (y % 4 == 0 and y % 100 ~= 0) or y % 400 == 0 then
+			return 29
+		end
+		return 28
+	end
+	if m == 4 or m == 6 or m == 9 or m == 11 then return 30 end
+	return 31
+end
+
+local LEN = {1, 60, 3600, 86400, 604800}
+
+-- The end of the first-use window opening at now's second.
+local function first_use_end(unit)
+	if unit <= 5 then return now_s + LEN[unit] end
+	local sec = now_s % 86400
+	local y, m, d = civil_from_days((now_s - sec) / 86400)
+	if unit == 6 then
+		m = m + 1
+		if m > 12 then m, y = 1, y + 1 end
+	else
+		y = y + 1
+	end
+	local md = month_days(y, m)
+	if d > md then d = md end
+	return days_from_civil(y, m, d) * 86400 + sec
+end
+
+-- The end of the window a quota with no live state counts in, or nil.
+local function window_end(b)
+	local kind = ARGV[b] + 0
+	if kind == 2 then return first_use_end(ARGV[b + 3] + 0) end
+	if kind == 3 then
+		local len, off = ARGV[b + 3] + 0, ARGV[b + 4] + 0
+		return now_s - (now_s - off) % len + len
+	end
+	for j = b + 3, b + 5 do
+		if ARGV[j] + 0 <= now_s and now_s < ARGV[j + 1] + 0 then
+			return ARGV[j + 1] + 0
+		end
+	end
+	return nil
+end
+
+local vals = redis.call('MGET', unpack(KEYS))
+local out, ok = {now}, true
+local ends, used = {}, {}
+for i = 1, n do
+	local b = 7 * i - 5
+	local kind, s = ARGV[b] + 0, vals[i]
+	if kind == 0 then
+		local p = ARGV[b + 3] + 0
+		local D = shortfall(s, p)
+		out[i + 1] = D
+		if op == 0 and D + ARGV[b + 1] > ARGV[b + 2] + 0 then
+			ok = false
+		end
+	else
+		local e, u = nil, 0
+		if s and #s > 9 then
+			local se = tonumber(string.sub(s, 1, -10))
+			local su = tonumber(string.sub(s, -9))
+			if se and su and se * 1000000 > now and su > 0 then
+				e, u = se, su
+			end
+		end
+		if not e and op == 1 then
+			-- A refund or reset of a window that is over: nothing
+			-- to place (a reset still deletes the key).
+			e = 0
+		elseif not e then
+			e = window_end(b)
+			if not e then return {-1, i} end
+		end
+		ends[i], used[i] = e, u
+		out[i + 1] = {e, u}
+		if op == 0 and u + ARGV[b + 2] > ARGV[b + 1] + 0 then
+			ok = false
+		end
+	end
+end
+if not ok then return out end
+
+for i = 1, n do
+	local b = 7 * i - 5
+	local key = KEYS[i]
+	if ARGV[b] + 0 == 0 then
+		local D, p = out[i + 1], ARGV[b + 3] + 0
+		local a1, a2 = ARGV[b + 1] + 0, ARGV[b + 2] + 0
+		if op == 0 then
+			if a1 > 0 then put_bucket(key, D + a1, p) end
+		elseif op == 1 then
+			if vals[i] and a1 > 0 and D > 0 then
+				if D <= a1 then
+					redis.call('DEL', key)
+				else
+					put_bucket(key, D - a1, p)
+				end
+			end
+		elseif op == 4 then
+			if a1 <= 0 then
+				redis.call('DEL', key)
+			else
+				put_bucket(key, a1, p)
+			end
+		else
+			local max, nd = ARGV[b + 4] + 0, D
+			if max > D then
+				if a1 > max - D then nd = max else nd = D + a1 end
+				if nd < a2 then nd = a2 end
+				if nd > max then nd = max end
+			end
+			if nd > D then put_bucket(key, nd, p) end
+		end
+	else
+		local q, a = ARGV[b + 1] + 0, ARGV[b + 2] + 0
+		local u, nu = used[i], used[i]
+		if op == 0 then
+			nu = u + a
+		elseif op == 1 then
+			if a < 0 then nu = 0 elseif a >= u then nu = 0 else
+				nu = u - a
+			end
+		elseif op == 2 then
+			nu = u + a
+			if nu > MAX then nu = MAX end
+		elseif op == 3 then
+			if a > 0 and u < q then nu = q end
+		else
+			if a >= q then nu = 0 else nu = q - a end
+		end
+		if nu == 0 then
+			if vals[i] and (u > 0 or op == 1) then
+				redis.call('DEL', key)
+			end
+		elseif nu ~= u then
+			local e = ends[i]
+			local at = e * 1000 + math.ceil(nu / 1000000)
+			redis.call('SET', key, string.format('%d%09d', e, nu),
+				'PXAT', at)
+		end
+	end
+end
+return out

@@ -33,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int64_t next, start, end;
 		int32_t off = sluice_zone_offset(&z, instants[i], &next);
 
-		if (off <= -26 * 3600 || off >= 26 * 3600 || next <= instants[i])
+		if (off <= -26 * 3600 || off >= 26 * 3600 ||
+		    next <= instants[i])
 			abort();
 		for (per = SLUICE_PER_SECOND; per <= SLUICE_PER_YEAR; per++) {
 			end = sluice_calendar_window(&z, per, instants[i],

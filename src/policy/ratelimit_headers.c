@@ -20,18 +20,29 @@ uint64_t sluice_us_to_ms_ceil(uint64_t us)
 uint64_t sluice_quota_window_s(const sluice_limit_t *limit,
 			       uint64_t reset_after_us, int64_t now_us)
 {
-	sluice_state_t state = 0;
-	int64_t start = 0, end;
+	int64_t start = 0, end, t = now_us;
 
-	/* A count in a window ending reset_after_us from now: that window
-	 * (its end a whole second), else the one a take now would open. */
 	if (reset_after_us && reset_after_us < (uint64_t)INT64_MAX / 2)
-		state = sluice_quota_state(
-			(int64_t)sluice_div_ceil(
-				(uint64_t)now_us + reset_after_us, 1000000) *
-				1000000,
-			1);
-	end = sluice_quota_window(limit, state, now_us, &start);
+		t = now_us + (int64_t)reset_after_us;
+	if (t == now_us) {
+		end = sluice_quota_window(limit, 0, now_us, &start);
+	} else if (limit->window.align == SLUICE_ALIGN_FIRST_USE) {
+		/* The window ends at a whole second: the nearest. */
+		int64_t e = (t + 500000) / 1000000 * 1000000;
+
+		end = sluice_quota_window(limit, sluice_quota_state(e, 1),
+					  e - 1, &start);
+	} else {
+		/* The decision's window ends about t (the store's clock
+		 * decided: Redis's may be seconds off ours, and the answer
+		 * is written a moment after): the calendar boundary nearest
+		 * to t is its end. */
+		end = sluice_quota_calendar(limit, t, &start);
+		if (t - start < end - t) {
+			end = start;
+			sluice_quota_calendar(limit, start - 1, &start);
+		}
+	}
 	return end > start ? sluice_us_to_s_ceil((uint64_t)(end - start)) : 0;
 }
 

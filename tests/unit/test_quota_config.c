@@ -275,6 +275,19 @@ static void test_policy_window_of_a_quota(void)
 	/* 2024-02-10 12:00 UTC: February of a leap year, 29 days. */
 	CHECK(sluice_quota_window_s(&l[1], 0, INT64_C(1707566400000000)) ==
 	      29 * 86400);
+	/* After a decision: its window, whatever the header's clock read a
+	 * little later (a decision at 23:59:59.9 UTC, answered at 00:00:00.2
+	 * of Feb 1 2027, reports January's 31 days, not February's). */
+	CHECK(sluice_quota_window_s(&l[1], 100000,
+				    INT64_C(1801440000000000) - 100000 +
+					    300000) == 31 * 86400);
+	CHECK(sluice_quota_window_s(&l[0], 100000,
+				    INT64_C(1801440000000000) - 100000 +
+					    300000) == 86400);
+	/* Redis's clock decided, 15 s ahead of ours: the same window. */
+	CHECK(sluice_quota_window_s(&l[1], 5000000,
+				    INT64_C(1801440000000000) - 20000000) ==
+	      31 * 86400);
 	/* 2026-03-29, Berlin's spring forward: a day of 23 hours. */
 	CHECK(sluice_quota_window_s(&l[2], 0, INT64_C(1774778400000000)) ==
 	      23 * 3600);

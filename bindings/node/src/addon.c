@@ -261,9 +261,9 @@ napi_fail:
 /*
  * quotaWindow(policy, i, resetMs, nowUs) -> seconds
  * RateLimit-Policy's w= of the policy's quota i, as sluice serve says it
- * (src/policy/ratelimit_headers.c): the length of the window a count
- * resetMs from nowUs belongs to, else (resetMs 0) of the window a take
- * at nowUs would open.  0 for a token bucket.
+ * (sluice_quota_window_s(), src/policy/ratelimit_headers.c): the length
+ * of the window a count resetMs from nowUs belongs to, else (resetMs 0)
+ * of the window a take at nowUs would open.  0 for a token bucket.
  */
 static napi_value quota_window(napi_env env, napi_callback_info info)
 {
@@ -282,19 +282,28 @@ static napi_value quota_window(napi_env env, napi_callback_info info)
 	CHECK(env, napi_get_value_double(env, argv[3], &now_us));
 	if (i < p->nlimits && sluice_limit_is_quota(&p->limits[i])) {
 		const sluice_limit_t *l = &p->limits[i];
-		int64_t now = (int64_t)now_us, start = 0, end;
-		sluice_state_t state = 0;
+		int64_t now = (int64_t)now_us, t = now, start = 0, end;
 
-		/* A count in a window ending resetMs from now: that window
-		 * (its end a whole second). */
-		if (reset_ms > 0 && reset_ms < 1e15) {
-			int64_t e = now + (int64_t)reset_ms * 1000;
+		if (reset_ms > 0 && reset_ms < 1e15)
+			t = now + (int64_t)reset_ms * 1000;
+		if (t == now) {
+			end = sluice_quota_window(l, 0, now, &start);
+		} else if (l->window.align == SLUICE_ALIGN_FIRST_USE) {
+			/* The window ends at a whole second: the nearest. */
+			int64_t e = (t + 500000) / 1000000 * 1000000;
 
-			state = sluice_quota_state(
-				(e / 1000000 + (e % 1000000 != 0)) * 1000000,
-				1);
+			end = sluice_quota_window(l, sluice_quota_state(e, 1),
+						  e - 1, &start);
+		} else {
+			/* The decision's window ends about t (the store's
+			 * clock decided: Redis's may be off ours): the
+			 * calendar boundary nearest to t is its end. */
+			end = sluice_quota_calendar(l, t, &start);
+			if (t - start < end - t) {
+				end = start;
+				sluice_quota_calendar(l, start - 1, &start);
+			}
 		}
-		end = sluice_quota_window(l, state, now, &start);
 		if (end > start)
 			s = (double)((end - start) / 1000000 +
 				     ((end - start) % 1000000 != 0));

@@ -8,7 +8,8 @@
  * client sends, for each calendar quota, the windows around its own clock
  * (the previous, current and next window, from the core's
  * sluice_quota_calendar()), and the script picks the one holding the
- * server's time.  A UTC calendar of seconds to weeks is a fixed period,
+ * server's time.  A UTC calendar of seconds to weeks (and any zone's
+ * seconds) is a fixed period,
  * which the script computes itself, so a client clock off by any amount
  * does not matter there; first-use windows (one unit from the first
  * request) are computed in the script too.  When the server's time lies
@@ -29,7 +30,15 @@
 int64_t sluice_redis__quota_skew_us;
 
 /* quota.lua's ops (ARGV[1]). */
-enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET, OP_CARRY };
+enum {
+	OP_TAKE,
+	OP_REFUND,
+	OP_PENALIZE,
+	OP_BLOCK,
+	OP_SET,
+	OP_CARRY,
+	OP_RESERVE
+};
 
 /* quota.lua's kinds of limit. */
 enum { KIND_BUCKET, KIND_BOUNDS, KIND_FIRST_USE, KIND_PERIOD };
@@ -70,11 +79,15 @@ static void put_i64(sluice_redis_resp_t *o, int64_t v)
 			       1 + sluice_u64_dec(num + 1, (uint64_t)-v));
 }
 
-/* Seconds of a fixed unit in UTC (SLUICE_PER_SECOND .. _WEEK), else 0. */
+/* Seconds of a fixed unit: UTC's seconds to weeks, and any zone's
+ * seconds (offsets and transitions fall on whole seconds, so a zone's
+ * second is UTC's); else 0. */
 static int64_t fixed_len(const sluice_limit_t *l)
 {
 	static const int64_t len[] = {0, 1, 60, 3600, 86400, 604800};
 
+	if (l->window.per == SLUICE_PER_SECOND)
+		return 1;
 	if (l->window.zone != 0 || l->window.per > SLUICE_PER_WEEK)
 		return 0;
 	return len[l->window.per];
@@ -126,6 +139,8 @@ static void put_bucket(sluice_redis_resp_t *o, uint64_t p1, uint64_t p2,
 
 static int call_op(const sluice_redis_call_t *c)
 {
+	if (c->reserve)
+		return OP_RESERVE;
 	if (c->refund)
 		return OP_REFUND;
 	switch (c->adjust) {
@@ -159,6 +174,10 @@ static void bucket_args(sluice_redis_resp_t *o, const sluice_limit_t *l, int op,
 	case OP_CARRY:
 		put_bucket(o, t, l->tau, per, 0);
 		break;
+	case OP_RESERVE: /* as reserve.lua's arguments */
+		put_bucket(o, amount > l->capacity ? l->tau + 1 : amount * t,
+			   l->tau, per, max);
+		break;
 	case OP_REFUND:
 		put_bucket(o,
 			   amount == UINT64_MAX	  ? max + 1
@@ -191,6 +210,7 @@ static int64_t quota_amount(const sluice_limit_t *l, int op, uint64_t amount)
 
 	switch (op) {
 	case OP_TAKE:
+	case OP_RESERVE:
 		return (int64_t)(amount > q ? q + 1 : amount);
 	case OP_REFUND:
 		return amount == UINT64_MAX
@@ -215,7 +235,7 @@ void sluice_redis__quota_command(const sluice_redis_call_t *c,
 	const int64_t now_us = client_now_us();
 	size_t n = c->nlimits, i;
 
-	sluice_redis__resp_array(o, 4 + n + 7 * n);
+	sluice_redis__resp_array(o, 4 + n + 7 * n + (op == OP_RESERVE));
 	sluice_redis__resp_arg(o, "EVALSHA", 7);
 	sluice_redis__resp_arg(o, sluice_redis__script_quota_sha, 40);
 	sluice_redis__resp_u64(o, n);
@@ -238,6 +258,10 @@ void sluice_redis__quota_command(const sluice_redis_call_t *c,
 		else
 			bucket_args(o, l, op, amount);
 	}
+	if (op == OP_RESERVE)
+		sluice_redis__resp_u64(o, c->max_wait_us < SLUICE_WAIT_MAX_US
+						  ? c->max_wait_us
+						  : SLUICE_WAIT_MAX_US);
 }
 
 /* ------------------------------------------------------------ replies */

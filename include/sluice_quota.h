@@ -131,8 +131,11 @@ static inline int sluice_limit_is_quota(const sluice_limit_t *limit)
  * and end (microseconds since the epoch; *start_us may be NULL).  For a
  * state whose window is still live (its end is after now_us) that
  * window; else the window holding now_us (calendar), or the one opening
- * at now_us's second (first use).  Returns the end.  For a token bucket
- * it returns 0 and writes 0.
+ * at now_us's second (first use).  Returns the end.  (A state keeps
+ * only its window's end: the start of a live first-use window is given
+ * as one unit before its end, which for a month opened on a 29th to 31st
+ * is up to three days before it opened.)  For a token bucket it returns 0
+ * and writes 0.
  */
 SLUICE_API int64_t sluice_quota_window(const sluice_limit_t *limit,
 				       sluice_state_t state, int64_t now_us,
@@ -140,9 +143,18 @@ SLUICE_API int64_t sluice_quota_window(const sluice_limit_t *limit,
 
 /*
  * The calendar window holding t_us for a quota (ignoring align: the
- * calendar of the quota's zone), as sluice_quota_window() computes it;
- * the Redis client sends these boundaries to the server, whose clock
- * picks among them.  Returns the end, writes the start (may be NULL).
+ * calendar of the quota's zone), as sluice_quota_window() computes it.
+ * A day, week, month or year of a zone runs from one local boundary
+ * (midnight, Monday's, the 1st's) to the next, a boundary being the first
+ * instant the zone's clock reads it or later: one the clock skips (a
+ * midnight in a summer-time gap) is the end of the gap, one it reads
+ * twice is the first reading (a day with a repeated hour is 25 hours
+ * long, and counts once); a day the zone skipped whole holds no instant.
+ * Seconds, minutes and hours are those of the UTC offset in force, cut
+ * where the offset changes (a repeated hour is two windows).  Every
+ * window starts and ends on a whole second.  The Redis client sends these
+ * boundaries to the server, whose clock picks among them.  Returns the end,
+ * writes the start (may be NULL).
  */
 SLUICE_API int64_t sluice_quota_calendar(const sluice_limit_t *limit,
 					 int64_t t_us, int64_t *start_us);

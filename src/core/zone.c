@@ -479,12 +479,12 @@ int32_t sluice_zone_offset(const sluice_zone_t *z, int64_t t, int64_t *next)
 /* ------------------------------------------------------- the table */
 
 static pthread_mutex_t zones_lock = PTHREAD_MUTEX_INITIALIZER;
-static sluice_zone_t *zones[SLUICE_ZONES_MAX]; /* [0] stays NULL: UTC */
+static sluice_zone_t *zones[SLUICE_ZONES_MAX + 1]; /* [0]: UTC, NULL */
 static uint16_t nzones = 1;
 
 const sluice_zone_t *sluice_zone_get(uint16_t id)
 {
-	if (id == 0 || id >= SLUICE_ZONES_MAX)
+	if (id == 0 || id > SLUICE_ZONES_MAX)
 		return NULL;
 	return __atomic_load_n(&zones[id], __ATOMIC_ACQUIRE);
 }
@@ -549,16 +549,29 @@ static int name_ok(const char *name)
 	return !start && !strstr(name, "..");
 }
 
+/* Where zone files are read: ZONEINFO, or a test's directory. */
+static const char *zone_root = ZONEINFO;
+
+void sluice__zone_root(const char *dir)
+{
+	pthread_mutex_lock(&zones_lock);
+	zone_root = dir ? dir : ZONEINFO;
+	pthread_mutex_unlock(&zones_lock);
+}
+
 static int load_file(const char *name, sluice_zone_t *z, char *err,
 		     size_t errlen)
 {
-	char path[sizeof(ZONEINFO) + SLUICE_ZONE_NAME_MAX + 2];
+	char path[256];
 	char why[160], msg[200];
 	char *buf = NULL;
 	size_t len = 0;
 	int quotable, rc;
 
-	snprintf(path, sizeof(path), "%s/%s", ZONEINFO, name);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", zone_root, name) >=
+	    sizeof(path))
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "time zone \"%s\": path too long", name);
 	if (sluice_file_read(path, TZIF_MAX, 0, &buf, &len, &quotable, why,
 			     sizeof(why)) != 0)
 		return sluice_fail(SLUICE_EINVAL, err, errlen,
@@ -600,12 +613,12 @@ int sluice_zone_load(const char *name, uint16_t *id, char *err, size_t errlen)
 			return 0;
 		}
 	}
-	if (nzones >= SLUICE_ZONES_MAX) {
+	if (nzones > SLUICE_ZONES_MAX) {
 		pthread_mutex_unlock(&zones_lock);
 		return sluice_fail(SLUICE_ERANGE, err, errlen,
 				   "time zone \"%s\": too many zones (at most "
 				   "%d in one process)",
-				   name, SLUICE_ZONES_MAX - 1);
+				   name, SLUICE_ZONES_MAX);
 	}
 	if (!(z = calloc(1, sizeof(*z)))) {
 		pthread_mutex_unlock(&zones_lock);

@@ -343,6 +343,74 @@ static void test_counts_expire_at_window_end(void)
 	sluice_memstore_free(mem);
 }
 
+/* Takes over several keys, all or nothing, with quotas: one key's
+ * spent quota refuses the whole take and charges no other key; takes
+ * each on its own decide so.  On both stores. */
+static void test_take_many_with_quotas(void)
+{
+	char path[128];
+	sluice_memstore_t *mem = open_memstore(64);
+	sluice_shmstore_t *shm = NULL;
+	int k;
+
+	make_limits();
+	snprintf(path, sizeof(path), "/dev/shm/sluice-test-%d-many",
+		 (int)getpid());
+	unlink(path);
+	CHECK(mem != NULL);
+	CHECK(sluice_shmstore_open(&shm, path, 64, NULL, 0) == 0);
+	for (k = 0; k < 2; k++) {
+		sluice_take_item_t it[2];
+		sluice_decision_t d;
+		int i;
+
+#define MANY(items, n, t)                                                      \
+	(k == 0 ? sluice_memstore_take_many(mem, items, n, t)                  \
+		: sluice_shmstore_take_many(shm, items, n, t))
+#define PEEK(key, l, cost, t)                                                  \
+	(k == 0 ? sluice_memstore_peek(mem, key, 1, l, 1, cost, t, NULL, &d)   \
+		: sluice_shmstore_peek(shm, key, 1, l, 1, cost, t, NULL, &d))
+		memset(it, 0, sizeof(it));
+		it[0].key = "p";
+		it[1].key = "q";
+		for (i = 0; i < 2; i++) {
+			it[i].keylen = 1;
+			it[i].limits = &L[0]; /* 3 a day */
+			it[i].nlimits = 1;
+			it[i].cost = 2;
+		}
+		CHECK(MANY(it, 2, D0(9, 0, 0)) == 1);
+		it[0].cost = 1;
+		it[1].cost = 2; /* q has 1 left: refuses, p not charged */
+		CHECK(MANY(it, 2, D0(9, 0, 1)) == 0);
+		CHECK(it[0].allowed == 1 && it[1].allowed == 0);
+		CHECK(PEEK("p", &L[0], 0, D0(9, 0, 2)) == 1 &&
+		      d.remaining == 1);
+		/* Each on its own (take_each; the shared store has none:
+		 * single takes): p passes, q is refused. */
+		if (k == 0)
+			CHECK(sluice_memstore_take_each(mem, it, 2,
+							D0(9, 0, 3)) == 1);
+		else
+			CHECK(sluice_shmstore_take(shm, "p", 1, &L[0], 1, 1,
+						   D0(9, 0, 3), NULL,
+						   &d) == 1 &&
+			      sluice_shmstore_take(shm, "q", 1, &L[0], 1, 2,
+						   D0(9, 0, 3), NULL, &d) == 0);
+		CHECK(PEEK("p", &L[0], 0, D0(9, 0, 4)) == 1 &&
+		      d.remaining == 0);
+		CHECK(PEEK("q", &L[0], 0, D0(9, 0, 4)) == 1 &&
+		      d.remaining == 1);
+		/* Tomorrow both are fresh. */
+		CHECK(MANY(it, 2, D1(0, 0, 0)) == 1);
+#undef MANY
+#undef PEEK
+	}
+	sluice_shmstore_close(shm);
+	sluice_memstore_free(mem);
+	unlink(path);
+}
+
 /*
  * Two processes on one shared file, their zones numbered differently (the
  * child loads Asia/Kolkata first, the parent Europe/Berlin): the child
@@ -403,5 +471,6 @@ int main(void)
 	RUN(test_shared_file_names_zones_not_ids); /* first: no zone yet */
 	RUN(test_one_table_on_every_store);
 	RUN(test_counts_expire_at_window_end);
+	RUN(test_take_many_with_quotas);
 	TESTS_DONE();
 }

@@ -13,7 +13,10 @@
 #include "core/zone.h"
 #include "sluice.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef SLUICE_SRC_DIR
 #error "SLUICE_SRC_DIR: CMakeLists.txt defines it"
@@ -289,6 +292,106 @@ static void test_footer_rules(void)
 	}
 }
 
+/* Threads loading the same zones in different orders agree on every
+ * id. */
+#define NAMES 24
+static const char *const thread_names[NAMES] = {
+	"Europe/Paris",	    "Europe/Madrid",   "Europe/Rome",
+	"Europe/Vienna",    "Europe/Oslo",     "Europe/Lisbon",
+	"America/Chicago",  "America/Denver",  "America/Phoenix",
+	"America/Toronto",  "America/Havana",  "America/Bogota",
+	"Asia/Tokyo",	    "Asia/Shanghai",   "Asia/Dubai",
+	"Asia/Kathmandu",   "Asia/Tehran",     "Asia/Singapore",
+	"Africa/Cairo",	    "Africa/Lagos",    "Africa/Nairobi",
+	"Pacific/Auckland", "Pacific/Chatham", "Pacific/Kiritimati"};
+
+static void *load_all(void *arg)
+{
+	uint16_t *ids = arg;
+	size_t i, start = ids[0];
+
+	for (i = 0; i < NAMES; i++) {
+		size_t k = (start + i * 7) % NAMES;
+
+		if (sluice_zone_load(thread_names[k], &ids[1 + k], NULL, 0) !=
+		    0)
+			ids[1 + k] = 0;
+	}
+	return NULL;
+}
+
+static void test_threads_agree_on_ids(void)
+{
+	pthread_t th[4];
+	uint16_t ids[4][NAMES + 1];
+	size_t i, k;
+
+	for (i = 0; i < 4; i++) {
+		ids[i][0] = (uint16_t)(i * 5);
+		CHECK(pthread_create(&th[i], NULL, load_all, ids[i]) == 0);
+	}
+	for (i = 0; i < 4; i++)
+		CHECK(pthread_join(th[i], NULL) == 0);
+	for (k = 1; k <= NAMES; k++) {
+		CHECK(ids[0][k] != 0);
+		for (i = 1; i < 4; i++)
+			CHECK(ids[i][k] == ids[0][k]);
+		CHECK(strcmp(sluice_zone_name(ids[0][k]),
+			     thread_names[k - 1]) == 0);
+	}
+}
+
+/* The table holds SLUICE_ZONES_MAX zones: the next new name is refused
+ * (SLUICE_ERANGE, a message), the loaded ones still answer, every id
+ * still names its zone.  The zones are copies of one file in a directory
+ * of the test's own (no system has a thousand zones). */
+static void test_table_full(void)
+{
+	char dir[] = "/tmp/sluice-zones-XXXXXX", path[128], name[32];
+	static unsigned char buf[1 << 16];
+	FILE *f = fopen("/usr/share/zoneinfo/Asia/Kolkata", "rb");
+	uint16_t id, first = 0;
+	size_t len, i, loaded = 0;
+	char err[200];
+	int rc = 0;
+
+	CHECK(f != NULL);
+	len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	CHECK(mkdtemp(dir) != NULL);
+	for (i = 0; i < SLUICE_ZONES_MAX + 2; i++) {
+		snprintf(path, sizeof(path), "%s/Z%zu", dir, i);
+		f = fopen(path, "wb");
+		CHECK(f && fwrite(buf, 1, len, f) == len);
+		fclose(f);
+	}
+	sluice__zone_root(dir);
+	for (i = 0; i < SLUICE_ZONES_MAX + 2; i++) {
+		snprintf(name, sizeof(name), "Z%zu", i);
+		rc = sluice_zone_load(name, &id, err, sizeof(err));
+		if (rc != 0)
+			break;
+		if (!first)
+			first = id;
+		loaded++;
+	}
+	sluice__zone_root(NULL);
+	CHECK(rc == SLUICE_ERANGE && strstr(err, "too many") &&
+	      strstr(err, name));
+	/* Every id up to the last was given once: the table is full. */
+	CHECK(id == SLUICE_ZONES_MAX && first + loaded - 1 == id);
+	CHECK(sluice_zone_load("Europe/Berlin", &id, NULL, 0) == 0);
+	CHECK(strcmp(sluice_zone_name(id), "Europe/Berlin") == 0);
+	CHECK(sluice_zone_load("Z0", &id, NULL, 0) == 0 && id == first);
+	CHECK(sluice_zone_get(SLUICE_ZONES_MAX) != NULL &&
+	      sluice_zone_get(SLUICE_ZONES_MAX + 1) == NULL);
+	for (i = 0; i < SLUICE_ZONES_MAX + 2; i++) {
+		snprintf(path, sizeof(path), "%s/Z%zu", dir, i);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 int main(void)
 {
 	RUN(test_windows_match_python_zoneinfo);
@@ -297,5 +400,7 @@ int main(void)
 	RUN(test_tzif_refuses_damaged_files);
 	RUN(test_version_1_file);
 	RUN(test_footer_rules);
+	RUN(test_threads_agree_on_ids);
+	RUN(test_table_full); /* last: it fills the table */
 	TESTS_DONE();
 }

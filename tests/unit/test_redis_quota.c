@@ -122,6 +122,11 @@ typedef struct store_s {
 	uv_loop_t *loop; /* NULL: a local store, answers at once */
 } store_t;
 
+/* A carry (store.h's carry verb): to lims[0] from lims[1..]. */
+#define V_CARRY ((rs_verb_t)100)
+/* A reservation's longest wait. */
+#define MAX_WAIT_US (3600 * S_TO_US)
+
 /* One call of verb on key under lims (-1 ends) at now_us, answered. */
 static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 			const int *lims, uint64_t cost)
@@ -140,7 +145,7 @@ static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 	it.limits = ls;
 	it.nlimits = n;
 	it.cost = cost;
-	switch (verb) {
+	switch ((int)verb) {
 	case RS_TAKE:
 		rc = ops->take(s->be.impl, &it, 1, now_us, rs_on_done, &res);
 		break;
@@ -165,6 +170,17 @@ static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 		rc = ops->set(s->be.impl, &it, 1, cost, now_us, rs_on_done,
 			      &res);
 		break;
+	case RS_RESERVE:
+		rc = ops->reserve(s->be.impl, &it, MAX_WAIT_US, now_us,
+				  rs_on_reserved, &res);
+		break;
+	case V_CARRY: {
+		sluice_carry_item_t ci = {key, strlen(key), &ls[0], &ls[1],
+					  n - 1};
+
+		rc = ops->carry(s->be.impl, &ci, 1, now_us, rs_on_done, &res);
+		break;
+	}
 	default:
 		break;
 	}
@@ -174,6 +190,9 @@ static rs_result_t call(store_t *s, rs_verb_t verb, const char *key,
 	CHECK(res.done);
 	if (verb == RS_TAKE || verb == RS_PEEK)
 		res.d = it.summary;
+	if (verb == RS_RESERVE)
+		CHECK(res.allowed ? res.wait_us == 0
+				  : res.d.retry_after_us > 0);
 	return res;
 }
 
@@ -264,6 +283,28 @@ static const row_t table[] = {
 	{"gives the whole day back", 2, RS_TAKE, "s", L1(DAY3), 1, 1, 2},
 	{"a year from first use", 2, RS_TAKE, "fy", L1(FIRST_YEAR), 1, 1, 0},
 	{"spent for a year", 2, RS_TAKE, "fy", L1(FIRST_YEAR), 1, 0, 0},
+	{"a reservation of a quota passes at once", 2, RS_RESERVE, "r",
+	 L1(DAY3), 2, 1, 1},
+	{"one that does not fit the day is refused", 2, RS_RESERVE, "r",
+	 L1(DAY3), 2, 0, 1},
+	{"and charged nothing", 2, RS_TAKE, "r", L1(DAY3), 1, 1, 0},
+	{"a reservation of two quotas", 2, RS_RESERVE, "r2", L2(DAY3, MONTH5),
+	 3, 1, 0},
+	{"a bucket used 2 of 3", 2, RS_TAKE, "cb", L1(BUCKET3), 2, 1, 1},
+	{"carried to a day's quota", 2, V_CARRY, "cb", L2(DAY3, BUCKET3), 0, 0,
+	 0},
+	{"the quota counts 2", 2, RS_TAKE, "cb", L1(DAY3), 1, 1, 0},
+	{"the bucket is gone (full)", 2, RS_TAKE, "cb", L1(BUCKET3), 1, 1, 2},
+	{"a month used 2 of 5", 2, RS_TAKE, "cq", L1(MONTH5), 2, 1, 3},
+	{"carried to a bucket", 2, V_CARRY, "cq", L2(BUCKET3, MONTH5), 0, 0, 0},
+	{"the bucket is 2 short", 2, RS_TAKE, "cq", L1(BUCKET3), 1, 1, 0},
+	{"the month is gone", 2, RS_TAKE, "cq", L1(MONTH5), 1, 1, 4},
+	{"a day used 2 of 3", 2, RS_TAKE, "cqq", L1(DAY3), 2, 1, 1},
+	{"carried to a month", 2, V_CARRY, "cqq", L2(MONTH5, DAY3), 0, 0, 0},
+	{"the month counts 2", 2, RS_TAKE, "cqq", L1(MONTH5), 1, 1, 2},
+	{"a live state is never overwritten by a carry", 2, V_CARRY, "cqq",
+	 L2(MONTH5, BUCKET3), 0, 0, 0},
+	{"the month still counts 3", 2, RS_TAKE, "cqq", L1(MONTH5), 2, 1, 0},
 };
 
 #define NROWS (sizeof(table) / sizeof(table[0]))
@@ -281,7 +322,8 @@ static void test_quota_table_same_answer_on_every_store(store_t *stores)
 			a[s] = call(&stores[s], row->verb, row->key, row->lims,
 				    row->cost);
 			if (a[s].status != 0 ||
-			    ((row->verb == RS_TAKE || row->verb == RS_PEEK) &&
+			    ((row->verb == RS_TAKE || row->verb == RS_PEEK ||
+			      row->verb == RS_RESERVE) &&
 			     (a[s].allowed != row->allowed ||
 			      a[s].d.remaining != row->remaining)))
 				fprintf(stderr,
@@ -293,7 +335,8 @@ static void test_quota_table_same_answer_on_every_store(store_t *stores)
 					row->allowed,
 					(unsigned long long)row->remaining);
 			CHECK(a[s].status == 0);
-			if (row->verb != RS_TAKE && row->verb != RS_PEEK)
+			if (row->verb != RS_TAKE && row->verb != RS_PEEK &&
+			    row->verb != RS_RESERVE)
 				continue;
 			CHECK(a[s].allowed == row->allowed);
 			CHECK(a[s].d.remaining == row->remaining);
@@ -348,6 +391,110 @@ static void test_quota_table_same_answer_on_every_store(store_t *stores)
 	}
 	printf("a table of quota sequences: the same answers on the memory, "
 	       "shared, script and module stores\n");
+}
+
+/* ------------------------------------------------ random sequences */
+
+/* Compares one call's answers on every store with the memory store's;
+ * 0 when they differ (told on stderr). */
+static int same_answers(store_t *stores, const rs_result_t *a, rs_verb_t v,
+			size_t step)
+{
+	size_t s;
+	int ok = 1;
+
+	for (s = 0; s < NSTORES; s++) {
+		int same = a[s].status == 0;
+
+		if (v == RS_TAKE || v == RS_PEEK || v == RS_RESERVE)
+			same = same && a[s].allowed == a[0].allowed &&
+			       a[s].d.remaining == a[0].d.remaining &&
+			       a[s].d.limit == a[0].d.limit &&
+			       a[s].d.which == a[0].d.which &&
+			       a[s].d.never == a[0].d.never &&
+			       ms_up(a[s].d.retry_after_us) ==
+				       ms_up(a[0].d.retry_after_us) &&
+			       ms_up(a[s].d.reset_after_us) ==
+				       ms_up(a[0].d.reset_after_us);
+		if (!same) {
+			fprintf(stderr,
+				"step %zu verb %d: %s status %d allowed %d "
+				"remaining %llu retry %llu reset %llu; memory "
+				"%d %llu %llu %llu\n",
+				step, (int)v, stores[s].name, a[s].status,
+				a[s].allowed,
+				(unsigned long long)a[s].d.remaining,
+				(unsigned long long)a[s].d.retry_after_us,
+				(unsigned long long)a[s].d.reset_after_us,
+				a[0].allowed,
+				(unsigned long long)a[0].d.remaining,
+				(unsigned long long)a[0].d.retry_after_us,
+				(unsigned long long)a[0].d.reset_after_us);
+			ok = 0;
+		}
+	}
+	return ok;
+}
+
+/*
+ * Random sequences of every verb on random quotas (and a bucket beside
+ * them), the clock stepping by random amounts -- a second, a minute, an
+ * hour, a day, a week, a month, now and then back an hour -- across
+ * midnights, months, DST changes in Berlin (the steps pass March and
+ * October) and leap days: every store answers as the memory store does.
+ */
+static void test_random_sequences_same_answer_on_every_store(store_t *stores)
+{
+	static const int64_t steps[] = {0,     1,	  59,	      3600,
+					86400, 7 * 86400, 31 * 86400, -3600};
+	static const rs_verb_t verbs[] = {
+		RS_TAKE,     RS_TAKE,  RS_TAKE, RS_PEEK,    RS_REFUND, RS_RESET,
+		RS_PENALIZE, RS_BLOCK, RS_SET,	RS_RESERVE, V_CARRY};
+	static const int quotas[] = {DAY3,  MONTH5,   BERLIN4, FIRST_MONTH,
+				     WEEK3, KOLKATA1, YEAR10,  FIRST_YEAR};
+	const size_t nq = sizeof(quotas) / sizeof(quotas[0]);
+	uint64_t seed = 0x9e3779b97f4a7c15u;
+	int64_t t = (T0 - 40 * 86400) * S_TO_US + 250000;
+	size_t step, s, allowed = 0, refused = 0;
+	int bad = 0;
+
+	for (step = 0; step < 400 && !bad; step++) {
+		rs_result_t a[NSTORES];
+		int lims[4] = {-1, -1, -1, -1};
+		rs_verb_t v;
+		uint64_t cost;
+		char key[16];
+
+		seed = seed * 6364136223846793005u + 1442695040888963407u;
+		t += steps[(seed >> 33) % 8] * S_TO_US;
+		set_clock(t);
+		v = verbs[(seed >> 40) % 11];
+		snprintf(key, sizeof(key), "rnd%u", (unsigned)(seed >> 50) % 3);
+		lims[0] = quotas[(seed >> 20) % nq];
+		if (v == V_CARRY)
+			lims[1] = (seed >> 12) % 4 == 0
+					  ? BUCKET3
+					  : quotas[(seed >> 14) % nq];
+		else if (v != RS_RESERVE && (seed >> 12) % 4 == 0)
+			lims[1] = BUCKET3;
+		if (lims[1] == lims[0])
+			lims[1] = -1;
+		cost = (seed >> 24) % 5;
+		if (v == RS_BLOCK)
+			cost *= 1000;
+		for (s = 0; s < NSTORES; s++)
+			a[s] = call(&stores[s], v, key, lims, cost);
+		if (!same_answers(stores, a, v, step))
+			bad = 1;
+		if (v == RS_TAKE || v == RS_RESERVE)
+			*(a[0].allowed ? &allowed : &refused) += 1;
+	}
+	CHECK(!bad);
+	/* Both answers occur, or the sequence shows little. */
+	CHECK(allowed > 20 && refused > 20);
+	printf("%zu random calls at random instants (takes and reservations: "
+	       "%zu allowed, %zu refused): the same answers on every store\n",
+	       step, allowed, refused);
 }
 
 /* -------------------------------------------- script and module bytes */
@@ -438,13 +585,46 @@ static void test_script_and_module_store_the_same_bytes(store_t *script,
 			same_bytes(a, b, name);
 		}
 	}
+	/* A carry of a bucket into a quota: quota.lua (the store's carry)
+	 * and SLUICE.CARRY write the same bytes. */
+	{
+		static const int bucket[] = L1(BUCKET3),
+				 carry[] = L2(FIRST_MONTH, BUCKET3);
+		char qname[256], bname[256];
+		redisReply *r;
+
+		CHECK(call(script, RS_TAKE, "carry-b", bucket, 2).allowed);
+		key_named(a, "*{carry-b}*", bname, sizeof(bname));
+		CHECK(bname[0]);
+		r = rh_cmd(b, "SLUICE.TAKE %s 3 3/h COST 2", bname);
+		freeReplyObject(r);
+		same_bytes(a, b, bname);
+		CHECK(call(script, V_CARRY, "carry-b", carry, 0).status == 0);
+		key_named(a, "*{carry-b}*", qname, sizeof(qname));
+		CHECK(qname[0] && strcmp(qname, bname) != 0);
+		r = rh_cmd(b, "SLUICE.CARRY %s 2 %s %s 3 3/h", qname,
+			   rate_of(&limits[FIRST_MONTH], id), bname);
+		CHECK(r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+		freeReplyObject(r);
+		same_bytes(a, b, qname);
+		r = rh_cmd(b, "EXISTS %s", bname);
+		CHECK(r->integer == 0);
+		freeReplyObject(r);
+	}
 	redisFree(a);
 	redisFree(b);
 	printf("the script and the module store the same bytes with the "
-	       "same expiry\n");
+	       "same expiry (takes and a carry)\n");
 }
 
 /* -------------------------------------------------- a clock far off */
+
+/* Counts the client's EV_REFUSED events that name the clock. */
+static void on_clock_event(void *arg, const sluice_redis_event_t *ev)
+{
+	if (ev->kind == SLUICE_REDIS_EV_REFUSED && strstr(ev->detail, "clock"))
+		++*(int *)arg;
+}
 
 /* A client whose clock is 40 days behind the server's cannot place a
  * month: refused (retry in 1 s), nothing written, however often it
@@ -473,6 +653,46 @@ static void test_client_clock_far_off_is_refused(store_t *script, int port)
 	key_named(c, "*{skew2}*", name, sizeof(name));
 	CHECK(name[0] == '\0');
 	CHECK(call(script, RS_TAKE, "skew3", day, 1).allowed);
+	/* So is a zone's second (a second is UTC's in every zone). */
+	{
+		uint16_t zone;
+		sluice_limit_t saved = limits[NLIMITS - 1];
+		static const int last[] = L1(NLIMITS - 1);
+
+		CHECK(sluice_zone_load("Europe/Berlin", &zone, NULL, 0) == 0);
+		CHECK(sluice_quota_init(
+			      &limits[NLIMITS - 1], 2, SLUICE_PER_SECOND,
+			      SLUICE_ALIGN_CALENDAR, zone, NULL, 0) == 0);
+		CHECK(call(script, RS_TAKE, "skew5", last, 2).allowed);
+		CHECK(!call(script, RS_TAKE, "skew5", last, 1).allowed);
+		limits[NLIMITS - 1] = saved;
+	}
+	/* The operator is told (an event naming the clock), at most once
+	 * a second however many calls are refused. */
+	{
+		sluice_redis_opts_t o = {0};
+		sluice_redis_t *r;
+		uv_loop_t loop;
+		int told = 0;
+		char url[64], err[256];
+
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+		o.url = url;
+		o.timeout_ms = 5000;
+		o.on_event = on_clock_event;
+		o.event_arg = &told;
+		uv_loop_init(&loop);
+		CHECK(sluice_redis_open(&r, &loop, &o, err, sizeof(err)) == 0);
+		for (i = 0; i < 5; i++) {
+			result_t t = rh_take(&loop, r, "skew4", &limits[MONTH5],
+					     1, 1);
+
+			CHECK(t.status == 0 && !t.allowed);
+		}
+		CHECK(told >= 1 && told <= 5);
+		rh_close_client(&loop, r);
+		uv_loop_close(&loop);
+	}
 	/* Ahead by 70 days (the windows sent: March to May): refused
 	 * too. */
 	sluice_redis__quota_skew_us += 110 * 86400 * S_TO_US;
@@ -502,6 +722,22 @@ static void test_bucket_in_todays_format_is_read(store_t *s)
 	CHECK(!r.allowed && r.d.which == 0);
 	r = call(s, RS_PEEK, "bf", bucket, 1);
 	CHECK(!r.allowed && r.d.remaining == 0);
+	/* A reservation mixing a bucket and a quota is refused on Redis
+	 * (quota.lua reserves quotas alone). */
+	{
+		sluice_take_item_t it = {0};
+		sluice_limit_t ls[2] = {limits[BUCKET3], limits[MONTH5]};
+		rs_result_t res = {0};
+
+		it.key = "bf";
+		it.keylen = 2;
+		it.limits = ls;
+		it.nlimits = 2;
+		it.cost = 1;
+		CHECK(s->be.ops->reserve(s->be.impl, &it, MAX_WAIT_US, now_us,
+					 rs_on_reserved, &res) != 0);
+		CHECK(!res.done);
+	}
 	r = call(s, RS_PEEK, "bf", mixed + 1, 1);
 	CHECK(r.allowed && r.d.remaining == 3); /* 5 - 1 used - 1 peeked */
 	printf("a bucket in today's format is read beside a quota\n");
@@ -546,6 +782,20 @@ static void test_module_refuses_bad_quota_args(int port)
 	r = rh_cmd(c, "SLUICE.TAKEMULTI 2 g1 g2 5 @month 3 1/s");
 	CHECK(r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1);
 	freeReplyObject(r);
+	/* The batch verbs: two takes of one 1-a-day quota on one key, the
+	 * second refused; a quota and a bucket side by side. */
+	r = rh_cmd(c, "SLUICE.TAKEEACH 1 @day 1 e1 e1");
+	CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	CHECK(r->element[0]->element[0]->integer == 1 &&
+	      r->element[1]->element[0]->integer == 0);
+	freeReplyObject(r);
+	r = rh_cmd(c, "SLUICE.TAKEMANY m1 2 @week:first_use 2 m2 3 1/s 1");
+	CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	CHECK(r->element[0]->element[0]->integer == 1 &&
+	      r->element[0]->element[2]->integer == 0 &&
+	      r->element[1]->element[0]->integer == 1);
+	freeReplyObject(r);
+	module_refuses(c, "10", "@day:first_use:x", "first_use:x");
 	redisFree(c);
 	printf("the module refuses bad quota arguments with clear errors\n");
 }
@@ -629,6 +879,7 @@ int main(void)
 	}
 	print_memory_usage(without.port, "*{a}:3@day", "script");
 	print_memory_usage(with.port, "*{a}:3@day", "module");
+	test_random_sequences_same_answer_on_every_store(stores);
 	test_script_and_module_store_the_same_bytes(&stores[2], without.port,
 						    with.port);
 	test_client_clock_far_off_is_refused(&stores[2], without.port);

@@ -28,7 +28,7 @@ static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 							&which)
 		 : sluice_redis__has_quota(c->limits, c->nlimits)
 			 ? sluice_redis__quota_decide(
-				   reply, c->limits, c->nlimits, c->cost,
+				   c, reply, c->limits, c->nlimits, c->cost,
 				   &out->allowed, &out->d, &which,
 				   c->decisions ? each : NULL)
 			 : sluice_redis__parse_script_reply_each(

@@ -197,8 +197,8 @@ static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
 	    !(st = malloc(c->nlimits * sizeof(*st))))
 		return -1;
 	if (quota) {
-		int q = sluice_redis__quota_states(reply, c->limits, c->nlimits,
-						   &now, st, &skew);
+		int q = sluice_redis__quota_states(c, reply, c->limits,
+						   c->nlimits, &now, st, &skew);
 
 		if (q < 0)
 			goto out;
@@ -563,10 +563,6 @@ int sluice_redis_carry(sluice_redis_t *r, const void *key, size_t keylen,
 	size_t i, j, n = 1;
 
 	if (!to || (!from && nfrom) || nfrom >= SLUICE_MAX_LIMITS)
-		return SLUICE_EINVAL;
-	/* carry.lua knows buckets only; the module (SLUICE.CARRY) carries
-	 * quotas. */
-	if (sluice_limit_is_quota(to) || sluice_redis__has_quota(from, nfrom))
 		return SLUICE_EINVAL;
 	limits[0] = *to;
 	for (i = 0; i < nfrom; i++) {

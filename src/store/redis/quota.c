@@ -8,7 +8,8 @@
  * client sends, for each calendar quota, the windows around its own clock
  * (the previous, current and next window, from the core's
  * sluice_quota_calendar()), and the script picks the one holding the
- * server's time.  A UTC calendar of seconds to weeks is a fixed period,
+ * server's time.  A UTC calendar of seconds to weeks (and any zone's
+ * seconds) is a fixed period,
  * which the script computes itself, so a client clock off by any amount
  * does not matter there; first-use windows (one unit from the first
  * request) are computed in the script too.  When the server's time lies
@@ -29,7 +30,7 @@
 int64_t sluice_redis__quota_skew_us;
 
 /* quota.lua's ops (ARGV[1]). */
-enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET };
+enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET, OP_CARRY };
 
 /* quota.lua's kinds of limit. */
 enum { KIND_BUCKET, KIND_BOUNDS, KIND_FIRST_USE, KIND_PERIOD };
@@ -70,11 +71,15 @@ static void put_i64(sluice_redis_resp_t *o, int64_t v)
 			       1 + sluice_u64_dec(num + 1, (uint64_t)-v));
 }
 
-/* Seconds of a fixed unit in UTC (SLUICE_PER_SECOND .. _WEEK), else 0. */
+/* Seconds of a fixed unit: UTC's seconds to weeks, and any zone's
+ * seconds (offsets and transitions fall on whole seconds, so a zone's
+ * second is UTC's); else 0. */
 static int64_t fixed_len(const sluice_limit_t *l)
 {
 	static const int64_t len[] = {0, 1, 60, 3600, 86400, 604800};
 
+	if (l->window.per == SLUICE_PER_SECOND)
+		return 1;
 	if (l->window.zone != 0 || l->window.per > SLUICE_PER_WEEK)
 		return 0;
 	return len[l->window.per];
@@ -135,6 +140,8 @@ static int call_op(const sluice_redis_call_t *c)
 		return OP_BLOCK;
 	case SLUICE_REDIS_ADJUST_SET:
 		return OP_SET;
+	case SLUICE_REDIS_ADJUST_CARRY:
+		return OP_CARRY;
 	default:
 		return OP_TAKE;
 	}
@@ -153,6 +160,9 @@ static void bucket_args(sluice_redis_resp_t *o, const sluice_limit_t *l, int op,
 	case OP_TAKE:
 		put_bucket(o, amount > l->capacity ? l->tau + 1 : amount * t,
 			   l->tau, per, 0);
+		break;
+	case OP_CARRY:
+		put_bucket(o, t, l->tau, per, 0);
 		break;
 	case OP_REFUND:
 		put_bucket(o,
@@ -196,6 +206,8 @@ static int64_t quota_amount(const sluice_limit_t *l, int op, uint64_t amount)
 							   : SLUICE_QUOTA_MAX);
 	case OP_BLOCK:
 		return amount > 0;
+	case OP_CARRY:
+		return 0;
 	default:
 		return (int64_t)(amount < q ? amount : q);
 	}
@@ -245,7 +257,25 @@ static int reply_int(const redisReply *e, long long lo, long long hi,
 	return 0;
 }
 
-int sluice_redis__quota_states(const redisReply *reply,
+/* A client clock far off is a misconfiguration the operator must see:
+ * every call with a calendar quota is refused until it is fixed. */
+static void tell_skew(const sluice_redis_call_t *c)
+{
+	sluice_redis_t *r = c->r;
+	uint64_t now = sluice_redis__now(r);
+
+	if (r->quota_skew_told_ms && now - r->quota_skew_told_ms < 1000)
+		return;
+	r->quota_skew_told_ms = now ? now : 1;
+	sluice_redis__event(r, c->conn ? c->conn->node : c->guard,
+			    SLUICE_REDIS_EV_REFUSED,
+			    "calendar quota refused: this client's clock is "
+			    "more than a window away from the server's "
+			    "(Redis TIME); fix the clocks (NTP)");
+}
+
+int sluice_redis__quota_states(const sluice_redis_call_t *c,
+			       const redisReply *reply,
 			       const sluice_limit_t *limits, size_t n,
 			       int64_t *now_us, sluice_state_t *states,
 			       size_t *skew)
@@ -260,6 +290,7 @@ int sluice_redis__quota_states(const redisReply *reply,
 		if (reply_int(reply->element[1], 1, (long long)n, &v) < 0)
 			return -1;
 		*skew = (size_t)v - 1;
+		tell_skew(c);
 		return 1;
 	}
 	if (reply->elements != n + 1 ||
@@ -309,7 +340,8 @@ void sluice_redis__quota_skewed(const sluice_limit_t *l, size_t which,
 	d->which = which;
 }
 
-int sluice_redis__quota_decide(const redisReply *reply,
+int sluice_redis__quota_decide(const sluice_redis_call_t *c,
+			       const redisReply *reply,
 			       const sluice_limit_t *limits, size_t n,
 			       uint64_t cost, int *allowed,
 			       sluice_decision_t *d, size_t *which,
@@ -323,7 +355,8 @@ int sluice_redis__quota_decide(const redisReply *reply,
 
 	if (n < 1 || n > SLUICE_MAX_LIMITS)
 		return -1;
-	rc = sluice_redis__quota_states(reply, limits, n, &now, states, &skew);
+	rc = sluice_redis__quota_states(c, reply, limits, n, &now, states,
+					&skew);
 	if (rc < 0)
 		return -1;
 	if (rc == 1) {

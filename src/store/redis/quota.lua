@@ -18,10 +18,11 @@
 -- civil date arithmetic (the end day clamped to a shorter month's last).
 --
 -- KEYS[i]       state of limit i (each once; one hash tag in a cluster)
--- ARGV[1]       op: 0 take, 1 refund, 2 penalize, 3 block, 4 set
+-- ARGV[1]       op: 0 take, 1 refund, 2 penalize, 3 block, 4 set, 5 carry
 -- ARGV[7i-5..7i+1], for limit i: kind p1 .. p6
 --   kind 0, a bucket:  take: need tau per; refund: need - per;
---                      penalize and block: add floor per max; set: D - per
+--                      penalize and block: add floor per max; set: D - per;
+--                      carry: interval tau per
 --   kind 1, a calendar by boundaries: quota amount b0 b1 b2 b3 (seconds;
 --                      windows [b0,b1) [b1,b2) [b2,b3))
 --   kind 2, first use: quota amount unit (SLUICE_PER_*)
@@ -29,6 +30,14 @@
 --                      at offset + k * length)
 --   amount: take the cost (at most quota + 1), refund the count (-1: a
 --   reset), penalize the cost, block 1 (0: nothing), set the remaining.
+-- A carry (sluice_carry(), as carry.lua and SLUICE.CARRY): KEYS[1] is the
+-- key under its limit now, KEYS[2..] under its earlier limits, the most
+-- recent first.  When KEYS[1] holds nothing live, the first earlier state
+-- that does is carried in whole requests (a bucket's shortfall in whole
+-- tokens, a partly refilled one counting as used; a quota's count): to a
+-- quota, the count of its current window, to a bucket that many tokens
+-- short of full, at most the limit; between two buckets as carry.lua.
+-- Every earlier key is deleted, carried or not.  Reply 1 or 0.
 -- Reply: {now_us, r_1, ..., r_n}: r_i a bucket's shortfall before the
 -- call; a quota's {end_s, used} before the call (its live window, or the
 -- window now opens, used 0).  {-1, i}: limit i's window could not be
@@ -140,7 +149,80 @@ local function window_end(b)
 	return nil
 end
 
+-- A quota's count in its live window and that window's end (0, nil:
+-- none; a value too short to be a quota's counts as none).
+local function live(s)
+	if s and #s > 9 then
+		local se = tonumber(string.sub(s, 1, -10))
+		local su = tonumber(string.sub(s, -9))
+		if se and su and se * 1000000 > now and su > 0 then
+			return su, se
+		end
+	end
+	return 0, nil
+end
+
+local function put_quota(key, e, u)
+	redis.call('SET', key, string.format('%d%09d', e, u), 'PXAT',
+		e * 1000 + math.ceil(u / 1000000))
+end
+
 local vals = redis.call('MGET', unpack(KEYS))
+
+if op == 5 then
+	local kind1, e = ARGV[2] + 0, nil
+	local have
+	if kind1 == 0 then
+		have = shortfall(vals[1], ARGV[5] + 0) > 0
+	else
+		have = live(vals[1]) > 0
+		if not have then
+			e = window_end(2)
+			if not e then return {-1, 1} end
+		end
+	end
+	local carried = 0
+	for j = 2, n do
+		local b = 7 * j - 5
+		local kind = ARGV[b] + 0
+		if not have then
+			local D, used = 0, 0
+			if kind == 0 then
+				D = shortfall(vals[j], ARGV[b + 3] + 0)
+				local oi = ARGV[b + 1] + 0
+				local r = D % oi
+				used = (D - r) / oi
+				if r > 0 then used = used + 1 end
+			else
+				used = live(vals[j])
+			end
+			if used > 0 then
+				have, carried = true, 1
+				if kind1 ~= 0 then
+					local q = ARGV[3] + 0
+					if used > q then used = q end
+					put_quota(KEYS[1], e, used)
+				else
+					local ni, ntau = ARGV[3] + 0, ARGV[4] + 0
+					local np, nd = ARGV[5] + 0, 0
+					if kind == 0 and ARGV[b + 1] + 0 == ni and
+						ARGV[b + 3] + 0 == np then
+						nd = D
+						if nd > ntau then nd = ntau end
+					elseif used * ni >= ntau then
+						nd = ntau
+					else
+						nd = used * ni
+					end
+					put_bucket(KEYS[1], nd, np)
+				end
+			end
+		end
+		redis.call('DEL', KEYS[j])
+	end
+	return carried
+end
+
 local out, ok = {now}, true
 local ends, used = {}, {}
 for i = 1, n do
@@ -154,14 +236,7 @@ for i = 1, n do
 			ok = false
 		end
 	else
-		local e, u = nil, 0
-		if s and #s > 9 then
-			local se = tonumber(string.sub(s, 1, -10))
-			local su = tonumber(string.sub(s, -9))
-			if se and su and se * 1000000 > now and su > 0 then
-				e, u = se, su
-			end
-		end
+		local u, e = live(s)
 		if not e and op == 1 then
 			-- A refund or reset of a window that is over: nothing
 			-- to place (a reset still deletes the key).
@@ -232,10 +307,7 @@ for i = 1, n do
 				redis.call('DEL', key)
 			end
 		elseif nu ~= u then
-			local e = ends[i]
-			local at = e * 1000 + math.ceil(nu / 1000000)
-			redis.call('SET', key, string.format('%d%09d', e, nu),
-				'PXAT', at)
+			put_quota(key, ends[i], nu)
 		end
 	end
 end

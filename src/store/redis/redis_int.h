@@ -422,6 +422,7 @@ struct sluice_redis_s {
 	void (*on_released)(void *arg);
 	void *on_released_arg;
 	uint64_t moved, asked, noscript; /* redirections followed (tests) */
+	uint64_t quota_skew_told_ms; /* quota.c: a clock far off, last told */
 };
 
 /* The loop's clock (ms, cached for the turn) and the monotonic clock in ns
@@ -682,10 +683,13 @@ int sluice_redis__has_quota(const sluice_limit_t *limits, size_t n);
  * key or a take_many's group) as EVALSHA of quota.lua. */
 void sluice_redis__quota_command(const sluice_redis_call_t *c,
 				 sluice_redis_resp_t *o);
-/* quota.lua's reply -> the server's time and each limit's state at it:
- * 0; 1 when limit *skew's window could not be placed (the client's clock
- * is far off: nothing was written); -1 for a reply not expected. */
-int sluice_redis__quota_states(const redisReply *reply,
+/* quota.lua's reply to call c -> the server's time and each limit's
+ * state at it: 0; 1 when limit *skew's window could not be placed (the
+ * client's clock is far off: nothing was written; told as an
+ * EV_REFUSED event of c's node, at most once a second); -1 for a reply
+ * not expected. */
+int sluice_redis__quota_states(const sluice_redis_call_t *c,
+			       const redisReply *reply,
 			       const sluice_limit_t *limits, size_t n,
 			       int64_t *now_us, sluice_state_t *states,
 			       size_t *skew);
@@ -694,7 +698,8 @@ int sluice_redis__quota_states(const redisReply *reply,
 void sluice_redis__quota_skewed(const sluice_limit_t *l, size_t which,
 				sluice_decision_t *d);
 /* As sluice_redis__parse_script_reply_each(), for quota.lua's reply. */
-int sluice_redis__quota_decide(const redisReply *reply,
+int sluice_redis__quota_decide(const sluice_redis_call_t *c,
+			       const redisReply *reply,
 			       const sluice_limit_t *limits, size_t n,
 			       uint64_t cost, int *allowed,
 			       sluice_decision_t *d, size_t *which,

@@ -45,6 +45,37 @@ static int parse_script(const sluice_redis_call_t *c, const redisReply *reply,
 	return 0;
 }
 
+/* A reservation of quotas alone, sent as a take of quota.lua: a quota
+ * passes now or not at all, so the take is the reservation (wait 0, or
+ * refused charging nothing); the answer is the core's on the states. */
+static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
+		       sluice_redis_outcome_t *out)
+{
+	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
+	int64_t now = 0;
+	size_t skew = 0;
+	int rc = sluice_redis__quota_states(c, reply, c->limits, c->nlimits,
+					    &now, states, &skew);
+
+	if (rc < 0)
+		return -1;
+	if (rc == 1) {
+		/* The client's clock is far off: refused, retry in 1 s. */
+		out->allowed = 0;
+		sluice_redis__quota_skewed(&c->limits[skew], skew, &out->d);
+		out->wait_us = out->d.retry_after_us;
+		out->now_us = 0;
+		return 0;
+	}
+	out->now_us = now;
+	out->allowed = sluice_reserve_all(c->limits, states, c->nlimits, now,
+					  c->cost, c->max_wait_us, next,
+					  &out->d, &out->wait_us);
+	out->d.retry_after_us = ceil_ms_us(out->d.retry_after_us);
+	out->d.reset_after_us = ceil_ms_us(out->d.reset_after_us);
+	return 0;
+}
+
 /* SLUICE.RESERVE's [reserved, limit, remaining, retry_after_ms, reset_ms,
  * wait_us, now_us]. */
 static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
@@ -79,8 +110,10 @@ static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
 static int reserve_parse(sluice_redis_call_t *c, const redisReply *reply,
 			 sluice_redis_outcome_t *out)
 {
-	int rc = c->script ? parse_script(c, reply, out)
-			   : parse_module(reply, out);
+	int rc = !c->script ? parse_module(reply, out)
+		 : sluice_redis__has_quota(c->limits, c->nlimits)
+			 ? parse_quota(c, reply, out)
+			 : parse_script(c, reply, out);
 
 	if (rc < 0)
 		return rc;
@@ -115,15 +148,21 @@ int sluice_redis_reserve(sluice_redis_t *r, const void *key, size_t keylen,
 			 sluice_redis_reserve_cb cb, void *arg)
 {
 	sluice_redis_call_t *c;
+	size_t i;
 	int rc;
 
 	if (!cb || r->closing)
 		return SLUICE_EINVAL;
 	if ((rc = sluice_redis__check_item(r, key, keylen, limits, nlimits)))
 		return rc;
-	/* reserve.lua knows buckets only. */
-	if (sluice_redis__has_quota(limits, nlimits))
-		return SLUICE_EINVAL;
+	/* reserve.lua knows buckets only; quota.lua reserves quotas alone
+	 * (a take: a quota passes now or not at all), and the module any
+	 * one limit.  Buckets beside quotas in one reservation are refused
+	 * on Redis. */
+	for (i = 0; i < nlimits && sluice_redis__has_quota(limits, nlimits);
+	     i++)
+		if (!sluice_limit_is_quota(&limits[i]))
+			return SLUICE_EINVAL;
 	c = sluice_redis__one_call(r, &reserve_shape, key, keylen, limits,
 				   nlimits, cost);
 	if (!c)

@@ -17,6 +17,7 @@ SLUICE_TEST_CLOCK_OFFSET_US; bounds on time come from its answers.
 """
 import calendar
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,16 +79,22 @@ def until_reset_s(st):
     return st.duration_until_reset.ToMilliseconds() / 1000.0
 
 
-class EnvoyQuota(unittest.TestCase):
+class EnvoyQuota:
+    """The stories, over the store self.store() names."""
 
     def setUp(self):
         protos()
 
+    def advance(self, at):
+        """Lets the store's clock pass `at` (the memory store: sluice's
+        own clock runs there by itself)."""
+
     def serve(self, windows, at=None, rpu=3, extra=""):
         self.dir = envoy_dir({"api.yaml": API % rpu, "other.yaml": OTHER})
         opt = ", windows: %s" % windows if windows else ""
-        self.text = ("store: {memory: {}}\nenvoy: {config_dir: %s%s}\n%s"
-                     % (self.dir, opt, extra))
+        self.frozen_at = None if at is None else at - 3
+        self.text = ("store: %s\nenvoy: {config_dir: %s%s}\n%s"
+                     % (self.store(), self.dir, opt, extra))
         s = ClockSluice(self.text, at)
         self.addCleanup(s.stop)
         ch = s.channel()
@@ -128,6 +135,7 @@ class EnvoyQuota(unittest.TestCase):
         st = self.decide("other", [("user", u)]).statuses[0]
         self.assertEqual(st.limit_remaining, 2)
         self.assertGreater(until_reset_s(st), 8 * 3600 - 60)
+        self.advance(FEB1)
         deadline = time.monotonic() + 300
         while r.overall_code == OVER and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -200,6 +208,65 @@ class EnvoyQuota(unittest.TestCase):
             self.assertEqual(p.returncode, 2, out)
             self.assertIn("%s:1:" % f.name, out)
             self.assertIn("windows", out)
+
+
+class Memory(EnvoyQuota, unittest.TestCase):
+    def store(self):
+        return "{memory: {}}"
+
+
+REDIS = shutil.which("redis-server")
+MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
+FROZEN = os.path.join(harness.BUILD, "libfrozen_clock.so")
+REDIS_QUOTAS = os.path.exists(
+    os.path.join(harness.SRC, "src", "store", "redis", "quota.lua"))
+
+
+@unittest.skipUnless(REDIS and REDIS_QUOTAS and os.path.exists(MODULE) and
+                     os.path.exists(FROZEN),
+                     "redis-server, the module or Redis quotas missing")
+class RedisModule(EnvoyQuota, unittest.TestCase):
+    """On Redis (the module: quota.lua's failures are noted in
+    test_serve_quota.py), its clock frozen a little before the midnight
+    and stepped past it by advance()."""
+
+    def store(self):
+        env = {}
+        self.clock_file = None
+        if self.frozen_at is not None:
+            fd, self.clock_file = tempfile.mkstemp(prefix="sluice-clock-")
+            os.close(fd)
+            self.addCleanup(os.unlink, self.clock_file)
+            self.set_clock(self.frozen_at)
+            env = {"LD_PRELOAD": FROZEN,
+                   "FROZEN_CLOCK_FILE": self.clock_file}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # for the redis-server child only
+        try:
+            redis = harness.RedisServer(extra=("--loadmodule", MODULE))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+        self.addCleanup(redis.stop)
+        return '{redis: {url: "%s", timeout_ms: 2000}}' % redis.url()
+
+    def set_clock(self, t):
+        tmp = self.clock_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d" % int(t * 1e6))
+        os.replace(tmp, self.clock_file)
+
+    def advance(self, at):
+        if self.clock_file:
+            self.set_clock(at + 1)
+
+    @unittest.skip("the Redis stores do not carry quotas yet: a changed "
+                   "quota starts every key afresh on Redis")
+    def test_reload_lowering_keeps_the_count(self):
+        pass
 
 
 if __name__ == "__main__":

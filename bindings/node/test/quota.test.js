@@ -4,7 +4,8 @@
 // store on the limiter's clock (memory, shared memory), then on Redis
 // (the script and the module, a real redis-server: the module's test
 // clock moves the server's time across a day boundary), the middleware's
-// headers, the carry of a policy made again, and bad input.
+// headers, the carry of a policy made again (local stores and Redis),
+// and bad input.
 //
 // No test depends on the real calendar: the local stories run at instants
 // of their own, and the Redis ones either set the server's clock or check
@@ -468,22 +469,32 @@ test('Redis (script and module): {quota: 3, per: \'day\'} refused at 23:59:59 UT
   assert.match(stats, /cmdstat_sluice\.take[^:]*:calls=[1-9]/i, 'the module decided some');
 });
 
-// The Redis store does not carry a quota's count yet: its script refuses
-// the carry of quotas by design (src/store/redis/many.c: carry.lua knows
-// buckets only) and a client with the module loaded did not carry either
-// when this was written.  Marked todo so the gap shows in every run
-// without failing it; the memory and shared stores carry (above).
-test('Redis (script and module): a policy made again with the same name keeps each key\'s quota count', { todo: 'the Redis store carries buckets only (quota-redis)' }, async (t) => {
+// The carry on Redis, on both paths: the stories of the local stores,
+// on first-use windows (no calendar boundary can fall inside the test).
+test('Redis (script and module): a policy made again with the same name keeps each key\'s quota count', async (t) => {
   const redis = await Redis.start(['--loadmodule', path.join(BUILD, 'sluice-redis.so')]);
   t.after(() => redis.stop());
   for (const scriptOnly of [true, false]) {
     const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000, scriptOnly } } });
+    const how = `scriptOnly ${scriptOnly}`;
     try {
-      const name = uniq('rcarry');
-      const q = (n) => sluice.policy([{ quota: n, per: 'day', align: 'first_use' }], { name });
-      for (let i = 0; i < 4; i++) await limiter.take('k', q(5));
-      const d = await limiter.take('k', q(3));
-      assert.equal(d.allowed, false, `scriptOnly ${scriptOnly}: 4 used stay used under a quota of 3`);
+      const take = async (key, p, n) => { for (let i = 0; i < n; i++) await limiter.take(key, p); };
+      const q = (n, name) => sluice.policy([{ quota: n, per: 'day', align: 'first_use' }], { name });
+      let name = uniq('rcarry');
+      await take('k', q(5, name), 4);
+      const d = await limiter.take('k', q(3, name));
+      assert.equal(d.allowed, false, `${how}: 4 used stay used under a quota of 3`);
+      assert.equal(d.limit, 3);
+      name = uniq('rcarryup');
+      await take('k', q(5, name), 4);
+      assert.equal((await limiter.take('k', q(10, name))).remaining, 5, `${how}: raised, the difference`);
+      name = uniq('rcarryb2q');
+      await take('k', sluice.policy([{ capacity: 5, rate: '1/day' }], { name }), 4);
+      assert.equal((await limiter.take('k', q(10, name))).remaining, 5, `${how}: a bucket's shortfall becomes the count`);
+      name = uniq('rcarryq2b');
+      await take('k', q(5, name), 3);
+      assert.equal((await limiter.take('k', sluice.policy([{ capacity: 5, rate: '1/day' }], { name }))).remaining, 1,
+        `${how}: a count becomes a bucket's shortfall`);
     } finally {
       await limiter.close();
     }

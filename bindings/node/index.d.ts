@@ -4,18 +4,43 @@ import { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 /** One capacity + refill rate pair, e.g. { capacity: 100, rate: '2/s' }. */
-export interface LimitSpec {
+export interface BucketSpec {
   /** The burst: whole tokens, >= 1. */
   capacity: number;
   /** Refill: "2/s", "50/min", "0.5/s", "1/3s", "10000/day"; a number is per second. */
   rate: string | number;
 }
 
+/** A calendar quota's unit (plural forms are taken too). */
+export type QuotaUnit = 'second' | 'minute' | 'hour' | 'day' | 'week' | 'month' | 'year'
+  | 'seconds' | 'minutes' | 'hours' | 'days' | 'weeks' | 'months' | 'years';
+
+/** A calendar quota: `quota` requests per calendar window, reset at its
+ * end, e.g. { quota: 10000, per: 'month' }. */
+export interface QuotaSpec {
+  /** Requests per window: a whole number from 1 to 999999999. */
+  quota: number;
+  /** The window: weeks start on Monday (ISO 8601). */
+  per: QuotaUnit;
+  /** 'calendar' (default): windows follow the calendar of `tz`;
+   * 'first_use': a key's window opens at its first request and lasts one unit. */
+  align?: 'calendar' | 'first_use';
+  /** An IANA time zone name ('Europe/Berlin') for calendar windows; default 'UTC'. */
+  tz?: string;
+}
+
+/** One limit of a policy: a token bucket or a calendar quota. */
+export type LimitSpec = BucketSpec | QuotaSpec;
+
+/** A policy's limit as it holds it. */
+export type PolicyLimit = Readonly<{ capacity: number; rate: string }>
+  | Readonly<{ quota: number; per: QuotaUnit; align: 'calendar' | 'first_use'; tz: string }>;
+
 /** A named set of limits, charged all-or-nothing.  Made by policy(). */
 export class Policy {
   private constructor();
   readonly name: string;
-  readonly limits: ReadonlyArray<Readonly<{ capacity: number; rate: string }>>;
+  readonly limits: ReadonlyArray<PolicyLimit>;
 }
 
 export interface PolicyOptions {
@@ -24,18 +49,20 @@ export interface PolicyOptions {
   name?: string;
 }
 
-/** Builds a policy; throws RangeError with the core's message on a bad limit. */
+/** Builds a policy of token buckets and calendar quotas (charged
+ * all-or-nothing); throws TypeError for a wrong type or option name,
+ * RangeError with the core's message for a bad value. */
 export function policy(limits: LimitSpec | LimitSpec[], opts?: PolicyOptions): Policy;
 
 export interface Decision {
   allowed: boolean;
-  /** The capacity of the most restrictive limit. */
+  /** The capacity (a quota: its quota) of the most restrictive limit. */
   limit: number;
-  /** Whole tokens left in that limit after this decision. */
+  /** Whole tokens (a quota: requests) left in that limit after this decision. */
   remaining: number;
   /** 0 when allowed; else ms until this cost could pass (Infinity: never, cost > capacity). */
   retryAfterMs: number;
-  /** ms until the bucket is full again. */
+  /** ms until the bucket is full again; a quota: until its window ends (0 when unused). */
   resetMs: number;
   /** The policy's name. */
   policy: string;

@@ -53,7 +53,7 @@ function sluiceError(code, message) {
 const ITEM_SLOTS = 16;
 
 class Policy {
-  constructor(name, limits, handle, windows) {
+  constructor(name, limits, caps, handle, windows) {
     this.name = name;
     this.limits = limits;
     this._h = handle;
@@ -61,18 +61,41 @@ class Policy {
     // it (draft-11 list): that limit first under the policy's name, each
     // other one as "name.N" (N its position, from 1).
     this._quotedName = `"${name}"`;
-    const item = (i, n) => `"${n}";q=${limits[i].capacity};w=${windows[i]}`;
+    const item = (i, n) => `"${n}";q=${caps[i]};w=${windows[i]}`;
     this._policyHeaders = limits.map((_, which) => [item(which, name),
       ...limits.map((__, i) => i).filter((i) => i !== which).map((i) => item(i, `${name}.${i + 1}`))].join(', '));
     // draft-6 and draft-7's RateLimit-Policy: "capacity;w=window", the
     // deciding limit first.
-    const plain = (i) => `${limits[i].capacity};w=${windows[i]}`;
+    const plain = (i) => `${caps[i]};w=${windows[i]}`;
     this._plainHeaders = limits.map((_, which) => [plain(which),
       ...limits.map((__, i) => i).filter((i) => i !== which).map(plain)].join(', '));
     this._windowsMs = windows.map((w) => w * 1000);
+    // A calendar quota's w= is its current window's length (a 23-hour
+    // day, a 28-day month), as sluice serve says it: such a policy's
+    // headers are written per decision (_headers()), the others' above.
+    this._caps = caps;
+    this._quotas = limits.map((l) => Object.hasOwn(l, 'quota'));
+    this._hasQuota = this._quotas.includes(true);
     // The last RateLimit values written (rateLimitItem()).
     this._items = { r: new Array(ITEM_SLOTS).fill(-1), t: new Array(ITEM_SLOTS).fill(-1), s: new Array(ITEM_SLOTS).fill('') };
     Object.freeze(this);
+  }
+
+  // Limit i's window in seconds at nowUs: a quota's, for the count
+  // resetMs from now when i decided (else the window a take would open).
+  _window(i, which, resetMs, nowUs) {
+    if (!this._quotas[i]) return this._windowsMs[i] / 1000;
+    return native.quotaWindow(this._h, i, i === which ? resetMs : 0, nowUs);
+  }
+
+  // [named, plain] RateLimit-Policy when `which` decided, its count
+  // resetting in resetMs at nowUs.
+  _headers(which, resetMs, nowUs) {
+    if (!this._hasQuota) return [this._policyHeaders[which], this._plainHeaders[which]];
+    const order = [which, ...this.limits.map((_, i) => i).filter((i) => i !== which)];
+    const w = order.map((i) => this._window(i, which, resetMs, nowUs));
+    return [order.map((i, k) => `"${k === 0 ? this.name : `${this.name}.${i + 1}`}";q=${this._caps[i]};w=${w[k]}`).join(', '),
+      order.map((i, k) => `${this._caps[i]};w=${w[k]}`).join(', ')];
   }
 }
 
@@ -83,6 +106,43 @@ function checkCapacity(c, i) {
     throw new RangeError(`limit ${i}: capacity must be a whole number of tokens >= 1, got ${c}`);
 }
 
+// A calendar quota's units (the core's sluice_per_parse() takes these and
+// their plurals) and alignments.
+const QUOTA_UNITS = ['second', 'minute', 'hour', 'day', 'week', 'month', 'year'];
+const QUOTA_ALIGNS = ['calendar', 'first_use'];
+const QUOTA_MAX = 999999999;
+
+// A calendar quota's spec, checked: [quota, [unit, align, zone], frozen
+// limit as Policy.limits lists it].
+function quotaSpec(l, i) {
+  if (Object.hasOwn(l, 'capacity') || Object.hasOwn(l, 'rate'))
+    throw new TypeError(`limit ${i}: a limit is a token bucket { capacity, rate } or a calendar quota { quota, per }, not both ` +
+      '(a policy may hold both kinds, as separate limits)');
+  knownOptions(l, ['quota', 'per', 'align', 'tz'], `policy(): limit ${i}`, QUOTA_PEERS);
+  const q = l.quota;
+  if (typeof q !== 'number') throw new TypeError(`limit ${i}: quota must be a number, got ${typeName(q)}`);
+  if (!Number.isSafeInteger(q) || q < 1 || q > QUOTA_MAX)
+    throw new RangeError(`limit ${i}: quota must be a whole number of requests from 1 to ${QUOTA_MAX}, got ${q}`);
+  const per = l.per;
+  if (typeof per !== 'string')
+    throw new TypeError(`limit ${i}: per must be a string (${QUOTA_UNITS.join(', ')}), got ${typeName(per)}`);
+  if (!QUOTA_UNITS.includes(per) && !QUOTA_UNITS.includes(per.replace(/s$/, '')))
+    throw new RangeError(`limit ${i}: per must be one of ${QUOTA_UNITS.join(', ')}, got ${JSON.stringify(per)}`);
+  const align = l.align === undefined ? 'calendar' : l.align;
+  if (typeof align !== 'string')
+    throw new TypeError(`limit ${i}: align must be 'calendar' or 'first_use', got ${typeName(align)}`);
+  if (!QUOTA_ALIGNS.includes(align))
+    throw new RangeError(`limit ${i}: align must be 'calendar' or 'first_use', got ${JSON.stringify(align)}`);
+  if (l.tz !== undefined && typeof l.tz !== 'string')
+    throw new TypeError(`limit ${i}: tz must be an IANA time zone name such as 'Europe/Berlin', got ${typeName(l.tz)}`);
+  if (l.tz !== undefined && align === 'first_use')
+    throw new RangeError(`limit ${i}: tz applies to calendar windows; a first_use window opens at the key's first request, in no zone`);
+  const tz = l.tz === undefined ? 'UTC' : l.tz;
+  if (tz === '' || tz.includes('\0') || tz.length > 200)
+    throw new RangeError(`limit ${i}: tz must be an IANA time zone name such as 'Europe/Berlin', got ${JSON.stringify(tz)}`);
+  return [q, [per, align, tz], Object.freeze({ quota: q, per, align, tz })];
+}
+
 function rateText(r, i) {
   if (typeof r === 'number' && Number.isFinite(r)) return String(r);
   if (typeof r !== 'string')
@@ -91,15 +151,20 @@ function rateText(r, i) {
 }
 
 /**
- * policy([{ capacity, rate }, ...], { name }) -> Policy
+ * policy([{ capacity, rate } | { quota, per, align, tz }, ...], { name })
+ *   -> Policy
  * rate is the core's text: "2/s", "50/min", "0.5/s", "1/3s", "10000/day"
- * (a number means per second).  name (default "default") names the
- * buckets: a policy and a `sluice serve` rule of the same name share them.
+ * (a number means per second).  A quota counts `quota` requests per
+ * calendar `per` (second .. year) in the zone `tz` (default UTC), reset
+ * at the window's end; align 'first_use' opens a key's window at its
+ * first request instead.  Both kinds mix in one policy, charged
+ * all-or-nothing.  name (default "default") names the buckets: a policy
+ * and a `sluice serve` rule of the same name share them.
  */
 function policy(limits, opts = {}) {
   if (limits !== null && typeof limits === 'object' && !Array.isArray(limits)) limits = [limits];
   if (!Array.isArray(limits) || limits.length === 0)
-    throw new TypeError('policy() takes an array of { capacity, rate } limits');
+    throw new TypeError('policy() takes an array of { capacity, rate } or { quota, per } limits');
   limits = ownList(limits);
   if (limits.length > MAX_LIMITS)
     throw new RangeError(`a policy holds at most ${MAX_LIMITS} limits, got ${limits.length}`);
@@ -111,16 +176,28 @@ function policy(limits, opts = {}) {
     throw new RangeError(`policy name "${name}" must be 1 to 64 letters, digits, '_', '.' or '-'`);
   const caps = [];
   const rates = [];
+  const quotas = [];
+  const specs = [];
   limits.forEach((l, i) => {
-    if (l === null || typeof l !== 'object') throw new TypeError(`limit ${i} must be an object { capacity, rate }`);
+    if (l === null || typeof l !== 'object') throw new TypeError(`limit ${i} must be an object { capacity, rate } or { quota, per }`);
     l = own(l);
+    if (Object.hasOwn(l, 'quota') || (Object.hasOwn(l, 'per') && !Object.hasOwn(l, 'capacity'))) {
+      const [q, spec, frozen] = quotaSpec(l, i);
+      caps.push(q);
+      rates.push('');
+      quotas.push(spec);
+      specs.push(frozen);
+      return;
+    }
     knownOptions(l, ['capacity', 'rate'], `policy(): limit ${i}`, LIMIT_PEERS);
     checkCapacity(l.capacity, i);
     caps.push(l.capacity);
     rates.push(rateText(l.rate, i));
+    quotas.push(null);
+    specs.push(Object.freeze({ capacity: l.capacity, rate: rates[i] }));
   });
-  const [handle, windows] = native.policyNew(name, caps, rates);
-  return new Policy(name, caps.map((c, i) => Object.freeze({ capacity: c, rate: rates[i] })), handle, windows);
+  const [handle, windows] = native.policyNew(name, caps, rates, quotas);
+  return new Policy(name, specs, caps, handle, windows);
 }
 
 // ---------------------------------------------------------- options checking
@@ -185,7 +262,18 @@ function optBoolean(v, what, dflt) {
 const LIMIT_PEERS = {
   burst: 'capacity (a token bucket\'s capacity is its burst: { capacity: 5, rate: \'1/s\' } allows 5 at once, then 1 a second)',
   points: "capacity", duration: "rate (e.g. '100/min')", max: 'capacity', limit: 'capacity', windowMs: "rate (e.g. '100/min')",
-  refill: 'rate', refillRate: 'rate', per: "rate (e.g. '100/min')",
+  refill: 'rate', refillRate: 'rate',
+  per: "rate (e.g. '100/min') for a token bucket; a calendar quota is { quota: 10000, per: 'month' }",
+  window: "rate (e.g. '100/min'), or a calendar quota { quota, per: 'day' }",
+};
+// The same for a calendar quota.
+const QUOTA_PEERS = {
+  limit: 'quota', max: 'quota', points: 'quota', count: 'quota',
+  unit: "per ('second', 'minute', 'hour', 'day', 'week', 'month' or 'year')",
+  window: "per ('day', 'month', ...)", duration: "per ('day', 'month', ...)", interval: "per ('day', 'month', ...)",
+  timezone: "tz (an IANA name such as 'Europe/Berlin')", timeZone: "tz (an IANA name such as 'Europe/Berlin')",
+  zone: "tz (an IANA name such as 'Europe/Berlin')",
+  firstUse: "align: 'first_use'", alignment: "align ('calendar' or 'first_use')",
 };
 const POLICY_HINT = "policy: sluice.policy([{ capacity, rate }]) (a token bucket: capacity is the burst, rate the refill, e.g. '100/min')";
 const LIMITER_PEERS = {
@@ -1621,6 +1709,12 @@ const STANDARD_VALUE_HEADERS = [['ratelimit', 'RateLimit'], ['ratelimit-limit', 
 const LEGACY_HEADERS = [['x-ratelimit-limit', 'X-RateLimit-Limit'], ['x-ratelimit-remaining', 'X-RateLimit-Remaining'],
   ['x-ratelimit-reset', 'X-RateLimit-Reset']];
 
+// The limiter's time in microseconds (its clock, else the wall clock:
+// Redis decides on its own, which the wall clock approximates).
+function limiterNow(limiter) {
+  return limiter._clock !== null && limiter._clock !== undefined ? limiter._clock() : Date.now() * 1000;
+}
+
 // The rate-limit headers of one decision.  `res` is what io writes to;
 // store is io.direct(res).
 function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
@@ -1635,8 +1729,9 @@ function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, whic
   if (h.standard !== false) {
     const namedSyntax = h.standard === 'draft-11' || h.standard === 'draft-8';
     let named = p._policyHeaders[which];
+    let plain = p._plainHeaders[which];
+    if (p._hasQuota) [named, plain] = p._headers(which, resetMs, limiterNow(c.limiter));
     if (h.standard === 'draft-8') named += `;pk=:${partitionKey(key)}:`;
-    const plain = p._plainHeaders[which];
     let pol = namedSyntax ? named : plain;
     const before = stacked ? prevPolicies(res, store) : undefined;
     if (before !== undefined) {
@@ -1762,7 +1857,8 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
   }
   // A cost that can never pass waits for a whole window, as sluice
   // serve says it.
-  const retry = retryMs === Infinity ? p._windowsMs[which] : retryMs;
+  const retry = retryMs !== Infinity ? retryMs
+    : p._quotas[which] ? p._window(which, -1, 0, limiterNow(c.limiter)) * 1000 : p._windowsMs[which];
   let info = null;
   if (c.prop !== null && wins) {
     info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };

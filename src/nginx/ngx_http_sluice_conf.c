@@ -205,12 +205,6 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 					   &name);
 			return NGX_CONF_ERROR;
 		}
-	if (rate.len == 0) {
-		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-				   "\"%V\" must have \"rate\" parameter",
-				   &cmd->name);
-		return NGX_CONF_ERROR;
-	}
 
 	zones = smcf->zones.elts;
 	for (i = 0; i < smcf->zones.nelts; i++)
@@ -243,7 +237,8 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 	zone->conf_file = cf->conf_file->file.name.data;
 	zone->conf_line = cf->conf_file->line;
 
-	rv = parse_rate(&rate, &zone->rate);
+	/* No rate: a zone for quotas (sluice_limit ... quota=N/UNIT). */
+	rv = rate.len ? parse_rate(&rate, &zone->rate) : NGX_CONF_OK;
 	if (rv != NGX_CONF_OK) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
 		return NGX_CONF_ERROR;
@@ -314,6 +309,86 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 	return NGX_CONF_OK;
 }
 
+/* quota=N/UNIT [tz=ZONE] [align=calendar|first_use] into a calendar
+ * quota (sluice_quota.h); NGX_CONF_OK or the message. */
+static char *parse_quota(ngx_str_t *text, ngx_str_t *tz, ngx_str_t *align,
+			 sluice_limit_t *limit)
+{
+	static u_char msg[400];
+	char unit[32], zname[256], err[256];
+	u_char *slash;
+	ngx_int_t count, n;
+	uint8_t per = 0, al = SLUICE_ALIGN_CALENDAR;
+	uint16_t zone = 0;
+
+	slash = ngx_strlchr(text->data, text->data + text->len, '/');
+	count = slash ? ngx_atoi(text->data, slash - text->data) : NGX_ERROR;
+	if (count == NGX_ERROR || count < 1 ||
+	    (uint64_t)count > SLUICE_QUOTA_MAX) {
+		ngx_snprintf(msg, sizeof(msg),
+			     "invalid quota \"%V\" (N/UNIT: N from 1 to %uL "
+			     "requests per second, minute, hour, day, week, "
+			     "month or year, as \"10000/month\")%Z",
+			     text, (uint64_t)SLUICE_QUOTA_MAX);
+		return (char *)msg;
+	}
+	n = text->data + text->len - slash - 1;
+	if ((size_t)n >= sizeof(unit))
+		n = sizeof(unit) - 1; /* refused by the parser, cut or not */
+	ngx_memcpy(unit, slash + 1, (size_t)n);
+	unit[n] = '\0';
+	if (sluice_per_parse(unit, &per, err, sizeof(err)) != 0) {
+		ngx_snprintf(msg, sizeof(msg), "invalid quota \"%V\": %s%Z",
+			     text, err);
+		return (char *)msg;
+	}
+	if (align->data) {
+		if (align->len == 8 &&
+		    ngx_strncmp(align->data, "calendar", 8) == 0) {
+			al = SLUICE_ALIGN_CALENDAR;
+		} else if (align->len == 9 &&
+			   ngx_strncmp(align->data, "first_use", 9) == 0) {
+			al = SLUICE_ALIGN_FIRST_USE;
+		} else {
+			ngx_snprintf(msg, sizeof(msg),
+				     "invalid align \"%V\" (calendar or "
+				     "first_use)%Z",
+				     align);
+			return (char *)msg;
+		}
+	}
+	if (tz->data) {
+		if (al == SLUICE_ALIGN_FIRST_USE) {
+			ngx_snprintf(msg, sizeof(msg),
+				     "\"tz=%V\" with \"align=first_use\": a "
+				     "first-use window opens at a key's first "
+				     "request, in no time zone%Z",
+				     tz);
+			return (char *)msg;
+		}
+		if (tz->len == 0 || tz->len >= sizeof(zname) ||
+		    ngx_strlchr(tz->data, tz->data + tz->len, '\0')) {
+			ngx_snprintf(msg, sizeof(msg), "invalid tz \"%V\"%Z",
+				     tz);
+			return (char *)msg;
+		}
+		ngx_memcpy(zname, tz->data, tz->len);
+		zname[tz->len] = '\0';
+		if (sluice_zone_load(zname, &zone, err, sizeof(err)) != 0) {
+			ngx_snprintf(msg, sizeof(msg),
+				     "invalid tz \"%V\": %s%Z", tz, err);
+			return (char *)msg;
+		}
+	}
+	if (sluice_quota_init(limit, (uint64_t)count, per, al, zone, err,
+			      sizeof(err)) != 0) {
+		ngx_snprintf(msg, sizeof(msg), "invalid quota \"%V\": %s%Z",
+			     text, err);
+		return (char *)msg;
+	}
+	return NGX_CONF_OK;
+}
+
 char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
 	ngx_http_sluice_loc_conf_t *lcf = conf;
@@ -321,10 +396,12 @@ char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 	ngx_http_sluice_limit_t *limit, *limits;
 	ngx_http_sluice_zone_t **zones, *zone = NULL;
 	ngx_str_t *value, s, zname = ngx_null_string;
+	ngx_str_t quota = ngx_null_string, tz = ngx_null_string;
+	ngx_str_t align = ngx_null_string;
 	ngx_int_t burst = 0, delay = 0, cost = 1;
 	ngx_http_complex_value_t *cost_cv = NULL;
-	ngx_uint_t i, nodelay = 0, has_delay = 0;
-	char err[200];
+	ngx_uint_t i, nodelay = 0, has_delay = 0, has_burst = 0;
+	char err[200], *rv;
 
 	value = cf->args->elts;
 	for (i = 1; i < cf->args->nelts; i++) {
@@ -341,6 +418,22 @@ char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 						   &value[i]);
 				return NGX_CONF_ERROR;
 			}
+			has_burst = 1;
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "quota=", 6) == 0) {
+			quota.data = value[i].data + 6;
+			quota.len = value[i].len - 6;
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "tz=", 3) == 0) {
+			tz.data = value[i].data + 3;
+			tz.len = value[i].len - 3;
+			continue;
+		}
+		if (ngx_strncmp(value[i].data, "align=", 6) == 0) {
+			align.data = value[i].data + 6;
+			align.len = value[i].len - 6;
 			continue;
 		}
 		if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
@@ -397,6 +490,24 @@ char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"%V\" must have \"zone\" parameter",
 				   &cmd->name);
+		return NGX_CONF_ERROR;
+	}
+	if (quota.data == NULL && (tz.data || align.data)) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"%s\" without \"quota\": tz= and align= "
+				   "describe a quota's calendar window",
+				   tz.data ? "tz" : "align");
+		return NGX_CONF_ERROR;
+	}
+	if (quota.data && (has_burst || has_delay || nodelay)) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"quota\" with \"%s\": a quota counts "
+				   "requests per window and refuses the rest "
+				   "at once (burst, delay and nodelay are a "
+				   "rate's)",
+				   has_burst   ? "burst"
+				   : has_delay ? "delay"
+					       : "nodelay");
 		return NGX_CONF_ERROR;
 	}
 	if (nodelay && has_delay) {
@@ -459,6 +570,31 @@ char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 	limit->nodelay = nodelay;
 	limit->cost = (ngx_uint_t)cost;
 	limit->cost_cv = cost_cv;
+	if (quota.data) {
+		if (zone->rate_text.len) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+					   "\"quota\" on zone \"%V\", which "
+					   "has a rate (declare the zone "
+					   "without rate= for quotas)",
+					   &zname);
+			return NGX_CONF_ERROR;
+		}
+		rv = parse_quota(&quota, &tz, &align, &limit->limit);
+		if (rv != NGX_CONF_OK) {
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
+			return NGX_CONF_ERROR;
+		}
+		/* Refused at once past its quota, never delayed. */
+		limit->nodelay = 1;
+		return NGX_CONF_OK;
+	}
+	if (zone->rate_text.len == 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "zone \"%V\" has no rate: give it rate= or "
+				   "this sluice_limit a quota=N/UNIT",
+				   &zname);
+		return NGX_CONF_ERROR;
+	}
 	if (sluice_limit_init(&limit->limit, (uint64_t)burst + 1, &zone->rate,
 			      err, sizeof(err)) != 0) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

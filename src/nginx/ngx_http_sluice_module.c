@@ -37,13 +37,14 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
  * The directives (this table is their reference, as nginx's own modules'
  * are; docs/NGINX.md shows them with examples):
  *
- * sluice_limit_zone KEY zone=NAME:SIZE rate=RATE [store=STORE]
+ * sluice_limit_zone KEY zone=NAME:SIZE [rate=RATE] [store=STORE]
  *                   [fail=open|closed|local] [timeout=MS];  (http)
  *   As limit_req_zone.  KEY: any complex value ("$binary_remote_addr",
  *   "$http_x_user_id", "$a:$b"); a request whose key is empty is not
  *   limited by this zone.  SIZE: bytes (k, m suffixes) of buckets, 64
  *   bytes each, at least 32k.  RATE: nginx's "10r/s", "30r/m", or sluice's
- *   exact "2/s", "50/min", "1/3s", "7/day".  STORE: none (the default) is
+ *   exact "2/s", "50/min", "1/3s", "7/day"; a zone without one holds
+ *   calendar quotas (sluice_limit ... quota=).  STORE: none (the default) is
  *   a shared-memory file DIR/nginx-sluice-NAME (DIR: sluice_limit_store_dir)
  *   that every worker shares and a reload or a binary upgrade keeps;
  *   "shared:/PATH" a file of your choice (`sluice serve` with
@@ -68,6 +69,16 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
  *   positive integer, else 1).  Several in one level: one all-or-nothing
  *   take per store (a refused request charges none); inherited from the
  *   level above when a level has none.
+ *
+ * sluice_limit zone=NAME quota=N/UNIT [tz=ZONE] [align=calendar|first_use]
+ *              [cost=N|$var];  (http, server, location)
+ *   A calendar quota on a zone declared without rate=: N requests per
+ *   UNIT (second, minute, hour, day, week (from Monday), month, year),
+ *   counted per key and window on the zone's store and refused at once
+ *   past N until the window ends (no burst, no delay).  Windows follow
+ *   the calendar of tz= (an IANA zone name; default UTC), or with
+ *   align=first_use open at a key's first request and last one UNIT.
+ *   Mixed with rate limits in one level, all-or-nothing as they are.
  *
  * sluice_limit_status CODE;        (default 503) as limit_req_status
  * sluice_limit_log_level LEVEL;    (default error) as limit_req_log_level;
@@ -107,13 +118,13 @@ static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
 static ngx_command_t ngx_http_sluice_commands[] = {
 
 	{ngx_string("sluice_limit_zone"),
-	 NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE3 | NGX_CONF_TAKE4 | NGX_CONF_TAKE5 |
-		 NGX_CONF_TAKE6,
+	 NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE2 | NGX_CONF_TAKE3 | NGX_CONF_TAKE4 |
+		 NGX_CONF_TAKE5 | NGX_CONF_TAKE6,
 	 ngx_http_sluice_zone_cmd, 0, 0, NULL},
 
 	{ngx_string("sluice_limit"),
 	 NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
-		 NGX_CONF_TAKE1234,
+		 NGX_CONF_1MORE,
 	 ngx_http_sluice_limit_cmd, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
 
 	{ngx_string("sluice_limit_status"),

@@ -19,7 +19,8 @@
  * descriptors are matched by their path (domain, keys and values).
  * Earlier limits of the running config come along (a key untouched over
  * several reloads), each kept until any bucket under it would be full
- * again: its time to refill after the reload that replaced it, at least
+ * again: its time to refill after the reload that replaced it (a
+ * quota's: until every window open then is over), at least
  * SLUICE_CARRY_KEEP_MIN_US, so that penalties and blocks of up to a day
  * and instances reloading a little later are carried too.  After that no
  * take pays for the carry.  A limit still in use by the rule's limits or
@@ -81,11 +82,25 @@ static int add_from(sluice_limit_set_t *set, size_t i,
 	return 0;
 }
 
+/* The longest window of a quota's unit, in seconds (a day of 25 hours
+ * when a zone's clocks go back, a month of 31 days, a leap year). */
+static uint64_t quota_unit_max_s(uint8_t per)
+{
+	static const uint64_t s[] = {0,		 1,	     60,
+				     3600,	 90000,	     7 * 86400 + 3600,
+				     31 * 86400, 366 * 86400};
+
+	return per < sizeof(s) / sizeof(s[0]) ? s[per] : 366 * 86400;
+}
+
 /* When any bucket under l, last charged at now_us, is full again (at
- * least SLUICE_CARRY_KEEP_MIN_US on). */
+ * least SLUICE_CARRY_KEEP_MIN_US on); for a quota, when any window open
+ * at now_us is over. */
 static int64_t keep_until(const sluice_limit_t *l, int64_t now_us)
 {
-	uint64_t us = l->tau / l->rate.per + 1;
+	uint64_t us = sluice_limit_is_quota(l)
+			      ? (quota_unit_max_s(l->window.per) + 1) * 1000000
+			      : l->tau / l->rate.per + 1;
 
 	if (us < (uint64_t)SLUICE_CARRY_KEEP_MIN_US)
 		us = (uint64_t)SLUICE_CARRY_KEEP_MIN_US;

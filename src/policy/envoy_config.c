@@ -47,6 +47,7 @@ static void settings_free(sluice_envoy_settings_t *s)
 	free(s->statsd_tags);
 	free(s->cache_key_prefix);
 	sluice_envoy_xds_free(s->xds);
+	free(s->calendar_domains);
 }
 
 /* ------------------------------------------------------------- freeing */
@@ -524,9 +525,12 @@ static int copy_settings(sluice_envoy_settings_t *d,
 	d->cache_key_prefix =
 		strdup(s->cache_key_prefix ? s->cache_key_prefix : "");
 	d->xds = s->xds ? sluice_envoy_xds_copy(s->xds) : NULL;
-	return (s->config_dir && !d->config_dir) || (s->xds && !d->xds) ||
-			       !d->header_limit || !d->cache_key_prefix ||
-			       !d->header_remaining || !d->header_reset ||
+	d->calendar_domains = dup_or_null(s->calendar_domains);
+	return (s->calendar_domains && !d->calendar_domains) ||
+			       (s->config_dir && !d->config_dir) ||
+			       (s->xds && !d->xds) || !d->header_limit ||
+			       !d->cache_key_prefix || !d->header_remaining ||
+			       !d->header_reset ||
 			       (s->statsd_addr && !d->statsd_addr) ||
 			       !d->statsd_prefix ||
 			       (s->statsd_tags && !d->statsd_tags)

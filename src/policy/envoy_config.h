@@ -151,6 +151,12 @@ typedef struct sluice_envoy_settings_s {
 	/* xds: the domains come from a control plane (policy/envoy_xds.h),
 	 * not config_dir; NULL: from config_dir. */
 	struct sluice_envoy_xds_s *xds;
+	/* windows: calendar (all domains), or {calendar: [domain, ...]}:
+	 * those domains' descriptors are calendar quotas (UTC windows, as
+	 * envoyproxy/ratelimit's fixed windows) instead of token buckets.
+	 * calendar_domains: "\ndomain\n...\n", NULL for none. */
+	int windows_calendar;
+	char *calendar_domains;
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {
@@ -248,6 +254,20 @@ sluice_rls_unit_t sluice_envoy_unit_parse(const char *name);
 int sluice_envoy_limit_make(uint32_t requests_per_unit, sluice_rls_unit_t unit,
 			    uint64_t burst, sluice_limit_t *out, char *err,
 			    size_t errlen);
+
+/* The calendar quota of "requests_per_unit per unit" (windows: calendar):
+ * a count per UTC window of the unit.  0, or a negative code with a
+ * message. */
+int sluice_envoy_quota_make(uint32_t requests_per_unit, sluice_rls_unit_t unit,
+			    sluice_limit_t *out, char *err, size_t errlen);
+
+/* 1 when the settings make `domain`'s descriptors calendar quotas. */
+int sluice_envoy_calendar(const sluice_envoy_settings_t *s, const char *domain);
+
+/* Parses envoy.windows (buckets | calendar | {calendar: [domain, ...]})
+ * into s; -1 after an error in y. */
+int sluice_envoy_parse_windows(sluice_yaml_t *y, yaml_node_t *v,
+			       sluice_envoy_settings_t *s);
 
 /* ----------------------------------------------------------- matching */
 

@@ -99,6 +99,20 @@ static int parse_one_limit(load_t *L, yaml_node_t *map, sluice_envoy_limit_t *l,
 					       &l->set.limits[i], msg,
 					       sizeof(msg));
 	}
+	if (sluice_envoy_calendar(&L->cfg->settings, L->domain)) {
+		if (vb)
+			return sluice_yaml_error(L->y, vb,
+						 "burst with envoy.windows: "
+						 "calendar; expected no burst "
+						 "(a calendar window counts "
+						 "requests_per_unit)");
+		if (sluice_envoy_quota_make((uint32_t)rpu, l->units[i].unit,
+					    &l->set.limits[i], msg,
+					    sizeof(msg)) < 0)
+			return sluice_yaml_error(L->y, map, "%s: %s", what,
+						 msg);
+		return 0;
+	}
 	if (sluice_envoy_limit_make((uint32_t)rpu, l->units[i].unit, burst,
 				    &l->set.limits[i], msg, sizeof(msg)) < 0)
 		return sluice_yaml_error(L->y, map,

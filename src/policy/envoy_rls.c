@@ -152,9 +152,15 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 			d->kind = D_BLOCKED;
 			return 0;
 		}
-		if (sluice_envoy_limit_make(
-			    rd->limit_requests_per_unit, rd->limit_unit, 0,
-			    &d->oset.limits[0], msg, sizeof(msg)) < 0) {
+		if ((sluice_envoy_calendar(&x->cfg->settings, dom->name)
+			     ? sluice_envoy_quota_make(
+				       rd->limit_requests_per_unit,
+				       rd->limit_unit, &d->oset.limits[0], msg,
+				       sizeof(msg))
+			     : sluice_envoy_limit_make(
+				       rd->limit_requests_per_unit,
+				       rd->limit_unit, 0, &d->oset.limits[0],
+				       msg, sizeof(msg))) < 0) {
 			snprintf(errbuf, errlen, "descriptor %zu: limit: %s", i,
 				 msg);
 			return SLUICE_EINVAL;
@@ -372,6 +378,13 @@ static void uncharged(sluice_rls_status_t *st, const sluice_limit_t *limit,
 	uint64_t reset = dec->reset_after_us > back_us
 				 ? dec->reset_after_us - back_us
 				 : 0;
+
+	/* A quota's window ends when it ends, but is unused without this
+	 * cost when the cost was all it held. */
+	if (sluice_limit_is_quota(limit))
+		reset = dec->remaining + cost >= limit->capacity
+				? 0
+				: dec->reset_after_us;
 
 	st->limit_remaining = u32(dec->remaining + cost > limit->capacity
 					  ? limit->capacity

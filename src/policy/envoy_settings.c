@@ -15,6 +15,7 @@
  *     ietf_policy_names: name             # name | path
  *     files: {trusted_uids: [65533], trusted_group: git-sync}
  *     metrics: sluice                     # sluice | ratelimit | both
+ *     windows: buckets                    # calendar | {calendar: [domain]}
  *     statsd: {addr: "127.0.0.1:8125", prefix: "", tags: {env: prod},
  *              flush_ms: 10000, dogstatsd: false}
  *     import_counters: false              # envoyproxy's counters on first
@@ -367,6 +368,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "import_counters",
 					   "cache_key_prefix",
 					   "xds",
+					   "windows",
 					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
@@ -393,6 +395,9 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "statsd")) &&
 	    parse_statsd(y, v, &s) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "windows")) &&
+	    sluice_envoy_parse_windows(y, v, &s) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "metrics")) &&
 	    parse_metrics(y, v, &s.metrics_style) < 0)
@@ -495,5 +500,6 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		sluice_envoy_config_free(*out);
 		*out = NULL;
 	}
+	free(s.calendar_domains);
 	return rc;
 }

@@ -17,11 +17,43 @@ uint64_t sluice_us_to_ms_ceil(uint64_t us)
 	return sluice_div_ceil(us, 1000);
 }
 
+uint64_t sluice_quota_window_s(const sluice_limit_t *limit,
+			       uint64_t reset_after_us, int64_t now_us)
+{
+	int64_t start = 0, end, t = now_us;
+
+	if (reset_after_us && reset_after_us < (uint64_t)INT64_MAX / 2)
+		t = now_us + (int64_t)reset_after_us;
+	if (t == now_us) {
+		end = sluice_quota_window(limit, 0, now_us, &start);
+	} else if (limit->window.align == SLUICE_ALIGN_FIRST_USE) {
+		/* The window ends at a whole second: the nearest. */
+		int64_t e = (t + 500000) / 1000000 * 1000000;
+
+		end = sluice_quota_window(limit, sluice_quota_state(e, 1),
+					  e - 1, &start);
+	} else {
+		/* The decision's window ends about t (the store's clock
+		 * decided: Redis's may be seconds off ours, and the answer
+		 * is written a moment after): the calendar boundary nearest
+		 * to t is its end. */
+		end = sluice_quota_calendar(limit, t, &start);
+		if (t - start < end - t) {
+			end = start;
+			sluice_quota_calendar(limit, start - 1, &start);
+		}
+	}
+	return end > start ? sluice_us_to_s_ceil((uint64_t)(end - start)) : 0;
+}
+
 uint64_t sluice_limit_window_s(const sluice_limit_t *limit)
 {
 	uint32_t per = limit->rate.per ? limit->rate.per : 1;
-	uint64_t us = sluice_div_ceil(limit->tau, per);
+	uint64_t us;
 
+	if (sluice_limit_is_quota(limit))
+		return sluice_quota_window_s(limit, 0, sluice_now_us());
+	us = sluice_div_ceil(limit->tau, per);
 	return sluice_us_to_s_ceil(us);
 }
 
@@ -75,7 +107,8 @@ static void header_u64(sluice_buf_t *out, const char *name, uint64_t v)
  * the name for a limit other than the reported one (N: its position in
  * the rule, from 1), so each item has its own name. */
 static void policy_item(sluice_buf_t *out, const char *name,
-			const sluice_limit_t *limit, size_t pos)
+			const sluice_limit_t *limit, size_t pos,
+			const sluice_decision_t *d)
 {
 	char named[300];
 
@@ -94,7 +127,11 @@ static void policy_item(sluice_buf_t *out, const char *name,
 	sluice_buf_puts(out, ";q=");
 	sluice_buf_u64(out, limit->capacity);
 	sluice_buf_puts(out, ";w=");
-	sluice_buf_u64(out, sluice_limit_window_s(limit));
+	sluice_buf_u64(out,
+		       d && sluice_limit_is_quota(limit)
+			       ? sluice_quota_window_s(limit, d->reset_after_us,
+						       sluice_now_us())
+			       : sluice_limit_window_s(limit));
 }
 
 void sluice_ratelimit_headers_set(sluice_buf_t *out, const char *name,
@@ -113,11 +150,11 @@ void sluice_ratelimit_headers_set(sluice_buf_t *out, const char *name,
 	/* draft-11: a List, one item per limit of the rule; the reported
 	 * limit first, under the name RateLimit refers to. */
 	sluice_buf_puts(out, "RateLimit-Policy: ");
-	policy_item(out, name, limit, 0);
+	policy_item(out, name, limit, 0, d);
 	for (i = 0; i < n; i++)
 		if (i != which) {
 			sluice_buf_puts(out, ", ");
-			policy_item(out, name, &limits[i], i + 1);
+			policy_item(out, name, &limits[i], i + 1, NULL);
 		}
 	sluice_buf_append(out, "\r\n", 2);
 

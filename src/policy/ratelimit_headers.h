@@ -6,6 +6,7 @@
  *   X-RateLimit-Limit      the capacity of the limit reported
  *   X-RateLimit-Remaining  whole tokens left
  *   X-RateLimit-Reset      seconds until the bucket is full, rounded up
+ *                          (a calendar quota: until its window ends)
  *
  *   RateLimit-Policy: "api";q=100;w=50   (draft-ietf-httpapi-ratelimit-
  *   RateLimit: "api";r=42;t=1             headers-11: quota, window = seconds
@@ -17,7 +18,8 @@
  *   Retry-After                whole seconds, rounded up, at least 1
  *   X-RateLimit-Retry-After-Ms milliseconds, rounded up
  *
- * Everything here is pure formatting, unit-tested in tests/unit.
+ * Everything here is pure formatting, unit-tested in tests/unit, but for
+ * a calendar quota's window (w=), which is the window of the clock's now.
  */
 #ifndef SLUICE_POLICY_RATELIMIT_HEADERS_H
 #define SLUICE_POLICY_RATELIMIT_HEADERS_H
@@ -32,8 +34,16 @@
 uint64_t sluice_us_to_s_ceil(uint64_t us);
 uint64_t sluice_us_to_ms_ceil(uint64_t us);
 
-/* Seconds for `limit` to refill from empty, rounded up (the policy window). */
+/* Seconds for `limit` to refill from empty, rounded up (the policy window);
+ * for a calendar quota the length of its window a take now would count
+ * in (a month: 28 to 31 days; a day: 23 to 25 hours in a zone with DST). */
 uint64_t sluice_limit_window_s(const sluice_limit_t *limit);
+
+/* A quota's window length in seconds: the window ending reset_after_us
+ * after now_us (a decision's), or with 0 the one a take at now_us would
+ * open. */
+uint64_t sluice_quota_window_s(const sluice_limit_t *limit,
+			       uint64_t reset_after_us, int64_t now_us);
 
 /* The time the caller should wait after a rejection, in microseconds: the
  * decision's retry_after, or for a cost that can never pass the time to

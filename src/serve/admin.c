@@ -239,18 +239,22 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int verb)
 
 	json_object_foreach(obj, name, v)
 	{
-		int known = strcmp(name, "key") == 0 ||
-			    strcmp(name, "rule") == 0 ||
-			    strcmp(name, "capacity") == 0 ||
-			    strcmp(name, "rate") == 0 ||
-			    (refund && strcmp(name, "cost") == 0) ||
-			    (set && strcmp(name, "remaining") == 0) ||
-			    ((refund || set) && strcmp(name, "tier") == 0);
+		int known =
+			strcmp(name, "key") == 0 || strcmp(name, "rule") == 0 ||
+			strcmp(name, "capacity") == 0 ||
+			strcmp(name, "rate") == 0 ||
+			strcmp(name, "quota") == 0 ||
+			strcmp(name, "per") == 0 ||
+			strcmp(name, "align") == 0 || strcmp(name, "tz") == 0 ||
+			(refund && strcmp(name, "cost") == 0) ||
+			(set && strcmp(name, "remaining") == 0) ||
+			((refund || set) && strcmp(name, "tier") == 0);
 
 		if (!known) {
 			snprintf(msg, sizeof(msg),
 				 "unknown field; expected key with rule%s, "
-				 "or key, capacity and rate%s",
+				 "or key, capacity and rate (or quota and "
+				 "per)%s",
 				 refund || set ? " (and tier)" : "",
 				 refund ? ", and cost"
 				 : set	? ", and remaining"
@@ -258,8 +262,11 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int verb)
 			bad(c, name, msg);
 			return -1;
 		}
-		if (rule && (strcmp(name, "capacity") == 0 ||
-			     strcmp(name, "rate") == 0)) {
+		if (rule &&
+		    (strcmp(name, "capacity") == 0 ||
+		     strcmp(name, "rate") == 0 || strcmp(name, "quota") == 0 ||
+		     strcmp(name, "per") == 0 || strcmp(name, "align") == 0 ||
+		     strcmp(name, "tz") == 0)) {
 			bad(c, name, "not allowed with \"rule\"");
 			return -1;
 		}

@@ -3,6 +3,7 @@
  *
  * Two forms:
  *   {"key":"alice","capacity":100,"rate":"2/s","cost":1}   ad-hoc limit
+ *   {"key":"alice","quota":1000,"per":"day"}               ad-hoc quota (UTC)
  *   {"rule":"api","key":"alice","cost":1,"tier":"paid"}    configured rule
  * (cost is optional, default 1 or the rule's cost; tier is optional and
  * only for rules with tiers).  The answer:
@@ -40,9 +41,9 @@ static void bad(sluice_conn_t *c, const char *field, const char *message)
  * when every field is known. */
 static int check_fields(sluice_conn_t *c, json_t *obj, int has_rule)
 {
-	static const char *const known[] = {"key",	  "cost",     "rule",
-					    "tier",	  "capacity", "rate",
-					    "max_wait_ms"};
+	static const char *const known[] = {
+		"key",	       "cost",	"rule", "tier",	 "capacity", "rate",
+		"max_wait_ms", "quota", "per",	"align", "tz"};
 	const char *name;
 	json_t *v;
 	char msg[160];
@@ -65,12 +66,12 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int has_rule)
 			snprintf(msg, sizeof(msg),
 				 "unknown field \"%.*s\" (expected key, "
 				 "cost, max_wait_ms, and rule with tier, or "
-				 "capacity with rate)",
+				 "capacity with rate, or quota with per)",
 				 (int)n, name);
 			bad(c, name, msg);
 			return -1;
 		}
-		if (has_rule && (i == 4 || i == 5)) {
+		if (has_rule && (i == 4 || i == 5 || i >= 7)) {
 			bad(c, name,
 			    "not allowed with \"rule\": the rule's limits "
 			    "apply (drop \"rule\" for an ad-hoc limit)");
@@ -269,6 +270,72 @@ static int get_rate(sluice_conn_t *c, json_t *obj, sluice_rate_t *rate)
 	return 0;
 }
 
+/* An optional string field of at most 31 bytes into buf; returns 0, 1
+ * (absent) or -1 (after answering 400). */
+static int get_word(sluice_conn_t *c, json_t *obj, const char *field,
+		    char buf[32], const char *expected)
+{
+	json_t *v = json_object_get(obj, field);
+	size_t n;
+
+	if (!v)
+		return 1;
+	n = json_is_string(v) ? json_string_length(v) : 0;
+	if (!n || n >= 32 || memchr(json_string_value(v), 0, n)) {
+		bad(c, field, expected);
+		return -1;
+	}
+	memcpy(buf, json_string_value(v), n + 1);
+	return 0;
+}
+
+/* {"quota":N,"per":"day","align":"calendar"|"first_use"}: windows of UTC
+ * (an ad-hoc limit names no zone, so a caller cannot make the server load
+ * zone files; a configured rule may have one). */
+static int api_quota(sluice_conn_t *c, json_t *obj, sluice_limit_t *out)
+{
+	static const char *const units =
+		"expected second, minute, hour, day, week, month or year";
+	uint64_t quota = 0;
+	uint8_t per = 0, align = SLUICE_ALIGN_CALENDAR;
+	char word[32], err[160];
+	int r;
+
+	if (json_object_get(obj, "capacity") || json_object_get(obj, "rate")) {
+		bad(c, json_object_get(obj, "capacity") ? "capacity" : "rate",
+		    "not allowed with \"quota\": a limit is a quota (quota, "
+		    "per) or a token bucket (capacity, rate)");
+		return -1;
+	}
+	r = get_uint(c, obj, "quota", 1, SLUICE_QUOTA_MAX, &quota);
+	if (r != 0)
+		return -1; /* present, so not 1 */
+	r = get_word(c, obj, "per", word, units);
+	if (r == 1)
+		bad(c, "per", "required with \"quota\"; e.g. \"day\"");
+	if (r != 0)
+		return -1;
+	if (sluice_per_parse(word, &per, err, sizeof(err)) < 0) {
+		bad(c, "per", units);
+		return -1;
+	}
+	r = get_word(c, obj, "align", word, "expected calendar or first_use");
+	if (r < 0)
+		return -1;
+	if (r == 0 && strcmp(word, "first_use") == 0)
+		align = SLUICE_ALIGN_FIRST_USE;
+	else if (r == 0 && strcmp(word, "calendar") != 0) {
+		bad(c, "align", "expected calendar or first_use");
+		return -1;
+	}
+	if (sluice_quota_init(out, quota, per, align, 0, err, sizeof(err)) <
+	    0) {
+		bad(c, "quota", err);
+		return -1;
+	}
+	return 0;
+}
+
 int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out)
 {
 	uint64_t capacity = 0;
@@ -276,6 +343,19 @@ int sluice_api_limit(sluice_conn_t *c, json_t *obj, sluice_limit_t *out)
 	char err[160];
 	int r;
 
+	if (json_object_get(obj, "tz")) {
+		bad(c, "tz",
+		    "an ad-hoc quota's windows are UTC; a quota in a time "
+		    "zone is a configured rule's (tz: in the config)");
+		return -1;
+	}
+	if (json_object_get(obj, "quota"))
+		return api_quota(c, obj, out);
+	if (json_object_get(obj, "per") || json_object_get(obj, "align")) {
+		bad(c, json_object_get(obj, "per") ? "per" : "align",
+		    "only with \"quota\"");
+		return -1;
+	}
 	r = get_uint(c, obj, "capacity", 1, SLUICE_UNITS_MAX, &capacity);
 	if (r == 1)
 		bad(c, "capacity",
@@ -361,7 +441,8 @@ static int adhoc(sluice_conn_t *c, json_t *obj, sluice_take_t *t,
 	rule->limits.name = rule->name;
 	rule->limits.nlimits = 1;
 	if (cost > rule->limits.limits[0].capacity) {
-		bad(c, "cost", "exceeds capacity: it could never pass");
+		bad(c, "cost",
+		    "exceeds the capacity (or quota): it could never pass");
 		return -1;
 	}
 	m->rule = rule;

@@ -61,7 +61,7 @@ class NginxDaemon:
     """Debian's nginx with the module, on free ports: http(s) the config's
     `http {}` body with @PORT@ for the listening port."""
 
-    def __init__(self, http, store_dir=None):
+    def __init__(self, http, store_dir=None, env=None):
         if not os.path.exists(NGINX):
             raise unittest.SkipTest("nginx is not installed (scripts/deps)")
         if not os.path.exists(MODULE):
@@ -73,6 +73,13 @@ class NginxDaemon:
         os.chmod(os.path.join(self.dir, "index.html"), 0o644)
         os.makedirs(os.path.join(self.dir, "logs"))
         self.env = sanitizer_env()
+        # More for nginx and its workers (each passed on by `env`);
+        # LD_PRELOAD's libraries go after the sanitizers'.
+        self.extra_env = dict(env or {})
+        for k, v in self.extra_env.items():
+            if k == "LD_PRELOAD":
+                v = (self.env.get("LD_PRELOAD", "") + " " + v).strip()
+            self.env[k] = v
         self.http = http
         self.conf = os.path.join(self.dir, "nginx.conf")
         for _ in range(5):
@@ -95,8 +102,11 @@ class NginxDaemon:
             raise RuntimeError("nginx never answered:\n" + self.error_log())
 
     def config_text(self, http):
-        return """load_module %s;
-env LD_PRELOAD; env ASAN_OPTIONS; env UBSAN_OPTIONS;
+        extra = "".join(" env %s;" % k
+                        for k in getattr(self, "extra_env", {})
+                        if k != "LD_PRELOAD")
+        return ("""load_module %s;
+env LD_PRELOAD; env ASAN_OPTIONS; env UBSAN_OPTIONS;""" + extra + """
 worker_processes 2;
 pid %s/nginx.pid;
 error_log %s/logs/error.log info;
@@ -111,8 +121,8 @@ http {
     root %s;
 %s
 }
-""" % ((MODULE,) + (self.dir,) * 10 + (http.replace("@PORT@",
-                                                     str(self.port)),))
+""") % ((MODULE,) + (self.dir,) * 10 + (http.replace("@PORT@",
+                                                      str(self.port)),))
 
     def write(self):
         with open(self.conf, "w") as f:

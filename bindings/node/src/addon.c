@@ -107,24 +107,67 @@ static void free_ptr(napi_env env, void *data, void *hint)
 	free(data);
 }
 
+/* quotas[i] ([unit, align, zone] strings, checked by index.js) into a
+ * quota of `quota` requests: 0, or SLUICE_E* with the core's message. */
+static int quota_limit(napi_env env, napi_value spec, double quota,
+		       sluice_limit_t *l, double *window, char *err,
+		       size_t errlen)
+{
+	napi_value v;
+	char per_text[32], align[16], tz[256];
+	size_t n;
+	uint8_t per = 0;
+	uint16_t zone = 0;
+	int rc;
+
+	if (napi_get_element(env, spec, 0, &v) != napi_ok ||
+	    napi_get_value_string_utf8(env, v, per_text, sizeof(per_text),
+				       &n) != napi_ok ||
+	    napi_get_element(env, spec, 1, &v) != napi_ok ||
+	    napi_get_value_string_utf8(env, v, align, sizeof(align), NULL) !=
+		    napi_ok ||
+	    napi_get_element(env, spec, 2, &v) != napi_ok ||
+	    napi_get_value_string_utf8(env, v, tz, sizeof(tz), NULL) != napi_ok)
+		return -1000;
+	if (n + 1 >= sizeof(per_text)) {
+		snprintf(err, errlen, "per is too long");
+		return SLUICE_EINVAL;
+	}
+	rc = sluice_per_parse(per_text, &per, err, errlen);
+	if (rc == 0 && tz[0])
+		rc = sluice_zone_load(tz, &zone, err, errlen);
+	if (rc == 0)
+		rc = sluice_quota_init(l, (uint64_t)quota, per,
+				       strcmp(align, "first_use") == 0
+					       ? SLUICE_ALIGN_FIRST_USE
+					       : SLUICE_ALIGN_CALENDAR,
+				       zone, err, errlen);
+	if (rc == 0)
+		*window = 0; /* per decision: quotaWindow() */
+	return rc;
+}
+
 /*
- * policyNew(name, capacities[], rates[]) -> [external, windows_s[]]
- * Capacities are whole numbers already checked by index.js; rates are
- * strings in the core's syntax.  Errors are RangeErrors with the core's
- * own message.
+ * policyNew(name, capacities[], rates[], quotas[]) -> [external,
+ * windows_s[]]
+ * Capacities (or quotas) are whole numbers already checked by index.js;
+ * rates are strings in the core's syntax; quotas[i] is null for a token
+ * bucket, else [unit, align, zone] of a calendar quota of capacities[i]
+ * requests.  Errors are RangeErrors with the core's own message.
  */
 static napi_value policy_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 3, i;
-	napi_value argv[3], ext, windows, result;
-	uint32_t n = 0, n2 = 0;
+	size_t argc = 4, i;
+	napi_value argv[4], ext, windows, result;
+	uint32_t n = 0, n2 = 0, n3 = 0;
 	policy_t *p;
 	char err[256];
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_array_length(env, argv[1], &n));
 	CHECK(env, napi_get_array_length(env, argv[2], &n2));
-	if (n == 0 || n != n2 || n > SLUICE_MAX_LIMITS) {
+	CHECK(env, napi_get_array_length(env, argv[3], &n3));
+	if (n == 0 || n != n2 || n != n3 || n > SLUICE_MAX_LIMITS) {
 		snprintf(err, sizeof(err),
 			 "a policy needs 1 to %d limits, got %u",
 			 SLUICE_MAX_LIMITS, n);
@@ -142,10 +185,11 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 	if (napi_create_array_with_length(env, n, &windows) != napi_ok)
 		goto napi_fail;
 	for (i = 0; i < n; i++) {
-		napi_value cv, rv, w;
+		napi_value cv, rv, qv, w;
+		napi_valuetype qt;
 		char rate[128];
 		size_t ratelen = 0;
-		double cap;
+		double cap, window = 0;
 		sluice_rate_t r;
 		sluice_limit_t *l = &p->limits[i];
 		int rc;
@@ -153,7 +197,18 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		if (napi_get_element(env, argv[1], (uint32_t)i, &cv) !=
 			    napi_ok ||
 		    napi_get_value_double(env, cv, &cap) != napi_ok ||
-		    napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
+		    napi_get_element(env, argv[3], (uint32_t)i, &qv) !=
+			    napi_ok ||
+		    napi_typeof(env, qv, &qt) != napi_ok)
+			goto napi_fail;
+		if (qt == napi_object) {
+			rc = quota_limit(env, qv, cap, l, &window, err,
+					 sizeof(err));
+			if (rc == -1000)
+				goto napi_fail;
+			goto checked;
+		}
+		if (napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
 			    napi_ok ||
 		    napi_get_value_string_utf8(env, rv, rate, sizeof(rate),
 					       &ratelen) != napi_ok)
@@ -168,6 +223,16 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 		if (rc == 0)
 			rc = sluice_limit_init(l, (uint64_t)cap, &r, err,
 					       sizeof(err));
+		if (rc == 0) {
+			/* The window of RateLimit-Policy: time from empty
+			 * to full, in whole seconds rounded up (as sluice
+			 * serve says it). */
+			uint64_t us = l->tau / l->rate.per +
+				      (l->tau % l->rate.per != 0);
+
+			window = (double)(us / 1000000 + (us % 1000000 != 0));
+		}
+	checked:
 		if (rc < 0) {
 			char msg[320];
 
@@ -176,18 +241,9 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 			napi_throw_range_error(env, "ERR_SLUICE_POLICY", msg);
 			return NULL;
 		}
-		/* The window of RateLimit-Policy: time from empty to full,
-		 * in whole seconds rounded up (as sluice serve says it). */
-		{
-			uint64_t us = l->tau / l->rate.per +
-				      (l->tau % l->rate.per != 0);
-			double s = (double)(us / 1000000 + (us % 1000000 != 0));
-
-			if (napi_create_double(env, s, &w) != napi_ok ||
-			    napi_set_element(env, windows, (uint32_t)i, w) !=
-				    napi_ok)
-				goto napi_fail;
-		}
+		if (napi_create_double(env, window, &w) != napi_ok ||
+		    napi_set_element(env, windows, (uint32_t)i, w) != napi_ok)
+			goto napi_fail;
 	}
 	p->nlimits = n;
 	addon_policy_learn(p, sluice_now_us());
@@ -200,6 +256,60 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 napi_fail:
 	free(p);
 	return addon_throw_last(env);
+}
+
+/*
+ * quotaWindow(policy, i, resetMs, nowUs) -> seconds
+ * RateLimit-Policy's w= of the policy's quota i, as sluice serve says it
+ * (sluice_quota_window_s(), src/policy/ratelimit_headers.c): the length
+ * of the window a count resetMs from nowUs belongs to, else (resetMs 0)
+ * of the window a take at nowUs would open.  0 for a token bucket.
+ */
+static napi_value quota_window(napi_env env, napi_callback_info info)
+{
+	size_t argc = 4;
+	napi_value argv[4], res;
+	policy_t *p;
+	uint32_t i = 0;
+	double reset_ms = 0, now_us = 0, s = 0;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	p = addon_external(env, argv[0]);
+	if (!p)
+		return addon_throw_last(env);
+	CHECK(env, napi_get_value_uint32(env, argv[1], &i));
+	CHECK(env, napi_get_value_double(env, argv[2], &reset_ms));
+	CHECK(env, napi_get_value_double(env, argv[3], &now_us));
+	if (i < p->nlimits && sluice_limit_is_quota(&p->limits[i])) {
+		const sluice_limit_t *l = &p->limits[i];
+		int64_t now = (int64_t)now_us, t = now, start = 0, end;
+
+		if (reset_ms > 0 && reset_ms < 1e15)
+			t = now + (int64_t)reset_ms * 1000;
+		if (t == now) {
+			end = sluice_quota_window(l, 0, now, &start);
+		} else if (l->window.align == SLUICE_ALIGN_FIRST_USE) {
+			/* The window ends at a whole second: the nearest. */
+			int64_t e = (t + 500000) / 1000000 * 1000000;
+
+			end = sluice_quota_window(l, sluice_quota_state(e, 1),
+						  e - 1, &start);
+		} else {
+			/* The decision's window ends about t (the store's
+			 * clock decided: Redis's may be off ours): the
+			 * calendar boundary nearest to t is its end. */
+			end = sluice_quota_calendar(l, t, &start);
+			if (t - start < end - t) {
+				end = start;
+				sluice_quota_calendar(l, start - 1, &start);
+			}
+		}
+		if (end > start)
+			s = (double)((end - start) / 1000000 +
+				     ((end - start) % 1000000 != 0));
+	}
+	CHECK(env, napi_create_double(env, s, &res));
+	return res;
 }
 
 /* ---------------------------------------------------------------- keys */
@@ -326,6 +436,7 @@ static napi_value init(napi_env env, napi_value exports)
 {
 	static const addon_fn_t fns[] = {
 		{"policyNew", policy_new},
+		{"quotaWindow", quota_window},
 		{"strerror", str_error},
 		{"ipKey", ip_key},
 	};

@@ -9,12 +9,13 @@
  * process-wide registry: policies are made on any thread that loads the
  * addon); a new policy of the name learns them as its earlier limits,
  * position by position, with the earlier limits the replaced one still
- * kept, each until a bucket under it would be full again (at least a
- * day).  Before each call on a key, the store's carry verb moves the
- * key's usage from them (what was used stays used: sluice_carry()).
- * Policies of one name used side by side (the old one still held by a
- * middleware) are history of each other only in the order they were
- * made.
+ * kept, each until a bucket under it would be full again (a quota:
+ * until its window ended), at least a day.  Before each call on a key,
+ * the store's carry verb moves the key's usage from them (what was
+ * used stays used: sluice_carry(); a bucket's shortfall becomes a quota's
+ * count and back, sluice_quota.h).  Policies of one name used side by
+ * side (the old one still held by a middleware) are history of each
+ * other only in the order they were made.
  */
 #include "addon.h"
 
@@ -57,7 +58,17 @@ static void add_from(addon_carry_t *c, const sluice_limit_t *to,
 
 static int64_t keep_until(const sluice_limit_t *l, int64_t now)
 {
-	uint64_t us = l->tau / l->rate.per + 1;
+	uint64_t us;
+
+	/* A quota: until a window opening now would end (a count never
+	 * lives longer: its state expires with its window). */
+	if (sluice_limit_is_quota(l)) {
+		int64_t end = sluice_quota_window(l, 0, now, NULL);
+
+		us = end > now ? (uint64_t)(end - now) + 1000000 : 0;
+	} else {
+		us = l->tau / l->rate.per + 1;
+	}
 
 	return now + (int64_t)(us < (uint64_t)KEEP_MIN_US
 				       ? (uint64_t)KEEP_MIN_US

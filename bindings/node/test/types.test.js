@@ -69,6 +69,8 @@ sluice.express({ limiter, policy, keyGenerator: () => 'x' });
 sluice.express({ limiter, policy, headers: 'draft-9' });
 new sluice.Limiter({ stor: 'memory' });
 limiter.block('k', policy);
+sluice.policy([{ quota: 5, per: 'fortnight' }]);
+sluice.policy([{ quota: 5, per: 'day', align: 'midnight' }]);
 export {};
 `,
   });
@@ -79,4 +81,6 @@ export {};
   assert.match(out, /draft-9/);
   assert.match(out, /stor/);
   assert.match(out, /bad\.ts\(7,/, 'block needs ms');
+  assert.match(out, /fortnight/, 'a quota\'s unit is one of QuotaUnit');
+  assert.match(out, /midnight/, 'align is calendar or first_use');
 });

@@ -82,16 +82,16 @@ class Import:
     """The checks, on a Redis given by redis() (with or without the
     module)."""
 
-    def config(self, import_on=True):
+    def config(self, import_on=True, windows="buckets"):
         d = envoy_dir({"api.yaml": API, "other.yaml": OTHER})
         return ("store: {redis: {url: \"%s\", timeout_ms: 3000, connections: 4}}\n"
                 "envoy: {config_dir: %s, import_counters: %s,"
-                " cache_key_prefix: \"%s\"}\n"
+                " cache_key_prefix: \"%s\", windows: %s}\n"
                 % (self.redis.url(), d, "true" if import_on else "false",
-                   PREFIX))
+                   PREFIX, windows))
 
-    def serve(self, import_on=True):
-        s = GrpcSluice(self.config(import_on), threads=2)
+    def serve(self, import_on=True, windows="buckets"):
+        s = GrpcSluice(self.config(import_on, windows), threads=2)
         self.addCleanup(s.stop)
         return s
 
@@ -129,6 +129,33 @@ class Import:
                          [2, 1, 0, None])
         m = self.s.metrics()
         self.assertGreaterEqual(m.get("sluice_envoy_imported_total", 0), 1)
+
+    def test_calendar_windows_import_into_the_quota(self):
+        """With envoy.windows: calendar a descriptor is a calendar quota:
+        the count goes into the quota's window (its stored state
+        end_s*10^9+used), never a bucket's state under a quota's key."""
+        s = self.serve(windows="calendar")
+        ch = s.channel()
+        self.addCleanup(ch.close)
+        stub = s.rls(ch)
+        user = uniq()
+        u = [("user", user)]
+        self.envoy_count("api", u, 7)
+        self.assertEqual([self.remaining_after("api", u, stub)
+                          for _ in range(4)], [2, 1, 0, None])
+        # The quota's state, found by Redis itself (its name holds bytes a
+        # shell would split): the one key of this user ending "@hour".
+        raw = self.redis.cli(
+            "EVAL", "local v = {} for _, k in ipairs(redis.call('KEYS', "
+            "ARGV[1])) do if string.sub(k, -5) == '@hour' then "
+            "v[#v + 1] = redis.call('GET', k) end end return v", 0,
+            "*%s*" % user)
+        self.assertTrue(raw.isdigit(), raw)
+        state = int(raw)
+        end_s, used = divmod(state, 10 ** 9)
+        self.assertEqual(used, 10)
+        self.assertEqual(end_s % 3600, 0)
+        self.assertGreater(end_s, time.time() - 5)
 
     def test_post_json_imports_too(self):
         """The HTTP front end of the same service (POST /json)."""

@@ -329,7 +329,9 @@ static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
 
 	c->script = script;
 	sluice_redis__resp_init(&o);
-	if (script && sluice_redis__has_quota(c->limits, c->nlimits))
+	/* An import writes a quota's state itself (import.lua). */
+	if (script && c->adjust != SLUICE_REDIS_ADJUST_IMPORT &&
+	    sluice_redis__has_quota(c->limits, c->nlimits))
 		sluice_redis__quota_command(c, &o);
 	else if (script)
 		sluice_redis__script_command(k->r, c, &o);

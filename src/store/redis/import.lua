@@ -9,7 +9,9 @@
 --          and this window (CACHE_KEY_PREFIX domain_k_v_..._windowstart):
 --          a plain integer its INCRBY counts, over-limit hits included
 -- KEYS[3]  the bucket's import mark, <KEYS[1]>#import
--- ARGV[1]  interval, ARGV[2] tau, ARGV[3] per, ARGV[4] capacity
+-- ARGV[1]  interval, ARGV[2] tau, ARGV[3] per, ARGV[4] capacity; for a
+--          calendar quota interval 0, tau the end (s) of its window
+--          holding now and capacity the quota (its state end_s*10^9+used)
 -- ARGV[5]  the window's length in ms (the mark's life when the counter
 --          has no TTL)
 -- Once per bucket and window: the mark says the import was decided
@@ -30,6 +32,19 @@ local ttl = redis.call('PTTL', KEYS[2])
 if ttl < 1 then ttl = ARGV[5] + 0 end
 redis.call('SET', KEYS[3], '1', 'PX', ttl)
 local ni, ntau, np, cap = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+c = math.floor(c)
+if c > cap then c = cap end
+if ni == 0 then
+	-- A quota: a count in a window still open is sluice's own.  The
+	-- state is written as text (end_s*10^9 exceeds a double's integers).
+	local s = redis.call('GET', KEYS[1])
+	local e = s and tonumber(string.sub(s, 1, -10))
+	if e and e > t[1] + 0 then return 0 end
+	if ntau <= t[1] + 0 then return 0 end
+	redis.call('SET', KEYS[1], string.format('%d%09d', ntau, c),
+		'PXAT', ntau * 1000 + math.floor((c + 999999) / 1000000))
+	return c
+end
 -- The shortfall as carry.lua reads it: above 0, the bucket holds state.
 local s = redis.call('GET', KEYS[1])
 if s then
@@ -41,9 +56,7 @@ if s then
 	end
 end
 -- The count can pass the limit (envoyproxy counts refused hits too):
--- at most a bucketful is used.
-c = math.floor(c)
-if c > cap then c = cap end
+-- at most a bucketful is used (capped above).
 local nd = c * ni
 if nd > ntau then nd = ntau end
 local u = nd % np

@@ -182,10 +182,13 @@ static void set_command(const sluice_redis_call_t *c, sluice_redis_resp_t *o)
 }
 
 /* EVALSHA import 3 bucket counter mark interval tau per capacity
- * window_ms (sluice_redis_import()). */
+ * window_ms (sluice_redis_import()); for a calendar quota interval is 0
+ * and tau the end of its window holding now, in seconds (the count is
+ * imported into that window). */
 static void import_command(const sluice_redis_call_t *c, sluice_redis_resp_t *o)
 {
 	const sluice_limit_t *l = &c->limits[0];
+	int quota = sluice_limit_is_quota(l);
 	size_t i;
 
 	sluice_redis__resp_array(o, 3 + 3 + 5);
@@ -194,8 +197,12 @@ static void import_command(const sluice_redis_call_t *c, sluice_redis_resp_t *o)
 	sluice_redis__resp_u64(o, 3);
 	for (i = 0; i < 3; i++)
 		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
-	sluice_redis__resp_u64(o, l->rate.interval);
-	sluice_redis__resp_u64(o, l->tau);
+	sluice_redis__resp_u64(o, quota ? 0 : l->rate.interval);
+	sluice_redis__resp_u64(
+		o, quota ? (uint64_t)(sluice_quota_window(l, 0, sluice_now_us(),
+							  NULL) /
+				      1000000)
+			 : l->tau);
 	sluice_redis__resp_u64(o, l->rate.per);
 	sluice_redis__resp_u64(o, l->capacity);
 	sluice_redis__resp_u64(o, c->mk[0].cost);

@@ -103,6 +103,22 @@ SLUICE_API int sluice_refund_if(const sluice_limit_t *limits,
 				sluice_state_t *next);
 
 /*
+ * The states of a reservation as text, for a caller that hands them on
+ * (the `state` of `/v1/take` with max_wait_ms, the Node package's token):
+ * each state in decimal, joined by '.', as "1733451234567890123" or
+ * "1733451234567890123.1733451234567890456".  sluice_states_format()
+ * writes states[0..n) into out (NUL-terminated; SLUICE_STATES_TEXT_MAX
+ * bytes always suffice) and returns its length, 0 when outlen is too
+ * small.  sluice_states_parse() reads exactly n states from text[0..len)
+ * (nothing else: no sign, space or leading '+'), 0 or SLUICE_EINVAL.
+ */
+#define SLUICE_STATES_TEXT_MAX (SLUICE_MAX_LIMITS * 21)
+SLUICE_API size_t sluice_states_format(const sluice_state_t *states, size_t n,
+				       char *out, size_t outlen);
+SLUICE_API int sluice_states_parse(const char *text, size_t len, size_t n,
+				   sluice_state_t *states);
+
+/*
  * As sluice_memstore_reserve(), also writing left[i] (may be NULL), the
  * state each bucket of limits[i] holds after the reservation (0 unless
  * reserved with a cost): what sluice_memstore_refund_if() expects.

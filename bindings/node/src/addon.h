@@ -96,8 +96,9 @@ void addon_reservation(const sluice_reservation_t *r,
 
 /* A reservation's state token: the states it left (its
  * sluice_reservation_t.states, one per limit of the policy) in decimal,
- * joined by '.', as JS holds it (a string: a state passes 2^53). */
-#define ADDON_TOKEN_MAX (SLUICE_MAX_LIMITS * 21)
+ * joined by '.' (sluice_states_format()), as JS holds it (a string: a
+ * state passes 2^53). */
+#define ADDON_TOKEN_MAX SLUICE_STATES_TEXT_MAX
 void addon_token_format(const sluice_state_t *states, size_t n,
 			char out[ADDON_TOKEN_MAX]);
 /* The token in v (a string of n states) into states[0..n); NULL with a

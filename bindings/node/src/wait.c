@@ -10,7 +10,6 @@
  */
 #include "redis.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,45 +19,25 @@
 void addon_token_format(const sluice_state_t *states, size_t n,
 			char out[ADDON_TOKEN_MAX])
 {
-	size_t i, len = 0;
-
-	out[0] = '\0';
-	for (i = 0; i < n && i < SLUICE_MAX_LIMITS; i++)
-		len += (size_t)snprintf(out + len, ADDON_TOKEN_MAX - len,
-					"%s%lld", i ? "." : "",
-					(long long)states[i]);
+	sluice_states_format(states, n, out, ADDON_TOKEN_MAX);
 }
 
 void *addon_token_parse(napi_env env, napi_value v, size_t n,
 			sluice_state_t *states)
 {
-	char buf[ADDON_TOKEN_MAX], *p, *end;
-	size_t len = 0, i;
+	char buf[ADDON_TOKEN_MAX];
+	size_t len = 0;
 
 	if (napi_get_value_string_latin1(env, v, buf, sizeof(buf), &len) !=
 		    napi_ok ||
-	    len + 1 >= sizeof(buf))
-		goto bad;
-	p = buf;
-	for (i = 0; i < n; i++) {
-		long long x;
-
-		if (*p < '0' || *p > '9')
-			goto bad;
-		errno = 0;
-		x = strtoll(p, &end, 10);
-		if (errno || x < 0 || (*end != '.' && *end != '\0') ||
-		    (*end == '.') != (i + 1 < n))
-			goto bad;
-		states[i] = (sluice_state_t)x;
-		p = end + (*end == '.');
+	    len + 1 >= sizeof(buf) ||
+	    sluice_states_parse(buf, len, n, states) != 0) {
+		napi_throw_type_error(env, "ERR_SLUICE_TOKEN",
+				      "not a reservation's state token for "
+				      "this policy");
+		return NULL;
 	}
 	return states;
-bad:
-	napi_throw_type_error(env, "ERR_SLUICE_TOKEN",
-			      "not a reservation's state token for this "
-			      "policy");
-	return NULL;
 }
 
 /* ------------------------------------------------------ Redis store */
@@ -205,4 +184,5 @@ const addon_fn_t addon_wait_fns[] = {
 	{"redisToken", redis_token},
 	{"redisRefundIf", redis_refund_if},
 };
-const size_t addon_wait_nfns = sizeof(addon_wait_fns) / sizeof(addon_wait_fns[0]);
+const size_t addon_wait_nfns =
+	sizeof(addon_wait_fns) / sizeof(addon_wait_fns[0]);

@@ -210,6 +210,17 @@ test("the middleware's delay: { maxWaitMs } delays a request instead of refusing
   assert.throws(() => sluice.express({ limiter, policy: p, delay: { wait: 1 } }), /no option "wait"/);
 });
 
+// Waits (bounded) until the key 'one' is refused with retryAfterMs `ms`
+// on the test's still clock (the refunds of answers that finished have
+// landed), then checks it stays so.
+async function settlesAt(limiter, p, ms) {
+  const now = async () => { const d = await limiter.get('one', p); return d.allowed ? 0 : d.retryAfterMs; };
+  for (let i = 0; i < 2000 && (await now()) !== ms; i++) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(await now(), ms);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(await now(), ms);
+}
+
 test("the middleware's delay with skipSuccessfulRequests: a request is given back only when nobody was queued after it", async () => {
   const { limiter } = clocked();
   const p = sluice.policy([{ capacity: 1, rate: '20/s' }], { name: 'ds' });
@@ -247,12 +258,59 @@ test("the middleware's delay with skipSuccessfulRequests: a request is given bac
     assert.equal(await b, 200);
     hold.get('c')();
     assert.equal(await c, 200);
-    // b's charge stays: the bucket has nothing now (a refund of both
-    // would have filled it, and one more request would fit in c's
-    // interval).
-    assert.equal((await limiter.get('one', p)).allowed, false);
+    // c given back (its refund lands once its answer finished: until
+    // then b and c are charged, 100 ms to wait); b's charge stays: 50 ms
+    // (a refund of both would have filled the bucket, and one more
+    // request would fit in c's interval).
+    await settlesAt(limiter, p, 50);
   } finally {
     server.close();
+    await limiter.close();
+  }
+});
+
+test("Fastify's delay with skipSuccessfulRequests: the same conditional refund", async () => {
+  const Fastify = require('fastify');
+  const { limiter } = clocked();
+  const p = sluice.policy([{ capacity: 1, rate: '20/s' }], { name: 'fs' });
+  const hold = new Map();
+  const app = Fastify();
+  await app.register(sluice.fastify, { limiter, policy: p, key: () => 'one', delay: { maxWaitMs: 5000 }, skipSuccessfulRequests: true });
+  app.get('/', (request) => new Promise((resolve) => hold.set(request.query.n, () => resolve({ ok: true }))));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const getN = (n) => new Promise((resolve, reject) => {
+    http.get({ port: app.server.address().port, path: `/?n=${n}` }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    }).on('error', reject);
+  });
+  const until = async (cond) => {
+    for (let i = 0; i < 6000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+    assert.ok(cond());
+  };
+  // onResponse runs after the answer is sent: wait until it has.
+  const settles = async (allowed) => {
+    for (let i = 0; i < 2000 && (await limiter.get('one', p)).allowed !== allowed; i++) await new Promise((r) => setTimeout(r, 5));
+    assert.equal((await limiter.get('one', p)).allowed, allowed);
+  };
+  try {
+    const a = getN('a');
+    await until(() => hold.has('a'));
+    hold.get('a')();
+    assert.equal(await a, 200);
+    await settles(true);
+    const b = getN('b');
+    await until(() => hold.has('b'));
+    const c = getN('c');
+    await until(() => hold.has('c'));
+    hold.get('b')();
+    assert.equal(await b, 200);
+    hold.get('c')();
+    assert.equal(await c, 200);
+    // c given back (the last), b not: one token charged.
+    await settlesAt(limiter, p, 50);
+  } finally {
+    await app.close();
     await limiter.close();
   }
 });

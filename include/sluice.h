@@ -173,12 +173,27 @@ SLUICE_API int sluice_rate_format(const sluice_rate_t *rate, char *buf,
 
 /* ---------------------------------------------------------------- limits */
 
-/* One capacity + rate pair, with the derived constants the math needs. */
+/*
+ * What makes a limit a calendar quota (sluice_quota.h) rather than a token
+ * bucket: per == 0 (every field 0, as a zeroed limit has) is a token
+ * bucket.  Eight bytes with no padding, so limits compare with memcmp.
+ */
+typedef struct sluice_window_s {
+	uint8_t per;	   /* 0: token bucket; else SLUICE_PER_* */
+	uint8_t align;	   /* SLUICE_ALIGN_CALENDAR or _FIRST_USE */
+	uint16_t zone;	   /* 0: UTC; else sluice_zone_load()'s id */
+	uint32_t reserved; /* 0 */
+} sluice_window_t;
+
+/* One capacity + rate pair, with the derived constants the math needs; or
+ * a calendar quota (window.per != 0: capacity is the quota, rate is
+ * {1, 1} and tau the quota, see sluice_quota.h). */
 typedef struct sluice_limit_s {
-	uint64_t capacity;  /* burst, >= 1 */
-	sluice_rate_t rate; /* refill, in lowest terms */
-	uint64_t tau;	    /* capacity * rate.interval: time from empty to
-			       full, in 1/rate.per microsecond units */
+	uint64_t capacity;	/* burst, >= 1 */
+	sluice_rate_t rate;	/* refill, in lowest terms */
+	uint64_t tau;		/* capacity * rate.interval: time from empty to
+				   full, in 1/rate.per microsecond units */
+	sluice_window_t window; /* all 0 for a token bucket */
 } sluice_limit_t;
 
 /*
@@ -209,10 +224,14 @@ SLUICE_API int sluice_limit_parse(sluice_limit_t *limit, const char *capacity,
  * share one.  A key's state for a limit is found by key + this id, never
  * by the limit's position: switching tiers, a rule gaining or losing a
  * limit on reload, or two callers with different limits on one key never
- * read or reset each other's state.  Writes the NUL-terminated id into buf
+ * read or reset each other's state.  A calendar quota's id is
+ * "<quota>@<unit>", with ":<zone>" for a calendar in a zone other than UTC
+ * or ":first_use" for first-use windows: "10000@month",
+ * "3@day:Europe/Berlin", "100@hour:first_use" (no slash after the "@",
+ * so never a bucket's id).  Writes the NUL-terminated id into buf
  * (at least SLUICE_LIMIT_ID_MAX bytes) and returns its length.
  */
-#define SLUICE_LIMIT_ID_MAX 48
+#define SLUICE_LIMIT_ID_MAX 64
 SLUICE_API size_t sluice_limit_id(const sluice_limit_t *limit,
 				  char buf[SLUICE_LIMIT_ID_MAX]);
 
@@ -743,5 +762,7 @@ SLUICE_API int64_t sluice_now_us(void);
 
 /* Reservations (waiting for a turn) and set: sluice_reserve.h. */
 #include "sluice_reserve.h"
+/* Calendar quotas (a count per day, per month, ...): sluice_quota.h. */
+#include "sluice_quota.h"
 
 #endif /* SLUICE_H */

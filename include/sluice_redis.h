@@ -444,6 +444,27 @@ SLUICE_API int sluice_redis_carry(sluice_redis_t *r, const void *key,
 				  sluice_redis_many_cb cb, void *arg);
 
 /*
+ * A key's bucket under `limit` started with the usage another limiter
+ * counted in the same Redis: the integer at the key `counter` (bytes,
+ * envoyproxy/ratelimit's fixed-window counter, docs/ENVOY.md), c, makes
+ * min(c, capacity) tokens used at the server's clock -- only when the
+ * bucket holds no state and was not imported while that counter lives
+ * (a mark beside the bucket, kept window_ms when the counter has no
+ * TTL); a bucket with state is never touched, so repeating it is
+ * harmless.  import.lua, one atomic call, written as a charge writes the
+ * state (the module reads it).  Sent before a take on the same client,
+ * it reaches the server first.  cb once with 0 or the failure; its
+ * `allowed` is 1 when usage was imported.  Returns 0, or SLUICE_EINVAL
+ * (a cluster client: the keys are in different slots; a limit not
+ * valid; no counter) / SLUICE_ENOMEM; the callback is then not called.
+ */
+SLUICE_API int sluice_redis_import(sluice_redis_t *r, const void *key,
+				   size_t keylen, const sluice_limit_t *limit,
+				   const char *counter, size_t counterlen,
+				   uint64_t window_ms, sluice_redis_many_cb cb,
+				   void *arg);
+
+/*
  * The decision a take of `cost` would get now (as sluice_redis_take()),
  * charging nothing: the script is sent more than a bucketful, which it
  * never charges, and the client decides `cost` on the shortfalls it

@@ -41,6 +41,35 @@ uint64_t sluice_carry_units(const sluice_limit_t *from, uint64_t D,
 	return used * to->rate.interval; /* < capacity * interval = tau */
 }
 
+/*
+ * A carry to or from a quota, in whole requests: a bucket's shortfall in
+ * whole tokens (a token partly refilled counting as used) or a quota's
+ * count in its live window becomes, to a quota, the count of its current
+ * window (at most its quota), to a bucket that many tokens short of full
+ * (at most its capacity).
+ */
+static sluice_state_t carry_quota(const sluice_limit_t *from,
+				  sluice_state_t state,
+				  const sluice_limit_t *to, int64_t now_us)
+{
+	uint64_t used, D;
+
+	if (sluice_limit_is_quota(from)) {
+		used = sluice_quota_used(state, now_us, NULL);
+	} else {
+		D = decide_shortfall(state, now_us, from->rate.per);
+		used = D / from->rate.interval + (D % from->rate.interval != 0);
+	}
+	if (used > to->capacity)
+		used = to->capacity;
+	if (used == 0)
+		return 0;
+	if (sluice_limit_is_quota(to))
+		return sluice_quota_state(
+			sluice_quota_window(to, 0, now_us, NULL), used);
+	return decide_encode(now_us, used * to->rate.interval, to->rate.per);
+}
+
 sluice_state_t sluice_carry(const sluice_limit_t *from, sluice_state_t state,
 			    const sluice_limit_t *to, int64_t now_us)
 {
@@ -50,6 +79,8 @@ sluice_state_t sluice_carry(const sluice_limit_t *from, sluice_state_t state,
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)
 		now_us = SLUICE_TIME_MAX_US;
+	if (sluice_limit_is_quota(from) || sluice_limit_is_quota(to))
+		return carry_quota(from, state, to, now_us);
 	D = sluice_carry_units(
 		from, decide_shortfall(state, now_us, from->rate.per), to);
 	return D == 0 ? 0 : decide_encode(now_us, D, to->rate.per);

@@ -94,6 +94,8 @@ sluice_state_t sluice_refund(const sluice_limit_t *limit, sluice_state_t state,
 	const uint32_t per = limit->rate.per;
 	uint64_t D, back;
 
+	if (sluice_limit_is_quota(limit))
+		return sluice_quota_refund(limit, state, now_us, cost);
 	if (now_us < 0)
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)
@@ -130,6 +132,8 @@ sluice_state_t sluice_penalize(const sluice_limit_t *limit,
 	const uint64_t max = sluice_debt_max_units(limit);
 	uint64_t D;
 
+	if (sluice_limit_is_quota(limit))
+		return sluice_quota_penalize(limit, state, now_us, cost);
 	if (now_us < 0)
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)
@@ -154,6 +158,8 @@ sluice_state_t sluice_block(const sluice_limit_t *limit, sluice_state_t state,
 	const uint64_t t = limit->rate.interval;
 	uint64_t D, target;
 
+	if (sluice_limit_is_quota(limit))
+		return sluice_quota_block(limit, state, now_us, ms);
 	if (now_us < 0)
 		now_us = 0;
 	else if (now_us > SLUICE_TIME_MAX_US)

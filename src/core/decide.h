@@ -8,14 +8,18 @@
 #ifndef SLUICE_CORE_DECIDE_H
 #define SLUICE_CORE_DECIDE_H
 
+#include "core/calendar.h"
 #include "sluice.h"
 #include "util/num.h"
 
 /* sluice_limit_valid() in line (limit_id.c's is this): capacity and
  * interval >= 1 (nothing downstream divides by zero), per in range, and
- * tau = capacity * interval <= 2^52; no division. */
+ * tau = capacity * interval <= 2^52; no division.  A quota (window.per
+ * set) is checked out of line (quota.c). */
 static inline int sluice_limit_valid_inline(const sluice_limit_t *l)
 {
+	if (__builtin_expect(l->window.per != 0, 0))
+		return sluice_quota_valid(l);
 	return l->capacity >= 1 && l->rate.interval >= 1 &&
 	       l->rate.per - 1u < SLUICE_RATE_PER_MAX &&
 	       l->tau <= SLUICE_UNITS_MAX &&
@@ -74,6 +78,11 @@ static inline void sluice_eval_inline(const sluice_limit_t *limit,
 	const uint64_t tau = limit->tau;
 	uint64_t D;
 
+	/* A calendar quota: a count per window (quota.c). */
+	if (__builtin_expect(limit->window.per != 0, 0)) {
+		sluice_quota_eval(limit, state, now_us, cost, next, d);
+		return;
+	}
 	/* Keep (now + tau) * 1000 inside int64 whatever the caller's clock. */
 	if (now_us < 0)
 		now_us = 0;

@@ -12,6 +12,7 @@
 #include "sluice.h"
 #include "util/num.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The rate of a limit id as sluice_rate_format() writes it when one of
@@ -47,6 +48,33 @@ static size_t rate_whole(const sluice_rate_t *rate, char *buf)
 	return 0;
 }
 
+/* A quota's id: "<quota>@<unit>", then ":<zone>" for a calendar in a
+ * zone other than UTC or ":first_use" ("3@day:Europe/Berlin").  The zone
+ * is named, never numbered: ids differ between processes, names do not.
+ * No "/" follows the "@", so no bucket's id is ever one. */
+static size_t quota_id(const sluice_limit_t *limit,
+		       char buf[SLUICE_LIMIT_ID_MAX])
+{
+	const char *unit = sluice_per_name(limit->window.per);
+	const char *zone = NULL;
+	size_t n;
+	int r;
+
+	if (limit->window.align == SLUICE_ALIGN_FIRST_USE)
+		zone = "first_use";
+	else if (limit->window.zone != 0)
+		zone = sluice_zone_name(limit->window.zone);
+	n = sluice_u64_dec(buf, limit->capacity);
+	r = snprintf(buf + n, SLUICE_LIMIT_ID_MAX - n, "@%s%s%s",
+		     *unit ? unit : "?", zone ? ":" : "",
+		     zone ? (*zone ? zone : "?") : "");
+	n += r > 0 ? (size_t)r : 0;
+	/* Every valid quota fits (zone names are at most 46 bytes). */
+	if (n >= SLUICE_LIMIT_ID_MAX)
+		n = SLUICE_LIMIT_ID_MAX - 1;
+	return n;
+}
+
 size_t sluice_limit_id(const sluice_limit_t *limit,
 		       char buf[SLUICE_LIMIT_ID_MAX])
 {
@@ -54,6 +82,8 @@ size_t sluice_limit_id(const sluice_limit_t *limit,
 	uint64_t g;
 	size_t n, r;
 
+	if (sluice_limit_is_quota(limit))
+		return quota_id(limit, buf);
 	if (rate.interval == 0 || rate.per == 0) {
 		buf[0] = '\0'; /* not a limit: no id */
 		return 0;
@@ -89,6 +119,13 @@ int sluice_limit_valid(const sluice_limit_t *l)
 
 int sluice_limit_same(const sluice_limit_t *a, const sluice_limit_t *b)
 {
+	/* A quota is the same as a quota of the same count, unit,
+	 * alignment and zone, never as a bucket. */
+	if (sluice_limit_is_quota(a) || sluice_limit_is_quota(b))
+		return a->capacity == b->capacity &&
+		       a->window.per == b->window.per &&
+		       a->window.align == b->window.align &&
+		       a->window.zone == b->window.zone;
 	/* Cross-multiplied: equal rates in any terms. */
 	return a->capacity == b->capacity &&
 	       (unsigned __int128)a->rate.interval * b->rate.per ==

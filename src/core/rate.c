@@ -273,6 +273,7 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	limit->rate.interval /= g;
 	limit->rate.per /= (uint32_t)g;
 	limit->tau = capacity * limit->rate.interval;
+	memset(&limit->window, 0, sizeof(limit->window)); /* a token bucket */
 	return SLUICE_OK;
 }
 

@@ -18,10 +18,16 @@
 /* The decision one limit reports after a reservation: the bucket as the
  * charge leaves it (nd, its shortfall), or as it is when refused. */
 static void reserve_decision(const sluice_limit_t *l, uint64_t nd,
-			     sluice_decision_t *d)
+			     uint64_t left, sluice_decision_t *d)
 {
 	d->limit = l->capacity;
 	d->never = 0;
+	if (sluice_limit_is_quota(l)) {
+		/* nd is the count, left the time to W's end. */
+		d->remaining = nd >= l->capacity ? 0 : l->capacity - nd;
+		d->reset_after_us = nd > 0 ? left : 0;
+		return;
+	}
 	d->remaining = nd >= l->tau ? 0 : (l->tau - nd) / l->rate.interval;
 	d->reset_after_us = decide_units_to_us_ceil(nd, l->rate.per);
 }
@@ -33,8 +39,9 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 		       uint64_t *wait_us)
 {
 	uint64_t D[SLUICE_MAX_LIMITS], w[SLUICE_MAX_LIMITS];
-	uint64_t nd[SLUICE_MAX_LIMITS];
-	uint64_t turn = 0, max_wait;
+	uint64_t nd[SLUICE_MAX_LIMITS], left[SLUICE_MAX_LIMITS];
+	int64_t end[SLUICE_MAX_LIMITS];
+	uint64_t turn = 0, max_wait, quota_wait = 0;
 	size_t i, worst = 0;
 	int never = 0, ok;
 
@@ -50,24 +57,52 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 		const sluice_limit_t *l = &limits[i];
 		uint64_t x;
 
-		D[i] = decide_shortfall(states[i], now_us, l->rate.per);
-		if (cost > l->capacity) {
-			never = 1;
-			w[i] = UINT64_MAX;
+		left[i] = 0;
+		end[i] = 0;
+		if (sluice_limit_is_quota(l)) {
+			/* A quota: D is W's count.  It passes now or not at
+			 * all (the wait to W's end, charging nothing). */
+			D[i] = sluice_quota_live(l, states[i], now_us, &end[i]);
+			left[i] = (uint64_t)(end[i] - now_us);
+			if (cost > l->capacity) {
+				never = 1;
+				w[i] = UINT64_MAX;
+			} else if (D[i] + cost <= l->capacity) {
+				w[i] = 0;
+			} else {
+				w[i] = left[i];
+				quota_wait = left[i];
+			}
 		} else {
-			/* D <= 2^53 and cost * T <= tau <= 2^52: no
-			 * overflow. */
-			x = D[i] + cost * l->rate.interval;
-			w[i] = x <= l->tau ? 0
-					   : decide_units_to_us_ceil(
-						     x - l->tau, l->rate.per);
+			D[i] = decide_shortfall(states[i], now_us, l->rate.per);
+			if (cost > l->capacity) {
+				never = 1;
+				w[i] = UINT64_MAX;
+			} else {
+				/* D <= 2^53 and cost * T <= tau <= 2^52: no
+				 * overflow. */
+				x = D[i] + cost * l->rate.interval;
+				w[i] = x <= l->tau ? 0
+						   : decide_units_to_us_ceil(
+							     x - l->tau,
+							     l->rate.per);
+			}
 		}
 		if (w[i] > turn) {
 			turn = w[i];
 			worst = i;
 		}
 	}
-	ok = !never && turn <= max_wait;
+	ok = !never && turn <= max_wait && quota_wait == 0;
+	/* A quota counts the request in W: a turn at or past W's end would
+	 * run it in the next window, so it is refused. */
+	for (i = 0; i < n; i++)
+		if (sluice_limit_is_quota(&limits[i]) && turn >= left[i] &&
+		    !never) {
+			ok = 0;
+			if (left[i] > quota_wait)
+				quota_wait = left[i];
+		}
 	for (i = 0; i < n; i++) {
 		const sluice_limit_t *l = &limits[i];
 		const uint64_t per = l->rate.per;
@@ -76,6 +111,10 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 		nd[i] = D[i];
 		if (!ok || cost == 0)
 			continue;
+		if (sluice_limit_is_quota(l)) {
+			nd[i] = D[i] + cost; /* <= capacity: it passed */
+			continue;
+		}
 		/*
 		 * The limit that sets the turn is charged as a take would
 		 * charge it (its turn is then exact, not rounded up to a
@@ -92,19 +131,23 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 	for (i = 0; i < n; i++) {
 		if (!ok)
 			nd[i] = D[i];
-		next[i] = ok && nd[i] != D[i]
-				  ? decide_encode(now_us, nd[i],
-						  limits[i].rate.per)
-				  : states[i];
+		if (!ok || nd[i] == D[i])
+			next[i] = states[i];
+		else if (sluice_limit_is_quota(&limits[i]))
+			next[i] = sluice_quota_state(end[i], nd[i]);
+		else
+			next[i] = decide_encode(now_us, nd[i],
+						limits[i].rate.per);
 	}
 	if (summary && n > 0) {
 		/* The latest turn; among equal ones, the fewest left. */
 		sluice_decision_t d;
 
-		reserve_decision(&limits[worst], nd[worst], summary);
+		reserve_decision(&limits[worst], nd[worst], left[worst],
+				 summary);
 		summary->which = worst;
 		for (i = 0; i < n; i++) {
-			reserve_decision(&limits[i], nd[i], &d);
+			reserve_decision(&limits[i], nd[i], left[i], &d);
 			if (w[i] == w[worst] &&
 			    d.remaining < summary->remaining) {
 				*summary = d;
@@ -114,7 +157,16 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 		summary->allowed = ok;
 		if (ok)
 			summary->retry_after_us = turn;
-		else if (never || turn <= max_wait)
+		else if (never)
+			summary->retry_after_us = UINT64_MAX;
+		else if (quota_wait > 0)
+			/* A quota's window must end first (and the turn
+			 * come within max_wait). */
+			summary->retry_after_us =
+				turn > max_wait && turn - max_wait > quota_wait
+					? turn - max_wait
+					: quota_wait;
+		else if (turn <= max_wait)
 			summary->retry_after_us = UINT64_MAX;
 		else
 			summary->retry_after_us = turn - max_wait;
@@ -128,6 +180,8 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 sluice_state_t sluice_set_remaining(const sluice_limit_t *limit, int64_t now_us,
 				    uint64_t remaining)
 {
+	if (sluice_limit_is_quota(limit))
+		return sluice_quota_set(limit, now_us, 0, remaining);
 	if (remaining >= limit->capacity)
 		return 0;
 	if (now_us < 0)

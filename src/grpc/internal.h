@@ -20,6 +20,7 @@
 #define SLUICE_GRPC_INTERNAL_H
 
 #include "grpc/grpc.h"
+#include "policy/grpc_tables.h"
 #include "util/buf.h"
 
 #include <nghttp2/nghttp2.h>
@@ -57,14 +58,10 @@ enum {
 #define GRPC_RESET_RATE	 100
 #define GRPC_RESET_TOTAL 10000
 
-/* Why a connection is cut off: the index of the reason label of
- * sluice_grpc_connections_refused_total (serve/metrics.c names them). */
-typedef enum grpc_refusal_e {
-	GRPC_REFUSE_RESET_FLOOD = 0,  /* too many streams reset */
-	GRPC_REFUSE_FRAME_FLOOD = 1,  /* PING/SETTINGS/... beyond bounds */
-	GRPC_REFUSE_HEADER_FLOOD = 2, /* CONTINUATION without end */
-	GRPC_REFUSE_PROTOCOL = 3,     /* any other HTTP/2 connection error */
-} grpc_refusal_t;
+/* Why a connection is cut off: SLUICE_GRPC_REFUSE_* of
+ * policy/grpc_tables.h, whose row also gives its metric label and the
+ * log's words. */
+typedef unsigned grpc_refusal_t;
 
 typedef struct grpc_conn_s grpc_conn_t;
 typedef struct grpc_call_s grpc_call_t;

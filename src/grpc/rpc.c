@@ -185,11 +185,11 @@ static size_t pct_encode(char *out, size_t outlen, const char *s)
 static void count_answer(grpc_call_t *call, int status)
 {
 	sluice_metrics_t *mx = call->conn->g->svc->metrics;
-	size_t m = call->method ? call->method_ix : SLUICE_GRPC_METHODS - 1;
+	size_t m = call->method ? call->method_ix : SLUICE_GRPC_METHOD_OTHER;
 	uint64_t now = uv_hrtime();
 
 	if (m >= SLUICE_GRPC_METHODS)
-		m = SLUICE_GRPC_METHODS - 1;
+		m = SLUICE_GRPC_METHOD_OTHER;
 	if (status < 0 || status > 16)
 		status = GRPC_UNKNOWN;
 	sluice_count(&mx->grpc_calls[m][status], 1);

@@ -118,11 +118,11 @@ static grpc_refusal_t refusal_of(ssize_t err)
 	switch (err) {
 	case NGHTTP2_ERR_FLOODED:
 	case NGHTTP2_ERR_TOO_MANY_SETTINGS:
-		return GRPC_REFUSE_FRAME_FLOOD;
+		return SLUICE_GRPC_REFUSE_FRAME_FLOOD;
 	case NGHTTP2_ERR_TOO_MANY_CONTINUATIONS:
-		return GRPC_REFUSE_HEADER_FLOOD;
+		return SLUICE_GRPC_REFUSE_HEADER_FLOOD;
 	default:
-		return GRPC_REFUSE_PROTOCOL;
+		return SLUICE_GRPC_REFUSE_PROTOCOL;
 	}
 }
 

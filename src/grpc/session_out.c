@@ -120,12 +120,10 @@ void grpc_conn_flush(grpc_conn_t *c)
 
 /* ------------------------------------------------------------ cut-offs */
 
+#define REFUSAL_TEXT(id, label, text) [SLUICE_GRPC_REFUSE_##id] = text,
 static const char *const refusal_text[] = {
-	[GRPC_REFUSE_RESET_FLOOD] = "too many streams reset (rapid reset)",
-	[GRPC_REFUSE_FRAME_FLOOD] = "too many control frames (PING, SETTINGS)",
-	[GRPC_REFUSE_HEADER_FLOOD] = "endless CONTINUATION frames",
-	[GRPC_REFUSE_PROTOCOL] = "an HTTP/2 protocol error",
-};
+	SLUICE_GRPC_REFUSAL_ROWS(REFUSAL_TEXT)};
+#undef REFUSAL_TEXT
 
 void grpc_conn_refuse(grpc_conn_t *c, grpc_refusal_t why)
 {
@@ -140,7 +138,7 @@ void grpc_conn_refuse(grpc_conn_t *c, grpc_refusal_t why)
 	/* The GOAWAY names the last stream taken; the connection closes
 	 * once it is sent (grpc_conn_flush). */
 	nghttp2_session_terminate_session(c->session,
-					  why == GRPC_REFUSE_PROTOCOL
+					  why == SLUICE_GRPC_REFUSE_PROTOCOL
 						  ? NGHTTP2_PROTOCOL_ERROR
 						  : NGHTTP2_ENHANCE_YOUR_CALM);
 	sluice_count(&g->svc->metrics->grpc_refused[why], 1);
@@ -177,7 +175,7 @@ void grpc_conn_count_reset(grpc_conn_t *c)
 		c->reset_ms = now;
 	}
 	if (c->reset_tokens < 1 || c->resets > GRPC_RESET_TOTAL) {
-		grpc_conn_refuse(c, GRPC_REFUSE_RESET_FLOOD);
+		grpc_conn_refuse(c, SLUICE_GRPC_REFUSE_RESET_FLOOD);
 		return;
 	}
 	c->reset_tokens -= 1;

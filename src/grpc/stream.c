@@ -20,16 +20,13 @@
 
 enum { CT_NONE, CT_GRPC, CT_GRPC_OTHER, CT_OTHER };
 
-static const grpc_method_t methods[] = {
-	{"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-	 grpc_rls_should_rate_limit, NULL},
-	{"/grpc.health.v1.Health/Check", grpc_health_check, NULL},
-	{"/grpc.health.v1.Health/Watch", grpc_health_watch,
-	 grpc_health_watch_update},
-};
+#define METHOD_ROW(id, path, label, handle, update)                            \
+	[SLUICE_GRPC_METHOD_##id] = {path, handle, update},
+static const grpc_method_t methods[] = {SLUICE_GRPC_METHOD_ROWS(METHOD_ROW)};
+#undef METHOD_ROW
 
-/* The row of a path, and its index (the method's label in /metrics:
- * the rows in order, then "other"). */
+/* The row of a path, and its index (its counters' row: the rows of
+ * policy/grpc_tables.h in order, then "other"). */
 static const grpc_method_t *find_method(const char *path, unsigned *ix)
 {
 	size_t i;

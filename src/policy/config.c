@@ -9,6 +9,7 @@
  */
 #include "policy/config_internal.h"
 #include "policy/envoy_config.h"
+#include "policy/envoy_import.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -406,7 +407,8 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	    sluice_config_parse_proxy(y, v, cfg) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "envoy")) &&
-	    sluice_envoy_parse_section(y, v, cfg->path, &cfg->envoy) < 0)
+	    (sluice_envoy_parse_section(y, v, cfg->path, &cfg->envoy) < 0 ||
+	     sluice_envoy_import_check(y, v, cfg) < 0))
 		rc = -1;
 	if ((v = sluice_yaml_get(y, root, "grpc")) &&
 	    sluice_config_parse_grpc(y, v, cfg) < 0)

@@ -254,7 +254,9 @@ static int envoy_carry(sluice_envoy_config_t *e,
 	for (i = 0; i < nl.n && rc == 0; i++) {
 		const sluice_envoy_limit_t *key = nl.v[i], **was;
 
-		was = bsearch(&key, ol.v, ol.n, sizeof(*ol.v), by_name);
+		/* (bsearch() must not be given the NULL of no limits) */
+		was = ol.n ? bsearch(&key, ol.v, ol.n, sizeof(*ol.v), by_name)
+			   : NULL;
 		if (was)
 			/* The node is the config's own: its limit's set is
 			 * ours to fill. */

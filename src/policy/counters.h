@@ -12,6 +12,7 @@
 #ifndef SLUICE_POLICY_COUNTERS_H
 #define SLUICE_POLICY_COUNTERS_H
 
+#include "policy/grpc_tables.h"
 #include "util/counter.h"
 
 #include <stddef.h>
@@ -20,12 +21,6 @@
 #define SLUICE_METRIC_SLOTS    256 /* distinct rule names; more share the last */
 #define SLUICE_METRIC_ADHOC    0   /* slot of POST /v1/take ad-hoc limits */
 #define SLUICE_LATENCY_BUCKETS 13
-#define SLUICE_GRPC_METHODS                                                    \
-	4 /* ShouldRateLimit, Health/Check, Health/Watch, other */
-/* Why the gRPC listener cut a connection off (src/grpc/conn.c). */
-#define SLUICE_GRPC_REFUSALS                                                   \
-	4 /* reset_flood, frame_flood, header_flood,                           \
-	     protocol_error */
 
 typedef enum {
 	SLUICE_RESULT_ALLOWED = 0,

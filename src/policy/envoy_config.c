@@ -12,6 +12,7 @@
 #include "policy/config_internal.h"
 #include "policy/envoy_internal.h"
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_xds.h"
 #include "util/log.h"
 
 #include <dirent.h>
@@ -44,6 +45,8 @@ static void settings_free(sluice_envoy_settings_t *s)
 	free(s->statsd_addr);
 	free(s->statsd_prefix);
 	free(s->statsd_tags);
+	free(s->cache_key_prefix);
+	sluice_envoy_xds_free(s->xds);
 }
 
 /* ------------------------------------------------------------- freeing */
@@ -518,7 +521,11 @@ static int copy_settings(sluice_envoy_settings_t *d,
 	d->statsd_addr = dup_or_null(s->statsd_addr);
 	d->statsd_prefix = strdup(s->statsd_prefix ? s->statsd_prefix : "");
 	d->statsd_tags = dup_or_null(s->statsd_tags);
-	return (s->config_dir && !d->config_dir) || !d->header_limit ||
+	d->cache_key_prefix =
+		strdup(s->cache_key_prefix ? s->cache_key_prefix : "");
+	d->xds = s->xds ? sluice_envoy_xds_copy(s->xds) : NULL;
+	return (s->config_dir && !d->config_dir) || (s->xds && !d->xds) ||
+			       !d->header_limit || !d->cache_key_prefix ||
 			       !d->header_remaining || !d->header_reset ||
 			       (s->statsd_addr && !d->statsd_addr) ||
 			       !d->statsd_prefix ||
@@ -611,6 +618,43 @@ sluice_envoy_load_text(const char *name, const char *text, size_t len,
 		return NULL;
 	}
 	return cfg;
+}
+
+sluice_envoy_config_t *
+sluice_envoy_load_texts(const sluice_envoy_text_t *texts, size_t n,
+			const sluice_envoy_settings_t *settings, char *err,
+			size_t errlen)
+{
+	errs_t e = {.err = err, .errlen = errlen, .max_errors = 1};
+	sluice_envoy_config_t *cfg = calloc(1, sizeof(*cfg));
+	size_t f;
+
+	if (errlen)
+		err[0] = '\0';
+	if (!cfg || copy_settings(&cfg->settings, settings) < 0 ||
+	    !(cfg->dir = strdup("")) ||
+	    !(cfg->override_rule.name = strdup("override")) ||
+	    !(cfg->files = calloc(n ? n : 1, sizeof(char *))) ||
+	    !(cfg->domains = calloc(n ? n : 1, sizeof(*cfg->domains))))
+		goto nomem;
+	cfg->override_rule.cost = 1;
+	cfg->override_rule.on_store_error = cfg->settings.on_store_error;
+	for (f = 0; f < n; f++)
+		if (!(cfg->files[cfg->nfiles++] = strdup(texts[f].name)))
+			goto nomem;
+	for (f = 0; f < n && !e.nerrors; f++)
+		load_text(cfg, f, texts[f].text, texts[f].len, 1, &e);
+	if (!e.nerrors)
+		check_domains(cfg, &e);
+	if (e.nerrors) {
+		sluice_envoy_config_free(cfg);
+		return NULL;
+	}
+	return cfg;
+nomem:
+	sluice_envoy_config_free(cfg);
+	snprintf(err, errlen, "out of memory");
+	return NULL;
 }
 
 static int cmp_key(const void *key, const void *elem)

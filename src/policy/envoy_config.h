@@ -143,6 +143,14 @@ typedef struct sluice_envoy_settings_s {
 	uid_t trusted_uids[SLUICE_ENVOY_MAX_TRUSTED];
 	size_t ntrusted_uids;
 	gid_t trusted_group; /* (gid_t)-1: none */
+	/* import_counters: a bucket's first touch reads envoyproxy/
+	 * ratelimit's window counter for the descriptor from the same Redis
+	 * (envoy_import.h); cache_key_prefix: its CACHE_KEY_PREFIX ("") */
+	int import_counters;
+	char *cache_key_prefix;
+	/* xds: the domains come from a control plane (policy/envoy_xds.h),
+	 * not config_dir; NULL: from config_dir. */
+	struct sluice_envoy_xds_s *xds;
 } sluice_envoy_settings_t;
 
 typedef struct sluice_envoy_config_s {
@@ -193,6 +201,18 @@ sluice_envoy_config_t *
 sluice_envoy_load_text(const char *name, const char *text, size_t len,
 		       const sluice_envoy_settings_t *settings, char *err,
 		       size_t errlen);
+
+/*
+ * The config of n resources' texts (each in the file loader's format,
+ * named texts[i].name in errors: "NAME:LINE: ...") with `settings`
+ * (copied), checked as a directory is (a domain in two of them, replaces
+ * cycles).  NULL with the first error in err after any error.
+ */
+struct sluice_envoy_text_s;
+sluice_envoy_config_t *
+sluice_envoy_load_texts(const struct sluice_envoy_text_s *texts, size_t n,
+			const sluice_envoy_settings_t *settings, char *err,
+			size_t errlen);
 
 /* Sets the defaults of an `envoy:` section without one. */
 void sluice_envoy_settings_init(sluice_envoy_settings_t *s);

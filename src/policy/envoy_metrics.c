@@ -441,6 +441,31 @@ static void render_ratelimit(sluice_buf_t *out, sluice_envoy_series_t *head)
 	emit(out, &ls);
 }
 
+/* envoy.import_counters (envoy_import.c): shown once an import was
+ * asked, in either style (envoyproxy/ratelimit has no such count). */
+static _Atomic uint64_t imported_total;
+static _Atomic int import_asked;
+
+void sluice_envoy_count_import(int imported)
+{
+	atomic_store_explicit(&import_asked, 1, memory_order_relaxed);
+	if (imported)
+		sluice_envoy_add(&imported_total, 1);
+}
+
+static void render_import(sluice_buf_t *out)
+{
+	if (!atomic_load_explicit(&import_asked, memory_order_relaxed))
+		return;
+	sluice_buf_puts(out, "# HELP sluice_envoy_imported_total Buckets "
+			     "started with envoyproxy/ratelimit's count "
+			     "(envoy.import_counters)\n# TYPE "
+			     "sluice_envoy_imported_total counter\n"
+			     "sluice_envoy_imported_total ");
+	sluice_buf_u64(out, atomic_load(&imported_total));
+	sluice_buf_append(out, "\n", 1);
+}
+
 void sluice_envoy_metrics_render(sluice_buf_t *out, int style)
 {
 	sluice_envoy_series_t *head;
@@ -456,6 +481,7 @@ void sluice_envoy_metrics_render(sluice_buf_t *out, int style)
 		render_sluice(out, head);
 	if (style & SLUICE_ENVOY_METRICS_RATELIMIT)
 		render_ratelimit(out, head);
+	render_import(out);
 }
 
 /* ------------------------------------------------------------- StatsD */

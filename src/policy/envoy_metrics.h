@@ -91,6 +91,11 @@ typedef enum {
 } sluice_envoy_service_count_t;
 void sluice_envoy_count_service(sluice_envoy_service_count_t which);
 
+/* envoy.import_counters (envoy_import.c): an import asked of the store
+ * (imported 0), or one that started a bucket with envoyproxy/ratelimit's
+ * count (1): sluice_envoy_imported_total, on /metrics once asked. */
+void sluice_envoy_count_import(int imported);
+
 /* StatsD (envoy.statsd): cb with each of envoyproxy/ratelimit's stats
  * (its statsd name, "ratelimit.service.rate_limit.messaging.to_number.
  * total_hits") that counted since the last call, and by how much.  One

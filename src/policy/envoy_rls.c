@@ -12,7 +12,9 @@
  */
 #include "policy/envoy_rls.h"
 #include "policy/envoy_config.h"
+#include "policy/envoy_import.h"
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_xds.h"
 #include "policy/ratelimit_headers.h"
 #include "policy/svc.h"
 #include "util/buf.h"
@@ -593,6 +595,44 @@ static void on_verdict(void *arg, const sluice_verdict_t *v)
 		finish(x, v);
 }
 
+/* The take, once envoyproxy/ratelimit's counters are in (when asked). */
+static void decide(void *arg)
+{
+	rls_ctx_t *x = arg;
+
+	sluice_verdict_decide(&x->svc->backend, x->t, sluice_now_us(),
+			      on_verdict, x);
+}
+
+/* envoy.import_counters: each charged bucket's first touch on this
+ * worker reads envoyproxy/ratelimit's counter before the take. */
+static void import_then_decide(rls_ctx_t *x)
+{
+	sluice_envoy_import_item_t *items;
+	size_t i, k = 0;
+
+	if (!(items = calloc(x->req->ndescriptors, sizeof(*items)))) {
+		decide(x); /* out of memory: no import, the take goes on */
+		return;
+	}
+	for (i = 0; i < x->req->ndescriptors; i++) {
+		const desc_t *d = &x->d[i];
+
+		if (d->kind != D_CHARGE)
+			continue;
+		items[k].desc = i;
+		items[k].key = x->t->matches[d->match].key;
+		items[k].keylen = x->t->matches[d->match].keylen;
+		items[k].set = d->set;
+		items[k].units = d->units;
+		items[k].configured = d->limit != NULL;
+		k++;
+	}
+	sluice_envoy_import(&x->svc->backend, x->cfg, x->req, items, k, decide,
+			    x);
+	free(items);
+}
+
 /* -------------------------------------------------------------- public */
 
 int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
@@ -706,8 +746,10 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		finish(x, NULL);
 		return 0;
 	}
-	sluice_verdict_decide(&svc->backend, x->t, sluice_now_us(), on_verdict,
-			      x);
+	if (cfg->settings.import_counters)
+		import_then_decide(x);
+	else
+		decide(x);
 	return 0;
 }
 
@@ -730,5 +772,6 @@ void sluice_rls_response_free(sluice_rls_response_t *resp)
 
 int sluice_rls_healthy(struct sluice_svc_s *svc)
 {
-	return !svc->draining && sluice_backend_healthy(&svc->backend);
+	return !svc->draining && sluice_backend_healthy(&svc->backend) &&
+	       !sluice_envoy_xds_pending();
 }

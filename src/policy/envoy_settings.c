@@ -17,6 +17,10 @@
  *     metrics: sluice                     # sluice | ratelimit | both
  *     statsd: {addr: "127.0.0.1:8125", prefix: "", tags: {env: prod},
  *              flush_ms: 10000, dogstatsd: false}
+ *     import_counters: false              # envoyproxy's counters on first
+ *     cache_key_prefix: ""                #   touch (envoy_import.h)
+ *     xds: {server: HOST:PORT, node_id: ...}  # instead of config_dir
+ *                                             # (policy/envoy_xds.h)
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
@@ -24,6 +28,7 @@
 #include "policy/config_internal.h"
 #include "policy/envoy_config.h"
 #include "policy/envoy_metrics.h"
+#include "policy/envoy_xds.h"
 
 #include <grp.h>
 #include <stdio.h>
@@ -359,6 +364,9 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "files",
 					   "metrics",
 					   "statsd",
+					   "import_counters",
+					   "cache_key_prefix",
+					   "xds",
 					   NULL};
 	sluice_envoy_settings_t s;
 	yaml_node_t *v, *dirnode;
@@ -392,6 +400,20 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	if ((v = sluice_yaml_get(y, node, "files")) &&
 	    parse_files(y, v, &s) < 0)
 		rc = -1;
+	/* The store is checked by sluice_envoy_import_check(). */
+	if ((v = sluice_yaml_get(y, node, "import_counters")) &&
+	    sluice_yaml_bool(y, v, "envoy.import_counters",
+			     &s.import_counters) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "cache_key_prefix"))) {
+		const char *str;
+
+		if (sluice_yaml_string(y, v, "envoy.cache_key_prefix", &str) <
+		    0)
+			rc = -1;
+		else if (sluice_config_set_string(&s.cache_key_prefix, str) < 0)
+			return sluice_yaml_nomem(y, v);
+	}
 	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
 	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s.merge_domains) < 0)
 		rc = -1;
@@ -415,7 +437,19 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			s.watch_ms = (unsigned)u;
 	}
 	dirnode = sluice_yaml_get(y, node, "config_dir");
-	if (!dirnode)
+	if ((v = sluice_yaml_get(y, node, "xds"))) {
+		if (sluice_envoy_xds_parse(y, v, base, &s.xds) < 0)
+			rc = -1;
+		if (dirnode)
+			rc = sluice_yaml_error(y, dirnode,
+					       "envoy has both config_dir and "
+					       "xds; expected one source of "
+					       "the rate limit config");
+		s.watch_ms = 0; /* nothing to poll */
+		if (rc == 0 && !(*out = sluice_envoy_load_texts(
+					 NULL, 0, &s, y->err, y->errlen)))
+			rc = sluice_yaml_nomem(y, v);
+	} else if (!dirnode)
 		rc = sluice_yaml_error(y, node,
 				       "envoy has no config_dir; expected the "
 				       "directory of envoyproxy/ratelimit "
@@ -424,7 +458,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		rc = -1;
 	else if (!(path = resolve(dir, base)) || !(s.config_dir = strdup(dir)))
 		rc = sluice_yaml_nomem(y, dirnode);
-	if (rc == 0) {
+	if (rc == 0 && !s.xds) {
 		unsigned nerr = 0;
 		char first[1024];
 		size_t used = y->report ? strlen(y->report) : 0;
@@ -455,5 +489,11 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	free(s.statsd_addr);
 	free(s.statsd_prefix);
 	free(s.statsd_tags);
+	free(s.cache_key_prefix);
+	sluice_envoy_xds_free(s.xds);
+	if (rc < 0) {
+		sluice_envoy_config_free(*out);
+		*out = NULL;
+	}
 	return rc;
 }

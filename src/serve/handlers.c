@@ -8,6 +8,7 @@
 #include "policy/ratelimit_headers.h"
 #include "serve/answer.h"
 #include "util/log.h"
+#include "xds/xds.h"
 
 #include <assert.h>
 #include <stdatomic.h>
@@ -291,6 +292,8 @@ static void handle_readyz(sluice_conn_t *c)
 		sluice_resp_json(c, 503, "{\"status\":\"draining\"}");
 	else if (!sluice_backend_healthy(&c->svc->backend))
 		readyz_unavailable(c);
+	else if (sluice_xds_waiting()) /* no config from envoy.xds yet */
+		sluice_resp_json(c, 503, "{\"status\":\"config_pending\"}");
 	else
 		sluice_resp_json(c, 200, "{\"status\":\"ready\"}");
 }

@@ -4,6 +4,7 @@
  */
 #include "serve/metrics.h"
 #include "policy/envoy_metrics.h"
+#include "xds/xds.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -22,8 +23,8 @@ static const int codes[16] = {200, 400, 403, 404, 405, 408,
 			      413, 429, 431, 500, 503, 0};
 
 /* Reloads by [trigger][ok]; the triggers' label values: */
-static sluice_counter_t reloads[2][2];
-static const char *const reload_triggers[2] = {"sighup", "config_dir"};
+static sluice_counter_t reloads[3][2];
+static const char *const reload_triggers[3] = {"sighup", "config_dir", "xds"};
 static const sluice_store_exposition_t *store_x;
 /* The registry as sluice_metrics_visit() shows it: set and read only
  * under the registry's lock (render_counters). */
@@ -60,7 +61,8 @@ void sluice_metrics_store_unready(sluice_buf_t *out)
 void sluice_metrics_reload(int ok, int trigger)
 {
 	assert(trigger == SLUICE_RELOAD_SIGHUP ||
-	       trigger == SLUICE_RELOAD_CONFIG_DIR);
+	       trigger == SLUICE_RELOAD_CONFIG_DIR ||
+	       trigger == SLUICE_RELOAD_XDS);
 	atomic_fetch_add(&reloads[trigger][!!ok], 1);
 }
 
@@ -138,6 +140,18 @@ static void render_rules(sluice_buf_t *out, size_t n)
 		       NULL, NULL, SUM(store_errors[s]));
 }
 
+/* The methods' labels, and which are unary (a row with no `update`),
+ * from policy/grpc_tables.h; then "other". */
+#define METHOD_LABEL(id, path, label, handle, update) label,
+static const char *const grpc_methods[SLUICE_GRPC_METHODS] = {
+	SLUICE_GRPC_METHOD_ROWS(METHOD_LABEL) "other"};
+#undef METHOD_LABEL
+#define METHOD_UNARY(id, path, label, handle, update)                          \
+	sizeof(#update) == sizeof("NULL"),
+static const unsigned char grpc_unary[SLUICE_GRPC_METHODS] = {
+	SLUICE_GRPC_METHOD_ROWS(METHOD_UNARY) 0};
+#undef METHOD_UNARY
+
 /* One latency histogram per gRPC method in name{label=method}, the
  * methods with no call left out; `unary`: only the unary ones
  * (ShouldRateLimit, Health/Check), labelled by the method's last part,
@@ -153,7 +167,7 @@ static void histograms(sluice_buf_t *out, const char *name, const char *text,
 		const char *mname = methods[m];
 		uint64_t cum = 0, total = 0;
 
-		if (unary && m != 0 && m != 1)
+		if (unary && !grpc_unary[m])
 			continue;
 		if (unary && strchr(mname, '/'))
 			mname = strchr(mname, '/') + 1;
@@ -180,9 +194,6 @@ static void histograms(sluice_buf_t *out, const char *name, const char *text,
 	}
 }
 
-static const char *const grpc_methods[SLUICE_GRPC_METHODS] = {
-	"ShouldRateLimit", "Health/Check", "Health/Watch", "other"};
-
 /* envoyproxy/ratelimit's server and config counts in the names a
  * statsd_exporter gives them (its default mapping): calls and their time
  * by method, config loads (the first and every reload). */
@@ -193,7 +204,9 @@ static void render_ratelimit(sluice_buf_t *out)
 
 	help(out, "ratelimit_service_total_requests", "counter",
 	     "gRPC calls by method (envoyproxy/ratelimit's name).");
-	for (m = 0; m < 2; m++) {
+	for (m = 0; m < SLUICE_GRPC_METHODS; m++) {
+		if (!grpc_unary[m])
+			continue;
 		for (v = 0, c = 0; c < 17; c++)
 			v += SUM(grpc_calls[m][c]);
 		if (v)
@@ -221,8 +234,10 @@ static void render_ratelimit(sluice_buf_t *out)
 	       NULL, failed);
 }
 
+#define REFUSAL_LABEL(id, label, text) label,
 const char *const sluice_grpc_refusal_names[SLUICE_GRPC_REFUSALS] = {
-	"reset_flood", "frame_flood", "header_flood", "protocol_error"};
+	SLUICE_GRPC_REFUSAL_ROWS(REFUSAL_LABEL)};
+#undef REFUSAL_LABEL
 
 /* gRPC calls by method and status; a series appears once it counts. */
 static void render_grpc(sluice_buf_t *out)
@@ -392,14 +407,16 @@ void sluice_metrics_render(sluice_buf_t *out,
 	if (store_x && store_x->render)
 		store_x->render(out);
 	sluice_envoy_metrics_render(out, envoy_style);
+	sluice_xds_metrics_render(out);
 	help(out, "sluice_build_info", "gauge",
 	     "Always 1; the version of this binary as a label.");
 	series(out, "sluice_build_info", "version", SLUICE_VERSION, NULL, NULL,
 	       1);
 	help(out, "sluice_config_reloads_total", "counter",
 	     "Config reloads by result and by what started them (sighup, "
-	     "or config_dir: a change in envoy.config_dir).");
-	for (i = 0; i < 2; i++) {
+	     "config_dir: a change in envoy.config_dir, or xds: a control "
+	     "plane's update).");
+	for (i = 0; i < 3; i++) {
 		series(out, "sluice_config_reloads_total", "result", "ok",
 		       "trigger", reload_triggers[i], ld(&reloads[i][1]));
 		series(out, "sluice_config_reloads_total", "result", "error",

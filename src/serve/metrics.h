@@ -29,6 +29,7 @@ void sluice_metrics_loop_lag(sluice_metrics_t *m, uint64_t lag_ns);
  * sluice_config_reloads_total). */
 #define SLUICE_RELOAD_SIGHUP	 0
 #define SLUICE_RELOAD_CONFIG_DIR 1
+#define SLUICE_RELOAD_XDS	 2 /* a control plane's update (envoy.xds) */
 void sluice_metrics_reload(int ok, int trigger);
 
 /* What the configured store adds to GET /metrics and to the body of

@@ -6,6 +6,7 @@
 #include "policy/envoy_config.h"
 #include "serve/statsd.h"
 #include "serve/store_events.h"
+#include "xds/xds.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +34,12 @@ typedef struct sluice_server_s {
 	uv_timer_t envoy_watch;
 	uint64_t envoy_stamp;
 	uv_timer_t statsd; /* envoy.statsd's flushes (serve/statsd.c) */
+	/* envoy.xds: the client, and the resources of the last config it
+	 * brought that was accepted (every reload builds the domains from
+	 * them: none until the first arrives) */
+	sluice_xds_t *xds;
+	sluice_envoy_text_t *xds_texts;
+	size_t nxds_texts;
 } sluice_server_t;
 
 /* ------------------------------------------------------------- configs */
@@ -64,8 +71,27 @@ static int apply_overrides(const sluice_serve_opts_t *opts,
 	return 0;
 }
 
-static sluice_config_t *load_config(const sluice_serve_opts_t *opts, char *err,
-				    size_t errlen)
+/* envoy.xds: the domains are the control plane's resources (texts),
+ * not a directory's; 0, or -1 with the resources' first error. */
+static int xds_domains(sluice_config_t *cfg, const sluice_envoy_text_t *texts,
+		       size_t n, char *err, size_t errlen)
+{
+	sluice_envoy_config_t *e;
+
+	if (!cfg->envoy || !cfg->envoy->settings.xds)
+		return 0;
+	e = sluice_envoy_load_texts(texts, n, &cfg->envoy->settings, err,
+				    errlen);
+	if (!e)
+		return -1;
+	sluice_envoy_config_free(cfg->envoy);
+	cfg->envoy = e;
+	return 0;
+}
+
+static sluice_config_t *load_config(const sluice_serve_opts_t *opts,
+				    const sluice_envoy_text_t *texts, size_t n,
+				    char *err, size_t errlen)
 {
 	sluice_config_t *cfg;
 
@@ -76,6 +102,10 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts, char *err,
 	if (cfg && apply_overrides(opts, cfg) < 0) {
 		sluice_config_free(cfg);
 		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (cfg && xds_domains(cfg, texts, n, err, errlen) < 0) {
+		sluice_config_free(cfg);
 		return NULL;
 	}
 	/* A certificate that cannot be used refuses the start or the
@@ -147,32 +177,37 @@ static uint64_t envoy_loaded_stamp(const sluice_server_t *s)
 }
 
 /* trigger (SLUICE_RELOAD_*): what started it, named in the log line and
- * the metric. */
-static void reload(sluice_server_t *s, int trigger)
+ * the metric; the domains of envoy.xds from texts.  0, or -1 with why in
+ * err. */
+static int reload_from(sluice_server_t *s, int trigger,
+		       const sluice_envoy_text_t *texts, size_t n, char *err,
+		       size_t errlen)
 {
 	/* "SIGHUP: reloaded ...", "envoy.config_dir changed: reloaded ..." */
-	const char *why = trigger == SLUICE_RELOAD_SIGHUP
-				  ? "SIGHUP"
+	const char *why = trigger == SLUICE_RELOAD_SIGHUP ? "SIGHUP"
+			  : trigger == SLUICE_RELOAD_XDS
+				  ? "envoy.xds update"
 				  : "envoy.config_dir changed";
 	const sluice_config_t *run = s->boot->cfg;
 	sluice_config_t *cfg;
 	sluice_live_t *live;
-	char err[512], fields[96];
+	char fields[96];
 	unsigned i;
 
 	if (!s->opts->config_path) {
 		sluice_log_warn("%s: running the built-in default config; "
 				"nothing to reload",
 				why);
-		return;
+		snprintf(err, errlen, "no config file to reload");
+		return -1;
 	}
-	cfg = load_config(s->opts, err, sizeof(err));
+	cfg = load_config(s->opts, texts, n, err, errlen);
 	if (!cfg) {
 		sluice_metrics_reload(0, trigger);
 		sluice_log_error("%s: reload rejected, keeping the "
 				 "running config: %s",
 				 why, err);
-		return;
+		return -1;
 	}
 	sluice_config_restart_fields(cfg, run, fields, sizeof(fields));
 	warn_admin_exposure(cfg, run);
@@ -186,7 +221,8 @@ static void reload(sluice_server_t *s, int trigger)
 	if (!live) {
 		sluice_metrics_reload(0, trigger);
 		sluice_log_error("%s: out of memory, keeping the config", why);
-		return;
+		snprintf(err, errlen, "out of memory");
+		return -1;
 	}
 	for (i = 0; i < s->nworkers; i++) {
 		sluice_worker_t *w = &s->workers[i];
@@ -209,6 +245,34 @@ static void reload(sluice_server_t *s, int trigger)
 	else
 		sluice_log_info("%s: reloaded %s (%zu rules)", why, cfg->path,
 				cfg->nrules);
+	return 0;
+}
+
+static void reload(sluice_server_t *s, int trigger)
+{
+	char err[512];
+
+	reload_from(s, trigger, s->xds_texts, s->nxds_texts, err, sizeof(err));
+}
+
+/* A control plane's resources: applied as a reload that takes its
+ * domains from them; kept (for later reloads) once accepted. */
+static int on_xds(void *arg, sluice_envoy_text_t *texts, size_t n, char *err,
+		  size_t errlen)
+{
+	sluice_server_t *s = arg;
+
+	if (s->stopping ||
+	    reload_from(s, SLUICE_RELOAD_XDS, texts, n, err, errlen) < 0) {
+		if (s->stopping)
+			snprintf(err, errlen, "sluice is stopping");
+		sluice_envoy_texts_free(texts, n);
+		return -1;
+	}
+	sluice_envoy_texts_free(s->xds_texts, s->nxds_texts);
+	s->xds_texts = texts;
+	s->nxds_texts = n;
+	return 0;
 }
 /* ------------------------------------------------------------- workers */
 
@@ -465,6 +529,8 @@ static void on_signal(uv_signal_t *sig, int signum)
 		uv_async_send(&s->workers[i].wakeup);
 	}
 	uv_close((uv_handle_t *)&s->sighup, NULL);
+	sluice_xds_stop(s->xds);
+	s->xds = NULL;
 	uv_close((uv_handle_t *)&s->envoy_watch, NULL);
 	uv_close((uv_handle_t *)&s->statsd, NULL);
 	uv_close((uv_handle_t *)&s->sigterm, NULL);
@@ -497,7 +563,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
 	sluice_serve_store_events();
-	cfg = load_config(opts, err, sizeof(err));
+	cfg = load_config(opts, NULL, 0, err, sizeof(err));
 	if (!cfg) {
 		sluice_log_error("%s", err);
 		return 2;
@@ -585,6 +651,12 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 	uv_timer_init(s.main_loop, &s.statsd);
 	s.statsd.data = &s;
 	uv_timer_start(&s.statsd, on_statsd, 1000, 0);
+	if (cfg->envoy && cfg->envoy->settings.xds &&
+	    !(s.xds = sluice_xds_start(s.main_loop, cfg->envoy->settings.xds,
+				       on_xds, &s, err, sizeof(err)))) {
+		sluice_log_error("%s", err);
+		status = 1;
+	}
 
 	for (i = 0; i < s.nworkers; i++) {
 		if (uv_thread_create(&s.workers[i].thread, worker_main,
@@ -645,6 +717,7 @@ out:
 	free(s.workers);
 	if (grpc_first >= 0)
 		sluice_grpc_socket_unlink(cfg->grpc.listen);
+	sluice_envoy_texts_free(s.xds_texts, s.nxds_texts);
 	sluice_live_unref(s.live);
 	sluice_live_unref(s.boot);
 	sluice_memstore_free(s.store);

@@ -21,6 +21,7 @@
 #ifndef SLUICE_STORE_BUCKETS_INT_H
 #define SLUICE_STORE_BUCKETS_INT_H
 
+#include "core/zone.h"
 #include "store/buckets.h"
 #include "util/aeshash.h"
 #include "util/siphash.h"
@@ -317,10 +318,33 @@ static inline void key_hash(const sluice_buckets_t *m, const void *key,
  * capacity <= 2^52 and per < 2^10 fill 63 bits of the first word, interval
  * <= 2^52 the second: distinct limits (in lowest terms, as
  * sluice_limit_init() keeps them) give distinct identities for one key.
+ *
+ * A quota's sets the top bit of the first word, which no bucket's does,
+ * over its quota (< 2^30), unit and alignment, and folds in the hash of
+ * its zone's NAME (26 bits in the first word, 53 in the second, below the
+ * ad-hoc mark): a zone's id is the order the process loaded it in, so
+ * two processes on one shared file may give one zone two ids, or one id
+ * to two zones; its name they agree on.
  */
+static inline void quota_id(const uint64_t h[2], const sluice_limit_t *l,
+			    uint64_t *h1, uint64_t *h2)
+{
+	const uint64_t zh = sluice_zone_hash(l->window.zone);
+
+	*h1 = h[0] ^ (l->capacity | (uint64_t)l->window.per << 30 |
+		      (uint64_t)l->window.align << 33 | (zh >> 38) << 37 |
+		      (uint64_t)1 << 63);
+	*h1 += !*h1; /* 0 marks an empty slot */
+	*h2 = h[1] ^ (zh & ~ADHOC_MASK);
+}
+
 static inline void bucket_id(const uint64_t h[2], const sluice_limit_t *l,
 			     uint64_t *h1, uint64_t *h2)
 {
+	if (__builtin_expect(l->window.per != 0, 0)) {
+		quota_id(h, l, h1, h2);
+		return;
+	}
 	*h1 = h[0] ^ (l->capacity | (uint64_t)l->rate.per << 53);
 	*h1 += !*h1; /* 0 marks an empty slot */
 	*h2 = h[1] ^ l->rate.interval;

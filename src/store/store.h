@@ -64,6 +64,19 @@ typedef struct sluice_carry_item_s {
 	size_t nfrom;
 } sluice_carry_item_t;
 
+/* One bucket to start with another limiter's count (the import verb):
+ * the bucket of key under limit, and the name of the counter in the
+ * store (envoyproxy/ratelimit's fixed-window key), which lives about
+ * window_ms.  See sluice_redis_import(). */
+typedef struct sluice_import_item_s {
+	const void *key;
+	size_t keylen;
+	const sluice_limit_t *limit;
+	const char *counter;
+	size_t counterlen;
+	uint64_t window_ms;
+} sluice_import_item_t;
+
 typedef struct sluice_store_ops_s {
 	const char *name; /* "memory", "redis" */
 	/* Charges items[0..n) all-or-nothing (see
@@ -139,6 +152,16 @@ typedef struct sluice_store_ops_s {
 	int (*set)(void *impl, sluice_take_item_t *items, size_t n,
 		   uint64_t remaining, int64_t now_us, sluice_store_cb cb,
 		   void *arg);
+	/* Starts each item's bucket, when it holds no state and was not
+	 * imported in the counter's window, with the counter's value c as
+	 * min(c, capacity) tokens used at the store's clock; a bucket with
+	 * state is never touched, so repeating it is harmless.  As carry:
+	 * items are read during the call only, a take issued after it on
+	 * the same driver sees its state; cb's `allowed` is 1 when some
+	 * usage was imported.  NULL: the store cannot import (the local
+	 * stores: nothing else counts in them). */
+	int (*import)(void *impl, const sluice_import_item_t *items, size_t n,
+		      int64_t now_us, sluice_store_cb cb, void *arg);
 	/* A conditional refund of one item (key, limits, cost): the cost
 	 * given back only while every bucket still holds expected[i] (for
 	 * item->limits[i]; a reservation's sluice_reservation_t.states),

@@ -97,12 +97,15 @@ static int redis_set(void *impl, sluice_take_item_t *items, size_t n,
 				cb, arg);
 }
 
-/* A carry over several items: one sluice_redis_carry() each (the module
- * keeps the script's state, so the script carries either way), the
- * driver's callback once, with the first failure. */
+/* A carry (or an import) over several items: one sluice_redis_carry()
+ * (sluice_redis_import()) each (the module keeps the script's state, so
+ * the script carries either way), the driver's callback once, with the
+ * first failure; `allowed`: some item said 1 (an import: some usage was
+ * imported; a carry: always). */
 typedef struct {
 	size_t pending;
 	int status;
+	int any;
 	sluice_store_cb cb;
 	void *arg;
 } carry_t;
@@ -111,11 +114,12 @@ static void carry_one_done(void *arg, int status, int allowed)
 {
 	carry_t *c = arg;
 
-	(void)allowed;
 	if (status && !c->status)
 		c->status = status;
+	if (status == 0 && allowed)
+		c->any = 1;
 	if (--c->pending == 0) {
-		c->cb(c->arg, c->status, 1);
+		c->cb(c->arg, c->status, c->any);
 		free(c);
 	}
 }
@@ -146,6 +150,36 @@ static int redis_carry(void *impl, const sluice_carry_item_t *items, size_t n,
 		}
 	}
 	carry_one_done(c, 0, 1);
+	return 0;
+}
+
+static int redis_import(void *impl, const sluice_import_item_t *items, size_t n,
+			int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	carry_t *c;
+	size_t i;
+	int rc;
+
+	(void)now_us; /* the server's clock */
+	if (!(c = calloc(1, sizeof(*c))))
+		return SLUICE_ENOMEM;
+	c->cb = cb;
+	c->arg = arg;
+	c->pending = 1; /* held while sending */
+	for (i = 0; i < n; i++) {
+		c->pending++;
+		rc = sluice_redis_import(((redis_impl_t *)impl)->r,
+					 items[i].key, items[i].keylen,
+					 items[i].limit, items[i].counter,
+					 items[i].counterlen,
+					 items[i].window_ms, carry_one_done, c);
+		if (rc < 0) {
+			c->pending--;
+			if (!c->status)
+				c->status = rc;
+		}
+	}
+	carry_one_done(c, 0, 0);
 	return 0;
 }
 
@@ -231,6 +265,7 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.reserve = redis_reserve,
 	.set = redis_set,
 	.carry = redis_carry,
+	.import = redis_import,
 	.refund_if = redis_refund_if,
 };
 

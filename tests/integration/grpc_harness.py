@@ -45,7 +45,8 @@ _protos = None
 
 def protos():
     """The generated modules: rls_pb2, rls_grpc, desc_pb2 (the descriptor),
-    health_pb2, health_grpc."""
+    health_pb2, health_grpc; for xDS disc_pb2, disc_grpc (discovery and
+    ADS) and rlconf_pb2 (RateLimitConfig)."""
     global _protos
     if _protos is not None:
         return _protos
@@ -63,7 +64,10 @@ def protos():
     files = ["envoy/service/ratelimit/v3/rls.proto",
              "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
              "envoy/config/core/v3/base.proto",
-             "envoy/type/v3/ratelimit_unit.proto", "health.proto"]
+             "envoy/type/v3/ratelimit_unit.proto", "health.proto",
+             "envoy/service/discovery/v3/discovery.proto",
+             "ratelimit/config/ratelimit/v3/rls_conf.proto",
+             "google/rpc/status.proto"]
     # The real well-known types come first: our copies of Duration and
     # UInt64Value are then checked against them on the wire.
     rc = protoc.main(["protoc", "-I" + wkt, "-I" + src, "-I" + hdir,
@@ -76,7 +80,11 @@ def protos():
     from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
     import health_pb2
     import health_pb2_grpc
+    from envoy.service.discovery.v3 import discovery_pb2, discovery_pb2_grpc
+    from ratelimit.config.ratelimit.v3 import rls_conf_pb2
     p = Protos()
+    p.disc_pb2, p.disc_grpc = discovery_pb2, discovery_pb2_grpc
+    p.rlconf_pb2 = rls_conf_pb2
     p.rls_pb2, p.rls_grpc, p.desc_pb2 = rls_pb2, rls_pb2_grpc, ratelimit_pb2
     p.health_pb2, p.health_grpc = health_pb2, health_pb2_grpc
     _protos = p

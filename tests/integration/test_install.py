@@ -166,7 +166,8 @@ class InstallTest(unittest.TestCase):
 
     def test_exports_only_the_api(self):
         for lib, headers in (("libsluice.so", ("sluice.h",
-                                               "sluice_reserve.h")),
+                                               "sluice_reserve.h",
+                                               "sluice_quota.h")),
                              ("libsluice-redis.so", ("sluice_redis.h",))):
             out = run(["nm", "-D", "--defined-only", self.path("lib", lib)])
             names = {line.split()[-1] for line in out.splitlines()

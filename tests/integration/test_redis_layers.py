@@ -20,7 +20,8 @@ SRC = os.environ.get("SLUICE_SRC") or os.path.dirname(os.path.dirname(
 DIR = os.path.join(SRC, "src", "store", "redis")
 
 # The layers of redis_int.h, top first.
-LAYERS = [["reserve.c"], ["client.c"], ["many.c"], ["call.c"], ["cluster.c", "sentinel.c"],
+LAYERS = [["reserve.c"], ["client.c"], ["many.c", "import.c"], ["call.c"],
+          ["cluster.c", "sentinel.c"],
           ["node.c"], ["policy.c", "script.c", "module_path.c"],
           ["command.c"], ["link.c"],
           ["reply.c", "tls.c", "url.c", "status.c"]]

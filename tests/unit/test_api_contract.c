@@ -315,6 +315,65 @@ LOCAL_WRAPPERS(sluice_shmstore, sluice_shmstore_t)
 			prefix##_block_w                                       \
 	}
 
+/* sluice_quota.h: the documented failures with their codes and a
+ * message naming what was wrong; the functions that cannot fail return
+ * their value. */
+static void test_quota_calls_keep_the_header(void)
+{
+	sluice_limit_t q, b = lim("5", "1/s");
+	char err[256];
+	uint16_t id = 7;
+	uint8_t per = 9;
+
+	err[0] = '\0';
+	CHECK(sluice_zone_load("../etc/passwd", &id, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	said(err, "../etc/passwd");
+	CHECK(id == 7);
+	CHECK(sluice_zone_load("No/Such_Zone", &id, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	said(err, "No/Such_Zone");
+	CHECK(sluice_zone_load(NULL, &id, NULL, 0) == SLUICE_EINVAL);
+	CHECK(sluice_zone_load("UTC", &id, NULL, 0) == 0 && id == 0);
+	CHECK(strcmp(sluice_zone_name(0), "UTC") == 0);
+	CHECK(sluice_zone_name(4000) != NULL);
+	CHECK(sluice_per_parse("fortnight", &per, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	said(err, "fortnight");
+	CHECK(sluice_per_parse("weeks", &per, NULL, 0) == 0 &&
+	      per == SLUICE_PER_WEEK);
+	CHECK(sluice_per_name(42) != NULL && sluice_per_name(42)[0] == '\0');
+	CHECK(sluice_quota_init(&q, 0, SLUICE_PER_DAY, 0, 0, err,
+				sizeof(err)) == SLUICE_ERANGE);
+	said(err, "quota");
+	CHECK(sluice_quota_init(&q, 3, 0, 0, 0, err, sizeof(err)) ==
+	      SLUICE_EINVAL);
+	said(err, "unit");
+	CHECK(sluice_quota_init(&q, 3, SLUICE_PER_DAY, 9, 0, err,
+				sizeof(err)) == SLUICE_EINVAL);
+	said(err, "alignment");
+	CHECK(sluice_quota_init(&q, 3, SLUICE_PER_DAY, 0, 999, err,
+				sizeof(err)) == SLUICE_EINVAL);
+	said(err, "zone");
+	CHECK(sluice_quota_init(&q, 3, SLUICE_PER_DAY, 0, 0, NULL, 0) == 0);
+	CHECK(sluice_limit_valid(&q) == 1 && sluice_limit_is_quota(&q) == 1);
+	CHECK(sluice_limit_same(&q, &b) == 0);
+	/* A token bucket has no window: 0 for its end and start. */
+	{
+		int64_t start = 5;
+
+		CHECK(sluice_quota_window(&b, 0, T0, &start) == 0 &&
+		      start == 0);
+		start = 5;
+		CHECK(sluice_quota_calendar(&b, T0, &start) == 0 && start == 0);
+		CHECK(sluice_quota_window(&q, 0, T0, NULL) > T0);
+		CHECK(sluice_quota_calendar(&q, T0, &start) > T0 &&
+		      start <= T0);
+	}
+	CHECK(sluice_quota_used(0, T0, NULL) == 0);
+	CHECK(sluice_quota_state(T0, 0) == 0);
+}
+
 /* Every malformed call that the header names gets SLUICE_EINVAL, for
  * every verb; well-formed ones answer 1/0 (decisions) or 0. */
 static void check_local(const local_t *o)
@@ -719,6 +778,7 @@ int main(void)
 	RUN(test_decisions_answer_one_or_zero);
 	RUN(test_pure_bucket_functions_return_values);
 	RUN(test_key_make_returns_length);
+	RUN(test_quota_calls_keep_the_header);
 	RUN(test_memstore_open_shape);
 	RUN(test_memstore_calls_keep_the_header);
 	RUN(test_shmstore_open_shape);

@@ -668,7 +668,8 @@ static void test_limit_id_is_canonical(void)
 	{
 		sluice_limit_t l = {UINT64_C(4503599627370495),
 				    {UINT64_C(4503599627370495), 999},
-				    0};
+				    0,
+				    {0, 0, 0, 0}};
 		char id[SLUICE_LIMIT_ID_MAX];
 
 		CHECK(sluice_limit_id(&l, id) < SLUICE_LIMIT_ID_MAX);
@@ -744,6 +745,7 @@ static void test_limit_id_matches_rate_format(void)
 			break;
 		}
 		c = caps[(x >> 33) % (sizeof(caps) / sizeof(caps[0]))];
+		memset(&l, 0, sizeof(l)); /* a token bucket: window all 0 */
 		l.capacity = c == 999 ? (x >> 12) : c;
 		l.rate = r;
 		l.tau = 0;

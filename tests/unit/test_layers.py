@@ -42,7 +42,9 @@ LAYERS = {
     "cli": {"serve", "sim", "policy", "store", "core", "util"},
     # `sluice serve`: the HTTP front end, and the process that also
     # hosts the gRPC front end on its loop threads (server.c)
-    "serve": {"grpc", "policy", "store", "core", "util"},
+    "serve": {"grpc", "xds", "policy", "store", "core", "util"},
+    # the xDS client `sluice serve` runs for envoy.xds (its own thread)
+    "xds": {"policy", "util"},
     "grpc": {"policy", "store", "core", "util"},
     "sim": {"policy", "store", "core", "util"},
     # ngx_http_sluice_module inside nginx: the stores through their

@@ -212,9 +212,13 @@ for (const mode of ['local', 'open', 'closed']) {
       await redis.start();
       phase = 'back';
       const t0 = Date.now();
+      // Until Redis decides again: with 'local' the fallback sends the
+      // same headers, so its end is the 'recover' it announces.
+      const decidedByRedis = () => mode !== 'local' || told[told.length - 1] === 'shared';
       while (Date.now() - t0 < 20000) {
         const lastBack = results.filter((r) => r.phase === 'back').slice(-8);
-        if (lastBack.length === 8 && lastBack.every((r) => r.headers['x-ratelimit-limit'] === '1000')) break;
+        if (lastBack.length === 8 && lastBack.every((r) => r.headers['x-ratelimit-limit'] === '1000') &&
+            decidedByRedis()) break;
         await sleep(100);
       }
       phase = 'done';

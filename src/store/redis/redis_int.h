@@ -13,6 +13,7 @@
  *              the scripts and their SHA-1 come from the build
  *   module_path.c  the SLUICE.TAKE module path and its reply parser
  *   many.c     takes over several keys: one call per slot, refunds
+ *   import.c   envoyproxy/ratelimit's counters imported into buckets
  *   command.c  commands in RESP: arguments, the writer, formatted ones
  *   link.c     one socket: a non-blocking connect, write, read replies in
  *              order (hiredis's redisReader parses RESP), TLS through
@@ -28,7 +29,7 @@
  * of the layers below its own; no ring):
  *
  *   client.c
- *   many.c
+ *   many.c, import.c
  *   call.c
  *   cluster.c, sentinel.c
  *   node.c
@@ -365,7 +366,10 @@ enum {
 	SLUICE_REDIS_ADJUST_PENALIZE, /* mk[].cost: the cost */
 	SLUICE_REDIS_ADJUST_BLOCK,    /* mk[].cost: the ms */
 	SLUICE_REDIS_ADJUST_CARRY,    /* limits[0] now, the rest earlier */
-	SLUICE_REDIS_ADJUST_SET	      /* mk[].cost: the tokens (set.lua) */
+	SLUICE_REDIS_ADJUST_SET,      /* mk[].cost: the tokens (set.lua) */
+	SLUICE_REDIS_ADJUST_IMPORT    /* mk[0] the bucket, mk[1] the foreign
+					 counter, mk[2] the mark; mk[0].cost
+					 the window in ms (import.lua) */
 };
 
 struct sluice_redis_s {
@@ -644,6 +648,8 @@ extern const char sluice_redis__script_set_sha[41];
 extern const char sluice_redis__script_set[];
 extern const char sluice_redis__script_refund_if_sha[41];
 extern const char sluice_redis__script_refund_if[];
+extern const char sluice_redis__script_import_sha[41];
+extern const char sluice_redis__script_import[];
 /* The call as EVALSHA of the script for its shape (one limit, several,
  * several keys, a refund). */
 void sluice_redis__script_command(const sluice_redis_t *r,

@@ -35,6 +35,8 @@ const char sluice_redis__script_set[] = SLUICE_SET_LUA;
 const char sluice_redis__script_set_sha[41] = SLUICE_SET_SHA1;
 const char sluice_redis__script_refund_if[] = SLUICE_REFUND_IF_LUA;
 const char sluice_redis__script_refund_if_sha[41] = SLUICE_REFUND_IF_SHA1;
+const char sluice_redis__script_import[] = SLUICE_IMPORT_LUA;
+const char sluice_redis__script_import_sha[41] = SLUICE_IMPORT_SHA1;
 
 /* The largest shortfall a script answers: decide.c saturates there. */
 #define SHORTFALL_MAX (SLUICE_UNITS_MAX * 2)
@@ -46,10 +48,11 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 			       sluice_redis_reply_fn *fn)
 {
 	static const char *const scripts[] = {
-		sluice_redis__script,	     sluice_redis__script_multi,
-		sluice_redis__script_refund, sluice_redis__script_adjust,
-		sluice_redis__script_carry,  sluice_redis__script_reserve,
-		sluice_redis__script_set,    sluice_redis__script_refund_if};
+		sluice_redis__script,	       sluice_redis__script_multi,
+		sluice_redis__script_refund,   sluice_redis__script_adjust,
+		sluice_redis__script_carry,    sluice_redis__script_reserve,
+		sluice_redis__script_set,      sluice_redis__script_import,
+		sluice_redis__script_refund_if};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
@@ -201,6 +204,26 @@ static void set_command(const sluice_redis_call_t *c, sluice_redis_resp_t *o)
 	}
 }
 
+/* EVALSHA import 3 bucket counter mark interval tau per capacity
+ * window_ms (sluice_redis_import()). */
+static void import_command(const sluice_redis_call_t *c, sluice_redis_resp_t *o)
+{
+	const sluice_limit_t *l = &c->limits[0];
+	size_t i;
+
+	sluice_redis__resp_array(o, 3 + 3 + 5);
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, sluice_redis__script_import_sha, 40);
+	sluice_redis__resp_u64(o, 3);
+	for (i = 0; i < 3; i++)
+		sluice_redis__resp_arg(o, c->mk[i].name, c->mk[i].len);
+	sluice_redis__resp_u64(o, l->rate.interval);
+	sluice_redis__resp_u64(o, l->tau);
+	sluice_redis__resp_u64(o, l->rate.per);
+	sluice_redis__resp_u64(o, l->capacity);
+	sluice_redis__resp_u64(o, c->mk[0].cost);
+}
+
 /* Several keys (sluice_redis_take_many()):
  *   EVALSHA sha_multi n key... (need tau per)...  or, for a refund,
  *   EVALSHA sha_refund n key... (need per)...
@@ -216,6 +239,10 @@ static void many_command(const sluice_redis_t *r, const sluice_redis_call_t *c,
 	}
 	if (c->adjust == SLUICE_REDIS_ADJUST_SET) {
 		set_command(c, o);
+		return;
+	}
+	if (c->adjust == SLUICE_REDIS_ADJUST_IMPORT) {
+		import_command(c, o);
 		return;
 	}
 	if (c->adjust) {

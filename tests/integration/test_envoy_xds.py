@@ -1,0 +1,620 @@
+#!/usr/bin/env python3
+"""envoy.xds: the rate limit config from an xDS control plane, as Envoy
+Gateway drives envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW).
+
+The control plane is written here with grpcio (Debian's python3-grpcio):
+an AggregatedDiscoveryService that pushes DiscoveryResponses of
+type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig to every
+open stream and records every DiscoveryRequest sluice sends.
+
+- Served, changed (on memory and on Redis): the limits ShouldRateLimit
+  and POST /json enforce follow each version; each one is ACKed
+  (version_info, response_nonce, node id); /readyz, /healthcheck and gRPC
+  health say not ready until the first config; a changed limit keeps
+  what a key has used (limit carry, as a file reload); SIGHUP keeps the
+  control plane's domains; two instances on one Redis share a limit.
+- Broken (a bad unit, a domain twice, descriptors nested too deep, a
+  resource of another type, bytes that are no protobuf): NACKed with
+  error_detail naming the problem and the last good version_info; the
+  running config is still enforced.
+- A response over 4 MiB drops the stream (the config kept); the next
+  good version is taken.
+- The control plane goes away: sluice keeps enforcing the last config,
+  logs the loss once however many retries fail, and when a control plane
+  is back on the port, reconnects (with the last accepted version) and
+  takes its config.
+- mTLS to the control plane: the right client certificate is served; one
+  from another CA, or a server certificate sluice's CA did not sign, is
+  never served (readyz stays 503, errors counted).
+- A bad envoy.xds section is refused by check-config naming FILE:LINE.
+"""
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+from concurrent import futures
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc_harness  # noqa: E402
+
+grpc_harness.use_system_python()
+
+import grpc  # noqa: E402
+import harness  # noqa: E402
+from grpc_harness import GrpcSluice, protos, request  # noqa: E402
+from harness import RedisServer  # noqa: E402
+
+OK, OVER = 1, 2
+TYPE_URL = ("type.googleapis.com/"
+            "ratelimit.config.ratelimit.v3.RateLimitConfig")
+SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
+
+
+def uniq():
+    return uuid.uuid4().hex[:12]
+
+
+def rl_config(name, domain, descriptors):
+    """A RateLimitConfig; descriptors: [(key, value, (unit, rpu) or None,
+    [children])]."""
+    p = protos().rlconf_pb2
+
+    def fill(dst, items):
+        for key, value, limit, children in items:
+            d = dst.add(key=key, value=value or "")
+            if limit is not None:
+                d.rate_limit.unit = limit[0]
+                d.rate_limit.requests_per_unit = limit[1]
+            fill(d.descriptors, children)
+    c = p.RateLimitConfig(name=name, domain=domain)
+    fill(c.descriptors, descriptors)
+    return c
+
+
+def api_config(rpu, unit=MINUTE, name="api-config"):
+    return rl_config(name, "api", [("user", None, (unit, rpu), [])])
+
+
+class ControlPlane:
+    """An ADS server on a loopback port (the same port again after
+    restart()); set() pushes a version to every stream, requests holds
+    what sluice sent."""
+
+    def __init__(self, port=None, tls=None):
+        self.lock = threading.Condition()
+        self.requests = []
+        self.streams = []
+        self.current = None
+        self.nonce = 0
+        self.tls = tls
+        self.server = None
+        self.port = port
+        self.start()
+
+    def start(self):
+        p = protos()
+        cp = self
+
+        class Ads(p.disc_grpc.AggregatedDiscoveryServiceServicer):
+            def StreamAggregatedResources(self, it, context):
+                return cp._stream(it, context)
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(16))
+        p.disc_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
+            Ads(), self.server)
+        addr = "127.0.0.1:%d" % (self.port or 0)
+        for _ in range(100):
+            if self.tls:
+                port = self.server.add_secure_port(addr, self.tls)
+            else:
+                port = self.server.add_insecure_port(addr)
+            if port:
+                break
+            time.sleep(0.1)  # the old server's socket is going away
+        self.port = port
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(0).wait(30)
+        with self.lock:
+            for q in self.streams:
+                q.put(None)
+            self.streams = []
+
+    def restart(self):
+        self.start()
+
+    def _stream(self, it, context):
+        q = queue.Queue()
+        with self.lock:
+            self.streams.append(q)
+            if self.current is not None:
+                q.put(self.current)
+
+        def reader():
+            try:
+                for req in it:
+                    with self.lock:
+                        self.requests.append(req)
+                        self.lock.notify_all()
+            except Exception:  # the stream ended
+                pass
+            q.put(None)
+        threading.Thread(target=reader, daemon=True).start()
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            yield item
+
+    def set(self, version, configs=None, anys=None):
+        """Pushes version (RateLimitConfigs, or raw Any resources);
+        returns its nonce."""
+        p = protos()
+        resp = p.disc_pb2.DiscoveryResponse(version_info=version,
+                                            type_url=TYPE_URL)
+        for c in configs or []:
+            a = resp.resources.add()
+            a.Pack(c)
+        for type_url, value in anys or []:
+            resp.resources.add(type_url=type_url, value=value)
+        with self.lock:
+            self.nonce += 1
+            resp.nonce = "n%d" % self.nonce
+            self.current = resp
+            for q in self.streams:
+                q.put(resp)
+        return resp.nonce
+
+    def reply_to(self, nonce, timeout=60):
+        """The request that answered `nonce` (ACK or NACK)."""
+        def find():
+            for r in self.requests:
+                if r.response_nonce == nonce:
+                    return r
+            return None
+        with self.lock:
+            self.lock.wait_for(lambda: find() is not None, timeout)
+            return find()
+
+
+def xds_config(port, extra_xds="", extra=""):
+    return ("envoy:\n  xds: {server: \"127.0.0.1:%d\", node_id: sluice-test,"
+            " cluster: rl%s}\n%s" % (port, extra_xds, extra))
+
+
+class XdsBase(unittest.TestCase):
+    def control_plane(self, **kw):
+        cp = ControlPlane(**kw)
+        self.addCleanup(cp.stop)
+        return cp
+
+    def store(self):
+        return "memory"
+
+    def serve(self, cp, extra_xds=""):
+        s = GrpcSluice(xds_config(cp.port, extra_xds,
+                                  "store: %s\n" % self.store()))
+        self.addCleanup(s.stop)
+        ch = s.channel()
+        self.addCleanup(ch.close)
+        return s, s.rls(ch)
+
+    def decide(self, stub, user):
+        return stub.ShouldRateLimit(request("api", [("user", user)]),
+                                    timeout=30)
+
+    def allowed(self, stub, user, n):
+        """How many of n calls for user are answered OK."""
+        return sum(self.decide(stub, user).overall_code == OK
+                   for _ in range(n))
+
+    def metric(self, s, name):
+        return s.metrics().get(name, 0)
+
+    def wait_metric(self, s, name, at_least, timeout=60):
+        self.assertTrue(harness.wait_until(
+            lambda: self.metric(s, name) >= at_least, timeout, 0.05),
+            "%s stayed below %s: %s" % (name, at_least,
+                                        self.metric(s, name)))
+
+
+ACCEPTED = 'sluice_envoy_xds_updates_total{result="accepted"}'
+REJECTED = 'sluice_envoy_xds_updates_total{result="rejected"}'
+CONNECTED = "sluice_envoy_xds_connected"
+ERRORS = "sluice_envoy_xds_errors_total"
+XDS_RELOADS = 'sluice_config_reloads_total{result="ok",trigger="xds"}'
+
+
+class Served:
+    """Run on each store (below)."""
+
+    def test_served_acked_and_changed_live(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        # No config yet: not ready.
+        r = s.request("GET", "/readyz")
+        self.assertEqual(r.status, 503)
+        self.assertIn(b"config_pending", r.body)
+        # Nor healthy to Envoy Gateway's probe or gRPC health: no Envoy
+        # is sent to a service that knows no limit yet.
+        self.assertEqual(s.request("GET", "/healthcheck").status, 500)
+        hp = protos().health_pb2
+        health = s.health()
+        self.assertEqual(health.Check(hp.HealthCheckRequest(service=""),
+                                      timeout=30).status,
+                         hp.HealthCheckResponse.NOT_SERVING)
+        n1 = cp.set("v1", [api_config(3)])
+        ack = cp.reply_to(n1)
+        self.assertIsNotNone(ack, "no ACK of v1")
+        self.assertEqual(ack.version_info, "v1")
+        self.assertFalse(ack.HasField("error_detail"))
+        self.assertEqual(ack.type_url, TYPE_URL)
+        self.assertEqual(ack.node.id, "sluice-test")
+        self.assertEqual(ack.node.cluster, "rl")
+        self.wait_metric(s, ACCEPTED, 1)
+        self.assertTrue(harness.wait_until(
+            lambda: s.request("GET", "/readyz").status == 200, 30))
+        self.assertEqual(s.request("GET", "/healthcheck").status, 200)
+        self.assertEqual(health.Check(hp.HealthCheckRequest(service=""),
+                                      timeout=30).status,
+                         hp.HealthCheckResponse.SERVING)
+        u = uniq()
+        self.assertEqual(self.allowed(stub, u, 5), 3)
+        # v2: 6 a minute; a new user gets 6.
+        n2 = cp.set("v2", [api_config(6)])
+        ack = cp.reply_to(n2)
+        self.assertEqual(ack.version_info, "v2")
+        self.assertFalse(ack.HasField("error_detail"))
+        self.assertTrue(harness.wait_until(
+            lambda: self.metric(s, XDS_RELOADS) >= 2, 30))
+        self.assertEqual(self.allowed(stub, uniq(), 8), 6)
+        self.assertEqual(self.metric(s, CONNECTED), 1)
+        self.assertTrue(s.wait_log('applied version "v2"'))
+
+    def test_a_changed_limit_keeps_what_a_key_used(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(4)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        self.assertEqual(self.allowed(stub, u, 3), 3)
+        cp.reply_to(cp.set("v2", [api_config(10)]))
+        self.wait_metric(s, ACCEPTED, 2)
+        # 3 used of the new 10: 7 left, not a full bucket of 10.
+        self.assertEqual(self.allowed(stub, u, 12), 7)
+
+    def test_sighup_keeps_the_control_planes_domains(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        self.assertEqual(self.allowed(stub, u, 1), 1)
+        s.reload()
+        self.assertEqual(
+            self.metric(s, 'sluice_config_reloads_total'
+                        '{result="ok",trigger="sighup"}'), 1)
+        # The domain is still there, and u's use is still counted.
+        self.assertEqual(self.allowed(stub, u, 3), 1)
+        self.assertEqual(self.allowed(stub, uniq(), 3), 2)
+
+    def test_the_json_endpoint_follows_the_served_config(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        body = json.dumps({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": u}]}]})
+        codes = [s.request("POST", "/json",
+                           {"Content-Type": "application/json"},
+                           body).status for _ in range(3)]
+        self.assertEqual(codes, [200, 200, 429])
+        # One bucket for both front ends: gRPC finds it spent.
+        self.assertEqual(self.decide(stub, u).overall_code, OVER)
+
+    def test_several_domains_and_nested_descriptors(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        web = rl_config("web", "web", [
+            ("plan", "free", None, [("user", None, (HOUR, 2), [])])])
+        cp.reply_to(cp.set("v1", [api_config(1), web]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        req = request("web", [("plan", "free"), ("user", u)])
+        codes = [stub.ShouldRateLimit(req, timeout=30).overall_code
+                 for _ in range(3)]
+        self.assertEqual(codes, [OK, OK, OVER])
+        # A value the config does not name has no limit.
+        req = request("web", [("plan", "paid"), ("user", u)])
+        self.assertEqual(stub.ShouldRateLimit(req, timeout=30).overall_code,
+                         OK)
+
+
+class ServedMemory(Served, XdsBase):
+    pass
+
+
+class ServedRedis(Served, XdsBase):
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = RedisServer()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.redis.stop()
+
+    def store(self):
+        return '{redis: {url: "%s", timeout_ms: 3000}}' % self.redis.url()
+
+    def test_two_instances_on_one_redis_share_the_served_limit(self):
+        cp = self.control_plane()
+        (a, sa), (b, sb) = self.serve(cp), self.serve(cp)
+        cp.set("v1", [api_config(4)])
+        self.wait_metric(a, ACCEPTED, 1)
+        self.wait_metric(b, ACCEPTED, 1)
+        u = uniq()
+        got = sum(self.allowed(st, u, 3) for st in (sa, sb))
+        self.assertEqual(got, 4)
+
+
+class Broken(XdsBase):
+    def setUp(self):
+        self.cp = self.control_plane()
+        self.s, self.stub = self.serve(self.cp)
+        self.cp.reply_to(self.cp.set("good", [api_config(2)]))
+        self.wait_metric(self.s, ACCEPTED, 1)
+
+    def nack(self, configs=None, anys=None):
+        nonce = self.cp.set("bad-" + uniq(), configs, anys)
+        r = self.cp.reply_to(nonce)
+        self.assertIsNotNone(r, "no answer to a bad config")
+        self.assertTrue(r.HasField("error_detail"), "not a NACK")
+        # A NACK carries the version still running.
+        self.assertEqual(r.version_info, "good")
+        return r.error_detail.message
+
+    def assert_still_enforced(self):
+        self.assertEqual(self.allowed(self.stub, uniq(), 4), 2)
+
+    def test_a_bad_unit_is_nacked_and_the_old_config_kept(self):
+        bad = rl_config("broken-unit", "api",
+                        [("user", None, (0, 5), [])])
+        msg = self.nack([bad])
+        self.assertIn("xds:broken-unit", msg)
+        self.assertIn("invalid rate limit unit", msg)
+        self.assert_still_enforced()
+        self.wait_metric(self.s, REJECTED, 1)
+        self.assertTrue(self.s.wait_log("rejected version"))
+        self.assertEqual(
+            self.metric(self.s, 'sluice_config_reloads_total'
+                        '{result="error",trigger="xds"}'), 1)
+
+    def test_a_domain_in_two_resources_is_nacked(self):
+        msg = self.nack([api_config(5, name="a"), api_config(6, name="b")])
+        self.assertIn("duplicate domain 'api'", msg)
+        self.assert_still_enforced()
+
+    def test_descriptors_nested_too_deep_are_nacked(self):
+        items = [("k", None, (SECOND, 1), [])]
+        for _ in range(40):
+            items = [("k", None, None, items)]
+        msg = self.nack([rl_config("deep", "api", items)])
+        self.assertIn("nested", msg)
+        self.assert_still_enforced()
+        # A thousand levels: refused before protobuf-c recurses.
+        value = b""
+        for _ in range(1000):
+            inner = b"\x0a\x01k" + (b"\x22" + varint(len(value)) + value
+                                    if value else b"")
+            value = inner
+        cfg = b"\x12\x03api\x1a" + varint(len(value)) + value
+        msg = self.nack(anys=[(TYPE_URL, cfg)])
+        self.assertIn("nested", msg)
+        self.assert_still_enforced()
+
+    def test_another_type_and_garbage_are_nacked(self):
+        msg = self.nack(anys=[("type.googleapis.com/google.protobuf.Empty",
+                               b"")])
+        self.assertIn("expected " + TYPE_URL, msg)
+        msg = self.nack(anys=[(TYPE_URL, b"\x1a\xff\xff\xff\x0f")])
+        self.assertIn("malformed", msg)
+        self.assert_still_enforced()
+        # Still taking good configs after all that.
+        nonce = self.cp.set("good2", [api_config(3)])
+        self.assertFalse(self.cp.reply_to(nonce).HasField("error_detail"))
+        self.assertEqual(self.allowed(self.stub, uniq(), 5), 3)
+
+
+class Huge(XdsBase):
+    def test_a_response_over_4_mib_is_refused_and_the_config_kept(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        errors = self.metric(s, ERRORS)
+        big = rl_config("big", "api", [("user", None, (MINUTE, 2), [])] +
+                        [("k%06d" % i, "v" * 100, (SECOND, 1), [])
+                         for i in range(45000)])
+        self.assertGreater(big.ByteSize(), 4 << 20)
+        cp.set("v2", [big])
+        # The stream is dropped (grpc-go's clients do the same), not
+        # read: sluice keeps v1 and tries again.
+        self.wait_metric(s, ERRORS, errors + 1)
+        self.assertTrue(s.wait_log("larger than the 4 MiB limit"))
+        self.assertEqual(self.metric(s, ACCEPTED), 1)
+        self.assertEqual(self.allowed(stub, uniq(), 3), 2)
+        # A good version after it is taken on the next stream.
+        cp.set("v3", [api_config(5)])
+        self.wait_metric(s, ACCEPTED, 2)
+        self.assertEqual(self.allowed(stub, uniq(), 6), 5)
+
+
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+class GoesAway(XdsBase):
+    def test_served_while_away_then_reconnects(self):
+        cp = ControlPlane()
+        self.addCleanup(lambda: cp.stop())
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        cp.stop()
+        self.wait_metric(s, ERRORS, 1)
+        self.assertTrue(harness.wait_until(
+            lambda: self.metric(s, CONNECTED) == 0, 30))
+        # Every retry fails while it is away; the loss is logged once.
+        self.wait_metric(s, ERRORS, 3)
+        self.assertEqual(s.log().count("trying again with backoff"), 1)
+        # The last config is still enforced, and ready.
+        self.assertEqual(self.allowed(stub, uniq(), 4), 2)
+        self.assertEqual(s.request("GET", "/readyz").status, 200)
+        # Back, with a new version: taken after the reconnect.
+        cp.current = None
+        cp.requests = []
+        cp.restart()
+        first = None
+        self.assertTrue(harness.wait_until(lambda: cp.requests, 60))
+        first = cp.requests[0]
+        # The first request after the reconnect says what it runs.
+        self.assertEqual(first.version_info, "v1")
+        nonce = cp.set("v2", [api_config(5)])
+        self.assertEqual(cp.reply_to(nonce).version_info, "v2")
+        self.wait_metric(s, ACCEPTED, 2)
+        self.assertEqual(self.allowed(stub, uniq(), 7), 5)
+        self.assertEqual(self.metric(s, CONNECTED), 1)
+        self.assertEqual(s.log().count("envoy.xds: connected to"), 2)
+
+
+class MutualTls(XdsBase):
+    @classmethod
+    def setUpClass(cls):
+        cls.t = harness.TlsFiles()
+
+    def creds(self):
+        t = self.t
+
+        def rd(p):
+            with open(p, "rb") as f:
+                return f.read()
+        return grpc.ssl_server_credentials(
+            [(rd(t.server_key), rd(t.server_cert))],
+            root_certificates=rd(t.ca), require_client_auth=True)
+
+    def tls(self, ca, cert, key):
+        return (", tls: {ca: %s, cert: %s, key: %s, server_name: localhost}"
+                % (ca, cert, key))
+
+    def test_the_right_client_certificate_is_served(self):
+        cp = self.control_plane(tls=self.creds())
+        t = self.t
+        s, stub = self.serve(cp, self.tls(t.ca, t.client_cert, t.client_key))
+        nonce = cp.set("v1", [api_config(2)])
+        self.assertEqual(cp.reply_to(nonce).version_info, "v1")
+        self.wait_metric(s, ACCEPTED, 1)
+        self.assertEqual(self.allowed(stub, uniq(), 3), 2)
+
+    def assert_never_served(self, s, cp, why):
+        cp.set("v1", [api_config(2)])
+        self.wait_metric(s, ERRORS, 2)
+        self.assertEqual(self.metric(s, ACCEPTED), 0)
+        self.assertEqual(cp.requests, [])
+        self.assertEqual(s.request("GET", "/readyz").status, 503)
+        self.assertTrue(s.wait_log(why), s.log())
+
+    def test_a_client_certificate_from_another_ca_is_refused(self):
+        cp = self.control_plane(tls=self.creds())
+        t = self.t
+        s, _ = self.serve(cp, self.tls(t.ca, t.other_server_cert,
+                                       t.other_server_key))
+        self.assert_never_served(s, cp, "envoy.xds: 127.0.0.1")
+
+    def test_no_client_certificate_is_refused(self):
+        cp = self.control_plane(tls=self.creds())
+        s, _ = self.serve(
+            cp, ", tls: {ca: %s, server_name: localhost}" % self.t.ca)
+        self.assert_never_served(s, cp, "envoy.xds: 127.0.0.1")
+
+    def test_a_server_from_another_ca_is_refused(self):
+        cp = self.control_plane(tls=self.creds())
+        t = self.t
+        s, _ = self.serve(cp, self.tls(t.other_ca, t.client_cert,
+                                       t.client_key))
+        self.assert_never_served(s, cp, "the server's certificate")
+
+    def test_a_server_name_not_in_its_certificate_is_refused(self):
+        cp = self.control_plane(tls=self.creds())
+        t = self.t
+        s, _ = self.serve(cp, ", tls: {ca: %s, cert: %s, key: %s, "
+                          "server_name: elsewhere.example}"
+                          % (t.ca, t.client_cert, t.client_key))
+        self.assert_never_served(s, cp, "the server's certificate")
+
+    def test_plaintext_to_a_tls_server_is_never_served(self):
+        cp = self.control_plane(tls=self.creds())
+        s, _ = self.serve(cp)
+        self.assert_never_served(s, cp, "envoy.xds: 127.0.0.1")
+
+
+class BadSettings(unittest.TestCase):
+    def check(self, text):
+        fd, path = tempfile.mkstemp(prefix="sluice-xds-", suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        self.addCleanup(os.unlink, path)
+        r = subprocess.run([harness.SLUICE, "check-config", path],
+                           capture_output=True, text=True, timeout=60)
+        return path, r
+
+    def assert_refused(self, text, line, words):
+        path, r = self.check(text)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("%s:%d:" % (path, line), r.stderr + r.stdout)
+        self.assertIn(words, r.stderr + r.stdout)
+
+    def test_bad_settings_name_file_and_line(self):
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: nohost\n    node_id: a\n", 3,
+            "expected HOST:PORT")
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: \"h:99999\"\n    node_id: a\n", 3,
+            "port 1-65535")
+        self.assert_refused("envoy:\n  xds:\n    server: \"h:1\"\n", 3,
+                            "no node_id")
+        self.assert_refused(
+            "envoy:\n  config_dir: /tmp\n  xds: {server: \"h:1\", "
+            "node_id: a}\n", 2, "both config_dir and xds")
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
+            "    tls: {cert: /etc/hostname}\n", 5, "without key")
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
+            "    tls: {ca: /nonexistent/ca.pem}\n", 5, "cannot be read")
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
+            "    colour: blue\n", 5, "colour")
+
+    def test_good_settings_pass(self):
+        _, r = self.check("envoy:\n  xds: {server: \"[::1]:18001\", "
+                          "node_id: envoy-ratelimit}\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

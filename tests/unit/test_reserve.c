@@ -188,6 +188,27 @@ static void test_refund_if_needs_every_limit(void)
 	CHECK(next[0] == 0 && next[1] == 0); /* full again */
 }
 
+/* A calendar quota reserved beside a bucket: the same rule, on its own
+ * state (the window's count). */
+static void test_refund_if_on_a_quota(void)
+{
+	sluice_limit_t ls[2] = {lim(10, "1/s")};
+	sluice_state_t s[2] = {0, 0}, a[2], b[2], next[2];
+	sluice_decision_t d;
+	uint64_t wait;
+	char err[160];
+
+	CHECK(sluice_quota_init(&ls[1], 5, SLUICE_PER_DAY,
+				SLUICE_ALIGN_CALENDAR, 0, err,
+				sizeof(err)) == 0);
+	CHECK(sluice_reserve_all(ls, s, 2, T0, 1, 0, a, &d, &wait));
+	CHECK(sluice_reserve_all(ls, a, 2, T0, 1, 0, b, &d, &wait));
+	CHECK(sluice_refund_if(ls, b, a, 2, T0, 1, next) == 0);
+	CHECK(sluice_refund_if(ls, b, b, 2, T0, 1, next) == 1);
+	/* The quota's count is back to one: what a left. */
+	CHECK(next[1] == a[1]);
+}
+
 /* The states as text: decimal joined by '.', read back exactly; anything
  * else refused. */
 static void test_states_text(void)
@@ -235,6 +256,7 @@ int main(void)
 	RUN(test_set_remaining_is_what_a_take_finds);
 	RUN(test_refund_if_only_while_nothing_followed);
 	RUN(test_refund_if_needs_every_limit);
+	RUN(test_refund_if_on_a_quota);
 	RUN(test_states_text);
 	TESTS_DONE();
 }

@@ -498,6 +498,25 @@ SLUICE_API int sluice_redis_reserve(sluice_redis_t *r, const void *key,
 				    sluice_redis_reserve_cb cb, void *arg);
 
 /*
+ * A conditional refund (sluice_refund_if()): gives `cost` back to every
+ * limit of `key` only while each bucket still holds expected[i] (for
+ * limits[i]: the reservation's res->states), in one atomic server-side
+ * call at the server's clock; else writes nothing.  One limit goes to
+ * SLUICE.REFUNDIF where the module has it, else refund_if.lua.  cb runs
+ * once: status 0 with allowed 1 when refunded, 0 when not, or a
+ * failure.  key, limits and expected are copied.
+ * A call resent after a lost reply may answer 0 for a refund its first
+ * sending made (the state then moved on by that refund): never the
+ * reverse.  Returns as sluice_redis_take().
+ */
+SLUICE_API int sluice_redis_refund_if(sluice_redis_t *r, const void *key,
+				      size_t keylen,
+				      const sluice_limit_t *limits,
+				      size_t nlimits, uint64_t cost,
+				      const sluice_state_t *expected,
+				      sluice_redis_many_cb cb, void *arg);
+
+/*
  * An admin verb over items[0..n), as sluice_redis_refund(): each item's
  * buckets hold `remaining` whole tokens from now (sluice_set_remaining();
  * the capacity or more: full, the key deleted), whatever they held: one

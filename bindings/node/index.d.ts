@@ -258,6 +258,9 @@ export class Limiter extends EventEmitter {
 
   on(event: 'error', listener: (err: StoreError) => void): this;
   on(event: 'recover', listener: (info: { node: string; reason?: 'local' }) => void): this;
+  /** An aborted wait(): whether its reservation was given back (only
+   * while nobody was given a turn after it; error: the store failed). */
+  on(event: 'aborted', listener: (info: { key: string; policy: string; cost: number; refunded: boolean; error?: Error }) => void): this;
   on(event: string | symbol, listener: (...args: any[]) => void): this;
   once(event: 'error', listener: (err: StoreError) => void): this;
   once(event: 'recover', listener: (info: { node: string; reason?: 'local' }) => void): this;

@@ -1007,29 +1007,68 @@ class Limiter extends EventEmitter {
   // One reservation (the store's reserve: charged now, into debt if need
   // be, the wait until this request's turn answered; refused, charging
   // nothing, past maxWaitUs), to done(status, reserved, waitUs, nowUs,
-  // remaining, resetOrRetryMs, limit): synchronously on the local
-  // stores, from Node's loop on Redis.  waitUs -1: never.
+  // remaining, resetOrRetryMs, limit, token): synchronously on the local
+  // stores, from Node's loop on Redis.  waitUs -1: never.  token (null
+  // when refused): the states the reservation left, what _refundIf()
+  // gives it back against.
   _reserve(key, p, cost, maxWaitUs, done) {
     if (this._closed) {
-      done(CLOSED, false, 0, 0, 0, 0, 0);
+      done(CLOSED, false, 0, 0, 0, 0, 0, null);
       return;
     }
     if (this._mem !== null) {
       const b = this._buf;
       const fn = this.store === 'memory' ? native.memoryReserve : native.shmReserve;
-      const reserved = this._clock === null
+      const token = this._clock === null
         ? fn(this._mem, key, p._h, cost, maxWaitUs)
         : fn(this._mem, key, p._h, cost, maxWaitUs, this._clock());
-      done(0, reserved, b[0], b[1], b[2], b[3], b[4]);
+      done(0, token !== false, b[0], b[1], b[2], b[3], b[4], token === false ? null : token);
       return;
     }
-    const id = this._slot(done);
+    // The token is read as the answer is handled, before the id can be
+    // reused.
+    const id = this._slot((status, reserved, waitUs, nowUs, remaining, ms, limit) =>
+      done(status, reserved, waitUs, nowUs, remaining, ms, limit,
+        reserved ? native.redisToken(this._redis, id) : null));
     try {
       native.redisReserve(this._redis, key, p._h, cost, maxWaitUs, id);
     } catch (e) {
       this._unslot(id);
       throw e;
     }
+  }
+
+  // Gives a reservation back only while nothing was charged after it
+  // (the store's refund_if: the key's buckets still hold the states of
+  // its token) -> Promise<boolean> refunded.  A reservation made after
+  // it was given the next turn; refunding ours then would let one
+  // request more than the limit into that interval, so it stays
+  // charged (its turn goes unused).  A token is good for one refund.
+  _refundIf(key, p, cost, token) {
+    if (this._closed) return Promise.reject(this._error(CLOSED));
+    if (cost <= 0 || typeof token !== 'string' || token === '') return Promise.resolve(false);
+    if (this._mem !== null) {
+      const fn = this.store === 'memory' ? native.memoryRefundIf : native.shmRefundIf;
+      try {
+        return Promise.resolve(this._clock === null
+          ? fn(this._mem, key, p._h, cost, token)
+          : fn(this._mem, key, p._h, cost, token, this._clock()));
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    return new Promise((resolve, reject) => {
+      const id = this._slot((status, refunded) => {
+        if (status !== 0) reject(this._error(status));
+        else resolve(refunded);
+      });
+      try {
+        native.redisRefundIf(this._redis, key, p._h, cost, token, id);
+      } catch (e) {
+        this._unslot(id);
+        reject(e);
+      }
+    });
   }
 
   /**
@@ -1045,7 +1084,11 @@ class Limiter extends EventEmitter {
    * than maxWaitMs away (ERR_SLUICE_WAIT: err.waitMs says how long it
    * would have been, err.retryAfterMs when one would fit); an AbortSignal
    * that fires before the turn rejects (its reason) and gives the token
-   * back (refund).
+   * back only while nobody was given a turn after this one (a
+   * conditional refund: refunding then would let one request more than
+   * the limit through).  What happened is the 'aborted' event, once the
+   * store answered: { key, policy, cost, refunded } (refunded false: the
+   * turn goes unused; error set when the store failed).
    */
   wait(key, p, opts) {
     checkKey(key);
@@ -1053,7 +1096,7 @@ class Limiter extends EventEmitter {
     const { cost, maxWaitMs, signal } = waitOptions(opts, 'wait');
     if (signal !== null && signal.aborted) return Promise.reject(abortReason(signal));
     return new Promise((resolve, reject) => {
-      this._reserve(key, p, cost, Math.floor(maxWaitMs * 1000), (status, reserved, waitUs, nowUs, remaining, ms, limit) => {
+      this._reserve(key, p, cost, Math.floor(maxWaitMs * 1000), (status, reserved, waitUs, nowUs, remaining, ms, limit, token) => {
         if (status !== 0) {
           reject(this._error(status));
           return;
@@ -1067,21 +1110,24 @@ class Limiter extends EventEmitter {
           resolve(turn);
           return;
         }
-        this._waitTurn(key, p, cost, signal, waitUs, turn, resolve, reject);
+        this._waitTurn(key, p, cost, token, signal, waitUs, turn, resolve, reject);
       });
     });
   }
 
   // The timer of one reserved turn, and its abort: the timer cleared, the
-  // cost refunded, the promise rejected with the signal's reason.
-  _waitTurn(key, p, cost, signal, waitUs, turn, resolve, reject) {
+  // promise rejected with the signal's reason, the cost given back if
+  // nobody was given a turn after it, and the 'aborted' event told.
+  _waitTurn(key, p, cost, token, signal, waitUs, turn, resolve, reject) {
     let timer = null;
     const onAbort = () => {
       if (timer !== null) clearTimeout(timer);
-      // Best effort: a refund that fails leaves the charge (a turn
-      // unused), which limits more, never less.
-      if (cost > 0) this.refund(key, p, cost).catch(() => {});
       reject(abortReason(signal));
+      // A refund that fails leaves the charge (a turn unused), which
+      // limits more, never less.
+      this._refundIf(key, p, cost, token).then(
+        (refunded) => this._aborted(key, p, cost, refunded, null),
+        (err) => this._aborted(key, p, cost, false, err));
     };
     if (signal !== null) {
       if (signal.aborted) {
@@ -1094,6 +1140,15 @@ class Limiter extends EventEmitter {
       if (signal !== null) signal.removeEventListener('abort', onAbort);
       resolve(turn);
     }, Math.ceil(waitUs / 1000));
+  }
+
+  // Tells an aborted wait's outcome; a listener that throws is the
+  // app's (reported as uncaught, as for any event).
+  _aborted(key, p, cost, refunded, error) {
+    if (this.listenerCount('aborted') === 0) return;
+    const ev = { key, policy: p.name, cost, refunded };
+    if (error !== null) ev.error = error;
+    this.emit('aborted', ev);
   }
 
   /**
@@ -1789,12 +1844,21 @@ function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, whic
 // client chose to hang up, and the handler may have done the work
 // anyway (were it refunded as a failure, a client hanging up on every
 // request would never be limited).
-function watchOutcome(c, req, res, key, p, cost) {
+function watchOutcome(c, req, res, key, p, cost, token) {
   res.once('finish', () => {
     const ok = c.wasOk(req, res);
-    if (ok ? c.skipOk : c.skipFailed)
-      c.limiter.refund(key, p, cost).catch(() => {}); // best effort: an unreturned charge limits more, never less
+    if (ok ? c.skipOk : c.skipFailed) giveBack(c, key, p, cost, token);
   });
+}
+
+// A charge given back as the options say (best effort: an unreturned
+// charge limits more, never less).  A delayed request's (token: its
+// reservation's) only while nobody was given a turn after it: others
+// were queued behind it, and refunding would let one more request into
+// that interval than the limit allows.
+function giveBack(c, key, p, cost, token) {
+  if (token === undefined) c.limiter.refund(key, p, cost).catch(() => {});
+  else c.limiter._refundIf(key, p, cost, token).catch(() => {});
 }
 
 /*
@@ -1829,7 +1893,7 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
 // (nothing charged) as a limited request when the turn is past
 // delay.maxWaitMs.  Headers say what the reservation left.
 function delayRequest(c, io, req, res, raw, next, p, key, cost) {
-  c.limiter._reserve(key, p, cost, c.delayUs, (status, reserved, waitUs, nowUs, remaining, ms, limit) => {
+  c.limiter._reserve(key, p, cost, c.delayUs, (status, reserved, waitUs, nowUs, remaining, ms, limit, token) => {
     if (status !== 0) {
       storeFailed(c, io, req, res, next, status);
       return;
@@ -1839,13 +1903,14 @@ function delayRequest(c, io, req, res, raw, next, p, key, cost) {
       answer(c, io, req, res, raw, next, p, key, cost, false, limit, remaining, retry, ms < 0 ? 0 : ms, 0);
       return;
     }
-    const go = () => answer(c, io, req, res, raw, next, p, key, cost, true, limit, remaining, 0, ms, 0);
+    const go = () => answer(c, io, req, res, raw, next, p, key, cost, true, limit, remaining, 0, ms, 0, token);
     if (waitUs <= 0) go();
     else setTimeout(go, Math.ceil(waitUs / 1000));
   });
 }
 
-function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which) {
+// token: a delayed request's reservation (refunded conditionally).
+function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which, token) {
   let wins;
   const store = io.direct(res);
   if (c.headers !== null) {
@@ -1865,7 +1930,7 @@ function answer(c, io, req, res, raw, next, p, key, cost, allowed, limit, remain
     keepInfo(c, req, res, store, info);
   }
   if (allowed) {
-    if (c.charged !== null && cost > 0) c.charged(c, req, raw, key, p, cost);
+    if (c.charged !== null && cost > 0) c.charged(c, req, raw, key, p, cost, token);
     next();
     return;
   }
@@ -2117,7 +2182,7 @@ function fastifyPlugin(instance, opts, done) {
     if (ch !== undefined && reply.raw.writableFinished) {
       const c = ch.c;
       const ok = c.wasOk(request, reply);
-      if (ok ? c.skipOk : c.skipFailed) c.limiter.refund(ch.k, ch.p, ch.cost).catch(() => {});
+      if (ok ? c.skipOk : c.skipFailed) giveBack(c, ch.k, ch.p, ch.cost, ch.token);
     }
     next();
   });
@@ -2135,7 +2200,7 @@ function fastifyPlugin(instance, opts, done) {
     }
     const c = middlewareOptions(o, what);
     const watch = c.skipOk || c.skipFailed;
-    const cw = watch ? { ...c, charged: (cc, request, raw, k, p, cost) => { request[kCharge] = { c, k, p, cost }; } } : c;
+    const cw = watch ? { ...c, charged: (cc, request, raw, k, p, cost, token) => { request[kCharge] = { c, k, p, cost, token }; } } : c;
     return { c, cw };
   }
 }

@@ -5,9 +5,10 @@
  *   redis-server --loadmodule /path/to/sluice-redis.so
  *
  * registers SLUICE.TAKE, SLUICE.TAKEMULTI, SLUICE.TAKEMANY,
- * SLUICE.TAKEEACH and SLUICE.RESERVE (see take.c).  They are "write deny-oom"
- * commands with declared key positions, so Redis Cluster routes them and
- * replicas refuse them like any other write.
+ * SLUICE.TAKEEACH, SLUICE.RESERVE and SLUICE.REFUNDIF (see take.c).  They
+ * are "write" commands (all but REFUNDIF "deny-oom") with declared key
+ * positions, so Redis Cluster routes them and replicas refuse them like
+ * any other write.
  *
  * Module argument STORE int|string|call chooses how states are read and
  * written (state.c): int, the default when the server's string objects are
@@ -132,6 +133,11 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 		return REDISMODULE_ERR;
 	if (RedisModule_CreateCommand(ctx, "sluice.reserve", sluice_rm_reserve,
 				      "write deny-oom fast", 1, 1,
+				      1) != REDISMODULE_OK)
+		return REDISMODULE_ERR;
+	/* A refund frees memory at worst: no deny-oom. */
+	if (RedisModule_CreateCommand(ctx, "sluice.refundif",
+				      sluice_rm_refund_if, "write fast", 1, 1,
 				      1) != REDISMODULE_OK)
 		return REDISMODULE_ERR;
 	if (testclock) {

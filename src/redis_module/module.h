@@ -125,5 +125,7 @@ int sluice_rm_carry(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* SLUICE.RESERVE key capacity rate max_wait_us [COST n] */
 int sluice_rm_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int sluice_rm_refund_if(RedisModuleCtx *ctx, RedisModuleString **argv,
+			int argc);
 
 #endif /* SLUICE_REDIS_MODULE_H */

@@ -504,15 +504,18 @@ int sluice_rm_parse_limit(RedisModuleCtx *ctx, RedisModuleString *capacity,
  * nothing, when that turn is more than max_wait_us microseconds away
  * (at most 2^40; more is that).  Reply:
  *
- *   [reserved, limit, remaining, retry_after_ms, reset_ms, wait_us, now_us]
+ *   [reserved, limit, remaining, retry_after_ms, reset_ms, wait_us, now_us,
+ *    state]
  *
  * reserved is 1 or 0; limit, remaining and reset_ms as SLUICE.TAKE's
  * (after the charge); retry_after_ms 0 when reserved, else the time until
  * a reservation with the same max_wait would pass (-1: never); wait_us
  * the time from now_us to the turn (refused: the turn it would have had,
  * -1 never); now_us the command's time, so now_us + wait_us is the turn
- * on the server's one clock whoever asked.  The state written is the one
- * the script path (reserve.lua) writes, so either serves the same keys.
+ * on the server's one clock whoever asked; state the state written (0
+ * when nothing was: refused, or a cost of 0), what SLUICE.REFUNDIF
+ * expects.  The state written is the one the script path (reserve.lua)
+ * writes, so either serves the same keys.
  */
 int sluice_rm_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
@@ -556,7 +559,7 @@ int sluice_rm_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	sluice_rm_close_keys(&k, 1);
 	if (rc != 0)
 		return REDISMODULE_OK;
-	RedisModule_ReplyWithArray(ctx, 7);
+	RedisModule_ReplyWithArray(ctx, 8);
 	RedisModule_ReplyWithLongLong(ctx, ok);
 	RedisModule_ReplyWithLongLong(ctx, (long long)d.limit);
 	RedisModule_ReplyWithLongLong(ctx, (long long)d.remaining);
@@ -569,5 +572,60 @@ int sluice_rm_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	RedisModule_ReplyWithLongLong(
 		ctx, wait == UINT64_MAX ? -1 : (long long)wait);
 	RedisModule_ReplyWithLongLong(ctx, (long long)now);
+	RedisModule_ReplyWithLongLong(ctx,
+				      ok && cost > 0 ? (long long)next : 0);
 	return REDISMODULE_OK;
+}
+
+#define REFUNDIF_USAGE "SLUICE.REFUNDIF key capacity rate state [COST n]"
+
+/*
+ * SLUICE.REFUNDIF key capacity rate state [COST n]
+ *
+ * A conditional refund (sluice_refund_if()): gives the cost back only
+ * when the key still holds `state`, the one a SLUICE.RESERVE answered
+ * (nothing charged after that reservation); else writes nothing.
+ * Replies 1 when refunded, 0 when not.  refund_if.lua does the same on
+ * the script path.
+ */
+int sluice_rm_refund_if(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	sluice_limit_t limit;
+	sluice_state_t state = 0, want, next;
+	RedisModuleKey *k;
+	uint64_t cost = 1, v;
+	int ok, rc = 0;
+
+	if (argc != 5 && argc != 7)
+		return RedisModule_ReplyWithError(
+			ctx,
+			"ERR wrong number of arguments for "
+			"'sluice.refundif' command: expected " REFUNDIF_USAGE);
+	if (parse_limit(ctx, argv[2], argv[3], &limit) != 0)
+		return REDISMODULE_OK;
+	if (parse_count(argv[4], INT64_MAX, &v) != 0)
+		return RedisModule_ReplyWithError(
+			ctx, "ERR state is not a whole number >= 0 (the state "
+			     "SLUICE.RESERVE answered)");
+	want = (sluice_state_t)v;
+	if (argc == 7 && parse_cost(ctx, argv, 5, &cost) != 0)
+		return REDISMODULE_OK;
+	if (sluice_rm_open_state(ctx, argv[1], &k, &state) != 0)
+		return REDISMODULE_OK;
+	ok = sluice_refund_if(&limit, &state, &want, 1, sluice_rm_now_us(),
+			      cost, &next);
+	if (ok && next != state && next > 0)
+		rc = sluice_rm_write_state(ctx, k, argv[1], next, NULL);
+	sluice_rm_close_keys(&k, 1);
+	if (ok && next == 0) {
+		/* Full again: the key goes, as refund.lua deletes it. */
+		RedisModuleCallReply *r =
+			RedisModule_Call(ctx, "DEL", "!s", argv[1]);
+
+		if (r)
+			RedisModule_FreeCallReply(r);
+	}
+	if (rc != 0)
+		return REDISMODULE_OK;
+	return RedisModule_ReplyWithLongLong(ctx, ok);
 }

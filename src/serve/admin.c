@@ -9,6 +9,11 @@
  *                   {"key":"alice","capacity":100,"rate":"2/s","cost":3}
  *       gives cost tokens back (default: the rule's cost, or 1) to the
  *       buckets a take of the same fields charged, never beyond full.
+ *       With "if_state" (the "state" a /v1/take with max_wait_ms
+ *       answered): only while the buckets still hold it, i.e. nothing was
+ *       charged after that reservation; else 409 {"error":"not_refunded"}
+ *       and nothing changes (refunding then would let one request more
+ *       than the limit into the turn given after it).
  *   POST /v1/set    {"rule":"api","key":"alice","remaining":5,"tier":"paid"}
  *                   {"key":"alice","capacity":100,"rate":"2/s","remaining":5}
  *       those buckets hold `remaining` whole tokens from now (the
@@ -32,6 +37,7 @@
 #include "util/log.h"
 #include "util/sha256.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +49,10 @@
 /* One reset or refund in flight: what the store reads until it answers. */
 typedef struct admin_op_s {
 	sluice_conn_t *c;
-	int verb;				 /* SLUICE_ADMIN_* */
-	uint64_t remaining;			 /* set: the tokens to leave */
+	int verb;	    /* SLUICE_ADMIN_* */
+	uint64_t remaining; /* set: the tokens to leave */
+	int conditional;    /* refund with if_state: expected[] */
+	sluice_state_t expected[SLUICE_MAX_LIMITS];
 	sluice_take_item_t items[TIERS_MAX + 1]; /* every tier, an override */
 	const sluice_limit_set_t *sets[TIERS_MAX + 1]; /* items' (the rule
 							  form), for carry */
@@ -94,15 +102,25 @@ static void op_done(void *arg, int status, int allowed)
 		op->verb == SLUICE_ADMIN_REFUND ? "{\"status\":\"refunded\"}"
 		: op->verb == SLUICE_ADMIN_SET	? "{\"status\":\"set\"}"
 						: "{\"status\":\"reset\"}";
+	int refused = !status && op->conditional && !allowed;
 
-	(void)allowed;
 	/* Admin actions are rare and change limits: each one is logged. */
 	if (!status)
-		sluice_log_info("admin: %s", op->what);
+		sluice_log_info("admin: %s%s", op->what,
+				refused ? ": not refunded (charged since)"
+					: "");
 	else
 		sluice_log_warn("admin: %s failed: the store did not answer",
 				op->what);
 	free(op);
+	if (refused) {
+		sluice_resp_error(c, 409, "not_refunded", "if_state",
+				  "the buckets moved on since that "
+				  "reservation (a later one was given its "
+				  "turn, or a take charged them): nothing "
+				  "given back");
+		return;
+	}
 	if (status) {
 		sluice_resp_error(c, 503, "store_unavailable", NULL,
 				  "the rate-limit store failed; nothing may "
@@ -220,9 +238,10 @@ static void describe(admin_op_t *op, const char *rule, const char *key,
 	else
 		safe[n] = '\0';
 	snprintf(op->what, sizeof(op->what), "%s of %s%.*s%s key \"%s\"",
-		 op->verb == SLUICE_ADMIN_REFUND ? "refund"
-		 : op->verb == SLUICE_ADMIN_SET	 ? "set"
-						 : "reset",
+		 op->conditional		   ? "conditional refund"
+		 : op->verb == SLUICE_ADMIN_REFUND ? "refund"
+		 : op->verb == SLUICE_ADMIN_SET	   ? "set"
+						   : "reset",
 		 rule ? "rule \"" : "ad-hoc", rule ? 64 : 0, rule ? rule : "",
 		 rule ? "\"" : "", safe);
 }
@@ -247,6 +266,7 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int verb)
 			strcmp(name, "per") == 0 ||
 			strcmp(name, "align") == 0 || strcmp(name, "tz") == 0 ||
 			(refund && strcmp(name, "cost") == 0) ||
+			(refund && strcmp(name, "if_state") == 0) ||
 			(set && strcmp(name, "remaining") == 0) ||
 			((refund || set) && strcmp(name, "tier") == 0);
 
@@ -256,7 +276,7 @@ static int check_fields(sluice_conn_t *c, json_t *obj, int verb)
 				 "or key, capacity and rate (or quota and "
 				 "per)%s",
 				 refund || set ? " (and tier)" : "",
-				 refund ? ", and cost"
+				 refund ? ", and cost, if_state"
 				 : set	? ", and remaining"
 					: "");
 			bad(c, name, msg);
@@ -347,6 +367,28 @@ static int configured(sluice_conn_t *c, json_t *obj, admin_op_t *op,
 	op->n = 1;
 	if (!json_object_get(obj, "cost"))
 		*cost = rule->cost;
+	return 0;
+}
+
+/* A refund's "if_state" (the "state" of a /v1/take with max_wait_ms),
+ * one state per limit of the refunded item: 0 (op->conditional set when
+ * given), or -1 after answering 400. */
+static int if_state(sluice_conn_t *c, json_t *obj, admin_op_t *op)
+{
+	json_t *v = json_object_get(obj, "if_state");
+
+	if (!v)
+		return 0;
+	assert(op->n == 1 && op->verb == SLUICE_ADMIN_REFUND);
+	if (!json_is_string(v) ||
+	    sluice_states_parse(json_string_value(v), json_string_length(v),
+				op->items[0].nlimits, op->expected) != 0) {
+		bad(c, "if_state",
+		    "expected the \"state\" a /v1/take with max_wait_ms "
+		    "answered for these buckets");
+		return -1;
+	}
+	op->conditional = 1;
 	return 0;
 }
 
@@ -454,6 +496,8 @@ void sluice_api_admin(sluice_conn_t *c, int verb)
 			       keylen, &cost)
 		  : adhoc(c, obj, op, key, keylen))
 		goto out;
+	if (if_state(c, obj, op) < 0)
+		goto out;
 	describe(op, jrule ? json_string_value(jrule) : NULL, key, keylen);
 	for (i = 0; i < op->n; i++) {
 		op->items[i].key = op->m.key;
@@ -462,7 +506,8 @@ void sluice_api_admin(sluice_conn_t *c, int verb)
 	}
 	json_decref(obj);
 	if (!be->ops || !be->ops->reset || !be->ops->refund ||
-	    (verb == SLUICE_ADMIN_SET && !be->ops->set)) {
+	    (verb == SLUICE_ADMIN_SET && !be->ops->set) ||
+	    (op->conditional && !be->ops->refund_if)) {
 		free(op);
 		sluice_resp_error(c, 501, "not_supported", NULL,
 				  "this store has no reset, refund or set");
@@ -478,6 +523,17 @@ void sluice_api_admin(sluice_conn_t *c, int verb)
 				     op->now_us);
 	if (verb == SLUICE_ADMIN_SET) {
 		set_now(op);
+		return;
+	}
+	if (op->conditional) {
+		/* No peek: a bucket gone full no longer holds the state, and
+		 * the store answers 0 (409) for it. */
+		int rc = be->ops->refund_if(be->impl, &op->items[0],
+					    op->expected, op->now_us, op_done,
+					    op);
+
+		if (rc < 0)
+			op_done(op, rc, 0);
 		return;
 	}
 	/* First look whether any bucket holds state (peek_done() goes on

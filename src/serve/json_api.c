@@ -157,7 +157,9 @@ static void take_done(void *arg, const sluice_verdict_t *v)
  * is refused, charging nothing (429, retry_after_ms: until a reservation
  * with the same max_wait_ms would pass, and the wait_ms it would have
  * had).  One key and its limits, as a take of the same body charges;
- * a store that fails answers 503 (a reservation has no fail-open).
+ * a store that fails answers 503 (a reservation has no fail-open).  A
+ * reservation with a cost answers "state", the states it left: a caller
+ * that gives up its turn sends it to /v1/refund as "if_state".
  */
 static void reserve_done(void *arg, int status, const sluice_reservation_t *r)
 {
@@ -192,6 +194,15 @@ static void reserve_done(void *arg, int status, const sluice_reservation_t *r)
 	if (r->wait_us != UINT64_MAX) {
 		sluice_buf_puts(&body, ",\"wait_ms\":");
 		sluice_buf_u64(&body, sluice_us_to_ms_ceil(r->wait_us));
+	}
+	if (r->reserved && t->costs[0] > 0) {
+		/* What this reservation left: /v1/refund's if_state gives it
+		 * back only while nothing was charged after it. */
+		char state[SLUICE_STATES_TEXT_MAX];
+
+		sluice_states_format(r->states, t->matches[0].set->nlimits,
+				     state, sizeof(state));
+		sluice_buf_printf(&body, ",\"state\":\"%s\"", state);
 	}
 	sluice_buf_puts(&body, "}");
 	sluice_resp_begin(c, r->reserved ? 200 : 429);

@@ -133,11 +133,17 @@ int sluice_buckets_carry(sluice_buckets_t *m, const void *key, size_t keylen,
 			 const sluice_limit_t *to, const sluice_limit_t *from,
 			 size_t nfrom, int64_t now_us);
 
-/* The memory and shared-memory stores' reserve and set (sluice.h). */
+/* The memory and shared-memory stores' reserve, conditional refund and
+ * set (sluice_reserve.h); left may be NULL. */
 int sluice_buckets_reserve(sluice_buckets_t *m, const void *key, size_t keylen,
 			   const sluice_limit_t *limits, size_t nlimits,
 			   uint64_t cost, uint64_t max_wait_us, int64_t now_us,
-			   sluice_decision_t *summary, uint64_t *wait_us);
+			   sluice_decision_t *summary, uint64_t *wait_us,
+			   sluice_state_t *left);
+int sluice_buckets_refund_if(sluice_buckets_t *m, const void *key,
+			     size_t keylen, const sluice_limit_t *limits,
+			     size_t nlimits, uint64_t cost,
+			     const sluice_state_t *expected, int64_t now_us);
 int sluice_buckets_set(sluice_buckets_t *m, const void *key, size_t keylen,
 		       const sluice_limit_t *limits, size_t nlimits,
 		       uint64_t remaining, int64_t now_us);

@@ -197,7 +197,29 @@ int sluice_memstore_reserve(sluice_memstore_t *m, const void *key,
 			    uint64_t *wait_us)
 {
 	return sluice_buckets_reserve(&m->b, key, keylen, limits, nlimits, cost,
-				      max_wait_us, now_us, summary, wait_us);
+				      max_wait_us, now_us, summary, wait_us,
+				      NULL);
+}
+
+int sluice_memstore_reserve_left(sluice_memstore_t *m, const void *key,
+				 size_t keylen, const sluice_limit_t *limits,
+				 size_t nlimits, uint64_t cost,
+				 uint64_t max_wait_us, int64_t now_us,
+				 sluice_decision_t *summary, uint64_t *wait_us,
+				 sluice_state_t *left)
+{
+	return sluice_buckets_reserve(&m->b, key, keylen, limits, nlimits, cost,
+				      max_wait_us, now_us, summary, wait_us,
+				      left);
+}
+
+int sluice_memstore_refund_if(sluice_memstore_t *m, const void *key,
+			      size_t keylen, const sluice_limit_t *limits,
+			      size_t nlimits, uint64_t cost,
+			      const sluice_state_t *expected, int64_t now_us)
+{
+	return sluice_buckets_refund_if(&m->b, key, keylen, limits, nlimits,
+					cost, expected, now_us);
 }
 
 int sluice_memstore_set(sluice_memstore_t *m, const void *key, size_t keylen,

@@ -377,7 +377,36 @@ int sluice_shmstore_reserve(sluice_shmstore_t *s, const void *key,
 	GUARDED(s, rc,
 		sluice_buckets_reserve(&s->b, key, keylen, limits, nlimits,
 				       cost, max_wait_us, now_us, summary,
-				       wait_us));
+				       wait_us, NULL));
+	return rc;
+}
+
+int sluice_shmstore_reserve_left(sluice_shmstore_t *s, const void *key,
+				 size_t keylen, const sluice_limit_t *limits,
+				 size_t nlimits, uint64_t cost,
+				 uint64_t max_wait_us, int64_t now_us,
+				 sluice_decision_t *summary, uint64_t *wait_us,
+				 sluice_state_t *left)
+{
+	int rc;
+
+	GUARDED(s, rc,
+		sluice_buckets_reserve(&s->b, key, keylen, limits, nlimits,
+				       cost, max_wait_us, now_us, summary,
+				       wait_us, left));
+	return rc;
+}
+
+int sluice_shmstore_refund_if(sluice_shmstore_t *s, const void *key,
+			      size_t keylen, const sluice_limit_t *limits,
+			      size_t nlimits, uint64_t cost,
+			      const sluice_state_t *expected, int64_t now_us)
+{
+	int rc;
+
+	GUARDED(s, rc,
+		sluice_buckets_refund_if(&s->b, key, keylen, limits, nlimits,
+					 cost, expected, now_us));
 	return rc;
 }
 

@@ -162,6 +162,16 @@ typedef struct sluice_store_ops_s {
 	 * stores: nothing else counts in them). */
 	int (*import)(void *impl, const sluice_import_item_t *items, size_t n,
 		      int64_t now_us, sluice_store_cb cb, void *arg);
+	/* A conditional refund of one item (key, limits, cost): the cost
+	 * given back only while every bucket still holds expected[i] (for
+	 * item->limits[i]; a reservation's sluice_reservation_t.states),
+	 * atomically (sluice_refund_if(); on Redis at the server's clock).
+	 * cb's `allowed`: 1 refunded, 0 not (charged since: nothing given
+	 * back).  expected is read during the call only.  Same return as
+	 * take; NULL: the store cannot. */
+	int (*refund_if)(void *impl, const sluice_take_item_t *item,
+			 const sluice_state_t *expected, int64_t now_us,
+			 sluice_store_cb cb, void *arg);
 } sluice_store_ops_t;
 
 typedef struct sluice_backend_s {

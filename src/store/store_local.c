@@ -51,6 +51,8 @@ typedef struct {
 	int (*set)(void *s, const void *key, size_t keylen,
 		   const sluice_limit_t *limits, size_t nlimits,
 		   uint64_t remaining, int64_t now_us);
+	int (*refund_if)(void *s, const sluice_take_item_t *it,
+			 const sluice_state_t *expected, int64_t now_us);
 } local_calls_t;
 
 /* A failing shared store is said in the log: once when the file shrank
@@ -141,10 +143,18 @@ static void shm_log_failure(void *impl)
 				   sluice_reservation_t *res)                  \
 	{                                                                      \
 		res->now_us = now_us;                                          \
-		return prefix##_reserve((type *)s, it->key, it->keylen,        \
-					it->limits, it->nlimits, it->cost,     \
-					max_wait_us, now_us, &res->summary,    \
-					&res->wait_us);                        \
+		return prefix##_reserve_left(                                  \
+			(type *)s, it->key, it->keylen, it->limits,            \
+			it->nlimits, it->cost, max_wait_us, now_us,            \
+			&res->summary, &res->wait_us, res->states);            \
+	}                                                                      \
+	static int name##_refund_if1(void *s, const sluice_take_item_t *it,    \
+				     const sluice_state_t *expected,           \
+				     int64_t now_us)                           \
+	{                                                                      \
+		return prefix##_refund_if((type *)s, it->key, it->keylen,      \
+					  it->limits, it->nlimits, it->cost,   \
+					  expected, now_us);                   \
 	}                                                                      \
 	static int name##_set1(void *s, const void *key, size_t keylen,        \
 			       const sluice_limit_t *limits, size_t nlimits,   \
@@ -173,6 +183,7 @@ static void shm_log_failure(void *impl)
 		.now = name##_now,                                             \
 		.reserve = name##_reserve1,                                    \
 		.set = name##_set1,                                            \
+		.refund_if = name##_refund_if1,                                \
 	}
 
 LOCAL_CALLS(memory, sluice_memstore, sluice_memstore_t, NULL);
@@ -287,6 +298,26 @@ static int local_reserve(const local_calls_t *c, void *impl,
 	return 0;
 }
 
+/* A conditional refund of one item, answered at once. */
+static int local_refund_if(const local_calls_t *c, void *impl,
+			   const sluice_take_item_t *item,
+			   const sluice_state_t *expected, int64_t now_us,
+			   sluice_store_cb cb, void *arg)
+{
+	int r = c->refund_if(impl, item, expected, now_us);
+
+	if (r == SLUICE_EINVAL)
+		return r;
+	if (r < 0) {
+		if (r == SLUICE_ESTORE && c->failed)
+			c->failed(impl);
+		cb(arg, r, 0);
+		return 0;
+	}
+	cb(arg, 0, r);
+	return 0;
+}
+
 /* Sets each item's buckets to `remaining` tokens. */
 static int local_set(const local_calls_t *c, void *impl,
 		     sluice_take_item_t *items, size_t n, uint64_t remaining,
@@ -349,7 +380,7 @@ static void local_free(void *impl)
 		.healthy = NULL, .stats = store##_stats1, .free = free_fn,     \
 		.free_then = NULL, .take_now = store##_now,                    \
 		.reserve = store##_reserve, .set = store##_set,                \
-		.carry = store##_carry,                                        \
+		.carry = store##_carry, .refund_if = store##_refund_if,        \
 	}
 
 /* One driver per local store: its ops bind the store's table of calls.
@@ -405,6 +436,14 @@ static void local_free(void *impl)
 	{                                                                      \
 		return local_reserve(&store##_calls, impl, item, max_wait_us,  \
 				     now_us, cb, arg);                         \
+	}                                                                      \
+	static int store##_refund_if(                                          \
+		void *impl, const sluice_take_item_t *item,                    \
+		const sluice_state_t *expected, int64_t now_us,                \
+		sluice_store_cb cb, void *arg)                                 \
+	{                                                                      \
+		return local_refund_if(&store##_calls, impl, item, expected,   \
+				       now_us, cb, arg);                       \
 	}                                                                      \
 	static int store##_set(void *impl, sluice_take_item_t *items,          \
 			       size_t n, uint64_t remaining, int64_t now_us,   \

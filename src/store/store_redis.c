@@ -77,6 +77,18 @@ static int redis_reserve(void *impl, const sluice_take_item_t *item,
 				    item->cost, max_wait_us, cb, arg);
 }
 
+/* A conditional refund: sluice_redis_refund_if() has the driver's shape
+ * (at the server's clock). */
+static int redis_refund_if(void *impl, const sluice_take_item_t *item,
+			   const sluice_state_t *expected, int64_t now_us,
+			   sluice_store_cb cb, void *arg)
+{
+	(void)now_us;
+	return sluice_redis_refund_if(((redis_impl_t *)impl)->r, item->key,
+				      item->keylen, item->limits, item->nlimits,
+				      item->cost, expected, cb, arg);
+}
+
 static int redis_set(void *impl, sluice_take_item_t *items, size_t n,
 		     uint64_t remaining, int64_t now_us, sluice_store_cb cb,
 		     void *arg)
@@ -254,6 +266,7 @@ const sluice_store_ops_t sluice_redis_store_ops = {
 	.set = redis_set,
 	.carry = redis_carry,
 	.import = redis_import,
+	.refund_if = redis_refund_if,
 };
 
 /* Opens the client on a libuv loop (uv) or on a host's loop table

@@ -300,6 +300,67 @@ class Behaviour:
                           headers={})
             self.assertEqual(r.status, 401)
 
+    def test_a_reservation_is_refunded_only_while_nothing_followed_it(self):
+        """/v1/take with max_wait_ms answers "state"; /v1/refund with
+        "if_state" gives the reservation back only while the buckets still
+        hold it, else 409 not_refunded and nothing changes.  How a client
+        would get around the limit: reserve, let a later turn be given,
+        then give its own back -- an unconditional refund would let one
+        more request into that later turn's interval."""
+        with self.start() as s:
+            job = {"key": "w", "capacity": 1, "rate": "1/h"}
+            r = take(s, dict(job, max_wait_ms=0))
+            self.assertEqual(r.status, 200)
+            self.assertRegex(r.json()["state"], r"^[0-9]+$")
+            b = take(s, dict(job, max_wait_ms=7200000)).json()
+            c = take(s, dict(job, max_wait_ms=10800000)).json()
+            self.assertTrue(3590000 < b["wait_ms"] <= 3600000, b)
+            self.assertTrue(7190000 < c["wait_ms"] <= 7200000, c)
+            # b gives up after c was given the next turn: nothing back.
+            r = self.post(s, "/v1/refund", dict(job, if_state=b["state"]))
+            self.assertEqual(r.status, 409, r.body)
+            self.assertEqual(r.json()["error"], "not_refunded")
+            self.assertIn("conditional refund of ad-hoc key", s.log())
+            # The limit holds: nobody else gets a turn within two hours.
+            passed = sum(take(s, dict(job, max_wait_ms=7200000)).status
+                         == 200 for _ in range(5))
+            self.assertEqual(passed, 0)
+            # A refused reservation answers no state.
+            self.assertNotIn("state", take(s, dict(job, max_wait_ms=1))
+                             .json())
+            # c is last in line: given back; its state is then gone.
+            r = self.post(s, "/v1/refund", dict(job, if_state=c["state"]))
+            self.assertEqual((r.status, r.json()),
+                             (200, {"status": "refunded"}))
+            r = self.post(s, "/v1/refund", dict(job, if_state=c["state"]))
+            self.assertEqual(r.status, 409)
+            # c's turn is the next reservation's.
+            d = take(s, dict(job, max_wait_ms=7200000))
+            self.assertEqual(d.status, 200)
+            self.assertTrue(7190000 < d.json()["wait_ms"] <= 7200000)
+            # A rule's two limits: one state each, both must still hold.
+            rule = {"rule": "api", "key": "wa"}
+            r = take(s, dict(rule, max_wait_ms=0)).json()
+            self.assertRegex(r["state"], r"^[0-9]+\.[0-9]+$")
+            self.assertEqual(self.post(s, "/v1/refund",
+                                       dict(rule, if_state=r["state"])
+                                       ).status, 200)
+            self.assertEqual(remaining(s, rule), 3)
+            r = take(s, dict(rule, max_wait_ms=0)).json()
+            self.assertEqual(take(s, rule).status, 200)  # a take after it
+            self.assertEqual(self.post(s, "/v1/refund",
+                                       dict(rule, if_state=r["state"])
+                                       ).status, 409)
+            self.assertEqual(remaining(s, rule), 1)
+            # A state that is no state of these buckets: 400.
+            for bad in ("x", "1.2", "", " 1", "-1", 5,
+                        "99999999999999999999"):
+                r = self.post(s, "/v1/refund", dict(job, if_state=bad))
+                self.assertEqual(r.status, 400, bad)
+                self.assertEqual(r.json()["field"], "if_state")
+            r = self.post(s, "/v1/reset", dict(job, if_state="1"))
+            self.assertEqual(r.status, 400)
+
     def test_a_key_without_state_is_not_found(self):
         """Nothing to reset or refund (every bucket full, the same as
         none): 404 not_found, and nothing changes."""

@@ -4,8 +4,8 @@
  *
  *  - a store opened through the one store interface (store/store.h:
  *    sluice_backend_open() on a sluice_store_config_t), and each of its
- *    verbs (take, peek, reset, refund, penalize, block, reserve, set)
- *    called through
+ *    verbs (take, peek, reset, refund, penalize, block, reserve, set,
+ *    refund_if) called through
  *    be.ops and waited for on the loop;
  *  - a Redis client (include/sluice_redis.h) that has finished its
  *    handshake, for the tests of the client's own options (flags);
@@ -78,9 +78,11 @@ static inline sluice_redis_t *rs_client(uv_loop_t *loop, int port,
 typedef struct rs_result_s {
 	int done, status, allowed;
 	sluice_decision_t d;
-	/* a reservation: its wait and the store's clock */
+	/* a reservation: its wait, the store's clock and the states it
+	 * left (what a conditional refund expects) */
 	uint64_t wait_us;
 	int64_t now_us;
+	sluice_state_t states[SLUICE_MAX_LIMITS];
 } rs_result_t;
 
 static inline void rs_on_done(void *arg, int status, int allowed)
@@ -107,6 +109,7 @@ static inline void rs_on_reserved(void *arg, int status,
 		res->d = r->summary;
 		res->wait_us = r->wait_us;
 		res->now_us = r->now_us;
+		memcpy(res->states, r->states, sizeof(res->states));
 	}
 }
 
@@ -187,6 +190,29 @@ static inline rs_result_t rs_call(sluice_backend_t *be, uv_loop_t *loop,
 		if (res.status == 0)
 			CHECK(it.allowed == res.allowed);
 	}
+	return res;
+}
+
+/* A conditional refund of cost on key's limits l[0..n), expecting the
+ * states expected[0..n) (a reservation's): answered, `allowed` 1 when
+ * refunded. */
+static inline rs_result_t rs_refund_if(sluice_backend_t *be, uv_loop_t *loop,
+				       const char *key, const sluice_limit_t *l,
+				       size_t n, uint64_t cost,
+				       const sluice_state_t *expected)
+{
+	sluice_take_item_t it = {0};
+	rs_result_t res = {0};
+
+	it.key = key;
+	it.keylen = strlen(key);
+	it.limits = l;
+	it.nlimits = n;
+	it.cost = cost;
+	CHECK(be->ops->refund_if != NULL);
+	CHECK(be->ops->refund_if(be->impl, &it, expected, sluice_now_us(),
+				 rs_on_done, &res) == 0);
+	rs_wait(loop, &res);
 	return res;
 }
 

@@ -447,6 +447,7 @@ static napi_value init(napi_env env, napi_value exports)
 		{fns, sizeof(fns) / sizeof(fns[0])},
 		{addon_local_fns, addon_local_nfns},
 		{addon_redis_fns, addon_redis_nfns},
+		{addon_wait_fns, addon_wait_nfns},
 	};
 	size_t t, i;
 	napi_value v;

@@ -7,6 +7,8 @@
  *   config.c  a Limiter's store options into a store config
  *   local.c   the stores that answer at once (memory, shared memory)
  *   redis.c   the stores that answer from Node's loop (Redis)
+ *   wait.c    reservations on Redis, and every store's conditional
+ *             refund, with their state tokens
  *
  * Every store is opened and called through the store interface
  * (src/store/store.h: sluice_backend_open_events(), then ops->take,
@@ -92,6 +94,18 @@ enum { ADMIN_RESET, ADMIN_REFUND, ADMIN_PENALIZE, ADMIN_BLOCK, ADMIN_SET };
 void addon_reservation(const sluice_reservation_t *r,
 		       double out[DECISION_FIELDS]);
 
+/* A reservation's state token: the states it left (its
+ * sluice_reservation_t.states, one per limit of the policy) in decimal,
+ * joined by '.' (sluice_states_format()), as JS holds it (a string: a
+ * state passes 2^53). */
+#define ADDON_TOKEN_MAX SLUICE_STATES_TEXT_MAX
+void addon_token_format(const sluice_state_t *states, size_t n,
+			char out[ADDON_TOKEN_MAX]);
+/* The token in v (a string of n states) into states[0..n); NULL with a
+ * TypeError pending when it is not one. */
+void *addon_token_parse(napi_env env, napi_value v, size_t n,
+			sluice_state_t *states);
+
 /* redisNew()'s options object into *cfg (its strings the caller's, freed
  * by addon_config_free()); -1 on a Node-API failure, with what was
  * copied in *cfg. */
@@ -108,5 +122,7 @@ extern const addon_fn_t addon_local_fns[];
 extern const size_t addon_local_nfns;
 extern const addon_fn_t addon_redis_fns[];
 extern const size_t addon_redis_nfns;
+extern const addon_fn_t addon_wait_fns[];
+extern const size_t addon_wait_nfns;
 
 #endif

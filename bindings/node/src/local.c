@@ -305,7 +305,8 @@ static void on_reserved(void *arg, int status, const sluice_reservation_t *r)
 
 /*
  * memoryReserve / shmReserve(store, key, policy, cost, max_wait_us[,
- * now_us]) -> reserved (bool): a reservation (store.h's reserve), its
+ * now_us]) -> false when refused, else the reservation's state token (a
+ * string, for memoryRefundIf): a reservation (store.h's reserve), its
  * answer in the store's decision array as addon_reservation() lays it
  * out.
  */
@@ -320,6 +321,7 @@ static napi_value local_reserve(napi_env env, napi_callback_info info)
 	char key[SLUICE_KEY_MAX];
 	sluice_take_item_t it = {0};
 	reserved_t a = {0};
+	char tok[ADDON_TOKEN_MAX];
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
@@ -343,7 +345,48 @@ static napi_value local_reserve(napi_env env, napi_callback_info info)
 		return NULL;
 	}
 	addon_reservation(&a.res, ((local_t *)be)->out);
-	CHECK(env, napi_get_boolean(env, a.res.reserved, &res));
+	if (!a.res.reserved) {
+		CHECK(env, napi_get_boolean(env, 0, &res));
+		return res;
+	}
+	addon_token_format(a.res.states, p->nlimits, tok);
+	CHECK(env, napi_create_string_latin1(env, tok, NAPI_AUTO_LENGTH, &res));
+	return res;
+}
+
+/*
+ * memoryRefundIf / shmRefundIf(store, key, policy, cost, token[, now_us])
+ * -> refunded (bool): the cost given back only while the key's buckets
+ * hold the states of the token (store.h's refund_if).
+ */
+static napi_value local_refund_if(napi_env env, napi_callback_info info)
+{
+	size_t argc = 6;
+	napi_value argv[6], res;
+	sluice_backend_t *be;
+	sluice_state_t want[SLUICE_MAX_LIMITS];
+	int64_t now;
+	policy_t *p;
+	char key[SLUICE_KEY_MAX];
+	sluice_take_item_t it = {0};
+	answer_t a = {0};
+	int rc;
+
+	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	if (!be || !addon_token_parse(env, argv[4], p->nlimits, want))
+		return NULL;
+	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
+		now = sluice_now_us();
+	it.key = key;
+	it.limits = p->limits;
+	it.nlimits = p->nlimits;
+	rc = be->ops->refund_if(be->impl, &it, want, now, on_answer, &a);
+	if ((rc = answered(rc, &a)) < 0) {
+		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
+		return NULL;
+	}
+	CHECK(env, napi_get_boolean(env, a.allowed, &res));
 	return res;
 }
 
@@ -359,6 +402,8 @@ const addon_fn_t addon_local_fns[] = {
 	{"shmAdmin", local_admin},
 	{"memoryReserve", local_reserve},
 	{"shmReserve", local_reserve},
+	{"memoryRefundIf", local_refund_if},
+	{"shmRefundIf", local_refund_if},
 };
 const size_t addon_local_nfns =
 	sizeof(addon_local_fns) / sizeof(addon_local_fns[0]);

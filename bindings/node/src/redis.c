@@ -5,84 +5,13 @@
  * calls go through the store interface and answer a JS callback from
  * the loop, batched; node events reach the limiter's JS side.
  */
-#include "addon.h"
+#include "redis.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* --------------------------------------------------------- Redis store */
-
-/*
- * One Redis client on Node's loop.  While open it holds a strong
- * reference to its JS owner (like an open socket, it is not collected
- * while it may still call back) and keeps the loop alive through its
- * connections; close() releases both, so the process may exit.
- */
-typedef struct rcall_s rcall_t;
-
-typedef struct rclient_s {
-	sluice_backend_t be;
-	/* Where the store's events go: this client (on_event below), not
-	 * the process (each Limiter hears its own nodes). */
-	sluice_store_events_t events;
-	napi_env env;
-	napi_async_context actx;
-	napi_ref owner;
-	/* The owner's answer table: ANSWER_FIELDS numbers per answer, read
-	 * by owner._answers(n) (a Float64Array the owner holds; referenced
-	 * here so it lives as long as the client). */
-	napi_ref answers_ref;
-	napi_ref answers_fn; /* owner._answers, looked up once */
-	double *answers;
-	size_t answers_cap; /* in answers */
-	/* Answers wait here until the loop's check phase (or the next
-	 * turn's idle phase, when one came outside the poll phase), then
-	 * are all delivered under one callback scope: one microtask and
-	 * nextTick checkpoint per batch, not one per reply. */
-	rcall_t *q_head, *q_tail;
-	uv_check_t check;
-	uv_idle_t idle;
-	int handles_open; /* check and idle not yet closed */
-	int flushing;
-	/* Calls done with, kept for the next ones (RCALL_POOL_MAX at most,
-	 * none once closed): no malloc and free per call. */
-	rcall_t *pool;
-	unsigned npool;
-	/* Until the client has released its handles, the environment must
-	 * not go away (a worker's loop stops, the addon may be unloaded):
-	 * an async cleanup hook holds it. */
-	napi_async_cleanup_hook_handle hook;
-	int closed;    /* close() ran: later calls are refused */
-	int teardown;  /* the environment is going away: no JS */
-	int released;  /* the client's memory is released */
-	int finalized; /* the JS external is gone */
-	/* The last failure a node reported ("node: tls_failed: reason"),
-	 * "" once that node answers again: the why of a failed take. */
-	char why[320];
-	char why_node[128];
-	/* Its kind, so a failed take's error can carry a code saying it
-	 * (ERR_SLUICE_REFUSED); 0 with no why. */
-	int why_kind;
-} rclient_t;
-
-/* One call waiting for its answer, then for its delivery.  id names the
- * call's slot on the JS side: no reference or function per call.  The
- * item (its key and limits copied after the struct) is the store's until
- * the answer (store.h: borrowed), so a policy the app drops meanwhile
- * does not matter. */
-struct rcall_s {
-	rclient_t *c;
-	uint32_t id;
-	rcall_t *next;
-	int status;
-	int allowed;
-	int admin;  /* an admin call: no decision */
-	int pooled; /* of RCALL_POOL_TAIL: goes back to the client's pool */
-	double nums[DECISION_FIELDS];
-	sluice_take_item_t item;
-	sluice_limit_t limits[]; /* item.nlimits, then the key */
-};
 
 /* A call whose limits and key fit RCALL_POOL_TAIL bytes (four limits and
  * a key of 128 bytes do) is allocated of that size and kept for reuse;
@@ -115,7 +44,7 @@ static rcall_t *get_call(rclient_t *c, size_t tail)
 
 /* A call done with: back to the pool while the client is open and the
  * pool not full, else freed. */
-static void put_call(rclient_t *c, rcall_t *call)
+void rclient_put_call(rclient_t *c, rcall_t *call)
 {
 	if (!call->pooled || c->closed || c->npool >= RCALL_POOL_MAX) {
 		free(call);
@@ -151,8 +80,10 @@ static void maybe_free(rclient_t *c)
 		napi_remove_async_cleanup_hook(c->hook);
 		c->hook = NULL;
 	}
-	if (c->finalized)
+	if (c->finalized) {
+		free(c->tokens);
 		free(c);
+	}
 }
 
 static void on_released(void *arg)
@@ -235,8 +166,10 @@ static void free_rclient(napi_env env, void *data, void *hint)
 	rclient_t *c = data;
 
 	c->finalized = 1;
-	if (c->released && !c->handles_open)
+	if (c->released && !c->handles_open) {
+		free(c->tokens);
 		free(c);
+	}
 }
 
 /*
@@ -425,7 +358,7 @@ out:
  * which delivers them once the loop has read all it could this turn, and
  * the idle handle, which keeps the loop from waiting in poll when the
  * answer came outside it (a timer, a call that failed at once). */
-static void enqueue(rclient_t *c, rcall_t *call)
+void rclient_enqueue(rclient_t *c, rcall_t *call)
 {
 	if (c->teardown) {
 		free(call);
@@ -451,13 +384,14 @@ static void on_answer(void *arg, int status, int allowed)
 	int decided = status == 0 && !call->admin;
 
 	call->status = status;
-	call->allowed = decided && allowed;
+	/* An admin call's allowed: a conditional refund's "refunded". */
+	call->allowed = status == 0 && allowed;
 	if (decided)
 		addon_decision(&call->item.summary, call->item.summary.which,
 			       call->nums);
 	else
 		memset(call->nums, 0, sizeof(call->nums));
-	enqueue(call->c, call);
+	rclient_enqueue(call->c, call);
 }
 
 /* Calls owner._answers(n) for the n answers in the table (inside
@@ -539,7 +473,7 @@ static void deliver(rclient_t *c)
 			a[1] = (double)call->status;
 			a[2] = call->allowed;
 			memcpy(a + 3, call->nums, sizeof(call->nums));
-			put_call(c, call);
+			rclient_put_call(c, call);
 			n++;
 		}
 		call_js(c, owner, fn, n);
@@ -552,14 +486,9 @@ static void deliver(rclient_t *c)
 	napi_close_handle_scope(env, hs);
 }
 
-/*
- * A call of client c on (key, policy p, n), answered as row `id` (a
- * uint32): its item holds copies of the key and the limits.  NULL with
- * an exception pending when the limiter is closed or memory is short.
- */
-static rcall_t *new_call(napi_env env, rclient_t *c, const policy_t *p,
-			 const char *key, size_t keylen, uint64_t n,
-			 napi_value id, int admin)
+rcall_t *rclient_new_call(napi_env env, rclient_t *c, const policy_t *p,
+			  const char *key, size_t keylen, uint64_t n,
+			  napi_value id, int admin)
 {
 	size_t lsize = p->nlimits * sizeof(sluice_limit_t);
 	rcall_t *call;
@@ -575,7 +504,7 @@ static rcall_t *new_call(napi_env env, rclient_t *c, const policy_t *p,
 		return NULL;
 	}
 	if (napi_get_value_uint32(env, id, &call->id) != napi_ok) {
-		put_call(c, call);
+		rclient_put_call(c, call);
 		addon_throw_last(env);
 		return NULL;
 	}
@@ -616,7 +545,7 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 	c = addon_take_args(env, argv, &p, key, &keylen, &cost);
 	if (!c)
 		return NULL;
-	call = new_call(env, c, p, key, keylen, cost, argv[4], 0);
+	call = rclient_new_call(env, c, p, key, keylen, cost, argv[4], 0);
 	if (!call)
 		return NULL;
 	/* Sent first on the same client: Redis carries, then decides. */
@@ -625,7 +554,7 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 	rc = (peek ? c->be.ops->peek : c->be.ops->take)(c->be.impl, &call->item,
 							1, 0, on_answer, call);
 	if (rc < 0) {
-		put_call(c, call);
+		rclient_put_call(c, call);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
@@ -667,7 +596,7 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	c = addon_take_args(env, argv, &p, key, &keylen, &n);
 	if (!c || napi_get_value_int32(env, argv[4], &op) != napi_ok)
 		return addon_throw_last(env);
-	a = new_call(env, c, p, key, keylen, n, argv[5], 1);
+	a = rclient_new_call(env, c, p, key, keylen, n, argv[5], 1);
 	if (!a)
 		return NULL;
 	ops = c->be.ops;
@@ -692,57 +621,7 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 		rc = SLUICE_EINVAL;
 	}
 	if (rc < 0) {
-		put_call(c, a);
-		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
-		return NULL;
-	}
-	return NULL;
-}
-
-/* A reservation's answer (store.h's reserve callback): its numbers as
- * addon_reservation() lays them out, then the queue, as a take's. */
-static void on_reserved(void *arg, int status, const sluice_reservation_t *r)
-{
-	rcall_t *call = arg;
-
-	call->status = status;
-	call->allowed = r && r->reserved;
-	if (r)
-		addon_reservation(r, call->nums);
-	else
-		memset(call->nums, 0, sizeof(call->nums));
-	enqueue(call->c, call);
-}
-
-/*
- * redisReserve(client, key, policy, cost, max_wait_us, id) -> undefined:
- * a reservation at the server's clock, answered as row `id` from the
- * loop like a take (allowed: reserved; the numbers addon_reservation()'s).
- */
-static napi_value redis_reserve(napi_env env, napi_callback_info info)
-{
-	size_t argc = 6, keylen;
-	napi_value argv[6];
-	rclient_t *c;
-	policy_t *p;
-	uint64_t cost;
-	double max_wait;
-	char key[SLUICE_KEY_MAX];
-	rcall_t *call;
-	int rc;
-
-	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	c = addon_take_args(env, argv, &p, key, &keylen, &cost);
-	if (!c || napi_get_value_double(env, argv[4], &max_wait) != napi_ok)
-		return addon_throw_last(env);
-	call = new_call(env, c, p, key, keylen, cost, argv[5], 0);
-	if (!call)
-		return NULL;
-	rc = c->be.ops->reserve(c->be.impl, &call->item,
-				max_wait > 0 ? (uint64_t)max_wait : 0, 0,
-				on_reserved, call);
-	if (rc < 0) {
-		put_call(c, call);
+		rclient_put_call(c, a);
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
 	}
@@ -811,10 +690,13 @@ static napi_value redis_close(napi_env env, napi_callback_info info)
 }
 
 const addon_fn_t addon_redis_fns[] = {
-	{"redisNew", redis_new},	 {"redisTake", redis_take},
-	{"redisPeek", redis_peek},	 {"redisAdmin", redis_admin},
-	{"redisReserve", redis_reserve}, {"redisHealthy", redis_healthy},
-	{"redisClose", redis_close},	 {"redisLastError", redis_last_error},
+	{"redisNew", redis_new},
+	{"redisTake", redis_take},
+	{"redisPeek", redis_peek},
+	{"redisAdmin", redis_admin},
+	{"redisHealthy", redis_healthy},
+	{"redisClose", redis_close},
+	{"redisLastError", redis_last_error},
 };
 const size_t addon_redis_nfns =
 	sizeof(addon_redis_fns) / sizeof(addon_redis_fns[0]);

@@ -4,10 +4,12 @@
 // Nothing here is timed: turns are read from the answers (turnAtUs, on
 // the store's clock), never from when a promise happened to resolve.
 'use strict';
-const { test, Redis, storeReady, track } = require('./helpers');
+const { test, BUILD, Redis, storeReady, track } = require('./helpers');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
+const fs = require('node:fs');
 const http = require('node:http');
+const path = require('node:path');
 const express = require('express');
 const sluice = require('..');
 
@@ -68,6 +70,104 @@ test('wait(): an aborted wait gives its token back; an aborted signal charges no
   await limiter.close();
 });
 
+// The 'aborted' event of the next aborted wait().
+function nextAborted(limiter) {
+  return new Promise((resolve) => limiter.once('aborted', resolve));
+}
+
+// How a client gets around a limit with waits: it aborts one after a
+// later turn was given.  An unconditional refund would open a gap one
+// refill before that later turn, and one request more than the limit
+// would take it.  The same scenario runs on every store below.
+async function abortAfterLaterTurn(limiter, p, storeMs) {
+  // A bucket of 1 at 1/min: A now, B in one minute, C in two.
+  assert.equal((await limiter.wait('k', p, { maxWaitMs: 0 })).waitMs, 0);
+  const ac = new AbortController();
+  const b = limiter.wait('k', p, { maxWaitMs: 90000, signal: ac.signal });
+  b.catch(() => {});
+  // C's turn is given (its promise pends until then: only its answer
+  // matters here, which the rejection of a too-short wait shows).
+  const cAc = new AbortController();
+  const c = limiter.wait('k', p, { maxWaitMs: 150000, signal: cAc.signal });
+  c.catch(() => {});
+  // B is answered (its turn given) before C: one store, in order.
+  await assert.rejects(limiter.wait('k', p, { maxWaitMs: 1000 }), (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs > 170000 - storeMs);
+  const told = nextAborted(limiter);
+  ac.abort();
+  await assert.rejects(b, (e) => e.name === 'AbortError');
+  const ev = await told;
+  assert.deepEqual([ev.key, ev.policy, ev.cost, ev.refunded], ['k', p.name, 1, false]);
+  // The limit holds: of ten more waiters willing to wait up to two
+  // minutes, none gets a turn (A, B's unused one and C fill them); an
+  // unconditional refund would have let one in at C's turn.
+  let passed = 0;
+  for (let i = 0; i < 10; i++) {
+    try {
+      await limiter.wait('k', p, { maxWaitMs: 120000 + storeMs });
+      passed++;
+    } catch (e) {
+      assert.equal(e.code, 'ERR_SLUICE_WAIT');
+    }
+  }
+  assert.equal(passed, 0);
+  // C, last in line, aborts: given back whole, its turn the next one's.
+  const toldC = nextAborted(limiter);
+  cAc.abort();
+  await assert.rejects(c, (e) => e.name === 'AbortError');
+  assert.equal((await toldC).refunded, true);
+  const d = limiter.wait('k', p, { maxWaitMs: 130000 + storeMs });
+  d.catch(() => {});
+  await assert.rejects(limiter.wait('k', p, { maxWaitMs: 1000 }), (e) => e.code === 'ERR_SLUICE_WAIT' && e.waitMs > 170000 - storeMs);
+}
+
+test('wait(): an abort with no later turn is refunded; after a later turn was given, not, and the limit holds (memory)', async () => {
+  const { limiter } = clocked();
+  const p = sluice.policy([{ capacity: 1, rate: '1/min' }], { name: 'ab' });
+  // No later turn: the 'aborted' event says refunded, and the turn is
+  // the next one's.
+  await limiter.wait('n', p, { maxWaitMs: 0 });
+  const ac = new AbortController();
+  const w = limiter.wait('n', p, { maxWaitMs: 90000, signal: ac.signal });
+  const told = nextAborted(limiter);
+  ac.abort();
+  await assert.rejects(w, (e) => e.name === 'AbortError');
+  assert.deepEqual(await told, { key: 'n', policy: 'ab', cost: 1, refunded: true });
+  await assert.rejects(limiter.wait('n', p, { maxWaitMs: 1000 }), (e) => e.waitMs === 60000);
+  await abortAfterLaterTurn(limiter, p, 0);
+  await limiter.close();
+});
+
+test('wait(): the same on the shared-memory store', async () => {
+  const file = `/dev/shm/sluice-wait-test-${process.pid}`;
+  const limiter = new sluice.Limiter({ store: { shared: { path: file, maxKeys: 1000 } } });
+  try {
+    await abortAfterLaterTurn(limiter, sluice.policy([{ capacity: 1, rate: '1/min' }], { name: 'abs' }), 5000);
+  } finally {
+    await limiter.close();
+    fs.rmSync(file, { force: true });
+  }
+});
+
+for (const withModule of [false, true]) {
+  test(`wait() on Redis${withModule ? ' with the sluice module' : ''}: an abort after a later turn was given is not refunded, and the limit holds`, async () => {
+    const module = path.join(BUILD, 'sluice-redis.so');
+    if (withModule) assert.ok(fs.existsSync(module), `${module} is built with sluice`);
+    const redis = await Redis.start(withModule ? ['--loadmodule', module] : []);
+    const limiter = new sluice.Limiter({ store: { redis: { url: redis.url, timeoutMs: 5000 } } });
+    try {
+      // Two limits, so the script path answers several states too.
+      const p = sluice.policy([{ capacity: 1, rate: '1/min' }, { capacity: 10, rate: '10/min' }], { name: 'abr' });
+      await storeReady(limiter, p);
+      await abortAfterLaterTurn(limiter, p, 5000);
+      const one = sluice.policy([{ capacity: 1, rate: '1/min' }], { name: 'abr1' });
+      await abortAfterLaterTurn(limiter, one, 5000);
+    } finally {
+      await limiter.close();
+      await redis.stop();
+    }
+  });
+}
+
 test('schedule() runs fn at its turn; set() leaves a number of tokens', async () => {
   const { limiter } = clocked();
   const p = sluice.policy([{ capacity: 5, rate: '1/h' }], { name: 's' });
@@ -108,6 +208,111 @@ test("the middleware's delay: { maxWaitMs } delays a request instead of refusing
   }
   assert.throws(() => sluice.express({ limiter, policy: p, delay: { maxWaitMs: 0 } }), /delay.maxWaitMs/);
   assert.throws(() => sluice.express({ limiter, policy: p, delay: { wait: 1 } }), /no option "wait"/);
+});
+
+// Waits (bounded) until the key 'one' is refused with retryAfterMs `ms`
+// on the test's still clock (the refunds of answers that finished have
+// landed), then checks it stays so.
+async function settlesAt(limiter, p, ms) {
+  const now = async () => { const d = await limiter.get('one', p); return d.allowed ? 0 : d.retryAfterMs; };
+  for (let i = 0; i < 2000 && (await now()) !== ms; i++) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(await now(), ms);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(await now(), ms);
+}
+
+test("the middleware's delay with skipSuccessfulRequests: a request is given back only when nobody was queued after it", async () => {
+  const { limiter } = clocked();
+  const p = sluice.policy([{ capacity: 1, rate: '20/s' }], { name: 'ds' });
+  const hold = new Map();
+  const app = express();
+  app.get('/', sluice.express({ limiter, policy: p, key: () => 'one', delay: { maxWaitMs: 5000 }, skipSuccessfulRequests: true }), (req, res) => {
+    // Each request waits for the test to let it answer.
+    hold.set(req.query.n, () => res.send('ok'));
+  });
+  const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+  const getN = (n) => new Promise((resolve, reject) => {
+    http.get({ port: server.address().port, path: `/?n=${n}` }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    }).on('error', reject);
+  });
+  const until = async (cond) => {
+    for (let i = 0; i < 6000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+    assert.ok(cond());
+  };
+  try {
+    // Alone: answered, given back (nobody after it): the bucket is full.
+    const a = getN('a');
+    await until(() => hold.has('a'));
+    hold.get('a')();
+    assert.equal(await a, 200);
+    assert.equal((await limiter.get('one', p)).allowed, true);
+    // b at once, c queued behind it (its turn 50 ms later on the store
+    // clock): b's success is not given back, c's is (the last).
+    const b = getN('b');
+    await until(() => hold.has('b'));
+    const c = getN('c');
+    await until(() => hold.has('c'));
+    hold.get('b')();
+    assert.equal(await b, 200);
+    hold.get('c')();
+    assert.equal(await c, 200);
+    // c given back (its refund lands once its answer finished: until
+    // then b and c are charged, 100 ms to wait); b's charge stays: 50 ms
+    // (a refund of both would have filled the bucket, and one more
+    // request would fit in c's interval).
+    await settlesAt(limiter, p, 50);
+  } finally {
+    server.close();
+    await limiter.close();
+  }
+});
+
+test("Fastify's delay with skipSuccessfulRequests: the same conditional refund", async () => {
+  const Fastify = require('fastify');
+  const { limiter } = clocked();
+  const p = sluice.policy([{ capacity: 1, rate: '20/s' }], { name: 'fs' });
+  const hold = new Map();
+  const app = Fastify();
+  await app.register(sluice.fastify, { limiter, policy: p, key: () => 'one', delay: { maxWaitMs: 5000 }, skipSuccessfulRequests: true });
+  app.get('/', (request) => new Promise((resolve) => hold.set(request.query.n, () => resolve({ ok: true }))));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const getN = (n) => new Promise((resolve, reject) => {
+    http.get({ port: app.server.address().port, path: `/?n=${n}` }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    }).on('error', reject);
+  });
+  const until = async (cond) => {
+    for (let i = 0; i < 6000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+    assert.ok(cond());
+  };
+  // onResponse runs after the answer is sent: wait until it has.
+  const settles = async (allowed) => {
+    for (let i = 0; i < 2000 && (await limiter.get('one', p)).allowed !== allowed; i++) await new Promise((r) => setTimeout(r, 5));
+    assert.equal((await limiter.get('one', p)).allowed, allowed);
+  };
+  try {
+    const a = getN('a');
+    await until(() => hold.has('a'));
+    hold.get('a')();
+    assert.equal(await a, 200);
+    await settles(true);
+    const b = getN('b');
+    await until(() => hold.has('b'));
+    const c = getN('c');
+    await until(() => hold.has('c'));
+    hold.get('b')();
+    assert.equal(await b, 200);
+    hold.get('c')();
+    assert.equal(await c, 200);
+    // c given back (the last), b not: one token charged.
+    await settlesAt(limiter, p, 50);
+  } finally {
+    await app.close();
+    await limiter.close();
+  }
 });
 
 // One process of the three: waits for "go" on stdin, then makes n wait()

@@ -533,7 +533,7 @@ static int batchable(const sluice_redis_conn_t *k, const sluice_redis_call_t *c)
 {
 	return k->module == 1 && k->batch != SLUICE_REDIS_BATCH_NONE &&
 	       !(c->r->flags & SLUICE_REDIS_NO_BATCH) && !c->mk && !c->peek &&
-	       !c->reserve && !c->ask && c->nlimits == 1;
+	       !c->reserve && !c->refund_if && !c->ask && c->nlimits == 1;
 }
 
 static void on_retry(void *arg);
@@ -608,11 +608,13 @@ void sluice_redis__send(sluice_redis_call_t *c)
 		return;
 	/* The module answers a summary; per-limit decisions of several
 	 * limits come from the script's shortfalls. */
-	rc = send_on(
-		k, c,
-		k->module != 1 || c->mk || c->peek ||
-			(c->decisions && c->nlimits > 1) ||
-			(c->reserve && (!k->module_reserve || c->nlimits > 1)));
+	rc = send_on(k, c,
+		     k->module != 1 || c->mk || c->peek ||
+			     (c->decisions && c->nlimits > 1) ||
+			     (c->reserve &&
+			      (!k->module_reserve || c->nlimits > 1)) ||
+			     (c->refund_if &&
+			      (!k->module_refund_if || c->nlimits > 1)));
 	if (rc < 0)
 		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }

@@ -35,6 +35,7 @@ static void on_info(sluice_redis_link_t *l, redisReply *rep, void *priv)
 		return;
 	k->module = has_command(rep, 0) && has_command(rep, 1);
 	k->module_reserve = k->module && has_command(rep, 4);
+	k->module_refund_if = k->module && has_command(rep, 5);
 	k->batch = !k->module		 ? SLUICE_REDIS_BATCH_NONE
 		   : has_command(rep, 3) ? SLUICE_REDIS_BATCH_EACH
 		   : has_command(rep, 2) ? SLUICE_REDIS_BATCH_MANY
@@ -46,7 +47,8 @@ void sluice_redis__detect_module(sluice_redis_conn_t *k)
 	k->batch = SLUICE_REDIS_BATCH_NONE;
 	sluice_redis__command(k->link, on_info, NULL,
 			      "COMMAND INFO SLUICE.TAKE SLUICE.TAKEMULTI "
-			      "SLUICE.TAKEMANY SLUICE.TAKEEACH SLUICE.RESERVE");
+			      "SLUICE.TAKEMANY SLUICE.TAKEEACH SLUICE.RESERVE "
+			      "SLUICE.REFUNDIF");
 }
 
 /* A limit's rate as the module reads it back: the exact rate
@@ -133,6 +135,20 @@ static void reserve_command(const sluice_redis_call_t *c,
 	sluice_redis__resp_u64(o, c->cost);
 }
 
+/* SLUICE.REFUNDIF key capacity "<per>/<interval>us" state COST n */
+static void refund_if_command(const sluice_redis_call_t *c,
+			      sluice_redis_resp_t *o)
+{
+	assert(c->nlimits == 1);
+	sluice_redis__resp_array(o, 7);
+	sluice_redis__resp_arg(o, "SLUICE.REFUNDIF", 15);
+	sluice_redis__resp_keys(o, c);
+	put_limit(o, &c->limits[0]);
+	sluice_redis__resp_u64(o, (uint64_t)c->expected[0]);
+	sluice_redis__resp_arg(o, "COST", 4);
+	sluice_redis__resp_u64(o, c->cost);
+}
+
 /* SLUICE.TAKE key capacity rate COST n, or
  * SLUICE.TAKEMULTI n key... capacity rate ... COST n. */
 void sluice_redis__module_command(const sluice_redis_call_t *c,
@@ -142,6 +158,10 @@ void sluice_redis__module_command(const sluice_redis_call_t *c,
 
 	if (c->reserve) {
 		reserve_command(c, o);
+		return;
+	}
+	if (c->refund_if) {
+		refund_if_command(c, o);
 		return;
 	}
 	if (c->nlimits == 1) {

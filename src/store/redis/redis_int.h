@@ -208,6 +208,7 @@ struct sluice_redis_conn_s {
 	uint64_t probe_sent_ms; /* a PING in flight since; 0: none */
 	int module;		/* SLUICE.TAKE present: -1 unknown, 0, 1 */
 	int module_reserve;	/* SLUICE.RESERVE present too: 1 */
+	int module_refund_if;	/* SLUICE.REFUNDIF present too: 1 */
 	int batch;		/* SLUICE_REDIS_BATCH_*: what it can batch */
 	/* Takes gathered for one command (call.c), sent at the end of the
 	 * loop turn; NULL: none.  On r->batches while not NULL. */
@@ -277,9 +278,11 @@ enum {
 typedef struct sluice_redis_outcome_s {
 	int allowed;
 	sluice_decision_t d; /* one-key calls: d.which is the caller's index */
-	/* a reservation: its wait and the server's clock (reserve.c) */
+	/* a reservation: its wait, the server's clock and the state each
+	 * distinct limit's bucket holds after it (reserve.c) */
 	uint64_t wait_us;
 	int64_t now_us;
+	sluice_state_t states[SLUICE_MAX_LIMITS];
 } sluice_redis_outcome_t;
 
 /* A kind of call: what its reply means and whom it answers.  client.c:
@@ -349,6 +352,11 @@ struct sluice_redis_call_s {
 	int reserve;
 	uint64_t max_wait_us;
 	sluice_redis_reserve_cb reserve_cb;
+	/* sluice_redis_refund_if() (reserve.c): a conditional refund, the
+	 * state each distinct limit's bucket must still hold (answered to
+	 * item_cb, item NULL: allowed is 1 when refunded) */
+	int refund_if;
+	sluice_state_t expected[SLUICE_MAX_LIMITS];
 	sluice_limit_t limits[];
 };
 
@@ -641,6 +649,8 @@ extern const char sluice_redis__script_reserve_sha[41];
 extern const char sluice_redis__script_reserve[];
 extern const char sluice_redis__script_set_sha[41];
 extern const char sluice_redis__script_set[];
+extern const char sluice_redis__script_refund_if_sha[41];
+extern const char sluice_redis__script_refund_if[];
 extern const char sluice_redis__script_import_sha[41];
 extern const char sluice_redis__script_import[];
 /* The call as EVALSHA of the script for its shape (one limit, several,

@@ -1,11 +1,13 @@
 /*
- * reserve.c -- reservations on Redis (sluice_redis_reserve()).  A
- * reservation is one call like a take, with its own command and reply:
- * SLUICE.RESERVE where the module has it (one limit; module_path.c builds
- * it), else reserve.lua (script.c), which answers the server's time and
- * each bucket's shortfall; the answer is then the core's
- * (sluice_reserve_all()) on those shortfalls, so both paths answer alike
- * and write the same state.
+ * reserve.c -- reservations on Redis (sluice_redis_reserve()) and their
+ * conditional refund (sluice_redis_refund_if()).  A reservation is one
+ * call like a take, with its own command and reply: SLUICE.RESERVE where
+ * the module has it (one limit; module_path.c builds it), else
+ * reserve.lua (script.c), which answers the server's time and each
+ * bucket's shortfall; the answer is then the core's (sluice_reserve_all())
+ * on those shortfalls, so both paths answer alike and write the same
+ * state.  That state is the reservation's answer too (res->states), what
+ * SLUICE.REFUNDIF or refund_if.lua compare the stored one with.
  */
 #include "store/redis/redis_int.h"
 
@@ -39,6 +41,13 @@ static int parse_script(const sluice_redis_call_t *c, const redisReply *reply,
 	out->allowed = sluice_reserve_all(c->limits, states, n, 0, c->cost,
 					  c->max_wait_us, next, &out->d,
 					  &out->wait_us);
+	/* The states were decided at time 0: the script wrote the same
+	 * shortfalls from its own now, (now + nd / per) * 1000 + nd % per,
+	 * which is next + now * 1000 (decide_encode()). */
+	for (i = 0; i < n; i++)
+		out->states[i] = out->allowed && c->cost > 0
+					 ? next[i] + out->now_us * 1000
+					 : 0;
 	/* Whole ms, rounded up, as the module answers them. */
 	out->d.retry_after_us = ceil_ms_us(out->d.retry_after_us);
 	out->d.reset_after_us = ceil_ms_us(out->d.reset_after_us);
@@ -77,15 +86,17 @@ static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
 }
 
 /* SLUICE.RESERVE's [reserved, limit, remaining, retry_after_ms, reset_ms,
- * wait_us, now_us]. */
+ * wait_us, now_us, state]; a module without the state (7 elements)
+ * leaves 0, which no conditional refund matches. */
 static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
 {
-	long long v[7];
+	long long v[8] = {0};
 	size_t i;
 
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 7)
+	if (reply->type != REDIS_REPLY_ARRAY ||
+	    (reply->elements != 7 && reply->elements != 8))
 		return -1;
-	for (i = 0; i < 7; i++) {
+	for (i = 0; i < reply->elements; i++) {
 		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
 			return -1;
 		v[i] = reply->element[i]->integer;
@@ -104,6 +115,7 @@ static int parse_module(const redisReply *reply, sluice_redis_outcome_t *out)
 					     : (uint64_t)v[3] * 1000;
 	out->d.reset_after_us = (uint64_t)v[4] * 1000;
 	out->now_us = v[6];
+	out->states[0] = v[7] > 0 ? (sluice_state_t)v[7] : 0;
 	return 0;
 }
 
@@ -126,6 +138,7 @@ static void reserve_done(sluice_redis_call_t *c, int status,
 			 const sluice_redis_outcome_t *out)
 {
 	sluice_reservation_t res;
+	size_t i;
 
 	if (!out) {
 		c->reserve_cb(c->arg, status, NULL);
@@ -135,10 +148,37 @@ static void reserve_done(sluice_redis_call_t *c, int status,
 	res.wait_us = out->wait_us;
 	res.now_us = out->now_us;
 	res.summary = out->d;
+	/* In the caller's order, a repeated limit's its first's. */
+	memset(res.states, 0, sizeof(res.states));
+	for (i = 0; i < c->ncaller; i++)
+		res.states[i] = out->states[c->dist[i]];
 	c->reserve_cb(c->arg, status, &res);
 }
 
 static const sluice_redis_shape_t reserve_shape = {reserve_parse, reserve_done};
+
+/* refund_if.lua and SLUICE.REFUNDIF both answer 1 (refunded) or 0. */
+static int refund_if_parse(sluice_redis_call_t *c, const redisReply *reply,
+			   sluice_redis_outcome_t *out)
+{
+	(void)c;
+	if (reply->type != REDIS_REPLY_INTEGER ||
+	    (reply->integer != 0 && reply->integer != 1))
+		return -1;
+	memset(&out->d, 0, sizeof(out->d));
+	out->allowed = (int)reply->integer;
+	out->d.allowed = out->allowed;
+	return 0;
+}
+
+static void refund_if_done(sluice_redis_call_t *c, int status,
+			   const sluice_redis_outcome_t *out)
+{
+	c->item_cb(c->arg, status, out ? out->allowed : 0);
+}
+
+static const sluice_redis_shape_t refund_if_shape = {refund_if_parse,
+						     refund_if_done};
 
 /* ------------------------------------------------------------------ API */
 
@@ -162,6 +202,33 @@ int sluice_redis_reserve(sluice_redis_t *r, const void *key, size_t keylen,
 	c->max_wait_us = max_wait_us < SLUICE_WAIT_MAX_US ? max_wait_us
 							  : SLUICE_WAIT_MAX_US;
 	c->reserve_cb = cb;
+	c->arg = arg;
+	sluice_redis__start(c);
+	return 0;
+}
+
+int sluice_redis_refund_if(sluice_redis_t *r, const void *key, size_t keylen,
+			   const sluice_limit_t *limits, size_t nlimits,
+			   uint64_t cost, const sluice_state_t *expected,
+			   sluice_redis_many_cb cb, void *arg)
+{
+	sluice_redis_call_t *c;
+	size_t i;
+	int rc;
+
+	if (!cb || !expected || r->closing)
+		return SLUICE_EINVAL;
+	if ((rc = sluice_redis__check_item(r, key, keylen, limits, nlimits)))
+		return rc;
+	c = sluice_redis__one_call(r, &refund_if_shape, key, keylen, limits,
+				   nlimits, cost);
+	if (!c)
+		return SLUICE_ENOMEM;
+	/* One per distinct limit (its bucket), as the call's limits. */
+	for (i = 0; i < c->nlimits; i++)
+		c->expected[i] = expected[c->orig[i]];
+	c->refund_if = 1;
+	c->item_cb = cb;
 	c->arg = arg;
 	sluice_redis__start(c);
 	return 0;

@@ -33,6 +33,8 @@ const char sluice_redis__script_reserve[] = SLUICE_RESERVE_LUA;
 const char sluice_redis__script_reserve_sha[41] = SLUICE_RESERVE_SHA1;
 const char sluice_redis__script_set[] = SLUICE_SET_LUA;
 const char sluice_redis__script_set_sha[41] = SLUICE_SET_SHA1;
+const char sluice_redis__script_refund_if[] = SLUICE_REFUND_IF_LUA;
+const char sluice_redis__script_refund_if_sha[41] = SLUICE_REFUND_IF_SHA1;
 const char sluice_redis__script_import[] = SLUICE_IMPORT_LUA;
 const char sluice_redis__script_import_sha[41] = SLUICE_IMPORT_SHA1;
 /* Calls whose limits include a calendar quota (quota.c sends them). */
@@ -53,7 +55,7 @@ void sluice_redis__load_script(sluice_redis_conn_t *k,
 		sluice_redis__script_refund, sluice_redis__script_adjust,
 		sluice_redis__script_carry,  sluice_redis__script_reserve,
 		sluice_redis__script_set,    sluice_redis__script_import,
-		sluice_redis__script_quota};
+		sluice_redis__script_quota,  sluice_redis__script_refund_if};
 	size_t i;
 
 	for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++)
@@ -154,6 +156,30 @@ static void reserve_command(const sluice_redis_call_t *c,
 		sluice_redis__resp_u64(o, l->tau);
 		sluice_redis__resp_u64(o, l->rate.per);
 		sluice_redis__resp_u64(o, sluice_debt_max_units(l));
+	}
+}
+
+/* EVALSHA refund_if n key... (expected back per)...: expected as the
+ * decimal the state is stored as, back as sluice_refund()'s (at most a
+ * bucketful). */
+static void refund_if_command(const sluice_redis_call_t *c,
+			      sluice_redis_resp_t *o)
+{
+	size_t n = c->nlimits, i;
+
+	sluice_redis__resp_array(o, 3 + n + 3 * n);
+	sluice_redis__resp_arg(o, "EVALSHA", 7);
+	sluice_redis__resp_arg(o, sluice_redis__script_refund_if_sha, 40);
+	sluice_redis__resp_u64(o, n);
+	sluice_redis__resp_keys(o, c);
+	for (i = 0; i < n; i++) {
+		const sluice_limit_t *l = &c->limits[i];
+
+		sluice_redis__resp_u64(o, (uint64_t)c->expected[i]);
+		sluice_redis__resp_u64(
+			o, (c->cost < l->capacity ? c->cost : l->capacity) *
+				   l->rate.interval);
+		sluice_redis__resp_u64(o, l->rate.per);
 	}
 }
 
@@ -271,6 +297,10 @@ void sluice_redis__script_command(const sluice_redis_t *r,
 
 	if (c->reserve) {
 		reserve_command(c, o);
+		return;
+	}
+	if (c->refund_if) {
+		refund_if_command(c, o);
 		return;
 	}
 	if (c->mk) {

@@ -38,8 +38,9 @@ typedef struct store_s {
 	uv_loop_t *loop; /* NULL: a local store, answers at once */
 } store_t;
 
-/* The limits a row names, by index: 2 and 3 tokens an hour. */
-static sluice_limit_t limits[2];
+/* The limits a row names, by index: 2 and 3 tokens an hour, and a
+ * calendar quota of 2 a day (UTC). */
+static sluice_limit_t limits[3];
 
 enum { RESERVE, REFUND_IF, TAKE, PENALIZE, PEEK };
 
@@ -238,6 +239,72 @@ static const row_t table[] = {
 	 5,
 	 0,
 	 0},
+	/* 22 */
+	{"a quota of 2 a day: reserved now",
+	 RESERVE,
+	 "q",
+	 {2, -1},
+	 1,
+	 0,
+	 0,
+	 1,
+	 0},
+	/* 23 */
+	{"nobody after it: given back",
+	 REFUND_IF,
+	 "q",
+	 {2, -1},
+	 1,
+	 0,
+	 22,
+	 1,
+	 0},
+	/* 24 */ {"reserved again", RESERVE, "q", {2, -1}, 1, 0, 0, 1, 0},
+	/* 25 */ {"a take after it", TAKE, "q", {2, -1}, 1, 0, 0, 1, 0},
+	/* 26 */
+	{"the count moved on: nothing back",
+	 REFUND_IF,
+	 "q",
+	 {2, -1},
+	 1,
+	 0,
+	 24,
+	 0,
+	 0},
+	/* 27 */
+	{"so the day's quota is spent (the limit holds)",
+	 TAKE,
+	 "q",
+	 {2, -1},
+	 1,
+	 0,
+	 0,
+	 0,
+	 0},
+	/* 28 */
+	{"a bucket and a quota reserved together",
+	 RESERVE,
+	 "mq",
+	 {0, 2, -1},
+	 1,
+	 0,
+	 0,
+	 1,
+	 0},
+	/* 29 */
+	{"nobody after it: given back on both",
+	 REFUND_IF,
+	 "mq",
+	 {0, 2, -1},
+	 1,
+	 0,
+	 28,
+	 1,
+	 0},
+	/* 30 */ {"so two takes pass", TAKE, "mq", {0, 2, -1}, 1, 0, 0, 1, 0},
+	/* 31 */ {"(the second)", TAKE, "mq", {0, 2, -1}, 1, 0, 0, 1, 0},
+	/* 32 */
+	{"and a third does not", TAKE, "mq", {0, 2, -1}, 1, 0, 0, 0, 0},
 };
 
 #define NROWS (sizeof(table) / sizeof(table[0]))
@@ -319,6 +386,8 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	rs_limit(&limits[0], "2", "1/h");
 	rs_limit(&limits[1], "3", "3/h");
+	CHECK(sluice_quota_init(&limits[2], 2, SLUICE_PER_DAY,
+				SLUICE_ALIGN_CALENDAR, 0, NULL, 0) == 0);
 	with.module = SLUICE_MODULE_PATH;
 	rh_redis_start(&with, 0, 0);
 	rh_redis_start(&without, 0, 0);

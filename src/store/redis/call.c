@@ -329,9 +329,10 @@ static int send_on(sluice_redis_conn_t *k, sluice_redis_call_t *c, int script)
 
 	c->script = script;
 	sluice_redis__resp_init(&o);
-	/* An import writes a quota's state itself (import.lua). */
+	/* An import and a conditional refund write a quota's state
+	 * themselves (import.lua, refund_if.lua). */
 	if (script && c->adjust != SLUICE_REDIS_ADJUST_IMPORT &&
-	    sluice_redis__has_quota(c->limits, c->nlimits))
+	    !c->refund_if && sluice_redis__has_quota(c->limits, c->nlimits))
 		sluice_redis__quota_command(c, &o);
 	else if (script)
 		sluice_redis__script_command(k->r, c, &o);

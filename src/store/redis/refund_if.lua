@@ -8,7 +8,8 @@
 -- KEYS[i]      state of limit i of one key
 -- ARGV[3i-2]   the state the reservation left, as stored (a decimal)
 -- ARGV[3i-1]   back_i = min(cost, capacity) * interval_i
--- ARGV[3i]     per_i
+-- ARGV[3i]     per_i; 0 for a calendar quota (its state end_s*10^9+used,
+--              back_i the count to give back)
 -- Reply:       1 refunded, 0 not (a state moved on, or is gone).
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -24,7 +25,22 @@ for i = 1, n do
 	local back, p = ARGV[3 * i - 1] + 0, ARGV[3 * i] + 0
 	local s = states[i]
 	local tat = tonumber(string.sub(s, 1, -4))
-	if tat and tat >= now and back > 0 then
+	if p == 0 then
+		-- A quota's count in a window still open goes down by back
+		-- (as text: end_s*10^9 exceeds a double's integers).
+		local e, used = tonumber(string.sub(s, 1, -10)),
+			tonumber(string.sub(s, -9))
+		if e and used and e > t[1] + 0 and back > 0 then
+			local u = used - back
+			if u <= 0 then
+				redis.call('DEL', KEYS[i])
+			else
+				redis.call('SET', KEYS[i],
+					string.sub(s, 1, -10) .. string.format('%09d', u),
+					'PXAT', e * 1000 + math.floor((u + 999999) / 1000000))
+			end
+		end
+	elseif tat and tat >= now and back > 0 then
 		local D = (tat - now) * p
 		local frac = tonumber(string.sub(s, -3)) or 0
 		if frac >= p then frac = p - 1 end

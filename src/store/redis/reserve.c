@@ -62,7 +62,7 @@ static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
 {
 	sluice_state_t states[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 	int64_t now = 0;
-	size_t skew = 0;
+	size_t skew = 0, i;
 	int rc = sluice_redis__quota_states(c, reply, c->limits, c->nlimits,
 					    &now, states, &skew);
 
@@ -80,6 +80,9 @@ static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
 	out->allowed = sluice_reserve_all(c->limits, states, c->nlimits, now,
 					  c->cost, c->max_wait_us, next,
 					  &out->d, &out->wait_us);
+	/* The states quota.lua wrote: what a conditional refund expects. */
+	for (i = 0; i < c->nlimits; i++)
+		out->states[i] = out->allowed && c->cost > 0 ? next[i] : 0;
 	out->d.retry_after_us = ceil_ms_us(out->d.retry_after_us);
 	out->d.reset_after_us = ceil_ms_us(out->d.reset_after_us);
 	return 0;

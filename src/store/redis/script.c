@@ -176,6 +176,14 @@ static void refund_if_command(const sluice_redis_call_t *c,
 		const sluice_limit_t *l = &c->limits[i];
 
 		sluice_redis__resp_u64(o, (uint64_t)c->expected[i]);
+		if (sluice_limit_is_quota(l)) {
+			/* A count: back is the cost, per 0 says so. */
+			sluice_redis__resp_u64(o, c->cost < l->capacity
+							  ? c->cost
+							  : l->capacity);
+			sluice_redis__resp_u64(o, 0);
+			continue;
+		}
 		sluice_redis__resp_u64(
 			o, (c->cost < l->capacity ? c->cost : l->capacity) *
 				   l->rate.interval);

@@ -425,19 +425,6 @@ class RedisScript(Stores, unittest.TestCase):
         self.addCleanup(redis.stop)
         return '{redis: {url: "%s", timeout_ms: 2000}}' % redis.url()
 
-    # The Redis stores refuse to carry a quota (quota-redis: "script-path
-    # carry of quotas refused"), so a reload that changes a quota starts
-    # each key's count afresh there: the issue's first bug, for quotas on
-    # Redis.  Run these once the Redis stores carry quotas.
-    @unittest.skip("the Redis stores do not carry quotas yet: a changed "
-                   "quota starts every key afresh on Redis")
-    def test_reload_lowering_a_quota_keeps_the_count(self):
-        pass
-
-    @unittest.skip("the Redis stores do not carry quotas yet")
-    def test_bucket_to_quota_and_back_keeps_the_usage(self):
-        pass
-
     # The script path (quota.lua) refuses a Europe/Berlin day quota at
     # any instant of January 2027 with Redis's clock frozen there (429,
     # Retry-After 1, Reset 0: "a server time outside the windows"), and

@@ -192,6 +192,22 @@ class EnvoyQuota:
         st = self.decide("api", [("user", uniq())]).statuses[0]
         self.assertEqual(st.limit_remaining, 2)
 
+    def test_turning_calendar_on_keeps_the_usage(self):
+        s = self.serve(None)
+        u = uniq()
+        for _ in range(2):
+            self.assertEqual(self.decide("api", [("user", u)]).overall_code,
+                             OK)
+        s.write_config(self.text.replace(
+            "config_dir: %s}" % self.dir,
+            "config_dir: %s, windows: calendar}" % self.dir))
+        self.assertIn("SIGHUP: reloaded", s.reload())
+        # 2 used of the bucket are 2 counted in today's window.
+        st = self.decide("api", [("user", u)]).statuses[0]
+        self.assertEqual((st.code, st.limit_remaining), (OK, 0))
+        self.assertEqual(self.decide("api", [("user", u)]).overall_code,
+                         OVER)
+
     def test_bad_windows_option_is_refused(self):
         d = envoy_dir({"api.yaml": API % 3})
         for opt in ("fixed", "{calendar: api}", "{fixed: [api]}"):

@@ -335,6 +335,25 @@ class Stores:
         self.assertEqual(r.json()["remaining"], 1)
         self.assertGreater(r.json()["reset_ms"], (DAY - 120) * 1000)
 
+    def test_reservation_never_waits_past_a_window(self):
+        """max_wait_ms on a quota: reserved at once while the window has
+        room; then refused, charging nothing, whatever the caller would
+        wait (short of the window's end)."""
+        s = self.serve()
+        q = {"key": "r", "quota": 1, "per": "day", "max_wait_ms": 60000}
+        r = take(s, q)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["wait_ms"], 0)
+        for _ in range(3):
+            r = take(s, q)
+            self.assertEqual(r.status, 429)
+            self.assertGreater(r.json()["retry_after_ms"], 0)
+        # The refusals charged nothing: a refund of the one take empties
+        # the window again.
+        body = {"key": "r", "quota": 1, "per": "day", "cost": 1}
+        self.assertEqual(admin(s, "refund", body).status, 200)
+        self.assertEqual(take(s, q).status, 200)
+
     def test_adhoc_quota_refusals(self):
         s = self.serve()
         for body, field in (

@@ -30,7 +30,15 @@
 int64_t sluice_redis__quota_skew_us;
 
 /* quota.lua's ops (ARGV[1]). */
-enum { OP_TAKE, OP_REFUND, OP_PENALIZE, OP_BLOCK, OP_SET, OP_CARRY };
+enum {
+	OP_TAKE,
+	OP_REFUND,
+	OP_PENALIZE,
+	OP_BLOCK,
+	OP_SET,
+	OP_CARRY,
+	OP_RESERVE
+};
 
 /* quota.lua's kinds of limit. */
 enum { KIND_BUCKET, KIND_BOUNDS, KIND_FIRST_USE, KIND_PERIOD };
@@ -131,6 +139,8 @@ static void put_bucket(sluice_redis_resp_t *o, uint64_t p1, uint64_t p2,
 
 static int call_op(const sluice_redis_call_t *c)
 {
+	if (c->reserve)
+		return OP_RESERVE;
 	if (c->refund)
 		return OP_REFUND;
 	switch (c->adjust) {
@@ -164,6 +174,10 @@ static void bucket_args(sluice_redis_resp_t *o, const sluice_limit_t *l, int op,
 	case OP_CARRY:
 		put_bucket(o, t, l->tau, per, 0);
 		break;
+	case OP_RESERVE: /* as reserve.lua's arguments */
+		put_bucket(o, amount > l->capacity ? l->tau + 1 : amount * t,
+			   l->tau, per, max);
+		break;
 	case OP_REFUND:
 		put_bucket(o,
 			   amount == UINT64_MAX	  ? max + 1
@@ -196,6 +210,7 @@ static int64_t quota_amount(const sluice_limit_t *l, int op, uint64_t amount)
 
 	switch (op) {
 	case OP_TAKE:
+	case OP_RESERVE:
 		return (int64_t)(amount > q ? q + 1 : amount);
 	case OP_REFUND:
 		return amount == UINT64_MAX
@@ -220,7 +235,7 @@ void sluice_redis__quota_command(const sluice_redis_call_t *c,
 	const int64_t now_us = client_now_us();
 	size_t n = c->nlimits, i;
 
-	sluice_redis__resp_array(o, 4 + n + 7 * n);
+	sluice_redis__resp_array(o, 4 + n + 7 * n + (op == OP_RESERVE));
 	sluice_redis__resp_arg(o, "EVALSHA", 7);
 	sluice_redis__resp_arg(o, sluice_redis__script_quota_sha, 40);
 	sluice_redis__resp_u64(o, n);
@@ -243,6 +258,10 @@ void sluice_redis__quota_command(const sluice_redis_call_t *c,
 		else
 			bucket_args(o, l, op, amount);
 	}
+	if (op == OP_RESERVE)
+		sluice_redis__resp_u64(o, c->max_wait_us < SLUICE_WAIT_MAX_US
+						  ? c->max_wait_us
+						  : SLUICE_WAIT_MAX_US);
 }
 
 /* ------------------------------------------------------------ replies */

@@ -18,11 +18,12 @@
 -- civil date arithmetic (the end day clamped to a shorter month's last).
 --
 -- KEYS[i]       state of limit i (each once; one hash tag in a cluster)
--- ARGV[1]       op: 0 take, 1 refund, 2 penalize, 3 block, 4 set, 5 carry
+-- ARGV[1]       op: 0 take, 1 refund, 2 penalize, 3 block, 4 set, 5 carry,
+--               6 reserve (then ARGV[7n+2]: max_wait in microseconds)
 -- ARGV[7i-5..7i+1], for limit i: kind p1 .. p6
 --   kind 0, a bucket:  take: need tau per; refund: need - per;
 --                      penalize and block: add floor per max; set: D - per;
---                      carry: interval tau per
+--                      carry: interval tau per; reserve: need tau per max
 --   kind 1, a calendar by boundaries: quota amount b0 b1 b2 b3 (seconds;
 --                      windows [b0,b1) [b1,b2) [b2,b3))
 --   kind 2, first use: quota amount unit (SLUICE_PER_*)
@@ -252,6 +253,74 @@ for i = 1, n do
 		end
 	end
 end
+if op == 6 then
+	-- A reservation (sluice_reserve_all(), reserve.lua's rule for the
+	-- buckets): the turn is the latest limit's wait; a quota passes now
+	-- or not at all, and a turn at or past its window's end is refused.
+	-- The limit that sets the turn is charged as a take would, the
+	-- other buckets at the turn; nothing is written when refused.
+	local maxw = ARGV[7 * n + 2] + 0
+	local turn, never, qwait = 0, false, 0
+	local w, left, nd = {}, {}, {}
+	for i = 1, n do
+		local b = 7 * i - 5
+		local a1, a2 = ARGV[b + 1] + 0, ARGV[b + 2] + 0
+		if ARGV[b] + 0 == 0 then
+			local p = ARGV[b + 3] + 0
+			local x = out[i + 1] + a1
+			if a1 > a2 then
+				never, w[i] = true, math.huge
+			elseif x <= a2 then
+				w[i] = 0
+			else
+				local r = (x - a2) % p
+				w[i] = (x - a2 - r) / p
+				if r > 0 then w[i] = w[i] + 1 end
+			end
+		else
+			left[i] = ends[i] * 1000000 - now
+			if a2 > a1 then
+				never, w[i] = true, math.huge
+			elseif used[i] + a2 <= a1 then
+				w[i] = 0
+			else
+				w[i] = left[i]
+				qwait = left[i]
+			end
+		end
+		if w[i] > turn then turn = w[i] end
+	end
+	local rok = not never and turn <= maxw and qwait == 0
+	for i = 1, n do
+		if left[i] and turn >= left[i] and not never then rok = false end
+	end
+	for i = 1, n do
+		local b = 7 * i - 5
+		local a1 = ARGV[b + 1] + 0
+		if ARGV[b] + 0 == 0 then
+			local p, D = ARGV[b + 3] + 0, out[i + 1]
+			local base = D
+			if w[i] ~= turn and turn * p > base then base = turn * p end
+			nd[i] = base + a1
+			if a1 > 0 and nd[i] > ARGV[b + 4] + 0 then rok = false end
+		else
+			nd[i] = used[i] + ARGV[b + 2]
+		end
+	end
+	if not rok then return out end
+	for i = 1, n do
+		local b = 7 * i - 5
+		if ARGV[b] + 0 == 0 then
+			if nd[i] ~= out[i + 1] then
+				put_bucket(KEYS[i], nd[i], ARGV[b + 3] + 0)
+			end
+		elseif nd[i] ~= used[i] then
+			put_quota(KEYS[i], ends[i], nd[i])
+		end
+	end
+	return out
+end
+
 if not ok then return out end
 
 for i = 1, n do

@@ -45,9 +45,9 @@ static int parse_script(const sluice_redis_call_t *c, const redisReply *reply,
 	return 0;
 }
 
-/* A reservation of quotas alone, sent as a take of quota.lua: a quota
- * passes now or not at all, so the take is the reservation (wait 0, or
- * refused charging nothing); the answer is the core's on the states. */
+/* A reservation with quotas (quota.lua's reserve: {now, states}): the
+ * answer is the core's, sluice_reserve_all() on the states at the
+ * server's time, as the script decided. */
 static int parse_quota(const sluice_redis_call_t *c, const redisReply *reply,
 		       sluice_redis_outcome_t *out)
 {
@@ -148,21 +148,12 @@ int sluice_redis_reserve(sluice_redis_t *r, const void *key, size_t keylen,
 			 sluice_redis_reserve_cb cb, void *arg)
 {
 	sluice_redis_call_t *c;
-	size_t i;
 	int rc;
 
 	if (!cb || r->closing)
 		return SLUICE_EINVAL;
 	if ((rc = sluice_redis__check_item(r, key, keylen, limits, nlimits)))
 		return rc;
-	/* reserve.lua knows buckets only; quota.lua reserves quotas alone
-	 * (a take: a quota passes now or not at all), and the module any
-	 * one limit.  Buckets beside quotas in one reservation are refused
-	 * on Redis. */
-	for (i = 0; i < nlimits && sluice_redis__has_quota(limits, nlimits);
-	     i++)
-		if (!sluice_limit_is_quota(&limits[i]))
-			return SLUICE_EINVAL;
 	c = sluice_redis__one_call(r, &reserve_shape, key, keylen, limits,
 				   nlimits, cost);
 	if (!c)

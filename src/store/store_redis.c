@@ -124,14 +124,17 @@ static void carry_one_done(void *arg, int status, int allowed)
 	}
 }
 
-static int redis_carry(void *impl, const sluice_carry_item_t *items, size_t n,
-		       int64_t now_us, sluice_store_cb cb, void *arg)
+/* Sends items[i] of a fan-out, answering into carry_one_done(c). */
+typedef int (*fan_send_fn)(sluice_redis_t *r, const void *items, size_t i,
+			   carry_t *c);
+
+static int fan_out(void *impl, const void *items, size_t n, fan_send_fn send,
+		   int carry, sluice_store_cb cb, void *arg)
 {
 	carry_t *c;
 	size_t i;
 	int rc;
 
-	(void)now_us; /* the server's clock */
 	if (!(c = calloc(1, sizeof(*c))))
 		return SLUICE_ENOMEM;
 	c->cb = cb;
@@ -139,48 +142,49 @@ static int redis_carry(void *impl, const sluice_carry_item_t *items, size_t n,
 	c->pending = 1; /* held while sending */
 	for (i = 0; i < n; i++) {
 		c->pending++;
-		rc = sluice_redis_carry(((redis_impl_t *)impl)->r, items[i].key,
-					items[i].keylen, items[i].to,
-					items[i].from, items[i].nfrom,
-					carry_one_done, c);
+		rc = send(((redis_impl_t *)impl)->r, items, i, c);
 		if (rc < 0) {
 			c->pending--;
 			if (!c->status)
 				c->status = rc;
 		}
 	}
-	carry_one_done(c, 0, 1);
+	carry_one_done(c, 0, carry);
 	return 0;
+}
+
+static int send_carry(sluice_redis_t *r, const void *items, size_t i,
+		      carry_t *c)
+{
+	const sluice_carry_item_t *it = (const sluice_carry_item_t *)items + i;
+
+	return sluice_redis_carry(r, it->key, it->keylen, it->to, it->from,
+				  it->nfrom, carry_one_done, c);
+}
+
+static int redis_carry(void *impl, const sluice_carry_item_t *items, size_t n,
+		       int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	(void)now_us; /* the server's clock */
+	return fan_out(impl, items, n, send_carry, 1, cb, arg);
+}
+
+static int send_import(sluice_redis_t *r, const void *items, size_t i,
+		       carry_t *c)
+{
+	const sluice_import_item_t *it =
+		(const sluice_import_item_t *)items + i;
+
+	return sluice_redis_import(r, it->key, it->keylen, it->limit,
+				   it->counter, it->counterlen, it->window_ms,
+				   carry_one_done, c);
 }
 
 static int redis_import(void *impl, const sluice_import_item_t *items, size_t n,
 			int64_t now_us, sluice_store_cb cb, void *arg)
 {
-	carry_t *c;
-	size_t i;
-	int rc;
-
 	(void)now_us; /* the server's clock */
-	if (!(c = calloc(1, sizeof(*c))))
-		return SLUICE_ENOMEM;
-	c->cb = cb;
-	c->arg = arg;
-	c->pending = 1; /* held while sending */
-	for (i = 0; i < n; i++) {
-		c->pending++;
-		rc = sluice_redis_import(((redis_impl_t *)impl)->r,
-					 items[i].key, items[i].keylen,
-					 items[i].limit, items[i].counter,
-					 items[i].counterlen,
-					 items[i].window_ms, carry_one_done, c);
-		if (rc < 0) {
-			c->pending--;
-			if (!c->status)
-				c->status = rc;
-		}
-	}
-	carry_one_done(c, 0, 0);
-	return 0;
+	return fan_out(impl, items, n, send_import, 0, cb, arg);
 }
 
 /* A peek of one item: its outputs, then the driver's callback. */

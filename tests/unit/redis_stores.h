@@ -266,4 +266,75 @@ static inline void rs_store_close(sluice_backend_t *be, uv_loop_t *loop)
 	uv_run(loop, UV_RUN_DEFAULT);
 }
 
+/*
+ * The four stores one table runs on, to answer alike: memory, shared
+ * memory, the Redis store's script path (a server without the module)
+ * and a server with the module at module_path.  Zero it, set what the
+ * servers need (with.env, without.env: a frozen clock), then
+ * rs_four_open(); rs_four_close() stops and removes everything.
+ */
+typedef struct rs_store_s {
+	const char *name;
+	sluice_backend_t be;
+	uv_loop_t *loop; /* NULL: a local store, answers at once */
+} rs_store_t;
+
+typedef struct rs_four_s {
+	rh_redis_t with, without; /* the module loaded, not */
+	rs_store_t stores[4];
+	sluice_memstore_t *mem;
+	uv_loop_t loops[2];
+	char path[64]; /* the shared store's file */
+} rs_four_t;
+
+static inline void rs_four_open(rs_four_t *f, const char *module_path,
+				const char *tag)
+{
+	sluice_store_config_t cfg;
+	char url[64], err[256];
+	int i;
+
+	f->with.module = module_path;
+	rh_redis_start(&f->with, 0, 0);
+	rh_redis_start(&f->without, 0, 0);
+	CHECK(sluice_memstore_open(&f->mem, 1000, err, sizeof(err)) == 0);
+	f->stores[0].name = "memory";
+	sluice_backend_memory(&f->stores[0].be, f->mem);
+	snprintf(f->path, sizeof(f->path), "/dev/shm/sluice-test-%s-%d", tag,
+		 (int)getpid());
+	unlink(f->path);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kind = SLUICE_STORE_SHARED;
+	cfg.shm_path = f->path;
+	cfg.max_keys = 1000;
+	f->stores[1].name = "shared";
+	CHECK(sluice_backend_open(&f->stores[1].be, &cfg, NULL, NULL, NULL, err,
+				  sizeof(err)) == 0);
+	for (i = 0; i < 2; i++) {
+		rh_redis_t *r = i ? &f->with : &f->without;
+
+		uv_loop_init(&f->loops[i]);
+		f->stores[2 + i].name = i ? "redis (module)" : "redis (script)";
+		f->stores[2 + i].loop = &f->loops[i];
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d", r->port);
+		rs_store_open(&f->stores[2 + i].be, &f->loops[i], url);
+	}
+}
+
+static inline void rs_four_close(rs_four_t *f)
+{
+	int i;
+
+	for (i = 1; i >= 0; i--) {
+		rs_store_close(&f->stores[2 + i].be, &f->loops[i]);
+		uv_loop_close(&f->loops[i]);
+	}
+	sluice_backend_close(&f->stores[1].be);
+	unlink(f->path);
+	sluice_backend_close(&f->stores[0].be);
+	sluice_memstore_free(f->mem);
+	rh_redis_stop(&f->with);
+	rh_redis_stop(&f->without);
+}
+
 #endif /* SLUICE_TEST_REDIS_STORES_H */

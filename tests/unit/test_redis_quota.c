@@ -116,11 +116,7 @@ static void limits_init(void)
 
 /* ------------------------------------------------------------ stores */
 
-typedef struct store_s {
-	const char *name;
-	sluice_backend_t be;
-	uv_loop_t *loop; /* NULL: a local store, answers at once */
-} store_t;
+typedef rs_store_t store_t; /* redis_stores.h's four */
 
 /* A carry (store.h's carry verb): to lims[0] from lims[1..]. */
 #define V_CARRY ((rs_verb_t)100)
@@ -826,12 +822,8 @@ int main(void)
 	static char file_env[96];
 	static const char *frozen_env[] = {
 		"LD_PRELOAD=" SLUICE_FROZEN_CLOCK_PATH, file_env, NULL};
-	rh_redis_t with = {0}, without = {0};
-	store_t stores[NSTORES];
-	sluice_store_config_t cfg;
-	sluice_memstore_t *mem;
-	uv_loop_t loops[2];
-	char path[64], url[64], err[256];
+	rs_four_t f;
+	store_t *stores = f.stores;
 
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(clock_path, sizeof(clock_path), "/tmp/sluice-quota-clock-%d",
@@ -840,65 +832,31 @@ int main(void)
 		 clock_path);
 	limits_init();
 	set_clock(T0 * S_TO_US);
-	with.module = SLUICE_MODULE_PATH;
-	with.env = frozen_env;
-	without.env = frozen_env;
-	rh_redis_start(&with, 0, 0);
-	rh_redis_start(&without, 0, 0);
-	memset(stores, 0, sizeof(stores));
+	memset(&f, 0, sizeof(f));
+	f.with.env = frozen_env;
+	f.without.env = frozen_env;
 
-	CHECK((mem = open_memstore(1000)) != NULL);
-	stores[0].name = "memory";
-	sluice_backend_memory(&stores[0].be, mem);
-	snprintf(path, sizeof(path), "/dev/shm/sluice-test-quota-%d",
-		 (int)getpid());
-	unlink(path);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.kind = SLUICE_STORE_SHARED;
-	cfg.shm_path = path;
-	cfg.max_keys = 1000;
-	stores[1].name = "shared";
-	CHECK(sluice_backend_open(&stores[1].be, &cfg, NULL, NULL, NULL, err,
-				  sizeof(err)) == 0);
-	uv_loop_init(&loops[0]);
-	uv_loop_init(&loops[1]);
-	stores[2].name = "redis (script)";
-	stores[2].loop = &loops[0];
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", without.port);
-	rs_store_open(&stores[2].be, &loops[0], url);
-	stores[3].name = "redis (module)";
-	stores[3].loop = &loops[1];
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", with.port);
-	rs_store_open(&stores[3].be, &loops[1], url);
+	rs_four_open(&f, SLUICE_MODULE_PATH, "quota");
 
 	test_quota_table_same_answer_on_every_store(stores);
 	/* The module's store took its one-key takes on the module. */
 	{
-		redisContext *c = rh_connect(with.port);
+		redisContext *c = rh_connect(f.with.port);
 
 		CHECK(rs_calls(c, "sluice.take") > 0);
 		redisFree(c);
 	}
-	print_memory_usage(without.port, "*{a}:3@day", "script");
-	print_memory_usage(with.port, "*{a}:3@day", "module");
+	print_memory_usage(f.without.port, "*{a}:3@day", "script");
+	print_memory_usage(f.with.port, "*{a}:3@day", "module");
 	test_random_sequences_same_answer_on_every_store(stores);
-	test_script_and_module_store_the_same_bytes(&stores[2], without.port,
-						    with.port);
-	test_client_clock_far_off_is_refused(&stores[2], without.port);
+	test_script_and_module_store_the_same_bytes(&stores[2], f.without.port,
+						    f.with.port);
+	test_client_clock_far_off_is_refused(&stores[2], f.without.port);
 	test_bucket_in_todays_format_is_read(&stores[2]);
 	test_bucket_in_todays_format_is_read(&stores[3]);
-	test_module_refuses_bad_quota_args(with.port);
+	test_module_refuses_bad_quota_args(f.with.port);
 
-	rs_store_close(&stores[3].be, &loops[1]);
-	rs_store_close(&stores[2].be, &loops[0]);
-	uv_loop_close(&loops[0]);
-	uv_loop_close(&loops[1]);
-	sluice_backend_close(&stores[1].be);
-	unlink(path);
-	sluice_backend_close(&stores[0].be);
-	sluice_memstore_free(mem);
-	rh_redis_stop(&with);
-	rh_redis_stop(&without);
+	rs_four_close(&f);
 	unlink(clock_path);
 	printf("ok\n");
 	return 0;

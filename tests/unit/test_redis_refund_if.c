@@ -32,11 +32,7 @@
 
 #define NSTORES 4
 
-typedef struct store_s {
-	const char *name;
-	sluice_backend_t be;
-	uv_loop_t *loop; /* NULL: a local store, answers at once */
-} store_t;
+typedef rs_store_t store_t; /* redis_stores.h's four */
 
 /* The limits a row names, by index: 2 and 3 tokens an hour, and a
  * calendar quota of 2 a day (UTC). */
@@ -375,12 +371,8 @@ static void run_table(store_t *st)
 
 int main(void)
 {
-	rh_redis_t with = {0}, without = {0};
-	store_t stores[NSTORES];
-	sluice_store_config_t cfg;
-	sluice_memstore_t *mem;
-	uv_loop_t loops[2];
-	char path[64], url[64], err[256];
+	rs_four_t f;
+	store_t *stores = f.stores;
 	size_t s;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -388,59 +380,23 @@ int main(void)
 	rs_limit(&limits[1], "3", "3/h");
 	CHECK(sluice_quota_init(&limits[2], 2, SLUICE_PER_DAY,
 				SLUICE_ALIGN_CALENDAR, 0, NULL, 0) == 0);
-	with.module = SLUICE_MODULE_PATH;
-	rh_redis_start(&with, 0, 0);
-	rh_redis_start(&without, 0, 0);
-	memset(stores, 0, sizeof(stores));
+	memset(&f, 0, sizeof(f));
 
-	CHECK((mem = open_memstore(1000)) != NULL);
-	stores[0].name = "memory";
-	sluice_backend_memory(&stores[0].be, mem);
-
-	snprintf(path, sizeof(path), "/dev/shm/sluice-test-refund-if-%d",
-		 (int)getpid());
-	unlink(path);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.kind = SLUICE_STORE_SHARED;
-	cfg.shm_path = path;
-	cfg.max_keys = 1000;
-	stores[1].name = "shared";
-	CHECK(sluice_backend_open(&stores[1].be, &cfg, NULL, NULL, NULL, err,
-				  sizeof(err)) == 0);
-
-	uv_loop_init(&loops[0]);
-	uv_loop_init(&loops[1]);
-	stores[2].name = "redis (script)";
-	stores[2].loop = &loops[0];
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", without.port);
-	rs_store_open(&stores[2].be, &loops[0], url);
-	stores[3].name = "redis (module)";
-	stores[3].loop = &loops[1];
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", with.port);
-	rs_store_open(&stores[3].be, &loops[1], url);
+	rs_four_open(&f, SLUICE_MODULE_PATH, "refund-if");
 
 	for (s = 0; s < NSTORES; s++)
 		run_table(&stores[s]);
 	/* The module answered the one-limit rows itself (REFUNDIF and
 	 * RESERVE), not the scripts. */
 	{
-		redisContext *c = rh_connect(with.port);
+		redisContext *c = rh_connect(f.with.port);
 
 		CHECK(rs_calls(c, "sluice.refundif") >= 5);
 		CHECK(rs_calls(c, "sluice.reserve") >= 8);
 		redisFree(c);
 	}
 
-	rs_store_close(&stores[3].be, &loops[1]);
-	rs_store_close(&stores[2].be, &loops[0]);
-	uv_loop_close(&loops[0]);
-	uv_loop_close(&loops[1]);
-	sluice_backend_close(&stores[1].be);
-	unlink(path);
-	sluice_backend_close(&stores[0].be);
-	sluice_memstore_free(mem);
-	rh_redis_stop(&with);
-	rh_redis_stop(&without);
+	rs_four_close(&f);
 	printf("ok\n");
 	return 0;
 }

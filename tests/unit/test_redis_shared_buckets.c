@@ -124,11 +124,7 @@ typedef struct answer_s {
 	int item_allowed[MAX_ITEMS];
 } answer_t;
 
-typedef struct store_s {
-	const char *name;
-	sluice_backend_t be;
-	uv_loop_t *loop; /* NULL: a local store, answers at once */
-} store_t;
+typedef rs_store_t store_t; /* redis_stores.h's four */
 
 static void on_done(void *arg, int status, int allowed)
 {
@@ -289,58 +285,18 @@ static void test_reservations_same_answer_on_every_store(store_t *stores,
 
 int main(void)
 {
-	rh_redis_t with = {0}, without = {0};
-	store_t stores[NSTORES];
-	sluice_store_config_t cfg;
-	sluice_memstore_t *mem;
-	uv_loop_t loops[2];
-	char path[64], url[64], err[256];
+	rs_four_t f;
+	store_t *stores = f.stores;
 
 	signal(SIGPIPE, SIG_IGN);
-	with.module = SLUICE_MODULE_PATH;
-	rh_redis_start(&with, 0, 0);
-	rh_redis_start(&without, 0, 0);
-	memset(stores, 0, sizeof(stores));
+	memset(&f, 0, sizeof(f));
 
-	CHECK((mem = open_memstore(1000)) != NULL);
-	stores[0].name = "memory";
-	sluice_backend_memory(&stores[0].be, mem);
-
-	snprintf(path, sizeof(path), "/dev/shm/sluice-test-shared-buckets-%d",
-		 (int)getpid());
-	unlink(path);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.kind = SLUICE_STORE_SHARED;
-	cfg.shm_path = path;
-	cfg.max_keys = 1000;
-	stores[1].name = "shared";
-	CHECK(sluice_backend_open(&stores[1].be, &cfg, NULL, NULL, NULL, err,
-				  sizeof(err)) == 0);
-
-	uv_loop_init(&loops[0]);
-	uv_loop_init(&loops[1]);
-	stores[2].name = "redis (script)";
-	stores[2].loop = &loops[0];
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", without.port);
-	rs_store_open(&stores[2].be, &loops[0], url);
-	stores[3].name = "redis (module)";
-	stores[3].loop = &loops[1];
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", with.port);
-	rs_store_open(&stores[3].be, &loops[1], url);
+	rs_four_open(&f, SLUICE_MODULE_PATH, "shared-buckets");
 
 	test_shared_buckets_same_answer_on_every_store(stores, NSTORES);
 	test_reservations_same_answer_on_every_store(stores, NSTORES);
 
-	rs_store_close(&stores[3].be, &loops[1]);
-	rs_store_close(&stores[2].be, &loops[0]);
-	uv_loop_close(&loops[0]);
-	uv_loop_close(&loops[1]);
-	sluice_backend_close(&stores[1].be);
-	unlink(path);
-	sluice_backend_close(&stores[0].be);
-	sluice_memstore_free(mem);
-	rh_redis_stop(&with);
-	rh_redis_stop(&without);
+	rs_four_close(&f);
 	printf("ok\n");
 	return 0;
 }

@@ -269,7 +269,15 @@ static void test_failover(void)
 	}
 	gap = rh_ms() - killed;
 	CHECK(strcmp(seen.master, replica_addr) == 0);
-	CHECK(seen.master_changed == 2);
+	/* At least the one change to the replica.  On a loaded host a
+	 * Sentinel that has not yet seen the failover can name the old
+	 * master again while its peers name the new one (the client then
+	 * follows it and back): more changes, the same end. */
+	if (seen.master_changed != 2)
+		printf("failover: %u master changes (Sentinels disagreed for a "
+		       "while)\n",
+		       seen.master_changed);
+	CHECK(seen.master_changed >= 2);
 	/* The replica had the bucket: still drained. */
 	res = rh_take(&loop, r, "drained", &l, 1, 1);
 	CHECK(res.status == 0 && !res.allowed && res.d.remaining == 0);

@@ -404,8 +404,7 @@ class Shared(Stores, unittest.TestCase):
 REDIS = shutil.which("redis-server")
 MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
 FROZEN = os.path.join(harness.BUILD, "libfrozen_clock.so")
-# The Redis store learns quotas on its own branch (quota-redis): run these
-# on Redis once its scripts know them.
+# The Redis store's quotas (quota.lua).
 REDIS_QUOTAS = os.path.exists(
     os.path.join(harness.SRC, "src", "store", "redis", "quota.lua"))
 
@@ -443,27 +442,6 @@ class RedisScript(Stores, unittest.TestCase):
                     os.environ[k] = v
         self.addCleanup(redis.stop)
         return '{redis: {url: "%s", timeout_ms: 2000}}' % redis.url()
-
-    # On the script path sluice sends the calendar windows of a month or
-    # of a zone's day (quota.lua computes UTC days itself), placed by the
-    # Redis store's own reading of the real clock (client_now_us() in
-    # src/store/redis/quota.c), which SLUICE_TEST_CLOCK_OFFSET_US does not
-    # move: with Redis frozen in January 2027 the windows sent are
-    # December 2026's and quota.lua refuses (Retry-After 1), as it should
-    # for a client that far off.  These two stories need that clock to
-    # follow the test offset; the module path decides on Redis's clock
-    # alone and runs them.
-    @unittest.skip("the Redis store's client clock ignores "
-                   "SLUICE_TEST_CLOCK_OFFSET_US: zoned windows cannot be "
-                   "placed in 2027 on the script path")
-    def test_berlin_quota_resets_at_berlin_midnight(self):
-        pass
-
-    @unittest.skip("the Redis store's client clock ignores "
-                   "SLUICE_TEST_CLOCK_OFFSET_US: month windows cannot be "
-                   "placed in 2027 on the script path")
-    def test_month_window_is_31_days_then_28(self):
-        pass
 
     def set_clock(self, t):
         tmp = self.clock_file + ".tmp"

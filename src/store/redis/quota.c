@@ -25,7 +25,6 @@
 #include "store/redis/redis_int.h"
 
 #include <string.h>
-#include <time.h>
 
 int64_t sluice_redis__quota_skew_us;
 
@@ -56,14 +55,12 @@ int sluice_redis__has_quota(const sluice_limit_t *limits, size_t n)
 	return 0;
 }
 
-/* The client's clock, which only places the calendar windows it sends. */
+/* The client's clock, which only places the calendar windows it sends:
+ * the process's (sluice_now_us(), which a test may shift), as every
+ * other reading of it. */
 static int64_t client_now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 +
-	       sluice_redis__quota_skew_us;
+	return sluice_now_us() + sluice_redis__quota_skew_us;
 }
 
 static void put_i64(sluice_redis_resp_t *o, int64_t v)

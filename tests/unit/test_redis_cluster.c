@@ -292,39 +292,35 @@ static int node_of(sluice_redis_t *r, const char *key)
 	return r->slots[sluice_redis__key_slot(name, (size_t)n)];
 }
 
-/* 200 requests in flight, each over `wide` on one master and `narrow` on
- * another: 20 allowed, and once the refunds have landed `wide` holds the
- * charges of those 20 alone. */
-static void test_keys_on_two_masters_are_refunded(void)
+/* `racers` requests in flight, each over `wide` (a key on one master) and
+ * `narrow` (20/day, a key found on another master, named from
+ * narrow_prefix): 20 allowed, and once the refunds have landed `wide`
+ * holds the charges of those 20 alone.  Returns what `wide` has left. */
+static uint64_t race_two_masters(uv_loop_t *loop, sluice_redis_t *r, int racers,
+				 const char *wide_key,
+				 const sluice_limit_t *wide,
+				 const char *narrow_prefix)
 {
-	enum { RACERS = 200 };
-	static sluice_take_item_t it[RACERS][2];
+	static sluice_take_item_t it[200][2];
 	static char narrow_key[32];
-	sluice_limit_t wide, narrow;
-	const char *wide_key = "wide\x1f"
-			       "192.0.2.7";
-	uv_loop_t loop;
-	sluice_redis_t *r;
+	sluice_limit_t narrow;
 	tally_t t = {0}, peek = {0};
 	sluice_take_item_t p;
 	int i;
 
-	uv_loop_init(&loop);
-	r = client(&loop);
-	limit(&wide, 1000, "1000/day");
+	CHECK(racers <= 200);
 	limit(&narrow, 20, "20/day");
-	while (node_of(r, wide_key) < 0)
-		uv_run(&loop, UV_RUN_ONCE); /* the slot map */
 	for (i = 0;; i++) {
-		snprintf(narrow_key, sizeof(narrow_key), "narrow\x1fu%d", i);
+		snprintf(narrow_key, sizeof(narrow_key), "%s\x1fu%d",
+			 narrow_prefix, i);
 		if (node_of(r, narrow_key) >= 0 &&
 		    node_of(r, narrow_key) != node_of(r, wide_key))
 			break;
 	}
-	for (i = 0; i < RACERS; i++) {
+	for (i = 0; i < racers; i++) {
 		it[i][0] = (sluice_take_item_t){.key = wide_key,
 						.keylen = strlen(wide_key),
-						.limits = &wide,
+						.limits = wide,
 						.nlimits = 1,
 						.cost = 1};
 		it[i][1] = (sluice_take_item_t){.key = narrow_key,
@@ -334,24 +330,44 @@ static void test_keys_on_two_masters_are_refunded(void)
 						.cost = 1};
 		CHECK(sluice_redis_take_many(r, it[i], 2, on_many, &t) == 0);
 	}
-	while (t.done < RACERS || r->head)
-		uv_run(&loop, UV_RUN_ONCE); /* answers, then refunds */
+	while (t.done < racers || r->head)
+		uv_run(loop, UV_RUN_ONCE); /* answers, then refunds */
 	CHECK(t.failed == 0 && t.allowed == 20);
 	p = (sluice_take_item_t){.key = wide_key,
 				 .keylen = strlen(wide_key),
-				 .limits = &wide,
+				 .limits = wide,
 				 .nlimits = 1};
 	CHECK(sluice_redis_take_many(r, &p, 1, on_many, &peek) == 0);
 	while (!peek.done)
-		uv_run(&loop, UV_RUN_ONCE);
+		uv_run(loop, UV_RUN_ONCE);
 	CHECK(peek.failed == 0);
-	CHECK(p.summary.remaining == 980);
+	return p.summary.remaining;
+}
+
+/* The race above on buckets. */
+static void test_keys_on_two_masters_are_refunded(void)
+{
+	enum { RACERS = 200 };
+	sluice_limit_t wide;
+	const char *wide_key = "wide\x1f"
+			       "192.0.2.7";
+	uv_loop_t loop;
+	sluice_redis_t *r;
+	uint64_t left;
+
+	uv_loop_init(&loop);
+	r = client(&loop);
+	limit(&wide, 1000, "1000/day");
+	while (node_of(r, wide_key) < 0)
+		uv_run(&loop, UV_RUN_ONCE); /* the slot map */
+	left = race_two_masters(&loop, r, RACERS, wide_key, &wide, "narrow");
+	CHECK(left == 980);
 	sluice_redis_free(r);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	uv_loop_close(&loop);
 	printf("%d requests over two masters: %d allowed, wide charged %d "
 	       "after refunds\n",
-	       RACERS, t.allowed, 1000 - (int)p.summary.remaining);
+	       RACERS, 20, 1000 - (int)left);
 }
 
 /* ----------------------------------------------------- calendar quotas */
@@ -369,15 +385,12 @@ static void month_quota(sluice_limit_t *l, uint64_t q)
 static void test_quotas_over_three_masters(void)
 {
 	enum { KEYS = 120, RACERS = 100 };
-	static sluice_take_item_t it[RACERS][2];
-	static char narrow_key[32];
 	const char *wide_key = "qwide\x1f"
 			       "192.0.2.8";
-	sluice_limit_t l[2], wide, narrow;
+	sluice_limit_t l[2], wide;
 	uv_loop_t loop;
 	sluice_redis_t *r;
-	tally_t t = {0}, m = {0}, peek = {0};
-	sluice_take_item_t p;
+	tally_t t = {0};
 	int i, j, used[NODES] = {0};
 
 	uv_loop_init(&loop);
@@ -407,38 +420,8 @@ static void test_quotas_over_three_masters(void)
 	CHECK(used[0] + used[1] + used[2] == KEYS);
 
 	month_quota(&wide, 1000);
-	limit(&narrow, 20, "20/day");
-	for (i = 0;; i++) {
-		snprintf(narrow_key, sizeof(narrow_key), "qnarrow\x1fu%d", i);
-		if (node_of(r, narrow_key) >= 0 &&
-		    node_of(r, narrow_key) != node_of(r, wide_key))
-			break;
-	}
-	for (i = 0; i < RACERS; i++) {
-		it[i][0] = (sluice_take_item_t){.key = wide_key,
-						.keylen = strlen(wide_key),
-						.limits = &wide,
-						.nlimits = 1,
-						.cost = 1};
-		it[i][1] = (sluice_take_item_t){.key = narrow_key,
-						.keylen = strlen(narrow_key),
-						.limits = &narrow,
-						.nlimits = 1,
-						.cost = 1};
-		CHECK(sluice_redis_take_many(r, it[i], 2, on_many, &m) == 0);
-	}
-	while (m.done < RACERS || r->head)
-		uv_run(&loop, UV_RUN_ONCE); /* answers, then refunds */
-	CHECK(m.failed == 0 && m.allowed == 20);
-	p = (sluice_take_item_t){.key = wide_key,
-				 .keylen = strlen(wide_key),
-				 .limits = &wide,
-				 .nlimits = 1};
-	CHECK(sluice_redis_take_many(r, &p, 1, on_many, &peek) == 0);
-	while (!peek.done)
-		uv_run(&loop, UV_RUN_ONCE);
-	CHECK(peek.failed == 0);
-	CHECK(p.summary.remaining == 980);
+	CHECK(race_two_masters(&loop, r, RACERS, wide_key, &wide, "qnarrow") ==
+	      980);
 	sluice_redis_free(r);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	uv_loop_close(&loop);

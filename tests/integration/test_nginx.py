@@ -140,8 +140,13 @@ class Nginx(harness.Proc):
     def request(self, method, path, headers=None, body=None):
         return harness.request(self.port, method, path, headers, body)
 
-    def access_log(self):
-        """[(msec, request_time, status, {field: value})] per answer."""
+    def access_log(self, lines=0):
+        """[(msec, request_time, status, {field: value})] per answer.
+        nginx writes a request's line after its answer is sent, so a
+        client can read its answer before the line is there: with
+        `lines`, waits (bounded) until at least that many are written."""
+        if lines:
+            harness.wait_until(lambda: self._log_lines() >= lines, 30)
         out = []
         with open(os.path.join(self.dir, "logs", "access.log")) as f:
             for line in f:
@@ -150,6 +155,13 @@ class Nginx(harness.Proc):
                 out.append((float(parts[0]), float(parts[1]),
                             int(parts[2]), fields))
         return out
+
+    def _log_lines(self):
+        try:
+            with open(os.path.join(self.dir, "logs", "access.log")) as f:
+                return sum(1 for _ in f)
+        except OSError:
+            return 0
 
     def error_log(self):
         try:
@@ -204,7 +216,7 @@ class ThroughNginx(unittest.TestCase):
                 self.assertRegex(out.stdout, r"\(Connect: 0, Receive: 0, "
                                  r"Length: \d+, Exceptions: 0\)")
 
-            log = n.access_log()
+            log = n.access_log(1000)
             self.assertEqual(len(log), 1000)
             ok = [x for x in log if x[2] == 200]
             limited = [x for x in log if x[2] == 429]
@@ -465,7 +477,7 @@ rules:
                 self.assertEqual(r.status, want, target)
                 if want == 429:
                     self.assertEqual(r.json()["policy"], "upload", target)
-            log = n.access_log()[2:]
+            log = n.access_log(len(rows) + 2)[2:]
             self.assertEqual(len(log), len(rows))
             with open(os.path.join(n.dir, "logs", "access.log")) as f:
                 uris = [re.search(r" uri=\[(.*)\]$", line).group(1)

@@ -136,6 +136,9 @@ class TwoHosts(unittest.TestCase):
                 for t in ts:
                     t.join(120)
                 self.assertEqual(out, [200] * 10)
+                # (nginx writes a request's line after its answer)
+                harness.wait_until(lambda: len(
+                    [f for f in n.access_log() if f[0] == "d"]) >= 10, 30)
                 st = [f[2] for f in n.access_log() if f[0] == "d"]
                 self.assertEqual(len(st), 10, st)
                 # Ten at once at 10 r/s: only the first is on time.

@@ -135,14 +135,15 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def load_scripts(srv):
+def load_scripts(srv, build):
     """SHA-1s of the classic hash-bucket script and sluice's script path
-    (src/store/redis/script.lua) loaded into srv; None when missing."""
+    (src/store/redis/script.lua, as the build expands it) loaded into srv;
+    None when missing."""
     shas = {}
-    for name, path in (("classic", ("bench", "redis_classic.lua")),
-                       ("script", ("src", "store", "redis", "script.lua"))):
+    for name, path in (("classic", (SRC, "bench", "redis_classic.lua")),
+                       ("script", (build, "generated", "lua", "script.lua"))):
         try:
-            with open(os.path.join(SRC, *path)) as f:
+            with open(os.path.join(*path)) as f:
                 sha = srv.cli("SCRIPT", "LOAD", f.read())
         except OSError:
             continue
@@ -281,7 +282,7 @@ def main():
         try:
             out["redis_version"] = srv.info("server").get("redis_version")
             # The scripts once, next to the first STORE mode only.
-            cmds = commands(load_scripts(srv) if first else None)
+            cmds = commands(load_scripts(srv, a.build) if first else None)
             first = False
             runs = {name: [] for name in cmds}
             for rep in range(a.reps):

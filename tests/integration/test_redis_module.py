@@ -673,11 +673,12 @@ class ModuleTest(unittest.TestCase):
                                  "T %d 2" % now])[0][1], [st3])
 
     def test_module_and_script_alternate_on_one_key_exactly(self):
-        """The real Redis script (src/store/redis/script.lua) and the module
-        take turns on the same keys: every decision of either is the core's
-        at the server time, so no token appears or vanishes at a switch."""
+        """The real Redis script (src/store/redis/script.lua, as the build
+        expands it) and the module take turns on the same keys: every
+        decision of either is the core's at the server time, so no token
+        appears or vanishes at a switch."""
         path = os.environ.get("SLUICE_SCRIPT",
-                              os.path.join(SRC, "src/store/redis/script.lua"))
+                              os.path.join(BUILD, "generated/lua/script.lua"))
         with open(path) as f:
             script = f.read()
         srv = self.redis()

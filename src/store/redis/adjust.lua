@@ -11,26 +11,14 @@
 -- ARGV[4i]    per_i
 -- The shortfall D now moves to min(max(D + add, floor), max); when that is
 -- more than D, the state and its PXAT are written as a charge writes them.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 for i = 1, #KEYS do
 	local add, floor = ARGV[4 * i - 3] + 0, ARGV[4 * i - 2] + 0
 	local max, p = ARGV[4 * i - 1] + 0, ARGV[4 * i] + 0
-	local D = 0
-	local s = redis.call('GET', KEYS[i])
-	if s then
-		local tat = tonumber(string.sub(s, 1, -4))
-		if tat and tat >= now then
-			D = (tat - now) * p
-			if D > 9007199254740992 - p then
-				D = 9007199254740992
-			else
-				local frac = tonumber(string.sub(s, -3)) or 0
-				if frac >= p then frac = p - 1 end
-				D = D + frac
-			end
-		end
-	end
+	local key = KEYS[i]
+	local s, D = redis.call('GET', key)
+	--@include bucket_debt.lua
+	if not D then D = 0 end
 	local nd = D
 	if max > D then
 		if add > max - D then nd = max else nd = D + add end
@@ -38,15 +26,7 @@ for i = 1, #KEYS do
 		if nd > max then nd = max end
 	end
 	if nd > D then
-		local u = nd % p
-		local tat = now + (nd - u) / p
-		local e = tat
-		if u > 0 then e = e + 1 end
-		local m = e % 1000
-		local at = (e - m) / 1000
-		if m > 0 then at = at + 1 end
-		redis.call('SET', KEYS[i],
-			string.format('%d%03d', tat, u), 'PXAT', at)
+		--@include bucket_put.lua
 	end
 end
 return 0

@@ -15,20 +15,11 @@
 -- deleted, carried or not, so usage counts once.  Reply: 1 when a usage
 -- was carried, else 0.  The stored format is unchanged: no fact of an
 -- earlier limit is kept in Redis, the client names them.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 local function shortfall(s, p)
-	if not s then return 0 end
-	local tat = tonumber(string.sub(s, 1, -4))
-	if not tat or tat < now then return 0 end
-	local D = (tat - now) * p
-	if D > 9007199254740992 - p then return 9007199254740992 end
-	if p > 1 then
-		local frac = tonumber(string.sub(s, -3)) or 0
-		if frac >= p then frac = p - 1 end
-		D = D + frac
-	end
-	return D
+	local D
+	--@include bucket_debt.lua
+	return D or 0
 end
 local ni, ntau, np = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local have = shortfall(redis.call('GET', KEYS[1]), np) > 0
@@ -57,12 +48,6 @@ for j = 2, #KEYS do
 	redis.call('DEL', KEYS[j])
 end
 if nd == 0 then return 0 end
-local u = nd % np
-local tat = now + (nd - u) / np
-local e = tat
-if u > 0 then e = e + 1 end
-local m = e % 1000
-local at = (e - m) / 1000
-if m > 0 then at = at + 1 end
-redis.call('SET', KEYS[1], string.format('%d%03d', tat, u), 'PXAT', at)
+local key, p = KEYS[1], np
+--@include bucket_put.lua
 return 1

@@ -19,8 +19,7 @@
 -- state) is not charged the same window's count again, from another
 -- worker or another replica.  A bucket that holds state (sluice counted
 -- it already) is never touched.  Reply: the tokens marked used (0: none).
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 -- Anything but an integer string (no key, another type, text) is no
 -- count: nothing to import, and no error that would fail every request.
@@ -37,34 +36,23 @@ if c > cap then c = cap end
 if ni == 0 then
 	-- A quota: a count in a window still open is sluice's own.  The
 	-- state is written as text (end_s*10^9 exceeds a double's integers).
-	local s = redis.call('GET', KEYS[1])
-	local e = s and tonumber(string.sub(s, 1, -10))
-	if e and e > t[1] + 0 then return 0 end
+	local s, qe, qu = redis.call('GET', KEYS[1])
+	--@include quota_state.lua
+	if qe and qe > t[1] + 0 then return 0 end
 	if ntau <= t[1] + 0 then return 0 end
-	redis.call('SET', KEYS[1], string.format('%d%09d', ntau, c),
-		'PXAT', ntau * 1000 + math.floor((c + 999999) / 1000000))
+	local key = KEYS[1]
+	qe, qu = ntau, c
+	--@include quota_put.lua
 	return c
 end
 -- The shortfall as carry.lua reads it: above 0, the bucket holds state.
-local s = redis.call('GET', KEYS[1])
-if s then
-	local tat = tonumber(string.sub(s, 1, -4))
-	if tat and tat >= now then
-		local D = (tat - now) * np
-		if np > 1 then D = D + (tonumber(string.sub(s, -3)) or 0) end
-		if D > 0 then return 0 end
-	end
-end
+local key, p = KEYS[1], np
+local s, D = redis.call('GET', key)
+--@include bucket_debt.lua
+if D and D > 0 then return 0 end
 -- The count can pass the limit (envoyproxy counts refused hits too):
 -- at most a bucketful is used (capped above).
 local nd = c * ni
 if nd > ntau then nd = ntau end
-local u = nd % np
-local tat = now + (nd - u) / np
-local e = tat
-if u > 0 then e = e + 1 end
-local m = e % 1000
-local at = (e - m) / 1000
-if m > 0 then at = at + 1 end
-redis.call('SET', KEYS[1], string.format('%d%03d', tat, u), 'PXAT', at)
+--@include bucket_put.lua
 return c

@@ -43,36 +43,21 @@
 -- call; a quota's {end_s, used} before the call (its live window, or the
 -- window now opens, used 0).  {-1, i}: limit i's window could not be
 -- placed (the client's clock is far from the server's); nothing written.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 local now_s = t[1] + 0
 local op = ARGV[1] + 0
 local n = #KEYS
 local MAX = 999999999
 
+-- A bucket's shortfall and writing (lib/bucket_debt.lua, lib/bucket_put.lua).
 local function shortfall(s, p)
-	if not s then return 0 end
-	local tat = tonumber(string.sub(s, 1, -4))
-	if not tat or tat < now then return 0 end
-	local D = (tat - now) * p
-	if D > 9007199254740992 - p then return 9007199254740992 end
-	if p > 1 then
-		local frac = tonumber(string.sub(s, -3)) or 0
-		if frac >= p then frac = p - 1 end
-		D = D + frac
-	end
-	return D
+	local D
+	--@include bucket_debt.lua
+	return D or 0
 end
 
 local function put_bucket(key, nd, p)
-	local u = nd % p
-	local tat = now + (nd - u) / p
-	local e = tat
-	if u > 0 then e = e + 1 end
-	local m = e % 1000
-	local at = (e - m) / 1000
-	if m > 0 then at = at + 1 end
-	redis.call('SET', key, string.format('%d%03d', tat, u), 'PXAT', at)
+	--@include bucket_put.lua
 end
 
 -- Days since 1970-01-01 of a civil date, and back (H. Hinnant's
@@ -153,19 +138,16 @@ end
 -- A quota's count in its live window and that window's end (0, nil:
 -- none; a value too short to be a quota's counts as none).
 local function live(s)
-	if s and #s > 9 then
-		local se = tonumber(string.sub(s, 1, -10))
-		local su = tonumber(string.sub(s, -9))
-		if se and su and se * 1000000 > now and su > 0 then
-			return su, se
-		end
+	local qe, qu
+	--@include quota_state.lua
+	if qe and qu and qe * 1000000 > now and qu > 0 then
+		return qu, qe
 	end
 	return 0, nil
 end
 
-local function put_quota(key, e, u)
-	redis.call('SET', key, string.format('%d%09d', e, u), 'PXAT',
-		e * 1000 + math.ceil(u / 1000000))
+local function put_quota(key, qe, qu)
+	--@include quota_put.lua
 end
 
 local vals = redis.call('MGET', unpack(KEYS))

@@ -11,8 +11,7 @@
 -- ARGV[3i]     per_i; 0 for a calendar quota (its state end_s*10^9+used,
 --              back_i the count to give back)
 -- Reply:       1 refunded, 0 not (a state moved on, or is gone).
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 local n = #KEYS
 local states = {}
 for i = 1, n do
@@ -23,40 +22,29 @@ for i = 1, n do
 end
 for i = 1, n do
 	local back, p = ARGV[3 * i - 1] + 0, ARGV[3 * i] + 0
-	local s = states[i]
-	local tat = tonumber(string.sub(s, 1, -4))
+	local key, s = KEYS[i], states[i]
 	if p == 0 then
-		-- A quota's count in a window still open goes down by back
-		-- (as text: end_s*10^9 exceeds a double's integers).
-		local e, used = tonumber(string.sub(s, 1, -10)),
-			tonumber(string.sub(s, -9))
-		if e and used and e > t[1] + 0 and back > 0 then
-			local u = used - back
-			if u <= 0 then
-				redis.call('DEL', KEYS[i])
+		-- A quota's count in a window still open goes down by back.
+		local qe, qu
+		--@include quota_state.lua
+		if qe and qu and qe > t[1] + 0 and back > 0 then
+			qu = qu - back
+			if qu <= 0 then
+				redis.call('DEL', key)
 			else
-				redis.call('SET', KEYS[i],
-					string.sub(s, 1, -10) .. string.format('%09d', u),
-					'PXAT', e * 1000 + math.floor((u + 999999) / 1000000))
+				--@include quota_put.lua
 			end
 		end
-	elseif tat and tat >= now and back > 0 then
-		local D = (tat - now) * p
-		local frac = tonumber(string.sub(s, -3)) or 0
-		if frac >= p then frac = p - 1 end
-		local nd = D + frac - back
-		if nd <= 0 then
-			redis.call('DEL', KEYS[i])
-		else
-			local u = nd % p
-			local tat2 = now + (nd - u) / p
-			local e = tat2
-			if u > 0 then e = e + 1 end
-			local m = e % 1000
-			local at = (e - m) / 1000
-			if m > 0 then at = at + 1 end
-			redis.call('SET', KEYS[i],
-				string.format('%d%03d', tat2, u), 'PXAT', at)
+	else
+		local D
+		--@include bucket_debt.lua
+		if D and back > 0 then
+			local nd = D - back
+			if nd <= 0 then
+				redis.call('DEL', key)
+			else
+				--@include bucket_put.lua
+			end
 		end
 	end
 end

@@ -16,31 +16,18 @@
 -- ARGV[4i+1]   max_i, the largest shortfall left (sluice_debt_max_units())
 -- Reply:       {now, D_1, ..., D_n}: the server's time in microseconds and
 --              each shortfall before the call.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 local W = ARGV[1] + 0
 local n = #KEYS
-local D, w, out = {}, {}, {now}
+local Ds, w, out = {}, {}, {now}
 local turn, never = 0, false
 for i = 1, n do
 	local need, tau, p = ARGV[4 * i - 2] + 0, ARGV[4 * i - 1] + 0,
 		ARGV[4 * i] + 0
-	local d = 0
-	local s = redis.call('GET', KEYS[i])
-	if s then
-		local tat = tonumber(string.sub(s, 1, -4))
-		if tat and tat >= now then
-			d = (tat - now) * p
-			if d > 9007199254740992 - p then
-				d = 9007199254740992
-			else
-				local frac = tonumber(string.sub(s, -3)) or 0
-				if frac >= p then frac = p - 1 end
-				d = d + frac
-			end
-		end
-	end
-	D[i] = d
+	local s, D = redis.call('GET', KEYS[i])
+	--@include bucket_debt.lua
+	local d = D or 0
+	Ds[i] = d
 	out[i + 1] = d
 	if need > tau then
 		never = true
@@ -61,25 +48,18 @@ for i = 1, n do
 end
 -- cost 0 (need 0) charges nothing.
 if never or turn > W or ARGV[2] + 0 == 0 then return out end
-local nd = {}
+local nds = {}
 for i = 1, n do
 	local need, p, max = ARGV[4 * i - 2] + 0, ARGV[4 * i] + 0,
 		ARGV[4 * i + 1] + 0
-	local base = D[i]
+	local base = Ds[i]
 	-- turn <= 2^40 and p <= 1000: turn * p is exact.
 	if w[i] ~= turn and turn * p > base then base = turn * p end
-	nd[i] = base + need
-	if nd[i] > max then return out end
+	nds[i] = base + need
+	if nds[i] > max then return out end
 end
 for i = 1, n do
-	local p = ARGV[4 * i] + 0
-	local u = nd[i] % p
-	local tat = now + (nd[i] - u) / p
-	local e = tat
-	if u > 0 then e = e + 1 end
-	local m = e % 1000
-	local at = (e - m) / 1000
-	if m > 0 then at = at + 1 end
-	redis.call('SET', KEYS[i], string.format('%d%03d', tat, u), 'PXAT', at)
+	local key, nd, p = KEYS[i], nds[i], ARGV[4 * i] + 0
+	--@include bucket_put.lua
 end
 return out

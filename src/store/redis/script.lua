@@ -27,45 +27,21 @@
 --          written with PXAT = the instant it is full again
 --          (sluice_state_expiry_us()) rounded up to a ms, as the module
 --          writes it: never before the bucket is full.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+-- The state's reading and writing are shared with every script
+-- (lib/bucket_debt.lua, lib/bucket_put.lua, expanded in place at build
+-- time: straight-line code, no closure per call).
+--@include now.lua
 -- ARGV comes from the client and is always numeric: Lua's arithmetic
 -- coercion is cheaper than calls to tonumber.
 local need, tau, p = ARGV[1] + 0, ARGV[2] + 0, 1
 if ARGV[3] then p = ARGV[3] + 0 end
-local D = 0
-local s = redis.call('GET', KEYS[1])
-if s then
-	-- tonumber: a foreign or short value counts as a full bucket.
-	local tat = tonumber(string.sub(s, 1, -4))
-	if tat and tat >= now then
-		-- Saturate as decide.c does: delta*p > 2^53 - p  <=>
-		-- delta >= floor(2^53 / p).
-		D = (tat - now) * p
-		if D > 9007199254740992 - p then
-			D = 9007199254740992
-		elseif p > 1 then
-			local frac = tonumber(string.sub(s, -3)) or 0
-			if frac >= p then frac = p - 1 end
-			D = D + frac
-		end
-	end
-end
+local key = KEYS[1]
+local s, D = redis.call('GET', key)
+-- A foreign or short value counts as a full bucket.
+--@include bucket_debt.lua
+if not D then D = 0 end
 local nd = D + need
 if need > 0 and nd <= tau then
-	-- The new state: tat = now + floor(nd / p) us and u = nd % p
-	-- (1/p us); full at tat, or 1 us later with u > 0.  The state has 19
-	-- digits, more than a double holds: format the microseconds (< 2^53)
-	-- with %d and append the fraction.
-	local u = 0
-	if p > 1 then u = nd % p end
-	local tat = now + (nd - u) / p
-	local e = tat
-	if u > 0 then e = e + 1 end
-	local m = e % 1000
-	local at = (e - m) / 1000
-	if m > 0 then at = at + 1 end
-	redis.call('SET', KEYS[1], string.format('%d%03d', tat, u),
-		'PXAT', at)
+	--@include bucket_put.lua
 end
 return D

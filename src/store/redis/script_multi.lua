@@ -13,29 +13,16 @@
 -- allowed iff D_i + need_i <= tau_i for every i; only then is any state
 -- written.  The client derives the decision of each limit and the most
 -- restrictive one with the core's code.
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
+--@include now.lua
 local n = #KEYS
 local vals = redis.call('MGET', unpack(KEYS))
 local Ds, ok = {}, true
 for i = 1, n do
 	local need, tau, p = ARGV[3 * i - 2] + 0, ARGV[3 * i - 1] + 0,
 		ARGV[3 * i] + 0
-	local D = 0
-	local s = vals[i]
-	if s then
-		local tat = tonumber(string.sub(s, 1, -4))
-		if tat and tat >= now then
-			D = (tat - now) * p
-			if D > 9007199254740992 - p then
-				D = 9007199254740992
-			else
-				local frac = tonumber(string.sub(s, -3)) or 0
-				if frac >= p then frac = p - 1 end
-				D = D + frac
-			end
-		end
-	end
+	local s, D = vals[i]
+	--@include bucket_debt.lua
+	if not D then D = 0 end
 	Ds[i] = D
 	if D + need > tau then ok = false end
 end
@@ -43,16 +30,8 @@ if ok then
 	for i = 1, n do
 		local need, p = ARGV[3 * i - 2] + 0, ARGV[3 * i] + 0
 		if need > 0 then
-			local nd = Ds[i] + need
-			local u = nd % p
-			local tat = now + (nd - u) / p
-			local e = tat
-			if u > 0 then e = e + 1 end
-			local m = e % 1000
-			local at = (e - m) / 1000
-			if m > 0 then at = at + 1 end
-			redis.call('SET', KEYS[i],
-				string.format('%d%03d', tat, u), 'PXAT', at)
+			local key, nd = KEYS[i], Ds[i] + need
+			--@include bucket_put.lua
 		end
 	end
 end

@@ -12,17 +12,9 @@
 -- state and its PXAT are written as the charge writes them.
 --@include now.lua
 for i = 1, #KEYS do
-	local need, p = ARGV[2 * i - 1] + 0, ARGV[2 * i] + 0
+	local back, p = ARGV[2 * i - 1] + 0, ARGV[2 * i] + 0
 	local key = KEYS[i]
-	local s, D = redis.call('GET', key)
-	--@include bucket_debt.lua
-	if D and need > 0 then
-		local nd = D - need
-		if nd <= 0 then
-			redis.call('DEL', key)
-		else
-			--@include bucket_put.lua
-		end
-	end
+	local s = redis.call('GET', key)
+	--@include bucket_back.lua
 end
 return 0

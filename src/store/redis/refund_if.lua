@@ -36,16 +36,7 @@ for i = 1, n do
 			end
 		end
 	else
-		local D
-		--@include bucket_debt.lua
-		if D and back > 0 then
-			local nd = D - back
-			if nd <= 0 then
-				redis.call('DEL', key)
-			else
-				--@include bucket_put.lua
-			end
-		end
+		--@include bucket_back.lua
 	end
 end
 return 1

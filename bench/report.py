@@ -332,10 +332,21 @@ def img(path, alt):
     return "\n![%s](%s)\n" % (alt, path) if path else ""
 
 
+def span(nd, k):
+    """nd[k], a [low, high] pair, as "low to high" ("n/a" without it)."""
+    return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
+        else "n/a"
+
+
+def ratio_spread(nd, k):
+    """A median ratio in bold with its _iqr and _range."""
+    return "**%s** (IQR %s, range %s)" % (
+        fmt(nd.get(k)), span(nd, k + "_iqr"), span(nd, k + "_range"))
+
+
 def node_section(w, plots, nd):
     def rng(k):
-        return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
-            else "n/a"
+        return span(nd, k)
 
     def med_iqr(k):
         v = fmt(nd.get(k))
@@ -454,8 +465,7 @@ def node_section(w, plots, nd):
                  for app, label in side]))
 
         def side_ratio(k):
-            return "**%s** (IQR %s, range %s)" % (
-                fmt(nd.get(k)), rng(k + "_iqr"), rng(k + "_range"))
+            return ratio_spread(nd, k)
         w("\nWindow by window, saturated side by side: sluice Redis serves "
           "%s of the classic's req/s, and one core would serve %s of the "
           "classic's req/s (1 / node CPU per request), p99 %s of the "
@@ -597,12 +607,10 @@ def paired_section(w, nd):
         return
 
     def rng(k):
-        r = nd.get(k)
-        return "%s to %s" % (fmt(r[0]), fmt(r[1])) if r else "n/a"
+        return span(nd, k)
 
     def ratio(k):
-        return "**%s** (IQR %s, range %s)" % (
-            fmt(nd.get(k)), rng(k + "_iqr"), rng(k + "_range"))
+        return ratio_spread(nd, k)
     w("\n**Paired runs of a fixed request count**: sluice memory and bare "
       "Express (and the second bare Express against the first), up side "
       "by side, each sent %s requests by `wrk %s` (the same random users, "

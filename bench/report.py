@@ -242,7 +242,13 @@ TARGETS = [
      lambda r: r["node"]["side_redis_rps_ratio"], ">=", 1.05, "x"),
     ("Node, sluice memory: req/s vs bare Express, saturated side by side "
      "(median of windows)", "node",
-     lambda r: r["node"]["side_memory_rps_ratio"], ">=", 0.95, "x"),
+     lambda r: r["node"]["side_memory_rps_ratio"], ">=", 0.97, "x"),
+    ("Node, sluice memory: req/s vs bare Express, paired runs of a fixed "
+     "request count (median of rounds)", "node",
+     lambda r: r["node"]["paired_memory_rps_ratio"], ">=", 0.97, "x"),
+    ("Node, sluice memory: node CPU per request vs bare Express, paired "
+     "runs of a fixed request count (median of rounds)", "node",
+     lambda r: r["node"]["paired_memory_cpu_ratio"], "<=", 1.03, "x"),
     ("Node, sluice memory: p99 vs the classic app's", "node",
      lambda r: r["node"]["memory_p99_vs_classic"], "<=", 1.0, "x"),
     ("Node, sluice Redis: p99 vs the classic app's", "node",
@@ -326,10 +332,21 @@ def img(path, alt):
     return "\n![%s](%s)\n" % (alt, path) if path else ""
 
 
+def span(nd, k):
+    """nd[k], a [low, high] pair, as "low to high" ("n/a" without it)."""
+    return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
+        else "n/a"
+
+
+def ratio_spread(nd, k):
+    """A median ratio in bold with its _iqr and _range."""
+    return "**%s** (IQR %s, range %s)" % (
+        fmt(nd.get(k)), span(nd, k + "_iqr"), span(nd, k + "_range"))
+
+
 def node_section(w, plots, nd):
     def rng(k):
-        return "%s to %s" % tuple(fmt(v) for v in nd[k]) if nd.get(k) \
-            else "n/a"
+        return span(nd, k)
 
     def med_iqr(k):
         v = fmt(nd.get(k))
@@ -448,8 +465,7 @@ def node_section(w, plots, nd):
                  for app, label in side]))
 
         def side_ratio(k):
-            return "**%s** (IQR %s, range %s)" % (
-                fmt(nd.get(k)), rng(k + "_iqr"), rng(k + "_range"))
+            return ratio_spread(nd, k)
         w("\nWindow by window, saturated side by side: sluice Redis serves "
           "%s of the classic's req/s, and one core would serve %s of the "
           "classic's req/s (1 / node CPU per request), p99 %s of the "
@@ -464,6 +480,7 @@ def node_section(w, plots, nd):
              side_ratio("side_memory_p99_ratio"),
              side_ratio("side_bare_again_rps_ratio"),
              side_ratio("side_bare_again_capacity_ratio")))
+    paired_section(w, nd)
     spread = []
     for app, label, _ in NODE_APPS + [("bare_again", BARE_AGAIN, "")]:
         runs = nd.get(app + "_runs") or []
@@ -580,6 +597,49 @@ def node_section(w, plots, nd):
         [(short, [nd.get(app + "_node_cpu_us_per_req"),
                   nd.get(app + "_redis_cpu_us_per_req")])
          for app, _, short in NODE_APPS]), "CPU per request by app"))
+
+
+def paired_section(w, nd):
+    """bench/run's node_paired(): sluice memory against bare Express (and
+    bare Express against itself) in runs of a fixed request count, A B then
+    B A."""
+    if nd.get("paired_memory_cpu_ratio") is None:
+        return
+
+    def rng(k):
+        return span(nd, k)
+
+    def ratio(k):
+        return ratio_spread(nd, k)
+    w("\n**Paired runs of a fixed request count**: sluice memory and bare "
+      "Express (and the second bare Express against the first), up side "
+      "by side, each sent %s requests by `wrk %s` (the same random users, "
+      "a Lua script that stops wrk after that many answers), one app then "
+      "the other, the order turned every round (A B, B A, ...), %s rounds "
+      "after a run of each unmeasured. node CPU per request is the node "
+      "process's CPU time over the run (all its threads, from "
+      "/proc/<pid>/task/*/schedstat: utime + stime to the nanosecond) over "
+      "the requests answered: the same work for both apps, whatever share "
+      "of a core the machine left each. Each round gives a ratio of two "
+      "runs seconds apart; the figures are the medians of the rounds' "
+      "ratios (load average %s before and after):\n"
+      % (fmt(nd.get("paired_requests")), nd.get("paired_wrk") or "n/a",
+         fmt(nd.get("paired_rounds")),
+         rng("paired_loadavg_1m").replace(" to ", " and ")))
+    rows = [[label, fmt(nd.get(app + "_paired_rps")),
+             fmt(nd.get(app + "_paired_cpu_us_per_req"))]
+            for app, label in (("bare", NODE_APPS[0][1]),
+                               ("sluice_memory", NODE_APPS[1][1]),
+                               ("bare_again", BARE_AGAIN))
+            if nd.get(app + "_paired_rps") is not None]
+    w(table(["app", "req/s (median)", "node CPU µs/request (median)"], rows))
+    w("\nRound by round: sluice memory's node CPU per request %s of bare "
+      "Express's, its req/s %s of bare's; the second bare Express's CPU "
+      "per request %s of the first's, its req/s %s -- the spread the "
+      "method gives two identical apps.\n"
+      % (ratio("paired_memory_cpu_ratio"), ratio("paired_memory_rps_ratio"),
+         ratio("paired_bare_again_cpu_ratio"),
+         ratio("paired_bare_again_rps_ratio")))
 
 
 def grpc_section(w, gr, nproc):

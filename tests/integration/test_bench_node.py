@@ -270,5 +270,85 @@ class SideBySide(unittest.TestCase):
         self.assertNotIn("side by side**", node_section_text(report, {}))
 
 
+class Paired(unittest.TestCase):
+    """The paired runs of a fixed request count: wrk ends once the count
+    is answered (not at its -d), and the report says the rounds'
+    ratios."""
+
+    def test_wrk_stops_at_the_count(self):
+        if shutil.which("wrk") is None:
+            self.skipTest("wrk is not installed (scripts/deps installs it)")
+        import http.server
+        import tempfile
+        import threading
+        run = bench_module("bench_run", "run")
+        seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                seen.append(self.headers.get("x-user-id"))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # wrk resets the connections it drops at the count.
+        srv.handle_error = lambda *args: None
+        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t.start()
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                script = os.path.join(d, "count.lua")
+                with open(script, "w") as f:
+                    f.write(run.COUNT_LUA % {"keys": 10, "count": 300})
+                out = run.wrk_count(script, "http://127.0.0.1:%d/"
+                                    % srv.server_address[1], bound_s=600)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        m = __import__("re").search(r"(\d+) requests in ([0-9.]+)(m?s)",
+                                    out)
+        self.assertIsNotNone(m, out)
+        # The thread stops at the 300th answer, after the loop's current
+        # pass: answers read in that pass count too, at most one per
+        # connection (50); the rest are dropped.
+        self.assertGreaterEqual(int(m.group(1)), 300, out)
+        self.assertLess(int(m.group(1)), 350, out)
+        # Ended by the count, not by -d600s (a wrk that ran its full -d
+        # reports 10.00m).
+        secs = float(m.group(2)) * (60 if m.group(3) == "m" else 1)
+        self.assertLess(secs, 600, out)
+        self.assertGreaterEqual(len(seen), 300)
+        self.assertTrue(all(k and k.startswith("user-") for k in seen))
+
+    def test_report(self):
+        report = bench_module("bench_report", "report.py")
+        nd = {"paired_requests": 20000, "paired_wrk": "-t1 -c50",
+              "paired_rounds": 10, "paired_loadavg_1m": [3.5, 4.25],
+              "bare_paired_rps": 7000, "bare_paired_cpu_us_per_req": 140.0,
+              "sluice_memory_paired_rps": 6800,
+              "sluice_memory_paired_cpu_us_per_req": 144.2,
+              "paired_memory_cpu_ratio": 1.03,
+              "paired_memory_cpu_ratio_iqr": [1.01, 1.05],
+              "paired_memory_cpu_ratio_range": [0.95, 1.2],
+              "paired_memory_rps_ratio": 0.97,
+              "paired_memory_rps_ratio_iqr": [0.95, 0.99],
+              "paired_memory_rps_ratio_range": [0.8, 1.1]}
+        text = node_section_text(report, nd)
+        self.assertIn("each sent 20,000 requests by `wrk -t1 -c50`", text)
+        self.assertIn("| Express + sluice, memory store | 6,800 | 144 |",
+                      text)
+        self.assertIn("sluice memory's node CPU per request **1.03** (IQR "
+                      "1.01 to 1.05, range 0.95 to 1.2) of bare Express's, "
+                      "its req/s **0.97** (IQR 0.95 to 0.99, range 0.8 to "
+                      "1.1) of bare's", text)
+        self.assertNotIn("Paired runs", node_section_text(report, {}))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -136,8 +136,8 @@ static int number_of(const char *s, double *out)
 	const char *p = s + (*s == '-' || *s == '+');
 	char *end;
 
-	if (!(*p >= '0' && *p <= '9') && !(*p == '.' && p[1] >= '0' &&
-					   p[1] <= '9'))
+	if (!(*p >= '0' && *p <= '9') &&
+	    !(*p == '.' && p[1] >= '0' && p[1] <= '9'))
 		return -1;
 	errno = 0;
 	*out = strtod(s, &end);
@@ -245,9 +245,8 @@ static int descriptor(sluice_meta_t *list, const sluice_rls_descriptor_t *d)
 	entries->kind = SLUICE_META_LIST;
 	for (i = 0; i < d->nentries; i++) {
 		const sluice_rls_entry_t *e = &d->entries[i];
-		char *kv = sluice_envoy_join(e->key, "=",
-					     e->value ? e->value : "", "",
-					     NULL);
+		char *kv = sluice_envoy_join(
+			e->key, "=", e->value ? e->value : "", "", NULL);
 
 		if (!kv || !meta_string(entries, NULL, kv)) {
 			free(kv);

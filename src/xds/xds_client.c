@@ -584,6 +584,25 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static SSL_CTX *make_ctx(const sluice_envoy_xds_t *c, char *err, size_t errlen);
+
+/* The certificates as the files hold them now: each connection reads
+ * them again, so that renewed ones (cert-manager, a Secret's update) are
+ * presented on the next without a reload. */
+static int renew_ctx(sluice_xds_t *x)
+{
+	char err[512];
+	SSL_CTX *ctx = make_ctx(x->cfg, err, sizeof(err));
+
+	if (!ctx) {
+		fail(x, "%s", err);
+		return -1;
+	}
+	SSL_CTX_free(x->ctx);
+	x->ctx = ctx;
+	return 0;
+}
+
 /* One connection, until it ends; returns the responses it carried. */
 static int session(sluice_xds_t *x)
 {
@@ -594,7 +613,8 @@ static int session(sluice_xds_t *x)
 
 	x->why[0] = '\0';
 	x->responses = 0;
-	if (dial(x) < 0 || (x->ctx && handshake(x) < 0) || open_call(x) < 0)
+	if ((x->cfg->tls && renew_ctx(x) < 0) || dial(x) < 0 ||
+	    (x->ctx && handshake(x) < 0) || open_call(x) < 0)
 		goto out;
 	while (!atomic_load(&x->stop)) {
 		if (pump_out(x) < 0)
@@ -684,9 +704,27 @@ static SSL_CTX *make_ctx(const sluice_envoy_xds_t *c, char *err, size_t errlen)
 	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
 	return ctx;
 bad:
-	snprintf(err, errlen, "envoy.xds.tls: %s", ssl_error());
+	snprintf(err, errlen, "%s%senvoy.xds.tls: %s", c->where ? c->where : "",
+		 c->where ? ": " : "", ssl_error());
 	SSL_CTX_free(ctx);
 	return NULL;
+}
+
+int sluice_xds_check(const sluice_envoy_xds_t *cfg, char *err, size_t errlen)
+{
+	SSL_CTX *ctx;
+
+	if (!cfg || !cfg->tls)
+		return 0;
+	if (!(ctx = make_ctx(cfg, err, errlen)))
+		return -1;
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+const sluice_envoy_xds_t *sluice_xds_config(const sluice_xds_t *x)
+{
+	return x ? x->cfg : NULL;
 }
 
 sluice_xds_t *sluice_xds_start(uv_loop_t *loop, const sluice_envoy_xds_t *cfg,

@@ -443,11 +443,30 @@ uint8_t *sluice_xds_request(const sluice_envoy_xds_t *s, const char *version,
 	Envoy__Config__Core__V3__Node node =
 		ENVOY__CONFIG__CORE__V3__NODE__INIT;
 	Google__Rpc__Status st = GOOGLE__RPC__STATUS__INIT;
-	size_t n;
+	/* node_metadata: Node.metadata, string values (at most
+	 * SLUICE_XDS_MAX_NODE_META, checked when parsed). */
+	Google__Protobuf__Struct meta = GOOGLE__PROTOBUF__STRUCT__INIT;
+	Google__Protobuf__Struct__FieldsEntry fe[SLUICE_XDS_MAX_NODE_META],
+		*fp[SLUICE_XDS_MAX_NODE_META];
+	Google__Protobuf__Value fv[SLUICE_XDS_MAX_NODE_META];
+	size_t n, i;
 	uint8_t *out;
+
+	for (i = 0; i < s->nmeta && i < SLUICE_XDS_MAX_NODE_META; i++) {
+		google__protobuf__struct__fields_entry__init(&fe[i]);
+		google__protobuf__value__init(&fv[i]);
+		fv[i].kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+		fv[i].string_value = s->meta_values[i];
+		fe[i].key = s->meta_keys[i];
+		fe[i].value = &fv[i];
+		fp[i] = &fe[i];
+	}
+	meta.n_fields = i;
+	meta.fields = fp;
 
 	node.id = s->node_id;
 	node.cluster = s->cluster;
+	node.metadata = &meta;
 	node.user_agent_name = "sluice";
 	node.user_agent_version_type_case =
 		ENVOY__CONFIG__CORE__V3__NODE__USER_AGENT_VERSION_TYPE_USER_AGENT_VERSION;

@@ -618,6 +618,35 @@ class MutualTls(XdsBase):
 class Follows(XdsBase):
     """What a reload changes in envoy.xds, and the node's metadata."""
 
+    def test_descriptor_metadata_reaches_dynamic_metadata(self):
+        from google.protobuf import json_format
+        cp = self.control_plane()
+        s = GrpcSluice(xds_config(cp.port, "", "  response_dynamic_metadata:"
+                                  " true\nstore: memory\n"))
+        self.addCleanup(s.stop)
+        c = api_config(3)
+        c.descriptors[0].metadata.update(
+            {"svc": {"name": "users", "n": 2}, "tags": ["a", True, None],
+             "s": "it's \"quoted\"\n"})
+        ack = cp.reply_to(cp.set("v1", [c]))
+        self.assertFalse(ack.HasField("error_detail"), ack.error_detail)
+        ch = s.channel()
+        self.addCleanup(ch.close)
+        r = s.rls(ch).ShouldRateLimit(request("api", [("user", "x")]),
+                                      timeout=30)
+        md = json_format.MessageToDict(r.dynamic_metadata)
+        self.assertEqual(md["metadata"], {
+            "svc": {"name": "users", "n": 2}, "tags": ["a", True, None],
+            "s": "it's \"quoted\"\n"})
+        # Nested deeper than a file may be: NACKed on the wire.
+        deep = api_config(3)
+        v = deep.descriptors[0].metadata
+        for _ in range(40):
+            v = v.get_or_create_struct("k")
+        ack = cp.reply_to(cp.set("v2", [deep]))
+        self.assertEqual(ack.version_info, "v1")
+        self.assertIn("metadata nested more than", ack.error_detail.message)
+
     def test_node_metadata_reaches_the_control_plane(self):
         cp = self.control_plane()
         s, _ = self.serve(cp, ", node_metadata: {team: rl, zone: \"a=b\","

@@ -6,7 +6,6 @@
  */
 #include "policy/envoy_meta.h"
 #include "policy/envoy_config.h"
-#include "policy/envoy_internal.h"
 #include "policy/envoy_rls.h"
 
 #include <errno.h>
@@ -245,10 +244,12 @@ static int descriptor(sluice_meta_t *list, const sluice_rls_descriptor_t *d)
 	entries->kind = SLUICE_META_LIST;
 	for (i = 0; i < d->nentries; i++) {
 		const sluice_rls_entry_t *e = &d->entries[i];
-		char *kv = sluice_envoy_join(
-			e->key, "=", e->value ? e->value : "", "", NULL);
+		char *kv;
 
-		if (!kv || !meta_string(entries, NULL, kv)) {
+		if (asprintf(&kv, "%s=%s", e->key, e->value ? e->value : "") <
+		    0)
+			return -1;
+		if (!meta_string(entries, NULL, kv)) {
 			free(kv);
 			return -1;
 		}

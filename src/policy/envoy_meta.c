@@ -54,7 +54,7 @@ static sluice_meta_t *meta_add(sluice_meta_t *m, const char *key)
 		if (!(keys = realloc(m->keys, (m->n + 1) * sizeof(*keys))))
 			return NULL;
 		m->keys = keys;
-		if (!(keys[m->n] = strdup(key)))
+		if (!(keys[m->n] = strdup(key ? key : "")))
 			return NULL;
 	}
 	return &items[m->n++];

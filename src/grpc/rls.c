@@ -3,10 +3,12 @@
  * the protobuf-c RateLimitRequest becomes a sluice_rls_request_t, the RLS
  * engine (src/policy/envoy_rls.h) decides, and its sluice_rls_response_t
  * becomes the RateLimitResponse: overall_code, one status per descriptor in
- * order, and the response headers the engine gives.
+ * order, the response headers the engine gives, and its dynamic_metadata
+ * (envoy.response_dynamic_metadata) as a google.protobuf.Struct.
  */
 #include "grpc/internal.h"
 #include "policy/envoy_config.h"
+#include "policy/envoy_meta.h"
 #include "policy/envoy_rls.h"
 #include "proto/envoy/service/ratelimit/v3/rls.pb-c.h"
 
@@ -59,8 +61,108 @@ typedef struct answer_s {
 	pb_header_t *hv, **hvp;
 } answer_t;
 
+/* ------------------------------------------------------ dynamic_metadata */
+
+/* The engine's tree as a google.protobuf.Struct, every part malloc'd on
+ * its own (strings too), so that free_unpacked(NULL) frees it all, a
+ * part left NULL by a failed allocation included. */
+static Google__Protobuf__Struct *pb_struct(const sluice_meta_t *m);
+
+static Google__Protobuf__ListValue *pb_list(const sluice_meta_t *m);
+
+static Google__Protobuf__Value *pb_value(const sluice_meta_t *m)
+{
+	Google__Protobuf__Value *v = malloc(sizeof(*v));
+
+	if (!v)
+		return NULL;
+	google__protobuf__value__init(v);
+	switch (m->kind) {
+	case SLUICE_META_NULL:
+		v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+		v->null_value = GOOGLE__PROTOBUF__NULL_VALUE__NULL_VALUE;
+		return v;
+	case SLUICE_META_NUMBER:
+		v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
+		v->number_value = m->number;
+		return v;
+	case SLUICE_META_BOOL:
+		v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+		v->bool_value = m->boolean != 0;
+		return v;
+	case SLUICE_META_STRING:
+		v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+		if (!(v->string_value = strdup(m->string)))
+			break;
+		return v;
+	case SLUICE_META_STRUCT:
+		v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
+		if (!(v->struct_value = pb_struct(m)))
+			break;
+		return v;
+	case SLUICE_META_LIST:
+		v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
+		if (!(v->list_value = pb_list(m)))
+			break;
+		return v;
+	}
+	free(v); /* (what it pointed to is freed or was never made) */
+	return NULL;
+}
+
+static Google__Protobuf__ListValue *pb_list(const sluice_meta_t *m)
+{
+	Google__Protobuf__ListValue *l = malloc(sizeof(*l));
+	size_t i;
+
+	if (!l)
+		return NULL;
+	google__protobuf__list_value__init(l);
+	if (m->n && !(l->values = calloc(m->n, sizeof(*l->values))))
+		goto fail;
+	for (i = 0; i < m->n; i++)
+		if (!(l->values[l->n_values++] = pb_value(&m->items[i])))
+			goto fail;
+	return l;
+fail:
+	google__protobuf__list_value__free_unpacked(l, NULL);
+	return NULL;
+}
+
+static Google__Protobuf__Struct *pb_struct(const sluice_meta_t *m)
+{
+	Google__Protobuf__Struct *s = malloc(sizeof(*s));
+	Google__Protobuf__Struct__FieldsEntry *e;
+	size_t i;
+
+	if (!s)
+		return NULL;
+	google__protobuf__struct__init(s);
+	if (m->n && !(s->fields = calloc(m->n, sizeof(*s->fields))))
+		goto fail;
+	for (i = 0; i < m->n; i++) {
+		if (!(e = malloc(sizeof(*e))))
+			goto fail;
+		google__protobuf__struct__fields_entry__init(e);
+		s->fields[s->n_fields++] = e;
+		e->key = NULL; /* (init points it at a shared "") */
+		if (!(e->key = strdup(m->keys[i])) ||
+		    !(e->value = pb_value(&m->items[i])))
+			goto fail;
+	}
+	return s;
+fail:
+	google__protobuf__struct__free_unpacked(s, NULL);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+
 static void answer_free(answer_t *a)
 {
+	if (a->r.dynamic_metadata)
+		google__protobuf__struct__free_unpacked(a->r.dynamic_metadata,
+							NULL);
 	free(a->st);
 	free(a->stp);
 	free(a->lim);
@@ -131,6 +233,9 @@ static int answer_build(answer_t *a, const sluice_rls_response_t *resp)
 	}
 	a->r.n_response_headers_to_add = h;
 	a->r.response_headers_to_add = a->hvp;
+	if (resp->dynamic_metadata &&
+	    !(a->r.dynamic_metadata = pb_struct(resp->dynamic_metadata)))
+		return -1;
 	return 0;
 }
 

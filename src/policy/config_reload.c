@@ -6,7 +6,6 @@
  */
 #include "policy/config.h"
 #include "policy/envoy_config.h"
-#include "policy/envoy_xds.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -107,15 +106,6 @@ const char *sluice_config_restart_fields(const sluice_config_t *cfg,
 		sluice_log_warn("SIGHUP: admin.listen changed: not applied, "
 				"needs a restart");
 		n += (size_t)snprintf(buf + n, len - n, "%sadmin.listen",
-				      n ? ", " : "");
-	}
-	if (!sluice_envoy_xds_same(cfg->envoy ? cfg->envoy->settings.xds : NULL,
-				   run->envoy ? run->envoy->settings.xds
-					      : NULL)) {
-		sluice_log_warn("SIGHUP: envoy.xds changed: not applied, "
-				"needs a restart; the client started with "
-				"the first config keeps its control plane");
-		n += (size_t)snprintf(buf + n, len - n, "%senvoy.xds",
 				      n ? ", " : "");
 	}
 	if (!sluice_config_store_same(&cfg->store, &run->store)) {

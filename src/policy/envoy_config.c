@@ -11,6 +11,7 @@
 #include "policy/envoy_config.h"
 #include "policy/config_internal.h"
 #include "policy/envoy_internal.h"
+#include "policy/envoy_meta.h"
 #include "policy/envoy_metrics.h"
 #include "policy/envoy_xds.h"
 #include "util/log.h"
@@ -80,6 +81,7 @@ static void free_nodes(sluice_envoy_node_t *nodes, size_t n)
 			free(d->parts[j]);
 		free(d->parts);
 		free_limit(d->limit);
+		sluice_meta_free(d->metadata);
 		free_nodes(d->children, d->nchildren);
 		free(d->stat_key);
 	}

@@ -87,6 +87,7 @@ typedef struct sluice_envoy_node_s {
 	int share_threshold;	     /* one bucket for every value the pattern
 					matches */
 	sluice_envoy_limit_t *limit; /* NULL: no rate_limit block */
+	struct sluice_meta_s *metadata; /* `metadata:` (NULL: none) */
 	struct sluice_envoy_node_s *children;
 	size_t nchildren;
 	/* "key_value.key2" from the domain down (metrics label). */
@@ -127,6 +128,9 @@ typedef struct sluice_envoy_settings_s {
 	 * path, which shows the config's keys and values to clients. */
 	int ietf_headers;
 	int ietf_policy_path;
+	/* RESPONSE_DYNAMIC_METADATA: RateLimitResponse.dynamic_metadata
+	 * (policy/envoy_meta.h). */
+	int dynamic_metadata;
 	/* statsd: {addr, prefix, tags, flush_ms, dogstatsd}: the counts
 	 * also sent over UDP in envoyproxy/ratelimit's StatsD names
 	 * (serve/statsd.c); statsd_addr NULL: not sent. */

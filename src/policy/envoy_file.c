@@ -12,6 +12,7 @@
  */
 #include "policy/envoy_config.h"
 #include "policy/envoy_internal.h"
+#include "policy/envoy_meta.h"
 #include "policy/envoy_metrics.h"
 
 #include <stdio.h>
@@ -355,6 +356,9 @@ static int parse_node(load_t *L, yaml_node_t *it, const char *parent,
 				       "wildcard values (containing '*'), but "
 				       "found key '%.100s'",
 				       d->stat_key);
+	if ((x = sluice_yaml_get(L->y, it, "metadata")) &&
+	    sluice_meta_from_yaml(L->y, x, &d->metadata) < 0)
+		rc = -1;
 	if ((x = sluice_yaml_get(L->y, it, "rate_limit")) &&
 	    parse_rate_limit(L, x, d, d->shadow_mode) < 0)
 		rc = -1;

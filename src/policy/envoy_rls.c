@@ -13,6 +13,7 @@
 #include "policy/envoy_rls.h"
 #include "policy/envoy_config.h"
 #include "policy/envoy_import.h"
+#include "policy/envoy_meta.h"
 #include "policy/envoy_metrics.h"
 #include "policy/envoy_xds.h"
 #include "policy/ratelimit_headers.h"
@@ -48,9 +49,10 @@ typedef struct desc_s {
 	 * kept while the rest is taken again (quota_retake()). */
 	int settled;
 	sluice_match_result_t res;
-	sluice_envoy_series_t *series; /* NULL: not counted */
-	sluice_limit_set_t oset;       /* a request-supplied limit */
-	const char *name;	       /* for headers */
+	sluice_envoy_series_t *series;	  /* NULL: not counted */
+	sluice_limit_set_t oset;	  /* a request-supplied limit */
+	const char *name;		  /* for headers */
+	const struct sluice_meta_s *meta; /* the node's metadata */
 } desc_t;
 
 typedef struct rls_ctx_s {
@@ -172,6 +174,7 @@ static int classify(rls_ctx_t *x, const sluice_envoy_domain_t *dom, size_t i,
 	if (!m.node)
 		return 0;
 	d->limit = m.node->limit;
+	d->meta = m.node->metadata;
 	d->rule = &d->limit->rule;
 	d->set = &d->limit->set;
 	d->shadow = m.node->shadow_mode;
@@ -442,6 +445,7 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 	}
 	if (d->name && d->limit && d->limit->name)
 		st->limit_name = strdup(d->limit->name);
+	st->config_metadata = d->meta;
 }
 
 /* The metrics slot Envoy's store failures count in
@@ -519,6 +523,9 @@ static void finish(rls_ctx_t *x, const sluice_verdict_t *v)
 		r->overall_code = SLUICE_RLS_CODE_OVER_LIMIT;
 	if (x->cfg->settings.response_headers || x->cfg->settings.ietf_headers)
 		add_headers(x, r);
+	if (x->cfg->settings.dynamic_metadata &&
+	    !(r->dynamic_metadata = sluice_meta_response(req, r->statuses)))
+		r->status = SLUICE_ENOMEM;
 	/* SHADOW_MODE: statuses say what was decided, the answer is OK. */
 	if (x->cfg->settings.shadow_mode &&
 	    r->overall_code == SLUICE_RLS_CODE_OVER_LIMIT) {
@@ -780,6 +787,7 @@ void sluice_rls_response_free(sluice_rls_response_t *resp)
 		free(resp->headers[i].value);
 	}
 	free(resp->headers);
+	sluice_meta_free(resp->dynamic_metadata);
 	free(resp);
 }
 

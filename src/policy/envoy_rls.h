@@ -73,6 +73,9 @@ typedef struct sluice_rls_status_s {
 	sluice_rls_unit_t unit;
 	uint32_t limit_remaining;
 	uint64_t duration_until_reset_ms; /* 0 when not set */
+	/* The matched node's `metadata:` (borrowed from the config; read
+	 * before the answer is handed over, then not). */
+	const struct sluice_meta_s *config_metadata;
 } sluice_rls_status_t;
 
 typedef struct sluice_rls_response_s {
@@ -85,9 +88,13 @@ typedef struct sluice_rls_response_s {
 	size_t nstatuses;
 	sluice_rls_header_t *headers; /* response_headers_to_add */
 	size_t nheaders;
+	/* envoy.response_dynamic_metadata: a STRUCT (envoy_meta.h), owned;
+	 * NULL: none. */
+	struct sluice_meta_s *dynamic_metadata;
 } sluice_rls_response_t;
 
-struct sluice_svc_s; /* src/policy/svc.h: the loop thread's config + backend */
+struct sluice_meta_s; /* src/policy/envoy_meta.h */
+struct sluice_svc_s;  /* src/policy/svc.h: the loop thread's config + backend */
 
 typedef void (*sluice_rls_cb)(void *arg, sluice_rls_response_t *resp);
 

@@ -13,6 +13,7 @@
  *     merge_domains: false                # MERGE_DOMAIN_CONFIG
  *     ietf_headers: false                 # RateLimit-Policy / RateLimit
  *     ietf_policy_names: name             # name | path
+ *     response_dynamic_metadata: false    # RESPONSE_DYNAMIC_METADATA
  *     files: {trusted_uids: [65533], trusted_group: git-sync}
  *     metrics: sluice                     # sluice | ratelimit | both
  *     windows: buckets                    # calendar | {calendar: [domain]}
@@ -362,6 +363,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "merge_domains",
 					   "ietf_headers",
 					   "ietf_policy_names",
+					   "response_dynamic_metadata",
 					   "files",
 					   "metrics",
 					   "statsd",
@@ -389,6 +391,10 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "ietf_headers")) &&
 	    sluice_yaml_bool(y, v, "envoy.ietf_headers", &s.ietf_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "response_dynamic_metadata")) &&
+	    sluice_yaml_bool(y, v, "envoy.response_dynamic_metadata",
+			     &s.dynamic_metadata) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "ietf_policy_names")) &&
 	    parse_policy_names(y, v, &s.ietf_policy_path) < 0)

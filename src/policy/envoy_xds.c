@@ -27,6 +27,41 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
+static void free_meta(char **v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* n strings copied into *out (NULL when n is 0); -1 out of memory. */
+static int copy_strs(char *const *v, size_t n, char ***out)
+{
+	size_t i;
+
+	*out = NULL;
+	if (!n)
+		return 0;
+	if (!(*out = calloc(n, sizeof(**out))))
+		return -1;
+	for (i = 0; i < n; i++)
+		if (!((*out)[i] = strdup(v[i])))
+			return -1;
+	return 0;
+}
+
+static int same_strs(char *const *a, char *const *b, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(a[i], b[i]) != 0)
+			return 0;
+	return 1;
+}
+
 void sluice_envoy_xds_free(sluice_envoy_xds_t *x)
 {
 	if (!x)
@@ -40,6 +75,9 @@ void sluice_envoy_xds_free(sluice_envoy_xds_t *x)
 	free(x->cert_file);
 	free(x->key_file);
 	free(x->server_name);
+	free_meta(x->meta_keys, x->nmeta);
+	free_meta(x->meta_values, x->nmeta);
+	free(x->where);
 	free(x);
 }
 
@@ -59,9 +97,13 @@ sluice_envoy_xds_t *sluice_envoy_xds_copy(const sluice_envoy_xds_t *x)
 	c->cert_file = dup_or_null(x->cert_file);
 	c->key_file = dup_or_null(x->key_file);
 	c->server_name = dup_or_null(x->server_name);
-	if (!c->server || !c->host || !c->port || !c->node_id || !c->cluster ||
-	    (x->ca_file && !c->ca_file) || (x->cert_file && !c->cert_file) ||
-	    (x->key_file && !c->key_file) ||
+	c->where = dup_or_null(x->where);
+	c->nmeta = x->nmeta;
+	if (copy_strs(x->meta_keys, x->nmeta, &c->meta_keys) < 0 ||
+	    copy_strs(x->meta_values, x->nmeta, &c->meta_values) < 0 ||
+	    (x->where && !c->where) || !c->server || !c->host || !c->port ||
+	    !c->node_id || !c->cluster || (x->ca_file && !c->ca_file) ||
+	    (x->cert_file && !c->cert_file) || (x->key_file && !c->key_file) ||
 	    (x->server_name && !c->server_name)) {
 		sluice_envoy_xds_free(c);
 		return NULL;
@@ -84,7 +126,9 @@ int sluice_envoy_xds_same(const sluice_envoy_xds_t *a,
 	       same(a->ca_file, b->ca_file) &&
 	       same(a->cert_file, b->cert_file) &&
 	       same(a->key_file, b->key_file) &&
-	       same(a->server_name, b->server_name);
+	       same(a->server_name, b->server_name) && a->nmeta == b->nmeta &&
+	       same_strs(a->meta_keys, b->meta_keys, a->nmeta) &&
+	       same_strs(a->meta_values, b->meta_values, a->nmeta);
 }
 
 void sluice_envoy_texts_free(sluice_envoy_text_t *t, size_t n)
@@ -227,11 +271,69 @@ static int parse_name(sluice_yaml_t *y, yaml_node_t *v, const char *what,
 	return (*out = strdup(s)) ? 0 : sluice_yaml_nomem(y, v);
 }
 
+/* node_metadata: {KEY: VALUE}: Node.metadata's fields, each a string, as
+ * envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_METADATA="k1=v1,k2=v2"
+ * gives them. */
+static int parse_meta(sluice_yaml_t *y, yaml_node_t *node,
+		      sluice_envoy_xds_t *x)
+{
+	yaml_node_pair_t *p;
+	const char *k, *v;
+	size_t n;
+
+	if (sluice_yaml_is_null(node))
+		return 0;
+	if (sluice_yaml_expect_map(y, node, "envoy.xds.node_metadata") < 0)
+		return -1;
+	n = (size_t)(node->data.mapping.pairs.top -
+		     node->data.mapping.pairs.start);
+	if (n > SLUICE_XDS_MAX_NODE_META)
+		return sluice_yaml_error(y, node,
+					 "envoy.xds.node_metadata has %zu "
+					 "entries; expected at most %d",
+					 n, SLUICE_XDS_MAX_NODE_META);
+	if (n && (!(x->meta_keys = calloc(n, sizeof(char *))) ||
+		  !(x->meta_values = calloc(n, sizeof(char *)))))
+		return sluice_yaml_nomem(y, node);
+	for (p = node->data.mapping.pairs.start;
+	     p < node->data.mapping.pairs.top; p++) {
+		yaml_node_t *kn = sluice_yaml_node(y, p->key);
+		yaml_node_t *vn = sluice_yaml_node(y, p->value);
+		size_t i;
+
+		if (sluice_yaml_string(y, kn, "envoy.xds.node_metadata key",
+				       &k) < 0 ||
+		    sluice_yaml_string(y, vn, "envoy.xds.node_metadata value",
+				       &v) < 0)
+			return -1;
+		for (i = 0; i < x->nmeta; i++)
+			if (strcmp(x->meta_keys[i], k) == 0)
+				return sluice_yaml_error(
+					y, kn,
+					"envoy.xds.node_metadata has '%.100s' "
+					"twice; expected each key once",
+					k);
+		if (strlen(k) > 1024 || strlen(v) > 1024)
+			return sluice_yaml_error(y, kn,
+						 "envoy.xds.node_metadata "
+						 "'%.100s' is over 1024 bytes; "
+						 "expected less",
+						 k);
+		if (!(x->meta_keys[x->nmeta] = strdup(k)) ||
+		    !(x->meta_values[x->nmeta] = strdup(v))) {
+			x->nmeta++;
+			return sluice_yaml_nomem(y, vn);
+		}
+		x->nmeta++;
+	}
+	return 0;
+}
+
 int sluice_envoy_xds_parse(sluice_yaml_t *y, yaml_node_t *node,
 			   const char *base, sluice_envoy_xds_t **out)
 {
-	static const char *const keys[] = {"server", "node_id", "cluster",
-					   "tls", NULL};
+	static const char *const keys[] = {"server", "node_id",	      "cluster",
+					   "tls",    "node_metadata", NULL};
 	sluice_envoy_xds_t *x;
 	yaml_node_t *v;
 	const char *s;
@@ -271,6 +373,15 @@ int sluice_envoy_xds_parse(sluice_yaml_t *y, yaml_node_t *node,
 	if ((v = sluice_yaml_get(y, node, "tls")) &&
 	    parse_tls(y, v, base, x) < 0)
 		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "node_metadata")) &&
+	    parse_meta(y, v, x) < 0)
+		rc = -1;
+	if (rc == 0 && x->tls &&
+	    asprintf(&x->where, "%s:%d", y->name ? y->name : "",
+		     sluice_yaml_line(sluice_yaml_get(y, node, "tls"))) < 0) {
+		x->where = NULL;
+		rc = sluice_yaml_nomem(y, node);
+	}
 	if (rc < 0) {
 		sluice_envoy_xds_free(x);
 		return -1;

@@ -13,10 +13,13 @@
  *         cert: /certs/tls.crt        # client certificate (mTLS), with
  *         key: /certs/tls.key
  *         server_name: envoy-gateway  # SNI and the name checked
+ *       node_metadata: {k: v}         # CONFIG_GRPC_XDS_NODE_METADATA
  *
  * What the settings are (parsed here, with the `envoy:` section); the
  * client that subscribes is src/xds, and each set of resources it
- * receives becomes a config through sluice_envoy_load_texts().
+ * receives becomes a config through sluice_envoy_load_texts().  A reload
+ * whose block differs starts a client with it in place of the running
+ * one (serve/server.c).
  */
 #ifndef SLUICE_POLICY_ENVOY_XDS_H
 #define SLUICE_POLICY_ENVOY_XDS_H
@@ -36,7 +39,17 @@ typedef struct sluice_envoy_xds_s {
 	char *cert_file;
 	char *key_file;
 	char *server_name; /* NULL: host */
+	/* Node.metadata: string values, in the order written. */
+	char **meta_keys;
+	char **meta_values;
+	size_t nmeta;
+	/* "FILE:LINE" of `tls:`, for errors found when its files are
+	 * loaded (not compared: the same block elsewhere is the same). */
+	char *where;
 } sluice_envoy_xds_t;
+
+/* node_metadata's entries at most. */
+#define SLUICE_XDS_MAX_NODE_META 64
 
 /* One resource as text the file loader reads ("xds:NAME" in errors). */
 typedef struct sluice_envoy_text_s {

@@ -13,6 +13,7 @@
  * the gRPC front end.
  */
 #include "policy/envoy_config.h"
+#include "policy/envoy_meta.h"
 #include "policy/envoy_rls.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
@@ -314,6 +315,10 @@ static void render(sluice_buf_t *b, const sluice_rls_response_t *r)
 			sluice_buf_append(b, "}", 1);
 		}
 		sluice_buf_append(b, "]", 1);
+	}
+	if (r->dynamic_metadata) {
+		sluice_buf_puts(b, ",\"dynamicMetadata\":");
+		sluice_meta_json(b, r->dynamic_metadata);
 	}
 	sluice_buf_append(b, "}", 1);
 }

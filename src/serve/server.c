@@ -110,7 +110,10 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts,
 	}
 	/* A certificate that cannot be used refuses the start or the
 	 * reload, as any config error does. */
-	if (cfg && sluice_grpc_tls_check(cfg, err, errlen) < 0) {
+	if (cfg &&
+	    (sluice_grpc_tls_check(cfg, err, errlen) < 0 ||
+	     sluice_xds_check(cfg->envoy ? cfg->envoy->settings.xds : NULL, err,
+			      errlen) < 0)) {
 		sluice_config_free(cfg);
 		return NULL;
 	}
@@ -176,6 +179,56 @@ static uint64_t envoy_loaded_stamp(const sluice_server_t *s)
 	return envoy_dir(s) ? s->live->cfg->envoy->stamp : 0;
 }
 
+static int on_xds(void *arg, sluice_envoy_text_t *texts, size_t n, char *err,
+		  size_t errlen);
+
+/* A reload (SIGHUP, the directory) whose envoy.xds differs from the
+ * running client's starts a client for the new block (a new server,
+ * node, TLS files); *old is the one it replaces, stopped once the config
+ * is applied.  The running one stays when the new cannot start (-1 with
+ * why).  A control plane's own update does not replace the client it
+ * came from: the next SIGHUP does. */
+static int xds_follow(sluice_server_t *s, const sluice_config_t *cfg,
+		      int trigger, sluice_xds_t **old, char *err, size_t errlen)
+{
+	const sluice_envoy_xds_t *want =
+		cfg->envoy ? cfg->envoy->settings.xds : NULL;
+	sluice_xds_t *nx = NULL;
+
+	*old = NULL;
+	if (sluice_envoy_xds_same(want, sluice_xds_config(s->xds)))
+		return 0;
+	if (trigger == SLUICE_RELOAD_XDS) {
+		sluice_log_warn("envoy.xds changed in %s: the client follows "
+				"it at the next SIGHUP",
+				cfg->path);
+		return 0;
+	}
+	if (want && !(nx = sluice_xds_start(s->main_loop, want, on_xds, s, err,
+					    errlen)))
+		return -1;
+	*old = s->xds;
+	s->xds = nx;
+	if (want)
+		sluice_log_info("envoy.xds: following %s as node \"%.100s\"",
+				want->server, want->node_id);
+	return 1;
+}
+
+/* After xds_follow() replaced the client: the old one stopped; the last
+ * accepted resources stay served until the new control plane sends its
+ * own (not ready only if there were none). */
+static void xds_switched(sluice_server_t *s, sluice_xds_t *old)
+{
+	sluice_xds_stop(old);
+	if (!s->xds) {
+		sluice_envoy_texts_free(s->xds_texts, s->nxds_texts);
+		s->xds_texts = NULL;
+		s->nxds_texts = 0;
+	}
+	sluice_envoy_xds_set_pending(s->xds && !s->xds_texts);
+}
+
 /* trigger (SLUICE_RELOAD_*): what started it, named in the log line and
  * the metric; the domains of envoy.xds from texts.  0, or -1 with why in
  * err. */
@@ -191,8 +244,10 @@ static int reload_from(sluice_server_t *s, int trigger,
 	const sluice_config_t *run = s->boot->cfg;
 	sluice_config_t *cfg;
 	sluice_live_t *live;
+	sluice_xds_t *old_xds;
 	char fields[96];
 	unsigned i;
+	int switched;
 
 	if (!s->opts->config_path) {
 		sluice_log_warn("%s: running the built-in default config; "
@@ -202,7 +257,9 @@ static int reload_from(sluice_server_t *s, int trigger,
 		return -1;
 	}
 	cfg = load_config(s->opts, texts, n, err, errlen);
-	if (!cfg) {
+	switched = cfg ? xds_follow(s, cfg, trigger, &old_xds, err, errlen) : 0;
+	if (!cfg || switched < 0) {
+		sluice_config_free(cfg);
 		sluice_metrics_reload(0, trigger);
 		sluice_log_error("%s: reload rejected, keeping the "
 				 "running config: %s",
@@ -218,6 +275,8 @@ static int reload_from(sluice_server_t *s, int trigger,
 				"limits; some keys start their new limits "
 				"full");
 	live = sluice_live_new(cfg);
+	if (switched)
+		xds_switched(s, old_xds);
 	if (!live) {
 		sluice_metrics_reload(0, trigger);
 		sluice_log_error("%s: out of memory, keeping the config", why);

@@ -11,7 +11,7 @@
  * (version_info and the nonce) or NACKs (the nonce, the last accepted
  * version and a google.rpc.Status naming the problem).  A lost stream is
  * tried again after 500 ms, doubling to 30 s, with jitter; the running
- * config stays meanwhile.
+ * config stays meanwhile.  Each connection reads the TLS files again.
  */
 #ifndef SLUICE_XDS_XDS_H
 #define SLUICE_XDS_XDS_H
@@ -42,6 +42,11 @@ typedef int (*sluice_xds_apply_fn)(void *arg, sluice_envoy_text_t *texts,
 sluice_xds_t *sluice_xds_start(uv_loop_t *loop, const sluice_envoy_xds_t *cfg,
 			       sluice_xds_apply_fn apply, void *arg, char *err,
 			       size_t errlen);
+/* 0 when cfg's TLS files make a context (a reload is refused else), or
+ * -1 with a message naming the block's FILE:LINE. */
+int sluice_xds_check(const sluice_envoy_xds_t *cfg, char *err, size_t errlen);
+/* The settings the client runs with. */
+const sluice_envoy_xds_t *sluice_xds_config(const sluice_xds_t *x);
 /* Stops and frees it (the loop's thread; the loop must run to close its
  * handle). */
 void sluice_xds_stop(sluice_xds_t *x);

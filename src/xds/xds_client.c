@@ -584,6 +584,51 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static SSL_CTX *make_ctx(const sluice_envoy_xds_t *c, char *err, size_t errlen)
+{
+	static const unsigned char alpn[] = "\x02h2";
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+
+	if (!ctx)
+		goto bad;
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+				      SSL_MODE_ENABLE_PARTIAL_WRITE);
+	if ((c->ca_file ? SSL_CTX_load_verify_locations(ctx, c->ca_file, NULL)
+			: SSL_CTX_set_default_verify_paths(ctx)) != 1)
+		goto bad;
+	if (c->cert_file &&
+	    (SSL_CTX_use_certificate_chain_file(ctx, c->cert_file) != 1 ||
+	     SSL_CTX_use_PrivateKey_file(ctx, c->key_file, SSL_FILETYPE_PEM) !=
+		     1 ||
+	     SSL_CTX_check_private_key(ctx) != 1))
+		goto bad;
+	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
+	return ctx;
+bad:
+	snprintf(err, errlen, "%s%senvoy.xds.tls: %s", c->where ? c->where : "",
+		 c->where ? ": " : "", ssl_error());
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
+/* The TLS files as they are now, for each connection: renewed ones
+ * (cert-manager, a Secret's update) are used without a reload. */
+static int renew_ctx(sluice_xds_t *x)
+{
+	char err[512];
+	SSL_CTX *ctx = make_ctx(x->cfg, err, sizeof(err));
+
+	if (!ctx) {
+		fail(x, "%s", err);
+		return -1;
+	}
+	SSL_CTX_free(x->ctx);
+	x->ctx = ctx;
+	return 0;
+}
+
 /* One connection, until it ends; returns the responses it carried. */
 static int session(sluice_xds_t *x)
 {
@@ -594,7 +639,8 @@ static int session(sluice_xds_t *x)
 
 	x->why[0] = '\0';
 	x->responses = 0;
-	if (dial(x) < 0 || (x->ctx && handshake(x) < 0) || open_call(x) < 0)
+	if ((x->cfg->tls && renew_ctx(x) < 0) || dial(x) < 0 ||
+	    (x->ctx && handshake(x) < 0) || open_call(x) < 0)
 		goto out;
 	while (!atomic_load(&x->stop)) {
 		if (pump_out(x) < 0)
@@ -661,32 +707,17 @@ static void *run(void *arg)
 
 /* ------------------------------------------------------------ lifetime */
 
-static SSL_CTX *make_ctx(const sluice_envoy_xds_t *c, char *err, size_t errlen)
+int sluice_xds_check(const sluice_envoy_xds_t *cfg, char *err, size_t errlen)
 {
-	static const unsigned char alpn[] = "\x02h2";
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX *ctx = cfg && cfg->tls ? make_ctx(cfg, err, errlen) : NULL;
 
-	if (!ctx)
-		goto bad;
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-	SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-				      SSL_MODE_ENABLE_PARTIAL_WRITE);
-	if ((c->ca_file ? SSL_CTX_load_verify_locations(ctx, c->ca_file, NULL)
-			: SSL_CTX_set_default_verify_paths(ctx)) != 1)
-		goto bad;
-	if (c->cert_file &&
-	    (SSL_CTX_use_certificate_chain_file(ctx, c->cert_file) != 1 ||
-	     SSL_CTX_use_PrivateKey_file(ctx, c->key_file, SSL_FILETYPE_PEM) !=
-		     1 ||
-	     SSL_CTX_check_private_key(ctx) != 1))
-		goto bad;
-	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
-	return ctx;
-bad:
-	snprintf(err, errlen, "envoy.xds.tls: %s", ssl_error());
 	SSL_CTX_free(ctx);
-	return NULL;
+	return cfg && cfg->tls && !ctx ? -1 : 0;
+}
+
+const sluice_envoy_xds_t *sluice_xds_config(const sluice_xds_t *x)
+{
+	return x ? x->cfg : NULL;
 }
 
 sluice_xds_t *sluice_xds_start(uv_loop_t *loop, const sluice_envoy_xds_t *cfg,

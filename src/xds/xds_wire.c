@@ -9,8 +9,10 @@
  * Bounded before protobuf-c sees them: a message's size (the caller's
  * SLUICE_XDS_MAX_MSG), the number of resources, and the nesting of
  * descriptors (protobuf-c unpacks nested messages recursively; a deep
- * tree in a few MiB would exhaust the stack), checked by a walk over the
- * wire format that itself recurses at most MAX_LEVELS + 1.
+ * tree in a few MiB would exhaust the stack), and of each descriptor's
+ * metadata (a google.protobuf.Struct, as deep as a control plane makes
+ * it), checked by a walk over the wire format that itself recurses at
+ * most MAX_LEVELS + 3 * MAX_META_LEVELS + 2.
  */
 #include "policy/envoy_config.h"
 #include "sluice.h"
@@ -30,6 +32,29 @@
  * domain's mapping and 15 levels of a list and a mapping each), one
  * below SLUICE_ENVOY_MAX_DEPTH. */
 #define MAX_LEVELS (SLUICE_ENVOY_MAX_DEPTH - 1)
+/* Structs and lists nested in one metadata: what a YAML file may nest. */
+#define MAX_META_LEVELS SLUICE_YAML_MAX_DEPTH
+
+/* The messages the walk enters, and which field of each holds which. */
+enum { M_CONFIG, M_DESC, M_STRUCT, M_ENTRY, M_VALUE, M_LIST, M_NONE };
+
+static int inner(int kind, uint64_t field)
+{
+	static const struct {
+		int kind;
+		uint64_t field;
+		int inner;
+	} map[] = {{M_CONFIG, 3, M_DESC}, {M_DESC, 4, M_DESC},
+		   {M_DESC, 8, M_STRUCT}, {M_STRUCT, 1, M_ENTRY},
+		   {M_ENTRY, 2, M_VALUE}, {M_VALUE, 5, M_STRUCT},
+		   {M_VALUE, 6, M_LIST},  {M_LIST, 1, M_VALUE}};
+	size_t i;
+
+	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (map[i].kind == kind && map[i].field == field)
+			return map[i].inner;
+	return M_NONE;
+}
 
 static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
 {
@@ -49,18 +74,20 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
 }
 
 /*
- * Walks one message's fields; `nested` is the field number holding
- * descriptors (3 in RateLimitConfig, 4 in RateLimitDescriptor), walked at
- * level + 1.  Returns 0, -1 (malformed) or -2 (too deep).
+ * Walks one message (of `kind`) and the messages it holds: `level`
+ * descriptors and `meta` structs and lists deep.  Returns 0, -1
+ * (malformed), -2 (descriptors too deep) or -3 (metadata too deep).
  */
-static int walk(const uint8_t *p, const uint8_t *end, uint64_t nested,
-		int level)
+static int walk(const uint8_t *p, const uint8_t *end, int kind, int level,
+		int meta)
 {
 	uint64_t key, len;
-	int rc;
+	int rc, in;
 
 	if (level > MAX_LEVELS)
 		return -2;
+	if (meta > MAX_META_LEVELS)
+		return -3;
 	while (p < end) {
 		if (varint(&p, end, &key) < 0)
 			return -1;
@@ -83,8 +110,11 @@ static int walk(const uint8_t *p, const uint8_t *end, uint64_t nested,
 			if (varint(&p, end, &len) < 0 ||
 			    len > (uint64_t)(end - p))
 				return -1;
-			if ((key >> 3) == nested &&
-			    (rc = walk(p, p + len, 4, level + 1)) < 0)
+			in = inner(kind, key >> 3);
+			if (in != M_NONE &&
+			    (rc = walk(p, p + len, in, level + (in == M_DESC),
+				       meta + (in == M_STRUCT ||
+					       in == M_LIST))) < 0)
 				return rc;
 			p += len;
 			break;
@@ -121,6 +151,63 @@ static const char *unit_name(int unit)
 	return unit >= 0 && unit < 8 ? names[unit] : NULL;
 }
 
+/* A google.protobuf.Struct as JSON, which YAML reads as a flow mapping:
+ * what envoyproxy/ratelimit's ConfigXdsProtoToYaml passes through as the
+ * descriptor's metadata. */
+static void json_struct(sluice_buf_t *b, const Google__Protobuf__Struct *s);
+
+static void json_value(sluice_buf_t *b, const Google__Protobuf__Value *v)
+{
+	size_t i;
+
+	switch (v ? v->kind_case : GOOGLE__PROTOBUF__VALUE__KIND__NOT_SET) {
+	case GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE:
+		/* (NaN and the infinities have no JSON: null) */
+		if (v->number_value != v->number_value ||
+		    v->number_value - v->number_value != 0)
+			sluice_buf_puts(b, "null");
+		else
+			sluice_buf_printf(b, "%.17g", v->number_value);
+		return;
+	case GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE:
+		quoted(b, v->string_value);
+		return;
+	case GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE:
+		sluice_buf_puts(b, v->bool_value ? "true" : "false");
+		return;
+	case GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE:
+		json_struct(b, v->struct_value);
+		return;
+	case GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE:
+		sluice_buf_puts(b, "[");
+		for (i = 0; v->list_value && i < v->list_value->n_values; i++) {
+			if (i)
+				sluice_buf_puts(b, ", ");
+			json_value(b, v->list_value->values[i]);
+		}
+		sluice_buf_puts(b, "]");
+		return;
+	default:
+		sluice_buf_puts(b, "null");
+		return;
+	}
+}
+
+static void json_struct(sluice_buf_t *b, const Google__Protobuf__Struct *s)
+{
+	size_t i;
+
+	sluice_buf_puts(b, "{");
+	for (i = 0; s && i < s->n_fields; i++) {
+		if (i)
+			sluice_buf_puts(b, ", ");
+		quoted(b, s->fields[i]->key);
+		sluice_buf_puts(b, ": ");
+		json_value(b, s->fields[i]->value);
+	}
+	sluice_buf_puts(b, "}");
+}
+
 static void render_descriptors(
 	sluice_buf_t *b,
 	Ratelimit__Config__Ratelimit__V3__RateLimitDescriptor *const *v,
@@ -155,6 +242,12 @@ static void render_descriptors(
 		if (d->quota_mode) {
 			indent(b, in + 2);
 			sluice_buf_puts(b, "quota_mode: true\n");
+		}
+		if (d->metadata) {
+			indent(b, in + 2);
+			sluice_buf_puts(b, "metadata: ");
+			json_struct(b, d->metadata);
+			sluice_buf_puts(b, "\n");
 		}
 		if (r) {
 			const char *u = unit_name((int)r->unit);
@@ -248,9 +341,17 @@ static int one_resource(const Google__Protobuf__Any *any, size_t i,
 		return -1;
 	}
 	/* (an empty value is a NULL pointer: no arithmetic on it) */
-	rc = any->value.len ? walk(any->value.data,
-				   any->value.data + any->value.len, 3, 0)
-			    : 0;
+	rc = any->value.len
+		     ? walk(any->value.data, any->value.data + any->value.len,
+			    M_CONFIG, 0, 0)
+		     : 0;
+	if (rc == -3) {
+		snprintf(err, errlen,
+			 "resource %zu: metadata nested more than %d deep; "
+			 "expected fewer levels",
+			 i, MAX_META_LEVELS);
+		return -1;
+	}
 	if (rc < 0) {
 		snprintf(err, errlen,
 			 rc == -2 ? "resource %zu: descriptors nested more "
@@ -342,11 +443,30 @@ uint8_t *sluice_xds_request(const sluice_envoy_xds_t *s, const char *version,
 	Envoy__Config__Core__V3__Node node =
 		ENVOY__CONFIG__CORE__V3__NODE__INIT;
 	Google__Rpc__Status st = GOOGLE__RPC__STATUS__INIT;
-	size_t n;
+	/* node_metadata: Node.metadata, string values (at most
+	 * SLUICE_XDS_MAX_NODE_META, checked when parsed). */
+	Google__Protobuf__Struct meta = GOOGLE__PROTOBUF__STRUCT__INIT;
+	Google__Protobuf__Struct__FieldsEntry fe[SLUICE_XDS_MAX_NODE_META],
+		*fp[SLUICE_XDS_MAX_NODE_META];
+	Google__Protobuf__Value fv[SLUICE_XDS_MAX_NODE_META];
+	size_t n, i;
 	uint8_t *out;
+
+	for (i = 0; i < s->nmeta && i < SLUICE_XDS_MAX_NODE_META; i++) {
+		google__protobuf__struct__fields_entry__init(&fe[i]);
+		google__protobuf__value__init(&fv[i]);
+		fv[i].kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+		fv[i].string_value = s->meta_values[i];
+		fe[i].key = s->meta_keys[i];
+		fe[i].value = &fv[i];
+		fp[i] = &fe[i];
+	}
+	meta.n_fields = i;
+	meta.fields = fp;
 
 	node.id = s->node_id;
 	node.cluster = s->cluster;
+	node.metadata = &meta;
 	node.user_agent_name = "sluice";
 	node.user_agent_version_type_case =
 		ENVOY__CONFIG__CORE__V3__NODE__USER_AGENT_VERSION_TYPE_USER_AGENT_VERSION;

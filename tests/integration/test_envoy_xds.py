@@ -27,6 +27,12 @@ open stream and records every DiscoveryRequest sluice sends.
   from another CA, or a server certificate sluice's CA did not sign, is
   never served (readyz stays 503, errors counted).
 - A bad envoy.xds section is refused by check-config naming FILE:LINE.
+- node_metadata reaches the control plane in each request's Node; a
+  reload (SIGHUP) to another control plane and node id takes its configs
+  (the last accepted one served meanwhile, still ready); a broken new
+  block, or TLS files that make no context, keep the running client with
+  FILE:LINE in the log; a renewed client certificate is presented on the
+  next connection without a reload.
 """
 import json
 import os
@@ -93,6 +99,7 @@ class ControlPlane:
         self.current = None
         self.nonce = 0
         self.tls = tls
+        self.peers = []  # each stream's client certificate CN
         self.server = None
         self.port = port
         self.start()
@@ -133,6 +140,9 @@ class ControlPlane:
     def _stream(self, it, context):
         q = queue.Queue()
         with self.lock:
+            cn = context.auth_context().get("x509_common_name")
+            self.peers.append(cn[0].decode() if cn else None)
+            self.lock.notify_all()
             self.streams.append(q)
             if self.current is not None:
                 q.put(self.current)
@@ -566,10 +576,149 @@ class MutualTls(XdsBase):
                           % (t.ca, t.client_cert, t.client_key))
         self.assert_never_served(s, cp, "the server's certificate")
 
+    def test_a_renewed_client_certificate_is_presented_next(self):
+        cp = self.control_plane(tls=self.creds())
+        t = self.t
+        d = tempfile.mkdtemp(prefix="sluice-xds-certs-")
+        harness._dirs.append(d)
+        cert, key = os.path.join(d, "tls.crt"), os.path.join(d, "tls.key")
+
+        def install(c, k):
+            for src, dst in ((c, cert), (k, key)):
+                with open(src, "rb") as f:
+                    data = f.read()
+                with open(dst + ".new", "wb") as f:
+                    f.write(data)
+                os.replace(dst + ".new", dst)
+        install(t.client_cert, t.client_key)
+        s, stub = self.serve(cp, self.tls(t.ca, cert, key))
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        self.assertEqual(cp.peers, ["sluice test client"])
+        # cert-manager writes the renewed pair; the control plane then
+        # restarts: the next connection presents the new certificate.
+        renewed = t._leaf("renewed-client", "sluice renewed client",
+                          "client", 1010)
+        install(*renewed)
+        cp.stop()
+        cp.restart()
+        with cp.lock:
+            self.assertTrue(cp.lock.wait_for(lambda: len(cp.peers) >= 2,
+                                             90), cp.peers)
+        self.assertEqual(cp.peers[1], "sluice renewed client")
+        self.assertNotIn("SIGHUP", s.log())
+        self.assertEqual(self.allowed(stub, uniq(), 3), 2)
+
     def test_plaintext_to_a_tls_server_is_never_served(self):
         cp = self.control_plane(tls=self.creds())
         s, _ = self.serve(cp)
         self.assert_never_served(s, cp, "envoy.xds: 127.0.0.1")
+
+
+class Follows(XdsBase):
+    """What a reload changes in envoy.xds, and the node's metadata."""
+
+    def test_descriptor_metadata_reaches_dynamic_metadata(self):
+        from google.protobuf import json_format
+        cp = self.control_plane()
+        s = GrpcSluice(xds_config(cp.port, "", "  response_dynamic_metadata:"
+                                  " true\nstore: memory\n"))
+        self.addCleanup(s.stop)
+        c = api_config(3)
+        c.descriptors[0].metadata.update(
+            {"svc": {"name": "users", "n": 2}, "tags": ["a", True, None],
+             "s": "it's \"quoted\"\n"})
+        ack = cp.reply_to(cp.set("v1", [c]))
+        self.assertFalse(ack.HasField("error_detail"), ack.error_detail)
+        ch = s.channel()
+        self.addCleanup(ch.close)
+        r = s.rls(ch).ShouldRateLimit(request("api", [("user", "x")]),
+                                      timeout=30)
+        md = json_format.MessageToDict(r.dynamic_metadata)
+        self.assertEqual(md["metadata"], {
+            "svc": {"name": "users", "n": 2}, "tags": ["a", True, None],
+            "s": "it's \"quoted\"\n"})
+        # Nested deeper than a file may be: NACKed on the wire.
+        deep = api_config(3)
+        v = deep.descriptors[0].metadata
+        for _ in range(40):
+            v = v.get_or_create_struct("k")
+        ack = cp.reply_to(cp.set("v2", [deep]))
+        self.assertEqual(ack.version_info, "v1")
+        self.assertIn("metadata nested more than", ack.error_detail.message)
+
+    def test_node_metadata_reaches_the_control_plane(self):
+        cp = self.control_plane()
+        s, _ = self.serve(cp, ", node_metadata: {team: rl, zone: \"a=b\","
+                          " n: 7}")
+        ack = cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.assertIsNotNone(ack)
+        self.assertEqual(dict(ack.node.metadata), {"team": "rl",
+                                                   "zone": "a=b", "n": "7"})
+        self.assertEqual(ack.node.id, "sluice-test")
+
+    def test_a_reload_follows_a_new_control_plane_and_node(self):
+        cp1, cp2 = self.control_plane(), self.control_plane()
+        s, stub = self.serve(cp1)
+        cp1.reply_to(cp1.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        u = uniq()
+        self.assertEqual(self.allowed(stub, u, 1), 1)
+        s.write_config(
+            "envoy:\n  xds: {server: \"127.0.0.1:%d\", node_id: second,"
+            " node_metadata: {gen: \"2\"}}\nstore: %s\n"
+            % (cp2.port, self.store()))
+        self.assertIn("reloaded", s.reload())
+        self.assertTrue(s.wait_log("envoy.xds: following 127.0.0.1:%d"
+                                   % cp2.port))
+        with cp2.lock:
+            self.assertTrue(cp2.lock.wait_for(lambda: cp2.requests, 60))
+            first = cp2.requests[0]
+        self.assertEqual(first.node.id, "second")
+        self.assertEqual(dict(first.node.metadata), {"gen": "2"})
+        # Until cp2 sends a config, cp1's last one is served: still ready,
+        # u's use still counted.
+        self.assertEqual(s.request("GET", "/readyz").status, 200)
+        self.assertEqual(self.allowed(stub, u, 3), 1)
+        # cp1's new versions are no longer taken.
+        cp1.set("v9", [api_config(100)])
+        ack = cp2.reply_to(cp2.set("w1", [api_config(5)]))
+        self.assertEqual(ack.version_info, "w1")
+        self.wait_metric(s, ACCEPTED, 2)
+        self.assertEqual(self.allowed(stub, uniq(), 7), 5)
+        self.assertEqual(self.metric(s, ACCEPTED), 2)
+        self.assertFalse(any(r.node.id == "second" for r in cp1.requests))
+
+    def test_a_broken_new_block_keeps_the_running_client(self):
+        cp = self.control_plane()
+        s, stub = self.serve(cp)
+        cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.wait_metric(s, ACCEPTED, 1)
+        bad = tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False)
+        bad.write("not a certificate\n")
+        bad.close()
+        self.addCleanup(os.unlink, bad.name)
+        for block, line, words in (
+                ("xds:\n    server: nohost\n    node_id: x\n", 3,
+                 "expected HOST:PORT"),
+                ("xds:\n    server: \"127.0.0.1:1\"\n    node_id: x\n"
+                 "    tls: {ca: %s}\n" % bad.name, 5, "envoy.xds.tls")):
+            s.write_config("envoy:\n  %sstore: %s\n"
+                           % (block, self.store()))
+            line_seen = s.reload()
+            self.assertIn("reload rejected", line_seen)
+            self.assertIn("%s:%d:" % (s.config_path, line), line_seen)
+            self.assertIn(words, line_seen)
+        self.assertNotIn("envoy.xds: following", s.log())
+        # Each update reads sluice's config again: with the file good
+        # again (no SIGHUP), the client that kept running takes cp's next
+        # version.
+        s.write_config(xds_config(cp.port, "", "store: %s\n" % self.store()))
+        ack = cp.reply_to(cp.set("v2", [api_config(4)]))
+        self.assertEqual(ack.version_info, "v2")
+        self.assertFalse(ack.HasField("error_detail"))
+        self.wait_metric(s, ACCEPTED, 2)
+        self.assertEqual(self.allowed(stub, uniq(), 6), 4)
 
 
 class BadSettings(unittest.TestCase):

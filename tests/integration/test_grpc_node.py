@@ -4,7 +4,9 @@ with @grpc/proto-loader (from npm, `npm ci` in grpc_node/) loading sluice's
 proto/, on the memory store, Redis and Redis Cluster.
 
 grpc_node/client.js makes the calls in order, then a burst in parallel on
-one channel, then health checks, and prints what it got as JSON.
+one channel, then health checks, and prints what it got as JSON; with
+"tls" in its plan, over TLS (TlsTest: the server certificate, mutual TLS
+and the client SAN allow-list with good, wrong and no certificates).
 """
 import json
 import os
@@ -19,6 +21,7 @@ import harness  # noqa: E402
 from grpc_harness import GrpcSluice, envoy_dir  # noqa: E402
 from harness import RedisServer  # noqa: E402
 
+UNAVAILABLE = 14
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "grpc_node")
 
@@ -105,6 +108,75 @@ class NodeCalls:
         codes = [r["overall_code"] for r in out["calls"] + out["parallel"]]
         self.assertEqual(codes.count("OK"), 5, codes)
         self.assertEqual(codes.count("OVER_LIMIT"), 46, codes)
+
+
+class TlsTest(unittest.TestCase):
+    """grpc.tls as grpc-js clients see it: the server certificate, mutual
+    TLS and the client SAN allow-list, with good, wrong and no client
+    certificates (test_grpc_transport.GrpcTlsTest has grpcio's)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tls = harness.TlsFiles()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tls.remove()
+
+    def serve(self, tls):
+        d = envoy_dir({"api.yaml": API})
+        s = GrpcSluice("envoy: {config_dir: %s}\ngrpc: {tls: %s}\n"
+                       % (d, tls))
+        self.addCleanup(s.stop)
+        return s
+
+    def call(self, s, ca=None, cert=None, key=None):
+        """One ShouldRateLimit from a new grpc-js client: its overall
+        code, or the gRPC status code it failed with."""
+        tls = {"ca": ca or self.tls.ca}
+        if cert:
+            tls.update(cert=cert, key=key)
+        out = run_client(s, {"calls": [req(uuid.uuid4().hex)], "tls": tls})
+        c = out["calls"][0]
+        return c.get("overall_code", c.get("error"))
+
+    def base(self):
+        return "cert_file: %s, key_file: %s" % (self.tls.server_cert,
+                                                self.tls.server_key)
+
+    def test_server_certificate_only(self):
+        s = self.serve("{%s}" % self.base())
+        self.assertEqual(self.call(s), "OK")
+        # A client that trusts another CA does not get through.
+        self.assertEqual(self.call(s, ca=self.tls.other_ca), UNAVAILABLE)
+        # Nor does a cleartext one.
+        out = run_client(s, {"calls": [req("x")]})
+        self.assertEqual(out["calls"][0].get("error"), UNAVAILABLE)
+
+    def test_mutual_tls_good_wrong_and_no_client_certificate(self):
+        s = self.serve("{%s, client_ca_file: %s}" % (self.base(),
+                                                      self.tls.ca))
+        t = self.tls
+        self.assertEqual(self.call(s, cert=t.client_cert,
+                                   key=t.client_key), "OK")
+        self.assertEqual(self.call(s), UNAVAILABLE)
+        self.assertEqual(self.call(s, cert=t.other_server_cert,
+                                   key=t.other_server_key), UNAVAILABLE)
+        self.assertTrue(harness.wait_until(
+            lambda: "TLS handshake with 127.0.0.1:" in s.log(), 20))
+
+    def test_client_sans_allow_only_the_names_listed(self):
+        t = self.tls
+        s = self.serve("{%s, client_ca_file: %s, client_sans: [localhost]}"
+                       % (self.base(), t.ca))
+        # The server certificate names localhost: let in; the client
+        # certificate, of the right CA, names nothing: refused.
+        self.assertEqual(self.call(s, cert=t.server_cert,
+                                   key=t.server_key), "OK")
+        self.assertEqual(self.call(s, cert=t.client_cert,
+                                   key=t.client_key), UNAVAILABLE)
+        self.assertTrue(harness.wait_until(
+            lambda: "names none of grpc.tls.client_sans" in s.log(), 20))
 
 
 class MemoryTest(NodeCalls, unittest.TestCase):

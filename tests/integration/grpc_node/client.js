@@ -6,11 +6,14 @@
 // PLAN_JSON: {"address": "127.0.0.1:PORT", "proto": "DIR",
 //             "calls": [RateLimitRequest as JSON, ...],   // in order
 //             "parallel": N,          // then N more copies of calls[0] at once
-//             "health": ["", "ratelimit", ...]}
+//             "health": ["", "ratelimit", ...],
+//             "tls": {"ca": FILE, "cert": FILE, "key": FILE}}  // optional:
+//             // TLS trusting ca, presenting cert/key when given (mTLS)
 // Prints one JSON object: {"calls": [...], "parallel": [...], "health": [...]},
 // each entry either the response (enums as names, longs as strings) or
 // {"error": CODE, "details": "..."}.
 "use strict";
+const fs = require("fs");
 const grpc = require("@grpc/grpc-js");
 const loader = require("@grpc/proto-loader");
 
@@ -19,7 +22,12 @@ const opts = { keepCase: true, enums: String, longs: String, defaults: true, inc
 const def = loader.loadSync(
   ["envoy/service/ratelimit/v3/rls.proto", "grpc/health/v1/health.proto"], opts);
 const pkg = grpc.loadPackageDefinition(def);
-const creds = grpc.credentials.createInsecure();
+const tls = plan.tls;
+const creds = tls
+  ? grpc.credentials.createSsl(fs.readFileSync(tls.ca),
+    tls.key ? fs.readFileSync(tls.key) : null,
+    tls.cert ? fs.readFileSync(tls.cert) : null)
+  : grpc.credentials.createInsecure();
 const rls = new pkg.envoy.service.ratelimit.v3.RateLimitService(plan.address, creds);
 const health = new pkg.grpc.health.v1.Health(plan.address, creds);
 

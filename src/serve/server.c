@@ -108,12 +108,6 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts,
 		sluice_config_free(cfg);
 		return NULL;
 	}
-	/* A certificate that cannot be used refuses the start or the
-	 * reload, as any config error does. */
-	if (cfg && sluice_grpc_tls_check(cfg, err, errlen) < 0) {
-		sluice_config_free(cfg);
-		return NULL;
-	}
 	/* log: {format, level} from here on, the reload's own lines too
 	 * (the first of them: what the envoy loader skipped). */
 	if (cfg) {
@@ -376,6 +370,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	w->server = s;
 	w->id = id;
 	w->fd = fd;
+	sluice_tcp_tls_hold(); /* dropped by worker_fini() */
 	w->conns.prev = w->conns.next = &w->conns;
 	w->held_budget = SLUICE_HELD_BUDGET / s->nworkers;
 	atomic_init(&w->next_live, NULL);
@@ -450,6 +445,7 @@ static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 
 static void worker_fini(sluice_worker_t *w)
 {
+	sluice_tcp_tls_drop();
 	sluice_grpc_free(w->grpc);
 	w->grpc = NULL;
 	sluice_backend_close(&w->svc.backend);

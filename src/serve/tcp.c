@@ -357,6 +357,18 @@ static void tls_read(sluice_tcp_t *t, const char *p, size_t n)
 		after_io(t);
 		return;
 	}
+	if (r == SLUICE_TLS_PLAINTEXT) {
+		/* http:// to an https:// port (nginx answers this too): a
+		 * 400 in cleartext, then the lingering close of any 400. */
+		sluice_tls_conn_free(&t->tls);
+		t->conn.keep_alive = 0;
+		t->conn.want_close = 1;
+		t->conn.t_start_ns = sluice_conn_clock_ns();
+		sluice_resp_error(&t->conn, 400, "https_required", NULL,
+				  "this port speaks HTTPS: use https://");
+		after_io(t);
+		return;
+	}
 	if (r == SLUICE_TLS_HANDSHAKE || r == SLUICE_TLS_SAN) {
 		peer_name(t, peer, sizeof(peer));
 		if (r == SLUICE_TLS_HANDSHAKE)

@@ -302,6 +302,13 @@ int sluice_tls_conn_in(sluice_tls_conn_t *tc,
 			if (e == SSL_ERROR_WANT_READ ||
 			    e == SSL_ERROR_WANT_WRITE)
 				return drain_wbio(tc);
+			/* Cleartext HTTP on a TLS port: the front end may
+			 * tell the client so in words it can read. */
+			if (ERR_GET_REASON(ERR_peek_error()) ==
+			    SSL_R_HTTP_REQUEST) {
+				ERR_clear_error();
+				return SLUICE_TLS_PLAINTEXT;
+			}
 			ssl_error(why, whylen);
 			drain_wbio(tc); /* the alert, if any */
 			return SLUICE_TLS_HANDSHAKE;

@@ -64,7 +64,7 @@ typedef struct sluice_tls_source_s {
 	const char *what; /* "http.tls", for the log */
 	const char *alpn; /* what clients must offer, or NULL */
 	pthread_mutex_t lock;
-	struct ssl_ctx_st *ctx; /* NULL: never a good one */
+	struct ssl_ctx_st *ctx;		       /* NULL: never a good one */
 	const sluice_tls_server_config_t *cfg; /* last asked with */
 	uint64_t stamp;	     /* the names and files ctx was built from */
 	uint64_t checked_ms; /* when the files were last looked at */
@@ -94,7 +94,7 @@ struct ssl_st *sluice_tls_source_session(sluice_tls_source_t *src,
 /* ---------------------------------------------------------- connections */
 
 typedef struct sluice_tls_conn_s {
-	struct ssl_st *ssl; /* NULL: cleartext */
+	struct ssl_st *ssl;  /* NULL: cleartext */
 	sluice_buf_t cipher; /* records to send, in order */
 	unsigned ready : 1;  /* the handshake is done */
 } sluice_tls_conn_t;
@@ -111,8 +111,10 @@ typedef int (*sluice_tls_plain_fn)(void *arg, const uint8_t *p, size_t n);
  * cipher, which may hold an alert). */
 #define SLUICE_TLS_CLOSED    (-1) /* a close_notify, a broken record */
 #define SLUICE_TLS_HANDSHAKE (-2) /* refused: why says OpenSSL's reason */
-#define SLUICE_TLS_SAN	     (-3) /* the certificate names none of
+#define SLUICE_TLS_SAN                                                         \
+	(-3)			  /* the certificate names none of             \
 				     client_sans */
+#define SLUICE_TLS_PLAINTEXT (-4) /* the client spoke cleartext HTTP */
 
 /*
  * The socket's bytes in: the handshake (then the client_sans check of

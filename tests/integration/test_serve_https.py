@@ -15,7 +15,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -28,11 +27,6 @@ rules:
     key: ["header:x-user-id"]
     limits: [{capacity: 3, rate: 1/min}]
 """
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 class Https:
@@ -240,10 +234,7 @@ class ServeHttpsTest(unittest.TestCase):
         crt, key = os.path.join(d, "s.crt"), os.path.join(d, "s.key")
 
         def put(src_crt, src_key):
-            for src, dst in ((src_crt, crt), (src_key, key)):
-                with open(dst + ".tmp", "wb") as f:
-                    f.write(read(src))
-                os.replace(dst + ".tmp", dst)
+            self.tls.install(((src_crt, crt), (src_key, key)))
         put(self.tls.server_cert, self.tls.server_key)
         s = self.serve("{cert_file: %s, key_file: %s}" % (crt, key))
         self.assertEqual(self.check(s), 200)
@@ -284,15 +275,23 @@ class ServeHttpsTest(unittest.TestCase):
         self.assertIn("http.tls.key_file", s.log())
         self.assertEqual(self.check(s, ca=self.tls.other_ca), 200)
 
-    def test_files_that_cannot_be_used_are_config_errors_with_the_line(self):
-        fd, path = tempfile.mkstemp(suffix=".yaml")
-        os.close(fd)
-        self.addCleanup(os.unlink, path)
+    def check_config(self, text, path=None):
+        """`sluice check-config` of text (in path, else a file of its
+        own); the path and the finished process."""
+        if path is None:
+            fd, path = tempfile.mkstemp(suffix=".yaml")
+            os.close(fd)
+            self.addCleanup(os.unlink, path)
         with open(path, "w") as f:
-            f.write("threads: 1\nhttp:\n  tls: {cert_file: %s, key_file: "
-                    "%s}\n" % (self.tls.server_cert, self.tls.client_key))
-        p = subprocess.run([harness.SLUICE, "check-config", path],
-                           capture_output=True, text=True, timeout=60)
+            f.write(text)
+        return path, subprocess.run([harness.SLUICE, "check-config", path],
+                                    capture_output=True, text=True,
+                                    timeout=60)
+
+    def test_files_that_cannot_be_used_are_config_errors_with_the_line(self):
+        path, p = self.check_config(
+            "threads: 1\nhttp:\n  tls: {cert_file: %s, key_file: %s}\n"
+            % (self.tls.server_cert, self.tls.client_key))
         self.assertNotEqual(p.returncode, 0)
         out = p.stdout + p.stderr
         self.assertIn("%s:3: http.tls.key_file" % path, out)
@@ -302,11 +301,9 @@ class ServeHttpsTest(unittest.TestCase):
             "127.0.0.1:%d" % listen])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("%s:3: http.tls.key_file" % path, p.stderr)
-        with open(path, "w") as f:
-            f.write("http: {tls: {cert_file: /nonexistent.crt, key_file: "
-                    "%s}}\n" % self.tls.server_key)
-        p = subprocess.run([harness.SLUICE, "check-config", path],
-                           capture_output=True, text=True, timeout=60)
+        path, p = self.check_config(
+            "http: {tls: {cert_file: /nonexistent.crt, key_file: %s}}\n"
+            % self.tls.server_key, path)
         self.assertIn("%s:1: http.tls.cert_file /nonexistent.crt" % path,
                       p.stdout + p.stderr)
 
@@ -403,15 +400,9 @@ class ServeHttpsTest(unittest.TestCase):
         self.assertEqual([r.status for r in out], [400])
 
     def test_admin_tls_without_an_admin_listener_is_an_error(self):
-        fd, path = tempfile.mkstemp(suffix=".yaml")
-        os.close(fd)
-        self.addCleanup(os.unlink, path)
-        with open(path, "w") as f:
-            f.write("admin:\n  token: %s\n  tls: {cert_file: %s, key_file: "
-                    "%s}\n" % ("b" * 32, self.tls.server_cert,
-                               self.tls.server_key))
-        p = subprocess.run([harness.SLUICE, "check-config", path],
-                           capture_output=True, text=True, timeout=60)
+        path, p = self.check_config(
+            "admin:\n  token: %s\n  tls: {cert_file: %s, key_file: %s}\n"
+            % ("b" * 32, self.tls.server_cert, self.tls.server_key))
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("%s:3: admin.tls without admin.listen" % path,
                       p.stdout + p.stderr)

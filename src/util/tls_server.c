@@ -75,6 +75,15 @@ SSL_CTX *sluice_tls_ctx_build(const sluice_tls_server_config_t *t,
 		return NULL;
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	/* A client may not renegotiate (a handshake's cost, again and
+	 * again, on one connection). */
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+	/* Sessions resume (nginx's proxy_ssl_session_reuse, Envoy) only
+	 * with a session id context once client certificates are asked
+	 * for: OpenSSL refuses the resumption with an internal error
+	 * alert otherwise.  Its value only has to be the same for every
+	 * context that may resume the session. */
+	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"sluice", 6);
 	if (alpn) {
 		/* "h2" as ALPN writes it: its length, then the name; the
 		 * string literal lives as long as the program. */
@@ -322,6 +331,11 @@ int sluice_tls_conn_in(sluice_tls_conn_t *tc,
 			return 0;
 	e = SSL_get_error(tc->ssl, r);
 	if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+		/* The client's close_notify gets ours back (in cipher). */
+		if (e == SSL_ERROR_ZERO_RETURN) {
+			SSL_shutdown(tc->ssl);
+			drain_wbio(tc);
+		}
 		ERR_clear_error();
 		return SLUICE_TLS_CLOSED; /* a close_notify, a broken record */
 	}

@@ -212,6 +212,27 @@ class ServeHttpsTest(unittest.TestCase):
         self.assertEqual(self.check(s, cert=self.tls.client_cert,
                                     key=self.tls.client_key), 200)
 
+    def test_a_client_certificate_session_resumes(self):
+        """A client resuming its TLS session (nginx's
+        proxy_ssl_session_reuse, on by default) is let in, and its
+        certificate is still held to client_sans."""
+        s = self.serve(self.mutual(", client_sans: [localhost]"))
+        ctx = ssl.create_default_context(cafile=self.tls.ca)
+        ctx.load_cert_chain(self.tls.server_cert, self.tls.server_key)
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        session = None
+        for attempt in range(2):
+            raw = socket.create_connection(("127.0.0.1", s.port), 20)
+            with ctx.wrap_socket(raw, server_hostname="localhost",
+                                 session=session) as sock:
+                sock.sendall(req)
+                r = harness.read_response(sock.makefile("rb"))
+                self.assertEqual(r.status, 200)
+                reused = sock.session_reused
+                session = sock.session  # TLS 1.3: after the first read
+        self.assertTrue(reused)
+        self.assertNotIn("session id context", s.log())
+
     def test_client_sans_allow_only_the_names_listed(self):
         s = self.serve(self.mutual(", client_sans: [localhost]"))
         # The server certificate names localhost (and may authenticate a
@@ -433,6 +454,12 @@ rules:
         class HttpsNginx(test_nginx.Nginx):
             def _config(self, sluice_port, users):
                 text = super()._config(sluice_port, users)
+                # A connection per check: each after the first resumes
+                # its TLS session (proxy_ssl_session_reuse is on).
+                up = "server 127.0.0.1:%d;\n        keepalive 64;" % (
+                    sluice_port)
+                assert text.count(up) == 1
+                text = text.replace(up, "server 127.0.0.1:%d;" % sluice_port)
                 old = "proxy_pass http://sluice/v1/check?deny_status=403;"
                 assert text.count(old) == 1
                 return text.replace(old, (

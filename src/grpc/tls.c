@@ -61,10 +61,11 @@ int grpc_tls_in(grpc_conn_t *c, const uint8_t *p, size_t n)
 	int r = sluice_tls_conn_in(&c->tls, &c->g->svc->live->cfg->grpc.tls, p,
 				   n, feed, c, why, sizeof(why));
 
-	if (r == SLUICE_TLS_HANDSHAKE) {
+	if (r == SLUICE_TLS_HANDSHAKE || r == SLUICE_TLS_PLAINTEXT) {
 		c->io->peer(c, peer, sizeof(peer));
 		sluice_log_warn("grpc: TLS handshake with %s failed: %s", peer,
-				why);
+				r == SLUICE_TLS_PLAINTEXT ? "cleartext HTTP"
+							  : why);
 	} else if (r == SLUICE_TLS_SAN) {
 		c->io->peer(c, peer, sizeof(peer));
 		sluice_log_warn("grpc: TLS client %s refused: its certificate "

@@ -49,6 +49,11 @@ int sluice_config_parse_log(sluice_yaml_t *y, yaml_node_t *node,
 int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 			     sluice_config_t *cfg);
 
+/* A PEM file's path at node into *dst: a regular file, owned by the user
+ * sluice runs as or root, not empty (config_store.c). */
+int sluice_config_parse_pem_file(sluice_yaml_t *y, yaml_node_t *node,
+				 const char *what, char **dst);
+
 /* A listener's tls: block into t (config_tls.c), `what` ("http.tls")
  * naming it in messages; its files must make a server context. */
 int sluice_config_parse_tls(sluice_yaml_t *y, yaml_node_t *node,

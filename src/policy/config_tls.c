@@ -21,23 +21,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A file of the block (when given): checked as every file sluice reads
+ * is (docs/CONFIG.md, "Files another user may have touched"). */
 static int tls_path(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 		    const char *key, char **out)
 {
 	yaml_node_t *v = sluice_yaml_get(y, node, key);
 	char field[64];
-	const char *s;
 
 	if (!v)
 		return 0;
 	snprintf(field, sizeof(field), "%s.%s", what, key);
-	if (sluice_yaml_string(y, v, field, &s) < 0)
-		return -1;
-	if (!*s)
-		return sluice_yaml_error(y, v, "%s is empty; expected a file",
-					 field);
-	return sluice_config_set_string(out, s) < 0 ? sluice_yaml_nomem(y, v)
-						    : 0;
+	return sluice_config_parse_pem_file(y, v, field, out);
 }
 
 static int parse_sans(sluice_yaml_t *y, yaml_node_t *v, const char *what,

@@ -11,6 +11,7 @@
 #include "util/tls_server.h"
 #include "util/log.h"
 
+#include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -66,9 +67,31 @@ SSL_CTX *sluice_tls_ctx_build(const sluice_tls_server_config_t *t,
 			      const char *what, const char *alpn, char *err,
 			      size_t errlen)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	const char *files[3] = {t->cert_file, t->key_file, t->client_ca_file};
+	static const char *const fields[3] = {"cert_file", "key_file",
+					      "client_ca_file"};
+	SSL_CTX *ctx;
+	struct stat st;
 	char why[256];
+	int i;
 
+	/* A FIFO or a device where a renewed file was expected would
+	 * block the thread that reads it: regular files only. */
+	for (i = 0; i < 3; i++) {
+		if (!files[i])
+			continue;
+		if (stat(files[i], &st) < 0) {
+			snprintf(err, errlen, "%s.%s %s: %s", what, fields[i],
+				 files[i], strerror(errno));
+			return NULL;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			snprintf(err, errlen, "%s.%s %s: not a regular file",
+				 what, fields[i], files[i]);
+			return NULL;
+		}
+	}
+	ctx = SSL_CTX_new(TLS_server_method());
 	if (!ctx) {
 		snprintf(err, errlen, "cannot make a TLS context: %s",
 			 ssl_error(why, sizeof(why)));

@@ -325,7 +325,18 @@ class ServeHttpsTest(unittest.TestCase):
         path, p = self.check_config(
             "http: {tls: {cert_file: /nonexistent.crt, key_file: %s}}\n"
             % self.tls.server_key, path)
-        self.assertIn("%s:1: http.tls.cert_file /nonexistent.crt" % path,
+        self.assertIn('%s:1: http.tls.cert_file "/nonexistent.crt"' % path,
+                      p.stdout + p.stderr)
+        # A FIFO named by mistake is refused at once, not read (which
+        # would wait for a writer forever).
+        fifo = path + ".fifo"
+        os.mkfifo(fifo)
+        self.addCleanup(os.unlink, fifo)
+        path, p = self.check_config(
+            "http: {tls: {cert_file: %s, key_file: %s}}\n"
+            % (fifo, self.tls.server_key), path)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('%s:1: http.tls.cert_file "%s"' % (path, fifo),
                       p.stdout + p.stderr)
 
     # ------------------------------------------------------ max age

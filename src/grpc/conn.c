@@ -56,7 +56,7 @@ static void on_write(uv_write_t *req, int status)
 	grpc_conn_flush(c);
 }
 
-/* Hands src (c->out, or c->cipher under TLS) to the kernel; what it
+/* Hands src (c->out, or c->tls.cipher under TLS) to the kernel; what it
  * does not take goes through uv_write.  Returns -1 when the connection
  * closed. */
 static int send_buf(grpc_conn_t *c, sluice_buf_t *src)
@@ -109,7 +109,7 @@ static int tls_write_out(grpc_conn_t *c)
 		grpc_conn_close(c);
 		return -1;
 	}
-	return send_buf(c, &c->cipher);
+	return send_buf(c, &c->tls.cipher);
 }
 
 static void set_reading(grpc_conn_t *c, int on)
@@ -163,13 +163,13 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		grpc_conn_close(c);
 		return;
 	}
-	if (!c->ssl) {
+	if (!c->tls.ssl) {
 		grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
 		return;
 	}
 	if (grpc_tls_in(c, (const uint8_t *)buf->base, (size_t)n) < 0) {
 		/* A refused handshake's alert goes out if it can. */
-		send_buf(c, &c->cipher);
+		send_buf(c, &c->tls.cipher);
 		if (!c->closing)
 			grpc_conn_close(c);
 		return;

@@ -65,10 +65,4 @@ void sluice_grpc_close_all(sluice_grpc_t *g);
 /* Frees g once its loop has closed every handle. */
 void sluice_grpc_free(sluice_grpc_t *g);
 
-/* Whether cfg's grpc.tls files make a server context (always 0 when TLS
- * is off): the start and every reload check them, so that a certificate
- * that cannot be used is an error there, not at the first connection.
- * -1 with why in err (never a key's content). */
-int sluice_grpc_tls_check(const sluice_config_t *cfg, char *err, size_t errlen);
-
 #endif /* SLUICE_GRPC_GRPC_H */

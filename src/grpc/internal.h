@@ -22,6 +22,7 @@
 #include "grpc/grpc.h"
 #include "policy/grpc_tables.h"
 #include "util/buf.h"
+#include "util/tls_server.h"
 
 #include <nghttp2/nghttp2.h>
 #include <protobuf-c/protobuf-c.h>
@@ -120,18 +121,13 @@ struct sluice_grpc_s {
 	uint64_t log_ms;      /* last cut-off logged (one a second) */
 	uint64_t log_skipped; /* cut-offs not logged since */
 	char rbuf[16 * 1024]; /* read buffer shared by the connections */
-	/* grpc.tls (tls.c): this thread's server context, the settings and
-	 * files it was built from, when they were last looked at. */
-	struct ssl_ctx_st *tls_ctx;
-	const sluice_grpc_tls_config_t *tls_cfg;
-	uint64_t tls_stamp, tls_checked_ms;
 };
 
 /* ------------------------------------------------------------ tls.c */
 
-/* A server context from t's files; NULL with why in err. */
-struct ssl_ctx_st *grpc_tls_ctx_build(const sluice_grpc_tls_config_t *t,
-				      char *err, size_t errlen);
+/* Each sluice_grpc_t holds the process's grpc.tls context source while
+ * it lives (util/tls_server.h): hold at its start, release at its end. */
+void grpc_tls_hold(void);
 /* TLS for a new connection (grpc.tls on): 0, or -1 (no context). */
 int grpc_tls_start(grpc_conn_t *c);
 /* The socket's bytes in: the handshake, then the plaintext to
@@ -174,15 +170,13 @@ struct grpc_conn_s {
 	unsigned writing : 1;
 	unsigned reading : 1;
 	unsigned closing : 1;
-	unsigned in_recv : 1;	/* in mem_recv or a sweep: flush after */
-	unsigned goaway : 1;	/* GOAWAY submitted: close when done */
-	unsigned notice : 1;	/* draining: the final GOAWAY follows the
-				   last call in flight */
-	unsigned refused : 1;	/* cut off (grpc_conn_refuse) */
-	unsigned aged : 1;	/* past max_connection_age: draining */
-	unsigned tls_ready : 1; /* TLS: the handshake is done */
-	struct ssl_st *ssl;	/* TLS (tls.c); NULL: cleartext */
-	sluice_buf_t cipher;	/* TLS records not yet sent */
+	unsigned in_recv : 1;  /* in mem_recv or a sweep: flush after */
+	unsigned goaway : 1;   /* GOAWAY submitted: close when done */
+	unsigned notice : 1;   /* draining: the final GOAWAY follows the
+				  last call in flight */
+	unsigned refused : 1;  /* cut off (grpc_conn_refuse) */
+	unsigned aged : 1;     /* past max_connection_age: draining */
+	sluice_tls_conn_t tls; /* TLS (tls.c); tls.ssl NULL: cleartext */
 };
 
 /* listen.c -> conn.c */

@@ -157,6 +157,7 @@ sluice_grpc_t *sluice_grpc_new(uv_loop_t *loop, sluice_svc_t *svc, int fd,
 		return NULL;
 	}
 	g->listening = 1;
+	grpc_tls_hold(); /* dropped by sluice_grpc_free() */
 	return g;
 }
 

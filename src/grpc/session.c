@@ -69,15 +69,10 @@ int grpc_conn_start(sluice_grpc_t *g, grpc_conn_t *c, const grpc_io_t *io)
 	sluice_count(&g->svc->metrics->grpc_connections, 1);
 	c->touch_ms = uv_now(g->loop);
 	c->born_ms = c->touch_ms;
-	c->age_ms = sluice_config_grpc_max_age_ms(g->svc->live->cfg);
+	c->age_ms = sluice_config_jitter_age(
+		sluice_config_grpc_max_age_ms(g->svc->live->cfg));
 	c->age_grace_ms =
 		sluice_config_grpc_max_age_grace_ms(g->svc->live->cfg);
-	/* +/-10%, as gRPC servers do, so that the connections made at one
-	 * moment (a restart, a scale-up) do not all go away at once. */
-	if (c->age_ms)
-		c->age_ms = c->age_ms - c->age_ms / 10 +
-			    (uint64_t)((double)(c->age_ms / 5) *
-				       ((double)rand() / RAND_MAX));
 	c->reset_ms = c->touch_ms;
 	c->answer_ms = c->touch_ms;
 	c->reset_tokens = GRPC_RESET_BURST;

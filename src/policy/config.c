@@ -176,11 +176,9 @@ void sluice_config_free(sluice_config_t *cfg)
 	free(cfg->admin_token);
 	free(cfg->admin_listen);
 	free(cfg->grpc.listen);
-	free(cfg->grpc.tls.cert_file);
-	free(cfg->grpc.tls.key_file);
-	free(cfg->grpc.tls.client_ca_file);
-	for (size_t k = 0; k < cfg->grpc.tls.nclient_sans; k++)
-		free(cfg->grpc.tls.client_sans[k]);
+	sluice_tls_server_config_free(&cfg->grpc.tls);
+	sluice_tls_server_config_free(&cfg->http_tls);
+	sluice_tls_server_config_free(&cfg->admin_tls);
 	sluice_envoy_config_free(cfg->envoy);
 	free_rules(cfg);
 	free(cfg);
@@ -303,8 +301,12 @@ static int parse_trusted(sluice_yaml_t *y, yaml_node_t *node,
 
 static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 {
-	static const char *const keys[] = {"max_header_bytes", "max_body_bytes",
-					   "idle_timeout_ms", NULL};
+	static const char *const keys[] = {"max_header_bytes",
+					   "max_body_bytes",
+					   "idle_timeout_ms",
+					   "max_connection_age_ms",
+					   "tls",
+					   NULL};
 	yaml_node_t *v;
 	uint64_t u;
 
@@ -341,6 +343,17 @@ static int parse_http(sluice_yaml_t *y, yaml_node_t *node, sluice_config_t *cfg)
 		else
 			cfg->idle_timeout_ms = (unsigned)u;
 	}
+	/* Read at each accept: a reload applies it to new connections. */
+	if ((v = sluice_yaml_get(y, node, "max_connection_age_ms"))) {
+		if (sluice_yaml_uint(y, v, "http.max_connection_age_ms", 0,
+				     UINT32_MAX, &u) < 0)
+			rc = -1;
+		else
+			cfg->http_max_age_ms = u;
+	}
+	if ((v = sluice_yaml_get(y, node, "tls")) &&
+	    sluice_config_parse_tls(y, v, "http.tls", &cfg->http_tls) < 0)
+		rc = -1;
 	return rc;
 }
 

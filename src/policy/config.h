@@ -18,10 +18,12 @@
 #include "store/store_config.h"
 #include "util/listen_socket.h"
 #include "util/log.h"
+#include "util/tls_server.h"
 
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 
 /* A CIDR block of trusted proxies. */
@@ -56,20 +58,6 @@ typedef struct sluice_cidr_s {
 
 /* The gRPC listener (src/grpc/; config_grpc.c): off unless `grpc.listen`
  * or --grpc-listen gives an address. */
-/* grpc.tls: TLS on the gRPC listener (src/grpc/tls.c); off when
- * cert_file is NULL. */
-#define SLUICE_GRPC_MAX_SANS 16
-typedef struct sluice_grpc_tls_config_s {
-	char *cert_file;      /* PEM chain, the server's first */
-	char *key_file;	      /* its PEM private key */
-	char *client_ca_file; /* mutual TLS: clients must present a
-				 certificate this CA signed; NULL: none */
-	/* With client_ca_file: the client certificate must name one of
-	 * these (DNS or IP SANs); none: any name. */
-	char *client_sans[SLUICE_GRPC_MAX_SANS];
-	size_t nclient_sans;
-} sluice_grpc_tls_config_t;
-
 typedef struct sluice_grpc_config_s {
 	char *listen; /* "HOST:PORT", "[V6]:PORT" or "unix:/PATH"; NULL: off */
 	size_t max_message_bytes; /* RESOURCE_EXHAUSTED beyond; 0: 64 KiB */
@@ -80,12 +68,20 @@ typedef struct sluice_grpc_config_s {
 	 * config gave it (else the default). */
 	uint64_t max_age_ms, max_age_grace_ms;
 	int max_age_set, max_age_grace_set;
-	sluice_grpc_tls_config_t tls;
+	/* grpc.tls (config_tls.c; src/grpc/tls.c over util/tls_server.c):
+	 * off when cert_file is NULL. */
+	sluice_tls_server_config_t tls;
 } sluice_grpc_config_t;
 
 /* envoyproxy/ratelimit's defaults: a day, then an hour's grace. */
 #define SLUICE_DEFAULT_GRPC_MAX_AGE_MS	     (24ull * 3600 * 1000)
 #define SLUICE_DEFAULT_GRPC_MAX_AGE_GRACE_MS (3600ull * 1000)
+
+/* http.max_connection_age_ms by default: never.  An HTTP/1.1 client
+ * (nginx's upstream keepalive, Envoy's HTTP cluster) opens and drops
+ * connections as its load comes and goes, so they spread by themselves;
+ * docs/CONFIG.md says when to set it. */
+#define SLUICE_DEFAULT_HTTP_MAX_AGE_MS 0
 
 /* grpc.max_message_bytes by default: Envoy's rate limit requests are
  * well under a kilobyte. */
@@ -106,6 +102,13 @@ typedef struct sluice_config_s {
 	size_t max_header_bytes;  /* 431 beyond */
 	size_t max_body_bytes;	  /* 413 beyond */
 	unsigned idle_timeout_ms; /* close idle keep-alive connections */
+	/* http.tls and admin.tls (config_tls.c): HTTPS on `listen` and on
+	 * admin.listen (src/serve/tcp.c); off when cert_file is NULL. */
+	sluice_tls_server_config_t http_tls, admin_tls;
+	/* http.max_connection_age_ms: a keep-alive connection this old
+	 * (give or take 10%) gets Connection: close on its next answer;
+	 * 0: never (SLUICE_DEFAULT_HTTP_MAX_AGE_MS). */
+	uint64_t http_max_age_ms;
 	sluice_rule_t *rules;
 	size_t nrules;
 	/* The bearer token of the admin endpoints; NULL: they are off. */
@@ -219,6 +222,23 @@ sluice_config_grpc_max_age_grace_ms(const sluice_config_t *cfg)
 	return cfg->grpc.max_age_grace_set
 		       ? cfg->grpc.max_age_grace_ms
 		       : SLUICE_DEFAULT_GRPC_MAX_AGE_GRACE_MS;
+}
+
+static inline uint64_t sluice_config_http_max_age_ms(const sluice_config_t *cfg)
+{
+	return cfg->http_max_age_ms ? cfg->http_max_age_ms
+				    : SLUICE_DEFAULT_HTTP_MAX_AGE_MS;
+}
+
+/* A connection's own max age: age_ms give or take 10%, as gRPC servers
+ * do, so that the connections made at one moment (a restart, a
+ * scale-up) do not all go away at once.  0 stays 0 (never). */
+static inline uint64_t sluice_config_jitter_age(uint64_t age_ms)
+{
+	if (!age_ms)
+		return 0;
+	return age_ms - age_ms / 10 +
+	       (uint64_t)((double)(age_ms / 5) * ((double)rand() / RAND_MAX));
 }
 
 static inline size_t sluice_config_max_keys(const sluice_config_t *cfg)

@@ -4,6 +4,7 @@
  *
  *   admin: {token_file: /etc/sluice/admin-token}   # or {token: "..."}
  *   admin: {token_file: ..., listen: "127.0.0.1:9090"}
+ *   admin: {token_file: ..., listen: ..., tls: {cert_file: ..., ...}}
  *
  * `listen` gives the endpoints a listener of their own (and only that
  * one serves them), so that they can stay on loopback while the decision
@@ -95,8 +96,8 @@ int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg)
 {
 	static const char *const keys[] = {"token", "token_file", "listen",
-					   NULL};
-	yaml_node_t *tok, *file, *listen;
+					   "tls", NULL};
+	yaml_node_t *tok, *file, *listen, *tls;
 	struct sockaddr_storage ss;
 	const char *s;
 	char msg[256];
@@ -111,6 +112,20 @@ int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 			return sluice_yaml_error(y, listen, "admin.%s", msg);
 		if (!(cfg->admin_listen = strdup(s)))
 			return sluice_yaml_nomem(y, listen);
+	}
+	/* Without a listener of its own the admin endpoints are served on
+	 * `listen`, with http.tls. */
+	if ((tls = sluice_yaml_get(y, node, "tls"))) {
+		if (!listen)
+			return sluice_yaml_error(
+				y, tls,
+				"admin.tls without admin.listen: "
+				"the admin endpoints are served "
+				"on `listen`, under http.tls; "
+				"expected admin.listen too");
+		if (sluice_config_parse_tls(y, tls, "admin.tls",
+					    &cfg->admin_tls) < 0)
+			return -1;
 	}
 	tok = sluice_yaml_get(y, node, "token");
 	file = sluice_yaml_get(y, node, "token_file");

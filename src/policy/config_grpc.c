@@ -9,8 +9,9 @@
  *   grpc: {listen: ..., tls: {cert_file: server.crt, key_file: server.key,
  *          client_ca_file: ca.crt, client_sans: [envoy.example]}}
  *
- * tls's files are read by the gRPC front end (src/grpc/tls.c), at the
- * start, at every reload and when they change.
+ * tls is config_tls.c's (as http.tls and admin.tls are); its files are
+ * read by the gRPC front end (src/grpc/tls.c over util/tls_server.c), at
+ * the start, at every reload and when they change.
  *
  * Without the section (and without --grpc-listen) there is no gRPC
  * listener.  The address, like `listen`, is set up once: a reload that
@@ -45,81 +46,6 @@ int sluice_grpc_listen_parse(const char *text, char *err, size_t errlen)
 		return SLUICE_EINVAL;
 	}
 	return 0;
-}
-
-static int tls_path(sluice_yaml_t *y, yaml_node_t *node, const char *key,
-		    const char *what, char **out)
-{
-	yaml_node_t *v = sluice_yaml_get(y, node, key);
-	const char *s;
-
-	if (!v)
-		return 0;
-	if (sluice_yaml_string(y, v, what, &s) < 0)
-		return -1;
-	if (!*s)
-		return sluice_yaml_error(y, v, "%s is empty; expected a file",
-					 what);
-	return sluice_config_set_string(out, s) < 0 ? sluice_yaml_nomem(y, v)
-						    : 0;
-}
-
-/* grpc.tls: {cert_file, key_file, client_ca_file, client_sans}. */
-static int parse_tls(sluice_yaml_t *y, yaml_node_t *node,
-		     sluice_grpc_tls_config_t *t)
-{
-	static const char *const keys[] = {
-		"cert_file", "key_file", "client_ca_file", "client_sans", NULL};
-	yaml_node_t *v, *item;
-	const char *s;
-	size_t i, n;
-	int rc = 0;
-
-	if (sluice_yaml_expect_map(y, node, "grpc.tls") < 0 ||
-	    sluice_yaml_check_keys(y, node, "grpc.tls", keys) < 0)
-		return -1;
-	if (tls_path(y, node, "cert_file", "grpc.tls.cert_file",
-		     &t->cert_file) < 0 ||
-	    tls_path(y, node, "key_file", "grpc.tls.key_file", &t->key_file) <
-		    0 ||
-	    tls_path(y, node, "client_ca_file", "grpc.tls.client_ca_file",
-		     &t->client_ca_file) < 0)
-		rc = -1;
-	if (rc == 0 && (!t->cert_file || !t->key_file))
-		return sluice_yaml_error(y, node,
-					 "grpc.tls needs cert_file and "
-					 "key_file; expected both (PEM)");
-	if ((v = sluice_yaml_get(y, node, "client_sans"))) {
-		if (sluice_yaml_expect_seq(y, v, "grpc.tls.client_sans") < 0)
-			return -1;
-		n = sluice_yaml_seq_len(v);
-		if (n > SLUICE_GRPC_MAX_SANS)
-			return sluice_yaml_error(y, v,
-						 "grpc.tls.client_sans holds "
-						 "%zu names; expected at most "
-						 "%d",
-						 n, SLUICE_GRPC_MAX_SANS);
-		if (!t->client_ca_file)
-			return sluice_yaml_error(y, v,
-						 "grpc.tls.client_sans without "
-						 "client_ca_file: no client "
-						 "certificate is asked for; "
-						 "expected client_ca_file too");
-		for (i = 0; i < n; i++) {
-			item = sluice_yaml_seq_at(y, v, i);
-			if (!item ||
-			    sluice_yaml_string(y, item,
-					       "grpc.tls.client_sans entry",
-					       &s) < 0) {
-				rc = -1;
-				continue;
-			}
-			if (!(t->client_sans[t->nclient_sans] = strdup(s)))
-				return sluice_yaml_nomem(y, item);
-			t->nclient_sans++;
-		}
-	}
-	return rc;
 }
 
 int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
@@ -159,7 +85,7 @@ int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 			cfg->grpc.max_message_bytes = (size_t)u;
 	}
 	if ((v = sluice_yaml_get(y, node, "tls")) &&
-	    parse_tls(y, v, &cfg->grpc.tls) < 0)
+	    sluice_config_parse_tls(y, v, "grpc.tls", &cfg->grpc.tls) < 0)
 		rc = -1;
 	/* A reload applies them to connections accepted after it. */
 	if ((v = sluice_yaml_get(y, node, "max_connection_age_ms"))) {

@@ -42,12 +42,22 @@ int sluice_config_parse_admin(sluice_yaml_t *y, yaml_node_t *node,
 /* Parses `proxy:` into cfg->proxy_* (config_proxy.c). */
 int sluice_config_parse_proxy(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_config_t *cfg);
-/* Parses `grpc:` into cfg->grpc (config_grpc.c). */
 /* The `log:` section (config_log.c). */
 int sluice_config_parse_log(sluice_yaml_t *y, yaml_node_t *node,
 			    sluice_config_t *cfg);
+/* Parses `grpc:` into cfg->grpc (config_grpc.c). */
 int sluice_config_parse_grpc(sluice_yaml_t *y, yaml_node_t *node,
 			     sluice_config_t *cfg);
+
+/* A PEM file's path at node into *dst: a regular file, owned by the user
+ * sluice runs as or root, not empty (config_store.c). */
+int sluice_config_parse_pem_file(sluice_yaml_t *y, yaml_node_t *node,
+				 const char *what, char **dst);
+
+/* A listener's tls: block into t (config_tls.c), `what` ("http.tls")
+ * naming it in messages; its files must make a server context. */
+int sluice_config_parse_tls(sluice_yaml_t *y, yaml_node_t *node,
+			    const char *what, sluice_tls_server_config_t *t);
 
 /* A list of limits ([{capacity, rate}, ...]) into set (config_limits.c). */
 int sluice_config_parse_limits(sluice_yaml_t *y, yaml_node_t *node,

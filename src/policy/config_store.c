@@ -137,10 +137,11 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
  * read): a wrong path is a config error at load and at SIGHUP, named by its
  * line, rather than a handshake that fails on every connection once
  * running.  Opened without blocking and refused unless regular, so a FIFO
- * named by mistake cannot stall a reload.
+ * named by mistake cannot stall a reload.  The listeners' tls: blocks
+ * (config_tls.c) check their files so too.
  */
-static int parse_tls_file(sluice_yaml_t *y, yaml_node_t *node, const char *what,
-			  char **dst)
+int sluice_config_parse_pem_file(sluice_yaml_t *y, yaml_node_t *node,
+				 const char *what, char **dst)
 {
 	const char *path;
 	char why[256];
@@ -210,13 +211,16 @@ static int parse_tls(sluice_yaml_t *y, yaml_node_t *node, const char *what,
 	if (sluice_yaml_check_keys(y, node, what, keys) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "ca_file")) &&
-	    parse_tls_file(y, v, FIELD("ca_file"), &tls->ca_file) < 0)
+	    sluice_config_parse_pem_file(y, v, FIELD("ca_file"),
+					 &tls->ca_file) < 0)
 		rc = -1;
 	if ((cert = sluice_yaml_get(y, node, "cert_file")) &&
-	    parse_tls_file(y, cert, FIELD("cert_file"), &tls->cert_file) < 0)
+	    sluice_config_parse_pem_file(y, cert, FIELD("cert_file"),
+					 &tls->cert_file) < 0)
 		rc = -1;
 	if ((key = sluice_yaml_get(y, node, "key_file")) &&
-	    parse_tls_file(y, key, FIELD("key_file"), &tls->key_file) < 0)
+	    sluice_config_parse_pem_file(y, key, FIELD("key_file"),
+					 &tls->key_file) < 0)
 		rc = -1;
 	/* A client certificate is its certificate and its key: one without
 	 * the other is a half-done mutual TLS setup. */

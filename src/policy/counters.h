@@ -29,6 +29,15 @@ typedef enum {
 	SLUICE_RESULTS
 } sluice_result_t;
 
+/* The listeners that may speak TLS (util/tls_server.h), as /metrics
+ * labels them (serve/metrics.c). */
+enum {
+	SLUICE_TLS_HTTP,
+	SLUICE_TLS_ADMIN,
+	SLUICE_TLS_GRPC,
+	SLUICE_TLS_LISTENERS
+};
+
 typedef struct sluice_metrics_s {
 	sluice_counter_t decisions[SLUICE_METRIC_SLOTS][SLUICE_RESULTS];
 	sluice_counter_t shadow_rejections[SLUICE_METRIC_SLOTS];
@@ -57,6 +66,9 @@ typedef struct sluice_metrics_s {
 	sluice_counter_t grpc_latency[SLUICE_GRPC_METHODS]
 				     [SLUICE_LATENCY_BUCKETS + 1];
 	sluice_counter_t grpc_latency_sum_ns[SLUICE_GRPC_METHODS];
+	/* A listener's TLS files changed but could not be used (the
+	 * certificate in use was kept), by listener. */
+	sluice_counter_t tls_reload_failures[SLUICE_TLS_LISTENERS];
 	struct sluice_metrics_s *next;
 } sluice_metrics_t;
 

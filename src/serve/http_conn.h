@@ -86,6 +86,9 @@ struct sluice_conn_s {
 	unsigned released : 1;	  /* the transport is gone */
 	unsigned admin_port : 1;  /* accepted on admin.listen */
 	unsigned admin_apart : 1; /* admin endpoints on admin.listen only */
+	/* Past http.max_connection_age_ms (the transport says so when a
+	 * request starts): its answer says Connection: close. */
+	unsigned aged : 1;
 
 	sluice_buf_t in;  /* received, not yet parsed (while waiting) */
 	sluice_buf_t out; /* answers not yet written */

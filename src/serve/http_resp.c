@@ -147,7 +147,7 @@ void sluice_resp_end(sluice_conn_t *c, const char *ctype, const char *body,
 	/* After a 400 the client and we may disagree on where the next
 	 * request starts (docs/HTTP.md): close. */
 	int close = !c->keep_alive || c->want_close || c->svc->draining ||
-		    c->status == 400;
+		    c->aged || c->status == 400;
 
 	if (ctype) {
 		sluice_buf_puts(o, "Content-Type: ");

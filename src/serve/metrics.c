@@ -283,6 +283,20 @@ static void render_grpc(sluice_buf_t *out)
 	       SUM(grpc_shed));
 }
 
+static void render_tls(sluice_buf_t *out)
+{
+	static const char *const listeners[SLUICE_TLS_LISTENERS] = {
+		"http", "admin", "grpc"};
+	int i;
+
+	help(out, "sluice_tls_reload_failures_total", "counter",
+	     "TLS certificate or key files that changed but could not be "
+	     "used (the certificate in use was kept), by listener.");
+	for (i = 0; i < SLUICE_TLS_LISTENERS; i++)
+		series(out, "sluice_tls_reload_failures_total", "listener",
+		       listeners[i], NULL, NULL, SUM(tls_reload_failures[i]));
+}
+
 static void render_http(sluice_buf_t *out)
 {
 	char code[8];
@@ -388,6 +402,7 @@ static void render_counters(void *arg, const sluice_metrics_t *blocks,
 	slot_names = names;
 	render_rules(r->out, n);
 	render_http(r->out);
+	render_tls(r->out);
 	if (r->envoy_style & SLUICE_ENVOY_METRICS_RATELIMIT)
 		render_ratelimit(r->out);
 	all = NULL;

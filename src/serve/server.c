@@ -108,12 +108,10 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts,
 		sluice_config_free(cfg);
 		return NULL;
 	}
-	/* A certificate that cannot be used refuses the start or the
-	 * reload, as any config error does. */
-	if (cfg &&
-	    (sluice_grpc_tls_check(cfg, err, errlen) < 0 ||
-	     sluice_xds_check(cfg->envoy ? cfg->envoy->settings.xds : NULL, err,
-			      errlen) < 0)) {
+	/* xDS TLS files that cannot be used refuse the start or the reload,
+	 * as any config error does. */
+	if (cfg && sluice_xds_check(cfg->envoy ? cfg->envoy->settings.xds : NULL,
+				    err, errlen) < 0) {
 		sluice_config_free(cfg);
 		return NULL;
 	}
@@ -435,6 +433,7 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	w->server = s;
 	w->id = id;
 	w->fd = fd;
+	sluice_tcp_tls_hold(); /* dropped by worker_fini() */
 	w->conns.prev = w->conns.next = &w->conns;
 	w->held_budget = SLUICE_HELD_BUDGET / s->nworkers;
 	atomic_init(&w->next_live, NULL);
@@ -509,6 +508,7 @@ static int admin_listener(sluice_server_t *s, const char *addr, char *err,
 
 static void worker_fini(sluice_worker_t *w)
 {
+	sluice_tcp_tls_drop();
 	sluice_grpc_free(w->grpc);
 	w->grpc = NULL;
 	sluice_backend_close(&w->svc.backend);

@@ -20,6 +20,7 @@
 #include "serve/http_conn.h"
 #include "util/listen_socket.h"
 #include "util/loop_lag.h"
+#include "util/tls_server.h"
 
 #include <stdatomic.h>
 #include <uv.h>
@@ -48,6 +49,12 @@ typedef struct sluice_tcp_s {
 	struct sluice_worker_s *w;
 	struct sluice_tcp_s *prev, *next;
 	uint64_t touch_ms; /* last request start or answer */
+	/* http.max_connection_age_ms: accepted at born_ms, the answer to a
+	 * request that starts age_ms later closes (0: never). */
+	uint64_t born_ms, age_ms;
+	/* http.tls / admin.tls (util/tls_server.h): tls.ssl NULL for
+	 * cleartext; conn.out's answers go out encrypted via tls.cipher. */
+	sluice_tls_conn_t tls;
 	unsigned writing : 1;
 	unsigned reading : 1;
 	unsigned lingering : 1; /* our side is shut; draining the peer's */
@@ -90,6 +97,10 @@ typedef struct sluice_worker_s {
 } sluice_worker_t;
 
 /* tcp.c */
+/* Each loop thread holds the HTTP listeners' TLS contexts while it runs
+ * (the last drop frees them). */
+void sluice_tcp_tls_hold(void);
+void sluice_tcp_tls_drop(void);
 void sluice_tcp_on_connection(uv_stream_t *listener, int status);
 void sluice_tcp_sweep(sluice_worker_t *w);
 void sluice_tcp_drain(sluice_worker_t *w);

@@ -15,10 +15,19 @@
  * keeps reading for a moment (lingering close): closing at once while the
  * client is still sending would make the kernel send RST and the client
  * could lose the answer.
+ *
+ * HTTPS (http.tls, admin.tls) sits between the socket and the HTTP
+ * machine (util/tls_server.h, shared with the gRPC listener): the bytes
+ * read go through the TLS session and its plaintext to
+ * sluice_conn_feed(); answers are encrypted from conn.out only when no
+ * write is pending, so unsent answers stay in conn.out and the bounds
+ * above hold as over cleartext.
  */
 #include "serve/server.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +36,33 @@
 #define DRAIN_MS 10000
 
 static const sluice_conn_io_t tcp_io;
+
+/* The TLS contexts of `listen` (http.tls) and admin.listen (admin.tls),
+ * one each for every loop thread. */
+static sluice_tls_source_t http_source =
+	SLUICE_TLS_SOURCE_INIT("http.tls", NULL);
+static sluice_tls_source_t admin_source =
+	SLUICE_TLS_SOURCE_INIT("admin.tls", NULL);
+
+void sluice_tcp_tls_hold(void)
+{
+	sluice_tls_source_hold(&http_source);
+	sluice_tls_source_hold(&admin_source);
+}
+
+void sluice_tcp_tls_drop(void)
+{
+	sluice_tls_source_drop(&http_source);
+	sluice_tls_source_drop(&admin_source);
+}
+
+/* The tls: block that applies to t's listener. */
+static const sluice_tls_server_config_t *tls_config(sluice_tcp_t *t)
+{
+	const sluice_config_t *cfg = t->w->svc.live->cfg;
+
+	return t->conn.admin_port ? &cfg->admin_tls : &cfg->http_tls;
+}
 
 static sluice_tcp_t *tcp_of(sluice_conn_t *c)
 {
@@ -58,7 +94,8 @@ static void list_append(sluice_worker_t *w, sluice_tcp_t *t)
 /* Keeps w->held equal to the bytes the connections buffer. */
 static void account(sluice_tcp_t *t)
 {
-	size_t held = t->conn.in.len + t->conn.out.len + t->wbuf.len;
+	size_t held = t->conn.in.len + t->conn.out.len + t->wbuf.len +
+		      t->tls.cipher.len;
 
 	/* The loop's total is the sum of its connections' shares. */
 	assert(t->w->held >= t->held);
@@ -81,6 +118,7 @@ static void on_close(uv_handle_t *h)
 	t->w->held -= t->held;
 	t->held = 0;
 	sluice_buf_free(&t->wbuf);
+	sluice_tls_conn_free(&t->tls);
 	if (sluice_conn_release(&t->conn))
 		free(t);
 	/* else: a decision is pending; tcp_release() frees it later */
@@ -121,6 +159,18 @@ static void linger(sluice_tcp_t *t)
 		return;
 	t->lingering = 1;
 	t->touch_ms = uv_now(&t->w->loop);
+	if (t->tls.ssl) {
+		/* Our close_notify: a client reading to the end knows the
+		 * answer was not cut short.  Best effort (a few bytes). */
+		uv_buf_t b;
+
+		sluice_tls_conn_shutdown(&t->tls);
+		b = uv_buf_init(t->tls.cipher.data,
+				(unsigned)t->tls.cipher.len);
+		if (b.len)
+			uv_try_write((uv_stream_t *)&t->handle, &b, 1);
+		t->tls.cipher.len = 0;
+	}
 	t->sreq.data = t;
 	if (uv_shutdown(&t->sreq, (uv_stream_t *)&t->handle, on_shutdown) < 0) {
 		tcp_close(t);
@@ -158,7 +208,18 @@ static void flush(sluice_tcp_t *t)
 	uv_buf_t b;
 	int r;
 
-	if (t->writing || out->len == 0)
+	if (t->writing)
+		return;
+	/* HTTPS: the answers (and what the handshake has to send) go out
+	 * as records; cipher is empty again once this is done. */
+	if (t->tls.ssl) {
+		if (sluice_tls_conn_out(&t->tls, out) < 0) {
+			tcp_close(t);
+			return;
+		}
+		out = &t->tls.cipher;
+	}
+	if (out->len == 0)
 		return;
 	b = uv_buf_init(out->data, (unsigned)out->len);
 	r = uv_try_write((uv_stream_t *)&t->handle, &b, 1);
@@ -252,6 +313,79 @@ static void after_io(sluice_tcp_t *t)
 	start_reading(t);
 }
 
+static int tls_feed(void *arg, const uint8_t *p, size_t n)
+{
+	sluice_tcp_t *t = arg;
+
+	set_out_high(t);
+	sluice_conn_feed(&t->conn, (const char *)p, n);
+	return t->closing;
+}
+
+/* "1.2.3.4:80" or "[::1]:80", for a log line. */
+static void peer_name(const sluice_tcp_t *t, char *out, size_t len)
+{
+	const struct sockaddr_storage *ss = &t->conn.peer;
+	char ip[64] = "?";
+
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)ss;
+
+		uv_ip6_name(a, ip, sizeof(ip));
+		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
+	} else {
+		const struct sockaddr_in *a = (const void *)ss;
+
+		uv_ip4_name(a, ip, sizeof(ip));
+		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
+	}
+}
+
+/* Ciphertext read: the handshake, then requests.  A handshake refused
+ * (plaintext HTTP, garbage, a wrong certificate) gets its alert, if
+ * OpenSSL made one, and the connection closes. */
+static void tls_read(sluice_tcp_t *t, const char *p, size_t n)
+{
+	const char *what = t->conn.admin_port ? "admin.tls" : "http.tls";
+	char peer[96], why[256];
+	uv_buf_t b;
+	int r;
+
+	r = sluice_tls_conn_in(&t->tls, tls_config(t), (const uint8_t *)p, n,
+			       tls_feed, t, why, sizeof(why));
+	if (r == 0) {
+		after_io(t);
+		return;
+	}
+	if (r == SLUICE_TLS_PLAINTEXT) {
+		/* http:// to an https:// port (nginx answers this too): a
+		 * 400 in cleartext, then the lingering close of any 400. */
+		sluice_tls_conn_free(&t->tls);
+		t->conn.keep_alive = 0;
+		t->conn.want_close = 1;
+		t->conn.t_start_ns = sluice_conn_clock_ns();
+		sluice_resp_error(&t->conn, 400, "https_required", NULL,
+				  "this port speaks HTTPS: use https://");
+		after_io(t);
+		return;
+	}
+	if (r == SLUICE_TLS_HANDSHAKE || r == SLUICE_TLS_SAN) {
+		peer_name(t, peer, sizeof(peer));
+		if (r == SLUICE_TLS_HANDSHAKE)
+			sluice_log_warn("%s: TLS handshake with %s failed: %s",
+					what, peer, why);
+		else
+			sluice_log_warn("%s: TLS client %s refused: its "
+					"certificate names none of "
+					"%s.client_sans",
+					what, peer, what);
+	}
+	b = uv_buf_init(t->tls.cipher.data, (unsigned)t->tls.cipher.len);
+	if (b.len && !t->writing)
+		uv_try_write((uv_stream_t *)&t->handle, &b, 1);
+	tcp_close(t);
+}
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	sluice_tcp_t *t = s->data;
@@ -272,6 +406,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 	if (n == 0)
 		return;
+	if (t->tls.ssl) {
+		tls_read(t, buf->base, (size_t)n);
+		return;
+	}
 	set_out_high(t);
 	sluice_conn_feed(&t->conn, buf->base, (size_t)n);
 	after_io(t);
@@ -284,6 +422,10 @@ static void tcp_begin(sluice_conn_t *c)
 	sluice_tcp_t *t = tcp_of(c);
 
 	t->touch_ms = uv_now(&t->w->loop);
+	/* Past its age, the answer to this request closes the connection
+	 * (the client connects again, maybe to another replica). */
+	if (t->age_ms && t->touch_ms - t->born_ms >= t->age_ms)
+		t->conn.aged = 1;
 }
 
 static void tcp_wake(sluice_conn_t *c)
@@ -301,6 +443,31 @@ static const sluice_conn_io_t tcp_io = {
 };
 
 /* ------------------------------------------------------------ accepting */
+
+/* With a tls: block for the listener, t's TLS session; -1 when there is
+ * no usable context (logged by the source). */
+static int tls_accept(sluice_tcp_t *t, int admin)
+{
+	const sluice_config_t *cfg = t->w->svc.live->cfg;
+	const sluice_tls_server_config_t *tc =
+		admin ? &cfg->admin_tls : &cfg->http_tls;
+	sluice_tls_source_t *src = admin ? &admin_source : &http_source;
+	struct ssl_st *ssl;
+	int failed;
+
+	if (!tc->cert_file)
+		return 0;
+	ssl = sluice_tls_source_session(src, tc, uv_now(&t->w->loop), &failed);
+	if (failed)
+		sluice_count(
+			&t->w->svc.metrics
+				 ->tls_reload_failures[admin ? SLUICE_TLS_ADMIN
+							     : SLUICE_TLS_HTTP],
+			1);
+	if (!ssl)
+		return -1;
+	return sluice_tls_conn_start(&t->tls, ssl);
+}
 
 void sluice_tcp_on_connection(uv_stream_t *listener, int status)
 {
@@ -324,6 +491,10 @@ void sluice_tcp_on_connection(uv_stream_t *listener, int status)
 		uv_close((uv_handle_t *)&t->handle, (uv_close_cb)free);
 		return;
 	}
+	if (tls_accept(t, listener == (uv_stream_t *)&w->admin_listener) < 0) {
+		uv_close((uv_handle_t *)&t->handle, (uv_close_cb)free);
+		return;
+	}
 	memset(&peer, 0, sizeof(peer));
 	uv_tcp_getpeername(&t->handle, (struct sockaddr *)&peer, &plen);
 	uv_tcp_nodelay(&t->handle, 1);
@@ -332,6 +503,9 @@ void sluice_tcp_on_connection(uv_stream_t *listener, int status)
 	t->conn.admin_port = listener == (uv_stream_t *)&w->admin_listener;
 	t->conn.admin_apart = w->admin_apart != 0;
 	t->touch_ms = uv_now(&w->loop);
+	t->born_ms = t->touch_ms;
+	t->age_ms = sluice_config_jitter_age(
+		sluice_config_http_max_age_ms(w->svc.live->cfg));
 	list_append(w, t);
 	w->nconns++;
 	sluice_count(&w->svc.metrics->accepted, 1);

@@ -843,6 +843,17 @@ authorityKeyIdentifier = keyid
                       section, "-out", crt)
         return crt, key
 
+    def install(self, pairs):
+        """Copies each (source, destination) file pair over, each
+        written whole beside its destination and renamed onto it, as a
+        certificate renewal (cert-manager, certbot) replaces files."""
+        for src, dst in pairs:
+            with open(src, "rb") as f:
+                data = f.read()
+            with open(dst + ".tmp", "wb") as f:
+                f.write(data)
+            os.replace(dst + ".tmp", dst)
+
     def cli_args(self):
         """redis-cli's TLS options: trust the CA, present the client
         certificate (harmless where the server asks for none)."""

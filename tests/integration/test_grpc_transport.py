@@ -907,10 +907,7 @@ class GrpcTlsTest(unittest.TestCase):
         crt, key = os.path.join(d, "s.crt"), os.path.join(d, "s.key")
 
         def put(src_crt, src_key):
-            for src, dst in ((src_crt, crt), (src_key, key)):
-                with open(dst + ".tmp", "wb") as f:
-                    f.write(read(src))
-                os.replace(dst + ".tmp", dst)
+            self.tls.install(((src_crt, crt), (src_key, key)))
         put(self.tls.server_cert, self.tls.server_key)
         s = self.serve("{cert_file: %s, key_file: %s}" % (crt, key))
         self.assertEqual(self.call(s), OK)

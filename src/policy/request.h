@@ -48,9 +48,9 @@ typedef struct sluice_decide_error_s {
  * and URI, those (a single line each) describe it, else req's own method
  * and path do.  req is read during the call only; live is the config to
  * decide with, valid until cb runs (a front end holds a reference while
- * an answer is pending); now_us the clock.  Each matching rule's outcome is
- * counted in svc->metrics.  cb runs exactly once, possibly before this returns
- * (always, with a local store or when no rule applies).  Returns 0, or
+ * an answer is pending); now_us the clock.  Each matching rule's outcome
+ * is counted in svc->metrics.  cb runs exactly once, possibly before this
+ * returns (always, with a local store or when no rule applies).  Returns 0, or
  * (cb does not run, *err says why) SLUICE_EINVAL when a header the proxy
  * sets came on more than one line, SLUICE_ENOMEM.
  */

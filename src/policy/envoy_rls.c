@@ -17,7 +17,7 @@
 #include "policy/envoy_metrics.h"
 #include "policy/envoy_xds.h"
 #include "policy/ratelimit_headers.h"
-#include "policy/svc.h"
+#include "policy/request.h"
 #include "util/buf.h"
 
 #include <assert.h>
@@ -536,7 +536,7 @@ answer:
 	x->cb(x->arg, r);
 out:
 	if (x->t)
-		sluice_take_free(x->t);
+		sluice_take_put(x->svc, x->t);
 	sluice_live_unref(x->live);
 	free(x->d);
 	free(x);
@@ -676,12 +676,14 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 		return SLUICE_EINVAL;
 	}
 	n = req->ndescriptors;
+	/* The thread's take when it is free, as HTTP's requests borrow it. */
 	if (!(x = calloc(1, sizeof(*x))) ||
-	    !(x->d = calloc(n, sizeof(*x->d))) || !(x->t = sluice_take_new()) ||
+	    !(x->d = calloc(n, sizeof(*x->d))) ||
+	    !(x->t = sluice_take_get(svc)) ||
 	    sluice_take_reserve(x->t, n) < 0) {
 		if (x) {
 			if (x->t)
-				sluice_take_free(x->t);
+				sluice_take_put(svc, x->t);
 			free(x->d);
 		}
 		free(x);
@@ -696,7 +698,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 	dom = sluice_envoy_domain(cfg, req->domain);
 	for (i = 0; i < n; i++)
 		if ((rc = classify(x, dom, i, errbuf, errlen)) < 0) {
-			sluice_take_free(x->t);
+			sluice_take_put(svc, x->t);
 			free(x->d);
 			free(x);
 			return rc;
@@ -761,7 +763,7 @@ int sluice_rls_decide(struct sluice_svc_s *svc, const sluice_rls_request_t *req,
 	x->live = svc->live;
 	sluice_live_ref(x->live);
 	if (k == 0) {
-		sluice_take_free(x->t);
+		sluice_take_put(svc, x->t);
 		x->t = NULL;
 		finish(x, NULL);
 		return 0;

@@ -19,9 +19,16 @@ typedef struct sluice_svc_s {
 	sluice_live_t *live; /* this thread's current config (one ref) */
 	sluice_backend_t backend;
 	sluice_metrics_t *metrics;
-	sluice_memstore_t *store; /* the shared memory store (stats) */
-	int draining;		  /* SIGTERM: readyz fails, conns close */
-	sluice_take_t *spare;	  /* one cached sluice_take_t */
+	/* The memory store GET /metrics reports when the backend has no
+	 * stats of its own (Redis: the on_store_error local store). */
+	sluice_memstore_t *stats_store;
+	int draining; /* SIGTERM: readyz fails, conns close */
+	/* The thread's take, lent to one request at a time by
+	 * sluice_take_get() (request.h); the others get one of their own.
+	 * The host gives it (sluice_take_new()) and frees it at the end;
+	 * NULL: every request has its own. */
+	sluice_take_t *spare;
+	int spare_lent;
 } sluice_svc_t;
 
 #endif /* SLUICE_POLICY_SVC_H */

@@ -133,14 +133,26 @@ static void record(sluice_take_t *t, size_t first, size_t n, int allowed,
 	}
 }
 
+/* The local store's answer for the rules that fail locally: it answers
+ * before its take returns (store.h), while failed() still runs. */
+static void on_local(void *arg, int status, int allowed)
+{
+	struct sluice_take_call_s *call = arg;
+
+	if (status == 0)
+		record(call->t, call->first, call->n, allowed, 1);
+}
+
 /* The store failed a take: each rule's on_store_error decides.  A
  * fail-closed rule among enforcing ones answers 503 and nothing else is
  * charged; otherwise the rules that fail locally are decided together on
- * the local memory store, and the rest fail open. */
+ * the local memory store, through its driver as any store is, and the
+ * rest fail open. */
 static void failed(sluice_take_t *t, size_t first, size_t n)
 {
+	struct sluice_take_call_s local;
 	size_t k, nlocal = 0;
-	int closed = 0, r;
+	int closed = 0;
 
 	for (k = first; k < first + n; k++) {
 		const sluice_rule_t *rule = t->matches[t->order[k]].rule;
@@ -174,10 +186,11 @@ static void failed(sluice_take_t *t, size_t first, size_t n)
 	}
 	if (!nlocal)
 		return;
-	r = sluice_memstore_take_many(t->be->local, t->items + first, nlocal,
-				      t->now_us);
-	if (r >= 0)
-		record(t, first, nlocal, r, 1);
+	local.t = t;
+	local.first = first;
+	local.n = nlocal;
+	(void)sluice_memory_store_ops.take(t->be->local, t->items + first,
+					   nlocal, t->now_us, on_local, &local);
 }
 
 static void on_store(void *arg, int status, int allowed)

@@ -63,6 +63,10 @@ typedef struct sluice_verdict_s {
 
 typedef void (*sluice_verdict_cb)(void *arg, const sluice_verdict_t *v);
 
+struct sluice_svc_s;	/* svc.h */
+struct sluice_live_s;	/* live.h */
+struct sluice_answer_s; /* request.h */
+
 /*
  * One request in flight.  Owned by the caller (one per connection, since a
  * connection has at most one decision pending) and left untouched until the
@@ -93,6 +97,13 @@ typedef struct sluice_take_s {
 	size_t pending;
 	int finished; /* the verdict was delivered */
 	sluice_verdict_t verdict;
+	/* sluice_decide_request()'s (request.h), which gives the engine a
+	 * callback of its own: the thread, the config, the front end's
+	 * callback.  Untouched here. */
+	struct sluice_svc_s *svc;
+	const struct sluice_live_s *live;
+	void (*answer_cb)(void *arg, const struct sluice_answer_s *a);
+	void *answer_arg;
 } sluice_take_t;
 
 /* A take with room for a few matches; NULL when out of memory. */

@@ -1,24 +1,13 @@
 /*
- * answer.h -- what the endpoints (handlers.c, json_api.c, admin.c,
- * rls_json.c) share to answer a request (answer.c).  The connection's own
- * sluice_resp_begin/end/error are in http_conn.h.
+ * answer.h -- the HTTP answers the endpoints (handlers.c, json_api.c,
+ * admin.c, rls_json.c) share (answer.c).  The connection's own
+ * sluice_resp_begin/end/error are in http_conn.h; a request's decision,
+ * its rate-limit headers and refusal body in policy/request.h.
  */
 #ifndef SLUICE_SERVE_ANSWER_H
 #define SLUICE_SERVE_ANSWER_H
 
 #include "serve/http_conn.h"
-
-/* A sluice_take_t for one request (cached per thread). */
-sluice_take_t *sluice_take_get(sluice_svc_t *svc);
-void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t);
-
-/* Counts the outcome of every matched rule in the thread's metrics. */
-void sluice_count_verdict(sluice_conn_t *c, const sluice_take_t *t);
-
-/* Appends the rate-limit header lines for a verdict (nothing when no rule
- * produced a decision). */
-void sluice_verdict_headers(sluice_conn_t *c, const sluice_take_t *t,
-			    const sluice_verdict_t *v);
 
 /* The 503 answer when a fail-closed rule's store failed. */
 void sluice_resp_store_error(sluice_conn_t *c);

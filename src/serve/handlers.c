@@ -5,43 +5,28 @@
 #include "serve/handlers.h"
 #include "policy/envoy_config.h"
 #include "policy/envoy_metrics.h"
-#include "policy/ratelimit_headers.h"
+#include "policy/request.h"
 #include "serve/answer.h"
-#include "util/log.h"
 #include "xds/xds.h"
 
-#include <assert.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ /v1/check */
 
+/* The request's header fields, for the rules (through the connection's
+ * API: every line of X-Forwarded-For, and whether an identity header came
+ * twice). */
 static const char *conn_header(void *ctx, const char *name, size_t *len)
 {
 	return sluice_conn_header(ctx, name, len);
 }
 
-/* The index-th line of header `name`: the rules need every line of
- * X-Forwarded-For, and to know when an identity header came twice. */
 static const char *conn_header_line(void *ctx, const char *name, size_t index,
 				    size_t *len)
 {
-	const sluice_conn_t *c = ctx;
-	size_t i, n = strlen(name);
-
-	for (i = 0; i < c->nhdrs; i++) {
-		const sluice_hdr_t *h = &c->hdrs[i];
-
-		if (h->name_len == n &&
-		    memcmp(c->head.data + h->name_off, name, n) == 0 &&
-		    index-- == 0) {
-			*len = h->value_len;
-			return c->head.data + h->value_off;
-		}
-	}
-	return NULL;
+	return sluice_conn_header_line(ctx, name, index, len);
 }
 
 /* The value of query parameter `name` (not decoded), or NULL. */
@@ -62,56 +47,6 @@ static const char *query_param(const char *query, const char *name, size_t *len)
 		p = end ? end + 1 : NULL;
 	}
 	return NULL;
-}
-
-/*
- * The value of header `name` (NULL name or no such header: *out NULL).
- * Sent on two lines it is refused with 400: which line the proxy wrote
- * depends on the proxy (one that appends instead of replacing leaves the
- * client's first), and a guess would let the client pick the path.
- */
-static int origin_header(sluice_conn_t *c, const char *name, const char **out,
-			 size_t *len)
-{
-	size_t len2;
-
-	*out = NULL;
-	*len = 0;
-	if (!name)
-		return 0;
-	if (conn_header_line(c, name, 1, &len2)) {
-		sluice_resp_error(c, 400, "bad_request", name,
-				  "sent on more than one line: the proxy "
-				  "must set it, replacing the client's");
-		return -1;
-	}
-	*out = conn_header_line(c, name, 0, len);
-	if (*out && *len == 0)
-		*out = NULL;
-	return 0;
-}
-
-/* The configured URI header is missing but another proxy kind's is there:
- * most likely `proxy:` does not name the proxy in front (or a client
- * sent it).  It is not used; say so once, for the operator. */
-static void warn_other_proxy(const sluice_conn_t *c, const char *uh)
-{
-	static const char *const known[] = {"x-original-uri",
-					    "x-forwarded-uri"};
-	static atomic_int warned;
-	size_t i, len;
-
-	for (i = 0; i < 2; i++)
-		if (strcmp(known[i], uh) != 0 &&
-		    sluice_conn_header(c, known[i], &len) &&
-		    !atomic_exchange(&warned, 1))
-			sluice_log_warn(
-				"/v1/check: a request has %s but no %s, which "
-				"`proxy:` names; %s is not used (set proxy: "
-				"forward_auth behind Traefik or Caddy "
-				"forward_auth, nginx behind nginx "
-				"auth_request)",
-				known[i], uh, known[i]);
 }
 
 /* The status of a limited answer, from ?deny_status=: 429 (absent or
@@ -136,108 +71,65 @@ static const char *check_query(sluice_conn_t *c)
 	return q ? q + 1 : NULL;
 }
 
-static void check_done(void *arg, const sluice_verdict_t *v)
+/* The policy's answer in HTTP.  sluice_resp_end() may free c (its
+ * transport is gone): nothing of c after it. */
+static void check_done(void *arg, const sluice_answer_t *a)
 {
 	sluice_conn_t *c = arg;
-	sluice_take_t *t = c->take;
-	sluice_svc_t *svc = c->svc;
+	sluice_buf_t body = {0};
 
-	assert(t && t->finished && v == &t->verdict);
-
-	/* sluice_resp_end() may free c (its transport is gone): detach the
-	 * take first and touch nothing of c afterwards. */
-	c->take = NULL;
-	sluice_count_verdict(c, t);
-	if (v->status) {
+	switch (a->kind) {
+	case SLUICE_ANSWER_STORE_ERROR:
 		sluice_resp_store_error(c);
-	} else if (v->allowed) {
+		break;
+	case SLUICE_ANSWER_ALLOWED:
 		sluice_resp_begin(c, 200);
-		sluice_verdict_headers(c, t, v);
+		sluice_answer_headers(a, &c->out);
 		sluice_resp_end(c, NULL, "", 0);
-	} else {
-		const sluice_match_t *m = &t->matches[v->report];
-		sluice_buf_t body = {0};
-		char name[256];
-
-		sluice_policy_name(m, name, sizeof(name));
-		sluice_limited_body(&body, name,
-				    sluice_retry_us(&m->set->limits[v->which],
-						    &v->summary));
+		break;
+	case SLUICE_ANSWER_LIMITED:
+		sluice_answer_limited_body(a, &body);
 		sluice_resp_begin(c, deny_status(check_query(c)));
-		sluice_verdict_headers(c, t, v);
+		sluice_answer_headers(a, &c->out);
 		sluice_resp_end(c, "application/json", body.data, body.len);
 		sluice_buf_free(&body);
+		break;
 	}
-	sluice_take_put(svc, t);
 }
 
+/* The check request's facts go to the policy engine, which says which
+ * request `proxy:` describes, decides it and composes the answer. */
 static void handle_check(sluice_conn_t *c, const char *path, const char *query)
 {
-	const sluice_config_t *cfg = c->req_live->cfg;
+	sluice_decide_error_t err;
 	sluice_request_t req;
-	const char *method, *uri, *mh, *uh;
-	size_t len, ulen;
-	sluice_take_t *t;
-	size_t i;
+	int rc;
 
 	if (!deny_status(query)) {
 		sluice_resp_error(c, 400, "bad_parameter", "deny_status",
 				  "expected 403 or 429");
 		return;
 	}
-
-	/* The original request: from the headers `proxy:` names (and only
-	 * those: another proxy's headers may be the client's own), else
-	 * (Envoy ext_authz with a path prefix) the rest of our path, else
-	 * this request itself. */
-	sluice_config_proxy_headers(cfg, &mh, &uh);
-	if (origin_header(c, mh, &method, &len) < 0 ||
-	    origin_header(c, uh, &uri, &ulen) < 0)
-		return;
-	if (!method) {
-		method = http_method_str(c->method);
-		len = strlen(method);
-	}
-	req.method = method;
-	req.method_len = len;
-	len = ulen;
-	if (!uri) {
-		if (uh)
-			warn_other_proxy(c, uh);
-		uri = path[9] == '/' ? path + 9 : path;
-		len = strlen(uri);
-	}
-	req.path = uri;
-	req.path_len = len;
-	for (i = 0; i < len; i++)
-		if (uri[i] == '?' || uri[i] == '#')
-			req.path_len = i, i = len;
+	/* Its own method, and (Envoy ext_authz with a path prefix) the
+	 * rest of its path, else its path. */
+	memset(&req, 0, sizeof(req));
+	req.method = http_method_str(c->method);
+	req.method_len = strlen(req.method);
+	req.path = path[9] == '/' ? path + 9 : path;
+	req.path_len = strlen(req.path);
 	req.header = conn_header;
 	req.header_line = conn_header_line;
 	req.header_ctx = c;
 	req.peer = (const struct sockaddr *)&c->peer;
 
-	t = sluice_take_get(c->svc);
-	if (!t) {
-		sluice_resp_json(c, 500, "{\"error\":\"out_of_memory\"}");
-		return;
-	}
-	if (sluice_take_match(t, cfg, &req) < 0) {
-		sluice_take_put(c->svc, t);
-		sluice_resp_json(c, 500, "{\"error\":\"out_of_memory\"}");
-		return;
-	}
-	if (t->nmatches == 0) {
-		/* No rule applies: nothing to limit. */
-		sluice_take_put(c->svc, t);
-		sluice_resp_begin(c, 200);
-		sluice_resp_end(c, NULL, "", 0);
-		return;
-	}
-	c->take = t;
 	sluice_conn_wait(c);
-	sluice_verdict_decide(&c->svc->backend, t, sluice_now_us(), check_done,
-			      c);
+	rc = sluice_decide_request(c->svc, c->req_live, &req, sluice_now_us(),
+				   check_done, c, &err);
+	if (rc == SLUICE_EINVAL)
+		sluice_resp_error(c, 400, "bad_request", err.field,
+				  err.message);
+	else if (rc < 0)
+		sluice_resp_json(c, 500, "{\"error\":\"out_of_memory\"}");
 }
 
 /* ------------------------------------------------------ health, metrics */
@@ -256,8 +148,8 @@ static void handle_metrics(sluice_conn_t *c)
 	if (be->ops && be->ops->stats) {
 		be->ops->stats(be->impl, &st);
 		sluice_metrics_render(&body, &st, style);
-	} else if (c->svc->store) {
-		sluice_memstore_stats(c->svc->store, &st);
+	} else if (c->svc->stats_store) {
+		sluice_memstore_stats(c->svc->stats_store, &st);
 		sluice_metrics_render(&body, &st, style);
 	} else {
 		sluice_metrics_render(&body, NULL, style);

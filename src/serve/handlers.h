@@ -1,15 +1,9 @@
 /*
- * handlers.h -- the endpoints of `sluice serve`.
- *
- *   /v1/check          any method: decide the original request (nginx
- *                      auth_request, Traefik ForwardAuth, Envoy ext_authz)
- *   POST /v1/take      JSON decision API (json_api.c)
- *   POST /v1/reset, /v1/refund   admin, with a bearer token (admin.c)
- *   GET /metrics       Prometheus text
- *   GET /healthz       the process is up
- *   GET /readyz        the process accepts traffic (not draining, store ok)
- *   POST /json         Envoy's RateLimitRequest in JSON (rls_json.c)
- *   GET /healthcheck   envoyproxy/ratelimit's health check (rls_json.c)
+ * handlers.h -- the endpoints of `sluice serve`: the rows of routes[] in
+ * handlers.c, the one list of them (the 404 message's list is read from
+ * it; docs/HTTP.md describes each), with their functions there and in
+ * json_api.c (POST /v1/take), admin.c (the admin endpoints) and
+ * rls_json.c (Envoy's /json and /healthcheck).
  */
 #ifndef SLUICE_SERVE_HANDLERS_H
 #define SLUICE_SERVE_HANDLERS_H

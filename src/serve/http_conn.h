@@ -140,6 +140,9 @@ int sluice_conn_release(sluice_conn_t *c);
 /* The request's header `lname` (lower-case), or NULL. */
 const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
 			       size_t *len);
+/* Its index-th line (0 the first), or NULL past the last. */
+const char *sluice_conn_header_line(const sluice_conn_t *c, const char *lname,
+				    size_t index, size_t *len);
 
 /* The request target: path and query (an absolute-form target,
  * "http://host/path?q", is reduced to its path and query). */

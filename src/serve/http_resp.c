@@ -50,13 +50,20 @@ void sluice_conn_wait(sluice_conn_t *c)
 const char *sluice_conn_header(const sluice_conn_t *c, const char *lname,
 			       size_t *len)
 {
+	return sluice_conn_header_line(c, lname, 0, len);
+}
+
+const char *sluice_conn_header_line(const sluice_conn_t *c, const char *lname,
+				    size_t index, size_t *len)
+{
 	size_t i, n = strlen(lname);
 
 	for (i = 0; i < c->nhdrs; i++) {
 		const sluice_hdr_t *h = &c->hdrs[i];
 
 		if (h->name_len == n &&
-		    memcmp(c->head.data + h->name_off, lname, n) == 0) {
+		    memcmp(c->head.data + h->name_off, lname, n) == 0 &&
+		    index-- == 0) {
 			if (len)
 				*len = h->value_len;
 			return c->head.data + h->value_off;

@@ -23,6 +23,7 @@
  * offending field named.
  */
 #include "policy/ratelimit_headers.h"
+#include "policy/request.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
 #include "util/sha256.h"
@@ -108,44 +109,42 @@ static int get_uint(sluice_conn_t *c, json_t *obj, const char *field,
 	return 0;
 }
 
-static void take_done(void *arg, const sluice_verdict_t *v)
+/* The policy's answer, as JSON with the same rate-limit headers as
+ * /v1/check. */
+static void take_done(void *arg, const sluice_answer_t *a)
 {
 	sluice_conn_t *c = arg;
-	sluice_take_t *t = c->take;
-	sluice_svc_t *svc = c->svc;
+	const sluice_take_t *t = a->take;
+	const sluice_verdict_t *v = &t->verdict;
 	sluice_buf_t body = {0};
 	const sluice_decision_t *d = &v->summary;
 	uint64_t retry_us = 0;
 
 	/* sluice_resp_end() may free c: nothing of c after it. */
 	c->take = NULL;
-	sluice_count_verdict(c, t);
-	if (v->status) {
+	if (a->kind == SLUICE_ANSWER_STORE_ERROR) {
 		sluice_resp_store_error(c);
-	} else {
-		if (v->report >= 0 && !v->allowed)
-			retry_us = sluice_retry_us(
-				&t->matches[v->report].set->limits[v->which],
-				d);
-		sluice_buf_printf(&body, "{\"allowed\":%s,\"limit\":",
-				  v->allowed ? "true" : "false");
-		sluice_buf_u64(&body, v->report >= 0 ? d->limit : 0);
-		sluice_buf_puts(&body, ",\"remaining\":");
-		sluice_buf_u64(&body, v->report >= 0 ? d->remaining : 0);
-		sluice_buf_puts(&body, ",\"retry_after_ms\":");
-		sluice_buf_u64(&body, sluice_us_to_ms_ceil(retry_us));
-		sluice_buf_puts(&body, ",\"reset_ms\":");
-		sluice_buf_u64(&body,
-			       v->report >= 0
-				       ? sluice_us_to_ms_ceil(d->reset_after_us)
-				       : 0);
-		sluice_buf_puts(&body, "}");
-		sluice_resp_begin(c, v->allowed ? 200 : 429);
-		sluice_verdict_headers(c, t, v);
-		sluice_resp_end(c, "application/json", body.data, body.len);
-		sluice_buf_free(&body);
+		return;
 	}
-	sluice_take_put(svc, t);
+	if (v->report >= 0 && !v->allowed)
+		retry_us = sluice_retry_us(
+			&t->matches[v->report].set->limits[v->which], d);
+	sluice_buf_printf(&body, "{\"allowed\":%s,\"limit\":",
+			  v->allowed ? "true" : "false");
+	sluice_buf_u64(&body, v->report >= 0 ? d->limit : 0);
+	sluice_buf_puts(&body, ",\"remaining\":");
+	sluice_buf_u64(&body, v->report >= 0 ? d->remaining : 0);
+	sluice_buf_puts(&body, ",\"retry_after_ms\":");
+	sluice_buf_u64(&body, sluice_us_to_ms_ceil(retry_us));
+	sluice_buf_puts(&body, ",\"reset_ms\":");
+	sluice_buf_u64(&body, v->report >= 0
+				      ? sluice_us_to_ms_ceil(d->reset_after_us)
+				      : 0);
+	sluice_buf_puts(&body, "}");
+	sluice_resp_begin(c, v->allowed ? 200 : 429);
+	sluice_answer_headers(a, &c->out);
+	sluice_resp_end(c, "application/json", body.data, body.len);
+	sluice_buf_free(&body);
 }
 
 /* ------------------------------------------------------ reservations */
@@ -543,8 +542,8 @@ void sluice_api_take(sluice_conn_t *c)
 	}
 	c->take = t;
 	sluice_conn_wait(c);
-	sluice_verdict_decide(&c->svc->backend, t, sluice_now_us(), take_done,
-			      c);
+	sluice_decide_take(c->svc, c->req_live, t, sluice_now_us(), take_done,
+			   c);
 	return;
 out:
 	json_decref(obj);

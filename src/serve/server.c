@@ -438,7 +438,9 @@ static int worker_init(sluice_server_t *s, sluice_worker_t *w, unsigned id,
 	w->held_budget = SLUICE_HELD_BUDGET / s->nworkers;
 	atomic_init(&w->next_live, NULL);
 	atomic_init(&w->drain, 0);
-	w->svc.store = s->store;
+	w->svc.stats_store = s->store;
+	/* The take the thread's requests borrow (NULL: each its own). */
+	w->svc.spare = sluice_take_new();
 	w->svc.live = s->live;
 	sluice_live_ref(s->live);
 	w->svc.metrics = sluice_metrics_new();

@@ -94,7 +94,7 @@ static void init(void)
 	}
 	svc.live = sluice_live_new(cfg);
 	svc.metrics = sluice_metrics_new();
-	svc.store = store;
+	svc.stats_store = store;
 	if (!svc.live || !svc.metrics ||
 	    sluice_backend_open(&svc.backend, &cfg->store, NULL, store, NULL,
 				err, sizeof(err)) < 0)

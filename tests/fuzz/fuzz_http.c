@@ -72,7 +72,7 @@ static void init_svc(sluice_svc_t *svc, sluice_config_t *cfg,
 		abort();
 	svc->live = sluice_live_new(cfg);
 	svc->metrics = sluice_metrics_new();
-	svc->store = shared;
+	svc->stats_store = shared;
 	if (!svc->live || !svc->metrics ||
 	    sluice_backend_open(&svc->backend, &cfg->store, NULL, shared, NULL,
 				err, sizeof(err)) < 0)

@@ -1,0 +1,87 @@
+/*
+ * request.h -- a front end's request decided: its facts in, the answer and
+ * its headers out, in one call each way.
+ *
+ * A front end gathers what it knows of the request (sluice_request_t: the
+ * method and path it was sent with, its header fields, the peer), calls
+ * sluice_decide_request() once, and writes what comes back in its own
+ * protocol.  Everything between is the policy's: which request `proxy:`
+ * says is being decided, the thread's take, the rules, the verdict over
+ * the store (verdict.h), the thread's decision counters, and the answer's
+ * rate-limit header lines and refusal body.  HTTP's /v1/check and /v1/take
+ * (src/serve) answer through here; the Envoy RLS engine (envoy_rls.h)
+ * lends its takes from the same thread (sluice_take_get()).
+ */
+#ifndef SLUICE_POLICY_REQUEST_H
+#define SLUICE_POLICY_REQUEST_H
+
+#include "policy/svc.h"
+#include "util/buf.h"
+
+/* What became of a request. */
+typedef enum {
+	SLUICE_ANSWER_ALLOWED = 0, /* no rule applies, or none refuses it */
+	SLUICE_ANSWER_LIMITED,	   /* an enforcing rule refuses it */
+	SLUICE_ANSWER_STORE_ERROR, /* a fail-closed rule's store failed */
+} sluice_answer_kind_t;
+
+/* The answer, valid during the callback only (its take then goes back to
+ * the thread). */
+typedef struct sluice_answer_s {
+	sluice_answer_kind_t kind;
+	/* The rules' verdict (matches, results, verdict); NULL when no rule
+	 * applies. */
+	const sluice_take_t *take;
+} sluice_answer_t;
+
+typedef void (*sluice_answer_cb)(void *arg, const sluice_answer_t *a);
+
+/* Why a request could not be decided (sluice_decide_request() < 0). */
+typedef struct sluice_decide_error_s {
+	const char *field;   /* the header at fault, or NULL */
+	const char *message; /* static text */
+} sluice_decide_error_t;
+
+/*
+ * Decides the request that `req` describes, as seen by a proxy's check
+ * (HTTP /v1/check): when `proxy:` names headers for the original method
+ * and URI, those (a single line each) describe it, else req's own method
+ * and path do.  req is read during the call only; live is the config to
+ * decide with, valid until cb runs (a front end holds a reference while
+ * an answer is pending); now_us the clock.  Each matching rule's outcome
+ * is counted in svc->metrics.  cb runs exactly once, possibly before this
+ * returns (always, with a local store or when no rule applies).  Returns 0, or
+ * (cb does not run, *err says why) SLUICE_EINVAL when a header the proxy
+ * sets came on more than one line, SLUICE_ENOMEM.
+ */
+int sluice_decide_request(sluice_svc_t *svc, const sluice_live_t *live,
+			  const sluice_request_t *req, int64_t now_us,
+			  sluice_answer_cb cb, void *arg,
+			  sluice_decide_error_t *err);
+
+/*
+ * The same for a take the front end filled itself (POST /v1/take: one
+ * match, from a configured rule or the take's scratch_rule) from
+ * sluice_take_get(): decided, counted, answered, then given back.
+ */
+void sluice_decide_take(sluice_svc_t *svc, const sluice_live_t *live,
+			sluice_take_t *t, int64_t now_us, sluice_answer_cb cb,
+			void *arg);
+
+/* Appends the answer's rate-limit header lines ("Name: value\r\n" each,
+ * sluice_verdict_header_lines()); nothing when no rule decided. */
+void sluice_answer_headers(const sluice_answer_t *a, sluice_buf_t *out);
+
+/* Appends the body of a refusal (SLUICE_ANSWER_LIMITED):
+ * {"error":"rate_limited","retry_after_ms":N,"policy":"name"}. */
+void sluice_answer_limited_body(const sluice_answer_t *a, sluice_buf_t *out);
+
+/*
+ * The thread's take (svc->spare), lent to one request at a time, or a new
+ * one while it is out (NULL when out of memory); sluice_take_put() gives
+ * it back, with its verdict delivered, or frees one of its own.
+ */
+sluice_take_t *sluice_take_get(sluice_svc_t *svc);
+void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t);
+
+#endif /* SLUICE_POLICY_REQUEST_H */

@@ -33,6 +33,12 @@ int sluice_cmd_replay(int argc, char **argv);
 int sluice_sim_parse_u64(const char *s, uint64_t min, uint64_t max,
 			 uint64_t *out);
 
+/* Option --opt of `sluice cmd` as such a count; when it is not one,
+ * "sluice cmd: --opt wants <want>, not '<arg>'" on stderr and -1. */
+int sluice_sim_opt_u64(const char *cmd, const char *opt, const char *want,
+		       const char *arg, uint64_t min, uint64_t max,
+		       uint64_t *out);
+
 /* ---------------------------------------------------------------- traces */
 
 /* Who sends a request.  Every class but SLUICE_SIM_ABUSER is legitimate. */

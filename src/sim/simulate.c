@@ -243,6 +243,17 @@ int sluice_sim_parse_u64(const char *s, uint64_t min, uint64_t max,
 	return 0;
 }
 
+int sluice_sim_opt_u64(const char *cmd, const char *opt, const char *want,
+		       const char *arg, uint64_t min, uint64_t max,
+		       uint64_t *out)
+{
+	if (sluice_sim_parse_u64(arg, min, max, out) == 0)
+		return 0;
+	fprintf(stderr, "sluice %s: --%s wants %s, not '%s'\n", cmd, opt, want,
+		arg);
+	return -1;
+}
+
 int sluice_cmd_simulate(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -272,27 +283,18 @@ int sluice_cmd_simulate(int argc, char **argv)
 	       -1) {
 		switch (opt) {
 		case 's':
-			if (sluice_sim_parse_u64(optarg, 0, UINT64_MAX, &seed) <
-			    0) {
-				fprintf(stderr,
-					"sluice simulate: --seed wants "
-					"a non-negative integer, not "
-					"'%s'\n",
-					optarg);
+			if (sluice_sim_opt_u64("simulate", "seed",
+					       "a non-negative integer", optarg,
+					       0, UINT64_MAX, &seed) < 0)
 				return 2;
-			}
 			break;
 		case 'd':
 			/* A day of the standard mix is about 25 million
 			 * events (400 MB); longer runs say nothing new. */
-			if (sluice_sim_parse_u64(optarg, 1, 86400, &secs) < 0) {
-				fprintf(stderr,
-					"sluice simulate: --duration "
-					"wants whole seconds from 1 to "
-					"86400, not '%s'\n",
-					optarg);
+			if (sluice_sim_opt_u64("simulate", "duration",
+					       "whole seconds from 1 to 86400",
+					       optarg, 1, 86400, &secs) < 0)
 				return 2;
-			}
 			break;
 		case 'c':
 			config = optarg;

@@ -33,8 +33,10 @@ typedef struct sluice_registry_s {
 /* A registry of blocks of `type` linked through its `member`, naming
  * slots in `names` (an array of char *, all NULL). */
 #define SLUICE_REGISTRY_INIT(type, member, names)                              \
-	{PTHREAD_MUTEX_INITIALIZER, NULL, offsetof(type, member), names,      \
-	 sizeof(names) / sizeof((names)[0]), 0}
+	{                                                                      \
+		PTHREAD_MUTEX_INITIALIZER, NULL, offsetof(type, member),       \
+			names, sizeof(names) / sizeof((names)[0]), 0           \
+	}
 
 /* A zeroed block of size bytes, registered (NULL when memory is short). */
 void *sluice_registry_new(sluice_registry_t *r, size_t size);

@@ -181,16 +181,11 @@ static uint64_t total(size_t offset, int gauge, size_t s)
 #define SUM(field, gauge)                                                      \
 	total(offsetof(sluice_redis_metrics_t, field), gauge, s)
 
-void sluice_redis_metrics_render(sluice_buf_t *out)
+/* The gauges of nodes 0..n (the registry's lock held). */
+static void render_gauges(sluice_buf_t *out, size_t n)
 {
-	size_t s, b, e, n;
+	size_t s;
 
-	pthread_mutex_lock(&reg.lock);
-	n = reg.n;
-	if (!n) {
-		pthread_mutex_unlock(&reg.lock);
-		return;
-	}
 	head(out, "sluice_redis_up", "gauge",
 	     "1 when every loop thread's client can use the node (handshake "
 	     "done, pings answered, breaker not open).");
@@ -230,6 +225,13 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				     : worst == 1 ? "\"} 0\n"
 						  : "\"} -1\n");
 	}
+}
+
+/* The calls' latency and failures on nodes 0..n (the lock held). */
+static void render_calls(sluice_buf_t *out, size_t n)
+{
+	size_t s, b, e;
+
 	head(out, "sluice_redis_call_duration_seconds", "histogram",
 	     "From a call to the node to its answer or its timeout.");
 	for (s = 0; s < n; s++) {
@@ -263,6 +265,18 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				line(out, "sluice_redis_errors_total", names[s],
 				     "kind", error_kind[e],
 				     SUM(errors[s][e], 0));
+}
+
+void sluice_redis_metrics_render(sluice_buf_t *out)
+{
+	size_t n;
+
+	pthread_mutex_lock(&reg.lock);
+	n = reg.n;
+	if (n) {
+		render_gauges(out, n);
+		render_calls(out, n);
+	}
 	pthread_mutex_unlock(&reg.lock);
 }
 

@@ -82,25 +82,25 @@ static int unit_us(const char *s, size_t len, uint64_t *us)
 	"a rate like \"2/s\", \"50/min\", \"2000/h\", \"10000/day\", "         \
 	"\"0.5/s\" or \"1/3s\""
 
-int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
-		      size_t errlen)
+static void skip_space(const char **p)
 {
-	const char *p = text;
-	uint64_t whole, frac = 0, scale = 1, mult = 1, unit = US_PER_S;
-	uint64_t num, den, g;
-	unsigned __int128 period;
+	while (isspace((unsigned char)**p))
+		(*p)++;
+}
+
+/* The amount, "2" or "0.5" at *p (advanced past it), as num / scale
+ * tokens (scale a power of ten). */
+static int parse_amount(const char *text, const char **p, uint64_t *num,
+			uint64_t *scale, char *err, size_t errlen)
+{
+	uint64_t whole, frac = 0;
 	int fdigits = 0, rc;
 
-	if (!text)
-		return sluice_fail(SLUICE_EINVAL, err, errlen,
-				   "missing rate: expected %s", RATE_FORMS);
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == '-')
+	if (**p == '-')
 		return sluice_fail(SLUICE_ERANGE, err, errlen,
 				   "rate \"%s\" is negative: expected %s", text,
 				   RATE_FORMS);
-	rc = parse_uint(&p, UINT64_C(1000000000000), &whole, NULL);
+	rc = parse_uint(p, UINT64_C(1000000000000), &whole, NULL);
 	if (rc == -2)
 		return sluice_fail(
 			SLUICE_ERANGE, err, errlen,
@@ -111,9 +111,10 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 		return sluice_fail(SLUICE_EINVAL, err, errlen,
 				   "rate \"%s\" is not a number: expected %s",
 				   text, RATE_FORMS);
-	if (*p == '.') {
-		p++;
-		rc = parse_uint(&p, UINT64_C(999999), &frac, &fdigits);
+	*scale = 1;
+	if (**p == '.') {
+		(*p)++;
+		rc = parse_uint(p, UINT64_C(999999), &frac, &fdigits);
 		if (rc != 0)
 			return sluice_fail(
 				SLUICE_EINVAL, err, errlen,
@@ -121,66 +122,65 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 				"the decimal point",
 				text);
 		while (fdigits-- > 0)
-			scale *= 10;
+			*scale *= 10;
 	}
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == '/') {
-		const char *u;
-		p++;
-		while (isspace((unsigned char)*p))
-			p++;
-		if (isdigit((unsigned char)*p)) {
-			rc = parse_uint(&p, SLUICE_UNITS_MAX, &mult, NULL);
-			if (rc != 0 || mult == 0)
-				return sluice_fail(
-					SLUICE_ERANGE, err, errlen,
-					"rate \"%s\": the period multiplier "
-					"must be 1 to 2^52",
-					text);
-			/* "1/1.5s": a fraction of a period would be a
-			 * rate this fixed-point form cannot hold exactly;
-			 * say so rather than "unknown time unit \".\"". */
-			if (*p == '.')
-				return sluice_fail(
-					SLUICE_EINVAL, err, errlen,
-					"rate \"%s\": the period multiplier "
-					"must be a whole number: expected "
-					"e.g. \"2/3s\" rather than "
-					"\"1/1.5s\"",
-					text);
-			while (isspace((unsigned char)*p))
-				p++;
-		}
-		u = p;
-		while (isalpha((unsigned char)*p))
-			p++;
-		if (p == u || unit_us(u, (size_t)(p - u), &unit) != 0)
+	/* At most 10^12 * 10^6: no overflow. */
+	*num = whole * *scale + frac;
+	return SLUICE_OK;
+}
+
+/* The period after the '/', "s" or "3s" at *p (advanced past it), as
+ * mult units of unit_us. */
+static int parse_period(const char *text, const char **p, uint64_t *mult,
+			uint64_t *unit_us_out, char *err, size_t errlen)
+{
+	const char *u;
+	int rc;
+
+	skip_space(p);
+	if (isdigit((unsigned char)**p)) {
+		rc = parse_uint(p, SLUICE_UNITS_MAX, mult, NULL);
+		if (rc != 0 || *mult == 0)
+			return sluice_fail(SLUICE_ERANGE, err, errlen,
+					   "rate \"%s\": the period multiplier "
+					   "must be 1 to 2^52",
+					   text);
+		/* "1/1.5s": a fraction of a period would be a rate this
+		 * fixed-point form cannot hold exactly; say so rather than
+		 * "unknown time unit \".\"". */
+		if (**p == '.')
 			return sluice_fail(
 				SLUICE_EINVAL, err, errlen,
-				"rate \"%s\": unknown time unit \"%.*s\": "
-				"expected us, ms, s, min, h or day",
-				text, (int)(p - u), u);
+				"rate \"%s\": the period multiplier must be "
+				"a whole number: expected e.g. \"2/3s\" "
+				"rather than \"1/1.5s\"",
+				text);
+		skip_space(p);
 	}
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p != '\0')
-		return sluice_fail(
-			SLUICE_EINVAL, err, errlen,
-			"rate \"%s\": unexpected \"%s\": expected %s", text, p,
-			RATE_FORMS);
+	u = *p;
+	while (isalpha((unsigned char)**p))
+		(*p)++;
+	if (*p == u || unit_us(u, (size_t)(*p - u), unit_us_out) != 0)
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "rate \"%s\": unknown time unit \"%.*s\": "
+				   "expected us, ms, s, min, h or day",
+				   text, (int)(*p - u), u);
+	return SLUICE_OK;
+}
 
-	/* tokens = (whole*scale + frac) / scale per (mult*unit) us, so the
-	 * interval is mult*unit*scale / (whole*scale + frac) us per token. */
-	num = whole * scale + frac;
+/* num / scale tokens per period_us: one token every period/den us, the
+ * fraction in lowest terms, or an error when it does not fit. */
+static int rate_reduce(const char *text, uint64_t num, unsigned __int128 period,
+		       sluice_rate_t *out, char *err, size_t errlen)
+{
+	uint64_t den = num, g;
+
 	if (num == 0)
 		return sluice_fail(
 			SLUICE_ERANGE, err, errlen,
 			"rate \"%s\" is zero: a bucket must refill; expected "
 			"%s",
 			text, RATE_FORMS);
-	period = (unsigned __int128)mult * unit * scale;
-	den = num;
 	g = sluice_gcd((uint64_t)(period % den), den);
 	g = g ? g : den;
 	period /= g;
@@ -205,6 +205,39 @@ int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
 	out->interval = (uint64_t)period;
 	out->per = (uint32_t)den;
 	return SLUICE_OK;
+}
+
+int sluice_rate_parse(const char *text, sluice_rate_t *out, char *err,
+		      size_t errlen)
+{
+	const char *p = text;
+	uint64_t num = 0, scale = 1, mult = 1, unit = US_PER_S;
+	int rc;
+
+	if (!text)
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "missing rate: expected %s", RATE_FORMS);
+	skip_space(&p);
+	rc = parse_amount(text, &p, &num, &scale, err, errlen);
+	if (rc < 0)
+		return rc;
+	skip_space(&p);
+	if (*p == '/') {
+		p++;
+		rc = parse_period(text, &p, &mult, &unit, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	skip_space(&p);
+	if (*p != '\0')
+		return sluice_fail(
+			SLUICE_EINVAL, err, errlen,
+			"rate \"%s\": unexpected \"%s\": expected %s", text, p,
+			RATE_FORMS);
+	/* tokens = num / scale per (mult*unit) us, so the interval is
+	 * mult*unit*scale / num us per token. */
+	return rate_reduce(text, num, (unsigned __int128)mult * unit * scale,
+			   out, err, errlen);
 }
 
 int sluice_rate_format(const sluice_rate_t *rate, char *buf, size_t len)

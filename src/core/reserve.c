@@ -32,6 +32,98 @@ static void reserve_decision(const sluice_limit_t *l, uint64_t nd,
 	d->reset_after_us = decide_units_to_us_ceil(nd, l->rate.per);
 }
 
+/*
+ * How long limit l makes a reservation of cost wait at now_us, from its
+ * state (UINT64_MAX and *never set: cost is past its capacity).  Its
+ * shortfall in *D (a quota: the count of its window W); for a quota, W's
+ * end in *end and the time to it in *left (else both 0), and that time in
+ * *quota_wait too when W has no room for cost.
+ */
+static uint64_t limit_wait(const sluice_limit_t *l, sluice_state_t state,
+			   int64_t now_us, uint64_t cost, uint64_t *D,
+			   uint64_t *left, int64_t *end, int *never,
+			   uint64_t *quota_wait)
+{
+	uint64_t x;
+
+	*left = 0;
+	*end = 0;
+	if (sluice_limit_is_quota(l)) {
+		/* A quota: D is W's count.  It passes now or not at all (the
+		 * wait to W's end, charging nothing). */
+		*D = sluice_quota_live(l, state, now_us, end);
+		*left = (uint64_t)(*end - now_us);
+		if (cost > l->capacity) {
+			*never = 1;
+			return UINT64_MAX;
+		}
+		if (*D + cost <= l->capacity)
+			return 0;
+		*quota_wait = *left;
+		return *left;
+	}
+	*D = decide_shortfall(state, now_us, l->rate.per);
+	if (cost > l->capacity) {
+		*never = 1;
+		return UINT64_MAX;
+	}
+	/* D <= 2^53 and cost * T <= tau <= 2^52: no overflow. */
+	x = *D + cost * l->rate.interval;
+	return x <= l->tau ? 0
+			   : decide_units_to_us_ceil(x - l->tau, l->rate.per);
+}
+
+/* A reservation's retry_after_us: its turn when it was reserved, else
+ * when one with the same max_wait could be (UINT64_MAX: never). */
+static uint64_t retry_after(int ok, int never, uint64_t turn, uint64_t max_wait,
+			    uint64_t quota_wait)
+{
+	if (ok)
+		return turn;
+	if (never)
+		return UINT64_MAX;
+	if (quota_wait > 0)
+		/* A quota's window must end first (and the turn come within
+		 * max_wait). */
+		return turn > max_wait && turn - max_wait > quota_wait
+			       ? turn - max_wait
+			       : quota_wait;
+	if (turn <= max_wait)
+		return UINT64_MAX;
+	return turn - max_wait;
+}
+
+/*
+ * The shortfalls a reserved request leaves (nd[], from D[]): the limit
+ * that sets the turn is charged as a take would charge it (its turn is
+ * then exact, not rounded up to a microsecond); the others at the turn,
+ * so none counts the request before it runs.  turn <=
+ * SLUICE_WAIT_MAX_US keeps turn * per below 2^50.  0 when a charge goes
+ * beyond the exact range (refused).
+ */
+static int charge_at_turn(const sluice_limit_t *limits, size_t n,
+			  const uint64_t *D, const uint64_t *w, uint64_t turn,
+			  uint64_t cost, uint64_t *nd)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const sluice_limit_t *l = &limits[i];
+		uint64_t base = D[i];
+
+		if (sluice_limit_is_quota(l)) {
+			nd[i] = D[i] + cost; /* <= capacity: it passed */
+			continue;
+		}
+		if (w[i] != turn && turn * l->rate.per > base)
+			base = turn * l->rate.per;
+		nd[i] = base + cost * l->rate.interval;
+		if (nd[i] > sluice_debt_max_units(l))
+			return 0;
+	}
+	return 1;
+}
+
 int sluice_reserve_all(const sluice_limit_t *limits,
 		       const sluice_state_t *states, size_t n, int64_t now_us,
 		       uint64_t cost, uint64_t max_wait_us,
@@ -54,40 +146,8 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 	max_wait = max_wait_us < SLUICE_WAIT_MAX_US ? max_wait_us
 						    : SLUICE_WAIT_MAX_US;
 	for (i = 0; i < n; i++) {
-		const sluice_limit_t *l = &limits[i];
-		uint64_t x;
-
-		left[i] = 0;
-		end[i] = 0;
-		if (sluice_limit_is_quota(l)) {
-			/* A quota: D is W's count.  It passes now or not at
-			 * all (the wait to W's end, charging nothing). */
-			D[i] = sluice_quota_live(l, states[i], now_us, &end[i]);
-			left[i] = (uint64_t)(end[i] - now_us);
-			if (cost > l->capacity) {
-				never = 1;
-				w[i] = UINT64_MAX;
-			} else if (D[i] + cost <= l->capacity) {
-				w[i] = 0;
-			} else {
-				w[i] = left[i];
-				quota_wait = left[i];
-			}
-		} else {
-			D[i] = decide_shortfall(states[i], now_us, l->rate.per);
-			if (cost > l->capacity) {
-				never = 1;
-				w[i] = UINT64_MAX;
-			} else {
-				/* D <= 2^53 and cost * T <= tau <= 2^52: no
-				 * overflow. */
-				x = D[i] + cost * l->rate.interval;
-				w[i] = x <= l->tau ? 0
-						   : decide_units_to_us_ceil(
-							     x - l->tau,
-							     l->rate.per);
-			}
-		}
+		w[i] = limit_wait(&limits[i], states[i], now_us, cost, &D[i],
+				  &left[i], &end[i], &never, &quota_wait);
 		if (w[i] > turn) {
 			turn = w[i];
 			worst = i;
@@ -103,31 +163,10 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 			if (left[i] > quota_wait)
 				quota_wait = left[i];
 		}
-	for (i = 0; i < n; i++) {
-		const sluice_limit_t *l = &limits[i];
-		const uint64_t per = l->rate.per;
-		uint64_t base = D[i];
-
+	for (i = 0; i < n; i++)
 		nd[i] = D[i];
-		if (!ok || cost == 0)
-			continue;
-		if (sluice_limit_is_quota(l)) {
-			nd[i] = D[i] + cost; /* <= capacity: it passed */
-			continue;
-		}
-		/*
-		 * The limit that sets the turn is charged as a take would
-		 * charge it (its turn is then exact, not rounded up to a
-		 * microsecond); the others at the turn, so none counts the
-		 * request before it runs.  turn <= SLUICE_WAIT_MAX_US keeps
-		 * turn * per below 2^50.
-		 */
-		if (w[i] != turn && turn * per > base)
-			base = turn * per;
-		nd[i] = base + cost * l->rate.interval;
-		if (nd[i] > sluice_debt_max_units(l))
-			ok = 0; /* beyond the exact range: refused */
-	}
+	if (ok && cost > 0)
+		ok = charge_at_turn(limits, n, D, w, turn, cost, nd);
 	for (i = 0; i < n; i++) {
 		if (!ok)
 			nd[i] = D[i];
@@ -155,21 +194,8 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 			}
 		}
 		summary->allowed = ok;
-		if (ok)
-			summary->retry_after_us = turn;
-		else if (never)
-			summary->retry_after_us = UINT64_MAX;
-		else if (quota_wait > 0)
-			/* A quota's window must end first (and the turn
-			 * come within max_wait). */
-			summary->retry_after_us =
-				turn > max_wait && turn - max_wait > quota_wait
-					? turn - max_wait
-					: quota_wait;
-		else if (turn <= max_wait)
-			summary->retry_after_us = UINT64_MAX;
-		else
-			summary->retry_after_us = turn - max_wait;
+		summary->retry_after_us =
+			retry_after(ok, never, turn, max_wait, quota_wait);
 		summary->never = never;
 	}
 	if (wait_us)

@@ -2,15 +2,12 @@
  * counters.c -- the registry of per-thread counter blocks and rule slots.
  */
 #include "policy/counters.h"
+#include "util/registry.h"
 
-#include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static sluice_metrics_t *all;
+/* Slot 0 is the ad-hoc limits' (SLUICE_METRIC_ADHOC), registered first. */
 static char *slot_names[SLUICE_METRIC_SLOTS];
-static atomic_size_t nslots;
+static sluice_registry_t reg =
+	SLUICE_REGISTRY_INIT(sluice_metrics_t, next, slot_names);
 
 const uint64_t sluice_latency_bucket_ns[SLUICE_LATENCY_BUCKETS] = {
 	25000,	 50000,	   100000,   250000,   500000,	  1000000,   2500000,
@@ -19,58 +16,28 @@ const uint64_t sluice_latency_bucket_ns[SLUICE_LATENCY_BUCKETS] = {
 void sluice_latency_count(sluice_counter_t *hist, sluice_counter_t *sum,
 			  uint64_t ns)
 {
-	size_t i;
-
-	for (i = 0;
-	     i < SLUICE_LATENCY_BUCKETS && ns > sluice_latency_bucket_ns[i];
-	     i++)
-		;
-	sluice_count(&hist[i], 1);
-	sluice_count(sum, ns);
+	sluice_histogram_count(sluice_latency_bucket_ns, SLUICE_LATENCY_BUCKETS,
+			       hist, sum, ns);
 }
 
 sluice_metrics_t *sluice_metrics_new(void)
 {
-	sluice_metrics_t *m = calloc(1, sizeof(*m));
-
-	if (!m)
-		return NULL;
-	pthread_mutex_lock(&lock);
-	m->next = all;
-	all = m;
-	pthread_mutex_unlock(&lock);
-	return m;
+	return sluice_registry_new(&reg, sizeof(sluice_metrics_t));
 }
 
 uint16_t sluice_metrics_slot(const char *name)
 {
-	size_t i, n;
-	uint16_t slot;
-
-	pthread_mutex_lock(&lock);
-	if (!slot_names[SLUICE_METRIC_ADHOC]) {
-		slot_names[SLUICE_METRIC_ADHOC] = strdup("adhoc");
-		atomic_store(&nslots, 1);
-	}
-	n = atomic_load(&nslots);
-	for (i = 0; i < n; i++)
-		if (slot_names[i] && strcmp(slot_names[i], name) == 0)
-			break;
-	if (i == n && n < SLUICE_METRIC_SLOTS) {
-		slot_names[n] = strdup(name);
-		atomic_store(&nslots, n + 1);
-	}
-	slot = (uint16_t)(i < SLUICE_METRIC_SLOTS ? i
-						  : SLUICE_METRIC_SLOTS - 1);
-	pthread_mutex_unlock(&lock);
-	return slot;
+	/* Registering is idempotent: two threads racing here both find
+	 * "adhoc" at slot 0. */
+	sluice_registry_slot(&reg, "adhoc");
+	return (uint16_t)sluice_registry_slot(&reg, name);
 }
 
 void sluice_metrics_visit(void (*fn)(void *arg, const sluice_metrics_t *all,
 				     const char *const *names, size_t n),
 			  void *arg)
 {
-	pthread_mutex_lock(&lock);
-	fn(arg, all, (const char *const *)slot_names, atomic_load(&nslots));
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_lock(&reg.lock);
+	fn(arg, reg.blocks, (const char *const *)slot_names, reg.n);
+	pthread_mutex_unlock(&reg.lock);
 }

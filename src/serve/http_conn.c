@@ -422,6 +422,72 @@ static int ext_next(unsigned char ch, int *state)
 	return 0;
 }
 
+/* One byte of a size line's extensions, after the size (the states
+ * CK_BWS_SEMI to CK_VAL_END): -1 when it breaks the grammar. */
+static int ext_step(unsigned char ch, int *state)
+{
+	switch (*state) {
+	case CK_BWS_SEMI:
+		if (ch == ';')
+			*state = CK_NAME_BWS;
+		else if (ch != ' ' && ch != '\t')
+			return -1;
+		break;
+	case CK_NAME_BWS:
+		if (is_tchar(ch))
+			*state = CK_NAME;
+		else if (ch != ' ' && ch != '\t')
+			return -1;
+		break;
+	case CK_NAME:
+		if (ch == '=')
+			*state = CK_VAL_BWS;
+		else if (ch == ' ' || ch == '\t')
+			*state = CK_NAME_END;
+		else if (!is_tchar(ch) && ext_next(ch, state) < 0)
+			return -1;
+		break;
+	case CK_NAME_END:
+		if (ch == '=')
+			*state = CK_VAL_BWS;
+		else if (ch == ';')
+			*state = CK_NAME_BWS;
+		else if (ch != ' ' && ch != '\t')
+			return -1;
+		break;
+	case CK_VAL_BWS:
+		if (ch == '"')
+			*state = CK_QSTR;
+		else if (is_tchar(ch))
+			*state = CK_TOKEN;
+		else if (ch != ' ' && ch != '\t')
+			return -1;
+		break;
+	case CK_TOKEN:
+		if (!is_tchar(ch) && ext_next(ch, state) < 0)
+			return -1;
+		break;
+	case CK_QSTR: /* qdtext: HTAB, SP, VCHAR but " and \, obs-text */
+		if (ch == '"')
+			*state = CK_VAL_END;
+		else if (ch == '\\')
+			*state = CK_QESC;
+		else if (ch != '\t' && (ch < 0x20 || ch == 0x7f))
+			return -1;
+		break;
+	case CK_QESC:
+		if (ch != '\t' && (ch < 0x20 || ch == 0x7f))
+			return -1;
+		*state = CK_QSTR;
+		break;
+	case CK_VAL_END:
+		if (ext_next(ch, state) < 0)
+			return -1;
+		break;
+	}
+	return 0;
+}
+
 /* Reads n more body bytes; -1 at the first that breaks the framing. */
 static int chunk_check(sluice_conn_t *c, const char *data, size_t n)
 {
@@ -445,62 +511,15 @@ static int chunk_check(sluice_conn_t *c, const char *data, size_t n)
 			}
 			break;
 		case CK_BWS_SEMI:
-			if (ch == ';')
-				c->ck_state = CK_NAME_BWS;
-			else if (ch != ' ' && ch != '\t')
-				return -1;
-			break;
 		case CK_NAME_BWS:
-			if (is_tchar(ch))
-				c->ck_state = CK_NAME;
-			else if (ch != ' ' && ch != '\t')
-				return -1;
-			break;
 		case CK_NAME:
-			if (ch == '=')
-				c->ck_state = CK_VAL_BWS;
-			else if (ch == ' ' || ch == '\t')
-				c->ck_state = CK_NAME_END;
-			else if (!is_tchar(ch) &&
-				 ext_next(ch, &c->ck_state) < 0)
-				return -1;
-			break;
 		case CK_NAME_END:
-			if (ch == '=')
-				c->ck_state = CK_VAL_BWS;
-			else if (ch == ';')
-				c->ck_state = CK_NAME_BWS;
-			else if (ch != ' ' && ch != '\t')
-				return -1;
-			break;
 		case CK_VAL_BWS:
-			if (ch == '"')
-				c->ck_state = CK_QSTR;
-			else if (is_tchar(ch))
-				c->ck_state = CK_TOKEN;
-			else if (ch != ' ' && ch != '\t')
-				return -1;
-			break;
 		case CK_TOKEN:
-			if (!is_tchar(ch) && ext_next(ch, &c->ck_state) < 0)
-				return -1;
-			break;
-		case CK_QSTR: /* qdtext: HTAB, SP, VCHAR but " and \, obs-text
-			       */
-			if (ch == '"')
-				c->ck_state = CK_VAL_END;
-			else if (ch == '\\')
-				c->ck_state = CK_QESC;
-			else if (ch != '\t' && (ch < 0x20 || ch == 0x7f))
-				return -1;
-			break;
+		case CK_QSTR:
 		case CK_QESC:
-			if (ch != '\t' && (ch < 0x20 || ch == 0x7f))
-				return -1;
-			c->ck_state = CK_QSTR;
-			break;
 		case CK_VAL_END:
-			if (ext_next(ch, &c->ck_state) < 0)
+			if (ext_step(ch, &c->ck_state) < 0)
 				return -1;
 			break;
 		case CK_SIZE_LF:

@@ -613,6 +613,124 @@ static void raise_nofile(void)
 	}
 }
 
+/* The process's stores (the host's shared store when configured, the
+ * memory store of the stats) and the live config over cfg, which it then
+ * owns; else the exit status (cfg freed): 2 for a shared store that
+ * cannot be used (a configuration error, like a bad config file), 1 when
+ * memory is short. */
+static int open_stores(sluice_server_t *s, sluice_config_t *cfg)
+{
+	char err[512];
+
+	if (cfg->store.kind == SLUICE_STORE_SHARED &&
+	    sluice_shmstore_open_group(
+		    &s->shm, cfg->store.shm_path, cfg->store.max_keys,
+		    cfg->store.shm_group, err, sizeof(err)) != 0) {
+		sluice_log_error("store.shared: %s", err);
+		sluice_config_free(cfg);
+		return 2;
+	}
+	sluice_memstore_open(&s->store, sluice_config_max_keys(cfg), NULL, 0);
+	s->live = s->store ? sluice_live_new(cfg) : NULL;
+	if (!s->live) {
+		if (!s->store)
+			sluice_config_free(cfg);
+		sluice_log_error("out of memory");
+		sluice_memstore_free(s->store);
+		sluice_shmstore_close(s->shm);
+		return 1;
+	}
+	return 0;
+}
+
+/* Each worker's listening sockets (HTTP, and gRPC when configured; the
+ * first worker's gRPC socket in *grpc_first) and its loop; -1 (said in
+ * the log) when one fails, s->nworkers then the workers to clean up. */
+static int workers_listen(sluice_server_t *s, const sluice_config_t *cfg,
+			  int *grpc_first)
+{
+	char err[512];
+	unsigned i;
+
+	for (i = 0; i < s->nworkers; i++) {
+		int fd = sluice_listen_socket(cfg->listen, i == 0, err,
+					      sizeof(err));
+		int gfd = -1;
+
+		if (fd >= 0 && cfg->grpc.listen &&
+		    (gfd = sluice_grpc_socket(cfg->grpc.listen, *grpc_first,
+					      err, sizeof(err))) < 0) {
+			close(fd);
+			fd = -1;
+		}
+		if (i == 0)
+			*grpc_first = gfd;
+		if (fd < 0 || worker_init(s, &s->workers[i], i, fd, &gfd, err,
+					  sizeof(err))) {
+			sluice_log_error("%s", err);
+			if (fd >= 0 && !s->workers[i].listening)
+				close(fd);
+			if (gfd >= 0)
+				close(gfd);
+			s->nworkers = i + (fd >= 0);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The main thread's loop: the signals, the envoy files' watch and the
+ * statsd timer. */
+static void main_loop_init(sluice_server_t *s)
+{
+	s->main_loop = uv_default_loop();
+	uv_signal_init(s->main_loop, &s->sighup);
+	uv_signal_init(s->main_loop, &s->sigterm);
+	uv_signal_init(s->main_loop, &s->sigint);
+	s->sighup.data = s->sigterm.data = s->sigint.data = s;
+	uv_signal_start(&s->sighup, on_signal, SIGHUP);
+	uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+	uv_signal_start(&s->sigint, on_signal, SIGINT);
+	uv_timer_init(s->main_loop, &s->envoy_watch);
+	s->envoy_watch.data = s;
+	s->envoy_stamp = envoy_loaded_stamp(s);
+	envoy_watch_arm(s);
+	uv_timer_init(s->main_loop, &s->statsd);
+	s->statsd.data = s;
+	uv_timer_start(&s->statsd, on_statsd, 1000, 0);
+}
+
+/* A worker whose thread never ran: its handles closed on its own loop,
+ * here. */
+static void worker_close_unrun(sluice_worker_t *w)
+{
+	uv_close((uv_handle_t *)&w->listener, NULL);
+	if (w->admin_listening)
+		uv_close((uv_handle_t *)&w->admin_listener, NULL);
+	if (w->grpc)
+		sluice_grpc_close_all(w->grpc);
+	if (w->sweep.data)
+		uv_close((uv_handle_t *)&w->sweep, NULL);
+	if (w->wakeup.data)
+		uv_close((uv_handle_t *)&w->wakeup, NULL);
+	uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+/* Each worker's thread: how many started (fewer than s->nworkers: the
+ * next one could not, said in the log). */
+static unsigned workers_start(sluice_server_t *s)
+{
+	unsigned i;
+
+	for (i = 0; i < s->nworkers; i++)
+		if (uv_thread_create(&s->workers[i].thread, worker_main,
+				     &s->workers[i]) < 0) {
+			sluice_log_error("cannot start thread %u", i);
+			break;
+		}
+	return i;
+}
+
 int sluice_serve(const sluice_serve_opts_t *opts)
 {
 	sluice_server_t s;
@@ -635,26 +753,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 				"the path can pose as the server");
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
-	/* The host's shared store, opened once: a file that cannot be used
-	 * is a configuration error (exit 2), like a bad config file. */
-	if (cfg->store.kind == SLUICE_STORE_SHARED &&
-	    sluice_shmstore_open_group(
-		    &s.shm, cfg->store.shm_path, cfg->store.max_keys,
-		    cfg->store.shm_group, err, sizeof(err)) != 0) {
-		sluice_log_error("store.shared: %s", err);
-		sluice_config_free(cfg);
-		return 2;
-	}
-	sluice_memstore_open(&s.store, sluice_config_max_keys(cfg), NULL, 0);
-	s.live = s.store ? sluice_live_new(cfg) : NULL;
-	if (!s.live) {
-		if (!s.store)
-			sluice_config_free(cfg);
-		sluice_log_error("out of memory");
-		sluice_memstore_free(s.store);
-		sluice_shmstore_close(s.shm);
-		return 1;
-	}
+	status = open_stores(&s, cfg);
+	if (status)
+		return status;
 	s.boot = s.live;
 	sluice_live_ref(s.boot);
 	s.nworkers = cfg->threads;
@@ -664,30 +765,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		status = 1;
 		goto out;
 	}
-	for (i = 0; i < s.nworkers; i++) {
-		int fd = sluice_listen_socket(cfg->listen, i == 0, err,
-					      sizeof(err));
-		int gfd = -1;
-
-		if (fd >= 0 && cfg->grpc.listen &&
-		    (gfd = sluice_grpc_socket(cfg->grpc.listen, grpc_first, err,
-					      sizeof(err))) < 0) {
-			close(fd);
-			fd = -1;
-		}
-		if (i == 0)
-			grpc_first = gfd;
-		if (fd < 0 || worker_init(&s, &s.workers[i], i, fd, &gfd, err,
-					  sizeof(err))) {
-			sluice_log_error("%s", err);
-			if (fd >= 0 && !s.workers[i].listening)
-				close(fd);
-			if (gfd >= 0)
-				close(gfd);
-			status = 1;
-			s.nworkers = i + (fd >= 0);
-			goto out;
-		}
+	if (workers_listen(&s, cfg, &grpc_first) < 0) {
+		status = 1;
+		goto out;
 	}
 
 	if (cfg->admin_token && cfg->admin_listen &&
@@ -697,21 +777,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		goto out;
 	}
 
-	s.main_loop = uv_default_loop();
-	uv_signal_init(s.main_loop, &s.sighup);
-	uv_signal_init(s.main_loop, &s.sigterm);
-	uv_signal_init(s.main_loop, &s.sigint);
-	s.sighup.data = s.sigterm.data = s.sigint.data = &s;
-	uv_signal_start(&s.sighup, on_signal, SIGHUP);
-	uv_signal_start(&s.sigterm, on_signal, SIGTERM);
-	uv_signal_start(&s.sigint, on_signal, SIGINT);
-	uv_timer_init(s.main_loop, &s.envoy_watch);
-	s.envoy_watch.data = &s;
-	s.envoy_stamp = envoy_loaded_stamp(&s);
-	envoy_watch_arm(&s);
-	uv_timer_init(s.main_loop, &s.statsd);
-	s.statsd.data = &s;
-	uv_timer_start(&s.statsd, on_statsd, 1000, 0);
+	main_loop_init(&s);
 	if (cfg->envoy && cfg->envoy->settings.xds &&
 	    !(s.xds = sluice_xds_start(s.main_loop, cfg->envoy->settings.xds,
 				       on_xds, &s, err, sizeof(err)))) {
@@ -719,15 +785,9 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		status = 1;
 	}
 
-	for (i = 0; i < s.nworkers; i++) {
-		if (uv_thread_create(&s.workers[i].thread, worker_main,
-				     &s.workers[i]) < 0) {
-			sluice_log_error("cannot start thread %u", i);
-			status = 1;
-			break;
-		}
-		started++;
-	}
+	started = workers_start(&s);
+	if (started < s.nworkers)
+		status = 1;
 	if (status == 0) {
 		if (cfg->grpc.listen)
 			sluice_log_info("gRPC (Envoy rate limit service, "
@@ -758,20 +818,8 @@ out:
 	for (i = 0; i < s.nworkers; i++) {
 		sluice_worker_t *w = &s.workers[i];
 
-		if (i >= started && w->listening) {
-			/* never ran: close its handles here */
-			uv_close((uv_handle_t *)&w->listener, NULL);
-			if (w->admin_listening)
-				uv_close((uv_handle_t *)&w->admin_listener,
-					 NULL);
-			if (w->grpc)
-				sluice_grpc_close_all(w->grpc);
-			if (w->sweep.data)
-				uv_close((uv_handle_t *)&w->sweep, NULL);
-			if (w->wakeup.data)
-				uv_close((uv_handle_t *)&w->wakeup, NULL);
-			uv_run(&w->loop, UV_RUN_DEFAULT);
-		}
+		if (i >= started && w->listening)
+			worker_close_unrun(w);
 		if (w->svc.metrics)
 			worker_fini(w);
 	}

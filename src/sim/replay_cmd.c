@@ -256,25 +256,17 @@ int sluice_cmd_replay(int argc, char **argv)
 			json = 1;
 			break;
 		case 't':
-			if (sluice_sim_parse_u64(optarg, 1, 100000, &v) < 0) {
-				fprintf(stderr,
-					"sluice replay: --top wants a "
-					"count from 1 to 100000, not "
-					"'%s'\n",
-					optarg);
+			if (sluice_sim_opt_u64("replay", "top",
+					       "a count from 1 to 100000",
+					       optarg, 1, 100000, &v) < 0)
 				return 2;
-			}
 			ro.top = (size_t)v;
 			break;
 		case 'w':
-			if (sluice_sim_parse_u64(optarg, 1, 86400, &v) < 0) {
-				fprintf(stderr,
-					"sluice replay: --window wants "
-					"seconds from 1 to 86400, not "
-					"'%s'\n",
-					optarg);
+			if (sluice_sim_opt_u64("replay", "window",
+					       "seconds from 1 to 86400",
+					       optarg, 1, 86400, &v) < 0)
 				return 2;
-			}
 			ro.window_us = (int64_t)v * SEC;
 			break;
 		case 'h':

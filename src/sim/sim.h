@@ -12,7 +12,8 @@
  * time and says what would have been limited, before anything is enforced.
  *
  * Both run on the caller's thread with no I/O beyond their files: a trace
- * is an array of events, a policy answers allow/reject for one event.
+ * is an array of events, a limiter (limiters.c; the type keeps its older
+ * name, sluice_sim_policy_t) answers allow/reject for one event.
  */
 #ifndef SLUICE_SIM_SIM_H
 #define SLUICE_SIM_SIM_H
@@ -32,6 +33,12 @@ int sluice_cmd_replay(int argc, char **argv);
 /* A command-line count: decimal digits only, within [min, max]; 0 or -1. */
 int sluice_sim_parse_u64(const char *s, uint64_t min, uint64_t max,
 			 uint64_t *out);
+
+/* Option --opt of `sluice cmd` as such a count; when it is not one,
+ * "sluice cmd: --opt wants <want>, not '<arg>'" on stderr and -1. */
+int sluice_sim_opt_u64(const char *cmd, const char *opt, const char *want,
+		       const char *arg, uint64_t min, uint64_t max,
+		       uint64_t *out);
 
 /* ---------------------------------------------------------------- traces */
 
@@ -109,7 +116,7 @@ void sluice_sim_sort(sluice_sim_trace_t *tr);
 
 void sluice_sim_trace_free(sluice_sim_trace_t *tr);
 
-/* -------------------------------------------------------------- policies */
+/* ----------------------------------------------------- limiters compared */
 
 typedef struct sluice_sim_policy_s sluice_sim_policy_t;
 struct sluice_sim_policy_s {
@@ -121,8 +128,8 @@ struct sluice_sim_policy_s {
 	void *impl;
 };
 
-/* The comparison policies, keyed by the classic key (x-user-id, else the
- * client IP).  `limit` requests per `window_us` for the windows. */
+/* The limiters compared (limiters.c), keyed by the classic key (x-user-id, else
+ * the client IP).  `limit` requests per `window_us` for the windows. */
 sluice_sim_policy_t *sluice_sim_fixed_window(uint32_t limit, int64_t window_us,
 					     size_t nkeys);
 sluice_sim_policy_t *sluice_sim_sliding_log(uint32_t limit, int64_t window_us,

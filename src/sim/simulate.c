@@ -243,6 +243,62 @@ int sluice_sim_parse_u64(const char *s, uint64_t min, uint64_t max,
 	return 0;
 }
 
+int sluice_sim_opt_u64(const char *cmd, const char *opt, const char *want,
+		       const char *arg, uint64_t min, uint64_t max,
+		       uint64_t *out)
+{
+	if (sluice_sim_parse_u64(arg, min, max, out) == 0)
+		return 0;
+	fprintf(stderr, "sluice %s: --%s wants %s, not '%s'\n", cmd, opt, want,
+		arg);
+	return -1;
+}
+
+/* The trace through each limiter compared (and the config's rules, with
+ * cfg), the results printed: the command's exit status. */
+static int compare(const sluice_sim_trace_t *tr, sluice_config_t *cfg,
+		   const char *config, uint64_t seed, int json)
+{
+	sluice_sim_policy_t *pols[MAX_POLICIES] = {0};
+	sluice_sim_result_t res[MAX_POLICIES];
+	sluice_limit_t bucket;
+	size_t npol = 0, i;
+	char err[512];
+	int rc = 1;
+
+	if (sluice_limit_parse(&bucket, "100", "2/s", err, sizeof(err)) < 0)
+		goto out;
+	pols[npol++] = sluice_sim_fixed_window(100, 60 * SEC, tr->nkeys);
+	pols[npol++] = sluice_sim_sliding_log(100, 60 * SEC, tr->nkeys);
+	pols[npol++] = sluice_sim_sliding_counter(100, 60 * SEC, tr->nkeys);
+	pols[npol++] = sluice_sim_token_bucket(&bucket, tr->nkeys);
+	if (cfg)
+		pols[npol++] = sluice_sim_config_policy(cfg, config);
+	for (i = 0; i < npol; i++)
+		if (!pols[i])
+			goto out;
+	if (sluice_sim_run(tr, pols, npol, res) < 0)
+		goto out;
+	if (json)
+		print_json(tr, seed, res, npol);
+	else
+		print_text(tr, seed, res, npol);
+	for (i = 0; i < npol; i++)
+		sluice_sim_result_free(&res[i]);
+	rc = 0;
+	if (fflush(stdout) != 0) {
+		perror("sluice simulate: stdout");
+		rc = 1;
+	}
+	goto done;
+out:
+	fprintf(stderr, "sluice simulate: out of memory\n");
+done:
+	for (i = 0; i < npol; i++)
+		sluice_sim_policy_free(pols[i]);
+	return rc;
+}
+
 int sluice_cmd_simulate(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -256,14 +312,10 @@ int sluice_cmd_simulate(int argc, char **argv)
 	};
 	sluice_sim_params_t params;
 	sluice_sim_trace_t tr;
-	sluice_sim_policy_t *pols[MAX_POLICIES] = {0};
-	sluice_sim_result_t res[MAX_POLICIES];
 	sluice_config_t *cfg = NULL;
-	sluice_limit_t bucket;
 	const char *config = NULL, *access_log = NULL;
 	uint64_t seed = 1, secs = 600;
-	size_t npol = 0, i;
-	int json = 0, opt, rc = 1;
+	int json = 0, opt, rc;
 	char err[512];
 
 	sluice_sim_params_default(&params);
@@ -272,27 +324,18 @@ int sluice_cmd_simulate(int argc, char **argv)
 	       -1) {
 		switch (opt) {
 		case 's':
-			if (sluice_sim_parse_u64(optarg, 0, UINT64_MAX, &seed) <
-			    0) {
-				fprintf(stderr,
-					"sluice simulate: --seed wants "
-					"a non-negative integer, not "
-					"'%s'\n",
-					optarg);
+			if (sluice_sim_opt_u64("simulate", "seed",
+					       "a non-negative integer", optarg,
+					       0, UINT64_MAX, &seed) < 0)
 				return 2;
-			}
 			break;
 		case 'd':
 			/* A day of the standard mix is about 25 million
 			 * events (400 MB); longer runs say nothing new. */
-			if (sluice_sim_parse_u64(optarg, 1, 86400, &secs) < 0) {
-				fprintf(stderr,
-					"sluice simulate: --duration "
-					"wants whole seconds from 1 to "
-					"86400, not '%s'\n",
-					optarg);
+			if (sluice_sim_opt_u64("simulate", "duration",
+					       "whole seconds from 1 to 86400",
+					       optarg, 1, 86400, &secs) < 0)
 				return 2;
-			}
 			break;
 		case 'c':
 			config = optarg;
@@ -334,38 +377,9 @@ int sluice_cmd_simulate(int argc, char **argv)
 		fprintf(stderr, "sluice simulate: %s: %s\n", access_log,
 			strerror(errno));
 		rc = 2;
-		goto done;
+	} else {
+		rc = compare(&tr, cfg, config, seed, json);
 	}
-	if (sluice_limit_parse(&bucket, "100", "2/s", err, sizeof(err)) < 0)
-		goto out;
-	pols[npol++] = sluice_sim_fixed_window(100, 60 * SEC, tr.nkeys);
-	pols[npol++] = sluice_sim_sliding_log(100, 60 * SEC, tr.nkeys);
-	pols[npol++] = sluice_sim_sliding_counter(100, 60 * SEC, tr.nkeys);
-	pols[npol++] = sluice_sim_token_bucket(&bucket, tr.nkeys);
-	if (cfg)
-		pols[npol++] = sluice_sim_config_policy(cfg, config);
-	for (i = 0; i < npol; i++)
-		if (!pols[i])
-			goto out;
-	if (sluice_sim_run(&tr, pols, npol, res) < 0)
-		goto out;
-	if (json)
-		print_json(&tr, seed, res, npol);
-	else
-		print_text(&tr, seed, res, npol);
-	for (i = 0; i < npol; i++)
-		sluice_sim_result_free(&res[i]);
-	rc = 0;
-	if (fflush(stdout) != 0) {
-		perror("sluice simulate: stdout");
-		rc = 1;
-	}
-	goto done;
-out:
-	fprintf(stderr, "sluice simulate: out of memory\n");
-done:
-	for (i = 0; i < npol; i++)
-		sluice_sim_policy_free(pols[i]);
 	sluice_sim_trace_free(&tr);
 	if (cfg)
 		sluice_config_free(cfg);

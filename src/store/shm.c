@@ -372,13 +372,9 @@ int sluice_shmstore_reserve(sluice_shmstore_t *s, const void *key,
 			    int64_t now_us, sluice_decision_t *summary,
 			    uint64_t *wait_us)
 {
-	int rc;
-
-	GUARDED(s, rc,
-		sluice_buckets_reserve(&s->b, key, keylen, limits, nlimits,
-				       cost, max_wait_us, now_us, summary,
-				       wait_us, NULL));
-	return rc;
+	return sluice_shmstore_reserve_left(s, key, keylen, limits, nlimits,
+					    cost, max_wait_us, now_us, summary,
+					    wait_us, NULL);
 }
 
 int sluice_shmstore_reserve_left(sluice_shmstore_t *s, const void *key,

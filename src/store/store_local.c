@@ -189,6 +189,14 @@ static void shm_log_failure(void *impl)
 LOCAL_CALLS(memory, sluice_memstore, sluice_memstore_t, NULL);
 LOCAL_CALLS(shm, sluice_shmstore, sluice_shmstore_t, shm_log_failure);
 
+/* A call that failed (r < 0, not SLUICE_EINVAL) and is answered: a
+ * shared store says its damage first (its failure hook). */
+static void local_failed(const local_calls_t *c, void *impl, int r)
+{
+	if (r == SLUICE_ESTORE && c->failed)
+		c->failed(impl);
+}
+
 /* Charges items[0..n): one key (the common case) by the single-key
  * call, the same decision as take_many's with less bookkeeping. */
 static int local_take(const local_calls_t *c, void *impl,
@@ -201,8 +209,7 @@ static int local_take(const local_calls_t *c, void *impl,
 		r = c->now(impl, items, now_us, 0);
 	} else {
 		r = c->take_many(impl, items, n, now_us);
-		if (r == SLUICE_ESTORE && c->failed)
-			c->failed(impl);
+		local_failed(c, impl, r);
 	}
 	if (r == SLUICE_EINVAL)
 		return r;
@@ -288,8 +295,7 @@ static int local_reserve(const local_calls_t *c, void *impl,
 	if (r == SLUICE_EINVAL)
 		return r;
 	if (r < 0) {
-		if (r == SLUICE_ESTORE && c->failed)
-			c->failed(impl);
+		local_failed(c, impl, r);
 		cb(arg, r, NULL);
 		return 0;
 	}
@@ -309,8 +315,7 @@ static int local_refund_if(const local_calls_t *c, void *impl,
 	if (r == SLUICE_EINVAL)
 		return r;
 	if (r < 0) {
-		if (r == SLUICE_ESTORE && c->failed)
-			c->failed(impl);
+		local_failed(c, impl, r);
 		cb(arg, r, 0);
 		return 0;
 	}
@@ -353,8 +358,7 @@ static int local_carry(const local_calls_t *c, void *impl,
 		if (r == SLUICE_EINVAL)
 			return r;
 		if (r < 0) {
-			if (r == SLUICE_ESTORE && c->failed)
-				c->failed(impl);
+			local_failed(c, impl, r);
 			cb(arg, r, 0);
 			return 0;
 		}

@@ -4,6 +4,7 @@
  */
 #include "store/store_redis_metrics.h"
 #include "util/counter.h"
+#include "util/registry.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -56,42 +57,22 @@ struct sluice_redis_metrics_s {
 	sluice_redis_metrics_t *next;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static sluice_redis_metrics_t *all;
 static char *names[NODES];
-static size_t nnames;
+static sluice_registry_t reg =
+	SLUICE_REGISTRY_INIT(sluice_redis_metrics_t, next, names);
 /* Each node's last error in words, as a client last reported it (for
  * /readyz; free text never goes into a metric label). */
 static char last_error[NODES][160];
 
 sluice_redis_metrics_t *sluice_redis_metrics_new(void)
 {
-	sluice_redis_metrics_t *m = calloc(1, sizeof(*m));
-
-	if (!m)
-		return NULL;
-	pthread_mutex_lock(&lock);
-	m->next = all;
-	all = m;
-	pthread_mutex_unlock(&lock);
-	return m;
+	return sluice_registry_new(&reg, sizeof(sluice_redis_metrics_t));
 }
 
 /* The process-wide number of a node name (registered on first use). */
 static size_t node_slot(const char *name)
 {
-	size_t i;
-
-	pthread_mutex_lock(&lock);
-	for (i = 0; i < nnames; i++)
-		if (strcmp(names[i], name) == 0)
-			break;
-	if (i == nnames && nnames < NODES && (names[i] = strdup(name)))
-		nnames++;
-	if (i >= nnames)
-		i = NODES - 1;
-	pthread_mutex_unlock(&lock);
-	return i;
+	return sluice_registry_slot(&reg, name);
 }
 
 static uint64_t ld(const sluice_counter_t *c)
@@ -108,7 +89,7 @@ void sluice_redis_metrics_report(void *arg,
 				 const sluice_redis_node_report_t *rep)
 {
 	sluice_redis_metrics_t *m = arg;
-	size_t ix = rep->index < CLIENT_IX ? rep->index : CLIENT_IX - 1, s, b;
+	size_t ix = rep->index < CLIENT_IX ? rep->index : CLIENT_IX - 1, s;
 
 	if (!m)
 		return;
@@ -131,10 +112,10 @@ void sluice_redis_metrics_report(void *arg,
 	     rep->error == SLUICE_REDIS_ERR_NOPERM ||
 	     rep->error == SLUICE_REDIS_ERR_OOM) &&
 	    rep->last_error && rep->last_error[0]) {
-		pthread_mutex_lock(&lock);
+		pthread_mutex_lock(&reg.lock);
 		snprintf(last_error[s], sizeof(last_error[s]), "%s",
 			 rep->last_error);
-		pthread_mutex_unlock(&lock);
+		pthread_mutex_unlock(&reg.lock);
 	}
 	if (rep->error > SLUICE_REDIS_ERR_NONE &&
 	    rep->error < SLUICE_REDIS_ERRORS)
@@ -145,10 +126,8 @@ void sluice_redis_metrics_report(void *arg,
 		set(&m->last_kind[s], (uint64_t)rep->error);
 	if (rep->what != SLUICE_REDIS_REPORT_CALL)
 		return;
-	for (b = 0; b < BUCKETS && rep->latency_ns > bucket_ns[b]; b++)
-		;
-	sluice_count(&m->latency[s][b], 1);
-	sluice_count(&m->latency_sum_ns[s], rep->latency_ns);
+	sluice_histogram_count(bucket_ns, BUCKETS, m->latency[s],
+			       &m->latency_sum_ns[s], rep->latency_ns);
 }
 
 void sluice_redis_metrics_retire(sluice_redis_metrics_t *m)
@@ -192,7 +171,7 @@ static uint64_t total(size_t offset, int gauge, size_t s)
 	const sluice_redis_metrics_t *m;
 	uint64_t t = 0;
 
-	for (m = all; m; m = m->next)
+	for (m = reg.blocks; m; m = m->next)
 		if (!gauge || ld(&m->known[s]))
 			t += ld((const sluice_counter_t *)((const char *)m +
 							   offset));
@@ -202,16 +181,11 @@ static uint64_t total(size_t offset, int gauge, size_t s)
 #define SUM(field, gauge)                                                      \
 	total(offsetof(sluice_redis_metrics_t, field), gauge, s)
 
-void sluice_redis_metrics_render(sluice_buf_t *out)
+/* The gauges of nodes 0..n (the registry's lock held). */
+static void render_gauges(sluice_buf_t *out, size_t n)
 {
-	size_t s, b, e, n;
+	size_t s;
 
-	pthread_mutex_lock(&lock);
-	n = nnames;
-	if (!n) {
-		pthread_mutex_unlock(&lock);
-		return;
-	}
 	head(out, "sluice_redis_up", "gauge",
 	     "1 when every loop thread's client can use the node (handshake "
 	     "done, pings answered, breaker not open).");
@@ -241,7 +215,7 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 		uint64_t worst = 0;
 
 		/* The worst any running client saw. */
-		for (m = all; m; m = m->next)
+		for (m = reg.blocks; m; m = m->next)
 			if (ld(&m->known[s]) && ld(&m->evict[s]) > worst)
 				worst = ld(&m->evict[s]);
 		sluice_buf_printf(
@@ -251,6 +225,13 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				     : worst == 1 ? "\"} 0\n"
 						  : "\"} -1\n");
 	}
+}
+
+/* The calls' latency and failures on nodes 0..n (the lock held). */
+static void render_calls(sluice_buf_t *out, size_t n)
+{
+	size_t s, b, e;
+
 	head(out, "sluice_redis_call_duration_seconds", "histogram",
 	     "From a call to the node to its answer or its timeout.");
 	for (s = 0; s < n; s++) {
@@ -284,7 +265,19 @@ void sluice_redis_metrics_render(sluice_buf_t *out)
 				line(out, "sluice_redis_errors_total", names[s],
 				     "kind", error_kind[e],
 				     SUM(errors[s][e], 0));
-	pthread_mutex_unlock(&lock);
+}
+
+void sluice_redis_metrics_render(sluice_buf_t *out)
+{
+	size_t n;
+
+	pthread_mutex_lock(&reg.lock);
+	n = reg.n;
+	if (n) {
+		render_gauges(out, n);
+		render_calls(out, n);
+	}
+	pthread_mutex_unlock(&reg.lock);
 }
 
 /* The kind of node s's last failure as a client not able to use it
@@ -293,7 +286,7 @@ static const char *last_kind(size_t s)
 {
 	const sluice_redis_metrics_t *m;
 
-	for (m = all; m; m = m->next) {
+	for (m = reg.blocks; m; m = m->next) {
 		uint64_t k = ld(&m->last_kind[s]);
 
 		if (ld(&m->known[s]) && !ld(&m->up[s]) && k > 0 &&
@@ -307,8 +300,8 @@ void sluice_redis_metrics_unready(sluice_buf_t *out)
 {
 	size_t s, n, listed = 0;
 
-	pthread_mutex_lock(&lock);
-	n = nnames;
+	pthread_mutex_lock(&reg.lock);
+	n = reg.n;
 	for (s = 0; s < n; s++) {
 		uint64_t known = SUM(known[s], 0), up = SUM(up[s], 1);
 
@@ -325,7 +318,7 @@ void sluice_redis_metrics_unready(sluice_buf_t *out)
 	}
 	if (listed)
 		sluice_buf_puts(out, "]");
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&reg.lock);
 }
 
 const sluice_store_exposition_t sluice_redis_exposition = {

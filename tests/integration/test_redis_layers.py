@@ -22,7 +22,7 @@ DIR = os.path.join(SRC, "src", "store", "redis")
 # The layers of redis_int.h, top first.
 LAYERS = [["reserve.c"], ["client.c"], ["many.c", "import.c"], ["call.c"],
           ["cluster.c", "sentinel.c"],
-          ["node.c"], ["quota.c"], ["policy.c", "script.c", "module_path.c"],
+          ["node.c"], ["quota.c"], ["maxmemory.c", "script.c", "module_path.c"],
           ["command.c"], ["link.c"],
           ["reply.c", "tls.c", "url.c", "status.c"]]
 

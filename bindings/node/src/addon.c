@@ -385,6 +385,28 @@ void *addon_take_args(napi_env env, napi_value *argv, policy_t **p,
 	return store;
 }
 
+int addon_admin(sluice_backend_t *be, sluice_take_item_t *it, int32_t op,
+		int64_t now_us, sluice_store_cb cb, void *arg)
+{
+	const sluice_store_ops_t *ops = be->ops;
+
+	switch (op) {
+	case ADMIN_RESET:
+		return ops->reset(be->impl, it, 1, cb, arg);
+	case ADMIN_REFUND:
+		return ops->refund(be->impl, it, 1, now_us, cb, arg);
+	case ADMIN_PENALIZE:
+		return ops->penalize(be->impl, it, 1, now_us, cb, arg);
+	case ADMIN_BLOCK:
+		/* n is the block's length in ms. */
+		return ops->block(be->impl, it, 1, it->cost, now_us, cb, arg);
+	case ADMIN_SET:
+		/* n is the tokens to leave. */
+		return ops->set(be->impl, it, 1, it->cost, now_us, cb, arg);
+	}
+	return SLUICE_EINVAL;
+}
+
 /* ------------------------------------------------------------- module */
 
 /* strerror(code) -> the library's description of a SLUICE_E* code */

@@ -86,6 +86,13 @@ void *addon_take_args(napi_env env, napi_value *argv, policy_t **p,
 /* What an admin call does (the op argument of memoryAdmin & co.). */
 enum { ADMIN_RESET, ADMIN_REFUND, ADMIN_PENALIZE, ADMIN_BLOCK, ADMIN_SET };
 
+/* The store's verb of admin call `op` on the item (its cost the n of
+ * refund and penalize, the ms of block, the tokens set leaves), at now_us
+ * (0 on a store that decides on its own clock): the verb's return, or
+ * SLUICE_EINVAL for an op that names none (cb not called). */
+int addon_admin(sluice_backend_t *be, sluice_take_item_t *it, int32_t op,
+		int64_t now_us, sluice_store_cb cb, void *arg);
+
 /* A reservation's answer as the DECISION_FIELDS numbers JS reads (in the
  * place of a decision's): wait_us (-1: never), now_us (the store's
  * clock), remaining, then reset_ms when reserved, else retry_after_ms

@@ -177,6 +177,31 @@ static int answered(int rc, const answer_t *a)
 }
 
 /*
+ * The arguments every call on these stores starts with, (store, key,
+ * policy, n, ...), into *it (its key built in key[]), and its clock: the
+ * now_us at argv[now_arg] when given (a Limiter's `clock`), else the wall
+ * clock.  The backend, or NULL with an exception pending.
+ */
+static sluice_backend_t *local_args(napi_env env, size_t argc, napi_value *argv,
+				    size_t now_arg, policy_t **p,
+				    char key[SLUICE_KEY_MAX],
+				    sluice_take_item_t *it, int64_t *now)
+{
+	sluice_backend_t *be =
+		addon_take_args(env, argv, p, key, &it->keylen, &it->cost);
+
+	if (!be)
+		return NULL;
+	if (argc <= now_arg ||
+	    napi_get_value_int64(env, argv[now_arg], now) != napi_ok)
+		*now = sluice_now_us();
+	it->key = key;
+	it->limits = (*p)->limits;
+	it->nlimits = (*p)->nlimits;
+	return be;
+}
+
+/*
  * memoryTake / shmTake(store, key, policy, cost[, now_us]) -> allowed
  * (bool)
  * Decides at once, at now_us when given (a Limiter's `clock`), else at
@@ -196,14 +221,9 @@ static napi_value local_call(napi_env env, napi_callback_info info, int peek)
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	be = local_args(env, argc, argv, 4, &p, key, &it, &now);
 	if (!be)
 		return NULL;
-	if (argc < 5 || napi_get_value_int64(env, argv[4], &now) != napi_ok)
-		now = sluice_now_us();
-	it.key = key;
-	it.limits = p->limits;
-	it.nlimits = p->nlimits;
 	addon_carry(be, p, key, it.keylen, now);
 	/* The store's synchronous path (every store opened here has one):
 	 * the answer returned, no callback. */
@@ -238,48 +258,23 @@ static napi_value local_admin(napi_env env, napi_callback_info info)
 	size_t argc = 6;
 	napi_value argv[6];
 	sluice_backend_t *be;
-	const sluice_store_ops_t *ops;
 	int64_t now;
 	int32_t op = -1;
 	policy_t *p;
 	char key[SLUICE_KEY_MAX];
 	sluice_take_item_t it = {0};
 	answer_t a = {0};
-	int rc = SLUICE_EINVAL;
+	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	be = local_args(env, argc, argv, 5, &p, key, &it, &now);
 	if (!be)
 		return NULL;
 	CHECK(env, napi_get_value_int32(env, argv[4], &op));
-	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
-		now = sluice_now_us();
-	it.key = key;
-	it.limits = p->limits;
-	it.nlimits = p->nlimits;
-	ops = be->ops;
 	/* Usage under an earlier policy of the name moves first: the verb
 	 * covers it. */
 	addon_carry(be, p, key, it.keylen, now);
-	switch (op) {
-	case ADMIN_RESET:
-		rc = ops->reset(be->impl, &it, 1, on_answer, &a);
-		break;
-	case ADMIN_REFUND:
-		rc = ops->refund(be->impl, &it, 1, now, on_answer, &a);
-		break;
-	case ADMIN_PENALIZE:
-		rc = ops->penalize(be->impl, &it, 1, now, on_answer, &a);
-		break;
-	case ADMIN_BLOCK:
-		/* n is the block's length in ms. */
-		rc = ops->block(be->impl, &it, 1, it.cost, now, on_answer, &a);
-		break;
-	case ADMIN_SET:
-		/* n is the tokens to leave. */
-		rc = ops->set(be->impl, &it, 1, it.cost, now, on_answer, &a);
-		break;
-	}
+	rc = addon_admin(be, &it, op, now, on_answer, &a);
 	if ((rc = answered(rc, &a)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
 		return NULL;
@@ -325,15 +320,10 @@ static napi_value local_reserve(napi_env env, napi_callback_info info)
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	be = local_args(env, argc, argv, 5, &p, key, &it, &now);
 	if (!be)
 		return NULL;
 	CHECK(env, napi_get_value_double(env, argv[4], &max_wait));
-	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
-		now = sluice_now_us();
-	it.key = key;
-	it.limits = p->limits;
-	it.nlimits = p->nlimits;
 	rc = be->ops->reserve(be->impl, &it,
 			      max_wait > 0 ? (uint64_t)max_wait : 0, now,
 			      on_reserved, &a);
@@ -373,14 +363,9 @@ static napi_value local_refund_if(napi_env env, napi_callback_info info)
 	int rc;
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-	be = addon_take_args(env, argv, &p, key, &it.keylen, &it.cost);
+	be = local_args(env, argc, argv, 5, &p, key, &it, &now);
 	if (!be || !addon_token_parse(env, argv[4], p->nlimits, want))
 		return NULL;
-	if (argc < 6 || napi_get_value_int64(env, argv[5], &now) != napi_ok)
-		now = sluice_now_us();
-	it.key = key;
-	it.limits = p->limits;
-	it.nlimits = p->nlimits;
 	rc = be->ops->refund_if(be->impl, &it, want, now, on_answer, &a);
 	if ((rc = answered(rc, &a)) < 0) {
 		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));

@@ -376,9 +376,7 @@ void rclient_enqueue(rclient_t *c, rcall_t *call)
 	}
 }
 
-/* The store's answer to a call (store.h's callback): the decision
- * from the item's outputs, as numbers, then the queue. */
-static void on_answer(void *arg, int status, int allowed)
+void rclient_on_answer(void *arg, int status, int allowed)
 {
 	rcall_t *call = arg;
 	int decided = status == 0 && !call->admin;
@@ -521,6 +519,15 @@ rcall_t *rclient_new_call(napi_env env, rclient_t *c, const policy_t *p,
 	return call;
 }
 
+napi_value rclient_sent(napi_env env, rcall_t *call, int rc)
+{
+	if (rc < 0) {
+		rclient_put_call(call->c, call);
+		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
+	}
+	return NULL;
+}
+
 /*
  * redisTake(client, key, policy, cost, id) -> undefined
  * The answer comes once, from the loop, as the row of the owner's answer
@@ -551,14 +558,9 @@ static napi_value redis_call(napi_env env, napi_callback_info info, int peek)
 	/* Sent first on the same client: Redis carries, then decides. */
 	addon_carry(&c->be, p, key, keylen, sluice_now_us());
 	/* Redis decides on its own clock: no now_us. */
-	rc = (peek ? c->be.ops->peek : c->be.ops->take)(c->be.impl, &call->item,
-							1, 0, on_answer, call);
-	if (rc < 0) {
-		rclient_put_call(c, call);
-		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
-		return NULL;
-	}
-	return NULL;
+	rc = (peek ? c->be.ops->peek : c->be.ops->take)(
+		c->be.impl, &call->item, 1, 0, rclient_on_answer, call);
+	return rclient_sent(env, call, rc);
 }
 
 static napi_value redis_take(napi_env env, napi_callback_info info)
@@ -584,7 +586,6 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	size_t argc = 6, keylen;
 	napi_value argv[6];
 	rclient_t *c;
-	const sluice_store_ops_t *ops;
 	policy_t *p;
 	uint64_t n;
 	int32_t op = -1;
@@ -599,33 +600,10 @@ static napi_value redis_admin(napi_env env, napi_callback_info info)
 	a = rclient_new_call(env, c, p, key, keylen, n, argv[5], 1);
 	if (!a)
 		return NULL;
-	ops = c->be.ops;
 	addon_carry(&c->be, p, key, keylen, sluice_now_us());
-	switch (op) {
-	case ADMIN_RESET:
-		rc = ops->reset(c->be.impl, &a->item, 1, on_answer, a);
-		break;
-	case ADMIN_REFUND:
-		rc = ops->refund(c->be.impl, &a->item, 1, 0, on_answer, a);
-		break;
-	case ADMIN_PENALIZE:
-		rc = ops->penalize(c->be.impl, &a->item, 1, 0, on_answer, a);
-		break;
-	case ADMIN_BLOCK:
-		rc = ops->block(c->be.impl, &a->item, 1, n, 0, on_answer, a);
-		break;
-	case ADMIN_SET:
-		rc = ops->set(c->be.impl, &a->item, 1, n, 0, on_answer, a);
-		break;
-	default:
-		rc = SLUICE_EINVAL;
-	}
-	if (rc < 0) {
-		rclient_put_call(c, a);
-		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
-		return NULL;
-	}
-	return NULL;
+	/* Redis decides on its own clock: no now_us. */
+	rc = addon_admin(&c->be, &a->item, op, 0, rclient_on_answer, a);
+	return rclient_sent(env, a, rc);
 }
 
 /* redisHealthy(client) -> bool */

@@ -94,6 +94,16 @@ struct rcall_s {
 rcall_t *rclient_new_call(napi_env env, rclient_t *c, const policy_t *p,
 			  const char *key, size_t keylen, uint64_t n,
 			  napi_value id, int admin);
+
+/* What the JS call returns once the store's verb ran on `call` and
+ * returned rc: on a failure (rc < 0, no answer will come) the call goes
+ * back to its client and the error is thrown.  NULL (undefined) always. */
+napi_value rclient_sent(napi_env env, rcall_t *call, int rc);
+
+/* The store's answer to a call (store.h's sluice_store_cb): a take's
+ * decision as numbers; an admin call's allowed (a conditional refund's
+ * "refunded") with no numbers.  Then the queue. */
+void rclient_on_answer(void *arg, int status, int allowed);
 /* A call done with (never sent, or delivered). */
 void rclient_put_call(rclient_t *c, rcall_t *call);
 /* An answered call joins the queue delivered to JS. */

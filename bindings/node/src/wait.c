@@ -104,12 +104,7 @@ static napi_value redis_reserve(napi_env env, napi_callback_info info)
 	rc = c->be.ops->reserve(c->be.impl, &call->item,
 				max_wait > 0 ? (uint64_t)max_wait : 0, 0,
 				on_reserved, call);
-	if (rc < 0) {
-		rclient_put_call(c, call);
-		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
-		return NULL;
-	}
-	return NULL;
+	return rclient_sent(env, call, rc);
 }
 
 /* redisToken(client, id) -> the state token of the reservation answered
@@ -130,17 +125,6 @@ static napi_value redis_token(napi_env env, napi_callback_info info)
 			   env, id < c->ntokens ? c->tokens[id] : "",
 			   NAPI_AUTO_LENGTH, &res));
 	return res;
-}
-
-/* The store's answer to a conditional refund: allowed is "refunded". */
-static void on_refund_if(void *arg, int status, int allowed)
-{
-	rcall_t *call = arg;
-
-	call->status = status;
-	call->allowed = status == 0 && allowed;
-	memset(call->nums, 0, sizeof(call->nums));
-	rclient_enqueue(call->c, call);
 }
 
 /*
@@ -169,14 +153,10 @@ static napi_value redis_refund_if(napi_env env, napi_callback_info info)
 	call = rclient_new_call(env, c, p, key, keylen, cost, argv[5], 1);
 	if (!call)
 		return NULL;
+	/* An admin call: its answer's allowed is "refunded". */
 	rc = c->be.ops->refund_if(c->be.impl, &call->item, want, 0,
-				  on_refund_if, call);
-	if (rc < 0) {
-		rclient_put_call(c, call);
-		napi_throw_error(env, "ERR_SLUICE", sluice_strerror(rc));
-		return NULL;
-	}
-	return NULL;
+				  rclient_on_answer, call);
+	return rclient_sent(env, call, rc);
 }
 
 const addon_fn_t addon_wait_fns[] = {

@@ -219,37 +219,26 @@ static void conn_answered(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 	}
 }
 
-/* What Redis answered for call c (its own reply, or its element of a
- * batch's; NULL when the link went away) on connection k's link l. */
-static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
+/* Call c's link went away before its reply: on Sentinel, a master that
+ * moved with the call in flight on the old one (its write there, if made,
+ * is lost when the old master is made a replica) leaves the new master to
+ * decide it, within the deadline; else the call fails. */
+static void call_lost(sluice_redis_call_t *c)
+{
+	if (c->r->sentinel && c->r->nodes[0]->moving &&
+	    clock_ms() < c->deadline_ms) {
+		c->redirects++;
+		sluice_redis__retry_later(c);
+		return;
+	}
+	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+}
+
+/* Redis answered call c with an error: 1 when a retry cures it (the call
+ * sent again, now or later, and answered then), 0 when it is refused. */
+static int call_retried(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 			sluice_redis_call_t *c, const redisReply *rep)
 {
-	assert(c->refs > 0); /* one per command sent carrying the call */
-	c->refs--;
-	if (c->done || c->r->closing) {
-		if (!c->done)
-			sluice_redis__finish(c, SLUICE_ESTORE, NULL);
-		call_maybe_free(c);
-		return;
-	}
-	if (!rep) {
-		/* Sentinel: the master moved with this call in flight on the
-		 * old one (its write there, if made, is lost when the old
-		 * master is made a replica): the new master decides it,
-		 * within the deadline. */
-		if (c->r->sentinel && c->r->nodes[0]->moving &&
-		    clock_ms() < c->deadline_ms) {
-			c->redirects++;
-			sluice_redis__retry_later(c);
-			return;
-		}
-		sluice_redis__finish(c, SLUICE_ESTORE, NULL);
-		return;
-	}
-	if (rep->type != REDIS_REPLY_ERROR) {
-		sluice_redis__finish(c, 0, rep);
-		return;
-	}
 	if (is_error(rep, "NOSCRIPT") && k && k->link == l &&
 	    ++c->redirects <= SLUICE_REDIS_MAX_REDIRECTS) {
 		/* Reload, then the same call behind it on the same pipe. */
@@ -268,11 +257,11 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		}
 		sluice_redis__load_script(k, NULL);
 		if (send_on(k, c, 1) == 0)
-			return;
+			return 1;
 	} else if (is_error(rep, "MOVED ") || is_error(rep, "ASK ")) {
 		if (sluice_redis__redirect(c, rep)) {
 			sluice_redis__send(c);
-			return;
+			return 1;
 		}
 	} else if (is_error(rep, "READONLY") && c->r->sentinel) {
 		/* A master demoted under us: ask the Sentinels where the
@@ -286,7 +275,7 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		c->redirects++;
 		if (clock_ms() < c->deadline_ms) {
 			sluice_redis__retry_later(c);
-			return;
+			return 1;
 		}
 	} else if (is_error(rep, "TRYAGAIN") || is_error(rep, "CLUSTERDOWN") ||
 		   is_error(rep, "LOADING")) {
@@ -299,15 +288,41 @@ static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		c->redirects++;
 		if (clock_ms() < c->deadline_ms) {
 			sluice_redis__retry_later(c);
-			return;
+			return 1;
 		}
 	} else if (k && k->module == 1 &&
 		   is_error(rep, "ERR unknown command")) {
 		/* The module was unloaded: back to the script. */
 		k->module = 0;
 		sluice_redis__send(c);
+		return 1;
+	}
+	return 0;
+}
+
+/* What Redis answered for call c (its own reply, or its element of a
+ * batch's; NULL when the link went away) on connection k's link l. */
+static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
+			sluice_redis_call_t *c, const redisReply *rep)
+{
+	assert(c->refs > 0); /* one per command sent carrying the call */
+	c->refs--;
+	if (c->done || c->r->closing) {
+		if (!c->done)
+			sluice_redis__finish(c, SLUICE_ESTORE, NULL);
+		call_maybe_free(c);
 		return;
 	}
+	if (!rep) {
+		call_lost(c);
+		return;
+	}
+	if (rep->type != REDIS_REPLY_ERROR) {
+		sluice_redis__finish(c, 0, rep);
+		return;
+	}
+	if (call_retried(k, l, c, rep))
+		return;
 	refused(c, k && k->link == l ? k->node : c->guard, rep);
 	sluice_redis__finish(c, SLUICE_ESTORE, NULL);
 }

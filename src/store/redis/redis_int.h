@@ -21,7 +21,7 @@
  *              tls.c; on the loop of sluice_loop.h, which the host gives
  *              (adapters/libuv.c: libuv's)
  *   tls.c      OpenSSL: the context, and a session over memory BIOs
- *   policy.c   the server's maxmemory policy: may it evict buckets?
+ *   maxmemory.c  the server's maxmemory-policy: may it evict buckets?
  *   reply.c    the RESP reader with bounds on a reply's size, and the
  *              redaction of what a server echoes of our commands
  *   url.c      redis://, rediss:// and unix:// URLs
@@ -35,7 +35,7 @@
  *   cluster.c, sentinel.c
  *   node.c
  *   quota.c
- *   policy.c, script.c, module_path.c
+ *   maxmemory.c, script.c, module_path.c
  *   command.c
  *   link.c
  *   reply.c, tls.c, url.c, status.c
@@ -244,7 +244,7 @@ struct sluice_redis_node_s {
 	/* Sentinel: the connections are being dropped because the master
 	 * moved (node_move); their calls in flight are resent there. */
 	int moving;
-	/* Can the server evict buckets (policy.c): EVICT_*, and what it
+	/* Can the server evict buckets (maxmemory.c): EVICT_*, and what it
 	 * said ("policy/maxmemory"), so a change is told once. */
 	int evict;
 	char evict_seen[48];
@@ -593,7 +593,7 @@ void sluice_redis__report(sluice_redis_t *r, sluice_redis_node_t *n,
 			  sluice_redis_report_t what, uint64_t latency_ns,
 			  sluice_redis_error_t error);
 
-/* policy.c */
+/* maxmemory.c */
 /* Asks the server (on k's link) whether it may evict buckets; a change of
  * verdict is an EV_EVICTION event for k's node. */
 void sluice_redis__check_eviction(sluice_redis_conn_t *k);

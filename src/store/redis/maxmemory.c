@@ -1,5 +1,5 @@
 /*
- * policy.c -- can the server evict sluice's buckets?
+ * maxmemory.c -- can the server evict sluice's buckets?
  *
  * A bucket evicted by Redis is a bucket full again: under maxmemory with
  * an eviction policy, a flood of keys (anyone's) can give a drained

@@ -1,30 +1,10 @@
 /*
- * util.c -- error strings and the clock.
+ * clock.c -- the library's clock, sluice_now_us(), and its test offset.
  */
 #include "core/test_clock.h"
 #include "sluice.h"
 
 #include <time.h>
-
-const char *sluice_strerror(int err)
-{
-	switch (err) {
-	case SLUICE_OK:
-		return "success";
-	case SLUICE_EINVAL:
-		return "invalid argument";
-	case SLUICE_ERANGE:
-		return "value out of range";
-	case SLUICE_ENOMEM:
-		return "out of memory";
-	case SLUICE_ESTORE:
-		return "store failure";
-	case SLUICE_ETIMEDOUT:
-		return "store timed out";
-	default:
-		return "unknown error";
-	}
-}
 
 /*
  * The test clock: `sluice serve`'s tests shift the program's clock

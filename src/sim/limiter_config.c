@@ -1,5 +1,6 @@
 /*
- * policy_config.c -- a sluice config file as a simulator policy.
+ * limiter_config.c -- a sluice config file as one more limiter the
+ * simulator compares (a sluice_sim_policy_t).
  *
  * The generated request carries the headers its client would send
  * (x-user-id when signed in, user-agent) and its client address as the TCP

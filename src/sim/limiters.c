@@ -1,5 +1,5 @@
 /*
- * policies.c -- the limiters sluice is compared with, and sluice itself.
+ * limiters.c -- the limiters sluice is compared with, and sluice itself.
  *
  * All four keep one state per classic key (x-user-id, else the client IP)
  * in a flat array, and count only the requests they let through (a

@@ -8,10 +8,10 @@ const { knownOptions, typeName, own, ownList, LIMIT_PEERS, QUOTA_PEERS } = requi
 const NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 const MAX_LIMITS = native.MAX_LIMITS;
 
-/** A named set of limits, charged all-or-nothing.  Made by policy(). */
 // RateLimit values a policy keeps (a power of two).
 const ITEM_SLOTS = 16;
 
+/** A named set of limits, charged all-or-nothing.  Made by policy(). */
 class Policy {
   constructor(name, limits, caps, handle, windows) {
     this.name = name;

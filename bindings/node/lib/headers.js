@@ -232,10 +232,9 @@ function limiterNow(limiter) {
   return limiter._clock !== null && limiter._clock !== undefined ? limiter._clock() : Date.now() * 1000;
 }
 
-// The rate-limit headers of one decision, a as answer() has it (request.js):
-// written to a.res through a.io; store is a.io.direct(a.res).
-function writeHeaders(a, store) {
-  const { io, res, c, p, key, limit, remaining, resetMs, which, allowed } = a;
+// The rate-limit headers of one decision.  `res` is what io writes to;
+// store is io.direct(res).
+function writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed) {
   const h = c.headers;
   const prev = prevRemaining(res, store);
   const stacked = prev !== undefined;

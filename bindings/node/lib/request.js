@@ -135,6 +135,15 @@ function giveBack(c, key, p, cost, token) {
   else c.limiter._refundIf(key, p, cost, token).catch(() => {});
 }
 
+// answer()'s argument on the local stores' synchronous path, filled and
+// read at once, as IN is: no object per request.  answer() reads it into
+// locals before it calls anything (a stacked limiter's request may fill
+// it again from there) and clears the request's objects from it.
+const SYNC = {
+  c: null, io: null, req: null, res: null, raw: null, next: null, p: null, key: null, cost: 0,
+  allowed: false, limit: 0, remaining: 0, retryMs: 0, resetMs: 0, which: 0, token: undefined,
+};
+
 /*
  * Answers one request once its inputs are known: decides, writes the
  * headers, and passes, limits or applies the store-error mode.  raw is
@@ -153,9 +162,23 @@ function decideRequest(c, io, req, res, raw, next, p, key, cost) {
   }
   if (limiter._mem !== null && limiter._clock === null) {
     const d = limiter._buf;
-    const allowed = limiter._take(limiter._mem, key, p._h, cost);
-    answer({ c, io, req, res, raw, next, p, key, cost, allowed, limit: d[0], remaining: d[1], retryMs: d[2], resetMs: d[3],
-      which: d[4], token: undefined });
+    const a = SYNC;
+    a.allowed = limiter._take(limiter._mem, key, p._h, cost);
+    a.c = c;
+    a.io = io;
+    a.req = req;
+    a.res = res;
+    a.raw = raw;
+    a.next = next;
+    a.p = p;
+    a.key = key;
+    a.cost = cost;
+    a.limit = d[0];
+    a.remaining = d[1];
+    a.retryMs = d[2];
+    a.resetMs = d[3];
+    a.which = d[4];
+    answer(a);
     return;
   }
   limiter._decide(key, p, cost, (status, allowed, limit, remaining, retryMs, resetMs, which) => {
@@ -188,7 +211,9 @@ function delayRequest(c, io, req, res, raw, next, p, key, cost) {
 
 /*
  * Answers one request from its decision, given as one object (always
- * written as a literal of these fields in this order, one shape):
+ * written with these fields in this order, one shape; SYNC on the local
+ * stores' synchronous path).  It is read into locals first and passed no
+ * further.
  *   c, io        the middleware's checked options, how its framework writes
  *   req, res     the request and what the answer is written to
  *   raw          the node:http response its outcome is watched on
@@ -201,19 +226,17 @@ function delayRequest(c, io, req, res, raw, next, p, key, cost) {
  */
 function answer(a) {
   const { c, io, req, res, raw, next, p, key, cost, allowed, limit, remaining, retryMs, resetMs, which, token } = a;
+  if (a === SYNC) a.c = a.io = a.req = a.res = a.raw = a.next = a.p = a.key = null;
   let wins;
   const store = io.direct(res);
   if (c.headers !== null) {
-    wins = writeHeaders(a, store);
+    wins = writeHeaders(io, res, store, c, p, key, limit, remaining, resetMs, which, allowed);
   } else {
     const prev = prevRemaining(res, store);
     wins = prev === undefined || !allowed || remaining < prev;
     if (wins) keepRemaining(res, store, remaining);
   }
-  // A cost that can never pass waits for a whole window, as sluice
-  // serve says it.
-  const retry = retryMs !== Infinity ? retryMs
-    : p._quotas[which] ? p._window(which, -1, 0, limiterNow(c.limiter)) * 1000 : p._windowsMs[which];
+  const retry = retryMs !== Infinity ? retryMs : wholeWindowMs(c, p, which);
   let info = null;
   if (c.prop !== null && wins) {
     info = { allowed, limit, remaining, retryAfterMs: allowed ? 0 : retry, resetMs, policy: p.name, key, cost };
@@ -224,13 +247,16 @@ function answer(a) {
     next();
     return;
   }
-  limited(a, info, retry);
+  limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs);
 }
 
-// A request refused: a's answer (info: what was left on the request, if
-// anything), retry its wait in ms.
-function limited(a, info, retry) {
-  const { c, io, req, res, next, p, key, cost, limit, remaining, resetMs } = a;
+// The wait of a cost that can never pass: a whole window, as sluice serve
+// says it.
+function wholeWindowMs(c, p, which) {
+  return p._quotas[which] ? p._window(which, -1, 0, limiterNow(c.limiter)) * 1000 : p._windowsMs[which];
+}
+
+function limited(c, io, req, res, next, p, key, cost, info, limit, remaining, retry, resetMs) {
   if (c.headers !== null) io.set(res, 'Retry-After', Math.max(1, Math.ceil(retry / 1000)));
   if (c.headers !== null && c.headers.legacy) io.set(res, 'X-RateLimit-Retry-After-Ms', retry);
   if (info === null) info = { allowed: false, limit, remaining, retryAfterMs: retry, resetMs, policy: p.name, key, cost };

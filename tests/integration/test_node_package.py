@@ -189,7 +189,8 @@ class PackedPackage(unittest.TestCase):
 
     def test_tarball_carries_what_an_install_needs(self):
         for f in ("LICENSE", "README.md", "package.json", "index.js",
-                  "index.mjs", "index.d.ts", "index.d.mts", "src/addon.c",
+                  "index.mjs", "index.d.ts", "index.d.mts", "lib/limiter.js",
+                  "lib/middleware.js", "src/addon.c",
                   "src/addon.h", "src/local.c", "src/redis.c",
                   "scripts/build.js", PREBUILD, PREBUILD_ARM64,
                   PREBUILD_MUSL, "deps/sluice/sources.json",
@@ -447,6 +448,7 @@ class PackedPackage(unittest.TestCase):
         shutil.copytree(os.path.join(PKG, "test"), os.path.join(suite, "test"))
         for f in ("package.json", "index.js", "index.mjs"):
             shutil.copy(os.path.join(PKG, f), suite)
+        shutil.copytree(os.path.join(PKG, "lib"), os.path.join(suite, "lib"))
         os.mkdir(os.path.join(suite, "build"))
         shutil.copy(os.path.join(mod, PREBUILD_ARM64),
                     os.path.join(suite, "build", "sluice.node"))
@@ -525,7 +527,8 @@ class PackedPackage(unittest.TestCase):
         self.assertEqual(info["name"], "sluice")
         files = [f["path"] for f in info["files"]]
         allowed = re.compile(r"^(package\.json|README\.md|LICENSE|"
-                             r"index\.(js|mjs|d\.ts|d\.mts)|src/[^/]+\.[ch]|"
+                             r"index\.(js|mjs|d\.ts|d\.mts)|lib/[^/]+\.js|"
+                             r"src/[^/]+\.[ch]|"
                              r"scripts/build\.js|deps/.+|prebuilds/.+)$")
         self.assertEqual([f for f in files if not allowed.match(f)], [])
         self.assertEqual(sorted(f for f in files if f.startswith("prebuilds/")),

@@ -189,7 +189,8 @@ class PackedPackage(unittest.TestCase):
 
     def test_tarball_carries_what_an_install_needs(self):
         for f in ("LICENSE", "README.md", "package.json", "index.js",
-                  "index.mjs", "index.d.ts", "index.d.mts", "src/addon.c",
+                  "index.mjs", "index.d.ts", "index.d.mts",
+                  "lib/defaults.js", "src/addon.c",
                   "src/addon.h", "src/local.c", "src/redis.c",
                   "scripts/build.js", PREBUILD, PREBUILD_ARM64,
                   PREBUILD_MUSL, "deps/sluice/sources.json",
@@ -525,7 +526,8 @@ class PackedPackage(unittest.TestCase):
         self.assertEqual(info["name"], "sluice")
         files = [f["path"] for f in info["files"]]
         allowed = re.compile(r"^(package\.json|README\.md|LICENSE|"
-                             r"index\.(js|mjs|d\.ts|d\.mts)|src/[^/]+\.[ch]|"
+                             r"index\.(js|mjs|d\.ts|d\.mts)|lib/defaults\.js|"
+                             r"src/[^/]+\.[ch]|"
                              r"scripts/build\.js|deps/.+|prebuilds/.+)$")
         self.assertEqual([f for f in files if not allowed.match(f)], [])
         self.assertEqual(sorted(f for f in files if f.startswith("prebuilds/")),

@@ -55,7 +55,8 @@ def read_defaults(path=DEFAULTS_H):
     """[(NAME, value, setting)] in the file's order; setting is the
     config's name ("store.redis.timeout_ms") or "node:" and the Node
     binding's option."""
-    text = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
     rows = []
     for m in ROW_RE.finditer(text):
         setting = re.sub(r"^node:\s*", "node: ", m.group("setting"))
@@ -75,7 +76,8 @@ def _strings(text):
 
 def read_kinds(path=KINDS_DEF):
     """[{id, name, log, sentinel, keys, options}] in the file's order."""
-    text = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
     body = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     kinds = []
     for m in KIND_RE.finditer(body):

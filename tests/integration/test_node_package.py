@@ -448,6 +448,9 @@ class PackedPackage(unittest.TestCase):
         shutil.copytree(os.path.join(PKG, "test"), os.path.join(suite, "test"))
         for f in ("package.json", "index.js", "index.mjs"):
             shutil.copy(os.path.join(PKG, f), suite)
+        os.mkdir(os.path.join(suite, "lib"))
+        shutil.copy(os.path.join(PKG, "lib", "defaults.js"),
+                    os.path.join(suite, "lib"))
         os.mkdir(os.path.join(suite, "build"))
         shutil.copy(os.path.join(mod, PREBUILD_ARM64),
                     os.path.join(suite, "build", "sluice.node"))

@@ -119,8 +119,8 @@ sluice_config_t *sluice_config_default(void)
 	if (!cfg)
 		return NULL;
 	init_defaults(cfg);
-	cfg->listen = strdup("127.0.0.1:8080");
-	cfg->store.key_prefix = strdup("sluice:");
+	cfg->listen = strdup(SLUICE_DEFAULT_LISTEN);
+	cfg->store.key_prefix = strdup(SLUICE_DEFAULT_KEY_PREFIX);
 	if (!cfg->listen || !cfg->store.key_prefix ||
 	    default_trusted(cfg) < 0 || default_rule(cfg) < 0) {
 		sluice_config_free(cfg);
@@ -400,7 +400,7 @@ static int parse_root(sluice_yaml_t *y, yaml_node_t *root, sluice_config_t *cfg)
 	if (cfg->store.kind == SLUICE_STORE_REDIS && !cfg->store.url &&
 	    !cfg->store.sentinel.master &&
 	    sluice_config_set_string(&cfg->store.url,
-				     "redis://127.0.0.1:6379") < 0)
+				     SLUICE_DEFAULT_REDIS_URL) < 0)
 		return sluice_yaml_nomem(y, v);
 	if ((v = sluice_yaml_get(y, root, "trusted_proxies")) &&
 	    parse_trusted(y, v, cfg) < 0)

@@ -16,6 +16,7 @@
 #include "policy/rules.h"
 #include "sluice.h"
 #include "store/store_config.h"
+#include "util/defaults.h"
 #include "util/listen_socket.h"
 #include "util/log.h"
 #include "util/tls_server.h"
@@ -33,19 +34,11 @@ typedef struct sluice_cidr_s {
 	unsigned prefix;
 } sluice_cidr_t;
 
-/* The defaults of the settings, as docs/CONFIG.md gives them: the one
- * place they are written.  config.c starts every config from them; the
- * accessors below read a zero field (a config built by hand) as its
+/* The defaults of the settings (SLUICE_DEFAULT_*) are util/defaults.h's,
+ * the one place they are written.  config.c starts every config from them;
+ * the accessors below read a zero field (a config built by hand) as its
  * default, so no reader keeps a fallback of its own. */
-#define SLUICE_DEFAULT_THREADS		1
-#define SLUICE_DEFAULT_MAX_KEYS		1000000
-#define SLUICE_DEFAULT_STORE_TIMEOUT_MS 50
-#define SLUICE_DEFAULT_CONNECTIONS	1
-#define SLUICE_DEFAULT_IPV6_PREFIX	64
-#define SLUICE_DEFAULT_LOG_LEVEL	SLUICE_LOG_INFO
-#define SLUICE_DEFAULT_MAX_HEADER_BYTES (8 * 1024)
-#define SLUICE_DEFAULT_MAX_BODY_BYTES	(16 * 1024)
-#define SLUICE_DEFAULT_IDLE_TIMEOUT_MS	30000
+#define SLUICE_DEFAULT_LOG_LEVEL SLUICE_LOG_INFO
 
 /* Event-loop threads: `threads` in the file and --threads accept 1 to
  * this, one range everywhere. */
@@ -73,19 +66,6 @@ typedef struct sluice_grpc_config_s {
 	sluice_tls_server_config_t tls;
 } sluice_grpc_config_t;
 
-/* envoyproxy/ratelimit's defaults: a day, then an hour's grace. */
-#define SLUICE_DEFAULT_GRPC_MAX_AGE_MS	     (24ull * 3600 * 1000)
-#define SLUICE_DEFAULT_GRPC_MAX_AGE_GRACE_MS (3600ull * 1000)
-
-/* http.max_connection_age_ms by default: never.  An HTTP/1.1 client
- * (nginx's upstream keepalive, Envoy's HTTP cluster) opens and drops
- * connections as its load comes and goes, so they spread by themselves;
- * docs/CONFIG.md says when to set it. */
-#define SLUICE_DEFAULT_HTTP_MAX_AGE_MS 0
-
-/* grpc.max_message_bytes by default: Envoy's rate limit requests are
- * well under a kilobyte. */
-#define SLUICE_DEFAULT_GRPC_MAX_MESSAGE (64 * 1024)
 /* Upper end of grpc.max_message_bytes. */
 #define SLUICE_GRPC_MAX_MESSAGE_CAP (4 * 1024 * 1024)
 

@@ -13,16 +13,15 @@
 
 const char *sluice_config_store_name(const sluice_config_t *cfg)
 {
-	switch (cfg->store.kind) {
-	case SLUICE_STORE_MEMORY:
-		return "memory";
-	case SLUICE_STORE_SHARED:
-		return "shared";
-	case SLUICE_STORE_REDIS:
-		return cfg->store.sentinel.master ? "redis sentinel" : "redis";
-	default:
-		return "redis cluster";
-	}
+	const sluice_store_kind_info_t *k =
+		sluice_store_kind_info(cfg->store.kind);
+
+	/* store_kinds.def's words; a kind no row has is not called one. */
+	if (!k)
+		return "unknown";
+	return cfg->store.sentinel.master && k->sentinel_log_name
+		       ? k->sentinel_log_name
+		       : k->log_name;
 }
 
 static int str_same(const char *a, const char *b)

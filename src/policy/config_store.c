@@ -401,15 +401,6 @@ static int parse_shm_path(sluice_yaml_t *y, yaml_node_t *node,
 static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 			    const char *kind, sluice_store_config_t *st)
 {
-	static const char *const mem_keys[] = {"max_keys", NULL};
-	static const char *const shared_keys[] = {"path", "max_keys", "group",
-						  NULL};
-	static const char *const redis_keys[] = {
-		"url",	    "key_prefix", "timeout_ms", "connections",
-		"max_keys", "tls",	  "sentinel",	NULL};
-	static const char *const cluster_keys[] = {
-		"seeds",    "key_prefix", "timeout_ms", "connections",
-		"max_keys", "tls",	  NULL};
 	char what[64], field[96];
 	yaml_node_t *v, *sentinel;
 	uint64_t u;
@@ -423,12 +414,9 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 		return 0; /* "memory:" or "redis:" alone: all defaults */
 	if (sluice_yaml_expect_map(y, body, what) < 0)
 		return -1;
-	if (sluice_yaml_check_keys(
-		    y, body, what,
-		    st->kind == SLUICE_STORE_MEMORY   ? mem_keys
-		    : st->kind == SLUICE_STORE_SHARED ? shared_keys
-		    : st->kind == SLUICE_STORE_REDIS  ? redis_keys
-						      : cluster_keys) < 0)
+	/* Each kind's keys are store_kinds.def's. */
+	if (sluice_yaml_check_keys(y, body, what,
+				   sluice_store_kind_info(st->kind)->keys) < 0)
 		return -1;
 	if (st->kind == SLUICE_STORE_SHARED) {
 		if (!(v = sluice_yaml_get(y, body, "path")))
@@ -516,8 +504,7 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 int sluice_config_parse_store(sluice_yaml_t *y, yaml_node_t *node,
 			      sluice_store_config_t *st)
 {
-	static const char *const kinds[] = {"memory", "shared", "redis",
-					    "redis_cluster", NULL};
+	const sluice_store_kind_info_t *info;
 	yaml_node_t *k;
 	const char *kind;
 
@@ -544,7 +531,8 @@ int sluice_config_parse_store(sluice_yaml_t *y, yaml_node_t *node,
 					 "mapping such as {redis: {url: "
 					 "\"redis://127.0.0.1:6379\"}}",
 					 sluice_yaml_kind(node));
-	if (sluice_yaml_check_keys(y, node, "store", kinds) < 0)
+	if (sluice_yaml_check_keys(y, node, "store",
+				   sluice_store_kind_names()) < 0)
 		return -1;
 	if (node->data.mapping.pairs.top - node->data.mapping.pairs.start != 1)
 		return sluice_yaml_error(
@@ -558,12 +546,11 @@ int sluice_config_parse_store(sluice_yaml_t *y, yaml_node_t *node,
 				: "several");
 	k = sluice_yaml_node(y, node->data.mapping.pairs.start->key);
 	kind = (const char *)k->data.scalar.value;
-	if (strcmp(kind, "redis") == 0)
-		st->kind = SLUICE_STORE_REDIS;
-	else if (strcmp(kind, "redis_cluster") == 0)
-		st->kind = SLUICE_STORE_REDIS_CLUSTER;
-	else if (strcmp(kind, "shared") == 0)
-		st->kind = SLUICE_STORE_SHARED;
+	/* check_keys let through only the names store_kinds.def has. */
+	if (!(info = sluice_store_kind_named(kind)))
+		return sluice_yaml_error(
+			y, k, "store kind \"%.60s\" is unknown", kind);
+	st->kind = info->kind;
 	return parse_store_body(
 		y, sluice_yaml_node(y, node->data.mapping.pairs.start->value),
 		kind, st);

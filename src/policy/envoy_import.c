@@ -273,11 +273,10 @@ int sluice_envoy_import_check(sluice_yaml_t *y, yaml_node_t *envoy,
 			"envoyproxy/ratelimit's counter and sluice's bucket "
 			"are in different slots, and cannot be read and "
 			"written in one atomic call");
-	return sluice_yaml_error(
-		y, v,
-		"envoy.import_counters needs store: redis "
-		"(the Redis envoyproxy/ratelimit counts in); "
-		"the %s store holds no envoyproxy/ratelimit "
-		"counters",
-		cfg->store.kind == SLUICE_STORE_SHARED ? "shared" : "memory");
+	return sluice_yaml_error(y, v,
+				 "envoy.import_counters needs store: redis "
+				 "(the Redis envoyproxy/ratelimit counts in); "
+				 "the %s store holds no envoyproxy/ratelimit "
+				 "counters",
+				 sluice_config_store_name(cfg));
 }

@@ -11,6 +11,46 @@
 #include <stdio.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- kinds */
+
+#define SLUICE_KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static const sluice_store_kind_info_t kinds[] = {
+#define SLUICE_STORE_KIND(id, name, log, sentinel_log, keys, node_keys)        \
+	{SLUICE_STORE_##id, name, log, sentinel_log, SLUICE_KEYS keys},
+#include "store/store_kinds.def"
+#undef SLUICE_STORE_KIND
+};
+
+#define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
+
+static const char *const kind_names[] = {
+#define SLUICE_STORE_KIND(id, name, ...) name,
+#include "store/store_kinds.def"
+#undef SLUICE_STORE_KIND
+	NULL};
+
+const sluice_store_kind_info_t *sluice_store_kind_info(sluice_store_kind_t kind)
+{
+	/* The enum is the rows' order (store_config.h). */
+	return (size_t)kind < NKINDS ? &kinds[kind] : NULL;
+}
+
+const sluice_store_kind_info_t *sluice_store_kind_named(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NKINDS; i++)
+		if (strcmp(kinds[i].name, name) == 0)
+			return &kinds[i];
+	return NULL;
+}
+
+const char *const *sluice_store_kind_names(void)
+{
+	return kind_names;
+}
+
 /* ------------------------------------------------------------ lifecycle */
 
 void sluice_backend_memory(sluice_backend_t *be, sluice_memstore_t *store)

@@ -7,6 +7,7 @@
  * with, else to the host's hooks (store.h).
  */
 #include "store/store.h"
+#include "util/defaults.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,7 +318,7 @@ static int store_open(void **impl, const sluice_store_config_t *store, void *uv,
 		o.sentinel = &sentinel;
 		o.url = store->url;
 	} else {
-		o.url = store->url ? store->url : "redis://127.0.0.1:6379";
+		o.url = store->url ? store->url : SLUICE_DEFAULT_REDIS_URL;
 	}
 	if (store->tls.enabled) {
 		/* The client copies these: locals outlive the call. */

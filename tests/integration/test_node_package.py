@@ -190,7 +190,7 @@ class PackedPackage(unittest.TestCase):
     def test_tarball_carries_what_an_install_needs(self):
         for f in ("LICENSE", "README.md", "package.json", "index.js",
                   "index.mjs", "index.d.ts", "index.d.mts", "lib/limiter.js",
-                  "lib/middleware.js", "src/addon.c",
+                  "lib/middleware.js", "lib/defaults.js", "src/addon.c",
                   "src/addon.h", "src/local.c", "src/redis.c",
                   "scripts/build.js", PREBUILD, PREBUILD_ARM64,
                   PREBUILD_MUSL, "deps/sluice/sources.json",

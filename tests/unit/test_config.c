@@ -1233,9 +1233,52 @@ static void test_reload_names_what_needs_a_restart(void)
 	sluice_config_free(c);
 }
 
+/* The running store's name in reload messages and logs is its kind's in
+ * store_kinds.def, for every kind: a Redis Cluster is no longer the
+ * fallback for any kind not named, and a kind with no row is "unknown". */
+static void test_store_names_come_from_the_kinds_table(void)
+{
+	static const struct {
+		const char *yaml, *name;
+	} cases[] = {
+		{"store: memory\n", "memory"},
+		{"store: {shared: {path: /dev/shm/sluice-test}}\n", "shared"},
+		{"store: {redis: {url: \"redis://h:1\"}}\n", "redis"},
+		{"store: {redis: {sentinel: {master: m, addrs: "
+		 "[\"127.0.0.1:26379\"]}}}\n",
+		 "redis sentinel"},
+		{"store: {redis_cluster: {seeds: [\"127.0.0.1:7000\"]}}\n",
+		 "redis cluster"},
+	};
+	const sluice_store_kind_info_t *info;
+	const char *const *names = sluice_store_kind_names();
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		sluice_config_t *c = parse(cases[i].yaml, err, sizeof(err));
+
+		CHECK(c != NULL);
+		if (!c)
+			continue;
+		CHECK(strcmp(sluice_config_store_name(c), cases[i].name) == 0);
+		c->store.kind = (sluice_store_kind_t)99;
+		CHECK(strcmp(sluice_config_store_name(c), "unknown") == 0);
+		sluice_config_free(c);
+	}
+	/* Each row is found by its name and sits at its enum value. */
+	for (i = 0; names[i]; i++) {
+		info = sluice_store_kind_named(names[i]);
+		CHECK(info && (size_t)info->kind == i &&
+		      sluice_store_kind_info(info->kind) == info);
+	}
+	CHECK(i == 4 && !sluice_store_kind_named("redis cluster"));
+}
+
 int main(void)
 {
 	RUN(test_default_is_the_classic_policy);
+	RUN(test_store_names_come_from_the_kinds_table);
 	RUN(test_zero_fields_read_as_the_documented_defaults);
 	RUN(test_reload_names_what_needs_a_restart);
 	RUN(test_bad_redis_urls_fail_at_load_masked);

@@ -7,12 +7,13 @@ const {
   knownOptions, knownKeys, own, ownList, optBoolean, positiveInt, optString, plainObject, REDIS_PEERS,
 } = require('./options');
 
-const DEFAULT_MAX_KEYS = 1000000;
-// How long a call waits for Redis by default: above the p99.9 of Redis
-// answers a Node app sees on a busy 2-core host (docs/BENCHMARKS.md,
-// node_timeout: 228 ms with 64 takes in flight, 49 ms with 8), so that a
-// loaded host alone does not send decisions to the local fallback.
-const DEFAULT_TIMEOUT_MS = 250;
+// The defaults and store kinds, generated from the C tables
+// (src/util/defaults.h, src/store/store_kinds.def; the timeout's reason is
+// given there).
+const DEFAULTS = require('./defaults.js');
+const STORE_KINDS = DEFAULTS.STORE_KINDS;
+const DEFAULT_MAX_KEYS = DEFAULTS.MAX_KEYS;
+const DEFAULT_TIMEOUT_MS = DEFAULTS.NODE_TIMEOUT_MS;
 
 // store.shared.group: a group name or number the file is shared through
 // (libsluice checks that it exists); "" for none.
@@ -28,21 +29,21 @@ function storeOptions(opts) {
   if (store === 'memory') return { kind: 'memory', maxKeys: opts.maxKeys };
   if (store !== null && typeof store === 'object' && !Array.isArray(store)) {
     store = own(store);
-    knownOptions(store, ['memory', 'shared', 'redis'], 'store', { shm: 'shared: { path }' });
+    knownOptions(store, Object.keys(STORE_KINDS).filter((k) => STORE_KINDS[k].options.length), 'store', { shm: 'shared: { path }' });
     const kinds = Object.keys(store).filter((k) => store[k] !== undefined);
     if (kinds.length !== 1) throw new TypeError(`store takes one of memory, shared or redis, got ${kinds.length === 0 ? 'none' : kinds.join(' and ')}`);
     if (store.memory !== undefined) {
       let m = store.memory || {};
       plainObject(m, 'store.memory', '{ maxKeys: 1e6 }');
       m = own(m);
-      knownOptions(m, ['maxKeys'], 'store.memory');
+      knownOptions(m, STORE_KINDS.memory.options, 'store.memory');
       return { kind: 'memory', maxKeys: m.maxKeys ?? opts.maxKeys };
     }
     if (store.redis !== undefined) return { kind: 'redis', redis: store.redis };
     const sh = store.shared !== null && typeof store.shared === 'object' ? own(store.shared) : null;
     if (sh === null || typeof sh.path !== 'string' || sh.path === '')
       throw new TypeError("store.shared must be { path: '/dev/shm/NAME', maxKeys, group }");
-    knownOptions(sh, ['path', 'maxKeys', 'group'], 'store.shared');
+    knownOptions(sh, STORE_KINDS.shared.options, 'store.shared');
     // As sluice serve's config refuses it, in its words: a relative path
     // names a file in whatever the working directory is (each process
     // of the host may have another, and so another store), and puts a
@@ -119,7 +120,7 @@ function sentinelOptions(s, masterTls) {
   return o;
 }
 
-const REDIS_KEYS = ['url', 'cluster', 'sentinel', 'tls', 'timeoutMs', 'connections', 'keyPrefix', 'scriptOnly'];
+const REDIS_KEYS = STORE_KINDS.redis.options;
 
 function redisOptions(r, unref) {
   if (r === null || typeof r !== 'object' || Array.isArray(r)) throw new TypeError('store.redis must be an object');
@@ -130,7 +131,7 @@ function redisOptions(r, unref) {
   const o = {
     unref: unref ? 1 : 0,
     timeoutMs: positiveInt(r.timeoutMs, 'redis.timeoutMs', DEFAULT_TIMEOUT_MS, 3600000),
-    connections: positiveInt(r.connections, 'redis.connections', 1, 64),
+    connections: positiveInt(r.connections, 'redis.connections', DEFAULTS.CONNECTIONS, 64),
     scriptOnly: r.scriptOnly ? 1 : 0,
   };
   if (r.keyPrefix !== undefined) {
@@ -150,7 +151,7 @@ function redisOptions(r, unref) {
     if (r.url !== undefined) o.url = r.url;
     o.sentinel = sentinelOptions(r.sentinel, o.tls !== undefined || (r.url || '').startsWith('rediss://'));
   } else {
-    o.url = r.url === undefined ? 'redis://127.0.0.1:6379' : r.url;
+    o.url = r.url === undefined ? DEFAULTS.REDIS_URL : r.url;
   }
   return o;
 }

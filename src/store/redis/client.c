@@ -4,6 +4,7 @@
  * life (deadline, breaker, sending, retries) is call.c's; several keys
  * and the admin verbs are many.c's. */
 #include "store/redis/redis_int.h"
+#include "util/defaults.h"
 #include "util/errmsg.h"
 
 #include <assert.h>
@@ -507,9 +508,12 @@ static int open_on(sluice_redis_t **out, sluice_loop_t *loop,
 		return rc;
 	}
 	r->loop = loop;
-	r->prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
-	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms : 50;
-	r->nconns = opts->connections ? opts->connections : 1;
+	r->prefix = strdup(opts->key_prefix ? opts->key_prefix
+					    : SLUICE_DEFAULT_KEY_PREFIX);
+	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms
+					 : SLUICE_DEFAULT_STORE_TIMEOUT_MS;
+	r->nconns = opts->connections ? opts->connections
+				      : SLUICE_DEFAULT_CONNECTIONS;
 	r->flags = opts->flags;
 	r->on_event = opts->on_event;
 	r->on_report = opts->on_report;

@@ -29,6 +29,8 @@ module.exports = Object.freeze({
   MAX_BODY_BYTES: 16384,
   // http.idle_timeout_ms
   IDLE_TIMEOUT_MS: 30000,
+  // http.max_connection_age_ms
+  HTTP_MAX_AGE_MS: 0,
   // grpc.max_message_bytes
   GRPC_MAX_MESSAGE: 65536,
   // grpc.max_connection_age_ms

@@ -110,8 +110,9 @@ static sluice_config_t *load_config(const sluice_serve_opts_t *opts,
 	}
 	/* xDS TLS files that cannot be used refuse the start or the reload,
 	 * as any config error does. */
-	if (cfg && sluice_xds_check(cfg->envoy ? cfg->envoy->settings.xds : NULL,
-				    err, errlen) < 0) {
+	if (cfg &&
+	    sluice_xds_check(cfg->envoy ? cfg->envoy->settings.xds : NULL, err,
+			     errlen) < 0) {
 		sluice_config_free(cfg);
 		return NULL;
 	}

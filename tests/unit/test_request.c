@@ -17,8 +17,7 @@ typedef struct fields_s {
 	size_t n;
 } fields_t;
 
-static const char *line(void *ctx, const char *name, size_t index,
-			size_t *len)
+static const char *line(void *ctx, const char *name, size_t index, size_t *len)
 {
 	const fields_t *f = ctx;
 	size_t i;
@@ -119,8 +118,7 @@ static int check(fields_t *f, sluice_decide_error_t *err)
  * body, and each outcome is counted in the thread's counters. */
 static void test_the_proxy_uri_is_decided_and_answered(void)
 {
-	fields_t f = {{"x-original-uri", "/api?page=2", "x-user-id",
-		       "alice"},
+	fields_t f = {{"x-original-uri", "/api?page=2", "x-user-id", "alice"},
 		      4};
 	sluice_decide_error_t err;
 	uint16_t slot;

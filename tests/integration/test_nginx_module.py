@@ -112,7 +112,7 @@ pid %s/nginx.pid;
 error_log %s/logs/error.log info;
 events { worker_connections 512; }
 http {
-    log_format st '$http_x_user $status $sluice_limit_status';
+    log_format st '$http_x_user $status $sluice_limit_status $http_x_seq';
     access_log %s/logs/access.log st;
     client_body_temp_path %s/body; proxy_temp_path %s/proxy;
     fastcgi_temp_path %s/fcgi; uwsgi_temp_path %s/uwsgi;
@@ -136,9 +136,15 @@ http {
             return False
 
     def get(self, path, headers):
+        # x-seq numbers the requests so that access_log() can give their
+        # lines in the order they were sent: with two workers, a request's
+        # line can be written after the next request's (nginx logs once
+        # the answer has left, and the next one may be served meanwhile).
+        self.seq = getattr(self, "seq", 0) + 1
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
-            c.request("GET", path, headers=headers)
+            c.request("GET", path, headers=dict(headers, **{"x-seq":
+                                                            str(self.seq)}))
             r = c.getresponse()
             r.read()
             return r.status, {k.lower(): v for k, v in r.getheaders()}
@@ -168,7 +174,11 @@ http {
 
     def access_log(self):
         with open(os.path.join(self.dir, "logs", "access.log")) as f:
-            return [line.split() for line in f]
+            lines = [line.split() for line in f]
+        # In the order the requests were sent (lines of requests sent
+        # without x-seq, such as another client's, first, as written).
+        return sorted(lines, key=lambda f: int(f[3]) if len(f) > 3
+                      and f[3].isdigit() else 0)
 
     def access_log_lines(self, user):
         try:

@@ -391,14 +391,7 @@ rules:
             self.assertEqual(ask(n.port, "GET", "/kept", {"x-user": "k"})[0],
                              429)
             # a binary upgrade (USR2, WINCH, QUIT) keeps them too
-            master = n.masters()[0]
-            n.signal(signal.SIGUSR2, master)
-            self.assertTrue(harness.wait_until(
-                lambda: len(n.masters()) == 2, 60), n.error_log())
-            os.kill(master, signal.SIGWINCH)
-            os.kill(master, signal.SIGQUIT)
-            self.assertTrue(harness.wait_until(
-                lambda: not os.path.exists("/proc/%d" % master), 60))
+            n.upgrade()
             self.assertEqual(ask(n.port, "GET", "/kept", {"x-user": "k"})[0],
                              429)
             self.assertEqual(ask(n.port, "GET", "/changed",

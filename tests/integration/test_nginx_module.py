@@ -189,6 +189,29 @@ http {
     def signal(self, sig, pid=None):
         os.kill(pid or self.masters()[0], sig)
 
+    def upgrade(self):
+        """A binary upgrade (USR2, WINCH, QUIT) onto the same binary; returns
+        the new master once the old one has gone. nginx renames nginx.pid to
+        nginx.pid.oldbin before the new master writes its own, so both files
+        can name the old master for a moment: wait for two distinct pids."""
+        master = self.masters()[0]
+        self.signal(signal.SIGUSR2, master)
+
+        def both():
+            pids = self.masters()
+            return len(set(pids)) == 2 and master in pids
+
+        if not harness.wait_until(both, 60):
+            raise AssertionError("no new master after USR2:\n" +
+                                 self.error_log())
+        new = [p for p in self.masters() if p != master][0]
+        os.kill(master, signal.SIGWINCH)
+        os.kill(master, signal.SIGQUIT)
+        if not harness.wait_until(
+                lambda: not os.path.exists("/proc/%d" % master), 60):
+            raise AssertionError("the old master %d did not leave" % master)
+        return new
+
     def stop(self):
         for pid in self.masters():
             try:
@@ -475,23 +498,15 @@ class Lifecycle(unittest.TestCase):
             "/", "sluice_limit zone=keep burst=2 nodelay;")
         with NginxDaemon(http) as n:
             self.assertEqual(n.statuses("/", "k", 4), [200, 200, 200, 429])
-            master = n.masters()[0]
             n.signal(signal.SIGHUP)
             self.assertTrue(harness.wait_until(
                 lambda: "reconfiguring" in n.error_log(), 60))
             self.assertEqual(n.statuses("/", "k", 2), [429, 429])
             self.assertEqual(n.statuses("/", "k2", 1), [200])
-            # Binary upgrade: a new master on the same binary...
-            n.signal(signal.SIGUSR2, master)
-            self.assertTrue(harness.wait_until(
-                lambda: len(n.masters()) == 2, 60), n.error_log())
-            new = n.masters()[0]
-            self.assertNotEqual(new, master)
-            # ...the old one's workers leave, then it does.
-            os.kill(master, signal.SIGWINCH)
-            os.kill(master, signal.SIGQUIT)
-            self.assertTrue(harness.wait_until(
-                lambda: not os.path.exists("/proc/%d" % master), 60))
+            # Binary upgrade: a new master on the same binary; the old
+            # one's workers leave, then it does.
+            master = n.masters()[0]
+            self.assertNotEqual(n.upgrade(), master)
             self.assertEqual(n.statuses("/", "k", 2), [429, 429])
             self.assertEqual(n.statuses("/", "k2", 3), [200, 200, 429])
 

@@ -7,9 +7,10 @@
  * (envoy.response_dynamic_metadata) as a google.protobuf.Struct.
  */
 #include "grpc/internal.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_rls.h"
+
+#include "policy/envoy/config.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/rls.h"
 #include "proto/envoy/service/ratelimit/v3/rls.pb-c.h"
 
 #include <stdio.h>

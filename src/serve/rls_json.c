@@ -12,9 +12,9 @@
  * The decision itself is the RLS engine's (src/policy/envoy_rls.h), shared with
  * the gRPC front end.
  */
-#include "policy/envoy_config.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_rls.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/rls.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
 

@@ -3,7 +3,7 @@
  */
 #include "serve/server.h"
 #include "grpc/grpc.h"
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "serve/server_config.h"
 #include "serve/statsd.h"
 #include "serve/store_events.h"

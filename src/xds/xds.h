@@ -16,7 +16,7 @@
 #ifndef SLUICE_XDS_XDS_H
 #define SLUICE_XDS_XDS_H
 
-#include "policy/envoy_xds.h"
+#include "policy/envoy/xds.h"
 #include "util/buf.h"
 
 #include <stddef.h>

@@ -12,9 +12,9 @@
  * descriptors than the file's own nodes (fewer than its bytes) plus that;
  * an alias bomb that slipped past the count would load more, and abort.
  */
-#include "policy/config_yaml.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
+#include "policy/config/yaml.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -9,9 +9,9 @@
  * runs refill nothing a whole token would show.
  */
 #include "check.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
-#include "policy/envoy_rls.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
+#include "policy/envoy/rls.h"
 #include "policy/svc.h"
 #include "stores.h"
 

@@ -4,7 +4,7 @@
  * (store/store_config.h), and its freeing.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 #include "sluice_redis.h"
 #include "util/file.h"
 

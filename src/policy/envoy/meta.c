@@ -4,9 +4,9 @@
  * descriptors that passed, as envoyproxy/ratelimit's ratelimitToMetadata()
  * (src/service/ratelimit.go) builds it.
  */
-#include "policy/envoy_meta.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_rls.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/rls.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,8 +2,8 @@
  * envoy_match.c -- which limit a descriptor gets, its bucket key and its
  * metrics series.
  */
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
 #include "util/buf.h"
 
 #include <stdio.h>

@@ -13,7 +13,7 @@
  * first connection.  The front ends read them again for their
  * connections, and again when they change.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 #include "util/tls_server.h"
 
 #include <openssl/ssl.h>

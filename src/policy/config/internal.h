@@ -9,8 +9,8 @@
 #ifndef SLUICE_POLICY_CONFIG_INTERNAL_H
 #define SLUICE_POLICY_CONFIG_INTERNAL_H
 
-#include "policy/config.h"
-#include "policy/config_yaml.h"
+#include "policy/config/config.h"
+#include "policy/config/yaml.h"
 #include "util/file.h"
 
 /* Longest rule or tier name: keeps store keys well inside

@@ -19,7 +19,7 @@
  * the configured keys, never on what clients send.  Keys that share
  * limits share one copy of them.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 #include "util/siphash.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * envoy_metrics.c -- the registry of Envoy descriptor series (see
  * envoy_metrics.h).
  */
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/metrics.h"
 
 #include <assert.h>
 #include <pthread.h>

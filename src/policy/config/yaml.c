@@ -10,7 +10,7 @@
  * Also the helpers every section reader uses: reading a config or
  * overrides file, copying a string.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 #include "util/file.h"
 
 #include <stdarg.h>

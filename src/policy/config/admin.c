@@ -15,7 +15,7 @@
  * so again on SIGHUP); surrounding whitespace, such as the newline an
  * editor adds, is not part of the token.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 #include "util/file.h"
 
 #include <ctype.h>

@@ -6,7 +6,7 @@
 #ifndef SLUICE_POLICY_ENVOY_INTERNAL_H
 #define SLUICE_POLICY_ENVOY_INTERNAL_H
 
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 
 #include <sys/stat.h>
 

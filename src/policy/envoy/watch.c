@@ -12,8 +12,8 @@
  * device, inode, size and times as stat() (through symlinks) reports
  * them -- changes whenever any of that does.
  */
-#include "policy/envoy_config.h"
-#include "policy/envoy_internal.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/internal.h"
 
 #include <assert.h>
 #include <dirent.h>

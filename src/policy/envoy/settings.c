@@ -27,10 +27,10 @@
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.
  */
-#include "policy/config_internal.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
-#include "policy/envoy_xds.h"
+#include "policy/config/internal.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
+#include "policy/envoy/xds.h"
 
 #include <grp.h>
 #include <stdio.h>

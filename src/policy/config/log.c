@@ -7,7 +7,7 @@
  * envoyproxy/ratelimit's LOG_FORMAT and LOG_LEVEL (its "warning" is
  * read as warn).  A reload applies both (serve/server.c).
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 
 #include <string.h>
 #include <strings.h>

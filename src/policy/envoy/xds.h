@@ -24,7 +24,7 @@
 #ifndef SLUICE_POLICY_ENVOY_XDS_H
 #define SLUICE_POLICY_ENVOY_XDS_H
 
-#include "policy/config_yaml.h"
+#include "policy/config/yaml.h"
 
 #include <stddef.h>
 

@@ -11,8 +11,8 @@
  * trip on a bucket's first touch per worker (the per-thread set below),
  * nothing after.
  */
-#include "policy/envoy_import.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/import.h"
+#include "policy/envoy/metrics.h"
 
 #include "util/log.h"
 

@@ -7,7 +7,7 @@
  * field is checked here, so the HTTP layer can trust a loaded config
  * completely.  docs/CONFIG.md documents each field; keep it in step.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 
 #include <ctype.h>
 #include <stdio.h>

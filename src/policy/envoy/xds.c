@@ -2,7 +2,7 @@
  * envoy_xds.c -- the `envoy.xds:` settings (envoy_xds.h): parsed, copied
  * with the `envoy:` settings, compared across reloads.
  */
-#include "policy/envoy_xds.h"
+#include "policy/envoy/xds.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

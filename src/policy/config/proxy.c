@@ -15,7 +15,7 @@
  * "X-Original-URI: /harmless" and pick the path its rules saw.  A reload
  * may change it (it is part of the config snapshot).
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 
 #include <string.h>
 

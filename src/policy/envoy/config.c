@@ -8,12 +8,12 @@
  * spans files (a domain in two files, unless merge_domains); each file's
  * own checks are envoy_file.c's.
  */
-#include "policy/envoy_config.h"
-#include "policy/config_internal.h"
-#include "policy/envoy_internal.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_metrics.h"
-#include "policy/envoy_xds.h"
+#include "policy/envoy/config.h"
+#include "policy/config/internal.h"
+#include "policy/envoy/internal.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/metrics.h"
+#include "policy/envoy/xds.h"
 #include "util/log.h"
 
 #include <dirent.h>

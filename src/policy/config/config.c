@@ -7,9 +7,10 @@
  * helpers live in config_yaml.c.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
-#include "policy/config_internal.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_import.h"
+#include "policy/config/internal.h"
+
+#include "policy/envoy/config.h"
+#include "policy/envoy/import.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -13,9 +13,9 @@
 #ifndef SLUICE_POLICY_ENVOY_IMPORT_H
 #define SLUICE_POLICY_ENVOY_IMPORT_H
 
-#include "policy/config.h"
-#include "policy/config_yaml.h"
-#include "policy/envoy_config.h"
+#include "policy/config/config.h"
+#include "policy/config/yaml.h"
+#include "policy/envoy/config.h"
 #include "store/store.h"
 #include "util/buf.h"
 

@@ -4,8 +4,8 @@
  * once.  A config field that needs a restart is compared here, beside the
  * code that reads it.
  */
-#include "policy/config.h"
-#include "policy/envoy_config.h"
+#include "policy/config/config.h"
+#include "policy/envoy/config.h"
 #include "util/log.h"
 
 #include <stdio.h>

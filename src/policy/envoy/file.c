@@ -10,10 +10,10 @@
  * one list of every field name, so a field in the wrong place is caught
  * too.  Errors name their file and line (sluice_yaml_error).
  */
-#include "policy/envoy_config.h"
-#include "policy/envoy_internal.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/internal.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>

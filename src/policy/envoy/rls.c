@@ -10,12 +10,12 @@
  * our token buckets differ (limit_remaining, duration_until_reset), the
  * answer describes the bucket: whole tokens left, time until full.
  */
-#include "policy/envoy_rls.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_import.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_metrics.h"
-#include "policy/envoy_xds.h"
+#include "policy/envoy/rls.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/import.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/metrics.h"
+#include "policy/envoy/xds.h"
 #include "policy/ratelimit_headers.h"
 #include "policy/request.h"
 #include "util/buf.h"

@@ -19,7 +19,7 @@
 #ifndef SLUICE_POLICY_ENVOY_META_H
 #define SLUICE_POLICY_ENVOY_META_H
 
-#include "policy/config_yaml.h"
+#include "policy/config/yaml.h"
 #include "util/buf.h"
 
 #include <stddef.h>

@@ -17,7 +17,7 @@
  * listener.  The address, like `listen`, is set up once: a reload that
  * changes it is logged and not applied (config_reload.c).
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

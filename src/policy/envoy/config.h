@@ -26,9 +26,9 @@
 #ifndef SLUICE_POLICY_ENVOY_CONFIG_H
 #define SLUICE_POLICY_ENVOY_CONFIG_H
 
-#include "policy/config.h"
-#include "policy/config_yaml.h"
-#include "policy/envoy_rls.h"
+#include "policy/config/config.h"
+#include "policy/config/yaml.h"
+#include "policy/envoy/rls.h"
 #include "util/buf.h"
 
 #include <stddef.h>

@@ -5,7 +5,7 @@
  * `envoy: {windows: calendar}`, the calendar quota it becomes: N per UTC
  * window of U, as envoyproxy/ratelimit's fixed windows count.
  */
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

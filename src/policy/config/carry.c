@@ -26,8 +26,8 @@
  * take pays for the carry.  A limit still in use by the rule's limits or
  * tiers is never an earlier limit (its buckets are live, not history).
  */
-#include "policy/config.h"
-#include "policy/envoy_config.h"
+#include "policy/config/config.h"
+#include "policy/envoy/config.h"
 
 #include <stdlib.h>
 #include <string.h>

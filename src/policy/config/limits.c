@@ -5,7 +5,7 @@
  * with align: calendar | first_use and tz: an IANA zone, see
  * sluice_quota.h); one list may mix the two.
  */
-#include "policy/config_internal.h"
+#include "policy/config/internal.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * fuzz_envoy_config.c -- libFuzzer harness for envoyproxy/ratelimit YAML
- * files (src/policy/envoy_config.c) and the matching over what loads.
+ * files (src/policy/envoy/config.c) and the matching over what loads.
  *
  * Any bytes must give either a config or a "FILE:LINE: ..." message,
  * never a crash, a leak or undefined behaviour.  A file that loads is

@@ -1,5 +1,5 @@
 /*
- * config_admin.c -- the `admin:` section: the bearer token that opens the
+ * admin.c -- the `admin:` section: the bearer token that opens the
  * admin endpoints (POST /v1/reset, /v1/refund, /v1/set; see admin.c).
  *
  *   admin: {token_file: /etc/sluice/admin-token}   # or {token: "..."}

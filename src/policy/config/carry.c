@@ -1,5 +1,5 @@
 /*
- * config_carry.c -- what a reload hands the new config so that every key
+ * carry.c -- what a reload hands the new config so that every key
  * keeps its usage when a limit changed.
  *
  * A bucket is named by its key and its limit, so a rule, tier, override or

@@ -1,10 +1,10 @@
 /*
  * config.c -- the configuration: its defaults, its lifetime, reading the
  * file and its top-level settings (listen, threads, trusted proxies, http
- * limits).  The store section is read by config_store.c, rules by
- * config_rule.c (their limits by config_limits.c); what a reload cannot
- * apply is config_reload.c's; the YAML walking, file reading and string
- * helpers live in config_yaml.c.  docs/CONFIG.md documents every
+ * limits).  The store section is read by store.c, rules by
+ * rule.c (their limits by limits.c); what a reload cannot
+ * apply is reload.c's; the YAML walking, file reading and string
+ * helpers live in yaml.c.  docs/CONFIG.md documents every
  * field; keep it in step.
  */
 #include "policy/config/internal.h"

@@ -1,11 +1,12 @@
 /*
  * config.h -- the `sluice serve` configuration (YAML): its settings and the
- * rules it holds (rules.h).
+ * rules it holds (policy/rules.h).
  *
- * config.c parses and validates a file into a sluice_config_t (the parts:
- * config_*.c); rules.c answers "which buckets does this request touch?"
- * for the front ends.  The front ends never look inside YAML, and this
- * layer never does I/O beyond reading the file.
+ * config/config.c parses and validates a file into a sluice_config_t
+ * (with the other files of policy/config/, one a section); policy/rules.c
+ * answers "which buckets does this request touch?" for the front ends.
+ * The front ends never look inside YAML, and this layer never does I/O
+ * beyond reading the file.
  *
  * A config is immutable once loaded: SIGHUP builds a new one and swaps the
  * pointer, so a request in flight keeps using the config it started with.
@@ -49,7 +50,7 @@ typedef struct sluice_cidr_s {
 #define SLUICE_MAX_HEADER_BYTES_CAP (64 * 1024)
 #define SLUICE_MAX_BODY_BYTES_CAP   (64 * 1024)
 
-/* The gRPC listener (src/grpc/; config_grpc.c): off unless `grpc.listen`
+/* The gRPC listener (src/grpc/; config/grpc.c): off unless `grpc.listen`
  * or --grpc-listen gives an address. */
 typedef struct sluice_grpc_config_s {
 	char *listen; /* "HOST:PORT", "[V6]:PORT" or "unix:/PATH"; NULL: off */
@@ -61,7 +62,7 @@ typedef struct sluice_grpc_config_s {
 	 * config gave it (else the default). */
 	uint64_t max_age_ms, max_age_grace_ms;
 	int max_age_set, max_age_grace_set;
-	/* grpc.tls (config_tls.c; src/grpc/tls.c over util/tls_server.c):
+	/* grpc.tls (config/tls.c; src/grpc/tls.c over util/tls_server.c):
 	 * off when cert_file is NULL. */
 	sluice_tls_server_config_t tls;
 } sluice_grpc_config_t;
@@ -82,7 +83,7 @@ typedef struct sluice_config_s {
 	size_t max_header_bytes;  /* 431 beyond */
 	size_t max_body_bytes;	  /* 413 beyond */
 	unsigned idle_timeout_ms; /* close idle keep-alive connections */
-	/* http.tls and admin.tls (config_tls.c): HTTPS on `listen` and on
+	/* http.tls and admin.tls (config/tls.c): HTTPS on `listen` and on
 	 * admin.listen (src/serve/tcp.c); off when cert_file is NULL. */
 	sluice_tls_server_config_t http_tls, admin_tls;
 	/* http.max_connection_age_ms: a keep-alive connection this old
@@ -98,16 +99,16 @@ typedef struct sluice_config_s {
 	char *admin_listen;
 	/* proxy: the headers (lower-case) that give /v1/check the method
 	 * and URI of the request it decides; both "" for envoy; proxy_set 0
-	 * for the default, nginx's (config_proxy.c). */
+	 * for the default, nginx's (config/proxy.c). */
 	int proxy_set;
 	char proxy_method[64], proxy_uri[64];
 	sluice_grpc_config_t grpc;
-	/* log: {format, level} (config_log.c): JSON lines or text, and
+	/* log: {format, level} (config/log.c): JSON lines or text, and
 	 * the lowest level written; text and info by default. */
 	int log_json;
 	sluice_log_level_t log_level;
-	/* The `envoy:` section and its loaded directory (envoy_config.h);
-	 * NULL when absent. */
+	/* The `envoy:` section and its loaded directory
+	 * (policy/envoy/config.h); NULL when absent. */
 	struct sluice_envoy_config_s *envoy;
 } sluice_config_t;
 
@@ -141,7 +142,7 @@ void sluice_config_free(sluice_config_t *cfg);
  * Tells each limit of cfg (a config loaded to replace `prev`, the running
  * one; NULL: none) which limits a key's bucket may have been charged
  * under instead, so that a changed limit keeps each key's usage
- * (config_carry.c says which; the verdict engine hands them to the
+ * (config/carry.c says which; the verdict engine hands them to the
  * store's carry verb).  now_us is the reload's instant.  0, or
  * SLUICE_ENOMEM (cfg is then usable, carrying less).
  */
@@ -151,14 +152,14 @@ int sluice_config_carry(sluice_config_t *cfg, const sluice_config_t *prev,
 /* The store's kind in words ("memory", "redis sentinel", ...). */
 const char *sluice_config_store_name(const sluice_config_t *cfg);
 
-/* 1 when two store settings open the same store (config_reload.c). */
+/* 1 when two store settings open the same store (config/reload.c). */
 int sluice_config_store_same(const sluice_store_config_t *a,
 			     const sluice_store_config_t *b);
 
 /* Says (in the log, field by field) what a reload from `run` to `cfg`
  * cannot apply (the sockets, threads and store are set up once); returns
  * the fields' names in buf for the summary line, "" when everything
- * applies (config_reload.c). */
+ * applies (config/reload.c). */
 const char *sluice_config_restart_fields(const sluice_config_t *cfg,
 					 const sluice_config_t *run, char *buf,
 					 size_t len);
@@ -230,7 +231,7 @@ static inline size_t sluice_config_max_keys(const sluice_config_t *cfg)
 /*
  * Parses a gRPC listen address: what sluice_listen_parse() takes, or
  * "unix:/PATH" (an absolute path that fits a sockaddr_un).  Returns 0, or
- * SLUICE_EINVAL with a message (config_grpc.c).
+ * SLUICE_EINVAL with a message (config/grpc.c).
  */
 int sluice_grpc_listen_parse(const char *text, char *err, size_t errlen);
 

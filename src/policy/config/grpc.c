@@ -1,5 +1,5 @@
 /*
- * config_grpc.c -- the `grpc:` section: where the gRPC listener (Envoy's
+ * grpc.c -- the `grpc:` section: where the gRPC listener (Envoy's
  * rate limit service, src/grpc/) accepts connections.
  *
  *   grpc: {listen: "127.0.0.1:8081"}     # or "unix:/run/sluice/grpc.sock"
@@ -9,13 +9,13 @@
  *   grpc: {listen: ..., tls: {cert_file: server.crt, key_file: server.key,
  *          client_ca_file: ca.crt, client_sans: [envoy.example]}}
  *
- * tls is config_tls.c's (as http.tls and admin.tls are); its files are
+ * tls is tls.c's (as http.tls and admin.tls are); its files are
  * read by the gRPC front end (src/grpc/tls.c over util/tls_server.c), at
  * the start, at every reload and when they change.
  *
  * Without the section (and without --grpc-listen) there is no gRPC
  * listener.  The address, like `listen`, is set up once: a reload that
- * changes it is logged and not applied (config_reload.c).
+ * changes it is logged and not applied (reload.c).
  */
 #include "policy/config/internal.h"
 

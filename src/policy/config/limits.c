@@ -1,5 +1,5 @@
 /*
- * config_limits.c -- a list of limits, [{capacity: 100, rate: 2/s}, ...],
+ * limits.c -- a list of limits, [{capacity: 100, rate: 2/s}, ...],
  * as a rule, a tier and an override give them.  A limit is a token bucket
  * ({capacity, rate}) or a calendar quota ({quota: 10000, per: month},
  * with align: calendar | first_use and tz: an IANA zone, see

@@ -1,5 +1,5 @@
 /*
- * config_log.c -- the `log:` section: how `sluice serve` writes its log.
+ * log.c -- the `log:` section: how `sluice serve` writes its log.
  *
  *   log: {format: text, level: info}    # format: text | json
  *                                       # level: debug | info | warn | error

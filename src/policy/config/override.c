@@ -1,5 +1,5 @@
 /*
- * config_override.c -- per-key limits of a rule, and their lookup.
+ * override.c -- per-key limits of a rule, and their lookup.
  *
  *   overrides:                      # inline
  *     "customer-42": [{capacity: 2000, rate: 50/s}]

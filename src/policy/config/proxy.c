@@ -1,5 +1,5 @@
 /*
- * config_proxy.c -- the `proxy:` setting: which headers of a /v1/check
+ * proxy.c -- the `proxy:` setting: which headers of a /v1/check
  * request describe the request being decided (its method and URI).
  *
  *   proxy: nginx          X-Original-Method, X-Original-URI (the default)

@@ -1,5 +1,5 @@
 /*
- * config_reload.c -- what a reload (SIGHUP) of a new config beside the
+ * reload.c -- what a reload (SIGHUP) of a new config beside the
  * running one cannot apply: the sockets, threads and store are set up
  * once.  A config field that needs a restart is compared here, beside the
  * code that reads it.

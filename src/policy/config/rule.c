@@ -1,5 +1,5 @@
 /*
- * config_rule.c -- reading the `rules:` list of the config file.
+ * rule.c -- reading the `rules:` list of the config file.
  *
  * Each rule says which requests it applies to (match), whose bucket they
  * go to (key), which limits apply (limits, or tiers chosen by a header),

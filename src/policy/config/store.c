@@ -1,5 +1,5 @@
 /*
- * config_store.c -- the `store:` section (memory, shared, redis with TLS
+ * store.c -- the `store:` section (memory, shared, redis with TLS
  * and Sentinel, redis_cluster) into a sluice_store_config_t
  * (store/store_config.h), and its freeing.  docs/CONFIG.md documents every
  * field; keep it in step.
@@ -138,7 +138,7 @@ static int parse_seeds(sluice_yaml_t *y, yaml_node_t *node,
  * line, rather than a handshake that fails on every connection once
  * running.  Opened without blocking and refused unless regular, so a FIFO
  * named by mistake cannot stall a reload.  The listeners' tls: blocks
- * (config_tls.c) check their files so too.
+ * (tls.c) check their files so too.
  */
 int sluice_config_parse_pem_file(sluice_yaml_t *y, yaml_node_t *node,
 				 const char *what, char **dst)

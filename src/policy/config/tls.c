@@ -1,5 +1,5 @@
 /*
- * config_tls.c -- a listener's `tls:` block, spelled alike for the HTTP
+ * tls.c -- a listener's `tls:` block, spelled alike for the HTTP
  * listener (http.tls), the admin listener (admin.tls) and the gRPC one
  * (grpc.tls):
  *

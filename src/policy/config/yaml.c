@@ -1,5 +1,5 @@
 /*
- * config_yaml.c -- walking a libyaml document with precise messages.
+ * yaml.c -- walking a libyaml document with precise messages.
  *
  * The config reader uses libyaml's document API: the whole file becomes a
  * tree of nodes, each with the position it started at, so every message

@@ -1,5 +1,5 @@
 /*
- * config_yaml.h -- small helpers for walking a libyaml document with
+ * yaml.h -- small helpers for walking a libyaml document with
  * precise error messages ("FILE:LINE: what is wrong; what was expected").
  *
  * Internal to the config reader (config.c); nothing here is exported from

@@ -1,12 +1,12 @@
 /*
- * envoy_config.c -- loading a directory of envoyproxy/ratelimit YAML files
- * (each file parsed by envoy_file.c), and the loaded config's lifetime.
+ * config.c -- loading a directory of envoyproxy/ratelimit YAML files
+ * (each file parsed by file.c), and the loaded config's lifetime.
  *
  * Every file is read and every error reported (check-config shows them
  * all), each naming its file and line; a directory with any error is
  * refused as a whole, so a reload never half-applies.  Checked here: what
  * spans files (a domain in two files, unless merge_domains); each file's
- * own checks are envoy_file.c's.
+ * own checks are file.c's.
  */
 #include "policy/envoy/config.h"
 #include "policy/config/internal.h"

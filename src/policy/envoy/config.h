@@ -1,5 +1,5 @@
 /*
- * envoy_config.h -- envoyproxy/ratelimit's configuration, as sluice reads it.
+ * config.h -- envoyproxy/ratelimit's configuration, as sluice reads it.
  *
  * A directory of YAML files (what envoyproxy/ratelimit finds at
  * RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/ *.yaml), each
@@ -13,10 +13,10 @@
  *         - key: to_number
  *           rate_limit: {unit: day, requests_per_unit: 5}
  *
- * loaded into an immutable tree (one per config snapshot, see live.h).
+ * loaded into an immutable tree (one per config snapshot, see policy/live.h).
  * The `envoy:` section of sluice's own config names the directory and the
- * service-wide settings (sluice_envoy_settings_t); config.c reads it with
- * sluice_envoy_parse_section().
+ * service-wide settings (sluice_envoy_settings_t); policy/config/config.c reads
+ * it with sluice_envoy_parse_section() (settings.c).
  *
  * Extensions of sluice (refused by envoyproxy/ratelimit, so a file using
  * them is sluice's own): `burst:` in rate_limit sets the capacity apart
@@ -46,7 +46,7 @@
 #define SLUICE_ENVOY_MAX_ENTRIES     64
 #define SLUICE_ENVOY_MAX_DESCRIPTORS 256
 
-struct sluice_envoy_series_s; /* policy/envoy_metrics.h */
+struct sluice_envoy_series_s; /* policy/envoy/metrics.h */
 
 /* One limit of a rate_limit block, as Envoy's RateLimit reports it. */
 typedef struct sluice_envoy_unit_limit_s {
@@ -129,7 +129,7 @@ typedef struct sluice_envoy_settings_s {
 	int ietf_headers;
 	int ietf_policy_path;
 	/* RESPONSE_DYNAMIC_METADATA: RateLimitResponse.dynamic_metadata
-	 * (policy/envoy_meta.h). */
+	 * (policy/envoy/meta.h). */
 	int dynamic_metadata;
 	/* statsd: {addr, prefix, tags, flush_ms, dogstatsd}: the counts
 	 * also sent over UDP in envoyproxy/ratelimit's StatsD names
@@ -140,7 +140,7 @@ typedef struct sluice_envoy_settings_s {
 	unsigned statsd_flush_ms;
 	int statsd_dog; /* DogStatsD: tags after "|#" */
 	/* metrics: the names /metrics shows the Envoy counts under
-	 * (SLUICE_ENVOY_METRICS_* of envoy_metrics.h; sluice's by default) */
+	 * (SLUICE_ENVOY_METRICS_* of metrics.h; sluice's by default) */
 	int metrics_style;
 	/* files: owners of the directory's files trusted besides the user
 	 * sluice runs as and root (a sidecar that syncs them). */
@@ -149,10 +149,10 @@ typedef struct sluice_envoy_settings_s {
 	gid_t trusted_group; /* (gid_t)-1: none */
 	/* import_counters: a bucket's first touch reads envoyproxy/
 	 * ratelimit's window counter for the descriptor from the same Redis
-	 * (envoy_import.h); cache_key_prefix: its CACHE_KEY_PREFIX ("") */
+	 * (import.h); cache_key_prefix: its CACHE_KEY_PREFIX ("") */
 	int import_counters;
 	char *cache_key_prefix;
-	/* xds: the domains come from a control plane (policy/envoy_xds.h),
+	/* xds: the domains come from a control plane (policy/envoy/xds.h),
 	 * not config_dir; NULL: from config_dir. */
 	struct sluice_envoy_xds_s *xds;
 	/* windows: calendar (all domains), or {calendar: [domain, ...]}:
@@ -334,7 +334,7 @@ sluice_envoy_match_series(const char *domain, const sluice_rls_entry_t *entries,
 			  size_t n, const sluice_envoy_match_t *m);
 
 /*
- * A stamp of the directory as the loader would read it (envoy_watch.c): it
+ * A stamp of the directory as the loader would read it (watch.c): it
  * changes when a YAML file is added, removed, rewritten or replaced, or
  * when the directory or a symlink on the way to it or to a file points
  * elsewhere (a Kubernetes ConfigMap's "..data" swap).  `sluice serve`

@@ -1,7 +1,7 @@
 /*
- * envoy_file.c -- one envoyproxy/ratelimit YAML file: its domain and its
+ * file.c -- one envoyproxy/ratelimit YAML file: its domain and its
  * tree of descriptors, each `rate_limit:` made the token buckets the
- * verdict engine charges (envoy_config.c loads the directory).
+ * verdict engine charges (config.c loads the directory).
  *
  * The checks are envoyproxy/ratelimit's (empty or duplicate domain, empty
  * key, duplicate key/value at one level, unknown field, bad unit, a unit

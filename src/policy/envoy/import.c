@@ -1,6 +1,6 @@
 /*
- * envoy_import.c -- envoyproxy/ratelimit's counters read into sluice's
- * buckets on their first touch (see envoy_import.h, docs/ENVOY.md).
+ * import.c -- envoyproxy/ratelimit's counters read into sluice's
+ * buckets on their first touch (see import.h, docs/ENVOY.md).
  *
  * The order is the whole point: the import of a bucket must reach the
  * store before the first take of it, else the take writes state and the

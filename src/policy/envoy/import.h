@@ -1,5 +1,5 @@
 /*
- * envoy_import.h -- cutting over from envoyproxy/ratelimit without
+ * import.h -- cutting over from envoyproxy/ratelimit without
  * resetting anyone (envoy.import_counters, docs/ENVOY.md).
  *
  * envoyproxy/ratelimit counts each descriptor in a fixed window, in Redis

@@ -1,7 +1,7 @@
 /*
- * envoy_internal.h -- between the loader of an envoyproxy/ratelimit
- * directory (envoy_config.c) and the parser of one of its files
- * (envoy_file.c).
+ * internal.h -- between the loader of an envoyproxy/ratelimit
+ * directory (config.c) and the parser of one of its files
+ * (file.c).
  */
 #ifndef SLUICE_POLICY_ENVOY_INTERNAL_H
 #define SLUICE_POLICY_ENVOY_INTERNAL_H
@@ -25,7 +25,7 @@ char *sluice_envoy_join(const char *a, const char *sep, const char *b,
 			const char *sep2, const char *c);
 
 /*
- * The envoy config directory as the loader reads it (envoy_watch.c):
+ * The envoy config directory as the loader reads it (watch.c):
  * `file` for each *.yaml / *.yml regular file (symlinks followed) in dir
  * and its subdirectories, down to SLUICE_ENVOY_MAX_DIR_DEPTH levels, as
  * envoyproxy/ratelimit reads nested folders; `skip` (may be NULL) for

@@ -1,5 +1,5 @@
 /*
- * envoy_match.c -- which limit a descriptor gets, its bucket key and its
+ * match.c -- which limit a descriptor gets, its bucket key and its
  * metrics series.
  */
 #include "policy/envoy/config.h"

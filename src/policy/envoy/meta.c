@@ -1,5 +1,5 @@
 /*
- * envoy_meta.c -- a descriptor's config `metadata:` read into a tree, and
+ * meta.c -- a descriptor's config `metadata:` read into a tree, and
  * the RateLimitResponse's dynamic_metadata built from the request and the
  * descriptors that passed, as envoyproxy/ratelimit's ratelimitToMetadata()
  * (src/service/ratelimit.go) builds it.

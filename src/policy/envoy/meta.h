@@ -1,5 +1,5 @@
 /*
- * envoy_meta.h -- metadata as envoyproxy/ratelimit passes it on: a
+ * meta.h -- metadata as envoyproxy/ratelimit passes it on: a
  * descriptor's `metadata:` in the config (any YAML mapping), and the
  * dynamic_metadata of a RateLimitResponse (a google.protobuf.Struct)
  * that envoy.response_dynamic_metadata adds, as envoyproxy/ratelimit

@@ -1,6 +1,6 @@
 /*
- * envoy_metrics.c -- the registry of Envoy descriptor series (see
- * envoy_metrics.h).
+ * metrics.c -- the registry of Envoy descriptor series (see
+ * metrics.h).
  */
 #include "policy/envoy/metrics.h"
 
@@ -441,7 +441,7 @@ static void render_ratelimit(sluice_buf_t *out, sluice_envoy_series_t *head)
 	emit(out, &ls);
 }
 
-/* envoy.import_counters (envoy_import.c): shown once an import was
+/* envoy.import_counters (import.c): shown once an import was
  * asked, in either style (envoyproxy/ratelimit has no such count). */
 static _Atomic uint64_t imported_total;
 static _Atomic int import_asked;

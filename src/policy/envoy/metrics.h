@@ -1,5 +1,5 @@
 /*
- * envoy_metrics.h -- envoyproxy/ratelimit's statistics as Prometheus counters.
+ * metrics.h -- envoyproxy/ratelimit's statistics as Prometheus counters.
  *
  * One series per domain and descriptor path, the path as
  * envoyproxy/ratelimit names its stats ("message_type_marketing.to_number":
@@ -91,7 +91,7 @@ typedef enum {
 } sluice_envoy_service_count_t;
 void sluice_envoy_count_service(sluice_envoy_service_count_t which);
 
-/* envoy.import_counters (envoy_import.c): an import asked of the store
+/* envoy.import_counters (import.c): an import asked of the store
  * (imported 0), or one that started a bucket with envoyproxy/ratelimit's
  * count (1): sluice_envoy_imported_total, on /metrics once asked. */
 void sluice_envoy_count_import(int imported);

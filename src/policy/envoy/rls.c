@@ -1,9 +1,9 @@
 /*
- * envoy_rls.c -- deciding an Envoy RateLimitRequest (see envoy_rls.h).
+ * rls.c -- deciding an Envoy RateLimitRequest (see rls.h).
  *
- * Each descriptor is matched against its domain's tree (envoy_match.c) and
+ * Each descriptor is matched against its domain's tree (match.c) and
  * becomes one bucket set; every enforcing one goes to the store in a
- * single all-or-nothing take through the verdict engine (verdict.h), so
+ * single all-or-nothing take through the verdict engine (policy/verdict.h), so
  * "one descriptor over the limit charges none of the others" holds on
  * every store; shadow_mode descriptors are charged apart and never make
  * the answer OVER_LIMIT.  Where envoyproxy/ratelimit's fixed windows and

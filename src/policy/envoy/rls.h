@@ -1,17 +1,17 @@
 /*
- * envoy_rls.h -- Envoy's rate limit service (RLS) decided by sluice: the engine
+ * rls.h -- Envoy's rate limit service (RLS) decided by sluice: the engine
  * that both front ends (gRPC ShouldRateLimit in src/grpc/, and the HTTP
  * POST /json endpoint in src/serve/) call.  Plain C structs, no protobuf:
  * each front end converts its wire format to and from these.
  *
- * The engine is part of the policy engine (it decides through verdict.h);
- * the front ends convert their wire format only:
+ * The engine is part of the policy engine (it decides through
+ * policy/verdict.h); the front ends convert their wire format only:
  *   - src/grpc/rls.c converts protobuf-c RateLimitRequest ->
  *     sluice_rls_request_t, calls sluice_rls_decide(), converts
  *     sluice_rls_response_t -> RateLimitResponse;
  *   - src/serve/rls_json.c does the same from and to JSON.
- * Both pass the loop thread's sluice_svc_t (svc.h), whose live config
- * snapshot holds the loaded envoy config directory (envoy_config.h).
+ * Both pass the loop thread's sluice_svc_t (policy/svc.h), whose live config
+ * snapshot holds the loaded envoy config directory (config.h).
  */
 #ifndef SLUICE_POLICY_ENVOY_RLS_H
 #define SLUICE_POLICY_ENVOY_RLS_H
@@ -88,12 +88,12 @@ typedef struct sluice_rls_response_s {
 	size_t nstatuses;
 	sluice_rls_header_t *headers; /* response_headers_to_add */
 	size_t nheaders;
-	/* envoy.response_dynamic_metadata: a STRUCT (envoy_meta.h), owned;
+	/* envoy.response_dynamic_metadata: a STRUCT (meta.h), owned;
 	 * NULL: none. */
 	struct sluice_meta_s *dynamic_metadata;
 } sluice_rls_response_t;
 
-struct sluice_meta_s; /* src/policy/envoy_meta.h */
+struct sluice_meta_s; /* src/policy/envoy/meta.h */
 struct sluice_svc_s;  /* src/policy/svc.h: the loop thread's config + backend */
 
 typedef void (*sluice_rls_cb)(void *arg, sluice_rls_response_t *resp);

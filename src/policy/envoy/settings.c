@@ -1,5 +1,5 @@
 /*
- * envoy_settings.c -- the `envoy:` section of sluice's config:
+ * settings.c -- the `envoy:` section of sluice's config:
  *
  *   envoy:
  *     config_dir: /etc/ratelimit/config   # envoyproxy/ratelimit's YAML files
@@ -20,9 +20,9 @@
  *     statsd: {addr: "127.0.0.1:8125", prefix: "", tags: {env: prod},
  *              flush_ms: 10000, dogstatsd: false}
  *     import_counters: false              # envoyproxy's counters on first
- *     cache_key_prefix: ""                #   touch (envoy_import.h)
+ *     cache_key_prefix: ""                #   touch (import.h)
  *     xds: {server: HOST:PORT, node_id: ...}  # instead of config_dir
- *                                             # (policy/envoy_xds.h)
+ *                                             # (policy/envoy/xds.h)
  *
  * Each field's default, check and reload behaviour are here: a reload
  * (SIGHUP, or a change in the directory) rereads all of them.

@@ -1,5 +1,5 @@
 /*
- * envoy_units.c -- Envoy's rate limit units, and the token bucket that
+ * units.c -- Envoy's rate limit units, and the token bucket that
  * "requests_per_unit N per unit U" becomes: capacity N (or burst),
  * refilling N per U, kept exact where the rate allows; or, with
  * `envoy: {windows: calendar}`, the calendar quota it becomes: N per UTC

@@ -1,5 +1,5 @@
 /*
- * envoy_watch.c -- the envoy config directory as the loader and the
+ * watch.c -- the envoy config directory as the loader and the
  * watcher both see it: one walk (sluice_envoy_walk()) decides which files
  * are read and which are skipped, so the watcher's stamp changes exactly
  * when what the loader would read does.

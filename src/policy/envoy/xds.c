@@ -1,5 +1,5 @@
 /*
- * envoy_xds.c -- the `envoy.xds:` settings (envoy_xds.h): parsed, copied
+ * xds.c -- the `envoy.xds:` settings (xds.h): parsed, copied
  * with the `envoy:` settings, compared across reloads.
  */
 #include "policy/envoy/xds.h"

@@ -1,5 +1,5 @@
 /*
- * envoy_xds.h -- envoy.xds: the rate limit config from a control plane
+ * xds.h -- envoy.xds: the rate limit config from a control plane
  * (Envoy Gateway, or any xDS server) instead of a directory, as
  * envoyproxy/ratelimit takes it with CONFIG_TYPE=GRPC_XDS_SOTW:
  *

@@ -188,6 +188,45 @@ static int statsd_safe(sluice_yaml_t *y, yaml_node_t *v, const char *what,
 	return 0;
 }
 
+/* statsd.tags: {name: value, ...} into s->statsd_tags, "name:value,...";
+ * every pair is checked, a wrong one left out. */
+static int parse_statsd_tags(sluice_yaml_t *y, yaml_node_t *v,
+			     sluice_envoy_settings_t *s)
+{
+	sluice_buf_t tags = {0};
+	yaml_node_pair_t *p;
+	const char *k, *str;
+	int rc = 0;
+
+	if (sluice_yaml_expect_map(y, v, "envoy.statsd.tags") < 0)
+		return -1;
+	for (p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+	     p++) {
+		yaml_node_t *kn = yaml_document_get_node(&y->doc, p->key);
+		yaml_node_t *vn = yaml_document_get_node(&y->doc, p->value);
+
+		if (sluice_yaml_string(y, kn, "envoy.statsd.tags key", &k) <
+			    0 ||
+		    statsd_safe(y, kn, "envoy.statsd.tags key", k) < 0 ||
+		    sluice_yaml_string(y, vn, "envoy.statsd.tags value", &str) <
+			    0 ||
+		    statsd_safe(y, vn, "envoy.statsd.tags value", str) < 0) {
+			rc = -1;
+			continue;
+		}
+		sluice_buf_printf(&tags, "%s%s:%s", tags.len ? "," : "", k,
+				  str);
+	}
+	sluice_buf_append(&tags, "", 1);
+	if (tags.oom)
+		rc = sluice_yaml_nomem(y, v);
+	else if (tags.len > 1 &&
+		 sluice_config_set_string(&s->statsd_tags, tags.data) < 0)
+		rc = sluice_yaml_nomem(y, v);
+	sluice_buf_free(&tags);
+	return rc;
+}
+
 /* statsd: {addr, prefix, tags, flush_ms, dogstatsd}. */
 static int parse_statsd(sluice_yaml_t *y, yaml_node_t *node,
 			sluice_envoy_settings_t *s)
@@ -195,10 +234,8 @@ static int parse_statsd(sluice_yaml_t *y, yaml_node_t *node,
 	static const char *const keys[] = {"addr",     "prefix",    "tags",
 					   "flush_ms", "dogstatsd", NULL};
 	struct sockaddr_storage ss;
-	sluice_buf_t tags = {0};
 	yaml_node_t *v;
-	yaml_node_pair_t *p;
-	const char *str, *k;
+	const char *str;
 	char msg[256];
 	uint64_t u;
 	int rc = 0;
@@ -234,40 +271,9 @@ static int parse_statsd(sluice_yaml_t *y, yaml_node_t *node,
 	    sluice_yaml_bool(y, v, "envoy.statsd.dogstatsd", &s->statsd_dog) <
 		    0)
 		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "tags"))) {
-		if (sluice_yaml_expect_map(y, v, "envoy.statsd.tags") < 0)
-			return -1;
-		for (p = v->data.mapping.pairs.start;
-		     p < v->data.mapping.pairs.top; p++) {
-			yaml_node_t *kn =
-				yaml_document_get_node(&y->doc, p->key);
-			yaml_node_t *vn =
-				yaml_document_get_node(&y->doc, p->value);
-
-			if (sluice_yaml_string(y, kn, "envoy.statsd.tags key",
-					       &k) < 0 ||
-			    statsd_safe(y, kn, "envoy.statsd.tags key", k) <
-				    0 ||
-			    sluice_yaml_string(y, vn, "envoy.statsd.tags value",
-					       &str) < 0 ||
-			    statsd_safe(y, vn, "envoy.statsd.tags value", str) <
-				    0) {
-				rc = -1;
-				continue;
-			}
-			sluice_buf_printf(&tags, "%s%s:%s", tags.len ? "," : "",
-					  k, str);
-		}
-		sluice_buf_append(&tags, "", 1);
-		if (tags.oom)
-			rc = sluice_yaml_nomem(y, v);
-		else if (tags.len > 1)
-			rc = sluice_config_set_string(&s->statsd_tags,
-						      tags.data) < 0
-				     ? sluice_yaml_nomem(y, v)
-				     : rc;
-		sluice_buf_free(&tags);
-	}
+	if ((v = sluice_yaml_get(y, node, "tags")) &&
+	    parse_statsd_tags(y, v, s) < 0)
+		rc = -1;
 	return rc;
 }
 
@@ -350,6 +356,163 @@ static char *resolve(const char *dir, const char *base)
 	return out;
 }
 
+/* The settings of `envoy:` other than where the config comes from, into
+ * s: 0, -1 when one was wrong (each reported, the rest still read), or
+ * SLUICE_ENOMEM (reported) when reading must stop. */
+static int parse_settings(sluice_yaml_t *y, yaml_node_t *node,
+			  sluice_envoy_settings_t *s)
+{
+	yaml_node_t *v;
+	uint64_t u;
+	int rc = 0;
+
+	if ((v = sluice_yaml_get(y, node, "response_headers")) &&
+	    sluice_yaml_bool(y, v, "envoy.response_headers",
+			     &s->response_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ietf_headers")) &&
+	    sluice_yaml_bool(y, v, "envoy.ietf_headers", &s->ietf_headers) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "response_dynamic_metadata")) &&
+	    sluice_yaml_bool(y, v, "envoy.response_dynamic_metadata",
+			     &s->dynamic_metadata) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "ietf_policy_names")) &&
+	    parse_policy_names(y, v, &s->ietf_policy_path) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "statsd")) &&
+	    parse_statsd(y, v, s) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "windows")) &&
+	    sluice_envoy_parse_windows(y, v, s) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "metrics")) &&
+	    parse_metrics(y, v, &s->metrics_style) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "files")) && parse_files(y, v, s) < 0)
+		rc = -1;
+	/* The store is checked by sluice_envoy_import_check(). */
+	if ((v = sluice_yaml_get(y, node, "import_counters")) &&
+	    sluice_yaml_bool(y, v, "envoy.import_counters",
+			     &s->import_counters) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "cache_key_prefix"))) {
+		const char *str;
+
+		if (sluice_yaml_string(y, v, "envoy.cache_key_prefix", &str) <
+		    0)
+			rc = -1;
+		else if (sluice_config_set_string(&s->cache_key_prefix, str) <
+			 0) {
+			sluice_yaml_nomem(y, v);
+			return SLUICE_ENOMEM;
+		}
+	}
+	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
+	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s->merge_domains) <
+		    0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "shadow_mode")) &&
+	    sluice_yaml_bool(y, v, "envoy.shadow_mode", &s->shadow_mode) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "header_names")) &&
+	    parse_header_names(y, v, s) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "near_limit_ratio")) &&
+	    parse_ratio(y, v, &s->near_limit_percent) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "on_store_error")) &&
+	    parse_fail(y, v, &s->on_store_error) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "watch_ms"))) {
+		if (sluice_yaml_uint(y, v, "envoy.watch_ms", 0, 3600000, &u) <
+		    0)
+			rc = -1;
+		else
+			s->watch_ms = (unsigned)u;
+	}
+	return rc;
+}
+
+/* Where the rate limit config comes from: a control plane (xds, whose
+ * config starts empty in *out) or a directory (config_dir, resolved
+ * against base into *path for the loader).  rc is what the settings'
+ * reading gave: a source is still checked after an error, never loaded. */
+static int parse_source(sluice_yaml_t *y, yaml_node_t *node, const char *base,
+			sluice_envoy_settings_t *s, int rc,
+			sluice_envoy_config_t **out, char **path)
+{
+	yaml_node_t *v, *dirnode = sluice_yaml_get(y, node, "config_dir");
+	const char *dir;
+
+	if ((v = sluice_yaml_get(y, node, "xds"))) {
+		if (sluice_envoy_xds_parse(y, v, base, &s->xds) < 0)
+			rc = -1;
+		if (dirnode)
+			rc = sluice_yaml_error(y, dirnode,
+					       "envoy has both config_dir and "
+					       "xds; expected one source of "
+					       "the rate limit config");
+		s->watch_ms = 0; /* nothing to poll */
+		if (rc == 0 && !(*out = sluice_envoy_load_texts(
+					 NULL, 0, s, y->err, y->errlen)))
+			rc = sluice_yaml_nomem(y, v);
+	} else if (!dirnode)
+		rc = sluice_yaml_error(y, node,
+				       "envoy has no config_dir; expected the "
+				       "directory of envoyproxy/ratelimit "
+				       "YAML files");
+	else if (sluice_yaml_string(y, dirnode, "envoy.config_dir", &dir) < 0)
+		rc = -1;
+	else if (!(*path = resolve(dir, base)) ||
+		 !(s->config_dir = strdup(dir)))
+		rc = sluice_yaml_nomem(y, dirnode);
+	return rc;
+}
+
+/* The directory at path loaded into *out; its files' errors are counted
+ * in y and added to its report, the first kept as y's message. */
+static int load_dir(sluice_yaml_t *y, const char *path,
+		    const sluice_envoy_settings_t *s,
+		    sluice_envoy_config_t **out)
+{
+	unsigned nerr = 0;
+	char first[1024];
+	size_t used = y->report ? strlen(y->report) : 0;
+
+	*out = sluice_envoy_load_dir(
+		path, s, first, sizeof(first),
+		y->report ? y->report + used : NULL,
+		y->report ? y->reportlen - used : 0,
+		y->max_errors > y->nerrors ? y->max_errors - y->nerrors : 0,
+		&nerr);
+	if (*out)
+		return 0;
+	/* The files' own errors name their files; count them in y and keep
+	 * the first as y's. */
+	if (y->nerrors == 0 && y->errlen)
+		snprintf(y->err, y->errlen, "%s", first);
+	y->nerrors += nerr;
+	if (y->report)
+		y->reportused = strlen(y->report);
+	return -1;
+}
+
+/* What the settings hold once the loaded config has its own copies. */
+static void settings_free(sluice_envoy_settings_t *s)
+{
+	free(s->config_dir);
+	free(s->header_limit);
+	free(s->header_remaining);
+	free(s->header_reset);
+	free(s->statsd_addr);
+	free(s->statsd_prefix);
+	free(s->statsd_tags);
+	free(s->cache_key_prefix);
+	sluice_envoy_xds_free(s->xds);
+	free(s->calendar_domains);
+}
+
 int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			       const char *base, sluice_envoy_config_t **out)
 {
@@ -373,10 +536,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 					   "windows",
 					   NULL};
 	sluice_envoy_settings_t s;
-	yaml_node_t *v, *dirnode;
-	const char *dir;
 	char *path = NULL;
-	uint64_t u;
 	int rc = 0;
 
 	*out = NULL;
@@ -385,127 +545,23 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 		return -1;
 	if (sluice_yaml_check_keys(y, node, "envoy", keys) < 0)
 		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "response_headers")) &&
-	    sluice_yaml_bool(y, v, "envoy.response_headers",
-			     &s.response_headers) < 0)
+	switch (parse_settings(y, node, &s)) {
+	case 0:
+		break;
+	case SLUICE_ENOMEM:
+		settings_free(&s);
+		return -1;
+	default:
 		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "ietf_headers")) &&
-	    sluice_yaml_bool(y, v, "envoy.ietf_headers", &s.ietf_headers) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "response_dynamic_metadata")) &&
-	    sluice_yaml_bool(y, v, "envoy.response_dynamic_metadata",
-			     &s.dynamic_metadata) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "ietf_policy_names")) &&
-	    parse_policy_names(y, v, &s.ietf_policy_path) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "statsd")) &&
-	    parse_statsd(y, v, &s) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "windows")) &&
-	    sluice_envoy_parse_windows(y, v, &s) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "metrics")) &&
-	    parse_metrics(y, v, &s.metrics_style) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "files")) &&
-	    parse_files(y, v, &s) < 0)
-		rc = -1;
-	/* The store is checked by sluice_envoy_import_check(). */
-	if ((v = sluice_yaml_get(y, node, "import_counters")) &&
-	    sluice_yaml_bool(y, v, "envoy.import_counters",
-			     &s.import_counters) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "cache_key_prefix"))) {
-		const char *str;
-
-		if (sluice_yaml_string(y, v, "envoy.cache_key_prefix", &str) <
-		    0)
-			rc = -1;
-		else if (sluice_config_set_string(&s.cache_key_prefix, str) < 0)
-			return sluice_yaml_nomem(y, v);
 	}
-	if ((v = sluice_yaml_get(y, node, "merge_domains")) &&
-	    sluice_yaml_bool(y, v, "envoy.merge_domains", &s.merge_domains) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "shadow_mode")) &&
-	    sluice_yaml_bool(y, v, "envoy.shadow_mode", &s.shadow_mode) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "header_names")) &&
-	    parse_header_names(y, v, &s) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "near_limit_ratio")) &&
-	    parse_ratio(y, v, &s.near_limit_percent) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "on_store_error")) &&
-	    parse_fail(y, v, &s.on_store_error) < 0)
-		rc = -1;
-	if ((v = sluice_yaml_get(y, node, "watch_ms"))) {
-		if (sluice_yaml_uint(y, v, "envoy.watch_ms", 0, 3600000, &u) <
-		    0)
-			rc = -1;
-		else
-			s.watch_ms = (unsigned)u;
-	}
-	dirnode = sluice_yaml_get(y, node, "config_dir");
-	if ((v = sluice_yaml_get(y, node, "xds"))) {
-		if (sluice_envoy_xds_parse(y, v, base, &s.xds) < 0)
-			rc = -1;
-		if (dirnode)
-			rc = sluice_yaml_error(y, dirnode,
-					       "envoy has both config_dir and "
-					       "xds; expected one source of "
-					       "the rate limit config");
-		s.watch_ms = 0; /* nothing to poll */
-		if (rc == 0 && !(*out = sluice_envoy_load_texts(
-					 NULL, 0, &s, y->err, y->errlen)))
-			rc = sluice_yaml_nomem(y, v);
-	} else if (!dirnode)
-		rc = sluice_yaml_error(y, node,
-				       "envoy has no config_dir; expected the "
-				       "directory of envoyproxy/ratelimit "
-				       "YAML files");
-	else if (sluice_yaml_string(y, dirnode, "envoy.config_dir", &dir) < 0)
-		rc = -1;
-	else if (!(path = resolve(dir, base)) || !(s.config_dir = strdup(dir)))
-		rc = sluice_yaml_nomem(y, dirnode);
-	if (rc == 0 && !s.xds) {
-		unsigned nerr = 0;
-		char first[1024];
-		size_t used = y->report ? strlen(y->report) : 0;
-
-		*out = sluice_envoy_load_dir(
-			path, &s, first, sizeof(first),
-			y->report ? y->report + used : NULL,
-			y->report ? y->reportlen - used : 0,
-			y->max_errors > y->nerrors ? y->max_errors - y->nerrors
-						   : 0,
-			&nerr);
-		if (!*out) {
-			/* The files' own errors name their files; count
-			 * them in y and keep the first as y's. */
-			if (y->nerrors == 0 && y->errlen)
-				snprintf(y->err, y->errlen, "%s", first);
-			y->nerrors += nerr;
-			if (y->report)
-				y->reportused = strlen(y->report);
-			rc = -1;
-		}
-	}
+	rc = parse_source(y, node, base, &s, rc, out, &path);
+	if (rc == 0 && !s.xds)
+		rc = load_dir(y, path, &s, out);
 	free(path);
-	free(s.config_dir);
-	free(s.header_limit);
-	free(s.header_remaining);
-	free(s.header_reset);
-	free(s.statsd_addr);
-	free(s.statsd_prefix);
-	free(s.statsd_tags);
-	free(s.cache_key_prefix);
-	sluice_envoy_xds_free(s.xds);
+	settings_free(&s);
 	if (rc < 0) {
 		sluice_envoy_config_free(*out);
 		*out = NULL;
 	}
-	free(s.calendar_domains);
 	return rc;
 }

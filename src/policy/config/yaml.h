@@ -51,6 +51,23 @@ typedef struct sluice_yaml_s {
 int sluice_yaml_load(sluice_yaml_t *y, const char *text, size_t len);
 void sluice_yaml_free(sluice_yaml_t *y);
 
+/*
+ * Walks the file's events once, before any document is built, and
+ * refuses:
+ *  - nesting deeper than SLUICE_YAML_MAX_DEPTH: libyaml spends time
+ *    quadratic in the depth (80,000 "[" took 33 s, and a reload with such
+ *    a file delayed SIGTERM), and no setting needs more than a few levels;
+ *    an alias counts with the depth of what it stands for;
+ *  - aliases that stand for more than SLUICE_YAML_MAX_ALIAS_NODES nodes in
+ *    all (each alias counted with its anchor's tree, aliases in that
+ *    included): the walk of every reader is then bounded by the file's own
+ *    nodes plus that;
+ *  - an alias inside the node its anchor names (a cycle no walk ends).
+ * Syntax errors and undefined aliases are left to the loader, which
+ * reports them.  Returns 0, or -1 with y's message set (yaml_shape.c).
+ */
+int sluice_yaml_check_shape(sluice_yaml_t *y, const char *text, size_t len);
+
 yaml_node_t *sluice_yaml_root(sluice_yaml_t *y);
 yaml_node_t *sluice_yaml_node(sluice_yaml_t *y, int id);
 

@@ -258,33 +258,13 @@ static int add_source(sluice_yaml_t *y, yaml_node_t *item, void *arg,
 
 /* --------------------------------------------------------------- tiers */
 
-static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
-		       const char *rule)
+/* tiers.header: the request header that names the tier. */
+static int parse_tier_header(sluice_yaml_t *y, yaml_node_t *hdr,
+			     sluice_rule_t *r, const char *rule)
 {
-	static const char *const keys[] = {"header", "default", "limits", NULL};
-	yaml_node_t *hdr, *def, *lim;
-	yaml_node_pair_t *p;
-	const char *s, *dname = NULL;
+	const char *s;
 	char what[256];
-	size_t i, n;
 
-	snprintf(what, sizeof(what), "%s: tiers", rule);
-	if (sluice_yaml_expect_map(y, node, what) < 0 ||
-	    sluice_yaml_check_keys(y, node, what, keys) < 0)
-		return -1;
-	hdr = sluice_yaml_get(y, node, "header");
-	def = sluice_yaml_get(y, node, "default");
-	lim = sluice_yaml_get(y, node, "limits");
-	if (!hdr || !def || !lim)
-		return sluice_yaml_error(
-			y, node,
-			"%s has no %s; expected header, default and limits, "
-			"e.g. {header: x-user-tier, default: anonymous, "
-			"limits: {anonymous: [{capacity: 50, rate: 50/min}]}}",
-			what,
-			!hdr   ? "header"
-			: !def ? "default"
-			       : "limits");
 	snprintf(what, sizeof(what), "%s: tiers.header", rule);
 	if (sluice_yaml_string(y, hdr, what, &s) < 0)
 		return -1;
@@ -296,9 +276,20 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 	r->tier_header = dup_lower(s, strlen(s));
 	if (!r->tier_header)
 		return sluice_yaml_nomem(y, hdr);
-	snprintf(what, sizeof(what), "%s: tiers.default", rule);
-	if (sluice_yaml_string(y, def, what, &dname) < 0)
-		return -1;
+	return 0;
+}
+
+/* tiers.limits: {name: [limits], ...}, each tier once; the one named
+ * dname becomes the default. */
+static int parse_tier_limits(sluice_yaml_t *y, yaml_node_t *lim,
+			     sluice_rule_t *r, const char *rule,
+			     const char *dname)
+{
+	yaml_node_pair_t *p;
+	const char *s;
+	char what[256];
+	size_t i, n;
+
 	snprintf(what, sizeof(what), "%s: tiers.limits", rule);
 	if (sluice_yaml_expect_map(y, lim, what) < 0)
 		return -1;
@@ -343,24 +334,62 @@ static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		if (strcmp(s, dname) == 0)
 			r->default_tier = i;
 	}
-	for (i = 0; i < n; i++)
-		if (strcmp(r->tiers[i].name, dname) == 0)
-			break;
-	if (i == n) {
-		char list[256];
-		size_t off = 0;
-
-		list[0] = '\0';
-		for (i = 0; i < n && off < sizeof(list); i++)
-			off += (size_t)snprintf(list + off, sizeof(list) - off,
-						"%s%s", i ? ", " : "",
-						r->tiers[i].name);
-		return sluice_yaml_error(y, def,
-					 "%s: tiers.default \"%.60s\" is not a "
-					 "tier; expected one of: %s",
-					 rule, dname, list);
-	}
 	return 0;
+}
+
+/* tiers.default names one of the tiers read (the message lists them). */
+static int check_default_tier(sluice_yaml_t *y, yaml_node_t *def,
+			      const sluice_rule_t *r, const char *rule,
+			      const char *dname)
+{
+	char list[256];
+	size_t i, off = 0;
+
+	for (i = 0; i < r->ntiers; i++)
+		if (strcmp(r->tiers[i].name, dname) == 0)
+			return 0;
+	list[0] = '\0';
+	for (i = 0; i < r->ntiers && off < sizeof(list); i++)
+		off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s",
+					i ? ", " : "", r->tiers[i].name);
+	return sluice_yaml_error(y, def,
+				 "%s: tiers.default \"%.60s\" is not a "
+				 "tier; expected one of: %s",
+				 rule, dname, list);
+}
+
+static int parse_tiers(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
+		       const char *rule)
+{
+	static const char *const keys[] = {"header", "default", "limits", NULL};
+	yaml_node_t *hdr, *def, *lim;
+	const char *dname = NULL;
+	char what[256];
+
+	snprintf(what, sizeof(what), "%s: tiers", rule);
+	if (sluice_yaml_expect_map(y, node, what) < 0 ||
+	    sluice_yaml_check_keys(y, node, what, keys) < 0)
+		return -1;
+	hdr = sluice_yaml_get(y, node, "header");
+	def = sluice_yaml_get(y, node, "default");
+	lim = sluice_yaml_get(y, node, "limits");
+	if (!hdr || !def || !lim)
+		return sluice_yaml_error(
+			y, node,
+			"%s has no %s; expected header, default and limits, "
+			"e.g. {header: x-user-tier, default: anonymous, "
+			"limits: {anonymous: [{capacity: 50, rate: 50/min}]}}",
+			what,
+			!hdr   ? "header"
+			: !def ? "default"
+			       : "limits");
+	if (parse_tier_header(y, hdr, r, rule) < 0)
+		return -1;
+	snprintf(what, sizeof(what), "%s: tiers.default", rule);
+	if (sluice_yaml_string(y, def, what, &dname) < 0 ||
+	    parse_tier_limits(y, lim, r, rule, dname) < 0)
+		return -1;
+	return check_default_tier(y, def, r, rule, dname);
 }
 
 /* ---------------------------------------------------------------- rule */
@@ -408,6 +437,108 @@ static int check_cost(sluice_yaml_t *y, yaml_node_t *node,
 	return 0;
 }
 
+/* A rule's name, kept in r and in rule (its name in messages from here
+ * on): 0, -1 when it is missing or wrong (reported), or SLUICE_ENOMEM
+ * (reported) when reading must stop. */
+static int parse_rule_name(sluice_yaml_t *y, yaml_node_t *node,
+			   sluice_rule_t *r, char *rule, size_t rulelen)
+{
+	yaml_node_t *v;
+	const char *s;
+	char what[256];
+
+	snprintf(what, sizeof(what), "%s.name", rule);
+	if (!(v = sluice_yaml_get(y, node, "name")))
+		return sluice_yaml_error(y, node,
+					 "%s has no name; expected name: "
+					 "followed by a unique name",
+					 rule);
+	if (sluice_yaml_string(y, v, what, &s) < 0)
+		return -1;
+	if (!valid_name(s))
+		return sluice_yaml_error(y, v,
+					 "%s \"%.60s\" is not valid; expected "
+					 "1 to %d letters, digits, '_', '.' "
+					 "or '-'",
+					 what, s, SLUICE_NAME_MAX);
+	r->name = strdup(s);
+	r->limits.name = strdup(s);
+	if (!r->name || !r->limits.name) {
+		sluice_yaml_nomem(y, v);
+		return SLUICE_ENOMEM;
+	}
+	snprintf(rule, rulelen, "rule \"%s\"", s);
+	return 0;
+}
+
+/* key: its sources, or the client IP when the rule names none. */
+static int parse_rule_key(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
+			  const char *rule)
+{
+	yaml_node_t *v;
+	char what[256];
+
+	snprintf(what, sizeof(what), "%s: key", rule);
+	if ((v = sluice_yaml_get(y, node, "key")))
+		return each_string(y, v, what, add_source, r);
+	r->sources[0].parts[0].kind = SLUICE_KEY_IP;
+	r->sources[0].nparts = 1;
+	r->nsources = 1;
+	return 0;
+}
+
+/* limits or tiers, exactly one of them: 1 when they parsed (so the cost
+ * can be checked against them), -1 (reported) when not. */
+static int parse_rule_limits(sluice_yaml_t *y, yaml_node_t *node,
+			     sluice_rule_t *r, const char *rule)
+{
+	yaml_node_t *lim = sluice_yaml_get(y, node, "limits");
+	yaml_node_t *tiers = sluice_yaml_get(y, node, "tiers");
+	char what[256];
+
+	snprintf(what, sizeof(what), "%s: limits", rule);
+	if (lim && tiers)
+		return sluice_yaml_error(y, tiers,
+					 "%s has both limits and tiers; "
+					 "expected one of them",
+					 rule);
+	if (!lim && !tiers)
+		return sluice_yaml_error(y, node,
+					 "%s has no limits; expected "
+					 "limits: [{capacity: 100, rate: "
+					 "2/s}] or tiers: {...}",
+					 rule);
+	if (lim && sluice_config_parse_limits(y, lim, &r->limits, what) < 0)
+		return -1;
+	if (tiers && parse_tiers(y, tiers, r, rule) < 0)
+		return -1;
+	return 1;
+}
+
+/* on_store_error: open | closed | local. */
+static int parse_on_store_error(sluice_yaml_t *y, yaml_node_t *v,
+				sluice_rule_t *r, const char *rule)
+{
+	const char *s;
+	char what[256];
+
+	snprintf(what, sizeof(what), "%s: on_store_error", rule);
+	if (sluice_yaml_string(y, v, what, &s) < 0)
+		return -1;
+	if (strcmp(s, "open") == 0)
+		r->on_store_error = SLUICE_FAIL_OPEN;
+	else if (strcmp(s, "closed") == 0)
+		r->on_store_error = SLUICE_FAIL_CLOSED;
+	else if (strcmp(s, "local") == 0)
+		r->on_store_error = SLUICE_FAIL_LOCAL;
+	else
+		return sluice_yaml_error(y, v,
+					 "%s is \"%.60s\"; expected "
+					 "open, closed or local",
+					 what, s);
+	return 0;
+}
+
 /* Reads one rule.  After an error the other fields are still read (so
  * check-config reports them too), except where they depend on the failed
  * one (the cost is checked against limits only when they parsed). */
@@ -420,10 +551,9 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		"on_store_error", "shadow", "overrides",
 		"overrides_file", NULL};
 	char rule[128], what[256];
-	yaml_node_t *v, *lim, *tiers, *ovf;
-	const char *s;
+	yaml_node_t *v, *ovf;
 	uint64_t u;
-	int rc = 0, limits_ok = 1;
+	int rc = 0, limits_ok;
 
 	snprintf(rule, sizeof(rule), "rules[%zu]", idx);
 	if (sluice_yaml_expect_map(y, node, rule) < 0)
@@ -432,69 +562,25 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 		rc = -1;
 	r->line = sluice_yaml_line(node);
 	r->cost = 1;
-	snprintf(what, sizeof(what), "%s.name", rule);
-	if (!(v = sluice_yaml_get(y, node, "name"))) {
-		rc = sluice_yaml_error(y, node,
-				       "%s has no name; expected name: "
-				       "followed by a unique name",
-				       rule);
-	} else if (sluice_yaml_string(y, v, what, &s) < 0) {
+	switch (parse_rule_name(y, node, r, rule, sizeof(rule))) {
+	case 0:
+		break;
+	case SLUICE_ENOMEM:
+		return -1;
+	default:
 		rc = -1;
-	} else if (!valid_name(s)) {
-		rc = sluice_yaml_error(y, v,
-				       "%s \"%.60s\" is not valid; expected 1 "
-				       "to %d letters, digits, '_', '.' or "
-				       "'-'",
-				       what, s, SLUICE_NAME_MAX);
-	} else {
-		r->name = strdup(s);
-		r->limits.name = strdup(s);
-		if (!r->name || !r->limits.name)
-			return sluice_yaml_nomem(y, v);
-		snprintf(rule, sizeof(rule), "rule \"%s\"", s);
 	}
-
 	if ((v = sluice_yaml_get(y, node, "match")) &&
 	    parse_match(y, v, r, rule) < 0)
 		rc = -1;
-
-	snprintf(what, sizeof(what), "%s: key", rule);
-	if ((v = sluice_yaml_get(y, node, "key"))) {
-		if (each_string(y, v, what, add_source, r) < 0)
-			rc = -1;
-	} else { /* default: the client IP */
-		r->sources[0].parts[0].kind = SLUICE_KEY_IP;
-		r->sources[0].nparts = 1;
-		r->nsources = 1;
-	}
-
-	lim = sluice_yaml_get(y, node, "limits");
-	tiers = sluice_yaml_get(y, node, "tiers");
-	snprintf(what, sizeof(what), "%s: limits", rule);
-	if (lim && tiers)
-		limits_ok = sluice_yaml_error(y, tiers,
-					      "%s has both limits and tiers; "
-					      "expected one of them",
-					      rule);
-	else if (!lim && !tiers)
-		limits_ok = sluice_yaml_error(y, node,
-					      "%s has no limits; expected "
-					      "limits: [{capacity: 100, rate: "
-					      "2/s}] or tiers: {...}",
-					      rule);
-	else if (lim &&
-		 sluice_config_parse_limits(y, lim, &r->limits, what) < 0)
-		limits_ok = -1;
-	else if (tiers && parse_tiers(y, tiers, r, rule) < 0)
-		limits_ok = -1;
-	if (limits_ok < 0)
+	if (parse_rule_key(y, node, r, rule) < 0)
 		rc = -1;
-
+	if ((limits_ok = parse_rule_limits(y, node, r, rule)) < 0)
+		rc = -1;
 	v = sluice_yaml_get(y, node, "overrides");
 	ovf = sluice_yaml_get(y, node, "overrides_file");
 	if ((v || ovf) && sluice_config_parse_overrides(y, v, ovf, r, rule) < 0)
 		rc = -1;
-
 	if ((v = sluice_yaml_get(y, node, "cost"))) {
 		snprintf(what, sizeof(what), "%s: cost", rule);
 		if (sluice_yaml_uint(y, v, what, 1, 1000000000, &u) < 0) {
@@ -505,22 +591,9 @@ static int parse_rule(sluice_yaml_t *y, yaml_node_t *node, sluice_rule_t *r,
 				rc = -1;
 		}
 	}
-	if ((v = sluice_yaml_get(y, node, "on_store_error"))) {
-		snprintf(what, sizeof(what), "%s: on_store_error", rule);
-		if (sluice_yaml_string(y, v, what, &s) < 0)
-			rc = -1;
-		else if (strcmp(s, "open") == 0)
-			r->on_store_error = SLUICE_FAIL_OPEN;
-		else if (strcmp(s, "closed") == 0)
-			r->on_store_error = SLUICE_FAIL_CLOSED;
-		else if (strcmp(s, "local") == 0)
-			r->on_store_error = SLUICE_FAIL_LOCAL;
-		else
-			rc = sluice_yaml_error(y, v,
-					       "%s is \"%.60s\"; expected "
-					       "open, closed or local",
-					       what, s);
-	}
+	if ((v = sluice_yaml_get(y, node, "on_store_error")) &&
+	    parse_on_store_error(y, v, r, rule) < 0)
+		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "shadow"))) {
 		snprintf(what, sizeof(what), "%s: shadow", rule);
 		if (sluice_yaml_bool(y, v, what, &r->shadow) < 0)

@@ -275,6 +275,87 @@ static int parse_sentinel_string(sluice_yaml_t *y, yaml_node_t *node,
 						    : 0;
 }
 
+/* sentinel.master: the name the Sentinels monitor.  0, -1 (reported),
+ * or SLUICE_ENOMEM (reported) when reading must stop. */
+static int parse_sentinel_master(sluice_yaml_t *y, yaml_node_t *node,
+				 sluice_store_sentinel_t *sen)
+{
+	yaml_node_t *v;
+	const char *s;
+
+	if (!(v = sluice_yaml_get(y, node, "master")))
+		return sluice_yaml_error(y, node,
+					 "store.redis.sentinel has no master; "
+					 "expected master: NAME (the name the "
+					 "Sentinels monitor, e.g. mymaster)");
+	if (sluice_yaml_string(y, v, "store.redis.sentinel.master", &s) < 0)
+		return -1;
+	if (!s[0] || strpbrk(s, " \t\r\n"))
+		return sluice_yaml_error(y, v,
+					 "store.redis.sentinel.master "
+					 "\"%.100s\" is not a master name; "
+					 "expected the name the Sentinels "
+					 "monitor, e.g. mymaster",
+					 s);
+	if (sluice_config_set_string(&sen->master, s) < 0) {
+		sluice_yaml_nomem(y, v);
+		return SLUICE_ENOMEM;
+	}
+	return 0;
+}
+
+/* sentinel.addrs: the Sentinels, "host:port" each; every one is checked.
+ * 0, -1 (reported), or SLUICE_ENOMEM (reported) when reading must stop. */
+static int parse_sentinel_addrs(sluice_yaml_t *y, yaml_node_t *node,
+				sluice_store_sentinel_t *sen)
+{
+	yaml_node_t *v;
+	const char *s;
+	size_t i, n;
+	int rc = 0;
+
+	if (!(v = sluice_yaml_get(y, node, "addrs")))
+		return sluice_yaml_error(y, node,
+					 "store.redis.sentinel has no addrs; "
+					 "expected addrs: [\"host:port\", ...] "
+					 "(the Sentinels)");
+	if (sluice_yaml_expect_seq(y, v, "store.redis.sentinel.addrs") < 0)
+		return -1;
+	if ((n = sluice_yaml_seq_len(v)) == 0)
+		return sluice_yaml_error(y, v,
+					 "store.redis.sentinel.addrs is empty; "
+					 "expected at least one \"host:port\"");
+	if (!(sen->addrs = calloc(n, sizeof(*sen->addrs)))) {
+		sluice_yaml_nomem(y, v);
+		return SLUICE_ENOMEM;
+	}
+	for (i = 0; i < n; i++) {
+		yaml_node_t *it = sluice_yaml_seq_at(y, v, i);
+
+		if (sluice_yaml_string(y, it, "store.redis.sentinel.addrs[]",
+				       &s) < 0) {
+			rc = -1;
+			continue;
+		}
+		if (!is_host_port(s)) {
+			rc = sluice_yaml_error(
+				y, it,
+				"sentinel address \"%.100s\" is not "
+				"host:port; expected \"host:port\", "
+				"e.g. \"10.0.0.1:26379\" (tls: true "
+				"for TLS to the Sentinels)",
+				s);
+			continue;
+		}
+		if (!(sen->addrs[sen->naddrs] = strdup(s))) {
+			sluice_yaml_nomem(y, it);
+			return SLUICE_ENOMEM;
+		}
+		sen->naddrs++;
+	}
+	return rc;
+}
+
 /* sentinel: {master, addrs, user, password, tls}.  *tls_given says
  * whether tls was set (else it follows the master's TLS, decided once
  * url and tls are read).  Reads on after an error. */
@@ -284,9 +365,7 @@ static int parse_sentinel(sluice_yaml_t *y, yaml_node_t *node,
 	static const char *const keys[] = {"master",   "addrs", "user",
 					   "password", "tls",	NULL};
 	yaml_node_t *v, *user;
-	const char *s;
-	size_t i, n;
-	int rc = 0;
+	int r, rc = 0;
 
 	*tls_given = 0;
 	if (node->type != YAML_MAPPING_NODE)
@@ -297,62 +376,14 @@ static int parse_sentinel(sluice_yaml_t *y, yaml_node_t *node,
 					 sluice_yaml_kind(node));
 	if (sluice_yaml_check_keys(y, node, "store.redis.sentinel", keys) < 0)
 		rc = -1;
-	if (!(v = sluice_yaml_get(y, node, "master")))
-		rc = sluice_yaml_error(y, node,
-				       "store.redis.sentinel has no master; "
-				       "expected master: NAME (the name the "
-				       "Sentinels monitor, e.g. mymaster)");
-	else if (sluice_yaml_string(y, v, "store.redis.sentinel.master", &s) <
-		 0)
+	if ((r = parse_sentinel_master(y, node, sen)) == SLUICE_ENOMEM)
+		return -1;
+	if (r < 0)
 		rc = -1;
-	else if (!s[0] || strpbrk(s, " \t\r\n"))
-		rc = sluice_yaml_error(y, v,
-				       "store.redis.sentinel.master \"%.100s\" "
-				       "is not a master name; expected the "
-				       "name the Sentinels monitor, e.g. "
-				       "mymaster",
-				       s);
-	else if (sluice_config_set_string(&sen->master, s) < 0)
-		return sluice_yaml_nomem(y, v);
-	if (!(v = sluice_yaml_get(y, node, "addrs"))) {
-		rc = sluice_yaml_error(y, node,
-				       "store.redis.sentinel has no addrs; "
-				       "expected addrs: [\"host:port\", ...] "
-				       "(the Sentinels)");
-	} else if (sluice_yaml_expect_seq(y, v, "store.redis.sentinel.addrs") <
-		   0) {
+	if ((r = parse_sentinel_addrs(y, node, sen)) == SLUICE_ENOMEM)
+		return -1;
+	if (r < 0)
 		rc = -1;
-	} else if ((n = sluice_yaml_seq_len(v)) == 0) {
-		rc = sluice_yaml_error(y, v,
-				       "store.redis.sentinel.addrs is empty; "
-				       "expected at least one \"host:port\"");
-	} else if (!(sen->addrs = calloc(n, sizeof(*sen->addrs)))) {
-		return sluice_yaml_nomem(y, v);
-	} else {
-		for (i = 0; i < n; i++) {
-			yaml_node_t *it = sluice_yaml_seq_at(y, v, i);
-
-			if (sluice_yaml_string(y, it,
-					       "store.redis.sentinel.addrs[]",
-					       &s) < 0) {
-				rc = -1;
-				continue;
-			}
-			if (!is_host_port(s)) {
-				rc = sluice_yaml_error(
-					y, it,
-					"sentinel address \"%.100s\" is not "
-					"host:port; expected \"host:port\", "
-					"e.g. \"10.0.0.1:26379\" (tls: true "
-					"for TLS to the Sentinels)",
-					s);
-				continue;
-			}
-			if (!(sen->addrs[sen->naddrs] = strdup(s)))
-				return sluice_yaml_nomem(y, it);
-			sen->naddrs++;
-		}
-	}
 	if ((user = sluice_yaml_get(y, node, "user")) &&
 	    parse_sentinel_string(y, user, "store.redis.sentinel.user",
 				  &sen->user) < 0)
@@ -396,6 +427,73 @@ static int parse_shm_path(sluice_yaml_t *y, yaml_node_t *node,
 	return 0;
 }
 
+/* shared: {path, group}: the file, and the group whose members'
+ * processes share it (resolved when the store opens). */
+static int parse_shared(sluice_yaml_t *y, yaml_node_t *body,
+			sluice_store_config_t *st)
+{
+	yaml_node_t *v;
+	const char *s;
+
+	if (!(v = sluice_yaml_get(y, body, "path")))
+		return sluice_yaml_error(y, body,
+					 "store.shared has no path; expected "
+					 "path: /dev/shm/NAME (a file on a "
+					 "tmpfs)");
+	if (parse_shm_path(y, v, st) < 0)
+		return -1;
+	if (!(v = sluice_yaml_get(y, body, "group")))
+		return 0;
+	if (sluice_yaml_string(y, v, "store.shared.group", &s) < 0)
+		return -1;
+	if (!*s || strlen(s) > 64)
+		return sluice_yaml_error(y, v,
+					 "store.shared.group is %zu bytes; "
+					 "expected a group name or number, "
+					 "e.g. sluice",
+					 strlen(s));
+	if (sluice_config_set_string(&st->shm_group, s) < 0)
+		return sluice_yaml_nomem(y, v);
+	return 0;
+}
+
+/* key_prefix, timeout_ms and connections of a Redis store (what: its
+ * "store.KIND" for messages). */
+static int parse_redis_tuning(sluice_yaml_t *y, yaml_node_t *body,
+			      const char *what, sluice_store_config_t *st)
+{
+	char field[96];
+	yaml_node_t *v;
+	const char *s;
+	uint64_t u;
+
+	if ((v = sluice_yaml_get(y, body, "key_prefix"))) {
+		snprintf(field, sizeof(field), "%s.key_prefix", what);
+		if (sluice_yaml_string(y, v, field, &s) < 0)
+			return -1;
+		if (strlen(s) > 64)
+			return sluice_yaml_error(y, v,
+						 "key_prefix is %zu bytes "
+						 "long; expected at most 64",
+						 strlen(s));
+		if (sluice_config_set_string(&st->key_prefix, s) < 0)
+			return sluice_yaml_nomem(y, v);
+	}
+	if ((v = sluice_yaml_get(y, body, "timeout_ms"))) {
+		snprintf(field, sizeof(field), "%s.timeout_ms", what);
+		if (sluice_yaml_uint(y, v, field, 1, 60000, &u) < 0)
+			return -1;
+		st->timeout_ms = (unsigned)u;
+	}
+	if ((v = sluice_yaml_get(y, body, "connections"))) {
+		snprintf(field, sizeof(field), "%s.connections", what);
+		if (sluice_yaml_uint(y, v, field, 1, 64, &u) < 0)
+			return -1;
+		st->connections = (unsigned)u;
+	}
+	return 0;
+}
+
 /* memory: {max_keys}, shared: {path, max_keys}, redis: {url, ...},
  * redis_cluster: {seeds, ...} */
 static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
@@ -404,7 +502,6 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 	char what[64], field[96];
 	yaml_node_t *v, *sentinel;
 	uint64_t u;
-	const char *s;
 	int sentinel_tls_given = 0, rc = 0;
 
 	snprintf(what, sizeof(what), "store.%s", kind);
@@ -418,31 +515,8 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 	if (sluice_yaml_check_keys(y, body, what,
 				   sluice_store_kind_info(st->kind)->keys) < 0)
 		return -1;
-	if (st->kind == SLUICE_STORE_SHARED) {
-		if (!(v = sluice_yaml_get(y, body, "path")))
-			return sluice_yaml_error(
-				y, body,
-				"store.shared has no path; expected "
-				"path: /dev/shm/NAME (a file on a tmpfs)");
-		if (parse_shm_path(y, v, st) < 0)
-			return -1;
-		/* group: the group whose members' processes share the file
-		 * (resolved when the store opens). */
-		if ((v = sluice_yaml_get(y, body, "group"))) {
-			if (sluice_yaml_string(y, v, "store.shared.group", &s) <
-			    0)
-				return -1;
-			if (!*s || strlen(s) > 64)
-				return sluice_yaml_error(
-					y, v,
-					"store.shared.group is %zu bytes; "
-					"expected a group name or number, "
-					"e.g. sluice",
-					strlen(s));
-			if (sluice_config_set_string(&st->shm_group, s) < 0)
-				return sluice_yaml_nomem(y, v);
-		}
-	}
+	if (st->kind == SLUICE_STORE_SHARED && parse_shared(y, body, st) < 0)
+		return -1;
 	if ((v = sluice_yaml_get(y, body, "max_keys"))) {
 		if (sluice_yaml_uint(y, v, FIELD("max_keys"), 1,
 				     UINT64_C(1) << 32, &u) < 0)
@@ -474,30 +548,7 @@ static int parse_store_body(sluice_yaml_t *y, yaml_node_t *body,
 	/* The Sentinels of a TLS deployment usually speak TLS too. */
 	if (st->sentinel.master && !sentinel_tls_given)
 		st->sentinel.tls = st->tls.enabled;
-	if ((v = sluice_yaml_get(y, body, "key_prefix"))) {
-		if (sluice_yaml_string(y, v, FIELD("key_prefix"), &s) < 0)
-			return -1;
-		if (strlen(s) > 64)
-			return sluice_yaml_error(
-				y, v,
-				"key_prefix is %zu bytes long; "
-				"expected at most 64",
-				strlen(s));
-		if (sluice_config_set_string(&st->key_prefix, s) < 0)
-			return sluice_yaml_nomem(y, v);
-	}
-	if ((v = sluice_yaml_get(y, body, "timeout_ms"))) {
-		if (sluice_yaml_uint(y, v, FIELD("timeout_ms"), 1, 60000, &u) <
-		    0)
-			return -1;
-		st->timeout_ms = (unsigned)u;
-	}
-	if ((v = sluice_yaml_get(y, body, "connections"))) {
-		if (sluice_yaml_uint(y, v, FIELD("connections"), 1, 64, &u) < 0)
-			return -1;
-		st->connections = (unsigned)u;
-	}
-	return 0;
+	return parse_redis_tuning(y, body, what, st);
 #undef FIELD
 }
 

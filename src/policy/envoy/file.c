@@ -172,6 +172,67 @@ static int parse_replaces(load_t *L, yaml_node_t *v, sluice_envoy_limit_t *l)
 	return rc;
 }
 
+/* An unlimited rate_limit names no unit and no limits. */
+static int check_unlimited(load_t *L, yaml_node_t *v, yaml_node_t *lims)
+{
+	yaml_node_t *x;
+
+	if ((x = sluice_yaml_get(L->y, v, "unit")) && !sluice_yaml_is_null(x) &&
+	    sluice_envoy_unit_parse((const char *)x->data.scalar.value) !=
+		    SLUICE_RLS_UNIT_UNKNOWN)
+		return sluice_yaml_error(L->y, x,
+					 "should not specify rate "
+					 "limit unit when unlimited");
+	if (lims)
+		return sluice_yaml_error(L->y, lims,
+					 "limits with unlimited; "
+					 "expected one or the other");
+	return 0;
+}
+
+/* sluice's extension: limits: [{unit, requests_per_unit, burst}, ...],
+ * several limits, all of which must pass; none of those keys beside it. */
+static int parse_limit_list(load_t *L, yaml_node_t *v, yaml_node_t *lims,
+			    sluice_envoy_limit_t *l)
+{
+	static const char *const lim_keys[] = {"unit", "requests_per_unit",
+					       "burst", NULL};
+	yaml_node_t *x;
+	size_t i, n;
+	int rc = 0;
+
+	for (i = 0; i < 3; i++) {
+		if ((x = sluice_yaml_get_key(L->y, v, lim_keys[i])))
+			return sluice_yaml_error(L->y, x,
+						 "%s beside limits; expected "
+						 "it in each item of limits",
+						 lim_keys[i]);
+	}
+	if (sluice_yaml_expect_seq(L->y, lims, "limits") < 0)
+		return -1;
+	n = sluice_yaml_seq_len(lims);
+	if (n < 1 || n > SLUICE_MAX_LIMITS)
+		return sluice_yaml_error(L->y, lims,
+					 "limits has %zu items; expected 1 to "
+					 "%d",
+					 n, SLUICE_MAX_LIMITS);
+	for (i = 0; i < n; i++) {
+		yaml_node_t *it = sluice_yaml_seq_at(L->y, lims, i);
+
+		if (sluice_yaml_expect_map(L->y, it, "limits item") < 0 ||
+		    sluice_yaml_check_keys(L->y, it, "limits item", lim_keys) <
+			    0 ||
+		    parse_one_limit(L, it, l, i, "limits item") < 0)
+			rc = -1;
+	}
+	l->set.nlimits = n;
+	if (l->blocked && n > 1)
+		rc = sluice_yaml_error(L->y, lims,
+				       "a limit with requests_per_unit 0 "
+				       "among others; expected it alone");
+	return rc;
+}
+
 static int parse_rate_limit(load_t *L, yaml_node_t *v, sluice_envoy_node_t *d,
 			    int shadow)
 {
@@ -179,13 +240,10 @@ static int parse_rate_limit(load_t *L, yaml_node_t *v, sluice_envoy_node_t *d,
 					   "unlimited", "name",
 					   "replaces",	"burst",
 					   "limits",	NULL};
-	static const char *const lim_keys[] = {"unit", "requests_per_unit",
-					       "burst", NULL};
 	sluice_envoy_limit_t *l;
 	yaml_node_t *x, *lims;
 	const char *s;
 	int rc = 0;
-	size_t i, n;
 
 	if (sluice_yaml_expect_map(L->y, v, "rate_limit") < 0)
 		return -1;
@@ -213,59 +271,13 @@ static int parse_rate_limit(load_t *L, yaml_node_t *v, sluice_envoy_node_t *d,
 	l->rule.on_store_error = L->cfg->settings.on_store_error;
 	l->rule.cost = 1;
 	l->rule.line = sluice_yaml_line(v);
-	if (l->unlimited) {
-		if ((x = sluice_yaml_get(L->y, v, "unit")) &&
-		    !sluice_yaml_is_null(x) &&
-		    sluice_envoy_unit_parse(
-			    (const char *)x->data.scalar.value) !=
-			    SLUICE_RLS_UNIT_UNKNOWN)
-			return sluice_yaml_error(L->y, x,
-						 "should not specify rate "
-						 "limit unit when unlimited");
-		if (lims)
-			return sluice_yaml_error(L->y, lims,
-						 "limits with unlimited; "
-						 "expected one or the other");
-		return rc;
-	}
+	if (l->unlimited)
+		return check_unlimited(L, v, lims) < 0 ? -1 : rc;
 	if (!lims) {
 		l->set.nlimits = 1;
 		return parse_one_limit(L, v, l, 0, "rate_limit") < 0 ? -1 : rc;
 	}
-	/* sluice's extension: several limits, all of which must pass. */
-	for (i = 0; i < 3; i++) {
-		static const char *const single[] = {
-			"unit", "requests_per_unit", "burst"};
-
-		if ((x = sluice_yaml_get_key(L->y, v, single[i])))
-			return sluice_yaml_error(L->y, x,
-						 "%s beside limits; expected "
-						 "it in each item of limits",
-						 single[i]);
-	}
-	if (sluice_yaml_expect_seq(L->y, lims, "limits") < 0)
-		return -1;
-	n = sluice_yaml_seq_len(lims);
-	if (n < 1 || n > SLUICE_MAX_LIMITS)
-		return sluice_yaml_error(L->y, lims,
-					 "limits has %zu items; expected 1 to "
-					 "%d",
-					 n, SLUICE_MAX_LIMITS);
-	for (i = 0; i < n; i++) {
-		yaml_node_t *it = sluice_yaml_seq_at(L->y, lims, i);
-
-		if (sluice_yaml_expect_map(L->y, it, "limits item") < 0 ||
-		    sluice_yaml_check_keys(L->y, it, "limits item", lim_keys) <
-			    0 ||
-		    parse_one_limit(L, it, l, i, "limits item") < 0)
-			rc = -1;
-	}
-	l->set.nlimits = n;
-	if (l->blocked && n > 1)
-		rc = sluice_yaml_error(L->y, lims,
-				       "a limit with requests_per_unit 0 "
-				       "among others; expected it alone");
-	return rc;
+	return parse_limit_list(L, v, lims, l) < 0 ? -1 : rc;
 }
 
 static int parse_list(load_t *L, yaml_node_t *seq, const char *parent,

@@ -167,90 +167,114 @@ static void shared_of(const sluice_envoy_config_t *cfg,
 		sluice_envoy_match(dom, rd->entries, rd->nentries, m);
 }
 
-void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
-			 const sluice_rls_request_t *req,
-			 const sluice_envoy_import_item_t *items, size_t n,
-			 void (*then)(void *arg), void *arg)
+/* The buckets of items this thread has not imported yet. */
+static size_t count_new(const sluice_envoy_import_item_t *items, size_t n)
 {
-	int64_t now_s = sluice_now_us() / 1000000;
-	size_t i, j, nb = 0, total;
-	import_t *im;
-	sluice_buf_t name = {0};
-	sluice_envoy_match_t *m = NULL;
+	size_t i, j, nb = 0;
 
-	if (!be->ops->import) {
-		then(arg);
-		return;
-	}
-	/* The common case, every bucket imported already by this thread:
-	 * no allocation, no store call. */
 	for (i = 0; i < n; i++)
 		for (j = 0; j < items[i].set->nlimits; j++)
 			nb += !was_imported(
 				bucket_hash(items[i].key, items[i].keylen,
 					    &items[i].set->limits[j]));
-	if (nb == 0) {
+	return nb;
+}
+
+/* One request's imports being issued: the slots used of the total
+ * counted, and the counter name and config match reused from one to the
+ * next. */
+typedef struct {
+	sluice_backend_t *be;
+	const sluice_envoy_config_t *cfg;
+	const sluice_rls_request_t *req;
+	import_t *im;
+	size_t nb, total;
+	sluice_buf_t name;
+	sluice_envoy_match_t *m;
+	int64_t now_s;
+} issue_t;
+
+/* Asks the store to import each bucket of the item not imported yet,
+ * from envoyproxy/ratelimit's counter of its window. */
+static void issue_item(issue_t *is, const sluice_envoy_import_item_t *it)
+{
+	const sluice_envoy_config_t *cfg = is->cfg;
+	const sluice_rls_request_t *req = is->req;
+	const sluice_rls_descriptor_t *rd = &req->descriptors[it->desc];
+	int matched = 0;
+	size_t j;
+
+	for (j = 0; j < it->set->nlimits; j++) {
+		const sluice_limit_t *l = &it->set->limits[j];
+		uint64_t h = bucket_hash(it->key, it->keylen, l);
+		sluice_import_item_t one;
+		slot_t *s = &is->im->slot[is->nb];
+
+		if (was_imported(h))
+			continue;
+		if (it->configured && !matched) {
+			if (!is->m && !(is->m = malloc(sizeof(*is->m))))
+				continue;
+			shared_of(cfg, req, rd, is->m);
+			matched = 1;
+		}
+		is->name.len = 0;
+		if (sluice_envoy_counter_key(
+			    &is->name, cfg->settings.cache_key_prefix,
+			    req->domain, rd->entries, rd->nentries,
+			    it->configured ? is->m->shared : NULL,
+			    it->units[j].unit, is->now_s) < 0)
+			continue;
+		one.key = it->key;
+		one.keylen = it->keylen;
+		one.limit = l;
+		one.counter = is->name.data;
+		one.counterlen = is->name.len;
+		one.window_ms = (uint64_t)divider(it->units[j].unit) * 1000;
+		/* One slot per limit of every item, counted above. */
+		assert(is->nb < is->total);
+		sluice_envoy_count_import(0);
+		s->im = is->im;
+		s->hash = h;
+		is->nb++;
+		is->im->pending++;
+		if (is->be->ops->import(is->be->impl, &one, 1, sluice_now_us(),
+					one_done, s) < 0)
+			is->im->pending--;
+	}
+}
+
+void sluice_envoy_import(sluice_backend_t *be, const sluice_envoy_config_t *cfg,
+			 const sluice_rls_request_t *req,
+			 const sluice_envoy_import_item_t *items, size_t n,
+			 void (*then)(void *arg), void *arg)
+{
+	issue_t is = {.be = be,
+		      .cfg = cfg,
+		      .req = req,
+		      .now_s = sluice_now_us() / 1000000};
+	size_t i, nb;
+
+	/* The common case, every bucket imported already by this thread:
+	 * no allocation, no store call. */
+	if (!be->ops->import || (nb = count_new(items, n)) == 0) {
 		then(arg);
 		return;
 	}
-	total = nb;
-	(void)total; /* read by assert() alone */
-	if (!(im = calloc(1, sizeof(*im) + nb * sizeof(slot_t)))) {
+	if (!(is.im = calloc(1, sizeof(*is.im) + nb * sizeof(slot_t)))) {
 		/* Out of memory: the take goes on without the import. */
 		then(arg);
 		return;
 	}
-	im->then = then;
-	im->arg = arg;
-	im->pending = 1;
-	for (i = 0, nb = 0; i < n; i++) {
-		const sluice_envoy_import_item_t *it = &items[i];
-		const sluice_rls_descriptor_t *rd = &req->descriptors[it->desc];
-		int matched = 0;
-
-		for (j = 0; j < it->set->nlimits; j++) {
-			const sluice_limit_t *l = &it->set->limits[j];
-			uint64_t h = bucket_hash(it->key, it->keylen, l);
-			sluice_import_item_t one;
-			slot_t *s = &im->slot[nb];
-
-			if (was_imported(h))
-				continue;
-			if (it->configured && !matched) {
-				if (!m && !(m = malloc(sizeof(*m))))
-					continue;
-				shared_of(cfg, req, rd, m);
-				matched = 1;
-			}
-			name.len = 0;
-			if (sluice_envoy_counter_key(
-				    &name, cfg->settings.cache_key_prefix,
-				    req->domain, rd->entries, rd->nentries,
-				    it->configured ? m->shared : NULL,
-				    it->units[j].unit, now_s) < 0)
-				continue;
-			one.key = it->key;
-			one.keylen = it->keylen;
-			one.limit = l;
-			one.counter = name.data;
-			one.counterlen = name.len;
-			one.window_ms =
-				(uint64_t)divider(it->units[j].unit) * 1000;
-			/* One slot per limit of every item, counted above. */
-			assert(nb < total);
-			sluice_envoy_count_import(0);
-			s->im = im;
-			s->hash = h;
-			nb++;
-			im->pending++;
-			if (be->ops->import(be->impl, &one, 1, sluice_now_us(),
-					    one_done, s) < 0)
-				im->pending--;
-		}
-	}
-	sluice_buf_free(&name);
-	free(m);
-	unref(im);
+	is.im->then = then;
+	is.im->arg = arg;
+	is.im->pending = 1;
+	is.total = nb;
+	for (i = 0; i < n; i++)
+		issue_item(&is, &items[i]);
+	sluice_buf_free(&is.name);
+	free(is.m);
+	unref(is.im);
 }
 
 /* ------------------------------------------------------------- checking */

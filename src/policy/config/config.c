@@ -187,6 +187,36 @@ void sluice_config_free(sluice_config_t *cfg)
 
 /* --------------------------------------------------------- trusted IPs */
 
+/* The mask of byte i of an address under a /prefix. */
+static uint8_t prefix_mask(unsigned prefix, unsigned i)
+{
+	unsigned keep = prefix > 8 * i ? prefix - 8 * i : 0;
+
+	return keep >= 8 ? 0xff : (uint8_t)(0xff00 >> keep);
+}
+
+/* A block's address is its network's: no bit set past the prefix (the
+ * message shows the network address meant). */
+static int check_host_bits(sluice_yaml_t *y, yaml_node_t *node, const char *s,
+			   sluice_cidr_t *c)
+{
+	unsigned i, j, max = c->family == AF_INET ? 32 : 128;
+	char net[INET6_ADDRSTRLEN];
+
+	for (i = 0; i < max / 8; i++)
+		if (c->addr[i] & ~prefix_mask(c->prefix, i))
+			break;
+	if (i == max / 8)
+		return 0;
+	for (j = i; j < max / 8; j++)
+		c->addr[j] &= prefix_mask(c->prefix, j);
+	inet_ntop(c->family, c->addr, net, sizeof(net));
+	return sluice_yaml_error(y, node,
+				 "trusted proxy \"%s\" has host bits set; "
+				 "expected the network address, e.g. %s/%u",
+				 s, net, c->prefix);
+}
+
 /* "10.0.0.0/8", "::1/128", "192.0.2.7" (a single address). */
 static int parse_cidr(sluice_yaml_t *y, yaml_node_t *node, sluice_cidr_t *c)
 {
@@ -195,7 +225,7 @@ static int parse_cidr(sluice_yaml_t *y, yaml_node_t *node, sluice_cidr_t *c)
 	char buf[INET6_ADDRSTRLEN + 8], *slash;
 	const char *s;
 	unsigned long prefix;
-	unsigned i, max;
+	unsigned max;
 
 	if (sluice_yaml_string(y, node, "trusted_proxies[]", &s) < 0)
 		return -1;
@@ -230,28 +260,8 @@ static int parse_cidr(sluice_yaml_t *y, yaml_node_t *node, sluice_cidr_t *c)
 						 s, slash + 1, max);
 	}
 	c->prefix = (unsigned)prefix;
-	for (i = 0; i < max / 8; i++) {
-		unsigned keep = c->prefix > 8 * i ? c->prefix - 8 * i : 0;
-		uint8_t mask = keep >= 8 ? 0xff : (uint8_t)(0xff00 >> keep);
-
-		if (c->addr[i] & ~mask) {
-			char net[INET6_ADDRSTRLEN];
-
-			for (; i < max / 8; i++) {
-				keep = c->prefix > 8 * i ? c->prefix - 8 * i
-							 : 0;
-				c->addr[i] &=
-					keep >= 8 ? 0xff
-						  : (uint8_t)(0xff00 >> keep);
-			}
-			inet_ntop(c->family, c->addr, net, sizeof(net));
-			return sluice_yaml_error(
-				y, node,
-				"trusted proxy \"%s\" has host bits set; "
-				"expected the network address, e.g. %s/%u",
-				s, net, c->prefix);
-		}
-	}
+	if (check_host_bits(y, node, s, c) < 0)
+		return -1;
 	/* ::ffff:a.b.c.d/N is the IPv4 block a.b.c.d/(N-96): peers are
 	 * compared as IPv4 once unmapped. */
 	if (c->family == AF_INET6 && c->prefix >= 96 &&

@@ -37,7 +37,7 @@ void sluice_envoy_settings_init(sluice_envoy_settings_t *s)
 	s->statsd_flush_ms = 10000; /* STATS_FLUSH_INTERVAL's default */
 }
 
-static void settings_free(sluice_envoy_settings_t *s)
+void sluice_envoy_settings_free(sluice_envoy_settings_t *s)
 {
 	free(s->config_dir);
 	free(s->header_limit);
@@ -104,7 +104,7 @@ void sluice_envoy_config_free(sluice_envoy_config_t *cfg)
 	free(cfg->files);
 	free(cfg->dir);
 	sluice_buf_free(&cfg->skipped);
-	settings_free(&cfg->settings);
+	sluice_envoy_settings_free(&cfg->settings);
 	free(cfg->override_rule.name);
 	free(cfg);
 }

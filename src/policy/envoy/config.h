@@ -226,6 +226,8 @@ sluice_envoy_load_texts(const struct sluice_envoy_text_s *texts, size_t n,
 
 /* Sets the defaults of an `envoy:` section without one. */
 void sluice_envoy_settings_init(sluice_envoy_settings_t *s);
+/* Frees the strings and the xds settings s holds (not s itself). */
+void sluice_envoy_settings_free(sluice_envoy_settings_t *s);
 
 void sluice_envoy_config_free(sluice_envoy_config_t *cfg);
 

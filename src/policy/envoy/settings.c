@@ -498,21 +498,6 @@ static int load_dir(sluice_yaml_t *y, const char *path,
 	return -1;
 }
 
-/* What the settings hold once the loaded config has its own copies. */
-static void settings_free(sluice_envoy_settings_t *s)
-{
-	free(s->config_dir);
-	free(s->header_limit);
-	free(s->header_remaining);
-	free(s->header_reset);
-	free(s->statsd_addr);
-	free(s->statsd_prefix);
-	free(s->statsd_tags);
-	free(s->cache_key_prefix);
-	sluice_envoy_xds_free(s->xds);
-	free(s->calendar_domains);
-}
-
 int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 			       const char *base, sluice_envoy_config_t **out)
 {
@@ -549,7 +534,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	case 0:
 		break;
 	case SLUICE_ENOMEM:
-		settings_free(&s);
+		sluice_envoy_settings_free(&s);
 		return -1;
 	default:
 		rc = -1;
@@ -558,7 +543,7 @@ int sluice_envoy_parse_section(sluice_yaml_t *y, yaml_node_t *node,
 	if (rc == 0 && !s.xds)
 		rc = load_dir(y, path, &s, out);
 	free(path);
-	settings_free(&s);
+	sluice_envoy_settings_free(&s);
 	if (rc < 0) {
 		sluice_envoy_config_free(*out);
 		*out = NULL;

@@ -6,8 +6,8 @@
  * statuses: 0 success, 1 runtime failure, 2 bad usage or bad config.
  */
 #include "core/test_clock.h"
-#include "policy/config.h"
-#include "policy/envoy_config.h"
+#include "policy/config/config.h"
+#include "policy/envoy/config.h"
 #include "serve/server.h"
 #include "sim/sim.h"
 #include "sluice.h"

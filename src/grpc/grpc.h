@@ -8,7 +8,7 @@
  * server.c gives each loop thread one sluice_grpc_t: a listening socket
  * and the connections it accepted.  HTTP/2 is nghttp2's, the messages
  * protobuf-c's (generated from proto/); the decisions are the RLS
- * engine's (src/policy/envoy_rls.h), so both front ends answer alike.
+ * engine's (src/policy/envoy/rls.h), so both front ends answer alike.
  *
  * Everything here runs on the thread of the loop it was made with.
  */

@@ -12,7 +12,7 @@
  * (UNAVAILABLE), so that it does not hold the drain up.
  */
 #include "grpc/internal.h"
-#include "policy/envoy_rls.h"
+#include "policy/envoy/rls.h"
 #include "proto/grpc/health/v1/health.pb-c.h"
 
 #include <string.h>

@@ -1,15 +1,16 @@
 /*
  * rls.c -- envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit:
  * the protobuf-c RateLimitRequest becomes a sluice_rls_request_t, the RLS
- * engine (src/policy/envoy_rls.h) decides, and its sluice_rls_response_t
+ * engine (src/policy/envoy/rls.h) decides, and its sluice_rls_response_t
  * becomes the RateLimitResponse: overall_code, one status per descriptor in
  * order, the response headers the engine gives, and its dynamic_metadata
  * (envoy.response_dynamic_metadata) as a google.protobuf.Struct.
  */
 #include "grpc/internal.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_rls.h"
+
+#include "policy/envoy/config.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/rls.h"
 #include "proto/envoy/service/ratelimit/v3/rls.pb-c.h"
 
 #include <stdio.h>

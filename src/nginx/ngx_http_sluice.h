@@ -79,7 +79,7 @@ struct ngx_http_sluice_zone_s {
  * however many levels name it, with the store its rules decide on. */
 typedef struct {
 	ngx_str_t file;		     /* the full path, NUL-terminated */
-	struct sluice_config_s *cfg; /* the policy engine's (policy/config.h) */
+	struct sluice_config_s *cfg; /* the engine's (policy/config/config.h) */
 	ngx_http_sluice_store_t *store;
 } ngx_http_sluice_policy_t;
 

@@ -12,7 +12,7 @@
 #ifndef SLUICE_POLICY_LIVE_H
 #define SLUICE_POLICY_LIVE_H
 
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <assert.h>
 #include <stdatomic.h>

@@ -9,7 +9,7 @@
  * says is being decided, the thread's take, the rules, the verdict over
  * the store (verdict.h), the thread's decision counters, and the answer's
  * rate-limit header lines and refusal body.  HTTP's /v1/check and /v1/take
- * (src/serve) answer through here; the Envoy RLS engine (envoy_rls.h)
+ * (src/serve) answer through here; the Envoy RLS engine (envoy/rls.h)
  * lends its takes from the same thread (sluice_take_get()).
  */
 #ifndef SLUICE_POLICY_REQUEST_H

@@ -18,7 +18,7 @@
  * X-Forwarded-For is read from the right across all of its lines, and a
  * header used as an identity that comes on two lines is not used at all.
  */
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "util/addr.h"
 #include "util/sha256.h"
 

@@ -1,7 +1,7 @@
 /*
  * rules.h -- rules and matching: what a rule is (key sources, limits,
  * tiers, overrides) and which rules' buckets a request touches (rules.c).
- * A config (config.h) holds the rules; the verdict engine (verdict.h)
+ * A config (config/config.h) holds the rules; the verdict engine (verdict.h)
  * charges the matches.
  */
 #ifndef SLUICE_POLICY_RULES_H
@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* The loaded config the rules belong to (config.h). */
+/* The loaded config the rules belong to (config/config.h). */
 typedef struct sluice_config_s sluice_config_t;
 
 #define SLUICE_MAX_SOURCES 8 /* key sources in one rule */
@@ -48,7 +48,7 @@ typedef struct sluice_key_source_s {
 } sluice_key_source_t;
 
 /* The limits a key's bucket may have been charged under before a reload
- * changed one limit of its set (config_carry.c): the most recent first,
+ * changed one limit of its set (config/carry.c): the most recent first,
  * each until the instant from which any bucket under it is full again. */
 #define SLUICE_CARRY_MAX 4
 typedef struct sluice_carry_from_s {

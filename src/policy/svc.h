@@ -1,7 +1,7 @@
 /*
  * svc.h -- what request handling needs from the thread it runs on: the
  * policy engine's per-thread context, the same for every front end (HTTP
- * in src/serve, gRPC in src/grpc, and the Envoy RLS engine, envoy_rls.h).
+ * in src/serve, gRPC in src/grpc, and the Envoy RLS engine, envoy/rls.h).
  *
  * One per event-loop thread (serve/server.c), or one per fuzz run: the
  * current config, the decision backend, the thread's counters.  Nothing

@@ -27,7 +27,7 @@
 #ifndef SLUICE_POLICY_VERDICT_H
 #define SLUICE_POLICY_VERDICT_H
 
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "store/store.h"
 #include "util/buf.h"
 

@@ -31,7 +31,7 @@
  * (sluice_rule_key(); ad-hoc keys in their own namespace), and the verbs
  * run on the store driver (memory, Redis scripts, same with the module).
  */
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
 #include "util/log.h"

@@ -3,8 +3,8 @@
  * table (at the end): an endpoint is one row and one function.
  */
 #include "serve/handlers.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
 #include "policy/request.h"
 #include "serve/answer.h"
 #include "xds/xds.h"

@@ -3,7 +3,7 @@
  * (policy/counters.c keeps their registry) and of the stores.
  */
 #include "serve/metrics.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/metrics.h"
 #include "xds/xds.h"
 
 #include <assert.h>

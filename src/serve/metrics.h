@@ -41,7 +41,7 @@ void sluice_metrics_set_store(const sluice_store_exposition_t *x);
 void sluice_metrics_store_unready(sluice_buf_t *out);
 
 /* Appends the whole exposition; stats may be NULL.  envoy_style
- * (SLUICE_ENVOY_METRICS_* of policy/envoy_metrics.h, envoy.metrics) says
+ * (SLUICE_ENVOY_METRICS_* of policy/envoy/metrics.h, envoy.metrics) says
  * in whose names the Envoy counts are shown: sluice's, envoyproxy/
  * ratelimit's (as a statsd_exporter maps them) or both. */
 void sluice_metrics_render(sluice_buf_t *out,

@@ -9,12 +9,12 @@
  * out).  The status is envoyproxy/ratelimit's: 200 when the overall code
  * is OK, 429 when OVER_LIMIT, 400 for a request it cannot read; sluice
  * adds 503 when the store failed and envoy.on_store_error is closed.
- * The decision itself is the RLS engine's (src/policy/envoy_rls.h), shared with
+ * The decision itself is the RLS engine's (src/policy/envoy/rls.h), shared with
  * the gRPC front end.
  */
-#include "policy/envoy_config.h"
-#include "policy/envoy_meta.h"
-#include "policy/envoy_rls.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/meta.h"
+#include "policy/envoy/rls.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
 

@@ -3,7 +3,7 @@
  */
 #include "serve/server.h"
 #include "grpc/grpc.h"
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "serve/server_config.h"
 #include "serve/statsd.h"
 #include "serve/store_events.h"
@@ -31,7 +31,7 @@ typedef struct sluice_server_s {
 	sluice_worker_t *workers;
 	unsigned nworkers;
 	int stopping;
-	/* envoy.config_dir: polled for changes (policy/envoy_watch.c) */
+	/* envoy.config_dir: polled for changes (policy/envoy/watch.c) */
 	uv_timer_t envoy_watch;
 	uint64_t envoy_stamp;
 	uv_timer_t statsd; /* envoy.statsd's flushes (serve/statsd.c) */

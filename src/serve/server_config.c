@@ -3,7 +3,7 @@
  * server_config.h).
  */
 #include "serve/server_config.h"
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "util/listen_socket.h"
 #include "util/log.h"
 #include "xds/xds.h"

@@ -6,8 +6,8 @@
 #ifndef SLUICE_SERVE_SERVER_CONFIG_H
 #define SLUICE_SERVE_SERVER_CONFIG_H
 
-#include "policy/config.h"
-#include "policy/envoy_xds.h"
+#include "policy/config/config.h"
+#include "policy/envoy/xds.h"
 #include "serve/server.h"
 
 /* The config at opts->config_path (or the default) with the command

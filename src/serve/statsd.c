@@ -8,7 +8,7 @@
  * waits for it.  Runs on the main loop (serve/server.c's timer).
  */
 #include "serve/statsd.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/metrics.h"
 #include "util/buf.h"
 #include "util/listen_socket.h"
 #include "util/log.h"

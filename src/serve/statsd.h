@@ -4,7 +4,7 @@
 #ifndef SLUICE_SERVE_STATSD_H
 #define SLUICE_SERVE_STATSD_H
 
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 
 /* Sends what counted since the last flush to s's statsd_addr (nothing
  * when s is NULL or has none).  The main loop's timer only. */

@@ -10,7 +10,7 @@
 #ifndef SLUICE_SIM_REPLAY_H
 #define SLUICE_SIM_REPLAY_H
 
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * of traffic take well under a second and the same seed prints the same
  * report.
  */
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "sim/sim.h"
 
 #include <errno.h>

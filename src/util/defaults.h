@@ -1,8 +1,8 @@
 /*
  * defaults.h -- the default of every setting sluice has, the one place each
- * is written.  The config starts from these (policy/config.c), the stores
- * and the Redis client fall back on them for a field left 0 or NULL, the
- * Node binding reads them from bindings/node/lib/defaults.js, which
+ * is written.  The config starts from these (policy/config/config.c),
+ * the stores and the Redis client fall back on them for a field left 0 or
+ * NULL, the Node binding reads them from bindings/node/lib/defaults.js, which
  * scripts/gen_defaults.py writes from this file (tests/unit/test_defaults.py
  * fails when it is stale), and the same test checks that docs/CONFIG.md
  * states each default as written here.

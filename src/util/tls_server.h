@@ -25,7 +25,7 @@ struct ssl_st;
 /* The most names a client_sans list holds. */
 #define SLUICE_TLS_MAX_SANS 16
 
-/* A listener's tls: block (policy/config_tls.c parses it); off when
+/* A listener's tls: block (policy/config/tls.c parses it); off when
  * cert_file is NULL. */
 typedef struct sluice_tls_server_config_s {
 	char *cert_file;      /* PEM chain, the server's first */

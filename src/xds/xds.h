@@ -1,6 +1,6 @@
 /*
  * xds.h -- sluice's xDS client: an ADS state-of-the-world subscription to
- * the control plane named by envoy.xds (policy/envoy_xds.h) for
+ * the control plane named by envoy.xds (policy/envoy/xds.h) for
  * type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig, as
  * envoyproxy/ratelimit makes with CONFIG_TYPE=GRPC_XDS_SOTW.
  *
@@ -16,7 +16,7 @@
 #ifndef SLUICE_XDS_XDS_H
 #define SLUICE_XDS_XDS_H
 
-#include "policy/envoy_xds.h"
+#include "policy/envoy/xds.h"
 #include "util/buf.h"
 
 #include <stddef.h>

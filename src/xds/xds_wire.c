@@ -14,7 +14,7 @@
  * it), checked by a walk over the wire format that itself recurses at
  * most MAX_LEVELS + 3 * MAX_META_LEVELS + 2.
  */
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "sluice.h"
 #include "xds/xds.h"
 

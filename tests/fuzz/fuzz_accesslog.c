@@ -7,7 +7,7 @@
  * whole log against a small config, so grouping, deciding and the report
  * see it too.
  */
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "sim/accesslog.h"
 #include "sim/replay.h"
 

@@ -5,7 +5,7 @@
  * never a crash, a leak or undefined behaviour.  A config that loads is
  * also exercised against a request, so the rules it builds are usable.
  */
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <netinet/in.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /*
  * fuzz_envoy_config.c -- libFuzzer harness for envoyproxy/ratelimit YAML
- * files (src/policy/envoy_config.c) and the matching over what loads.
+ * files (src/policy/envoy/config.c) and the matching over what loads.
  *
  * Any bytes must give either a config or a "FILE:LINE: ..." message,
  * never a crash, a leak or undefined behaviour.  A file that loads is
@@ -12,9 +12,9 @@
  * descriptors than the file's own nodes (fewer than its bytes) plus that;
  * an alias bomb that slipped past the count would load more, and abort.
  */
-#include "policy/config_yaml.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
+#include "policy/config/yaml.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
 
 #include <stdint.h>
 #include <stdlib.h>

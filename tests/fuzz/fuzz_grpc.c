@@ -21,7 +21,7 @@
  * raw floods; tests/fuzz/grpc_seeds.py records them.
  */
 #include "grpc/internal.h"
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "policy/live.h"
 #include "store/store.h"
 #include "util/listen_socket.h"

@@ -7,7 +7,7 @@
  * a '\r' inside a header's field splits it into several header lines; the
  * first byte's low bit picks an IPv4 or IPv6 (trusted) peer.
  */
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <netinet/in.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * resources load into a config or an "xds:NAME:LINE: ..." error; never a
  * crash, a leak, undefined behaviour or a deep recursion.
  */
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "xds/xds.h"
 
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #ifndef SLUICE_TEST_FAKE_STORE_H
 #define SLUICE_TEST_FAKE_STORE_H
 
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "store/store.h"
 
 #include <string.h>

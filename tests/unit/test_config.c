@@ -3,7 +3,7 @@
  * file is refused with "FILE:LINE: what is wrong; what was expected".
  */
 #include "check.h"
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * Runs as root (as the test suite does): it chowns files to nobody.
  */
 #include "check.h"
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <errno.h>
 #include <fcntl.h>

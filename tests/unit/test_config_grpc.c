@@ -4,7 +4,7 @@
  * with FILE:LINE and what was expected.
  */
 #include "check.h"
-#include "policy/config.h"
+#include "policy/config/config.h"
 
 #include <string.h>
 

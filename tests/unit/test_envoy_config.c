@@ -4,8 +4,8 @@
  * files is refused naming FILE:LINE; bucket keys are injective.
  */
 #include "check.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>

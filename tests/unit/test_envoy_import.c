@@ -7,8 +7,8 @@
  * tests/integration/test_envoy_import.py.
  */
 #include "check.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_import.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/import.h"
 
 #include <stdio.h>
 #include <stdlib.h>

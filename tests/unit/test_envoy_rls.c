@@ -1,5 +1,5 @@
 /*
- * test_envoy_rls.c -- the RLS engine through its C API (src/policy/envoy_rls.h)
+ * test_envoy_rls.c -- the RLS engine through its C API (src/policy/envoy/rls.h)
  * on the memory store: envoyproxy/ratelimit's README examples answered as
  * there (or, where a token bucket answers otherwise, as a bucket does,
  * said at each place), all-or-nothing across descriptors, shadow_mode,
@@ -9,9 +9,9 @@
  * runs refill nothing a whole token would show.
  */
 #include "check.h"
-#include "policy/envoy_config.h"
-#include "policy/envoy_metrics.h"
-#include "policy/envoy_rls.h"
+#include "policy/envoy/config.h"
+#include "policy/envoy/metrics.h"
+#include "policy/envoy/rls.h"
 #include "policy/svc.h"
 #include "stores.h"
 

@@ -7,8 +7,8 @@
  * descriptors calendar quotas, and only the domains it names.
  */
 #include "check.h"
-#include "policy/config.h"
-#include "policy/envoy_config.h"
+#include "policy/config/config.h"
+#include "policy/envoy/config.h"
 #include "policy/ratelimit_headers.h"
 
 #include <stdio.h>

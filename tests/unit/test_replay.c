@@ -4,7 +4,7 @@
  * small log replayed against two rules gives exact counts.
  */
 #include "check.h"
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "sim/accesslog.h"
 #include "sim/replay.h"
 

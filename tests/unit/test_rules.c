@@ -5,7 +5,7 @@
  * grouping, IPv4-mapped peers).
  */
 #include "check.h"
-#include "policy/config.h"
+#include "policy/config/config.h"
 #include "util/addr.h"
 #include "util/sha256.h"
 

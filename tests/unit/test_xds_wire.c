@@ -8,7 +8,7 @@
  * for a NACK, the error.
  */
 #include "check.h"
-#include "policy/envoy_config.h"
+#include "policy/envoy/config.h"
 #include "xds/xds.h"
 
 #include "envoy/service/discovery/v3/discovery.pb-c.h"

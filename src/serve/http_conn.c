@@ -506,6 +506,16 @@ static int size_step(sluice_conn_t *c, unsigned char ch)
 	return 0;
 }
 
+/* A byte that must be want: the state after it next, or -1. */
+static int expect(sluice_conn_t *c, unsigned char ch, unsigned char want,
+		  int next)
+{
+	if (ch != want)
+		return -1;
+	c->ck_state = next;
+	return 0;
+}
+
 /* One byte of the line ends around a chunk's data, of the trailer, or
  * after the message's end (CK_DONE: the parser stops there).  -1 when it
  * breaks the framing. */
@@ -513,39 +523,23 @@ static int frame_step(sluice_conn_t *c, unsigned char ch)
 {
 	switch (c->ck_state) {
 	case CK_SIZE_LF:
-		if (ch != '\n')
-			return -1;
-		c->ck_state = c->ck_left ? CK_DATA : CK_TRAILER_START;
-		return 0;
+		return expect(c, ch, '\n',
+			      c->ck_left ? CK_DATA : CK_TRAILER_START);
 	case CK_DATA_CR:
-		if (ch != '\r')
-			return -1;
-		c->ck_state = CK_DATA_LF;
-		return 0;
+		return expect(c, ch, '\r', CK_DATA_LF);
 	case CK_DATA_LF:
-		if (ch != '\n')
-			return -1;
-		c->ck_state = CK_SIZE_FIRST;
-		return 0;
+		return expect(c, ch, '\n', CK_SIZE_FIRST);
 	case CK_TRAILER_START:
 		c->ck_state = ch == '\r' ? CK_END_LF : CK_TRAILER;
 		return ch == '\n' ? -1 : 0;
 	case CK_TRAILER:
 		if (ch == '\r')
 			c->ck_state = CK_TRAILER_LF;
-		else if (ch == '\n')
-			return -1;
-		return 0;
+		return ch == '\n' ? -1 : 0;
 	case CK_TRAILER_LF:
-		if (ch != '\n')
-			return -1;
-		c->ck_state = CK_TRAILER_START;
-		return 0;
+		return expect(c, ch, '\n', CK_TRAILER_START);
 	case CK_END_LF:
-		if (ch != '\n')
-			return -1;
-		c->ck_state = CK_DONE;
-		return 0;
+		return expect(c, ch, '\n', CK_DONE);
 	default: /* CK_DONE: the parser stops at the message's end */
 		return -1;
 	}

@@ -211,35 +211,38 @@ static int tz_parse(const char *s, sluice_zone_t *z)
 	return *p == '\0' ? 0 : -1;
 }
 
-static uint64_t zone_serial;
+/* The data block a TZif file is read from: the 64-bit one of versions 2
+ * to 4, else version 1's. */
+typedef struct {
+	uint32_t c[NCOUNTS];	/* its header's counts */
+	const unsigned char *p; /* its first byte */
+	unsigned tb;		/* the bytes of a transition time: 4 or 8 */
+	uint64_t size;		/* block_size() */
+} tzif_block_t;
 
-int sluice_tzif_parse(const unsigned char *buf, size_t len, sluice_zone_t *z,
+/* The headers read and the block found in buf, its counts checked and its
+ * bytes all there: 0, or -1 with why in err. */
+static int find_block(const unsigned char *buf, size_t len, tzif_block_t *b,
 		      char *err, size_t errlen)
 {
-	uint32_t c[NCOUNTS];
-	const unsigned char *p, *types, *idx;
-	unsigned tb = 4;
-	uint64_t size;
-	size_t i;
+	const uint32_t *c = b->c;
 
-	memset(z, 0, sizeof(*z));
-	/* Names this parse for the footer's per-thread cache. */
-	z->serial = __atomic_add_fetch(&zone_serial, 1, __ATOMIC_RELAXED);
-	if (read_header(buf, len, c, err, errlen) != 0)
+	if (read_header(buf, len, b->c, err, errlen) != 0)
 		return -1;
-	p = buf + 44;
+	b->p = buf + 44;
+	b->tb = 4;
 	if (buf[4] != 0) {
 		/* Skip the 32-bit block: the 64-bit one follows. */
-		size = block_size(c, 4);
-		if (size > len - 44)
+		b->size = block_size(c, 4);
+		if (b->size > len - 44)
 			return sluice_fail(-1, err, errlen,
 					   "TZif file is truncated");
-		p += size;
-		if (read_header(p, len - (size_t)(p - buf), c, err, errlen) !=
-		    0)
+		b->p += b->size;
+		if (read_header(b->p, len - (size_t)(b->p - buf), b->c, err,
+				errlen) != 0)
 			return -1;
-		p += 44;
-		tb = 8;
+		b->p += 44;
+		b->tb = 8;
 	}
 	if (c[TYPE] < 1 || c[TYPE] > 256 || c[TIME] > TRANS_MAX ||
 	    (c[ISUT] != 0 && c[ISUT] != c[TYPE]) ||
@@ -250,73 +253,101 @@ int sluice_tzif_parse(const unsigned char *buf, size_t len, sluice_zone_t *z,
 		return sluice_fail(-1, err, errlen,
 				   "TZif file counts leap seconds (a right/ "
 				   "zone): not supported");
-	size = block_size(c, tb);
-	if (size > len - (size_t)(p - buf))
+	b->size = block_size(c, b->tb);
+	if (b->size > len - (size_t)(b->p - buf))
 		return sluice_fail(-1, err, errlen, "TZif file is truncated");
-	idx = p + (size_t)c[TIME] * tb;
-	types = idx + c[TIME];
+	return 0;
+}
+
+/* The block's time types checked, and its transitions with their offsets
+ * into z: 0, or -1 with why in err (z's arrays then for the caller to
+ * release). */
+static int read_transitions(sluice_zone_t *z, const tzif_block_t *b, char *err,
+			    size_t errlen)
+{
+	const uint32_t *c = b->c;
+	const unsigned char *idx = b->p + (size_t)c[TIME] * b->tb;
+	const unsigned char *types = idx + c[TIME];
+	size_t i;
+
 	z->ntrans = c[TIME];
 	if (z->ntrans) {
 		z->trans = malloc(z->ntrans * sizeof(*z->trans));
 		z->off = malloc(z->ntrans * sizeof(*z->off));
-		if (!z->trans || !z->off) {
-			sluice_zone_release(z);
+		if (!z->trans || !z->off)
 			return sluice_fail(-1, err, errlen, "out of memory");
-		}
 	}
 	for (i = 0; i < c[TYPE]; i++) {
 		int32_t o = (int32_t)be32(types + 6 * i);
 
-		if (o <= -OFFSET_MAX || o >= OFFSET_MAX ||
-		    types[6 * i + 4] > 1) {
-			sluice_zone_release(z);
+		if (o <= -OFFSET_MAX || o >= OFFSET_MAX || types[6 * i + 4] > 1)
 			return sluice_fail(-1, err, errlen,
 					   "TZif time type %zu is out of range",
 					   i);
-		}
 	}
 	z->off0 = (int32_t)be32(types);
 	for (i = 0; i < z->ntrans; i++) {
-		int64_t t = tb == 8 ? be64(p + 8 * i)
-				    : (int64_t)(int32_t)be32(p + 4 * i);
+		int64_t t = b->tb == 8 ? be64(b->p + 8 * i)
+				       : (int64_t)(int32_t)be32(b->p + 4 * i);
 
-		if (idx[i] >= c[TYPE] || (i > 0 && t <= z->trans[i - 1])) {
-			sluice_zone_release(z);
+		if (idx[i] >= c[TYPE] || (i > 0 && t <= z->trans[i - 1]))
 			return sluice_fail(-1, err, errlen,
 					   "TZif transition %zu is out of "
 					   "order or of no type",
 					   i);
-		}
 		z->trans[i] = t;
 		z->off[i] = (int32_t)be32(types + 6 * idx[i]);
 	}
-	p += size;
-	if (tb == 8) {
-		/* The footer: "\n" TZ "\n". */
-		char tz[128];
-		const unsigned char *nl;
-		size_t rest = len - (size_t)(p - buf), n;
-
-		if (rest < 2 || p[0] != '\n' ||
-		    !(nl = memchr(p + 1, '\n', rest - 1)) ||
-		    (n = (size_t)(nl - p - 1)) >= sizeof(tz) ||
-		    memchr(p + 1, '\0', n)) {
-			sluice_zone_release(z);
-			return sluice_fail(-1, err, errlen,
-					   "TZif footer is missing or too "
-					   "long");
-		}
-		memcpy(tz, p + 1, n);
-		tz[n] = '\0';
-		if (tz_parse(tz, z) != 0) {
-			sluice_zone_release(z);
-			return sluice_fail(-1, err, errlen,
-					   "TZif footer \"%s\" is not a POSIX "
-					   "TZ string",
-					   tz);
-		}
-	}
 	return 0;
+}
+
+/* The footer, "\n" TZ "\n", at p with rest bytes left, into z: 0, or -1
+ * with why in err. */
+static int read_footer(sluice_zone_t *z, const unsigned char *p, size_t rest,
+		       char *err, size_t errlen)
+{
+	char tz[128];
+	const unsigned char *nl;
+	size_t n;
+
+	if (rest < 2 || p[0] != '\n' || !(nl = memchr(p + 1, '\n', rest - 1)) ||
+	    (n = (size_t)(nl - p - 1)) >= sizeof(tz) || memchr(p + 1, '\0', n))
+		return sluice_fail(-1, err, errlen,
+				   "TZif footer is missing or too long");
+	memcpy(tz, p + 1, n);
+	tz[n] = '\0';
+	if (tz_parse(tz, z) != 0)
+		return sluice_fail(-1, err, errlen,
+				   "TZif footer \"%s\" is not a POSIX TZ "
+				   "string",
+				   tz);
+	return 0;
+}
+
+static uint64_t zone_serial;
+
+int sluice_tzif_parse(const unsigned char *buf, size_t len, sluice_zone_t *z,
+		      char *err, size_t errlen)
+{
+	tzif_block_t b;
+	const unsigned char *end;
+
+	memset(z, 0, sizeof(*z));
+	/* Names this parse for the footer's per-thread cache. */
+	z->serial = __atomic_add_fetch(&zone_serial, 1, __ATOMIC_RELAXED);
+	if (find_block(buf, len, &b, err, errlen) != 0)
+		return -1;
+	if (read_transitions(z, &b, err, errlen) != 0)
+		goto fail;
+	end = b.p + b.size;
+	/* Version 1 has no footer: the last offset holds. */
+	if (b.tb == 8 &&
+	    read_footer(z, end, len - (size_t)(end - buf), err, errlen) != 0)
+		goto fail;
+	return 0;
+fail:
+	sluice_zone_release(z);
+	return -1;
 }
 
 void sluice_zone_release(sluice_zone_t *z)

@@ -61,31 +61,94 @@ static int bad_arg(RedisModuleCtx *ctx, RedisModuleString *arg)
 	return REDISMODULE_ERR;
 }
 
-__attribute__((visibility("default"))) int
-RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+/* The module's arguments: *testclock, and STORE's choice in *store (-1
+ * when not given).  REDISMODULE_ERR (said in the log) for an unknown
+ * one. */
+static int read_args(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
+		     int *testclock, int *store)
 {
-	int testclock = 0, store = -1, objects_ok, i;
+	int i;
 
-	if (sluice_rm_api_init(ctx, MODULE_NAME, MODULE_VERSION) !=
-	    REDISMODULE_OK)
-		return REDISMODULE_ERR;
 	for (i = 0; i < argc; i++) {
 		if (sluice_rm_arg_is(argv[i], "TESTCLOCK")) {
-			testclock = 1;
+			*testclock = 1;
 		} else if (sluice_rm_arg_is(argv[i], "STORE") && i + 1 < argc) {
 			i++;
 			if (sluice_rm_arg_is(argv[i], "int"))
-				store = SLUICE_RM_STORE_INT;
+				*store = SLUICE_RM_STORE_INT;
 			else if (sluice_rm_arg_is(argv[i], "string"))
-				store = SLUICE_RM_STORE_STRING;
+				*store = SLUICE_RM_STORE_STRING;
 			else if (sluice_rm_arg_is(argv[i], "call"))
-				store = SLUICE_RM_STORE_CALL;
+				*store = SLUICE_RM_STORE_CALL;
 			else
 				return bad_arg(ctx, argv[i]);
 		} else {
 			return bad_arg(ctx, argv[i]);
 		}
 	}
+	return REDISMODULE_OK;
+}
+
+/* The commands, with their flags and key positions (first, last, step:
+ * Redis Cluster routes by them). */
+static const struct {
+	const char *name;
+	RedisModuleCmdFunc fn;
+	const char *flags;
+	int first, last, step;
+} commands[] = {
+	/* TAKE: the key is argument 1. */
+	{"sluice.take", sluice_rm_take, "write deny-oom fast", 1, 1, 1},
+	/* TAKEMULTI: the keys follow numkeys, reported by the command
+	 * itself (getkeys-api). */
+	{"sluice.takemulti", sluice_rm_takemulti,
+	 "write deny-oom fast getkeys-api", 0, 0, 0},
+	/* TAKEMANY: key, capacity, rate, cost, key, ...: every 4th from 1. */
+	{"sluice.takemany", sluice_rm_takemany, "write deny-oom", 1, -1, 4},
+	/* TAKEEACH: capacity, rate, cost, then every argument a key. */
+	{"sluice.takeeach", sluice_rm_takeeach, "write deny-oom", 4, -1, 1},
+	/* CARRY: key, capacity, rate, from_key, ...: every 3rd from 1. */
+	{"sluice.carry", sluice_rm_carry, "write deny-oom", 1, -1, 3},
+	{"sluice.reserve", sluice_rm_reserve, "write deny-oom fast", 1, 1, 1},
+	/* A refund frees memory at worst: no deny-oom. */
+	{"sluice.refundif", sluice_rm_refund_if, "write fast", 1, 1, 1},
+};
+
+/* Registers commands[] (and SLUICE.TESTCLOCK with testclock):
+ * REDISMODULE_ERR when the server refuses one. */
+static int create_commands(RedisModuleCtx *ctx, int testclock)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (RedisModule_CreateCommand(
+			    ctx, commands[i].name, commands[i].fn,
+			    commands[i].flags, commands[i].first,
+			    commands[i].last,
+			    commands[i].step) != REDISMODULE_OK)
+			return REDISMODULE_ERR;
+	if (testclock) {
+		if (RedisModule_CreateCommand(ctx, "sluice.testclock",
+					      sluice_rm_testclock, "fast", 0, 0,
+					      0) != REDISMODULE_OK)
+			return REDISMODULE_ERR;
+		RedisModule_Log(
+			ctx, "warning",
+			"sluice: TESTCLOCK loaded: SLUICE.TESTCLOCK can "
+			"set the module's clock (tests only)");
+	}
+	return REDISMODULE_OK;
+}
+
+__attribute__((visibility("default"))) int
+RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+	int testclock = 0, store = -1, objects_ok;
+
+	if (sluice_rm_api_init(ctx, MODULE_NAME, MODULE_VERSION) !=
+		    REDISMODULE_OK ||
+	    read_args(ctx, argv, argc, &testclock, &store) != REDISMODULE_OK)
+		return REDISMODULE_ERR;
 	objects_ok = sluice_rm_probe_objects();
 	if (store == SLUICE_RM_STORE_INT && !objects_ok) {
 		RedisModule_Log(
@@ -105,51 +168,8 @@ RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 	 * (key opened for writing, nothing written) leaves WATCH alone. */
 	RedisModule_SetModuleOptions(
 		ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
-	/* TAKE: the key is argument 1.  TAKEMULTI: the keys follow numkeys,
-	 * reported by the command itself (getkeys-api). */
-	if (RedisModule_CreateCommand(ctx, "sluice.take", sluice_rm_take,
-				      "write deny-oom fast", 1, 1,
-				      1) != REDISMODULE_OK)
+	if (create_commands(ctx, testclock) != REDISMODULE_OK)
 		return REDISMODULE_ERR;
-	if (RedisModule_CreateCommand(ctx, "sluice.takemulti",
-				      sluice_rm_takemulti,
-				      "write deny-oom fast getkeys-api", 0, 0,
-				      0) != REDISMODULE_OK)
-		return REDISMODULE_ERR;
-	/* TAKEMANY: key, capacity, rate, cost, key, ...: every 4th from 1. */
-	if (RedisModule_CreateCommand(ctx, "sluice.takemany",
-				      sluice_rm_takemany, "write deny-oom", 1,
-				      -1, 4) != REDISMODULE_OK)
-		return REDISMODULE_ERR;
-	/* TAKEEACH: capacity, rate, cost, then every argument a key. */
-	if (RedisModule_CreateCommand(ctx, "sluice.takeeach",
-				      sluice_rm_takeeach, "write deny-oom", 4,
-				      -1, 1) != REDISMODULE_OK)
-		return REDISMODULE_ERR;
-	/* CARRY: key, capacity, rate, from_key, ...: every 3rd from 1. */
-	if (RedisModule_CreateCommand(ctx, "sluice.carry", sluice_rm_carry,
-				      "write deny-oom", 1, -1,
-				      3) != REDISMODULE_OK)
-		return REDISMODULE_ERR;
-	if (RedisModule_CreateCommand(ctx, "sluice.reserve", sluice_rm_reserve,
-				      "write deny-oom fast", 1, 1,
-				      1) != REDISMODULE_OK)
-		return REDISMODULE_ERR;
-	/* A refund frees memory at worst: no deny-oom. */
-	if (RedisModule_CreateCommand(ctx, "sluice.refundif",
-				      sluice_rm_refund_if, "write fast", 1, 1,
-				      1) != REDISMODULE_OK)
-		return REDISMODULE_ERR;
-	if (testclock) {
-		if (RedisModule_CreateCommand(ctx, "sluice.testclock",
-					      sluice_rm_testclock, "fast", 0, 0,
-					      0) != REDISMODULE_OK)
-			return REDISMODULE_ERR;
-		RedisModule_Log(
-			ctx, "warning",
-			"sluice: TESTCLOCK loaded: SLUICE.TESTCLOCK can "
-			"set the module's clock (tests only)");
-	}
 	RedisModule_Log(ctx, "notice",
 			"sluice %s: states through %s, clock from %s, "
 			"batches %s",

@@ -441,79 +441,97 @@ void sluice_api_rlconfig(sluice_conn_t *c)
 	sluice_buf_free(&body);
 }
 
-void sluice_api_admin(sluice_conn_t *c, int verb)
+/* "cost" (0 with it in *cost, when given) and "rule" (a string, when
+ * given): 0, or -1 after answering 400. */
+static int check_cost_rule(sluice_conn_t *c, json_t *obj, uint64_t *cost)
 {
-	sluice_backend_t *be = &c->svc->backend;
-	json_t *obj = NULL, *jrule, *jcost;
-	admin_op_t *op = NULL;
-	uint64_t cost = 1;
-	const char *key;
-	size_t keylen, i;
+	json_t *jcost = json_object_get(obj, "cost");
+	json_t *jrule = json_object_get(obj, "rule");
 
-	if (!admin_gate(c))
-		return;
-	obj = sluice_api_object(c);
-	if (!obj)
-		return;
-	if (check_fields(c, obj, verb) < 0)
-		goto out;
-	key = sluice_api_key(c, obj, &keylen);
-	if (!key)
-		goto out;
-	jcost = json_object_get(obj, "cost");
 	if (jcost &&
 	    (!json_is_integer(jcost) || json_integer_value(jcost) < 0 ||
 	     json_integer_value(jcost) > UINT32_MAX)) {
 		bad(c, "cost", "expected an integer from 0 to 4294967295");
-		goto out;
+		return -1;
 	}
 	if (jcost)
-		cost = (uint64_t)json_integer_value(jcost);
-	jrule = json_object_get(obj, "rule");
+		*cost = (uint64_t)json_integer_value(jcost);
 	if (jrule && !json_is_string(jrule)) {
 		bad(c, "rule", "expected a rule name");
-		goto out;
+		return -1;
 	}
+	return 0;
+}
+
+/* A set's "remaining" into op: 0, or -1 after answering 400. */
+static int read_remaining(sluice_conn_t *c, json_t *obj, admin_op_t *op)
+{
+	json_t *jr = json_object_get(obj, "remaining");
+
+	if (!jr || !json_is_integer(jr) || json_integer_value(jr) < 0 ||
+	    json_integer_value(jr) > UINT32_MAX) {
+		bad(c, "remaining",
+		    "expected the tokens to leave, an integer from 0 "
+		    "to 4294967295");
+		return -1;
+	}
+	op->remaining = (uint64_t)json_integer_value(jr);
+	return 0;
+}
+
+/* The request's object read into an op for the verb, its items keyed and
+ * costed: the op, or NULL after answering (400, 500). */
+static admin_op_t *op_read(sluice_conn_t *c, json_t *obj, int verb)
+{
+	admin_op_t *op;
+	json_t *jrule;
+	uint64_t cost = 1;
+	const char *key;
+	size_t keylen, i;
+
+	if (check_fields(c, obj, verb) < 0)
+		return NULL;
+	key = sluice_api_key(c, obj, &keylen);
+	if (!key || check_cost_rule(c, obj, &cost) < 0)
+		return NULL;
 	if (!(op = calloc(1, sizeof(*op)))) {
 		sluice_resp_error(c, 500, "out_of_memory", NULL, "try again");
-		goto out;
+		return NULL;
 	}
 	op->c = c;
 	op->verb = verb;
-	if (verb == SLUICE_ADMIN_SET) {
-		json_t *jr = json_object_get(obj, "remaining");
-
-		if (!jr || !json_is_integer(jr) || json_integer_value(jr) < 0 ||
-		    json_integer_value(jr) > UINT32_MAX) {
-			bad(c, "remaining",
-			    "expected the tokens to leave, an integer from 0 "
-			    "to 4294967295");
-			goto out;
-		}
-		op->remaining = (uint64_t)json_integer_value(jr);
+	jrule = json_object_get(obj, "rule");
+	if ((verb == SLUICE_ADMIN_SET && read_remaining(c, obj, op) < 0) ||
+	    (jrule ? configured(c, obj, op, json_string_value(jrule), key,
+				keylen, &cost)
+		   : adhoc(c, obj, op, key, keylen)) ||
+	    if_state(c, obj, op) < 0) {
+		free(op);
+		return NULL;
 	}
-	if (jrule ? configured(c, obj, op, json_string_value(jrule), key,
-			       keylen, &cost)
-		  : adhoc(c, obj, op, key, keylen))
-		goto out;
-	if (if_state(c, obj, op) < 0)
-		goto out;
 	describe(op, jrule ? json_string_value(jrule) : NULL, key, keylen);
 	for (i = 0; i < op->n; i++) {
 		op->items[i].key = op->m.key;
 		op->items[i].keylen = op->m.keylen;
 		op->items[i].cost = cost;
 	}
-	json_decref(obj);
-	if (!be->ops || !be->ops->reset || !be->ops->refund ||
-	    (verb == SLUICE_ADMIN_SET && !be->ops->set) ||
-	    (op->conditional && !be->ops->refund_if)) {
-		free(op);
-		sluice_resp_error(c, 501, "not_supported", NULL,
-				  "this store has no reset, refund or set");
-		return;
-	}
-	sluice_conn_wait(c);
+	return op;
+}
+
+/* Whether the store has the verbs op needs. */
+static int store_can(const sluice_backend_t *be, const admin_op_t *op)
+{
+	return be->ops && be->ops->reset && be->ops->refund &&
+	       (op->verb != SLUICE_ADMIN_SET || be->ops->set) &&
+	       (!op->conditional || be->ops->refund_if);
+}
+
+/* Runs op on the store; the answer follows when it answers. */
+static void op_start(sluice_backend_t *be, admin_op_t *op)
+{
+	size_t i;
+
+	sluice_conn_wait(op->c);
 	op->now_us = sluice_now_us();
 	/* Usage still under a limit a reload replaced moves first, so the
 	 * verb covers it (a reset then forgets it: no later take carries
@@ -521,7 +539,7 @@ void sluice_api_admin(sluice_conn_t *c, int verb)
 	for (i = 0; i < op->n; i++)
 		sluice_verdict_carry(be, op->sets[i], op->m.key, op->m.keylen,
 				     op->now_us);
-	if (verb == SLUICE_ADMIN_SET) {
+	if (op->verb == SLUICE_ADMIN_SET) {
 		set_now(op);
 		return;
 	}
@@ -541,8 +559,28 @@ void sluice_api_admin(sluice_conn_t *c, int verb)
 	build_peek(op);
 	op->ipeek = 0;
 	peek_next(op);
-	return;
-out:
-	free(op);
+}
+
+void sluice_api_admin(sluice_conn_t *c, int verb)
+{
+	sluice_backend_t *be = &c->svc->backend;
+	admin_op_t *op;
+	json_t *obj;
+
+	if (!admin_gate(c))
+		return;
+	obj = sluice_api_object(c);
+	if (!obj)
+		return;
+	op = op_read(c, obj, verb);
 	json_decref(obj);
+	if (!op)
+		return;
+	if (!store_can(be, op)) {
+		free(op);
+		sluice_resp_error(c, 501, "not_supported", NULL,
+				  "this store has no reset, refund or set");
+		return;
+	}
+	op_start(be, op);
 }

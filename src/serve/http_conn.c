@@ -488,27 +488,92 @@ static int ext_step(unsigned char ch, int *state)
 	return 0;
 }
 
+/* One byte of a chunk's size line before its extension: a hex digit, or
+ * what may end the digits (ext_next()).  -1 when it breaks the framing. */
+static int size_step(sluice_conn_t *c, unsigned char ch)
+{
+	int d = hexdig(ch);
+
+	if (d >= 0) {
+		if (c->ck_left >> 59)
+			return -1; /* far past any limit */
+		c->ck_left = c->ck_left * 16 + (uint64_t)d;
+		c->ck_state = CK_SIZE;
+		return 0;
+	}
+	if (c->ck_state == CK_SIZE_FIRST || ext_next(ch, &c->ck_state) < 0)
+		return -1;
+	return 0;
+}
+
+/* A byte that must be want: the state after it next, or -1. */
+static int expect(sluice_conn_t *c, unsigned char ch, unsigned char want,
+		  int next)
+{
+	if (ch != want)
+		return -1;
+	c->ck_state = next;
+	return 0;
+}
+
+/* One byte of the line ends around a chunk's data, of the trailer, or
+ * after the message's end (CK_DONE: the parser stops there).  -1 when it
+ * breaks the framing. */
+static int frame_step(sluice_conn_t *c, unsigned char ch)
+{
+	switch (c->ck_state) {
+	case CK_SIZE_LF:
+		return expect(c, ch, '\n',
+			      c->ck_left ? CK_DATA : CK_TRAILER_START);
+	case CK_DATA_CR:
+		return expect(c, ch, '\r', CK_DATA_LF);
+	case CK_DATA_LF:
+		return expect(c, ch, '\n', CK_SIZE_FIRST);
+	case CK_TRAILER_START:
+		c->ck_state = ch == '\r' ? CK_END_LF : CK_TRAILER;
+		return ch == '\n' ? -1 : 0;
+	case CK_TRAILER:
+		if (ch == '\r')
+			c->ck_state = CK_TRAILER_LF;
+		return ch == '\n' ? -1 : 0;
+	case CK_TRAILER_LF:
+		return expect(c, ch, '\n', CK_TRAILER_START);
+	case CK_END_LF:
+		return expect(c, ch, '\n', CK_DONE);
+	default: /* CK_DONE: the parser stops at the message's end */
+		return -1;
+	}
+}
+
+/* Of the n bytes left, those of the current chunk's data: how many. */
+static size_t data_skip(sluice_conn_t *c, size_t n)
+{
+	size_t take = n;
+
+	if (take > c->ck_left)
+		take = (size_t)c->ck_left;
+	c->ck_left -= take;
+	if (c->ck_left == 0)
+		c->ck_state = CK_DATA_CR;
+	return take;
+}
+
 /* Reads n more body bytes; -1 at the first that breaks the framing. */
 static int chunk_check(sluice_conn_t *c, const char *data, size_t n)
 {
 	size_t i = 0;
-	int d;
+	int rc;
 
 	while (i < n) {
 		unsigned char ch = (unsigned char)data[i];
 
 		switch (c->ck_state) {
+		case CK_DATA: /* the data itself, in one step */
+			i += data_skip(c, n - i);
+			continue;
 		case CK_SIZE_FIRST:
 		case CK_SIZE:
-			if ((d = hexdig(ch)) >= 0) {
-				if (c->ck_left >> 59)
-					return -1; /* far past any limit */
-				c->ck_left = c->ck_left * 16 + (uint64_t)d;
-				c->ck_state = CK_SIZE;
-			} else if (c->ck_state == CK_SIZE_FIRST ||
-				   ext_next(ch, &c->ck_state) < 0) {
-				return -1;
-			}
+			rc = size_step(c, ch);
 			break;
 		case CK_BWS_SEMI:
 		case CK_NAME_BWS:
@@ -519,59 +584,14 @@ static int chunk_check(sluice_conn_t *c, const char *data, size_t n)
 		case CK_QSTR:
 		case CK_QESC:
 		case CK_VAL_END:
-			if (ext_step(ch, &c->ck_state) < 0)
-				return -1;
+			rc = ext_step(ch, &c->ck_state);
 			break;
-		case CK_SIZE_LF:
-			if (ch != '\n')
-				return -1;
-			c->ck_state = c->ck_left ? CK_DATA : CK_TRAILER_START;
+		default:
+			rc = frame_step(c, ch);
 			break;
-		case CK_DATA: {
-			size_t take = n - i;
-
-			if (take > c->ck_left)
-				take = (size_t)c->ck_left;
-			c->ck_left -= take;
-			i += take;
-			if (c->ck_left == 0)
-				c->ck_state = CK_DATA_CR;
-			continue;
 		}
-		case CK_DATA_CR:
-			if (ch != '\r')
-				return -1;
-			c->ck_state = CK_DATA_LF;
-			break;
-		case CK_DATA_LF:
-			if (ch != '\n')
-				return -1;
-			c->ck_state = CK_SIZE_FIRST;
-			break;
-		case CK_TRAILER_START:
-			c->ck_state = ch == '\r' ? CK_END_LF : CK_TRAILER;
-			if (ch == '\n')
-				return -1;
-			break;
-		case CK_TRAILER:
-			if (ch == '\r')
-				c->ck_state = CK_TRAILER_LF;
-			else if (ch == '\n')
-				return -1;
-			break;
-		case CK_TRAILER_LF:
-			if (ch != '\n')
-				return -1;
-			c->ck_state = CK_TRAILER_START;
-			break;
-		case CK_END_LF:
-			if (ch != '\n')
-				return -1;
-			c->ck_state = CK_DONE;
-			break;
-		default: /* CK_DONE: the parser stops at the message's end */
+		if (rc < 0)
 			return -1;
-		}
 		i++;
 	}
 	return 0;

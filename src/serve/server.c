@@ -612,13 +612,82 @@ static unsigned workers_start(sluice_server_t *s)
 	return i;
 }
 
+/* The workers' array, each one's listening sockets (the first's gRPC
+ * socket in *grpc_first) and the admin listener: 0, or -1 said in the
+ * log. */
+static int server_listen(sluice_server_t *s, const sluice_config_t *cfg,
+			 int *grpc_first)
+{
+	char err[512];
+
+	s->nworkers = cfg->threads;
+	s->workers = calloc(s->nworkers, sizeof(*s->workers));
+	if (!s->workers) {
+		sluice_log_error("out of memory");
+		return -1;
+	}
+	if (workers_listen(s, cfg, grpc_first) < 0)
+		return -1;
+	if (cfg->admin_token && cfg->admin_listen &&
+	    admin_listener(s, cfg->admin_listen, err, sizeof(err)) < 0) {
+		sluice_log_error("admin.%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* The lines that say the server is up, and what it serves. */
+static void log_listening(const sluice_server_t *s, const sluice_config_t *cfg)
+{
+	if (cfg->grpc.listen)
+		sluice_log_info("gRPC (Envoy rate limit service, "
+				"health) listening on %s",
+				cfg->grpc.listen);
+	sluice_log_info("sluice %s listening on %s (%u thread%s, %s "
+			"store, %zu rule%s, config %s)",
+			SLUICE_VERSION, cfg->listen, s->nworkers,
+			s->nworkers == 1 ? "" : "s",
+			sluice_config_store_name(cfg), cfg->nrules,
+			cfg->nrules == 1 ? "" : "s",
+			cfg->path ? cfg->path : "built-in default");
+	if (s->workers[0].admin_listening)
+		sluice_log_info("admin endpoints listening on %s",
+				cfg->admin_listen);
+	sluice_serve_warn_admin_exposure(cfg, cfg);
+}
+
+/* After the threads stopped (the first `started` of them ran): the
+ * workers, the gRPC socket file, the configs and the stores. */
+static void server_close(sluice_server_t *s, const sluice_config_t *cfg,
+			 unsigned started, int grpc_first)
+{
+	unsigned i;
+
+	for (i = 0; i < s->nworkers && s->workers; i++) {
+		sluice_worker_t *w = &s->workers[i];
+
+		if (i >= started && w->listening)
+			worker_close_unrun(w);
+		if (w->svc.metrics)
+			worker_fini(w);
+	}
+	free(s->workers);
+	if (grpc_first >= 0)
+		sluice_grpc_socket_unlink(cfg->grpc.listen);
+	sluice_envoy_texts_free(s->xds_texts, s->nxds_texts);
+	sluice_live_unref(s->live);
+	sluice_live_unref(s->boot);
+	sluice_memstore_free(s->store);
+	sluice_shmstore_close(s->shm);
+}
+
 int sluice_serve(const sluice_serve_opts_t *opts)
 {
 	sluice_server_t s;
 	sluice_config_t *cfg;
 	char err[512];
 	unsigned i, started = 0;
-	int status = 0, grpc_first = -1;
+	int status, grpc_first = -1;
 
 	memset(&s, 0, sizeof(s));
 	s.opts = opts;
@@ -639,21 +708,7 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		return status;
 	s.boot = s.live;
 	sluice_live_ref(s.boot);
-	s.nworkers = cfg->threads;
-	s.workers = calloc(s.nworkers, sizeof(*s.workers));
-	if (!s.workers) {
-		sluice_log_error("out of memory");
-		status = 1;
-		goto out;
-	}
-	if (workers_listen(&s, cfg, &grpc_first) < 0) {
-		status = 1;
-		goto out;
-	}
-
-	if (cfg->admin_token && cfg->admin_listen &&
-	    admin_listener(&s, cfg->admin_listen, err, sizeof(err)) < 0) {
-		sluice_log_error("admin.%s", err);
+	if (server_listen(&s, cfg, &grpc_first) < 0) {
 		status = 1;
 		goto out;
 	}
@@ -665,52 +720,20 @@ int sluice_serve(const sluice_serve_opts_t *opts)
 		sluice_log_error("%s", err);
 		status = 1;
 	}
-
 	started = workers_start(&s);
 	if (started < s.nworkers)
 		status = 1;
-	if (status == 0) {
-		if (cfg->grpc.listen)
-			sluice_log_info("gRPC (Envoy rate limit service, "
-					"health) listening on %s",
-					cfg->grpc.listen);
-		sluice_log_info("sluice %s listening on %s (%u thread%s, %s "
-				"store, %zu rule%s, config %s)",
-				SLUICE_VERSION, cfg->listen, s.nworkers,
-				s.nworkers == 1 ? "" : "s",
-				sluice_config_store_name(cfg), cfg->nrules,
-				cfg->nrules == 1 ? "" : "s",
-				cfg->path ? cfg->path : "built-in default");
-		if (s.workers[0].admin_listening)
-			sluice_log_info("admin endpoints listening on %s",
-					cfg->admin_listen);
-		sluice_serve_warn_admin_exposure(cfg, cfg);
-		uv_run(s.main_loop, UV_RUN_DEFAULT);
-	} else {
+	if (status == 0)
+		log_listening(&s, cfg);
+	else
 		on_signal(&s.sigterm, SIGTERM);
-		uv_run(s.main_loop, UV_RUN_DEFAULT);
-	}
+	uv_run(s.main_loop, UV_RUN_DEFAULT);
 	for (i = 0; i < started; i++)
 		uv_thread_join(&s.workers[i].thread);
 	uv_loop_close(s.main_loop);
 	if (status == 0)
 		sluice_log_info("stopped");
 out:
-	for (i = 0; i < s.nworkers; i++) {
-		sluice_worker_t *w = &s.workers[i];
-
-		if (i >= started && w->listening)
-			worker_close_unrun(w);
-		if (w->svc.metrics)
-			worker_fini(w);
-	}
-	free(s.workers);
-	if (grpc_first >= 0)
-		sluice_grpc_socket_unlink(cfg->grpc.listen);
-	sluice_envoy_texts_free(s.xds_texts, s.nxds_texts);
-	sluice_live_unref(s.live);
-	sluice_live_unref(s.boot);
-	sluice_memstore_free(s.store);
-	sluice_shmstore_close(s.shm);
+	server_close(&s, cfg, started, grpc_first);
 	return status;
 }

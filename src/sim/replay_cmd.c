@@ -226,7 +226,16 @@ static void print_json(const char *logname, const char *cfgname,
 	json_decref(root);
 }
 
-int sluice_cmd_replay(int argc, char **argv)
+/* The command line, read. */
+typedef struct {
+	sluice_replay_opts_t ro;
+	const char *config, *logname;
+	int json;
+} replay_args_t;
+
+/* argv into a: -1 to go on, else the exit status (--help's 0, or 2 after
+ * a usage error said). */
+static int read_args(int argc, char **argv, replay_args_t *a)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -236,38 +245,33 @@ int sluice_cmd_replay(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	sluice_replay_opts_t ro;
-	sluice_replay_report_t rep;
-	sluice_config_t *cfg;
-	const char *config = NULL, *logname;
 	uint64_t v;
-	FILE *log;
-	int json = 0, opt, rc;
-	char err[512];
+	int opt;
 
-	sluice_replay_opts_default(&ro);
+	memset(a, 0, sizeof(*a));
+	sluice_replay_opts_default(&a->ro);
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "c:jt:w:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
-			config = optarg;
+			a->config = optarg;
 			break;
 		case 'j':
-			json = 1;
+			a->json = 1;
 			break;
 		case 't':
 			if (sluice_sim_opt_u64("replay", "top",
 					       "a count from 1 to 100000",
 					       optarg, 1, 100000, &v) < 0)
 				return 2;
-			ro.top = (size_t)v;
+			a->ro.top = (size_t)v;
 			break;
 		case 'w':
 			if (sluice_sim_opt_u64("replay", "window",
 					       "seconds from 1 to 86400",
 					       optarg, 1, 86400, &v) < 0)
 				return 2;
-			ro.window_us = (int64_t)v * SEC;
+			a->ro.window_us = (int64_t)v * SEC;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -277,38 +281,65 @@ int sluice_cmd_replay(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!config || optind != argc - 1) {
+	if (!a->config || optind != argc - 1) {
 		fprintf(stderr, "sluice replay: %s\n%s",
-			!config ? "--config FILE is required"
-				: "exactly one ACCESS_LOG is required",
+			!a->config ? "--config FILE is required"
+				   : "exactly one ACCESS_LOG is required",
 			usage);
 		return 2;
 	}
-	logname = argv[optind];
-	cfg = sluice_config_load(config, err, sizeof(err));
+	a->logname = argv[optind];
+	return -1;
+}
+
+/* The log replayed against cfg's rules and the report printed: the exit
+ * status. */
+static int replay(const replay_args_t *a, const sluice_config_t *cfg, FILE *log)
+{
+	sluice_replay_report_t rep;
+	char err[512];
+	int rc;
+
+	rc = sluice_replay_run(cfg, log, &a->ro, &rep, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "sluice replay: %s: %s\n", a->logname, err);
+		rc = 1;
+	} else {
+		if (a->json)
+			print_json(a->logname, a->config, &rep,
+				   a->ro.window_us);
+		else
+			print_text(a->logname, a->config, &rep,
+				   a->ro.window_us);
+		rc = fflush(stdout) == 0 ? 0 : 1;
+	}
+	sluice_replay_report_free(&rep);
+	return rc;
+}
+
+int sluice_cmd_replay(int argc, char **argv)
+{
+	replay_args_t a;
+	sluice_config_t *cfg;
+	FILE *log;
+	int rc;
+	char err[512];
+
+	if ((rc = read_args(argc, argv, &a)) >= 0)
+		return rc;
+	cfg = sluice_config_load(a.config, err, sizeof(err));
 	if (!cfg) {
 		fprintf(stderr, "sluice replay: %s\n", err);
 		return 2;
 	}
-	log = strcmp(logname, "-") == 0 ? stdin : fopen(logname, "r");
+	log = strcmp(a.logname, "-") == 0 ? stdin : fopen(a.logname, "r");
 	if (!log) {
-		fprintf(stderr, "sluice replay: %s: %s\n", logname,
+		fprintf(stderr, "sluice replay: %s: %s\n", a.logname,
 			strerror(errno));
 		sluice_config_free(cfg);
 		return 2;
 	}
-	rc = sluice_replay_run(cfg, log, &ro, &rep, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "sluice replay: %s: %s\n", logname, err);
-		rc = 1;
-	} else {
-		if (json)
-			print_json(logname, config, &rep, ro.window_us);
-		else
-			print_text(logname, config, &rep, ro.window_us);
-		rc = fflush(stdout) == 0 ? 0 : 1;
-	}
-	sluice_replay_report_free(&rep);
+	rc = replay(&a, cfg, log);
 	if (log != stdin)
 		fclose(log);
 	sluice_config_free(cfg);

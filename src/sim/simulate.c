@@ -299,7 +299,16 @@ done:
 	return rc;
 }
 
-int sluice_cmd_simulate(int argc, char **argv)
+/* The command line, read. */
+typedef struct {
+	uint64_t seed, secs;
+	const char *config, *access_log;
+	int json;
+} simulate_args_t;
+
+/* argv into a: -1 to go on, else the exit status (--help's 0, or 2 after
+ * a usage error said). */
+static int read_args(int argc, char **argv, simulate_args_t *a)
 {
 	static const struct option opts[] = {
 		{"seed", required_argument, NULL, 's'},
@@ -310,15 +319,11 @@ int sluice_cmd_simulate(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	sluice_sim_params_t params;
-	sluice_sim_trace_t tr;
-	sluice_config_t *cfg = NULL;
-	const char *config = NULL, *access_log = NULL;
-	uint64_t seed = 1, secs = 600;
-	int json = 0, opt, rc;
-	char err[512];
+	int opt;
 
-	sluice_sim_params_default(&params);
+	memset(a, 0, sizeof(*a));
+	a->seed = 1;
+	a->secs = 600;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "s:d:c:ja:h", opts, NULL)) !=
 	       -1) {
@@ -326,7 +331,7 @@ int sluice_cmd_simulate(int argc, char **argv)
 		case 's':
 			if (sluice_sim_opt_u64("simulate", "seed",
 					       "a non-negative integer", optarg,
-					       0, UINT64_MAX, &seed) < 0)
+					       0, UINT64_MAX, &a->seed) < 0)
 				return 2;
 			break;
 		case 'd':
@@ -334,17 +339,17 @@ int sluice_cmd_simulate(int argc, char **argv)
 			 * events (400 MB); longer runs say nothing new. */
 			if (sluice_sim_opt_u64("simulate", "duration",
 					       "whole seconds from 1 to 86400",
-					       optarg, 1, 86400, &secs) < 0)
+					       optarg, 1, 86400, &a->secs) < 0)
 				return 2;
 			break;
 		case 'c':
-			config = optarg;
+			a->config = optarg;
 			break;
 		case 'j':
-			json = 1;
+			a->json = 1;
 			break;
 		case 'a':
-			access_log = optarg;
+			a->access_log = optarg;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -359,26 +364,41 @@ int sluice_cmd_simulate(int argc, char **argv)
 			argv[optind], usage);
 		return 2;
 	}
-	if (config) {
-		cfg = sluice_config_load(config, err, sizeof(err));
+	return -1;
+}
+
+int sluice_cmd_simulate(int argc, char **argv)
+{
+	simulate_args_t a;
+	sluice_sim_params_t params;
+	sluice_sim_trace_t tr;
+	sluice_config_t *cfg = NULL;
+	int rc;
+	char err[512];
+
+	if ((rc = read_args(argc, argv, &a)) >= 0)
+		return rc;
+	if (a.config) {
+		cfg = sluice_config_load(a.config, err, sizeof(err));
 		if (!cfg) {
 			fprintf(stderr, "sluice simulate: %s\n", err);
 			return 2;
 		}
 	}
-	params.duration_us = (int64_t)secs * SEC;
-	if (sluice_sim_generate(&params, seed, &tr) < 0) {
+	sluice_sim_params_default(&params);
+	params.duration_us = (int64_t)a.secs * SEC;
+	if (sluice_sim_generate(&params, a.seed, &tr) < 0) {
 		fprintf(stderr, "sluice simulate: out of memory\n");
 		if (cfg)
 			sluice_config_free(cfg);
 		return 1;
 	}
-	if (access_log && write_access_log(&tr, access_log) < 0) {
-		fprintf(stderr, "sluice simulate: %s: %s\n", access_log,
+	if (a.access_log && write_access_log(&tr, a.access_log) < 0) {
+		fprintf(stderr, "sluice simulate: %s: %s\n", a.access_log,
 			strerror(errno));
 		rc = 2;
 	} else {
-		rc = compare(&tr, cfg, config, seed, json);
+		rc = compare(&tr, cfg, a.config, a.seed, a.json);
 	}
 	sluice_sim_trace_free(&tr);
 	if (cfg)

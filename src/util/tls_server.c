@@ -63,35 +63,42 @@ static const char *ssl_error(char *buf, size_t len)
 	return buf;
 }
 
-SSL_CTX *sluice_tls_ctx_build(const sluice_tls_server_config_t *t,
-			      const char *what, const char *alpn, char *err,
-			      size_t errlen)
+/* Whether each file t names is a regular file: 0, or -1 with why in err.
+ * A FIFO or a device where a renewed file was expected would block the
+ * thread that reads it. */
+static int files_regular(const sluice_tls_server_config_t *t, const char *what,
+			 char *err, size_t errlen)
 {
 	const char *files[3] = {t->cert_file, t->key_file, t->client_ca_file};
 	static const char *const fields[3] = {"cert_file", "key_file",
 					      "client_ca_file"};
-	SSL_CTX *ctx;
 	struct stat st;
-	char why[256];
 	int i;
 
-	/* A FIFO or a device where a renewed file was expected would
-	 * block the thread that reads it: regular files only. */
 	for (i = 0; i < 3; i++) {
 		if (!files[i])
 			continue;
 		if (stat(files[i], &st) < 0) {
 			snprintf(err, errlen, "%s.%s %s: %s", what, fields[i],
 				 files[i], strerror(errno));
-			return NULL;
+			return -1;
 		}
 		if (!S_ISREG(st.st_mode)) {
 			snprintf(err, errlen, "%s.%s %s: not a regular file",
 				 what, fields[i], files[i]);
-			return NULL;
+			return -1;
 		}
 	}
-	ctx = SSL_CTX_new(TLS_server_method());
+	return 0;
+}
+
+/* A server context with the protocol's settings (and ALPN's alpn), no
+ * files yet: NULL with why in err. */
+static SSL_CTX *ctx_new(const char *alpn, char *err, size_t errlen)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	char why[256];
+
 	if (!ctx) {
 		snprintf(err, errlen, "cannot make a TLS context: %s",
 			 ssl_error(why, sizeof(why)));
@@ -114,14 +121,24 @@ SSL_CTX *sluice_tls_ctx_build(const sluice_tls_server_config_t *t,
 
 		if (strcmp(alpn, "h2") != 0) {
 			snprintf(err, errlen, "unknown ALPN protocol %s", alpn);
-			goto fail;
+			SSL_CTX_free(ctx);
+			return NULL;
 		}
 		SSL_CTX_set_alpn_select_cb(ctx, select_alpn, (void *)h2);
 	}
+	return ctx;
+}
+
+/* The certificate chain and its key into ctx: 0, or -1 with why in err. */
+static int use_cert_key(SSL_CTX *ctx, const sluice_tls_server_config_t *t,
+			const char *what, char *err, size_t errlen)
+{
+	char why[256];
+
 	if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
 		snprintf(err, errlen, "%s.cert_file %s: %s", what, t->cert_file,
 			 ssl_error(why, sizeof(why)));
-		goto fail;
+		return -1;
 	}
 	if (SSL_CTX_use_PrivateKey_file(ctx, t->key_file, SSL_FILETYPE_PEM) !=
 		    1 ||
@@ -131,31 +148,50 @@ SSL_CTX *sluice_tls_ctx_build(const sluice_tls_server_config_t *t,
 			 "%s.key_file %s: cannot be used with the "
 			 "certificate: %s",
 			 what, t->key_file, ssl_error(why, sizeof(why)));
-		goto fail;
+		return -1;
 	}
-	if (t->client_ca_file) {
-		STACK_OF(X509_NAME) *names =
-			SSL_load_client_CA_file(t->client_ca_file);
+	return 0;
+}
 
-		if (!names || SSL_CTX_load_verify_locations(
-				      ctx, t->client_ca_file, NULL) != 1) {
-			sk_X509_NAME_pop_free(names, X509_NAME_free);
-			snprintf(err, errlen, "%s.client_ca_file %s: %s", what,
-				 t->client_ca_file,
-				 ssl_error(why, sizeof(why)));
-			goto fail;
-		}
-		SSL_CTX_set_client_CA_list(ctx, names);
-		X509_VERIFY_PARAM_set_purpose(SSL_CTX_get0_param(ctx),
-					      X509_PURPOSE_SSL_CLIENT);
-		SSL_CTX_set_verify(
-			ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-			NULL);
+/* Client certificates required, signed by an authority of
+ * t->client_ca_file: 0, or -1 with why in err. */
+static int use_client_ca(SSL_CTX *ctx, const sluice_tls_server_config_t *t,
+			 const char *what, char *err, size_t errlen)
+{
+	STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(t->client_ca_file);
+	char why[256];
+
+	if (!names ||
+	    SSL_CTX_load_verify_locations(ctx, t->client_ca_file, NULL) != 1) {
+		sk_X509_NAME_pop_free(names, X509_NAME_free);
+		snprintf(err, errlen, "%s.client_ca_file %s: %s", what,
+			 t->client_ca_file, ssl_error(why, sizeof(why)));
+		return -1;
+	}
+	SSL_CTX_set_client_CA_list(ctx, names);
+	X509_VERIFY_PARAM_set_purpose(SSL_CTX_get0_param(ctx),
+				      X509_PURPOSE_SSL_CLIENT);
+	SSL_CTX_set_verify(
+		ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+	return 0;
+}
+
+SSL_CTX *sluice_tls_ctx_build(const sluice_tls_server_config_t *t,
+			      const char *what, const char *alpn, char *err,
+			      size_t errlen)
+{
+	SSL_CTX *ctx;
+
+	if (files_regular(t, what, err, errlen) < 0 ||
+	    !(ctx = ctx_new(alpn, err, errlen)))
+		return NULL;
+	if (use_cert_key(ctx, t, what, err, errlen) < 0 ||
+	    (t->client_ca_file &&
+	     use_client_ca(ctx, t, what, err, errlen) < 0)) {
+		SSL_CTX_free(ctx);
+		return NULL;
 	}
 	return ctx;
-fail:
-	SSL_CTX_free(ctx);
-	return NULL;
 }
 
 /* What the files are now, names included: a change of any (a renewal

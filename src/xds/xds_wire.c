@@ -208,18 +208,70 @@ static void json_struct(sluice_buf_t *b, const Google__Protobuf__Struct *s)
 	sluice_buf_puts(b, "}");
 }
 
+/* A descriptor's rate_limit: block, its fields at column in. */
+static void
+render_rate_limit(sluice_buf_t *b,
+		  const Ratelimit__Config__Ratelimit__V3__RateLimitPolicy *r,
+		  int in)
+{
+	const char *u = unit_name((int)r->unit);
+	size_t j;
+
+	/* UNKNOWN (0) is no unit, as envoyproxy/ratelimit reads it: right
+	 * for unlimited, an error else. */
+	if (r->unit != 0) {
+		indent(b, in);
+		if (u)
+			sluice_buf_printf(b, "unit: %s\n", u);
+		else
+			sluice_buf_printf(b, "unit: \"%d\"\n", (int)r->unit);
+	}
+	if (!r->unlimited || r->requests_per_unit) {
+		indent(b, in);
+		sluice_buf_printf(b, "requests_per_unit: %u\n",
+				  (unsigned)r->requests_per_unit);
+	}
+	if (r->unlimited) {
+		indent(b, in);
+		sluice_buf_puts(b, "unlimited: true\n");
+	}
+	if (r->name && *r->name) {
+		indent(b, in);
+		sluice_buf_puts(b, "name: ");
+		quoted(b, r->name);
+		sluice_buf_puts(b, "\n");
+	}
+	if (r->n_replaces) {
+		indent(b, in);
+		sluice_buf_puts(b, "replaces:\n");
+	}
+	for (j = 0; j < r->n_replaces; j++) {
+		indent(b, in);
+		sluice_buf_puts(b, "- name: ");
+		quoted(b, r->replaces[j]->name);
+		sluice_buf_puts(b, "\n");
+	}
+}
+
+/* A flag of a descriptor, written only when set. */
+static void render_flag(sluice_buf_t *b, int in, const char *name, int on)
+{
+	if (!on)
+		return;
+	indent(b, in);
+	sluice_buf_printf(b, "%s: true\n", name);
+}
+
 static void render_descriptors(
 	sluice_buf_t *b,
 	Ratelimit__Config__Ratelimit__V3__RateLimitDescriptor *const *v,
 	size_t n, int in)
 {
-	size_t i, j;
+	size_t i;
 
 	for (i = 0; i < n; i++) {
 		const Ratelimit__Config__Ratelimit__V3__RateLimitDescriptor *d =
 			v[i];
-		const Ratelimit__Config__Ratelimit__V3__RateLimitPolicy *r =
-			d->rate_limit;
 
 		indent(b, in);
 		sluice_buf_puts(b, "- key: ");
@@ -231,65 +283,19 @@ static void render_descriptors(
 			quoted(b, d->value);
 			sluice_buf_puts(b, "\n");
 		}
-		if (d->shadow_mode) {
-			indent(b, in + 2);
-			sluice_buf_puts(b, "shadow_mode: true\n");
-		}
-		if (d->detailed_metric) {
-			indent(b, in + 2);
-			sluice_buf_puts(b, "detailed_metric: true\n");
-		}
-		if (d->quota_mode) {
-			indent(b, in + 2);
-			sluice_buf_puts(b, "quota_mode: true\n");
-		}
+		render_flag(b, in + 2, "shadow_mode", d->shadow_mode);
+		render_flag(b, in + 2, "detailed_metric", d->detailed_metric);
+		render_flag(b, in + 2, "quota_mode", d->quota_mode);
 		if (d->metadata) {
 			indent(b, in + 2);
 			sluice_buf_puts(b, "metadata: ");
 			json_struct(b, d->metadata);
 			sluice_buf_puts(b, "\n");
 		}
-		if (r) {
-			const char *u = unit_name((int)r->unit);
-
+		if (d->rate_limit) {
 			indent(b, in + 2);
 			sluice_buf_puts(b, "rate_limit:\n");
-			/* UNKNOWN (0) is no unit, as envoyproxy/ratelimit
-			 * reads it: right for unlimited, an error else. */
-			if (r->unit != 0) {
-				indent(b, in + 4);
-				if (u)
-					sluice_buf_printf(b, "unit: %s\n", u);
-				else
-					sluice_buf_printf(b, "unit: \"%d\"\n",
-							  (int)r->unit);
-			}
-			if (!r->unlimited || r->requests_per_unit) {
-				indent(b, in + 4);
-				sluice_buf_printf(
-					b, "requests_per_unit: %u\n",
-					(unsigned)r->requests_per_unit);
-			}
-			if (r->unlimited) {
-				indent(b, in + 4);
-				sluice_buf_puts(b, "unlimited: true\n");
-			}
-			if (r->name && *r->name) {
-				indent(b, in + 4);
-				sluice_buf_puts(b, "name: ");
-				quoted(b, r->name);
-				sluice_buf_puts(b, "\n");
-			}
-			if (r->n_replaces) {
-				indent(b, in + 4);
-				sluice_buf_puts(b, "replaces:\n");
-			}
-			for (j = 0; j < r->n_replaces; j++) {
-				indent(b, in + 4);
-				sluice_buf_puts(b, "- name: ");
-				quoted(b, r->replaces[j]->name);
-				sluice_buf_puts(b, "\n");
-			}
+			render_rate_limit(b, d->rate_limit, in + 4);
 		}
 		if (d->n_descriptors) {
 			indent(b, in + 2);

@@ -147,6 +147,60 @@ static int quota_limit(napi_env env, napi_value spec, double quota,
 	return rc;
 }
 
+/* rates[i] (a string in the core's syntax) into a token bucket of
+ * capacity cap, *window its RateLimit-Policy window: 0, SLUICE_E* with
+ * the core's message, or -1000 when N-API fails. */
+static int rate_limit(napi_env env, napi_value rates, uint32_t i, double cap,
+		      sluice_limit_t *l, double *window, char *err,
+		      size_t errlen)
+{
+	napi_value rv;
+	char rate[128];
+	size_t ratelen = 0;
+	sluice_rate_t r;
+	uint64_t us;
+	int rc;
+
+	if (napi_get_element(env, rates, i, &rv) != napi_ok ||
+	    napi_get_value_string_utf8(env, rv, rate, sizeof(rate), &ratelen) !=
+		    napi_ok)
+		return -1000;
+	/* A cut rate could read as another one: refuse it whole. */
+	if (ratelen + 4 >= sizeof(rate)) {
+		snprintf(err, errlen, "rate is too long");
+		return SLUICE_EINVAL;
+	}
+	rc = sluice_rate_parse(rate, &r, err, errlen);
+	if (rc == 0)
+		rc = sluice_limit_init(l, (uint64_t)cap, &r, err, errlen);
+	if (rc != 0)
+		return rc;
+	/* The window of RateLimit-Policy: time from empty to full, in whole
+	 * seconds rounded up (as sluice serve says it). */
+	us = l->tau / l->rate.per + (l->tau % l->rate.per != 0);
+	*window = (double)(us / 1000000 + (us % 1000000 != 0));
+	return 0;
+}
+
+/* Limit i of policyNew()'s arguments (argv[1..3]) into l, a quota or a
+ * token bucket, *window its RateLimit-Policy window: as rate_limit(). */
+static int limit_at(napi_env env, napi_value *argv, uint32_t i,
+		    sluice_limit_t *l, double *window, char *err, size_t errlen)
+{
+	napi_value cv, qv;
+	napi_valuetype qt;
+	double cap;
+
+	if (napi_get_element(env, argv[1], i, &cv) != napi_ok ||
+	    napi_get_value_double(env, cv, &cap) != napi_ok ||
+	    napi_get_element(env, argv[3], i, &qv) != napi_ok ||
+	    napi_typeof(env, qv, &qt) != napi_ok)
+		return -1000;
+	if (qt == napi_object)
+		return quota_limit(env, qv, cap, l, window, err, errlen);
+	return rate_limit(env, argv[2], i, cap, l, window, err, errlen);
+}
+
 /*
  * policyNew(name, capacities[], rates[], quotas[]) -> [external,
  * windows_s[]]
@@ -157,11 +211,11 @@ static int quota_limit(napi_env env, napi_value spec, double quota,
  */
 static napi_value policy_new(napi_env env, napi_callback_info info)
 {
-	size_t argc = 4, i;
-	napi_value argv[4], ext, windows, result;
-	uint32_t n = 0, n2 = 0, n3 = 0;
+	size_t argc = 4;
+	napi_value argv[4], ext, windows, result, w;
+	uint32_t n = 0, n2 = 0, n3 = 0, i;
 	policy_t *p;
-	char err[256];
+	char err[256], msg[320];
 
 	CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
 	CHECK(env, napi_get_array_length(env, argv[1], &n));
@@ -185,64 +239,20 @@ static napi_value policy_new(napi_env env, napi_callback_info info)
 	if (napi_create_array_with_length(env, n, &windows) != napi_ok)
 		goto napi_fail;
 	for (i = 0; i < n; i++) {
-		napi_value cv, rv, qv, w;
-		napi_valuetype qt;
-		char rate[128];
-		size_t ratelen = 0;
-		double cap, window = 0;
-		sluice_rate_t r;
-		sluice_limit_t *l = &p->limits[i];
-		int rc;
+		double window = 0;
+		int rc = limit_at(env, argv, i, &p->limits[i], &window, err,
+				  sizeof(err));
 
-		if (napi_get_element(env, argv[1], (uint32_t)i, &cv) !=
-			    napi_ok ||
-		    napi_get_value_double(env, cv, &cap) != napi_ok ||
-		    napi_get_element(env, argv[3], (uint32_t)i, &qv) !=
-			    napi_ok ||
-		    napi_typeof(env, qv, &qt) != napi_ok)
+		if (rc == -1000)
 			goto napi_fail;
-		if (qt == napi_object) {
-			rc = quota_limit(env, qv, cap, l, &window, err,
-					 sizeof(err));
-			if (rc == -1000)
-				goto napi_fail;
-			goto checked;
-		}
-		if (napi_get_element(env, argv[2], (uint32_t)i, &rv) !=
-			    napi_ok ||
-		    napi_get_value_string_utf8(env, rv, rate, sizeof(rate),
-					       &ratelen) != napi_ok)
-			goto napi_fail;
-		/* A cut rate could read as another one: refuse it whole. */
-		if (ratelen + 4 >= sizeof(rate)) {
-			rc = SLUICE_EINVAL;
-			snprintf(err, sizeof(err), "rate is too long");
-		} else {
-			rc = sluice_rate_parse(rate, &r, err, sizeof(err));
-		}
-		if (rc == 0)
-			rc = sluice_limit_init(l, (uint64_t)cap, &r, err,
-					       sizeof(err));
-		if (rc == 0) {
-			/* The window of RateLimit-Policy: time from empty
-			 * to full, in whole seconds rounded up (as sluice
-			 * serve says it). */
-			uint64_t us = l->tau / l->rate.per +
-				      (l->tau % l->rate.per != 0);
-
-			window = (double)(us / 1000000 + (us % 1000000 != 0));
-		}
-	checked:
 		if (rc < 0) {
-			char msg[320];
-
-			snprintf(msg, sizeof(msg), "limit %zu: %s", i, err);
+			snprintf(msg, sizeof(msg), "limit %u: %s", i, err);
 			free(p);
 			napi_throw_range_error(env, "ERR_SLUICE_POLICY", msg);
 			return NULL;
 		}
 		if (napi_create_double(env, window, &w) != napi_ok ||
-		    napi_set_element(env, windows, (uint32_t)i, w) != napi_ok)
+		    napi_set_element(env, windows, i, w) != napi_ok)
 			goto napi_fail;
 	}
 	p->nlimits = n;

@@ -453,6 +453,59 @@ static int make_handles(sluice_redis_t *r)
 	return 0;
 }
 
+/* The url (credentials only, under Sentinel) and the TLS context into r:
+ * 0, or an error with why in err, r's url then freed. */
+static int read_url(sluice_redis_t *r, const sluice_redis_opts_t *opts,
+		    char *err, size_t errlen)
+{
+	int rc;
+
+	if (!opts->nseeds && opts->url &&
+	    (rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen)) < 0)
+		return rc;
+	if (opts->sentinel && r->url.path) {
+		sluice_redis__url_free(&r->url);
+		return sluice_fail(SLUICE_EINVAL, err, errlen,
+				   "redis store: under Sentinel the url gives "
+				   "credentials only; expected "
+				   "redis[s]://[user:pass@]name[/db]");
+	}
+	if ((rc = setup_tls(r, opts, err, errlen)) < 0) {
+		sluice_redis__url_free(&r->url);
+		return rc;
+	}
+	return 0;
+}
+
+/* The rest of the options into r (r->prefix NULL when out of memory), with
+ * the defaults for those not given, and the scripts' SHA-1s. */
+static void take_opts(sluice_redis_t *r, sluice_loop_t *loop,
+		      const sluice_redis_opts_t *opts)
+{
+	r->loop = loop;
+	r->prefix = strdup(opts->key_prefix ? opts->key_prefix
+					    : SLUICE_DEFAULT_KEY_PREFIX);
+	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms
+					 : SLUICE_DEFAULT_STORE_TIMEOUT_MS;
+	r->nconns = opts->connections ? opts->connections
+				      : SLUICE_DEFAULT_CONNECTIONS;
+	r->flags = opts->flags;
+	r->on_event = opts->on_event;
+	r->on_report = opts->on_report;
+	r->event_arg = opts->event_arg;
+	memcpy(r->sha, sluice_redis__script_sha, sizeof(r->sha));
+	memcpy(r->sha_multi, sluice_redis__script_multi_sha,
+	       sizeof(r->sha_multi));
+	memcpy(r->sha_refund, sluice_redis__script_refund_sha,
+	       sizeof(r->sha_refund));
+	memcpy(r->sha_adjust, sluice_redis__script_adjust_sha,
+	       sizeof(r->sha_adjust));
+	memcpy(r->sha_carry, sluice_redis__script_carry_sha,
+	       sizeof(r->sha_carry));
+	r->released = released;
+	r->probe_calls = probe_calls;
+}
+
 static int open_on(sluice_redis_t **out, sluice_loop_t *loop,
 		   sluice_loop_t *own_loop, const sluice_redis_opts_t *opts,
 		   char *err, size_t errlen)
@@ -485,50 +538,12 @@ static int open_on(sluice_redis_t **out, sluice_loop_t *loop,
 				   "redis store: out of memory");
 	}
 	r->own_loop = own_loop;
-	if (!opts->nseeds && opts->url &&
-	    (rc = sluice_redis__parse_url(opts->url, &r->url, err, errlen)) <
-		    0) {
+	if ((rc = read_url(r, opts, err, errlen)) < 0) {
 		sluice_loop_uv_free(own_loop);
 		free(r);
 		return rc;
 	}
-	if (opts->sentinel && r->url.path) {
-		sluice_redis__url_free(&r->url);
-		sluice_loop_uv_free(own_loop);
-		free(r);
-		return sluice_fail(SLUICE_EINVAL, err, errlen,
-				   "redis store: under Sentinel the url gives "
-				   "credentials only; expected "
-				   "redis[s]://[user:pass@]name[/db]");
-	}
-	if ((rc = setup_tls(r, opts, err, errlen)) < 0) {
-		sluice_redis__url_free(&r->url);
-		sluice_loop_uv_free(own_loop);
-		free(r);
-		return rc;
-	}
-	r->loop = loop;
-	r->prefix = strdup(opts->key_prefix ? opts->key_prefix
-					    : SLUICE_DEFAULT_KEY_PREFIX);
-	r->timeout_ms = opts->timeout_ms ? opts->timeout_ms
-					 : SLUICE_DEFAULT_STORE_TIMEOUT_MS;
-	r->nconns = opts->connections ? opts->connections
-				      : SLUICE_DEFAULT_CONNECTIONS;
-	r->flags = opts->flags;
-	r->on_event = opts->on_event;
-	r->on_report = opts->on_report;
-	r->event_arg = opts->event_arg;
-	memcpy(r->sha, sluice_redis__script_sha, sizeof(r->sha));
-	memcpy(r->sha_multi, sluice_redis__script_multi_sha,
-	       sizeof(r->sha_multi));
-	memcpy(r->sha_refund, sluice_redis__script_refund_sha,
-	       sizeof(r->sha_refund));
-	memcpy(r->sha_adjust, sluice_redis__script_adjust_sha,
-	       sizeof(r->sha_adjust));
-	memcpy(r->sha_carry, sluice_redis__script_carry_sha,
-	       sizeof(r->sha_carry));
-	r->released = released;
-	r->probe_calls = probe_calls;
+	take_opts(r, loop, opts);
 	/* The client's own count, released by sluice_redis_free(): the
 	 * memory goes with the last of it and the handles. */
 	r->open_handles = 1;

@@ -843,6 +843,10 @@ class BadSettings(unittest.TestCase):
         self.assert_refused(
             "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
             "    colour: blue\n", 5, "colour")
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
+            "    node_metadata: {a: \"1\", a: \"2\"}\n", 5,
+            "node_metadata has 'a' twice")
 
     def test_bad_headers_name_file_and_line_not_the_value(self):
         head = "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"

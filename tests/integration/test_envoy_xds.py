@@ -43,7 +43,6 @@ open stream and records every DiscoveryRequest sluice sends.
 import json
 import os
 import queue
-import subprocess
 import sys
 import tempfile
 import threading
@@ -58,9 +57,9 @@ import grpc_harness  # noqa: E402
 grpc_harness.use_system_python()
 
 import grpc  # noqa: E402
+import fixtures  # noqa: E402
 import harness  # noqa: E402
-from grpc_harness import GrpcSluice, protos, request  # noqa: E402
-from harness import RedisServer  # noqa: E402
+from grpc_harness import GrpcSluice, protos, request, rls_stub  # noqa: E402
 
 OK, OVER = 1, 2
 TYPE_URL = ("type.googleapis.com/"
@@ -227,9 +226,7 @@ class XdsBase(unittest.TestCase):
         s = GrpcSluice(xds_config(cp.port, extra_xds,
                                   "store: %s\n" % self.store()))
         self.addCleanup(s.stop)
-        ch = s.channel()
-        self.addCleanup(ch.close)
-        return s, s.rls(ch)
+        return s, rls_stub(self, s)[1]
 
     def decide(self, stub, user):
         return stub.ShouldRateLimit(request("api", [("user", user)]),
@@ -367,18 +364,7 @@ class ServedMemory(Served, XdsBase):
     pass
 
 
-class ServedRedis(Served, XdsBase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
-    def store(self):
-        return '{redis: {url: "%s", timeout_ms: 3000}}' % self.redis.url()
-
+class ServedRedis(fixtures.ClassRedisStore, Served, XdsBase):
     def test_two_instances_on_one_redis_share_the_served_limit(self):
         cp = self.control_plane()
         (a, sa), (b, sb) = self.serve(cp), self.serve(cp)
@@ -796,25 +782,14 @@ class Headers(XdsBase):
         self.assertTrue(harness.wait_until(
             lambda: s.request("GET", "/readyz").status == 200, 30))
         self.assertEqual(cp.metadata[-1]["authorization"], self.TOKEN)
-        self.assertEqual(self.allowed(self.rls(s), uniq(), 3), 2)
+        self.assertEqual(self.allowed(rls_stub(self, s)[1], uniq(), 3), 2)
         for secret in (self.TOKEN, wrong):
             self.assert_never_shown(s, secret)
-
-    def rls(self, s):
-        ch = s.channel()
-        self.addCleanup(ch.close)
-        return s.rls(ch)
 
 
 class BadSettings(unittest.TestCase):
     def check(self, text):
-        fd, path = tempfile.mkstemp(prefix="sluice-xds-", suffix=".yaml")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        self.addCleanup(os.unlink, path)
-        r = subprocess.run([harness.SLUICE, "check-config", path],
-                           capture_output=True, text=True, timeout=60)
-        return path, r
+        return harness.check_config(text)
 
     def assert_refused(self, text, line, words):
         path, r = self.check(text)

@@ -74,6 +74,15 @@ int sluice_xds_decode(const uint8_t *msg, size_t len, sluice_xds_response_t *r,
 		      char *err, size_t errlen);
 void sluice_xds_response_free(sluice_xds_response_t *r);
 
+/* The ADS call's request headers at most: its own and envoy.xds.headers. */
+#define SLUICE_XDS_CALL_HEADERS (7 + SLUICE_XDS_MAX_HEADERS)
+
+/* The ADS call's request headers (names[i]: values[i], pseudo-headers
+ * first, then s->headers in their order), pointing into s and static
+ * text; returns how many (at most SLUICE_XDS_CALL_HEADERS). */
+size_t sluice_xds_call_headers(const sluice_envoy_xds_t *s, const char *names[],
+			       const char *values[]);
+
 /* A DiscoveryRequest as one gRPC message (5-byte prefix); error: NULL
  * for an ACK, else the NACK's message.  NULL when out of memory. */
 uint8_t *sluice_xds_request(const sluice_envoy_xds_t *s, const char *version,

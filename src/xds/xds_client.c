@@ -115,6 +115,8 @@ struct sluice_xds_s {
 	int responses;	   /* this connection's */
 	char why[512];	   /* how the connection ended */
 	int state;	   /* logged: 0 none, 1 up, 2 down */
+	int said_no;	   /* this call was answered with an error status */
+	int refused;	   /* the last said no before any response */
 	unsigned rnd;
 };
 
@@ -361,9 +363,13 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
 	     !(vlen == 3 && !memcmp(value, "200", 3)))) {
 		char v[200];
 
-		snprintf(v, sizeof(v), "%.*s %.*s", (int)nlen, name,
-			 (int)(vlen < 150 ? vlen : 150), value);
+		snprintf(v, sizeof(v), "%.*s %.*s%s", (int)nlen, name,
+			 (int)(vlen < 150 ? vlen : 150), value,
+			 vlen == 2 && !memcmp(value, "16", 2)
+				 ? " (unauthenticated: see envoy.xds.headers)"
+				 : "");
 		fail(x, "the server answered %s", v);
+		x->said_no = 1;
 	}
 	return 0;
 }
@@ -397,22 +403,10 @@ static int queue(sluice_xds_t *x, const char *nonce, const char *error)
 
 static int open_call(sluice_xds_t *x)
 {
-	static const char path[] = "/envoy.service.discovery.v3."
-				   "AggregatedDiscoveryService/"
-				   "StreamAggregatedResources";
-#define NV(n, v)                                                               \
-	{(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),             \
-	 NGHTTP2_NV_FLAG_NONE}
-	nghttp2_nv hdrs[] = {
-		NV(":method", "POST"),
-		NV(":scheme", x->cfg->tls ? "https" : "http"),
-		NV(":path", path),
-		NV(":authority", x->cfg->server),
-		NV("content-type", "application/grpc"),
-		NV("te", "trailers"),
-		NV("user-agent", "sluice-xds/" SLUICE_VERSION),
-	};
-#undef NV
+	const char *names[SLUICE_XDS_CALL_HEADERS];
+	const char *values[SLUICE_XDS_CALL_HEADERS];
+	nghttp2_nv hdrs[SLUICE_XDS_CALL_HEADERS];
+	size_t i, n = sluice_xds_call_headers(x->cfg, names, values);
 	nghttp2_session_callbacks *cb;
 	nghttp2_data_provider body = {.read_callback = on_read_body};
 
@@ -429,8 +423,11 @@ static int open_call(sluice_xds_t *x)
 	if (nghttp2_submit_settings(x->h2, NGHTTP2_FLAG_NONE, NULL, 0) != 0 ||
 	    queue(x, "", NULL) < 0)
 		return -1;
-	x->stream = nghttp2_submit_request(
-		x->h2, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &body, x);
+	for (i = 0; i < n; i++) /* copied by nghttp2 */
+		hdrs[i] = (nghttp2_nv){(uint8_t *)names[i],
+				       (uint8_t *)values[i], strlen(names[i]),
+				       strlen(values[i]), NGHTTP2_NV_FLAG_NONE};
+	x->stream = nghttp2_submit_request(x->h2, NULL, hdrs, n, &body, x);
 	return x->stream > 0 ? 0 : -1;
 }
 
@@ -638,7 +635,7 @@ static int session(sluice_xds_t *x)
 	int r, up = 0;
 
 	x->why[0] = '\0';
-	x->responses = 0;
+	x->responses = x->said_no = 0;
 	if ((x->cfg->tls && renew_ctx(x) < 0) || dial(x) < 0 ||
 	    (x->ctx && handshake(x) < 0) || open_call(x) < 0)
 		goto out;
@@ -664,11 +661,13 @@ static int session(sluice_xds_t *x)
 				fail(x, "HTTP/2: a protocol error%s", NULL);
 				goto out;
 			}
-			/* Connected once the server's first frames came. */
-			if (!up)
-				set_state(x, up = 1);
 			if (drain_in(x) < 0)
 				goto out;
+			/* Connected once the server's first frames came; once
+			 * a response came after calls it refused (each retry
+			 * refused is one state, logged once). */
+			if (!up && (!x->refused || x->responses))
+				set_state(x, up = 1);
 		}
 		if (n == 0 || n == -1) {
 			fail(x, "the server closed the connection%s", NULL);
@@ -678,6 +677,7 @@ static int session(sluice_xds_t *x)
 			break;
 	}
 out:
+	x->refused = !x->responses && (x->said_no || x->refused);
 	if (!atomic_load(&x->stop)) {
 		fail(x, "the stream ended%s", NULL);
 		atomic_fetch_add(&failures, 1);

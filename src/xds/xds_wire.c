@@ -441,6 +441,40 @@ int sluice_xds_decode(const uint8_t *msg, size_t len, sluice_xds_response_t *r,
 
 /* ------------------------------------------------------------ requests */
 
+size_t sluice_xds_call_headers(const sluice_envoy_xds_t *s, const char *names[],
+			       const char *values[])
+{
+	static const char *const own[][2] = {
+		{":method", "POST"},
+		{":scheme", NULL}, /* http or https */
+		{":path",
+		 "/envoy.service.discovery.v3.AggregatedDiscoveryService"
+		 "/StreamAggregatedResources"},
+		{":authority", NULL}, /* the server as written */
+		{"content-type", "application/grpc"},
+		{"te", "trailers"},
+		{"user-agent", "sluice-xds/" SLUICE_VERSION},
+	};
+	size_t n, i;
+
+	_Static_assert(sizeof(own) / sizeof(own[0]) + SLUICE_XDS_MAX_HEADERS ==
+			       SLUICE_XDS_CALL_HEADERS,
+		       "room for the call's own headers and envoy.xds's");
+	for (n = 0; n < sizeof(own) / sizeof(own[0]); n++) {
+		names[n] = own[n][0];
+		values[n] = own[n][1];
+	}
+	values[1] = s->tls ? "https" : "http";
+	values[3] = s->server;
+	/* Checked when parsed: lowercase, none of the above, at most
+	 * SLUICE_XDS_MAX_HEADERS. */
+	for (i = 0; i < s->nheaders && i < SLUICE_XDS_MAX_HEADERS; i++, n++) {
+		names[n] = s->header_names[i];
+		values[n] = s->header_values[i];
+	}
+	return n;
+}
+
 uint8_t *sluice_xds_request(const sluice_envoy_xds_t *s, const char *version,
 			    const char *nonce, const char *error, size_t *len)
 {

@@ -184,6 +184,14 @@ def frame(msg, flag=0, length=None):
         + msg
 
 
+def rls_stub(test, s):
+    """(a channel to s's gRPC port, a RateLimitService stub on it); the
+    channel is closed after test."""
+    ch = s.channel()
+    test.addCleanup(ch.close)
+    return ch, s.rls(ch)
+
+
 class H2:
     """One HTTP/2 connection driven by hand (h2's state machine, our
     socket), for requests grpcio never sends."""
@@ -257,6 +265,38 @@ class H2:
                 return pred()
         return True
 
+    def ping(self, data):
+        """A PING, then waits for its ACK (the server has read all that
+        came before it); whether it came."""
+        import h2.events
+        self.conn.ping(data)
+        self.flush()
+        return self.wait(lambda: any(
+            isinstance(e, h2.events.PingAckReceived) for e in self.events))
+
+    def raw_frames(self, timeout=30):
+        """The frames the peer sends, read past h2's state machine (which
+        stops at a GOAWAY, even one that still takes every stream): a
+        list for each read of the socket, until the peer closes.  HPACK
+        state stays h2's, so nothing may be read through h2 afterwards."""
+        from hyperframe.frame import Frame
+        buf = b""
+        self.sock.settimeout(timeout)
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                return
+            buf += data
+            frames = []
+            while len(buf) >= 9:
+                f, n = Frame.parse_frame_header(memoryview(buf[:9]))
+                if len(buf) < 9 + n:
+                    break
+                f.parse_body(memoryview(buf[9:9 + n]))
+                buf = buf[9 + n:]
+                frames.append(f)
+            yield frames
+
     def ended(self, sid):
         import h2.events
         return any(isinstance(e, (h2.events.StreamEnded,
@@ -283,27 +323,15 @@ class H2:
         return hdrs, body, reset
 
     def raw_results(self, sids, timeout=30):
-        """Reads frames past h2's state machine (which stops at a GOAWAY,
-        even one that still takes every stream) until each of sids has
-        ended: {sid: (headers incl. trailers, body)}, and the GOAWAY
-        frames seen.  HPACK state stays h2's, so nothing may be read
-        through h2 afterwards."""
-        from hyperframe.frame import (ContinuationFrame, DataFrame, Frame,
+        """Reads frames past h2's state machine (raw_frames()) until each
+        of sids has ended: {sid: (headers incl. trailers, body)}, and the
+        GOAWAY frames seen."""
+        from hyperframe.frame import (ContinuationFrame, DataFrame,
                                       GoAwayFrame, HeadersFrame)
         out = {sid: ({}, b"") for sid in sids}
-        ended, goaways, buf, block = set(), [], b"", {}
-        self.sock.settimeout(timeout)
-        while len(ended) < len(sids):
-            data = self.sock.recv(65536)
-            if not data:
-                break
-            buf += data
-            while len(buf) >= 9:
-                f, n = Frame.parse_frame_header(memoryview(buf[:9]))
-                if len(buf) < 9 + n:
-                    break
-                f.parse_body(memoryview(buf[9:9 + n]))
-                buf = buf[9 + n:]
+        ended, goaways, block = set(), [], {}
+        for frames in self.raw_frames(timeout):
+            for f in frames:
                 if isinstance(f, GoAwayFrame):
                     goaways.append(f)
                 if isinstance(f, (HeadersFrame, ContinuationFrame)):
@@ -319,6 +347,8 @@ class H2:
                 if "END_STREAM" in getattr(f, "flags", ()) and \
                         f.stream_id in out:
                     ended.add(f.stream_id)
+            if len(ended) == len(sids):
+                break
         return out, goaways
 
     def goaway(self):

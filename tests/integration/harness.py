@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -354,6 +355,69 @@ def start_listening(proc, init, attempts=5, timeout=60.0, host="127.0.0.1"):
     return start_on_free_ports(
         proc, init, host=host, attempts=attempts, timeout=timeout,
         ready=lambda port: line % listen_addr(host, port) in proc.log())[0]
+
+
+def check_config(text, path=None):
+    """`sluice check-config` of text, written to path (else to a file of
+    its own, removed at exit): the path and the finished process."""
+    if path is None:
+        d = tempfile.mkdtemp(prefix="sluice-check-")
+        _dirs.append(d)
+        path = os.path.join(d, "sluice.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path, subprocess.run([SLUICE, "check-config", path],
+                                capture_output=True, text=True, timeout=60)
+
+
+def keep_alive_checks(port, headers, running, errors, pause=0.0):
+    """GET /v1/check with headers on one keep-alive connection while
+    running() holds, pause seconds apart: (sent, answered, response) per
+    answer.  A broken connection is counted in errors (its repr) and
+    opened again."""
+    client = None
+    try:
+        while running():
+            try:
+                if client is None:
+                    client = Client(port, timeout=10)
+                t0 = time.monotonic()
+                r = client.request("GET", "/v1/check", headers)
+                yield t0, time.monotonic(), r
+            except Exception as e:
+                errors.append(repr(e))
+                if client:
+                    client.close()
+                client = None
+            if pause:
+                time.sleep(pause)
+    finally:
+        if client:
+            client.close()
+
+
+def race(port, n, path, headers):
+    """n GET requests of path with headers, all released at once (a
+    barrier, so that they meet at the store together); their statuses."""
+    gate = threading.Barrier(n, timeout=60)
+    statuses = []
+    lock = threading.Lock()
+
+    def one():
+        try:
+            gate.wait()
+        except threading.BrokenBarrierError:
+            pass
+        r = request(port, "GET", path, headers)
+        with lock:
+            statuses.append(r.status)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return statuses
 
 
 def reload(proc, timeout=30.0):

@@ -22,6 +22,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from harness import RedisServer, Sluice  # noqa: E402
 
@@ -142,14 +143,10 @@ class AdminListen(unittest.TestCase):
             self.assertNotIn("not a loopback address", s.log())
 
     def test_bad_admin_listen_names_the_line(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write('admin:\n  token: "%s"\n  listen: "nowhere"\n'
-                    % TOKEN)
-            f.flush()
-            p = subprocess.run([harness.SLUICE, "check-config", f.name],
-                               capture_output=True, text=True, timeout=30)
-            self.assertEqual(p.returncode, 2, p.stderr)
-            self.assertIn(f.name + ":3: admin.listen", p.stderr)
+        path, p = harness.check_config(
+            'admin:\n  token: "%s"\n  listen: "nowhere"\n' % TOKEN)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(path + ":3: admin.listen", p.stderr)
 
 
 class Behaviour:
@@ -442,36 +439,16 @@ class SharedStore(Behaviour, unittest.TestCase):
         return "{shared: {path: %s/buckets, max_keys: 10000}}" % self.dir
 
 
-class RedisStore(Behaviour, unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
+class RedisStore(fixtures.ClassRedisStore, Behaviour, unittest.TestCase):
+    redis_timeout_ms = 2000
 
     def setUp(self):
         self.redis.cli("FLUSHALL")
 
-    def store(self):
-        return '{redis: {url: "%s", timeout_ms: 2000}}' % self.redis.url()
-
-
-class ModuleRedis(RedisServer):
-    """redis-server with the sluice module loaded."""
-
-    def __init__(self):
-        super().__init__(extra=["--loadmodule", MODULE])
-
 
 @unittest.skipUnless(os.path.exists(MODULE), "module not built")
 class RedisModuleStore(RedisStore):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = ModuleRedis()
+    redis_extra = ("--loadmodule", MODULE)
 
     def test_takes_go_through_the_module(self):
         self.redis.cli("CONFIG", "RESETSTAT")

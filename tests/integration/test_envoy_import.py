@@ -30,9 +30,7 @@ the next window, so crossing an hour while the test runs changes nothing.
 """
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import uuid
@@ -42,9 +40,10 @@ import grpc_harness  # noqa: E402
 
 grpc_harness.use_system_python()
 
+import fixtures  # noqa: E402
 import harness  # noqa: E402
-from grpc_harness import GrpcSluice, envoy_dir, protos, request  # noqa: E402
-from harness import RedisServer  # noqa: E402
+from grpc_harness import (GrpcSluice, envoy_dir, protos,  # noqa: E402
+                          request, rls_stub)
 
 OK, OVER = 1, 2
 MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
@@ -98,9 +97,7 @@ class Import:
     def setUp(self):
         protos()
         self.s = self.serve()
-        self.ch = self.s.channel()
-        self.addCleanup(self.ch.close)
-        self.stub = self.s.rls(self.ch)
+        self.ch, self.stub = rls_stub(self, self.s)
 
     # envoyproxy/ratelimit's side: its key and its INCRBY + EXPIRE.
     def envoy_count(self, domain, entries, hits, unit="hour",
@@ -308,25 +305,13 @@ class Import:
         self.assertEqual(self.remaining_after("api", u, off.rls(ch)), 9)
 
 
-class ScriptTest(Import, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
+class ScriptTest(fixtures.ClassRedis, Import, unittest.TestCase):
+    pass
 
 
 @unittest.skipUnless(os.path.exists(MODULE), "no module built")
-class ModuleTest(Import, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer(extra=["--loadmodule", MODULE])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
+class ModuleTest(fixtures.ClassRedis, Import, unittest.TestCase):
+    redis_extra = ("--loadmodule", MODULE)
 
     def test_module_is_loaded(self):
         self.assertIn("sluice", self.redis.cli("MODULE", "LIST").lower())
@@ -357,16 +342,12 @@ class ModuleTest(Import, unittest.TestCase):
 class Config(unittest.TestCase):
     def test_import_on_a_memory_store_is_refused_with_file_line(self):
         d = envoy_dir({"api.yaml": API})
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml",
-                                         delete=False) as f:
-            f.write("store: memory\nenvoy:\n  config_dir: %s\n"
-                    "  import_counters: true\n" % d)
-        self.addCleanup(os.unlink, f.name)
-        p = subprocess.run([harness.SLUICE, "check-config", f.name],
-                           capture_output=True, text=True, timeout=60)
+        path, p = harness.check_config(
+            "store: memory\nenvoy:\n  config_dir: %s\n"
+            "  import_counters: true\n" % d)
         self.assertNotEqual(p.returncode, 0)
         out = p.stdout + p.stderr
-        self.assertIn("%s:4:" % f.name, out)
+        self.assertIn("%s:4:" % path, out)
         self.assertIn("import_counters", out)
 
 

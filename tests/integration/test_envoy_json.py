@@ -228,6 +228,16 @@ def desc(*pairs, **extra):
     return d
 
 
+def marketing_limit(sluice):
+    """The requests_per_unit sluice's messaging.yaml gives marketing."""
+    r = harness.request(sluice.port, "POST", "/json", None,
+                        json.dumps({"domain": "messaging",
+                                    "descriptors": [desc(
+                                        ("message_type", "marketing"),
+                                        ("to_number", "1"))]}))
+    return r.json()["statuses"][0]["currentLimit"]["requestsPerUnit"]
+
+
 class EnvoyDir:
     """A directory of envoyproxy/ratelimit YAML files."""
 
@@ -799,12 +809,7 @@ class ConfigMapSwap(unittest.TestCase):
                 "requests_per_unit: 5", limit))
 
     def limit(self):
-        r = harness.request(self.sluice.port, "POST", "/json", None,
-                            json.dumps({"domain": "messaging",
-                                        "descriptors": [desc(
-                                            ("message_type", "marketing"),
-                                            ("to_number", "1"))]}))
-        return r.json()["statuses"][0]["currentLimit"]["requestsPerUnit"]
+        return marketing_limit(self.sluice)
 
     def test_data_symlink_swap_reloads(self):
         self.assertEqual(self.limit(), 5)
@@ -846,12 +851,7 @@ class ChangeDuringReload(unittest.TestCase):
         os.replace(tmp, os.path.join(self.dir, "messaging.yaml"))
 
     def limit(self):
-        r = harness.request(self.sluice.port, "POST", "/json", None,
-                            json.dumps({"domain": "messaging",
-                                        "descriptors": [desc(
-                                            ("message_type", "marketing"),
-                                            ("to_number", "1"))]}))
-        return r.json()["statuses"][0]["currentLimit"]["requestsPerUnit"]
+        return marketing_limit(self.sluice)
 
     def reloads(self):
         return self.sluice.metrics().get(

@@ -25,10 +25,10 @@ import grpc_harness  # noqa: E402
 
 grpc_harness.use_system_python()
 
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 from grpc_harness import GrpcSluice, envoy_dir, protos, request  # noqa: E402
-from harness import RedisServer  # noqa: E402
 
 HOUR = 3
 
@@ -203,15 +203,7 @@ class Memory:
         return "memory"
 
 
-class Redis:
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
+class Redis(fixtures.ClassRedis):
     def store(self):
         # Each server its own keys: the cases reuse /login's bucket.
         return ('{redis: {url: "%s", timeout_ms: 3000, key_prefix: "%s:"}}'

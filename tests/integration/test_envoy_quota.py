@@ -18,9 +18,7 @@ SLUICE_TEST_CLOCK_OFFSET_US; bounds on time come from its answers.
 import calendar
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import uuid
@@ -30,6 +28,7 @@ import grpc_harness  # noqa: E402
 
 grpc_harness.use_system_python()
 
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from grpc_harness import GrpcSluice, envoy_dir, protos, request  # noqa: E402
 from harness import Sluice  # noqa: E402
@@ -211,18 +210,11 @@ class EnvoyQuota:
     def test_bad_windows_option_is_refused(self):
         d = envoy_dir({"api.yaml": API % 3})
         for opt in ("fixed", "{calendar: api}", "{fixed: [api]}"):
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml",
-                                             delete=False) as f:
-                f.write("envoy: {config_dir: %s, windows: %s}\n" % (d, opt))
-            try:
-                p = subprocess.run([harness.SLUICE, "check-config", f.name],
-                                   capture_output=True, text=True,
-                                   timeout=60)
-            finally:
-                os.unlink(f.name)
+            path, p = harness.check_config(
+                "envoy: {config_dir: %s, windows: %s}\n" % (d, opt))
             out = p.stdout + p.stderr
             self.assertEqual(p.returncode, 2, out)
-            self.assertIn("%s:1:" % f.name, out)
+            self.assertIn("%s:1:" % path, out)
             self.assertIn("windows", out)
 
 
@@ -233,51 +225,20 @@ class Memory(EnvoyQuota, unittest.TestCase):
 
 REDIS = shutil.which("redis-server")
 MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
-FROZEN = os.path.join(harness.BUILD, "libfrozen_clock.so")
 REDIS_QUOTAS = os.path.exists(
     os.path.join(harness.SRC, "src", "store", "redis", "quota.lua"))
 
 
 @unittest.skipUnless(REDIS and REDIS_QUOTAS and os.path.exists(MODULE) and
-                     os.path.exists(FROZEN),
+                     os.path.exists(fixtures.FROZEN),
                      "redis-server, the module or Redis quotas missing")
-class RedisModule(EnvoyQuota, unittest.TestCase):
+class RedisModule(fixtures.FrozenRedisStore, EnvoyQuota,
+                  unittest.TestCase):
     """On Redis (the module: quota.lua's failures are noted in
     test_serve_quota.py), its clock frozen a little before the midnight
     and stepped past it by advance()."""
 
-    def store(self):
-        env = {}
-        self.clock_file = None
-        if self.frozen_at is not None:
-            fd, self.clock_file = tempfile.mkstemp(prefix="sluice-clock-")
-            os.close(fd)
-            self.addCleanup(os.unlink, self.clock_file)
-            self.set_clock(self.frozen_at)
-            env = {"LD_PRELOAD": FROZEN,
-                   "FROZEN_CLOCK_FILE": self.clock_file}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # for the redis-server child only
-        try:
-            redis = harness.RedisServer(extra=("--loadmodule", MODULE))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-        self.addCleanup(redis.stop)
-        return '{redis: {url: "%s", timeout_ms: 2000}}' % redis.url()
-
-    def set_clock(self, t):
-        tmp = self.clock_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write("%d" % int(t * 1e6))
-        os.replace(tmp, self.clock_file)
-
-    def advance(self, at):
-        if self.clock_file:
-            self.set_clock(at + 1)
+    extra_redis = ("--loadmodule", MODULE)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ def body(user, route, route_hits=None):
         {"entries": [{"key": "user", "value": user}]}, d2]})
 
 
-class SharedRedis(unittest.TestCase):
+class RedisAndDir(unittest.TestCase):
+    """Each test: a redis-server, and a config_dir holding api.yaml."""
+
     def setUp(self):
         self.redis = RedisServer()
         self.addCleanup(self.redis.stop)
@@ -50,6 +52,11 @@ class SharedRedis(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.dir, True)
         with open(os.path.join(self.dir, "api.yaml"), "w") as f:
             f.write(RATELIMIT)
+
+
+class SharedRedis(RedisAndDir):
+    def setUp(self):
+        super().setUp()
         self.instances = [self.start() for _ in range(3)]
 
     def start(self):
@@ -174,19 +181,11 @@ class SharedRedis(unittest.TestCase):
         self.assertEqual(r.json()["statuses"][1]["limitRemaining"], 999)
 
 
-class StoreDown(unittest.TestCase):
+class StoreDown(RedisAndDir):
     """Redis gone: envoy.on_store_error decides.  closed: /json answers
     503 (gRPC UNAVAILABLE), so Envoy's failure_mode_deny decides; open:
     OK without a limit; /healthcheck fails while the store cannot
     answer."""
-
-    def setUp(self):
-        self.redis = RedisServer()
-        self.addCleanup(self.redis.stop)
-        self.dir = tempfile.mkdtemp(prefix="sluice-envoy-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-        with open(os.path.join(self.dir, "api.yaml"), "w") as f:
-            f.write(RATELIMIT)
 
     def start(self, mode):
         # The first answer of the closed instance must be decided: a

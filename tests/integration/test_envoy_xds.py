@@ -33,11 +33,16 @@ open stream and records every DiscoveryRequest sluice sends.
   block, or TLS files that make no context, keep the running client with
   FILE:LINE in the log; a renewed client certificate is presented on the
   next connection without a reload.
+- headers (gRPC metadata on the call, names lowercased) reach the control
+  plane; one that refuses calls without them (UNAUTHENTICATED) never
+  serves a config, is logged once however many retries it refuses,
+  counted as an error, not ready; a SIGHUP with the right value is
+  followed; no value is ever logged or shown; bad names and values are
+  refused naming FILE:LINE (the value never quoted).
 """
 import json
 import os
 import queue
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,9 +57,9 @@ import grpc_harness  # noqa: E402
 grpc_harness.use_system_python()
 
 import grpc  # noqa: E402
+import fixtures  # noqa: E402
 import harness  # noqa: E402
-from grpc_harness import GrpcSluice, protos, request  # noqa: E402
-from harness import RedisServer  # noqa: E402
+from grpc_harness import GrpcSluice, protos, request, rls_stub  # noqa: E402
 
 OK, OVER = 1, 2
 TYPE_URL = ("type.googleapis.com/"
@@ -92,9 +97,11 @@ class ControlPlane:
     restart()); set() pushes a version to every stream, requests holds
     what sluice sent."""
 
-    def __init__(self, port=None, tls=None):
+    def __init__(self, port=None, tls=None, require=None):
         self.lock = threading.Condition()
         self.requests = []
+        self.metadata = []  # each stream's call metadata, a dict
+        self.require = require  # (name, value) a call must carry
         self.streams = []
         self.current = None
         self.nonce = 0
@@ -139,6 +146,13 @@ class ControlPlane:
 
     def _stream(self, it, context):
         q = queue.Queue()
+        md = dict(context.invocation_metadata())
+        with self.lock:
+            self.metadata.append(md)
+            self.lock.notify_all()
+        if self.require and md.get(self.require[0]) != self.require[1]:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "no valid %s" % self.require[0])
         with self.lock:
             cn = context.auth_context().get("x509_common_name")
             self.peers.append(cn[0].decode() if cn else None)
@@ -212,9 +226,7 @@ class XdsBase(unittest.TestCase):
         s = GrpcSluice(xds_config(cp.port, extra_xds,
                                   "store: %s\n" % self.store()))
         self.addCleanup(s.stop)
-        ch = s.channel()
-        self.addCleanup(ch.close)
-        return s, s.rls(ch)
+        return s, rls_stub(self, s)[1]
 
     def decide(self, stub, user):
         return stub.ShouldRateLimit(request("api", [("user", user)]),
@@ -352,18 +364,7 @@ class ServedMemory(Served, XdsBase):
     pass
 
 
-class ServedRedis(Served, XdsBase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
-    def store(self):
-        return '{redis: {url: "%s", timeout_ms: 3000}}' % self.redis.url()
-
+class ServedRedis(fixtures.ClassRedisStore, Served, XdsBase):
     def test_two_instances_on_one_redis_share_the_served_limit(self):
         cp = self.control_plane()
         (a, sa), (b, sb) = self.serve(cp), self.serve(cp)
@@ -721,15 +722,74 @@ class Follows(XdsBase):
         self.assertEqual(self.allowed(stub, uniq(), 6), 4)
 
 
+class Headers(XdsBase):
+    """envoy.xds.headers: metadata a control plane may ask for."""
+    TOKEN = "Bearer tok-" + uniq()
+
+    def assert_never_shown(self, s, secret):
+        self.assertNotIn(secret, s.log())
+        r = s.request("GET", "/rlconfig", {"Authorization": "Bearer " +
+                                           "a" * 32})
+        self.assertEqual(r.status, 200)
+        self.assertNotIn(secret.encode(), r.body)
+
+    def config(self, cp, headers):
+        return xds_config(cp.port, ", headers: {%s}" % headers,
+                          "store: memory\nadmin: {token: \"%s\"}\n"
+                          % ("a" * 32))
+
+    def serve_admin(self, cp, headers):
+        s = GrpcSluice(self.config(cp, headers))
+        self.addCleanup(s.stop)
+        return s
+
+    def test_headers_reach_the_control_plane_lowercased(self):
+        cp = self.control_plane(require=("authorization", self.TOKEN))
+        s = self.serve_admin(cp, "Authorization: \"%s\", x-tenant: 7"
+                             % self.TOKEN)
+        ack = cp.reply_to(cp.set("v1", [api_config(2)]))
+        self.assertIsNotNone(ack)
+        self.assertFalse(ack.HasField("error_detail"))
+        self.wait_metric(s, ACCEPTED, 1)
+        md = cp.metadata[0]
+        self.assertEqual(md["authorization"], self.TOKEN)
+        self.assertEqual(md["x-tenant"], "7")
+        self.assert_never_shown(s, self.TOKEN)
+
+    def test_a_refusing_control_plane_is_logged_once_until_sighup(self):
+        cp = self.control_plane(require=("authorization", self.TOKEN))
+        wrong = "Bearer wrong-" + uniq()
+        s = self.serve_admin(cp, "authorization: \"%s\"" % wrong)
+        cp.set("v1", [api_config(2)])
+        # Refused at every retry: counted, never served, not ready.
+        self.wait_metric(s, ERRORS, 3)
+        self.assertEqual(self.metric(s, ACCEPTED), 0)
+        self.assertEqual(self.metric(s, CONNECTED), 0)
+        self.assertEqual(cp.requests, [])
+        r = s.request("GET", "/readyz")
+        self.assertEqual(r.status, 503)
+        self.assertIn(b"config_pending", r.body)
+        self.assertEqual(s.log().count("trying again with backoff"), 1,
+                         s.log())
+        self.assertIn("grpc-status 16 (unauthenticated: see "
+                      "envoy.xds.headers)", s.log())
+        self.assertLessEqual(s.log().count("envoy.xds: connected to"), 1)
+        # The right token, with SIGHUP: a new stream carries it.
+        s.write_config(self.config(cp, "authorization: \"%s\"" % self.TOKEN))
+        self.assertIn("reloaded", s.reload())
+        self.assertTrue(s.wait_log("envoy.xds: following"))
+        self.wait_metric(s, ACCEPTED, 1)
+        self.assertTrue(harness.wait_until(
+            lambda: s.request("GET", "/readyz").status == 200, 30))
+        self.assertEqual(cp.metadata[-1]["authorization"], self.TOKEN)
+        self.assertEqual(self.allowed(rls_stub(self, s)[1], uniq(), 3), 2)
+        for secret in (self.TOKEN, wrong):
+            self.assert_never_shown(s, secret)
+
+
 class BadSettings(unittest.TestCase):
     def check(self, text):
-        fd, path = tempfile.mkstemp(prefix="sluice-xds-", suffix=".yaml")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        self.addCleanup(os.unlink, path)
-        r = subprocess.run([harness.SLUICE, "check-config", path],
-                           capture_output=True, text=True, timeout=60)
-        return path, r
+        return harness.check_config(text)
 
     def assert_refused(self, text, line, words):
         path, r = self.check(text)
@@ -758,10 +818,45 @@ class BadSettings(unittest.TestCase):
         self.assert_refused(
             "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
             "    colour: blue\n", 5, "colour")
+        self.assert_refused(
+            "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
+            "    node_metadata: {a: \"1\", a: \"2\"}\n", 5,
+            "node_metadata has 'a' twice")
+
+    def test_bad_headers_name_file_and_line_not_the_value(self):
+        head = "envoy:\n  xds:\n    server: \"h:1\"\n    node_id: a\n"
+        for body, line, words in (
+                ("      \":path\": /x\n", 6, "pseudo-header"),
+                ("      content-type: x\n", 6, "set by the client"),
+                ("      grpc-timeout: 1S\n", 6, "reserved by HTTP/2 or gRPC"),
+                ("      te: trailers\n", 6, "set by the client"),
+                ("      x-key-bin: AAAA\n", 6, "binary metadata"),
+                ("      \"x y\": secret-v\n", 6, "not a gRPC metadata"),
+                ("      authorization: \"secret-v\\x01\"\n", 6,
+                 "not printable ASCII"),
+                ("      authorization: \" secret-v\"\n", 6,
+                 "starts or ends with a space"),
+                ("      Authorization: secret-v\n"
+                 "      authorization: secret-v\n", 7, "twice"),
+                ("".join("      x-h%d: secret-v\n" % i for i in range(17)),
+                 6, "at most 16"),
+                ("      x-a: \"%s\"\n      x-b: \"%s\"\n"
+                 % ("secret-v" * 510, "secret-v" * 510), 7,
+                 "expected at most 8192")):
+            path, r = self.check(head + "    headers:\n" + body)
+            out = r.stderr + r.stdout
+            self.assertNotEqual(r.returncode, 0, out)
+            self.assertIn("%s:%d:" % (path, line), out)
+            self.assertIn(words, out)
+            self.assertNotIn("secret-v", out)
 
     def test_good_settings_pass(self):
         _, r = self.check("envoy:\n  xds: {server: \"[::1]:18001\", "
                           "node_id: envoy-ratelimit}\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        _, r = self.check("envoy:\n  xds: {server: \"h:1\", node_id: a, "
+                          "headers: {Authorization: \"Bearer x\", "
+                          "x-tenant.id_2: \"\"}}\n")
         self.assertEqual(r.returncode, 0, r.stderr)
 
 

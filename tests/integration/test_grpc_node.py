@@ -17,9 +17,9 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from grpc_harness import GrpcSluice, envoy_dir  # noqa: E402
-from harness import RedisServer  # noqa: E402
 
 UNAVAILABLE = 14
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -110,18 +110,10 @@ class NodeCalls:
         self.assertEqual(codes.count("OVER_LIMIT"), 46, codes)
 
 
-class TlsTest(unittest.TestCase):
+class TlsTest(fixtures.ClassTls, unittest.TestCase):
     """grpc.tls as grpc-js clients see it: the server certificate, mutual
     TLS and the client SAN allow-list, with good, wrong and no client
     certificates (test_grpc_transport.GrpcTlsTest has grpcio's)."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tls = harness.TlsFiles()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tls.remove()
 
     def serve(self, tls):
         d = envoy_dir({"api.yaml": API})
@@ -184,32 +176,13 @@ class MemoryTest(NodeCalls, unittest.TestCase):
         return "memory"
 
 
-class RedisTest(NodeCalls, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
-    def store(self):
-        return '{redis: {url: "%s", timeout_ms: 3000}}' % self.redis.url()
+class RedisTest(fixtures.ClassRedisStore, NodeCalls, unittest.TestCase):
+    pass
 
 
-class RedisClusterTest(NodeCalls, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from test_redis_cluster_serve import Cluster
-        cls.cluster = Cluster()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-
-    def store(self):
-        return ("{redis_cluster: {seeds: [%s], timeout_ms: 3000}}"
-                % self.cluster.seeds())
+class RedisClusterTest(fixtures.ClassRedisClusterStore, NodeCalls,
+                       unittest.TestCase):
+    pass
 
 
 if __name__ == "__main__":

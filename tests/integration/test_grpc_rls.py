@@ -28,9 +28,10 @@ import grpc_harness  # noqa: E402
 grpc_harness.use_system_python()
 
 import grpc  # noqa: E402
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from grpc_harness import (H2, GrpcSluice, envoy_dir,  # noqa: E402
-                          frame, protos, request)
+                          frame, protos, request, rls_stub)
 from harness import RedisServer  # noqa: E402
 
 OK, OVER = 1, 2
@@ -73,9 +74,7 @@ class Decisions:
     def setUp(self):
         protos()
         self.s = self.serve()
-        self.ch = self.s.channel()
-        self.addCleanup(self.ch.close)
-        self.stub = self.s.rls(self.ch)
+        self.ch, self.stub = rls_stub(self, self.s)
 
     def decide(self, req, stub=None):
         return (stub or self.stub).ShouldRateLimit(req, timeout=30)
@@ -268,18 +267,7 @@ class MemoryTest(Decisions, unittest.TestCase):
             lambda: self.s.log().count("SIGHUP: reloaded") >= 5, 30))
 
 
-class RedisTest(Decisions, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
-
-    def store(self):
-        return '{redis: {url: "%s", timeout_ms: 3000}}' % self.redis.url()
-
+class RedisTest(fixtures.ClassRedisStore, Decisions, unittest.TestCase):
     def test_several_instances_on_one_redis_stay_exact(self):
         others = [self.serve() for _ in range(2)]
         chans = [s.channel() for s in [self.s] + others]
@@ -303,7 +291,6 @@ class RedisTest(Decisions, unittest.TestCase):
                 return True
 
     def test_sigterm_answers_the_calls_in_flight(self):
-        import h2.events
         s = self.serve()
         h = H2(s.grpc_port)
         try:
@@ -317,11 +304,7 @@ class RedisTest(Decisions, unittest.TestCase):
             sids = [h.call(frame(request("api", [("user", uniq())])
                                  .SerializeToString())) for _ in range(10)]
             # A PING answered after them: the server holds every call.
-            h.conn.ping(b"inflight")
-            h.flush()
-            self.assertTrue(h.wait(lambda: any(
-                isinstance(e, h2.events.PingAckReceived)
-                for e in h.events)))
+            self.assertTrue(h.ping(b"inflight"))
             s.signal(signal.SIGTERM)
             answers, goaways = h.raw_results(sids)
             for sid in sids:
@@ -387,20 +370,8 @@ class RedisTest(Decisions, unittest.TestCase):
         self.assertEqual(s.wait(30), 0)
 
 
-class RedisClusterTest(Decisions, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from test_redis_cluster_serve import Cluster
-        cls.cluster = Cluster()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-
-    def store(self):
-        return ("{redis_cluster: {seeds: [%s], timeout_ms: 3000}}"
-                % self.cluster.seeds())
-
+class RedisClusterTest(fixtures.ClassRedisClusterStore, Decisions,
+                       unittest.TestCase):
     def test_several_instances_on_one_cluster_stay_exact(self):
         other = self.serve()
         with other.channel() as ch:

@@ -22,6 +22,7 @@ import grpc_harness  # noqa: E402
 grpc_harness.use_system_python()
 
 import grpc  # noqa: E402
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from grpc_harness import (H2, GrpcSluice, envoy_config, frame,  # noqa: E402
                           protos, request)
@@ -674,24 +675,14 @@ class GrpcListenTest(unittest.TestCase):
         self.assertIn("in use", p.stderr)
 
     def test_config_errors_name_the_line(self):
-        fd, path = tempfile.mkstemp(suffix=".yaml")
-        os.close(fd)
-        try:
-            with open(path, "w") as f:
-                f.write("listen: 127.0.0.1:9\n\ngrpc:\n  listen: nowhere\n")
-            p = subprocess.run([harness.SLUICE, "check-config", path],
-                               capture_output=True, text=True, timeout=60)
-            self.assertNotEqual(p.returncode, 0)
-            self.assertIn("%s:4" % path, p.stdout + p.stderr)
-            with open(path, "w") as f:
-                f.write("grpc: {listen: 127.0.0.1:1, max_message_bytes: 1}"
-                        "\n")
-            p = subprocess.run([harness.SLUICE, "check-config", path],
-                               capture_output=True, text=True, timeout=60)
-            self.assertNotEqual(p.returncode, 0)
-            self.assertIn("max_message_bytes", p.stdout + p.stderr)
-        finally:
-            os.unlink(path)
+        path, p = harness.check_config(
+            "listen: 127.0.0.1:9\n\ngrpc:\n  listen: nowhere\n")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("%s:4" % path, p.stdout + p.stderr)
+        _, p = harness.check_config(
+            "grpc: {listen: 127.0.0.1:1, max_message_bytes: 1}\n", path)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("max_message_bytes", p.stdout + p.stderr)
         p = subprocess.run([harness.SLUICE, "serve", "--grpc-listen", "x"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 2)
@@ -731,8 +722,7 @@ class GrpcListenTest(unittest.TestCase):
         possible stream), so calls already on the wire are still
         answered, Health/Check with NOT_SERVING; the final GOAWAY comes
         once the last call is answered, then the process exits 0."""
-        from hyperframe.frame import (DataFrame, Frame, GoAwayFrame,
-                                      HeadersFrame)
+        from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame
         protos()
         s = GrpcSluice(envoy_config())
         h = H2(s.grpc_port)
@@ -741,33 +731,21 @@ class GrpcListenTest(unittest.TestCase):
                    == 100)
             held = h.headers()  # a call in flight: headers, no message
             # A PING answered after them: the server has the call.
-            import h2.events
-            h.conn.ping(b"in-order")
-            h.flush()
-            self.assertTrue(h.wait(lambda: any(
-                isinstance(e, h2.events.PingAckReceived)
-                for e in h.events)))
+            self.assertTrue(h.ping(b"in-order"))
             s.signal(signal.SIGTERM)
             self.assertTrue(harness.wait_until(
                 lambda: "draining" in s.log(), 30))
             # Sent before reading the notice (h2 would refuse after it).
             sid = h.headers(path="/grpc.health.v1.Health/Check")
             h.data(sid, frame(b""))
-            buf, frames, done = b"", [], False
-            h.sock.settimeout(30)
-            while not done:
-                data = h.sock.recv(65536)
-                self.assertTrue(data, "closed before the answer")
-                buf += data
-                while len(buf) >= 9:
-                    f, n = Frame.parse_frame_header(memoryview(buf[:9]))
-                    if len(buf) < 9 + n:
-                        break
-                    f.parse_body(memoryview(buf[9:9 + n]))
-                    buf = buf[9 + n:]
-                    frames.append(f)
-                    done = done or (f.stream_id == sid and
-                                    "END_STREAM" in f.flags)
+            frames = []
+            for batch in h.raw_frames(30):
+                frames += batch
+                if any(f.stream_id == sid and "END_STREAM" in f.flags
+                       for f in batch):
+                    break
+            else:
+                self.fail("closed before the answer")
             goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
             self.assertEqual(goaways[0].last_stream_id, 2 ** 31 - 1)
             body = b"".join(f.data for f in frames
@@ -785,18 +763,7 @@ class GrpcListenTest(unittest.TestCase):
             df = DataFrame(held, data=msg)
             df.flags.add("END_STREAM")
             h.sock.sendall(df.serialize())
-            rest = b""
-            while True:
-                data = h.sock.recv(65536)
-                if not data:
-                    break
-                rest += data
-            later = []
-            while len(rest) >= 9:
-                f, n = Frame.parse_frame_header(memoryview(rest[:9]))
-                f.parse_body(memoryview(rest[9:9 + n]))
-                rest = rest[9 + n:]
-                later.append(f)
+            later = [f for batch in h.raw_frames(30) for f in batch]
             answer = {}
             for f in later:
                 if isinstance(f, HeadersFrame) and f.stream_id == held:
@@ -818,7 +785,7 @@ def read(path):
         return f.read()
 
 
-class GrpcTlsTest(unittest.TestCase):
+class GrpcTlsTest(fixtures.ClassTls, unittest.TestCase):
     """grpc.tls: TLS on the gRPC listener, as grpcio clients present good,
     wrong and no certificates (envoyproxy/ratelimit's GRPC_SERVER_USE_TLS,
     GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN)."""
@@ -826,11 +793,7 @@ class GrpcTlsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         protos()
-        cls.tls = harness.TlsFiles()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tls.remove()
+        super().setUpClass()
 
     def serve(self, tls):
         s = GrpcSluice(envoy_config(extra="grpc: {tls: %s}\n" % tls))

@@ -15,6 +15,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from harness import Sluice  # noqa: E402
 
@@ -123,11 +124,7 @@ class Memory(Stores, unittest.TestCase):
 
 class Shared(Stores, unittest.TestCase):
     def store(self):
-        path = "/dev/shm/sluice-it-%d-carry" % os.getpid()
-        if os.path.exists(path):
-            os.unlink(path)
-        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
-        return "{shared: {path: %s}}" % path
+        return fixtures.shm_store(self, "carry")
 
 
 REDIS = shutil.which("redis-server")

@@ -12,7 +12,6 @@ timing.
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -104,14 +103,10 @@ class Overrides(unittest.TestCase):
     def test_errors_in_the_file_name_it(self):
         self.write('"a": [{capacity: 1, rate: 1/h}]\n'
                    '"b": [{capacity: 1, rate: 1/fortnight}]\n')
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write(CONFIG % self.file)
-            f.flush()
-            p = subprocess.run([harness.SLUICE, "check-config", f.name],
-                               capture_output=True, text=True, timeout=30)
-            self.assertEqual(p.returncode, 2)
-            self.assertIn(self.file + ":2: ", p.stderr)
-            self.assertIn("fortnight", p.stderr)
+        _, p = harness.check_config(CONFIG % self.file)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(self.file + ":2: ", p.stderr)
+        self.assertIn("fortnight", p.stderr)
 
     def swap(self, make):
         """Replaces the overrides file by what make(tmp_path) creates."""
@@ -147,14 +142,10 @@ class Overrides(unittest.TestCase):
             self.assertTrue(self.rejected(s), s.log())
             self.assertNotIn("SECRET", s.log())
             self.assertIn(self.file + ":1: ", s.log())
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write(CONFIG % self.file)
-            f.flush()
-            p = subprocess.run([harness.SLUICE, "check-config", f.name],
-                               capture_output=True, text=True, timeout=30)
-            self.assertEqual(p.returncode, 2)
-            self.assertNotIn("SECRET", p.stdout + p.stderr)
-            self.assertIn("details withheld", p.stderr)
+        _, p = harness.check_config(CONFIG % self.file)
+        self.assertEqual(p.returncode, 2)
+        self.assertNotIn("SECRET", p.stdout + p.stderr)
+        self.assertIn("details withheld", p.stderr)
 
 
 if __name__ == "__main__":

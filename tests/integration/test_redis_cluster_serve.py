@@ -178,25 +178,13 @@ class Load:
             t.start()
 
     def run(self, port, rule, ident, out):
-        client = None
         headers = {"x-user-id": ident, "x-original-uri": "/" + rule,
                    "x-original-method": "GET"}
-        while time.monotonic() < self.stop_at:
-            try:
-                if client is None:
-                    client = harness.Client(port, timeout=10)
-                t0 = time.monotonic()
-                r = client.request("GET", "/v1/check", headers)
-                out.append((t0, time.monotonic(), r.status,
-                            r.header("retry-after") is not None))
-            except Exception as e:
-                self.errors.append(repr(e))
-                if client:
-                    client.close()
-                client = None
-            time.sleep(0.002)
-        if client:
-            client.close()
+        for t0, t1, r in harness.keep_alive_checks(
+                port, headers, lambda: time.monotonic() < self.stop_at,
+                self.errors, 0.002):
+            out.append((t0, t1, r.status,
+                        r.header("retry-after") is not None))
 
     def join(self):
         self.stop_at = 0
@@ -317,24 +305,8 @@ class RedisClusterServeTest(unittest.TestCase):
         self.assertTrue(harness.wait_until(
             lambda: s.request("GET", "/readyz").status == 200, 10))
         racers = 200
-        gate = threading.Barrier(racers, timeout=60)
-        statuses = []
-        lock = threading.Lock()
-
-        def one():
-            try:
-                gate.wait()
-            except threading.BrokenBarrierError:
-                pass
-            st = s.request("GET", "/v1/check", {"x-user-id": user}).status
-            with lock:
-                statuses.append(st)
-
-        threads = [threading.Thread(target=one) for _ in range(racers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        statuses = harness.race(s.port, racers, "/v1/check",
+                                {"x-user-id": user})
 
         def wide_remaining():
             r = s.request("POST", "/v1/take",

@@ -713,7 +713,9 @@ class ModuleTest(unittest.TestCase):
 
     # -- cluster ------------------------------------------------------------
 
-    def test_cluster_routes_the_commands(self):
+    def cluster(self):
+        """Three masters made one cluster, once each says it is ok: the
+        nodes and {port: a client of each}."""
         nodes = []
         for _ in range(3):
             nodes.append(self.redis("--cluster-enabled", "yes",
@@ -731,6 +733,10 @@ class ModuleTest(unittest.TestCase):
                       for cl in clients.values()):
             self.assertLess(time.time(), deadline, "cluster never ok")
             time.sleep(0.1)
+        return nodes, clients
+
+    def test_cluster_routes_the_commands(self):
+        nodes, clients = self.cluster()
 
         def routed(*cmd):
             """Sends cmd to the first node, follows one MOVED."""
@@ -964,23 +970,7 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(sub.read()[3], b"set")
 
     def test_takemany_in_a_cluster_needs_one_slot(self):
-        nodes = []
-        for _ in range(3):
-            nodes.append(self.redis("--cluster-enabled", "yes",
-                                    "--cluster-config-file", "nodes.conf",
-                                    "--cluster-node-timeout", "5000",
-                                    bus=True))
-        addrs = ["127.0.0.1:%d" % n.port for n in nodes]
-        res = subprocess.run([REDIS_CLI, "--cluster", "create", *addrs,
-                              "--cluster-replicas", "0", "--cluster-yes"],
-                             capture_output=True, text=True, timeout=60)
-        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
-        clients = {n.port: self.connect(n) for n in nodes}
-        deadline = time.time() + 20
-        while not all(b"cluster_state:ok" in cl.call("CLUSTER", "INFO")
-                      for cl in clients.values()):
-            self.assertLess(time.time(), deadline, "cluster never ok")
-            time.sleep(0.1)
+        nodes, clients = self.cluster()
         first = clients[nodes[0].port]
         # Keys of one slot (one hash tag) go to the node owning it.
         reply = first.call("SLUICE.TAKEMANY", "{u7}:a", 5, "1/day", 1,

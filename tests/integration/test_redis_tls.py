@@ -34,8 +34,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
-from harness import RedisServer, Sluice, TlsFiles  # noqa: E402
+from harness import RedisServer, Sluice  # noqa: E402
 
 CAPACITY = 5
 
@@ -108,15 +109,7 @@ def node(redis):
     return 'node="127.0.0.1:%d"' % redis.port
 
 
-class TlsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tls = TlsFiles()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tls.remove()
-
+class TlsTest(fixtures.ClassTls, unittest.TestCase):
     def setUp(self):
         self.procs = []
 

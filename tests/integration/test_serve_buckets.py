@@ -27,8 +27,9 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
-from harness import RedisServer, Sluice  # noqa: E402
+from harness import Sluice  # noqa: E402
 
 TIERS = """
 store: %(store)s
@@ -175,20 +176,11 @@ class SharedStore(Buckets, unittest.TestCase):
         return "{shared: {path: %s, max_keys: 2000}}" % self.path
 
 
-class RedisStore(Buckets, unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.redis = RedisServer()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.redis.stop()
+class RedisStore(fixtures.ClassRedisStore, Buckets, unittest.TestCase):
+    redis_timeout_ms = 1000
 
     def setUp(self):
         self.redis.cli("FLUSHALL")
-
-    def store(self):
-        return '{redis: {url: "%s", timeout_ms: 1000}}' % self.redis.url()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 
 RULES = """
@@ -50,16 +51,8 @@ class Https:
         self.conn.close()
 
 
-class ServeHttpsTest(unittest.TestCase):
+class ServeHttpsTest(fixtures.ClassTls, unittest.TestCase):
     users = 0
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tls = harness.TlsFiles()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tls.remove()
 
     def serve(self, tls, http_extra=""):
         """sluice serve with http: {tls: TLS, ...http_extra}."""
@@ -296,21 +289,8 @@ class ServeHttpsTest(unittest.TestCase):
         self.assertIn("http.tls.key_file", s.log())
         self.assertEqual(self.check(s, ca=self.tls.other_ca), 200)
 
-    def check_config(self, text, path=None):
-        """`sluice check-config` of text (in path, else a file of its
-        own); the path and the finished process."""
-        if path is None:
-            fd, path = tempfile.mkstemp(suffix=".yaml")
-            os.close(fd)
-            self.addCleanup(os.unlink, path)
-        with open(path, "w") as f:
-            f.write(text)
-        return path, subprocess.run([harness.SLUICE, "check-config", path],
-                                    capture_output=True, text=True,
-                                    timeout=60)
-
     def test_files_that_cannot_be_used_are_config_errors_with_the_line(self):
-        path, p = self.check_config(
+        path, p = harness.check_config(
             "threads: 1\nhttp:\n  tls: {cert_file: %s, key_file: %s}\n"
             % (self.tls.server_cert, self.tls.client_key))
         self.assertNotEqual(p.returncode, 0)
@@ -322,7 +302,7 @@ class ServeHttpsTest(unittest.TestCase):
             "127.0.0.1:%d" % listen])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("%s:3: http.tls.key_file" % path, p.stderr)
-        path, p = self.check_config(
+        path, p = harness.check_config(
             "http: {tls: {cert_file: /nonexistent.crt, key_file: %s}}\n"
             % self.tls.server_key, path)
         self.assertIn('%s:1: http.tls.cert_file "/nonexistent.crt"' % path,
@@ -332,7 +312,7 @@ class ServeHttpsTest(unittest.TestCase):
         fifo = path + ".fifo"
         os.mkfifo(fifo)
         self.addCleanup(os.unlink, fifo)
-        path, p = self.check_config(
+        path, p = harness.check_config(
             "http: {tls: {cert_file: %s, key_file: %s}}\n"
             % (fifo, self.tls.server_key), path)
         self.assertNotEqual(p.returncode, 0)
@@ -432,7 +412,7 @@ class ServeHttpsTest(unittest.TestCase):
         self.assertEqual([r.status for r in out], [400])
 
     def test_admin_tls_without_an_admin_listener_is_an_error(self):
-        path, p = self.check_config(
+        path, p = harness.check_config(
             "admin:\n  token: %s\n  tls: {cert_file: %s, key_file: %s}\n"
             % ("b" * 32, self.tls.server_cert, self.tls.server_key))
         self.assertNotEqual(p.returncode, 0)

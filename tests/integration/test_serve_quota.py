@@ -25,11 +25,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixtures  # noqa: E402
 import harness  # noqa: E402
 from harness import Sluice  # noqa: E402
 
@@ -394,64 +394,27 @@ class Shared(Stores, unittest.TestCase):
         # A file of its own for each server: a server started again
         # earlier (see before()) must not find the later one's counts.
         Shared.n += 1
-        path = "/dev/shm/sluice-it-%d-quota-%d" % (os.getpid(), Shared.n)
-        if os.path.exists(path):
-            os.unlink(path)
-        self.addCleanup(lambda: os.path.exists(path) and os.unlink(path))
-        return "{shared: {path: %s}}" % path
+        return fixtures.shm_store(self, "quota-%d" % Shared.n)
 
 
 REDIS = shutil.which("redis-server")
 MODULE = os.path.join(harness.BUILD, "sluice-redis.so")
-FROZEN = os.path.join(harness.BUILD, "libfrozen_clock.so")
 # The Redis store's quotas (quota.lua).
 REDIS_QUOTAS = os.path.exists(
     os.path.join(harness.SRC, "src", "store", "redis", "quota.lua"))
 
 
-@unittest.skipUnless(REDIS and REDIS_QUOTAS and os.path.exists(FROZEN),
+@unittest.skipUnless(REDIS and REDIS_QUOTAS and
+                     os.path.exists(fixtures.FROZEN),
                      "redis-server is missing or the Redis store has no "
                      "quotas yet")
-class RedisScript(Stores, unittest.TestCase):
+class RedisScript(fixtures.FrozenRedisStore, Stores, unittest.TestCase):
     """Redis decides on its own clock (TIME): for the stories at a
     midnight, redis-server runs with tests/tools/frozen_clock.c, its wall
     clock standing at self.frozen_at until advance() steps it past the
     boundary; sluice's own clock runs from a little before (the windows
     it sends hold Redis's instant either way)."""
-    extra_redis = ()
-
-    def store(self):
-        env = {}
-        self.clock_file = None
-        if self.frozen_at is not None:
-            fd, self.clock_file = tempfile.mkstemp(prefix="sluice-clock-")
-            os.close(fd)
-            self.addCleanup(os.unlink, self.clock_file)
-            self.set_clock(self.frozen_at)
-            env = {"LD_PRELOAD": FROZEN, "FROZEN_CLOCK_FILE":
-                   self.clock_file}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # for the redis-server child only
-        try:
-            redis = harness.RedisServer(extra=self.extra_redis)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-        self.addCleanup(redis.stop)
-        return '{redis: {url: "%s", timeout_ms: 2000}}' % redis.url()
-
-    def set_clock(self, t):
-        tmp = self.clock_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write("%d" % int(t * 1e6))
-        os.replace(tmp, self.clock_file)
-
-    def advance(self, at):
-        if self.clock_file:
-            self.set_clock(at + 1)
+    pass
 
 
 @unittest.skipUnless(REDIS and REDIS_QUOTAS and os.path.exists(MODULE),

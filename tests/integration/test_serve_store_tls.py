@@ -11,7 +11,6 @@
 - `check-config` names every bad tls: and sentinel: field by its line.
 """
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -91,29 +90,21 @@ class StoreTls(unittest.TestCase):
             self.assertEqual(r.status, 200)
 
     def test_check_config_names_each_bad_field(self):
-        fd, path = tempfile.mkstemp(prefix="sluice-", suffix=".yaml")
-        os.close(fd)
-        try:
-            with open(path, "w") as f:
-                f.write("store:\n"                                 # 1
-                        "  redis:\n"                               # 2
-                        "    url: \"rediss://10.0.0.5:6380\"\n"    # 3
-                        "    tls:\n"                               # 4
-                        "      key_file: /nonexistent/k.pem\n"     # 5
-                        "      verify: maybe\n"                    # 6
-                        "    sentinel:\n"                          # 7
-                        "      master: mymaster\n"                 # 8
-                        "      addrs: [\"10.0.0.1\"]\n")           # 9
-            p = subprocess.run([harness.SLUICE, "check-config", path],
-                               capture_output=True, text=True, timeout=30)
-            out = p.stdout + p.stderr
-            self.assertEqual(p.returncode, 2, out)
-            self.assertIn("%s:5: store.redis.tls.key_file" % path, out)
-            self.assertIn("%s:6: store.redis.tls.verify" % path, out)
-            self.assertIn("%s:9: sentinel address \"10.0.0.1\"" % path,
-                          out)
-        finally:
-            os.unlink(path)
+        path, p = harness.check_config(
+            "store:\n"                                 # 1
+            "  redis:\n"                               # 2
+            "    url: \"rediss://10.0.0.5:6380\"\n"    # 3
+            "    tls:\n"                               # 4
+            "      key_file: /nonexistent/k.pem\n"     # 5
+            "      verify: maybe\n"                    # 6
+            "    sentinel:\n"                          # 7
+            "      master: mymaster\n"                 # 8
+            "      addrs: [\"10.0.0.1\"]\n")           # 9
+        out = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 2, out)
+        self.assertIn("%s:5: store.redis.tls.key_file" % path, out)
+        self.assertIn("%s:6: store.redis.tls.verify" % path, out)
+        self.assertIn("%s:9: sentinel address \"10.0.0.1\"" % path, out)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@
 import json
 import os
 import sys
-import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from harness import RedisServer, Sluice, request  # noqa: E402
 
 MANY_RULES = "rules:\n" + "".join(
@@ -43,25 +43,7 @@ RACERS = 200
 
 def race(port):
     """RACERS requests from one user, all released at once; the statuses."""
-    gate = threading.Barrier(RACERS, timeout=60)
-    statuses = []
-    lock = threading.Lock()
-
-    def one():
-        try:
-            gate.wait()
-        except threading.BrokenBarrierError:
-            pass
-        r = request(port, "GET", "/v1/check", {"x-user-id": "mallory"})
-        with lock:
-            statuses.append(r.status)
-
-    threads = [threading.Thread(target=one) for _ in range(RACERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return statuses
+    return harness.race(port, RACERS, "/v1/check", {"x-user-id": "mallory"})
 
 
 def wide_remaining(port):

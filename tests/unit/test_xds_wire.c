@@ -5,7 +5,7 @@
  * own), units as envoyproxy/ratelimit reads them, nesting bounded on the
  * wire; every prefix of a response and garbage decode to an error, never
  * a crash; the DiscoveryRequest carries node, type, version, nonce and,
- * for a NACK, the error.
+ * for a NACK, the error; the call's headers end with envoy.xds.headers.
  */
 #include "check.h"
 #include "policy/envoy/config.h"
@@ -296,6 +296,44 @@ static void test_requests(void)
 	free(m);
 }
 
+static void test_call_headers_end_with_the_configured_ones(void)
+{
+	char *hn[] = {"authorization", "x-tenant"};
+	char *hv[] = {"Bearer s3cret", "7"};
+	sluice_envoy_xds_t x = {.server = "cp:18001", .node_id = "n"};
+	const char *names[SLUICE_XDS_CALL_HEADERS];
+	const char *values[SLUICE_XDS_CALL_HEADERS];
+	size_t n;
+
+	n = sluice_xds_call_headers(&x, names, values);
+	CHECK_EQ_U64(n, 7);
+	CHECK(strcmp(names[0], ":method") == 0 &&
+	      strcmp(values[0], "POST") == 0);
+	CHECK(strcmp(names[1], ":scheme") == 0 &&
+	      strcmp(values[1], "http") == 0);
+	CHECK(strcmp(names[2], ":path") == 0 &&
+	      strcmp(values[2], "/envoy.service.discovery.v3."
+				"AggregatedDiscoveryService/"
+				"StreamAggregatedResources") == 0);
+	CHECK(strcmp(names[3], ":authority") == 0 &&
+	      strcmp(values[3], "cp:18001") == 0);
+	CHECK(strcmp(names[4], "content-type") == 0 &&
+	      strcmp(values[4], "application/grpc") == 0);
+	CHECK(strcmp(names[5], "te") == 0 &&
+	      strcmp(values[5], "trailers") == 0);
+	CHECK(strcmp(names[6], "user-agent") == 0);
+	x.tls = 1;
+	x.header_names = hn;
+	x.header_values = hv;
+	x.nheaders = 2;
+	n = sluice_xds_call_headers(&x, names, values);
+	CHECK_EQ_U64(n, 9);
+	CHECK(strcmp(values[1], "https") == 0);
+	CHECK(strcmp(names[7], "authorization") == 0 &&
+	      strcmp(values[7], "Bearer s3cret") == 0);
+	CHECK(strcmp(names[8], "x-tenant") == 0 && strcmp(values[8], "7") == 0);
+}
+
 int main(void)
 {
 	RUN(test_strings_arrive_exactly);
@@ -303,5 +341,6 @@ int main(void)
 	RUN(test_nesting_is_bounded);
 	RUN(test_prefixes_and_garbage_are_errors);
 	RUN(test_requests);
+	RUN(test_call_headers_end_with_the_configured_ones);
 	TESTS_DONE();
 }

@@ -9,35 +9,15 @@
 //    a polluted Object.prototype;
 //  - a shared store's path is absolute, as serve requires.
 'use strict';
-const { test, freePort, ROOT } = require('./helpers');
+const { test, freePort, ROOT, listen, request: get } = require('./helpers');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const express = require('express');
 const Fastify = require('fastify');
 const sluice = require('..');
 
-function listen(handler) {
-  return new Promise((resolve) => {
-    const server = http.createServer(handler);
-    server.listen(0, '127.0.0.1', () => resolve(server));
-  });
-}
-
-function get(port, urlPath = '/', headers = {}) {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: urlPath, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => { body += d; });
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 const statuses = async (port, n, urlPath, headers) => {
   const out = [];

@@ -1,34 +1,14 @@
 // The same middleware on Express 5, a Router and a single route, Connect,
 // plain node:http, and the Fastify plugin -- real frameworks from npm.
 'use strict';
-const { test } = require('./helpers');
+const { test, listen, request: get } = require('./helpers');
 const assert = require('node:assert/strict');
-const http = require('node:http');
 const express5 = require('express5');
 const connect = require('connect');
 const Fastify = require('fastify');
 const sluice = require('..');
 const { waitFor, hangUpRoute } = require('./helpers');
 
-function listen(handler) {
-  return new Promise((resolve) => {
-    const server = http.createServer(handler);
-    server.listen(0, '127.0.0.1', () => resolve(server));
-  });
-}
-
-function get(port, path = '/', headers = {}) {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => { body += d; });
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 const statuses = async (port, n, path, headers) => {
   const out = [];

@@ -299,12 +299,23 @@ async function failsWith(l, pol, reason, timeoutMs = 20000) {
   throw new Error(`no take failed saying ${reason}; the last: ${last && last.message}`);
 }
 
-// One HTTP request; resolves { status, headers, body, ms }.
-function request(port, urlPath, headers = {}, agent = undefined) {
+// One HTTP request to host:port; resolves { status, headers, body, ms }.
+// An HTTP server for handler (an app, a plain function) on a free port of
+// host, once it listens.
+function listen(handler, host = '127.0.0.1') {
+  const http = require('node:http');
+  return new Promise((resolve, reject) => {
+    const server = http.createServer(handler);
+    server.once('error', reject);
+    server.listen(0, host, () => resolve(server));
+  });
+}
+
+function request(port, urlPath = '/', headers = {}, agent = undefined, host = '127.0.0.1') {
   const http = require('node:http');
   const t0 = process.hrtime.bigint();
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, path: urlPath, headers, agent }, (res) => {
+    const req = http.request({ host, port, path: urlPath, headers, agent }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d) => { body += d; });
@@ -397,4 +408,4 @@ function hangUpRoute() {
   return { n, route, hangUp };
 }
 
-module.exports = { ROOT, test, hangUpRoute, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, request, track, stopChild };
+module.exports = { ROOT, test, hangUpRoute, TEST_TIMEOUT_MS, limiterPool, BUILD, freePort, makeCerts, startTlsRedis, startSentinel, startCluster, storeReady, failsWith, sleep, waitFor, Redis, startSluice, listen, request, track, stopChild };

@@ -11,27 +11,10 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const express = require('express');
 const sluice = require('..');
-const { Redis, freePort, waitFor, hangUpRoute } = require('./helpers');
-
-function listen(app, host = '127.0.0.1') {
-  return new Promise((resolve, reject) => {
-    const server = http.createServer(app);
-    server.once('error', reject);
-    server.listen(0, host, () => resolve(server));
-  });
-}
+const { Redis, freePort, waitFor, hangUpRoute, listen, request } = require('./helpers');
 
 function get(server, path = '/', headers = {}, host = '127.0.0.1') {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host, port: server.address().port, path, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => { body += d; });
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
+  return request(server.address().port, path, headers, undefined, host);
 }
 
 // An app with one limited route; extra(app) adds settings before it.

@@ -4,6 +4,7 @@
  */
 #include "policy/envoy/xds.h"
 
+#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,8 @@ void sluice_envoy_xds_free(sluice_envoy_xds_t *x)
 	free(x->server_name);
 	free_meta(x->meta_keys, x->nmeta);
 	free_meta(x->meta_values, x->nmeta);
+	free_meta(x->header_names, x->nheaders);
+	free_meta(x->header_values, x->nheaders);
 	free(x->where);
 	free(x);
 }
@@ -99,8 +102,11 @@ sluice_envoy_xds_t *sluice_envoy_xds_copy(const sluice_envoy_xds_t *x)
 	c->server_name = dup_or_null(x->server_name);
 	c->where = dup_or_null(x->where);
 	c->nmeta = x->nmeta;
+	c->nheaders = x->nheaders;
 	if (copy_strs(x->meta_keys, x->nmeta, &c->meta_keys) < 0 ||
 	    copy_strs(x->meta_values, x->nmeta, &c->meta_values) < 0 ||
+	    copy_strs(x->header_names, x->nheaders, &c->header_names) < 0 ||
+	    copy_strs(x->header_values, x->nheaders, &c->header_values) < 0 ||
 	    (x->where && !c->where) || !c->server || !c->host || !c->port ||
 	    !c->node_id || !c->cluster || (x->ca_file && !c->ca_file) ||
 	    (x->cert_file && !c->cert_file) || (x->key_file && !c->key_file) ||
@@ -128,7 +134,10 @@ int sluice_envoy_xds_same(const sluice_envoy_xds_t *a,
 	       same(a->key_file, b->key_file) &&
 	       same(a->server_name, b->server_name) && a->nmeta == b->nmeta &&
 	       same_strs(a->meta_keys, b->meta_keys, a->nmeta) &&
-	       same_strs(a->meta_values, b->meta_values, a->nmeta);
+	       same_strs(a->meta_values, b->meta_values, a->nmeta) &&
+	       a->nheaders == b->nheaders &&
+	       same_strs(a->header_names, b->header_names, a->nheaders) &&
+	       same_strs(a->header_values, b->header_values, a->nheaders);
 }
 
 void sluice_envoy_texts_free(sluice_envoy_text_t *t, size_t n)
@@ -271,61 +280,173 @@ static int parse_name(sluice_yaml_t *y, yaml_node_t *v, const char *what,
 	return (*out = strdup(s)) ? 0 : sluice_yaml_nomem(y, v);
 }
 
-/* node_metadata: {KEY: VALUE}: Node.metadata's fields, each a string, as
- * envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_METADATA="k1=v1,k2=v2"
- * gives them. */
-static int parse_meta(sluice_yaml_t *y, yaml_node_t *node,
-		      sluice_envoy_xds_t *x)
+/* One entry of a {KEY: VALUE} block, checked; it may rewrite the key in
+ * place, and add up the block's size in *bytes.  0, or -1 after an
+ * error. */
+typedef int (*pair_check_fn)(sluice_yaml_t *y, yaml_node_t *kn, yaml_node_t *vn,
+			     char *key, const char *value, size_t *bytes);
+
+/* A {KEY: VALUE} block of strings (what: its name in errors) into *keys
+ * and *values, in the order written: at most max entries, each checked,
+ * then each key once. */
+static int parse_pairs(sluice_yaml_t *y, yaml_node_t *node, const char *what,
+		       size_t max, pair_check_fn check, char ***keys,
+		       char ***values, size_t *n)
 {
 	yaml_node_pair_t *p;
-	const char *k, *v;
-	size_t n;
+	size_t count, bytes = 0;
+	char wk[64], wv[64];
 
 	if (sluice_yaml_is_null(node))
 		return 0;
-	if (sluice_yaml_expect_map(y, node, "envoy.xds.node_metadata") < 0)
+	if (sluice_yaml_expect_map(y, node, what) < 0)
 		return -1;
-	n = (size_t)(node->data.mapping.pairs.top -
-		     node->data.mapping.pairs.start);
-	if (n > SLUICE_XDS_MAX_NODE_META)
+	count = (size_t)(node->data.mapping.pairs.top -
+			 node->data.mapping.pairs.start);
+	if (count > max)
 		return sluice_yaml_error(y, node,
-					 "envoy.xds.node_metadata has %zu "
-					 "entries; expected at most %d",
-					 n, SLUICE_XDS_MAX_NODE_META);
-	if (n && (!(x->meta_keys = calloc(n, sizeof(char *))) ||
-		  !(x->meta_values = calloc(n, sizeof(char *)))))
+					 "%s has %zu entries; expected at "
+					 "most %zu",
+					 what, count, max);
+	if (count && (!(*keys = calloc(count, sizeof(char *))) ||
+		      !(*values = calloc(count, sizeof(char *)))))
 		return sluice_yaml_nomem(y, node);
+	snprintf(wk, sizeof(wk), "%s key", what);
+	snprintf(wv, sizeof(wv), "%s value", what);
 	for (p = node->data.mapping.pairs.start;
 	     p < node->data.mapping.pairs.top; p++) {
 		yaml_node_t *kn = sluice_yaml_node(y, p->key);
 		yaml_node_t *vn = sluice_yaml_node(y, p->value);
+		const char *k, *v;
 		size_t i;
 
-		if (sluice_yaml_string(y, kn, "envoy.xds.node_metadata key",
-				       &k) < 0 ||
-		    sluice_yaml_string(y, vn, "envoy.xds.node_metadata value",
-				       &v) < 0)
+		if (sluice_yaml_string(y, kn, wk, &k) < 0 ||
+		    sluice_yaml_string(y, vn, wv, &v) < 0)
 			return -1;
-		for (i = 0; i < x->nmeta; i++)
-			if (strcmp(x->meta_keys[i], k) == 0)
+		i = (*n)++; /* freed with the block from here on */
+		(*keys)[i] = strdup(k);
+		(*values)[i] = strdup(v);
+		if (!(*keys)[i] || !(*values)[i])
+			return sluice_yaml_nomem(y, kn);
+		if (check(y, kn, vn, (*keys)[i], v, &bytes) < 0)
+			return -1;
+		k = (*keys)[i]; /* as checked */
+		while (i-- > 0)
+			if (strcmp((*keys)[i], k) == 0)
 				return sluice_yaml_error(
 					y, kn,
-					"envoy.xds.node_metadata has '%.100s' "
-					"twice; expected each key once",
-					k);
-		if (strlen(k) > 1024 || strlen(v) > 1024)
-			return sluice_yaml_error(y, kn,
-						 "envoy.xds.node_metadata "
-						 "'%.100s' is over 1024 bytes; "
-						 "expected less",
-						 k);
-		if (!(x->meta_keys[x->nmeta] = strdup(k)) ||
-		    !(x->meta_values[x->nmeta] = strdup(v))) {
-			x->nmeta++;
-			return sluice_yaml_nomem(y, vn);
-		}
-		x->nmeta++;
+					"%s has '%.100s' twice; expected each "
+					"key once",
+					what, k);
 	}
+	return 0;
+}
+
+/* node_metadata: {KEY: VALUE}: Node.metadata's fields, each a string, as
+ * envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_METADATA="k1=v1,k2=v2"
+ * gives them. */
+static int check_meta(sluice_yaml_t *y, yaml_node_t *kn, yaml_node_t *vn,
+		      char *key, const char *value, size_t *bytes)
+{
+	if (strlen(key) > 1024 || strlen(value) > 1024)
+		return sluice_yaml_error(y, kn,
+					 "envoy.xds.node_metadata '%.100s' is "
+					 "over 1024 bytes; expected less",
+					 key);
+	return 0;
+}
+
+/* What a call's own metadata may not name: HTTP/2's connection headers,
+ * what the client sends itself, and gRPC's own (grpc-*). */
+static int reserved_header(const char *name)
+{
+	static const char *const names[] = {"content-type",	 "te",
+					    "user-agent",	 "host",
+					    "connection",	 "keep-alive",
+					    "proxy-connection",	 "upgrade",
+					    "transfer-encoding", NULL};
+	size_t i;
+
+	for (i = 0; names[i]; i++)
+		if (strcmp(name, names[i]) == 0)
+			return 1;
+	return strncmp(name, "grpc-", 5) == 0;
+}
+
+/* headers: {NAME: VALUE}: metadata on the ADS call (an authorization a
+ * control plane asks for), as envoyproxy/ratelimit's
+ * CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS="k1:v1,k2:v2" gives it.  An
+ * entry's name (lowercased in place, as HTTP/2 requires and grpc-go
+ * does) and value are checked as gRPC's spec has them: a name of 0-9
+ * a-z - _ ., a value of printable ASCII; *bytes adds up the block.  No
+ * message quotes the value: it may be a secret. */
+static int check_header(sluice_yaml_t *y, yaml_node_t *kn, yaml_node_t *vn,
+			char *name, const char *value, size_t *bytes)
+{
+	size_t i, vlen = strlen(value);
+
+	if (name[0] == ':')
+		return sluice_yaml_error(y, kn,
+					 "envoy.xds.headers '%.100s' is a "
+					 "pseudo-header; expected a header of "
+					 "the call's own (sluice sets :method, "
+					 ":scheme, :path and :authority)",
+					 name);
+	for (i = 0; name[i]; i++) {
+		name[i] = (char)tolower((unsigned char)name[i]);
+		if (!isdigit((unsigned char)name[i]) &&
+		    !(name[i] >= 'a' && name[i] <= 'z') &&
+		    !strchr("-_.", name[i]))
+			return sluice_yaml_error(
+				y, kn,
+				"envoy.xds.headers '%.100s' is not a gRPC "
+				"metadata name; expected letters, digits, "
+				"'-', '_' and '.'",
+				name);
+	}
+	if (!i || i > 256)
+		return sluice_yaml_error(y, kn,
+					 "envoy.xds.headers has a name of %zu "
+					 "bytes; expected 1 to 256",
+					 i);
+	if (i > 4 && strcmp(name + i - 4, "-bin") == 0)
+		return sluice_yaml_error(y, kn,
+					 "envoy.xds.headers '%.100s' is binary "
+					 "metadata (-bin); expected a text "
+					 "header",
+					 name);
+	if (reserved_header(name))
+		return sluice_yaml_error(y, kn,
+					 "envoy.xds.headers '%.100s' is set by "
+					 "the client or reserved by HTTP/2 or "
+					 "gRPC; expected a header of your own "
+					 "(authorization, x-...)",
+					 name);
+	for (i = 0; i < vlen; i++)
+		if ((unsigned char)value[i] < 0x20 ||
+		    (unsigned char)value[i] > 0x7e)
+			return sluice_yaml_error(
+				y, vn,
+				"envoy.xds.headers '%.100s' has a byte that "
+				"is not printable ASCII in its value (not "
+				"shown); expected text a gRPC header carries",
+				name);
+	if (vlen && (value[0] == ' ' || value[vlen - 1] == ' '))
+		return sluice_yaml_error(y, vn,
+					 "envoy.xds.headers '%.100s' has a "
+					 "value that starts or ends with a "
+					 "space; expected none (HTTP/2 refuses "
+					 "it)",
+					 name);
+	*bytes += strlen(name) + vlen + 32;
+	if (*bytes > SLUICE_XDS_MAX_HEADER_BYTES)
+		return sluice_yaml_error(y, vn,
+					 "envoy.xds.headers come to over %d "
+					 "bytes (names, values and 32 bytes "
+					 "each, as HTTP/2 counts them); "
+					 "expected at most %d",
+					 SLUICE_XDS_MAX_HEADER_BYTES,
+					 SLUICE_XDS_MAX_HEADER_BYTES);
 	return 0;
 }
 
@@ -333,7 +454,8 @@ int sluice_envoy_xds_parse(sluice_yaml_t *y, yaml_node_t *node,
 			   const char *base, sluice_envoy_xds_t **out)
 {
 	static const char *const keys[] = {"server", "node_id",	      "cluster",
-					   "tls",    "node_metadata", NULL};
+					   "tls",    "node_metadata", "headers",
+					   NULL};
 	sluice_envoy_xds_t *x;
 	yaml_node_t *v;
 	const char *s;
@@ -374,7 +496,14 @@ int sluice_envoy_xds_parse(sluice_yaml_t *y, yaml_node_t *node,
 	    parse_tls(y, v, base, x) < 0)
 		rc = -1;
 	if ((v = sluice_yaml_get(y, node, "node_metadata")) &&
-	    parse_meta(y, v, x) < 0)
+	    parse_pairs(y, v, "envoy.xds.node_metadata",
+			SLUICE_XDS_MAX_NODE_META, check_meta, &x->meta_keys,
+			&x->meta_values, &x->nmeta) < 0)
+		rc = -1;
+	if ((v = sluice_yaml_get(y, node, "headers")) &&
+	    parse_pairs(y, v, "envoy.xds.headers", SLUICE_XDS_MAX_HEADERS,
+			check_header, &x->header_names, &x->header_values,
+			&x->nheaders) < 0)
 		rc = -1;
 	if (rc == 0 && x->tls &&
 	    asprintf(&x->where, "%s:%d", y->name ? y->name : "",

@@ -14,6 +14,9 @@
  *         key: /certs/tls.key
  *         server_name: envoy-gateway  # SNI and the name checked
  *       node_metadata: {k: v}         # CONFIG_GRPC_XDS_NODE_METADATA
+ *       headers: {authorization: "Bearer ..."}  # metadata on the call
+ *                                     #
+ * (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS)
  *
  * What the settings are (parsed here, with the `envoy:` section); the
  * client that subscribes is src/xds, and each set of resources it
@@ -43,6 +46,12 @@ typedef struct sluice_envoy_xds_s {
 	char **meta_keys;
 	char **meta_values;
 	size_t nmeta;
+	/* headers: the call's own metadata, names lowercased, in the order
+	 * written.  A value may be a secret (a bearer token): it is sent,
+	 * compared, never logged nor shown. */
+	char **header_names;
+	char **header_values;
+	size_t nheaders;
 	/* "FILE:LINE" of `tls:`, for errors found when its files are
 	 * loaded (not compared: the same block elsewhere is the same). */
 	char *where;
@@ -50,6 +59,10 @@ typedef struct sluice_envoy_xds_s {
 
 /* node_metadata's entries at most. */
 #define SLUICE_XDS_MAX_NODE_META 64
+/* headers: entries at most, and their size in all as HTTP/2 counts a
+ * header list (each name and value, and 32 bytes). */
+#define SLUICE_XDS_MAX_HEADERS	    16
+#define SLUICE_XDS_MAX_HEADER_BYTES 8192
 
 /* One resource as text the file loader reads ("xds:NAME" in errors). */
 typedef struct sluice_envoy_text_s {

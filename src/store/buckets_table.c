@@ -31,6 +31,7 @@
  * length.
  */
 #include "store/buckets_int.h"
+#include "util/invariant.h"
 #include "util/platform.h"
 
 #include <stdlib.h>
@@ -158,6 +159,11 @@ void sluice_shard_remove_at(sluice_shard_t *s, size_t i)
 {
 	size_t j = i;
 
+	/* A used slot of this shard, under its lock; a table this process
+	 * owns (one that grows) counts it.  A shared table's count is the
+	 * file's, which another process may have damaged: not asserted. */
+	SLUICE_ASSERT(i <= s->mask && s->slots[i].h1 != 0 &&
+		      (!s->can_grow || s->t->count > 0));
 	slot_clear(&s->slots[i]);
 	s->t->count--;
 	/* Bounded by the table's size: a shared table may have been filled

@@ -3,6 +3,7 @@
  * capacities ("100"), parsed into exact rationals with messages that say
  * what was expected.
  */
+#include "core/decide.h"
 #include "sluice.h"
 #include "util/errmsg.h"
 #include "util/invariant.h"
@@ -317,7 +318,7 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	SLUICE_ASSERT(sluice_gcd(limit->rate.interval, limit->rate.per) == 1 &&
 		      limit->tau / limit->rate.interval == capacity &&
 		      limit->tau / limit->rate.per <= SLUICE_REFILL_MAX_US &&
-		      sluice_limit_valid(limit));
+		      sluice_limit_valid_inline(limit));
 	return SLUICE_OK;
 }
 

@@ -22,6 +22,7 @@
  */
 #include "core/decide.h"
 #include "sluice.h"
+#include "util/invariant.h"
 #include "util/num.h"
 
 uint64_t sluice_carry_units(const sluice_limit_t *from, uint64_t D,
@@ -64,6 +65,7 @@ static sluice_state_t carry_quota(const sluice_limit_t *from,
 		used = to->capacity;
 	if (used == 0)
 		return 0;
+	SLUICE_ASSERT(used <= to->capacity);
 	if (sluice_limit_is_quota(to))
 		return sluice_quota_state(
 			sluice_quota_window(to, 0, now_us, NULL), used);
@@ -83,5 +85,6 @@ sluice_state_t sluice_carry(const sluice_limit_t *from, sluice_state_t state,
 		return carry_quota(from, state, to, now_us);
 	D = sluice_carry_units(
 		from, decide_shortfall(state, now_us, from->rate.per), to);
+	SLUICE_ASSERT(D <= to->tau); /* at most an empty bucket */
 	return D == 0 ? 0 : decide_encode(now_us, D, to->rate.per);
 }

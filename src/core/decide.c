@@ -21,6 +21,7 @@
  */
 #include "core/decide.h"
 #include "sluice.h"
+#include "util/invariant.h"
 #include "util/num.h"
 
 #include <limits.h>
@@ -147,6 +148,7 @@ sluice_state_t sluice_penalize(const sluice_limit_t *limit,
 		D = max;
 	else
 		D += cost * limit->rate.interval;
+	SLUICE_ASSERT(D <= max);
 	return decide_encode(now_us, D, per);
 }
 
@@ -174,11 +176,15 @@ sluice_state_t sluice_block(const sluice_limit_t *limit, sluice_state_t state,
 	 */
 	if (ms == 0)
 		return state;
+	/* max - tau + t below neither wraps nor is 0: a valid limit's tau
+	 * is at most 2^48 us (sluice_debt_max_units()) and t at most tau. */
+	SLUICE_ASSERT(t <= limit->tau && limit->tau <= max);
 	if (ms > (max - limit->tau + t) / ((uint64_t)per * 1000))
 		target = max;
 	else
 		target = ms * 1000 * per + limit->tau - t;
 	if (target <= D)
 		return state;
+	SLUICE_ASSERT(target <= max);
 	return decide_encode(now_us, target, per);
 }

@@ -10,6 +10,7 @@
 
 #include "core/calendar.h"
 #include "sluice.h"
+#include "util/invariant.h"
 #include "util/num.h"
 
 /* sluice_limit_valid() in line (limit_id.c's is this): capacity and
@@ -63,6 +64,11 @@ static inline uint64_t decide_shortfall(sluice_state_t state, int64_t now_us,
 static inline sluice_state_t decide_encode(int64_t now_us, uint64_t d,
 					   uint32_t per)
 {
+	/* The product below stays inside int64: every caller clamps now_us
+	 * and bounds d (by a debt of at most 2^49 us, by tau, or below a
+	 * shortfall read from a state, which was inside int64 itself). */
+	SLUICE_ASSERT(now_us >= 0 && now_us <= SLUICE_TIME_MAX_US &&
+		      d / per <= (uint64_t)(INT64_MAX / 1000 - now_us));
 	if (per == 1)
 		return (now_us + (int64_t)d) * 1000;
 	return (now_us + (int64_t)(d / per)) * 1000 + (int64_t)(d % per);
@@ -95,6 +101,7 @@ static inline void sluice_eval_inline(const sluice_limit_t *limit,
 	d->limit = limit->capacity;
 	d->never = 0;
 	d->remaining = D >= tau ? 0 : (tau - D) / t;
+	SLUICE_ASSERT(d->remaining <= limit->capacity);
 
 	if (cost > limit->capacity) {
 		/* More than a full bucket: waiting cannot help. */
@@ -108,6 +115,9 @@ static inline void sluice_eval_inline(const sluice_limit_t *limit,
 	if (D + cost * t <= tau) {
 		uint64_t nd = D + cost * t;
 
+		/* What is left covers the cost, and the state stored holds a
+		 * shortfall of at most tau: its TAT is at most now + C*T. */
+		SLUICE_ASSERT(d->remaining >= cost && nd <= tau);
 		d->allowed = 1;
 		d->retry_after_us = 0;
 		/* No second division for what remains: with cost > 0,
@@ -116,6 +126,9 @@ static inline void sluice_eval_inline(const sluice_limit_t *limit,
 		if (cost > 0) {
 			*next = decide_encode(now_us, nd, per);
 			d->remaining -= cost;
+			/* The state reads back as the shortfall written. */
+			SLUICE_ASSERT(decide_shortfall(*next, now_us, per) ==
+				      nd);
 		}
 		d->reset_after_us = decide_units_to_us_ceil(nd, per);
 	} else {
@@ -123,6 +136,9 @@ static inline void sluice_eval_inline(const sluice_limit_t *limit,
 		d->allowed = 0;
 		d->retry_after_us =
 			decide_units_to_us_ceil(D + cost * t - tau, per);
+		/* Refused: a wait of at least a microsecond, and the state
+		 * as it was. */
+		SLUICE_ASSERT(d->retry_after_us > 0 && *next == state);
 	}
 }
 

@@ -24,6 +24,7 @@
 #include "core/decide.h"
 #include "sluice.h"
 #include "util/errmsg.h"
+#include "util/invariant.h"
 #include "util/num.h"
 
 #include <string.h>
@@ -185,6 +186,8 @@ uint64_t sluice_quota_live(const sluice_limit_t *l, sluice_state_t state,
 
 	if (*end_us == 0)
 		*end_us = window_at(l, now_us, NULL);
+	/* W holds now: the verbs count in it and wait until its end. */
+	SLUICE_ASSERT(*end_us > now_us);
 	return used;
 }
 
@@ -246,7 +249,10 @@ void sluice_quota_eval(const sluice_limit_t *l, sluice_state_t state,
 		d->allowed = 1;
 		d->retry_after_us = 0;
 		if (cost > 0) {
+			/* The count stored is within [1, quota], in W. */
 			*next = sluice_quota_state(end, used + cost);
+			SLUICE_ASSERT(sluice_quota_used(*next, now_us, NULL) ==
+				      used + cost);
 			d->remaining -= cost;
 			d->reset_after_us = left;
 		}

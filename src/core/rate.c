@@ -3,8 +3,10 @@
  * capacities ("100"), parsed into exact rationals with messages that say
  * what was expected.
  */
+#include "core/decide.h"
 #include "sluice.h"
 #include "util/errmsg.h"
+#include "util/invariant.h"
 #include "util/num.h"
 
 #include <ctype.h>
@@ -185,6 +187,9 @@ static int rate_reduce(const char *text, uint64_t num, unsigned __int128 period,
 	g = g ? g : den;
 	period /= g;
 	den /= g;
+	/* In lowest terms (gcd(period, den) is gcd(period % den, den)). */
+	SLUICE_ASSERT(den >= 1 &&
+		      sluice_gcd((uint64_t)(period % den), den) == 1);
 	if (den > SLUICE_RATE_PER_MAX)
 		return sluice_fail(
 			SLUICE_ERANGE, err, errlen,
@@ -307,6 +312,13 @@ int sluice_limit_init(sluice_limit_t *limit, uint64_t capacity,
 	limit->rate.per /= (uint32_t)g;
 	limit->tau = capacity * limit->rate.interval;
 	memset(&limit->window, 0, sizeof(limit->window)); /* a token bucket */
+	/* Reduced, tau = C*T exact (no wrap) and within 2^52 units and
+	 * SLUICE_REFILL_MAX_US: every limit built here is one the stores
+	 * accept. */
+	SLUICE_ASSERT(sluice_gcd(limit->rate.interval, limit->rate.per) == 1 &&
+		      limit->tau / limit->rate.interval == capacity &&
+		      limit->tau / limit->rate.per <= SLUICE_REFILL_MAX_US &&
+		      sluice_limit_valid_inline(limit));
 	return SLUICE_OK;
 }
 

@@ -13,6 +13,7 @@
  */
 #include "core/decide.h"
 #include "sluice.h"
+#include "util/invariant.h"
 #include "util/num.h"
 
 /* The decision one limit reports after a reservation: the bucket as the
@@ -167,9 +168,19 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 		nd[i] = D[i];
 	if (ok && cost > 0)
 		ok = charge_at_turn(limits, n, D, w, turn, cost, nd);
+	SLUICE_ASSERT(!ok || turn <= max_wait);
 	for (i = 0; i < n; i++) {
 		if (!ok)
 			nd[i] = D[i];
+		/* A reservation's debt is what max_wait allows: at its turn
+		 * (at most max_wait away) every bucket it charged is back
+		 * within tau, and a quota's count within its quota. */
+		SLUICE_ASSERT(
+			!ok ||
+			(sluice_limit_is_quota(&limits[i])
+				 ? nd[i] <= limits[i].capacity
+				 : nd[i] <= limits[i].tau +
+						    turn * limits[i].rate.per));
 		if (!ok || nd[i] == D[i])
 			next[i] = states[i];
 		else if (sluice_limit_is_quota(&limits[i]))

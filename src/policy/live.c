@@ -3,8 +3,8 @@
  */
 #include "policy/live.h"
 #include "policy/counters.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdlib.h>
 
 sluice_live_t *sluice_live_new(sluice_config_t *cfg)
@@ -31,8 +31,7 @@ void sluice_live_ref(sluice_live_t *live)
 	int was =
 		atomic_fetch_add_explicit(&live->refs, 1, memory_order_relaxed);
 
-	assert(was > 0);
-	(void)was;
+	SLUICE_ASSERT(was > 0);
 }
 
 void sluice_live_unref(sluice_live_t *live)
@@ -42,7 +41,7 @@ void sluice_live_unref(sluice_live_t *live)
 	int was =
 		atomic_fetch_sub_explicit(&live->refs, 1, memory_order_acq_rel);
 
-	assert(was > 0); /* one unref per reference */
+	SLUICE_ASSERT(was > 0); /* one unref per reference */
 	if (was != 1)
 		return;
 	sluice_config_free(live->cfg);

@@ -45,6 +45,7 @@
  * cost of reclaiming is spread evenly over the traffic.
  */
 #include "store/buckets_int.h"
+#include "util/invariant.h"
 
 /* 1 when h1 is one of the buckets the current call is writing. */
 static int busy(uint64_t h1, const uint64_t *keep, size_t nkeep)
@@ -186,4 +187,8 @@ void sluice_shard_insert(sluice_shard_t *s, uint64_t h1, uint64_t h2,
 	sl.state = state;
 	if (place(s->slots, s->mask, &sl))
 		s->t->count++;
+	/* A table this process owns stays within its bound and at most 3/4
+	 * full (probes end); a shared one's count is the file's. */
+	SLUICE_ASSERT(!s->can_grow || (s->t->count <= s->max &&
+				       s->t->count * 4 <= (s->mask + 1) * 3));
 }

@@ -24,9 +24,9 @@
 #include "core/zone.h"
 #include "store/buckets.h"
 #include "util/aeshash.h"
+#include "util/invariant.h"
 #include "util/siphash.h"
 
-#include <assert.h>
 #include <errno.h>
 
 #define MIN_SLOTS	   16
@@ -114,7 +114,7 @@ static inline size_t shard_index(const sluice_buckets_t *m, uint64_t h0)
 {
 	size_t i = m->nshards > 1 ? (size_t)(h0 >> m->shift) : 0;
 
-	assert(m->nshards <= SLUICE_MAX_SHARDS && i < m->nshards);
+	SLUICE_ASSERT(m->nshards <= SLUICE_MAX_SHARDS && i < m->nshards);
 	return i;
 }
 

@@ -3,6 +3,7 @@
  * nothing (sluice_memstore_take_many()).
  */
 #include "store/buckets_int.h"
+#include "util/invariant.h"
 #include "util/siphash.h"
 
 #include <stdlib.h>
@@ -154,9 +155,9 @@ int sluice_buckets_take_many(sluice_buckets_t *m, sluice_take_item_t *items,
 
 	/* Lock ordering: ascending shard index (lowest bit first), the same
 	 * in every take, so two takes never wait on each other in a cycle. */
-	assert(m->nshards == 64 || shards >> m->nshards == 0);
+	SLUICE_ASSERT(m->nshards == 64 || shards >> m->nshards == 0);
 	for (rest = shards, last = -1; rest; rest &= rest - 1) {
-		assert(__builtin_ctzll(rest) > last);
+		SLUICE_ASSERT(__builtin_ctzll(rest) > last);
 		last = __builtin_ctzll(rest);
 		if (shard_lock(&m->shards[last]) != 0) {
 			/* Unlock what this call holds, and fail. */

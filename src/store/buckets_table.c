@@ -31,6 +31,7 @@
  * length.
  */
 #include "store/buckets_int.h"
+#include "util/invariant.h"
 #include "util/platform.h"
 
 #include <stdlib.h>
@@ -158,6 +159,12 @@ void sluice_shard_remove_at(sluice_shard_t *s, size_t i)
 {
 	size_t j = i;
 
+	/* A slot of this shard; in a table this process owns (one that
+	 * grows), a used one, counted.  A shared table's slots and count are
+	 * the file's: another process may have damaged them, and a fault on
+	 * another thread zeroes them under this one (shm.c). */
+	SLUICE_ASSERT(i <= s->mask);
+	SLUICE_ASSERT(!s->can_grow || (s->slots[i].h1 != 0 && s->t->count > 0));
 	slot_clear(&s->slots[i]);
 	s->t->count--;
 	/* Bounded by the table's size: a shared table may have been filled

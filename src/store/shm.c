@@ -23,6 +23,7 @@
  */
 #include "store/shm_int.h"
 #include "util/errmsg.h"
+#include "util/invariant.h"
 
 #include <setjmp.h>
 #include <signal.h>
@@ -81,6 +82,9 @@ static void install_sigbus(void)
 
 static void guard_on(sluice_shmstore_t *s, sigjmp_buf *jb)
 {
+	/* Calls on a store never nest on one thread: one guard at a time
+	 * (a fault clears it before it jumps). */
+	SLUICE_ASSERT(guard_jmp == NULL);
 	guard_lo = s->map;
 	guard_hi = (const char *)s->map + s->map_bytes;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);

@@ -53,6 +53,7 @@
 #include "util/aeshash.h"
 #include "util/errmsg.h"
 #include "util/file.h"
+#include "util/invariant.h"
 #include "util/platform.h"
 #include "util/siphash.h"
 
@@ -135,6 +136,13 @@ static void layout(uint64_t max_keys, header_t *h)
 	h->slot_bytes = sizeof(sluice_slot_t);
 	h->file_bytes = SHM_HEADER + n * sizeof(shard_t) +
 			n * slots * sizeof(sluice_slot_t);
+	/* Shards and slots are powers of two (indices are masked), every
+	 * shard's share of max_keys fits at most 3/4 full, and the header
+	 * fits in its page. */
+	SLUICE_ASSERT(n >= 1 && n <= SLUICE_MAX_SHARDS && (n & (n - 1)) == 0 &&
+		      n == (size_t)1 << bits && (slots & (slots - 1)) == 0 &&
+		      (max_keys / n + 1) * 4 <= slots * 3 &&
+		      sizeof(header_t) <= SHM_HEADER);
 }
 
 static int init_locks(shard_t *shards, size_t n)
@@ -457,6 +465,12 @@ static int open_locked(sluice_shmstore_t *s, int fd, const char *path,
 	}
 	if ((rc = validate(path, &h, st.st_size, want, err, errlen)) != 0)
 		return rc;
+	/* What is mapped below is what this process laid out, and the
+	 * header just read (under the flock) says the same. */
+	SLUICE_ASSERT(h.file_bytes == want->file_bytes &&
+		      (uint64_t)st.st_size == want->file_bytes &&
+		      h.nshards == want->nshards &&
+		      h.slots_per_shard == want->slots_per_shard);
 	/* The size this process computed, checked against the file's. */
 	s->map_bytes = want->file_bytes;
 	s->map = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -494,6 +508,9 @@ static void attach(sluice_shmstore_t *s, const header_t *want)
 	s->b.shift = 64 - bits;
 	s->b.max_keys = want->max_keys;
 	s->b.shards = s->views;
+	/* The last shard's slots end where the mapping does. */
+	SLUICE_ASSERT((char *)(slots + want->nshards * want->slots_per_shard) ==
+		      (char *)s->map + s->map_bytes);
 	for (i = 0; i < want->nshards; i++) {
 		s->views[i].lock = &shards[i].lock;
 		s->views[i].t = &shards[i].t;
@@ -656,6 +673,7 @@ int sluice_shm_file_map(sluice_shmstore_t *s, const char *path, size_t max_keys,
 	gid_t gid;
 	int fd, rc, created, tries = 0;
 
+	SLUICE_ASSERT(max_keys >= 1 && max_keys <= SHM_MAX_KEYS);
 	if ((rc = group_id(path, group, &gid, err, errlen)) != 0)
 		return rc;
 	layout(max_keys, &want);

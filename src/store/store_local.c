@@ -4,8 +4,8 @@
  */
 #include "store/shm.h"
 #include "store/store.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -244,7 +244,7 @@ static int local_each(const local_calls_t *c, void *impl, int op,
 					it->nlimits, it->cost, now_us);
 			break;
 		default:
-			assert(op == OP_BLOCK);
+			SLUICE_ASSERT(op == OP_BLOCK);
 			r = c->block(impl, it->key, it->keylen, it->limits,
 				     it->nlimits, ms, now_us);
 			break;

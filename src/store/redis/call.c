@@ -20,6 +20,7 @@
  * other masters' keys are decided as usual.
  */
 #include "store/redis/redis_int.h"
+#include "util/invariant.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -305,7 +306,7 @@ static int call_retried(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 static void call_answer(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 			sluice_redis_call_t *c, const redisReply *rep)
 {
-	assert(c->refs > 0); /* one per command sent carrying the call */
+	SLUICE_ASSERT(c->refs > 0); /* one per command sent carrying it */
 	c->refs--;
 	if (c->done || c->r->closing) {
 		if (!c->done)
@@ -443,6 +444,7 @@ static void batch_send(sluice_redis_conn_t *k, int flush)
 		sluice_redis_call_t *c = b->calls[i];
 
 		if (c->done) {
+			SLUICE_ASSERT(c->refs > 0);
 			c->refs--;
 			call_maybe_free(c);
 		} else {
@@ -456,6 +458,7 @@ static void batch_send(sluice_redis_conn_t *k, int flush)
 		/* The connection went away or lost the module meanwhile:
 		 * each take is routed again (never to k as a batch). */
 		for (i = 0; i < live; i++) {
+			SLUICE_ASSERT(b->calls[i]->refs > 0);
 			b->calls[i]->refs--;
 			b->calls[i]->conn = NULL;
 			sluice_redis__send(b->calls[i]);
@@ -464,6 +467,7 @@ static void batch_send(sluice_redis_conn_t *k, int flush)
 	}
 	if (live == 1) {
 		/* Alone: as SLUICE.TAKE. */
+		SLUICE_ASSERT(b->calls[0]->refs > 0);
 		b->calls[0]->refs--;
 		if (send_on(k, b->calls[0], 0) < 0)
 			sluice_redis__finish(b->calls[0], SLUICE_ESTORE, NULL);
@@ -487,6 +491,7 @@ static void batch_send(sluice_redis_conn_t *k, int flush)
 	sluice_redis__resp_free(&o);
 	if (b) {
 		for (i = 0; i < live; i++) {
+			SLUICE_ASSERT(b->calls[i]->refs > 0);
 			b->calls[i]->refs--;
 			sluice_redis__finish(b->calls[i], SLUICE_ESTORE, NULL);
 		}
@@ -587,6 +592,7 @@ void sluice_redis__batches_drop(sluice_redis_t *r)
 		k->open_batch = NULL;
 		batch_unlist(r, k);
 		for (i = 0; b && i < b->n; i++) {
+			SLUICE_ASSERT(b->calls[i]->refs > 0);
 			b->calls[i]->refs--;
 			if (!b->calls[i]->done)
 				sluice_redis__finish(b->calls[i], SLUICE_ESTORE,

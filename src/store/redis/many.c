@@ -20,6 +20,7 @@
  * too: one call per item, each a group of its own.
  */
 #include "store/redis/redis_int.h"
+#include "util/invariant.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -275,6 +276,7 @@ static void many_unref(many_t *m)
 {
 	size_t g;
 
+	SLUICE_ASSERT(m->pending > 0); /* one unref per group, one by issuing */
 	if (--m->pending)
 		return;
 	if (m->status || m->rejected)
@@ -446,6 +448,7 @@ typedef struct give_s {
 
 static void give_unref(give_t *g)
 {
+	SLUICE_ASSERT(g->pending > 0); /* one unref per call, one by issuing */
 	if (--g->pending)
 		return;
 	g->cb(g->arg, g->status, !g->status);

@@ -96,20 +96,26 @@ static void stop(void)
 	sluice_buf_free(&body);
 }
 
+/* GET path with the fields given. */
+static void get(sluice_request_t *req, const char *path, fields_t *f)
+{
+	memset(req, 0, sizeof(*req));
+	req->method = "GET";
+	req->method_len = 3;
+	req->path = path;
+	req->path_len = strlen(path);
+	req->header = header;
+	req->header_line = line;
+	req->header_ctx = f;
+	req->peer = (const struct sockaddr *)&peer;
+}
+
 /* The check request itself: GET /v1/check with the fields given. */
 static int check(fields_t *f, sluice_decide_error_t *err)
 {
 	sluice_request_t req;
 
-	memset(&req, 0, sizeof(req));
-	req.method = "GET";
-	req.method_len = 3;
-	req.path = "/v1/check";
-	req.path_len = 9;
-	req.header = header;
-	req.header_line = line;
-	req.header_ctx = f;
-	req.peer = (const struct sockaddr *)&peer;
+	get(&req, "/v1/check", f);
 	return sluice_decide_request(&svc, svc.live, &req, 1000000000,
 				     on_answer, NULL, err);
 }
@@ -221,15 +227,7 @@ static void test_a_direct_request_reads_no_proxy_header(void)
 	start();
 	m = svc.metrics;
 	svc.metrics = NULL;
-	memset(&req, 0, sizeof(req));
-	req.method = "GET";
-	req.method_len = 3;
-	req.path = "/api?page=2";
-	req.path_len = strlen(req.path);
-	req.header = header;
-	req.header_line = line;
-	req.header_ctx = &f;
-	req.peer = (const struct sockaddr *)&peer;
+	get(&req, "/api?page=2", &f);
 	req.direct = 1;
 	for (i = 0; i < 3; i++)
 		CHECK(sluice_decide_request(&svc, svc.live, &req, 1000000000,
@@ -264,14 +262,7 @@ static void test_a_kept_answer_gives_its_tokens_back(void)
 	int i;
 
 	start();
-	memset(&req, 0, sizeof(req));
-	req.method = "GET";
-	req.method_len = 3;
-	req.path = "/v1/check";
-	req.path_len = 9;
-	req.header = header;
-	req.header_ctx = &f;
-	req.peer = (const struct sockaddr *)&peer;
+	get(&req, "/v1/check", &f);
 	/* Refunded every time: five requests on a budget of two. */
 	for (i = 0; i < 5; i++) {
 		CHECK(sluice_decide_request(&svc, svc.live, &req, 1000000000,

@@ -20,6 +20,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "policy/request.h"
 #include "sluice.h"
 #include "store/store.h"
 
@@ -81,6 +82,12 @@ typedef struct {
 	ngx_str_t file;		     /* the full path, NUL-terminated */
 	struct sluice_config_s *cfg; /* the engine's (policy/config/config.h) */
 	ngx_http_sluice_store_t *store;
+	/* What sluice_decide_request() decides with (policy/request.h): the
+	 * config, as nginx's reload replaces it (a new policy, never a swap),
+	 * and the worker's context: the store's backend and the worker's
+	 * spare take (init_process), no counters. */
+	sluice_live_t live;
+	sluice_svc_t svc;
 } ngx_http_sluice_policy_t;
 
 typedef struct {
@@ -180,6 +187,10 @@ char *ngx_http_sluice_store_parse(ngx_conf_t *cf, ngx_http_sluice_zone_t *zone,
 char *ngx_http_sluice_store_option(ngx_conf_t *cf, ngx_http_sluice_zone_t *zone,
 				   ngx_str_t *value);
 
+/* The module's main configuration of a cycle; NULL when it has no http
+ * block.  (ngx_http_sluice_module.c) */
+ngx_http_sluice_main_conf_t *ngx_http_sluice_cycle_conf(ngx_cycle_t *cycle);
+
 /* Opens every store of the configuration in the master (the workers
  * inherit them), and closes them with the cycle. */
 ngx_int_t ngx_http_sluice_stores_open(ngx_cycle_t *cycle,
@@ -225,6 +236,10 @@ char *ngx_http_sluice_config_init_main(ngx_conf_t *cf,
  * refusals (merge_loc_conf, before the defaults are applied). */
 void ngx_http_sluice_config_merge(ngx_http_sluice_loc_conf_t *conf,
 				  ngx_http_sluice_loc_conf_t *prev);
+/* The worker's side of the files (init_process, exit_process): each
+ * file's rules decide on its store with a spare take of the worker's. */
+void ngx_http_sluice_config_worker_open(ngx_cycle_t *cycle);
+void ngx_http_sluice_config_worker_close(ngx_cycle_t *cycle);
 /* The preaccess handler deciding a request by the file's rules; it runs
  * before sluice_limit's (ngx_http_sluice_handler). */
 ngx_int_t ngx_http_sluice_config_handler(ngx_http_request_t *r);

@@ -31,7 +31,6 @@
 #include "ngx_http_sluice.h"
 
 #include "policy/ratelimit_headers.h"
-#include "policy/verdict.h"
 #include "util/buf.h"
 
 #include <stdlib.h>
@@ -47,7 +46,10 @@ ngx_http_sluice_policy_t ngx_http_sluice_policy_off;
 typedef struct {
 	ngx_http_request_t *r;
 	ngx_http_sluice_policy_t *policy;
-	sluice_take_t *take;
+	/* Kept once delivered (sluice_answer_keep()): a refund needs it
+	 * after the handler, the variables read it; answer.take NULL: no
+	 * rule applies. */
+	sluice_answer_t answer;
 	ngx_table_elt_t *hdrs[NGX_HTTP_SLUICE_POLICY_HEADERS];
 	ngx_uint_t nhdrs;
 	unsigned done : 1;     /* the verdict was delivered */
@@ -175,6 +177,11 @@ policy_load(ngx_conf_t *cf, ngx_http_sluice_main_conf_t *smcf, ngx_str_t *file)
 
 	if (policy_store(cf, smcf, p) != NGX_CONF_OK)
 		return NULL;
+	/* The config as the engine holds it; nginx's reload loads a new
+	 * policy, so this one is never swapped and never counted. */
+	p->live.cfg = p->cfg;
+	atomic_init(&p->live.refs, 1);
+	p->svc.live = &p->live;
 	pp = ngx_array_push(&smcf->policies);
 	if (pp == NULL)
 		return NULL;
@@ -278,6 +285,50 @@ void ngx_http_sluice_config_merge(ngx_http_sluice_loc_conf_t *conf,
 	conf->merged = 1;
 }
 
+/* ------------------------------------------------------- the worker */
+
+void ngx_http_sluice_config_worker_open(ngx_cycle_t *cycle)
+{
+	ngx_http_sluice_main_conf_t *smcf = ngx_http_sluice_cycle_conf(cycle);
+	ngx_http_sluice_policy_t **pp;
+	ngx_uint_t i;
+
+	if (smcf == NULL)
+		return;
+	pp = smcf->policies.elts;
+	for (i = 0; i < smcf->policies.nelts; i++) {
+		/* The store's handle, opened in the master (init_module). */
+		pp[i]->svc.backend = pp[i]->store->be;
+		/* One take kept for the worker's next request: its arrays,
+		 * grown to what requests match, are not allocated again for
+		 * every request.  Without it (no memory) each request
+		 * allocates its own. */
+		pp[i]->svc.spare = sluice_take_new();
+		pp[i]->svc.spare_lent = 0;
+	}
+}
+
+void ngx_http_sluice_config_worker_close(ngx_cycle_t *cycle)
+{
+	ngx_http_sluice_main_conf_t *smcf = ngx_http_sluice_cycle_conf(cycle);
+	ngx_http_sluice_policy_t **pp;
+	sluice_svc_t *svc;
+	ngx_uint_t i;
+
+	if (smcf == NULL)
+		return;
+	pp = smcf->policies.elts;
+	for (i = 0; i < smcf->policies.nelts; i++) {
+		svc = &pp[i]->svc;
+		/* A spare still lent is freed when its request gives it
+		 * back (it is then no longer the spare). */
+		if (!svc->spare_lent)
+			sluice_take_free(svc->spare);
+		svc->spare = NULL;
+		svc->spare_lent = 0;
+	}
+}
+
 /* -------------------------------------------------------- the request */
 
 /* The index-th line of header field `name` (lower case): the engine
@@ -317,23 +368,15 @@ static const char *req_header(void *ctx, const char *name, size_t *len)
 	return req_header_line(ctx, name, 0, len);
 }
 
-/* One take kept for the worker's next request (a worker decides one
- * request at a time): its arrays, grown to what requests match, are not
- * allocated again for every request. */
-static sluice_take_t *spare_take;
-
 static void ctx_free(ngx_http_sluice_policy_ctx_t *ctx)
 {
-	if (ctx->take && spare_take == NULL && ctx->take->pending == 0)
-		spare_take = ctx->take;
-	else
-		sluice_take_free(ctx->take);
+	sluice_answer_release(&ctx->answer);
 	ngx_free(ctx);
 }
 
 /* The request's pool goes: its verdict goes with it, unless the store
  * still holds the take (a request ended while its store answers later,
- * the client gone): verdict_done frees it then. */
+ * the client gone): on_answer frees it then. */
 static void policy_cleanup(void *data)
 {
 	ngx_http_sluice_policy_ctx_t *ctx = data;
@@ -359,18 +402,19 @@ static ngx_http_sluice_policy_ctx_t *policy_ctx(ngx_http_request_t *r)
 	return NULL;
 }
 
-static void verdict_done(void *arg, const sluice_verdict_t *v)
+static void on_answer(void *arg, const sluice_answer_t *a)
 {
 	ngx_http_sluice_policy_ctx_t *ctx = arg;
 	ngx_http_request_t *r = ctx->r;
 	ngx_connection_t *c;
 
-	(void)v;
 	ctx->done = 1;
 	if (r == NULL) {
-		ctx_free(ctx); /* its request ended first */
+		/* Its request ended first: the take goes back unkept. */
+		ngx_free(ctx);
 		return;
 	}
+	sluice_answer_keep(a, &ctx->answer);
 	if (!ctx->pending)
 		return; /* answered inside decide(): the handler goes on */
 
@@ -397,7 +441,7 @@ static ngx_int_t add_verdict_headers(ngx_http_request_t *r, ngx_uint_t mode,
 
 	if (mode == NGX_HTTP_SLUICE_HEADERS_OFF)
 		return NGX_OK;
-	sluice_verdict_header_lines(&buf, ctx->take, &ctx->take->verdict);
+	sluice_answer_headers(&ctx->answer, &buf);
 	if (buf.oom) {
 		sluice_buf_free(&buf);
 		return NGX_ERROR;
@@ -414,27 +458,21 @@ static ngx_int_t add_verdict_headers(ngx_http_request_t *r, ngx_uint_t mode,
 static ngx_int_t answer(ngx_http_request_t *r, ngx_http_sluice_loc_conf_t *lcf,
 			ngx_http_sluice_policy_ctx_t *ctx)
 {
-	sluice_take_t *t = ctx->take;
-	const sluice_verdict_t *v = &t->verdict;
-	const sluice_match_t *m;
+	const sluice_answer_t *a = &ctx->answer;
 	char name[256];
-	ngx_uint_t i;
+	size_t i = 0;
 
 	ctx->answered = 1;
 	ctx->dry_run = lcf->dry_run ? 1 : 0;
 	/* A shadow rule refuses nothing; what it would have refused is
 	 * said where refusals are. */
-	for (i = 0; i < t->nmatches; i++)
-		if (t->matches[i].rule->shadow &&
-		    t->results[i].outcome == SLUICE_OUT_LIMITED) {
-			sluice_policy_name(&t->matches[i], name, sizeof(name));
-			ngx_log_error(lcf->log_level, r->connection->log, 0,
-				      "sluice: shadow rule \"%s\" of \"%V\" "
-				      "would limit the request (not enforced)",
-				      name, &ctx->policy->file);
-		}
+	while (sluice_answer_shadow_limited(a, &i, name, sizeof(name)))
+		ngx_log_error(lcf->log_level, r->connection->log, 0,
+			      "sluice: shadow rule \"%s\" of \"%V\" "
+			      "would limit the request (not enforced)",
+			      name, &ctx->policy->file);
 
-	if (v->status) {
+	if (a->kind == SLUICE_ANSWER_STORE_ERROR) {
 		/* A fail-closed rule's store failed: as sluice serve. */
 		ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
 			      "sluice: the store of \"%V\" failed and a rule "
@@ -449,15 +487,14 @@ static ngx_int_t answer(ngx_http_request_t *r, ngx_http_sluice_loc_conf_t *lcf,
 		return NGX_HTTP_SERVICE_UNAVAILABLE;
 	}
 
-	if (!v->allowed) {
-		m = &t->matches[v->report];
-		sluice_policy_name(m, name, sizeof(name));
+	if (a->kind == SLUICE_ANSWER_LIMITED) {
+		sluice_answer_policy(a, name, sizeof(name));
 		ngx_log_error(lcf->log_level, r->connection->log, 0,
 			      "limiting requests%s, retry after %uLms by rule "
 			      "\"%s\" of \"%V\"",
 			      lcf->dry_run ? ", dry run" : "",
-			      (uint64_t)sluice_us_to_ms_ceil(sluice_retry_us(
-				      &m->set->limits[v->which], &v->summary)),
+			      (uint64_t)sluice_us_to_ms_ceil(
+				      sluice_answer_retry_us(a)),
 			      name, &ctx->policy->file);
 		if (lcf->dry_run)
 			return NGX_DECLINED;
@@ -476,9 +513,10 @@ ngx_int_t ngx_http_sluice_config_handler(ngx_http_request_t *r)
 {
 	ngx_http_sluice_loc_conf_t *lcf;
 	ngx_http_sluice_policy_ctx_t *ctx;
+	ngx_http_sluice_policy_t *policy;
 	ngx_pool_cleanup_t *cln;
+	sluice_decide_error_t err;
 	sluice_request_t req;
-	size_t i;
 
 	if (r != r->main)
 		return NGX_DECLINED;
@@ -503,49 +541,45 @@ ngx_int_t ngx_http_sluice_config_handler(ngx_http_request_t *r)
 	ctx = ngx_calloc(sizeof(*ctx), r->connection->log);
 	if (ctx == NULL)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	policy = lcf->policy;
 	ctx->r = r;
-	ctx->policy = lcf->policy;
+	ctx->policy = policy;
 	cln->handler = policy_cleanup;
 	cln->data = ctx;
-	ctx->take = spare_take ? spare_take : sluice_take_new();
-	spare_take = NULL;
-	if (ctx->take == NULL)
-		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
 	/* What nginx's auth_request gives sluice serve: the method, the
-	 * target as sent ($request_uri) without its query, the header
-	 * fields, the client address ($remote_addr, after realip). */
+	 * target as sent ($request_uri; the engine leaves its query out),
+	 * the header fields, the client address ($remote_addr, after
+	 * realip).  Direct: this request itself is decided, whatever
+	 * `proxy:` says (its X-Original-URI would be the client's). */
 	ngx_memzero(&req, sizeof(req));
 	req.method = (const char *)r->method_name.data;
 	req.method_len = r->method_name.len;
 	req.path = (const char *)r->unparsed_uri.data;
 	req.path_len = r->unparsed_uri.len;
-	for (i = 0; i < req.path_len; i++)
-		if (req.path[i] == '?' || req.path[i] == '#') {
-			req.path_len = i;
-			break;
-		}
 	req.header = req_header;
 	req.header_line = req_header_line;
 	req.header_ctx = r;
 	req.peer = r->connection->sockaddr;
+	req.direct = 1;
 
-	if (sluice_take_match(ctx->take, ctx->policy->cfg, &req) < 0)
+	if (sluice_decide_request(&policy->svc, &policy->live, &req,
+				  sluice_now_us(), on_answer, ctx, &err) < 0) {
+		ctx->answered = 1; /* out of memory: not decided again */
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
-	if (ctx->take->nmatches == 0) {
-		ctx->answered = 1; /* no rule applies: nothing to limit */
-		return NGX_DECLINED;
 	}
-	sluice_verdict_decide(&ctx->policy->store->be, ctx->take,
-			      sluice_now_us(), verdict_done, ctx);
 	if (!ctx->done) {
-		/* Held until verdict_done runs the phases again; a client
+		/* Held until on_answer runs the phases again; a client
 		 * that goes away meanwhile ends the request. */
 		ctx->pending = 1;
 		r->main->count++;
 		r->read_event_handler = ngx_http_test_reading;
 		r->write_event_handler = ngx_http_request_empty_handler;
 		return NGX_DONE;
+	}
+	if (ctx->answer.take == NULL) {
+		ctx->answered = 1; /* no rule applies: nothing to limit */
+		return NGX_DECLINED;
 	}
 	return answer(r, lcf, ctx);
 }
@@ -568,8 +602,7 @@ void ngx_http_sluice_config_refund(ngx_http_request_t *r)
 	if (ctx == NULL || !ctx->charged)
 		return;
 	ctx->charged = 0;
-	sluice_verdict_refund(&ctx->policy->store->be, ctx->take,
-			      sluice_now_us());
+	sluice_answer_refund(&ctx->answer, sluice_now_us());
 	withdraw_headers(ctx);
 }
 
@@ -577,11 +610,14 @@ ngx_int_t ngx_http_sluice_config_outranks(ngx_http_request_t *r,
 					  const sluice_decision_t *d)
 {
 	ngx_http_sluice_policy_ctx_t *ctx = policy_ctx(r->main);
+	const sluice_decision_t *reported;
 	sluice_decision_t mine;
 
-	if (ctx == NULL || ctx->nhdrs == 0)
+	/* (Headers were added: a rule reported a decision.) */
+	if (ctx == NULL || ctx->nhdrs == 0 ||
+	    (reported = sluice_answer_decision(&ctx->answer)) == NULL)
 		return 0;
-	mine = ctx->take->verdict.summary;
+	mine = *reported;
 	if (sluice_decision_merge(&mine, d)) {
 		withdraw_headers(ctx);
 		return 0;
@@ -595,27 +631,26 @@ ngx_int_t ngx_http_sluice_config_decision(ngx_http_request_t *r,
 					  uint64_t *retry_us)
 {
 	ngx_http_sluice_policy_ctx_t *ctx = policy_ctx(r->main);
-	const sluice_verdict_t *v;
-	const sluice_match_t *m;
+	const sluice_decision_t *reported;
+	int allowed;
 
-	if (ctx == NULL || !ctx->answered || ctx->take->nmatches == 0)
+	if (ctx == NULL || !ctx->answered || ctx->answer.take == NULL)
 		return 0;
-	v = &ctx->take->verdict;
-	if (v->allowed) {
+	allowed = ctx->answer.kind == SLUICE_ANSWER_ALLOWED;
+	if (allowed) {
 		*status = NGX_HTTP_SLUICE_PASSED;
 	} else {
 		*status = ctx->dry_run ? NGX_HTTP_SLUICE_REJECTED_DRY_RUN
 				       : NGX_HTTP_SLUICE_REJECTED;
 	}
 	ngx_memzero(d, sizeof(*d));
-	d->allowed = v->allowed;
+	d->allowed = allowed;
 	*retry_us = 0;
-	if (v->report >= 0) {
-		m = &ctx->take->matches[v->report];
-		*d = v->summary;
-		if (!v->allowed)
-			*retry_us = sluice_retry_us(&m->set->limits[v->which],
-						    &v->summary);
+	reported = sluice_answer_decision(&ctx->answer);
+	if (reported) {
+		*d = *reported;
+		if (!allowed)
+			*retry_us = sluice_answer_retry_us(&ctx->answer);
 	}
 	return 1;
 }

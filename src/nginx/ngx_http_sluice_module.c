@@ -241,29 +241,38 @@ static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf)
 	return NGX_OK;
 }
 
+ngx_http_sluice_main_conf_t *ngx_http_sluice_cycle_conf(ngx_cycle_t *cycle)
+{
+	if (ngx_get_conf(cycle->conf_ctx, ngx_http_module) == NULL)
+		return NULL;
+	return ngx_http_cycle_get_module_main_conf(cycle,
+						   ngx_http_sluice_module);
+}
+
 /* In the master, before the workers are forked: every worker inherits
  * the stores' mappings. */
 static ngx_int_t ngx_http_sluice_init_module(ngx_cycle_t *cycle)
 {
-	ngx_http_sluice_main_conf_t *smcf;
+	ngx_http_sluice_main_conf_t *smcf = ngx_http_sluice_cycle_conf(cycle);
 
-	if (ngx_get_conf(cycle->conf_ctx, ngx_http_module) == NULL)
-		return NGX_OK;
-	smcf = ngx_http_cycle_get_module_main_conf(cycle,
-						   ngx_http_sluice_module);
 	if (smcf == NULL)
 		return NGX_OK;
 	return ngx_http_sluice_stores_open(cycle, smcf);
 }
 
 /* In each worker: the stores that answer from the worker's own event
- * loop (Redis) open here, one client per worker. */
+ * loop (Redis) open here, one client per worker; then the sluice_config
+ * files' rules get their stores. */
 static ngx_int_t ngx_http_sluice_init_worker(ngx_cycle_t *cycle)
 {
-	return ngx_http_sluice_stores_worker_open(cycle);
+	if (ngx_http_sluice_stores_worker_open(cycle) != NGX_OK)
+		return NGX_ERROR;
+	ngx_http_sluice_config_worker_open(cycle);
+	return NGX_OK;
 }
 
 static void ngx_http_sluice_exit_worker(ngx_cycle_t *cycle)
 {
+	ngx_http_sluice_config_worker_close(cycle);
 	ngx_http_sluice_stores_worker_close(cycle);
 }

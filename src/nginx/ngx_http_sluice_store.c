@@ -522,17 +522,9 @@ static ngx_int_t open_local(ngx_http_sluice_main_conf_t *smcf,
 	return NGX_OK;
 }
 
-static ngx_http_sluice_main_conf_t *main_conf(ngx_cycle_t *cycle)
-{
-	if (ngx_get_conf(cycle->conf_ctx, ngx_http_module) == NULL)
-		return NULL;
-	return ngx_http_cycle_get_module_main_conf(cycle,
-						   ngx_http_sluice_module);
-}
-
 ngx_int_t ngx_http_sluice_stores_worker_open(ngx_cycle_t *cycle)
 {
-	ngx_http_sluice_main_conf_t *smcf = main_conf(cycle);
+	ngx_http_sluice_main_conf_t *smcf = ngx_http_sluice_cycle_conf(cycle);
 	ngx_http_sluice_store_t **s;
 	ngx_uint_t i;
 
@@ -555,7 +547,7 @@ ngx_int_t ngx_http_sluice_stores_worker_open(ngx_cycle_t *cycle)
  * its sockets, so nginx finds none of them left open. */
 void ngx_http_sluice_stores_worker_close(ngx_cycle_t *cycle)
 {
-	ngx_http_sluice_main_conf_t *smcf = main_conf(cycle);
+	ngx_http_sluice_main_conf_t *smcf = ngx_http_sluice_cycle_conf(cycle);
 	ngx_http_sluice_store_t **s;
 	ngx_uint_t i;
 

@@ -105,15 +105,17 @@ static void warn_other_proxy(const sluice_request_t *req, const char *uh)
 
 /* The request being decided: from the headers `proxy:` names (and only
  * those: another proxy's headers may be the client's own), else the
- * check request's own method and path; its path without query or
- * fragment. */
+ * check request's own method and path (always for a direct one, whose
+ * client may send any header); its path without query or fragment. */
 static int original(const sluice_config_t *cfg, const sluice_request_t *in,
 		    sluice_request_t *out, sluice_decide_error_t *err)
 {
 	const char *mh, *uh, *method, *uri;
 	size_t len, ulen, i;
 
-	sluice_config_proxy_headers(cfg, &mh, &uh);
+	mh = uh = NULL;
+	if (!in->direct)
+		sluice_config_proxy_headers(cfg, &mh, &uh);
 	if (origin_header(in, mh, &method, &len, err) < 0 ||
 	    origin_header(in, uh, &uri, &ulen, err) < 0)
 		return SLUICE_EINVAL;
@@ -185,15 +187,22 @@ static void on_verdict(void *arg, const sluice_verdict_t *v)
 	sluice_svc_t *svc = t->svc;
 	sluice_answer_t a;
 
+	int kept = 0;
+
 	assert(t->finished && v == &t->verdict);
-	count_verdict(svc->metrics, t->live, t);
+	if (svc->metrics)
+		count_verdict(svc->metrics, t->live, t);
 	a.kind = v->status    ? SLUICE_ANSWER_STORE_ERROR
 		 : v->allowed ? SLUICE_ANSWER_ALLOWED
 			      : SLUICE_ANSWER_LIMITED;
 	a.take = t;
-	/* The front end may free what arg points to: nothing of it after. */
+	a.own = t;
+	a.kept = &kept;
+	/* The front end may free what arg points to: nothing of it after.
+	 * A take it kept goes back at sluice_answer_release(). */
 	t->answer_cb(t->answer_arg, &a);
-	sluice_take_put(svc, t);
+	if (!kept)
+		sluice_take_put(svc, t);
 }
 
 void sluice_decide_take(sluice_svc_t *svc, const sluice_live_t *live,
@@ -229,8 +238,8 @@ int sluice_decide_request(sluice_svc_t *svc, const sluice_live_t *live,
 	if (t->nmatches == 0) {
 		/* No rule applies: nothing to limit, nothing to count. */
 		sluice_take_put(svc, t);
+		memset(&a, 0, sizeof(a));
 		a.kind = SLUICE_ANSWER_ALLOWED;
-		a.take = NULL;
 		cb(arg, &a);
 		return 0;
 	}
@@ -240,24 +249,90 @@ int sluice_decide_request(sluice_svc_t *svc, const sluice_live_t *live,
 
 /* ------------------------------------------------------------ answering */
 
+void sluice_answer_keep(const sluice_answer_t *a, sluice_answer_t *out)
+{
+	*out = *a;
+	out->kept = NULL;
+	if (a->own) {
+		/* Only from the callback: on_verdict() then leaves it. */
+		assert(a->kept && !*a->kept);
+		*a->kept = 1;
+	}
+}
+
+void sluice_answer_release(sluice_answer_t *a)
+{
+	if (a->own)
+		sluice_take_put(a->own->svc, a->own);
+	a->own = NULL;
+	a->take = NULL;
+}
+
+void sluice_answer_refund(sluice_answer_t *a, int64_t now_us)
+{
+	sluice_take_t *t = a->own;
+
+	/* A kept answer: its take is the front end's until released. */
+	assert(t && a->kept == NULL);
+	sluice_verdict_refund(&t->svc->backend, t, now_us);
+}
+
 void sluice_answer_headers(const sluice_answer_t *a, sluice_buf_t *out)
 {
 	if (a->take)
 		sluice_verdict_header_lines(out, a->take, &a->take->verdict);
 }
 
-void sluice_answer_limited_body(const sluice_answer_t *a, sluice_buf_t *out)
+const sluice_decision_t *sluice_answer_decision(const sluice_answer_t *a)
+{
+	if (!a->take || a->take->verdict.report < 0)
+		return NULL;
+	return &a->take->verdict.summary;
+}
+
+void sluice_answer_policy(const sluice_answer_t *a, char *name, size_t len)
+{
+	if (len)
+		name[0] = '\0';
+	if (a->take && a->take->verdict.report >= 0)
+		sluice_policy_name(&a->take->matches[a->take->verdict.report],
+				   name, len);
+}
+
+uint64_t sluice_answer_retry_us(const sluice_answer_t *a)
+{
+	const sluice_verdict_t *v;
+	const sluice_match_t *m;
+
+	if (!a->take || a->take->verdict.report < 0)
+		return 0;
+	v = &a->take->verdict;
+	m = &a->take->matches[v->report];
+	return sluice_retry_us(&m->set->limits[v->which], &v->summary);
+}
+
+int sluice_answer_shadow_limited(const sluice_answer_t *a, size_t *i,
+				 char *name, size_t len)
 {
 	const sluice_take_t *t = a->take;
-	const sluice_verdict_t *v = &t->verdict;
-	const sluice_match_t *m;
+
+	for (; t && *i < t->nmatches; (*i)++)
+		if (t->matches[*i].rule->shadow &&
+		    t->results[*i].outcome == SLUICE_OUT_LIMITED) {
+			sluice_policy_name(&t->matches[*i], name, len);
+			(*i)++;
+			return 1;
+		}
+	return 0;
+}
+
+void sluice_answer_limited_body(const sluice_answer_t *a, sluice_buf_t *out)
+{
 	char name[256];
 
 	/* A refusal always reports the enforcing rule that refused. */
-	assert(a->kind == SLUICE_ANSWER_LIMITED && v->report >= 0);
-	m = &t->matches[v->report];
-	sluice_policy_name(m, name, sizeof(name));
-	sluice_limited_body(
-		out, name,
-		sluice_retry_us(&m->set->limits[v->which], &v->summary));
+	assert(a->kind == SLUICE_ANSWER_LIMITED && a->take &&
+	       a->take->verdict.report >= 0);
+	sluice_answer_policy(a, name, sizeof(name));
+	sluice_limited_body(out, name, sluice_answer_retry_us(a));
 }

@@ -147,6 +147,11 @@ typedef struct sluice_request_s {
 	void *header_ctx;
 	/* The TCP peer. */
 	const struct sockaddr *peer;
+	/* 1: this is the request to decide, as a module inside the server
+	 * sees it (nginx's sluice_config); 0: a proxy's check of another
+	 * request, which `proxy:`'s headers describe (sluice_decide_request(),
+	 * policy/request.h). */
+	int direct;
 } sluice_request_t;
 
 /* One bucket set a request must be charged against. */

@@ -241,6 +241,25 @@ rules:
             self.assertEqual(b, [200, 200, 429])
 
 
+class TheRequestItself(unittest.TestCase):
+    def test_a_clients_original_uri_picks_no_path(self):
+        # proxy: nginx names X-Original-* for serve's /v1/check; inside
+        # nginx the request itself is decided, so a client's own
+        # X-Original-URI (one line or two) neither escapes nor aims a
+        # rule.
+        rules = write_file(ClientAddress.IP_RULE + "proxy: nginx\n")
+        self.addCleanup(os.unlink, rules)
+        with NginxDaemon(nginx_http(rules)) as n:
+            got = [ask(n.port, "GET", "/ip?x=%d" % i,
+                       [("X-Original-URI", "/free"),
+                        ("X-Original-URI", "/elsewhere")][:1 + i % 2])[0]
+                   for i in range(4)]
+            self.assertEqual(got, [200, 200, 429, 429])
+            got = [ask(n.port, "GET", "/free", {
+                "X-Original-URI": "/ip"})[0] for _ in range(3)]
+            self.assertEqual(got, [200, 200, 200])
+
+
 class WithSluiceLimit(unittest.TestCase):
     RULES = """
 rules:

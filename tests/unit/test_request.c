@@ -1,8 +1,9 @@
 /*
  * test_request.c -- a front end's request decided in one call
  * (policy/request.h): the original request as `proxy:` describes it, the
- * answer's kind, headers and body, the thread's counters, and the
- * thread's take lent to one request at a time.
+ * answer's kind, headers and body, the thread's counters, the thread's
+ * take lent to one request at a time, a direct request (a module inside
+ * the server) and an answer kept past its callback.
  */
 #include "check.h"
 #include "policy/request.h"
@@ -95,20 +96,26 @@ static void stop(void)
 	sluice_buf_free(&body);
 }
 
+/* GET path with the fields given. */
+static void get(sluice_request_t *req, const char *path, fields_t *f)
+{
+	memset(req, 0, sizeof(*req));
+	req->method = "GET";
+	req->method_len = 3;
+	req->path = path;
+	req->path_len = strlen(path);
+	req->header = header;
+	req->header_line = line;
+	req->header_ctx = f;
+	req->peer = (const struct sockaddr *)&peer;
+}
+
 /* The check request itself: GET /v1/check with the fields given. */
 static int check(fields_t *f, sluice_decide_error_t *err)
 {
 	sluice_request_t req;
 
-	memset(&req, 0, sizeof(req));
-	req.method = "GET";
-	req.method_len = 3;
-	req.path = "/v1/check";
-	req.path_len = 9;
-	req.header = header;
-	req.header_line = line;
-	req.header_ctx = f;
-	req.peer = (const struct sockaddr *)&peer;
+	get(&req, "/v1/check", f);
 	return sluice_decide_request(&svc, svc.live, &req, 1000000000,
 				     on_answer, NULL, err);
 }
@@ -204,11 +211,94 @@ static void test_the_threads_take_is_lent_once(void)
 	stop();
 }
 
+/* A module inside the server (nginx's sluice_config) decides the
+ * request itself: a client's X-Original-URI, even on two lines, picks
+ * nothing; its own path without the query is decided; no counters. */
+static void test_a_direct_request_reads_no_proxy_header(void)
+{
+	fields_t f = {{"x-original-uri", "/static/x", "x-original-uri",
+		       "/static/y", "x-user-id", "dave"},
+		      6};
+	sluice_metrics_t *m;
+	sluice_decide_error_t err;
+	sluice_request_t req;
+	int i;
+
+	start();
+	m = svc.metrics;
+	svc.metrics = NULL;
+	get(&req, "/api?page=2", &f);
+	req.direct = 1;
+	for (i = 0; i < 3; i++)
+		CHECK(sluice_decide_request(&svc, svc.live, &req, 1000000000,
+					    on_answer, NULL, &err) == 0);
+	CHECK_EQ_U64(nanswers, 3);
+	CHECK(kind == SLUICE_ANSWER_LIMITED);
+	CHECK_EQ_U64(m->decisions[svc.live->slots[0]][SLUICE_RESULT_ALLOWED],
+		     0);
+	svc.metrics = m;
+	stop();
+}
+
+static sluice_answer_t kept;
+
+static void on_keep(void *arg, const sluice_answer_t *a)
+{
+	(void)arg;
+	nanswers++;
+	sluice_answer_keep(a, &kept);
+}
+
+/* A front end that keeps its answer past the callback (nginx, whose own
+ * limits may refuse the request after the rules allowed it) reads the
+ * reported decision later and gives its tokens back; the thread's take
+ * is its until released. */
+static void test_a_kept_answer_gives_its_tokens_back(void)
+{
+	fields_t f = {{"x-original-uri", "/api", "x-user-id", "erin"}, 4};
+	sluice_decide_error_t err;
+	sluice_request_t req;
+	char name[64];
+	int i;
+
+	start();
+	get(&req, "/v1/check", &f);
+	/* Refunded every time: five requests on a budget of two. */
+	for (i = 0; i < 5; i++) {
+		CHECK(sluice_decide_request(&svc, svc.live, &req, 1000000000,
+					    on_keep, NULL, &err) == 0);
+		CHECK(kept.kind == SLUICE_ANSWER_ALLOWED && kept.take);
+		CHECK(svc.spare_lent);
+		CHECK(sluice_answer_decision(&kept) != NULL);
+		CHECK_EQ_U64(sluice_answer_decision(&kept)->remaining, 1);
+		sluice_answer_refund(&kept, 1000000000);
+		sluice_answer_release(&kept);
+		CHECK(!svc.spare_lent && kept.take == NULL);
+	}
+	/* Kept and not refunded: the third is refused, and says by whom
+	 * and for how long. */
+	for (i = 0; i < 3; i++) {
+		CHECK(sluice_decide_request(&svc, svc.live, &req, 1000000000,
+					    on_keep, NULL, &err) == 0);
+		if (i < 2)
+			sluice_answer_release(&kept);
+	}
+	CHECK(kept.kind == SLUICE_ANSWER_LIMITED);
+	sluice_answer_policy(&kept, name, sizeof(name));
+	CHECK(strcmp(name, "api") == 0);
+	CHECK(sluice_answer_retry_us(&kept) > 0);
+	sluice_answer_release(&kept);
+	CHECK_EQ_U64(nanswers, 8);
+	stop();
+}
+
 int main(void)
 {
 	RUN(test_the_proxy_uri_is_decided_and_answered);
 	RUN(test_no_rule_allows_with_nothing_to_say);
 	RUN(test_a_second_uri_line_is_refused);
 	RUN(test_the_threads_take_is_lent_once);
+	RUN(test_a_direct_request_reads_no_proxy_header);
+	RUN(test_a_kept_answer_gives_its_tokens_back);
 	TESTS_DONE();
 }

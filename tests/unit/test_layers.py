@@ -1,54 +1,42 @@
 """test_layers.py -- the folders of src/ depend on each other one way, and
 no file of the tree reaches itself back.
 
-Reads every #include "..." under src/ and include/, and those of the C
-outside them (the Node addon in bindings/node/src, tests/, bench/), and
-checks:
+From every #include "..." of src/, include/, the Node addon
+(bindings/node/src), tests/ and bench/: each folder of src/ includes only
+the folders the table LAYERS allows it (docs/ARCHITECTURE.md draws the
+same table), the addon only what HOSTS allows it, nothing of src/ or
+include/ includes a file outside them, and no file reaches itself by
+includes.  No JavaScript file (bindings/node, tests/, bench/) reaches
+itself by require() or import, nor a Python module (tests/, bench/) by
+import, but the rings KNOWN_REQUIRE_RINGS lists.
 
-  * each folder of src/ includes only the folders the table LAYERS allows
-    it (docs/ARCHITECTURE.md draws the same table): front ends on the
-    policy engine, the policy engine on the stores, the stores on the
-    core, and everything on util and the public headers (include/); the
-    Node addon only what HOSTS allows it; and nothing of src/ or include/
-    includes a file outside them;
-  * no file reaches itself by includes (no include ring, inside a folder
-    or across folders), nor a JavaScript file by require() or import
-    (bindings/node, tests/, bench/), nor a Python module by import
-    (tests/, bench/).
+From the objects of a build (SLUICE_BUILD; `nm` says which file defines
+and which uses each symbol): no file of a folder calls itself back through
+other files of that folder (no call ring) but in the rings
+KNOWN_CALL_RINGS lists.  A call through a hook -- a struct's function
+pointer, `r->wake_retry(r)` -- is invisible to nm, so the sources add it:
+a file that stores its function in a field (`r->wake_retry = fn;`, `.take
+= fn,` in an ops table) is called by each file that calls through that
+field (`->wake_retry(`), when both mean the same struct's member.  A
+callback handed over as an argument is not seen.  SLUICE_BUILD unset (a
+standalone run), those checks are skipped, saying so; CTest always sets
+it, and a build without its objects fails.
 
-And, from the objects of a build (SLUICE_BUILD; `nm` says which file
-defines and which uses each symbol), that no file of a folder calls itself
-back through other files of that folder (no call ring), apart from the
-rings KNOWN_CALL_RINGS lists.  A call through a hook -- a struct's
-function pointer, `r->wake_retry(r)` -- is invisible to nm, so the sources
-add it: a file that stores a function in a field (`r->wake_retry = fn;`,
-`.take = fn,` in an ops table) is called by every file that calls through
-that field (`->wake_retry(`, `.take(`), when both see the same struct's
-declaration of it.  A callback handed over as an argument is not seen.
-
-SLUICE_BUILD unset (a standalone run) skips the checks that need a build,
-and says so; CTest always sets it (CMakeLists.txt), and there a build
-without the objects fails, never skips.
-
-And that no source file (C, JavaScript, TypeScript, Python, Lua, shell)
-of src/, include/, bindings/, tests/ or bench/ is longer than MAX_LINES
-for its kind, but those OVER_LONG lists, each capped at its length.
+No source file (C, JavaScript, TypeScript, Python, Lua, shell) is longer
+than MAX_LINES for its kind, but those OVER_LONG caps at their length.
 
 A file's folder is its first directory below src/ (src/store/redis/x.c
 is in "store").  An include names a file below src/ ("policy/rules.h"),
 beside the includer, or in include/ ("sluice.h"); anything else is a
-system or generated header (protobuf-c's, script_lua.h) and is not ours.
-Vendored and generated trees (bindings/node/deps, node_modules, build
-output, fuzzing corpora) are not read.
-
-Run by CTest as unit/test_layers; SLUICE_SRC names the tree (default:
-two folders up).
+system or generated header (protobuf-c's, script_lua.h), not ours.
+Vendored and generated trees (bindings/node/deps, build output, fuzzing
+corpora) are not read.  Run by CTest as unit/test_layers; SLUICE_SRC
+names the tree (default: two folders up).
 """
 import ast
 import os
 import re
 import subprocess
-import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))

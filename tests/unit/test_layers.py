@@ -176,8 +176,8 @@ def walk(root, tops=TREES):
     """Every file below the trees tops, as sorted paths from root, but
     those in SKIP_DIRS."""
     out = []
-    for top in tops:
-        for d, dirs, files in os.walk(os.path.join(root, top)):
+    for tree in tops:
+        for d, dirs, files in os.walk(os.path.join(root, tree)):
             dirs[:] = [x for x in dirs if x not in SKIP_DIRS]
             out.extend(os.path.relpath(os.path.join(d, f), root)
                        for f in files)

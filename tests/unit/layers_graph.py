@@ -393,14 +393,17 @@ def unknown(rings, known):
     return [r for r in rings if not any(set(r) <= k for k in known)]
 
 
-def show(rings, hooks=None):
-    """Rings one a line, and the hooks among their files."""
+def show(rings, hooks=None, upcalls=frozenset()):
+    """Rings one a line, and the hooks among their files (those of
+    upcalls marked)."""
     lines = []
     for r in rings:
         lines.append(" <-> ".join(r))
         for f in r:
             for t, fields in sorted((hooks or {}).get(f, {}).items()):
+                how = ", ".join("->" + x + (" (an upcall)" if (f, x) in
+                                            upcalls else "")
+                                for x in sorted(fields))
                 if t in r:
-                    lines.append("    %s calls %s through ->%s" %
-                                 (f, t, ", ->".join(sorted(fields))))
+                    lines.append("    %s calls %s through %s" % (f, t, how))
     return "\n" + "\n".join(lines)

@@ -276,7 +276,7 @@ class Layers(unittest.TestCase):
         calls = call_graph(defs, uses)
         new = unknown(call_rings_inside_folders(
             with_hooks(calls, hooks, UPCALLS)), KNOWN_CALL_RINGS)
-        self.assertEqual(new, [], show(new, hooks))
+        self.assertEqual(new, [], show(new, hooks, UPCALLS))
         # Each upcall listed still closes a ring: else its row goes.
         stale = [u for u in sorted(UPCALLS) if not call_rings_inside_folders(
             with_hooks(calls, hooks, UPCALLS - {u}))]

@@ -13,11 +13,14 @@ layers below its own.
 import glob
 import os
 import re
+import sys
 import unittest
 
 SRC = os.environ.get("SLUICE_SRC") or os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))
 DIR = os.path.join(SRC, "src", "store", "redis")
+sys.path.insert(0, os.path.join(SRC, "tests", "unit"))
+from layers_graph import include_rings  # noqa: E402 (test_layers' reader)
 
 # The layers of redis_int.h, top first.
 LAYERS = [["reserve.c"], ["client.c"], ["many.c", "import.c"], ["call.c"],
@@ -55,35 +58,7 @@ def call_graph():
 
 def rings(graph):
     """Strongly connected groups of more than one file (Tarjan)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-    counter = [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                out.append(sorted(group))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
+    return include_rings({v: [(w, 0) for w in ws] for v, ws in graph.items()})
 
 
 class LayersTest(unittest.TestCase):

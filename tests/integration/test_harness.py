@@ -19,6 +19,7 @@ import unittest
 sys.dont_write_bytecode = True  # it imports test_nginx, test_caddy
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import sentinel_harness  # noqa: E402
 from harness import Sluice  # noqa: E402
 
 
@@ -102,7 +103,7 @@ class StartsOnAnotherPort(unittest.TestCase):
             self.assertNotEqual(r.port, t.port)
             self.assertTrue(harness.listens(r.pid, r.port))
             self.assertTrue(r.ping())
-            with Taken() as t2, harness.Sentinel(r, quorum=1) as s:
+            with Taken() as t2, sentinel_harness.Sentinel(r, quorum=1) as s:
                 self.assertTrue(t2.offered)
                 self.assertNotEqual(s.port, t2.port)
                 self.assertTrue(harness.listens(s.pid, s.port))

@@ -46,7 +46,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import RedisServer, Sentinel, TlsFiles  # noqa: E402
+from harness import RedisServer, TlsFiles  # noqa: E402
+from sentinel_harness import Sentinel  # noqa: E402
 from test_nginx_module import NginxDaemon, nginx_t, loc  # noqa: E402
 
 # A stalled worker would hold /healthz for as long as Redis stays away

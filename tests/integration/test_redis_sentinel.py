@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`sluice serve` on Redis Sentinel (`store.redis.sentinel`).
 
-Each test starts its own group (harness.SentinelGroup): a master, a
-replica following it and three `redis-server --sentinel` processes
+Each test starts its own group (sentinel_harness.SentinelGroup): a master,
+a replica following it and three `redis-server --sentinel` processes
 watching it under a name of its own (quorum 2, down-after-milliseconds
 1000; see SentinelGroup for why the name is unique).
 
@@ -43,7 +43,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import SentinelGroup, Sluice  # noqa: E402
+from harness import Sluice  # noqa: E402
+from sentinel_harness import SentinelGroup  # noqa: E402
 
 TIGHT = 3  # capacity of the "tight" rule (1/h: nothing refills)
 DOWN_AFTER_MS = 1000

@@ -3,7 +3,7 @@
 injected in turn (`make soak`; a 60 s version runs in `make test`).
 
 What runs (all on loopback, each in its own temporary directory):
-- a Redis master, one replica and three Sentinels (harness.SentinelGroup,
+- a Redis master, one replica and three Sentinels (sentinel_harness.py,
   down-after-milliseconds 1000);
 - three `sluice serve` instances with one rule, `soak` (key x-user-id,
   capacity CAPACITY, refill RATE/s, on_store_error: closed), on the
@@ -85,6 +85,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 import harness  # noqa: E402
+import sentinel_harness  # noqa: E402
 
 SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
 FAULT_EVERY = float(os.environ.get("SOAK_FAULT_EVERY", "10"))
@@ -737,8 +738,8 @@ def main():
     ok = False
     try:
         t0 = now()
-        soak.group = harness.SentinelGroup(n=3, down_after_ms=1000,
-                                           failover_timeout_ms=5000)
+        soak.group = sentinel_harness.SentinelGroup(
+            n=3, down_after_ms=1000, failover_timeout_ms=5000)
         soak.start_proxy()
         addrs = ", ".join('"%s"' % a for a in soak.group.addrs())
         store = ("store:\n  redis:\n    sentinel: {master: %s, addrs: [%s]}"

@@ -29,7 +29,7 @@ static char dir[64];
  * theirs, resynced empty (a drained bucket lost although WAIT had
  * confirmed it).  So this process's master name is its own, and its
  * servers know SLAVEOF and REPLICAOF only by names that its own
- * Sentinels alone are told (as harness.py's SentinelGroup does).
+ * Sentinels alone are told (as sentinel_harness.py's SentinelGroup does).
  */
 static char master_name[64], slaveof_cmd[48], replicaof_cmd[48];
 

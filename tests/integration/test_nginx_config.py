@@ -14,6 +14,7 @@ time-dependent header values (seconds until full or until a retry) may
 differ by the one second that can pass between the two answers.
 """
 import http.client
+import itertools
 import os
 import re
 import signal
@@ -87,11 +88,17 @@ def nginx_http(rules_path, extra_loc="", extra_server=""):
     }""" % (extra_server, rules_path, extra_loc)
 
 
+SEQ = itertools.count(1)
+
+
 def ask(port, method, target, headers):
     """(status, [(lower-case name, value)]) of one request, every header
     line kept (a field sent twice shows twice); headers: a dict or a list
     of (name, value) lines."""
     lines = list(headers.items()) if isinstance(headers, dict) else headers
+    # x-seq: NginxDaemon.access_log() gives lines in the order sent (with
+    # two workers, a line can be written after the next request's).
+    lines = lines + [("x-seq", str(next(SEQ)))]
     body = b"x" if method == "POST" else None
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:

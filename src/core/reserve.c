@@ -125,6 +125,28 @@ static int charge_at_turn(const sluice_limit_t *limits, size_t n,
 	return 1;
 }
 
+/* Which limit a reservation's summary reports, and its decision (all
+ * but allowed, retry_after_us and never): the latest turn (worst's, w[]);
+ * among equal ones, the fewest left. */
+static void reserve_summary(const sluice_limit_t *limits, size_t n,
+			    const uint64_t *w, const uint64_t *nd,
+			    const uint64_t *left, size_t worst,
+			    sluice_decision_t *summary)
+{
+	sluice_decision_t d;
+	size_t i;
+
+	reserve_decision(&limits[worst], nd[worst], left[worst], summary);
+	summary->which = worst;
+	for (i = 0; i < n; i++) {
+		reserve_decision(&limits[i], nd[i], left[i], &d);
+		if (w[i] == w[worst] && d.remaining < summary->remaining) {
+			*summary = d;
+			summary->which = i;
+		}
+	}
+}
+
 int sluice_reserve_all(const sluice_limit_t *limits,
 		       const sluice_state_t *states, size_t n, int64_t now_us,
 		       uint64_t cost, uint64_t max_wait_us,
@@ -190,20 +212,7 @@ int sluice_reserve_all(const sluice_limit_t *limits,
 						limits[i].rate.per);
 	}
 	if (summary && n > 0) {
-		/* The latest turn; among equal ones, the fewest left. */
-		sluice_decision_t d;
-
-		reserve_decision(&limits[worst], nd[worst], left[worst],
-				 summary);
-		summary->which = worst;
-		for (i = 0; i < n; i++) {
-			reserve_decision(&limits[i], nd[i], left[i], &d);
-			if (w[i] == w[worst] &&
-			    d.remaining < summary->remaining) {
-				*summary = d;
-				summary->which = i;
-			}
-		}
+		reserve_summary(limits, n, w, nd, left, worst, summary);
 		summary->allowed = ok;
 		summary->retry_after_us =
 			retry_after(ok, never, turn, max_wait, quota_wait);

@@ -116,132 +116,185 @@ bad:
 	return (char *)msg;
 }
 
-char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+/* "NAME=VALUE" when arg starts with prefix ("NAME="): its VALUE in *out,
+ * and 1; else 0. */
+static ngx_uint_t param_value(ngx_str_t *arg, const char *prefix,
+			      ngx_str_t *out)
 {
-	ngx_http_sluice_main_conf_t *smcf = conf;
-	ngx_http_compile_complex_value_t ccv;
-	ngx_http_sluice_store_t *store, **sp, **stores;
-	ngx_http_sluice_zone_t *zone, **zones, **zp;
-	ngx_str_t *value, name = ngx_null_string, size = ngx_null_string;
-	ngx_str_t rate = ngx_null_string, store_text = ngx_null_string;
-	ngx_str_t opts[2];
-	ngx_uint_t i, nopts = 0;
-	ssize_t bytes = 0;
-	u_char *p;
-	char *rv;
+	size_t n = ngx_strlen(prefix);
 
-	value = cf->args->elts;
+	if (ngx_strncmp(arg->data, prefix, n) != 0)
+		return 0;
+	out->data = arg->data + n;
+	out->len = arg->len - n;
+	return 1;
+}
+
+/* What a sluice_limit_zone directive says, before its zone is made. */
+typedef struct {
+	ngx_str_t name;
+	ssize_t bytes; /* the zone's size= (after its name, "zone=N:SIZE") */
+	ngx_str_t rate;
+	ngx_str_t store_text;
+	ngx_str_t opts[2]; /* fail=, timeout=: read once the store is known */
+	ngx_uint_t nopts;
+} ngx_http_sluice_zone_args_t;
+
+/* zone=NAME:SIZE into args' name and bytes. */
+static char *zone_read_name_size(ngx_conf_t *cf, ngx_str_t *arg,
+				 ngx_http_sluice_zone_args_t *args)
+{
+	ngx_str_t size;
+	u_char *p;
+
+	args->name.data = arg->data + 5;
+	p = (u_char *)ngx_strchr(args->name.data, ':');
+	if (p == NULL) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "invalid zone size \"%V\"", arg);
+		return NGX_CONF_ERROR;
+	}
+	args->name.len = p - args->name.data;
+	size.data = p + 1;
+	size.len = arg->data + arg->len - size.data;
+	args->bytes = ngx_parse_size(&size);
+	if (args->bytes == NGX_ERROR) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "invalid zone size \"%V\"", arg);
+		return NGX_CONF_ERROR;
+	}
+	if (args->bytes < NGX_HTTP_SLUICE_ZONE_MIN) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "zone \"%V\" is too small (at least "
+				   "32k: %d buckets)",
+				   arg,
+				   NGX_HTTP_SLUICE_ZONE_MIN /
+					   NGX_HTTP_SLUICE_BUCKET_BYTES);
+		return NGX_CONF_ERROR;
+	}
+	return NGX_CONF_OK;
+}
+
+/* The directive's parameters after its key, each refused if unknown. */
+static char *zone_read_args(ngx_conf_t *cf, ngx_http_sluice_zone_args_t *args)
+{
+	ngx_str_t *value = cf->args->elts;
+	ngx_uint_t i;
+
 	for (i = 2; i < cf->args->nelts; i++) {
 		if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-			name.data = value[i].data + 5;
-			p = (u_char *)ngx_strchr(name.data, ':');
-			if (p == NULL) {
-				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-						   "invalid zone size \"%V\"",
-						   &value[i]);
+			if (zone_read_name_size(cf, &value[i], args) !=
+			    NGX_CONF_OK)
 				return NGX_CONF_ERROR;
-			}
-			name.len = p - name.data;
-			size.data = p + 1;
-			size.len = value[i].data + value[i].len - size.data;
-			bytes = ngx_parse_size(&size);
-			if (bytes == NGX_ERROR) {
-				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-						   "invalid zone size \"%V\"",
-						   &value[i]);
-				return NGX_CONF_ERROR;
-			}
-			if (bytes < NGX_HTTP_SLUICE_ZONE_MIN) {
-				ngx_conf_log_error(
-					NGX_LOG_EMERG, cf, 0,
-					"zone \"%V\" is too small (at least "
-					"32k: %d buckets)",
-					&value[i],
-					NGX_HTTP_SLUICE_ZONE_MIN /
-						NGX_HTTP_SLUICE_BUCKET_BYTES);
-				return NGX_CONF_ERROR;
-			}
 			continue;
 		}
-		if (ngx_strncmp(value[i].data, "rate=", 5) == 0) {
-			rate.data = value[i].data + 5;
-			rate.len = value[i].len - 5;
+		if (param_value(&value[i], "rate=", &args->rate) ||
+		    param_value(&value[i], "store=", &args->store_text))
 			continue;
-		}
-		if (ngx_strncmp(value[i].data, "store=", 6) == 0) {
-			store_text.data = value[i].data + 6;
-			store_text.len = value[i].len - 6;
-			continue;
-		}
 		/* The store's options, read once the store is known. */
 		if ((ngx_strncmp(value[i].data, "fail=", 5) == 0 ||
 		     ngx_strncmp(value[i].data, "timeout=", 8) == 0) &&
-		    nopts < 2) {
-			opts[nopts++] = value[i];
+		    args->nopts < 2) {
+			args->opts[args->nopts++] = value[i];
 			continue;
 		}
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "invalid parameter \"%V\"", &value[i]);
 		return NGX_CONF_ERROR;
 	}
-	if (name.len == 0) {
+	return NGX_CONF_OK;
+}
+
+/* The zone of that name, or NULL. */
+static ngx_http_sluice_zone_t *zone_by_name(ngx_http_sluice_main_conf_t *smcf,
+					    ngx_str_t *name)
+{
+	ngx_http_sluice_zone_t **zones = smcf->zones.elts;
+	ngx_uint_t i;
+
+	for (i = 0; i < smcf->zones.nelts; i++)
+		if (zones[i]->name.len == name->len &&
+		    ngx_strncmp(zones[i]->name.data, name->data, name->len) ==
+			    0)
+			return zones[i];
+	return NULL;
+}
+
+/* A zone's name: given, short enough to name its buckets, of the
+ * characters allowed, and not another zone's. */
+static char *zone_check_name(ngx_conf_t *cf, ngx_command_t *cmd,
+			     ngx_http_sluice_main_conf_t *smcf, ngx_str_t *name)
+{
+	ngx_http_sluice_zone_t *first;
+	ngx_uint_t i;
+
+	if (name->len == 0) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"%V\" must have \"zone\" parameter",
 				   &cmd->name);
 		return NGX_CONF_ERROR;
 	}
-	if (name.len > SLUICE_KEY_NAME_MAX) {
+	if (name->len > SLUICE_KEY_NAME_MAX) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "zone name \"%V\" is longer than %d bytes",
-				   &name, SLUICE_KEY_NAME_MAX);
+				   name, SLUICE_KEY_NAME_MAX);
 		return NGX_CONF_ERROR;
 	}
-	for (i = 0; i < name.len; i++)
-		if (!(isalnum(name.data[i]) || name.data[i] == '_' ||
-		      name.data[i] == '-' || name.data[i] == '.')) {
+	for (i = 0; i < name->len; i++)
+		if (!(isalnum(name->data[i]) || name->data[i] == '_' ||
+		      name->data[i] == '-' || name->data[i] == '.')) {
 			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 					   "invalid zone name \"%V\" (letters, "
 					   "digits, '_', '-', '.')",
-					   &name);
+					   name);
 			return NGX_CONF_ERROR;
 		}
+	first = zone_by_name(smcf, name);
+	if (first) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "duplicate zone \"%V\" (first in "
+				   "%s:%ui)",
+				   name, first->conf_file, first->conf_line);
+		return NGX_CONF_ERROR;
+	}
+	return NGX_CONF_OK;
+}
 
-	zones = smcf->zones.elts;
-	for (i = 0; i < smcf->zones.nelts; i++)
-		if (zones[i]->name.len == name.len &&
-		    ngx_strncmp(zones[i]->name.data, name.data, name.len) ==
-			    0) {
-			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-					   "duplicate zone \"%V\" (first in "
-					   "%s:%ui)",
-					   &name, zones[i]->conf_file,
-					   zones[i]->conf_line);
-			return NGX_CONF_ERROR;
-		}
+/* The zone, added to the main conf's: its name, size, rate and key (the
+ * directive's first argument); NULL when refused. */
+static ngx_http_sluice_zone_t *zone_add(ngx_conf_t *cf,
+					ngx_http_sluice_main_conf_t *smcf,
+					ngx_http_sluice_zone_args_t *args)
+{
+	ngx_http_compile_complex_value_t ccv;
+	ngx_http_sluice_zone_t *zone, **zp;
+	ngx_str_t *value = cf->args->elts;
+	char *rv;
 
 	/* Limits point at it: allocated alone, never moved. */
 	zone = ngx_pcalloc(cf->pool, sizeof(*zone));
 	zp = ngx_array_push(&smcf->zones);
 	if (zone == NULL || zp == NULL)
-		return NGX_CONF_ERROR;
+		return NULL;
 	*zp = zone;
 	/* NUL-terminated: it names the zone's buckets (sluice_key_make). */
-	zone->name.data = ngx_pnalloc(cf->pool, name.len + 1);
+	zone->name.data = ngx_pnalloc(cf->pool, args->name.len + 1);
 	if (zone->name.data == NULL)
-		return NGX_CONF_ERROR;
-	ngx_memcpy(zone->name.data, name.data, name.len);
-	zone->name.data[name.len] = '\0';
-	zone->name.len = name.len;
-	zone->size = (size_t)bytes;
-	zone->rate_text = rate;
+		return NULL;
+	ngx_memcpy(zone->name.data, args->name.data, args->name.len);
+	zone->name.data[args->name.len] = '\0';
+	zone->name.len = args->name.len;
+	zone->size = (size_t)args->bytes;
+	zone->rate_text = args->rate;
 	zone->conf_file = cf->conf_file->file.name.data;
 	zone->conf_line = cf->conf_file->line;
 
 	/* No rate: a zone for quotas (sluice_limit ... quota=N/UNIT). */
-	rv = rate.len ? parse_rate(&rate, &zone->rate) : NGX_CONF_OK;
+	rv = args->rate.len ? parse_rate(&args->rate, &zone->rate)
+			    : NGX_CONF_OK;
 	if (rv != NGX_CONF_OK) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
-		return NGX_CONF_ERROR;
+		return NULL;
 	}
 
 	ngx_memzero(&ccv, sizeof(ccv));
@@ -249,64 +302,129 @@ char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 	ccv.value = &value[1];
 	ccv.complex_value = &zone->key;
 	if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
-		return NGX_CONF_ERROR;
+		return NULL;
+	return zone;
+}
 
-	store = ngx_pcalloc(cf->pool, sizeof(*store));
-	if (store == NULL)
+/* The store before this one on the same file, or NULL. */
+static ngx_http_sluice_store_t *
+same_file_store(ngx_http_sluice_main_conf_t *smcf,
+		ngx_http_sluice_store_t *store)
+{
+	ngx_http_sluice_store_t **stores = smcf->stores.elts;
+	ngx_uint_t i;
+
+	for (i = 0; store->cfg.shm_path && i < smcf->stores.nelts; i++)
+		if (stores[i]->cfg.shm_path &&
+		    ngx_strcmp(stores[i]->cfg.shm_path, store->cfg.shm_path) ==
+			    0)
+			return stores[i];
+	return NULL;
+}
+
+/* The store before this one with the same store= text (Redis), else
+ * this one. */
+static ngx_http_sluice_store_t *
+same_text_store(ngx_http_sluice_main_conf_t *smcf,
+		ngx_http_sluice_store_t *store)
+{
+	ngx_http_sluice_store_t **stores = smcf->stores.elts;
+	ngx_uint_t i;
+
+	for (i = 0; store->text.len && i < smcf->stores.nelts; i++)
+		if (stores[i]->text.len == store->text.len &&
+		    ngx_strncmp(stores[i]->text.data, store->text.data,
+				store->text.len) == 0)
+			return stores[i];
+	return store;
+}
+
+/* The store into the main conf's list, unless it is there already. */
+static char *store_add_once(ngx_http_sluice_main_conf_t *smcf,
+			    ngx_http_sluice_store_t *store)
+{
+	ngx_http_sluice_store_t **stores = smcf->stores.elts, **sp;
+	ngx_uint_t i;
+
+	for (i = 0; i < smcf->stores.nelts; i++)
+		if (stores[i] == store)
+			return NGX_CONF_OK;
+	sp = ngx_array_push(&smcf->stores);
+	if (sp == NULL)
 		return NGX_CONF_ERROR;
-	rv = ngx_http_sluice_store_parse(cf, zone, &store_text,
-					 &smcf->store_dir, store);
-	if (rv != NGX_CONF_OK) {
-		if (rv != NGX_CONF_ERROR)
-			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
-		return NGX_CONF_ERROR;
-	}
+	*sp = store;
+	return NGX_CONF_OK;
+}
+
+/* The zone's store: one already opened for the same file or Redis
+ * store=, else this new one; then the store's options (fail=,
+ * timeout=), but not for a file shared with a zone before. */
+static char *zone_set_store(ngx_conf_t *cf, ngx_http_sluice_main_conf_t *smcf,
+			    ngx_http_sluice_zone_t *zone,
+			    ngx_http_sluice_store_t *store,
+			    ngx_http_sluice_zone_args_t *args)
+{
+	ngx_http_sluice_store_t *shared;
+	ngx_uint_t i;
+	char *rv;
 
 	/* Zones naming one file share one store (and must agree on its
 	 * size: the file is made for one number of buckets). */
-	stores = smcf->stores.elts;
-	for (i = 0; store->cfg.shm_path && i < smcf->stores.nelts; i++) {
-		if (stores[i]->cfg.shm_path == NULL ||
-		    ngx_strcmp(stores[i]->cfg.shm_path, store->cfg.shm_path) !=
-			    0)
-			continue;
-		if (stores[i]->cfg.max_keys != store->cfg.max_keys) {
+	shared = same_file_store(smcf, store);
+	if (shared) {
+		if (shared->cfg.max_keys != store->cfg.max_keys) {
 			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 					   "zone \"%V\" has another size than "
 					   "a zone before it on store \"%V\"",
 					   &zone->name, &store->shown);
 			return NGX_CONF_ERROR;
 		}
-		zone->store = stores[i];
+		zone->store = shared;
 		return NGX_CONF_OK;
 	}
 	/* Zones naming one Redis store share its clients: one connection
 	 * per worker per node. */
-	for (i = 0; store->text.len && i < smcf->stores.nelts; i++)
-		if (stores[i]->text.len == store->text.len &&
-		    ngx_strncmp(stores[i]->text.data, store->text.data,
-				store->text.len) == 0) {
-			store = stores[i];
-			break;
-		}
+	store = same_text_store(smcf, store);
 	zone->store = store;
-	for (i = 0; i < smcf->stores.nelts; i++)
-		if (stores[i] == store)
-			break;
-	if (i == smcf->stores.nelts) {
-		sp = ngx_array_push(&smcf->stores);
-		if (sp == NULL)
-			return NGX_CONF_ERROR;
-		*sp = store;
-	}
-	for (i = 0; i < nopts; i++) {
-		rv = ngx_http_sluice_store_option(cf, zone, &opts[i]);
+	if (store_add_once(smcf, store) != NGX_CONF_OK)
+		return NGX_CONF_ERROR;
+	for (i = 0; i < args->nopts; i++) {
+		rv = ngx_http_sluice_store_option(cf, zone, &args->opts[i]);
 		if (rv != NGX_CONF_OK) {
 			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
 			return NGX_CONF_ERROR;
 		}
 	}
 	return NGX_CONF_OK;
+}
+
+char *ngx_http_sluice_zone_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+	ngx_http_sluice_main_conf_t *smcf = conf;
+	ngx_http_sluice_zone_args_t args;
+	ngx_http_sluice_store_t *store;
+	ngx_http_sluice_zone_t *zone;
+	char *rv;
+
+	ngx_memzero(&args, sizeof(args));
+	if (zone_read_args(cf, &args) != NGX_CONF_OK ||
+	    zone_check_name(cf, cmd, smcf, &args.name) != NGX_CONF_OK)
+		return NGX_CONF_ERROR;
+	zone = zone_add(cf, smcf, &args);
+	if (zone == NULL)
+		return NGX_CONF_ERROR;
+
+	store = ngx_pcalloc(cf->pool, sizeof(*store));
+	if (store == NULL)
+		return NGX_CONF_ERROR;
+	rv = ngx_http_sluice_store_parse(cf, zone, &args.store_text,
+					 &smcf->store_dir, store);
+	if (rv != NGX_CONF_OK) {
+		if (rv != NGX_CONF_ERROR)
+			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
+		return NGX_CONF_ERROR;
+	}
+	return zone_set_store(cf, smcf, zone, store, &args);
 }
 
 /* quota=N/UNIT [tz=ZONE] [align=calendar|first_use] into a calendar

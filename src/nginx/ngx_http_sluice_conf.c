@@ -507,218 +507,272 @@ static char *parse_quota(ngx_str_t *text, ngx_str_t *tz, ngx_str_t *align,
 	return NGX_CONF_OK;
 }
 
-char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-	ngx_http_sluice_loc_conf_t *lcf = conf;
-	ngx_http_sluice_main_conf_t *smcf;
-	ngx_http_sluice_limit_t *limit, *limits;
-	ngx_http_sluice_zone_t **zones, *zone = NULL;
-	ngx_str_t *value, s, zname = ngx_null_string;
-	ngx_str_t quota = ngx_null_string, tz = ngx_null_string;
-	ngx_str_t align = ngx_null_string;
-	ngx_int_t burst = 0, delay = 0, cost = 1;
-	ngx_http_complex_value_t *cost_cv = NULL;
-	ngx_uint_t i, nodelay = 0, has_delay = 0, has_burst = 0;
-	char err[200], *rv;
+/* What a sluice_limit directive says, before its limit is made. */
+typedef struct {
+	ngx_str_t zname, quota, tz, align; /* quota.data NULL: no quota */
+	ngx_int_t burst, delay, cost;
+	ngx_http_complex_value_t *cost_cv; /* cost=$variable */
+	ngx_uint_t nodelay, has_delay, has_burst;
+} ngx_http_sluice_limit_args_t;
 
-	value = cf->args->elts;
+/* NAME=N (burst=, delay=) into *n: a count, 0 or more. */
+static char *limit_read_count(ngx_conf_t *cf, ngx_str_t *arg, const char *name,
+			      ngx_int_t *n)
+{
+	size_t skip = ngx_strlen(name) + 1;
+
+	*n = ngx_atoi(arg->data + skip, arg->len - skip);
+	if (*n < 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "invalid %s value \"%V\"", name, arg);
+		return NGX_CONF_ERROR;
+	}
+	return NGX_CONF_OK;
+}
+
+/* cost=N (a positive integer) or cost=$variable (read per request). */
+static char *limit_read_cost(ngx_conf_t *cf, ngx_str_t *arg,
+			     ngx_http_sluice_limit_args_t *args)
+{
+	ngx_http_compile_complex_value_t ccv;
+	ngx_str_t s;
+
+	s.data = arg->data + 5;
+	s.len = arg->len - 5;
+	if (s.len && s.data[0] == '$') {
+		args->cost_cv = ngx_palloc(cf->pool, sizeof(*args->cost_cv));
+		if (args->cost_cv == NULL)
+			return NGX_CONF_ERROR;
+		ngx_memzero(&ccv, sizeof(ccv));
+		ccv.cf = cf;
+		ccv.value = &s;
+		ccv.complex_value = args->cost_cv;
+		if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+			return NGX_CONF_ERROR;
+		return NGX_CONF_OK;
+	}
+	args->cost = ngx_atoi(s.data, s.len);
+	if (args->cost <= 0) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "invalid cost value \"%V\" (a positive "
+				   "integer or a variable)",
+				   arg);
+		return NGX_CONF_ERROR;
+	}
+	return NGX_CONF_OK;
+}
+
+/* The directive's parameters, each refused if unknown or malformed. */
+static char *limit_read_args(ngx_conf_t *cf, ngx_http_sluice_limit_args_t *args)
+{
+	ngx_str_t *value = cf->args->elts;
+	ngx_uint_t i;
+	char *rv;
+
 	for (i = 1; i < cf->args->nelts; i++) {
-		if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-			zname.len = value[i].len - 5;
-			zname.data = value[i].data + 5;
+		if (param_value(&value[i], "zone=", &args->zname))
 			continue;
-		}
 		if (ngx_strncmp(value[i].data, "burst=", 6) == 0) {
-			burst = ngx_atoi(value[i].data + 6, value[i].len - 6);
-			if (burst < 0) {
-				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-						   "invalid burst value \"%V\"",
-						   &value[i]);
-				return NGX_CONF_ERROR;
-			}
-			has_burst = 1;
+			rv = limit_read_count(cf, &value[i], "burst",
+					      &args->burst);
+			if (rv != NGX_CONF_OK)
+				return rv;
+			args->has_burst = 1;
 			continue;
 		}
-		if (ngx_strncmp(value[i].data, "quota=", 6) == 0) {
-			quota.data = value[i].data + 6;
-			quota.len = value[i].len - 6;
+		if (param_value(&value[i], "quota=", &args->quota) ||
+		    param_value(&value[i], "tz=", &args->tz) ||
+		    param_value(&value[i], "align=", &args->align))
 			continue;
-		}
-		if (ngx_strncmp(value[i].data, "tz=", 3) == 0) {
-			tz.data = value[i].data + 3;
-			tz.len = value[i].len - 3;
-			continue;
-		}
-		if (ngx_strncmp(value[i].data, "align=", 6) == 0) {
-			align.data = value[i].data + 6;
-			align.len = value[i].len - 6;
-			continue;
-		}
 		if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
-			delay = ngx_atoi(value[i].data + 6, value[i].len - 6);
-			if (delay < 0) {
-				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-						   "invalid delay value \"%V\"",
-						   &value[i]);
-				return NGX_CONF_ERROR;
-			}
-			has_delay = 1;
+			rv = limit_read_count(cf, &value[i], "delay",
+					      &args->delay);
+			if (rv != NGX_CONF_OK)
+				return rv;
+			args->has_delay = 1;
 			continue;
 		}
 		if (ngx_strcmp(value[i].data, "nodelay") == 0) {
-			nodelay = 1;
+			args->nodelay = 1;
 			continue;
 		}
 		if (ngx_strncmp(value[i].data, "cost=", 5) == 0) {
-			s.data = value[i].data + 5;
-			s.len = value[i].len - 5;
-			if (s.len && s.data[0] == '$') {
-				ngx_http_compile_complex_value_t ccv;
-
-				cost_cv =
-					ngx_palloc(cf->pool, sizeof(*cost_cv));
-				if (cost_cv == NULL)
-					return NGX_CONF_ERROR;
-				ngx_memzero(&ccv, sizeof(ccv));
-				ccv.cf = cf;
-				ccv.value = &s;
-				ccv.complex_value = cost_cv;
-				if (ngx_http_compile_complex_value(&ccv) !=
-				    NGX_OK)
-					return NGX_CONF_ERROR;
-				continue;
-			}
-			cost = ngx_atoi(s.data, s.len);
-			if (cost <= 0) {
-				ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-						   "invalid cost value \"%V\" "
-						   "(a positive integer or a "
-						   "variable)",
-						   &value[i]);
-				return NGX_CONF_ERROR;
-			}
+			rv = limit_read_cost(cf, &value[i], args);
+			if (rv != NGX_CONF_OK)
+				return rv;
 			continue;
 		}
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "invalid parameter \"%V\"", &value[i]);
 		return NGX_CONF_ERROR;
 	}
+	return NGX_CONF_OK;
+}
 
-	if (zname.len == 0) {
+/* The parameters that may not go together, or without another. */
+static char *limit_check_args(ngx_conf_t *cf, ngx_command_t *cmd,
+			      ngx_http_sluice_limit_args_t *args)
+{
+	if (args->zname.len == 0) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"%V\" must have \"zone\" parameter",
 				   &cmd->name);
 		return NGX_CONF_ERROR;
 	}
-	if (quota.data == NULL && (tz.data || align.data)) {
+	if (args->quota.data == NULL && (args->tz.data || args->align.data)) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"%s\" without \"quota\": tz= and align= "
 				   "describe a quota's calendar window",
-				   tz.data ? "tz" : "align");
+				   args->tz.data ? "tz" : "align");
 		return NGX_CONF_ERROR;
 	}
-	if (quota.data && (has_burst || has_delay || nodelay)) {
+	if (args->quota.data &&
+	    (args->has_burst || args->has_delay || args->nodelay)) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"quota\" with \"%s\": a quota counts "
 				   "requests per window and refuses the rest "
 				   "at once (burst, delay and nodelay are a "
 				   "rate's)",
-				   has_burst   ? "burst"
-				   : has_delay ? "delay"
-					       : "nodelay");
+				   args->has_burst   ? "burst"
+				   : args->has_delay ? "delay"
+						     : "nodelay");
 		return NGX_CONF_ERROR;
 	}
-	if (nodelay && has_delay) {
+	if (args->nodelay && args->has_delay) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"nodelay\" and \"delay\" are mutually "
 				   "exclusive");
 		return NGX_CONF_ERROR;
 	}
-	if (delay > burst) {
+	if (args->delay > args->burst) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "\"delay=%i\" is more than \"burst=%i\"",
-				   delay, burst);
+				   args->delay, args->burst);
 		return NGX_CONF_ERROR;
 	}
+	return NGX_CONF_OK;
+}
 
-	/* Zones are declared at the http level, before any server: the
-	 * zone must be known here (limit_req's zones may come later; a
-	 * zone here is a store to open, checked at once). */
-	smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
-	zones = smcf->zones.elts;
-	for (i = 0; i < smcf->zones.nelts; i++)
-		if (zones[i]->name.len == zname.len &&
-		    ngx_strncmp(zones[i]->name.data, zname.data, zname.len) ==
-			    0)
-			zone = zones[i];
-	if (zone == NULL) {
-		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-				   "unknown sluice_limit_zone \"%V\" (declare "
-				   "it before it is used)",
-				   &zname);
-		return NGX_CONF_ERROR;
-	}
+/* A new limit of the location on zone, zeroed: NULL when refused (the
+ * zone's second at this level, or one too many). */
+static ngx_http_sluice_limit_t *limit_add(ngx_conf_t *cf,
+					  ngx_http_sluice_loc_conf_t *lcf,
+					  ngx_http_sluice_zone_t *zone,
+					  ngx_str_t *zname)
+{
+	ngx_http_sluice_limit_t *limit, *limits;
+	ngx_uint_t i;
 
 	if (lcf->limits == NULL) {
 		lcf->limits = ngx_array_create(cf->pool, 2, sizeof(*limit));
 		if (lcf->limits == NULL)
-			return NGX_CONF_ERROR;
+			return NULL;
 	}
 	limits = lcf->limits->elts;
 	for (i = 0; i < lcf->limits->nelts; i++)
 		if (limits[i].zone == zone) {
 			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 					   "duplicate sluice_limit zone \"%V\"",
-					   &zname);
-			return NGX_CONF_ERROR;
+					   zname);
+			return NULL;
 		}
 	if (lcf->limits->nelts >= SLUICE_MAX_LIMITS) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "more than %d sluice_limit in one level",
 				   SLUICE_MAX_LIMITS);
-		return NGX_CONF_ERROR;
+		return NULL;
 	}
-
 	limit = ngx_array_push(lcf->limits);
 	if (limit == NULL)
-		return NGX_CONF_ERROR;
+		return NULL;
 	ngx_memzero(limit, sizeof(*limit));
-	limit->zone = zone;
-	limit->delay = (ngx_uint_t)delay;
-	limit->nodelay = nodelay;
-	limit->cost = (ngx_uint_t)cost;
-	limit->cost_cv = cost_cv;
-	if (quota.data) {
-		if (zone->rate_text.len) {
-			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-					   "\"quota\" on zone \"%V\", which "
-					   "has a rate (declare the zone "
-					   "without rate= for quotas)",
-					   &zname);
-			return NGX_CONF_ERROR;
-		}
-		rv = parse_quota(&quota, &tz, &align, &limit->limit);
-		if (rv != NGX_CONF_OK) {
-			ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
-			return NGX_CONF_ERROR;
-		}
-		/* Refused at once past its quota, never delayed. */
-		limit->nodelay = 1;
-		return NGX_CONF_OK;
+	return limit;
+}
+
+/* A quota's limit, on a zone with no rate: refused at once past its
+ * quota, never delayed. */
+static char *limit_init_quota(ngx_conf_t *cf, ngx_http_sluice_limit_t *limit,
+			      ngx_http_sluice_limit_args_t *args)
+{
+	char *rv;
+
+	if (limit->zone->rate_text.len) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "\"quota\" on zone \"%V\", which "
+				   "has a rate (declare the zone "
+				   "without rate= for quotas)",
+				   &args->zname);
+		return NGX_CONF_ERROR;
 	}
+	rv = parse_quota(&args->quota, &args->tz, &args->align, &limit->limit);
+	if (rv != NGX_CONF_OK) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", rv);
+		return NGX_CONF_ERROR;
+	}
+	limit->nodelay = 1;
+	return NGX_CONF_OK;
+}
+
+/* A rate's limit: capacity burst + 1 at the zone's rate. */
+static char *limit_init_rate(ngx_conf_t *cf, ngx_http_sluice_limit_t *limit,
+			     ngx_http_sluice_limit_args_t *args)
+{
+	ngx_http_sluice_zone_t *zone = limit->zone;
+	char err[200];
+
 	if (zone->rate_text.len == 0) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
 				   "zone \"%V\" has no rate: give it rate= or "
 				   "this sluice_limit a quota=N/UNIT",
-				   &zname);
+				   &args->zname);
 		return NGX_CONF_ERROR;
 	}
-	if (sluice_limit_init(&limit->limit, (uint64_t)burst + 1, &zone->rate,
-			      err, sizeof(err)) != 0) {
+	if (sluice_limit_init(&limit->limit, (uint64_t)args->burst + 1,
+			      &zone->rate, err, sizeof(err)) != 0) {
 		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-				   "burst=%i at rate \"%V\": %s", burst,
+				   "burst=%i at rate \"%V\": %s", args->burst,
 				   &zone->rate_text, err);
 		return NGX_CONF_ERROR;
 	}
 	return NGX_CONF_OK;
+}
+
+char *ngx_http_sluice_limit_cmd(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+	ngx_http_sluice_loc_conf_t *lcf = conf;
+	ngx_http_sluice_main_conf_t *smcf;
+	ngx_http_sluice_limit_args_t args;
+	ngx_http_sluice_limit_t *limit;
+	ngx_http_sluice_zone_t *zone;
+
+	ngx_memzero(&args, sizeof(args));
+	args.cost = 1;
+	if (limit_read_args(cf, &args) != NGX_CONF_OK ||
+	    limit_check_args(cf, cmd, &args) != NGX_CONF_OK)
+		return NGX_CONF_ERROR;
+
+	/* Zones are declared at the http level, before any server: the
+	 * zone must be known here (limit_req's zones may come later; a
+	 * zone here is a store to open, checked at once). */
+	smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
+	zone = zone_by_name(smcf, &args.zname);
+	if (zone == NULL) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+				   "unknown sluice_limit_zone \"%V\" (declare "
+				   "it before it is used)",
+				   &args.zname);
+		return NGX_CONF_ERROR;
+	}
+
+	limit = limit_add(cf, lcf, zone, &args.zname);
+	if (limit == NULL)
+		return NGX_CONF_ERROR;
+	limit->zone = zone;
+	limit->delay = (ngx_uint_t)args.delay;
+	limit->nodelay = args.nodelay;
+	limit->cost = (ngx_uint_t)args.cost;
+	limit->cost_cv = args.cost_cv;
+	if (args.quota.data)
+		return limit_init_quota(cf, limit, &args);
+	return limit_init_rate(cf, limit, &args);
 }

@@ -518,126 +518,123 @@ static ngx_http_sluice_ctx_t *request_ctx(ngx_http_request_t *r)
 	return NULL;
 }
 
-ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
+/* A request's context on its first pass, with its items: NGX_OK and
+ * *out, NGX_DECLINED (no limit here, or a subrequest, or nothing to
+ * take) or NGX_HTTP_INTERNAL_SERVER_ERROR. */
+static ngx_int_t ctx_create(ngx_http_request_t *r, ngx_http_sluice_ctx_t **out)
 {
 	ngx_http_sluice_loc_conf_t *lcf;
 	ngx_http_sluice_ctx_t *ctx;
-	ngx_uint_t i, which;
-	uint64_t delay_us;
-	ngx_msec_t delay;
 	ngx_pool_cleanup_t *cln;
 	ngx_int_t rc;
 
-	ctx = r == r->main ? request_ctx(r) : NULL;
-	if (ctx && ctx->decided)
-		return NGX_DECLINED; /* back from a delay */
-	if (ctx && ctx->pending)
-		return NGX_AGAIN;
-
-	if (ctx == NULL) {
-		lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
-		if (lcf->limits == NULL || r != r->main)
-			return NGX_DECLINED;
-		cln = ngx_pool_cleanup_add(r->pool, 0);
-		if (cln == NULL)
-			return NGX_HTTP_INTERNAL_SERVER_ERROR;
-		if (answers_later(lcf)) {
-			ctx = ngx_calloc(sizeof(*ctx), r->connection->log);
-			if (ctx)
-				ctx->heap = 1;
-		} else {
-			ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
-		}
-		if (ctx == NULL)
-			return NGX_HTTP_INTERNAL_SERVER_ERROR;
-		cln->handler = ctx_marker;
-		cln->data = ctx;
-		ctx->r = r;
-		rc = build_items(r, lcf, ctx);
-		if (rc != NGX_OK)
-			return rc == NGX_DECLINED
-				       ? NGX_DECLINED
-				       : NGX_HTTP_INTERNAL_SERVER_ERROR;
-		ngx_http_set_ctx(r, ctx, ngx_http_sluice_module);
-	}
 	lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
-
-	if (take_stages(ctx) == NGX_AGAIN) {
-		/* Held until take_done runs the phases again; a client that
-		 * goes away meanwhile ends the request (the context stays
-		 * for the answer, ctx_marker). */
-		r->main->count++;
-		r->read_event_handler = ngx_http_test_reading;
-		r->write_event_handler = ngx_http_request_empty_handler;
-		return NGX_DONE;
+	if (lcf->limits == NULL || r != r->main)
+		return NGX_DECLINED;
+	cln = ngx_pool_cleanup_add(r->pool, 0);
+	if (cln == NULL)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	if (answers_later(lcf)) {
+		ctx = ngx_calloc(sizeof(*ctx), r->connection->log);
+		if (ctx)
+			ctx->heap = 1;
+	} else {
+		ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
 	}
-	ctx->decided = 1;
+	if (ctx == NULL)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	cln->handler = ctx_marker;
+	cln->data = ctx;
+	ctx->r = r;
+	rc = build_items(r, lcf, ctx);
+	if (rc != NGX_OK)
+		return rc == NGX_DECLINED ? NGX_DECLINED
+					  : NGX_HTTP_INTERNAL_SERVER_ERROR;
+	ngx_http_set_ctx(r, ctx, ngx_http_sluice_module);
+	*out = ctx;
+	return NGX_OK;
+}
 
-	if (ctx->error) {
-		/* A store failed and a zone of it says fail=closed (or, on
-		 * a local store, as limit_req when its zone is full):
-		 * refused. */
-		ngx_log_error(lcf->log_level, r->connection->log, 0,
-			      "sluice: store of zone \"%V\" failed: %s",
-			      &ctx->lim[ctx->next]->zone->name,
-			      sluice_strerror((int)ctx->error));
-		refund_taken(ctx);
-		ngx_http_sluice_config_refund(r);
-		ctx->status = NGX_HTTP_SLUICE_REJECTED;
-		return lcf->status;
-	}
+/* A store failed and a zone of it says fail=closed (or, on a local
+ * store, as limit_req when its zone is full): refused. */
+static ngx_int_t refuse_store_failed(ngx_http_request_t *r,
+				     ngx_http_sluice_loc_conf_t *lcf,
+				     ngx_http_sluice_ctx_t *ctx)
+{
+	ngx_log_error(lcf->log_level, r->connection->log, 0,
+		      "sluice: store of zone \"%V\" failed: %s",
+		      &ctx->lim[ctx->next]->zone->name,
+		      sluice_strerror((int)ctx->error));
+	refund_taken(ctx);
+	ngx_http_sluice_config_refund(r);
+	ctx->status = NGX_HTTP_SLUICE_REJECTED;
+	return lcf->status;
+}
 
-	if (ctx->rejected) {
-		/* The refusing take's items say which limit refused. */
-		ctx->which = ctx->next;
-		ctx->d = ctx->items[ctx->next].summary;
-		for (i = ctx->next; i < ctx->stage_end; i++)
-			if (!ctx->items[i].allowed) {
-				ctx->which = i;
-				ctx->d = ctx->items[i].summary;
-				break;
-			}
-		refund_taken(ctx);
-		if (!lcf->dry_run)
-			ngx_http_sluice_config_refund(r);
-		ngx_log_error(lcf->log_level, r->connection->log, 0,
-			      "limiting requests%s, retry after %uLms by zone "
-			      "\"%V\"",
-			      lcf->dry_run ? ", dry run" : "",
-			      (uint64_t)sluice_us_to_ms_ceil(sluice_retry_us(
-				      &ctx->lim[ctx->which]->limit, &ctx->d)),
-			      &ctx->lim[ctx->which]->zone->name);
-		if (lcf->dry_run) {
-			ctx->status = NGX_HTTP_SLUICE_REJECTED_DRY_RUN;
-			return NGX_DECLINED;
+/* A limit refused: the refusing take's items say which; the request
+ * is refused (or, in a dry run, goes on), with nothing charged. */
+static ngx_int_t refuse_rejected(ngx_http_request_t *r,
+				 ngx_http_sluice_loc_conf_t *lcf,
+				 ngx_http_sluice_ctx_t *ctx)
+{
+	ngx_uint_t i;
+
+	ctx->which = ctx->next;
+	ctx->d = ctx->items[ctx->next].summary;
+	for (i = ctx->next; i < ctx->stage_end; i++)
+		if (!ctx->items[i].allowed) {
+			ctx->which = i;
+			ctx->d = ctx->items[i].summary;
+			break;
 		}
-		ctx->status = NGX_HTTP_SLUICE_REJECTED;
-		if (lcf->headers &&
-		    send_headers(r, lcf->headers, ctx, 1) != NGX_OK)
-			return NGX_HTTP_INTERNAL_SERVER_ERROR;
-		return lcf->status;
-	}
-
-	/* Allowed: the most restrictive limit is the one reported (of
-	 * those decided: a store that failed open decided nothing). */
-	for (i = 0; i < ctx->n && item_class(ctx, i) == 2; i++)
-		;
-	if (i == ctx->n) {
-		ctx->status = NGX_HTTP_SLUICE_PASSED;
+	refund_taken(ctx);
+	if (!lcf->dry_run)
+		ngx_http_sluice_config_refund(r);
+	ngx_log_error(lcf->log_level, r->connection->log, 0,
+		      "limiting requests%s, retry after %uLms by zone "
+		      "\"%V\"",
+		      lcf->dry_run ? ", dry run" : "",
+		      (uint64_t)sluice_us_to_ms_ceil(sluice_retry_us(
+			      &ctx->lim[ctx->which]->limit, &ctx->d)),
+		      &ctx->lim[ctx->which]->zone->name);
+	if (lcf->dry_run) {
+		ctx->status = NGX_HTTP_SLUICE_REJECTED_DRY_RUN;
 		return NGX_DECLINED;
 	}
+	ctx->status = NGX_HTTP_SLUICE_REJECTED;
+	if (lcf->headers && send_headers(r, lcf->headers, ctx, 1) != NGX_OK)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	return lcf->status;
+}
+
+/* Allowed: the most restrictive limit is the one reported (of those
+ * decided: a store that failed open decided nothing), into ctx->which
+ * and ctx->d; 0 when none decided. */
+static int report_most_restrictive(ngx_http_sluice_ctx_t *ctx)
+{
+	ngx_uint_t i;
+
+	for (i = 0; i < ctx->n && item_class(ctx, i) == 2; i++)
+		;
+	if (i == ctx->n)
+		return 0;
 	ctx->which = i;
 	ctx->d = ctx->items[i].summary;
 	for (i++; i < ctx->n; i++)
 		if (item_class(ctx, i) != 2 &&
 		    sluice_decision_merge(&ctx->d, &ctx->items[i].summary))
 			ctx->which = i;
+	return 1;
+}
 
-	if (lcf->headers && !ngx_http_sluice_config_outranks(r, &ctx->d) &&
-	    send_headers(r, lcf->headers, ctx, 0) != NGX_OK)
-		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+/* An allowed request goes on now, or after its delay (request_delay). */
+static ngx_int_t pass_or_delay(ngx_http_request_t *r,
+			       ngx_http_sluice_loc_conf_t *lcf,
+			       ngx_http_sluice_ctx_t *ctx)
+{
+	ngx_uint_t which = 0;
+	uint64_t delay_us;
 
-	which = 0;
 	delay_us = request_delay(ctx, &which);
 	if (delay_us == 0) {
 		ctx->status = NGX_HTTP_SLUICE_PASSED;
@@ -658,11 +655,55 @@ ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 	/* A timer, never a blocked worker: the request sleeps until its
 	 * turn, and a client that goes away is noticed meanwhile. */
-	delay = (ngx_msec_t)sluice_us_to_ms_ceil(delay_us);
 	r->read_event_handler = ngx_http_test_reading;
 	r->write_event_handler = ngx_http_sluice_delay_handler;
-	ngx_add_timer(r->connection->write, delay);
+	ngx_add_timer(r->connection->write,
+		      (ngx_msec_t)sluice_us_to_ms_ceil(delay_us));
 	return NGX_AGAIN;
+}
+
+ngx_int_t ngx_http_sluice_handler(ngx_http_request_t *r)
+{
+	ngx_http_sluice_loc_conf_t *lcf;
+	ngx_http_sluice_ctx_t *ctx;
+	ngx_int_t rc;
+
+	ctx = r == r->main ? request_ctx(r) : NULL;
+	if (ctx && ctx->decided)
+		return NGX_DECLINED; /* back from a delay */
+	if (ctx && ctx->pending)
+		return NGX_AGAIN;
+
+	if (ctx == NULL) {
+		rc = ctx_create(r, &ctx);
+		if (rc != NGX_OK)
+			return rc;
+	}
+	lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
+
+	if (take_stages(ctx) == NGX_AGAIN) {
+		/* Held until take_done runs the phases again; a client that
+		 * goes away meanwhile ends the request (the context stays
+		 * for the answer, ctx_marker). */
+		r->main->count++;
+		r->read_event_handler = ngx_http_test_reading;
+		r->write_event_handler = ngx_http_request_empty_handler;
+		return NGX_DONE;
+	}
+	ctx->decided = 1;
+
+	if (ctx->error)
+		return refuse_store_failed(r, lcf, ctx);
+	if (ctx->rejected)
+		return refuse_rejected(r, lcf, ctx);
+	if (!report_most_restrictive(ctx)) {
+		ctx->status = NGX_HTTP_SLUICE_PASSED;
+		return NGX_DECLINED;
+	}
+	if (lcf->headers && !ngx_http_sluice_config_outranks(r, &ctx->d) &&
+	    send_headers(r, lcf->headers, ctx, 0) != NGX_OK)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	return pass_or_delay(r, lcf, ctx);
 }
 
 /* ---------------------------------------------------------- variables */

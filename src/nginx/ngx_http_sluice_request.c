@@ -39,7 +39,6 @@ static ngx_str_t ngx_http_sluice_status_text[] = {
 };
 
 /* A request's decision, kept for the variables and the headers. */
-/* A request's decision, kept for the variables and the headers. */
 typedef struct {
 	ngx_http_request_t *r;
 	sluice_take_item_t items[SLUICE_MAX_LIMITS];

@@ -158,8 +158,10 @@ class OnRedis(unittest.TestCase):
     def test_two_nginx_on_one_redis_enforce_one_quota(self):
         with RedisServer() as r:
             url = "redis://127.0.0.1:%d" % r.port
-            http = ("sluice_limit_zone $http_x_user zone=rq:1m store=%s;"
-                    % url) + server(loc("/", "sluice_limit zone=rq "
+            # timeout=5000: a worker's first request waits for its
+            # connection, which a busy machine can make late.
+            http = ("sluice_limit_zone $http_x_user zone=rq:1m store=%s "
+                    "timeout=5000;" % url) + server(loc("/", "sluice_limit zone=rq "
                                         "quota=4/day align=first_use;"))
             with NginxDaemon(http) as a, NginxDaemon(http) as b:
                 t0 = time.monotonic()

@@ -56,6 +56,13 @@ PAUSE_S = 6.0
 HEALTHZ_BOUND_S = 3.0
 
 
+# A zone on a Redis that is up: the tests that count its answers give a
+# deadline no busy machine misses (a worker's first request waits for its
+# connection, through Sentinel or Cluster's discovery and AUTH); the
+# timeout's own effect is FailModes'.
+HEALTHY = "timeout=5000"
+
+
 def zone(name, redis, rate="1r/m", extra=""):
     return ("sluice_limit_zone $http_x_user zone=%s:1m rate=%s "
             "store=%s %s;" % (name, rate, redis, extra))
@@ -105,7 +112,7 @@ class Healthz:
 class TwoHosts(unittest.TestCase):
     def test_two_nginx_on_one_redis_enforce_one_limit(self):
         with RedisServer() as r:
-            http = zone("shared", redis_url(r)) + server(
+            http = zone("shared", redis_url(r), extra=HEALTHY) + server(
                 loc("/", "sluice_limit zone=shared burst=4 nodelay;"))
             with NginxDaemon(http) as a, NginxDaemon(http) as b:
                 # Capacity 5 at one a minute: 12 requests alternating
@@ -124,7 +131,8 @@ class TwoHosts(unittest.TestCase):
 
     def test_delay_mode_waits_for_the_turn_redis_gives(self):
         with RedisServer() as r:
-            http = zone("slow", redis_url(r), rate="10r/s") + server(
+            http = zone("slow", redis_url(r), rate="10r/s",
+                        extra=HEALTHY) + server(
                 loc("/", "sluice_limit zone=slow burst=10;"))
             with NginxDaemon(http) as n:
                 out = []
@@ -149,7 +157,7 @@ class TwoHosts(unittest.TestCase):
     def test_sentinel_names_the_master_and_its_password_is_used(self):
         with RedisServer(password="m-pw") as m, Sentinel(m, quorum=1) as s:
             url = "sentinel://:m-pw@127.0.0.1:%d/mymaster" % s.port
-            http = zone("sen", url, extra="fail=closed") + server(
+            http = zone("sen", url, extra="fail=closed " + HEALTHY) + server(
                 loc("/", "sluice_limit zone=sen burst=2 nodelay;"))
             with NginxDaemon(http) as n:
                 self.assertEqual(n.statuses("/", "s1", 5),
@@ -170,7 +178,7 @@ class TwoHosts(unittest.TestCase):
                     lambda: "cluster_state:ok" in x.cli("CLUSTER", "INFO"),
                     30))
             http = zone("cl", "cluster:" + nodes[0].seed(),
-                        extra="fail=closed") + server(
+                        extra="fail=closed " + HEALTHY) + server(
                 loc("/", "sluice_limit zone=cl burst=1 nodelay;"))
             with NginxDaemon(http) as n:
                 users = ["c%d" % i for i in range(8)]
@@ -186,7 +194,7 @@ class TwoHosts(unittest.TestCase):
 
     def test_a_reload_keeps_deciding_and_the_old_workers_exit(self):
         with RedisServer() as r:
-            http = zone("rl", redis_url(r)) + server(
+            http = zone("rl", redis_url(r), extra=HEALTHY) + server(
                 loc("/", "sluice_limit zone=rl burst=1 nodelay;"))
             with NginxDaemon(http) as n:
                 self.assertEqual(n.statuses("/", "k", 3), [200, 200, 429])
@@ -342,7 +350,8 @@ class Password(unittest.TestCase):
         with RedisServer(password="right-pw") as r:
             http = zone("pw", redis_url(r, "wr0ng-pw"),
                         extra="fail=closed") + zone(
-                "ok", redis_url(r, "right-pw"), extra="fail=closed") + \
+                "ok", redis_url(r, "right-pw"),
+                extra="fail=closed " + HEALTHY) + \
                 server(loc("/", "sluice_limit zone=pw burst=100 nodelay;") +
                        loc("/ok", "sluice_limit zone=ok burst=100 nodelay;"))
             with NginxDaemon(http) as n:

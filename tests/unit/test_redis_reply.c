@@ -186,8 +186,10 @@ static const char *answer_decision(const redisReply *cmd, size_t *len)
 
 /* One decision (script path) through a client of the scripted server on
  * port; the node's last error is copied to last_error. */
-static result_t take_on_fake(int port, int timeout_ms, char *last_error,
-			     size_t n)
+/* One take on the fake at port (as a cluster of one node when cluster),
+ * the node's last error copied to last_error. */
+static result_t take_on(int port, int cluster, int timeout_ms, char *last_error,
+			size_t n)
 {
 	sluice_redis_opts_t o = {0};
 	sluice_redis_t *r;
@@ -195,9 +197,16 @@ static result_t take_on_fake(int port, int timeout_ms, char *last_error,
 	uv_loop_t loop;
 	result_t res;
 	char url[64], err[256];
+	const char *seeds[1] = {url};
 
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-	o.url = url;
+	if (cluster) {
+		snprintf(url, sizeof(url), "127.0.0.1:%d", port);
+		o.seeds = seeds;
+		o.nseeds = 1;
+	} else {
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+		o.url = url;
+	}
 	o.timeout_ms = timeout_ms;
 	o.flags = SLUICE_REDIS_SCRIPT_ONLY;
 	uv_loop_init(&loop);
@@ -209,6 +218,12 @@ static result_t take_on_fake(int port, int timeout_ms, char *last_error,
 	rh_close_client(&loop, r);
 	uv_loop_close(&loop);
 	return res;
+}
+
+static result_t take_on_fake(int port, int timeout_ms, char *last_error,
+			     size_t n)
+{
+	return take_on(port, 0, timeout_ms, last_error, n);
 }
 
 /* A call answered with reply fails at once, not at its (long) timeout,
@@ -263,6 +278,10 @@ static void test_endless_string_reply_is_an_error(void)
  * first one, then allowed (a shortfall of 0). */
 static volatile int64_t tryagain_since;
 static int64_t tryagain_ms;
+/* Then, when set, one ASK to the fake itself before the answer (the
+ * slot's keys all moved to the importing node). */
+static int ask_after, asked;
+static int fake_port;
 
 static const char *answer_tryagain(const redisReply *cmd, size_t *len)
 {
@@ -270,6 +289,16 @@ static const char *answer_tryagain(const redisReply *cmd, size_t *len)
 		"-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
 	const char *name = rh_cmd_name(cmd);
 
+	if (strcasecmp(name, "CLUSTER") == 0) {
+		/* CLUSTER SLOTS: every slot is the fake's. */
+		static char slots[96];
+
+		*len = (size_t)snprintf(slots, sizeof(slots),
+					"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n"
+					"$9\r\n127.0.0.1\r\n:%d\r\n",
+					fake_port);
+		return slots;
+	}
 	if (strcasecmp(name, "EVALSHA") != 0) {
 		*len = 5;
 		return "+OK\r\n";
@@ -280,11 +309,20 @@ static const char *answer_tryagain(const redisReply *cmd, size_t *len)
 		*len = sizeof(again) - 1;
 		return again;
 	}
+	if (ask_after && !asked) {
+		static char ask[64];
+
+		asked = 1;
+		*len = (size_t)snprintf(ask, sizeof(ask),
+					"-ASK 866 127.0.0.1:%d\r\n", fake_port);
+		return ask;
+	}
 	*len = 4;
 	return ":0\r\n";
 }
 
-static result_t take_through_tryagain(int64_t for_ms, int timeout_ms)
+static result_t take_through_tryagain(int64_t for_ms, int timeout_ms,
+				      int cluster)
 {
 	static rh_fake_t fake;
 	static int started;
@@ -292,11 +330,13 @@ static result_t take_through_tryagain(int64_t for_ms, int timeout_ms)
 
 	if (!started) {
 		rh_fake_start(&fake, answer_tryagain);
+		fake_port = fake.port;
 		started = 1;
 	}
 	tryagain_since = 0;
 	tryagain_ms = for_ms;
-	return take_on_fake(fake.port, timeout_ms, last, sizeof(last));
+	asked = 0;
+	return take_on(fake.port, cluster, timeout_ms, last, sizeof(last));
 }
 
 /* TRYAGAIN is retried for as long as the call may wait, not a count of
@@ -307,15 +347,33 @@ static result_t take_through_tryagain(int64_t for_ms, int timeout_ms)
  * in a --busy CI run). */
 static void test_tryagain_is_retried_until_the_deadline(void)
 {
-	result_t res = take_through_tryagain(1000, 20000);
+	result_t res = take_through_tryagain(1000, 20000, 0);
 
 	CHECK(res.status == 0 && res.allowed);
 	/* A slot that never settles: the call ends at its deadline. */
-	res = take_through_tryagain(1000000, 300);
+	res = take_through_tryagain(1000000, 300, 0);
 	CHECK(res.status != 0);
 	printf("TRYAGAIN for 1 s: retried until allowed; for ever: failed "
 	       "at the deadline (status %d)\n",
 	       res.status);
+}
+
+/* Retries through TRYAGAIN, however many, leave the call all its
+ * redirections: the ASK that follows them (the keys moved, the importing
+ * node decides) is followed.  Counted together, a call retried more than
+ * SLUICE_REDIS_MAX_REDIRECTS times then asked elsewhere failed
+ * (test_redis_cluster's migration, 4 of 812 decisions, beside four busy
+ * loops). */
+static void test_an_ask_after_tryagain_is_followed(void)
+{
+	result_t res;
+
+	ask_after = 1;
+	res = take_through_tryagain(300, 20000, 1);
+	ask_after = 0;
+	CHECK(asked);
+	CHECK(res.status == 0 && res.allowed);
+	printf("TRYAGAIN for 300 ms, then ASK: followed, allowed\n");
 }
 
 /* -------------------------------- a real Redis that echoes AUTH back */
@@ -379,6 +437,7 @@ int main(void)
 	RUN(test_huge_array_reply_is_an_error_at_once);
 	RUN(test_endless_string_reply_is_an_error);
 	RUN(test_tryagain_is_retried_until_the_deadline);
+	RUN(test_an_ask_after_tryagain_is_followed);
 	RUN(test_refused_auth_never_shows_the_password);
 	TESTS_DONE();
 }

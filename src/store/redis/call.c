@@ -228,7 +228,7 @@ static void call_lost(sluice_redis_call_t *c)
 {
 	if (c->r->sentinel && c->r->nodes[0]->moving &&
 	    clock_ms() < c->deadline_ms) {
-		c->redirects++;
+		c->redirects = 0;
 		sluice_redis__retry_later(c);
 		return;
 	}
@@ -273,7 +273,7 @@ static int call_retried(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		 * caller said it may wait (it did, on a busy machine, after
 		 * 20 tries in 100 ms of a 500 ms deadline). */
 		sluice_redis__sentinel_lost(c->r, rep->str);
-		c->redirects++;
+		c->redirects = 0;
 		if (clock_ms() < c->deadline_ms) {
 			sluice_redis__retry_later(c);
 			return 1;
@@ -285,8 +285,10 @@ static int call_retried(sluice_redis_conn_t *k, sluice_redis_link_t *l,
 		 * every SLUICE_REDIS_RETRY_MS for as long as the call may
 		 * wait.  As with READONLY, the deadline alone bounds it: a
 		 * count of tries (20, about 100 ms) gave up in the middle of
-		 * a migration on a busy machine. */
-		c->redirects++;
+		 * a migration on a busy machine.  Nor do these retries use
+		 * up the call's redirections: the ASK that follows them once
+		 * the keys have moved is followed. */
+		c->redirects = 0;
 		if (clock_ms() < c->deadline_ms) {
 			sluice_redis__retry_later(c);
 			return 1;

@@ -89,7 +89,10 @@
 /* Timed-out calls with no reply in between after which a connection is
  * declared stuck, dropped and reopened. */
 #define SLUICE_REDIS_STUCK_TIMEOUTS 8
-/* Redirections / retries one call may follow before it fails. */
+/* Redirections (MOVED, ASK) and script reloads one call may follow in a
+ * row before it fails: a loop between nodes that disagree.  A retry after
+ * a pause (TRYAGAIN, CLUSTERDOWN, LOADING, READONLY, a Sentinel master
+ * that moved) starts the count again; the deadline bounds those. */
 #define SLUICE_REDIS_MAX_REDIRECTS 5
 #define SLUICE_REDIS_RETRY_MS	   5
 #define SLUICE_REDIS_NSLOTS	   16384
@@ -316,8 +319,8 @@ struct sluice_redis_call_s {
 	int waiting;		    /* on the retry list */
 	int probe;		    /* the half-open breaker probe */
 	sluice_redis_node_t *guard; /* whose breaker admitted it */
-	unsigned refs; /* commands in flight that carry this call */
-	unsigned redirects;
+	unsigned refs;	    /* commands in flight that carry this call */
+	unsigned redirects; /* in a row, since the last retry after a pause */
 	sluice_redis_node_t *ask;  /* send ASKING + the call to this node */
 	sluice_redis_conn_t *conn; /* where it was last sent */
 	int script; /* last sent as EVALSHA (else to the module) */

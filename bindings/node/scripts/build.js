@@ -115,16 +115,16 @@ function libc() {
 }
 
 // The prebuilt binaries for this platform and architecture whose tags
-// (prebuildify's file names: node.napi.glibc.node) fit this node.
-function prebuilds() {
-  const dir = path.join(pkg, 'prebuilds', `${process.platform}-${process.arch}`);
+// (prebuildify's file names: node.napi.glibc.node) fit this node: a
+// Node-API one, of this C library when it names one (want: 'glibc',
+// 'musl', or null off Linux), in the order of their names.
+function prebuilds(dir = path.join(pkg, 'prebuilds', `${process.platform}-${process.arch}`), want = libc()) {
   let names = [];
-  try { names = fs.readdirSync(dir); } catch { return []; }
+  try { names = fs.readdirSync(dir).sort(); } catch { return []; }
   return names.filter((n) => {
     if (!n.endsWith('.node')) return false;
     const tags = n.slice(0, -'.node'.length).split('.');
     if (!tags.includes('napi')) return false;
-    const want = libc();
     return !['glibc', 'musl'].some((l) => tags.includes(l) && l !== want);
   }).map((n) => path.join(dir, n));
 }
@@ -341,6 +341,6 @@ async function main() {
   console.log(`sluice: built ${path.relative(process.cwd(), target) || target}`);
 }
 
-module.exports = { compile, lock, deps, checkoutRoot, fromSourceAsked, hostLibc: libc, inputsKey };
+module.exports = { compile, lock, deps, checkoutRoot, fromSourceAsked, hostLibc: libc, inputsKey, prebuilds };
 
 if (require.main === module) main();

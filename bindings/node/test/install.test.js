@@ -122,3 +122,20 @@ test('in a checkout, building again with nothing changed reuses the addon', { ti
   assert.equal(fs.statSync(target).mtimeMs, before, 'the addon was not rewritten');
   assert.ok(fs.existsSync(path.join(pkg, 'build', 'inputs.sha256')));
 });
+
+test('the prebuild picked is the one of this C library: musl on Alpine, glibc elsewhere, an untagged one on both', () => {
+  const { prebuilds } = require(BUILD_JS);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-prebuilds-'));
+  try {
+    for (const n of ['node.napi.glibc.node', 'node.napi.musl.node', 'node.napi.node', 'node.abi115.node', 'README.txt'])
+      fs.writeFileSync(path.join(dir, n), '');
+    const names = (want) => prebuilds(dir, want).map((f) => path.basename(f));
+    assert.deepEqual(names('musl'), ['node.napi.musl.node', 'node.napi.node']);
+    assert.deepEqual(names('glibc'), ['node.napi.glibc.node', 'node.napi.node']);
+    // Off Linux (no C library named): only an untagged one.
+    assert.deepEqual(names(null), ['node.napi.node']);
+    assert.deepEqual(prebuilds(path.join(dir, 'absent'), 'glibc'), []);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});

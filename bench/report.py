@@ -1299,11 +1299,11 @@ SHARED_HASH = {
     "?": "not recorded (a run before the file kept its hash)",
 }
 
-# node_timeout is measured by hand (bench/node/answer_latency.js) and never
-# by bench/run: the page always keeps it as it is.
+# node_floor and node_timeout are measured by hand (bench/node/floor.py,
+# answer_latency.js), never by bench/run: the page keeps them as they are.
 SECTIONS = ("core", "scaling", "shared", "memory", "http", "redis",
-            "article_ab", "simulate", "node", "node_timeout", "grpc",
-            "nginx")
+            "article_ab", "simulate", "node", "node_floor", "node_timeout",
+            "grpc", "nginx")
 
 
 def blocks(text):

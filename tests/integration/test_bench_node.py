@@ -102,6 +102,56 @@ class BenchNode(unittest.TestCase):
                              {"x-ratelimit-limit": "100",
                               "x-ratelimit-remaining": "99"})
 
+    def test_floor_apps_send_what_they_stand_for(self):
+        # bench/node/floor.py's controls: five-headers.js sets the five
+        # headers sluice's middleware sends, with values of their form;
+        # the others send none.  Only sluice's apps limit.
+        with harness.RedisServer() as redis, \
+                App("sluice-memory.js", redis) as sluice, \
+                App("five-headers.js", redis) as five, \
+                App("sluice-memory-no-headers.js", redis) as quiet, \
+                App("noop.js", redis) as noop, \
+                App("key-only.js", redis) as key:
+            a = sluice.get("floor-a")
+            b = five.get("floor-b")
+            self.assertEqual(sorted(limit_headers(b)), sorted(FIVE), b)
+            ha, hb = limit_headers(a), limit_headers(b)
+            for name in ("ratelimit-policy", "x-ratelimit-limit",
+                         "x-ratelimit-remaining", "ratelimit"):
+                self.assertEqual(hb[name], ha[name], (a, b))
+            for app in (quiet, noop, key):
+                r = app.get("floor-c")
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(limit_headers(r), {}, r)
+            # A fresh bucket of 100: the first 100 pass, and the refill
+            # (2/s) cannot keep up with requests sent back to back.
+            statuses = []
+            while 429 not in statuses and len(statuses) < 300:
+                statuses.append(quiet.get("floor-d").status)
+            self.assertEqual(statuses[:100], [200] * 100, statuses)
+            self.assertIn(429, statuses)
+            passed = [noop.get("floor-d").status for _ in range(105)]
+            self.assertEqual(set(passed), {200}, passed)
+
+    def test_floor_script_reports_every_app(self):
+        if shutil.which("wrk") is None:
+            self.skipTest("wrk is not installed (scripts/deps installs it)")
+        out = subprocess.run(
+            [sys.executable, "floor.py", "2", "1"], cwd=BENCH,
+            capture_output=True, text=True, timeout=300, env=node_env())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        rows = [l.split("|") for l in out.stdout.splitlines()
+                if l.startswith("| ") and "#" in l]
+        self.assertEqual([r[1].strip().split("#")[0] for r in rows],
+                         ["bare", "bare", "noop", "key-only", "five-headers",
+                          "sluice-memory-no-headers", "sluice-memory"], out)
+        # The first bare is the reference: its own ratios are 1.
+        self.assertEqual(rows[0][4].strip(), "1.000 (1.000-1.000)", out)
+        for r in rows:
+            self.assertGreater(float(r[2]), 0, r)
+            self.assertGreater(float(r[3]), 0, r)
+        self.assertIn("2 windows of 1 s, 7 apps at once", out.stdout)
+
     def test_overhead_medians_inside_their_spreads(self):
         names = ["sluice_memory", "flexible_memory", "classic_headers"]
         with harness.RedisServer() as redis:

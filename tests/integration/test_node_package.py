@@ -17,8 +17,10 @@ fresh folders outside the checkout.
 5. The other prebuilds: Debian's arm64 Node 18 (its packages unpacked into
    a folder of their own) under qemu-aarch64 installs the linux-arm64 one,
    runs the app and the package's core tests; the musl one binds no glibc
-   symbol and loads under musl's dynamic linker (no musl Node is packaged
-   for Debian: what it binds from libc is checked, not a run of Node).
+   symbol, loads under musl's dynamic linker, and decides on musl's libc
+   as the glibc one does on glibc's: no musl Node is packaged for Debian,
+   so napi_host.c (the Node-API calls of the memory store, made as node
+   makes them) runs both.
 6. What a publisher checks: @arethetypeswrong/cli finds no problem with
    the types, TypeScript compiles ES module and CommonJS users under
    nodenext, and `npm publish --dry-run` warns of nothing and ships only
@@ -310,6 +312,69 @@ class PackedPackage(unittest.TestCase):
         out = run([host, self.extract(PREBUILD, "unpacked-musl")], self.tmp,
                   env=plain_env(), check=False)
         self.assertNotEqual(out.returncode, 0, out.stdout)
+
+    def napi_host(self, cc, addon, name):
+        """tests/integration/napi_host.c built with `cc` (a list) against the
+        Node-API headers the tarball carries, with a stub that aborts for
+        every other name the addon leaves to node; its output on addon."""
+        d = os.path.join(self.tmp, name)
+        os.makedirs(d, exist_ok=True)
+        inc = os.path.dirname(self.extract("deps/include/node_api.h", name))
+        for h in ("js_native_api.h", "js_native_api_types.h",
+                  "node_api_types.h"):
+            self.extract("deps/include/" + h, name)
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "napi_host.c")
+        run(cc + ["-std=c11", "-Wall", "-Wextra", "-Werror",
+                  "-Wno-unused-parameter", "-I", inc, "-c", src, "-o",
+                  "host.o"], d)
+        defined = set(re.findall(r"^\S+\s+T (\S+)$", run(
+            ["nm", "--defined-only", "host.o"], d).stdout, re.M))
+        wanted = set(re.findall(r"^\s+U (\S+)$", run(
+            ["nm", "-D", "--undefined-only", addon], d).stdout, re.M))
+        stubs = sorted(n for n in wanted - defined if NODE_PROVIDES.match(n))
+        self.assertIn("uv_timer_start", stubs)
+        with open(os.path.join(d, "stubs.c"), "w") as c:
+            c.write("#include <stdio.h>\n#include <stdlib.h>\n")
+            for n in stubs:
+                c.write('void %s(void) { puts("stub %s called"); exit(4); }\n'
+                        % (n, n))
+        run(cc + ["-w", "-c", "stubs.c", "-o", "stubs.o"], d)
+        run(cc + ["-rdynamic", "-o", "host", "host.o", "stubs.o", "-ldl"], d)
+        interp = re.search(r"interpreter: (\S+?)\]", run(
+            ["readelf", "-l", "host"], d).stdout)
+        self.assertIsNotNone(interp)
+        self.assertEqual("ld-musl" in interp.group(1), cc == ["musl-gcc"],
+                         interp.group(1))
+        out = run([os.path.join(d, "host"), addon], d, env=plain_env(),
+                  check=False)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        return out.stdout.splitlines()
+
+    def test_musl_prebuild_decides_on_musl_as_the_glibc_one_on_glibc(self):
+        # No musl node is packaged here: a host of its own runs the musl
+        # prebuild's policy, memory store and decisions on musl's libc,
+        # through the same Node-API calls node would make.
+        if not shutil.which("musl-gcc") or not os.path.exists(MUSL_LIBC):
+            self.skipTest("musl-tools is missing (scripts/deps)")
+        musl = self.napi_host(["musl-gcc"], self.extract(
+            PREBUILD_MUSL, "host-musl"), "host-musl")
+        glibc = self.napi_host(["cc"], self.extract(
+            PREBUILD, "host-glibc"), "host-glibc")
+        self.assertEqual(musl, glibc)
+        self.assertEqual(musl[0], "window 50")
+        takes = [l.split() for l in musl[1:105]]
+        # A bucket of 100 at one instant: 100 allowed, remaining counting
+        # down, then refused with the wait for one token (2/s: 500 ms).
+        self.assertEqual([t[0] for t in takes[:102]], ["1"] * 100 + ["0"] * 2)
+        self.assertEqual(takes[0], ["1", "100", "99", "0", "500", "0"])
+        self.assertEqual(takes[99], ["1", "100", "0", "0", "50000", "0"])
+        self.assertEqual(takes[100], ["0", "100", "0", "500", "50000", "0"])
+        # 499 ms later still refused (1 ms to wait), at 500 ms allowed.
+        self.assertEqual(takes[102][:4], ["0", "100", "0", "1"])
+        self.assertEqual(takes[103][:3], ["1", "100", "0"])
+        # A key that is neither a string nor a Buffer: the addon refuses it.
+        self.assertTrue(musl[105].startswith("Error ERR_SLUICE_NAPI"), musl)
 
     def test_installs_without_a_compiler_from_the_prebuild(self):
         env = self.tools_env()

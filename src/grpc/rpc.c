@@ -13,9 +13,9 @@
  * is dropped.
  */
 #include "grpc/internal.h"
+#include "util/invariant.h"
 #include "util/log.h"
 
-#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +46,11 @@ int grpc_call_charge(grpc_call_t *call, size_t n, int force)
 
 void grpc_call_uncharge(grpc_call_t *call, size_t n)
 {
-	assert(call->charge >= n && call->g->held >= n);
+	SLUICE_ASSERT(call->charge >= n && call->g->held >= n);
 	call->charge -= n;
 	call->g->held -= n;
 	if (call->conn) {
-		assert(call->conn->held >= n);
+		SLUICE_ASSERT(call->conn->held >= n);
 		call->conn->held -= n;
 	}
 }
@@ -93,7 +93,7 @@ void grpc_call_release_in(grpc_call_t *call)
 
 void grpc_call_free(grpc_call_t *call)
 {
-	assert(!call->conn && !call->hold);
+	SLUICE_ASSERT(!call->conn && !call->hold);
 	grpc_call_partial(call, 0);
 	grpc_call_uncharge(call, call->charge);
 	sluice_buf_free(&call->in);
@@ -116,7 +116,7 @@ void grpc_call_detach(grpc_call_t *call)
 	/* What the call still holds (a decision in flight) stays counted
 	 * in the thread's budget until it is freed; the connection's
 	 * share ends here. */
-	assert(c->held >= call->charge);
+	SLUICE_ASSERT(c->held >= call->charge);
 	c->held -= call->charge;
 	if (call->prev)
 		call->prev->next = call->next;

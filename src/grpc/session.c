@@ -20,9 +20,9 @@
  * finish alone.
  */
 #include "grpc/internal.h"
+#include "util/invariant.h"
 #include "util/log.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +97,7 @@ int grpc_conn_start(sluice_grpc_t *g, grpc_conn_t *c, const grpc_io_t *io)
 void grpc_conn_release(grpc_conn_t *c)
 {
 	grpc_call_detach_all(c);
-	assert(c->held == 0);
+	SLUICE_ASSERT(c->held == 0);
 	nghttp2_session_del(c->session);
 	c->session = NULL;
 	sluice_buf_free(&c->out);

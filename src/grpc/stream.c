@@ -10,8 +10,8 @@
  * this is the one file that knows the methods.
  */
 #include "grpc/internal.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,7 +347,7 @@ static void end_stream(grpc_call_t *call)
 	 * answered DEADLINE_EXCEEDED, and its late answer dropped. */
 	/* Runs inside nghttp2_session_mem_recv (no flush, so the call
 	 * outlives the method even when it answers at once). */
-	assert(call->conn->in_recv);
+	SLUICE_ASSERT(call->conn->in_recv);
 	call->method->handle(call,
 			     (const uint8_t *)call->in.data + GRPC_PREFIX_LEN,
 			     call->msg_len);

@@ -13,8 +13,8 @@
 #define SLUICE_POLICY_LIVE_H
 
 #include "policy/config/config.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -34,8 +34,8 @@ void sluice_live_unref(sluice_live_t *live);
 static inline size_t sluice_live_rule_index(const sluice_live_t *live,
 					    const sluice_rule_t *rule)
 {
-	assert(rule >= live->cfg->rules &&
-	       rule < live->cfg->rules + live->cfg->nrules);
+	SLUICE_ASSERT(rule >= live->cfg->rules &&
+		      rule < live->cfg->rules + live->cfg->nrules);
 	return (size_t)(rule - live->cfg->rules);
 }
 

@@ -11,9 +11,9 @@
  */
 #include "policy/request.h"
 #include "policy/ratelimit_headers.h"
+#include "util/invariant.h"
 #include "util/log.h"
 
-#include <assert.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -31,9 +31,9 @@ sluice_take_t *sluice_take_get(sluice_svc_t *svc)
 void sluice_take_put(sluice_svc_t *svc, sluice_take_t *t)
 {
 	/* Given back once, with its verdict delivered (or never decided). */
-	assert(t && t->pending == 0);
+	SLUICE_ASSERT(t && t->pending == 0);
 	if (t == svc->spare) {
-		assert(svc->spare_lent);
+		SLUICE_ASSERT(svc->spare_lent);
 		svc->spare_lent = 0;
 	} else {
 		sluice_take_free(t);
@@ -156,7 +156,7 @@ static void count_verdict(sluice_metrics_t *m, const sluice_live_t *live,
 				      : live->slots[sluice_live_rule_index(
 						live, rule)];
 
-		assert(slot < SLUICE_METRIC_SLOTS);
+		SLUICE_ASSERT(slot < SLUICE_METRIC_SLOTS);
 		if (r->store_err)
 			sluice_count(&m->store_errors[slot], 1);
 		switch (r->outcome) {
@@ -189,7 +189,7 @@ static void on_verdict(void *arg, const sluice_verdict_t *v)
 
 	int kept = 0;
 
-	assert(t->finished && v == &t->verdict);
+	SLUICE_ASSERT(t->finished && v == &t->verdict);
 	if (svc->metrics)
 		count_verdict(svc->metrics, t->live, t);
 	a.kind = v->status    ? SLUICE_ANSWER_STORE_ERROR
@@ -255,7 +255,7 @@ void sluice_answer_keep(const sluice_answer_t *a, sluice_answer_t *out)
 	out->kept = NULL;
 	if (a->own) {
 		/* Only from the callback: on_verdict() then leaves it. */
-		assert(a->kept && !*a->kept);
+		SLUICE_ASSERT(a->kept && !*a->kept);
 		*a->kept = 1;
 	}
 }
@@ -273,7 +273,7 @@ void sluice_answer_refund(sluice_answer_t *a, int64_t now_us)
 	sluice_take_t *t = a->own;
 
 	/* A kept answer: its take is the front end's until released. */
-	assert(t && a->kept == NULL);
+	SLUICE_ASSERT(t && a->kept == NULL);
 	sluice_verdict_refund(&t->svc->backend, t, now_us);
 }
 
@@ -331,8 +331,8 @@ void sluice_answer_limited_body(const sluice_answer_t *a, sluice_buf_t *out)
 	char name[256];
 
 	/* A refusal always reports the enforcing rule that refused. */
-	assert(a->kind == SLUICE_ANSWER_LIMITED && a->take &&
-	       a->take->verdict.report >= 0);
+	SLUICE_ASSERT(a->kind == SLUICE_ANSWER_LIMITED && a->take &&
+		      a->take->verdict.report >= 0);
 	sluice_answer_policy(a, name, sizeof(name));
 	sluice_limited_body(out, name, sluice_answer_retry_us(a));
 }

@@ -11,8 +11,8 @@
  */
 #include "policy/verdict.h"
 #include "policy/ratelimit_headers.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,7 +102,7 @@ static void finish(sluice_take_t *t);
 
 static void unref(sluice_take_t *t)
 {
-	assert(t->pending > 0 && !t->finished);
+	SLUICE_ASSERT(t->pending > 0 && !t->finished);
 	if (--t->pending == 0)
 		finish(t);
 }
@@ -257,7 +257,7 @@ static void finish(sluice_take_t *t)
 	if (v->status)
 		v->allowed = 0;
 	/* The callback runs exactly once per decide. */
-	assert(!t->finished);
+	SLUICE_ASSERT(!t->finished);
 	t->finished = 1;
 	t->cb(t->arg, v);
 }
@@ -325,8 +325,8 @@ void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 
 	/* A take is decided once at a time: the last verdict is delivered
 	 * (or the take is new) before it is reused. */
-	assert(t->pending == 0);
-	assert(t->nmatches <= t->cap);
+	SLUICE_ASSERT(t->pending == 0);
+	SLUICE_ASSERT(t->nmatches <= t->cap);
 	t->be = be;
 	t->cb = cb;
 	t->arg = arg;
@@ -351,7 +351,7 @@ void sluice_verdict_decide(sluice_backend_t *be, sluice_take_t *t,
 		issue(t, c++, 0, enforcing);
 	for (k = enforcing; k < t->nmatches; k++)
 		issue(t, c++, k, 1);
-	assert(k == t->nmatches);
+	SLUICE_ASSERT(k == t->nmatches);
 	unref(t);
 }
 
@@ -387,7 +387,7 @@ void sluice_verdict_refund(sluice_backend_t *be, sluice_take_t *t,
 {
 	size_t k;
 
-	assert(t->finished && t->pending == 0);
+	SLUICE_ASSERT(t->finished && t->pending == 0);
 	if (!t->verdict.allowed || t->verdict.status)
 		return;
 	/* Each charged item on its own: the local fallback may have moved

@@ -12,8 +12,8 @@
  * number), and the write is replicated as its effect (see "replication").
  */
 #include "redis_module/module.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -485,7 +485,7 @@ int sluice_rm_write_state(RedisModuleCtx *ctx, RedisModuleKey *k,
 	 * stores a new object) and the expiry, shared with the previous
 	 * write when equal (a batch under one limit often has them all
 	 * equal), until repl_flush(). */
-	assert(rb->n < rb->cap);
+	SLUICE_ASSERT(rb->n < rb->cap);
 	if (rb->n > 0 && rb->last_exp_ms == exp_ms) {
 		exp = rb->v[rb->cap + 2 * rb->n - 1];
 		RedisModule_RetainString(NULL, exp);

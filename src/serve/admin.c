@@ -34,10 +34,10 @@
 #include "policy/envoy/config.h"
 #include "serve/answer.h"
 #include "serve/handlers.h"
+#include "util/invariant.h"
 #include "util/log.h"
 #include "util/sha256.h"
 
-#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,7 +379,7 @@ static int if_state(sluice_conn_t *c, json_t *obj, admin_op_t *op)
 
 	if (!v)
 		return 0;
-	assert(op->n == 1 && op->verb == SLUICE_ADMIN_REFUND);
+	SLUICE_ASSERT(op->n == 1 && op->verb == SLUICE_ADMIN_REFUND);
 	if (!json_is_string(v) ||
 	    sluice_states_parse(json_string_value(v), json_string_length(v),
 				op->items[0].nlimits, op->expected) != 0) {

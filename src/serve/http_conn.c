@@ -11,8 +11,8 @@
  */
 #include "serve/http_conn.h"
 #include "serve/handlers.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <limits.h>
 #include <string.h>
 #include <strings.h>
@@ -657,7 +657,7 @@ static void reject(sluice_conn_t *c, enum http_errno err)
 static void dispatch(sluice_conn_t *c)
 {
 	/* One request at a time: nothing pending when the next is handled. */
-	assert(!c->waiting && !c->take);
+	SLUICE_ASSERT(!c->waiting && !c->take);
 	c->req_live = c->svc->live;
 	c->dispatching = 1;
 	sluice_handle(c);

@@ -6,8 +6,8 @@
  * (http_conn.c) calls the handlers and both call this, one way.
  */
 #include "serve/http_conn.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <string.h>
 #include <time.h>
 
@@ -41,7 +41,7 @@ void sluice_conn_free_bufs(sluice_conn_t *c)
 
 void sluice_conn_wait(sluice_conn_t *c)
 {
-	assert(!c->waiting); /* at most one decision pending */
+	SLUICE_ASSERT(!c->waiting); /* at most one decision pending */
 	c->waiting = 1;
 }
 

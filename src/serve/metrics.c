@@ -2,11 +2,11 @@
  * metrics.c -- the Prometheus text of every thread's counters
  * (policy/counters.c keeps their registry) and of the stores.
  */
-#include "serve/metrics.h"
 #include "policy/envoy/metrics.h"
+#include "serve/metrics.h"
+#include "util/invariant.h"
 #include "xds/xds.h"
 
-#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +60,9 @@ void sluice_metrics_store_unready(sluice_buf_t *out)
 
 void sluice_metrics_reload(int ok, int trigger)
 {
-	assert(trigger == SLUICE_RELOAD_SIGHUP ||
-	       trigger == SLUICE_RELOAD_CONFIG_DIR ||
-	       trigger == SLUICE_RELOAD_XDS);
+	SLUICE_ASSERT(trigger == SLUICE_RELOAD_SIGHUP ||
+		      trigger == SLUICE_RELOAD_CONFIG_DIR ||
+		      trigger == SLUICE_RELOAD_XDS);
 	atomic_fetch_add(&reloads[trigger][!!ok], 1);
 }
 

@@ -24,9 +24,9 @@
  * above hold as over cleartext.
  */
 #include "serve/server.h"
+#include "util/invariant.h"
 
 #include <arpa/inet.h>
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +98,7 @@ static void account(sluice_tcp_t *t)
 		      t->tls.cipher.len;
 
 	/* The loop's total is the sum of its connections' shares. */
-	assert(t->w->held >= t->held);
+	SLUICE_ASSERT(t->w->held >= t->held);
 	t->w->held = t->w->held - t->held + held;
 	t->held = held;
 }
@@ -114,7 +114,7 @@ static void on_close(uv_handle_t *h)
 	sluice_tcp_t *t = h->data;
 
 	sluice_count(&t->w->svc.metrics->connections, (uint64_t)-1);
-	assert(t->w->held >= t->held);
+	SLUICE_ASSERT(t->w->held >= t->held);
 	t->w->held -= t->held;
 	t->held = 0;
 	sluice_buf_free(&t->wbuf);

@@ -21,10 +21,9 @@
  * reply, the bytes of a shared file that another process may have
  * written: those are refused with an error, as they are in release.
  *
- * The core, the local stores (the bucket table, the shared file) and the
- * reference counts state theirs with this; the front ends, the policy
- * engine and the Redis client still use assert(), on in the builds
- * without NDEBUG (Debug and no type), off in a sanitized Release.
+ * Every invariant in src/ is stated with this: no file there calls
+ * assert(), which NDEBUG turns off in a sanitized Release and which the
+ * nginx module's build keeps (tests/unit/test_layers.py checks).
  */
 #ifndef SLUICE_UTIL_INVARIANT_H
 #define SLUICE_UTIL_INVARIANT_H

@@ -9,8 +9,7 @@
  * and would hide what the callbacks before it took.
  */
 #include "util/loop_lag.h"
-
-#include <assert.h>
+#include "util/invariant.h"
 
 static void on_fire(uv_timer_t *t);
 
@@ -40,7 +39,7 @@ int sluice_loop_lag_start(sluice_loop_lag_t *m, uv_loop_t *loop,
 {
 	int rc;
 
-	assert(interval_ms >= 1);
+	SLUICE_ASSERT(interval_ms >= 1);
 	m->interval_ms = interval_ms;
 	m->max_ns = m->samples = 0;
 	m->cb = cb;

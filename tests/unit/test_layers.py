@@ -327,8 +327,47 @@ class Layers(unittest.TestCase):
         self.assertEqual(long, [], "\n" + "\n".join(long))
 
 
+def plain_asserts(root):
+    """file:line of every assert() call in src/ (an invariant there is
+    SLUICE_ASSERT(), src/util/invariant.h); comment lines are skipped."""
+    bad = []
+    for d, _, names in os.walk(os.path.join(root, "src")):
+        for n in sorted(names):
+            if not n.endswith((".c", ".h")):
+                continue
+            path = os.path.join(d, n)
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    code = line.split("//")[0].split("/*")[0]
+                    if code.lstrip().startswith("*"):
+                        continue
+                    if re.search(r"(?<![A-Za-z_])assert\s*\(", code):
+                        bad.append("%s:%d" % (os.path.relpath(path, root), i))
+    return bad
+
+
+class Invariants(unittest.TestCase):
+    def test_no_plain_assert_in_src(self):
+        # assert() is off wherever NDEBUG is (a sanitized Release) and on
+        # in the nginx module's build: SLUICE_ASSERT() is on and off by one
+        # rule everywhere.
+        bad = plain_asserts(SRC_ROOT)
+        self.assertEqual(bad, [], "\n" + "\n".join(bad))
+
+
 class Checker(unittest.TestCase):
     """The checks can fail: made-up trees with each fault."""
+
+    def test_the_checker_sees_a_plain_assert(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, "src", "core"))
+            with open(os.path.join(root, "src", "core", "a.c"), "w") as f:
+                f.write("int f(int x)\n{\n\tSLUICE_ASSERT(x);\n"
+                        "\t/* assert(x) in a comment */\n"
+                        "\t * assert(x), a comment's line\n"
+                        "\tassert(x > 0);\n\treturn x;\n}\n")
+            self.assertEqual(plain_asserts(root), ["src/core/a.c:6"])
 
     def test_the_checker_sees_a_ring_and_a_wrong_arrow(self):
         g = {

@@ -1,8 +1,8 @@
 /*
  * test_serve_asserts.c -- the invariants serve and the verdict engine rely
- * on are checked (assert) in the test build: breaking one aborts instead
- * of going on with a corrupt connection, take or config.  Each case runs
- * in a child process and must die of SIGABRT.
+ * on are checked (SLUICE_ASSERT) in the test build: breaking one aborts
+ * instead of going on with a corrupt connection, take or config.  Each case
+ * runs in a child process and must die of SIGABRT.
  */
 #include "check.h"
 #include "fake_store.h"

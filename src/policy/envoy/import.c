@@ -13,10 +13,10 @@
  */
 #include "policy/envoy/import.h"
 #include "policy/envoy/metrics.h"
+#include "util/invariant.h"
 
 #include "util/log.h"
 
-#include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,7 +126,7 @@ struct import_s {
 static void unref(import_t *im)
 {
 	/* then() runs once: the issuing reference is the last to go. */
-	assert(im->pending > 0);
+	SLUICE_ASSERT(im->pending > 0);
 	if (--im->pending)
 		return;
 	im->then(im->arg);
@@ -232,7 +232,7 @@ static void issue_item(issue_t *is, const sluice_envoy_import_item_t *it)
 		one.counterlen = is->name.len;
 		one.window_ms = (uint64_t)divider(it->units[j].unit) * 1000;
 		/* One slot per limit of every item, counted above. */
-		assert(is->nb < is->total);
+		SLUICE_ASSERT(is->nb < is->total);
 		sluice_envoy_count_import(0);
 		s->im = is->im;
 		s->hash = h;

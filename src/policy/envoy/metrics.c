@@ -3,8 +3,8 @@
  * metrics.h).
  */
 #include "policy/envoy/metrics.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +113,7 @@ static _Atomic uint64_t service[SLUICE_ENVOY_SERVICE_COUNTS];
 
 void sluice_envoy_count_service(sluice_envoy_service_count_t which)
 {
-	assert(which < SLUICE_ENVOY_SERVICE_COUNTS);
+	SLUICE_ASSERT(which < SLUICE_ENVOY_SERVICE_COUNTS);
 	sluice_envoy_add(&service[which], 1);
 }
 

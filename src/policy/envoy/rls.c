@@ -17,8 +17,8 @@
 #include "policy/envoy/metrics.h"
 #include "policy/envoy/rls_internal.h"
 #include "policy/envoy/xds.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,7 +233,7 @@ static int quota_retake(rls_ctx_t *x, const sluice_verdict_t *v)
 			continue;
 		}
 		/* Compaction writes at or before the slot it reads. */
-		assert(k <= d->match);
+		SLUICE_ASSERT(k <= d->match);
 		if (k != d->match) {
 			t->matches[k] = t->matches[d->match];
 			t->costs[k] = t->costs[d->match];
@@ -365,7 +365,7 @@ static size_t fill_take(rls_ctx_t *x, size_t n)
 		if (d->kind != D_CHARGE)
 			continue;
 		/* Compaction writes at or before the slot it reads. */
-		assert(k <= i);
+		SLUICE_ASSERT(k <= i);
 		if (d->limit) {
 			if (k != i)
 				memcpy(m->key, x->t->matches[i].key,

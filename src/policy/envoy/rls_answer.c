@@ -10,8 +10,8 @@
 #include "policy/envoy/rls_internal.h"
 #include "policy/ratelimit_headers.h"
 #include "util/buf.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,7 +207,8 @@ static void status_of(rls_ctx_t *x, size_t i, sluice_rls_status_t *st)
 				     : SLUICE_RLS_CODE_OVER_LIMIT;
 		break;
 	case D_CHARGE:
-		assert(d->settled || (x->t && d->match < x->t->nmatches));
+		SLUICE_ASSERT(d->settled ||
+			      (x->t && d->match < x->t->nmatches));
 		res = d->settled ? &d->res : &x->t->results[d->match];
 		if (!res->decided) {
 			/* The store failed and the rule failed open: no

@@ -14,8 +14,8 @@
  */
 #include "policy/envoy/config.h"
 #include "policy/envoy/internal.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -62,7 +62,7 @@ static int walk_dir(walk_t *w, const char *dir, const struct stat *st,
 	int rc = 0;
 	unsigned i;
 
-	assert(depth <= SLUICE_ENVOY_MAX_DIR_DEPTH);
+	SLUICE_ASSERT(depth <= SLUICE_ENVOY_MAX_DIR_DEPTH);
 	for (i = 0; i < depth; i++)
 		if (w->devs[i] == st->st_dev && w->inos[i] == st->st_ino) {
 			skip(w, dir, "a directory that leads back up (a loop)");

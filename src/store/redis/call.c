@@ -22,7 +22,6 @@
 #include "store/redis/redis_int.h"
 #include "util/invariant.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +116,7 @@ static void call_maybe_free(sluice_redis_call_t *c)
 {
 	/* Freed only once finished (the caller answered), and only by the
 	 * last holder: no command in flight, not on the retry list. */
-	assert(c->done);
+	SLUICE_ASSERT(c->done);
 	if (c->done && !c->refs && !c->waiting)
 		free(c);
 }
@@ -131,7 +130,7 @@ void sluice_redis__finish(sluice_redis_call_t *c, int status,
 
 	if (c->done)
 		return;
-	assert(c->shape && c->shape->parse && c->shape->done);
+	SLUICE_ASSERT(c->shape && c->shape->parse && c->shape->done);
 	memset(&out, 0, sizeof(out));
 	if (status == 0 && c->shape->parse(c, reply, &out) < 0) {
 		status = SLUICE_ESTORE;

@@ -6,8 +6,8 @@
 #include "store/redis/redis_int.h"
 #include "util/defaults.h"
 #include "util/errmsg.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,11 +39,11 @@ static int one_parse(sluice_redis_call_t *c, const redisReply *reply,
 
 	if (rc < 0)
 		return rc;
-	assert(which < c->nlimits);
+	SLUICE_ASSERT(which < c->nlimits);
 	/* Per limit: the script answers each limit's shortfall; the module
 	 * is asked only for one limit (call.c sends several to the script
 	 * when decisions are wanted), whose decision is the summary. */
-	assert(!c->decisions || c->script || c->nlimits == 1);
+	SLUICE_ASSERT(!c->decisions || c->script || c->nlimits == 1);
 	for (j = 0; c->decisions && j < c->ncaller; j++) {
 		c->decisions[j] = c->script ? each[c->dist[j]] : out->d;
 		c->decisions[j].which = j;

@@ -12,8 +12,8 @@
  * and the config refuses import_counters with a cluster store.
  */
 #include "store/redis/redis_int.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,7 +85,7 @@ int sluice_redis_import(sluice_redis_t *r, const void *key, size_t keylen,
 	name[blen++] = '}';
 	name[blen++] = ':';
 	blen += sluice_limit_id(limit, name + blen);
-	assert(blen <= room);
+	SLUICE_ASSERT(blen <= room);
 	mk[0].name = name;
 	mk[0].len = blen;
 	mk[0].cost = window_ms;

@@ -7,8 +7,8 @@
 #define SLUICE_REDIS_LINK_FIFO_H
 
 #include "store/redis/redis_int.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdlib.h>
 
 typedef struct pending_s {
@@ -38,7 +38,7 @@ static inline int fifo_push(link_fifo_t *l, sluice_redis_reply_fn *fn,
 		l->head = 0;
 		l->cap = cap;
 	}
-	assert(l->count < l->cap && l->head < l->cap);
+	SLUICE_ASSERT(l->count < l->cap && l->head < l->cap);
 	l->v[(l->head + l->count++) % l->cap] = (pending_t){fn, priv};
 	return 0;
 }
@@ -49,7 +49,7 @@ static inline int fifo_pop(link_fifo_t *l, pending_t *p)
 	if (!l->count)
 		return -1;
 	/* FIFO pairing: the oldest command sent is the one answered. */
-	assert(l->count <= l->cap && l->head < l->cap);
+	SLUICE_ASSERT(l->count <= l->cap && l->head < l->cap);
 	*p = l->v[l->head];
 	l->head = (l->head + 1) % l->cap;
 	l->count--;

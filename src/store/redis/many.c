@@ -22,7 +22,6 @@
 #include "store/redis/redis_int.h"
 #include "util/invariant.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,7 +215,7 @@ static int many_parse(sluice_redis_call_t *c, const redisReply *reply,
 		sluice_state_t cur[SLUICE_MAX_LIMITS], next[SLUICE_MAX_LIMITS];
 		sluice_decision_t ds[SLUICE_MAX_LIMITS];
 
-		assert(it->nlimits <= SLUICE_MAX_LIMITS);
+		SLUICE_ASSERT(it->nlimits <= SLUICE_MAX_LIMITS);
 		if (skew != SIZE_MAX) {
 			/* A client clock far off: every item refused. */
 			it->allowed = 0;
@@ -293,7 +292,7 @@ static void many_done(sluice_redis_call_t *c, int status,
 {
 	many_t *m = c->many;
 
-	assert(m && c->group < m->ngroups);
+	SLUICE_ASSERT(m && c->group < m->ngroups);
 	if (status == 0) {
 		m->ok[c->group] = out->allowed;
 		if (!out->allowed)
@@ -397,7 +396,7 @@ int sluice_redis__take_many(sluice_redis_t *r, sluice_take_item_t *items,
 	size_t g;
 	int rc;
 
-	assert(n >= 2);
+	SLUICE_ASSERT(n >= 2);
 	if ((rc = check_items(r, items, n)) < 0)
 		return rc;
 	if (!(m = calloc(1, sizeof(*m))))

@@ -13,8 +13,8 @@
  * reads, dispatches and answers one command for all of them.
  */
 #include "store/redis/redis_int.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,7 +125,7 @@ int sluice_redis__module_batch_command(sluice_redis_call_t *const *calls,
 static void reserve_command(const sluice_redis_call_t *c,
 			    sluice_redis_resp_t *o)
 {
-	assert(c->nlimits == 1);
+	SLUICE_ASSERT(c->nlimits == 1);
 	sluice_redis__resp_array(o, 7);
 	sluice_redis__resp_arg(o, "SLUICE.RESERVE", 14);
 	sluice_redis__resp_keys(o, c);
@@ -139,7 +139,7 @@ static void reserve_command(const sluice_redis_call_t *c,
 static void refund_if_command(const sluice_redis_call_t *c,
 			      sluice_redis_resp_t *o)
 {
-	assert(c->nlimits == 1);
+	SLUICE_ASSERT(c->nlimits == 1);
 	sluice_redis__resp_array(o, 7);
 	sluice_redis__resp_arg(o, "SLUICE.REFUNDIF", 15);
 	sluice_redis__resp_keys(o, c);

@@ -10,8 +10,8 @@
  * SLUICE.REFUNDIF or refund_if.lua compare the stored one with.
  */
 #include "store/redis/redis_int.h"
+#include "util/invariant.h"
 
-#include <assert.h>
 #include <string.h>
 
 /* -------------------------------------------------------------- replies */
@@ -132,7 +132,7 @@ static int reserve_parse(sluice_redis_call_t *c, const redisReply *reply,
 
 	if (rc < 0)
 		return rc;
-	assert(out->d.which < c->nlimits);
+	SLUICE_ASSERT(out->d.which < c->nlimits);
 	out->d.which = c->orig[out->d.which];
 	return 0;
 }

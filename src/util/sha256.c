@@ -2,7 +2,8 @@
  * sha256.c -- a small, allocation-free SHA-256 (FIPS 180-4).
  *
  * Only used on the rare over-long key value, so it favours clarity over
- * speed.  Checked against the FIPS test vectors in tests/unit/test_rules.c.
+ * speed.  Checked against the FIPS test vectors in
+ * tests/unit/test_rules_clients.c.
  */
 #include "util/sha256.h"
 

@@ -144,7 +144,6 @@ OVER_LONG = {
     "tests/integration/test_serve_http.py": 1029,
     "tests/soak/soak.py": 878,
     "tests/unit/test_envoy_config.c": 861,
-    "tests/unit/test_envoy_rls.c": 1036,
     "tests/unit/test_redis_quota.c": 863,
 }
 

@@ -363,3 +363,28 @@ class H2:
             self.sock.close()
         except OSError:
             pass
+
+
+def send_window(h, sid, data, end=False):
+    """Sends data on sid as the flow-control windows allow, reading the
+    server's WINDOW_UPDATEs between."""
+    while data:
+        w = min(h.conn.local_flow_control_window(sid),
+                h.conn.max_outbound_frame_size)
+        if w <= 0:
+            if not h.pump(20):
+                raise AssertionError("the server closed the connection")
+            continue
+        h.conn.send_data(sid, data[:w], end_stream=end and len(data) <= w)
+        h.flush()
+        data = data[w:]
+
+
+def ping(h):
+    """Returns once the server has read everything sent before."""
+    import h2.events
+    n = sum(isinstance(e, h2.events.PingAckReceived) for e in h.events)
+    h.conn.ping(b"%08d" % n)
+    h.flush()
+    return h.wait(lambda: sum(isinstance(e, h2.events.PingAckReceived)
+                              for e in h.events) > n, 30)

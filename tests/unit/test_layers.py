@@ -139,7 +139,6 @@ OVER_LONG = {
     "bench/bench_core.c": 996,
     "tests/integration/harness.py": 967,
     "tests/integration/test_envoy_json.py": 919,
-    "tests/integration/test_grpc_transport.py": 1112,
     "tests/integration/test_redis_module.py": 1091,
     "tests/integration/test_serve_http.py": 1029,
     "tests/soak/soak.py": 878,

@@ -140,7 +140,6 @@ OVER_LONG = {
     "tests/integration/harness.py": 967,
     "tests/integration/test_envoy_json.py": 919,
     "tests/integration/test_redis_module.py": 1091,
-    "tests/integration/test_serve_http.py": 1029,
     "tests/soak/soak.py": 878,
     "tests/unit/test_redis_quota.c": 863,
 }

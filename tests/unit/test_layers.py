@@ -138,7 +138,6 @@ OVER_LONG = {
     "bench/report.py": 1373,
     "bench/bench_core.c": 996,
     "tests/integration/harness.py": 967,
-    "tests/integration/test_envoy_json.py": 919,
     "tests/integration/test_redis_module.py": 1091,
     "tests/soak/soak.py": 878,
     "tests/unit/test_redis_quota.c": 863,

@@ -539,6 +539,37 @@ static void test_role_and_readonly(void)
 	       "READONLY; a hung subscription is replaced\n");
 }
 
+/* A take made as soon as the client is opened (a process or an nginx
+ * worker just started), before any Sentinel has answered: it waits for
+ * their answer within its deadline and is decided by the master, not
+ * failed as if no master were known. */
+static void test_first_take_waits_for_the_sentinels(void)
+{
+	proc_t master, sentinel;
+	seen_t seen = {0};
+	sluice_redis_t *r;
+	sluice_limit_t l;
+	uv_loop_t loop;
+	result_t res;
+
+	start_redis(&master, NULL);
+	start_sentinel(&sentinel, master.port, 0);
+	uv_loop_init(&loop);
+	/* A generous deadline: the Sentinel's answer is all it waits for. */
+	r = client_waiting(&loop, &sentinel, 1, &seen, 10000);
+	rh_limit(&l, 2, "1/h");
+	res = rh_take(&loop, r, "first", &l, 1, 1);
+	CHECK(res.status == 0 && res.allowed);
+	CHECK(seen.master_changed == 1 && seen.no_master == 0);
+	CHECK(rh_take(&loop, r, "first", &l, 1, 1).allowed);
+	CHECK(!rh_take(&loop, r, "first", &l, 1, 1).allowed);
+	rh_close_client(&loop, r);
+	uv_loop_close(&loop);
+	stop(&sentinel);
+	stop(&master);
+	printf("a take before the Sentinels answered: decided by the master\n");
+}
+
 static void test_no_sentinel(void)
 {
 	proc_t gone[2];
@@ -614,6 +645,7 @@ int main(void)
 	name_this_group();
 	test_bad_options();
 	test_no_sentinel();
+	test_first_take_waits_for_the_sentinels();
 	test_role_and_readonly();
 	test_failover();
 	{

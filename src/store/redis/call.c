@@ -616,6 +616,16 @@ void sluice_redis__send(sluice_redis_call_t *c)
 	sluice_redis_conn_t *k = sluice_redis__pick(n);
 	int rc;
 
+	if (!k && !n->host && !n->path && sluice_redis__sentinel_finding(r) &&
+	    clock_ms() < c->deadline_ms) {
+		/* No master known yet, the Sentinels still being asked: wait
+		 * for their answer within the deadline (the sweep ends the
+		 * call past it), as a call waits for a connection being
+		 * made.  Failing it at once refused each new worker's first
+		 * requests. */
+		sluice_redis__retry_later(c);
+		return;
+	}
 	if (!k) {
 		/* Down or saturated: fail now rather than queue.  In a
 		 * cluster the slot may have a new master (failover): ask. */

@@ -616,6 +616,9 @@ int sluice_redis__redirect(sluice_redis_call_t *c, const redisReply *reply);
 /* sentinel.c */
 /* The master may have moved (a READONLY reply): ask the Sentinels. */
 void sluice_redis__sentinel_lost(sluice_redis_t *r, const char *why);
+/* 1 while r's Sentinels are asked and none has yet failed a whole round
+ * (a call may wait for their answer), else 0 (no Sentinel too). */
+int sluice_redis__sentinel_finding(const sluice_redis_t *r);
 /* Starts asking the Sentinels for the master of r's node 0 (created with
  * no address); 0, or SLUICE_EINVAL / SLUICE_ENOMEM with a message. */
 int sluice_redis__sentinel_start(sluice_redis_t *r,

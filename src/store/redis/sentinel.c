@@ -15,9 +15,13 @@
  *     (node.c), and a READONLY reply (client.c): each asks again;
  *   - while no Sentinel answers, asking again every RETRY_MS.
  *
- * While no master is known, calls fail at once (SLUICE_ESTORE, counted as
- * "no_master") and the rule's on_store_error applies, as for a Redis that
- * is down; the node's breaker and /readyz behave as for any node.
+ * Until the first Sentinels have answered (a client just opened: a
+ * process or an nginx worker just started), calls wait for their answer
+ * within their deadline, as a call waits for a connection being made.
+ * Once every Sentinel failed to name a master, calls fail at once
+ * (SLUICE_ESTORE, counted as "no_master") and the rule's on_store_error
+ * applies, as for a Redis that is down; the node's breaker and /readyz
+ * behave as for any node.
  */
 #include "store/redis/redis_int.h"
 #include "util/errmsg.h"
@@ -81,6 +85,11 @@ static void tell(sentinel_t *s, sluice_redis_event_kind_t kind,
 	ev.node = node;
 	ev.detail = detail;
 	r->on_event(r->event_arg, &ev);
+}
+
+int sluice_redis__sentinel_finding(const sluice_redis_t *r)
+{
+	return r->sentinel && !r->sentinel->told_none;
 }
 
 /* The master is at host:port: move the node there unless it is already. */
